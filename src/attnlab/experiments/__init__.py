@@ -1,0 +1,1 @@
+"""One module per mathematical claim, each computing it on real numbers."""

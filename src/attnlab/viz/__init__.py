@@ -1,0 +1,1 @@
+"""Figures (matplotlib) and HTML helpers."""

@@ -1,0 +1,84 @@
+"""Shared fixtures. Browser tests drive Debian's chromium through Playwright's Python API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Where tests leave screenshots and other artifacts (git-ignored)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Debian chromium driven by Playwright (no browser download)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs it with apt-get")
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page that fails the test on console errors or any non-local request."""
+    context = browser.new_context()
+    pg = context.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+
+    def on_console(msg):
+        if msg.type == "error":
+            errors.append(msg.text)
+
+    def on_route(route):
+        url = route.request.url
+        local = url.startswith(("file:", "data:", "blob:", "about:")) or url.startswith(
+            ("http://127.0.0.1", "http://localhost", "http://[::1]")
+        )
+        if local:
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    pg.on("console", on_console)
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    context.route("**/*", on_route)
+    pg.console_errors = errors  # type: ignore[attr-defined]
+    pg.outside_requests = outside  # type: ignore[attr-defined]
+    yield pg
+    context.close()
+    assert not outside, f"the page tried to reach the network: {outside}"
+    assert not errors, f"console errors: {errors}"

@@ -10,7 +10,7 @@ mathematics computed, drawn and checked.
 [0.0, 0.0, 0.0]
 """
 
-from attnlab.core import masks, positional
+from attnlab import masks, positional
 from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.nn import (
     GPT,
@@ -24,6 +24,7 @@ from attnlab.nn import (
     TransformerDecoderLayer,
     TransformerEncoderLayer,
 )
+from attnlab.trace import AttentionTrace, capture  # noqa: E402  (attnlab.trace is callable)
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,9 @@ __all__ = [
     "TransformerConfig",
     "TransformerDecoderLayer",
     "TransformerEncoderLayer",
+    "AttentionTrace",
+    "capture",
+    "trace",
     "masks",
     "positional",
     "scaled_dot_product_attention",

@@ -2,7 +2,8 @@
 
 ``run_parity(seed)`` returns one :class:`ParityCheck` per comparison, each with the max
 absolute error measured and the tolerance it must stay under. Where PyTorch returns NaN
-(fully-masked rows) attnlab returns 0: those rows are compared to 0, the rest to torch.
+(``nn.MultiheadAttention`` on fully-masked rows) attnlab returns 0: those rows are compared
+to 0, the rest to torch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class ParityCheck:
 
 
 def _err(a: Tensor, b: Tensor) -> float:
-    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
 
 
 def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
@@ -42,7 +43,7 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     k = torch.randn(b, h, lk, d, generator=g)
     v = torch.randn(b, h, lk, d, generator=g)
     bool_mask = torch.rand(b, 1, lq, lk, generator=g) > 0.3
-    bool_mask[..., 0] = True  # torch gives NaN on fully-masked rows; keep every row alive
+    bool_mask[..., 0] = True  # every row keeps a key here; fully-masked rows are tested apart
     float_mask = torch.randn(b, h, lq, lk, generator=g)
     cases = {
         "sdpa: no mask": dict(),
@@ -61,7 +62,7 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     ref = F.scaled_dot_product_attention(qs, k, v, is_causal=True)
     ours, _ = attnlab.scaled_dot_product_attention(qs, k, v, causal=True, return_weights=True)
     out.append(ParityCheck("sdpa: causal", _err(ours, ref), 1e-5))
-    # fully-masked rows: torch gives NaN there, attnlab gives 0
+    # fully-masked rows: attnlab gives 0 (nn.MultiheadAttention gives NaN, see below)
     dead = bool_mask.clone()
     dead[:, :, 2, :] = False
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dead)
@@ -70,7 +71,7 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     alive[2] = False
     err_alive = _err(ours[:, :, alive], ref[:, :, alive])
     err_dead = max(float(ours[:, :, 2].abs().max()), float(w[:, :, 2].abs().max()))
-    out.append(ParityCheck("sdpa: fully-masked row is 0 (torch: NaN)", max(err_alive, err_dead),
+    out.append(ParityCheck("sdpa: fully-masked row is 0", max(err_alive, err_dead),
                            1e-5))
     q64, k64, v64 = q.double(), k.double(), v.double()
     ref = F.scaled_dot_product_attention(q64, k64, v64, attn_mask=bool_mask)
@@ -105,6 +106,20 @@ def _mha_checks(g: torch.Generator) -> list[ParityCheck]:
             g_ref = torch.autograd.grad(ref_out, [x, *m.parameters()], gy)
             g_our = torch.autograd.grad(our_out, [x], gy)
             out.append(ParityCheck(f"{tag}: grad wrt input", _err(g_our[0], g_ref[0]), 1e-4))
+    # a fully-masked row: nn.MultiheadAttention returns NaN, attnlab returns 0
+    m = nn.MultiheadAttention(e, h, batch_first=True)
+    ours = attnlab.MultiHeadAttention.from_torch(m)
+    x = torch.randn(1, n, e, generator=g)
+    allowed = torch.ones(n, n, dtype=torch.bool)
+    allowed[1] = False
+    with torch.no_grad():
+        ref_out, _ = m(x, x, x, attn_mask=~allowed)
+        our_out, _ = ours(x, mask=allowed)
+    torch_nan = bool(torch.isnan(ref_out[0, 1]).all())
+    keep = allowed.any(-1)
+    err = max(_err(our_out[:, keep], ref_out[:, keep]), float(our_out[0, 1].abs().max()))
+    name = "MHA fully-masked row: attnlab 0" + (" (torch: NaN)" if torch_nan else "")
+    out.append(ParityCheck(name, err, 1e-5))
     return out
 
 
@@ -172,10 +187,10 @@ def report_section(ctx) -> object:
     passed = all(c.passed for c in checks) and all(ok for _, _, ok in demos)
     body = bilingual(
         "attnlab's attention against PyTorch's on random inputs (max absolute error; "
-        "fp32 unless noted). Where torch returns NaN for a fully-masked row, attnlab "
-        "returns 0.",
+        "fp32 unless noted). Where nn.MultiheadAttention returns NaN for a fully-masked "
+        "row, attnlab returns 0.",
         "在随机输入上把 attnlab 的注意力与 PyTorch 对比（最大绝对误差；除注明外为 fp32）。"
-        "对整行被遮蔽的情况，torch 返回 NaN，attnlab 返回 0。",
+        "对整行被遮蔽的情况，nn.MultiheadAttention 返回 NaN，attnlab 返回 0。",
     )
     body += table(["check", "max |error|", "tolerance", "result"],
                   [(c.name, c.max_error, c.tolerance, c.passed) for c in checks], passed_col=3)

@@ -1,6 +1,7 @@
 """Attention layers: article 000's SelfAttention and article 001's MultiHeadAttention.
 
-Both are thin owners of parameters over :func:`attnlab.core.functional.scaled_dot_product_attention`.
+Both are thin owners of parameters over
+:func:`attnlab.core.functional.scaled_dot_product_attention`.
 Each exposes named capture points (:class:`HookPoint`) for ``q``, ``k``, ``v`` (per head, after
 any rotary embedding), the attention ``weights`` and the per-head ``context``; they are plain
 identities unless someone (``attnlab.capture``) registers a hook on them.

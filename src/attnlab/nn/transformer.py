@@ -218,6 +218,8 @@ class Transformer(nn.Module):
         self.enc_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        for emb in (self.src_embed, self.tgt_embed):  # x sqrt(d_model) in forward -> unit scale
+            nn.init.normal_(emb.weight, std=c.d_model**-0.5)
 
     def encode(self, src: Tensor, src_key_mask: Tensor | None = None) -> Tensor:
         _check_tokens("src", src, self.config.src_vocab_size)

@@ -1,0 +1,4 @@
+"""``attnlab.masks``: the mask constructors of :mod:`attnlab.core.masks`."""
+
+from attnlab.core.masks import *  # noqa: F403
+from attnlab.core.masks import __all__, __doc__  # noqa: F401

@@ -213,8 +213,12 @@ def _print_summary(sections: list[Section], console: Any, path: Path) -> None:
 
 
 def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = None,
-                 quiet: bool = False, seed: int = 0) -> ReportResult:
-    """Build every section (or those in ``only``, by id) and write ``out_dir/index.html``."""
+                 quiet: bool = False, seed: int = 0,
+                 providers: list[str] | None = None) -> ReportResult:
+    """Build every section (or those in ``only``, by id) and write ``out_dir/index.html``.
+
+    ``providers`` overrides :data:`PROVIDERS` (``"module:function"`` strings).
+    """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -223,15 +227,15 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create directory ({exc.strerror})") from None
-    providers = [_load_provider(p) for p in PROVIDERS]
+    loaded = [_load_provider(p) for p in (PROVIDERS if providers is None else providers)]
     console = Console(stderr=True, quiet=quiet)
     sections: list[Section] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), console=console,
                   disable=quiet) as progress:
-        task = progress.add_task("report", total=len(providers))
+        task = progress.add_task("report", total=len(loaded))
         ctx = ReportContext(out_dir=out, quiet=quiet, seed=seed, progress=progress)
-        for provider in providers:
+        for provider in loaded:
             name = provider.__module__.rsplit(".", 1)[-1]
             progress.update(task, description=f"report: {name}")
             t0 = time.perf_counter()

@@ -157,6 +157,11 @@ def seed_demos(seed: int = 0) -> list[tuple[str, str, bool]]:
     """The articles' own demos: shapes and the debugging checks of article 001."""
     torch.manual_seed(seed)
     rows = []
+    with torch.no_grad():
+        return _seed_demo_rows(rows)
+
+
+def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
     sa = attnlab.SelfAttention(embed_dim=512, num_heads=8)
     x = torch.randn(2, 10, 512)
     out, w = sa(x)

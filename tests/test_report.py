@@ -1,0 +1,62 @@
+"""The report page and the CLI around it (parity section only: other sections test apart)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from attnlab import report
+from attnlab.cli import main
+
+PARITY = ["attnlab.experiments.parity:report_section"]
+
+
+def test_parity_report_is_self_contained_and_passes(tmp_path):
+    result = report.build_report(tmp_path, quiet=True, providers=PARITY)
+    assert result.passed
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert 'id="parity"' in page and "PASS" in page
+    # no external resource of any kind
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "@import" not in page and "url(http" not in page
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["passed"] and summary["sections"][0]["id"] == "parity"
+    assert len(summary["sections"][0]["rows"]) >= 20
+
+
+def test_page_escapes_user_text():
+    s = report.Section("x", "<script>alert(1)</script>", "标题", "<p>ok</p>", True)
+    page = report.render_page([s])
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+def test_failed_section_fails_the_report(tmp_path):
+    bad = report.ReportResult(tmp_path, [report.Section("a", "A", "A", "", False)])
+    assert not bad.passed
+    assert report.ReportResult(tmp_path, [report.Section("a", "A", "A", "", None)]).passed
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    report.atomic_write_text(tmp_path / "f.txt", "hello")
+    report.atomic_write_text(tmp_path / "f.txt", "again")
+    assert (tmp_path / "f.txt").read_text() == "again"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_cli_report_unwritable_out_is_a_clear_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["report", "--out", str(blocker / "sub"), "--quiet"])
+    assert code == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_python_dash_m_attnlab_is_the_cli():
+    out = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "report" in out and "attnlab" in out
+    version = subprocess.run([sys.executable, "-m", "attnlab", "--version"],
+                             capture_output=True, text=True, check=True).stdout
+    assert version.startswith("attnlab ")

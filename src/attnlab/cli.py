@@ -58,6 +58,192 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@_command
+def _explore(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explore",
+        help="write the interactive attention explorer for a text as one HTML file",
+        description="Trace TEXT (and TEXT2) through a model and write a self-contained HTML "
+        "explorer (no network request of any kind): model, head, matrix, QK, geometry, "
+        "positional and diagnostics views, in English and Chinese.",
+    )
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
+                   help="minilm, smollm2, a Hugging Face model folder or a trained run")
+    p.add_argument("--text", required=True, help="the input text")
+    p.add_argument("--text2", default=None, help="a second text, shown as a second input")
+    p.add_argument("--out", required=True, metavar="FILE.html", help="output file")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut inputs longer than the model's limit instead of refusing them")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print path, size and tokens as JSON")
+
+    def run(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from attnlab.viz.explorer import explore
+
+        if not args.out.lower().endswith((".html", ".htm")):
+            raise UsageError(f"--out must name an .html file, got {args.out!r}")
+        texts = [args.text] + ([args.text2] if args.text2 is not None else [])
+        console = Console(stderr=True, quiet=args.quiet or args.json)
+        with console.status(f"tracing with {args.model}…"):
+            ex = explore(args.model, texts, truncate=args.truncate)
+            path = ex.save(args.out)
+        size = path.stat().st_size
+        info = {"path": str(path), "bytes": size, "model": ex.traces[0].model,
+                "tokens": [t.seq_len for t in ex.traces]}
+        if args.json:
+            _emit_json(info)
+        else:
+            console.print(f"wrote {path} ({size / 1e6:.2f} MB, tokens {info['tokens']})")
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the explorer locally: type a text, pick a model, explore it live",
+        description="A local web server (FastAPI + uvicorn) that loads each model once and "
+        "answers with the explorer. Binds 127.0.0.1 unless --host says otherwise.",
+    )
+    p.add_argument("--model", action="append", required=True, metavar="NAME",
+                   help="a model to serve (repeatable)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--max-chars", type=int, default=2000, metavar="N",
+                   help="longest text accepted, in characters (default 2000)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="the only place the server may write (default: attnlab's cache)")
+    p.add_argument("--quiet", action="store_true", help="no progress or access log")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.serve import ServeConfig
+        from attnlab.serve import run as serve
+
+        config = ServeConfig(max_chars=args.max_chars, host=args.host, port=args.port,
+                             cache_dir=args.cache_dir)
+        serve(args.model, config, quiet=args.quiet)
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _trace(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "trace",
+        help="capture the attention of one text through a model and save it",
+        description="Run TEXT through MODEL (minilm, smollm2, a Hugging Face folder or a "
+        "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata).",
+    )
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH")
+    p.add_argument("--text", required=True)
+    p.add_argument("--out", required=True, metavar="FILE", help="e.g. trace.safetensors")
+    p.add_argument("--no-qkv", action="store_true", help="keep only the weights")
+    p.add_argument("--scores", action="store_true", help="also keep the raw scores")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut a text longer than the model's limit instead of failing")
+    p.add_argument("--keep-pieces", action="store_true",
+                   help="do not merge byte pieces of one character")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print a summary as JSON")
+
+    def run(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from attnlab.models import load
+        from attnlab.trace import trace
+
+        quiet = args.quiet or args.json
+        console = Console(stderr=True, quiet=quiet)
+        with console.status(f"loading {args.model}"):
+            loaded = load(args.model, progress=not quiet)
+        with console.status("tracing"):
+            t = trace(loaded, args.text, qkv=not args.no_qkv, scores=args.scores,
+                      truncate=args.truncate, merge_pieces=not args.keep_pieces)
+        path = t.save(args.out)
+        if args.json:
+            _emit_json({"path": str(path), "model": t.model, "layers": t.num_layers,
+                        "heads": t.num_heads, "tokens": t.tokens, "causal": t.causal})
+        else:
+            console.print(f"wrote {path}: {t!r}")
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _plot(sub: argparse._SubParsersAction) -> None:
+    from attnlab.viz.figures import KINDS
+
+    p = sub.add_parser(
+        "plot",
+        help="draw a saved trace: heatmap, grid, arcs, qk or decomposition",
+        description="Draw one figure of a trace written by `attnlab trace` as PNG or SVG.",
+    )
+    p.add_argument("file", metavar="FILE", help="a trace (.safetensors)")
+    p.add_argument("--kind", choices=list(KINDS), default="heatmap")
+    p.add_argument("--layer", type=int, default=0)
+    p.add_argument("--head", type=int, default=0)
+    p.add_argument("--out", required=True, metavar="PNG_OR_SVG")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.trace import AttentionTrace
+        from attnlab.viz.figures import plot, save_figure
+
+        t = AttentionTrace.load(args.file)
+        try:
+            fig = plot(t, args.kind, args.layer, args.head)
+        except IndexError as exc:
+            raise UsageError(str(exc)) from None
+        print(save_figure(fig, args.out))
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _diagnose(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="name the sink, previous-token and induction heads of a model",
+        description="Trace TEXT through MODEL and score every head: entropy, max weight, "
+        "sink mass, previous-token, self and (causal models, on a repeated random token "
+        "sequence) induction scores, redundancy and clusters.",
+    )
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH")
+    p.add_argument("--text", required=True)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random induction sequence")
+    p.add_argument("--truncate", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print every score as JSON")
+
+    def run(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from attnlab.analysis import diagnose_model
+        from attnlab.models import load
+
+        quiet = args.quiet or args.json
+        err = Console(stderr=True, quiet=quiet)
+        with err.status(f"loading {args.model}"):
+            loaded = load(args.model, progress=not quiet)
+        with err.status("tracing and scoring heads"):
+            d = diagnose_model(loaded, args.text, seed=args.seed, truncate=args.truncate)
+        if args.json:
+            _emit_json(d.to_json())
+        else:
+            out = Console()
+            for table in d.tables():
+                out.print(table)
+        return 0
+
+    p.set_defaults(func=run)
+
+
 # -- subcommands above this line; each registers itself with @_command -------------------
 
 

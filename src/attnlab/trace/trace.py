@@ -116,6 +116,71 @@ class AttentionTrace:
             raise IndexError(f"head must be in [0, {nh}), got {head}")
         return self.weights[layer, head]
 
+    # -- views ----------------------------------------------------------------------------
+
+    def merge_tokens(self, groups: list[list[int]], labels: list[str] | None = None, *,
+                     rule: str = "weights summed over keys, averaged over queries"
+                     ) -> AttentionTrace:
+        """Merge consecutive tokens (e.g. byte pieces of one character) into one.
+
+        With groups ``G``, the merged weight from group ``a`` to group ``b`` is
+        ``W'[a, b] = mean_{i in a} sum_{j in b} W[i, j]``: summed over keys, averaged over
+        queries, so every row still sums to 1. q, k, v, scores and context belong to the
+        pieces and are dropped; ``meta["merged"]`` records the groups and the rule.
+
+        >>> w = torch.tensor([[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]]])
+        >>> t = AttentionTrace(tokens=["a", "b1", "b2"], weights=w).merge_tokens(
+        ...     [[0], [1, 2]], ["a", "b"])
+        >>> t.tokens, t.weights[0, 0].tolist()
+        (['a', 'b'], [[1.0, 0.0], [0.35, 0.65]])
+        """
+        n = self.seq_len
+        if self.key_tokens is not None:
+            raise ValueError("merge_tokens needs self-attention (no separate key_tokens)")
+        flat = [i for g in groups for i in g]
+        if flat != list(range(n)):
+            raise ValueError(
+                f"groups must split 0..{n - 1} into consecutive runs, got {groups}"
+            )
+        if labels is None:
+            labels = ["".join(self.tokens[i] for i in g) for g in groups]
+        if len(labels) != len(groups):
+            raise ValueError(f"{len(labels)} labels for {len(groups)} groups")
+        m = torch.zeros(len(groups), n, dtype=self.weights.dtype)  # (G, N) membership
+        for a, g in enumerate(groups):
+            m[a, g] = 1.0
+        w = self.weights @ m.T  # (L, H, N, G): summed over keys
+        w = (m / m.sum(-1, keepdim=True)) @ w  # (L, H, G, G): averaged over queries
+        ids = None
+        meta = dict(self.meta)
+        meta["merged"] = {"rule": rule, "groups": groups, "pieces": list(self.tokens),
+                          "piece_ids": self.token_ids}
+        return AttentionTrace(tokens=list(labels), weights=w, model=self.model,
+                              causal=self.causal, scale=self.scale, token_ids=ids,
+                              text=self.text, meta=meta)
+
+    def _repr_html_(self) -> str:
+        """A compact summary plus the head-averaged last-layer heatmap, for Jupyter."""
+        import html
+
+        avg = self.weights[-1].mean(0)  # (Lq, Lk)
+        n = min(self.seq_len, 40)
+        cells = []
+        for i in range(n):
+            row = "".join(
+                f'<td title="{html.escape(self.tokens[i])} → {html.escape(self.tokens[j])}: '
+                f'{float(avg[i, j]):.3f}" style="width:10px;height:10px;padding:0;'
+                f'background:rgba(52,81,178,{float(avg[i, j]) ** 0.5:.3f})"></td>'
+                for j in range(min(n, avg.shape[1])))
+            cells.append(f"<tr><th style='font-weight:normal;text-align:right;padding:0 4px;"
+                         f"font-size:11px'>{html.escape(self.tokens[i])}</th>{row}</tr>")
+        extra = ", ".join(x for x in _OPTIONAL if getattr(self, x) is not None) or "weights only"
+        return (f"<div><b>AttentionTrace</b> {html.escape(self.model)}: {self.num_layers} "
+                f"layers × {self.num_heads} heads, {self.seq_len} tokens, "
+                f"{'causal' if self.causal else 'bidirectional'}; {html.escape(extra)}"
+                f"<br><small>last layer, mean over heads</small>"
+                f"<table style='border-collapse:collapse'>{''.join(cells)}</table></div>")
+
     # -- files ----------------------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
@@ -148,6 +213,7 @@ class AttentionTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a trace is for sharing
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
                 f.flush()
@@ -199,6 +265,12 @@ class AttentionTrace:
             )
         except (KeyError, ValueError) as exc:
             raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the interactive explorer (self-contained, no network)."""
+        from attnlab.viz.explorer import Explorer
+
+        return Explorer(self).to_html()
 
     def __repr__(self) -> str:
         extra = [n for n in _OPTIONAL if getattr(self, n) is not None]

@@ -1,0 +1,88 @@
+"""Helpers shared by the experiments: seeding, scores read back from attnlab, figures."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+import attnlab
+
+from ._result import Check, fmt_num
+
+__all__ = ["seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
+           "check_le", "check_ge", "check_between"]
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[torch.Generator]:
+    """Seed torch's global RNG (module init) for the block, restore it after; yield a generator.
+
+    The block also runs on one intra-op thread: the experiments are many small ops, which
+    one thread runs fastest on a shared machine, and results do not depend on core count.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield torch.Generator().manual_seed(seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def scores_via_attnlab(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """The score matrix ``q kᵀ · scale`` exactly as attnlab's attention computes it.
+
+    attnlab returns probabilities, not scores; appending one zero key (score 0) makes the
+    scores recoverable: ``s_j = log w_j − log w_zero``. Use fp64 inputs so nothing underflows.
+    q: (..., Lq, d), k: (..., Lk, d) -> (..., Lq, Lk)
+    """
+    zero = torch.zeros(*k.shape[:-2], 1, k.shape[-1], dtype=k.dtype)
+    k1 = torch.cat([k, zero], dim=-2)  # (..., Lk+1, d)
+    v1 = torch.zeros(*k1.shape[:-1], 1, dtype=k.dtype)
+    _, w = attnlab.scaled_dot_product_attention(q, k1, v1, scale=scale, return_weights=True)
+    logw = torch.log(w)
+    return logw[..., :-1] - logw[..., -1:]
+
+
+def entropy(p: Tensor) -> Tensor:
+    """Shannon entropy (nats) over the last dim, with 0·log 0 = 0."""
+    return -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+
+
+def new_figure(width: float = 9.0, height: float = 3.4, ncols: int = 1, nrows: int = 1):
+    """A backend-free matplotlib Figure (no pyplot state) and its axes."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def fit_exponent(ns: list[int], ts: list[float]) -> float:
+    """Slope of log t against log n (least squares): t ∝ n^slope."""
+    x = torch.log(torch.tensor(ns, dtype=torch.float64))
+    y = torch.log(torch.tensor(ts, dtype=torch.float64))
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def _ok(x: float) -> bool:
+    return math.isfinite(x)
+
+
+def check_le(name: str, value: float, bound: float) -> Check:
+    return Check(name, float(value), f"≤ {fmt_num(bound)}", _ok(value) and value <= bound)
+
+
+def check_ge(name: str, value: float, bound: float) -> Check:
+    return Check(name, float(value), f"≥ {fmt_num(bound)}", _ok(value) and value >= bound)
+
+
+def check_between(name: str, value: float, lo: float, hi: float) -> Check:
+    return Check(name, float(value), f"in [{fmt_num(lo)}, {fmt_num(hi)}]",
+                 _ok(value) and lo <= value <= hi)

@@ -1,0 +1,133 @@
+"""convex-combination: each attention output is a weighted centroid of the value vectors.
+
+Softmax weights are non-negative and each row sums to 1, so out_i = Σ_j w_ij v_j is a convex
+combination of the values: every output lies in their convex hull, and in particular each
+coordinate of out_i lies between the minimum and the maximum of that coordinate over the
+values (article 000: attention "mixes", it never extrapolates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import attnlab
+
+from ._common import check_le, new_figure, seeded
+from ._result import Result
+
+NAME = "convex-combination"
+CLAIM = ("Attention weights are non-negative and each row sums to 1, so every output is a "
+         "convex combination of the values: each coordinate lies between the values' min "
+         "and max.")
+CLAIM_ZH = ("注意力权重非负且每行之和为 1，所以每个输出都是值向量的凸组合："
+            "每个坐标都落在值向量该坐标的最小值与最大值之间。")
+
+Attend = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def attnlab_attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """attnlab's attention, returning (out, weights)."""
+    return attnlab.scaled_dot_product_attention(q, k, v, return_weights=True)
+
+
+def run(
+    seed: int = 0,
+    *,
+    batch: int = 64,
+    n: int = 32,
+    d: int = 16,
+    dv: int = 8,
+    attend: Attend = attnlab_attend,
+    plot: bool = True,
+) -> Result:
+    """Random q, k, v (fp64, scores spread by a factor 3 to make rows peaked and flat).
+
+    Wrong variant: ``attend`` returning the raw scores as weights (no softmax), whose
+    outputs leave the hull.
+    """
+    with seeded(seed) as g:
+        q = 3 * torch.randn(batch, n, d, generator=g, dtype=torch.float64)  # (B, N, d)
+        k = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
+        v = torch.randn(batch, n, dv, generator=g, dtype=torch.float64)  # (B, N, dv)
+        out, w = attend(q, k, v)  # (B, N, dv), (B, N, N)
+        fused = attnlab.scaled_dot_product_attention(q, k, v)  # the fast path, no weights
+        q2 = torch.randn(1, 12, 2, generator=g, dtype=torch.float64) * 2
+        k2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)
+        v2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)
+        out2, w2 = attend(q2, k2, v2)
+    negative = float((-w).clamp_min(0).max())
+    row_sum = float((w.sum(-1) - 1).abs().max())
+    lo, hi = v.min(dim=1, keepdim=True).values, v.max(dim=1, keepdim=True).values  # (B,1,dv)
+    outside = float(torch.maximum(lo - out, out - hi).clamp_min(0).max())
+    fast_err = float((fused - out).abs().max())
+    checks = [
+        check_le("most negative weight (as −w)", negative, 0.0),
+        check_le("max |row sum − 1|", row_sum, 1e-12),
+        check_le("max |fused output − weights @ V|", fast_err, 1e-12),
+    ]
+    rows = [[c.name, c.value] for c in checks] + [["max distance outside [min V, max V]",
+                                                   outside]]
+    fig = _figure(q2[0], v2[0], out2[0], w2[0]) if plot else None
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity="max distance of an output coordinate outside [min_j v_j, max_j v_j]",
+        quantity_zh="输出坐标超出 [min_j v_j, max_j v_j] 的最大距离",
+        measured=outside, expected=0.0, tolerance=1e-12, checks=checks,
+        table=(["quantity", "value (fp64)"], rows),
+        figure=fig,
+        caption=f"{batch} × {n} outputs of attnlab attention (fp64, d = {d}, dv = {dv}). "
+                "Figure: 2-D values, their convex hull, and 12 outputs as weighted centroids.",
+        caption_zh=f"attnlab 注意力的 {batch} × {n} 个输出（fp64，d = {d}，dv = {dv}）。"
+                   "图：二维值向量、它们的凸包，以及 12 个作为加权重心的输出。",
+    )
+
+
+def convex_hull(points: Tensor) -> Tensor:
+    """(P, 2) points -> hull vertices in counter-clockwise order (monotone chain)."""
+    pts = sorted(map(tuple, points.tolist()))
+
+    def cross(o, a, b):
+        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+    lower: list = []
+    upper: list = []
+    for p in pts:
+        while len(lower) >= 2 and cross(lower[-2], lower[-1], p) <= 0:
+            lower.pop()
+        lower.append(p)
+    for p in reversed(pts):
+        while len(upper) >= 2 and cross(upper[-2], upper[-1], p) <= 0:
+            upper.pop()
+        upper.append(p)
+    return torch.tensor(lower[:-1] + upper[:-1])
+
+
+def _figure(q2, v2, out2, w2):
+    fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
+    hull = convex_hull(v2)
+    closed = torch.cat([hull, hull[:1]])
+    ax0.fill(closed[:, 0], closed[:, 1], color="#3451b2", alpha=0.08, label="convex hull of V")
+    ax0.plot(closed[:, 0], closed[:, 1], color="#3451b2", lw=1)
+    ax0.scatter(v2[:, 0], v2[:, 1], s=60, color="#3451b2", zorder=3, label="values v_j")
+    for j, (x, y) in enumerate(v2.tolist()):
+        ax0.text(x, y, f"  v{j}", fontsize=8, color="#3451b2")
+    for i in range(3):  # thin lines from a few outputs to the values they mix
+        for j in range(v2.shape[0]):
+            ax0.plot([out2[i, 0], v2[j, 0]], [out2[i, 1], v2[j, 1]], color="#b3261e",
+                     lw=3 * float(w2[i, j]), alpha=0.5)
+    ax0.scatter(out2[:, 0], out2[:, 1], s=25, marker="x", color="#b3261e", zorder=4,
+                label="outputs Σ_j w_ij v_j")
+    ax0.set_xlabel("value dimension 1")
+    ax0.set_ylabel("value dimension 2")
+    ax0.set_title("Outputs are weighted centroids of the values", fontsize=10)
+    ax0.legend(fontsize=7, loc="best")
+    ax0.set_aspect("equal", adjustable="datalim")
+    im = ax1.imshow(w2, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    ax1.set_xlabel("key / value index j")
+    ax1.set_ylabel("query index i")
+    ax1.set_title("Weights w_ij ≥ 0, each row sums to 1", fontsize=10)
+    fig.colorbar(im, ax=ax1, label="attention weight")
+    return fig

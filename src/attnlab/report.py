@@ -24,6 +24,8 @@ __all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_repor
 #: Section providers in page order.
 PROVIDERS: list[str] = [
     "attnlab.experiments.parity:report_section",
+    "attnlab.experiments.report:report_sections",
+    "attnlab.viz.explorer:report_section",
 ]
 
 

@@ -32,6 +32,10 @@ def toy_trace(text: str = TEXT, layers: int = 2, heads: int = 4, seed: int = 0) 
     cfg = attnlab.GPTConfig(vocab_size=128, block_size=1024, n_layer=layers, n_head=heads,
                             n_embd=16 * heads)
     model = attnlab.GPT(cfg).eval()
+    with torch.no_grad():
+        for block in model.blocks:  # sharper than the default init: the scale knob matters
+            for prm in block.attn.parameters():
+                prm.mul_(6.0)
     ids = torch.tensor([[ord(c) % 128 for c in text]])
     with torch.no_grad(), capture(model) as cap:
         model(ids)

@@ -109,36 +109,32 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     >>> cluster_heads(s, 0.9)
     [0, 0, 1]
     """
-    n = similarity.shape[0]
-    clusters: list[list[int]] = [[i] for i in range(n)]
-    sim = similarity.double().clone()
-    sums = sim.clone()  # sum of pairwise similarities between clusters a and b
-    sizes = [1] * n
-    alive = list(range(n))
-    while len(alive) > 1:
-        best, pair = -math.inf, None
-        for ai, a in enumerate(alive):
-            for b in alive[ai + 1:]:
-                s = float(sums[a, b]) / (sizes[a] * sizes[b])
-                if s > best:
-                    best, pair = s, (a, b)
-        if pair is None or best < threshold:
+    import numpy as np  # small serial loops: numpy avoids torch's per-op thread overhead
+
+    sim = similarity.detach().double().cpu().numpy()
+    n = sim.shape[0]
+    owner = np.arange(n)  # cluster id (its first head) of each head
+    sums = sim.copy()  # sum of pairwise similarities between clusters
+    sizes = np.ones(n)
+    mean = sums / np.outer(sizes, sizes)
+    np.fill_diagonal(mean, -np.inf)
+    while True:
+        a, b = np.unravel_index(int(np.argmax(mean)), mean.shape)
+        if mean[a, b] < threshold:
             break
-        a, b = pair
-        clusters[a] += clusters[b]
+        a, b = min(a, b), max(a, b)
+        owner[owner == b] = a
         sums[a, :] += sums[b, :]
         sums[:, a] += sums[:, b]
         sizes[a] += sizes[b]
-        alive.remove(b)
-    label = [0] * n
+        row = sums[a] / (sizes[a] * sizes)
+        mean[a, :] = row
+        mean[:, a] = row
+        mean[b, :] = -np.inf
+        mean[:, b] = -np.inf
+        mean[a, a] = -np.inf
     order: dict[int, int] = {}
-    for a in alive:
-        for i in clusters[a]:
-            label[i] = a
-    out = []
-    for i in range(n):
-        out.append(order.setdefault(label[i], len(order)))
-    return out
+    return [order.setdefault(int(o), len(order)) for o in owner]
 
 
 def recompute_errors(trace: AttentionTrace, *, mask: Tensor | None = None) -> dict[str, float]:

@@ -167,14 +167,27 @@ def _dead_rows(mask: Tensor | None) -> Tensor | None:
 
 
 def why_not_fused(
-    q: Tensor, k: Tensor, v: Tensor, *, return_weights: bool = False
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    return_weights: bool = False,
+    mask: Tensor | None = None,
+    causal: bool = False,
 ) -> str | None:
-    """Why the ``auto`` backend would not take torch's fused kernel, or None if it would."""
+    """Why the ``auto`` backend would not take torch's fused kernel, or None if it would.
+
+    >>> q = k = v = torch.randn(1, 1, 4, 8)
+    >>> why_not_fused(q, k, v) is None
+    True
+    >>> why_not_fused(q, k, v, return_weights=True)
+    'weights were requested (the fused kernel never returns them)'
+    """
     if return_weights:
         return "weights were requested (the fused kernel never returns them)"
     if capture_active():
         return "an attnlab.capture context is recording weights"
-    if not bool(torch.isfinite(v).all()):
+    if (mask is not None or causal) and not bool(torch.isfinite(v).all()):
         return "v holds NaN/inf; the explicit path keeps them out of rows that mask them"
     return None
 
@@ -215,6 +228,260 @@ def _fused(
     return out
 
 
+# --------------------------------------------------------------------------------------
+# the explicit path: scores and weights materialized, tile by tile
+# --------------------------------------------------------------------------------------
+
+#: A score tile of this many bytes stays in cache while it is masked, softmaxed and
+#: multiplied by V; each tile is written once, straight into the weights tensor.
+_TILE_BYTES = 2 << 20
+#: Fewer rows than this per tile costs more in per-call overhead than cache misses save.
+_MIN_ROWS = 32
+
+
+def _tile_grid(n: int, lq: int, lk: int, itemsize: int) -> Iterator[tuple[int, int, int, int]]:
+    """(h0, h1, r0, r1): heads [h0, h1) x query rows [r0, r1), each a contiguous tile.
+
+    Small maps go several heads at a time (all rows); large ones one head and a block of
+    rows at a time, so that ``weights[h0:h1, r0:r1]`` is always one contiguous piece.
+    """
+    per_head = max(1, lq * lk * itemsize)
+    if per_head <= _TILE_BYTES:
+        g = max(1, _TILE_BYTES // per_head)
+        for h0 in range(0, n, g):
+            yield h0, min(n, h0 + g), 0, lq
+        return
+    rows = max(_MIN_ROWS, _TILE_BYTES // (lk * itemsize))
+    for h in range(n):
+        for r0 in range(0, lq, rows):
+            yield h, h + 1, r0, min(lq, r0 + rows)
+
+
+class _MaskTiles:
+    """Hands out the piece of a broadcastable mask under one tile, without expanding it."""
+
+    def __init__(self, mask: Tensor | None, batch: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.mask = None
+        self.is_bool = False
+        if mask is None:
+            return
+        self.is_bool = mask.dtype == torch.bool
+        if not self.is_bool and mask.dtype != dtype:
+            mask = mask.to(dtype)
+        m = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
+        self.shared = all(s == 1 for s in m.shape[:-2])
+        self.mask = m.reshape(m.shape[-2:]) if self.shared else m.expand(*batch, *m.shape[-2:])
+        self.batch = batch
+        self._flat: Tensor | None = None
+
+    def tile(self, h0: int, h1: int, r0: int, r1: int, c: int) -> Tensor | None:
+        """The mask under heads [h0, h1), rows [r0, r1), keys [0, c); broadcastable."""
+        m = self.mask
+        if m is None:
+            return None
+        if not self.shared:
+            if h1 - h0 == 1:
+                idx, h = [], h0
+                for s in reversed(self.batch):
+                    idx.append(h % s)
+                    h //= s
+                m = m[tuple(reversed(idx))]
+            else:
+                if self._flat is None:
+                    self._flat = m.reshape(-1, *m.shape[-2:])
+                m = self._flat[h0:h1]
+        if m.shape[-2] > 1:
+            m = m[..., r0:r1, :]
+        if m.shape[-1] > 1:
+            m = m[..., :c]
+        return m
+
+
+def _finite_split(v: Tensor) -> tuple[Tensor, Tensor | None]:
+    """(v with NaN/inf zeroed, bool map of where they were) or (v, None) if all finite."""
+    if bool(torch.isfinite(v).all()):
+        return v, None
+    bad = ~torch.isfinite(v)
+    return v.masked_fill(bad, 0.0), bad
+
+
+def _causal_fill_(s: Tensor, r0: int, offset: int) -> None:
+    """Set -inf where key j > query i + offset, for a tile of rows [r0, ...) and keys [0, c)."""
+    rows, c = s.shape[-2], s.shape[-1]
+    first = max(0, r0 + offset + 1)  # first key column any row of this tile must not see
+    if first < c:
+        blocked = torch.ones(rows, c - first, dtype=torch.bool, device=s.device).triu(
+            r0 + offset - first + 1
+        )
+        s[..., first:].masked_fill_(blocked, float("-inf"))
+
+
+def _explicit_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Weights and output, one cache-sized tile of score rows at a time, no autograd.
+
+    Per tile: ``S = scale·Q_tile Kᵀ (+ float mask)`` by one GEMM written straight into
+    the weights tensor (``baddbmm`` with alpha; under ``causal`` only the keys some row
+    of the tile may see), blocked entries set to -inf in place, softmax in place, and
+    ``out_tile = P_tile V`` while the tile is still in cache. No N x N temporary exists
+    besides the weights themselves.
+    """
+    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    lq, d = q.shape[-2:]
+    lk, dv = v.shape[-2:]
+    n = math.prod(batch)
+    q3 = q.expand(*batch, lq, d).reshape(n, lq, d)  # (n, Lq, d)
+    k3 = k.expand(*batch, lk, d).reshape(n, lk, d)  # (n, Lk, d)
+    v3 = v.expand(*batch, lk, dv).reshape(n, lk, dv)  # (n, Lk, dv)
+    weights = q3.new_empty(n, lq, lk)  # (n, Lq, Lk)
+    out = q3.new_empty(n, lq, dv)  # (n, Lq, dv)
+    masked = mask is not None or causal
+    v_clean, bad = _finite_split(v3) if masked else (v3, None)
+    tiles = _MaskTiles(mask, batch, q.dtype)
+    offset = lk - lq  # bottom-right causal alignment
+    may_die = mask is not None or (causal and lq > lk)
+    for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size()):
+        c = max(0, min(lk, r1 + offset)) if causal else lk  # keys some row here may see
+        w = weights[h0:h1, r0:r1]  # (g, rows, Lk), contiguous
+        if c == 0 or lk == 0:
+            w.zero_()
+            out[h0:h1, r0:r1].zero_()
+            continue
+        s = w[..., :c]  # (g, rows, c) view into the weights
+        m = tiles.tile(h0, h1, r0, r1, c)
+        kt = k3[h0:h1, :c].transpose(1, 2)  # (g, d, c)
+        if m is not None and not tiles.is_bool:
+            torch.baddbmm(m, q3[h0:h1, r0:r1], kt, alpha=scale, out=s)
+        else:
+            torch.baddbmm(s, q3[h0:h1, r0:r1], kt, beta=0.0, alpha=scale, out=s)
+        if m is not None and tiles.is_bool:
+            s.masked_fill_(~m, float("-inf"))
+        if causal:
+            _causal_fill_(s, r0, offset)
+            if c < lk:
+                w[..., c:].fill_(float("-inf"))
+        dead = None
+        if may_die:
+            dead = w.amax(dim=-1, keepdim=True) == float("-inf")  # (g, rows, 1)
+            if not bool(dead.any()):
+                dead = None
+        torch.softmax(w, dim=-1, out=w)
+        if dead is not None:
+            w.masked_fill_(dead, 0.0)
+        p = F.dropout(s, p=dropout_p) if dropout_p > 0.0 else s
+        if bad is None:
+            torch.bmm(p, v3[h0:h1, :c], out=out[h0:h1, r0:r1])
+        else:
+            # 0 * NaN = NaN: use the zeroed values, except in rows that really give a
+            # non-finite value weight > 0, which get the true (non-finite) result.
+            clean = torch.bmm(p, v_clean[h0:h1, :c])
+            touched = torch.bmm((p > 0).to(p.dtype), bad[h0:h1, :c].to(p.dtype)) > 0
+            out[h0:h1, r0:r1] = torch.where(touched, torch.bmm(p, v3[h0:h1, :c]), clean)
+    return out.view(*batch, lq, dv), weights.view(*batch, lq, lk)
+
+
+class _ExplicitAttention(torch.autograd.Function):
+    """The tiled explicit path with a tiled backward through the saved weights.
+
+    With ``P`` the weights and ``dO``, ``dP`` the incoming gradients::
+
+        dV = Pᵀ dO
+        dS = P ∘ (dP' − rowsum(P ∘ dP')),   dP' = dO Vᵀ + dP
+        dQ = scale · dS K,   dK = scale · dSᵀ Q
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, causal, scale):  # type: ignore[override]
+        out, weights = _explicit_forward(q, k, v, mask, causal, scale)
+        ctx.save_for_backward(q, k, v, weights)
+        ctx.mask, ctx.causal, ctx.scale = mask, causal, scale
+        ctx.set_materialize_grads(False)
+        return out, weights
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_weights):  # type: ignore[override]
+        q, k, v, weights = ctx.saved_tensors
+        causal, scale = ctx.causal, ctx.scale
+        lq, d = q.shape[-2:]
+        lk, dv = v.shape[-2:]
+        n = math.prod(q.shape[:-2])
+        q3, k3 = q.reshape(n, lq, d), k.reshape(n, lk, d)
+        v3 = _finite_split(v.reshape(n, lk, dv))[0]
+        p3 = weights.view(n, lq, lk)
+        do3 = None if d_out is None else d_out.reshape(n, lq, dv)
+        dw3 = None if d_weights is None else d_weights.reshape(n, lq, lk)
+        dq, dk, dv_ = torch.zeros_like(q3), torch.zeros_like(k3), torch.zeros_like(v3)
+        offset = lk - lq
+        for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size()):
+            c = max(0, min(lk, r1 + offset)) if causal else lk
+            if c == 0 or (do3 is None and dw3 is None):
+                continue
+            p = p3[h0:h1, r0:r1, :c]  # (g, rows, c)
+            if do3 is not None:
+                do = do3[h0:h1, r0:r1]  # (g, rows, dv)
+                dv_[h0:h1, :c].baddbmm_(p.transpose(1, 2), do)
+                ds = torch.bmm(do, v3[h0:h1, :c].transpose(1, 2))  # dP' (g, rows, c)
+                if dw3 is not None:
+                    ds.add_(dw3[h0:h1, r0:r1, :c])
+            else:
+                ds = dw3[h0:h1, r0:r1, :c].clone()
+            ds.mul_(p)
+            ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)  # dS
+            torch.bmm(ds, k3[h0:h1, :c], out=dq[h0:h1, r0:r1]).mul_(scale)
+            dk[h0:h1, :c].baddbmm_(ds.transpose(1, 2), q3[h0:h1, r0:r1], alpha=scale)
+        need = ctx.needs_input_grad
+        return (
+            dq.view(q.shape) if need[0] else None,
+            dk.view(k.shape) if need[1] else None,
+            dv_.view(v.shape) if need[2] else None,
+            None,
+            None,
+            None,
+        )
+
+
+def _explicit_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+) -> tuple[Tensor, Tensor]:
+    """The formula with plain autograd ops: for dropout in training and learned masks."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    merged = _merged_mask(mask, causal, lq, lk, q.dtype, q.device)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., Lq, Lk)
+    if merged is not None:
+        if merged.dtype == torch.bool:
+            scores = scores.masked_fill(~merged, float("-inf"))
+        else:
+            scores = scores + merged
+    dead = scores.detach().amax(dim=-1, keepdim=True) == float("-inf")  # (..., Lq, 1)
+    any_dead = bool(dead.any())
+    if any_dead:
+        scores = scores.masked_fill(dead, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if any_dead:
+        weights = weights.masked_fill(dead, 0.0)
+    p = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    v_clean, bad = _finite_split(v)
+    if bad is None:
+        return torch.matmul(p, v), weights
+    clean = torch.matmul(p, v_clean)
+    touched = torch.matmul((p.detach() > 0).to(v.dtype), bad.to(v.dtype)) > 0
+    return torch.where(touched, torch.matmul(p, v), clean), weights
+
+
 def _explicit(
     q: Tensor,
     k: Tensor,
@@ -224,33 +491,18 @@ def _explicit(
     scale: float,
     dropout_p: float,
 ) -> tuple[Tensor, Tensor]:
-    lq, lk = q.shape[-2], k.shape[-2]
-    merged = _merged_mask(mask, causal, lq, lk, q.dtype, q.device)
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # (..., Lq, Lk)
-    if merged is not None:
-        if merged.dtype == torch.bool:
-            scores = scores.masked_fill(~merged, float("-inf"))
-        else:
-            scores = scores + merged
-    dead = (scores == float("-inf")).all(dim=-1, keepdim=True)  # (..., Lq, 1)
-    any_dead = bool(dead.any())
-    if any_dead:
-        scores = scores.masked_fill(dead, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    if any_dead:
-        weights = weights.masked_fill(dead, 0.0)
-    p = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
-    finite_v = bool(torch.isfinite(v).all())
-    if finite_v:
-        out = torch.matmul(p, v)
-    else:
-        # 0 * NaN = NaN: compute with the non-finite entries zeroed, and keep the true
-        # (non-finite) result only in rows that really give such a value weight > 0.
-        bad = ~torch.isfinite(v)
-        clean = torch.matmul(p, v.masked_fill(bad, 0.0))
-        touched = torch.matmul((p > 0).to(v.dtype), bad.to(v.dtype)) > 0
-        out = torch.where(touched, torch.matmul(p, v), clean)
-    return out, weights
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, mask)
+    )
+    if not grad:
+        return _explicit_forward(q, k, v, mask, causal, scale, dropout_p)
+    if dropout_p > 0.0 or (mask is not None and mask.requires_grad):
+        return _explicit_reference(q, k, v, mask, causal, scale, dropout_p)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q = q.expand(*batch, *q.shape[-2:])
+    k = k.expand(*batch, *k.shape[-2:])
+    v = v.expand(*batch, *v.shape[-2:])
+    return _ExplicitAttention.apply(q, k, v, mask, causal, scale)
 
 
 def scaled_dot_product_attention(
@@ -319,8 +571,10 @@ def scaled_dot_product_attention(
         )
     if backend == "fused" and return_weights:
         raise ValueError("backend='fused' cannot return weights; use 'explicit' or 'auto'")
-    if backend == "fused" or (backend == "auto" and why_not_fused(q, k, v) is None
-                              and not return_weights):
+    if backend == "fused" or (
+        backend == "auto"
+        and why_not_fused(q, k, v, return_weights=return_weights, mask=mask, causal=causal) is None
+    ):
         return _fused(q, k, v, mask, causal, scale, dropout_p)
     out, weights = _explicit(q, k, v, mask, causal, scale, dropout_p)
     return (out, weights) if return_weights else out

@@ -13,25 +13,35 @@ import attnlab
 
 from ._result import Check, fmt_num
 
-__all__ = ["seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
+__all__ = ["one_thread", "seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
            "check_le", "check_ge", "check_between"]
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one intra-op thread, then restore the previous count.
+
+    The experiments are many small ops, which one thread runs fastest on a shared machine
+    (several threads spin against each other), and their numbers do not depend on the
+    number of cores.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[torch.Generator]:
     """Seed torch's global RNG (module init) for the block, restore it after; yield a generator.
 
-    The block also runs on one intra-op thread: the experiments are many small ops, which
-    one thread runs fastest on a shared machine, and results do not depend on core count.
+    The block runs on one thread (:func:`one_thread`).
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            yield torch.Generator().manual_seed(seed)
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield torch.Generator().manual_seed(seed)
 
 
 def scores_via_attnlab(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:

@@ -53,9 +53,12 @@ def get(name: str) -> Callable[..., Result]:
 
 def run(name: str, seed: int = 0, **kwargs: Any) -> Result:
     """Run one experiment by name; ``kwargs`` go to its ``run`` (sizes, variants, plot)."""
+    from ._common import one_thread
+
     fn = get(name)
     t0 = time.perf_counter()
-    result = fn(seed=seed, **kwargs)
+    with one_thread():
+        result = fn(seed=seed, **kwargs)
     result.seconds = time.perf_counter() - t0
     return result
 

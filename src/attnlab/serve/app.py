@@ -27,12 +27,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from attnlab.trace.trace import AttentionTrace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, json_for_html, static_asset
 
-__all__ = ["ServeConfig", "create_app", "model_tracer", "run"]
+__all__ = ["ExploreRequest", "ServeConfig", "create_app", "model_tracer", "run"]
 
 Tracer = Callable[[str], AttentionTrace]
+
+
+class ExploreRequest(BaseModel):
+    """Body of ``POST /api/explore``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="one of GET /api/models")
+    text: str = Field(description="the input text, 1 to max_chars characters")
+    text2: str | None = Field(default=None, description="an optional second text")
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,6 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 2000,
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse
-    from pydantic import BaseModel, ConfigDict, Field
 
     if not tracers:
         raise ValueError("tracers must name at least one model, got none")
@@ -82,12 +92,6 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 2000,
     names = list(tracers)
     infer_lock = threading.Lock()
     cfg = explorer or ExplorerConfig()
-
-    class ExploreRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        model: str = Field(description="one of GET /api/models")
-        text: str = Field(description=f"the input text, 1 to {max_chars} characters")
-        text2: str | None = Field(default=None, description="an optional second text")
 
     app = FastAPI(title="attnlab explorer", version="1",
                   description="Attention of real models, explored live. Local use.")

@@ -159,28 +159,6 @@ class AttentionTrace:
                               causal=self.causal, scale=self.scale, token_ids=ids,
                               text=self.text, meta=meta)
 
-    def _repr_html_(self) -> str:
-        """A compact summary plus the head-averaged last-layer heatmap, for Jupyter."""
-        import html
-
-        avg = self.weights[-1].mean(0)  # (Lq, Lk)
-        n = min(self.seq_len, 40)
-        cells = []
-        for i in range(n):
-            row = "".join(
-                f'<td title="{html.escape(self.tokens[i])} → {html.escape(self.tokens[j])}: '
-                f'{float(avg[i, j]):.3f}" style="width:10px;height:10px;padding:0;'
-                f'background:rgba(52,81,178,{float(avg[i, j]) ** 0.5:.3f})"></td>'
-                for j in range(min(n, avg.shape[1])))
-            cells.append(f"<tr><th style='font-weight:normal;text-align:right;padding:0 4px;"
-                         f"font-size:11px'>{html.escape(self.tokens[i])}</th>{row}</tr>")
-        extra = ", ".join(x for x in _OPTIONAL if getattr(self, x) is not None) or "weights only"
-        return (f"<div><b>AttentionTrace</b> {html.escape(self.model)}: {self.num_layers} "
-                f"layers × {self.num_heads} heads, {self.seq_len} tokens, "
-                f"{'causal' if self.causal else 'bidirectional'}; {html.escape(extra)}"
-                f"<br><small>last layer, mean over heads</small>"
-                f"<table style='border-collapse:collapse'>{''.join(cells)}</table></div>")
-
     # -- files ----------------------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:

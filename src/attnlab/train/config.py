@@ -36,6 +36,8 @@ class TrainConfig:
     n_layer: int = 2  # two layers are the minimum for an induction circuit
     n_head: int = 4  # a few heads, so that specialization is visible (not forced)
     n_embd: int = 64  # head_dim 16: tiny models train in minutes on a CPU
+    positional: str = "rope"  # relative positions: a previous-token head is one rotation away,
+    #                           where learned absolute positions make it slow to find
     batch_size: int = 64  # sequences per optimizer step (the global batch, over all ranks)
     lr: float = 3e-3  # AdamW; high is fine for models this small with pre-LN
     weight_decay: float = 0.01  # mild; no parameter-group tricks needed at this size
@@ -56,6 +58,8 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{flag} ({name}) must be a positive integer, got {v!r}")
+        if self.positional not in ("rope", "learned"):
+            raise ValueError(f"positional must be 'rope' or 'learned', got {self.positional!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"--dim (n_embd={self.n_embd}) must be divisible by --heads "
                              f"(n_head={self.n_head})")
@@ -88,7 +92,8 @@ class TrainConfig:
         from attnlab.nn.transformer import GPTConfig
 
         return GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=0.0)
+                         n_head=self.n_head, n_embd=self.n_embd, dropout=0.0,
+                         positional=self.positional)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

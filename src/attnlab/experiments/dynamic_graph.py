@@ -1,0 +1,128 @@
+"""dynamic-graph: attention is a complete graph whose edge weights depend on the input.
+
+The weights A(X) (N × N, rows summing to 1, every entry > 0) are the weighted adjacency
+matrix of a complete directed graph on the tokens; unlike a fixed graph (a convolution, a
+GNN's adjacency) they change with the input X. Without positions, self-attention is
+permutation-equivariant: f(PX) = P f(X) for any permutation P, so it sees a set, not a
+sequence; adding the sinusoidal positional encoding breaks that (article 000 and 001).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import attnlab
+from attnlab.core import positional
+
+from ._common import check_ge, check_le, new_figure, seeded
+from ._result import Result
+
+NAME = "dynamic-graph"
+CLAIM = ("The attention matrix is the weighted adjacency of a complete graph whose weights "
+         "depend on the input; without positions self-attention is permutation-equivariant, "
+         "and adding PE breaks it.")
+CLAIM_ZH = ("注意力矩阵是一个完全图的带权邻接矩阵，其权重随输入而变；不加位置信息时自注意力"
+            "对置换等变，加入位置编码后不再等变。")
+
+SENTENCE = "the cat sat on the mat because it was tired".split()
+
+
+def no_positions(x: Tensor) -> Tensor:
+    return x
+
+
+def with_positions(x: Tensor) -> Tensor:
+    """Add the sinusoidal table (x: (B, N, E))."""
+    return x + positional.sinusoidal_table(x.shape[1], x.shape[2], dtype=x.dtype)
+
+
+def run(
+    seed: int = 0,
+    *,
+    embed_dim: int = 32,
+    heads: int = 4,
+    encode: Callable[[Tensor], Tensor] = no_positions,
+    plot: bool = True,
+) -> Result:
+    """One attnlab MultiHeadAttention (fp64) on a sentence, its permutation, and other input.
+
+    ``encode`` is applied before attention in the "no positions" run; the wrong variant
+    ``encode=with_positions`` must fail the equivariance claim.
+    """
+    words = SENTENCE
+    vocab = sorted(set(words))
+    with seeded(seed) as g:
+        mha = attnlab.MultiHeadAttention(embed_dim, heads).double().eval()
+        table = torch.randn(len(vocab), embed_dim, generator=g, dtype=torch.float64)
+        x = table[torch.tensor([vocab.index(w) for w in words])][None]  # (1, N, E)
+        other = torch.randn(1, len(words), embed_dim, generator=g, dtype=torch.float64)
+        perm = torch.randperm(len(words), generator=g)
+    with torch.no_grad():
+        out, w = mha(encode(x), need_weights=True, average_weights=True)  # w: (1, N, N)
+        out_p, _ = mha(encode(x[:, perm]), need_weights=True)
+        equiv_err = float((out_p - out[:, perm]).abs().max())
+        pe_x = with_positions(x)
+        out_pe, _ = mha(pe_x, need_weights=True)
+        out_pe_p, _ = mha(with_positions(x[:, perm]), need_weights=True)
+        pe_err = float((out_pe_p - out_pe[:, perm]).abs().max())
+        _, w_other = mha(other, need_weights=True, average_weights=True)
+    w = w[0]
+    checks = [
+        check_ge("smallest edge weight (complete graph: all > 0)", float(w.min()), 1e-12),
+        check_le("max |row sum − 1|", float((w.sum(-1) - 1).abs().max()), 1e-12),
+        check_ge("max |A(X) − A(X′)| for another input X′ (weights depend on input)",
+                 float((w - w_other[0]).abs().max()), 1e-2),
+        check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2),
+    ]
+    rows = [[c.name, c.value] for c in checks]
+    rows.append(["without PE: max |f(PX) − P f(X)|", equiv_err])
+    fig = _figure(w, words) if plot else None
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity="without positions, max |f(PX) − P f(X)| for a random permutation P (fp64)",
+        quantity_zh="不加位置信息时，随机置换 P 下 |f(PX) − P f(X)| 的最大值（fp64）",
+        measured=equiv_err, expected=0.0, tolerance=1e-12, checks=checks,
+        table=(["quantity", "value"], rows),
+        figure=fig,
+        caption=f"attnlab MultiHeadAttention(E = {embed_dim}, {heads} heads, fp64) on "
+                f"“{' '.join(words)}” with one fixed random vector per word; graph: "
+                "head-averaged weights, edges above 1/N drawn, width ∝ weight.",
+        caption_zh=f"attnlab MultiHeadAttention（E = {embed_dim}，{heads} 个头，fp64）作用于"
+                   f"“{' '.join(words)}”，每个词一个固定随机向量；图：各头平均权重，"
+                   "只画出大于 1/N 的边，线宽 ∝ 权重。",
+    )
+
+
+def _figure(w, words):
+    import math
+
+    fig, (ax0, ax1) = new_figure(10, 4.6, ncols=2)
+    n = len(words)
+    ang = [math.pi / 2 - 2 * math.pi * i / n for i in range(n)]
+    xy = [(math.cos(a), math.sin(a)) for a in ang]
+    for i in range(n):
+        for j in range(n):
+            wij = float(w[i, j])
+            if i != j and wij > 1 / n:
+                ax0.annotate("", xy=xy[j], xytext=xy[i], arrowprops=dict(
+                    arrowstyle="-|>", color="#3451b2", alpha=min(1.0, 2 * wij),
+                    lw=6 * wij, shrinkA=12, shrinkB=12, connectionstyle="arc3,rad=0.12"))
+    for (x, y), word in zip(xy, words):
+        ax0.scatter([x], [y], s=500, color="#fbfbfd", edgecolor="#1d2330", zorder=3)
+        ax0.text(x, y, word, ha="center", va="center", fontsize=8, zorder=4)
+    ax0.set_xlim(-1.35, 1.35)
+    ax0.set_ylim(-1.35, 1.35)
+    ax0.set_aspect("equal")
+    ax0.axis("off")
+    ax0.set_title("Attention graph: query → key, edges with weight > 1/N", fontsize=10)
+    im = ax1.imshow(w, cmap="Blues", vmin=0, interpolation="nearest")
+    ax1.set_xticks(range(n), words, rotation=60, fontsize=8)
+    ax1.set_yticks(range(n), words, fontsize=8)
+    ax1.set_xlabel("key token")
+    ax1.set_ylabel("query token")
+    ax1.set_title("Weighted adjacency A(X) (rows sum to 1)", fontsize=10)
+    fig.colorbar(im, ax=ax1, label="attention weight")
+    return fig

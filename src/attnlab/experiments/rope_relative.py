@@ -1,0 +1,103 @@
+"""rope-relative: with rotary embeddings, ⟨R_m q, R_n k⟩ depends only on m − n.
+
+RoPE rotates each pair of dimensions of q (at position m) by the angle m·ω_i and of k (at
+position n) by n·ω_i. Rotations compose, R_mᵀ R_n = R_{n−m}, so
+⟨R_m q, R_n k⟩ = qᵀ R_{n−m} k: the score sees only the offset, and rotations keep |q|.
+Checked on ``attnlab.positional.RotaryEmbedding`` (half-split layout, as in Llama).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnlab.core import positional
+
+from ._common import check_le, new_figure, seeded
+from ._result import Result
+
+NAME = "rope-relative"
+CLAIM = "With rotary position embeddings, the score ⟨R_m q, R_n k⟩ depends only on m − n."
+CLAIM_ZH = "使用旋转位置编码（RoPE）时，分数 ⟨R_m q, R_n k⟩ 只取决于 m − n。"
+
+Rotate = Callable[[Tensor, Tensor], Tensor]
+
+
+def attnlab_rope(head_dim: int) -> Rotate:
+    rope = positional.RotaryEmbedding(head_dim)
+    return lambda x, positions: rope(x, positions=positions)
+
+
+def additive_positions(head_dim: int) -> Rotate:
+    """Wrong: absolute sinusoidal positions added to q and k, not rotated in."""
+    def add(x: Tensor, positions: Tensor) -> Tensor:
+        table = positional.sinusoidal_table(int(positions.max()) + 1, head_dim, dtype=x.dtype)
+        return x + table[positions]
+    return add
+
+
+def run(
+    seed: int = 0,
+    *,
+    head_dim: int = 64,
+    n_positions: int = 128,
+    rotate_fn: Callable[[int], Rotate] = attnlab_rope,
+    plot: bool = True,
+) -> Result:
+    """Score one q at every position m against one k at every position n.
+
+    Wrong variant: ``rotate_fn=additive_positions``. Scores are compared relative to
+    |q||k|; RoPE's angles are computed in fp32, so agreement is ~1e-6, not fp64's 1e-15.
+    """
+    with seeded(seed) as g:
+        q = torch.randn(head_dim, generator=g, dtype=torch.float64)
+        k = torch.randn(head_dim, generator=g, dtype=torch.float64)
+    rotate = rotate_fn(head_dim)
+    pos = torch.arange(n_positions)
+    rq = rotate(q.expand(n_positions, head_dim), pos)  # (P, d): R_m q
+    rk = rotate(k.expand(n_positions, head_dim), pos)  # (P, d): R_n k
+    scores = rq @ rk.T  # (P, P): [m, n]
+    unit = float(q.norm() * k.norm())
+    spread, by_offset, rows = 0.0, {}, []
+    for off in range(-(n_positions - 1), n_positions):
+        diag = torch.diagonal(scores, offset=off)  # entries with n − m = off
+        by_offset[off] = float(diag.mean())
+        s = float(diag.max() - diag.min()) / unit
+        spread = max(spread, s)
+        if off in (-64, -16, -4, -1, 0, 1, 4, 16, 64):
+            rows.append([-off, float(diag.mean()), float(diag.min()), float(diag.max()), s])
+    norm_err = float(((rq.norm(dim=-1) - q.norm()).abs().max()) / q.norm())
+    checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5)]
+    fig = _figure(scores, by_offset) if plot else None
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity="max over m − n of the spread of ⟨R_m q, R_n k⟩ along its diagonal, / |q||k|",
+        quantity_zh="对每个 m − n，⟨R_m q, R_n k⟩ 沿对角线的极差的最大值，除以 |q||k|",
+        measured=spread, expected=0.0, tolerance=1e-5, checks=checks,
+        table=(["m − n", "mean score", "min over m", "max over m", "spread / |q||k|"], rows),
+        figure=fig,
+        caption=f"attnlab RotaryEmbedding({head_dim}); one q and one k (fp64) placed at "
+                f"every pair of positions m, n < {n_positions}.",
+        caption_zh=f"attnlab RotaryEmbedding({head_dim})；一个 q 和一个 k（fp64）放在所有 "
+                   f"m, n < {n_positions} 的位置组合上。",
+    )
+
+
+def _figure(scores, by_offset):
+    fig, (ax0, ax1) = new_figure(10, 3.8, ncols=2)
+    im = ax0.imshow(scores, cmap="RdBu_r", interpolation="nearest")
+    ax0.set_xlabel("key position n")
+    ax0.set_ylabel("query position m")
+    ax0.set_title("⟨R_m q, R_n k⟩: constant along every diagonal", fontsize=10)
+    fig.colorbar(im, ax=ax0, label="score")
+    offs = sorted(by_offset)
+    ax1.plot([-o for o in offs], [by_offset[o] for o in offs], color="#3451b2",
+             label="score (same for every m)")
+    ax1.set_xlabel("relative position m − n")
+    ax1.set_ylabel("score ⟨R_m q, R_n k⟩")
+    ax1.set_title("The score is a function of m − n only", fontsize=10)
+    ax1.grid(True, alpha=0.3)
+    ax1.legend(fontsize=8)
+    return fig

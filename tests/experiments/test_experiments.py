@@ -1,0 +1,190 @@
+"""Each experiment holds for attnlab's code and fails for a deliberately wrong variant."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import attnlab
+from attnlab.experiments import EXPERIMENTS, Check, Result, run, run_all
+from attnlab.experiments import dot_product_geometry as dpg
+from attnlab.experiments import linear_attention as lin
+from attnlab.experiments import masking as msk
+from attnlab.experiments import multihead_cost as mhc
+from attnlab.experiments import pe_relative_position as pe
+from attnlab.experiments import rope_relative as rope
+from attnlab.experiments import scaling_training as st
+from attnlab.experiments import softmax_saturation as sat
+from attnlab.experiments.dynamic_graph import with_positions
+
+NAMES = ["qk-variance", "softmax-saturation", "scaling-training", "dot-product-geometry",
+         "convex-combination", "multihead-cost", "pe-relative-position", "rope-relative",
+         "kernel-smoothing", "dynamic-graph", "masking", "linear-attention", "init-scale"]
+
+
+def test_registry_has_the_thirteen_named_experiments():
+    assert list(EXPERIMENTS) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_experiment_passes_on_attnlab(fast_results, name):
+    r = fast_results[name]
+    assert r.name == name
+    failed = [c for c in r.checks if not c.passed]
+    assert r.passed, f"{name}: measured {r.measured} vs {r.expected_text}; failed {failed}"
+    assert r.claim and r.claim_zh and r.quantity
+    assert r.figure is not None and r.figure.axes, "every experiment draws a figure"
+    for ax in r.figure.axes:
+        if ax.get_label() == "<colorbar>":
+            continue
+        if ax.get_images() or ax.lines or ax.collections:
+            assert ax.get_xlabel() or not ax.axison, f"{name}: unlabeled x axis"
+    assert r.table is not None and r.table[1]
+
+
+# -- the numbers against the theory ---------------------------------------------------------
+
+
+def test_qk_variance_numbers(fast_results):
+    _, rows = fast_results["qk-variance"].table
+    for d_k, _, var_raw, ratio, var_scaled in rows:
+        assert abs(var_raw / d_k - 1) < 0.05 and abs(var_scaled - 1) < 0.05
+        assert ratio == pytest.approx(var_scaled, rel=1e-9)  # attnlab's scale is 1/√d_k
+
+
+def test_softmax_saturation_numbers(fast_results):
+    _, rows = fast_results["softmax-saturation"].table
+    raw_max = [r[1] for r in rows]
+    assert raw_max == sorted(raw_max) and raw_max[-1] > 0.95
+    assert rows[-1][3] < 0.2 * rows[0][3]  # Jacobian norm shrinks unscaled
+    assert max(r[5] for r in rows) - min(r[5] for r in rows) < 0.1  # flat entropy scaled
+
+
+def test_softmax_jacobian_formula():
+    p = torch.softmax(torch.randn(7, dtype=torch.float64), -1)
+    auto = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), torch.log(p))
+    assert torch.allclose(sat.softmax_jacobian(p), auto, atol=1e-14)
+
+
+def test_scaling_training_numbers(fast_results):
+    r = fast_results["scaling-training"]
+    (_, _, scaled), (_, _, unscaled) = r.table[1]
+    assert scaled < 0.8 * unscaled and scaled < 0.5 * math.log(16)
+
+
+def test_pe_and_rope_numbers(fast_results):
+    assert fast_results["pe-relative-position"].measured < 1e-9
+    for k, _, mean, theory, spread in fast_results["pe-relative-position"].table[1]:
+        assert mean == pytest.approx(theory, abs=1e-9) and spread < 1e-9
+    assert fast_results["rope-relative"].measured < 1e-5
+
+
+def test_exact_identities(fast_results):
+    assert fast_results["convex-combination"].measured == 0.0
+    assert fast_results["kernel-smoothing"].measured < 1e-10
+    assert fast_results["dynamic-graph"].measured < 1e-12
+    assert fast_results["masking"].measured == 0.0
+    assert fast_results["linear-attention"].measured < 1e-10
+
+
+def test_multihead_cost_numbers(fast_results):
+    rows = {r[0]: r[1:] for r in fast_results["multihead-cost"].table[1]}
+    assert rows["parameters"][0] == rows["parameters"][1] == 4 * 256 * 256 + 4 * 256
+    assert rows["FLOPs (counted)"][0] == rows["FLOPs (counted)"][1]
+
+
+def test_init_scale_numbers(fast_results):
+    rows = fast_results["init-scale"].table[1]
+    entropies = [r[1] for r in rows]
+    assert entropies[0] > 0.9999 and entropies[-1] < 0.5
+    assert all(b <= a for a, b in zip(entropies, entropies[1:]))
+
+
+# -- a deliberately wrong implementation must fail -------------------------------------------
+
+
+def _bad_attend(q, k, v):
+    w = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # no softmax
+    return w @ v, w
+
+
+WRONG = {
+    "qk-variance": dict(scale_fn=lambda d: 1.0, pairs=2**16, dims=(16, 64)),
+    "softmax-saturation": dict(scale_fn=lambda d: 1.0, rows=64, dims=(4, 64, 1024)),
+    "scaling-training": dict(scale_fn=lambda d: 1.0, config=st.RecallConfig(steps=3)),
+    "dot-product-geometry": dict(
+        angle_fn=lambda q, k: torch.acos((q * k).sum(-1).clamp(-1, 1)), n_tokens=16),
+    "convex-combination": dict(attend=_bad_attend, batch=4),
+    "multihead-cost": dict(head_split=lambda w, h: [w[: w.shape[0] // h]] * h,
+                           config=mhc.CopyTaskConfig(steps=2), n=16),
+    "pe-relative-position": dict(table_fn=pe.wrong_table, max_offset=8),
+    "rope-relative": dict(rotate_fn=rope.additive_positions, n_positions=32),
+    "kernel-smoothing": dict(equal_norm_keys=False),
+    "dynamic-graph": dict(encode=with_positions),
+    "masking": dict(mask_fn=msk.off_by_one_causal),
+    "linear-attention": dict(recurrent_fn=lin.recurrent_reads_before_writing,
+                             lengths=(256, 512), flop_lengths=(64, 128), repeats=1),
+    "init-scale": dict(make=lambda e, h, g: attnlab.MultiHeadAttention(e, h)),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wrong_variant_fails(name):
+    r = run(name, plot=False, **WRONG[name])
+    assert r.passed is False
+
+
+def test_softmax_saturation_wrong_jacobian_fails():
+    r = run("softmax-saturation", plot=False, rows=32, dims=(4, 64), jacobian_fn=torch.diag_embed)
+    assert not r.passed
+    assert not next(c for c in r.checks if "autograd" in c.name).passed
+
+
+# -- Result, registry --------------------------------------------------------------------------
+
+
+def test_result_relations_and_json():
+    def mk(**kw):
+        base = dict(name="x", claim="c", claim_zh="c", quantity="q", quantity_zh="q",
+                    measured=1.0, expected=1.0, tolerance=0.1)
+        return Result(**{**base, **kw})
+
+    assert mk(measured=1.05).passed and not mk(measured=1.2).passed
+    assert mk(relation="<=", measured=0.5).passed and not mk(relation="<=", measured=1.2).passed
+    assert mk(relation=">=", measured=2.0).passed and not mk(relation=">=", measured=0.8).passed
+    assert not mk(measured=float("nan")).passed
+    assert not mk(checks=[Check("c", 1.0, "≤ 0", False)]).passed
+    with pytest.raises(ValueError, match="relation"):
+        mk(relation="~")
+    j = mk(measured=float("nan")).to_json()
+    assert {"name", "claim", "claim_zh", "measured", "expected", "tolerance",
+            "passed"} <= set(j)
+    assert j["measured"] is None
+    json.dumps(j, allow_nan=False)
+
+
+def test_run_all_order_and_unknown_names():
+    results = run_all(["rope-relative", "pe-relative-position"], quiet=True)
+    assert [r.name for r in results] == ["pe-relative-position", "rope-relative"]
+    with pytest.raises(ValueError, match="valid names: qk-variance"):
+        run_all(["no-such-claim"], quiet=True)
+
+
+def test_experiments_are_deterministic():
+    a = run("dot-product-geometry", plot=False, seed=3)
+    b = run("dot-product-geometry", plot=False, seed=3)
+    assert a.measured == b.measured and a.table == b.table
+    assert run("dot-product-geometry", plot=False, seed=4).table != a.table
+
+
+def test_experiments_restore_global_state():
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run("init-scale", plot=False)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads

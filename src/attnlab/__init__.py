@@ -25,10 +25,12 @@ from attnlab.nn import (
     TransformerEncoderLayer,
 )
 from attnlab.trace import AttentionTrace, capture  # noqa: E402  (attnlab.trace is callable)
+from attnlab.viz.explorer import Explorer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Explorer",
     "GPT",
     "GPTConfig",
     "HookPoint",

@@ -10,7 +10,6 @@ import torch
 
 import attnlab
 from attnlab.experiments import EXPERIMENTS, Check, Result, run, run_all
-from attnlab.experiments import dot_product_geometry as dpg
 from attnlab.experiments import linear_attention as lin
 from attnlab.experiments import masking as msk
 from attnlab.experiments import multihead_cost as mhc
@@ -77,7 +76,7 @@ def test_scaling_training_numbers(fast_results):
 
 def test_pe_and_rope_numbers(fast_results):
     assert fast_results["pe-relative-position"].measured < 1e-9
-    for k, _, mean, theory, spread in fast_results["pe-relative-position"].table[1]:
+    for _k, _, mean, theory, spread in fast_results["pe-relative-position"].table[1]:
         assert mean == pytest.approx(theory, abs=1e-9) and spread < 1e-9
     assert fast_results["rope-relative"].measured < 1e-5
 

@@ -18,7 +18,6 @@ from attnlab.viz.explorer import (
     _softmax_rows,
     _top2,
     decode_blob,
-    head_scores,
     json_for_html,
     pool_weights,
 )
@@ -137,20 +136,17 @@ def test_long_input_is_pooled_and_stays_small():
     assert len(tr["tokens"]) == n  # the QK view still sees every token
 
 
-def test_head_scores_on_known_patterns():
-    n = 6
-    eye = torch.eye(n)
-    prev = torch.zeros(n, n)
-    prev[0, 0] = 1
-    prev[torch.arange(1, n), torch.arange(0, n - 1)] = 1
-    uniform = torch.full((n, n), 1 / n)
-    w = torch.stack([eye, prev, uniform])[None]  # (1, 3, n, n)
-    s = head_scores(w, causal=False)
-    assert s["self"][0].tolist() == pytest.approx([1.0, 1 / n, 1 / n])
-    assert s["prev"][0, 1] == pytest.approx((n - 1) / n)
-    assert s["entropy"][0].tolist() == pytest.approx([0.0, 0.0, 1.0])
-    assert s["sink"][0, 2] == pytest.approx(1 / n)
-    assert s["distance"][0, 0] == 0 and s["distance"][0, 1] == pytest.approx((n - 1) / n)
+def test_diagnostics_table_is_the_analysis_modules():
+    from attnlab.analysis import diagnose
+
+    t = toy_trace()
+    table = Explorer(t).payload()["traces"][0]["diagnostics"]
+    assert table["columns"][:2] == ["layer", "head"] and "entropy" in table["columns"]
+    expected = diagnose(t).scores
+    assert len(table["rows"]) == t.num_layers * t.num_heads
+    for row in table["rows"]:
+        for name, v in expected.items():
+            assert row[name] == pytest.approx(float(v[row["layer"], row["head"]]), abs=1e-6)
 
 
 def test_geometry_trick_keeps_dot_products_and_pca_is_right():

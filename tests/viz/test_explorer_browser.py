@@ -3,8 +3,8 @@ export, long inputs. Screenshots go to test-artifacts/explorer-*.png."""
 
 from __future__ import annotations
 
-import torch
 import pytest
+import torch
 
 import attnlab
 from attnlab.trace import AttentionTrace, capture
@@ -86,6 +86,17 @@ def test_clicking_a_head_opens_it_and_links_the_views(page, toy):
     assert _root(page, "data-query") == "7"
     assert page.locator(".ax-qkrow").count() == len(TEXT)
     page.click(".ax-tab[data-view=diagnostics]")
+    page.click(".ax-sort[data-key=entropy]")  # highest entropy first, then lowest first
+    order = [(int(page.get_attribute(r, "data-layer")), int(page.get_attribute(r, "data-head")))
+             for r in [".ax-diag-row >> nth=0", ".ax-diag-row >> nth=-1"]]
+    from attnlab.analysis import diagnose
+    ent = diagnose(toy[0]).scores["entropy"]
+    assert float(ent[order[0]]) == pytest.approx(float(ent.max()))
+    assert float(ent[order[1]]) == pytest.approx(float(ent.min()))
+    page.click(".ax-sort[data-key=entropy]")
+    first = page.locator(".ax-diag-row").first
+    assert float(ent[int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))]) \
+        == pytest.approx(float(ent.min()))
     page.click(".ax-diag-row[data-layer='0'][data-head='3']")
     assert (_root(page, "data-view"), _root(page, "data-layer"), _root(page, "data-head")) == \
         ("head", "0", "3")

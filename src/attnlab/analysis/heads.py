@@ -116,6 +116,7 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     owner = np.arange(n)  # cluster id (its first head) of each head
     sums = sim.copy()  # sum of pairwise similarities between clusters
     sizes = np.ones(n)
+    alive = np.ones(n, dtype=bool)
     mean = sums / np.outer(sizes, sizes)
     np.fill_diagonal(mean, -np.inf)
     while True:
@@ -127,7 +128,8 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
         sums[a, :] += sums[b, :]
         sums[:, a] += sums[:, b]
         sizes[a] += sizes[b]
-        row = sums[a] / (sizes[a] * sizes)
+        alive[b] = False
+        row = np.where(alive, sums[a] / (sizes[a] * sizes), -np.inf)
         mean[a, :] = row
         mean[:, a] = row
         mean[b, :] = -np.inf

@@ -232,26 +232,36 @@ def _fused(
 # the explicit path: scores and weights materialized, tile by tile
 # --------------------------------------------------------------------------------------
 
-#: A score tile of this many bytes stays in cache while it is masked, softmaxed and
-#: multiplied by V; each tile is written once, straight into the weights tensor.
-_TILE_BYTES = 2 << 20
+#: Bytes of scores per tile. Each tile is a view into the weights tensor, written once by
+#: one GEMM, masked and softmaxed in place and multiplied by V while it is still hot, so
+#: the size costs no memory; it trades cache residency (small) against the per-call cost
+#: of torch's thread pool (large), which dominates on a busy machine.
+_TILE_BYTES = 32 << 20
 #: Fewer rows than this per tile costs more in per-call overhead than cache misses save.
 _MIN_ROWS = 32
+#: Under ``causal`` a head is cut into at least this many row blocks, so that the keys
+#: no row of a block may see (about half of them) are neither multiplied nor exponentiated.
+_CAUSAL_BLOCKS = 4
 
 
-def _tile_grid(n: int, lq: int, lk: int, itemsize: int) -> Iterator[tuple[int, int, int, int]]:
+def _tile_grid(
+    n: int, lq: int, lk: int, itemsize: int, causal: bool = False
+) -> Iterator[tuple[int, int, int, int]]:
     """(h0, h1, r0, r1): heads [h0, h1) x query rows [r0, r1), each a contiguous tile.
 
     Small maps go several heads at a time (all rows); large ones one head and a block of
     rows at a time, so that ``weights[h0:h1, r0:r1]`` is always one contiguous piece.
     """
     per_head = max(1, lq * lk * itemsize)
-    if per_head <= _TILE_BYTES:
+    if per_head <= _TILE_BYTES and not (causal and lq >= _CAUSAL_BLOCKS * _MIN_ROWS):
         g = max(1, _TILE_BYTES // per_head)
         for h0 in range(0, n, g):
             yield h0, min(n, h0 + g), 0, lq
         return
-    rows = max(_MIN_ROWS, _TILE_BYTES // (lk * itemsize))
+    rows = _TILE_BYTES // max(1, lk * itemsize)
+    if causal:
+        rows = min(rows, -(-lq // _CAUSAL_BLOCKS))
+    rows = max(_MIN_ROWS, rows)
     for h in range(n):
         for r0 in range(0, lq, rows):
             yield h, h + 1, r0, min(lq, r0 + rows)
@@ -274,27 +284,27 @@ class _MaskTiles:
         self.batch = batch
         self._flat: Tensor | None = None
 
-    def tile(self, h0: int, h1: int, r0: int, r1: int, c: int) -> Tensor | None:
-        """The mask under heads [h0, h1), rows [r0, r1), keys [0, c); broadcastable."""
+    def tile(self, h0: int, h1: int, r0: int, r1: int, c1: int, c0: int = 0) -> Tensor | None:
+        """The mask under heads [h0, h1), rows [r0, r1), keys [c0, c1); broadcastable."""
         m = self.mask
         if m is None:
             return None
-        if not self.shared:
-            if h1 - h0 == 1:
-                idx, h = [], h0
-                for s in reversed(self.batch):
-                    idx.append(h % s)
-                    h //= s
-                m = m[tuple(reversed(idx))]
-            else:
-                if self._flat is None:
-                    self._flat = m.reshape(-1, *m.shape[-2:])
-                m = self._flat[h0:h1]
-        if m.shape[-2] > 1:
-            m = m[..., r0:r1, :]
-        if m.shape[-1] > 1:
-            m = m[..., :c]
-        return m
+        rows = slice(r0, r1) if m.shape[-2] > 1 else slice(None)
+        cols = slice(c0, c1) if m.shape[-1] > 1 else slice(None)
+        if self.shared:
+            return m[rows, cols]
+        if h1 - h0 == 1:
+            idx, h = [], h0
+            for s in reversed(self.batch):
+                idx.append(h % s)
+                h //= s
+            return m[tuple(reversed(idx))][rows, cols]
+        if h0 == 0 and h1 == math.prod(self.batch):
+            piece = m[..., rows, cols]
+            return piece.reshape(-1, *piece.shape[-2:])  # copies at most one tile
+        if self._flat is None:
+            self._flat = m.reshape(-1, *m.shape[-2:])
+        return self._flat[h0:h1, rows, cols]
 
 
 def _finite_split(v: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -305,14 +315,20 @@ def _finite_split(v: Tensor) -> tuple[Tensor, Tensor | None]:
     return v.masked_fill(bad, 0.0), bad
 
 
-def _causal_fill_(s: Tensor, r0: int, offset: int) -> None:
-    """Set -inf where key j > query i + offset, for a tile of rows [r0, ...) and keys [0, c)."""
+def _causal_fill_(s: Tensor, r0: int, offset: int, cache: dict) -> None:
+    """Set -inf where key j > query i + offset, for a tile of rows [r0, ...) and keys [0, c).
+
+    Only the last columns of a tile hold blocked keys, and with equal-sized row blocks
+    their pattern repeats: ``cache`` keeps each triangle once per call.
+    """
     rows, c = s.shape[-2], s.shape[-1]
     first = max(0, r0 + offset + 1)  # first key column any row of this tile must not see
     if first < c:
-        blocked = torch.ones(rows, c - first, dtype=torch.bool, device=s.device).triu(
-            r0 + offset - first + 1
-        )
+        key = (rows, c - first, r0 + offset - first + 1)
+        blocked = cache.get(key)
+        if blocked is None:
+            blocked = torch.ones(rows, c - first, dtype=torch.bool, device=s.device)
+            blocked = cache[key] = blocked.triu(key[2])
         s[..., first:].masked_fill_(blocked, float("-inf"))
 
 
@@ -337,23 +353,29 @@ def _explicit_forward(
     lq, d = q.shape[-2:]
     lk, dv = v.shape[-2:]
     n = math.prod(batch)
-    q3 = q.expand(*batch, lq, d).reshape(n, lq, d)  # (n, Lq, d)
-    k3 = k.expand(*batch, lk, d).reshape(n, lk, d)  # (n, Lk, d)
-    v3 = v.expand(*batch, lk, dv).reshape(n, lk, dv)  # (n, Lk, dv)
-    weights = q3.new_empty(n, lq, lk)  # (n, Lq, Lk)
+    # half precision: weights are stored in it, but each tile is computed in float32
+    low = q.dtype in (torch.float16, torch.bfloat16)
+    work = torch.float32 if low else q.dtype
+    q3 = q.expand(*batch, lq, d).reshape(n, lq, d).to(work)  # (n, Lq, d)
+    k3 = k.expand(*batch, lk, d).reshape(n, lk, d).to(work)  # (n, Lk, d)
+    v3 = v.expand(*batch, lk, dv).reshape(n, lk, dv).to(work)  # (n, Lk, dv)
+    weights = q.new_empty(n, lq, lk)  # (n, Lq, Lk)
     out = q3.new_empty(n, lq, dv)  # (n, Lq, dv)
     masked = mask is not None or causal
     v_clean, bad = _finite_split(v3) if masked else (v3, None)
-    tiles = _MaskTiles(mask, batch, q.dtype)
+    tiles = _MaskTiles(mask, batch, work)
     offset = lk - lq  # bottom-right causal alignment
     may_die = mask is not None or (causal and lq > lk)
-    for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size()):
+    triangles: dict = {}
+    for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size(), causal):
         c = max(0, min(lk, r1 + offset)) if causal else lk  # keys some row here may see
         w = weights[h0:h1, r0:r1]  # (g, rows, Lk), contiguous
         if c == 0 or lk == 0:
             w.zero_()
             out[h0:h1, r0:r1].zero_()
             continue
+        if low:
+            w = torch.empty(w.shape, dtype=work, device=w.device)
         s = w[..., :c]  # (g, rows, c) view into the weights
         m = tiles.tile(h0, h1, r0, r1, c)
         kt = k3[h0:h1, :c].transpose(1, 2)  # (g, d, c)
@@ -364,7 +386,7 @@ def _explicit_forward(
         if m is not None and tiles.is_bool:
             s.masked_fill_(~m, float("-inf"))
         if causal:
-            _causal_fill_(s, r0, offset)
+            _causal_fill_(s, r0, offset, triangles)
             if c < lk:
                 w[..., c:].fill_(float("-inf"))
         dead = None
@@ -375,6 +397,8 @@ def _explicit_forward(
         torch.softmax(w, dim=-1, out=w)
         if dead is not None:
             w.masked_fill_(dead, 0.0)
+        if low:
+            weights[h0:h1, r0:r1] = w
         p = F.dropout(s, p=dropout_p) if dropout_p > 0.0 else s
         if bad is None:
             torch.bmm(p, v3[h0:h1, :c], out=out[h0:h1, r0:r1])
@@ -384,7 +408,7 @@ def _explicit_forward(
             clean = torch.bmm(p, v_clean[h0:h1, :c])
             touched = torch.bmm((p > 0).to(p.dtype), bad[h0:h1, :c].to(p.dtype)) > 0
             out[h0:h1, r0:r1] = torch.where(touched, torch.bmm(p, v3[h0:h1, :c]), clean)
-    return out.view(*batch, lq, dv), weights.view(*batch, lq, lk)
+    return out.view(*batch, lq, dv).to(q.dtype), weights.view(*batch, lq, lk)
 
 
 class _ExplicitAttention(torch.autograd.Function):
@@ -420,7 +444,7 @@ class _ExplicitAttention(torch.autograd.Function):
         dw3 = None if d_weights is None else d_weights.reshape(n, lq, lk)
         dq, dk, dv_ = torch.zeros_like(q3), torch.zeros_like(k3), torch.zeros_like(v3)
         offset = lk - lq
-        for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size()):
+        for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size(), causal):
             c = max(0, min(lk, r1 + offset)) if causal else lk
             if c == 0 or (do3 is None and dw3 is None):
                 continue

@@ -108,7 +108,8 @@ def convex_hull(points: Tensor) -> Tensor:
 def _figure(q2, v2, out2, w2):
     fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
     hull = convex_hull(v2)
-    closed = torch.cat([hull, hull[:1]])
+    closed = torch.cat([hull, hull[:1]]).numpy()
+    v2, out2, w2 = v2.numpy(), out2.numpy(), w2.numpy()
     ax0.fill(closed[:, 0], closed[:, 1], color="#3451b2", alpha=0.08, label="convex hull of V")
     ax0.plot(closed[:, 0], closed[:, 1], color="#3451b2", lw=1)
     ax0.scatter(v2[:, 0], v2[:, 1], s=60, color="#3451b2", zorder=3, label="values v_j")

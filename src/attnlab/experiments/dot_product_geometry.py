@@ -105,41 +105,41 @@ def run(
 
 
 def _figure(q, k, s, n, c):
+    import math
+
     fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
-    # left: one query and a few keys in the plane spanned by q and the keys' main direction
-    qv, ks = q[0, 0], k[0, :6]
-    e1 = qv / qv.norm()
-    resid = ks - (ks @ e1)[:, None] * e1
-    e2 = torch.linalg.svd(resid, full_matrices=False).Vh[0]
-    e2 = e2 - (e2 @ e1) * e1
-    e2 = e2 / e2.norm()
-
-    def xy(v):
-        return float(v @ e1), float(v @ e2)
-
-    qx, qy = xy(qv)
-    ax0.annotate("", xy=(qx, qy), xytext=(0, 0),
-                 arrowprops=dict(arrowstyle="-|>", color="#b3261e", lw=2))
-    ax0.text(qx, qy, " q", color="#b3261e", fontsize=10)
-    pts = [(qx, qy)]
-    for j, kv in enumerate(ks):
-        x, y = xy(kv)
-        pts.append((x, y))
-        deg = float(torch.rad2deg(torch.acos(c[0, 0, j].clamp(-1, 1))))
+    # left: the query along the x axis and five keys drawn at their true angle θ to it (in
+    # all d dimensions) and their true length: a faithful picture of q·k = |q||k|cos θ.
+    nq = float(q[0, 0].norm())
+    theta = torch.acos(c[0, 0].clamp(-1, 1))  # (N,)
+    order = theta.argsort()
+    picks = [int(order[round(i * (len(order) - 1) / 4)]) for i in range(5)]  # spread of θ
+    ax0.annotate("", xy=(nq, 0), xytext=(0, 0),
+                 arrowprops=dict(arrowstyle="-|>", color="#b3261e", lw=2.2))
+    ax0.text(nq, 0, "  q", color="#b3261e", fontsize=11, va="center")
+    colors = ["#3451b2", "#137a3a", "#a05a00", "#7b1fa2", "#00838f"]
+    lim = nq
+    for col, j in zip(colors, picks):
+        th, nk = float(theta[j]), float(k[0, j].norm())
+        x, y = nk * math.cos(th), nk * math.sin(th)
+        lim = max(lim, nk)
         ax0.annotate("", xy=(x, y), xytext=(0, 0),
-                     arrowprops=dict(arrowstyle="-|>", color="#3451b2", lw=1.2))
-        ax0.text(x, y, f" k{j}: θ={deg:.0f}°, q·k={float(s[0, 0, j]):.2f}", fontsize=7,
-                 color="#3451b2")
-    lim = 1.25 * max(max(abs(a), abs(b)) for a, b in pts)
-    ax0.set_xlim(-lim, lim)
-    ax0.set_ylim(-lim, lim)
+                     arrowprops=dict(arrowstyle="-|>", color=col, lw=1.5))
+        ax0.plot([], [], color=col, lw=1.5,
+                 label=f"k{j}: θ = {math.degrees(th):.0f}°, |k| = {nk:.2f}, "
+                       f"q·k = {float(s[0, 0, j]):.2f}")
+    ax0.set_xlim(-1.1 * lim, 1.25 * lim)
+    ax0.set_ylim(-0.05 * lim, 2.0 * lim)  # headroom for the legend
     ax0.set_aspect("equal")
     ax0.axhline(0, color="#ccc", lw=0.8)
     ax0.axvline(0, color="#ccc", lw=0.8)
-    ax0.set_xlabel("component along q (projection units)")
-    ax0.set_ylabel("orthogonal component (projection units)")
-    ax0.set_title("Head 0: one query and six keys (θ = true angle in d dims)", fontsize=9)
-    sc = ax1.scatter(c[0].flatten(), s[0].flatten(), c=n[0].flatten(), s=4, cmap="viridis")
+    ax0.set_xlabel("|k| cos θ: component along q (projection units)")
+    ax0.set_ylabel("|k| sin θ (projection units)")
+    ax0.set_title(f"Head 0: q (|q| = {nq:.2f}) and five keys at their true angles",
+                  fontsize=9)
+    ax0.legend(fontsize=7, loc="upper left")
+    sc = ax1.scatter(c[0].flatten().numpy(), s[0].flatten().numpy(),
+                     c=n[0].flatten().numpy(), s=4, cmap="viridis")
     ax1.set_xlabel("cos θ between q and k")
     ax1.set_ylabel("score q·k (unscaled)")
     ax1.set_title("Head 0: score = |q||k|·cos θ (colour: |q||k|)", fontsize=9)

@@ -118,7 +118,7 @@ def _figure(w, words):
     ax0.set_aspect("equal")
     ax0.axis("off")
     ax0.set_title("Attention graph: query → key, edges with weight > 1/N", fontsize=10)
-    im = ax1.imshow(w, cmap="Blues", vmin=0, interpolation="nearest")
+    im = ax1.imshow(w.numpy(), cmap="Blues", vmin=0, interpolation="nearest")
     ax1.set_xticks(range(n), words, rotation=60, fontsize=8)
     ax1.set_yticks(range(n), words, fontsize=8)
     ax1.set_xlabel("key token")

@@ -16,7 +16,7 @@ import torch
 
 import attnlab
 
-from ._common import check_ge, check_le, entropy, new_figure, seeded
+from ._common import check_le, entropy, new_figure, seeded
 from ._result import Result
 
 NAME = "init-scale"

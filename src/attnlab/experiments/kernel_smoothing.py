@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -106,8 +107,10 @@ def run(
 
 def _figure(xi, yi, x, curves, sigmas):
     fig, (ax0, ax1) = new_figure(10, 3.8, ncols=2)
+    curves = {s: (est.numpy(), w.numpy()) for s, (est, w) in curves.items()}
+    xi, yi, x = xi.numpy(), yi.numpy(), x.numpy()
     ax0.scatter(xi, yi, s=12, color="#888", label="training data (x_i, y_i)")
-    ax0.plot(x, 2 * torch.sin(x) + x, "k--", lw=1, label="truth 2 sin x + x")
+    ax0.plot(x, 2 * np.sin(x) + x, "k--", lw=1, label="truth 2 sin x + x")
     colors = ["#b3261e", "#3451b2", "#137a3a", "#a05a00"]
     for c, sigma in zip(colors, sigmas):
         ax0.plot(x, curves[sigma][0], color=c, lw=1.5, label=f"attention, σ = {sigma}")

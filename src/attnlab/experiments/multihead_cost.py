@@ -147,7 +147,7 @@ def run(
     fig = _figure(angles, losses, h, config) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity=f"mean principal angle between heads' W_q subspaces, trained model (°)",
+        quantity="mean principal angle between heads' W_q subspaces, trained model (°)",
         quantity_zh="训练后模型中各头 W_q 子空间之间的平均主角（度）",
         measured=mean_angle, expected=30.0, tolerance=0.0, relation=">=", checks=checks,
         table=([f"E = {embed_dim}, N = {n}, batch {batch}", "1 head of d = E",

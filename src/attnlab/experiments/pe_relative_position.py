@@ -100,7 +100,7 @@ def run(
 
 def _figure(pe, wl, dots, d_model):
     fig, (ax0, ax1, ax2) = new_figure(12, 3.6, ncols=3)
-    im = ax0.imshow(pe[:128].T, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
+    im = ax0.imshow(pe[:128].T.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
                     interpolation="nearest")
     ax0.set_xlabel("position pos")
     ax0.set_ylabel("embedding dimension")

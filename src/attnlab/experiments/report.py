@@ -6,12 +6,22 @@ theory, the secondary checks, the numbers behind them, and the figure as an inli
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
 
 from ._result import Result, fmt_num
 from .registry import run_all
 
 __all__ = ["report_sections", "section_for"]
+
+
+def _png_data_uri(fig: Any, dpi: int = 100) -> str:
+    """The figure as a PNG data URI. Figures use constrained layout, so no tight-bbox pass
+    (which would draw everything twice) is needed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _cell(x: Any) -> Any:
@@ -21,7 +31,7 @@ def _cell(x: Any) -> Any:
 def section_for(result: Result) -> Any:
     """One report ``Section`` for one ``Result`` (renders and then drops its figure)."""
     from attnlab.report import Section
-    from attnlab.viz.html import bilingual, escape, figure_to_data_uri, table
+    from attnlab.viz.html import bilingual, escape, table
 
     r = result
     body = bilingual(r.claim, r.claim_zh, cls="claim")
@@ -36,7 +46,7 @@ def section_for(result: Result) -> Any:
         headers, rows = r.table
         body += table(headers, [[_cell(x) for x in row] for row in rows])
     if r.figure is not None:
-        uri = figure_to_data_uri(r.figure, dpi=100)
+        uri = _png_data_uri(r.figure)
         alt = escape(f"Figure for {r.name}: {r.quantity}")
         body += (f'<figure><img src="{uri}" alt="{alt}">'
                  f"<figcaption>{bilingual(r.caption, r.caption_zh, tag='span')}"
@@ -44,7 +54,7 @@ def section_for(result: Result) -> Any:
         r.figure = None  # free the figure's memory
     elif r.caption:
         body += bilingual(r.caption, r.caption_zh, cls="muted")
-    body += f'<p class="muted">seed-determined · {r.seconds:.1f} s</p>'
+    body += f'<p class="muted">computed in {r.seconds:.1f} s</p>'
     rows = [(r.quantity, fmt_num(r.measured), r.passed)]
     rows += [(c.name, fmt_num(c.value), c.passed) for c in r.checks]
     return Section(f"exp-{r.name}", f"Experiment: {r.name}", f"实验：{r.name}", body,

@@ -87,7 +87,7 @@ def run(
 
 def _figure(scores, by_offset):
     fig, (ax0, ax1) = new_figure(10, 3.8, ncols=2)
-    im = ax0.imshow(scores, cmap="RdBu_r", interpolation="nearest")
+    im = ax0.imshow(scores.numpy(), cmap="RdBu_r", interpolation="nearest")
     ax0.set_xlabel("key position n")
     ax0.set_ylabel("query position m")
     ax0.set_title("⟨R_m q, R_n k⟩: constant along every diagonal", fontsize=10)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 import attnlab
 
-from ._common import check_ge, check_le, entropy, new_figure, seeded
+from ._common import check_le, entropy, new_figure, seeded
 from ._result import Result
 
 NAME = "softmax-saturation"

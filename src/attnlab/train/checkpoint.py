@@ -320,7 +320,8 @@ class RunTokenizer:
         self.name = f"attnlab-train:{task.name}"
         self.symbols = task.symbols
         self._ids = {s: i for i, s in enumerate(task.symbols)}
-        self.bos_id = self._ids["<bos>"]
+        self.bos_id = self.bos_token_id = self._ids["<bos>"]
+        self.all_special_ids = list(range(task.n_specials))
 
     @property
     def vocab_size(self) -> int:

@@ -168,13 +168,12 @@ def _induction(task, b, g, seed, split):
     seqs[:, 0] = task.special("<bos>")
     lengths = torch.randint(lo, hi + 1, (b,), generator=g)
     perms = torch.argsort(torch.rand(b, task.n_values, generator=g), dim=1) + task.n_specials
-    filler_pick = torch.rand(b, body, generator=g)
+    filler_all = _values(task, (b, body), g)
     for i in range(b):
         n_s = int(lengths[i])
         p = body - 2 * n_s  # filler length
-        seg, rest = perms[i, :n_s], perms[i, n_s:]
-        filler = rest[(filler_pick[i, :p] * len(rest)).long()]
-        seqs[i, 1:] = torch.cat([filler, seg, seg])
+        seg = perms[i, :n_s]
+        seqs[i, 1:] = torch.cat([filler_all[i, :p], seg, seg])
         # second copy: s_2..s_n are predictable from the first copy
         scored[i, 1 + p + n_s + 1:] = True
     return seqs, scored

@@ -5,7 +5,7 @@ the page compact arrays; the page (``viz/static/explorer.js``, hand-written, inl
 seven linked views: model (layers × heads), head (arcs), matrix (heatmap), QK (the
 softmax(q·k·scale / T) of one query, recomputed live from the captured q and k), geometry
 (queries and keys in one 2-D projection), positional (the sinusoidal table and its
-rotations) and diagnostics (a sortable head table).
+rotations) and diagnostics (the sortable head table of :mod:`attnlab.analysis`).
 
 Encoding of the embedded data (``format_version`` 1)::
 
@@ -26,9 +26,9 @@ Every string that reaches the page goes through :func:`json_for_html`, which esc
 >>> import torch
 >>> w = torch.softmax(torch.randn(1, 2, 3, 3), dim=-1)
 >>> t = AttentionTrace(tokens=["a", "</script>", "c"], weights=w, model="toy")
->>> html = Explorer(t, uid="x0").to_html()
->>> "</script>\\"" in html, 'id="x0"' in html
-(False, True)
+>>> page = Explorer(t, uid="x0").to_html()
+>>> page.count("</script>"), 'id="x0"' in page   # only the page's own three scripts close
+(3, True)
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def pool_weights(w: Tensor, rows: list[tuple[int, int]], cols: list[tuple[int, i
 
     >>> w = torch.softmax(torch.randn(1, 1, 6, 6), dim=-1)
     >>> p = pool_weights(w, [(0, 3), (3, 6)], [(0, 2), (2, 4), (4, 6)])
-    >>> p.shape, bool(torch.allclose(p.sum(-1), torch.ones(1, 1, 2)))
+    >>> p.shape, bool(torch.allclose(p.sum(-1).float(), torch.ones(1, 1, 2)))
     (torch.Size([1, 1, 2, 3]), True)
     """
     w = w.double()
@@ -168,33 +168,15 @@ def _block_label(tokens: Sequence[str], a: int, b: int) -> str:
     return f"{a}–{b - 1} {first}…" if b - a > 1 else tokens[a]
 
 
-def head_scores(w: Tensor, causal: bool) -> dict[str, Tensor]:
-    """Per-head diagnostics (L, H) from the weights (L, H, Lq, Lk).
+def _diagnostics(trace: AttentionTrace) -> dict[str, Any]:
+    """The head table of :func:`attnlab.analysis.diagnose`: columns and one row per head."""
+    from attnlab.analysis import diagnose
 
-    entropy: mean row entropy / log(number of keys the row may see) (1 = uniform, 0 = one key);
-    max: mean of each row's largest weight; sink: mean weight on the first key;
-    self: mean weight on the key at the query's own position; prev: on the key just before;
-    distance: mean |i - j| under the weights (positions aligned bottom-right).
-    """
-    nl, nh, lq, lk = w.shape
-    w = w.double()
-    off = lk - lq  # bottom-right alignment of query i with key i + off
-    i = torch.arange(lq)[:, None] + off
-    j = torch.arange(lk)[None, :]
-    allowed = (j <= i).sum(-1).clamp(min=1).double() if causal else torch.full((lq,), float(lk))
-    plogp = torch.where(w > 0, w * w.clamp_min(1e-30).log(), torch.zeros_like(w))
-    ent = -plogp.sum(-1) / allowed.log().clamp(min=1e-12)  # (L, H, Lq)
-    ent = torch.where(allowed > 1, ent, torch.zeros_like(ent))
-    rows = torch.arange(lq)
-    diag = i[:, 0]
-    self_w = torch.where((diag >= 0) & (diag < lk), w[..., rows, diag.clamp(0, lk - 1)], 0.0)
-    prev = diag - 1
-    prev_w = torch.where((prev >= 0) & (prev < lk), w[..., rows, prev.clamp(0, lk - 1)], 0.0)
-    dist = (w * (i - j).abs().double()).sum(-1)
-    return {
-        "entropy": ent.mean(-1), "max": w.amax(-1).mean(-1), "sink": w[..., 0].mean(-1),
-        "self": self_w.mean(-1), "prev": prev_w.mean(-1), "distance": dist.mean(-1),
-    }
+    rows = diagnose(trace).rows()
+    for r in rows:
+        r["roles"] = ", ".join(r["roles"])
+    columns = list(rows[0]) if rows else []
+    return {"columns": columns, "rows": rows}
 
 
 def _qk_heads(trace: AttentionTrace, budget: int, first: tuple[int, int]) -> tuple[list, str]:
@@ -286,9 +268,6 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         maps, row_labels, col_labels = w, list(trace.tokens), list(keys)
     d = trace.head_dim
     scale = trace.scale if trace.scale is not None else (1 / math.sqrt(d) if d else None)
-    scores = head_scores(w, trace.causal)
-    diag = [{"layer": l, "head": h, **{n: round(float(v[l, h]), 6) for n, v in scores.items()}}
-            for l in range(nl) for h in range(nh)]
     payload: dict[str, Any] = {
         "model": trace.model, "text": trace.text, "causal": bool(trace.causal),
         "L": nl, "H": nh, "Lq": lq, "Lk": lk, "d": d, "scale": scale,
@@ -298,7 +277,7 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "col_blocks": [list(c) for c in cols] if pooled else None,
         "weights": _blob(maps, "u16" if maps.numel() * 2 <= cfg.weights_budget else "u8",
                          gz=True),
-        "diagnostics": diag, "qk": None,
+        "diagnostics": _diagnostics(trace), "qk": None,
     }
     heads, dtype = _qk_heads(trace, cfg.qk_budget, first)
     if heads:

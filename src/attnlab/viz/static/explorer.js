@@ -29,8 +29,10 @@
       peNote: "PE[pos+k] = M_k·PE[pos]: each (sin, cos) pair turns by ω_i·k. " +
         "Dot: PE[pos]; arrow: M_k·PE[pos]; ring: PE[pos+k] from the table.",
       maxErr: "max |M_k·PE[pos] − PE[pos+k]| = ",
-      entropy: "entropy", max: "max", sink: "first token", self: "self", prev: "previous",
-      distance: "distance", diagNote: "Click a column to sort, a row to open the head.",
+      entropy: "entropy", max_weight: "max weight", sink: "sink", previous: "previous",
+      diagonal: "self", redundancy: "redundancy", cluster: "cluster", roles: "roles",
+      diagNote: "Scores from attnlab.analysis (entropy in nats; sink, previous, self = mean " +
+        "weight on the first, previous, own token). Click a column to sort, a row to open the head.",
       dq: "q", norm: "|q|"
     },
     zh: {
@@ -52,8 +54,10 @@
       peNote: "PE[pos+k] = M_k·PE[pos]：每一对 (sin, cos) 转过 ω_i·k。" +
         "圆点：PE[pos]；箭头：M_k·PE[pos]；圆环：表中的 PE[pos+k]。",
       maxErr: "最大 |M_k·PE[pos] − PE[pos+k]| = ",
-      entropy: "熵", max: "最大权重", sink: "首词元", self: "自身", prev: "前一个",
-      distance: "距离", diagNote: "点击列标题排序，点击一行打开该头。",
+      entropy: "熵", max_weight: "最大权重", sink: "首词元", previous: "前一个",
+      diagonal: "自身", redundancy: "冗余度", cluster: "簇", roles: "角色",
+      diagNote: "分数来自 attnlab.analysis（熵以 nat 计；首词元、前一个、自身 = 落在第一个、" +
+        "前一个、自己词元上的平均权重）。点击列标题排序，点击一行打开该头。",
       dq: "q", norm: "|q|"
     }
   };
@@ -324,10 +328,16 @@
     for (var l = 0; l < m.L; l++) {
       s("text", {x: 2, y: 20 + l * (size + gap) + size / 2 + 4, fill: "#5b6478"}, svg, "L" + l);
       for (hd = 0; hd < m.H; hd++) {
-        var mx = 0, base = (l * m.H + hd) * R * C, W = this.cur().W;
-        for (var z = 0; z < R * C; z++) if (W[base + z] > mx) mx = W[base + z];
-        var uri = heatImage(function (i, j) { return Math.sqrt(W[base + i * C + j] / (mx || 1)); },
-          R, C, blue);
+        // thumbnails at most 64×64: the max of each block keeps thin diagonals visible
+        var base = (l * m.H + hd) * R * C, W = this.cur().W, mx = 0;
+        var tr = Math.min(R, 64), tc = Math.min(C, 64), th = new Float32Array(tr * tc);
+        for (var z = 0; z < R; z++) for (var y2 = 0; y2 < C; y2++) {
+          var v = W[base + z * C + y2], o = Math.floor(z * tr / R) * tc + Math.floor(y2 * tc / C);
+          if (v > th[o]) th[o] = v;
+          if (v > mx) mx = v;
+        }
+        var uri = heatImage(function (i, j) { return Math.sqrt(th[i * tc + j] / (mx || 1)); },
+          tr, tc, blue);
         var x = pad + hd * (size + gap), y = 20 + l * (size + gap);
         var g = s("g", {"class": "ax-thumb", "data-layer": l, "data-head": hd, role: "button",
           tabindex: 0, "aria-label": this.t("layer") + " " + l + " " + this.t("head") + " " + hd}, svg);
@@ -722,10 +732,13 @@
   Explorer.prototype.view_diagnostics = function () {
     var self = this, m = this.cur().meta;
     h("div", {"class": "ax-note"}, this.controls, this.t("diagNote"));
-    var keys = ["layer", "head", "entropy", "max", "sink", "self", "prev", "distance"];
-    var rows = m.diagnostics.slice(), sk = this.s.sortKey, dir = this.s.sortDir;
-    rows.sort(function (a, b) { return (a[sk] - b[sk]) * dir || (a.layer - b.layer) || (a.head - b.head); });
-    var cw = 96, rh = 20, top = 28;
+    var keys = m.diagnostics.columns, rows = m.diagnostics.rows.slice();
+    var sk = this.s.sortKey, dir = this.s.sortDir;
+    function cmp(x, y) { return typeof x === "string" ? x.localeCompare(y) : x - y; }
+    rows.sort(function (a, b) {
+      return cmp(a[sk], b[sk]) * dir || (a.layer - b.layer) || (a.head - b.head);
+    });
+    var cw = 92, rh = 20, top = 28;
     var svg = svgRoot(keys.length * cw + 10, top + rows.length * rh + 10, "diagnostics");
     keys.forEach(function (k, c) {
       var t = s("text", {x: 6 + c * cw, y: 18, "font-weight": 600, "class": "ax-sort", "data-key": k,
@@ -739,8 +752,9 @@
       s("rect", {x: 0, y: top + i * rh, width: keys.length * cw + 10, height: rh,
         fill: (r.layer === self.s.layer && r.head === self.s.head) ? "#fde9e2" : (i % 2 ? "#f6f7fb" : "#fff")}, g);
       keys.forEach(function (k, c) {
+        var v = r[k];
         s("text", {x: 6 + c * cw, y: top + i * rh + 14, "class": "ax-num"}, g,
-          k === "layer" || k === "head" ? String(r[k]) : fmt(r[k], 3));
+          typeof v === "number" && Math.round(v) !== v ? fmt(v, 3) : String(v));
       });
     });
     svg.addEventListener("click", function (e) {
@@ -748,7 +762,7 @@
       if (srt) {
         var k = srt.getAttribute("data-key");
         if (self.s.sortKey === k) self.s.sortDir = -self.s.sortDir;
-        else { self.s.sortKey = k; self.s.sortDir = k === "layer" || k === "head" ? 1 : -1; }
+        else { self.s.sortKey = k; self.s.sortDir = k === "layer" || k === "head" || k === "roles" ? 1 : -1; }
         self.render();
         return;
       }
@@ -813,6 +827,7 @@
     root.__attnlab = ex;
     var t0 = performance.now();
     return ex.load().then(function () {
+      root.setAttribute("data-load-ms", (performance.now() - t0).toFixed(1));
       ex.build();
       root.setAttribute("data-ready", "1");
       root.setAttribute("data-first-render-ms", (performance.now() - t0).toFixed(1));

@@ -1,0 +1,238 @@
+"""Attention weights on demand, from the per-row logsumexp that chunked attention returns.
+
+Chunked (FlashAttention) attention never stores the N x N weights, but it returns
+``lse_i = log Σ_j exp(S_ij)``, and with it any weight is one exponential away::
+
+    P_ij = exp(scale · q_i·k_j + M_ij − lse_i)
+
+:func:`attention_weights` rebuilds exactly the rows and heads asked for;
+:func:`pooled_attention_map` rebuilds the whole map tile by tile and keeps only the mean
+of each block, so a 100k-token sequence gives, say, a 512 x 512 picture in bounded memory.
+
+>>> q, k, v = torch.randn(3, 1, 4, 1000, 16).unbind(0)
+>>> out, lse = chunked_attention(q, k, v, causal=True)
+>>> w = attention_weights(q, k, lse, rows=[0, 999], heads=2, causal=True)
+>>> tuple(w.shape), bool(torch.allclose(w.sum(-1), torch.ones(1, 1, 2)))
+((1, 1, 2, 1000), True)
+>>> tuple(pooled_attention_map(q, k, lse, size=100, causal=True).shape)
+(1, 4, 100, 100)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from attnlab.core.chunked import _chunked, _scores, chunked_attention  # noqa: F401 (doctest)
+from attnlab.core.functional import _check_mask, _MaskTiles, _scores_shape
+
+__all__ = ["attention_weights", "pooled_attention_map"]
+
+Index = int | slice | Sequence[int] | Tensor | None
+
+#: Bytes of scores computed at once while pooling.
+_POOL_BYTES = 64 << 20
+
+
+def _check_qk_lse(q: object, k: object, lse: object) -> None:
+    for name, t in (("q", q), ("k", k), ("lse", lse)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got dtype {t.dtype}")
+    if q.dim() < 2 or k.dim() < 2 or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q (..., Lq, d) and k (..., Lk, d) must share d, got q {tuple(q.shape)} and k "
+            f"{tuple(k.shape)}"
+        )
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"batch dims of q {tuple(q.shape)} and k {tuple(k.shape)} do not broadcast"
+        ) from None
+    want = (*batch, q.shape[-2])
+    if tuple(lse.shape) != want:
+        raise ValueError(
+            f"lse must have shape (..., Lq) = {want} (one logsumexp per query row), got "
+            f"{tuple(lse.shape)}"
+        )
+
+
+def _as_index(name: str, idx: Index, size: int, device: torch.device) -> Tensor:
+    """Any row/head selector -> 1-D long tensor of positions in [0, size)."""
+    if idx is None:
+        return torch.arange(size, device=device)
+    if isinstance(idx, slice):
+        return torch.arange(size, device=device)[idx]
+    if isinstance(idx, bool):
+        raise TypeError(f"{name} must be an int, slice, sequence of ints or None, got bool")
+    t = torch.as_tensor([idx] if isinstance(idx, int) else idx, device=device)
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+        raise TypeError(
+            f"{name} must be an int, slice, sequence of ints or None, got {t.dtype} of shape "
+            f"{tuple(t.shape)}"
+        )
+    if t.numel() and (int(t.min()) < -size or int(t.max()) >= size):
+        raise ValueError(f"{name} must index [0, {size}), got {t.tolist()}")
+    return t % size if size else t
+
+
+def _weights_from_lse(
+    q: Tensor, k: Tensor, lse: Tensor, mask: Tensor | None, causal: bool, scale: float
+) -> Tensor:
+    """All weights exp(S − lse), built in place in one (..., Lq, Lk) tensor."""
+    s = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # (..., Lq, Lk)
+    lq, lk = s.shape[-2:]
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            s.masked_fill_(~mask, float("-inf"))
+        else:
+            s.add_(mask.to(s.dtype))
+    if causal:
+        s.masked_fill_(~torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril(lk - lq),
+                       float("-inf"))
+    lse_safe = lse.masked_fill(lse == float("-inf"), float("inf"))
+    return s.sub_(lse_safe.unsqueeze(-1)).exp_()
+
+
+def attention_weights(
+    q: Tensor,
+    k: Tensor,
+    lse: Tensor,
+    *,
+    rows: Index = None,
+    heads: Index = None,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """Exact weight rows ``P = exp(S·scale + M − lse)`` for the rows and heads asked.
+
+    Args:
+        q: ``(..., H, Lq, d)``; k: ``(..., H, Lk, d)``; lse: ``(..., H, Lq)`` as returned by
+            :func:`attnlab.core.chunked.chunked_attention`.
+        rows: query positions (int, slice, sequence, 1-D tensor; None = all).
+        heads: head positions along dim -3 (same forms; None = all).
+        mask, causal, scale: those the lse was computed with.
+
+    Returns:
+        ``(..., len(heads), len(rows), Lk)``: dims are kept even for an int selector.
+    """
+    _check_qk_lse(q, k, lse)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    lq, lk = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        _check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), lq, lk))
+    r = _as_index("rows", rows, lq, q.device)
+    if mask is not None:
+        ndim = len(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + 2
+        mask = mask.reshape((1,) * (ndim - mask.dim()) + tuple(mask.shape))
+        if mask.shape[-2] > 1:
+            mask = mask.index_select(-2, r)
+    q, lse = q.index_select(-2, r), lse.index_select(-1, r)
+    if heads is not None:
+        if q.dim() < 3:
+            raise ValueError(f"heads needs q of shape (..., H, Lq, d), got {tuple(q.shape)}")
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        hsel = _as_index("heads", heads, batch[-1], q.device)
+        q = q.expand(*batch, *q.shape[-2:]).index_select(-3, hsel)
+        k = k.expand(*batch, *k.shape[-2:]).index_select(-3, hsel)
+        lse = lse.index_select(-2, hsel)
+        if mask is not None and mask.shape[-3] > 1:
+            mask = mask.index_select(-3, hsel)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., h, R, Lk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    if causal:
+        allowed = torch.arange(lk, device=s.device)[None, :] <= (r[:, None] + (lk - lq))
+        s = s.masked_fill(~allowed, float("-inf"))
+    lse_safe = lse.masked_fill(lse == float("-inf"), float("inf"))
+    return torch.exp(s - lse_safe.unsqueeze(-1))
+
+
+def pooled_attention_map(
+    q: Tensor,
+    k: Tensor,
+    v_or_lse: Tensor,
+    *,
+    block: int | tuple[int, int] | None = None,
+    size: int = 512,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """The attention map averaged over ``block`` x ``block`` squares, in bounded memory.
+
+    Args:
+        q: ``(..., Lq, d)``; k: ``(..., Lk, d)``.
+        v_or_lse: the values ``(..., Lk, dv)`` (the logsumexp is then computed by chunked
+            attention) or the logsumexp ``(..., Lq)`` itself.
+        block: rows x keys per cell (int or pair); by default ``ceil(L / size)``, so the
+            map is at most ``size x size``.
+        mask, causal, scale: as in :func:`attnlab.scaled_dot_product_attention`.
+
+    Returns:
+        ``(..., ceil(Lq / bq), ceil(Lk / bk))``: each cell the mean weight of its block
+        (a partial block at the end is averaged over its real entries).
+    """
+    if not isinstance(v_or_lse, Tensor):
+        raise TypeError(f"v_or_lse must be a torch.Tensor, got {type(v_or_lse).__name__}")
+    if scale is None and isinstance(q, Tensor):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if isinstance(q, Tensor) and v_or_lse.dim() == q.dim():  # values: get the lse first
+        with torch.no_grad():
+            lse = _chunked(q, k, v_or_lse, mask, causal, float(scale))[1]
+    else:
+        lse = v_or_lse
+    _check_qk_lse(q, k, lse)
+    lq, lk = q.shape[-2], k.shape[-2]
+    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    if mask is not None:
+        _check_mask(mask, (*batch, lq, lk))
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    if block is None:
+        bq, bk = max(1, -(-lq // size)), max(1, -(-lk // size))
+    else:
+        bq, bk = (block, block) if isinstance(block, int) else tuple(block)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in (bq, bk)):
+            raise ValueError(f"block must be a positive int or a pair of them, got {block!r}")
+    n = math.prod(batch)
+    gq, gk = -(-lq // bq), -(-lk // bk)
+    if n == 0 or gq == 0 or gk == 0:
+        return q.new_zeros(*batch, gq, gk)
+    q3 = q.expand(*batch, lq, q.shape[-1]).reshape(n, lq, -1)
+    k3 = k.expand(*batch, lk, k.shape[-1]).reshape(n, lk, -1)
+    lse3 = lse.reshape(n, lq, 1).masked_fill(lse.reshape(n, lq, 1) == float("-inf"),
+                                             float("inf"))
+    tiles = _MaskTiles(mask, batch, q.dtype)
+    # tiles of whole blocks: tc keys x tr rows over all heads within the byte budget
+    tc = bk * max(1, min(gk, 4096 // bk if bk < 4096 else 1))
+    tr = bq * max(1, min(gq, _POOL_BYTES // max(1, n * tc * q.element_size() * bq)))
+    sums = q.new_zeros(n, gq, gk)
+    triangles: dict = {}
+    h = slice(0, n)
+    with torch.no_grad():
+        for r0 in range(0, lq, tr):
+            r1 = min(lq, r0 + tr)
+            for c0 in range(0, lk, tc):
+                c1 = min(lk, c0 + tc)
+                s = _scores(q3, k3, tiles, h, r0, r1, c0, c1, causal, lk - lq, float(scale),
+                            triangles)
+                p = s.sub_(lse3[:, r0:r1]).exp_()  # (n, rows, cols)
+                pr, pc = (-(r1 - r0)) % bq, (-(c1 - c0)) % bk
+                if pr or pc:
+                    p = torch.nn.functional.pad(p, (0, pc, 0, pr))
+                cell = p.view(n, p.shape[1] // bq, bq, p.shape[2] // bk, bk).sum(dim=(2, 4))
+                i, j = r0 // bq, c0 // bk
+                sums[:, i: i + cell.shape[1], j: j + cell.shape[2]] = cell
+    rows_in = torch.full((gq,), float(bq), dtype=q.dtype, device=q.device)
+    rows_in[-1] = lq - bq * (gq - 1)
+    cols_in = torch.full((gk,), float(bk), dtype=q.dtype, device=q.device)
+    cols_in[-1] = lk - bk * (gk - 1)
+    return (sums / (rows_in[:, None] * cols_in[None, :])).view(*batch, gq, gk)

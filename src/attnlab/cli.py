@@ -328,6 +328,35 @@ def _verify(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@_command
+def _bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="time every attention backend against its rival (ratios, GFLOP/s, memory)",
+        description="Fused vs torch SDPA, explicit-with-weights vs the naive code and vs "
+        "nn.MultiheadAttention(need_weights=True), chunked and linear vs softmax; measured "
+        "interleaved in one process, median of repeats, against the measured GEMM peak.",
+    )
+    p.add_argument("--quick", action="store_true", help="a ~20 s smoke run (N=256, 1024)")
+    p.add_argument("--sizes", type=int, nargs="+", default=None, metavar="N",
+                   help="sequence lengths (default 256 1024 4096 16384)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per contender")
+    p.add_argument("--no-backward", action="store_true", help="forward only")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.bench import main_cli
+
+        result = main_cli(quick=args.quick, json_out=args.json, quiet=args.quiet,
+                          sizes=args.sizes, repeats=args.repeats, no_backward=args.no_backward)
+        if args.json:
+            _emit_json(result)
+        return 0
+
+    p.set_defaults(func=run)
+
+
 # -- subcommands above this line; each registers itself with @_command -------------------
 
 

@@ -26,6 +26,7 @@ PROVIDERS: list[str] = [
     "attnlab.experiments.parity:report_section",
     "attnlab.experiments.report:report_sections",
     "attnlab.viz.explorer:report_section",
+    "attnlab.viz.real_models:report_section",
     "attnlab.train.report:report_section",
 ]
 

@@ -15,7 +15,7 @@ import attnlab.core.functional as functional
 from attnlab.core import attention_weights, chunked_attention, linear_attention
 from attnlab.core import pooled_attention_map
 
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 
 
 def reference(q, k, v, mask=None, causal=False, scale=None):
@@ -153,10 +153,11 @@ def test_bf16_backends_within_1e_2(kind, causal):
     assert _max_err(fused, ref_out) <= 1e-2
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("lq", "lk", "causal"), [(37, 37, True), (23, 41, True), (41, 23, True),
-                                                  (30, 30, False)])
-def test_backward_of_explicit_and_chunked_equals_autograd(kind, lq, lk, causal, small_tiles):
+@pytest.mark.parametrize(("lq", "lk", "causal", "kind"), [
+    (37, 37, True, "none"), (37, 37, True, "float"), (23, 41, True, "bool"),
+    (41, 23, True, "key"), (41, 23, True, "none"), (30, 30, False, "bool-bcast"),
+    (30, 19, False, "float"), (19, 30, True, "key")])
+def test_backward_of_explicit_and_chunked_equals_autograd(lq, lk, causal, kind, small_tiles):
     g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 2, lq, 8, generator=g, dtype=torch.float64).float().requires_grad_()
     k = torch.randn(2, 2, lk, 8, generator=g).requires_grad_()
@@ -252,7 +253,7 @@ def test_pooled_map_equals_block_means_of_the_explicit_map(kind, lq, lk, block, 
     from_lse = pooled_attention_map(q, k, lse, block=block, mask=mask, causal=causal)
     assert from_v.shape == want.shape
     assert _max_err(from_v, want) <= 1e-6 and _max_err(from_lse, want) <= 1e-6
-    if lq == lk and bq == bk and not causal and kind == "none":
+    if lq == lk and bq == bk and lq // bq > 1 and kind == "none":
         # a wrong variant: pooling the transposed map is not the same picture
         assert _max_err(from_v.transpose(-2, -1), want) > 1e-4
 

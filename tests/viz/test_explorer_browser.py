@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import attnlab
+from attnlab.analysis import diagnose
 from attnlab.trace import AttentionTrace, capture
 from attnlab.viz.explorer import VIEWS, Explorer, _softmax_rows
 
@@ -89,14 +90,13 @@ def test_clicking_a_head_opens_it_and_links_the_views(page, toy):
     page.click(".ax-sort[data-key=entropy]")  # highest entropy first, then lowest first
     order = [(int(page.get_attribute(r, "data-layer")), int(page.get_attribute(r, "data-head")))
              for r in [".ax-diag-row >> nth=0", ".ax-diag-row >> nth=-1"]]
-    from attnlab.analysis import diagnose
     ent = diagnose(toy[0]).scores["entropy"]
     assert float(ent[order[0]]) == pytest.approx(float(ent.max()))
     assert float(ent[order[1]]) == pytest.approx(float(ent.min()))
     page.click(".ax-sort[data-key=entropy]")
     first = page.locator(".ax-diag-row").first
-    assert float(ent[int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))]) \
-        == pytest.approx(float(ent.min()))
+    lh = int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))
+    assert float(ent[lh]) == pytest.approx(float(ent.min()))
     page.click(".ax-diag-row[data-layer='0'][data-head='3']")
     assert (_root(page, "data-view"), _root(page, "data-layer"), _root(page, "data-head")) == \
         ("head", "0", "3")
@@ -197,3 +197,53 @@ def test_long_input_is_pooled_and_renders(page, tmp_path, artifacts_dir):
     page.click(".ax-tab[data-view=qk]")
     assert _qk_probs(page)[:301] == pytest.approx(
         _softmax_rows(q[0, 0][None], k[0, 0][None], 0.25, True)[0, 300, :301].tolist(), abs=1e-3)
+
+
+def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
+    t, path = toy
+    _open(page, path)
+    page.select_option(".ax-layer", "1")
+    page.click(".ax-tab[data-view=head]")
+    page.hover(".ax-qtokens text[data-row='9']")
+    rows = page.eval_on_selector_all(".ax-focus path", "els => els.map(e => +e.dataset.q)")
+    assert rows and set(rows) == {9}  # only the hovered query's arcs
+    assert page.eval_on_selector(".ax-arcs", "e => e.style.display") == "none"
+    strong = (t.weights[1, 0, 9] >= 0.002).sum().item()
+    assert len(rows) == strong
+    page.click(".ax-tab[data-view=matrix]")
+    page.set_viewport_size({"width": 1300, "height": 1400})
+    box = page.locator(".ax-heat").bounding_box()
+    n, i, j = t.seq_len, 30, 12
+    page.mouse.move(box["x"] + (j + 0.5) * box["width"] / n,
+                    box["y"] + (i + 0.5) * box["height"] / n)
+    value = float(page.get_attribute(".ax-tip", "data-value"))
+    assert value == pytest.approx(float(t.weights[1, 0, i, j]), abs=1e-5)  # uint16 storage
+    assert page.locator(".ax-tip").is_visible()
+
+
+@pytest.mark.models
+def test_minilm_views_and_live_qk_equal_python(page, tmp_path, artifacts_dir):
+    pytest.importorskip("transformers")
+    from attnlab.viz.explorer import explore
+
+    ex = explore("minilm", "The cat sat on the mat because it was tired. 注意力")
+    t = ex.traces[0]
+    path = ex.save(tmp_path / "minilm.html")
+    _open(page, path)
+    page.set_viewport_size({"width": 1300, "height": 900})
+    assert page.locator(".ax-thumb").count() == 6 * 12
+    page.click(".ax-thumb[data-layer='2'][data-head='5']")
+    page.select_option(".ax-query", "4")
+    for view in VIEWS:
+        page.click(f".ax-tab[data-view={view}]")
+        page.screenshot(path=str(artifacts_dir / f"explorer-minilm-{view}.png"))
+    page.click(".ax-tab[data-view=qk]")
+    assert "float32" in page.text_content(".ax-storage")
+    q, k = t.q[2, 5], t.k[2, 5]
+    live = lambda scale: _softmax_rows(q[None], k[None], scale, False)[0, 4].tolist()
+    assert _qk_probs(page) == pytest.approx(t.weights[2, 5, 4].tolist(), abs=1e-4)
+    _slide(page, ".ax-scale", 1.0)
+    assert _qk_probs(page) == pytest.approx(live(1.0), abs=1e-4)
+    assert _qk_probs(page) != pytest.approx(t.weights[2, 5, 4].tolist(), abs=1e-3)
+    page.click(".ax-lang")
+    page.screenshot(path=str(artifacts_dir / "explorer-minilm-qk-scale1-zh.png"))

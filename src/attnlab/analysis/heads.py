@@ -18,7 +18,6 @@ average linkage, merging while the mean similarity between two clusters is >= 0.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any

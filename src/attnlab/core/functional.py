@@ -239,32 +239,44 @@ def _fused(
 _TILE_BYTES = 32 << 20
 #: Fewer rows than this per tile costs more in per-call overhead than cache misses save.
 _MIN_ROWS = 32
-#: Under ``causal`` a head is cut into at least this many row blocks, so that the keys
-#: no row of a block may see (about half of them) are neither multiplied nor exponentiated.
+#: Under ``causal`` the rows are cut into this many blocks (all heads at once), so that
+#: the keys no row of a block may see (about 3/8 of them) are neither multiplied nor
+#: exponentiated.
 _CAUSAL_BLOCKS = 4
 
 
 def _tile_grid(
     n: int, lq: int, lk: int, itemsize: int, causal: bool = False
 ) -> Iterator[tuple[int, int, int, int]]:
-    """(h0, h1, r0, r1): heads [h0, h1) x query rows [r0, r1), each a contiguous tile.
+    """(h0, h1, r0, r1): heads [h0, h1) x query rows [r0, r1).
 
     Small maps go several heads at a time (all rows); large ones one head and a block of
-    rows at a time, so that ``weights[h0:h1, r0:r1]`` is always one contiguous piece.
+    rows at a time, so that ``weights[h0:h1, r0:r1]`` is one contiguous piece (softmax in
+    place). Under ``causal`` every head goes at once, in a few blocks of rows.
     """
     per_head = max(1, lq * lk * itemsize)
-    if per_head <= _TILE_BYTES and not (causal and lq >= _CAUSAL_BLOCKS * _MIN_ROWS):
+    if causal and lq >= _CAUSAL_BLOCKS * _MIN_ROWS:
+        rows = -(-lq // _CAUSAL_BLOCKS)
+        for r0 in range(0, lq, rows):
+            yield 0, n, r0, min(lq, r0 + rows)
+        return
+    if per_head <= _TILE_BYTES:
         g = max(1, _TILE_BYTES // per_head)
         for h0 in range(0, n, g):
             yield h0, min(n, h0 + g), 0, lq
         return
-    rows = _TILE_BYTES // max(1, lk * itemsize)
-    if causal:
-        rows = min(rows, -(-lq // _CAUSAL_BLOCKS))
-    rows = max(_MIN_ROWS, rows)
+    rows = max(_MIN_ROWS, _TILE_BYTES // max(1, lk * itemsize))
     for h in range(n):
         for r0 in range(0, lq, rows):
             yield h, h + 1, r0, min(lq, r0 + rows)
+
+
+def _softmax_rows_(s: Tensor) -> None:
+    """Softmax over the last dim of a (possibly strided) view, in place; dead rows -> 0."""
+    m = s.amax(dim=-1, keepdim=True)
+    m.masked_fill_(m == float("-inf"), 0.0)  # a row of -inf stays finite: exp(-inf) = 0
+    total = s.sub_(m).exp_().sum(dim=-1, keepdim=True)
+    s.div_(total.masked_fill_(total == 0, 1.0))
 
 
 class _MaskTiles:
@@ -369,7 +381,7 @@ def _explicit_forward(
     triangles: dict = {}
     for h0, h1, r0, r1 in _tile_grid(n, lq, lk, q3.element_size(), causal):
         c = max(0, min(lk, r1 + offset)) if causal else lk  # keys some row here may see
-        w = weights[h0:h1, r0:r1]  # (g, rows, Lk), contiguous
+        w = weights[h0:h1, r0:r1]  # (g, rows, Lk); contiguous unless causal
         if c == 0 or lk == 0:
             w.zero_()
             out[h0:h1, r0:r1].zero_()
@@ -387,16 +399,21 @@ def _explicit_forward(
             s.masked_fill_(~m, float("-inf"))
         if causal:
             _causal_fill_(s, r0, offset, triangles)
+        if not (w.is_contiguous() or low):
+            _softmax_rows_(s)  # a strided view: softmax in place by hand, dead rows -> 0
+            if c < lk:
+                w[..., c:].zero_()
+        else:
             if c < lk:
                 w[..., c:].fill_(float("-inf"))
-        dead = None
-        if may_die:
-            dead = w.amax(dim=-1, keepdim=True) == float("-inf")  # (g, rows, 1)
-            if not bool(dead.any()):
-                dead = None
-        torch.softmax(w, dim=-1, out=w)
-        if dead is not None:
-            w.masked_fill_(dead, 0.0)
+            dead = None
+            if may_die:
+                dead = w.amax(dim=-1, keepdim=True) == float("-inf")  # (g, rows, 1)
+                if not bool(dead.any()):
+                    dead = None
+            torch.softmax(w, dim=-1, out=w)
+            if dead is not None:
+                w.masked_fill_(dead, 0.0)
         if low:
             weights[h0:h1, r0:r1] = w
         p = F.dropout(s, p=dropout_p) if dropout_p > 0.0 else s

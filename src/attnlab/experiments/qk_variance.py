@@ -77,6 +77,8 @@ def run(
 
 
 def _figure(dims: Sequence[int], rows: list[list[float]]):
+    from matplotlib.ticker import NullFormatter
+
     fig, (ax,) = new_figure(6.4, 3.8)
     d = [r[0] for r in rows]
     ax.loglog(d, d, "k--", lw=1, label="theory: Var = d_k")
@@ -87,6 +89,7 @@ def _figure(dims: Sequence[int], rows: list[list[float]]):
     ax.set_ylabel("variance of the score")
     ax.set_title("Score variance grows with d_k unless scaled by 1/√d_k")
     ax.set_xticks(list(dims), [str(x) for x in dims])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return fig

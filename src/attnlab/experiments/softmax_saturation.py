@@ -114,6 +114,8 @@ def run(
 
 
 def _figure(dims, un, sc, log_n):
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = new_figure(10, 3.4, ncols=3)
     titles = ["Largest weight per row", "Row entropy", "Softmax Jacobian ‖diag(p) − ppᵀ‖_F"]
     ylabels = ["mean max weight", "mean entropy (nats)", "mean Frobenius norm"]
@@ -123,6 +125,7 @@ def _figure(dims, un, sc, log_n):
         if i == 1:
             ax.axhline(log_n, color="k", ls=":", lw=1, label="uniform (log N)")
         ax.set_xticks(list(dims), [str(d) for d in dims])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("head dimension d_k")
         ax.set_ylabel(ylabels[i])
         ax.set_title(titles[i], fontsize=10)

@@ -79,11 +79,13 @@ class AttentionTrace:
                 continue
             if not isinstance(t, Tensor) or t.dim() != 4 or tuple(t.shape[:2]) != (nl, nh):
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"{name} must be a tensor with shape ({nl}, {nh}, ., .), got {got}")
+                raise ValueError(
+                    f"{name} must be a tensor with shape ({nl}, {nh}, ., .), got {got}")
             n = lq if name in ("q", "context") else lk
             if name == "scores":
                 if tuple(t.shape[2:]) != (lq, lk):
-                    raise ValueError(f"scores must have shape {(nl, nh, lq, lk)}, got {tuple(t.shape)}")
+                    raise ValueError(
+                        f"scores must have shape {(nl, nh, lq, lk)}, got {tuple(t.shape)}")
             elif t.shape[2] != n:
                 raise ValueError(f"{name} must have length {n} in dim 2, got {tuple(t.shape)}")
         if self.token_ids is not None and len(self.token_ids) != lq:

@@ -36,8 +36,10 @@ class TrainConfig:
     n_layer: int = 2  # two layers are the minimum for an induction circuit
     n_head: int = 4  # a few heads, so that specialization is visible (not forced)
     n_embd: int = 64  # head_dim 16: tiny models train in minutes on a CPU
-    positional: str = "rope"  # relative positions: a previous-token head is one rotation away,
-    #                           where learned absolute positions make it slow to find
+    positional: str = "learned"  # GPT-2's absolute positions: "look one token back" is a
+    #                              plain query-key match of positions, so a previous-token
+    #                              head forms early (with "rope" the induction task is solved
+    #                              too, but layer 0 stays diffuse and no clean head forms)
     batch_size: int = 64  # sequences per optimizer step (the global batch, over all ranks)
     lr: float = 3e-3  # AdamW; high is fine for models this small with pre-LN
     weight_decay: float = 0.01  # mild; no parameter-group tricks needed at this size

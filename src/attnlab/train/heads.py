@@ -4,9 +4,9 @@ For a head with weights ``A`` (Lq, Lk) on a token sequence ``x``:
 
 * previous-token score: the mean of ``A[t, t-1]`` over positions ``t >= 1``: 1.0 for a head
   that always looks one token back.
-* induction score: over positions ``t`` whose token occurred before (last at ``j < t``), the
-  mean of ``A[t, j+1]``: attention to the token that *followed* the earlier occurrence, which
-  is what an induction head copies.
+* induction score: over positions ``t`` whose token occurred before, the mean attention
+  mass on the keys ``j+1`` with ``x[j] == x[t]``, ``j+1 < t``: the tokens that *followed*
+  the earlier occurrences, which is what an induction head copies.
 
 Weights come from the attention modules' ``hook_weights`` points, captured under
 :func:`attnlab.core.functional.weights_requested`.
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from attnlab.core.functional import weights_requested
 
 __all__ = ["HeadScores", "capture_weights", "previous_token_score", "induction_score",
-           "score_heads"]
+           "score_heads", "induction_targets"]
 
 
 def capture_weights(model: nn.Module, idx: Tensor) -> Tensor:
@@ -56,28 +56,25 @@ def previous_token_score(weights: Tensor) -> Tensor:
     return weights[..., t, t - 1].mean(dim=-1)
 
 
-def _induction_targets(idx: Tensor) -> tuple[Tensor, Tensor]:
-    """For each (b, t), j+1 where j < t is the last earlier occurrence of idx[b, t]; and a
-    bool mask of the positions that have one (and whose j+1 < t is a real earlier key)."""
+def induction_targets(idx: Tensor) -> Tensor:
+    """(B, N, N) bool: key ``k`` follows an earlier occurrence of the query's token, that is
+    ``idx[b, k-1] == idx[b, t]`` with ``k < t``: where an induction head at ``t`` looks."""
     b, n = idx.shape
     same = idx[:, :, None] == idx[:, None, :]  # (B, N, N): same[b, t, j]
-    earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # j < t
-    cand = same & earlier
-    pos = torch.arange(n).expand(b, n, n)
-    last = torch.where(cand, pos, torch.full_like(pos, -1)).max(dim=-1).values  # (B, N)
-    valid = (last >= 0) & (last + 1 < torch.arange(n))
-    return (last + 1).clamp(min=0), valid
+    succ = torch.zeros_like(same)
+    succ[:, :, 1:] = same[:, :, :-1]  # succ[b, t, k] = same[b, t, k-1]
+    return succ & torch.ones(n, n, dtype=torch.bool).tril(-1)  # k < t
 
 
 def induction_score(weights: Tensor, idx: Tensor) -> Tensor:
-    """Mean attention to the token after the previous occurrence of the current token.
+    """Mean attention mass on the tokens that followed earlier occurrences of the current
+    token, over the positions whose token occurred before.
 
     ``weights``: (..., B, H, N, N); ``idx``: (B, N). Returns (..., H)."""
-    target, valid = _induction_targets(idx)  # (B, N)
-    gathered = weights.gather(-1, target[:, None, :, None].expand(
-        *weights.shape[:-1], 1)).squeeze(-1)  # (..., B, H, N)
-    m = valid[:, None, :].to(weights.dtype)  # (B, 1, N)
-    return (gathered * m).sum(dim=(-3, -1)) / (m.sum() * 1.0).clamp(min=1)
+    m = induction_targets(idx).to(weights.dtype)  # (B, N, N)
+    valid = m.any(dim=-1).to(weights.dtype)  # (B, N): the token occurred before
+    mass = (weights * m[:, None]).sum(-1)  # (..., B, H, N)
+    return (mass * valid[:, None]).sum(dim=(-3, -1)) / valid.sum().clamp(min=1)
 
 
 @dataclass(frozen=True)

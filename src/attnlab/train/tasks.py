@@ -11,7 +11,7 @@ task           sequence                               relation the model needs
 copy           ``<bos> x1..xn | x1..xn``              offset head: attend n+1 positions back
 reverse        ``<bos> x1..xn | xn..x1``              mirror head: attend to position 2n+2-i
 sort           ``<bos> x1..xn | sorted(x)``           content head: smallest not yet emitted
-induction      ``<bos> r.. s1..sn s1..sn``            previous-token head + induction head
+induction      ``<bos> s1..sn s1..sn s1..``           previous-token head + induction head
 assoc-recall   ``<bos> k1 v1 .. kn vn ? k``           match the key, copy the value after it
 modular-add    ``<bos> a + b =`` -> ``(a+b) mod p``   '=' reads both operands; the MLP adds
 =============  =====================================  =======================================
@@ -158,24 +158,19 @@ def _sort(task, b, g, seed, split):
 
 
 def _induction(task, b, g, seed, split):
-    # A segment s of n_s distinct values, repeated, after a filler of other values; n_s varies
-    # per sequence, so no fixed positional offset solves it: the model must find the earlier
+    # A segment s of n_s distinct values repeated to fill the sequence; n_s varies per
+    # sequence, so no fixed positional offset solves it: the model must find the earlier
     # occurrence of the current token and copy what followed it (the induction mechanism).
     body = task.seq_len - 1
-    lo, hi = max(2, task.n // 2), task.n  # segment length range
+    lo, hi = max(2, task.n // 2), task.n  # period range
+    lengths = torch.randint(lo, hi + 1, (b, 1), generator=g)  # (B, 1)
+    segs = torch.argsort(torch.rand(b, task.n_values, generator=g), dim=1) + task.n_specials
+    pos = torch.arange(body)[None, :]  # (1, body)
     seqs = torch.empty(b, task.seq_len, dtype=torch.long)
-    scored = torch.zeros(b, task.seq_len, dtype=torch.bool)
     seqs[:, 0] = task.special("<bos>")
-    lengths = torch.randint(lo, hi + 1, (b,), generator=g)
-    perms = torch.argsort(torch.rand(b, task.n_values, generator=g), dim=1) + task.n_specials
-    filler_all = _values(task, (b, body), g)
-    for i in range(b):
-        n_s = int(lengths[i])
-        p = body - 2 * n_s  # filler length
-        seg = perms[i, :n_s]
-        seqs[i, 1:] = torch.cat([filler_all[i, :p], seg, seg])
-        # second copy: s_2..s_n are predictable from the first copy
-        scored[i, 1 + p + n_s + 1:] = True
+    seqs[:, 1:] = segs.gather(1, pos % lengths)  # s1..sn s1..sn s1..
+    # token p is predictable once the token before it has occurred earlier: p >= n_s + 2
+    scored = torch.arange(task.seq_len)[None, :] >= lengths + 2
     return seqs, scored
 
 

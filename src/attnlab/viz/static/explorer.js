@@ -372,7 +372,8 @@
     function yr(i) { return top + i * rh + rh / 2; }
     function arc(i, j, w, parent) {
       s("path", {d: "M" + x1 + "," + yr(i) + " C" + mid + "," + yr(i) + " " + mid + "," + yr(j) +
-        " " + x2 + "," + yr(j), stroke: color, "stroke-opacity": clamp(w, 0.02, 1).toFixed(3),
+        " " + x2 + "," + yr(j), "data-q": i, "data-k": j, stroke: color,
+        "stroke-opacity": clamp(w, 0.02, 1).toFixed(3),
         "stroke-width": (0.6 + 2.4 * w).toFixed(2), fill: "none"}, parent);
     }
     var cand = [], i, j;
@@ -739,7 +740,7 @@
       return cmp(a[sk], b[sk]) * dir || (a.layer - b.layer) || (a.head - b.head);
     });
     var cw = 92, rh = 20, top = 28;
-    var svg = svgRoot(keys.length * cw + 10, top + rows.length * rh + 10, "diagnostics");
+    var svg = svgRoot(keys.length * cw + 80, top + rows.length * rh + 10, "diagnostics");
     keys.forEach(function (k, c) {
       var t = s("text", {x: 6 + c * cw, y: 18, "font-weight": 600, "class": "ax-sort", "data-key": k,
         fill: k === sk ? "#3451b2" : "#5b6478", style: "cursor:pointer"}, svg,
@@ -749,7 +750,7 @@
     rows.forEach(function (r, i) {
       var g = s("g", {"class": "ax-diag-row", "data-layer": r.layer, "data-head": r.head,
         style: "cursor:pointer"}, svg);
-      s("rect", {x: 0, y: top + i * rh, width: keys.length * cw + 10, height: rh,
+      s("rect", {x: 0, y: top + i * rh, width: keys.length * cw + 80, height: rh,
         fill: (r.layer === self.s.layer && r.head === self.s.head) ? "#fde9e2" : (i % 2 ? "#f6f7fb" : "#fff")}, g);
       keys.forEach(function (k, c) {
         var v = r[k];

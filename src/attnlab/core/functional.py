@@ -256,7 +256,8 @@ def _tile_grid(
     """
     per_head = max(1, lq * lk * itemsize)
     if causal and lq >= _CAUSAL_BLOCKS * _MIN_ROWS:
-        rows = -(-lq // _CAUSAL_BLOCKS)
+        rows = min(-(-lq // _CAUSAL_BLOCKS), _TILE_BYTES // max(1, n * lk * itemsize))
+        rows = max(_MIN_ROWS, rows)
         for r0 in range(0, lq, rows):
             yield 0, n, r0, min(lq, r0 + rows)
         return
@@ -269,14 +270,6 @@ def _tile_grid(
     for h in range(n):
         for r0 in range(0, lq, rows):
             yield h, h + 1, r0, min(lq, r0 + rows)
-
-
-def _softmax_rows_(s: Tensor) -> None:
-    """Softmax over the last dim of a (possibly strided) view, in place; dead rows -> 0."""
-    m = s.amax(dim=-1, keepdim=True)
-    m.masked_fill_(m == float("-inf"), 0.0)  # a row of -inf stays finite: exp(-inf) = 0
-    total = s.sub_(m).exp_().sum(dim=-1, keepdim=True)
-    s.div_(total.masked_fill_(total == 0, 1.0))
 
 
 class _MaskTiles:
@@ -386,45 +379,50 @@ def _explicit_forward(
             w.zero_()
             out[h0:h1, r0:r1].zero_()
             continue
-        if low:
-            w = torch.empty(w.shape, dtype=work, device=w.device)
-        s = w[..., :c]  # (g, rows, c) view into the weights
         m = tiles.tile(h0, h1, r0, r1, c)
         kt = k3[h0:h1, :c].transpose(1, 2)  # (g, d, c)
-        if m is not None and not tiles.is_bool:
-            torch.baddbmm(m, q3[h0:h1, r0:r1], kt, alpha=scale, out=s)
+        # In place in the weights when the tile is one contiguous block; otherwise in a
+        # tile-sized scratch (torch's GEMMs into strided outputs take a slow path).
+        in_place = w.is_contiguous() and c == lk and not low
+        if in_place:
+            s = w
+            if m is not None and not tiles.is_bool:
+                torch.baddbmm(m, q3[h0:h1, r0:r1], kt, alpha=scale, out=s)
+            else:
+                torch.baddbmm(s, q3[h0:h1, r0:r1], kt, beta=0.0, alpha=scale, out=s)
+        elif m is not None and not tiles.is_bool:
+            s = torch.baddbmm(m, q3[h0:h1, r0:r1], kt, alpha=scale)  # (g, rows, c)
         else:
-            torch.baddbmm(s, q3[h0:h1, r0:r1], kt, beta=0.0, alpha=scale, out=s)
+            s = torch.bmm(q3[h0:h1, r0:r1], kt).mul_(scale)  # (g, rows, c)
         if m is not None and tiles.is_bool:
             s.masked_fill_(~m, float("-inf"))
         if causal:
             _causal_fill_(s, r0, offset, triangles)
-        if not (w.is_contiguous() or low):
-            _softmax_rows_(s)  # a strided view: softmax in place by hand, dead rows -> 0
+        dead = None
+        if may_die:
+            dead = s.amax(dim=-1, keepdim=True) == float("-inf")  # (g, rows, 1)
+            if not bool(dead.any()):
+                dead = None
+        torch.softmax(s, dim=-1, out=s)
+        if dead is not None:
+            s.masked_fill_(dead, 0.0)
+        if not in_place:
+            w[..., :c] = s
             if c < lk:
-                w[..., c:].zero_()
-        else:
-            if c < lk:
-                w[..., c:].fill_(float("-inf"))
-            dead = None
-            if may_die:
-                dead = w.amax(dim=-1, keepdim=True) == float("-inf")  # (g, rows, 1)
-                if not bool(dead.any()):
-                    dead = None
-            torch.softmax(w, dim=-1, out=w)
-            if dead is not None:
-                w.masked_fill_(dead, 0.0)
-        if low:
-            weights[h0:h1, r0:r1] = w
+                w[..., c:] = 0.0
         p = F.dropout(s, p=dropout_p) if dropout_p > 0.0 else s
+        o = out[h0:h1, r0:r1]
         if bad is None:
-            torch.bmm(p, v3[h0:h1, :c], out=out[h0:h1, r0:r1])
+            if o.is_contiguous():
+                torch.bmm(p, v3[h0:h1, :c], out=o)
+            else:
+                o[...] = torch.bmm(p, v3[h0:h1, :c])
         else:
             # 0 * NaN = NaN: use the zeroed values, except in rows that really give a
             # non-finite value weight > 0, which get the true (non-finite) result.
             clean = torch.bmm(p, v_clean[h0:h1, :c])
             touched = torch.bmm((p > 0).to(p.dtype), bad[h0:h1, :c].to(p.dtype)) > 0
-            out[h0:h1, r0:r1] = torch.where(touched, torch.bmm(p, v3[h0:h1, :c]), clean)
+            o[...] = torch.where(touched, torch.bmm(p, v3[h0:h1, :c]), clean)
     return out.view(*batch, lq, dv).to(q.dtype), weights.view(*batch, lq, lk)
 
 
@@ -468,7 +466,7 @@ class _ExplicitAttention(torch.autograd.Function):
             p = p3[h0:h1, r0:r1, :c]  # (g, rows, c)
             if do3 is not None:
                 do = do3[h0:h1, r0:r1]  # (g, rows, dv)
-                dv_[h0:h1, :c].baddbmm_(p.transpose(1, 2), do)
+                dv_[h0:h1, :c] += torch.bmm(p.transpose(1, 2), do)
                 ds = torch.bmm(do, v3[h0:h1, :c].transpose(1, 2))  # dP' (g, rows, c)
                 if dw3 is not None:
                     ds.add_(dw3[h0:h1, r0:r1, :c])
@@ -476,8 +474,8 @@ class _ExplicitAttention(torch.autograd.Function):
                 ds = dw3[h0:h1, r0:r1, :c].clone()
             ds.mul_(p)
             ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)  # dS
-            torch.bmm(ds, k3[h0:h1, :c], out=dq[h0:h1, r0:r1]).mul_(scale)
-            dk[h0:h1, :c].baddbmm_(ds.transpose(1, 2), q3[h0:h1, r0:r1], alpha=scale)
+            dq[h0:h1, r0:r1] = torch.bmm(ds, k3[h0:h1, :c]).mul_(scale)
+            dk[h0:h1, :c] += torch.bmm(ds.transpose(1, 2), q3[h0:h1, r0:r1]).mul_(scale)
         need = ctx.needs_input_grad
         return (
             dq.view(q.shape) if need[0] else None,

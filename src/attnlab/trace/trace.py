@@ -130,7 +130,8 @@ class AttentionTrace:
         queries, so every row still sums to 1. q, k, v, scores and context belong to the
         pieces and are dropped; ``meta["merged"]`` records the groups and the rule.
 
-        >>> w = torch.tensor([[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]]])
+        >>> w = torch.tensor([[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]]],
+        ...                  dtype=torch.float64)
         >>> t = AttentionTrace(tokens=["a", "b1", "b2"], weights=w).merge_tokens(
         ...     [[0], [1, 2]], ["a", "b"])
         >>> t.tokens, t.weights[0, 0].tolist()

@@ -85,6 +85,37 @@ def _encode_plain(tokenizer: Any, text: str) -> dict[str, Any]:
     return {"ids": ids, "labels": labels, "groups": [[i] for i in range(len(ids))]}
 
 
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet back to bytes (printable stand-ins for all 256)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+def _id_labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Readable labels of single ids: the decoded text, or the bytes in hex when a token
+    holds only part of a character (never U+FFFD or byte-level mojibake)."""
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    dec = None
+    out = []
+    for i, piece in zip(ids, pieces):
+        text = tokenizer.decode([i])
+        if "\ufffd" in text:
+            dec = dec or _byte_decoder()
+            if all(c in dec for c in piece):
+                text = "".join(f"\\x{dec[c]:02x}" for c in piece)
+            else:
+                text = str(piece)
+        out.append(text)
+    return out
+
+
 def _ids_from(token_ids: Any) -> list[int]:
     if isinstance(token_ids, Tensor):
         if token_ids.dim() == 2 and token_ids.shape[0] == 1:
@@ -195,9 +226,9 @@ def trace(
         ids = _ids_from(text_or_token_ids)
         if not ids:
             raise ValueError("token_ids is empty; give at least one token")
-        labels = ([str(t) for t in tok.convert_ids_to_tokens(ids)] if hasattr(
-            tok, "convert_ids_to_tokens") else list(tok.decode_tokens(ids)) if hasattr(
-            tok, "decode_tokens") else [str(i) for i in ids])
+        labels = (_id_labels(tok, ids) if hasattr(tok, "convert_ids_to_tokens")
+                  else list(tok.decode_tokens(ids)) if hasattr(tok, "decode_tokens")
+                  else [str(i) for i in ids])
         info = {"ids": ids, "labels": labels, "groups": [[i] for i in range(len(ids))]}
     ids = info["ids"]
     meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
@@ -228,9 +259,6 @@ def trace(
     causal = loaded.causal if loaded.kind != "attnlab" or loaded.num_layers else None
     t = cap.trace(tokens=info["labels"], model=loaded.name, causal=causal, scores=scores,
                   token_ids=ids, text=text, meta=meta)
-    if loaded.kind.startswith("hf") and causal:
-        # the eager mask already holds the causal part; say so for recomputation
-        t.meta["mask_in_scores"] = "causal"
     groups = info["groups"]
     if merge_pieces and any(len(g) > 1 for g in groups):
         t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],

@@ -340,7 +340,12 @@ class RunTokenizer:
         return ids if ids[:1] == [self.bos_id] else [self.bos_id] + ids
 
     def decode_tokens(self, ids: list[int] | Tensor) -> list[str]:
-        return [self.symbols[int(i)] for i in ids]
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"{self.name}: token id(s) {bad[:5]} outside the vocabulary "
+                             f"[0, {self.vocab_size})")
+        return [self.symbols[i] for i in ids]
 
     def decode(self, ids: list[int] | Tensor) -> str:
         return " ".join(self.decode_tokens(ids))

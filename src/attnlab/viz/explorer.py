@@ -418,6 +418,9 @@ class Explorer:
         if path.suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"path must end in .html, got {str(path)!r}")
         atomic_write_text(path, self.to_page())
+        umask = os.umask(0)
+        os.umask(umask)
+        path.chmod(0o666 & ~umask)  # a page to share, not a private temp file
         return path
 
 

@@ -211,7 +211,7 @@ def qk_joint_transform(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
 
     >>> q, k = torch.randn(5, 8), torch.randn(6, 8) + 3
     >>> q2, k2, a = qk_joint_transform(q, k)
-    >>> bool(torch.allclose(torch.softmax(q @ k.T, -1), torch.softmax(q2 @ k2.T, -1),
+    >>> bool(torch.allclose(torch.softmax(q @ k.T, -1), torch.softmax(q2 @ k2.T, -1).float(),
     ...                     atol=1e-5))
     True
     """

@@ -296,7 +296,7 @@
     this.controls.innerHTML = "";
     this.stage.innerHTML = "";
     this.hideTip();
-    var info = (m.model || "") + " · " + m.L + "×" + m.H + " · " + m.Lq + " tokens";
+    var info = (m.model ? m.model + " · " : "") + m.L + "×" + m.H + " · " + m.Lq + " tokens";
     if (s.view !== "model" && s.view !== "positional" && s.view !== "diagnostics")
       info += " · " + this.t("layer") + " " + s.layer + " · " + this.t("head") + " " + s.head;
     this.info.textContent = info;
@@ -550,19 +550,20 @@
       s("text", {x: hx[c3], y: top - 10, "text-anchor": ha[c3], "font-weight": 600,
         fill: "#5b6478"}, svg, t);
     });
+    // every key's k and q∘k as two images (one pixel per key × dimension): light at 512 keys
+    var kOf = function (j2, c2) { return T.k[(n * m.Lk + j2) * d + c2]; };
+    s("image", {x: cols[0], y: top, width: strip, height: m.Lk * rh, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-kimg", href: heatImage(function (j2, c2) {
+        return kOf(j2, c2) / (kmax || 1); }, m.Lk, d, diverge)}, svg);
+    s("image", {x: cols[1], y: top, width: strip, height: m.Lk * rh, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-qkimg", href: heatImage(function (j2, c2) {
+        return kOf(j2, c2) * T.q[qo + c2] / (pmax || 1); }, m.Lk, d, diverge)}, svg);
     var row = this.qkRow(i, this.s.scale, this.s.temp);
     var cells = [];
     for (j = 0; j < m.Lk; j++) {
       var y = top + j * rh, g = s("g", {"class": "ax-qkrow", "data-key": j}, svg);
       if (j > row.limit) g.setAttribute("opacity", "0.35");
       s("text", {x: cols[0] - 6, y: y + 13, "text-anchor": "end", "class": "ax-tok"}, g, m.key_tokens[j]);
-      var kv = [], pv = [];
-      for (c = 0; c < d; c++) {
-        var kk = T.k[(n * m.Lk + j) * d + c];
-        kv.push(kk); pv.push(kk * T.q[qo + c]);
-      }
-      bars(g, cols[0], y + 2, kv, kmax, rh - 4);
-      bars(g, cols[1], y + 2, pv, pmax, rh - 4);
       s("text", {x: cols[2] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, fmt(row.dots[j], 3));
       var sct = s("text", {x: cols[3] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, "");
       var bar = s("rect", {x: cols[5], y: y + 3, height: rh - 6, fill: headColor(this.s.head, m.H)}, g);

@@ -260,7 +260,8 @@ def _probe(spec: dict[str, Any]) -> dict[str, Any]:
             out = fn(q, k, v)
             dt = time.perf_counter() - t0
             hwm = _rss_kb("VmHWM")
-            peak = (hwm - base) / 1024 if reset else float("nan")
+            peak = (hwm - base) / 1024  # without the reset: an upper bound
+            result["hwm_reset"] = reset
         del out
         result["peak_mb"][name] = round(peak, 1)
         result["seconds"][name] = dt
@@ -407,7 +408,7 @@ def _summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float
         "fused_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "fused", "torch_sdpa")),
         "explicit_vs_naive": _geomean(_ratio_cells(cpu_rows, "explicit", "naive")),
         "mha_weights_vs_torch": _geomean(_ratio_cells(cpu_rows, "attnlab_mha", "torch_mha")),
-        "chunked_peak_mb_n32k": chunk_peak if chunk_peak is not None else float("nan"),
+        "chunked_peak_mb_n32k": chunk_peak,
         "chunked_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "chunked", "torch_sdpa")),
         "linear_vs_softmax": _geomean(_ratio_cells(cpu_rows, "linear", "fused")),
         "chunked_n32k_time_vs_sdpa": (secs["chunked"] / secs["torch_sdpa"]
@@ -423,10 +424,9 @@ def _summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float
                          "inputs exist, run once, peak = VmHWM - VmRSS before (MiB)",
         "results": rows,
     }
-    for key in ("fused_vs_sdpa", "explicit_vs_naive", "mha_weights_vs_torch"):
-        if out[key] is None:
-            out[key] = float("nan")
-        out[key] = round(out[key], 3) if math.isfinite(out[key]) else out[key]
+    for key, val in out.items():  # JSON has no NaN: what could not be measured is null
+        if isinstance(val, float):
+            out[key] = round(val, 3) if math.isfinite(val) else None
     targets = {}
     for key, target, op in TARGETS:
         val = out.get(key)

@@ -278,6 +278,8 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "weights": _blob(maps, "u16" if maps.numel() * 2 <= cfg.weights_budget else "u8",
                          gz=True),
         "diagnostics": _diagnostics(trace), "qk": None,
+        "qk_missing": ("merged" if trace.meta.get("merged") else "none")
+        if trace.q is None or trace.k is None else "budget",
     }
     heads, dtype = _qk_heads(trace, cfg.qk_budget, first)
     if heads:

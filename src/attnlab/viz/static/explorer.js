@@ -14,8 +14,11 @@
       query: "Query", lang: "中文", exportSvg: "Export SVG", exportPng: "Export PNG",
       scale: "scale", temperature: "temperature", resetScale: "1/√d", one: "1",
       key: "key", k: "k", qk_elem: "q∘k", dot: "q·k", scaled: "× scale", softmax: "softmax",
-      captured: "captured", noqk: "q and k were not stored for this head (input too long or " +
-        "the trace has no q/k). Heads with q/k: ",
+      captured: "captured", noqk: "q and k of this head were left out to keep the page small " +
+        "(ExplorerConfig.qk_budget). Heads with q/k: ",
+      noqkNone: "This trace has no q and k (traced without qkv).",
+      noqkMerged: "No q and k: byte pieces of one character were merged into whole characters " +
+        "(trace with merge_pieces=False to keep the pieces and their q/k).",
       stored32: "q and k stored as float32: the page computes exactly what Python computes.",
       stored16: "q and k stored as float16: max |Δp| against float32 at the model's scale = ",
       pooled: "Long input: maps are pooled in Python (mean over query blocks, sum over key " +
@@ -41,7 +44,9 @@
       query: "查询", lang: "English", exportSvg: "导出 SVG", exportPng: "导出 PNG",
       scale: "缩放", temperature: "温度", resetScale: "1/√d", one: "1",
       key: "键", k: "k", qk_elem: "q∘k", dot: "q·k", scaled: "× 缩放", softmax: "softmax",
-      captured: "捕获值", noqk: "此头未保存 q 与 k（输入过长或追踪中没有 q/k）。保存了 q/k 的头：",
+      captured: "捕获值", noqk: "为控制页面大小未保存此头的 q 与 k（ExplorerConfig.qk_budget）。保存了 q/k 的头：",
+      noqkNone: "此追踪没有 q 与 k（追踪时未保留 qkv）。",
+      noqkMerged: "没有 q 与 k：同一字符的字节片段已合并为完整字符（用 merge_pieces=False 追踪可保留片段及其 q/k）。",
       stored32: "q 与 k 以 float32 保存：页面的计算与 Python 完全一致。",
       stored16: "q 与 k 以 float16 保存：在模型缩放下与 float32 相比的最大 |Δp| = ",
       pooled: "长输入：矩阵已在 Python 中分块汇总（查询块取平均，键块求和；每行之和仍为 1）。",
@@ -491,11 +496,17 @@
     return {dots: dots, p: p, limit: limit};
   };
 
+  Explorer.prototype.noQkText = function () {
+    var m = this.cur().meta;
+    if (m.qk_missing === "merged") return this.t("noqkMerged");
+    if (m.qk_missing === "none") return this.t("noqkNone");
+    return this.t("noqk") + m.qk.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ");
+  };
+
   Explorer.prototype.view_qk = function () {
     var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
     if (n === null) {
-      var heads = m.qk ? m.qk.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ") : "—";
-      h("div", {"class": "ax-note ax-noqk"}, this.controls, this.t("noqk") + heads);
+      h("div", {"class": "ax-note ax-noqk"}, this.controls, this.noQkText());
       return;
     }
     var d = m.d, i = this.s.query, dflt = m.scale;
@@ -597,7 +608,7 @@
   // -- geometry view: queries and keys in one 2-D projection --------------------------
   Explorer.prototype.view_geometry = function () {
     var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
-    if (n === null) { h("div", {"class": "ax-note ax-noqk"}, this.controls, this.t("noqk")); return; }
+    if (n === null) { h("div", {"class": "ax-note ax-noqk"}, this.controls, this.noQkText()); return; }
     h("div", {"class": "ax-note"}, this.controls, this.t("geoNote"));
     var size = 520, pad = 30, N = m.Lq + m.Lk, off = n * N * 2;
     var svg = svgRoot(size + 2 * pad + 160, size + 2 * pad, "geometry");

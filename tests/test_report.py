@@ -60,3 +60,17 @@ def test_python_dash_m_attnlab_is_the_cli():
     version = subprocess.run([sys.executable, "-m", "attnlab", "--version"],
                              capture_output=True, text=True, check=True).stdout
     assert version.startswith("attnlab ")
+
+
+def test_cli_starts_without_matplotlib_and_plot_kinds_match_figures():
+    code = ("import sys, attnlab.cli as c; c.build_parser(); "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
+    from attnlab.viz import figures
+
+    parser = __import__("attnlab.cli", fromlist=["build_parser"]).build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    kind = next(a for a in sub.choices["plot"]._actions if a.dest == "kind")
+    assert tuple(kind.choices) == tuple(figures.KINDS)

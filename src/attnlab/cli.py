@@ -177,15 +177,14 @@ def _trace(sub: argparse._SubParsersAction) -> None:
 
 @_command
 def _plot(sub: argparse._SubParsersAction) -> None:
-    from attnlab.viz.figures import KINDS
-
+    kinds = ("heatmap", "grid", "arcs", "qk", "decomposition")  # attnlab.viz.figures.KINDS
     p = sub.add_parser(
         "plot",
         help="draw a saved trace: heatmap, grid, arcs, qk or decomposition",
         description="Draw one figure of a trace written by `attnlab trace` as PNG or SVG.",
     )
     p.add_argument("file", metavar="FILE", help="a trace (.safetensors)")
-    p.add_argument("--kind", choices=list(KINDS), default="heatmap")
+    p.add_argument("--kind", choices=kinds, default="heatmap")
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--head", type=int, default=0)
     p.add_argument("--out", required=True, metavar="PNG_OR_SVG")

@@ -32,7 +32,7 @@ RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every"})
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "induction"  # the flagship: two heads that must cooperate
-    steps: int = 1000  # induction reaches >= 95% held-out in about a minute on 2 CPU cores
+    steps: int = 600  # induction passes 95% held-out by step ~150 and its heads settle by 600
     n_layer: int = 2  # two layers are the minimum for an induction circuit
     n_head: int = 4  # a few heads, so that specialization is visible (not forced)
     n_embd: int = 64  # head_dim 16: tiny models train in minutes on a CPU

@@ -19,14 +19,19 @@ from attnlab.train.heads import capture_weights, score_heads
 from attnlab.train.tasks import get_task
 from attnlab.train.trainer import plot_metrics, read_metrics, train
 
-__all__ = ["REPORT_CONFIG", "PREVIOUS_THRESHOLD", "INDUCTION_THRESHOLD", "ACCURACY_TARGET",
+__all__ = ["REPORT_CONFIG", "PREVIOUS_THRESHOLD", "INDUCTION_THRESHOLD", "STANDOUT",
+           "ACCURACY_TARGET",
            "report_section", "trained_model_section"]
 
 #: The run the report trains: ``attnlab train --task induction`` with its defaults.
 REPORT_CONFIG = TrainConfig.for_task("induction")
 ACCURACY_TARGET = 0.95  # held-out accuracy on the induction positions
-PREVIOUS_THRESHOLD = 0.4  # mean weight on the previous token: a clear majority
-INDUCTION_THRESHOLD = 0.4  # mean weight on the token after the earlier occurrence
+# A head is "found" when its score clears an absolute bar and stands out from the others
+# (>= 3x the median head). Attention spread evenly over the earlier tokens of a 32-token
+# sequence scores about 0.1 on either score.
+PREVIOUS_THRESHOLD = 0.3  # the trained layer-0 heads share the job; the best reaches ~0.42
+INDUCTION_THRESHOLD = 0.5  # most of the mass on the tokens after earlier occurrences
+STANDOUT = 3.0
 RUN_NAME = "trained-induction"
 
 
@@ -102,10 +107,12 @@ def trained_model_section(run_dir: str | Path, *, seed: int = 0):
     checks = [
         (f"held-out accuracy on induction positions >= {ACCURACY_TARGET}", fmt(acc),
          acc >= ACCURACY_TARGET),
-        (f"previous-token head found (score >= {PREVIOUS_THRESHOLD})",
-         f"L{pl}H{ph} {ps:.2f}", ps >= PREVIOUS_THRESHOLD),
-        (f"induction head found (score >= {INDUCTION_THRESHOLD})",
-         f"L{il}H{ih} {is_:.2f}", is_ >= INDUCTION_THRESHOLD),
+        (f"previous-token head found (score >= {PREVIOUS_THRESHOLD}, >= {STANDOUT:g}x median)",
+         f"L{pl}H{ph} {ps:.2f}", ps >= PREVIOUS_THRESHOLD
+         and ps >= STANDOUT * float(scores.previous_token.median())),
+        (f"induction head found (score >= {INDUCTION_THRESHOLD}, >= {STANDOUT:g}x median)",
+         f"L{il}H{ih} {is_:.2f}", is_ >= INDUCTION_THRESHOLD
+         and is_ >= STANDOUT * float(scores.induction.median())),
         ("induction head sits above the previous-token head (layer order)",
          f"{il} > {pl}", il > pl),
     ]

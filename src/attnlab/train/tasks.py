@@ -238,7 +238,7 @@ TASKS: dict[str, Task] = {
              ("<bos>", "|"), 16, 18, 8, 1000, 3e-3),
         Task("induction", "previous-token head (layer 0) + induction head (layer 1): find the "
              "earlier occurrence of the current token and copy the token after it",
-             ("<bos>",), 32, 33, 12, 1000, 3e-3),
+             ("<bos>",), 32, 33, 12, 600, 3e-3),
         Task("assoc-recall", "match the query key to its earlier occurrence and copy the value "
              "that follows it (an induction-like lookup)", ("<bos>", "?"), 16, 16, 6, 1500,
              3e-3, _LETTERS[:16]),

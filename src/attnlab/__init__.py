@@ -11,7 +11,10 @@ mathematics computed, drawn and checked.
 """
 
 from attnlab import masks, positional
+from attnlab.core.chunked import chunked_attention
 from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.linear import linear_attention
+from attnlab.core.weights import attention_weights, pooled_attention_map
 from attnlab.nn import (
     GPT,
     GPTConfig,
@@ -47,4 +50,8 @@ __all__ = [
     "masks",
     "positional",
     "scaled_dot_product_attention",
+    "attention_weights",
+    "chunked_attention",
+    "linear_attention",
+    "pooled_attention_map",
 ]

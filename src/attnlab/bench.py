@@ -336,7 +336,7 @@ def run_bench(cfg: BenchConfig = BenchConfig(), progress: Any = None) -> dict[st
         attn = _attention_contenders(causal, n, cfg, dev)
         fns: dict[str, Callable[[], Any]] = {}
         for name, fn in attn.items():
-            call = (lambda fn=fn: fn(q, k, v))
+            call = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
             fns[name] = _fwd_bwd(call, (q, k, v)) if grad else call
         mha = _mha_contenders(n, cfg, dev) if not causal else None
         x = None
@@ -344,7 +344,7 @@ def run_bench(cfg: BenchConfig = BenchConfig(), progress: Any = None) -> dict[st
             x = torch.randn(b, n, cfg.mha_embed_dim, generator=g).to(dev).requires_grad_(grad)
             for name, (module, call) in mha.items():
                 module.requires_grad_(grad)
-                f = (lambda module=module, call=call: call(module, x))
+                f = (lambda module=module, call=call, x=x: call(module, x))
                 fns[name] = _fwd_bwd(f, (x,)) if grad else f
         ctx = torch.enable_grad() if grad else torch.no_grad()
         with ctx:

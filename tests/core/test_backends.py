@@ -12,8 +12,12 @@ from hypothesis import strategies as st
 
 import attnlab
 import attnlab.core.functional as functional
-from attnlab.core import attention_weights, chunked_attention, linear_attention
-from attnlab.core import pooled_attention_map
+from attnlab.core import (
+    attention_weights,
+    chunked_attention,
+    linear_attention,
+    pooled_attention_map,
+)
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core.chunked import _chunked, _scores, chunked_attention  # noqa: F401 (doctest)
-from attnlab.core.functional import _check_mask, _MaskTiles, _scores_shape
+from attnlab.core.functional import _check_mask, _MaskTiles
 
 __all__ = ["attention_weights", "pooled_attention_map"]
 

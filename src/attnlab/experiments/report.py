@@ -28,7 +28,7 @@ def _cell(x: Any) -> Any:
     return fmt_num(x) if isinstance(x, float) else x
 
 
-def section_for(result: Result) -> Any:
+def section_for(result: Result, *, dpi: int = 100) -> Any:
     """One report ``Section`` for one ``Result`` (renders and then drops its figure)."""
     from attnlab.report import Section
     from attnlab.viz.html import bilingual, escape, table
@@ -46,7 +46,7 @@ def section_for(result: Result) -> Any:
         headers, rows = r.table
         body += table(headers, [[_cell(x) for x in row] for row in rows])
     if r.figure is not None:
-        uri = _png_data_uri(r.figure)
+        uri = _png_data_uri(r.figure, dpi)
         alt = escape(f"Figure for {r.name}: {r.quantity}")
         body += (f'<figure><img src="{uri}" alt="{alt}">'
                  f"<figcaption>{bilingual(r.caption, r.caption_zh, tag='span')}"

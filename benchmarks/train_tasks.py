@@ -13,8 +13,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from attnlab.train.config import TrainConfig
 from attnlab.train.tasks import get_task, task_names
 from attnlab.train.trainer import train
@@ -24,15 +22,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="*", default=task_names())
     p.add_argument("--out", default=None, help="keep the run directories here")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: TrainConfig's, 1)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     root = Path(args.out or tempfile.mkdtemp(prefix="attnlab-train-bench-"))
     rows = []
     for name in args.tasks:
-        cfg = TrainConfig.for_task(name)
+        cfg = TrainConfig.for_task(name, threads=args.threads)
         t0 = time.perf_counter()
         r = train(cfg, root / name, quiet=args.quiet)
         total = time.perf_counter() - t0
@@ -50,7 +47,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['task']:<14}{r['steps']:>7}{r['train_s']:>10}{r['eval_accuracy']:>14}"
               f"{r['chance']:>9}")
-    print(f"threads={torch.get_num_threads()} runs in {root}")
+    print(f"threads={cfg.threads} runs in {root}")
 
 
 if __name__ == "__main__":

@@ -571,8 +571,12 @@ def scaled_dot_product_attention(
             dropout).
         return_weights: also return the weights ``(..., Lq, Lk)``.
         backend: ``"auto"`` takes torch's fused kernel unless weights are needed (asked for,
-            or an ``attnlab.capture`` is recording); ``"fused"``, ``"explicit"``,
-            ``"chunked"`` and ``"linear"`` force one.
+            or an ``attnlab.capture`` is recording), then ``"explicit"``. Or force one:
+            ``"fused"`` (torch's SDPA; never weights), ``"explicit"`` (scores and weights
+            materialized tile by tile, each written once), ``"chunked"`` (FlashAttention's
+            online softmax, O(N·d) memory; see :func:`attnlab.chunked_attention` for the
+            logsumexp), ``"linear"`` (elu+1 linear attention: a different function, see
+            :func:`attnlab.linear_attention`).
 
     Returns:
         ``out`` of shape ``(..., Lq, dv)``, or ``(out, weights)`` if ``return_weights``.

@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"attnlab.train: error: {exc}", file=sys.stderr)
         return 2
-    if args.json and result.world_size >= 1 and _rank() == 0:
+    if args.json and _rank() == 0:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     return 0
 

@@ -26,7 +26,7 @@ from attnlab.train.tasks import get_task, task_names
 __all__ = ["TrainConfig", "add_arguments", "config_from_args", "RESUME_MAY_CHANGE"]
 
 #: Fields a resumed run may change; every other field must match the checkpoint's.
-RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every"})
+RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every", "threads"})
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,16 @@ class TrainConfig:
     checkpoint_every: int = 200  # a SIGKILL loses at most this many steps
     log_every: int = 25  # one metrics.jsonl line per this many steps
     eval_batches: int = 8  # held-out batches (of batch_size) for the final eval_accuracy
+    threads: int = 1  # torch threads per process: matmuls this small gain little from more,
+    #                   and a thread waiting for a busy core stalls every step
 
     def __post_init__(self) -> None:
         get_task(self.task)
         for name, flag in [("steps", "--steps"), ("n_layer", "--layers"), ("n_head", "--heads"),
                            ("n_embd", "--dim"), ("batch_size", "--batch-size"),
                            ("checkpoint_every", "--checkpoint-every"),
-                           ("log_every", "--log-every"), ("eval_batches", "eval_batches")]:
+                           ("log_every", "--log-every"), ("eval_batches", "eval_batches"),
+                           ("threads", "--threads")]:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{flag} ({name}) must be a positive integer, got {v!r}")
@@ -133,6 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints "
                    "(default 200)")
     p.add_argument("--log-every", type=int, help="steps between metrics lines (default 25)")
+    p.add_argument("--threads", type=int, help="torch threads per process (default 1)")
     p.add_argument("--resume", action="store_true",
                    help="continue from DIR/checkpoint.safetensors up to --steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -144,5 +148,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig.for_task(
         args.task, steps=args.steps, n_layer=args.layers, n_head=args.heads, n_embd=args.dim,
         batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every, log_every=args.log_every, threads=args.threads,
     )

@@ -52,7 +52,7 @@ def capture_weights(model: nn.Module, idx: Tensor) -> Tensor:
 def previous_token_score(weights: Tensor) -> Tensor:
     """Mean attention from each position to the one before it: (..., Lq, Lk) -> (...)."""
     n = weights.shape[-1]
-    t = torch.arange(1, n)
+    t = torch.arange(1, n, device=weights.device)
     return weights[..., t, t - 1].mean(dim=-1)
 
 
@@ -63,7 +63,7 @@ def induction_targets(idx: Tensor) -> Tensor:
     same = idx[:, :, None] == idx[:, None, :]  # (B, N, N): same[b, t, j]
     succ = torch.zeros_like(same)
     succ[:, :, 1:] = same[:, :, :-1]  # succ[b, t, k] = same[b, t, k-1]
-    return succ & torch.ones(n, n, dtype=torch.bool).tril(-1)  # k < t
+    return succ & torch.ones(n, n, dtype=torch.bool, device=idx.device).tril(-1)  # k < t
 
 
 def induction_score(weights: Tensor, idx: Tensor) -> Tensor:
@@ -113,4 +113,4 @@ def score_heads(model: nn.Module, idx: Tensor) -> HeadScores:
     w = capture_weights(model, idx)  # (L, B, H, N, N)
     prev = previous_token_score(w).mean(dim=1)  # (L, H)
     ind = induction_score(w, idx)  # (L, H)
-    return HeadScores(prev, ind)
+    return HeadScores(prev.cpu(), ind.cpu())

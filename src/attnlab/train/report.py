@@ -31,7 +31,7 @@ ACCURACY_TARGET = 0.95  # held-out accuracy on the induction positions
 # sequence scores about 0.1 on either score.
 PREVIOUS_THRESHOLD = 0.3  # the trained layer-0 heads share the job; the best reaches ~0.42
 INDUCTION_THRESHOLD = 0.5  # most of the mass on the tokens after earlier occurrences
-STANDOUT = 3.0
+STANDOUT = 3.0  # times the lower median of all heads' scores
 RUN_NAME = "trained-induction"
 
 
@@ -140,11 +140,14 @@ def trained_model_section(run_dir: str | Path, *, seed: int = 0):
                     "计分位置上的损失与准确率；红点为留出集。", tag="span")
         + "</figcaption></figure>",
         f"<figure>{pats_svg}<figcaption>"
-        + bilingual("Left: the previous-token head (each token looks one back). Right: the "
-                    "induction head (in the repeat, each token looks at the token that followed "
-                    "its earlier occurrence: an off-diagonal stripe).",
-                    "左：前一词元头（每个词元看前一个）。右：归纳头（在重复段中，每个词元看它上一次"
-                    "出现之后的那个词元：一条偏离对角线的斜线）。", tag="span")
+        + bilingual("Left: the previous-token head: a clean one-back diagonal while the tokens "
+                    "are new; once the sequence repeats it spreads out, and the induction head "
+                    "carries the prediction. Right: the induction head: in the repeats each "
+                    "token looks at the token that followed its earlier occurrence (stripes "
+                    "parallel to the diagonal, one period back).",
+                    "左：前一词元头：词元首次出现时是一条干净的“看前一个”对角线；序列开始重复后它"
+                    "变得分散，由归纳头负责预测。右：归纳头：在重复段中，每个词元看它上一次出现之后"
+                    "的那个词元（与对角线平行、相隔一个周期的斜线）。", tag="span")
         + "</figcaption></figure>",
         table(["head", "previous-token score", "induction score"], score_rows),
     ]

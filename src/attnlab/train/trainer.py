@@ -116,13 +116,18 @@ def _dist() -> tuple[int, int, bool]:
         return 0, 1, False
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), False
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
+    dist.init_process_group("nccl" if _gpu_per_rank(world) else "gloo")
     return dist.get_rank(), dist.get_world_size(), True
 
 
+def _gpu_per_rank(world: int) -> bool:
+    """nccl and one GPU per process when this node has a GPU for each local process."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    return torch.cuda.is_available() and torch.cuda.device_count() >= local
+
+
 def _device(world: int) -> torch.device:
-    if world > 1 and torch.cuda.is_available():
+    if world > 1 and _gpu_per_rank(world):
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
@@ -280,9 +285,12 @@ def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = Fa
     run_dir = prepare_run_dir(out, resume=resume)
     task = get_task(config.task)
     rank, world, owns_group = _dist()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
     try:
         return _train(config, task, run_dir, resume, quiet, progress, rank, world)
     finally:
+        torch.set_num_threads(threads)
         if owns_group:
             import torch.distributed as dist
 
@@ -329,6 +337,8 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
                                 loss="-", acc="-", tps="-")
     window = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, scored count
     last = {"loss": float("nan"), "accuracy": float("nan")}
+    for row in read_metrics(run_dir) if resume else []:  # a resumed run that has nothing
+        last = {"loss": row["loss"], "accuracy": row["accuracy"]}  # left to do reports these
     metrics = open(run_dir / METRICS_NAME, "a", encoding="utf-8") if writer else None
     t0 = time.perf_counter()
     try:

@@ -55,7 +55,8 @@ def test_sigkill_mid_run_loses_only_the_steps_since_the_checkpoint(tmp_path):
     a, b = build_model(cfg), build_model(cfg)
     load_checkpoint(run, a, config=cfg, restore_rng=False)
     load_checkpoint(tmp_path / "straight", b, config=cfg, restore_rng=False)
-    diff = max(float((x - y).abs().max()) for x, y in zip(a.parameters(), b.parameters()))
+    diff = max(float((x - y).abs().max()) for x, y in zip(a.state_dict().values(),
+                                                         b.state_dict().values()))
     assert diff <= 1e-6
     assert abs(resumed.eval_loss - straight.eval_loss) <= 1e-6
     steps = [r["step"] for r in read_metrics(run) if not r.get("final")]

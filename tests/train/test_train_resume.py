@@ -66,3 +66,12 @@ def test_resume_refuses_a_different_run(tmp_path, tiny):
     cfg = json.loads((tmp_path / "config.json").read_text())["config"]
     assert cfg["lr"] != 0.5  # nothing was overwritten
     torch.testing.assert_close(torch.tensor(cfg["steps"]), torch.tensor(2))
+
+
+def test_resume_of_a_finished_run_only_evaluates(tmp_path, tiny):
+    first = train(tiny(steps=4), tmp_path, quiet=True)
+    again = train(tiny(steps=4), tmp_path, resume=True, quiet=True)
+    assert again.start_step == again.step == 4
+    assert again.loss == first.loss and again.eval_loss == first.eval_loss
+    rows = read_metrics(tmp_path)
+    assert sum(bool(r.get("final")) for r in rows) == 1 and json.dumps(rows, allow_nan=False)

@@ -332,9 +332,18 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
         prefix = [bos] if isinstance(bos, int) else []
         start = len(prefix)
         vocab = int(getattr(getattr(loaded.model, "config", None), "vocab_size", 0) or 0)
+        if vocab <= 0:
+            vocab = len(tok) if hasattr(tok, "__len__") else 0
         special = set(getattr(tok, "all_special_ids", []) or [])
         lo = min(1000, vocab // 10)  # skip the low ids: bytes and special tokens
-        pool = [i for i in range(lo, max(vocab, lo + 2 * period)) if i not in special]
+        pool = [i for i in range(lo, vocab) if i not in special]
+        # the repeated sequence must fit the model: prefix + 2 * period <= max_length
+        period = min(period, len(pool), (loaded.max_length - len(prefix)) // 2)
+        if period < 2:
+            raise ValueError(
+                f"model {loaded.name!r} is too small for an induction test (vocabulary "
+                f"{vocab}, max_length {loaded.max_length})"
+            )
         ids = repeated_random_tokens(pool, period, seed=seed, prefix=prefix)
         ind = run_trace(loaded, ids, qkv=False)
     d = diagnose(main, induction=ind, period=period if ind is not None else None, start=start,

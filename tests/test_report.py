@@ -83,3 +83,10 @@ def test_written_files_are_readable_by_others(tmp_path):
     report.atomic_write_text(tmp_path / "page.html", "x")
     mode = stat.S_IMODE(os.stat(tmp_path / "page.html").st_mode)
     assert mode & stat.S_IROTH
+
+
+def test_only_builds_just_the_named_parts(tmp_path, capsys):
+    result = report.build_report(tmp_path, only=["parity"], quiet=True)
+    assert [s.id for s in result.sections] == ["parity"]
+    assert main(["report", "--out", str(tmp_path), "--only", "nonsense", "--quiet"]) == 2
+    assert "parts are" in capsys.readouterr().err

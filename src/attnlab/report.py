@@ -21,14 +21,14 @@ from typing import Any
 __all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_report",
            "render_page", "atomic_write_text"]
 
-#: Section providers in page order.
-PROVIDERS: list[str] = [
-    "attnlab.experiments.parity:report_section",
-    "attnlab.experiments.report:report_sections",
-    "attnlab.viz.explorer:report_section",
-    "attnlab.viz.real_models:report_section",
-    "attnlab.train.report:report_section",
-]
+#: Section providers in page order: part name -> ``"module:function"``.
+PROVIDERS: dict[str, str] = {
+    "parity": "attnlab.experiments.parity:report_section",
+    "experiments": "attnlab.experiments.report:report_sections",
+    "explorer": "attnlab.viz.explorer:report_section",
+    "real-models": "attnlab.viz.real_models:report_section",
+    "trained": "attnlab.train.report:report_section",
+}
 
 
 @dataclass
@@ -222,9 +222,10 @@ def _print_summary(sections: list[Section], console: Any, path: Path) -> None:
 def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = None,
                  quiet: bool = False, seed: int = 0,
                  providers: list[str] | None = None) -> ReportResult:
-    """Build every section (or those in ``only``, by id) and write ``out_dir/index.html``.
+    """Build every part (or those named in ``only``) and write ``out_dir/index.html``.
 
-    ``providers`` overrides :data:`PROVIDERS` (``"module:function"`` strings).
+    ``only`` takes part names, the keys of :data:`PROVIDERS`; ``providers`` overrides the
+    list itself (``"module:function"`` strings).
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -234,7 +235,13 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create directory ({exc.strerror})") from None
-    loaded = [_load_provider(p) for p in (PROVIDERS if providers is None else providers)]
+    if only is not None:
+        unknown = sorted(set(only) - set(PROVIDERS))
+        if unknown:
+            raise ValueError(f"--only: unknown part(s) {unknown}; the parts are {list(PROVIDERS)}")
+    if providers is None:
+        providers = [spec for key, spec in PROVIDERS.items() if only is None or key in only]
+    loaded = [_load_provider(p) for p in providers]
     console = Console(stderr=True, quiet=quiet)
     sections: list[Section] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
@@ -249,13 +256,8 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
             result = provider(ctx)
             for s in result if isinstance(result, list) else [result]:
                 s.seconds = time.perf_counter() - t0
-                if only is None or s.id in only:
-                    sections.append(s)
+                sections.append(s)
             progress.advance(task)
-    if only is not None:
-        missing = sorted(set(only) - {s.id for s in sections})
-        if missing:
-            raise ValueError(f"--only: unknown section(s) {missing}")
     path = out / "index.html"
     atomic_write_text(path, render_page(sections))
     atomic_write_text(out / "summary.json",

@@ -243,3 +243,17 @@ def test_bad_input_names_the_argument(kwargs, exc, words):
         attnlab.scaled_dot_product_attention(q, k, v, **args)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(6, 8), (2, 6, 8), (2, 3, 6, 8)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_any_rank_gives_the_same_answer(shape, causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
+    mask = torch.rand(6, 6, generator=g) > 0.3
+    mask[2] = False
+    ref_out, _ = reference(q, k, v, mask, causal)
+    for kw in ({}, {"backend": "explicit"}):
+        out = attnlab.scaled_dot_product_attention(q, k, v, mask, causal=causal, **kw)
+        assert out.shape == shape
+        torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=0)

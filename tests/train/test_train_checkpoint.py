@@ -112,8 +112,9 @@ def test_load_run_gives_model_and_tokenizer(tmp_path, tiny):
     assert logits.shape == (1, 6, tok.vocab_size)
     with pytest.raises(ValueError, match="unknown symbol"):
         tok.encode("3 banana")
-    text = tok.example_text()
-    assert len(tok.encode(text)) == get_task("induction").seq_len
+    text = tok.example_text()  # one full model context, no more
+    assert len(tok.encode(text)) == model.config.block_size == get_task("induction").seq_len - 1
+    model(torch.tensor([tok.encode(text)]))
 
 
 def test_tokenizer_is_documented_by_its_task():

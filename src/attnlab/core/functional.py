@@ -220,9 +220,17 @@ def _fused(
         q = q.expand(*batch, *q.shape[-2:])
         k = k.expand(*batch, *k.shape[-2:])
         v = v.expand(*batch, *v.shape[-2:])
+    extra = 4 - q.dim()
+    if extra > 0:
+        # torch's fast CPU kernels take only 4-D input; 3-D drops to its slow math path
+        # (about 25x slower at N = 8192). Leading 1s change nothing, masks still broadcast.
+        ones = (1,) * extra
+        q, k, v = (t.reshape(*ones, *t.shape) for t in (q, k, v))
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=merged, dropout_p=dropout_p, scale=scale
     )
+    if extra > 0:
+        out = out.reshape(out.shape[extra:])
     if dead is not None:
         out = out.masked_fill(dead, 0.0)
     return out

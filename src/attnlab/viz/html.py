@@ -41,7 +41,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
             else:
                 cells.append(f"<td>{escape(fmt(v))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    rows_html = "".join(body)
+    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows_html}</tbody></table>'
 
 
 def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:

@@ -1,8 +1,9 @@
 """The report: every section computed now, assembled into one self-contained HTML page.
 
-A section provider is a function ``(ctx: ReportContext) -> Section``; :data:`PROVIDERS`
-lists them in page order as ``"module:function"`` strings so that optional parts import
-only when built. The page has no external resource of any kind (no CDN, no fonts, no
+A section provider is a function ``(ctx: ReportContext) -> Section | list[Section]``;
+:data:`PROVIDERS` names them in page order (part name -> ``"module:function"``) so that each
+part imports only when built. ``Section`` lives in :mod:`attnlab.viz.html` so that the parts
+below the report can build one without importing upward. The page has no external resource of any kind (no CDN, no fonts, no
 network); figures are inline SVG or data URIs.
 """
 
@@ -14,9 +15,11 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from attnlab.viz.html import Section
 
 __all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_report",
            "render_page", "atomic_write_text"]
@@ -29,24 +32,6 @@ PROVIDERS: dict[str, str] = {
     "real-models": "attnlab.viz.real_models:report_section",
     "trained": "attnlab.train.report:report_section",
 }
-
-
-@dataclass
-class Section:
-    """One part of the report.
-
-    ``html`` is a trusted fragment built by attnlab (every user string inside it must have
-    been escaped). ``passed`` is None for sections that only show things. ``rows`` are the
-    terminal summary: (check, value, passed-or-None).
-    """
-
-    id: str
-    title: str
-    title_zh: str
-    html: str
-    passed: bool | None = None
-    rows: list[tuple[str, str, bool | None]] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 @dataclass

@@ -184,8 +184,7 @@ def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, b
 
 
 def report_section(ctx) -> object:
-    from attnlab.report import Section
-    from attnlab.viz.html import bilingual, table
+    from attnlab.viz.html import Section, bilingual, table
 
     checks = run_parity(ctx.seed)
     demos = seed_demos(ctx.seed)

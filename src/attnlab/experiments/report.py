@@ -30,8 +30,7 @@ def _cell(x: Any) -> Any:
 
 def section_for(result: Result, *, dpi: int = 100) -> Any:
     """One report ``Section`` for one ``Result`` (renders and then drops its figure)."""
-    from attnlab.report import Section
-    from attnlab.viz.html import bilingual, escape, table
+    from attnlab.viz.html import Section, bilingual, escape, table
 
     r = result
     body = bilingual(r.claim, r.claim_zh, cls="claim")

@@ -78,8 +78,7 @@ def trained_model_section(run_dir: str | Path, *, seed: int = 0):
     """The section for an existing induction run directory."""
     import matplotlib.pyplot as plt
 
-    from attnlab.report import Section
-    from attnlab.viz.html import bilingual, escape, figure_to_svg, fmt, table
+    from attnlab.viz.html import Section, bilingual, escape, figure_to_svg, fmt, table
 
     run_dir = Path(run_dir)
     model, tok = load_run(run_dir)

@@ -6,9 +6,10 @@ import base64
 import html
 import io
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["table", "fmt", "figure_to_data_uri", "figure_to_svg", "bilingual", "escape"]
+__all__ = ["Section", "table", "fmt", "figure_to_data_uri", "figure_to_svg", "bilingual", "escape"]
 
 escape = html.escape
 
@@ -64,3 +65,21 @@ def figure_to_svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     svg = buf.getvalue()
     return svg[svg.index("<svg"):]
+
+
+@dataclass
+class Section:
+    """One part of the report.
+
+    ``html`` is a trusted fragment built by attnlab (every user string inside it must have
+    been escaped). ``passed`` is None for sections that only show things. ``rows`` are the
+    terminal summary: (check, value, passed-or-None).
+    """
+
+    id: str
+    title: str
+    title_zh: str
+    html: str
+    passed: bool | None = None
+    rows: list[tuple[str, str, bool | None]] = field(default_factory=list)
+    seconds: float = 0.0

@@ -3,8 +3,8 @@
 A section provider is a function ``(ctx: ReportContext) -> Section | list[Section]``;
 :data:`PROVIDERS` names them in page order (part name -> ``"module:function"``) so that each
 part imports only when built. ``Section`` lives in :mod:`attnlab.viz.html` so that the parts
-below the report can build one without importing upward. The page has no external resource of any kind (no CDN, no fonts, no
-network); figures are inline SVG or data URIs.
+below the report can build one without importing upward. The page has no external
+resource of any kind (no CDN, no fonts, no network); figures are inline SVG or data URIs.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import html
 import importlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlab._io import atomic_write_text
 from attnlab.viz.html import Section
 
 __all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_report",
@@ -65,25 +65,6 @@ class ReportResult:
                 for s in self.sections
             ],
         }
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically: temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for sharing
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _load_provider(spec: str):

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from attnlab._io import atomic_write_bytes
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION"]
 
@@ -191,18 +192,7 @@ class AttentionTrace:
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
         blob = save(tensors, metadata={"attnlab": json.dumps(self._metadata(),
                                                              ensure_ascii=False)})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a trace is for sharing
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, blob)
         return path
 
     @classmethod

@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
+from attnlab._io import atomic_write_bytes
 from attnlab.train.config import TrainConfig
 from attnlab.train.tasks import Task, get_task
 
@@ -86,27 +86,6 @@ def build_model(config: TrainConfig) -> nn.Module:
 # --------------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:  # pragma: no cover - some filesystems refuse fsync on a directory
-        pass
 
 
 def remove_stale_temps(run_dir: str | os.PathLike[str]) -> None:

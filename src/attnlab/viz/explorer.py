@@ -414,7 +414,7 @@ class Explorer:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the whole page to ``path`` atomically; returns the path."""
-        from attnlab.report import atomic_write_text
+        from attnlab._io import atomic_write_text
 
         path = Path(path)
         if path.suffix.lower() not in (".html", ".htm"):

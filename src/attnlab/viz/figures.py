@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 import warnings
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from attnlab._io import atomic_open
 from attnlab.trace.trace import AttentionTrace
 
 __all__ = ["cjk_font", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
@@ -330,16 +330,6 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 130) ->
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise ValueError(f"--out must end in .png or .svg, got {str(path)!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{fmt}")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a figure is for sharing
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
     return path

@@ -90,3 +90,13 @@ def test_only_builds_just_the_named_parts(tmp_path, capsys):
     assert [s.id for s in result.sections] == ["parity"]
     assert main(["report", "--out", str(tmp_path), "--only", "nonsense", "--quiet"]) == 2
     assert "parts are" in capsys.readouterr().err
+
+
+def test_attnlab_debug_shows_the_traceback(tmp_path, monkeypatch):
+    import pytest
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("ATTNLAB_DEBUG", "1")
+    with pytest.raises(ValueError, match="--out"):
+        main(["report", "--out", str(blocker / "sub"), "--quiet"])

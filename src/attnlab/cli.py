@@ -1,5 +1,7 @@
 """The ``attnlab`` command. Thin: it parses arguments and calls the library.
 
+Bad input is one line on stderr and exit code 2; set ``ATTNLAB_DEBUG=1`` for the traceback.
+
 Each subcommand is one ``@_command`` function that adds its parser and sets ``func``;
 ``python -m attnlab`` is the same program.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -386,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, FileNotFoundError) as exc:
+        if os.environ.get("ATTNLAB_DEBUG"):  # the full traceback, for bug reports
+            raise
         print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

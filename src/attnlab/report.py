@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab._io import atomic_write_text
-from attnlab.viz.html import Section
+from attnlab.viz.html import ReportContext, Section
 
 __all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_report",
            "render_page", "atomic_write_text"]
@@ -32,18 +32,6 @@ PROVIDERS: dict[str, str] = {
     "real-models": "attnlab.viz.real_models:report_section",
     "trained": "attnlab.train.report:report_section",
 }
-
-
-@dataclass
-class ReportContext:
-    out_dir: Path
-    quiet: bool = False
-    seed: int = 0
-    progress: Any = None  # rich.progress.Progress or None
-
-    def log(self, message: str) -> None:
-        if self.progress is not None:
-            self.progress.console.log(message)
 
 
 @dataclass

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from attention_reference import reference  # tests/core/attention_reference.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,22 +21,6 @@ from attnlab.core import (
 )
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
-
-
-def reference(q, k, v, mask=None, causal=False, scale=None):
-    """softmax(q kᵀ·scale + mask) v in float64; fully-masked rows -> 0."""
-    q, k, v = q.double(), k.double(), v.double()
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = q @ k.transpose(-2, -1) * scale
-    lq, lk = s.shape[-2:]
-    if causal:
-        s = s.masked_fill(~torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq), -math.inf)
-    if mask is not None:
-        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.double()
-    dead = torch.isneginf(s).all(-1, keepdim=True)
-    w = torch.softmax(s.masked_fill(dead, 0), -1).masked_fill(dead, 0)
-    lse = torch.logsumexp(s.masked_fill(dead, 0), -1).masked_fill(dead.squeeze(-1), -math.inf)
-    return w @ v, w, lse
 
 
 def make_mask(kind, b, h, lq, lk, g, dtype=torch.float32):

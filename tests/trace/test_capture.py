@@ -151,3 +151,19 @@ def test_trace_file_errors(tmp_path):
     t = attnlab.trace(_gpt(), [1, 2, 3])
     t.save(tmp_path / "t.safetensors")
     assert AttentionTrace.load(tmp_path / "t.safetensors").weights.equal(t.weights)
+
+
+def test_batch_mask_and_key_mask_give_scores_that_softmax_to_the_weights():
+    torch.manual_seed(0)
+    m = attnlab.MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.rand(2, 5, 5) > 0.3  # (B, Lq, Lk)
+    mask[..., 0] = True
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    with capture(m) as cap:
+        _, w = m(x, mask=mask, key_mask=key_mask, need_weights=True)
+    for b in range(2):
+        t = cap.trace(b, scores=True)
+        assert torch.allclose(torch.softmax(t.scores[0], -1), w[b], atol=1e-6)
+        allowed = mask[b] & key_mask[b]
+        assert torch.isneginf(t.scores[0][:, ~allowed]).all()

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.core.functional import capture_active, scaled_dot_product_attention
+from attnlab.core.masks import combine
 from attnlab.core.positional import RotaryEmbedding
 
 __all__ = ["HookPoint", "SelfAttention", "MultiHeadAttention", "KVCache"]
@@ -81,13 +82,7 @@ def _module_mask(
             raise ValueError(
                 f"key_mask must have shape (B, Lk)=({b}, {lk}), got {tuple(key_mask.shape)}"
             )
-        km = key_mask[:, None, None, :]
-        if out is None:
-            out = km
-        elif out.dtype == torch.bool:
-            out = out & km
-        else:
-            out = out.masked_fill(~km, float("-inf"))
+        out = combine(out, key_mask[:, None, None, :])
     return out
 
 

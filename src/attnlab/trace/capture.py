@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.core.functional import weights_requested
+from attnlab.core.masks import combine
 from attnlab.nn.attention import MultiHeadAttention, SelfAttention
 from attnlab.trace.trace import AttentionTrace
 
@@ -184,16 +185,12 @@ def _hook_attnlab(cap: Capture, m: nn.Module, handles: list[Any]) -> None:
         pending["causal"] = bool(kwargs.get("causal", False))
         mask = kwargs.get("mask", args[1] if isinstance(m, SelfAttention) and len(args) > 1
                           else None)
+        if mask is not None and mask.dim() == 3:  # (B, Lq, Lk) -> (B, 1, Lq, Lk)
+            mask = mask[:, None]
         key_mask = kwargs.get("key_mask")
         if key_mask is not None:
-            km = key_mask[:, None, None, :]
-            if mask is None:
-                mask = km
-            elif mask.dtype == torch.bool:
-                mask = mask & km
-            else:
-                mask = mask.masked_fill(~km, float("-inf"))
-        pending["mask"] = mask if (mask is None or mask.dim() != 3) else mask[:, None]
+            mask = combine(mask, key_mask[:, None, None, :])
+        pending["mask"] = mask
 
     def keep(key):
         def hook(_mod, _inp, out):
@@ -251,12 +248,7 @@ def _hook_torch_mha(cap: Capture, m: nn.MultiheadAttention, handles: list[Any]) 
         kpm = call.get("key_padding_mask")
         if kpm is not None:
             km = (~kpm if kpm.dtype == torch.bool else kpm > -1)[:, None, None, :]
-            if mask is None:
-                mask = km
-            elif mask.dtype == torch.bool:
-                mask = mask & km
-            else:
-                mask = mask.masked_fill(~km, float("-inf"))
+            mask = combine(mask, km)
         pending.update(mask=mask, causal=False)
         if cap.qkv:
             if m._qkv_same_embed_dim:

@@ -435,8 +435,7 @@ REPORT_TEXT = "The cat sat on the mat because it was tired."
 
 def report_section(ctx: Any) -> Any:
     """The explorer on MiniLM for one English sentence, inline in the report."""
-    from attnlab.report import Section
-    from attnlab.viz.html import bilingual
+    from attnlab.viz.html import Section, bilingual
 
     try:
         ex = explore("minilm", REPORT_TEXT)

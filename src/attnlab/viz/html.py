@@ -7,9 +7,11 @@ import html
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Section", "table", "fmt", "figure_to_data_uri", "figure_to_svg", "bilingual", "escape"]
+__all__ = ["ReportContext", "Section", "table", "fmt", "figure_to_data_uri", "figure_to_svg",
+           "bilingual", "escape"]
 
 escape = html.escape
 
@@ -83,3 +85,15 @@ class Section:
     passed: bool | None = None
     rows: list[tuple[str, str, bool | None]] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass
+class ReportContext:
+    out_dir: Path
+    quiet: bool = False
+    seed: int = 0
+    progress: Any = None  # rich.progress.Progress or None
+
+    def log(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress.console.log(message)

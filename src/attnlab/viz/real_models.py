@@ -16,8 +16,15 @@ from typing import Any
 
 import torch
 
-from attnlab.report import ReportContext, Section
-from attnlab.viz.html import bilingual, escape, figure_to_data_uri, fmt, table
+from attnlab.viz.html import (
+    ReportContext,
+    Section,
+    bilingual,
+    escape,
+    figure_to_data_uri,
+    fmt,
+    table,
+)
 
 __all__ = ["report_section", "MINILM_SENTENCES", "SMOLLM2_SENTENCES", "EXACT_TOL",
            "RECOMPUTE_TOL"]

@@ -1,19 +1,47 @@
-"""Atomic file writes: a temp file in the same folder, fsync, rename, fsync the folder.
+"""Atomic file writes, and the checks that an output path can be written at all.
 
-A reader sees either the old file or the new one, never half of one; a process killed
-mid-write leaves at most a stray ``.NAME.*.tmp`` beside the old file. Depends on nothing.
+A write goes to a temp file in the same folder, is fsynced, then renamed over the target, so a
+reader sees either the old file or the new one, never half of one. The temp file of a target
+``NAME`` is always ``.NAME.attnlab-XXXXXXXX.tmp`` (8 random characters): a process killed
+mid-write leaves at most such a file beside the old one, and :func:`remove_stale_temps`
+deletes exactly those (for the names it is given), never a file attnlab did not make.
+
+Errors name the target, never the hidden temp file. Depends on nothing.
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = atomic_write_text(d / "a.txt", "hello")
+>>> check_output_file(d, arg="--out")
+Traceback (most recent call last):
+...
+ValueError: --out ...: is a directory; give a file name inside it
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text"]
+__all__ = [
+    "TEMP_MARK",
+    "atomic_open",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "check_output_dir",
+    "check_output_file",
+    "is_temp_of",
+    "remove_stale_temps",
+]
+
+#: What distinguishes attnlab's temp files: ``.NAME`` + TEMP_MARK + 8 random chars + ``.tmp``.
+TEMP_MARK = ".attnlab-"
+_RANDOM = re.compile(r"[a-z0-9_]{8}")  # tempfile's alphabet and length
 
 
 def _umask() -> int:
@@ -22,26 +50,42 @@ def _umask() -> int:
     return mask
 
 
+def _naming_target(exc: OSError, path: Path) -> OSError:
+    """The same kind of OSError, naming ``path`` instead of a temp file."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *,
                 encoding: str | None = None) -> Iterator[IO[Any]]:
     """``with atomic_open(p, "w", encoding="utf-8") as f: f.write(...)`` writes p atomically.
 
     The file gets the usual permissions (0666 less the umask), not mkstemp's 0600: what
-    attnlab writes (reports, traces, figures, checkpoints) is meant to be read.
+    attnlab writes (reports, traces, figures, checkpoints) is meant to be read. An
+    ``OSError`` (folder not writable, a file where a folder should be, a folder where the
+    file should be) names ``path``.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_MARK}",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise _naming_target(exc, path) from exc
     try:
         os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise _naming_target(exc, path) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -65,3 +109,93 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return Path(path)
+
+
+# --------------------------------------------------------------------------------------
+# attnlab's own temp files
+# --------------------------------------------------------------------------------------
+
+
+def is_temp_of(path: str | os.PathLike[str], name: str) -> bool:
+    """True if ``path`` is a temp file :func:`atomic_open` made for a target called ``name``.
+
+    >>> is_temp_of(".config.json.attnlab-k3x_9a0q.tmp", "config.json")
+    True
+    >>> is_temp_of(".config.json.k3x_9a0q.tmp", "config.json")  # not attnlab's
+    False
+    """
+    base = Path(path).name
+    head, tail = f".{name}{TEMP_MARK}", ".tmp"
+    return (base.startswith(head) and base.endswith(tail)
+            and _RANDOM.fullmatch(base[len(head):-len(tail)]) is not None)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], names: Iterable[str]) -> list[Path]:
+    """Delete the temp files a killed writer left for the targets ``names`` in ``folder``.
+
+    Only exact attnlab temp names are touched (see the module docstring); anything else in
+    the folder, hidden or not, is left alone. Returns the paths removed.
+    """
+    folder = Path(folder)
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    names = list(names)
+    for p in entries:
+        if any(is_temp_of(p, n) for n in names) and p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+# --------------------------------------------------------------------------------------
+# checking an output path before any work
+# --------------------------------------------------------------------------------------
+
+
+def _first_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _check_parent_chain(path: Path, arg: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable folder."""
+    anc = _first_existing(path.parent)
+    if not anc.is_dir():
+        raise ValueError(f"{arg} {path}: {anc} is a file, not a folder")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ValueError(f"{arg} {path}: folder {anc} is not writable")
+
+
+def check_output_file(path: str | os.PathLike[str], *, arg: str = "path") -> Path:
+    """Check, before any work, that a file can be written at ``path``; ``ValueError`` naming
+    ``arg`` and the cause otherwise (a folder at ``path``, a file where a folder must be, a
+    folder that is not writable)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{arg} must be a file path, got {path!r}")
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{arg} {p}: is a directory; give a file name inside it")
+    if p.exists() and not p.is_file():
+        raise ValueError(f"{arg} {p}: exists and is not a regular file")
+    _check_parent_chain(p, arg)
+    return p
+
+
+def check_output_dir(path: str | os.PathLike[str], *, arg: str = "path") -> Path:
+    """Check, before any work, that ``path`` is (or can become) a writable folder."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{arg} must be a directory path, got {path!r}")
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            raise ValueError(f"{arg} {p}: exists and is a file, not a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ValueError(f"{arg} {p}: directory is not writable")
+        return p
+    _check_parent_chain(p, arg)
+    return p

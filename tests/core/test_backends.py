@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnlab
-import attnlab.core.functional as functional
+import attnlab.core._tiles as tiles
 from attnlab.core import (
     attention_weights,
     chunked_attention,
@@ -63,8 +63,8 @@ def inputs(draw, max_len=50):
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Tiles of a few rows, so that row blocks, causal skipping and tails are exercised."""
-    monkeypatch.setattr(functional, "_TILE_BYTES", 4 * 12 * 70)
-    monkeypatch.setattr(functional, "_MIN_ROWS", 5)
+    monkeypatch.setattr(tiles, "_TILE_BYTES", 4 * 12 * 70)
+    monkeypatch.setattr(tiles, "_MIN_ROWS", 5)
 
 
 def _max_err(a, b):
@@ -76,14 +76,14 @@ def _max_err(a, b):
 def test_every_backend_equals_the_formula(inputs):
     q, k, v, mask, causal = inputs
     ref_out, ref_w, ref_lse = reference(q, k, v, mask, causal)
-    for tile in (functional._TILE_BYTES, 4 * 12 * 70):
-        old = functional._TILE_BYTES, functional._MIN_ROWS
-        functional._TILE_BYTES, functional._MIN_ROWS = tile, 5
+    for tile in (tiles._TILE_BYTES, 4 * 12 * 70):
+        old = tiles._TILE_BYTES, tiles._MIN_ROWS
+        tiles._TILE_BYTES, tiles._MIN_ROWS = tile, 5
         try:
             out, w = attnlab.scaled_dot_product_attention(
                 q, k, v, mask, causal=causal, return_weights=True, backend="explicit")
         finally:
-            functional._TILE_BYTES, functional._MIN_ROWS = old
+            tiles._TILE_BYTES, tiles._MIN_ROWS = old
         assert _max_err(out, ref_out) <= 1e-5 and _max_err(w, ref_w) <= 1e-5
     fused = attnlab.scaled_dot_product_attention(q, k, v, mask, causal=causal, backend="fused")
     assert _max_err(fused, ref_out) <= 1e-5
@@ -235,8 +235,12 @@ def test_pooled_map_equals_block_means_of_the_explicit_map(kind, lq, lk, block, 
     _, w = attnlab.scaled_dot_product_attention(q, k, v, mask, causal=causal,
                                                 return_weights=True)
     bq, bk = (block, block) if isinstance(block, int) else block
-    want = F.avg_pool2d(w.reshape(6, lq, lk), (bq, bk), ceil_mode=True).reshape(
-        2, 3, -(-lq // bq), -(-lk // bk))
+    gq, gk = -(-lq // bq), -(-lk // bk)
+    # pooled: the mean over a block's (real) queries of the sum over its keys
+    padded = F.pad(w, (0, gk * bk - lk, 0, gq * bq - lq))
+    sums = padded.reshape(2, 3, gq, bq, gk, bk).sum(dim=(3, 5))
+    rows_in = torch.tensor([min(bq, lq - i * bq) for i in range(gq)], dtype=w.dtype)
+    want = sums / rows_in[:, None]
     from_v = pooled_attention_map(q, k, v, block=block, mask=mask, causal=causal)
     _, lse = chunked_attention(q, k, v, mask, causal=causal)
     from_lse = pooled_attention_map(q, k, lse, block=block, mask=mask, causal=causal)

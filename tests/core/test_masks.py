@@ -29,20 +29,34 @@ def test_padding_and_refusal_to_truncate():
         masks.padding([-1])
 
 
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize(("lq", "lk", "window"), [(6, 6, 1), (6, 6, 3), (3, 7, 2), (5, 5, 9)])
-def test_sliding_window_matches_definition(causal, lq, lk, window):
-    m = masks.sliding_window(lq, lk, window=window, causal=causal)
-    for i in range(lq):
-        p = i + lk - lq
-        for j in range(lk):
-            want = (0 <= p - j < window) if causal else abs(p - j) < window
-            assert bool(m[i, j]) == want
+@pytest.mark.parametrize(("lq", "lk", "window"), [(6, 6, 1), (6, 6, 3), (3, 7, 2), (5, 5, 9),
+                                                   (7, 3, 2), (0, 4, 2)])
+def test_causal_window_matches_definition(lq, lk, window):
+    m = masks.causal(lq, lk, window=window)
+    want = torch.tensor([[0 <= i + lk - lq - j < window for j in range(lk)] for i in range(lq)],
+                        dtype=torch.bool).reshape(lq, lk)
+    assert torch.equal(m, want)
+    # each query sees at most `window` keys, the last query exactly min(window, lk)
+    assert all(int(n) <= window for n in m.sum(-1))
+    if lq:
+        assert int(m[-1].sum()) == min(window, lk)
+    # a wrong variant (window counted without the diagonal) differs
+    wrong = torch.tensor([[0 <= i + lk - lq - j <= window for j in range(lk)]
+                          for i in range(lq)], dtype=torch.bool).reshape(lq, lk)
+    if lq and lk > window:
+        assert not torch.equal(m, wrong)
 
 
-def test_sliding_window_rejects_bad_window():
-    with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
-        masks.sliding_window(4, window=0)
+def test_causal_window_none_is_plain_causal_and_bad_windows_are_refused():
+    assert torch.equal(masks.causal(5, 8, window=None), masks.causal(5, 8))
+    assert torch.equal(masks.causal(5, 8, window=100), masks.causal(5, 8))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="window must be an int >= 1"):
+            masks.causal(4, window=bad)
+    with pytest.raises(ValueError, match="lq must be >= 0, got -1"):
+        masks.causal(-1)
+    with pytest.raises(TypeError, match="lk must be an int"):
+        masks.causal(2, 2.0)
 
 
 def test_combine_bool_and_float():
@@ -76,3 +90,36 @@ def test_bool_and_equivalent_float_mask_give_the_same_attention():
 def test_from_torch_key_padding_mask_inverts():
     kpm = torch.tensor([[False, False, True]])
     assert masks.from_torch_key_padding_mask(kpm).tolist() == [[True, True, False]]
+
+
+@pytest.mark.parametrize("pad", [float("-inf"), -1e9, -10000.0, torch.finfo(torch.float32).min])
+def test_from_torch_key_padding_mask_float(pad):
+    kpm = torch.tensor([[0.0, 0.0, pad], [0.0, pad, pad]])
+    got = masks.from_torch_key_padding_mask(kpm)
+    assert got.tolist() == [[True, True, False], [True, False, False]]
+    # the bool mask torch would build from the same padding gives the same key mask
+    assert torch.equal(got, masks.from_torch_key_padding_mask(kpm != 0))
+    half = masks.from_torch_key_padding_mask(kpm.to(torch.float16).nan_to_num(neginf=-65504))
+    assert torch.equal(half, got)
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.5, float("inf"), float("nan"), -9999.0])
+def test_from_torch_key_padding_mask_refuses_values_with_no_key_meaning(value):
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        masks.from_torch_key_padding_mask(torch.tensor([[0.0, value]]))
+
+
+def test_from_torch_key_padding_mask_refuses_other_types_and_shapes():
+    with pytest.raises(TypeError, match="key_padding_mask.*int64"):
+        masks.from_torch_key_padding_mask(torch.tensor([[0, 1]]))
+    with pytest.raises(TypeError, match="key_padding_mask must be a torch.Tensor, got list"):
+        masks.from_torch_key_padding_mask([[False, True]])
+    with pytest.raises(ValueError, match=r"\(B, Lk\).*\(1, 1, 2\)"):
+        masks.from_torch_key_padding_mask(torch.zeros(1, 1, 2, dtype=torch.bool))
+
+
+def test_padding_refuses_non_integer_lengths():
+    with pytest.raises(TypeError, match="lengths"):
+        masks.padding("abc")
+    with pytest.raises(TypeError, match="max_len must be an int"):
+        masks.padding([1], 2.0)

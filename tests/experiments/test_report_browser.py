@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab._io import atomic_write_text
 from attnlab.experiments import EXPERIMENTS
-from attnlab.experiments.report import section_for
-from attnlab.report import PROVIDERS, atomic_write_text, render_page
-
-
-def test_provider_is_registered_after_parity():
-    keys = list(PROVIDERS)
-    assert keys[keys.index("parity") + 1] == "experiments"
-    assert PROVIDERS["experiments"] == "attnlab.experiments.report:report_sections"
+from attnlab.report import render_page
+from attnlab.report.experiments import section_for
 
 
 @pytest.mark.browser

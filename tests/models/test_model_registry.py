@@ -7,10 +7,10 @@ import shutil
 import pytest
 import torch
 
-import attnlab
 from attnlab import models
 from attnlab.analysis import recompute_errors
 from attnlab.models import registry
+from attnlab.trace.tracer import trace
 
 
 def test_unknown_name_and_bad_arguments_name_the_fix(tmp_path):
@@ -93,12 +93,12 @@ def test_local_hf_folders_trace_and_recompute(family, tmp_path):
     loaded = models.load(d, reuse=False)
     assert loaded.causal == (family != "bert")
     assert loaded.kind == ("hf-encoder" if family == "bert" else "hf-causal")
-    t = attnlab.trace(loaded, "attention is all you need")
+    t = trace(loaded, "attention is all you need", context=True, merge_pieces=False)
     assert t.num_layers == 2 and t.num_heads == 4
     err = recompute_errors(t)
     assert err["weights"] <= 1e-4 and err["context"] <= 1e-4
     with pytest.raises(ValueError, match="at most"):
-        attnlab.trace(loaded, " ".join(["attention"] * 600))
+        trace(loaded, " ".join(["attention"] * 600))
 
 
 def test_trained_attnlab_run_folder_loads_and_traces(tmp_path):
@@ -111,8 +111,8 @@ def test_trained_attnlab_run_folder_loads_and_traces(tmp_path):
     checkpoint.save_checkpoint(tmp_path, model, torch.optim.AdamW(model.parameters()), step=0,
                                config=cfg)
     loaded = models.load(tmp_path, reuse=False)
-    assert loaded.kind == "attnlab" and loaded.causal and loaded.num_layers == cfg.n_layer
-    t = attnlab.trace(loaded, "3 17 5 3")
+    assert loaded.kind == "attnlab" and loaded.causal and loaded.num_layers == cfg.num_layers
+    t = trace(loaded, "3 17 5 3", context=True)
     assert t.tokens == ["<bos>", "3", "17", "5", "3"]
     err = recompute_errors(t)
     assert err["weights"] < 1e-5 and err["context"] < 1e-5

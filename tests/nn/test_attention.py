@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-import attnlab
-from attnlab import KVCache, MultiHeadAttention, SelfAttention
+from attnlab.core import masks
+from attnlab.core.positional import RotaryEmbedding
+from attnlab.nn import KVCache, MultiHeadAttention, SelfAttention
 
 
 def article_000(m: SelfAttention, x: torch.Tensor):
@@ -36,9 +37,12 @@ def test_self_attention_equals_the_article():
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
     torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=0)
     assert all(p.bias is None for p in (m.W_q, m.W_k, m.W_v, m.W_o))
-    causal = attnlab.masks.causal(10)
+    causal = masks.causal(10)
     _, wm = m(x, mask=causal)
     assert (wm.masked_fill(causal, 0) == 0).all()
+    out_nw, none = m(x, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(out_nw, out, atol=1e-5, rtol=0)
 
 
 @st.composite
@@ -144,11 +148,17 @@ def test_grouped_query_attention_shares_keys_within_groups():
     assert m.qkv_proj.out_features == 32 + 2 * 2 * 4
     x = torch.randn(1, 6, 32)
     seen = {}
-    m.hook_k.register_forward_hook(lambda mod, i, o: seen.setdefault("k", o))
+    for name in ("q", "k", "v"):
+        getattr(m, f"hook_{name}").register_forward_hook(
+            lambda mod, i, o, name=name: seen.setdefault(name, o))
     out, w = m(x, need_weights=True)
-    k = seen["k"]  # (B, H, N, d), repeated per query head
-    assert torch.equal(k[:, 0], k[:, 3]) and torch.equal(k[:, 4], k[:, 7])
-    assert not torch.equal(k[:, 0], k[:, 4])
+    q, k, v = seen["q"], seen["k"], seen["v"]
+    assert q.shape == (1, 8, 6, 4) and k.shape == v.shape == (1, 2, 6, 4)  # not repeated
+    # query head i reads key/value head i // 4: repeat_interleave, not tile
+    for expand, same in ((lambda t: t.repeat_interleave(4, dim=1), True),
+                         (lambda t: t.repeat(1, 4, 1, 1), False)):
+        ref_w = torch.softmax(q @ expand(k).transpose(-2, -1) * m.scale, dim=-1)
+        assert torch.allclose(w, ref_w, atol=1e-6) is same
     # same function as its torch twin (GQA expanded)
     ref, ref_w = m.to_torch()(x, x, x, average_attn_weights=False)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
@@ -159,7 +169,7 @@ def test_grouped_query_attention_shares_keys_within_groups():
 def test_kv_cache_decoding_equals_full_causal_forward(num_kv_heads):
     torch.manual_seed(0)
     m = MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads,
-                           rotary=attnlab.positional.RotaryEmbedding(8)).eval()
+                           rotary=RotaryEmbedding(8)).eval()
     x = torch.randn(2, 9, 32)
     full, w_full = m(x, causal=True, need_weights=True)
     cache = KVCache()
@@ -198,6 +208,38 @@ def test_cache_from_another_layer_is_refused():
         a(torch.randn(1, 1, 16), cache={"k": None})
 
 
+def test_self_attention_cache_is_refused_by_a_cross_attention_call():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 2).eval()
+    x, memory = torch.randn(1, 3, 16), torch.randn(1, 7, 16)
+    cache = KVCache()
+    m(x, causal=True, cache=cache)  # self-attention: the cache now holds x's keys
+    assert cache.role == "self"
+    with pytest.raises(ValueError, match="self-attention keys.*cross-attention call"):
+        m(x[:, :1], memory, cache=cache)
+    cross = KVCache()
+    m(x[:, :1], memory, cache=cross)
+    with pytest.raises(ValueError, match="cross-attention keys.*self-attention call"):
+        m(x[:, 1:2], causal=True, cache=cross)
+    cache.reset()  # an emptied cache may take the other role on its layer
+    out, _ = m(x[:, :1], memory, cache=cache)
+    torch.testing.assert_close(out, m(x[:, :1], memory)[0], atol=1e-6, rtol=0)
+
+
+def test_cross_attention_cache_refuses_another_memory():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 2).eval()
+    x, memory = torch.randn(1, 3, 16), torch.randn(1, 7, 16)
+    cache = KVCache()
+    m(x[:, :1], memory, cache=cache)
+    same_values = memory.clone()  # another tensor with the same memory is fine
+    out, _ = m(x[:, 1:2], same_values, cache=cache)
+    torch.testing.assert_close(out, m(x[:, 1:2], memory)[0], atol=1e-6, rtol=0)
+    for other in (torch.randn(1, 7, 16), torch.randn(1, 5, 16)):
+        with pytest.raises(ValueError, match="another memory"):
+            m(x[:, 2:3], other, cache=cache)
+
+
 @pytest.mark.parametrize(
     ("make", "exc", "words"),
     [
@@ -205,8 +247,17 @@ def test_cache_from_another_layer_is_refused():
         (lambda: MultiHeadAttention(16, 4, num_kv_heads=3), ValueError,
          ["num_kv_heads=3", "num_heads=4"]),
         (lambda: MultiHeadAttention(16, 0), ValueError, ["num_heads", "0"]),
+        (lambda: MultiHeadAttention(2, 4), ValueError, ["embed_dim=2", "num_heads=4",
+                                                        "head_dim"]),  # head_dim would be 0
+        (lambda: MultiHeadAttention(16.0, 2), TypeError, ["embed_dim", "float"]),
         (lambda: SelfAttention(10, 4), ValueError, ["embed_dim=10", "num_heads=4"]),
-        (lambda: MultiHeadAttention(16, 2, dropout=1.0), ValueError, ["dropout"]),
+        (lambda: SelfAttention(0, 4), ValueError, ["embed_dim", "0"]),
+        (lambda: MultiHeadAttention(16, 2, dropout=1.0), ValueError, ["dropout", "1.0"]),
+        (lambda: MultiHeadAttention(16, 2, dropout=float("nan")), ValueError, ["dropout"]),
+        (lambda: MultiHeadAttention(16, 2, dropout="0.1"), TypeError, ["dropout", "str"]),
+        (lambda: MultiHeadAttention(16, 2, bias=1), TypeError, ["bias", "bool"]),
+        (lambda: MultiHeadAttention(16, 2, init_gain=0.0), ValueError, ["init_gain"]),
+        (lambda: MultiHeadAttention(16, 2, rotary=4), TypeError, ["rotary", "int"]),
     ],
 )
 def test_bad_construction(make, exc, words):
@@ -234,6 +285,9 @@ def test_bad_construction(make, exc, words):
         (lambda m: m(torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 4, 16)),
          ValueError, ["key and value", "(2, 4, 16)"]),
         (lambda m: m(torch.ones(2, 5, 16, dtype=torch.long)), TypeError, ["int64"]),
+        (lambda m: m(torch.randn(2, 5, 16), need_weights="yes"), TypeError,
+         ["need_weights", "bool"]),
+        (lambda m: m(torch.randn(2, 5, 16), causal=1), TypeError, ["causal", "bool"]),
     ],
 )
 def test_bad_forward_input_names_argument_and_shapes(call, exc, words):

@@ -6,15 +6,16 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab import MultiHeadAttention
-from attnlab.positional import RotaryEmbedding
+from attnlab.core.positional import RotaryEmbedding
+from attnlab.nn import MultiHeadAttention
 
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("kdim", [None, 12])
-def test_to_torch_round_trip(bias, kdim):
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_to_torch_round_trip(bias, kdim, num_kv_heads):
     torch.manual_seed(0)
-    ours = MultiHeadAttention(16, 4, bias=bias, kdim=kdim, vdim=kdim)
+    ours = MultiHeadAttention(16, 4, bias=bias, kdim=kdim, vdim=kdim, num_kv_heads=num_kv_heads)
     theirs = ours.to_torch()
     assert theirs.batch_first
     x = torch.randn(2, 5, 16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -11,23 +12,40 @@ import torch
 
 import attnlab
 from attnlab.trace import AttentionTrace, capture
+from attnlab.trace.budget import estimate_trace_bytes
 
 
-def make_toy_tracer():
-    """text -> trace of a seeded character-level attnlab GPT (2 layers × 2 heads)."""
-    torch.manual_seed(0)
-    cfg = attnlab.GPTConfig(vocab_size=128, block_size=512, n_layer=2, n_head=2, n_embd=32)
-    model = attnlab.GPT(cfg).eval()
+class ToyTracer:
+    """text -> trace of a seeded character-level attnlab GPT (2 layers × 2 heads), one token
+    per character, with what the server checks first (tokens, limit, memory estimate)."""
 
-    def tracer(text: str) -> AttentionTrace:
+    max_length = 512
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        cfg = attnlab.GPTConfig(vocab_size=128, block_size=self.max_length, num_layers=2,
+                                num_heads=2, embed_dim=32)
+        self.model = attnlab.GPT(cfg).eval()
+        self.calls = 0
+
+    def count_tokens(self, text: str) -> int:
+        return len(text)
+
+    def estimate(self, num_tokens: int) -> int:
+        return estimate_trace_bytes(self.model, num_tokens).total
+
+    def __call__(self, text: str) -> AttentionTrace:
+        self.calls += 1
         ids = torch.tensor([[ord(c) % 128 for c in text]])
-        if ids.shape[1] > cfg.block_size:
-            raise ValueError(f"text has {ids.shape[1]} tokens; toy-gpt takes {cfg.block_size}")
-        with torch.no_grad(), capture(model) as cap:
-            model(ids)
+        if ids.shape[1] > self.max_length:
+            raise ValueError(f"text has {ids.shape[1]} tokens; toy-gpt takes {self.max_length}")
+        with torch.no_grad(), capture(self.model) as cap:
+            self.model(ids)
         return cap.trace(tokens=list(text), model="toy-gpt", text=text)
 
-    return tracer
+
+def make_toy_tracer() -> ToyTracer:
+    return ToyTracer()
 
 
 @pytest.fixture(scope="session")
@@ -41,14 +59,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def live_server(toy_tracer):
-    """uvicorn serving the app in a thread on 127.0.0.1; yields the base URL."""
+@contextlib.contextmanager
+def serve_in_thread(app):
+    """uvicorn serving ``app`` in a thread on 127.0.0.1; yields the base URL."""
     import uvicorn
 
-    from attnlab.serve import create_app
-
-    app = create_app({"toy-gpt": toy_tracer}, max_chars=300)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning"))
@@ -64,3 +79,12 @@ def live_server(toy_tracer):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def live_server(toy_tracer):
+    """uvicorn serving the app in a thread on 127.0.0.1; yields the base URL."""
+    from attnlab.serve import create_app
+
+    with serve_in_thread(create_app({"toy-gpt": toy_tracer}, max_chars=300)) as url:
+        yield url

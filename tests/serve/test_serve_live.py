@@ -36,7 +36,8 @@ def test_fifty_concurrent_requests_all_answered_correctly(live_server, toy_trace
         assert tr["tokens"] == list(text)  # each answer belongs to its own request
         assert float((decode_blob(tr["weights"]) - expected[text]).abs().max()) < 1e-4
     bad = httpx.post(f"{live_server}/api/explore", json={"model": "toy-gpt", "text": ""})
-    assert bad.status_code == 422 and bad.json() == {"error": "text is empty"}
+    assert bad.status_code == 422
+    assert bad.json() == {"error": "text is empty; give at least one word"}
 
 
 @pytest.mark.browser
@@ -78,7 +79,7 @@ def test_attnlab_serve_process_writes_only_its_cache(tmp_path):
     before = _files(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnlab", "serve", "--model", "minilm", "--port", str(port),
-         "--max-chars", "200", "--cache-dir", str(cache), "--quiet"],
+         "--max-chars", "200", "--max-memory", "8MiB", "--cache-dir", str(cache), "--quiet"],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -103,6 +104,13 @@ def test_attnlab_serve_process_writes_only_its_cache(tmp_path):
         assert too_long.status_code == 413 and "limit is 200" in too_long.json()["error"]
         unknown = httpx.post(base + "/api/explore", json={"model": "gpt2", "text": "hi"})
         assert unknown.status_code == 404 and "minilm" in unknown.json()["error"]
+        # the memory budget, in tokens: just over the limit it states is refused up front
+        fit = httpx.get(base + "/api/models").json()["limits"]["minilm"]["max_tokens"]
+        assert 5 < fit < 200
+        over = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "a " * fit})
+        assert over.status_code == 413 and "budget of 8.00 MiB" in over.json()["error"]
+        rebinding = httpx.get(base + "/healthz", headers={"Host": "attacker.example"})
+        assert rebinding.status_code == 400 and "not allowed" in rebinding.json()["error"]
     finally:
         proc.terminate()
         proc.wait(timeout=20)

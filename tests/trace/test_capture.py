@@ -1,63 +1,116 @@
-"""Capture from attnlab and torch modules: exact weights, q/k/v that recompute them, no leaks."""
+"""Capture from attnlab and torch modules: q, k, v and the log-sum-exp give the weights the
+module computes, the module runs as its caller asked, and nothing is left behind."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 from torch import nn
 
-import attnlab
-from attnlab.analysis import recompute_errors
-from attnlab.trace import AttentionTrace, TraceFormatError, capture
+from attnlab.core.scores import ScoreShape
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.transformer import GPT, GPTConfig
+from attnlab.trace import AttentionTrace, capture
 
 
-def _gpt(**kw) -> attnlab.GPT:
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=20, n_layer=2, n_head=4, n_embd=32, n_kv_head=2, positional="rope")
+def _gpt(seed: int = 0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=20, num_layers=2, num_heads=4, embed_dim=32, num_kv_heads=2,
+               positional="rope")
     cfg.update(kw)
-    return attnlab.GPT(attnlab.GPTConfig(**cfg)).eval()
+    return GPT(GPTConfig(**cfg)).eval()
 
 
-def test_three_ways_to_reach_trace():
-    import attnlab.trace as pkg
-    from attnlab.trace import capture as cap_fn
+IDS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3]])
 
+
+def _no_hooks(model: nn.Module) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_attnlab_gqa_rope_rows_equal_the_modules_own_weights():
     gpt = _gpt()
-    t = attnlab.trace(gpt, [1, 2, 3, 4, 5])
-    assert isinstance(t, attnlab.trace.AttentionTrace)
-    assert pkg.AttentionTrace is AttentionTrace
-    assert cap_fn is attnlab.capture
-    assert tuple(t.weights.shape) == (2, 4, 5, 5) and t.causal
+    with torch.no_grad(), capture(gpt) as cap:
+        # while capturing, the modules report the lse and not the dense weights
+        attn = gpt.blocks[0].attn
+        assert attn.hook_lse.observed and not attn.hook_weights.observed
+        gpt(IDS)
+    t = cap.trace()
+    with torch.no_grad(), capture(gpt, qkv=False) as dense_cap:
+        gpt(IDS)
+    dense = dense_cap.trace()
+    assert t.has_qk and not dense.has_qk and t.causal and dense.causal
+    assert tuple(t.k.shape) == (2, 2, 10, 8)  # grouped heads stored once, not repeated
+    assert (t.weights - dense.weights).abs().max() < 1e-6
+    # wrong variants fail: a wrong scale, or the causal mask forgotten
+    for wrong in (ScoreShape(scale=1.0, causal=True), ScoreShape(scale=t.scale)):
+        bad = AttentionTrace(tokens=t.tokens, q=t.q, k=t.k, lse=t.lse, shapes=wrong)
+        assert (bad.weights - dense.weights).abs().max() > 1e-2
+    # grouped heads: query heads 0, 1 read key head 0 and heads 2, 3 key head 1
+    wrong_k = t.k.repeat(1, 2, 1, 1)  # [0, 1, 0, 1] instead of [0, 0, 1, 1]
+    shapes = t.shapes
+    tiled = AttentionTrace(tokens=t.tokens, q=t.q, k=wrong_k, lse=t.lse, shapes=shapes)
+    assert (tiled.weights - dense.weights).abs().max() > 1e-2
+    assert _no_hooks(gpt)
 
 
-def test_attnlab_gqa_rope_recompute_and_wrong_variants():
-    t = attnlab.trace(_gpt(), torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]]))
-    err = recompute_errors(t)
-    assert err["weights"] < 1e-5 and err["context"] < 1e-5
-    # a wrong recomputation must fail: no 1/sqrt(d) scaling, or no causal mask
-    unscaled = AttentionTrace(tokens=t.tokens, weights=t.weights, q=t.q * math.sqrt(8),
-                              k=t.k, v=t.v, context=t.context, causal=True, scale=t.scale)
-    assert recompute_errors(unscaled)["weights"] > 1e-2
-    no_mask = AttentionTrace(tokens=t.tokens, weights=t.weights, q=t.q, k=t.k, v=t.v,
-                             context=t.context, causal=False, scale=t.scale)
-    assert recompute_errors(no_mask)["weights"] > 1e-2
-    # grouped heads share keys: heads 0,1 read kv head 0 and heads 2,3 read kv head 1
-    assert torch.equal(t.k[:, 0], t.k[:, 1]) and not torch.equal(t.k[:, 1], t.k[:, 2])
+def test_context_is_kept_only_when_asked_and_equals_weights_times_v():
+    gpt = _gpt()
+    with torch.no_grad(), capture(gpt, context=True) as cap:
+        gpt(IDS)
+    t = cap.trace()
+    assert t.context is not None and t.context.shape == (2, 4, 10, 8)
+    for layer in range(2):
+        for head in range(4):
+            ctx = t.head_weights(layer, head) @ t.v[layer, t.kv_head(head)]
+            assert torch.allclose(ctx, t.context[layer, head], atol=1e-5)
+    with torch.no_grad(), capture(gpt) as cap2:
+        gpt(IDS)
+    assert cap2.trace().context is None
 
 
-def test_scores_are_scaled_masked_and_softmax_to_the_weights():
-    t = attnlab.trace(_gpt(), [1, 2, 3, 4, 5], scores=True)
-    assert torch.isinf(t.scores[..., 0, 1:]).all() and torch.isfinite(t.scores[..., -1, :]).all()
-    assert torch.allclose(torch.softmax(t.scores, -1), t.weights, atol=1e-6)
-    assert attnlab.trace(_gpt(), [1, 2, 3]).scores is None  # opt-in
+def test_capturing_one_model_leaves_another_alone():
+    a, b = _gpt(0), _gpt(1)
+    with torch.no_grad():
+        before = b(IDS)
+        with capture(a) as cap:
+            a(IDS)
+            # b is not observed: no hook point of b has an observer, so it keeps its path
+            assert all(not getattr(m, "observed", False) for m in b.modules())
+            during = b(IDS)
+    assert torch.equal(before, during)  # bit for bit: b took the same path
+    assert {r.name.split(".")[0] for r in cap.records} <= {n for n, _ in a.named_children()}
+    assert len(cap) == 2
 
 
-def test_torch_encoder_fast_path_is_captured_and_output_unchanged():
+def test_masks_become_rules_or_a_dense_bias_per_batch_element():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 6, 16)
+    key_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    with torch.no_grad(), capture(m) as cap:
+        _, w = m(x, key_mask=key_mask, causal=True, need_weights=True)
+    t0, t1 = cap.trace(0), cap.trace(1)
+    assert t0.shapes[0].key_mask is None and t0.causal  # all real: no key mask stored
+    assert torch.equal(t1.shapes[0].key_mask, key_mask[1]) and t1.shapes[0].bias is None
+    assert (t1.weights[0] - w[1]).abs().max() < 1e-6 and (t0.weights[0] - w[0]).abs().max() < 1e-6
+    # a hand-made causal mask is recognised as the rule; any other mask is a dense bias
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    odd = torch.rand(6, 6, generator=torch.Generator().manual_seed(1)) > 0.3
+    odd[:, 0] = True
+    for mask, rule in ((causal, True), (odd, False)):
+        with torch.no_grad(), capture(m) as cap:
+            _, w = m(x, mask=mask, need_weights=True)
+        t = cap.trace(1)
+        assert t.shapes[0].causal is rule and (t.shapes[0].bias is None) is rule
+        assert (t.weights[0] - w[1]).abs().max() < 1e-6
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_torch_encoder_output_unchanged_and_weights_exact():
     torch.manual_seed(1)
     layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
-    enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    enc = nn.TransformerEncoder(layer, 2).eval()  # nested tensors enabled by default
     x = torch.randn(2, 6, 16)
     kpm = torch.zeros(2, 6, dtype=torch.bool)
     kpm[1, 4:] = True  # two padding keys in the second sequence
@@ -65,30 +118,71 @@ def test_torch_encoder_fast_path_is_captured_and_output_unchanged():
         plain = enc(x, src_key_padding_mask=kpm)
         with capture(enc) as cap:
             got = enc(x, src_key_padding_mask=kpm)
+            assert enc.use_nested_tensor is False
+    assert enc.use_nested_tensor is True and _no_hooks(enc)
     assert len(cap) == 2
     assert torch.allclose(plain[0], got[0], atol=1e-5)
+    assert torch.allclose(plain[1, :4], got[1, :4], atol=1e-5)
     t = cap.trace(batch_index=1)
     assert t.weights[..., 4:].abs().max() == 0  # padding keys get nothing
-    err = recompute_errors(t, mask=torch.tensor([True] * 4 + [False] * 2))
-    assert err["weights"] < 1e-5 and err["context"] < 1e-5
-    # the first layer's weights are those torch computes when asked for them
     attn = enc.layers[0].self_attn
     with torch.no_grad():
         _, ref = attn(x, x, x, key_padding_mask=kpm, need_weights=True,
                       average_attn_weights=False)
-    assert torch.allclose(cap.records[0].weights, ref, atol=1e-6)
+    assert (t.weights[0] - ref[1]).abs().max() < 1e-6
+    # the same trace with the key mask forgotten is wrong
+    bad = AttentionTrace(tokens=t.tokens, q=t.q, k=t.k, lse=t.lse,
+                         shapes=ScoreShape(scale=t.scale))
+    assert (bad.weights[0] - ref[1]).abs().max() > 1e-2
 
 
 def test_torch_mha_returns_what_the_caller_asked_for():
     mha = nn.MultiheadAttention(8, 2).eval()  # sequence-first
     x = torch.randn(5, 1, 8)
+    causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)  # torch: True = blocked
     with torch.no_grad(), capture(mha) as cap:
         out_none = mha(x, x, x, need_weights=False)
         out_avg = mha(x, x, x)
+        out_causal = mha(x, x, x, attn_mask=causal, average_attn_weights=False)
     assert out_none[1] is None
     assert out_avg[1].shape == (1, 5, 5)  # averaged over heads, as torch's default
-    assert cap.records[0].weights.shape == (1, 2, 5, 5)
-    assert torch.allclose(out_avg[1], cap.records[1].weights.mean(1), atol=1e-6)
+    t = cap.trace()
+    assert len(t.meta["layer_names"]) == 3
+    assert torch.allclose(out_avg[1][0], t.head_weights(1, 0) / 2 + t.head_weights(1, 1) / 2,
+                          atol=1e-6)
+    assert t.shapes[2].causal and t.shapes[2].bias is None  # recognised as the rule
+    assert torch.allclose(out_causal[1][0, 1], t.head_weights(2, 1), atol=1e-6)
+
+
+def test_dense_capture_of_torch_mha_equals_torch_weights():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(1, 5, 8)
+    with torch.no_grad(), capture(mha, qkv=False) as cap:
+        _, w = mha(x, x, x, average_attn_weights=False)
+    t = cap.trace()
+    assert not t.has_qk and (t.weights[0] - w[0]).abs().max() < 1e-6
+
+
+def test_cross_attention_keeps_its_key_length():
+    torch.manual_seed(2)
+    m = MultiHeadAttention(16, 4).eval()
+    q, mem = torch.randn(1, 3, 16), torch.randn(1, 7, 16)
+    with torch.no_grad(), capture(m) as cap:
+        _, w = m(q, mem, need_weights=True)
+    t = cap.trace()
+    assert (t.seq_len, t.key_len) == (3, 7) and len(t.key_tokens) == 7
+    assert (t.weights[0] - w[0]).abs().max() < 1e-6
+
+
+def test_release_moves_records_into_the_trace():
+    gpt = _gpt()
+    with torch.no_grad(), capture(gpt) as cap:
+        gpt(IDS)
+    keep = cap.trace()
+    moved = cap.trace(release=True)
+    assert cap.records == [] and torch.equal(keep.q, moved.q)
+    with pytest.raises(ValueError, match="nothing was captured"):
+        cap.trace()
 
 
 def test_no_hooks_left_after_capture_even_on_error():
@@ -97,73 +191,17 @@ def test_no_hooks_left_after_capture_even_on_error():
     model = nn.ModuleDict({"gpt": gpt, "mha": mha})
     with pytest.raises(RuntimeError, match="boom"), capture(model):
         raise RuntimeError("boom")
-    for m in model.modules():
-        assert not m._forward_hooks and not m._forward_pre_hooks
-    assert torch.backends.mha.get_fastpath_enabled()
-    from attnlab.core.functional import capture_active
-
-    assert not capture_active()
+    assert _no_hooks(model)
 
 
-def test_capture_rejects_models_without_attention():
+def test_capture_rejects_what_it_cannot_read():
     with pytest.raises(ValueError, match="no attention module"), capture(nn.Linear(2, 2)):
         pass
     with pytest.raises(TypeError, match="torch.nn.Module"), capture("minilm"):
         pass
-
-
-def test_trace_input_errors():
-    gpt = _gpt()
-    with pytest.raises(ValueError, match="empty"):
-        attnlab.trace(gpt, [])
-    with pytest.raises(ValueError, match="tokenizer"):
-        attnlab.trace(gpt, "some text")
-    with pytest.raises(ValueError, match="at most 256"):
-        attnlab.trace(gpt, [1] * 300)
-    t = attnlab.trace(gpt, [1] * 300, truncate=True)
-    assert t.seq_len == 256 and t.meta["truncated_from"] == 300
-
-
-def test_merge_tokens_sums_keys_averages_queries(tmp_path):
-    torch.manual_seed(0)
-    w = torch.softmax(torch.randn(2, 3, 5, 5), -1)
-    t = AttentionTrace(tokens=["a", "b1", "b2", "c", "d"], weights=w, model="toy")
-    m = t.merge_tokens([[0], [1, 2], [3], [4]], ["a", "b", "c", "d"])
-    assert m.tokens == ["a", "b", "c", "d"]
-    assert torch.allclose(m.weights.sum(-1), torch.ones(2, 3, 4))
-    want = (w[..., 1, 1] + w[..., 1, 2] + w[..., 2, 1] + w[..., 2, 2]) / 2
-    assert torch.allclose(m.weights[..., 1, 1], want)
-    # a wrong rule (averaging over keys too) would break the row sums
-    wrong = (w[..., 1:3, 1:3].mean((-1, -2)))
-    assert not torch.allclose(m.weights[..., 1, 1], wrong)
-    with pytest.raises(ValueError, match="consecutive"):
-        t.merge_tokens([[0, 2], [1], [3], [4]])
-    back = AttentionTrace.load(m.save(tmp_path / "m.safetensors"))
-    assert back.meta["merged"]["groups"] == [[0], [1, 2], [3], [4]]
-    assert "html" not in back.meta and back.tokens == m.tokens
-
-
-def test_trace_file_errors(tmp_path):
-    bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(b"not a safetensors file")
-    with pytest.raises(TraceFormatError):
-        AttentionTrace.load(bad)
-    t = attnlab.trace(_gpt(), [1, 2, 3])
-    t.save(tmp_path / "t.safetensors")
-    assert AttentionTrace.load(tmp_path / "t.safetensors").weights.equal(t.weights)
-
-
-def test_batch_mask_and_key_mask_give_scores_that_softmax_to_the_weights():
-    torch.manual_seed(0)
-    m = attnlab.MultiHeadAttention(16, 2).eval()
-    x = torch.randn(2, 5, 16)
-    mask = torch.rand(2, 5, 5) > 0.3  # (B, Lq, Lk)
-    mask[..., 0] = True
-    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    with capture(m) as cap:
-        _, w = m(x, mask=mask, key_mask=key_mask, need_weights=True)
-    for b in range(2):
-        t = cap.trace(b, scores=True)
-        assert torch.allclose(torch.softmax(t.scores[0], -1), w[b], atol=1e-6)
-        allowed = mask[b] & key_mask[b]
-        assert torch.isneginf(t.scores[0][:, ~allowed]).all()
+    with pytest.raises(TypeError, match="qkv must be a bool"), capture(_gpt(), qkv="yes"):
+        pass
+    odd = nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    with pytest.raises(ValueError, match="add_bias_kv"), capture(odd):
+        pass
+    assert _no_hooks(odd)

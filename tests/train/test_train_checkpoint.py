@@ -90,8 +90,8 @@ def test_mismatched_checkpoint_is_refused(tmp_path, tiny):
     other = tiny(seed=5)
     with pytest.raises(CheckpointError, match="seed: 5 != 0"):
         load_checkpoint(tmp_path, build_model(other), config=other)
-    bigger = tiny(n_embd=32)
-    with pytest.raises(CheckpointError, match="n_embd"):
+    bigger = tiny(embed_dim=32)
+    with pytest.raises(CheckpointError, match="embed_dim"):
         load_checkpoint(tmp_path, build_model(bigger), config=bigger)
     with pytest.raises(CheckpointError, match="shape"):  # no config given: shapes still checked
         load_checkpoint(tmp_path, build_model(bigger))
@@ -100,7 +100,7 @@ def test_mismatched_checkpoint_is_refused(tmp_path, tiny):
 
 
 def test_load_run_gives_model_and_tokenizer(tmp_path, tiny):
-    cfg = tiny("induction", n_layer=2)
+    cfg = tiny("induction", num_layers=2)
     assert not is_run_dir(tmp_path)
     train(cfg, tmp_path, quiet=True)
     assert is_run_dir(tmp_path) and not is_run_dir(tmp_path / "checkpoint.safetensors")

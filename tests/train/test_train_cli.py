@@ -15,7 +15,7 @@ TINY = ["--layers", "1", "--heads", "2", "--dim", "16", "--batch-size", "8"]
     (["--task", "nope"], "unknown task 'nope'"),
     (["--task", "copy", "--steps", "0"], "--steps (steps) must be a positive integer, got 0"),
     (["--task", "copy", "--heads", "3", "--dim", "16"],
-     "--dim (n_embd=16) must be divisible by --heads (n_head=3)"),
+     "--dim (embed_dim=16) must be divisible by --heads (num_heads=3)"),
     (["--task", "copy", "--lr", "-1"], "--lr (lr) must be a positive finite number"),
     (["--task", "copy", "--resume"], "--resume: no checkpoint"),
 ])
@@ -27,13 +27,17 @@ def test_bad_arguments_fail_before_any_work(tmp_path, capsys, argv, message):
     assert not out.exists()  # nothing was created
 
 
-def test_unwritable_out_dir(tmp_path, capsys):
+def test_out_under_a_file_or_at_a_file_is_one_line_naming_out(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     assert main(["train", "--task", "copy", "--out", str(blocker / "run"), "--quiet"]) == 2
-    assert "is not writable" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 'run'}: {blocker} is a file, not a folder" in err
+    assert err.count("\n") == 1
     assert main(["train", "--task", "copy", "--out", str(blocker), "--quiet"]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--out" in err and "is a file, not a directory" in err and err.count("\n") == 1
+    assert blocker.read_text() == "not a directory"
 
 
 def test_train_writes_the_run_directory_and_json(tmp_path, capsys):

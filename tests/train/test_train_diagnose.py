@@ -8,7 +8,7 @@ from attnlab.train.trainer import train
 
 
 def test_diagnose_runs_on_a_run_directory(tmp_path, tiny):
-    cfg = tiny("induction", n_layer=2, steps=4)
+    cfg = tiny("induction", num_layers=2, steps=4)
     train(cfg, tmp_path / "run", quiet=True)
     loaded = load(str(tmp_path / "run"))
     text = loaded.tokenizer.example_text()

@@ -17,7 +17,7 @@ ARGS = ["--task", "copy", "--layers", "1", "--heads", "2", "--dim", "16", "--bat
 
 
 def _step_on_disk(run_dir) -> int:
-    cfg = TrainConfig.for_task("copy", n_layer=1, n_head=2, n_embd=16, batch_size=8)
+    cfg = TrainConfig.for_task("copy", num_layers=1, num_heads=2, embed_dim=16, batch_size=8)
     return load_checkpoint(run_dir, build_model(cfg), config=cfg, restore_rng=False)
 
 
@@ -47,7 +47,7 @@ def test_sigkill_mid_run_loses_only_the_steps_since_the_checkpoint(tmp_path):
     assert step >= 4 and logged - step <= 2  # at most checkpoint_every steps lost
     # resume it to step+3, and compare with an uninterrupted run to the same step
     target = step + 3
-    cfg = TrainConfig.for_task("copy", n_layer=1, n_head=2, n_embd=16, batch_size=8,
+    cfg = TrainConfig.for_task("copy", num_layers=1, num_heads=2, embed_dim=16, batch_size=8,
                                checkpoint_every=2, log_every=1, steps=target)
     resumed = train(cfg, run, resume=True, quiet=True)
     assert resumed.start_step == step and resumed.step == target

@@ -1,33 +1,29 @@
-"""The saved explorer in a real headless Chromium: views, links, live QK numbers, language,
-export, long inputs. Screenshots go to test-artifacts/explorer-*.png."""
+"""The explorer in a real headless Chromium: views, links, live QK numbers, language,
+export; long inputs as a saved page (pooled maps, token strip) and served by
+`attnlab serve --trace` (exact rows, tiles and the QK view fetched from the server).
+Screenshots go to test-artifacts/explorer-*.png."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
+from explorer_traces import TEXT, dense_pooled, synthetic_trace, toy_trace
 
-import attnlab
 from attnlab.analysis import diagnose
-from attnlab.trace import AttentionTrace, capture
-from attnlab.viz.explorer import VIEWS, Explorer, _softmax_rows
+from attnlab.viz.explorer import VIEWS, Explorer, qk_row_probs
 
 pytestmark = pytest.mark.browser
 
-TEXT = "The cat sat </script><b>on</b> the mat 注意力"
 
-
-def toy_trace(text: str = TEXT, seed: int = 0) -> AttentionTrace:
-    """A seeded character-level attnlab GPT (2 layers × 4 heads), traced with q/k."""
-    torch.manual_seed(seed)
-    cfg = attnlab.GPTConfig(vocab_size=128, block_size=1024, n_layer=2, n_head=4, n_embd=64)
-    model = attnlab.GPT(cfg).eval()
-    with torch.no_grad():
-        for block in model.blocks:  # sharper than the default init: the scale knob matters
-            for prm in block.attn.parameters():
-                prm.mul_(6.0)
-    with torch.no_grad(), capture(model) as cap:
-        model(torch.tensor([[ord(c) % 128 for c in text]]))
-    return cap.trace(tokens=list(text), model="toy-gpt", text=text)
+def _python_row(t, layer, head, i, scale=None):
+    """The QK view's row as Python computes it (float64)."""
+    n = t.seq_len
+    return qk_row_probs(t.q[layer, head, i][None], t.k[layer, t.kv_head(head)],
+                        t.score_shape(layer), rows=[i], lq=n, lk=t.key_len, head=head,
+                        scale=scale)[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +105,16 @@ def test_scale_and_temperature_sliders_give_pythons_softmax(page, toy, artifacts
     page.select_option(".ax-head", "2")
     page.select_option(".ax-query", "20")
     page.click(".ax-tab[data-view=qk]")
-    q, k = t.q[1, 2], t.k[1, 2]
-    python = lambda scale: _softmax_rows(q[None], k[None], scale, True)[0, 20].tolist()
+    python = lambda scale: _python_row(t, 1, 2, 20, scale)  # noqa: E731
     before = _qk_probs(page)
-    assert before == pytest.approx(python(t.scale), abs=1e-4)
+    assert before == pytest.approx(t.weights_rows(1, 2, [20])[0].tolist(), abs=1e-6)
+    assert before == pytest.approx(python(t.score_shape(1).scale), abs=1e-9)
     for scale, temp in ((1.0, 1.0), (0.6, 1.3), (0.05, 0.25)):
         _slide(page, ".ax-scale", scale)
         _slide(page, ".ax-temp", temp)
         got = _qk_probs(page)
         assert got == pytest.approx(python(scale / temp), abs=1e-4)
-        assert got != pytest.approx(python(t.scale), abs=1e-3)  # the knob really moved it
+        assert got != pytest.approx(before, abs=1e-3)  # the knob really moved it
     assert sum(p > 0 for p in got[21:]) == 0  # causal: keys after the query stay at 0
     page.screenshot(path=str(artifacts_dir / "explorer-toy-qk-scaled.png"))
     page.click(".ax-scale-default")
@@ -181,24 +177,6 @@ def test_positional_view_rotation_matches_the_table(page, toy):
     assert err < 1e-5  # float32 table: M_k·PE[pos] equals PE[pos+k]
 
 
-def test_long_input_is_pooled_and_renders(page, tmp_path, artifacts_dir):
-    n, g = 512, torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 4, n, 16, generator=g), torch.randn(2, 4, n, 16, generator=g)
-    w = _softmax_rows(q.flatten(0, 1), k.flatten(0, 1), 0.25, True).float().view(2, 4, n, n)
-    t = AttentionTrace(tokens=[f"w{i}" for i in range(n)], weights=w, q=q, k=k, causal=True,
-                       scale=0.25, model="synthetic-512")
-    path = Explorer(t).save(tmp_path / "long.html")
-    _open(page, path)
-    assert "pooled" in page.text_content(".ax-controls")
-    page.click(".ax-tab[data-view=matrix]")
-    assert page.locator(".ax-heat").count() == 1
-    page.screenshot(path=str(artifacts_dir / "explorer-long512-matrix.png"))
-    page.select_option(".ax-query", "300")
-    page.click(".ax-tab[data-view=qk]")
-    assert _qk_probs(page)[:301] == pytest.approx(
-        _softmax_rows(q[0, 0][None], k[0, 0][None], 0.25, True)[0, 300, :301].tolist(), abs=1e-3)
-
-
 def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
     t, path = toy
     _open(page, path)
@@ -208,7 +186,7 @@ def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
     rows = page.eval_on_selector_all(".ax-focus path", "els => els.map(e => +e.dataset.q)")
     assert rows and set(rows) == {9}  # only the hovered query's arcs
     assert page.eval_on_selector(".ax-arcs", "e => e.style.display") == "none"
-    strong = (t.weights[1, 0, 9] >= 0.002).sum().item()
+    strong = (t.weights_rows(1, 0, [9])[0] >= 0.002).sum().item()
     assert len(rows) == strong
     page.click(".ax-tab[data-view=matrix]")
     page.set_viewport_size({"width": 1300, "height": 1400})
@@ -217,7 +195,8 @@ def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
     page.mouse.move(box["x"] + (j + 0.5) * box["width"] / n,
                     box["y"] + (i + 0.5) * box["height"] / n)
     value = float(page.get_attribute(".ax-tip", "data-value"))
-    assert value == pytest.approx(float(t.weights[1, 0, i, j]), abs=1e-5)  # uint16 storage
+    exact = float(t.weights_tile(1, 0, [i], [j])[0, 0])
+    assert value == pytest.approx(exact, abs=0.5 / 65535 + 1e-9)  # uint16 storage
     assert page.locator(".ax-tip").is_visible()
 
 
@@ -239,11 +218,180 @@ def test_minilm_views_and_live_qk_equal_python(page, tmp_path, artifacts_dir):
         page.screenshot(path=str(artifacts_dir / f"explorer-minilm-{view}.png"))
     page.click(".ax-tab[data-view=qk]")
     assert "float32" in page.text_content(".ax-storage")
-    q, k = t.q[2, 5], t.k[2, 5]
-    live = lambda scale: _softmax_rows(q[None], k[None], scale, False)[0, 4].tolist()
-    assert _qk_probs(page) == pytest.approx(t.weights[2, 5, 4].tolist(), abs=1e-4)
+    captured = t.weights_rows(2, 5, [4])[0].tolist()
+    assert _qk_probs(page) == pytest.approx(captured, abs=1e-5)
     _slide(page, ".ax-scale", 1.0)
-    assert _qk_probs(page) == pytest.approx(live(1.0), abs=1e-4)
-    assert _qk_probs(page) != pytest.approx(t.weights[2, 5, 4].tolist(), abs=1e-3)
+    assert _qk_probs(page) == pytest.approx(_python_row(t, 2, 5, 4, 1.0), abs=1e-9)
+    assert _qk_probs(page) != pytest.approx(captured, abs=1e-3)
     page.click(".ax-lang")
     page.screenshot(path=str(artifacts_dir / "explorer-minilm-qk-scale1-zh.png"))
+
+
+# -- long inputs ----------------------------------------------------------------------------
+
+LONG = 2000
+
+
+@pytest.fixture(scope="module")
+def long_trace():
+    return synthetic_trace(LONG, layers=3, heads=4, kv_heads=2, d=16)
+
+
+@pytest.fixture(scope="module")
+def long_page(long_trace, tmp_path_factory):
+    ex = Explorer(long_trace, uid="ax-long")
+    return ex, ex.save(tmp_path_factory.mktemp("explorer") / "long.html")
+
+
+def test_long_page_opens_pooled_offline_and_the_strip_moves_through_it(page, long_trace,
+                                                                        long_page, artifacts_dir):
+    ex, path = long_page
+    tr = ex.payload()["traces"][0]
+    block, nb = tr["block"], len(tr["row_blocks"])
+    _open(page, path)
+    page.set_viewport_size({"width": 1300, "height": 1000})
+    assert float(_root(page, "data-first-render-ms")) > 0
+    assert page.locator(".ax-thumb").count() == 3 * 4
+    assert f"blocks of {block} tokens" in page.text_content(".ax-pooled")
+    assert page.locator(".ax-sblock").count() == nb
+    assert page.locator(".ax-text .ax-t").count() == block  # the first block's tokens
+    page.screenshot(path=str(artifacts_dir / "explorer-long2000-model.png"))
+    page.click(f".ax-sblock[data-block='{nb - 1}']")
+    assert _root(page, "data-block") == str(nb - 1)
+    spans = page.eval_on_selector_all(".ax-text .ax-t", "els => els.map(e => +e.dataset.i)")
+    assert spans == list(range((nb - 1) * block, LONG))
+    page.click(f".ax-t[data-i='{LONG - 3}']")
+    assert _root(page, "data-query") == str(LONG - 3)
+    assert "attnlab serve --trace" in page.text_content(".ax-rowinfo")  # no server: says so
+    page.click(".ax-prev")
+    assert _root(page, "data-block") == str(nb - 2)
+    page.click(".ax-tab[data-view=matrix]")
+    assert page.locator(".ax-heat").count() == 1
+    page.screenshot(path=str(artifacts_dir / "explorer-long2000-matrix.png"))
+    page.click(".ax-tab[data-view=qk]")
+    assert "attnlab serve --trace FILE" in page.text_content(".ax-noqk")
+    page.click(".ax-tab[data-view=geometry]")
+    assert page.locator(".ax-noqk").count() == 1
+    page.click(".ax-tab[data-view=head]")
+    assert page.locator(".ax-qtokens text").count() == nb
+    page.fill(".ax-query", "1500")
+    page.dispatch_event(".ax-query", "change")
+    assert _root(page, "data-block") == str(1500 // block)
+
+
+def test_long_page_maps_are_the_pooled_definition(page, long_trace, long_page):
+    ex, path = long_page
+    block = ex.payload()["traces"][0]["block"]
+    _open(page, path)
+    page.click(".ax-thumb[data-layer='2'][data-head='1']")
+    page.click(".ax-tab[data-view=matrix]")
+    page.set_viewport_size({"width": 1400, "height": 1400})
+    exact = dense_pooled(long_trace.head_weights(2, 1), block)
+    n = exact.shape[0]
+    heat = page.locator(".ax-heat")
+    box = heat.bounding_box()
+    for i, j in ((n - 1, 0), (n - 1, n - 1), (n // 2, n // 3)):
+        heat.hover(position={"x": (j + 0.5) * box["width"] / n,
+                             "y": (i + 0.5) * box["height"] / n})
+        value = float(page.get_attribute(".ax-tip", "data-value"))
+        assert value == pytest.approx(float(exact[i, j]), abs=0.5 / 255 + 1e-6)
+
+
+@pytest.fixture(scope="module")
+def served(long_trace):
+    """`attnlab serve --trace`'s app (uvicorn in a thread, 127.0.0.1): yields the base URL."""
+    import socket
+
+    import uvicorn
+
+    from attnlab.serve.trace_api import create_trace_app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_trace_app([long_trace]), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _wait_fetch(page, count):
+    page.wait_for_function(
+        f"+document.querySelector('.attnlab-explorer').getAttribute('data-fetches') >= {count}",
+        timeout=20_000)
+
+
+def test_served_page_fetches_exact_rows_and_tiles(page, long_trace, served, artifacts_dir):
+    t = long_trace
+    page.goto(served + "/")
+    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.set_viewport_size({"width": 1300, "height": 1100})
+    assert "Click a token" in page.text_content(".ax-rowinfo") or \
+        page.locator(".ax-topkey").count() > 0  # served: rows come from the server
+    block = int(page.eval_on_selector(".attnlab-explorer",
+                                      "e => e.__attnlab.cur().meta.block"))
+    page.select_option(".ax-layer", "1")
+    page.select_option(".ax-head", "3")
+    page.click(".ax-sblock[data-block='6']")
+    i = 6 * block + 5
+    page.click(f".ax-t[data-i='{i}']")
+    page.wait_for_selector(".ax-topkey", timeout=20_000)
+    exact = t.weights_rows(1, 3, [i])[0]
+    got = page.eval_on_selector_all(".ax-t[data-w]", "els => els.map(e => [+e.dataset.i, "
+                                    "+e.dataset.w])")
+    assert got and all(w == float(exact[j]) for j, w in got)  # float32 from the server, as is
+    assert {j for j, _ in got} == {j for j in range(6 * block, 7 * block) if exact[j] > 0}
+    tops = page.eval_on_selector_all(".ax-topkey", "els => els.map(e => +e.dataset.key)")
+    assert tops == torch.topk(exact, 8).indices.tolist()
+    page.screenshot(path=str(artifacts_dir / "explorer-served-row.png"))
+    # a click on a block of the pooled map brings that block's exact weights
+    page.click(".ax-tab[data-view=matrix]")
+    box = page.locator(".ax-heat").bounding_box()
+    n = -(-t.seq_len // block)
+    rb, cb = 9, 7
+    page.mouse.click(box["x"] + (cb + 0.5) * box["width"] / n,
+                     box["y"] + (rb + 0.5) * box["height"] / n)
+    page.wait_for_selector(".ax-tile", timeout=20_000)
+    tile = t.weights_tile(1, 3, range(rb * block, (rb + 1) * block),
+                          range(cb * block, (cb + 1) * block))
+    img = page.locator(".ax-tile")
+    tb = img.bounding_box()
+    for a, b in ((0, 0), (block - 1, block // 2), (block // 2, block - 1)):
+        img.hover(position={"x": (b + 0.5) * tb["width"] / block,
+                            "y": (a + 0.5) * tb["height"] / block})
+        assert float(page.get_attribute(".ax-tip", "data-value")) == float(tile[a, b])
+    page.screenshot(path=str(artifacts_dir / "explorer-served-tile.png"))
+
+
+def test_served_qk_view_works_for_any_query_at_any_length(page, long_trace, served,
+                                                           artifacts_dir):
+    t = long_trace
+    page.goto(served + "/")
+    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.select_option(".ax-layer", "2")
+    page.select_option(".ax-head", "1")
+    i = 1777
+    page.fill(".ax-query", str(i))
+    page.dispatch_event(".ax-query", "change")
+    page.click(".ax-tab[data-view=qk]")
+    page.wait_for_selector(".ax-qkrow", timeout=20_000)
+    keys = page.eval_on_selector_all(".ax-p", "els => els.map(e => +e.dataset.key)")
+    exact = t.weights_rows(2, 1, [i])[0].double()
+    assert set(torch.topk(exact, 20).indices.tolist()) <= set(keys)
+    shown = _qk_probs(page)
+    assert shown == pytest.approx(exact[keys].tolist(), abs=1e-6)
+    rest = float(page.get_attribute(".ax-prest", "data-p"))
+    assert rest == pytest.approx(1 - float(exact[keys].sum()), abs=1e-6)
+    _slide(page, ".ax-scale", 1.0)
+    python = torch.tensor(_python_row(t, 2, 1, i, 1.0), dtype=torch.float64)
+    assert _qk_probs(page) == pytest.approx(python[keys].tolist(), abs=1e-9)
+    assert _qk_probs(page) != pytest.approx(shown, abs=1e-3)
+    page.screenshot(path=str(artifacts_dir / "explorer-served-qk.png"))

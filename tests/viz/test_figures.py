@@ -18,7 +18,7 @@ from attnlab.viz import figures
 @pytest.fixture(scope="module")
 def trace() -> AttentionTrace:
     torch.manual_seed(0)
-    gpt = attnlab.GPT(attnlab.GPTConfig(vocab_size=16, n_layer=2, n_head=2, n_embd=16))
+    gpt = attnlab.GPT(attnlab.GPTConfig(vocab_size=16, num_layers=2, num_heads=2, embed_dim=16))
     t = attnlab.trace(gpt, [1, 2, 3, 4, 5, 6])
     t.tokens = ["注意", "力", "是", " the", "$x$", "\n"]
     return t

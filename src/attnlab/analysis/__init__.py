@@ -1,19 +1,25 @@
-"""Head diagnostics on attention traces: entropy, saturation, sinks, previous-token,
-self and induction heads, redundancy with a clustering, and the recomputation check."""
+"""Head analysis on attention traces, streamed over tiles of query rows (no N² memory).
+
+:mod:`attnlab.analysis.scores`: the per-head scores (entropy, maximum weight, sink mass,
+previous-token, self, duplicate-token and induction scores, mean attention distance) and
+the heads' pattern similarity. :mod:`attnlab.analysis.heads`: :func:`diagnose`, the roles
+heads earn, clusters of redundant heads. :mod:`attnlab.analysis.recompute`: the check that
+a trace's weights and context follow from its q, k and v.
+"""
 
 from attnlab.analysis.heads import (
+    ROLES,
     HeadDiagnostics,
     Thresholds,
     cluster_heads,
     diagnose,
     diagnose_model,
-    head_scores,
-    induction_scores,
-    pattern_similarity,
-    recompute_errors,
+    induction_trace,
     repeated_random_tokens,
 )
+from attnlab.analysis.recompute import recompute_errors
+from attnlab.analysis.scores import SCORE_NAMES, head_scores, pattern_similarity
 
-__all__ = ["HeadDiagnostics", "Thresholds", "cluster_heads", "diagnose", "diagnose_model",
-           "head_scores", "induction_scores", "pattern_similarity", "recompute_errors",
-           "repeated_random_tokens"]
+__all__ = ["ROLES", "SCORE_NAMES", "HeadDiagnostics", "Thresholds", "cluster_heads",
+           "diagnose", "diagnose_model", "head_scores", "induction_trace",
+           "pattern_similarity", "recompute_errors", "repeated_random_tokens"]

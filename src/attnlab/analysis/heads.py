@@ -1,102 +1,62 @@
-"""Head diagnostics: what each head of a trace does, in a few numbers.
+"""Head diagnostics: the scores of every head, the roles they earn, and redundancy.
 
-For one head with weights ``W`` (Lq x Lk, rows sum to 1) and ``N`` queries:
+:func:`diagnose` takes traces (the caller makes them: :func:`attnlab.trace.tracer.trace`,
+or :func:`induction_trace` for the repeated random sequence) and returns a
+:class:`HeadDiagnostics`: the scores of :mod:`attnlab.analysis.scores` per head, the
+induction score on a repeated random sequence (``repeat_induction``), the roles heads earn
+by :class:`Thresholds`, and clusters of heads with near-identical patterns.
 
-=================  ==================================================================
-entropy            mean_i  -sum_j W_ij log W_ij   (nats; 0 = one key, log Lk = uniform)
-max_weight         mean_i  max_j W_ij             (saturation: near 1 = one-hot rows)
-sink               mean_{i>=1} W_i0               (mass on the first token)
-previous           mean_{i>=1} W_{i,i-1}          (previous-token head)
-diagonal           mean_i  W_ii                   (attends to itself)
-induction          mean over the second copy of a repeated random sequence of period T
-                   of W_{i, i-T+1}: the token *after* the earlier occurrence
-=================  ==================================================================
-
-Redundancy: cosine similarity of the heads' flattened patterns; heads are clustered by
-average linkage, merging while the mean similarity between two clusters is >= 0.9.
+Redundancy: cosine similarity of the heads' (pooled) patterns, see
+:func:`attnlab.analysis.scores.pattern_similarity`; heads are clustered by average
+linkage, merging while the mean similarity between two clusters is >= the threshold.
+Everything is computed in one streamed pass per trace (O(tile x N) memory per head).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.trace.trace import AttentionTrace
+from attnlab.analysis.scores import _cosine, _pool_block, _scan, _scores_from_sums
 
-__all__ = ["HeadDiagnostics", "Thresholds", "head_scores", "induction_scores",
-           "pattern_similarity", "cluster_heads", "diagnose", "recompute_errors",
-           "repeated_random_tokens", "diagnose_model"]
+__all__ = ["ROLES", "HeadDiagnostics", "Thresholds", "cluster_heads", "diagnose",
+           "diagnose_model", "induction_trace", "repeated_random_tokens"]
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a head earns a role name; each is a mean weight, so 0.5 = "most of its mass"."""
+    """When a head earns a role: its score must be >= the role's threshold.
 
-    sink: float = 0.5  # half a head's mass on token 0 is far above uniform 1/N
-    previous: float = 0.4  # a clear majority pattern; real previous-token heads reach 0.5-0.9
-    induction: float = 0.3  # random repeated tokens: 1/N chance level is ~0.02 at N=80
-    diagonal: float = 0.5  # mostly itself
-    cluster_similarity: float = 0.9  # near-duplicate patterns
+    Every role score is a share of the head's attention mass (0 to 1; see
+    :mod:`attnlab.analysis.scores`), so 0.5 means "half of what the head attends to":
 
-
-def _check(trace: AttentionTrace) -> Tensor:
-    if not isinstance(trace, AttentionTrace):
-        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
-    return trace.weights.float()
-
-
-def head_scores(trace: AttentionTrace) -> dict[str, Tensor]:
-    """entropy, max_weight, sink, previous, diagonal: each (L, H).
-
-    >>> w = torch.eye(4).expand(1, 1, 4, 4)  # every token attends to itself
-    >>> s = head_scores(AttentionTrace(tokens=list("abcd"), weights=w))
-    >>> s["diagonal"].item(), s["previous"].item(), abs(s["entropy"].item())
-    (1.0, 0.0, 0.0)
+    * ``sink``: score ``sink``, the mean weight on the first token over the queries after
+      it. Half the mass on one token is far above uniform attention (1/N).
+    * ``previous``: score ``previous`` (TransformerLens ``previous_token_head``), the mass
+      on the token just before each query. Real previous-token heads reach 0.5 to 0.9.
+    * ``induction``: score ``repeat_induction`` (TransformerLens ``induction_head`` on the
+      second copy of a repeated random sequence), the mass on the token after the earlier
+      copy of each query's token; chance is about 1/N (0.02 at N = 80).
+    * ``diagonal``: score ``diagonal``, the mass on the query's own token ("self" role).
+    * ``cluster_similarity``: heads are put in one cluster while the mean pairwise cosine
+      similarity of their pooled patterns is >= this (near-duplicate patterns).
     """
-    w = _check(trace)  # (L, H, Lq, Lk)
-    lq, lk = w.shape[-2:]
-    off = lk - lq  # bottom-right alignment: query i sits at key position i + off
-    ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean(-1) + 0.0  # + 0.0: no -0.0
-    idx = torch.arange(lq)
-    diag = w[..., idx, idx + off].mean(-1)
-    if lq > 1:
-        later = idx[1:]
-        prev = w[..., later, later + off - 1].mean(-1)
-        sink = w[..., later, 0].mean(-1)
-    else:
-        prev = torch.zeros(w.shape[:2])
-        sink = w[..., 0, 0]
-    return {"entropy": ent, "max_weight": w.amax(-1).mean(-1), "sink": sink,
-            "previous": prev, "diagonal": diag}
+
+    sink: float = 0.5
+    previous: float = 0.4
+    induction: float = 0.3
+    diagonal: float = 0.5
+    cluster_similarity: float = 0.9
 
 
-def induction_scores(trace: AttentionTrace, period: int, start: int = 0) -> Tensor:
-    """(L, H) mean weight from each token of the repeat to the token after its first copy.
-
-    The input is ``prefix (start tokens) + r_1..r_T + r_1..r_T`` with ``T = period``: the
-    query at ``start + T + t`` (t >= 1) should attend key ``start + t + 1``... i.e. the
-    key one after the earlier occurrence, at ``i - T + 1``.
-    """
-    w = _check(trace)
-    n = w.shape[-1]
-    if period < 2 or start + 2 * period > n:
-        raise ValueError(
-            f"period={period} with start={start} needs {start + 2 * period} tokens, trace has {n}"
-        )
-    q = torch.arange(start + period + 1, start + 2 * period)
-    return w[..., q, q - period + 1].mean(-1)
-
-
-def pattern_similarity(trace: AttentionTrace) -> Tensor:
-    """(L·H, L·H) cosine similarity of the flattened patterns, head index = l·H + h."""
-    w = _check(trace)
-    flat = w.reshape(w.shape[0] * w.shape[1], -1)
-    flat = flat / flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    return flat @ flat.T
+#: role name -> (score it is read from, field of :class:`Thresholds` that gates it).
+ROLES = {"sink": ("sink", "sink"), "previous-token": ("previous", "previous"),
+         "induction": ("repeat_induction", "induction"), "self": ("diagonal", "diagonal")}
 
 
 def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
@@ -118,7 +78,7 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     alive = np.ones(n, dtype=bool)
     mean = sums / np.outer(sizes, sizes)
     np.fill_diagonal(mean, -np.inf)
-    while True:
+    while n > 1:
         a, b = np.unravel_index(int(np.argmax(mean)), mean.shape)
         if mean[a, b] < threshold:
             break
@@ -138,33 +98,14 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     return [order.setdefault(int(o), len(order)) for o in owner]
 
 
-def recompute_errors(trace: AttentionTrace, *, mask: Tensor | None = None) -> dict[str, float]:
-    """Max |error| of softmax(q kᵀ·scale + mask) and of its product with v, against the
-    weights and per-head context the model itself computed.
-
-    The causal mask comes from ``trace.causal``; ``mask`` adds any other (bool True = may
-    attend, or float added).
-    """
-    if trace.q is None or trace.k is None:
-        raise ValueError("recompute_errors needs a trace with q and k (trace(..., qkv=True))")
-    scale = trace.scale if trace.scale is not None else trace.q.shape[-1] ** -0.5
-    s = (trace.q.double() @ trace.k.double().transpose(-2, -1)) * scale  # (L, H, Lq, Lk)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
-    if trace.causal:
-        lq, lk = s.shape[-2:]
-        keep = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
-        s = s.masked_fill(~keep, float("-inf"))
-    w = torch.softmax(s, dim=-1)
-    out = {"weights": float((w - trace.weights.double()).abs().max())}
-    if trace.v is not None and trace.context is not None:
-        out["context"] = float((w @ trace.v.double() - trace.context.double()).abs().max())
-    return out
-
-
 @dataclass
 class HeadDiagnostics:
-    """Scores (L, H) for every head of one trace, the roles they earn, and clusters."""
+    """Scores (L, H) for every head of one trace, the roles they earn, and clusters.
+
+    ``scores`` maps a score name (see :mod:`attnlab.analysis.scores`, plus
+    ``repeat_induction`` when an induction trace was given) to an (L, H) tensor;
+    ``similarity`` is (L·H, L·H) with head index l·H + h; ``clusters`` one id per head.
+    """
 
     model: str
     tokens: list[str]
@@ -183,28 +124,32 @@ class HeadDiagnostics:
         return self.scores["entropy"].shape[1]
 
     def redundancy(self) -> Tensor:
-        """(L, H) highest similarity of each head to any other head."""
+        """(L, H) highest similarity of each head to any other head (0 for a lone head)."""
         s = self.similarity.clone()
+        if s.shape[0] < 2:
+            return torch.zeros(self.num_layers, self.num_heads)
         s.fill_diagonal_(-1.0)
         return s.amax(-1).reshape(self.num_layers, self.num_heads)
 
     def roles(self) -> dict[str, list[tuple[int, int, float]]]:
-        """role -> [(layer, head, score)] best first, for heads above the role's threshold."""
-        t = self.thresholds
+        """role -> [(layer, head, score)] best first, for the heads whose score is >= the
+        role's threshold (see :class:`Thresholds` and :data:`ROLES`); a role whose score
+        was not computed is left out."""
         out: dict[str, list[tuple[int, int, float]]] = {}
-        for role, key, th in (("sink", "sink", t.sink), ("previous-token", "previous", t.previous),
-                              ("induction", "induction", t.induction),
-                              ("self", "diagonal", t.diagonal)):
+        for role, (key, gate) in ROLES.items():
             if key not in self.scores:
                 continue
             s = self.scores[key]
+            th = getattr(self.thresholds, gate)
             hits = [(int(lh // s.shape[1]), int(lh % s.shape[1]), float(s.flatten()[lh]))
                     for lh in torch.nonzero(s.flatten() >= th).flatten().tolist()]
             out[role] = sorted(hits, key=lambda x: -x[2])
         return out
 
     def top(self, key: str, k: int = 1) -> list[tuple[int, int, float]]:
-        """The k heads with the highest score ``key``."""
+        """The k heads with the highest score ``key``, as (layer, head, score)."""
+        if key not in self.scores:
+            raise KeyError(f"no score {key!r}; computed: {', '.join(self.scores)}")
         s = self.scores[key].flatten()
         vals, idx = s.topk(min(k, s.numel()))
         h = self.num_heads
@@ -213,7 +158,8 @@ class HeadDiagnostics:
     def rows(self) -> list[dict[str, Any]]:
         """One dict per head: layer, head, every score, redundancy, cluster, roles."""
         red = self.redundancy()
-        roles = {(l_, h): [] for l_ in range(self.num_layers) for h in range(self.num_heads)}
+        roles: dict[tuple[int, int], list[str]] = {
+            (l_, h): [] for l_ in range(self.num_layers) for h in range(self.num_heads)}
         for role, hits in self.roles().items():
             for l_, h, _ in hits:
                 roles[(l_, h)].append(role)
@@ -240,7 +186,7 @@ class HeadDiagnostics:
         roles.add_column("heads", justify="right")
         roles.add_column(f"strongest (layer.head score), top {top}")
         names = {"sink": "attention sink (first token)", "previous-token": "previous-token",
-                 "induction": "induction", "self": "self / diagonal"}
+                 "induction": "induction (repeated random tokens)", "self": "self / diagonal"}
         for role, hits in self.roles().items():
             best = ", ".join(f"L{l_}.H{h} {s:.2f}" for l_, h, s in hits[:top]) or "none"
             roles.add_row(names.get(role, role), str(len(hits)), best)
@@ -262,6 +208,7 @@ class HeadDiagnostics:
         return [roles, heads]
 
     def to_json(self) -> dict[str, Any]:
+        """Everything as JSON-ready data (scores rounded to 6 decimals)."""
         roles = {r: [{"layer": l_, "head": h, "score": round(s, 6)} for l_, h, s in hits]
                  for r, hits in self.roles().items()}
         n_clusters = len(set(self.clusters))
@@ -271,29 +218,103 @@ class HeadDiagnostics:
                 "heads": self.rows(), "meta": self.meta}
 
 
-def diagnose(trace: AttentionTrace, *, induction: AttentionTrace | None = None,
-             period: int | None = None, start: int = 0,
-             thresholds: Thresholds | None = None) -> HeadDiagnostics:
-    """Diagnose every head of ``trace``; ``induction`` is a trace of a repeated random
-    sequence of ``period`` tokens after ``start`` prefix tokens (see
-    :func:`repeated_random_tokens`), from the same model."""
+def _repeat_ids(start: int, period: int, n: int) -> list[int]:
+    """Stand-in token ids with the structure ``prefix + r + r``: equal where the repeated
+    sequence repeats, distinct everywhere else."""
+    ids = [-1 - i for i in range(start)] + list(range(period)) * 2
+    return ids + [-1 - start - i for i in range(n - len(ids))]
+
+
+def _repeat_spec(induction: Any, period: int | None, start: int | None) -> tuple[int, int]:
+    spec = getattr(induction, "meta", {}).get("repeated_random") or {}
+    period = spec.get("period") if period is None else period
+    start = spec.get("start", 0) if start is None else start
+    if period is None:
+        raise ValueError("period is required with an induction trace that was not made by "
+                         "induction_trace (no meta['repeated_random'])")
+    n = induction.seq_len
+    if isinstance(period, bool) or not isinstance(period, int) or period < 2:
+        raise ValueError(f"period must be an int >= 2, got {period!r}")
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"start must be an int >= 0, got {start!r}")
+    if start + 2 * period > n or induction.key_len != n:
+        raise ValueError(
+            f"period={period} with start={start} needs a self-attention trace of "
+            f"{start + 2 * period} tokens or more, the induction trace has {n} queries and "
+            f"{induction.key_len} keys")
+    return period, start
+
+
+@contextlib.contextmanager
+def _progress(show: bool, what: str) -> Iterator[Callable[[int, int], Any] | None]:
+    """A rich progress bar on stderr, advanced by ``(done, total)`` calls; None if not
+    shown."""
+    if not show:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
+             start: int | None = None, thresholds: Thresholds | None = None,
+             tile_rows: int | None = None, max_blocks: int = 256,
+             progress: bool = False) -> HeadDiagnostics:
+    """Diagnose every head of ``trace`` in one streamed pass.
+
+    Args:
+        trace: an :class:`attnlab.trace.AttentionTrace` of any text.
+        induction: optional trace of a repeated random sequence from the same model,
+            ``prefix (start tokens) + r + r`` with ``r`` of ``period`` distinct tokens
+            (made by :func:`induction_trace`, which records ``period`` and ``start`` in its
+            meta). Gives ``repeat_induction``: TransformerLens's ``induction_head`` score
+            over the rows of the second copy, and with it the induction role.
+        period, start: the sequence's structure, when the induction trace does not record
+            it.
+        thresholds: when heads earn roles (:class:`Thresholds`).
+        tile_rows: query rows per tile (memory O(tile_rows x N) per head).
+        max_blocks: the similarity compares patterns pooled to at most this many blocks a
+            side (exact up to that many tokens).
+        progress: show a progress bar over the query rows on stderr.
+
+    >>> from attnlab.trace.attention import AttentionTrace
+    >>> prev = torch.eye(5).roll(1, 0).tril()  # every token on the one before it...
+    >>> prev[0, 0] = 1.0  # ...and the first on itself
+    >>> d = diagnose(AttentionTrace(tokens=list("abcde"), weights=prev[None, None]))
+    >>> [(l, h) for l, h, _ in d.roles()["previous-token"]], round(d.top("previous")[0][2], 4)
+    ([(0, 0)], 0.8)
+    """
     th = thresholds or Thresholds()
-    scores = head_scores(trace)
-    meta: dict[str, Any] = {}
+    if not isinstance(th, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds, got {type(th).__name__}")
+    block = _pool_block(trace.seq_len, trace.key_len, max_blocks)
+    with _progress(progress, "scoring heads (query rows)") as on_tile:
+        sums, pooled, with_ids = _scan(trace, tile_rows=tile_rows, pool_block=block,
+                                       on_tile=on_tile)
+    scores = _scores_from_sums(sums, with_ids)
+    meta: dict[str, Any] = {"similarity_block": block}
     if induction is not None:
-        if period is None:
-            raise ValueError("period is required with an induction trace")
-        if induction.weights.shape[:2] != trace.weights.shape[:2]:
-            raise ValueError(
-                f"induction trace has (L, H)={tuple(induction.weights.shape[:2])}, trace has "
-                f"{tuple(trace.weights.shape[:2])}: not the same model"
-            )
-        scores["induction"] = induction_scores(induction, period, start)
+        shape = (induction.num_layers, induction.num_heads)
+        if shape != (trace.num_layers, trace.num_heads):
+            raise ValueError(f"induction trace has (L, H)={shape}, trace has "
+                             f"{(trace.num_layers, trace.num_heads)}: not the same model")
+        period, start = _repeat_spec(induction, period, start)
+        ids = getattr(induction, "token_ids", None)
+        if ids is None or len(ids) != induction.key_len:
+            ids = _repeat_ids(start, period, induction.key_len)
+        ind_sums, _, _ = _scan(induction, queries=range(start + period, start + 2 * period),
+                               token_ids=ids, tile_rows=tile_rows)
+        scores["repeat_induction"] = _scores_from_sums(ind_sums, True)["induction"]
         meta["induction"] = {"period": period, "start": start,
-                             "tokens": len(induction.tokens)}
-    sim = pattern_similarity(trace)
-    return HeadDiagnostics(model=trace.model, tokens=list(trace.tokens), scores=scores,
-                           similarity=sim, clusters=cluster_heads(sim, th.cluster_similarity),
+                             "tokens": induction.seq_len}
+    sim = _cosine(pooled)
+    return HeadDiagnostics(model=str(getattr(trace, "model", "") or ""),
+                           tokens=list(trace.tokens), scores=scores, similarity=sim,
+                           clusters=cluster_heads(sim, th.cluster_similarity),
                            thresholds=th, meta=meta)
 
 
@@ -314,42 +335,73 @@ def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int
     return list(prefix) + r + r
 
 
-def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
-                   thresholds: Thresholds | None = None, truncate: bool = False
-                   ) -> HeadDiagnostics:
-    """Trace ``text`` through ``model`` (name, path or LoadedModel) and diagnose it; for a
-    causal model, also trace a repeated random sequence for the induction score."""
-    from attnlab.models import LoadedModel, load
+_LOADED = ("model", "tokenizer", "name", "causal", "max_length")
+
+
+def _check_loaded(model: Any) -> None:
+    missing = [a for a in _LOADED if not hasattr(model, a)]
+    if missing:
+        raise TypeError(
+            "model must be an already-loaded model (as attnlab.models.load gives: with "
+            f"{', '.join(_LOADED)}), got {type(model).__name__}"
+            + (" (load it by name first)" if isinstance(model, str) else
+               f" without {', '.join(missing)}"))
+
+
+def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
+    """Trace a repeated random token sequence through an already-loaded causal model.
+
+    ``model`` is duck-typed like :class:`attnlab.models.LoadedModel` (``.model``,
+    ``.tokenizer``, ``.name``, ``.causal``, ``.max_length``). The sequence is the
+    tokenizer's BOS (if it has one) + ``period`` distinct random ids + the same ids again,
+    drawn from the vocabulary without its special and lowest ids (bytes); ``period`` is
+    cut to fit the model. The trace's ``meta["repeated_random"]`` records ``period``,
+    ``start`` (prefix length) and ``seed`` for :func:`diagnose`.
+    """
+    _check_loaded(model)
     from attnlab.trace.tracer import trace as run_trace
 
-    loaded = model if isinstance(model, LoadedModel) else load(model)
-    main = run_trace(loaded, text, qkv=False, truncate=truncate)
-    ind = None
-    start = 0
-    if loaded.causal:
-        tok = loaded.tokenizer
-        bos = getattr(tok, "bos_token_id", None)
-        prefix = [bos] if isinstance(bos, int) else []
-        start = len(prefix)
-        vocab = int(getattr(getattr(loaded.model, "config", None), "vocab_size", 0) or 0)
-        if vocab <= 0:
-            vocab = len(tok) if hasattr(tok, "__len__") else 0
-        special = set(getattr(tok, "all_special_ids", []) or [])
-        lo = min(1000, vocab // 10)  # skip the low ids: bytes and special tokens
-        pool = [i for i in range(lo, vocab) if i not in special]
-        # the repeated sequence must fit the model: prefix + 2 * period <= max_length
-        period = min(period, len(pool), (loaded.max_length - len(prefix)) // 2)
-        if period < 2:
-            raise ValueError(
-                f"model {loaded.name!r} is too small for an induction test (vocabulary "
-                f"{vocab}, max_length {loaded.max_length})"
-            )
-        ids = repeated_random_tokens(pool, period, seed=seed, prefix=prefix)
-        ind = run_trace(loaded, ids, qkv=False)
-    d = diagnose(main, induction=ind, period=period if ind is not None else None, start=start,
-                 thresholds=thresholds)
+    if not model.causal:
+        raise ValueError(f"model {model.name!r} is not causal: the induction test needs a "
+                         "model that predicts the next token")
+    tok = model.tokenizer
+    bos = getattr(tok, "bos_token_id", None)
+    prefix = [bos] if isinstance(bos, int) else []
+    vocab = int(getattr(getattr(model.model, "config", None), "vocab_size", 0) or 0)
+    if vocab <= 0:
+        vocab = len(tok) if hasattr(tok, "__len__") else 0
+    special = set(getattr(tok, "all_special_ids", []) or [])
+    lo = min(1000, vocab // 10)  # skip the low ids: bytes and special tokens
+    pool = [i for i in range(lo, vocab) if i not in special]
+    period = min(period, len(pool), (model.max_length - len(prefix)) // 2)
+    if period < 2:
+        raise ValueError(
+            f"model {model.name!r} is too small for an induction test (vocabulary {vocab}, "
+            f"max_length {model.max_length})")
+    ids = repeated_random_tokens(pool, period, seed=seed, prefix=prefix)
+    t = run_trace(model, ids)
+    t.meta["repeated_random"] = {"period": period, "start": len(prefix), "seed": seed}
+    return t
+
+
+def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
+                   thresholds: Thresholds | None = None, truncate: bool = False,
+                   tile_rows: int | None = None, progress: bool = False) -> HeadDiagnostics:
+    """Trace ``text`` through an already-loaded ``model`` and diagnose it; for a causal
+    model, also trace a repeated random sequence (:func:`induction_trace`) for the
+    induction role.
+
+    ``model`` is duck-typed like :class:`attnlab.models.LoadedModel`; loading by name is
+    the caller's (``attnlab.models.load``). Byte pieces are not merged, so the scores are
+    those of the model's own tokens. ``progress`` shows the tracing and scoring on stderr.
+    """
+    _check_loaded(model)
+    from attnlab.trace.tracer import trace as run_trace
+
+    main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress)
+    ind = induction_trace(model, period=period, seed=seed) if model.causal else None
+    d = diagnose(main, induction=ind, thresholds=thresholds, tile_rows=tile_rows,
+                 progress=progress)
     d.meta["text"] = text
     d.meta["seed"] = seed
-    if "merged" in main.meta:
-        d.meta["merged"] = main.meta["merged"]["rule"]
     return d

@@ -15,10 +15,11 @@ rescaled whenever the maximum grows::
 weight exactly later, ``P = exp(S − lse)`` (see :mod:`attnlab.core.weights`), and it is
 what the backward pass uses to recompute each tile instead of storing it.
 
-Shape legend::
+Shape legend (grouped heads: k and v may have ``H_kv`` heads with ``H % H_kv == 0``;
+the G query heads of one key head share each key tile, k and v are never repeated)::
 
-    q    (..., Lq, d)      k   (..., Lk, d)      v   (..., Lk, dv)
-    out  (..., Lq, dv)     lse (..., Lq)         -inf for a row with no visible key
+    q    (..., H, Lq, d)      k   (..., H_kv, Lk, d)      v   (..., H_kv, Lk, dv)
+    out  (..., H, Lq, dv)     lse (..., H, Lq)            -inf for a row with no visible key
 
 >>> q, k, v = torch.randn(3, 1, 2, 300, 16).unbind(0)
 >>> out, lse = chunked_attention(q, k, v, causal=True, block_q=64, block_k=64)
@@ -35,13 +36,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.core.functional import (
-    _causal_fill_,
+from attnlab.core._tiles import (
+    _all_finite,
+    _check_dropout,
+    _check_flag,
     _check_mask,
     _check_qkv,
+    _check_scale,
     _finite_split,
+    _flatten,
+    _fold,
     _MaskTiles,
-    _scores_shape,
+    _merged_mask,
+    _scores,
 )
 
 __all__ = ["chunked_attention"]
@@ -69,52 +76,35 @@ def _key_range(r0: int, r1: int, lk: int, causal: bool, offset: int) -> int:
     return max(0, min(lk, r1 + offset)) if causal else lk
 
 
-def _scores(
-    q: Tensor, k: Tensor, tiles: _MaskTiles, h: slice, r0: int, r1: int, c0: int, c1: int,
-    causal: bool, offset: int, scale: float, triangles: dict, out: Tensor | None = None,
-) -> Tensor:
-    """S = scale · Q[r0:r1] K[c0:c1]ᵀ with every blocked entry at -inf. (n, rows, cols)."""
-    m = tiles.tile(h.start, h.stop, r0, r1, c1, c0)
-    kt = k[h, c0:c1].transpose(1, 2)  # (n, d, cols)
-    if m is not None and not tiles.is_bool:
-        s = torch.baddbmm(m, q[h, r0:r1], kt, alpha=scale, out=out)
-    elif out is not None:
-        s = torch.baddbmm(out, q[h, r0:r1], kt, beta=0.0, alpha=scale, out=out)
-    else:
-        s = torch.bmm(q[h, r0:r1], kt).mul_(scale)
-    if m is not None and tiles.is_bool:
-        s.masked_fill_(~m, float("-inf"))
-    if causal:
-        _causal_fill_(s, r0, offset - c0, triangles)
-    return s
-
-
 def _flash_forward(
-    q: Tensor, k: Tensor, v: Tensor, tiles: _MaskTiles, causal: bool, scale: float,
-    bq: int, bk: int, dropout_p: float = 0.0,
+    q4: Tensor, k: Tensor, v: Tensor, tiles: _MaskTiles, causal: bool, scale: float,
+    bq: int, bk: int, dropout_p: float = 0.0, k_bad: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """The online-softmax forward on flattened (n, L, d) tensors -> out (n, Lq, dv), lse."""
-    n, lq, _ = q.shape
+    """The online-softmax forward on q4 (n_kv, G, Lq, d), k (n_kv, Lk, d), v (n_kv, Lk, dv)
+    -> out (n_kv, G, Lq, dv), lse (n_kv, G, Lq)."""
+    n, group, lq, _ = q4.shape
     lk, dv = v.shape[-2:]
     offset = lk - lq
     v_clean, bad = _finite_split(v)
-    out = q.new_empty(n, lq, dv)  # (n, Lq, dv)
-    lse = q.new_empty(n, lq)  # (n, Lq)
+    out = q4.new_empty(n, group, lq, dv)  # (n_kv, G, Lq, dv)
+    lse = q4.new_empty(n, group, lq)  # (n_kv, G, Lq)
     h = slice(0, n)
     triangles: dict = {}
-    neg_inf = float("-inf")
+    neg_inf = -math.inf
     for r0 in range(0, lq, bq):
         r1 = min(lq, r0 + bq)
-        rows = r1 - r0
-        m = q.new_full((n, rows, 1), neg_inf)  # running max
-        l = q.new_zeros(n, rows, 1)  # running sum of exp(S - m)
-        acc = q.new_zeros(n, rows, dv)  # running sum of exp(S - m) V
+        rows = group * (r1 - r0)  # the G heads of a key head, one after the other
+        qt = _fold(q4[:, :, r0:r1])  # (n_kv, G·rows, d)
+        m = q4.new_full((n, rows, 1), neg_inf)  # running max
+        l = q4.new_zeros(n, rows, 1)  # running sum of exp(S - m)
+        acc = q4.new_zeros(n, rows, dv)  # running sum of exp(S - m) V
         raw = touched = None
         if bad is not None:
-            raw, touched = q.new_zeros(n, rows, dv), q.new_zeros(n, rows, dv)
+            raw, touched = q4.new_zeros(n, rows, dv), q4.new_zeros(n, rows, dv)
         for c0 in range(0, _key_range(r0, r1, lk, causal, offset), bk):
             c1 = min(lk, c0 + bk)
-            s = _scores(q, k, tiles, h, r0, r1, c0, c1, causal, offset, scale, triangles)
+            s = _scores(q4, k, tiles, h, r0, r1, c0, c1, causal, offset, scale, triangles,
+                        q_tile=qt, k_bad=k_bad)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == neg_inf, 0.0)  # all blocked so far: no NaN
             rescale = torch.exp(m - m_safe)  # (n, rows, 1)
@@ -130,8 +120,10 @@ def _flash_forward(
         res = acc.div_(torch.where(alive, l, torch.ones_like(l)))
         if bad is not None:
             res = torch.where(touched > 0, raw / l, res)
-        out[:, r0:r1] = res
-        lse[:, r0:r1] = torch.where(alive, m + torch.log(l), neg_inf).squeeze(-1)
+        out[:, :, r0:r1] = res.view(n, group, r1 - r0, dv)
+        # l == 0: no visible key (-inf); a NaN score leaves l NaN, and the lse NaN too
+        lse[:, :, r0:r1] = torch.where(l == 0, neg_inf, m + torch.log(l)).view(
+            n, group, r1 - r0)
     return out, lse
 
 
@@ -144,58 +136,63 @@ class _ChunkedAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, tiles, causal, scale, bq, bk, dropout_p):  # type: ignore[override]
-        out, lse = _flash_forward(q, k, v, tiles, causal, scale, bq, bk, dropout_p)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (tiles, causal, scale, bq, bk)
+    def forward(ctx, q4, k, v, tiles, causal, scale, bq, bk, dropout_p, k_bad):  # type: ignore[override]
+        out, lse = _flash_forward(q4, k, v, tiles, causal, scale, bq, bk, dropout_p, k_bad)
+        ctx.save_for_backward(q4, k, v, out, lse)
+        ctx.args = (tiles, causal, scale, bq, bk, k_bad)
         ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
-        tiles, causal, scale, bq, bk = ctx.args
-        n, lq, _ = q.shape
+        q4, k, v, out, lse = ctx.saved_tensors
+        tiles, causal, scale, bq, bk, k_bad = ctx.args
+        n, group, lq, _ = q4.shape
         lk = k.shape[-2]
         offset = lk - lq
         v = _finite_split(v)[0]
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        k_clean = _finite_split(k)[0]
+        dq, dk, dv = torch.zeros_like(q4), torch.zeros_like(k), torch.zeros_like(v)
+        nothing = (None,) * 7
         if d_out is None and d_lse is None:
-            return dq, dk, dv, None, None, None, None, None, None
+            return dq, dk, dv, *nothing
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d = (d_out * out.nan_to_num(0.0, 0.0, 0.0)).sum(dim=-1, keepdim=True)  # (n, Lq, 1)
+        d = (d_out * out.nan_to_num(0.0, 0.0, 0.0)).sum(dim=-1, keepdim=True)  # (n, G, Lq, 1)
         if d_lse is not None:
             d = d - d_lse.unsqueeze(-1)
-        lse_safe = lse.masked_fill(lse == float("-inf"), float("inf")).unsqueeze(-1)
+        lse_safe = lse.masked_fill(lse == -math.inf, math.inf).unsqueeze(-1)
         h = slice(0, n)
         triangles: dict = {}
         for r0 in range(0, lq, bq):
             r1 = min(lq, r0 + bq)
-            do, qi = d_out[:, r0:r1], q[:, r0:r1]
+            do, qi = _fold(d_out[:, :, r0:r1]), _fold(q4[:, :, r0:r1])  # (n, G·rows, .)
+            di, lse_i = _fold(d[:, :, r0:r1]), _fold(lse_safe[:, :, r0:r1])
             dqi = torch.zeros_like(qi)  # contiguous: GEMMs into strided views are slow
             for c0 in range(0, _key_range(r0, r1, lk, causal, offset), bk):
                 c1 = min(lk, c0 + bk)
-                s = _scores(q, k, tiles, h, r0, r1, c0, c1, causal, offset, scale, triangles)
-                p = s.sub_(lse_safe[:, r0:r1]).exp_()  # (n, rows, cols), exact weights
+                s = _scores(q4, k, tiles, h, r0, r1, c0, c1, causal, offset, scale, triangles,
+                            q_tile=qi, k_bad=k_bad)
+                p = s.sub_(lse_i).exp_()  # (n, G·rows, cols), exact weights
                 dv[:, c0:c1] += torch.bmm(p.transpose(1, 2), do)
-                ds = torch.bmm(do, v[:, c0:c1].transpose(1, 2)).sub_(d[:, r0:r1]).mul_(p)
-                dqi.baddbmm_(ds, k[:, c0:c1], alpha=scale)
+                ds = torch.bmm(do, v[:, c0:c1].transpose(1, 2)).sub_(di).mul_(p)
+                dqi.baddbmm_(ds, k_clean[:, c0:c1], alpha=scale)
                 dk[:, c0:c1] += torch.bmm(ds.transpose(1, 2), qi).mul_(scale)
-            dq[:, r0:r1] = dqi
-        return dq, dk, dv, None, None, None, None, None, None
+            dq[:, :, r0:r1] = dqi.view(n, group, r1 - r0, -1)
+        return dq, dk, dv, *nothing
 
 
 def _chunked(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
-    dropout_p: float = 0.0, block_q: int | None = None, block_k: int | None = None,
+    dropout_p: float = 0.0, block_q: int | None = None, block_k: int | None = None, *,
+    batch: tuple[int, ...] | None = None, group: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Checked-input core of :func:`chunked_attention` (also the ``"chunked"`` backend)."""
-    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
-    lq, d = q.shape[-2:]
-    lk, dv = v.shape[-2:]
-    n = math.prod(batch)
+    """Checked-input core of :func:`chunked_attention` (also the ``"chunked"`` backend);
+    ``batch`` and ``group`` as :func:`attnlab.core._tiles._check_qkv` returns them."""
+    if batch is None or group is None:
+        batch, group = _check_qkv(q, k, v)
+    lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     dtype = q.dtype
     if mask is not None and mask.requires_grad and torch.is_grad_enabled():
         raise ValueError("the chunked backend treats mask as a constant; got a mask that "
@@ -207,13 +204,38 @@ def _chunked(
                          f"dropout_p={dropout_p} with inputs that require grad")
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     q, k, v = q.to(work), k.to(work), v.to(work)  # running sums in >= fp32, as FlashAttention
-    q3 = q.expand(*batch, lq, d).reshape(n, lq, d)  # (n, Lq, d)
-    k3 = k.expand(*batch, lk, d).reshape(n, lk, d)  # (n, Lk, d)
-    v3 = v.expand(*batch, lk, dv).reshape(n, lk, dv)  # (n, Lk, dv)
-    tiles = _MaskTiles(mask, batch, q.dtype)
-    bq, bk = _blocks(n, lq, lk, q.element_size(), block_q, block_k)
-    out, lse = _ChunkedAttention.apply(q3, k3, v3, tiles, causal, scale, bq, bk, dropout_p)
+    q4, k3, v3 = _flatten(q, k, v, batch, group)
+    # a float mask blocks by adding -inf, which NaN/inf in a key's score would undo
+    k_bad = mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
+    tiles = _MaskTiles(mask, batch, work)
+    bq, bk = _blocks(math.prod(batch), lq, lk, q.element_size(), block_q, block_k)
+    out, lse = _ChunkedAttention.apply(q4, k3, v3, tiles, causal, scale, bq, bk, dropout_p,
+                                       k_bad)
     return out.view(*batch, lq, dv).to(dtype), lse.view(*batch, lq)
+
+
+def _weights_from_lse(
+    q: Tensor, k: Tensor, lse: Tensor, mask: Tensor | None, causal: bool, scale: float, *,
+    batch: tuple[int, ...], group: int,
+) -> Tensor:
+    """Every weight ``exp(S − lse)`` (..., H, Lq, Lk), with plain (differentiable) ops.
+
+    This is N x N again: only for a caller who asked for the weights.
+    """
+    lq, lk = q.shape[-2], k.shape[-2]
+    work = lse.dtype
+    q4, k3, _ = _flatten(q.to(work), k.to(work), None, batch, group)
+    n, _, _, d = q4.shape
+    s = torch.matmul(q4.reshape(n, group * lq, d), k3.transpose(1, 2))
+    s = (s * scale).view(*batch, lq, lk)  # (..., H, Lq, Lk)
+    merged = _merged_mask(mask, causal, lq, lk, work, q.device)
+    if merged is not None:
+        if merged.dtype == torch.bool:
+            s = s.masked_fill(~merged, -math.inf)
+        else:
+            s = (s + merged).masked_fill(merged == -math.inf, -math.inf)
+    lse_safe = lse.masked_fill(lse == -math.inf, math.inf)
+    return torch.exp(s - lse_safe.unsqueeze(-1)).to(q.dtype)
 
 
 def chunked_attention(
@@ -230,31 +252,30 @@ def chunked_attention(
 ) -> tuple[Tensor, Tensor]:
     """Exact attention by tiles of keys (FlashAttention), returning ``(out, lse)``.
 
-    Same arguments and conventions as :func:`attnlab.scaled_dot_product_attention`
-    (bool mask True = may attend, float mask added, causal bottom-right aligned, a row with
-    no visible key gives 0 and ``lse = -inf``, NaN/inf in masked values does not leak).
-    ``block_q`` / ``block_k`` set the tile; by default one tile holds about 4 MiB of
-    scores over all heads. Differentiable in ``q``, ``k``, ``v`` (the backward recomputes
-    the tiles); ``lse`` is differentiable too.
+    Same arguments and conventions as
+    :func:`attnlab.core.functional.scaled_dot_product_attention` (bool mask True = may
+    attend, float mask added, causal bottom-right aligned, a row with no visible key gives
+    0 and ``lse = -inf``, NaN/inf in masked keys or values does not leak, k and v may have
+    fewer heads than q). ``block_q`` / ``block_k`` set the tile; by default one tile holds
+    about 4 MiB of scores over all heads. Differentiable in ``q``, ``k``, ``v`` (the
+    backward recomputes the tiles); ``lse`` is differentiable too.
 
     Args:
-        q: ``(..., Lq, d)``. k: ``(..., Lk, d)``. v: ``(..., Lk, dv)``.
-        mask: broadcastable to ``(..., Lq, Lk)``; sliced per tile, never expanded.
+        q: ``(..., H, Lq, d)``. k: ``(..., H_kv, Lk, d)``. v: ``(..., H_kv, Lk, dv)``.
+        mask: broadcastable to ``(..., H, Lq, Lk)``; sliced per tile, never expanded.
 
     Returns:
-        ``out (..., Lq, dv)`` and ``lse (..., Lq)``, the logsumexp of each row's scores
-        (float32 for half-precision inputs, whose running sums are kept in float32).
+        ``out (..., H, Lq, dv)`` and ``lse (..., H, Lq)``, the logsumexp of each row's
+        scores (float32 for half-precision inputs, whose running sums are kept in float32).
     """
-    _check_qkv(q, k, v)
+    batch, group = _check_qkv(q, k, v)
+    causal = _check_flag("causal", causal)
     if mask is not None:
-        _check_mask(mask, _scores_shape(q, k, v))
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
+    scale = _check_scale(scale, q.shape[-1])
+    dropout_p = _check_dropout(dropout_p)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             raise ValueError(f"{name} must be a positive int or None, got {b!r}")
-    return _chunked(q, k, v, mask, causal, float(scale), dropout_p, block_q, block_k)
+    return _chunked(q, k, v, mask, causal, scale, dropout_p, block_q, block_k, batch=batch,
+                    group=group)

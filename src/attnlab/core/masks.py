@@ -1,14 +1,26 @@
-"""Mask constructors, all in attnlab's one convention.
+"""Mask constructors, all in attnlab's one convention; the only place masks are built.
 
 * A **bool** mask is True where a query MAY attend a key.
 * A **float** mask is added to the scores (0 = keep, -inf = block).
 * A **key mask** ``(B, Lk)`` is True for real tokens (the opposite of torch's
   ``key_padding_mask``, on purpose: True always means "visible").
-* Causal masks with ``Lq < Lk`` are bottom-right aligned: the last query sees every key.
+* Causal masks with ``Lq < Lk`` are bottom-right aligned: the last query sees every key
+  (query ``i`` sits at key position ``i + Lk − Lq``, as when decoding with a KV cache).
+
+Shape legend::
+
+    causal(lq, lk)        (Lq, Lk) bool
+    padding(lengths, L)   (B, L) bool key mask
+    key_mask_to_attn_mask (B, Lk) -> (B, 1, 1, Lk), broadcastable to (B, H, Lq, Lk)
 
 >>> causal(2, 4).int()
 tensor([[1, 1, 1, 0],
         [1, 1, 1, 1]], dtype=torch.int32)
+>>> causal(4, window=2).int()
+tensor([[1, 0, 0, 0],
+        [1, 1, 0, 0],
+        [0, 1, 1, 0],
+        [0, 0, 1, 1]], dtype=torch.int32)
 >>> padding(torch.tensor([2, 3]), 3).int()
 tensor([[1, 1, 0],
         [1, 1, 1]], dtype=torch.int32)
@@ -16,6 +28,7 @@ tensor([[1, 1, 0],
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -25,11 +38,14 @@ __all__ = [
     "causal",
     "padding",
     "key_mask_to_attn_mask",
-    "sliding_window",
     "combine",
     "to_additive",
     "from_torch_key_padding_mask",
 ]
+
+#: A float ``key_padding_mask`` entry at or below this counts as padding: torch writes
+#: -inf, Hugging Face ``torch.finfo(dtype).min``, older BERT code -10000.
+_PAD_AT_MOST = -1e4
 
 
 def _check_len(name: str, value: object) -> int:
@@ -40,15 +56,49 @@ def _check_len(name: str, value: object) -> int:
     return value
 
 
-def causal(lq: int, lk: int | None = None, *, device: torch.device | str | None = None) -> Tensor:
-    """(Lq, Lk) bool: query i may attend key j iff ``j <= i + (Lk - Lq)``.
+def _band(
+    rows: int,
+    cols: int,
+    diagonal: int,
+    window: int | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """(rows, cols) bool: True where ``0 <= i + diagonal − j < window`` (no lower bound when
+    ``window`` is None). ``diagonal = Lk − Lq`` gives the bottom-right causal mask; the
+    backends take tiles of it with other diagonals."""
+    allowed = torch.ones(rows, cols, dtype=torch.bool, device=device).tril(diagonal)
+    if window is not None:
+        allowed = allowed.triu(diagonal - window + 1)
+    return allowed
+
+
+def causal(
+    lq: int,
+    lk: int | None = None,
+    *,
+    window: int | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """(Lq, Lk) bool: query i may attend key j iff ``j <= i + (Lk − Lq)``.
 
     With ``Lq == Lk`` this is the lower triangle; with ``Lq < Lk`` (decoding with a KV
-    cache) it is aligned to the bottom-right so the last query sees every key.
+    cache) it is aligned to the bottom-right so the last query sees every key. With
+    ``window`` (sliding-window attention) a query sees only its last ``window`` keys,
+    itself included: ``0 <= i + (Lk − Lq) − j < window``.
+
+    >>> causal(3).int()
+    tensor([[1, 0, 0],
+            [1, 1, 0],
+            [1, 1, 1]], dtype=torch.int32)
+    >>> causal(1, 3, window=2).tolist()
+    [[False, True, True]]
     """
     lq = _check_len("lq", lq)
     lk = lq if lk is None else _check_len("lk", lk)
-    return torch.ones(lq, lk, dtype=torch.bool, device=device).tril(diagonal=lk - lq)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window < 1):
+        raise ValueError(f"window must be an int >= 1 or None, got {window!r}")
+    return _band(lq, lk, lk - lq, window, device)
 
 
 def padding(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
@@ -57,7 +107,13 @@ def padding(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tens
     >>> padding([1, 0], 2).tolist()
     [[True, False], [False, False]]
     """
-    lengths = torch.as_tensor(lengths)
+    try:
+        lengths = torch.as_tensor(lengths)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor or a sequence of ints, got "
+            f"{type(lengths).__name__}"
+        ) from None
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise ValueError(
             f"lengths must be a 1-D integer tensor (B,), got shape {tuple(lengths.shape)} "
@@ -78,7 +134,11 @@ def padding(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tens
 
 
 def key_mask_to_attn_mask(key_mask: Tensor) -> Tensor:
-    """(B, Lk) key mask -> (B, 1, 1, Lk) bool mask broadcastable to (B, H, Lq, Lk)."""
+    """(B, Lk) key mask -> (B, 1, 1, Lk) bool mask broadcastable to (B, H, Lq, Lk).
+
+    >>> key_mask_to_attn_mask(padding([1, 2])).shape
+    torch.Size([2, 1, 1, 2])
+    """
     if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool or key_mask.dim() != 2:
         got = (
             f"shape {tuple(key_mask.shape)} dtype {key_mask.dtype}"
@@ -90,50 +150,58 @@ def key_mask_to_attn_mask(key_mask: Tensor) -> Tensor:
 
 
 def from_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
-    """torch's ``key_padding_mask`` (True = ignore) -> attnlab's key mask (True = real)."""
-    if key_padding_mask.dtype != torch.bool:
-        return key_padding_mask == 0
-    return ~key_padding_mask
+    """torch's ``key_padding_mask`` (B, Lk) or (Lk,) -> attnlab's key mask (True = real).
 
+    The one conversion of torch's convention. A bool mask is True where a key is padding;
+    a float mask is added to the scores, so 0 keeps a key and -inf (or a very negative
+    value, at most -1e4, such as ``torch.finfo(dtype).min``) marks padding. Any other
+    float (a partial penalty, NaN, +inf) has no key-mask meaning and raises ``ValueError``.
 
-def sliding_window(
-    lq: int,
-    lk: int | None = None,
-    *,
-    window: int,
-    causal: bool = True,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """(Lq, Lk) bool: each query sees keys within ``window`` positions.
-
-    Positions are bottom-right aligned like :func:`causal` (query i sits at key position
-    ``i + Lk - Lq``). With ``causal=True`` query at position p sees keys ``p-window+1 .. p``
-    (``window`` keys including itself); otherwise ``|p - j| < window``.
-
-    >>> sliding_window(4, window=2).int()
-    tensor([[1, 0, 0, 0],
-            [1, 1, 0, 0],
-            [0, 1, 1, 0],
-            [0, 0, 1, 1]], dtype=torch.int32)
+    >>> from_torch_key_padding_mask(torch.tensor([[False, True]])).tolist()
+    [[True, False]]
+    >>> from_torch_key_padding_mask(torch.tensor([0.0, float("-inf"), -1e9])).tolist()
+    [True, False, False]
     """
-    lq = _check_len("lq", lq)
-    lk = lq if lk is None else _check_len("lk", lk)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
-    pos_q = torch.arange(lq, device=device)[:, None] + (lk - lq)
-    pos_k = torch.arange(lk, device=device)[None, :]
-    delta = pos_q - pos_k
-    if causal:
-        return (delta >= 0) & (delta < window)
-    return delta.abs() < window
+    if not isinstance(key_padding_mask, Tensor):
+        raise TypeError(
+            f"key_padding_mask must be a torch.Tensor, got {type(key_padding_mask).__name__}"
+        )
+    if key_padding_mask.dim() not in (1, 2):
+        raise ValueError(
+            f"key_padding_mask must have shape (B, Lk) or (Lk,), got "
+            f"{tuple(key_padding_mask.shape)}"
+        )
+    if key_padding_mask.dtype == torch.bool:
+        return ~key_padding_mask
+    if not key_padding_mask.is_floating_point():
+        raise TypeError(
+            f"key_padding_mask must be bool (True = padding) or floating (0 = keep, -inf = "
+            f"padding), got dtype {key_padding_mask.dtype}"
+        )
+    keep = key_padding_mask == 0
+    pad = key_padding_mask <= _PAD_AT_MOST
+    odd = ~(keep | pad)
+    if bool(odd.any()):
+        bad = key_padding_mask[odd].flatten()[:5].tolist()
+        raise ValueError(
+            f"key_padding_mask holds float values that are neither 0 (keep) nor -inf or at "
+            f"most {_PAD_AT_MOST:g} (padding), e.g. {bad}"
+        )
+    return keep
 
 
 def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Bool mask -> float mask with 0 where allowed and -inf where blocked."""
+    """Bool mask -> float mask with 0 where allowed and -inf where blocked.
+
+    >>> to_additive(torch.tensor([True, False])).tolist()
+    [0.0, -inf]
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         return mask.to(dtype)
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-        ~mask, float("-inf")
+        ~mask, -math.inf
     )
 
 

@@ -14,6 +14,7 @@ Each (sin, cos) pair is a point on a circle turning at angular frequency
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -31,16 +32,43 @@ __all__ = [
 
 
 def _check_dim(name: str, d: object, *, even: bool = True) -> int:
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise TypeError(f"{name} must be a positive int, got {type(d).__name__} {d!r}")
+    if d < 1:
         raise ValueError(f"{name} must be a positive int, got {d!r}")
     if even and d % 2:
         raise ValueError(f"{name} must be even (sin/cos pairs), got {d}")
     return d
 
 
+def _check_count(name: str, n: object) -> int:
+    """A length, position or offset: an int >= 0."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int >= 0, got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {n}")
+    return n
+
+
+def _check_real(name: str, x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    value = float(x)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _check_tensor(name: str, x: object) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
 def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> Tensor:
     """(d_model/2,) angular frequencies ω_i = base^(-2i/d_model); wavelength is 2π/ω_i."""
     d_model = _check_dim("d_model", d_model)
+    base = _check_real("base", base)
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
     i = torch.arange(0, d_model, 2, dtype=torch.float64)
@@ -60,8 +88,7 @@ def sinusoidal_table(
     >>> pe.shape, float(pe[0, 0]), float(pe[0, 1])
     (torch.Size([50, 16]), 0.0, 1.0)
     """
-    if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 0:
-        raise ValueError(f"n_positions must be an int >= 0, got {n_positions!r}")
+    n_positions = _check_count("n_positions", n_positions)
     omega = frequencies(d_model, base)  # (d/2,)
     angle = torch.arange(n_positions, dtype=torch.float64)[:, None] * omega[None, :]
     pe = torch.empty(n_positions, d_model, dtype=torch.float64)
@@ -83,11 +110,16 @@ class SinusoidalPositionalEncoding(nn.Module):
                  dropout: float = 0.0) -> None:
         super().__init__()
         self.d_model = _check_dim("d_model", d_model)
-        self.max_len = max_len
+        self.max_len = _check_count("max_len", max_len)
+        dropout = _check_real("dropout", dropout)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.register_buffer("pe", sinusoidal_table(max_len, d_model, base), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_tensor("x", x)
+        offset = _check_count("offset", offset)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have shape (B, N, {self.d_model}), got {tuple(x.shape)}"
@@ -118,7 +150,7 @@ def relative_rotation(
     True
     """
     omega = frequencies(d_model, base)
-    theta = omega * float(offset)
+    theta = omega * _check_real("offset", offset)
     c, s = torch.cos(theta), torch.sin(theta)
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
     idx = torch.arange(0, d_model, 2)
@@ -134,6 +166,13 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
     ``cos``/``sin`` are (N, d) with the d/2 angles repeated twice.
     """
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        _check_tensor(name, t)
+    if x.shape[-1] % 2 or cos.shape != sin.shape or cos.shape[-1] != x.shape[-1]:
+        raise ValueError(
+            f"x (..., N, d) needs an even d and cos, sin of one shape (N, d); got x "
+            f"{tuple(x.shape)}, cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+        )
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat((-x2, x1), dim=-1)
     return x * cos + rotated * sin
@@ -170,6 +209,8 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        _check_tensor("x", x)
+        offset = _check_count("offset", offset)
         if x.shape[-1] != self.head_dim:
             raise ValueError(
                 f"x must have last dim head_dim={self.head_dim}, got shape {tuple(x.shape)}"
@@ -177,10 +218,11 @@ class RotaryEmbedding(nn.Module):
         n = x.shape[-2]
         if positions is None:
             positions = torch.arange(offset, offset + n, device=x.device)
-        elif positions.shape != (n,):
+        elif not isinstance(positions, Tensor) or positions.shape != (n,):
+            got = tuple(positions.shape) if isinstance(positions, Tensor) else positions
             raise ValueError(
-                f"positions must have shape ({n},) to match x {tuple(x.shape)}, got "
-                f"{tuple(positions.shape)}"
+                f"positions must be a tensor of shape ({n},) to match x {tuple(x.shape)}, "
+                f"got {got!r}"
             )
         cos, sin = self.angles(positions.to(x.device), x.dtype)
         return apply_rotary(x, cos, sin)
@@ -216,8 +258,10 @@ def alibi_bias(num_heads: int, lq: int, lk: int | None = None) -> Tensor:
     Bottom-right aligned like the causal mask; add it to the scores (it is a float mask).
     Future keys get a positive bias here; combine with a causal mask to hide them.
     """
-    lk = lq if lk is None else lk
+    lq = _check_count("lq", lq)
+    lk = lq if lk is None else _check_count("lk", lk)
+    slopes = alibi_slopes(num_heads)
     pos_q = torch.arange(lq)[:, None] + (lk - lq)
     pos_k = torch.arange(lk)[None, :]
     dist = (pos_q - pos_k).to(torch.float32)  # (Lq, Lk)
-    return -alibi_slopes(num_heads)[:, None, None] * dist[None]
+    return -slopes[:, None, None] * dist[None]

@@ -3,19 +3,25 @@
 Chunked (FlashAttention) attention never stores the N x N weights, but it returns
 ``lse_i = log Σ_j exp(S_ij)``, and with it any weight is one exponential away::
 
-    P_ij = exp(scale · q_i·k_j + M_ij − lse_i)
+    P_ij = exp(S_ij − lse_i),    S = the shaped scores (scale · q_i·k_j + mask, ...)
 
 :func:`attention_weights` rebuilds exactly the rows and heads asked for;
-:func:`pooled_attention_map` rebuilds the whole map tile by tile and keeps only the mean
-of each block, so a 100k-token sequence gives, say, a 512 x 512 picture in bounded memory.
+:func:`shaped_weights` does the same for one head's tile under a
+:class:`~attnlab.core.scores.ScoreShape` (soft-cap, ALiBi, window, key mask);
+:func:`pooled_attention_map` rebuilds the whole map tile by tile and keeps only one number
+per block, so a 100k-token sequence gives, say, a 512 x 512 picture in bounded memory.
+
+**Pooled** means one thing in attnlab: a block of queries x keys becomes the *mean over
+the block's queries of the sum over the block's keys*, so each pooled row still sums to 1.
 
 >>> q, k, v = torch.randn(3, 1, 4, 1000, 16).unbind(0)
 >>> out, lse = chunked_attention(q, k, v, causal=True)
 >>> w = attention_weights(q, k, lse, rows=[0, 999], heads=2, causal=True)
 >>> tuple(w.shape), bool(torch.allclose(w.sum(-1), torch.ones(1, 1, 2)))
 ((1, 1, 2, 1000), True)
->>> tuple(pooled_attention_map(q, k, lse, size=100, causal=True).shape)
-(1, 4, 100, 100)
+>>> p = pooled_attention_map(q, k, lse, size=100, causal=True)
+>>> tuple(p.shape), bool(torch.allclose(p.sum(-1), torch.ones(1, 4, 100)))
+((1, 4, 100, 100), True)
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnlab.core.chunked import _chunked, _scores, chunked_attention  # noqa: F401 (doctest)
-from attnlab.core.functional import _check_mask, _MaskTiles
+from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
+from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
+from attnlab.core.scores import ScoreShape
 
-__all__ = ["attention_weights", "pooled_attention_map"]
+__all__ = ["attention_weights", "pooled_attention_map", "shaped_weights"]
 
 Index = int | slice | Sequence[int] | Tensor | None
 
@@ -124,7 +131,7 @@ def attention_weights(
     """
     _check_qk_lse(q, k, lse)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = default_scale(q.shape[-1])
     lq, lk = q.shape[-2], k.shape[-2]
     if mask is not None:
         _check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), lq, lk))
@@ -166,7 +173,7 @@ def pooled_attention_map(
     causal: bool = False,
     scale: float | None = None,
 ) -> Tensor:
-    """The attention map averaged over ``block`` x ``block`` squares, in bounded memory.
+    """The pooled attention map over ``block`` x ``block`` squares, in bounded memory.
 
     Args:
         q: ``(..., Lq, d)``; k: ``(..., Lk, d)``.
@@ -177,13 +184,14 @@ def pooled_attention_map(
         mask, causal, scale: as in :func:`attnlab.scaled_dot_product_attention`.
 
     Returns:
-        ``(..., ceil(Lq / bq), ceil(Lk / bk))``: each cell the mean weight of its block
-        (a partial block at the end is averaged over its real entries).
+        ``(..., ceil(Lq / bq), ceil(Lk / bk))``: each cell the mean over the block's queries
+        of the sum over the block's keys (a partial block at the end has fewer of either),
+        so each row of the map sums to 1 (0 for blocks of fully masked rows).
     """
     if not isinstance(v_or_lse, Tensor):
         raise TypeError(f"v_or_lse must be a torch.Tensor, got {type(v_or_lse).__name__}")
     if scale is None and isinstance(q, Tensor):
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = default_scale(q.shape[-1])
     if isinstance(q, Tensor) and v_or_lse.dim() == q.dim():  # values: get the lse first
         with torch.no_grad():
             lse = _chunked(q, k, v_or_lse, mask, causal, float(scale))[1]
@@ -233,6 +241,33 @@ def pooled_attention_map(
                 sums[:, i: i + cell.shape[1], j: j + cell.shape[2]] = cell
     rows_in = torch.full((gq,), float(bq), dtype=q.dtype, device=q.device)
     rows_in[-1] = lq - bq * (gq - 1)
-    cols_in = torch.full((gk,), float(bk), dtype=q.dtype, device=q.device)
-    cols_in[-1] = lk - bk * (gk - 1)
-    return (sums / (rows_in[:, None] * cols_in[None, :])).view(*batch, gq, gk)
+    return (sums / rows_in[:, None]).view(*batch, gq, gk)
+
+
+def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape, *,
+                   rows: Sequence[int] | Tensor | range, cols: Sequence[int] | Tensor | range
+                   | None = None, head: int = 0, lq: int, lk: int) -> Tensor:
+    """Exact weights ``exp(s − lse)`` (R, C) float32 of one head under a :class:`ScoreShape`.
+
+    Args:
+        q_rows: (R, d) the queries of ``rows``; k: (C, d) the keys of ``cols`` (all Lk keys
+            when ``cols`` is None); lse_rows: (R,) the rows' logsumexp.
+        rows, cols, head, lq, lk: as in :meth:`ScoreShape.scores`.
+
+    A row whose lse is ``-inf`` (no visible key) is all zeros.
+
+    >>> from attnlab.core.scores import row_logsumexp
+    >>> q, k = torch.randn(2, 1, 6, 4).unbind(0)
+    >>> shape = ScoreShape(scale=0.5, causal=True, window=3, softcap=5.0)
+    >>> lse = row_logsumexp(q, k, shape)[0]
+    >>> w = shaped_weights(q[0, 2:4], k[0], lse[2:4], shape, rows=[2, 3], lq=6, lk=6)
+    >>> w.sum(-1), (w > 0).sum(-1)
+    (tensor([1.0000, 1.0000]), tensor([3, 3]))
+    """
+    if not isinstance(lse_rows, Tensor) or lse_rows.dim() != 1 or (
+            lse_rows.shape[0] != q_rows.shape[0]):
+        got = tuple(lse_rows.shape) if isinstance(lse_rows, Tensor) else type(lse_rows).__name__
+        raise ValueError(f"lse_rows must have shape (R,) = ({q_rows.shape[0]},), got {got}")
+    s = shape.scores(q_rows, k, rows=rows, cols=cols, head=head, lq=lq, lk=lk)
+    lse = lse_rows.float()
+    return s.sub_(lse.masked_fill(lse == float("-inf"), float("inf"))[:, None]).exp_()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 
 from ._result import Check, fmt_num
 
@@ -54,7 +54,7 @@ def scores_via_attnlab(q: Tensor, k: Tensor, scale: float | None = None) -> Tens
     zero = torch.zeros(*k.shape[:-2], 1, k.shape[-1], dtype=k.dtype)
     k1 = torch.cat([k, zero], dim=-2)  # (..., Lk+1, d)
     v1 = torch.zeros(*k1.shape[:-1], 1, dtype=k.dtype)
-    _, w = attnlab.scaled_dot_product_attention(q, k1, v1, scale=scale, return_weights=True)
+    _, w = scaled_dot_product_attention(q, k1, v1, scale=scale, return_weights=True)
     logw = torch.log(w)
     return logw[..., :-1] - logw[..., -1:]
 

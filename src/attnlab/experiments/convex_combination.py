@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, new_figure, seeded
 from ._result import Result
@@ -30,7 +30,7 @@ Attend = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 def attnlab_attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """attnlab's attention, returning (out, weights)."""
-    return attnlab.scaled_dot_product_attention(q, k, v, return_weights=True)
+    return scaled_dot_product_attention(q, k, v, return_weights=True)
 
 
 def run(
@@ -53,7 +53,7 @@ def run(
         k = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
         v = torch.randn(batch, n, dv, generator=g, dtype=torch.float64)  # (B, N, dv)
         out, w = attend(q, k, v)  # (B, N, dv), (B, N, N)
-        fused = attnlab.scaled_dot_product_attention(q, k, v)  # the fast path, no weights
+        fused = scaled_dot_product_attention(q, k, v)  # the fast path, no weights
         q2 = torch.randn(1, 12, 2, generator=g, dtype=torch.float64) * 2
         k2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)
         v2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)

@@ -18,7 +18,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import attnlab
+from attnlab.core import positional
+from attnlab.nn import MultiHeadAttention
 
 from ._common import check_between, new_figure, scores_via_attnlab, seeded
 from ._result import Result
@@ -39,14 +40,14 @@ def stable_angle(q: Tensor, k: Tensor) -> Tensor:
 
 def _capture_qk(seed: int, n_tokens: int, embed_dim: int, heads: int) -> tuple[Tensor, Tensor]:
     with seeded(seed) as g:
-        mha = attnlab.MultiHeadAttention(embed_dim, heads).double()
+        mha = MultiHeadAttention(embed_dim, heads).double()
         got: dict[str, Tensor] = {}
         hooks = [mha.hook_q.register_forward_hook(lambda m, i, o: got.__setitem__("q", o)),
                  mha.hook_k.register_forward_hook(lambda m, i, o: got.__setitem__("k", o))]
         try:
             vocab = torch.randn(50, embed_dim, generator=g, dtype=torch.float64)
             ids = torch.randint(0, 50, (1, n_tokens), generator=g)
-            pe = attnlab.positional.sinusoidal_table(n_tokens, embed_dim, dtype=torch.float64)
+            pe = positional.sinusoidal_table(n_tokens, embed_dim, dtype=torch.float64)
             with torch.no_grad():
                 mha(vocab[ids] + pe)
         finally:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import attnlab
 from attnlab.core import positional
+from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
 from ._result import Result
@@ -55,7 +55,7 @@ def run(
     words = SENTENCE
     vocab = sorted(set(words))
     with seeded(seed) as g:
-        mha = attnlab.MultiHeadAttention(embed_dim, heads).double().eval()
+        mha = MultiHeadAttention(embed_dim, heads).double().eval()
         table = torch.randn(len(vocab), embed_dim, generator=g, dtype=torch.float64)
         x = table[torch.tensor([vocab.index(w) for w in words])][None]  # (1, N, E)
         other = torch.randn(1, len(words), embed_dim, generator=g, dtype=torch.float64)

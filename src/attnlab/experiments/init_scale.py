@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-import attnlab
+from attnlab.nn import MultiHeadAttention
 
 from ._common import check_le, entropy, new_figure, seeded
 from ._result import Result
@@ -26,8 +26,8 @@ CLAIM_ZH = ("投影矩阵初始化很小（Xavier 增益 0.02）时，初始注�
             "初始化很大时行分布尖锐：初始熵随增益增大而下降。")
 
 
-def attnlab_init(embed_dim: int, heads: int, gain: float) -> attnlab.MultiHeadAttention:
-    return attnlab.MultiHeadAttention(embed_dim, heads, init_gain=gain)
+def attnlab_init(embed_dim: int, heads: int, gain: float) -> MultiHeadAttention:
+    return MultiHeadAttention(embed_dim, heads, init_gain=gain)
 
 
 def run(
@@ -38,7 +38,7 @@ def run(
     heads: int = 4,
     n: int = 32,
     batch: int = 8,
-    make: Callable[[int, int, float], attnlab.MultiHeadAttention] = attnlab_init,
+    make: Callable[[int, int, float], MultiHeadAttention] = attnlab_init,
     plot: bool = True,
 ) -> Result:
     """Initial weights' entropy (normalised by log N) and max weight, per gain.

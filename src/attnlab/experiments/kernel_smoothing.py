@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, new_figure, seeded
 from ._result import Result
@@ -45,7 +45,7 @@ def attention_regression(x: Tensor, xi: Tensor, yi: Tensor, sigma: float
     """The same estimate by attnlab attention, with the Gaussian score as a dot product."""
     q = torch.stack([x / sigma, torch.ones_like(x)], -1)  # (M, 2)
     k = torch.stack([xi / sigma, -(xi**2) / (2 * sigma**2)], -1)  # (N, 2)
-    out, w = attnlab.scaled_dot_product_attention(q, k, yi[:, None], scale=1.0,
+    out, w = scaled_dot_product_attention(q, k, yi[:, None], scale=1.0,
                                                   return_weights=True)
     return out[:, 0], w
 
@@ -84,7 +84,7 @@ def run(
         if equal_norm_keys:
             k = 2.0 * k / k.norm(dim=-1, keepdim=True)
         tau = math.sqrt(d)
-        _, w = attnlab.scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
+        _, w = scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
         dist2 = torch.cdist(q, k) ** 2
         gauss = torch.softmax(-dist2 / (2 * tau), dim=-1)
         gauss_err = float((w - gauss).abs().max())

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.core.linear import linear_attention
 
 from ._common import check_ge, check_le, fit_exponent, new_figure, seeded
@@ -59,7 +59,7 @@ def attnlab_recurrent(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 def attnlab_fast(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """What users call: ``scaled_dot_product_attention(..., backend="linear")``."""
-    return attnlab.scaled_dot_product_attention(q, k, v, causal=True, backend="linear")
+    return scaled_dot_product_attention(q, k, v, causal=True, backend="linear")
 
 
 def recurrent_reads_before_writing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -76,7 +76,7 @@ def recurrent_reads_before_writing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def _softmax_causal(q: Tensor, k: Tensor, v: Tensor, weights: bool = False) -> object:
-    return attnlab.scaled_dot_product_attention(q, k, v, causal=True, return_weights=weights)
+    return scaled_dot_product_attention(q, k, v, causal=True, return_weights=weights)
 
 
 def _flops(fn: Callable[..., object], *args: object) -> int:
@@ -116,7 +116,7 @@ def run(
         par = attnlab_parallel(q, k, v)
         rec = recurrent_fn(q, k, v)
         fast = attnlab_fast(q, k, v)
-        soft = attnlab.scaled_dot_product_attention(q, k, v, causal=True)
+        soft = scaled_dot_product_attention(q, k, v, causal=True)
         err = float((rec - par).abs().max())
         fast_err = float((fast - par).abs().max())
         theory_err = float((par - reference_parallel(q, k, v)).abs().max())

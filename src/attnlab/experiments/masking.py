@@ -14,8 +14,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import attnlab
 from attnlab.core import masks
+from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
 from ._result import Result
@@ -52,10 +53,10 @@ def run(
         v = torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64)
         rand_mask = torch.rand(2, 1, n, n, generator=g) > 0.5
         rand_mask[..., 0] = True
-        _, w = attnlab.scaled_dot_product_attention(q, k, v, rand_mask, return_weights=True)
+        _, w = scaled_dot_product_attention(q, k, v, rand_mask, return_weights=True)
         masked_w = float(w.masked_select(~rand_mask.expand_as(w)).abs().max())
 
-        mha = attnlab.MultiHeadAttention(embed_dim, heads).double()
+        mha = MultiHeadAttention(embed_dim, heads).double()
         x = torch.randn(1, n, embed_dim, generator=g, dtype=torch.float64)
         causal = mask_fn(n)
 
@@ -72,7 +73,7 @@ def run(
         dead[:, :, 3] = False  # query 3 may attend nothing
         nan_free, dead_out = True, 0.0
         for backend in ("auto", "explicit"):
-            out = attnlab.scaled_dot_product_attention(q, k, v, dead, backend=backend)
+            out = scaled_dot_product_attention(q, k, v, dead, backend=backend)
             nan_free &= bool(torch.isfinite(out).all())
             dead_out = max(dead_out, float(out[:, :, 3].abs().max()))
     checks = [

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-import attnlab
+from attnlab.nn import GPT, GPTConfig, MultiHeadAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
 from ._result import Result
@@ -39,9 +39,9 @@ CLAIM_ZH = ("h 个维度为 d/h 的头与一个维度为 d 的头参数量和 FL
 class CopyTaskConfig:
     vocab_size: int = 32  # small alphabet: the task is about positions, not words
     half: int = 12  # a random half, then its repeat: the second half is predictable
-    n_layer: int = 1  # one block is enough to see heads specialise their W_q
-    n_head: int = 4  # six pairs of heads to compare
-    n_embd: int = 64  # head_dim 16
+    num_layers: int = 1  # one block is enough to see heads specialise their W_q
+    num_heads: int = 4  # six pairs of heads to compare
+    embed_dim: int = 64  # head_dim 16
     steps: int = 80  # a few seconds on one CPU thread
     batch: int = 32  # the task is easy: small batches learn it in seconds
     lr: float = 3e-3  # Adam's usual range
@@ -61,16 +61,16 @@ def principal_angles(a: Tensor, b: Tensor) -> Tensor:
 
 
 def train_copy_model(c: CopyTaskConfig, seed: int
-                     ) -> tuple[attnlab.GPT, list[float], Tensor]:
+                     ) -> tuple[GPT, list[float], Tensor]:
     """A tiny attnlab GPT trained to continue a repeated random sequence.
 
     Returns the model, its loss per step, and block 0's W_q at initialisation.
     """
     with seeded(seed) as g:
-        model = attnlab.GPT(attnlab.GPTConfig(
-            vocab_size=c.vocab_size, block_size=2 * c.half, n_layer=c.n_layer,
-            n_head=c.n_head, n_embd=c.n_embd))
-        w_q0 = model.blocks[0].attn.qkv_proj.weight.detach()[: c.n_embd].clone()
+        model = GPT(GPTConfig(
+            vocab_size=c.vocab_size, block_size=2 * c.half, num_layers=c.num_layers,
+            num_heads=c.num_heads, embed_dim=c.embed_dim))
+        w_q0 = model.blocks[0].attn.qkv_proj.weight.detach()[: c.embed_dim].clone()
         opt = torch.optim.Adam(model.parameters(), lr=c.lr)
         losses = []
         with torch.enable_grad():
@@ -88,7 +88,7 @@ def train_copy_model(c: CopyTaskConfig, seed: int
 
 
 def _count(embed_dim: int, heads: int, n: int, batch: int) -> tuple[int, int, float]:
-    mha = attnlab.MultiHeadAttention(embed_dim, heads)
+    mha = MultiHeadAttention(embed_dim, heads)
     params = sum(p.numel() for p in mha.parameters())
     x = torch.randn(batch, n, embed_dim)
     with torch.no_grad(), FlopCounterMode(display=False) as fc:
@@ -126,7 +126,7 @@ def run(
     theory = batch * (8 * n * embed_dim**2 + 4 * n * n * embed_dim)
 
     model, losses, w_q0 = train_copy_model(config, seed)
-    e, h = config.n_embd, config.n_head
+    e, h = config.embed_dim, config.num_heads
     w_q = model.blocks[0].attn.qkv_proj.weight.detach()[:e]  # (E, E): the W_q rows
     parts = head_split(w_q, h)
     pairs, angles = [], {}

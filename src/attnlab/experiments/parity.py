@@ -3,7 +3,12 @@
 ``run_parity(seed)`` returns one :class:`ParityCheck` per comparison, each with the max
 absolute error measured and the tolerance it must stay under. Where PyTorch returns NaN
 (``nn.MultiheadAttention`` on fully-masked rows) attnlab returns 0: those rows are compared
-to 0, the rest to torch.
+to 0, the rest to torch. ``seed_demos(seed)`` gives the articles' own demos as
+(check, value, passed) rows. The report's parity section (:mod:`attnlab.report.parity`)
+shows both.
+
+>>> ParityCheck("x", 2e-6, 1e-5).passed, ParityCheck("nan", float("nan"), 1e-5).passed
+(True, False)
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import attnlab
 from attnlab.core import masks
+from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.nn import KVCache, MultiHeadAttention, SelfAttention, TransformerEncoderLayer
 
-__all__ = ["ParityCheck", "run_parity", "seed_demos", "report_section"]
+__all__ = ["ParityCheck", "run_parity", "seed_demos"]
 
 
 @dataclass(frozen=True)
@@ -54,19 +60,19 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     for name, kw in cases.items():
         torch_kw = {"attn_mask": kw.get("mask"), "scale": kw.get("scale")}
         ref = F.scaled_dot_product_attention(q, k, v, **torch_kw)
-        ours_fused = attnlab.scaled_dot_product_attention(q, k, v, **kw)
-        ours_explicit, _ = attnlab.scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
+        ours_fused = scaled_dot_product_attention(q, k, v, **kw)
+        ours_explicit, _ = scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
         out.append(ParityCheck(name + " (fused)", _err(ours_fused, ref), 1e-5))
         out.append(ParityCheck(name + " (explicit)", _err(ours_explicit, ref), 1e-5))
     qs = q[..., :lk, :].contiguous() if lq >= lk else torch.randn(b, h, lk, d, generator=g)
     ref = F.scaled_dot_product_attention(qs, k, v, is_causal=True)
-    ours, _ = attnlab.scaled_dot_product_attention(qs, k, v, causal=True, return_weights=True)
+    ours, _ = scaled_dot_product_attention(qs, k, v, causal=True, return_weights=True)
     out.append(ParityCheck("sdpa: causal", _err(ours, ref), 1e-5))
     # fully-masked rows: attnlab gives 0 (nn.MultiheadAttention gives NaN, see below)
     dead = bool_mask.clone()
     dead[:, :, 2, :] = False
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dead)
-    ours, w = attnlab.scaled_dot_product_attention(q, k, v, dead, return_weights=True)
+    ours, w = scaled_dot_product_attention(q, k, v, dead, return_weights=True)
     alive = torch.ones(lq, dtype=torch.bool)
     alive[2] = False
     err_alive = _err(ours[:, :, alive], ref[:, :, alive])
@@ -75,7 +81,7 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
                            1e-5))
     q64, k64, v64 = q.double(), k.double(), v.double()
     ref = F.scaled_dot_product_attention(q64, k64, v64, attn_mask=bool_mask)
-    ours = attnlab.scaled_dot_product_attention(q64, k64, v64, bool_mask, backend="explicit")
+    ours = scaled_dot_product_attention(q64, k64, v64, bool_mask, backend="explicit")
     out.append(ParityCheck("sdpa: fp64 bool mask", _err(ours, ref), 1e-12))
     return out
 
@@ -87,7 +93,7 @@ def _mha_checks(g: torch.Generator) -> list[ParityCheck]:
     for batch_first in (True, False):
         for kdim in (None, 24):
             m = nn.MultiheadAttention(e, h, kdim=kdim, vdim=kdim, batch_first=batch_first)
-            ours = attnlab.MultiHeadAttention.from_torch(m)
+            ours = MultiHeadAttention.from_torch(m)
             x = torch.randn(b, n, e, generator=g, requires_grad=True)
             kv = x if kdim is None else torch.randn(b, n + 2, kdim, generator=g,
                                                       requires_grad=True)
@@ -108,7 +114,7 @@ def _mha_checks(g: torch.Generator) -> list[ParityCheck]:
             out.append(ParityCheck(f"{tag}: grad wrt input", _err(g_our[0], g_ref[0]), 1e-4))
     # a fully-masked row: nn.MultiheadAttention returns NaN, attnlab returns 0
     m = nn.MultiheadAttention(e, h, batch_first=True)
-    ours = attnlab.MultiHeadAttention.from_torch(m)
+    ours = MultiHeadAttention.from_torch(m)
     x = torch.randn(1, n, e, generator=g)
     allowed = torch.ones(n, n, dtype=torch.bool)
     allowed[1] = False
@@ -128,14 +134,14 @@ def _layer_checks(g: torch.Generator) -> list[ParityCheck]:
     for norm_first in (False, True):
         layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
                                            norm_first=norm_first).eval()
-        ours = attnlab.TransformerEncoderLayer.from_torch(layer).eval()
+        ours = TransformerEncoderLayer.from_torch(layer).eval()
         x = torch.randn(2, 5, 32, generator=g)
         with torch.no_grad():
             err = _err(ours(x), layer(x))
         out.append(ParityCheck(f"TransformerEncoderLayer norm_first={norm_first}", err, 1e-5))
-    mha = attnlab.MultiHeadAttention(32, 4, num_kv_heads=2).eval()
+    mha = MultiHeadAttention(32, 4, num_kv_heads=2).eval()
     x = torch.randn(1, 8, 32, generator=g)
-    cache = attnlab.KVCache()
+    cache = KVCache()
     with torch.no_grad():
         full, _ = mha(x, causal=True)
         steps = torch.cat([mha(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(8)], 1)
@@ -162,7 +168,7 @@ def seed_demos(seed: int = 0) -> list[tuple[str, str, bool]]:
 
 
 def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
-    sa = attnlab.SelfAttention(embed_dim=512, num_heads=8)
+    sa = SelfAttention(embed_dim=512, num_heads=8)
     x = torch.randn(2, 10, 512)
     out, w = sa(x)
     rows.append(("000 PureSelfAttention output shape", str(tuple(out.shape)),
@@ -171,7 +177,7 @@ def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, b
                  tuple(w.shape) == (2, 8, 10, 10)))
     dev = float((w.sum(-1) - 1).abs().max())
     rows.append(("000 max |row sum − 1|", f"{dev:.1e}", dev < 1e-5))
-    mha = attnlab.MultiHeadAttention(512, 8)
+    mha = MultiHeadAttention(512, 8)
     causal = masks.causal(10)
     out, w = mha(x, mask=causal, need_weights=True)
     rows.append(("001 MultiHeadAttention output shape", str(tuple(out.shape)),
@@ -181,26 +187,3 @@ def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, b
     ok = bool(torch.allclose(w.sum(-1), torch.ones(2, 8, 10)))
     rows.append(("001 torch.allclose(attn.sum(-1), 1)", str(ok), ok))
     return rows
-
-
-def report_section(ctx) -> object:
-    from attnlab.viz.html import Section, bilingual, table
-
-    checks = run_parity(ctx.seed)
-    demos = seed_demos(ctx.seed)
-    passed = all(c.passed for c in checks) and all(ok for _, _, ok in demos)
-    body = bilingual(
-        "attnlab's attention against PyTorch's on random inputs (max absolute error; "
-        "fp32 unless noted). Where nn.MultiheadAttention returns NaN for a fully-masked "
-        "row, attnlab returns 0.",
-        "在随机输入上把 attnlab 的注意力与 PyTorch 对比（最大绝对误差；除注明外为 fp32）。"
-        "对整行被遮蔽的情况，nn.MultiheadAttention 返回 NaN，attnlab 返回 0。",
-    )
-    body += table(["check", "max |error|", "tolerance", "result"],
-                  [(c.name, c.max_error, c.tolerance, c.passed) for c in checks], passed_col=3)
-    body += bilingual("The articles' own demos and debugging checks:",
-                      "两篇文章自己的示例与调试检查：")
-    body += table(["check", "value", "result"], demos, passed_col=2)
-    rows = [(c.name, f"{c.max_error:.1e}", c.passed) for c in checks]
-    rows += [(n, v, ok) for n, v, ok in demos]
-    return Section("parity", "Parity with PyTorch", "与 PyTorch 的一致性", body, passed, rows)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, new_figure, seeded
 from ._result import Result
@@ -58,7 +58,7 @@ class RecallModel(nn.Module):
         x = self.embed(tokens)  # (B, N+1, E)
         q = self.W_q(x[:, -1:])  # (B, 1, E): only the query token asks
         k, v = self.W_k(x), self.W_v(x)  # (B, N+1, E)
-        ctx = attnlab.scaled_dot_product_attention(q, k, v, scale=self.scale)  # (B, 1, E)
+        ctx = scaled_dot_product_attention(q, k, v, scale=self.scale)  # (B, 1, E)
         return self.readout(ctx[:, 0])  # (B, n_keys)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-import attnlab
+from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, entropy, new_figure, seeded
 from ._result import Result
@@ -59,7 +59,7 @@ def run(
             v = torch.zeros(rows, keys, 1, dtype=torch.float64)
             row = [d_k]
             for kind, scale in (("unscaled", 1.0), ("scaled", scale_fn(d_k))):
-                _, w = attnlab.scaled_dot_product_attention(q, k, v, scale=scale,
+                _, w = scaled_dot_product_attention(q, k, v, scale=scale,
                                                             return_weights=True)
                 p = w[:, 0]  # (R, N)
                 jac = jacobian_fn(p)  # (R, N, N)
@@ -75,7 +75,7 @@ def run(
         scale = 1 / math.sqrt(d_k)
 
         def weights_of(q_: Tensor) -> Tensor:
-            _, w_ = attnlab.scaled_dot_product_attention(
+            _, w_ = scaled_dot_product_attention(
                 q_, k, torch.zeros(keys, 1, dtype=torch.float64), return_weights=True)
             return w_[0]  # (N,)
 

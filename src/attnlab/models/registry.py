@@ -22,6 +22,10 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.trace.adapters.attnlab import describe_model as describe_attnlab
+from attnlab.trace.adapters.huggingface import describe_model as describe_hf
+from attnlab.trace.adapters.huggingface import is_causal_config
+
 __all__ = ["NAMES", "LoadedModel", "ModelNotAvailableError", "cache_dir", "load"]
 
 #: sha256 of the pinned weight files; a mismatch is refused.
@@ -30,10 +34,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 _SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1"
 _CACHE_FORMAT = 1
-
-# Hugging Face model types that are decoder-only (causal) when no architecture says so.
-_CAUSAL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "opt", "phi",
-                 "phi3", "gemma", "gemma2", "smollm3", "olmo", "falcon", "bloom"}
 
 
 class ModelNotAvailableError(ValueError):
@@ -131,38 +131,14 @@ def _verify(path: Path, expected: str, pip_name: str) -> None:
         )
 
 
-def _max_length(config: Any, tokenizer: Any) -> int:
-    n = None
-    for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
-        n = getattr(config, attr, None)
-        if isinstance(n, int) and n > 0:
-            break
-    tok_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
-        n = tok_max if n is None else min(n, tok_max)
-    return int(n or 512)
-
-
-def _is_causal_config(config: Any) -> bool:
-    archs = getattr(config, "architectures", None) or []
-    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
-        return True
-    return bool(getattr(config, "is_decoder", False)) or config.model_type in _CAUSAL_TYPES
-
-
 def _from_hf(name: str, model: nn.Module, tokenizer: Any, causal: bool, path: str,
              meta: dict[str, Any]) -> LoadedModel:
     model.eval()
-    c = model.config
-    heads = c.num_attention_heads
-    kv = getattr(c, "num_key_value_heads", None) or heads
-    hidden = getattr(c, "hidden_size", None) or c.n_embd
-    head_dim = getattr(c, "head_dim", None) or hidden // heads
+    info = describe_hf(model, tokenizer, causal)
+    model_type = info.pop("model_type")
     return LoadedModel(
         name=name, kind="hf-causal" if causal else "hf-encoder", model=model,
-        tokenizer=tokenizer, causal=causal, num_layers=c.num_hidden_layers, num_heads=heads,
-        num_kv_heads=kv, head_dim=head_dim, max_length=_max_length(c, tokenizer), path=path,
-        meta={"model_type": c.model_type, **meta},
+        tokenizer=tokenizer, path=path, meta={"model_type": model_type, **meta}, **info,
     )
 
 
@@ -290,26 +266,9 @@ def _load_attnlab_run(path: Path) -> LoadedModel:
         ) from None
     model, tok = load_run(path)
     model.eval()
-    info = describe_attnlab_model(model)
+    info = describe_attnlab(model)
     return LoadedModel(name=path.name, kind="attnlab", model=model, tokenizer=tok,
                        path=str(path), **info)
-
-
-def describe_attnlab_model(model: nn.Module) -> dict[str, Any]:
-    """causal/layers/heads/max_length of a model built from attnlab attention modules."""
-    from attnlab.nn.attention import MultiHeadAttention, SelfAttention
-
-    attns = [m for m in model.modules() if isinstance(m, (MultiHeadAttention, SelfAttention))]
-    if not attns:
-        raise TypeError(f"{type(model).__name__} contains no attnlab attention module")
-    first = attns[0]
-    config = getattr(model, "config", None)
-    causal = type(model).__name__ == "GPT" or bool(getattr(config, "causal", False))
-    max_length = int(getattr(config, "block_size", None) or getattr(config, "max_len", 0)
-                     or 1 << 20)
-    return {"causal": causal, "num_layers": len(attns), "num_heads": first.num_heads,
-            "num_kv_heads": getattr(first, "num_kv_heads", first.num_heads),
-            "head_dim": first.head_dim, "max_length": max_length}
 
 
 def _load_path(path: Path, progress: bool) -> LoadedModel:
@@ -324,15 +283,33 @@ def _load_path(path: Path, progress: bool) -> LoadedModel:
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} has no config.json: not a Hugging Face model folder")
     tf = _require_transformers()
-    config = tf.AutoConfig.from_pretrained(path, local_files_only=True)
-    causal = _is_causal_config(config)
+    # Whatever transformers or safetensors raise for a broken folder (OSError for bad JSON
+    # or a missing weights file, ValueError, SafetensorError, ...) becomes one line.
+    try:
+        config = tf.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelNotAvailableError(
+            f"{path / 'config.json'}: not a usable model config ({_cause(exc)})") from exc
+    causal = is_causal_config(config)
     auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
-    model = auto.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    try:
+        model = auto.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    except Exception as exc:
+        raise ModelNotAvailableError(f"{path}: cannot load the model's weights "
+                                     f"({_cause(exc)})") from exc
     try:
         tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise ModelNotAvailableError(f"{path} has no usable tokenizer ({exc})") from None
+    except Exception as exc:
+        raise ModelNotAvailableError(f"{path} has no usable tokenizer ({_cause(exc)})") from exc
     return _from_hf(path.name, model, tok, causal, str(path), {})
+
+
+def _cause(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and the start of its message."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) > limit:
+        text = text[:limit - 1] + "…"
+    return f"{type(exc).__name__}: {text}"
 
 
 #: Registered model names and their loaders.

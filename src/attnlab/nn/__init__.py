@@ -1,8 +1,14 @@
-"""nn.Module layers over attnlab.core."""
+"""nn.Module layers over attnlab.core.
+
+Modules take ``need_weights=`` (as ``torch.nn`` modules do); the functions of
+:mod:`attnlab.core` take ``return_weights=``. Every attention module exposes the hook points
+described in :mod:`attnlab.nn.attention` and a float ``scale``.
+"""
 
 from attnlab.nn.attention import HookPoint, KVCache, MultiHeadAttention, SelfAttention
 from attnlab.nn.transformer import (
     GPT,
+    FeedForward,
     GPTConfig,
     Transformer,
     TransformerConfig,
@@ -12,6 +18,7 @@ from attnlab.nn.transformer import (
 
 __all__ = [
     "GPT",
+    "FeedForward",
     "GPTConfig",
     "HookPoint",
     "KVCache",

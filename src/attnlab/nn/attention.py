@@ -1,21 +1,46 @@
 """Attention layers: article 000's SelfAttention and article 001's MultiHeadAttention.
 
 Both are thin owners of parameters over
-:func:`attnlab.core.functional.scaled_dot_product_attention`.
-Each exposes named capture points (:class:`HookPoint`) for ``q``, ``k``, ``v`` (per head, after
-any rotary embedding), the attention ``weights`` and the per-head ``context``; they are plain
-identities unless someone (``attnlab.capture``) registers a hook on them.
+:func:`attnlab.core.functional.scaled_dot_product_attention`, and both are
+weight-compatible with their ``torch.nn`` counterparts where one exists
+(:meth:`MultiHeadAttention.from_torch`, :meth:`MultiHeadAttention.to_torch`).
+
+**The weights flag.** Modules take ``need_weights=`` (the name ``torch.nn`` modules use);
+the functions of :mod:`attnlab.core` take ``return_weights=`` (and ``return_lse=``).
+A module asks the core for dense weights only when it must return them.
+
+**Observation.** Each module has named :class:`HookPoint` children, plain identities on
+which an observer (``attnlab.trace.capture``) registers forward hooks:
+
+=================  ==================  ============================================
+hook point         shape               what passes through it
+=================  ==================  ============================================
+``hook_q``         (B, H, Lq, d)       queries per head, after any rotary embedding
+``hook_k``         (B, H_kv, Lk, d)    keys (grouped heads stored once, not repeated)
+``hook_v``         (B, H_kv, Lk, dv)   values (grouped heads stored once)
+``hook_weights``   (B, H, Lq, Lk)      softmax probabilities before dropout
+``hook_lse``       (B, H, Lq)          float32 log-sum-exp of each row of scores
+``hook_context``   (B, H, Lq, dv)      per-head output, before ``out_proj``
+=================  ==================  ============================================
+
+A hook point is *observed* when it has forward hooks (:attr:`HookPoint.observed`). The
+module computes dense weights only when ``need_weights=True`` or ``hook_weights`` is
+observed, asks the core for the log-sum-exp (O(N·d) memory) only when ``hook_lse`` is
+observed, and otherwise takes the core's fastest path. Observing one module never changes
+another's path. Every module has a float attribute ``scale`` (= ``default_scale(head_dim)``),
+the factor its scores are multiplied by.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.core.functional import capture_active, scaled_dot_product_attention
+from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine
 from attnlab.core.positional import RotaryEmbedding
 
@@ -23,15 +48,64 @@ __all__ = ["HookPoint", "SelfAttention", "MultiHeadAttention", "KVCache"]
 
 
 class HookPoint(nn.Module):
-    """A named identity: the place where capture reads a tensor (TransformerLens style)."""
+    """A named identity: the place where an observer reads a tensor (TransformerLens style).
+
+    >>> hp = HookPoint()
+    >>> hp.observed
+    False
+    >>> handle = hp.register_forward_hook(lambda mod, inp, out: None)
+    >>> hp.observed
+    True
+    >>> handle.remove()
+    >>> hp.observed
+    False
+    """
+
+    @property
+    def observed(self) -> bool:
+        """True while this point has forward hooks: someone reads what passes through it."""
+        return bool(self._forward_hooks)
 
     def forward(self, x: Tensor) -> Tensor:
         return x
 
 
+# -- argument checks (shared with attnlab.nn.transformer) -----------------------------------
+
+
 def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_heads(embed_dim: object, num_heads: object) -> tuple[int, int]:
+    """Both positive ints and head_dim = embed_dim // num_heads a positive integer."""
+    _check_positive("embed_dim", embed_dim)
+    _check_positive("num_heads", num_heads)
+    if embed_dim % num_heads:
+        raise ValueError(
+            f"embed_dim={embed_dim} must be divisible by num_heads={num_heads} "
+            f"(head_dim = embed_dim / num_heads)"
+        )
+    return embed_dim, num_heads
+
+
+def _check_dropout(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}"
+        )
+    if not 0.0 <= value < 1.0:  # also refuses NaN
+        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -86,56 +160,103 @@ def _module_mask(
     return out
 
 
+def _attend(
+    m: SelfAttention | MultiHeadAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    causal: bool,
+    dropout_p: float,
+    need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Run the core on per-head q (B, H, Lq, d), k, v (B, H_kv, Lk, d) through ``m``'s hooks.
+
+    Returns the per-head context (B, H, Lq, dv) and the weights (B, H, Lq, Lk) when they
+    were computed (``need_weights`` or ``hook_weights`` observed), else None.
+    """
+    q, k, v = m.hook_q(q), m.hook_k(k), m.hook_v(v)
+    want_weights = need_weights or m.hook_weights.observed
+    want_lse = m.hook_lse.observed
+    res = scaled_dot_product_attention(
+        q, k, v, mask, causal=causal, scale=m.scale, dropout_p=dropout_p,
+        return_weights=want_weights, return_lse=want_lse,
+    )
+    weights = lse = None
+    if want_weights and want_lse:
+        ctx, weights, lse = res
+    elif want_weights:
+        ctx, weights = res
+    elif want_lse:
+        ctx, lse = res
+    else:
+        ctx = res
+    if weights is not None:
+        weights = m.hook_weights(weights)  # (B, H, Lq, Lk)
+    if lse is not None:
+        m.hook_lse(lse)  # (B, H, Lq)
+    return m.hook_context(ctx), weights  # (B, H, Lq, dv)
+
+
 class SelfAttention(nn.Module):
     """Article 000's pure self-attention: separate bias-free W_q, W_k, W_v, W_o.
 
-    ``forward(x, mask=None) -> (out, weights)`` with x (B, N, E), out (B, N, E) and
-    weights (B, H, N, N). ``mask`` follows attnlab's convention (bool True = may attend).
+    ``forward(x, mask=None, *, need_weights=True) -> (out, weights)`` with x (B, N, E),
+    out (B, N, E) and weights (B, H, N, N) (None with ``need_weights=False``: article 000
+    returns its weights, so here they are on by default). ``mask`` follows attnlab's
+    convention (bool True = may attend, float added), shaped (N, N), (B, N, N) or
+    (B, H, N, N).
 
     >>> attn = SelfAttention(embed_dim=512, num_heads=8)
     >>> out, w = attn(torch.randn(2, 10, 512))
-    >>> tuple(out.shape), tuple(w.shape)
-    ((2, 10, 512), (2, 8, 10, 10))
+    >>> tuple(out.shape), tuple(w.shape), attn.scale == 1 / 8
+    ((2, 10, 512), (2, 8, 10, 10), True)
     """
 
     def __init__(self, embed_dim: int, num_heads: int) -> None:
         super().__init__()
-        _check_positive("embed_dim", embed_dim)
-        _check_positive("num_heads", num_heads)
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}"
-            )
+        _check_heads(embed_dim, num_heads)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.num_kv_heads = num_heads
+        self.head_dim = embed_dim // num_heads  # d_k
+        self.scale = default_scale(self.head_dim)
         self.W_q = nn.Linear(embed_dim, embed_dim, bias=False)
         self.W_k = nn.Linear(embed_dim, embed_dim, bias=False)
         self.W_v = nn.Linear(embed_dim, embed_dim, bias=False)
         self.W_o = nn.Linear(embed_dim, embed_dim, bias=False)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
-        self.hook_weights, self.hook_context = HookPoint(), HookPoint()
+        self.hook_weights, self.hook_lse, self.hook_context = HookPoint(), HookPoint(), HookPoint()
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
         _check_x("x", x, self.embed_dim)
+        _check_bool("need_weights", need_weights)
         b, n, e = x.shape
         h, d = self.num_heads, self.head_dim
-        q = self.hook_q(self.W_q(x).view(b, n, h, d).transpose(1, 2))  # (B, H, N, d)
-        k = self.hook_k(self.W_k(x).view(b, n, h, d).transpose(1, 2))  # (B, H, N, d)
-        v = self.hook_v(self.W_v(x).view(b, n, h, d).transpose(1, 2))  # (B, H, N, d)
+        q = self.W_q(x).view(b, n, h, d).transpose(1, 2)  # (B, H, N, d)
+        k = self.W_k(x).view(b, n, h, d).transpose(1, 2)  # (B, H, N, d)
+        v = self.W_v(x).view(b, n, h, d).transpose(1, 2)  # (B, H, N, d)
         m = _module_mask(mask, None, b, h, n, n)
-        ctx, weights = scaled_dot_product_attention(q, k, v, m, return_weights=True)
-        weights = self.hook_weights(weights)  # (B, H, N, N)
-        ctx = self.hook_context(ctx)  # (B, H, N, d)
+        ctx, weights = _attend(self, q, k, v, m, causal=False, dropout_p=0.0,
+                               need_weights=need_weights)
         out = self.W_o(ctx.transpose(1, 2).reshape(b, n, e))  # (B, N, E)
-        return out, weights
+        return out, (weights if need_weights else None)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"
 
 
 class KVCache:
     """Keys and values of one attention layer, grown one step at a time while decoding.
 
-    A cache belongs to the first layer that uses it; passing it to another layer raises.
-    For cross-attention the projected memory is stored once and reused.
+    A cache is bound on first use to one layer and one role: ``"self"`` (self-attention:
+    each call appends its new keys and values) or ``"cross"`` (cross-attention: the
+    projected memory is stored once and reused while the same memory is given). Using it
+    with another layer, in the other role, or with another memory raises ``ValueError``;
+    :meth:`reset` empties it (and frees the role) for a new sequence on the same layer.
 
     >>> mha = MultiHeadAttention(16, 4)
     >>> cache = KVCache()
@@ -144,19 +265,32 @@ class KVCache:
     >>> full, _ = mha(x, causal=True)
     >>> bool(torch.allclose(torch.cat(steps, 1), full, atol=1e-5))
     True
-    >>> len(cache)
-    5
+    >>> len(cache), cache.role
+    (5, 'self')
     """
 
     def __init__(self) -> None:
         self.k: Tensor | None = None  # (B, H_kv, L, d)
-        self.v: Tensor | None = None  # (B, H_kv, L, d)
+        self.v: Tensor | None = None  # (B, H_kv, L, dv)
         self._owner: weakref.ref[nn.Module] | None = None
+        self._role: str | None = None
+        self._memory: tuple[Tensor, Tensor] | None = None  # what a cross cache projected
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
-    def bind(self, module: nn.Module) -> None:
+    @property
+    def role(self) -> str | None:
+        """``"self"``, ``"cross"``, or None while the cache is empty and unused."""
+        return self._role
+
+    def reset(self) -> None:
+        """Empty the cache for a new sequence (it stays bound to its layer)."""
+        self.k = self.v = None
+        self._role = None
+        self._memory = None
+
+    def _bind(self, module: nn.Module, role: str) -> None:
         owner = None if self._owner is None else self._owner()
         if owner is None:
             self._owner = weakref.ref(module)
@@ -164,9 +298,31 @@ class KVCache:
             raise ValueError(
                 "cache belongs to another attention layer; give each layer its own KVCache"
             )
+        if self._role is None:
+            self._role = role
+        elif self._role != role:
+            raise ValueError(
+                f"cache holds {self._role}-attention keys and values but was passed to a "
+                f"{role}-attention call; give each role its own KVCache (or reset() it)"
+            )
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is None:
+    def _check_memory(self, key: Tensor, value: Tensor) -> None:
+        """Refuse a cross-attention call whose memory is not the one this cache projected."""
+        if self._memory is None:
+            raise ValueError("cache holds keys and values that were not projected from a memory")
+        for name, new, old in (("key", key, self._memory[0]), ("value", value, self._memory[1])):
+            same = new is old or (
+                new.shape == old.shape and new.device == old.device and torch.equal(new, old)
+            )
+            if not same:
+                raise ValueError(
+                    f"cache holds the projection of another memory ({name} of shape "
+                    f"{tuple(old.shape)}); this call's {name} has shape {tuple(new.shape)} and "
+                    "other values. Use a new KVCache (or reset() it) for a new memory"
+                )
+
+    def _append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
             if k.shape[0] != self.k.shape[0] or k.shape[1] != self.k.shape[1]:
@@ -178,8 +334,8 @@ class KVCache:
             self.v = torch.cat([self.v, v], dim=-2)
         return self.k, self.v
 
-    def reset(self) -> None:
-        self.k = self.v = None
+    def _store_memory(self, key: Tensor, value: Tensor, k: Tensor, v: Tensor) -> None:
+        self.k, self.v, self._memory = k, v, (key, value)
 
 
 class MultiHeadAttention(nn.Module):
@@ -189,23 +345,25 @@ class MultiHeadAttention(nn.Module):
     is split for cross-attention, exactly as ``nn.MultiheadAttention`` does), otherwise
     separate ``q_proj``, ``k_proj``, ``v_proj``. ``num_kv_heads < num_heads`` gives grouped
     query attention: each group of ``num_heads // num_kv_heads`` query heads shares one
-    key/value head.
+    key/value head (the core receives the grouped keys and values, never repeated copies).
 
     ``forward(query, key=None, value=None, *, mask=None, key_mask=None, causal=False,
     need_weights=False, average_weights=False, cache=None) -> (out, weights_or_None)``
 
     * ``query`` (B, Lq, E); ``key`` (B, Lk, kdim) and ``value`` (B, Lk, vdim) default to
-      ``query`` (self-attention); ``value`` defaults to ``key``.
+      ``query`` (self-attention, also when ``key is query``); ``value`` defaults to ``key``.
     * ``mask``: (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), bool True = may attend, or float.
     * ``key_mask``: bool (B, Lk), True = a real token (torch's ``key_padding_mask`` is the
       opposite).
     * ``causal``: bottom-right aligned, so it stays right when decoding with ``cache``.
-    * weights: (B, H, Lq, Lk), or (B, Lq, Lk) averaged over heads with ``average_weights``.
+    * ``need_weights``: also return the weights (B, H, Lq, Lk), or (B, Lq, Lk) averaged over
+      heads with ``average_weights``; off by default, so the core takes its fast path.
+    * ``cache``: a :class:`KVCache` for step-by-step decoding.
 
     >>> mha = MultiHeadAttention(embed_dim=64, num_heads=8)
     >>> out, w = mha(torch.randn(2, 10, 64), need_weights=True)
-    >>> tuple(out.shape), tuple(w.shape)
-    ((2, 10, 64), (2, 8, 10, 10))
+    >>> tuple(out.shape), tuple(w.shape), round(mha.scale, 4)  # 1 / sqrt(head_dim=8)
+    ((2, 10, 64), (2, 8, 10, 10), 0.3536)
     """
 
     def __init__(
@@ -222,12 +380,7 @@ class MultiHeadAttention(nn.Module):
         init_gain: float | None = None,
     ) -> None:
         super().__init__()
-        _check_positive("embed_dim", embed_dim)
-        _check_positive("num_heads", num_heads)
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}"
-            )
+        _check_heads(embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         _check_positive("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads:
@@ -236,12 +389,17 @@ class MultiHeadAttention(nn.Module):
             )
         kdim = embed_dim if kdim is None else _check_positive("kdim", kdim)
         vdim = embed_dim if vdim is None else _check_positive("vdim", vdim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = _check_dropout("dropout", dropout)
+        _check_bool("bias", bias)
+        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(
+                f"rotary must be an attnlab RotaryEmbedding or None, got {type(rotary).__name__}"
+            )
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = embed_dim // num_heads  # d_k
+        self.scale = default_scale(self.head_dim)
         self.kdim, self.vdim = kdim, vdim
         self.dropout = dropout
         self.bias = bias
@@ -260,7 +418,7 @@ class MultiHeadAttention(nn.Module):
                 f"rotary.head_dim={rotary.head_dim} must equal head_dim={self.head_dim}"
             )
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
-        self.hook_weights, self.hook_context = HookPoint(), HookPoint()
+        self.hook_weights, self.hook_lse, self.hook_context = HookPoint(), HookPoint(), HookPoint()
         self.reset_parameters(init_gain)
 
     def reset_parameters(self, gain: float | None = None) -> None:
@@ -268,7 +426,12 @@ class MultiHeadAttention(nn.Module):
 
         Article 001's tip: a small gain (e.g. 0.02) gives near-uniform initial attention.
         """
-        g = 1.0 if gain is None else gain
+        if gain is not None and (
+            isinstance(gain, bool) or not isinstance(gain, (int, float))
+            or not math.isfinite(gain) or gain <= 0
+        ):
+            raise ValueError(f"init_gain must be a positive finite float or None, got {gain!r}")
+        g = 1.0 if gain is None else float(gain)
         for lin in self._projections():
             nn.init.xavier_uniform_(lin.weight, gain=g)
             if lin.bias is not None:
@@ -281,25 +444,38 @@ class MultiHeadAttention(nn.Module):
             return [self.qkv_proj]
         return [self.q_proj, self.k_proj, self.v_proj]
 
+    def _split_qkv_weights(
+        self,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
+        """(W_q, W_k, W_v, b_q, b_k, b_v) whatever the layout of the projections."""
+        if self.fused_qkv:
+            e, kv = self.embed_dim, self.num_kv_heads * self.head_dim
+            wq, wk, wv = self.qkv_proj.weight.split([e, kv, kv], dim=0)
+            b = self.qkv_proj.bias
+            bq, bk, bv = (None, None, None) if b is None else b.split([e, kv, kv])
+            return wq, wk, wv, bq, bk, bv
+        return (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight,
+                self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)
+
     # -- projections ----------------------------------------------------------------------
+
+    def _project_q(self, query: Tensor) -> Tensor:
+        if not self.fused_qkv:
+            return self.q_proj(query)
+        wq, _, _, bq, _, _ = self._split_qkv_weights()
+        return F.linear(query, wq, bq)
 
     def _project(
         self, query: Tensor, key: Tensor, value: Tensor, self_attn: bool
     ) -> tuple[Tensor, Tensor, Tensor]:
-        e, kv_dim = self.embed_dim, self.num_kv_heads * self.head_dim
+        if self.fused_qkv and self_attn:
+            e, kv_dim = self.embed_dim, self.num_kv_heads * self.head_dim
+            q, k, v = self.qkv_proj(query).split([e, kv_dim, kv_dim], dim=-1)
+            return q, k, v
         if self.fused_qkv:
-            w, b = self.qkv_proj.weight, self.qkv_proj.bias
-            if self_attn:
-                q, k, v = self.qkv_proj(query).split([e, kv_dim, kv_dim], dim=-1)
-            else:
-                wq, wk, wv = w.split([e, kv_dim, kv_dim], dim=0)
-                bq, bk, bv = (None, None, None) if b is None else b.split([e, kv_dim, kv_dim])
-                q = F.linear(query, wq, bq)
-                k = F.linear(key, wk, bk)
-                v = F.linear(value, wv, bv)
-        else:
-            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        return q, k, v
+            wq, wk, wv, bq, bk, bv = self._split_qkv_weights()
+            return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         b, n, _ = x.shape
@@ -321,7 +497,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         _check_x("query", query, self.embed_dim)
-        self_attn = key is None and value is None
+        self_attn = (key is None or key is query) and (value is None or value is key)
         if key is None:
             key = query
         if value is None:
@@ -338,18 +514,21 @@ class MultiHeadAttention(nn.Module):
                 f"query and key must share batch size B, got query {tuple(query.shape)} and "
                 f"key {tuple(key.shape)}"
             )
+        for name, flag in (("causal", causal), ("need_weights", need_weights),
+                           ("average_weights", average_weights)):
+            _check_bool(name, flag)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnlab KVCache, got {type(cache).__name__}")
 
         b, lq, _ = query.shape
         h, h_kv = self.num_heads, self.num_kv_heads
-        static_cross = cache is not None and not self_attn and len(cache) > 0
         if cache is not None:
-            cache.bind(self)
-        if static_cross:
+            cache._bind(self, "self" if self_attn else "cross")
+        if cache is not None and not self_attn and len(cache) > 0:
             # cross-attention memory was projected on the first step; reuse it.
-            q = self._split_heads(self._project(query, key, value, False)[0], h)
-            k, v = cache.k, cache.v
+            cache._check_memory(key, value)
+            q = self._split_heads(self._project_q(query), h)  # (B, H, Lq, d)
+            k, v = cache.k, cache.v  # (B, H_kv, Lk, d)
         else:
             q, k, v = self._project(query, key, value, self_attn)
             q = self._split_heads(q, h)  # (B, H, Lq, d)
@@ -359,48 +538,107 @@ class MultiHeadAttention(nn.Module):
                 past = len(cache) if (cache is not None and self_attn) else 0
                 q = self.rotary(q, offset=past)
                 k = self.rotary(k, offset=past)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, H_kv, Lk, d)
+            if cache is not None and self_attn:
+                k, v = cache._append(k, v)  # (B, H_kv, Lk, d)
+            elif cache is not None:
+                cache._store_memory(key, value, k, v)
         lk = k.shape[-2]
         if key_mask is not None and cache is not None and self_attn and key_mask.shape[-1] != lk:
             raise ValueError(
                 f"key_mask must cover all {lk} cached + new keys, got {tuple(key_mask.shape)}"
             )
-        if h_kv != h:
-            k = k.repeat_interleave(h // h_kv, dim=1)  # (B, H, Lk, d)
-            v = v.repeat_interleave(h // h_kv, dim=1)
         m = _module_mask(mask, key_mask, b, h, lq, lk)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        want_weights = need_weights or capture_active()
         dropout_p = self.dropout if self.training else 0.0
-        weights = None
-        if want_weights:
-            ctx, weights = scaled_dot_product_attention(
-                q, k, v, m, causal=causal, dropout_p=dropout_p, return_weights=True
-            )
-            weights = self.hook_weights(weights)  # (B, H, Lq, Lk)
-        else:
-            ctx = scaled_dot_product_attention(q, k, v, m, causal=causal, dropout_p=dropout_p)
-        ctx = self.hook_context(ctx)  # (B, H, Lq, d)
+        ctx, weights = _attend(self, q, k, v, m, causal=causal, dropout_p=dropout_p,
+                               need_weights=need_weights)
         out = self.out_proj(ctx.transpose(1, 2).reshape(b, lq, self.embed_dim))  # (B, Lq, E)
-        if not need_weights:
+        if not need_weights or weights is None:
             return out, None
         return out, (weights.mean(dim=1) if average_weights else weights)
 
-    # -- interop --------------------------------------------------------------------------
+    # -- torch.nn.MultiheadAttention ------------------------------------------------------
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy an ``nn.MultiheadAttention`` (any batch_first/bias/kdim/vdim)."""
-        from attnlab.nn.interop import mha_from_torch
+        """attnlab ``MultiHeadAttention`` with the weights of ``m`` (batch-first regardless).
 
-        return mha_from_torch(m)
+        Any ``batch_first``/``bias``/``kdim``/``vdim``; ``add_bias_kv`` and ``add_zero_attn``
+        have no attnlab counterpart and are refused.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"m must be a torch.nn.MultiheadAttention, got {type(m).__name__}")
+        if m.bias_k is not None or m.bias_v is not None:
+            raise ValueError("add_bias_kv=True is not supported (extra learned key/value rows)")
+        if m.add_zero_attn:
+            raise ValueError("add_zero_attn=True is not supported")
+        bias = m.in_proj_bias is not None
+        ours = cls(m.embed_dim, m.num_heads, bias=bias, kdim=m.kdim, vdim=m.vdim,
+                   dropout=float(m.dropout))
+        ref = m.in_proj_weight if m.in_proj_weight is not None else m.q_proj_weight
+        ours = ours.to(device=ref.device, dtype=ref.dtype)
+        e = m.embed_dim
+        with torch.no_grad():
+            if ours.fused_qkv:
+                if m._qkv_same_embed_dim:
+                    ours.qkv_proj.weight.copy_(m.in_proj_weight)
+                else:
+                    ours.qkv_proj.weight.copy_(
+                        torch.cat([m.q_proj_weight, m.k_proj_weight, m.v_proj_weight], 0)
+                    )
+                if bias:
+                    ours.qkv_proj.bias.copy_(m.in_proj_bias)
+            else:
+                ours.q_proj.weight.copy_(m.q_proj_weight)
+                ours.k_proj.weight.copy_(m.k_proj_weight)
+                ours.v_proj.weight.copy_(m.v_proj_weight)
+                if bias:
+                    bq, bk, bv = m.in_proj_bias.split([e, e, e])
+                    ours.q_proj.bias.copy_(bq)
+                    ours.k_proj.bias.copy_(bk)
+                    ours.v_proj.bias.copy_(bv)
+            ours.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                ours.out_proj.bias.copy_(m.out_proj.bias)
+        ours.train(m.training)
+        return ours
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """An equivalent ``nn.MultiheadAttention(batch_first=True)`` with the same weights."""
-        from attnlab.nn.interop import mha_to_torch
+        """``nn.MultiheadAttention(batch_first=True)`` computing the same function.
 
-        return mha_to_torch(self)
+        Grouped-query attention is expanded: each shared key/value head is repeated for its
+        query heads, which leaves the function unchanged. A module with rotary embeddings
+        has no ``nn.MultiheadAttention`` twin and is refused.
+        """
+        if self.rotary is not None:
+            raise ValueError("a module with rotary embeddings has no nn.MultiheadAttention twin")
+        e, h, d = self.embed_dim, self.num_heads, self.head_dim
+        wq, wk, wv, bq, bk, bv = self._split_qkv_weights()
+        group = h // self.num_kv_heads
+
+        def expand(t: Tensor | None) -> Tensor | None:
+            if t is None or group == 1:
+                return t
+            t = t.reshape(self.num_kv_heads, d, *t.shape[1:])
+            return t.repeat_interleave(group, dim=0).reshape(h * d, *t.shape[2:])
+
+        wk, wv, bk, bv = expand(wk), expand(wv), expand(bk), expand(bv)
+        m = nn.MultiheadAttention(
+            e, h, dropout=self.dropout, bias=self.bias, kdim=self.kdim, vdim=self.vdim,
+            batch_first=True, device=wq.device, dtype=wq.dtype,
+        )
+        with torch.no_grad():
+            if m._qkv_same_embed_dim:
+                m.in_proj_weight.copy_(torch.cat([wq, wk, wv], 0))
+            else:
+                m.q_proj_weight.copy_(wq)
+                m.k_proj_weight.copy_(wk)
+                m.v_proj_weight.copy_(wv)
+            if self.bias:
+                m.in_proj_bias.copy_(torch.cat([bq, bk, bv], 0))
+                m.out_proj.bias.copy_(self.out_proj.bias)
+            m.out_proj.weight.copy_(self.out_proj.weight)
+        m.train(self.training)
+        return m
 
     def extra_repr(self) -> str:
         s = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"

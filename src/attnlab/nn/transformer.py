@@ -2,8 +2,12 @@
 encoder-decoder ``Transformer`` and a decoder-only ``GPT``.
 
 Read top to bottom: FeedForward -> TransformerEncoderLayer -> TransformerDecoderLayer ->
-Transformer -> GPT. Layer arguments mirror ``torch.nn.TransformerEncoderLayer`` so weights
-move across with :meth:`TransformerEncoderLayer.from_torch`.
+Transformer -> GPT. Sizes use one vocabulary everywhere: ``embed_dim`` (E), ``num_heads``
+(H), ``num_kv_heads`` (H_kv, grouped-query attention), ``head_dim`` (d = E / H),
+``ff_dim`` (the feed-forward width), ``num_layers``. Layer arguments otherwise mirror
+``torch.nn.TransformerEncoderLayer``, so weights move across with
+:meth:`TransformerEncoderLayer.from_torch`. Like every attnlab module, the attention inside
+takes ``need_weights=`` and exposes its hook points (see :mod:`attnlab.nn.attention`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.core.positional import RotaryEmbedding, SinusoidalPositionalEncoding
-from attnlab.nn.attention import KVCache, MultiHeadAttention
+from attnlab.nn.attention import (
+    KVCache,
+    MultiHeadAttention,
+    _check_bool,
+    _check_dropout,
+    _check_heads,
+    _check_positive,
+)
 
 __all__ = [
     "FeedForward",
@@ -31,21 +42,30 @@ __all__ = [
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
-def _activation(name: str):
-    if name not in _ACTIVATIONS:
+def _activation(name: object):
+    if not isinstance(name, str) or name not in _ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
     return _ACTIVATIONS[name]
+
+
+def _check_eps(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite float, got {value!r}")
+    return float(value)
 
 
 class FeedForward(nn.Module):
     """linear1 -> activation -> dropout -> linear2 (names as in torch's layers)."""
 
-    def __init__(self, d_model: int, dim_feedforward: int, dropout: float, activation: str,
+    def __init__(self, embed_dim: int, ff_dim: int, dropout: float, activation: str,
                  bias: bool = True) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
-        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        _check_positive("embed_dim", embed_dim)
+        _check_positive("ff_dim", ff_dim)
+        self.linear1 = nn.Linear(embed_dim, ff_dim, bias=bias)
+        self.linear2 = nn.Linear(ff_dim, embed_dim, bias=bias)
+        self.dropout = nn.Dropout(_check_dropout("dropout", dropout))
         self.act = _activation(activation)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -54,13 +74,18 @@ class FeedForward(nn.Module):
 
 class TransformerEncoderLayer(nn.Module):
     """Self-attention + feed-forward, each in a residual branch; pre-LN (``norm_first``)
-    or post-LN (the original Transformer)."""
+    or post-LN (the original Transformer).
+
+    >>> layer = TransformerEncoderLayer(embed_dim=16, num_heads=4, ff_dim=32)
+    >>> layer(torch.randn(2, 5, 16)).shape
+    torch.Size([2, 5, 16])
+    """
 
     def __init__(
         self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
+        embed_dim: int,
+        num_heads: int,
+        ff_dim: int = 2048,
         dropout: float = 0.1,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
@@ -69,15 +94,18 @@ class TransformerEncoderLayer(nn.Module):
         num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
+        _check_heads(embed_dim, num_heads)
+        dropout = _check_dropout("dropout", dropout)
+        eps = _check_eps("layer_norm_eps", layer_norm_eps)
         self.self_attn = MultiHeadAttention(
-            d_model, nhead, bias=bias, dropout=dropout, num_kv_heads=num_kv_heads
+            embed_dim, num_heads, bias=bias, dropout=dropout, num_kv_heads=num_kv_heads
         )
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.ff = FeedForward(embed_dim, ff_dim, dropout, activation, bias)
+        self.norm1 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa(self, x: Tensor, mask: Tensor | None, key_mask: Tensor | None, causal: bool) -> Tensor:
         out, _ = self.self_attn(x, mask=mask, key_mask=key_mask, causal=causal)
@@ -106,8 +134,9 @@ class TransformerEncoderLayer(nn.Module):
             raise ValueError(f"unsupported activation {name!r}; expected relu or gelu")
         sa = layer.self_attn
         ours = cls(
-            sa.embed_dim, sa.num_heads, layer.linear1.out_features, layer.dropout.p, name,
-            layer.norm1.eps, layer.norm_first, bias=sa.in_proj_bias is not None,
+            sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
+            name, float(layer.norm1.eps), bool(layer.norm_first),
+            bias=sa.in_proj_bias is not None,
         )
         ours.self_attn = MultiHeadAttention.from_torch(sa)
         ours.ff.linear1.load_state_dict(layer.linear1.state_dict())
@@ -119,30 +148,40 @@ class TransformerEncoderLayer(nn.Module):
 
 
 class TransformerDecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention over the encoder memory, feed-forward."""
+    """Causal self-attention, cross-attention over the encoder memory, feed-forward.
+
+    ``self_cache`` and ``cross_cache`` are two :class:`KVCache` objects for step-by-step
+    decoding; each is bound to its attention and its role, so swapping them raises.
+    """
 
     def __init__(
         self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
+        embed_dim: int,
+        num_heads: int,
+        ff_dim: int = 2048,
         dropout: float = 0.1,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
         norm_first: bool = False,
         bias: bool = True,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout)
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        _check_heads(embed_dim, num_heads)
+        dropout = _check_dropout("dropout", dropout)
+        eps = _check_eps("layer_norm_eps", layer_norm_eps)
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
+                                            num_kv_heads=num_kv_heads)
+        self.cross_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
+                                             num_kv_heads=num_kv_heads)
+        self.ff = FeedForward(embed_dim, ff_dim, dropout, activation, bias)
+        self.norm1 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
+        self.norm3 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm_first = _check_bool("norm_first", norm_first)
 
     def forward(
         self,
@@ -175,10 +214,15 @@ class TransformerDecoderLayer(nn.Module):
 
 
 def _check_tokens(name: str, idx: object, vocab: int) -> Tensor:
-    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.is_floating_point():
-        got = (f"shape {tuple(idx.shape)} dtype {idx.dtype}" if isinstance(idx, Tensor)
-               else type(idx).__name__)
-        raise ValueError(f"{name} must be an integer tensor (B, N) of token ids, got {got}")
+    if not isinstance(idx, Tensor):
+        raise TypeError(f"{name} must be an integer tensor (B, N) of token ids, got "
+                        f"{type(idx).__name__}")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor (B, N) of token ids, got dtype "
+                        f"{idx.dtype}")
+    if idx.dim() != 2:
+        raise ValueError(f"{name} must be an integer tensor (B, N) of token ids, got shape "
+                         f"{tuple(idx.shape)}")
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab):
         raise ValueError(
             f"{name} holds ids in [{int(idx.min())}, {int(idx.max())}], outside the vocabulary "
@@ -189,16 +233,41 @@ def _check_tokens(name: str, idx: object, vocab: int) -> Tensor:
 
 @dataclass(frozen=True)
 class TransformerConfig:
+    """The encoder-decoder ``Transformer``; checked on creation.
+
+    >>> c = TransformerConfig(embed_dim=64, num_heads=4)
+    >>> c.head_dim
+    16
+    >>> TransformerConfig(embed_dim=64, num_heads=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_heads must be a positive int, got 0
+    """
+
     src_vocab_size: int = 64  # small synthetic vocabularies are the use case
     tgt_vocab_size: int = 64
-    d_model: int = 128  # tiny enough to train on a laptop CPU in minutes
-    n_heads: int = 4  # head_dim 32
-    n_encoder_layers: int = 2
-    n_decoder_layers: int = 2
-    dim_feedforward: int = 512  # 4 x d_model, as in the original
+    embed_dim: int = 128  # tiny enough to train on a laptop CPU in minutes
+    num_heads: int = 4  # head_dim 32
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    ff_dim: int = 512  # 4 x embed_dim, as in the original
     dropout: float = 0.0  # synthetic tasks do not overfit in the few steps we train
     max_len: int = 512  # sinusoidal table length
     norm_first: bool = True  # pre-LN trains without warmup
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "num_encoder_layers",
+                     "num_decoder_layers", "ff_dim", "max_len"):
+            _check_positive(name, getattr(self, name))
+        _check_heads(self.embed_dim, self.num_heads)
+        if self.embed_dim % 2:
+            raise ValueError(f"embed_dim must be even (sinusoidal positions), got {self.embed_dim}")
+        _check_dropout("dropout", self.dropout)
+        _check_bool("norm_first", self.norm_first)
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
 
 
 class Transformer(nn.Module):
@@ -206,24 +275,26 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         c = self.config = config
-        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)
-        self.tgt_embed = nn.Embedding(c.tgt_vocab_size, c.d_model)
-        self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len, dropout=c.dropout)
-        args = (c.d_model, c.n_heads, c.dim_feedforward, c.dropout, "relu", 1e-5, c.norm_first)
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.embed_dim)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab_size, c.embed_dim)
+        self.pos = SinusoidalPositionalEncoding(c.embed_dim, c.max_len, dropout=c.dropout)
+        args = (c.embed_dim, c.num_heads, c.ff_dim, c.dropout, "relu", 1e-5, c.norm_first)
         self.encoder = nn.ModuleList(TransformerEncoderLayer(*args)
-                                     for _ in range(c.n_encoder_layers))
+                                     for _ in range(c.num_encoder_layers))
         self.decoder = nn.ModuleList(TransformerDecoderLayer(*args)
-                                     for _ in range(c.n_decoder_layers))
-        self.enc_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-        self.dec_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-        self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
-        for emb in (self.src_embed, self.tgt_embed):  # x sqrt(d_model) in forward -> unit scale
-            nn.init.normal_(emb.weight, std=c.d_model**-0.5)
+                                     for _ in range(c.num_decoder_layers))
+        self.enc_norm = nn.LayerNorm(c.embed_dim) if c.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(c.embed_dim) if c.norm_first else nn.Identity()
+        self.lm_head = nn.Linear(c.embed_dim, c.tgt_vocab_size, bias=False)
+        for emb in (self.src_embed, self.tgt_embed):  # x sqrt(embed_dim) in forward -> unit scale
+            nn.init.normal_(emb.weight, std=1 / math.sqrt(c.embed_dim))
 
     def encode(self, src: Tensor, src_key_mask: Tensor | None = None) -> Tensor:
         _check_tokens("src", src, self.config.src_vocab_size)
-        x = self.pos(self.src_embed(src) * math.sqrt(self.config.d_model))
+        x = self.pos(self.src_embed(src) * math.sqrt(self.config.embed_dim))
         for layer in self.encoder:
             x = layer(x, key_mask=src_key_mask)
         return self.enc_norm(x)  # (B, Ns, E)
@@ -231,7 +302,7 @@ class Transformer(nn.Module):
     def decode(self, tgt: Tensor, memory: Tensor, memory_key_mask: Tensor | None = None,
                tgt_key_mask: Tensor | None = None) -> Tensor:
         _check_tokens("tgt", tgt, self.config.tgt_vocab_size)
-        x = self.pos(self.tgt_embed(tgt) * math.sqrt(self.config.d_model))
+        x = self.pos(self.tgt_embed(tgt) * math.sqrt(self.config.embed_dim))
         for layer in self.decoder:
             x = layer(x, memory, key_mask=tgt_key_mask, memory_key_mask=memory_key_mask)
         return self.lm_head(self.dec_norm(x))  # (B, Nt, V)
@@ -244,27 +315,59 @@ class Transformer(nn.Module):
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """The decoder-only ``GPT``; checked on creation.
+
+    >>> GPTConfig(embed_dim=64, num_heads=4, num_kv_heads=2).head_dim
+    16
+    >>> GPTConfig(embed_dim=10, num_heads=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: embed_dim=10 must be divisible by num_heads=3 (head_dim = embed_dim / num_heads)
+    """
+
     vocab_size: int = 64  # synthetic tasks use small vocabularies
     block_size: int = 256  # longest context the position table covers
-    n_layer: int = 2  # two layers suffice for an induction circuit
-    n_head: int = 4  # enough heads to watch them specialize
-    n_embd: int = 128  # head_dim 32
-    n_kv_head: int | None = None  # None = n_head (plain multi-head); fewer = GQA
+    num_layers: int = 2  # two layers suffice for an induction circuit
+    num_heads: int = 4  # enough heads to watch them specialize
+    embed_dim: int = 128  # head_dim 32
+    num_kv_heads: int | None = None  # None = num_heads (plain multi-head); fewer = GQA
     dropout: float = 0.0  # tiny models on synthetic data do not need it
     bias: bool = True  # biases in Linear and LayerNorm, like GPT-2
     positional: str = "learned"  # "learned" (GPT-2) or "rope"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "num_layers"):
+            _check_positive(name, getattr(self, name))
+        _check_heads(self.embed_dim, self.num_heads)
+        if self.num_kv_heads is not None:
+            _check_positive("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
+                                 f"num_heads={self.num_heads}")
+        _check_dropout("dropout", self.dropout)
+        _check_bool("bias", self.bias)
+        if self.positional not in ("learned", "rope"):
+            raise ValueError(f"positional must be 'learned' or 'rope', got {self.positional!r}")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"positional='rope' needs an even head_dim, got head_dim="
+                             f"{self.head_dim} (embed_dim={self.embed_dim} / "
+                             f"num_heads={self.num_heads})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
 
 
 class _Block(nn.Module):
     def __init__(self, c: GPTConfig, rotary: RotaryEmbedding | None) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(c.n_embd, bias=c.bias)
+        self.ln_1 = nn.LayerNorm(c.embed_dim, bias=c.bias)
         self.attn = MultiHeadAttention(
-            c.n_embd, c.n_head, bias=c.bias, dropout=c.dropout, num_kv_heads=c.n_kv_head,
-            rotary=rotary,
+            c.embed_dim, c.num_heads, bias=c.bias, dropout=c.dropout,
+            num_kv_heads=c.num_kv_heads, rotary=rotary,
         )
-        self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias)
-        self.mlp = FeedForward(c.n_embd, 4 * c.n_embd, c.dropout, "gelu", c.bias)
+        self.ln_2 = nn.LayerNorm(c.embed_dim, bias=c.bias)
+        self.mlp = FeedForward(c.embed_dim, 4 * c.embed_dim, c.dropout, "gelu", c.bias)
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
@@ -273,28 +376,35 @@ class _Block(nn.Module):
         return x + self.dropout(self.mlp(self.ln_2(x)))
 
 
+def _check_real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 class GPT(nn.Module):
     """Decoder-only Transformer (pre-LN, tied embeddings), as in nanoGPT.
 
-    >>> model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layer=1, n_head=2, n_embd=8))
+    >>> cfg = GPTConfig(vocab_size=10, block_size=16, num_layers=1, num_heads=2, embed_dim=8)
+    >>> model = GPT(cfg)
     >>> model(torch.zeros(2, 5, dtype=torch.long)).shape
     torch.Size([2, 5, 10])
+    >>> model.generate(torch.zeros(1, 3, dtype=torch.long), 4, greedy=True).shape
+    torch.Size([1, 7])
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
         c = self.config = config
-        if c.positional not in ("learned", "rope"):
-            raise ValueError(f"positional must be 'learned' or 'rope', got {c.positional!r}")
-        if c.n_embd % c.n_head:
-            raise ValueError(f"n_embd={c.n_embd} must be divisible by n_head={c.n_head}")
-        self.wte = nn.Embedding(c.vocab_size, c.n_embd)
-        self.wpe = nn.Embedding(c.block_size, c.n_embd) if c.positional == "learned" else None
-        rotary = RotaryEmbedding(c.n_embd // c.n_head) if c.positional == "rope" else None
+        self.wte = nn.Embedding(c.vocab_size, c.embed_dim)
+        self.wpe = nn.Embedding(c.block_size, c.embed_dim) if c.positional == "learned" else None
+        rotary = RotaryEmbedding(c.head_dim) if c.positional == "rope" else None
         self.drop = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(_Block(c, rotary) for _ in range(c.n_layer))
-        self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.blocks = nn.ModuleList(_Block(c, rotary) for _ in range(c.num_layers))
+        self.ln_f = nn.LayerNorm(c.embed_dim, bias=c.bias)
+        self.lm_head = nn.Linear(c.embed_dim, c.vocab_size, bias=False)
         self.apply(self._init_weights)
         self.lm_head.weight = self.wte.weight  # tied: the same matrix reads and writes tokens
 
@@ -308,7 +418,16 @@ class GPT(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     def forward(self, idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        """Logits (B, N, V) for token ids ``idx`` (B, N); ``caches``: one KVCache per block."""
         _check_tokens("idx", idx, self.config.vocab_size)
+        if caches is not None and (
+            not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks)
+            or not all(isinstance(c, KVCache) for c in caches)
+        ):
+            got = (f"{len(caches)} items" if isinstance(caches, (list, tuple))
+                   else type(caches).__name__)
+            raise TypeError(f"caches must be a list of {len(self.blocks)} KVCache (one per "
+                            f"block) or None, got {got}")
         b, n = idx.shape
         past = len(caches[0]) if caches else 0
         if past + n > self.config.block_size:
@@ -335,21 +454,51 @@ class GPT(nn.Module):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, N); KV cache by default."""
+        """Append ``max_new_tokens`` tokens to the prompt ``idx`` (B, N), N >= 1.
+
+        Each step samples from ``softmax(logits / temperature)`` restricted to the
+        ``top_k`` most likely tokens (all when None; a ``top_k`` above the vocabulary size
+        keeps them all), or takes the most likely one with ``greedy=True``.
+        ``temperature`` must be a finite number > 0: 0 is refused rather than read as
+        greedy, which has its own flag. ``use_cache`` decodes with one KV cache per block
+        (same tokens as without it, faster). Bad arguments raise ``TypeError`` (wrong type)
+        or ``ValueError`` (wrong value) naming the argument.
+        """
         _check_tokens("idx", idx, self.config.vocab_size)
+        if idx.shape[1] < 1:
+            raise ValueError(f"idx must hold a prompt of at least one token per row, got "
+                             f"shape {tuple(idx.shape)}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens must be an int >= 0, got "
+                            f"{type(max_new_tokens).__name__} {max_new_tokens!r}")
         if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens}")
         if idx.shape[1] + max_new_tokens > self.config.block_size:
             raise ValueError(
-                f"{idx.shape[1]} prompt + {max_new_tokens} new tokens exceed block_size="
-                f"{self.config.block_size}"
+                f"{idx.shape[1]} prompt + {max_new_tokens} new tokens (max_new_tokens) exceed "
+                f"block_size={self.config.block_size}"
             )
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        t = _check_real("temperature", temperature)
+        if not math.isfinite(t) or t <= 0:
+            raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for "
+                             f"the most likely token), got {temperature!r}")
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, int):
+                raise TypeError(f"top_k must be an int >= 1 or None, got "
+                                f"{type(top_k).__name__} {top_k!r}")
+            if top_k < 1:
+                raise ValueError(f"top_k must be an int >= 1 or None, got {top_k}")
+        _check_bool("greedy", greedy)
+        _check_bool("use_cache", use_cache)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got "
+                            f"{type(generator).__name__}")
         caches = [KVCache() for _ in self.blocks] if use_cache else None
         step_input = idx
         for _ in range(max_new_tokens):
-            logits = self(step_input if use_cache else idx, caches)[:, -1, :] / temperature
+            logits = self(step_input if use_cache else idx, caches)[:, -1, :]  # (B, V)
+            # shift the best logit to 0 first: a tiny temperature then gives -inf, never NaN
+            logits = (logits - logits.amax(dim=-1, keepdim=True)) / t
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))

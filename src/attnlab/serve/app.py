@@ -8,18 +8,29 @@ Endpoints::
 
     GET  /               the page: form + the explorer (same JS/CSS as the saved file)
     POST /api/explore    {"model", "text", "text2"?} -> the explorer's data (JSON)
-    GET  /api/models     the models this server holds
+    GET  /api/models     the models this server holds, and their limits
     GET  /healthz        {"status": "ok", ...}
     GET  /openapi.json   the schema (FastAPI)
 
-Every refusal is a 4xx JSON body ``{"error": "what is wrong"}``. Model inference runs under
-one lock (a model object is not assumed thread-safe); everything else a request computes is
-its own. The server writes no file; model caches are pointed into ``cache_dir``.
+Every refusal, whatever its status (400 bad body, 404, 405, 413 too long or over the memory
+budget, 422 invalid request, 500), is a JSON body ``{"error": "what is wrong"}``.
+
+Before a model runs, a request is checked in this order, none of it under the inference
+lock: the ``Host`` header (only local names, the bound address and ``allowed_hosts``: a
+page on another site cannot reach the server through DNS rebinding), the body (size, UTF-8,
+JSON, nesting), the fields, each text (visible characters, valid Unicode), its length in
+characters (a cheap first filter), its length in **tokens** against the model's limit, and
+the memory its traces would need (:func:`attnlab.trace.budget.estimate_trace_bytes`)
+against the budget. Model inference then runs under one lock (a model object is not assumed
+thread-safe); requests in flight together never reserve more than the budget. The server
+writes no file; model caches are pointed into ``cache_dir``.
 """
 
 from __future__ import annotations
 
 import html
+import ipaddress
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -27,14 +38,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
 
-from attnlab.trace.trace import AttentionTrace
+from attnlab.trace.budget import (
+    check_text,
+    count_tokens,
+    default_budget,
+    estimate_trace_bytes,
+    format_bytes,
+)
+from attnlab.trace.attention import AttentionTrace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, json_for_html, static_asset
 
-__all__ = ["ExploreRequest", "ServeConfig", "create_app", "model_tracer", "run"]
+__all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
 
 Tracer = Callable[[str], AttentionTrace]
+
+#: Host names every server answers to (plus the address it is bound to).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+MAX_JSON_DEPTH = 32  # a request body is one flat object; anything deeper is refused
 
 
 class ExploreRequest(BaseModel):
@@ -50,10 +73,12 @@ class ExploreRequest(BaseModel):
 class ServeConfig:
     """Limits of one server."""
 
-    max_chars: int = 2000  # ~400 English tokens: long enough to explore, pooled views above 256
+    max_chars: int = 100_000  # a cheap first filter only: tokens and memory decide
     host: str = "127.0.0.1"  # local only unless the user asks for more
     port: int = 8000
     cache_dir: Path | None = None  # None: attnlab's model cache ($ATTNLAB_CACHE or ~/.cache)
+    max_memory: int | None = None  # bytes a request's traces may need; None: half the RAM
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides LOCAL_HOSTS and host
 
     def __post_init__(self) -> None:
         if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) \
@@ -62,39 +87,155 @@ class ServeConfig:
         if isinstance(self.port, bool) or not isinstance(self.port, int) \
                 or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be an int in [0, 65535], got {self.port!r}")
+        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not
+                                            isinstance(self.max_memory, int)
+                                            or self.max_memory < 1):
+            raise ValueError(f"max_memory must be a positive number of bytes or None, got "
+                             f"{self.max_memory!r}")
+        if isinstance(self.allowed_hosts, str) or not all(
+                isinstance(h, str) and h for h in self.allowed_hosts):
+            raise ValueError(f"allowed_hosts must be a tuple of host names, got "
+                             f"{self.allowed_hosts!r}")
 
 
-def model_tracer(name: str) -> Tracer:
-    """Load ``name`` once (name or path, offline) and return ``text -> AttentionTrace``."""
-    import attnlab.trace as trace_pkg
+class ModelTracer:
+    """``text -> AttentionTrace`` for one loaded model, with what the server checks first:
+    :meth:`count_tokens`, ``max_length`` and :meth:`estimate` (bytes for N tokens)."""
+
+    def __init__(self, loaded: Any) -> None:
+        self.loaded = loaded
+        self.name = loaded.name
+        self.max_length = int(loaded.max_length)
+
+    def count_tokens(self, text: str) -> int:
+        return count_tokens(self.loaded.tokenizer, text)
+
+    def estimate(self, num_tokens: int) -> int:
+        return estimate_trace_bytes(self.loaded, num_tokens).total
+
+    def __call__(self, text: str) -> AttentionTrace:
+        from attnlab.trace.tracer import trace
+
+        return trace(self.loaded, text)
+
+
+def model_tracer(name: str) -> ModelTracer:
+    """Load ``name`` once (name or path, offline) and return its :class:`ModelTracer`."""
     from attnlab.models import load
 
-    loaded = load(name, progress=False)
-    return lambda text: trace_pkg.trace(loaded, text)
+    return ModelTracer(load(name, progress=False))
 
 
-def _error(status: int, message: str) -> Any:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:
     from fastapi.responses import JSONResponse
 
-    return JSONResponse(status_code=status, content={"error": message})
+    return JSONResponse(status_code=status, content={"error": message},
+                        headers=dict(headers or {}))
 
 
-def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 2000,
-               explorer: ExplorerConfig | None = None) -> Any:
-    """A FastAPI app serving the explorer for the models in ``tracers``."""
-    from fastapi import FastAPI, Request
+class _Refused(Exception):
+    """A request refused before any model runs: its status and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _host_name(header: str) -> str:
+    """The host of a ``Host`` header, without port or IPv6 brackets, lower case."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def _allowed_hosts(bound: str | None, extra: tuple[str, ...]) -> frozenset[str]:
+    names = set(LOCAL_HOSTS) | {h.lower().strip("[]") for h in extra}
+    if bound:
+        b = bound.lower().strip("[]")
+        try:
+            wildcard = ipaddress.ip_address(b).is_unspecified
+        except ValueError:
+            wildcard = False
+        if not wildcard:
+            names.add(b)
+    return frozenset(names)
+
+
+def _depth(obj: Any) -> int:
+    if isinstance(obj, dict):
+        return 1 + max((_depth(v) for v in obj.values()), default=0)
+    if isinstance(obj, list):
+        return 1 + max((_depth(v) for v in obj), default=0)
+    return 0
+
+
+def _parse_body(body: bytes) -> ExploreRequest:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Refused(400, f"body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
+                            f"{exc.start})") from None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise _Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} "
+                            f"levels)") from None
+    except json.JSONDecodeError as exc:
+        raise _Refused(422, f"invalid request: body: JSON decode error ({exc.msg} at "
+                            f"character {exc.pos})") from None
+    if _depth(obj) > MAX_JSON_DEPTH:
+        raise _Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} levels)")
+    try:
+        return ExploreRequest.model_validate(obj)
+    except ValidationError as exc:
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ())) or "body"
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        raise _Refused(422, "invalid request: " + "; ".join(parts)) from None
+
+
+def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
+               max_memory: int | None = None, allowed_hosts: tuple[str, ...] = (),
+               host: str | None = None, explorer: ExplorerConfig | None = None) -> Any:
+    """A FastAPI app serving the explorer for the models in ``tracers``.
+
+    A tracer with ``count_tokens(text)``, ``max_length`` and ``estimate(num_tokens)`` (as
+    :class:`ModelTracer` has) gets the token and memory checks; a plain callable gets the
+    character limit only. ``max_memory``: the bytes one request's traces may need, and all
+    requests in flight together (``None``: half this machine's memory). ``host``: the
+    address the server is bound to, answered besides :data:`LOCAL_HOSTS` and
+    ``allowed_hosts``.
+    """
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse
+    from starlette.exceptions import HTTPException
 
     if not tracers:
         raise ValueError("tracers must name at least one model, got none")
-    ServeConfig(max_chars=max_chars)  # checks the limit
+    ServeConfig(max_chars=max_chars, max_memory=max_memory, allowed_hosts=tuple(allowed_hosts))
+    budget = max_memory if max_memory is not None else default_budget()
+    hosts = _allowed_hosts(host, tuple(allowed_hosts))
     names = list(tracers)
+    limits = {name: _limits(t, budget) for name, t in tracers.items()}
+    max_body = 16 * 2 * max_chars + 65536  # two texts of 4-byte characters, escaped
     infer_lock = threading.Lock()
+    reserve = _Reservations(budget)
     cfg = explorer or ExplorerConfig()
 
     app = FastAPI(title="attnlab explorer", version="1",
                   description="Attention of real models, explored live. Local use.")
+
+    @app.middleware("http")
+    async def _only_local_hosts(request: Request, call_next: Any) -> Any:
+        header = request.headers.get("host")
+        if header is None or _host_name(header) not in hosts:
+            return _error(400, f"Host header {header!r} is not allowed; this server answers "
+                               f"to {', '.join(sorted(hosts))} (serve --allow-host NAME adds "
+                               f"one)")
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:
@@ -104,39 +245,156 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 2000,
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
         return _error(422, "invalid request: " + "; ".join(parts))
 
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Any:
+        if exc.status_code == 404:
+            message = f"not found: {request.url.path}"
+        elif exc.status_code == 405:
+            allow = (exc.headers or {}).get("Allow", "")
+            message = f"method {request.method} is not allowed on {request.url.path}" + (
+                f"; use {allow}" if allow else "")
+        else:
+            message = str(exc.detail)
+        return _error(exc.status_code, message, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> Any:
+        return _error(500, f"internal error ({type(exc).__name__}); the server log has the "
+                           f"details")
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "models": names, "max_chars": max_chars}
 
     @app.get("/api/models")
     def models() -> dict[str, Any]:
-        return {"models": names, "max_chars": max_chars}
+        return {"models": names, "max_chars": max_chars, "max_memory": budget,
+                "limits": limits}
 
-    @app.post("/api/explore")
-    def explore(req: ExploreRequest) -> Any:
-        if req.model not in tracers:
-            return _error(404, f"unknown model {req.model!r}; this server has {names}")
-        texts = [req.text] + ([req.text2] if req.text2 is not None else [])
-        for field, text in zip(("text", "text2"), texts):
-            if not text.strip():
-                return _error(422, f"{field} is empty")
-            if len(text) > max_chars:
-                return _error(413, f"{field} has {len(text)} characters; the limit is "
-                                   f"{max_chars}")
-        traces = []
+    schema = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": ExploreRequest.model_json_schema()}}}}
+
+    @app.post("/api/explore", openapi_extra=schema)
+    async def explore(request: Request) -> Any:
+        from starlette.concurrency import run_in_threadpool
+
         try:
-            with infer_lock:  # one forward pass at a time; the rest is per request
-                for text in texts:
-                    traces.append(tracers[req.model](text))
-        except ValueError as exc:  # the model refuses this input (e.g. too many tokens)
-            return _error(422, str(exc))
-        return Explorer(traces, config=cfg).payload()
+            body = await _read_body(request, max_body)
+            req = _parse_body(body)
+            tracer, texts, need = _admit(req, tracers, names, max_chars, budget)
+        except _Refused as exc:
+            return _error(exc.status, str(exc))
+        return await run_in_threadpool(_run, tracer, texts, need)
+
+    def _run(tracer: Tracer, texts: list[str], need: int) -> Any:
+        with reserve(need):  # in flight together, requests stay within the budget
+            traces = []
+            try:
+                with infer_lock:  # one forward pass at a time; the rest is per request
+                    for text in texts:
+                        traces.append(tracer(text))
+            except ValueError as exc:  # the model refuses this input
+                return _error(422, " ".join(str(exc).split()))
+            return Explorer(traces, config=cfg).payload()
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return _page(names, max_chars)
 
     return app
+
+
+async def _read_body(request: Any, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise _Refused(413, f"body is {length} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _Refused(413, f"body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _limits(tracer: Any, budget: int) -> dict[str, Any]:
+    """The most tokens a model accepts here: its own limit and the memory budget's."""
+    out: dict[str, Any] = {}
+    if hasattr(tracer, "max_length"):
+        out["max_length"] = int(tracer.max_length)
+    if hasattr(tracer, "estimate"):
+        lo, hi = 0, 1
+        while hi < 1 << 30 and tracer.estimate(hi) <= budget:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if tracer.estimate(mid) <= budget else (lo, mid)
+        out["max_tokens"] = min(lo, out.get("max_length", lo))
+    return out
+
+
+def _admit(req: ExploreRequest, tracers: Mapping[str, Tracer], names: list[str],
+           max_chars: int, budget: int) -> tuple[Tracer, list[str], int]:
+    """The tracer, the texts and the bytes they need, or :class:`_Refused`."""
+    if req.model not in tracers:
+        raise _Refused(404, f"unknown model {req.model!r}; this server has {names}")
+    tracer = tracers[req.model]
+    texts = [req.text] + ([req.text2] if req.text2 is not None else [])
+    fields = ("text", "text2")
+    for field, text in zip(fields, texts):
+        try:
+            check_text(text, field)
+        except ValueError as exc:
+            status = 400 if "surrogate" in str(exc) else 422
+            raise _Refused(status, str(exc)) from None
+        if len(text) > max_chars:
+            raise _Refused(413, f"{field} has {len(text)} characters; the limit is {max_chars}")
+    need = 0
+    count = getattr(tracer, "count_tokens", None)
+    estimate = getattr(tracer, "estimate", None)
+    if count is None:
+        return tracer, texts, need
+    for field, text in zip(fields, texts):
+        try:
+            n = count(text)
+        except ValueError as exc:
+            raise _Refused(422, f"{field}: {' '.join(str(exc).split())}") from None
+        limit = getattr(tracer, "max_length", None)
+        if limit is not None and n > limit:
+            raise _Refused(413, f"{field} has {n} tokens; {req.model} accepts at most {limit}")
+        need += estimate(n) if estimate is not None else 0
+    if need > budget:
+        raise _Refused(413, f"the texts need about {format_bytes(need)} of memory, above this "
+                            f"server's budget of {format_bytes(budget)} (serve --max-memory); "
+                            f"give shorter texts")
+    return tracer, texts, need
+
+
+class _Reservations:
+    """Bytes reserved by requests in flight; a request waits until its share fits."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.cond = threading.Condition()
+
+    def __call__(self, need: int) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def held() -> Any:
+            with self.cond:
+                while self.used and self.used + need > self.budget:
+                    self.cond.wait()
+                self.used += need
+            try:
+                yield
+            finally:
+                with self.cond:
+                    self.used -= need
+                    self.cond.notify_all()
+
+        return held()
 
 
 _CSP = ("default-src 'none'; connect-src 'self'; img-src data:; style-src 'unsafe-inline'; "
@@ -232,8 +490,11 @@ def run(models: list[str], config: ServeConfig | None = None, *, quiet: bool = F
         if not quiet:
             print(f"attnlab serve: loading {name}", flush=True)
         tracers[name] = model_tracer(name)
-    app = create_app(tracers, max_chars=config.max_chars)
+    app = create_app(tracers, max_chars=config.max_chars, max_memory=config.max_memory,
+                     allowed_hosts=config.allowed_hosts, host=config.host)
     if not quiet:
-        print(f"attnlab serve: http://{config.host}:{config.port}/", flush=True)
+        budget = config.max_memory if config.max_memory is not None else default_budget()
+        print(f"attnlab serve: http://{config.host}:{config.port}/ (memory budget "
+              f"{format_bytes(budget)})", flush=True)
     uvicorn.run(app, host=config.host, port=config.port,
                 log_level="warning" if quiet else "info")

@@ -1,26 +1,16 @@
-"""AttentionTrace and capture from attnlab, torch and Hugging Face models.
+"""Traces of attention: capture from attnlab, torch and Hugging Face models; weights on demand.
 
-The package is also callable: ``attnlab.trace(model, text)`` is
-:func:`attnlab.trace.tracer.trace`, while ``attnlab.trace.AttentionTrace`` and
-``from attnlab.trace import capture`` keep working as for any package.
+* :class:`AttentionTrace` (:mod:`attnlab.trace.attention`): per layer and head q, k, v and
+  the log-sum-exp of each row, the score shaping as parameters; exact weights computed
+  when asked (rows, tiles, pooled blocks, top-k), saved as safetensors.
+* :func:`capture` / :class:`Capture` (:mod:`attnlab.trace.capture`): record every attention
+  call of a model while it runs; adapters per kind of model in :mod:`attnlab.trace.adapters`.
+* :func:`trace` (:mod:`attnlab.trace.tracer`): one input through an already-loaded model.
 """
 
-import sys
-import types
-
+from attnlab.trace.attention import FORMAT_VERSION, AttentionTrace, TraceFormatError
 from attnlab.trace.capture import AttentionRecord, Capture, capture
-from attnlab.trace.trace import FORMAT_VERSION, AttentionTrace, TraceFormatError
 from attnlab.trace.tracer import trace
 
 __all__ = ["FORMAT_VERSION", "AttentionRecord", "AttentionTrace", "Capture",
            "TraceFormatError", "capture", "trace"]
-
-
-class _CallableModule(types.ModuleType):
-    """``attnlab.trace(...)`` calls :func:`trace`; attribute access is the package's."""
-
-    def __call__(self, *args, **kwargs):
-        return trace(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,15 +1,22 @@
-"""``attnlab.trace(model, text_or_token_ids)``: one input through one model, as a trace.
+"""``trace(model, text_or_token_ids)``: one input through one already-loaded model.
+
+``model`` is a loaded model (any object with ``.model``, ``.tokenizer``, ``.name``,
+``.max_length`` and ``.describe()``, as :class:`attnlab.models.LoadedModel` has), or an
+``nn.Module`` (a Hugging Face model, an attnlab model, a torch model) with its tokenizer.
+Nothing here loads a model by name: that is :func:`attnlab.models.load`'s job (the root
+``attnlab.trace(name_or_model, text)`` loads, then calls this).
 
 Tokens are labelled as people read them. A byte-level BPE (GPT-2, Llama, SmolLM2) may cut
 one Chinese character into several byte pieces; pieces that share a character (found via
 the tokenizer's offsets) are merged into one token whose weights are **summed over keys
-and averaged over queries** (rows still sum to 1). The merge is recorded in
-``trace.meta["merged"]``; pass ``merge_pieces=False`` to keep the pieces (and q, k, v).
+and averaged over queries** (rows still sum to 1). The trace keeps the pieces' q, k, v and
+applies the merge on demand; it is recorded in ``trace.meta["merged"]``. Pass
+``merge_pieces=False`` to see the pieces.
 """
 
 from __future__ import annotations
 
-import os
+import inspect
 import re
 import warnings
 from collections.abc import Sequence
@@ -18,8 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.trace.adapters.attnlab import describe_model as describe_attnlab
+from attnlab.trace.adapters.huggingface import describe_model as describe_hf
+from attnlab.trace.adapters.huggingface import is_hf_model
+from attnlab.trace.attention import AttentionTrace
+from attnlab.trace.budget import check_text, check_trace_budget
 from attnlab.trace.capture import capture
-from attnlab.trace.trace import AttentionTrace
 
 __all__ = ["trace", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
 
@@ -29,12 +40,71 @@ UNKNOWN_WARN_FRACTION = 0.2
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
-def _check_text(text: str) -> str:
-    if not text.strip():
-        raise ValueError(
-            f"text is empty or only whitespace ({text!r}); give at least one word to trace"
+# -- the model --------------------------------------------------------------------------------
+
+
+class _Bare:
+    """What the tracer needs to know of a bare ``nn.Module`` (a LoadedModel's fields)."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = type(model).__name__
+        if is_hf_model(model):
+            info = describe_hf(model, tokenizer)
+            self.kind = "hf"
+        else:
+            try:
+                info = describe_attnlab(model)
+            except TypeError:
+                info = {"causal": False, "num_layers": 0, "num_heads": 0, "num_kv_heads": 0,
+                        "head_dim": 0, "max_length": 1 << 30}
+            self.kind = "attnlab"
+        self.info = info
+        self.causal = bool(info["causal"])
+        self.num_layers = int(info["num_layers"])
+        self.max_length = int(info["max_length"])
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, **self.info}
+
+
+def _resolve(model: Any, tokenizer: Any) -> Any:
+    if isinstance(model, nn.Module):
+        return _Bare(model, tokenizer)
+    inner = getattr(model, "model", None)
+    if isinstance(inner, nn.Module) and all(
+            hasattr(model, a) for a in ("tokenizer", "name", "max_length", "describe")):
+        return model
+    if isinstance(model, str):
+        raise TypeError(
+            f"model must be a loaded model or a torch.nn.Module, got the name {model!r}; "
+            "load it first (attnlab.models.load(name)) or call attnlab.trace(name, text), "
+            "which loads then traces"
         )
-    return text
+    raise TypeError(
+        "model must be a loaded model (with .model, .tokenizer, .name, .max_length, "
+        f".describe(), like attnlab.models.LoadedModel) or a torch.nn.Module, got "
+        f"{type(model).__name__}"
+    )
+
+
+def _forward(model: nn.Module, ids: Tensor) -> None:
+    """One forward pass with what the trace needs (no KV cache, no vocabulary logits)."""
+    if is_hf_model(model):
+        base = getattr(model, "base_model", model)  # skips the LM head: no N x V logits
+        params = inspect.signature(base.forward).parameters
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if "use_cache" in params:
+            kwargs["use_cache"] = False
+        base(**kwargs)
+    elif type(model).__name__ == "Transformer" and hasattr(model, "encode"):
+        model(ids, ids)  # encoder-decoder: the same tokens on both sides
+    else:
+        model(ids)
+
+
+# -- the text ---------------------------------------------------------------------------------
 
 
 def _groups_from_offsets(offsets: Sequence[tuple[int, int]], special: Sequence[bool]
@@ -126,54 +196,51 @@ def _ids_from(token_ids: Any) -> list[int]:
                 f"{token_ids.dtype} shape {tuple(token_ids.shape)}"
             )
         return [int(i) for i in token_ids.tolist()]
-    ids = list(token_ids)
+    try:
+        ids = list(token_ids)
+    except TypeError:
+        raise TypeError("text_or_token_ids must be a str, a sequence of ints or an integer "
+                        f"tensor, got {type(token_ids).__name__}") from None
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise TypeError("token_ids must be a sequence of ints")
     return ids
 
 
-def _is_hf(model: nn.Module) -> bool:
-    return hasattr(model, "config") and hasattr(model.config, "model_type")
+def _group_label(info: dict[str, Any], g: list[int], text: str | None) -> str:
+    """A merged group's label: the text its pieces' character spans cover together."""
+    spans = info.get("spans")
+    if len(g) == 1 or spans is None or text is None:
+        return "".join(info["labels"][i] for i in g)
+    return text[min(spans[i][0] for i in g): max(spans[i][1] for i in g)]
 
 
-def _resolve(model: Any, tokenizer: Any) -> Any:
-    """A LoadedModel for names, paths, LoadedModels and bare modules."""
-    from attnlab.models import LoadedModel, load
-
-    if isinstance(model, LoadedModel):
-        return model
-    if isinstance(model, (str, os.PathLike)):
-        return load(model)
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            "model must be a model name ('minilm', 'smollm2'), a path, a LoadedModel or a "
-            f"torch.nn.Module, got {type(model).__name__}"
-        )
-    if _is_hf(model):
-        from attnlab.models.registry import _from_hf, _is_causal_config
-
-        causal = _is_causal_config(model.config)
-        return _from_hf(model.config.model_type, model, tokenizer, causal, None, {})
-    from attnlab.models.registry import LoadedModel as LM
-    from attnlab.models.registry import describe_attnlab_model
-
-    try:
-        info = describe_attnlab_model(model)
-    except TypeError:
-        info = {"causal": False, "num_layers": 0, "num_heads": 0, "num_kv_heads": 0,
-                "head_dim": 0, "max_length": 1 << 20}
-    return LM(name=type(model).__name__, kind="attnlab", model=model, tokenizer=tokenizer,
-              **info)
+# -- progress ---------------------------------------------------------------------------------
 
 
-def _forward(loaded: Any, ids: Tensor) -> None:
-    model = loaded.model
-    if loaded.kind.startswith("hf"):
-        model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    elif type(model).__name__ == "Transformer" and hasattr(model, "encode"):
-        model(ids, ids)  # encoder-decoder: the same tokens on both sides
-    else:
-        model(ids)
+class _Progress:
+    """A rich progress bar on stderr advanced by each recorded attention call."""
+
+    def __init__(self, total: int | None, name: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(TextColumn(f"tracing {name}: layer"), BarColumn(),
+                            MofNCompleteColumn(), console=Console(stderr=True),
+                            transient=True)
+        self.task = self.bar.add_task("trace", total=total or None)
+
+    def __enter__(self) -> _Progress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def advance(self, _record: object) -> None:
+        self.bar.advance(self.task)
+
+
+# -- trace ------------------------------------------------------------------------------------
 
 
 def trace(
@@ -182,40 +249,51 @@ def trace(
     *,
     tokenizer: Any = None,
     qkv: bool = True,
-    scores: bool = False,
+    context: bool = False,
     truncate: bool = False,
     merge_pieces: bool = True,
+    max_memory: int | str | None = None,
+    progress: bool = False,
 ) -> AttentionTrace:
-    """Run one input through ``model`` under :func:`capture` and return its trace.
+    """Run one input through ``model`` under :func:`~attnlab.trace.capture.capture`.
 
     Args:
-        model: a registered name (``"minilm"``, ``"smollm2"``), a model folder, a
-            :class:`attnlab.models.LoadedModel`, a Hugging Face model (give ``tokenizer``
-            for text) or any ``nn.Module`` built from attnlab / torch attention modules.
+        model: a loaded model (``attnlab.models.load(...)``, or any object with ``.model``,
+            ``.tokenizer``, ``.name``, ``.max_length``, ``.describe()``), or an
+            ``nn.Module`` (Hugging Face, attnlab or torch attention modules; give
+            ``tokenizer`` for text).
         text_or_token_ids: text (tokenized by the model's tokenizer, special tokens added)
             or token ids (N,) / (1, N).
-        qkv: keep per-head q, k, v and context (after RoPE; GQA heads repeated).
-        scores: also keep q kᵀ·scale + mask (-inf where masked).
+        tokenizer: overrides the loaded model's tokenizer.
+        qkv: keep per-head q, k, v and the log-sum-exp (O(N·d) per head; weights are
+            computed on demand). ``False`` keeps dense weights instead (short inputs).
+        context: also keep each head's output (L, H, N, dv).
         truncate: cut an input longer than the model's limit to the limit (recorded in
             ``meta["truncated_from"]``); without it such an input raises ``ValueError``.
         merge_pieces: merge byte pieces of one character (see the module docstring).
+        max_memory: refuse, before the model runs, an input whose trace would need more
+            memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.trace.budget`).
+        progress: show a progress bar per layer on stderr.
 
     Returns:
         an :class:`AttentionTrace` (batch of one) whose ``meta`` holds the model's
         description, the layer names, ``unknown_fraction`` and any merge.
 
-    >>> import torch, attnlab
-    >>> gpt = attnlab.GPT(attnlab.GPTConfig(vocab_size=10, n_layer=2, n_head=2, n_embd=8))
-    >>> t = attnlab.trace(gpt, [1, 2, 3, 4])
-    >>> tuple(t.weights.shape), t.causal
-    ((2, 2, 4, 4), True)
+    >>> import torch
+    >>> from attnlab.nn.transformer import GPT, GPTConfig
+    >>> gpt = GPT(GPTConfig(vocab_size=10, num_layers=2, num_heads=2, embed_dim=8))
+    >>> t = trace(gpt, [1, 2, 3, 4])
+    >>> t.num_layers, t.num_heads, t.seq_len, t.causal, t.has_qk
+    (2, 2, 4, True, True)
+    >>> t.weights_rows(0, 1, [0])  # the first token can only see itself
+    tensor([[1., 0., 0., 0.]])
     """
     loaded = _resolve(model, tokenizer)
     tok = tokenizer if tokenizer is not None else loaded.tokenizer
     info: dict[str, Any]
     text = None
     if isinstance(text_or_token_ids, str):
-        text = _check_text(text_or_token_ids)
+        text = check_text(text_or_token_ids, "text")
         if tok is None:
             raise ValueError(
                 "text needs a tokenizer: pass tokenizer=..., or give token ids instead of text"
@@ -233,42 +311,42 @@ def trace(
     ids = info["ids"]
     meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
                                            if isinstance(v, (str, int, float, bool, type(None)))}}
-    if len(ids) > loaded.max_length:
+    limit = int(loaded.max_length)
+    if len(ids) > limit:
         if not truncate:
             raise ValueError(
                 f"the input is {len(ids)} tokens but {loaded.name} accepts at most "
-                f"{loaded.max_length}; shorten it or pass truncate=True (CLI: --truncate) "
-                f"to keep the first {loaded.max_length}"
+                f"{limit}; shorten it or pass truncate=True (CLI: --truncate) "
+                f"to keep the first {limit}"
             )
         meta["truncated_from"] = len(ids)
-        n = loaded.max_length
-        ids = ids[:n]
-        info["labels"] = info["labels"][:n]
-        info["groups"] = [[i for i in g if i < n] for g in info["groups"]]
-        info["groups"] = [g for g in info["groups"] if g]
+        ids = ids[:limit]
+        info["labels"] = info["labels"][:limit]
+        info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
+                          if g]
+    if max_memory is not None:
+        check_trace_budget(loaded, len(ids), max_memory, what="text", keep_weights=not qkv)
     if "unknown_fraction" in info:
         meta["unknown_fraction"] = info["unknown_fraction"]
     x = torch.tensor([ids], dtype=torch.long)
-    was_training = loaded.model.training
-    loaded.model.eval()
+    net = loaded.model
+    was_training = net.training
+    net.eval()
+    bar = _Progress(getattr(loaded, "num_layers", None), loaded.name) if progress else None
     try:
-        with torch.no_grad(), capture(loaded.model, qkv=qkv) as cap:
-            _forward(loaded, x)
+        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
+            if bar is not None:
+                cap.on_record = bar.advance
+                with bar:
+                    _forward(net, x)
+            else:
+                _forward(net, x)
     finally:
-        loaded.model.train(was_training)
-    causal = loaded.causal if loaded.kind != "attnlab" or loaded.num_layers else None
-    t = cap.trace(tokens=info["labels"], model=loaded.name, causal=causal, scores=scores,
-                  token_ids=ids, text=text, meta=meta)
+        net.train(was_training)
+    t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
+                  meta=meta, release=True)
     groups = info["groups"]
     if merge_pieces and any(len(g) > 1 for g in groups):
         t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],
                            rule=MERGE_RULE)
     return t
-
-
-def _group_label(info: dict[str, Any], g: list[int], text: str | None) -> str:
-    """A merged group's label: the text its pieces' character spans cover together."""
-    spans = info.get("spans")
-    if len(g) == 1 or spans is None or text is None:
-        return "".join(info["labels"][i] for i in g)
-    return text[min(spans[i][0] for i in g): max(spans[i][1] for i in g)]

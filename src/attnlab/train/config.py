@@ -5,12 +5,12 @@ One argument builder, :func:`add_arguments`, serves both ``attnlab train`` and
 turns the parsed values into a config (task defaults fill what was not given).
 
 >>> c = TrainConfig.for_task("induction", steps=10)
->>> c.steps, c.task, c.n_embd // c.n_head
+>>> c.steps, c.task, c.head_dim
 (10, 'induction', 16)
->>> TrainConfig(n_embd=60, n_head=8)
+>>> TrainConfig(embed_dim=60, num_heads=8)
 Traceback (most recent call last):
 ...
-ValueError: --dim (n_embd=60) must be divisible by --heads (n_head=8)
+ValueError: --dim (embed_dim=60) must be divisible by --heads (num_heads=8)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab.nn.transformer import GPTConfig
 from attnlab.train.tasks import get_task, task_names
 
 __all__ = ["TrainConfig", "add_arguments", "config_from_args", "RESUME_MAY_CHANGE"]
@@ -33,9 +34,9 @@ RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every", "thread
 class TrainConfig:
     task: str = "induction"  # the flagship: two heads that must cooperate
     steps: int = 600  # induction passes 95% held-out by step ~150 and its heads settle by 600
-    n_layer: int = 2  # two layers are the minimum for an induction circuit
-    n_head: int = 4  # a few heads, so that specialization is visible (not forced)
-    n_embd: int = 64  # head_dim 16: tiny models train in minutes on a CPU
+    num_layers: int = 2  # two layers are the minimum for an induction circuit
+    num_heads: int = 4  # a few heads, so that specialization is visible (not forced)
+    embed_dim: int = 64  # head_dim 16: tiny models train in minutes on a CPU
     positional: str = "learned"  # GPT-2's absolute positions: "look one token back" is a
     #                              plain query-key match of positions, so a previous-token
     #                              head forms early (with "rope" the induction task is solved
@@ -55,8 +56,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         get_task(self.task)
-        for name, flag in [("steps", "--steps"), ("n_layer", "--layers"), ("n_head", "--heads"),
-                           ("n_embd", "--dim"), ("batch_size", "--batch-size"),
+        for name, flag in [("steps", "--steps"), ("num_layers", "--layers"),
+                           ("num_heads", "--heads"), ("embed_dim", "--dim"),
+                           ("batch_size", "--batch-size"),
                            ("checkpoint_every", "--checkpoint-every"),
                            ("log_every", "--log-every"), ("eval_batches", "eval_batches"),
                            ("threads", "--threads")]:
@@ -65,9 +67,12 @@ class TrainConfig:
                 raise ValueError(f"{flag} ({name}) must be a positive integer, got {v!r}")
         if self.positional not in ("rope", "learned"):
             raise ValueError(f"positional must be 'rope' or 'learned', got {self.positional!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"--dim (n_embd={self.n_embd}) must be divisible by --heads "
-                             f"(n_head={self.n_head})")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"--dim (embed_dim={self.embed_dim}) must be divisible by --heads "
+                             f"(num_heads={self.num_heads})")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"positional 'rope' needs an even head_dim (--dim / --heads), got "
+                             f"{self.embed_dim} / {self.num_heads} = {self.head_dim}")
         for name, flag in [("lr", "--lr"), ("grad_clip", "grad_clip")]:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -92,21 +97,40 @@ class TrainConfig:
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
-    def gpt_config(self, vocab_size: int, block_size: int):
-        """The model this run trains: attnlab's decoder-only ``GPT``."""
-        from attnlab.nn.transformer import GPTConfig
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
 
-        return GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=0.0,
-                         positional=self.positional)
+    def gpt_config(self, vocab_size: int, block_size: int) -> GPTConfig:
+        """The model this run trains: attnlab's decoder-only ``GPT``."""
+        return GPTConfig(vocab_size=vocab_size, block_size=block_size,
+                         num_layers=self.num_layers, num_heads=self.num_heads,
+                         embed_dim=self.embed_dim, dropout=0.0, positional=self.positional)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (the ``config`` of config.json and of a checkpoint)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote; unknown or missing fields raise ``ValueError``.
+
+        >>> TrainConfig.from_dict({**TrainConfig().to_dict(), "n_embd": 64})
+        Traceback (most recent call last):
+        ...
+        ValueError: config has unknown field(s) ['n_embd']; expected the fields of TrainConfig
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"config must be a JSON object (dict), got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"config has unknown field(s) {unknown}; expected the fields of "
+                             "TrainConfig")
+        missing = sorted(known - set(d))
+        if missing:
+            raise ValueError(f"config is missing field(s) {missing}")
+        return cls(**d)
 
     def mismatches(self, other: TrainConfig) -> list[str]:
         """Fields (other than those a resume may change) that differ, as 'name: a != b'."""
@@ -146,7 +170,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig.for_task(
-        args.task, steps=args.steps, n_layer=args.layers, n_head=args.heads, n_embd=args.dim,
+        args.task, steps=args.steps, num_layers=args.layers, num_heads=args.heads,
+        embed_dim=args.dim,
         batch_size=args.batch_size, lr=args.lr, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, threads=args.threads,
     )

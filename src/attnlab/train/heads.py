@@ -1,80 +1,71 @@
-"""Find the heads a trained model specialized into, by scoring every head's attention.
+"""Find the heads a trained model specialized into, with :mod:`attnlab.analysis`'s scores.
 
-For a head with weights ``A`` (Lq, Lk) on a token sequence ``x``:
+The model runs under :func:`attnlab.trace.capture.capture`, which gives one
+:class:`~attnlab.trace.attention.AttentionTrace` per sequence of the batch; every head is
+then scored by :func:`attnlab.analysis.head_scores` (TransformerLens's definitions):
 
-* previous-token score: the mean of ``A[t, t-1]`` over positions ``t >= 1``: 1.0 for a head
-  that always looks one token back.
-* induction score: over positions ``t`` whose token occurred before, the mean attention
-  mass on the keys ``j+1`` with ``x[j] == x[t]``, ``j+1 < t``: the tokens that *followed*
-  the earlier occurrences, which is what an induction head copies.
+* previous-token score: ``previous``, the share of the head's attention on the token just
+  before each query, over all rows (at most (N-1)/N: the first row has no previous token).
+* induction score: ``induction``, the share on the keys that follow an earlier occurrence
+  of the query's token, over the rows from the first token that occurred before to the
+  end (where an induction head has a target): 1.0 for a perfect induction head.
 
-Weights come from the attention modules' ``hook_weights`` points, captured under
-:func:`attnlab.core.functional.weights_requested`.
-
->>> x = torch.tensor([[0, 5, 6, 7, 5, 6, 7]])
->>> prev = torch.zeros(1, 1, 7, 7); prev[0, 0, 0, 0] = 1
->>> for t in range(1, 7): prev[0, 0, t, t - 1] = 1
->>> previous_token_score(prev).item(), induction_score(prev, x).item()
-(1.0, 0.0)
+Both are averaged over the sequences of the batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.core.functional import weights_requested
+from attnlab.analysis import head_scores
+from attnlab.trace.capture import capture
 
-__all__ = ["HeadScores", "capture_weights", "previous_token_score", "induction_score",
-           "score_heads", "induction_targets"]
+__all__ = ["HeadScores", "capture_weights", "first_repeat", "score_heads", "score_traces",
+           "trace_batch"]
+
+
+def _check_idx(idx: Tensor) -> None:
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or idx.is_floating_point():
+        got = (f"dtype {idx.dtype} shape {tuple(idx.shape)}" if isinstance(idx, Tensor)
+               else type(idx).__name__)
+        raise ValueError(f"idx must be token ids (B, N) of an integer dtype, got {got}")
+
+
+def trace_batch(model: nn.Module, idx: Tensor) -> list[Any]:
+    """Run ``model`` on ``idx`` (B, N) under capture: one trace per sequence, with its
+    token ids."""
+    _check_idx(idx)
+    with torch.no_grad(), capture(model) as cap:
+        model(idx)
+    return [cap.trace(b, token_ids=idx[b].tolist()) for b in range(idx.shape[0])]
 
 
 def capture_weights(model: nn.Module, idx: Tensor) -> Tensor:
-    """Attention weights of every block of an attnlab ``GPT`` on ``idx`` (B, N):
-    a tensor (L, B, H, N, N)."""
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        raise TypeError(f"model must be an attnlab GPT (with .blocks), got {type(model).__name__}")
-    captured: list[Tensor] = []
-    handles = [b.attn.hook_weights.register_forward_hook(
-        lambda _m, _i, out: captured.append(out.detach())) for b in blocks]
-    try:
-        with torch.no_grad(), weights_requested():
-            model(idx)
-    finally:
-        for h in handles:
-            h.remove()
-    return torch.stack(captured)  # (L, B, H, N, N)
+    """Dense attention weights (L, B, H, N, N) of every head on ``idx`` (B, N), for
+    pictures of the short sequences of the synthetic tasks."""
+    traces = trace_batch(model, idx)
+    return torch.stack([torch.stack([torch.stack([t.head_weights(layer, head)
+                                                  for head in range(t.num_heads)])
+                                     for t in traces]) for layer in range(traces[0].num_layers)])
 
 
-def previous_token_score(weights: Tensor) -> Tensor:
-    """Mean attention from each position to the one before it: (..., Lq, Lk) -> (...)."""
-    n = weights.shape[-1]
-    t = torch.arange(1, n, device=weights.device)
-    return weights[..., t, t - 1].mean(dim=-1)
+def first_repeat(ids: Sequence[int]) -> int | None:
+    """Position of the first token that occurred earlier in ``ids`` (None if none did).
 
-
-def induction_targets(idx: Tensor) -> Tensor:
-    """(B, N, N) bool: key ``k`` follows an earlier occurrence of the query's token, that is
-    ``idx[b, k-1] == idx[b, t]`` with ``k < t``: where an induction head at ``t`` looks."""
-    b, n = idx.shape
-    same = idx[:, :, None] == idx[:, None, :]  # (B, N, N): same[b, t, j]
-    succ = torch.zeros_like(same)
-    succ[:, :, 1:] = same[:, :, :-1]  # succ[b, t, k] = same[b, t, k-1]
-    return succ & torch.ones(n, n, dtype=torch.bool, device=idx.device).tril(-1)  # k < t
-
-
-def induction_score(weights: Tensor, idx: Tensor) -> Tensor:
-    """Mean attention mass on the tokens that followed earlier occurrences of the current
-    token, over the positions whose token occurred before.
-
-    ``weights``: (..., B, H, N, N); ``idx``: (B, N). Returns (..., H)."""
-    m = induction_targets(idx).to(weights.dtype)  # (B, N, N)
-    valid = m.any(dim=-1).to(weights.dtype)  # (B, N): the token occurred before
-    mass = (weights * m[:, None]).sum(-1)  # (..., B, H, N)
-    return (mass * valid[:, None]).sum(dim=(-3, -1)) / valid.sum().clamp(min=1)
+    >>> first_repeat([9, 1, 2, 3, 1, 2])
+    4
+    """
+    seen: set[int] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            return i
+        seen.add(x)
+    return None
 
 
 @dataclass(frozen=True)
@@ -108,9 +99,23 @@ class HeadScores:
         }
 
 
+def score_traces(traces: Sequence[Any]) -> HeadScores:
+    """Previous-token and induction scores (see the module docstring) of traces with token
+    ids, averaged over the traces; a trace with no repeated token adds no induction score."""
+    if not traces:
+        raise ValueError("traces is empty; give at least one trace")
+    prev, ind = [], []
+    for t in traces:
+        if getattr(t, "token_ids", None) is None:
+            raise ValueError("every trace needs its token_ids (for the induction score)")
+        prev.append(head_scores(t)["previous"])
+        start = first_repeat(t.token_ids)
+        if start is not None:
+            ind.append(head_scores(t, queries=range(start, t.seq_len))["induction"])
+    induction = torch.stack(ind).mean(0) if ind else torch.zeros_like(prev[0])
+    return HeadScores(torch.stack(prev).mean(0).float(), induction.float())
+
+
 def score_heads(model: nn.Module, idx: Tensor) -> HeadScores:
     """Previous-token and induction scores of every head of ``model`` on ``idx`` (B, N)."""
-    w = capture_weights(model, idx)  # (L, B, H, N, N)
-    prev = previous_token_score(w).mean(dim=1)  # (L, H)
-    ind = induction_score(w, idx)  # (L, H)
-    return HeadScores(prev.cpu(), ind.cpu())
+    return score_traces(trace_batch(model, idx))

@@ -12,7 +12,8 @@ has, bit for bit on the same machine. Only rank 0 writes files or shows progress
 
 >>> import tempfile
 >>> from attnlab.train.config import TrainConfig
->>> cfg = TrainConfig.for_task("copy", steps=3, n_layer=1, n_head=2, n_embd=16, batch_size=8)
+>>> cfg = TrainConfig.for_task("copy", steps=3, num_layers=1, num_heads=2, embed_dim=16,
+...                           batch_size=8)
 >>> r = train(cfg, tempfile.mkdtemp(), quiet=True)
 >>> r.step, 0.0 <= r.eval_accuracy <= 1.0
 (3, True)
@@ -20,6 +21,7 @@ has, bit for bit on the same machine. Only rank 0 writes files or shows progress
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -32,12 +34,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab._io import atomic_write_bytes, check_output_dir, is_temp_of
 from attnlab.train.checkpoint import (
     CHECKPOINT_NAME,
     METRICS_NAME,
     PLOT_NAME,
-    atomic_write_bytes,
+    RUN_FILES,
     build_model,
+    is_run_config,
     load_checkpoint,
     remove_stale_temps,
     save_checkpoint,
@@ -46,8 +50,8 @@ from attnlab.train.checkpoint import (
 from attnlab.train.config import TrainConfig
 from attnlab.train.tasks import Batch, Task, get_task
 
-__all__ = ["TrainResult", "prepare_run_dir", "evaluate", "train", "plot_metrics",
-           "read_metrics"]
+__all__ = ["TrainResult", "add_arguments", "evaluate", "plot_metrics", "prepare_run_dir",
+           "read_metrics", "train"]
 
 
 @dataclass
@@ -81,30 +85,58 @@ class TrainResult:
 # --------------------------------------------------------------------------------------
 
 
-def prepare_run_dir(out: str | os.PathLike[str], *, resume: bool) -> Path:
-    """Create ``out`` (if needed) and check it is writable; with ``resume``, check that a
-    checkpoint is there. Raises ``ValueError`` naming ``--out`` otherwise."""
-    if not isinstance(out, (str, os.PathLike)) or not str(out):
-        raise ValueError(f"--out must be a directory path, got {out!r}")
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
-    if resume:
-        if not (path / CHECKPOINT_NAME).is_file():
-            raise ValueError(f"--resume: no checkpoint at {path / CHECKPOINT_NAME}; train "
-                             f"without --resume first")
+def prepare_run_dir(out: str | os.PathLike[str], *, resume: bool, force: bool = False) -> Path:
+    """Check ``out`` before any work and create it if needed; ``ValueError`` naming ``--out``.
+
+    ``out`` must be a new or empty folder, or an attnlab run (its ``config.json`` written by
+    ``attnlab train``); a run that already holds a checkpoint needs ``resume``. A non-empty
+    folder that is not an attnlab run is refused unless ``force``, and even then a file
+    there under one of the names attnlab writes (:data:`RUN_FILES`) is never overwritten.
+    With ``resume``, a checkpoint must be there.
+    """
+    path = check_output_dir(out, arg="--out")
+    if resume and not (path / CHECKPOINT_NAME).is_file():
+        raise ValueError(f"--resume: no checkpoint at {path / CHECKPOINT_NAME}; train "
+                         f"without --resume first")
+    first_rank = os.environ.get("RANK", "0") == "0"  # the others start after rank 0 wrote
+    if first_rank and path.is_dir():
+        _check_not_foreign(path, out, resume=resume, force=force)
+    for name in RUN_FILES:
+        p = path / name
+        if (p.exists() or p.is_symlink()) and not p.is_file():
+            raise ValueError(f"--out {out}: {name} there is not a regular file; attnlab "
+                             f"needs to write that file")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".probe.", suffix=".tmp")
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".attnlab-probe.", suffix=".tmp")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise ValueError(f"--out {out}: directory is not writable ({exc.strerror})") from None
-    first_rank = os.environ.get("RANK", "0") == "0"  # the others start after rank 0 wrote
     if not resume and first_rank and (path / CHECKPOINT_NAME).exists():
         raise ValueError(f"--out {out}: already holds a checkpoint; pass --resume to continue "
                          f"it or choose another directory")
     return path
+
+
+def _check_not_foreign(path: Path, out: Any, *, resume: bool, force: bool) -> None:
+    """Refuse a folder holding files attnlab did not write (see :func:`prepare_run_dir`)."""
+    if is_run_config(path):
+        return  # an attnlab run: its RUN_FILES are attnlab's own
+    entries = sorted(p.name for p in path.iterdir()
+                     if not any(is_temp_of(p, n) for n in RUN_FILES))
+    ours = {CHECKPOINT_NAME} if resume else set()  # a checkpoint is verified when loaded
+    clash = [n for n in RUN_FILES if n in entries and n not in ours]
+    if clash:
+        raise ValueError(f"--out {out}: holds {', '.join(clash)} not written by attnlab train; "
+                         f"attnlab never overwrites a file it did not write: choose another "
+                         f"directory")
+    others = [n for n in entries if n not in ours]
+    if others and not force:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise ValueError(f"--out {out}: is not empty ({len(others)} entries: {shown}) and is "
+                         f"not an attnlab run; choose a new or empty directory, or pass --force "
+                         f"to write attnlab's files beside them")
 
 
 def _dist() -> tuple[int, int, bool]:
@@ -273,8 +305,12 @@ def _progress(quiet: bool):
 
 
 def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = False,
-          quiet: bool = False, progress: Any = None) -> TrainResult:
+          force: bool = False, quiet: bool = False, progress: Any = None) -> TrainResult:
     """Train ``config`` into the run directory ``out`` (see the module docstring).
+
+    ``out``: a new or empty folder, or an attnlab run (``resume`` to continue its
+    checkpoint); ``force`` allows a non-empty folder that is not a run, whose files are left
+    alone (see :func:`prepare_run_dir`).
 
     ``progress``: an existing rich ``Progress`` to add a task to (the report uses this);
     otherwise one is created on stderr unless ``quiet``. Under ``torchrun`` (``WORLD_SIZE``
@@ -282,7 +318,7 @@ def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = Fa
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    run_dir = prepare_run_dir(out, resume=resume)
+    run_dir = prepare_run_dir(out, resume=resume, force=force)
     task = get_task(config.task)
     rank, world, owns_group = _dist()
     threads = torch.get_num_threads()
@@ -408,9 +444,23 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
                        eval_acc, seconds, tps, world, heads)
 
 
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of ``attnlab train`` and ``python -m attnlab.train``: the config's, and
+    ``--force``."""
+    from attnlab.train.config import add_arguments as add_config_arguments
+
+    add_config_arguments(p)
+    p.add_argument("--force", action="store_true",
+                   help="allow --out to be a non-empty folder that is not an attnlab run "
+                   "(its files are left alone; a file named like one attnlab writes is "
+                   "never overwritten)")
+    return p
+
+
 def run_from_args(args: Any) -> TrainResult:
     """What ``attnlab train`` and ``python -m attnlab.train`` do with their parsed args."""
     from attnlab.train.config import config_from_args
 
     config = config_from_args(args)
-    return train(config, args.out, resume=args.resume, quiet=args.quiet or args.json)
+    return train(config, args.out, resume=args.resume, force=getattr(args, "force", False),
+                 quiet=args.quiet or args.json)

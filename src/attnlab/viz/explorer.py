@@ -3,22 +3,31 @@
 Python does the arithmetic that must be exact or that would be slow in the page, and hands
 the page compact arrays; the page (``viz/static/explorer.js``, hand-written, inlined) draws
 seven linked views: model (layers × heads), head (arcs), matrix (heatmap), QK (the
-softmax(q·k·scale / T) of one query, recomputed live from the captured q and k), geometry
-(queries and keys in one 2-D projection), positional (the sinusoidal table and its
-rotations) and diagnostics (the sortable head table of :mod:`attnlab.analysis`).
+softmax(q·k·scale / T) of one query, recomputed live from q and k), geometry (queries and
+keys in one 2-D projection), positional (the sinusoidal table and its rotations) and
+diagnostics (the sortable head table of :mod:`attnlab.analysis`).
 
-Encoding of the embedded data (``format_version`` 1)::
+Every weight comes from the trace's on-demand methods (``head_weights`` for short inputs,
+``pooled`` for long ones); nothing here asks for the dense ``trace.weights``.
+
+* **Short inputs** (at most ``max_tokens`` tokens): every weight of every head, and the q/k
+  of the heads that fit ``qk_budget``, so the QK view recomputes any row in the page.
+* **Long inputs**: every head as a *pooled* map — the mean over a block's queries of the
+  sum over the block's keys, so pooled rows still sum to 1 (:meth:`AttentionTrace.pooled`)
+  — with the block size chosen so that the page stays within ``page_budget`` bytes; the
+  page adds a token strip to move through the input. Served by ``attnlab serve`` (``api``
+  set), a click on a token or a block fetches the exact row or tile from the server
+  (:mod:`attnlab.serve.trace_api`), and the QK view works for any query.
+
+Encoding of the embedded data (``format_version`` 2)::
 
     weights   uint16, w·65535 rounded (|error| <= 7.7e-6), gzip, base64   (L, H, R, C);
-              uint8 (|error| <= 2e-3) above ``weights_budget`` bytes
+              uint8 (|error| <= 2e-3) when uint16 does not fit the budget
     q, k      float32 when every stored head fits ``qk_budget`` bytes, else float16
-              (the per-head max |Δp| that float16 storage causes is measured and shown)
+              (the per-head max |Δp| that float16 storage causes is measured and shown);
+              k per key/value head (grouped-query heads share one)
     geometry  float32 2-D points, queries then keys, per stored head
     pe        float32 sinusoidal table (positions × d_model)
-
-Above ``max_tokens`` tokens the maps are pooled in Python: rows are averaged over blocks of
-queries and summed over blocks of keys, so each pooled row still sums to 1 (the attention
-mass one block of queries sends to one block of keys).
 
 Every string that reaches the page goes through :func:`json_for_html`, which escapes ``<``,
 ``>`` and ``&`` so that a token such as ``</script>`` cannot end the script element.
@@ -40,7 +49,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -51,23 +60,26 @@ import torch
 from torch import Tensor
 
 from attnlab.core.positional import frequencies, sinusoidal_table
-from attnlab.trace.trace import AttentionTrace
+from attnlab.core.scores import ScoreShape
+from attnlab.trace.attention import AttentionTrace
 
 __all__ = ["VIEWS", "Explorer", "ExplorerConfig", "json_for_html", "static_asset", "explore",
-           "report_section"]
+           "decode_blob", "block_spans", "coarsen_pooled", "qk_row_probs"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _STATIC = Path(__file__).with_name("static")
+VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
 
 
 @dataclass(frozen=True)
 class ExplorerConfig:
     """How much of a trace goes into the page."""
 
-    max_tokens: int = 256  # above this many tokens the maps are pooled (page stays responsive)
-    pooled_blocks: int = 128  # pooled maps have at most this many rows and columns
+    max_tokens: int = 256  # up to this many tokens the page holds every weight; above: pooled
+    pooled_blocks: int = 128  # pooled maps have at most this many blocks per side
+    page_budget: int = 3_000_000  # bytes of the whole page: long inputs get coarser blocks
     qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
-    weights_budget: int = 1_000_000  # maps up to this many bytes as uint16, larger ones uint8
+    weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
     pe_positions: int = 128  # rows of the sinusoidal table in the positional view
     pe_dim: int = 64  # d_model of that table: 32 (sin, cos) pairs
     view: str = "model"  # the view the page opens on
@@ -79,15 +91,12 @@ class ExplorerConfig:
                 raise ValueError(f"ExplorerConfig.{name} must be an int >= 2, got {v!r}")
         if self.pe_dim % 2:
             raise ValueError(f"ExplorerConfig.pe_dim must be even, got {self.pe_dim}")
-        for name in ("qk_budget", "weights_budget"):
+        for name in ("qk_budget", "weights_budget", "page_budget"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"ExplorerConfig.{name} must be an int >= 0, got {v!r}")
         if self.view not in VIEWS:
             raise ValueError(f"ExplorerConfig.view must be one of {VIEWS}, got {self.view!r}")
-
-
-VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
 
 
 # --------------------------------------------------------------------------------------
@@ -106,19 +115,34 @@ def json_for_html(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _blob(t: Tensor, dtype: str, *, gz: bool = False) -> dict[str, Any]:
-    """A tensor as little-endian bytes, optionally gzipped, in base64."""
+_KINDS = {"u8": "u1", "u16": "<u2", "f16": "<f2", "f32": "<f4", "f64": "<f8", "b8": "u1"}
+
+
+def encode_blob(t: Tensor, dtype: str, *, gz: bool = False) -> dict[str, Any]:
+    """A tensor as little-endian bytes, optionally gzipped, in base64 (what the page reads).
+
+    ``u8``/``u16`` store values in [0, 1] as fractions of 255/65535; ``b8`` stores bools;
+    ``f16``/``f32``/``f64`` store floats.
+
+    >>> b = encode_blob(torch.tensor([0.0, 0.5, 1.0]), "u16")
+    >>> b["shape"], decode_blob(b).tolist()
+    ([3], [0.0, 0.5000076295109483, 1.0])
+    """
+    if dtype not in _KINDS:
+        raise ValueError(f"dtype must be one of {sorted(_KINDS)}, got {dtype!r}")
     t = t.detach().to("cpu").contiguous()
     if dtype == "u16":
         raw = (t.float().clamp(0, 1) * 65535).round().to(torch.int32).numpy().astype("<u2")
     elif dtype == "u8":
         raw = (t.float().clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    elif dtype == "b8":
+        raw = t.to(torch.bool).to(torch.uint8).numpy()
     elif dtype == "f16":
         raw = t.to(torch.float16).numpy().astype("<f2")
     elif dtype == "f32":
         raw = t.to(torch.float32).numpy().astype("<f4")
-    else:  # pragma: no cover - internal
-        raise ValueError(dtype)
+    else:
+        raw = t.to(torch.float64).numpy().astype("<f8")
     data = raw.tobytes()
     if gz:
         data = gzip.compress(data, compresslevel=6, mtime=0)
@@ -127,40 +151,71 @@ def _blob(t: Tensor, dtype: str, *, gz: bool = False) -> dict[str, Any]:
 
 
 def decode_blob(blob: dict[str, Any]) -> Tensor:
-    """Inverse of the page encoding (used by tests and tools): values as the page sees them."""
+    """Inverse of :func:`encode_blob` (tests and tools): float64 values as the page sees them."""
     data = base64.b64decode(blob["b64"])
     if blob["gz"]:
         data = gzip.decompress(data)
-    kind = {"u8": "u1", "u16": "<u2", "f16": "<f2", "f32": "<f4"}[blob["dtype"]]
-    arr = np.frombuffer(data, dtype=kind).astype("float64")
+    arr = np.frombuffer(data, dtype=_KINDS[blob["dtype"]]).astype("float64")
     if blob["dtype"] in ("u8", "u16"):
         arr = arr / (255.0 if blob["dtype"] == "u8" else 65535.0)
     return torch.from_numpy(arr.copy()).reshape(blob["shape"])
 
 
+#: Largest |error| of each map encoding (half a quantization step).
+QUANTIZATION_ERROR = {"u16": 0.5 / 65535, "u8": 0.5 / 255}
+
+
 # --------------------------------------------------------------------------------------
-# what Python computes for the page
+# pooled maps
 # --------------------------------------------------------------------------------------
 
 
-def _blocks(n: int, nblocks: int) -> list[tuple[int, int]]:
-    size = math.ceil(n / nblocks)
+def block_spans(n: int, size: int) -> list[tuple[int, int]]:
+    """``[(0, size), (size, 2·size), ..., (.., n)]``: blocks of ``size`` tokens, last one short.
+
+    >>> block_spans(10, 4)
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
     return [(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-def pool_weights(w: Tensor, rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> Tensor:
-    """(L, H, R, C) pooled maps: mean over each block of queries, sum over each block of keys.
+def coarsen_pooled(pooled: Tensor, row_spans: Sequence[tuple[int, int]],
+                   col_spans: Sequence[tuple[int, int]], factor: int
+                   ) -> tuple[Tensor, list[tuple[int, int]], list[tuple[int, int]]]:
+    """Pooled maps (..., R, C) over blocks ``factor`` times larger, exactly.
 
-    Rows of the result still sum to 1 where the original rows did.
+    A pooled block is the mean over its queries of the sum over its keys, so merging
+    blocks sums the key blocks and averages the query blocks *weighted by their number of
+    queries* (the last block may be short). Returns the maps and the merged spans.
 
-    >>> w = torch.softmax(torch.randn(1, 1, 6, 6), dim=-1)
-    >>> p = pool_weights(w, [(0, 3), (3, 6)], [(0, 2), (2, 4), (4, 6)])
-    >>> p.shape, bool(torch.allclose(p.sum(-1).float(), torch.ones(1, 1, 2)))
-    (torch.Size([1, 1, 2, 3]), True)
+    >>> w = torch.softmax(torch.randn(6, 6), -1)
+    >>> fine = torch.stack([torch.stack([w[a:b, c:d].sum(-1).mean() for c, d in
+    ...     block_spans(6, 1)]) for a, b in block_spans(6, 1)])
+    >>> p, rows, cols = coarsen_pooled(fine, block_spans(6, 1), block_spans(6, 1), 4)
+    >>> rows, bool(torch.allclose(p[1, 0], w[4:, :4].sum(-1).mean()))
+    ([(0, 4), (4, 6)], True)
     """
-    w = w.double()
-    by_key = torch.stack([w[..., a:b].sum(-1) for a, b in cols], dim=-1)  # (L, H, Lq, C)
-    return torch.stack([by_key[..., a:b, :].mean(-2) for a, b in rows], dim=-2)  # (L, H, R, C)
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"factor must be a positive int, got {factor!r}")
+    if pooled.shape[-2:] != (len(row_spans), len(col_spans)):
+        raise ValueError(f"pooled has shape {tuple(pooled.shape)}, expected (..., "
+                         f"{len(row_spans)}, {len(col_spans)}) for the spans given")
+    p = pooled.double()
+    groups_c = [list(range(g, min(g + factor, len(col_spans))))
+                for g in range(0, len(col_spans), factor)]
+    groups_r = [list(range(g, min(g + factor, len(row_spans))))
+                for g in range(0, len(row_spans), factor)]
+    by_key = torch.stack([p[..., g].sum(-1) for g in groups_c], dim=-1)  # (..., R, C')
+    counts = torch.tensor([b - a for a, b in row_spans], dtype=torch.float64)
+    rows = []
+    for g in groups_r:
+        w = counts[g] / counts[g].sum()
+        rows.append((by_key[..., g, :] * w[:, None]).sum(-2))
+    out = torch.stack(rows, dim=-2).to(pooled.dtype)
+    merge = lambda spans, groups: [(spans[g[0]][0], spans[g[-1]][1]) for g in groups]  # noqa: E731
+    return out, merge(row_spans, groups_r), merge(col_spans, groups_c)
 
 
 def _block_label(tokens: Sequence[str], a: int, b: int) -> str:
@@ -168,38 +223,99 @@ def _block_label(tokens: Sequence[str], a: int, b: int) -> str:
     return f"{a}–{b - 1} {first}…" if b - a > 1 else tokens[a]
 
 
-def _diagnostics(trace: AttentionTrace) -> dict[str, Any]:
-    """The head table of :func:`attnlab.analysis.diagnose`: columns and one row per head."""
+# --------------------------------------------------------------------------------------
+# score shaping, as the page recomputes it
+# --------------------------------------------------------------------------------------
+
+
+def qk_row_probs(q_rows: Tensor, k: Tensor, shape: ScoreShape, *, rows: Sequence[int],
+                 lq: int, lk: int, head: int = 0, scale: float | None = None,
+                 temperature: float = 1.0) -> Tensor:
+    """(R, Lk) float64 softmax rows as the QK view computes them, at any scale and temperature.
+
+    ``z = scale·q·k`` (float64), soft-capped, ALiBi and dense bias added, hidden keys at
+    −∞, divided by ``temperature``. At the trace's own scale and temperature 1 this is the
+    model's attention (the trace's ``weights_rows``) to float32 rounding.
+
+    >>> s = ScoreShape(scale=0.5, causal=True)
+    >>> qk_row_probs(torch.eye(2), torch.eye(2), s, rows=[0, 1], lq=2, lk=2)[1].tolist()
+    [0.3775406687981454, 0.6224593312018546]
+    """
+    scale = shape.scale if scale is None else float(scale)
+    r = torch.as_tensor(list(rows), dtype=torch.long)
+    z = (q_rows.double() @ k.double().T) * scale  # (R, Lk)
+    if shape.softcap is not None:
+        z = torch.tanh(z / shape.softcap) * shape.softcap
+    if shape.alibi_slopes is not None:
+        pos_q = (r + (lk - lq))[:, None]
+        z = z - float(shape.alibi_slopes[head]) * (pos_q - torch.arange(lk)[None, :]).double()
+    if shape.bias is not None:
+        b = shape.bias[head if shape.bias.shape[0] > 1 else 0].double()
+        b = b[r] if b.shape[0] > 1 else b
+        z = z + b
+    keep = shape.visible(r, None, lq=lq, lk=lk)
+    z = z / temperature
+    if keep is not None:
+        z = z.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(z, dim=-1)
+    return torch.nan_to_num(p, nan=0.0)  # a row with no visible key: zeros
+
+
+def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
+    """The score-shaping rules per layer, as the page applies them (one row at a time)."""
+    shapes = trace.shapes
+    if not shapes:  # dense weights only: the page has no q/k to shape anyway
+        return {"scale": [trace.scale] * trace.num_layers, "causal": bool(trace.causal),
+                "window": None, "softcap": None, "alibi": None, "key_mask": None,
+                "bias": False}
+    km = shapes[0].key_mask
+    if any((s.key_mask is None) != (km is None) or
+           (km is not None and not torch.equal(s.key_mask, km)) for s in shapes):
+        raise ValueError("the explorer needs one key_mask for all layers of a trace")
+    alibi = [None if s.alibi_slopes is None else [float(x) for x in s.alibi_slopes]
+             for s in shapes]
+    if any(a != alibi[0] for a in alibi):
+        raise ValueError("the explorer needs the same ALiBi slopes in every layer")
+    return {
+        "scale": [s.scale for s in shapes],
+        "causal": bool(shapes[0].causal),
+        "window": [s.window for s in shapes] if any(s.window for s in shapes) else None,
+        "softcap": [s.softcap for s in shapes] if any(s.softcap for s in shapes) else None,
+        "alibi": alibi[0],
+        "key_mask": None if km is None else encode_blob(km, "b8", gz=True),
+        "bias": any(s.bias is not None for s in shapes),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# what Python computes for the page
+# --------------------------------------------------------------------------------------
+
+
+def _diagnostics(trace: AttentionTrace) -> tuple[dict[str, Any], Tensor | None, int]:
+    """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
+    the pooled maps its one pass over the weights made, with their block size (None when
+    the diagnostics do not keep them)."""
     from attnlab.analysis import diagnose
 
-    rows = diagnose(trace).rows()
+    diag = diagnose(trace)
+    rows = diag.rows()
     for r in rows:
         r["roles"] = ", ".join(r["roles"])
     columns = list(rows[0]) if rows else []
-    return {"columns": columns, "rows": rows}
+    pooled = getattr(diag, "pooled", None)
+    return {"columns": columns, "rows": rows}, pooled, int(diag.meta.get("similarity_block", 0))
 
 
 def _qk_heads(trace: AttentionTrace, budget: int, first: tuple[int, int]) -> tuple[list, str]:
     """Which heads get their q/k stored, and in which dtype."""
-    if trace.q is None or trace.k is None:
-        return [], "f32"
     nl, nh = trace.num_layers, trace.num_heads
-    per_head = (trace.q.shape[2] * trace.q.shape[3] + trace.k.shape[2] * trace.k.shape[3])
-    order = [first] + [(l, h) for l in range(nl) for h in range(nh) if (l, h) != first]
+    per_head = trace.seq_len * trace.head_dim + trace.key_len * trace.head_dim
+    order = [first] + [(l_, h) for l_ in range(nl) for h in range(nh) if (l_, h) != first]
     if per_head * 4 * len(order) <= budget:
         return order, "f32"
     n = min(len(order), budget // (per_head * 2))
     return order[: max(n, 1)], "f16"
-
-
-def _softmax_rows(q: Tensor, k: Tensor, scale: float, causal: bool) -> Tensor:
-    """(S, Lq, Lk) softmax(q·kᵀ·scale) in float64 for a stack of heads, causal bottom-right."""
-    s = (q.double() @ k.double().transpose(-1, -2)) * scale  # (S, Lq, Lk)
-    if causal:
-        lq, lk = s.shape[-2:]
-        keep = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
-        s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, dim=-1)
 
 
 def _top2(c: Tensor | np.ndarray, squarings: int = 5, iters: int = 6) -> Tensor:
@@ -252,51 +368,126 @@ def _geometry(q: Tensor, k: Tensor) -> Tensor:
     return torch.from_numpy(xy / m).float()
 
 
-def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int]) -> dict:
-    nl, nh, lq, lk = trace.weights.shape
-    keys = trace.key_tokens if trace.key_tokens is not None else trace.tokens
-    w = trace.weights.detach().float().cpu()
-    pooled = max(lq, lk) > cfg.max_tokens
-    if pooled:
-        rows, cols = _blocks(lq, cfg.pooled_blocks), _blocks(lk, cfg.pooled_blocks)
-        maps = pool_weights(w, rows, cols)
-        row_labels = [_block_label(trace.tokens, a, b) for a, b in rows]
-        col_labels = [_block_label(keys, a, b) for a, b in cols]
+def _qk_payload(trace: AttentionTrace, heads: list[tuple[int, int]], dtype: str) -> dict:
+    """q of each stored head, k of each key/value head they use, geometry, f16 error."""
+    group = trace.num_heads // trace.num_kv_heads
+    kv = list(dict.fromkeys((l_, h // group) for l_, h in heads))  # first use first
+    k_of = [kv.index((l_, h // group)) for l_, h in heads]
+    q = torch.stack([trace.q[l_, h] for l_, h in heads]).float()  # (S, Lq, d)
+    k = torch.stack([trace.k[l_, g] for l_, g in kv]).float()  # (S_kv, Lk, d)
+    lq, lk = trace.seq_len, trace.key_len
+    err = [0.0] * len(heads)
+    if dtype == "f16":  # what float16 storage costs, measured: max |Δp| per head
+        rows = list(range(lq))
+        for n, (l_, h) in enumerate(heads):
+            shape = trace.score_shape(l_)
+            exact = qk_row_probs(q[n], k[k_of[n]], shape, rows=rows, lq=lq, lk=lk, head=h)
+            stored = qk_row_probs(q[n].half().float(), k[k_of[n]].half().float(), shape,
+                                  rows=rows, lq=lq, lk=lk, head=h)
+            err[n] = float((exact - stored).abs().max())
+    geo = _geometry(q, k[k_of])
+    return {"heads": [list(x) for x in heads], "kv_heads": [list(x) for x in kv],
+            "k_of": k_of, "dtype": dtype, "q": encode_blob(q, dtype, gz=True),
+            "k": encode_blob(k, dtype, gz=True), "storage_error": err,
+            "geometry": encode_blob(geo, "f32", gz=True)}
+
+
+_PAGE_FRAME = 2000  # bytes of the page around the data, CSS and JS (head, CSP, wrappers)
+
+
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _maps_blob(maps: Tensor, budget: int) -> dict[str, Any]:
+    return encode_blob(maps, "u16" if maps.numel() * 2 <= budget else "u8", gz=True)
+
+
+def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int,
+                given: tuple[Tensor | None, int],
+                progress: Callable[[int, int], None] | None
+                ) -> tuple[dict[str, Any], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Pooled maps of every head at the finest block size whose encoding fits ``room`` bytes.
+
+    The maps start at the finest size (at most ``pooled_blocks`` blocks a side): from the
+    diagnostics' pass when it kept pooled maps (``given``: maps and their block size, then
+    coarsened, exactly), else from the trace's ``pooled``. Coarser sizes come from
+    :func:`coarsen_pooled`, each tried in uint16 then uint8, until the base64 text fits.
+    """
+    lq, lk = trace.seq_len, trace.key_len
+    finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
+    maps, base = given
+    if maps is not None and base >= 1 and maps.shape[:2] == (trace.num_layers, trace.num_heads):
+        factor = math.ceil(finest / base)
+        maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
+                                          block_spans(lk, base), factor)
     else:
-        rows = [(i, i + 1) for i in range(lq)]
-        cols = [(j, j + 1) for j in range(lk)]
-        maps, row_labels, col_labels = w, list(trace.tokens), list(keys)
-    d = trace.head_dim
-    scale = trace.scale if trace.scale is not None else (1 / math.sqrt(d) if d else None)
+        rows, cols = block_spans(lq, finest), block_spans(lk, finest)
+        nl, nh = trace.num_layers, trace.num_heads
+        maps = torch.empty(nl, nh, len(rows), len(cols))
+        for l_ in range(nl):
+            for h in range(nh):
+                maps[l_, h] = trace.pooled(l_, h, finest)
+            if progress is not None:
+                progress(l_ + 1, nl)
+    while True:
+        for dtype in ("u16", "u8"):
+            blob = encode_blob(maps, dtype, gz=True)
+            if len(blob["b64"]) <= room:
+                return blob, rows, cols
+        if len(rows) <= 2 and len(cols) <= 2:
+            return blob, rows, cols  # the smallest map there is; the page says how big it is
+        maps, rows, cols = coarsen_pooled(maps, rows, cols, 2)
+
+
+def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
+                   api: str | None, room: int,
+                   progress: Callable[[int, int], None] | None = None) -> dict:
+    nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
+    keys = trace.key_tokens
+    pooled = max(lq, lk) > cfg.max_tokens
+    shape = _shape_payload(trace)
     payload: dict[str, Any] = {
-        "model": trace.model, "text": trace.text, "causal": bool(trace.causal),
-        "L": nl, "H": nh, "Lq": lq, "Lk": lk, "d": d, "scale": scale,
-        "tokens": list(trace.tokens), "key_tokens": list(keys),
-        "rows": row_labels, "cols": col_labels, "pooled": pooled,
-        "row_blocks": [list(r) for r in rows] if pooled else None,
-        "col_blocks": [list(c) for c in cols] if pooled else None,
-        "weights": _blob(maps, "u16" if maps.numel() * 2 <= cfg.weights_budget else "u8",
-                         gz=True),
-        "diagnostics": _diagnostics(trace), "qk": None,
-        "qk_missing": ("merged" if trace.meta.get("merged") else "none")
-        if trace.q is None or trace.k is None else "budget",
+        "model": trace.model, "text": (trace.text or "")[:200], "causal": bool(trace.causal),
+        "L": nl, "H": nh, "H_kv": trace.num_kv_heads, "Lq": lq, "Lk": lk,
+        "d": trace.head_dim, "scale": shape.pop("scale"), "shape": shape,
+        "tokens": list(trace.tokens), "key_tokens": None if keys is None else list(keys),
+        "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
+        "diagnostics": None, "qk": None, "qk_missing": None,
     }
-    heads, dtype = _qk_heads(trace, cfg.qk_budget, first)
-    if heads:
-        q = torch.stack([trace.q[l, h] for l, h in heads]).float()  # (S, Lq, d)
-        k = torch.stack([trace.k[l, h] for l, h in heads]).float()  # (S, Lk, d)
-        if dtype == "f32":
-            err = [0.0] * len(heads)
-        else:  # what float16 storage costs, measured: max |Δp| per head at the model's scale
-            exact = _softmax_rows(q, k, scale, trace.causal)
-            stored = _softmax_rows(q.half(), k.half(), scale, trace.causal)
-            err = (exact - stored).abs().flatten(1).amax(-1).tolist()
-        geo = _geometry(q, k)
-        payload["qk"] = {
-            "heads": [list(x) for x in heads], "dtype": dtype,
-            "q": _blob(q, dtype, gz=True), "k": _blob(k, dtype, gz=True),
-            "storage_error": err, "geometry": _blob(geo, "f32", gz=True),
-        }
+    payload["diagnostics"], given_maps, given_block = _diagnostics(trace)
+    if trace.groups is not None:  # q and k belong to the pieces, not to these tokens
+        payload["qk_missing"] = "merged"
+    elif not trace.has_qk:
+        payload["qk_missing"] = "none"
+    elif pooled:
+        payload["qk_missing"] = "long"
+    elif shape["bias"]:
+        payload["qk_missing"] = "bias"
+    else:
+        heads, dtype = _qk_heads(trace, cfg.qk_budget, first)
+        payload["qk"] = _qk_payload(trace, heads, dtype)
+        payload["qk_missing"] = "budget"
+    if pooled:
+        keys = keys if keys is not None else trace.tokens
+
+        def blocks(rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> dict:
+            return {"row_blocks": [list(r) for r in rows], "col_blocks": [list(c) for c in cols],
+                    "rows": [_block_label(trace.tokens, a, b) for a, b in rows],
+                    "cols": [_block_label(keys, a, b) for a, b in cols]}
+
+        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)  # the most labels there can be
+        labels = blocks(block_spans(lq, finest), block_spans(lk, finest))
+        other = _nbytes(json_for_html(payload)) + _nbytes(json_for_html(labels)) + 200
+        blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0),
+                                       (given_maps, given_block), progress)
+        payload.update({"block": rows[0][1] - rows[0][0], "weights": blob, **blocks(rows, cols)})
+    else:
+        maps = torch.stack([torch.stack([trace.head_weights(l_, h).float() for h in range(nh)])
+                            for l_ in range(nl)])  # (L, H, Lq, Lk): short inputs only
+        payload.update({"block": 1, "weights": _maps_blob(maps, cfg.weights_budget),
+                        "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
+    payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]
     return payload
 
 
@@ -306,7 +497,7 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
 
     The model is loaded once (:func:`attnlab.models.load` keeps it per process).
     """
-    import attnlab.trace as trace_pkg
+    from attnlab.trace.tracer import trace
 
     if isinstance(texts, str):
         texts = [texts]
@@ -316,7 +507,7 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
         from attnlab.models import load
 
         model = load(model, progress=False)
-    traces = [trace_pkg.trace(model, t, truncate=truncate) for t in texts]
+    traces = [trace(model, t, truncate=truncate) for t in texts]
     return Explorer(traces, config=config)
 
 
@@ -324,7 +515,7 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
 def _pe_payload(n: int, d: int) -> dict[str, Any]:
     """The sinusoidal table for the positional view (the same for every page: cached)."""
     return {"n": n, "d": d, "omega": frequencies(d).tolist(),
-            "table": _blob(sinusoidal_table(n, d), "f32", gz=True)}
+            "table": encode_blob(sinusoidal_table(n, d), "f32", gz=True)}
 
 
 @cache
@@ -345,12 +536,14 @@ class Explorer:
 
     ``to_html()`` is a self-contained fragment (CSS, JS and data inline; ids from ``uid``),
     shown inline in Jupyter through ``_repr_html_``; ``save(path)`` writes a whole page.
-    Nothing in either makes a network request.
+    Nothing in either makes a network request. ``api`` (one URL prefix per trace, or None)
+    is set by the server only: the page then fetches exact rows and tiles from it.
     """
 
     def __init__(self, traces: AttentionTrace | Sequence[AttentionTrace], *,
                  config: ExplorerConfig | None = None, uid: str | None = None,
-                 layer: int = 0, head: int = 0) -> None:
+                 layer: int = 0, head: int = 0,
+                 api: Sequence[str | None] | None = None) -> None:
         if isinstance(traces, AttentionTrace):
             traces = [traces]
         traces = list(traces)
@@ -366,20 +559,36 @@ class Explorer:
         if not (0 <= layer < t0.num_layers and 0 <= head < t0.num_heads):
             raise ValueError(f"layer, head must lie in [0, {t0.num_layers}) x [0, "
                              f"{t0.num_heads}), got ({layer}, {head})")
-        self.layer, self.head = layer, head
+        api = [None] * len(traces) if api is None else list(api)
+        if len(api) != len(traces) or not all(a is None or isinstance(a, str) for a in api):
+            raise ValueError(f"api must hold one URL prefix (str or None) per trace "
+                             f"({len(traces)}), got {api!r}")
+        self.layer, self.head, self.api = layer, head, api
         self.uid = uid or f"ax-{uuid.uuid4().hex[:12]}"
+        self._payload: dict[str, Any] | None = None
 
-    def payload(self) -> dict[str, Any]:
-        """Everything the page receives, as a JSON-ready dict."""
-        cfg = self.config
-        return {
-            "format_version": FORMAT_VERSION,
-            "uid": self.uid,
-            "view": cfg.view,
-            "layer": self.layer, "head": self.head,
-            "traces": [_trace_payload(t, cfg, (self.layer, self.head)) for t in self.traces],
-            "pe": _pe_payload(cfg.pe_positions, cfg.pe_dim),
-        }
+    def payload(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Everything the page receives, as a JSON-ready dict (computed once, then kept).
+
+        ``progress(done, total)`` is called after each layer's pooled maps (long inputs).
+        """
+        if self._payload is None:
+            cfg = self.config
+            fixed = _nbytes(static_asset("explorer.js")) + _nbytes(static_asset("explorer.css"))
+            pe = _pe_payload(cfg.pe_positions, cfg.pe_dim)
+            room = (cfg.page_budget - fixed - _PAGE_FRAME - _nbytes(json_for_html(pe))
+                    ) // len(self.traces)
+            self._payload = {
+                "format_version": FORMAT_VERSION,
+                "uid": self.uid,
+                "view": cfg.view,
+                "layer": self.layer, "head": self.head,
+                "traces": [_trace_payload(t, cfg, (self.layer, self.head), a, room, progress)
+                           for t, a in zip(self.traces, self.api)],
+                "pe": pe,
+            }
+        self._payload["uid"] = self.uid
+        return self._payload
 
     def to_html(self) -> str:
         """The fragment: ``<div id=uid>`` + data + inline CSS and JS + a boot call."""
@@ -398,15 +607,17 @@ class Explorer:
     def _repr_html_(self) -> str:
         return self.to_html()
 
-    def to_page(self, title: str | None = None) -> str:
-        """A whole HTML document around :meth:`to_html` (strict CSP: nothing external)."""
+    def to_page(self, title: str | None = None, *, connect_self: bool = False) -> str:
+        """A whole HTML document around :meth:`to_html` (strict CSP: nothing external;
+        ``connect_self`` lets the page fetch from the server that sent it)."""
         t0 = self.traces[0]
         title = title or f"attnlab explorer · {t0.model or 'trace'}"
+        connect = " connect-src 'self';" if connect_self else ""
         return (
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-            "img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n"
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\';'
+            f"{connect} img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n"
             f"<title>{html.escape(title)}</title>\n"
             "<style>body{margin:0;padding:16px;background:#fbfbfd;}</style>\n</head>\n<body>\n"
             f"{self.to_html()}\n</body>\n</html>\n"
@@ -424,48 +635,3 @@ class Explorer:
         os.umask(umask)
         path.chmod(0o666 & ~umask)  # a page to share, not a private temp file
         return path
-
-
-# --------------------------------------------------------------------------------------
-# report
-# --------------------------------------------------------------------------------------
-
-REPORT_TEXT = "The cat sat on the mat because it was tired."
-
-
-def report_section(ctx: Any) -> Any:
-    """The explorer on MiniLM for one English sentence, inline in the report."""
-    from attnlab.viz.html import Section, bilingual
-
-    try:
-        ex = explore("minilm", REPORT_TEXT)
-    except Exception as exc:  # the page still builds; the section says what is missing
-        ctx.log(f"explorer: real model unavailable ({exc})")
-        return Section("explorer", "Attention explorer", "注意力浏览器",
-                       bilingual(f"The real model could not be loaded: {exc}",
-                                 f"无法加载真实模型：{exc}"), passed=None)
-    ex.uid = "ax-report"
-    trace = ex.traces[0]
-    body = bilingual(
-        f"MiniLM (all-MiniLM-L6-v2, {trace.num_layers} layers × {trace.num_heads} heads) on "
-        f"“{REPORT_TEXT}”. Click a thumbnail to open a head; in the QK view turn the scale "
-        "and temperature and watch the softmax saturate or flatten.",
-        f"MiniLM（all-MiniLM-L6-v2，{trace.num_layers} 层 × {trace.num_heads} 头），输入"
-        f"“{REPORT_TEXT}”。点击缩略图打开一个头；在 QK 视图中调节缩放与温度，观察 softmax "
-        "变尖或变平。",
-    )
-    err = float("nan")
-    if trace.q is not None and trace.k is not None and trace.scale is not None:
-        live = _softmax_rows(trace.q.flatten(0, 1), trace.k.flatten(0, 1), trace.scale,
-                             trace.causal)
-        err = float((live - trace.weights.flatten(0, 1).double()).abs().max())
-    ok = err <= 1e-4
-    body += bilingual(
-        f"The QK view recomputes softmax(q·kᵀ·scale) from the captured q and k; at the "
-        f"model's scale it equals the model's own weights: max |error| = {err:.1e} "
-        f"(tolerance 1e-4).",
-        f"QK 视图由捕获的 q 与 k 重新计算 softmax(q·kᵀ·scale)；在模型自己的缩放下它与模型的"
-        f"权重一致：最大 |误差| = {err:.1e}（容差 1e-4）。", cls="claim")
-    return Section("explorer", "Attention explorer", "注意力浏览器", body + ex.to_html(),
-                   passed=ok, rows=[("tokens", str(trace.seq_len), None),
-                                    ("QK recomputation vs model weights", f"{err:.1e}", ok)])

@@ -8,6 +8,11 @@
 * :func:`decomposition`: each score as ``scale * |q| |k| cos θ``
   (:func:`score_decomposition`).
 
+Every weight comes from the trace's on-demand methods (``head_weights`` for a short head,
+``pooled`` for a long one, see :func:`head_map`), so a trace of any length can be drawn:
+a long head is drawn as its pooled map and the figure's title says so. Nothing here uses
+the dense ``trace.weights``.
+
 Every function returns a ``matplotlib.figure.Figure``; :func:`save_figure` writes it.
 """
 
@@ -27,10 +32,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from attnlab._io import atomic_open
-from attnlab.trace.trace import AttentionTrace
+from attnlab.trace.attention import AttentionTrace
 
 __all__ = ["cjk_font", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
-           "qk_joint_transform", "score_decomposition", "save_figure", "KINDS", "plot"]
+           "qk_joint_transform", "score_decomposition", "head_map", "save_figure", "KINDS",
+           "plot"]
 
 #: Fonts that cover Chinese, in order of preference (Debian: fonts-wqy-microhei or
 #: fonts-noto-cjk; macOS / Windows names last).
@@ -87,20 +93,70 @@ def _note(trace: AttentionTrace) -> str:
 
 
 def _check_head(trace: AttentionTrace, layer: int, head: int) -> tuple[int, int]:
-    trace.head(layer, head)  # raises IndexError naming the valid range
-    return layer % trace.num_layers, head % trace.num_heads
+    nl, nh = trace.num_layers, trace.num_heads
+    if not -nl <= layer < nl:
+        raise IndexError(f"layer must be in [0, {nl}), got {layer}")
+    if not -nh <= head < nh:
+        raise IndexError(f"head must be in [0, {nh}), got {head}")
+    return layer % nl, head % nh
 
 
 def _keys(trace: AttentionTrace) -> list[str]:
     return trace.key_tokens if trace.key_tokens is not None else trace.tokens
 
 
+def _block_label(tokens: list[str], a: int, b: int) -> str:
+    return _label(tokens[a]) if b - a == 1 else f"{a}–{b - 1} {_label(tokens[a])}…"
+
+
+def head_map(trace: AttentionTrace, layer: int, head: int, max_blocks: int
+             ) -> tuple[Tensor, list[str], list[str], int]:
+    """One head as a matrix of at most ``max_blocks`` rows and columns.
+
+    Returns ``(map, row labels, column labels, block)``: the exact weights (``block`` 1)
+    when the input is that short, else the head's pooled map in blocks of ``block`` tokens
+    (:meth:`AttentionTrace.pooled`: mean over a block's queries of the sum over its keys,
+    so rows still sum to 1). Never more than ``max_blocks``² numbers.
+
+    >>> w = torch.softmax(torch.randn(1, 1, 10, 10), -1)
+    >>> m, rows, cols, block = head_map(AttentionTrace(tokens=list("abcdefghij"), weights=w),
+    ...                                 0, 0, 4)
+    >>> tuple(m.shape), block, rows[0]
+    ((4, 4), 3, '0–2 a…')
+    """
+    lq, lk = trace.seq_len, trace.key_len
+    keys = _keys(trace)
+    if max(lq, lk) <= max_blocks:
+        return (trace.head_weights(layer, head).float(), [_label(t) for t in trace.tokens],
+                [_label(t) for t in keys], 1)
+    block = math.ceil(max(lq, lk) / max_blocks)
+    m = trace.pooled(layer, head, block).float()
+    rows = [_block_label(trace.tokens, a, min(a + block, lq)) for a in range(0, lq, block)]
+    cols = [_block_label(keys, a, min(a + block, lk)) for a in range(0, lk, block)]
+    return m, rows, cols, block
+
+
+def _pooled_title(block: int) -> str:
+    return (f"pooled in blocks of {block} tokens (mean over a block's queries of the sum "
+            "over its keys)" if block > 1 else "")
+
+
+def _ticks(ax: Any, rows: list[str], cols: list[str], fontsize: int = 8) -> None:
+    """Every label while they fit, else every n-th (at most 64 a side)."""
+    sr, sc = max(1, math.ceil(len(rows) / 64)), max(1, math.ceil(len(cols) / 64))
+    ax.set_xticks(range(0, len(cols), sc), cols[::sc], rotation=90, fontsize=fontsize)
+    ax.set_yticks(range(0, len(rows), sr), rows[::sr], fontsize=fontsize)
+
+
 # -- one head --------------------------------------------------------------------------------
 
 
 def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | None = None,
-            cmap: str = "Blues") -> Figure:
+            cmap: str = "Blues", max_blocks: int = 128) -> Figure:
     """One head's weights (queries down, keys across) with token labels.
+
+    Up to ``max_blocks`` tokens every weight is drawn; a longer head is drawn as its
+    pooled map (:func:`head_map`), and the title says so.
 
     >>> w = torch.softmax(torch.randn(1, 1, 3, 3), -1)
     >>> fig = heatmap(AttentionTrace(tokens=["注意", "力", "!"], weights=w), 0, 0)
@@ -108,26 +164,30 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
     2
     """
     layer, head = _check_head(trace, layer, head)
-    w = trace.head(layer, head).float()
-    lq, lk = w.shape
-    keys = _keys(trace)
-    with mpl.rc_context(_rc(trace.tokens + keys)):
-        size = max(3.5, min(16.0, 0.32 * max(lq, lk) + 2))
+    w, rows, cols, block = head_map(trace, layer, head, max_blocks)
+    nr, nc = w.shape
+    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096])):
+        size = max(3.5, min(16.0, 0.32 * max(nr, nc) + 2))
         fig = Figure(figsize=(size + 1.0, size))
         ax = fig.subplots()
-        im = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(lk), [_label(t) for t in keys], rotation=90, fontsize=8)
-        ax.set_yticks(range(lq), [_label(t) for t in trace.tokens], fontsize=8)
-        ax.set_xlabel("key")
-        ax.set_ylabel("query")
-        if annotate if annotate is not None else max(lq, lk) <= 12:
-            for i in range(lq):
-                for j in range(lk):
+        vmax = 1.0 if block == 1 else max(float(w.max()), 1e-12)
+        im = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
+                       interpolation="nearest")
+        _ticks(ax, rows, cols)
+        ax.set_xlabel("key" if block == 1 else "key block")
+        ax.set_ylabel("query" if block == 1 else "query block")
+        if annotate if annotate is not None else max(nr, nc) <= 12:
+            for i in range(nr):
+                for j in range(nc):
                     v = float(w[i, j])
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                            color="white" if v > 0.5 else "black")
-        ax.set_title(f"{trace.model} layer {layer} head {head}", fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
+                            color="white" if v > 0.5 * vmax else "black")
+        title = f"{trace.model} layer {layer} head {head}"
+        if block > 1:
+            title += f", {trace.seq_len} tokens\n{_pooled_title(block)}"
+        ax.set_title(title, fontsize=10 if block == 1 else 8)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04,
+                     label="weight" if block == 1 else "pooled weight")
         note = _note(trace)
         if note:
             fig.text(0.01, 0.005, note, fontsize=7, color="#555")
@@ -135,17 +195,20 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
     return fig
 
 
-def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int, int]] = ()
-         ) -> Figure:
-    """Every head as a thumbnail: rows = layers, columns = heads."""
+def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int, int]] = (),
+         max_blocks: int = 64) -> Figure:
+    """Every head as a thumbnail: rows = layers, columns = heads (pooled maps when the input
+    is longer than ``max_blocks`` tokens)."""
     nl, nh = trace.num_layers, trace.num_heads
+    block = 1
     with mpl.rc_context(_rc([])):
         fig = Figure(figsize=(size * nh + 0.6, size * nl + 0.6))
         axes = fig.subplots(nl, nh, squeeze=False)
         for li in range(nl):
             for hi in range(nh):
                 ax = axes[li][hi]
-                ax.imshow(trace.weights[li, hi].float().numpy(), cmap="Blues", vmin=0, vmax=1,
+                m, _, _, block = head_map(trace, li, hi, max_blocks)
+                ax.imshow(m.numpy(), cmap="Blues", vmin=0, vmax=1 if block == 1 else None,
                           interpolation="nearest")
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -157,8 +220,10 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
                     ax.set_title(f"H{hi}", fontsize=7)
                 if hi == 0:
                     ax.set_ylabel(f"L{li}", fontsize=7, rotation=0, labelpad=10)
-        fig.suptitle(f"{trace.model}: {nl} layers x {nh} heads, {trace.seq_len} tokens",
-                     fontsize=9)
+        title = f"{trace.model}: {nl} layers x {nh} heads, {trace.seq_len} tokens"
+        if block > 1:
+            title += f"\n{_pooled_title(block)}"
+        fig.suptitle(title, fontsize=9)
         note = _note(trace)
         if note:
             fig.text(0.01, 0.002, note, fontsize=6, color="#555")
@@ -166,32 +231,36 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
     return fig
 
 
-def arcs(trace: AttentionTrace, layer: int, head: int, *, min_weight: float = 0.02) -> Figure:
-    """bertviz's head view: queries left, keys right, a line per weight (opacity = weight)."""
+def arcs(trace: AttentionTrace, layer: int, head: int, *, min_weight: float = 0.02,
+         max_blocks: int = 64) -> Figure:
+    """bertviz's head view: queries left, keys right, a line per weight (opacity = weight);
+    blocks of tokens (pooled) when the input is longer than ``max_blocks`` tokens."""
     layer, head = _check_head(trace, layer, head)
-    w = trace.head(layer, head).float()
-    lq, lk = w.shape
-    keys = _keys(trace)
-    with mpl.rc_context(_rc(trace.tokens + keys)):
-        fig = Figure(figsize=(4.2, max(3.0, 0.28 * max(lq, lk) + 1)))
+    w, rows, cols, block = head_map(trace, layer, head, max_blocks)
+    nr, nc = w.shape
+    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096])):
+        fig = Figure(figsize=(4.2 if block == 1 else 5.5, max(3.0, 0.28 * max(nr, nc) + 1)))
         ax = fig.subplots()
-        yq = [1 - i / max(lq - 1, 1) for i in range(lq)]
-        yk = [1 - j / max(lk - 1, 1) for j in range(lk)]
-        for i in range(lq):
-            for j in range(lk):
+        yq = [1 - i / max(nr - 1, 1) for i in range(nr)]
+        yk = [1 - j / max(nc - 1, 1) for j in range(nc)]
+        for i in range(nr):
+            for j in range(nc):
                 v = float(w[i, j])
                 if v >= min_weight:
                     ax.plot([0.0, 1.0], [yq[i], yk[j]], color="#3451b2", alpha=min(1.0, v),
                             linewidth=0.5 + 2.5 * v)
-        for i, t in enumerate(trace.tokens):
-            ax.text(-0.03, yq[i], _label(t), ha="right", va="center", fontsize=8)
-        for j, t in enumerate(keys):
-            ax.text(1.03, yk[j], _label(t), ha="left", va="center", fontsize=8)
-        ax.set_xlim(-0.6, 1.6)
+        for i, t in enumerate(rows):
+            ax.text(-0.03, yq[i], t, ha="right", va="center", fontsize=8)
+        for j, t in enumerate(cols):
+            ax.text(1.03, yk[j], t, ha="left", va="center", fontsize=8)
+        ax.set_xlim(-0.6 if block == 1 else -0.9, 1.6 if block == 1 else 1.9)
         ax.set_ylim(-0.05, 1.05)
         ax.axis("off")
-        ax.set_title(f"{trace.model} layer {layer} head {head}\nquery → key "
-                     f"(lines ≥ {min_weight})", fontsize=9)
+        title = (f"{trace.model} layer {layer} head {head}\nquery → key "
+                 f"(lines ≥ {min_weight})")
+        if block > 1:
+            title += f"\n{_pooled_title(block)}"
+        ax.set_title(title, fontsize=9 if block == 1 else 7)
         note = _note(trace)
         if note:
             fig.text(0.01, 0.005, note, fontsize=6, color="#555")
@@ -230,28 +299,46 @@ def _pca2(x: Tensor) -> Tensor:
     return x @ vh[:2].T  # (N, 2)
 
 
-def qk_projection(trace: AttentionTrace, layer: int, head: int) -> Figure:
-    """Queries and keys of one head in one 2-D PCA plane, after :func:`qk_joint_transform`."""
+def _qk_of(trace: AttentionTrace, layer: int, head: int, what: str) -> tuple[Tensor, Tensor]:
+    """q (Lq, d) and k (Lk, d) of one query head (its key/value head for grouped queries)."""
+    if not trace.has_qk:
+        raise ValueError(f"the {what} figure needs a trace with q and k (traced with qkv)")
+    if trace.groups is not None:
+        raise ValueError(f"the {what} figure needs unmerged tokens: this trace's q and k "
+                         "belong to the byte pieces it merged (trace with merge_pieces=False)")
+    group = trace.num_heads // trace.num_kv_heads
+    return trace.q[layer, head], trace.k[layer, head // group]
+
+
+def qk_projection(trace: AttentionTrace, layer: int, head: int, *,
+                  max_labels: int = 64) -> Figure:
+    """Queries and keys of one head in one 2-D PCA plane, after :func:`qk_joint_transform`.
+
+    O(N·d): every query and key is a point at any length; tokens are written next to them
+    up to ``max_labels`` tokens.
+    """
     layer, head = _check_head(trace, layer, head)
-    if trace.q is None or trace.k is None:
-        raise ValueError("the qk figure needs a trace with q and k (trace without --no-qkv)")
-    q2, k2, alpha = qk_joint_transform(trace.q[layer, head], trace.k[layer, head])
+    q, k = _qk_of(trace, layer, head, "qk")
+    q2, k2, alpha = qk_joint_transform(q, k)
     xy = _pca2(torch.cat([q2, k2])).float()
     lq = q2.shape[0]
     keys = _keys(trace)
-    with mpl.rc_context(_rc(trace.tokens + keys)):
+    labels = max(lq, len(keys)) <= max_labels
+    with mpl.rc_context(_rc((trace.tokens + keys) if labels else [])):
         fig = Figure(figsize=(6, 5))
         ax = fig.subplots()
-        ax.scatter(xy[:lq, 0], xy[:lq, 1], c="#3451b2", s=22, label="query")
-        ax.scatter(xy[lq:, 0], xy[lq:, 1], c="#d9730d", s=22, marker="s", label="key")
-        for i, t in enumerate(trace.tokens):
-            ax.annotate(_label(t), xy[i].tolist(), fontsize=7, color="#3451b2",
-                        xytext=(3, 3), textcoords="offset points")
-        for j, t in enumerate(keys):
-            ax.annotate(_label(t), xy[lq + j].tolist(), fontsize=7, color="#d9730d",
-                        xytext=(3, -8), textcoords="offset points")
+        dot = 22 if labels else max(1.0, 22 * (max_labels / lq) ** 0.5)
+        ax.scatter(xy[:lq, 0], xy[:lq, 1], c="#3451b2", s=dot, label="query")
+        ax.scatter(xy[lq:, 0], xy[lq:, 1], c="#d9730d", s=dot, marker="s", label="key")
+        if labels:
+            for i, t in enumerate(trace.tokens):
+                ax.annotate(_label(t), xy[i].tolist(), fontsize=7, color="#3451b2",
+                            xytext=(3, 3), textcoords="offset points")
+            for j, t in enumerate(keys):
+                ax.annotate(_label(t), xy[lq + j].tolist(), fontsize=7, color="#d9730d",
+                            xytext=(3, -8), textcoords="offset points")
         ax.legend(fontsize=8)
-        ax.set_title(f"{trace.model} layer {layer} head {head}: joint q–k PCA\n"
+        ax.set_title(f"{trace.model} layer {layer} head {head}: joint q–k PCA, {lq} tokens\n"
                      f"keys translated to the queries' mean, q×{alpha:.2f}, k÷{alpha:.2f} "
                      "(scores unchanged)", fontsize=9)
         fig.tight_layout()
@@ -272,39 +359,56 @@ def score_decomposition(q: Tensor, k: Tensor, scale: float) -> dict[str, Tensor]
             "score": scale * qn[:, None] * kn[None, :] * cos}
 
 
-def decomposition(trace: AttentionTrace, layer: int, head: int) -> Figure:
-    """Three panels: cos θ (direction), |q||k| (length) and their scaled product, the score."""
+def decomposition(trace: AttentionTrace, layer: int, head: int, *,
+                  rows: range | None = None, cols: range | None = None,
+                  max_tokens: int = 128) -> Figure:
+    """Three panels: cos θ (direction), |q||k| (length) and their scaled product, the score.
+
+    Drawn for queries ``rows`` × keys ``cols`` (ranges); by default the whole head up to
+    ``max_tokens`` tokens, else the last ``max_tokens`` queries and keys (the title says
+    which). Memory: that window only.
+    """
     layer, head = _check_head(trace, layer, head)
-    if trace.q is None or trace.k is None:
-        raise ValueError("the decomposition figure needs a trace with q and k")
-    scale = trace.scale if trace.scale is not None else trace.q.shape[-1] ** -0.5
-    d = score_decomposition(trace.q[layer, head], trace.k[layer, head], scale)
+    q, k = _qk_of(trace, layer, head, "decomposition")
+    lq, lk = trace.seq_len, trace.key_len
+    rows = range(max(0, lq - max_tokens), lq) if rows is None else rows
+    cols = range(max(0, lk - max_tokens), lk) if cols is None else cols
+    for name, r, n in (("rows", rows, lq), ("cols", cols, lk)):
+        if not isinstance(r, range) or r.step != 1 or not 0 <= r.start < r.stop <= n:
+            raise ValueError(f"{name} must be a range of step 1 within [0, {n}), got {r!r}")
+    shape = trace.score_shape(layer)
+    d = score_decomposition(q[rows.start:rows.stop], k[cols.start:cols.stop], shape.scale)
     keys = _keys(trace)
-    n = max(trace.seq_len, len(keys))
+    qt = [trace.tokens[i] for i in rows]
+    kt = [keys[j] for j in cols]
+    n = max(len(rows), len(cols))
+    keep = shape.visible(torch.arange(rows.start, rows.stop), torch.arange(cols.start, cols.stop),
+                         lq=lq, lk=lk)
     panels = [("cos θ (direction)", d["cos"], "RdBu_r", (-1, 1)),
               ("|q|·|k| (length)", d["q_norm"][:, None] * d["k_norm"][None, :], "Greys", None),
-              (f"score = {scale:.3g}·|q||k|cos θ", d["score"], "RdBu_r", "sym")]
-    with mpl.rc_context(_rc(trace.tokens + keys)):
+              (f"score = {shape.scale:.3g}·|q||k|cos θ", d["score"], "RdBu_r", "sym")]
+    with mpl.rc_context(_rc(qt + kt)):
         side = max(3.2, min(7.0, 0.22 * n + 1.5))
         fig = Figure(figsize=(3 * side + 1, side))
         axes = fig.subplots(1, 3)
         for ax, (title, m, cmap, lim) in zip(axes, panels):
             m = m.float()
-            if trace.causal:
-                keep = torch.ones_like(m, dtype=torch.bool).tril(m.shape[1] - m.shape[0])
+            if keep is not None:
                 m = m.masked_fill(~keep, float("nan"))
             if lim == "sym":
                 r = float(m.nan_to_num(0).abs().max()) or 1.0
                 lim = (-r, r)
-            im = ax.imshow(m.numpy(), cmap=cmap, aspect="auto",
+            im = ax.imshow(m.numpy(), cmap=cmap, aspect="auto", interpolation="nearest",
                            **({} if lim is None else {"vmin": lim[0], "vmax": lim[1]}))
             ax.set_title(title, fontsize=9)
             fs = 7 if n <= 30 else 5
-            ax.set_xticks(range(len(keys)), [_label(t) for t in keys], rotation=90, fontsize=fs)
-            ax.set_yticks(range(trace.seq_len), [_label(t) for t in trace.tokens], fontsize=fs)
+            _ticks(ax, [_label(t) for t in qt], [_label(t) for t in kt], fontsize=fs)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
-        fig.suptitle(f"{trace.model} layer {layer} head {head}: where the scores come from",
-                     fontsize=10)
+        where = "" if (len(rows), len(cols)) == (lq, lk) else (
+            f" (queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1} "
+            f"of {lq})")
+        fig.suptitle(f"{trace.model} layer {layer} head {head}: where the scores come from"
+                     f"{where}", fontsize=10)
         fig.tight_layout()
     return fig
 

@@ -1,6 +1,11 @@
 /* attnlab explorer: seven linked views of one attention trace. Hand-written, no
  * dependencies, no network. Data come from <script type="application/json" id="UID-data">
- * written by attnlab.viz.explorer; every view is one <svg> so that it exports as SVG/PNG. */
+ * written by attnlab.viz.explorer; every view is one <svg> so that it exports as SVG/PNG.
+ *
+ * Short inputs carry every weight and the q/k of the heads that fit. Long inputs carry
+ * pooled maps (mean over a block's queries of the sum over its keys) and a token strip;
+ * when the page comes from `attnlab serve` (data.traces[i].api is set) a click on a token
+ * or a block fetches the exact row or tile from that server (same origin only). */
 (function () {
   "use strict";
   if (window.AttnlabExplorer) return;
@@ -19,15 +24,24 @@
       noqkNone: "This trace has no q and k (traced without qkv).",
       noqkMerged: "No q and k: byte pieces of one character were merged into whole characters " +
         "(trace with merge_pieces=False to keep the pieces and their q/k).",
+      noqkLong: "Long input: the QK view computes any query's row on the server. Open this " +
+        "trace with `attnlab serve --trace FILE`.",
       stored32: "q and k stored as float32: the page computes exactly what Python computes.",
       stored16: "q and k stored as float16: max |Δp| against float32 at the model's scale = ",
-      pooled: "Long input: maps are pooled in Python (mean over query blocks, sum over key " +
-        "blocks; rows still sum to 1).",
+      fromServer: "q·k of every key from the server (float64); the softmax over all keys is " +
+        "recomputed here. Rows: the strongest keys at the model's scale, in order.",
+      otherKeys: "all other keys",
+      noqkBias: "This trace shapes its scores with a dense bias: the QK view computes rows " +
+        "on the server (`attnlab serve --trace FILE`).",
+      distance: "distance", duplicate: "duplicate", induction: "induction",
+      pooled: "Long input: maps are pooled in blocks of {b} tokens (mean over a block's " +
+        "queries of the sum over its keys; rows still sum to 1).",
       hoverTok: "Hover a token to isolate its attention; click it to choose the query.",
       clickHead: "Click a head to open it.",
       queries: "queries", keys: "keys",
       geoNote: "Keys translated onto the queries' centroid and both rescaled to one mean norm " +
         "(softmax and q·k unchanged), then one PCA.",
+      geoLong: "Long input: the geometry view draws inputs of up to {n} tokens.",
       position: "position", dimension: "dimension", offset: "offset k",
       peNote: "PE[pos+k] = M_k·PE[pos]: each (sin, cos) pair turns by ω_i·k. " +
         "Dot: PE[pos]; arrow: M_k·PE[pos]; ring: PE[pos+k] from the table.",
@@ -36,7 +50,14 @@
       diagonal: "self", redundancy: "redundancy", cluster: "cluster", roles: "roles",
       diagNote: "Scores from attnlab.analysis (entropy in nats; sink, previous, self = mean " +
         "weight on the first, previous, own token). Click a column to sort, a row to open the head.",
-      dq: "q", norm: "|q|"
+      dq: "q", norm: "|q|",
+      block: "block", tokens: "tokens", prev: "◀", next: "▶",
+      served: "Click a token for its exact attention row; click a block of the matrix for " +
+        "its exact weights (computed by the server).",
+      unserved: "Exact rows and tiles come from the server: `attnlab serve --trace FILE`.",
+      loading: "loading…", fetchError: "the server did not answer: ",
+      rowOf: "exact row of query", topKeys: "strongest keys", tile: "exact weights",
+      clickBlock: "Click a block for its exact weights."
     },
     zh: {
       model: "模型", head: "注意力头", matrix: "矩阵", qk: "QK", geometry: "几何",
@@ -47,14 +68,21 @@
       captured: "捕获值", noqk: "为控制页面大小未保存此头的 q 与 k（ExplorerConfig.qk_budget）。保存了 q/k 的头：",
       noqkNone: "此追踪没有 q 与 k（追踪时未保留 qkv）。",
       noqkMerged: "没有 q 与 k：同一字符的字节片段已合并为完整字符（用 merge_pieces=False 追踪可保留片段及其 q/k）。",
+      noqkLong: "长输入：QK 视图由服务器计算任意查询的一行。请用 `attnlab serve --trace FILE` 打开此追踪。",
       stored32: "q 与 k 以 float32 保存：页面的计算与 Python 完全一致。",
       stored16: "q 与 k 以 float16 保存：在模型缩放下与 float32 相比的最大 |Δp| = ",
-      pooled: "长输入：矩阵已在 Python 中分块汇总（查询块取平均，键块求和；每行之和仍为 1）。",
+      fromServer: "每个键的 q·k 来自服务器（float64）；对全部键的 softmax 在页面中重新计算。" +
+        "各行：模型缩放下权重最大的键，按位置排列。",
+      otherKeys: "其余所有键",
+      noqkBias: "此追踪用稠密偏置塑造分数：QK 视图由服务器计算（`attnlab serve --trace FILE`）。",
+      distance: "距离", duplicate: "重复词元", induction: "归纳",
+      pooled: "长输入：矩阵按每块 {b} 个词元分块汇总（对块内查询取平均、对块内键求和；每行之和仍为 1）。",
       hoverTok: "悬停在词元上以单独显示它的注意力；点击以选为查询。",
       clickHead: "点击一个头以打开它。",
       queries: "查询", keys: "键",
       geoNote: "把键平移到查询的质心，并把两者缩放到相同的平均范数（softmax 与 q·k 不变），" +
         "再做一次 PCA。",
+      geoLong: "长输入：几何视图只绘制不超过 {n} 个词元的输入。",
       position: "位置", dimension: "维度", offset: "偏移 k",
       peNote: "PE[pos+k] = M_k·PE[pos]：每一对 (sin, cos) 转过 ω_i·k。" +
         "圆点：PE[pos]；箭头：M_k·PE[pos]；圆环：表中的 PE[pos+k]。",
@@ -63,7 +91,13 @@
       diagonal: "自身", redundancy: "冗余度", cluster: "簇", roles: "角色",
       diagNote: "分数来自 attnlab.analysis（熵以 nat 计；首词元、前一个、自身 = 落在第一个、" +
         "前一个、自己词元上的平均权重）。点击列标题排序，点击一行打开该头。",
-      dq: "q", norm: "|q|"
+      dq: "q", norm: "|q|",
+      block: "块", tokens: "词元", prev: "◀", next: "▶",
+      served: "点击词元查看它精确的注意力行；点击矩阵中的块查看该块的精确权重（由服务器计算）。",
+      unserved: "精确的行与块由服务器计算：`attnlab serve --trace FILE`。",
+      loading: "加载中…", fetchError: "服务器没有响应：",
+      rowOf: "查询的精确注意力行", topKeys: "权重最大的键", tile: "精确权重",
+      clickBlock: "点击一个块查看它的精确权重。"
     }
   };
 
@@ -116,11 +150,14 @@
     }
     return HALF;
   }
+  /* A blob {dtype, gz, shape, b64} as a typed array (u8/u16 as fractions of 1). */
   function decode(blob) {
     var bytes = b64bytes(blob.b64);
     var p = blob.gz ? gunzip(bytes) : Promise.resolve(bytes.buffer);
     return p.then(function (buf) {
       if (blob.dtype === "f32") return new Float32Array(buf);
+      if (blob.dtype === "f64") return new Float64Array(buf);
+      if (blob.dtype === "b8") return new Uint8Array(buf);
       if (blob.dtype === "u8") {
         var u8 = new Uint8Array(buf), o8 = new Float32Array(u8.length);
         for (var z = 0; z < u8.length; z++) o8[z] = u8[z] / 255;
@@ -142,6 +179,7 @@
     var i = Math.min(Math.floor(v), BLUES.length - 2), f = v - i, a = BLUES[i], b = BLUES[i + 1];
     return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
   }
+  function css(rgb) { return "rgb(" + rgb.map(Math.round).join(",") + ")"; }
   function diverge(v) {  // -1 red .. 0 white .. 1 blue
     v = clamp(v, -1, 1);
     return v >= 0 ? [255 - 222 * v, 255 - 142 * v, 255 - 74 * v]
@@ -161,15 +199,38 @@
     return c.toDataURL("image/png");
   }
 
+  // -- score shaping: what the trace's ScoreShape does, for one query row ---------------
+  /* Probabilities of one query row at (scale, temp): z_j = scale·dot_j, soft-capped if the
+   * model caps, plus the additive bias (ALiBi), masked keys at −∞, divided by temp,
+   * softmax in float64. src: {dots, ok, bias, softcap}. */
+  function softmaxRow(src, scale, temp) {
+    var n = src.dots.length, z = new Float64Array(n), p = new Float64Array(n), mx = -Infinity, j;
+    for (j = 0; j < n; j++) {
+      if (!src.ok[j]) { z[j] = -Infinity; continue; }
+      var v = scale * src.dots[j];
+      if (src.softcap) v = src.softcap * Math.tanh(v / src.softcap);
+      if (src.bias) v += src.bias[j];
+      z[j] = v / temp;
+      if (z[j] > mx) mx = z[j];
+    }
+    var sum = 0;
+    for (j = 0; j < n; j++) { p[j] = src.ok[j] ? Math.exp(z[j] - mx) : 0; sum += p[j]; }
+    for (j = 0; j < n; j++) p[j] = sum > 0 ? p[j] / sum : 0;
+    return {z: z, p: p};
+  }
+
   // -- the explorer --------------------------------------------------------------------
   function Explorer(root, data) {
     this.root = root;
     this.data = data;
     this.traces = [];
+    this.cache = {};
+    this.pending = {};
     var docLang = document.documentElement.getAttribute("data-lang");
     var nav = (navigator.language || "en").toLowerCase().indexOf("zh") === 0 ? "zh" : "en";
     this.s = {t: 0, layer: data.layer, head: data.head, view: data.view, query: 0,
-      scale: null, temp: 1, lang: docLang || nav, sortKey: "layer", sortDir: 1, pos: 8, off: 4};
+      scale: null, temp: 1, lang: docLang || nav, sortKey: "layer", sortDir: 1, pos: 8, off: 4,
+      block: 0, tile: null};
     var self = this;
     if (docLang) {  // inside a page with its own language switch (the report): follow it
       new MutationObserver(function () {
@@ -179,7 +240,11 @@
     }
   }
 
-  Explorer.prototype.t = function (key) { return I18N[this.s.lang][key] || key; };
+  Explorer.prototype.t = function (key, vars) {
+    var text = I18N[this.s.lang][key] || key;
+    for (var v in vars || {}) text = text.replace("{" + v + "}", vars[v]);
+    return text;
+  };
 
   /* Whitespace-only tokens get a visible mark; the text itself is never altered. */
   function label(t) { return /^\s*$/.test(t) ? "␣" + t.replace(/ /g, "") : t; }
@@ -187,10 +252,16 @@
   Explorer.prototype.load = function () {
     var self = this, jobs = [];
     this.data.traces.forEach(function (tr, i) {
-      ["tokens", "key_tokens", "rows", "cols"].forEach(function (f) { tr[f] = tr[f].map(label); });
-      var T = {meta: tr, W: null, q: null, k: null, geo: null, qkIndex: {}};
+      if (!tr.key_tokens) tr.key_tokens = tr.tokens;
+      var same = tr.key_tokens === tr.tokens;
+      tr.tokens = tr.tokens.map(label);
+      tr.key_tokens = same ? tr.tokens : tr.key_tokens.map(label);
+      tr.rows = tr.pooled ? tr.rows.map(label) : tr.tokens;
+      tr.cols = tr.pooled ? tr.cols.map(label) : tr.key_tokens;
+      var T = {meta: tr, W: null, q: null, k: null, geo: null, qkIndex: {}, km: null};
       self.traces[i] = T;
       jobs.push(decode(tr.weights).then(function (a) { T.W = a; }));
+      if (tr.shape && tr.shape.key_mask) jobs.push(decode(tr.shape.key_mask).then(function (a) { T.km = a; }));
       if (tr.qk) {
         tr.qk.heads.forEach(function (lh, n) { T.qkIndex[lh[0] + ":" + lh[1]] = n; });
         jobs.push(decode(tr.qk.q).then(function (a) { T.q = a; }));
@@ -203,10 +274,58 @@
   };
 
   Explorer.prototype.cur = function () { return this.traces[this.s.t]; };
-  /* Weight of (row i, col j) of the current head (pooled maps when the input is long). */
+  /* Weight of (row i, col j) of a head: exact for short inputs, pooled for long ones. */
   Explorer.prototype.w = function (l, hd, i, j) {
     var T = this.cur(), m = T.meta, R = m.rows.length, C = m.cols.length;
     return T.W[((l * m.H + hd) * R + i) * C + j];
+  };
+  Explorer.prototype.blockOf = function (i) {
+    var m = this.cur().meta;
+    return m.pooled ? Math.min(Math.floor(i / m.block), m.row_blocks.length - 1) : i;
+  };
+
+  // -- the server (only when the page came from `attnlab serve`) -------------------------
+  /* GET api/<path>?<params> -> JSON with its blobs decoded; cached per URL; re-renders the
+   * explorer when an answer arrives that the current state still wants. */
+  Explorer.prototype.fetchApi = function (path, params) {
+    var m = this.cur().meta, self = this;
+    if (!m.api) return null;
+    var qs = Object.keys(params).map(function (k) {
+      return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
+    }).join("&");
+    var url = m.api + "/" + path + "?" + qs;
+    if (url in this.cache) return this.cache[url];
+    if (!(url in this.pending)) {
+      var t0 = performance.now();
+      this.pending[url] = fetch(url, {headers: {Accept: "application/json"}})
+        .then(function (r) {
+          return r.json().then(function (j) {
+            if (!r.ok) throw new Error(j.error || ("HTTP " + r.status));
+            return j;
+          });
+        })
+        .then(function (j) {
+          var keys = Object.keys(j).filter(function (k) {
+            return j[k] && typeof j[k] === "object" && typeof j[k].b64 === "string";
+          });
+          return Promise.all(keys.map(function (k) { return decode(j[k]); })).then(function (arr) {
+            keys.forEach(function (k, n) { j[k] = arr[n]; });
+            return j;
+          });
+        })
+        .then(function (j) {
+          self.root.setAttribute("data-fetch-ms", (performance.now() - t0).toFixed(1));
+          self.cache[url] = j;
+        }, function (err) {
+          self.cache[url] = {error: String(err.message || err)};
+        })
+        .then(function () {
+          delete self.pending[url];
+          self.root.setAttribute("data-fetches", String(+(self.root.getAttribute("data-fetches") || 0) + 1));
+          self.render();
+        });
+    }
+    return undefined;  // not there yet: the caller shows "loading"
   };
 
   // -- the frame: toolbar, tabs, export, language ----------------------------------------
@@ -219,19 +338,20 @@
       h("label", {"data-i18n": "input"}, bar, this.t("input"));
       var inp = h("select", {"class": "ax-input", "aria-label": "input"}, bar);
       this.data.traces.forEach(function (tr, i) {
-        h("option", {value: i}, inp, (i + 1) + ": " + (tr.text || tr.tokens.join(" ")).slice(0, 40));
+        h("option", {value: i}, inp, (i + 1) + ": " + (tr.text || tr.tokens.slice(0, 40).join(" ")).slice(0, 40));
       });
-      inp.addEventListener("change", function () { self.s.t = +inp.value; self.s.query = 0; self.refresh(); });
+      inp.addEventListener("change", function () {
+        self.s.t = +inp.value; self.s.query = 0; self.s.block = 0; self.s.tile = null; self.refresh();
+      });
     }
     h("label", {"data-i18n": "layer"}, bar, this.t("layer"));
     this.selLayer = h("select", {"class": "ax-layer", "aria-label": "layer"}, bar);
     h("label", {"data-i18n": "head"}, bar, this.t("head"));
     this.selHead = h("select", {"class": "ax-head", "aria-label": "head"}, bar);
     h("label", {"data-i18n": "query"}, bar, this.t("query"));
-    this.selQuery = h("select", {"class": "ax-query", "aria-label": "query"}, bar);
+    this.queryBox = h("span", {}, bar);
     this.selLayer.addEventListener("change", function () { self.s.layer = +self.selLayer.value; self.render(); });
     this.selHead.addEventListener("change", function () { self.s.head = +self.selHead.value; self.render(); });
-    this.selQuery.addEventListener("change", function () { self.s.query = +self.selQuery.value; self.render(); });
     var right = h("span", {"class": "ax-right"}, bar);
     var ex1 = h("button", {type: "button", "class": "ax-export", "data-format": "svg",
       "data-i18n": "exportSvg"}, right, this.t("exportSvg"));
@@ -250,6 +370,7 @@
       self.tabs[v] = b;
     });
     this.info = h("div", {"class": "ax-info"}, root);
+    this.strip = h("div", {"class": "ax-strip"}, root);
     this.controls = h("div", {"class": "ax-controls"}, root);
     this.stage = h("div", {"class": "ax-stage"}, root);
     this.tip = h("div", {"class": "ax-tip", role: "status"}, root);
@@ -257,19 +378,36 @@
     this.refresh();
   };
 
+  /* Long inputs choose the query with a number box (a <select> of 8,000 options is slow). */
   Explorer.prototype.refresh = function () {
     var m = this.cur().meta, self = this;
     this.s.layer = clamp(this.s.layer, 0, m.L - 1);
     this.s.head = clamp(this.s.head, 0, m.H - 1);
     this.s.query = clamp(this.s.query, 0, m.Lq - 1);
-    function fill(sel, n, label) {
+    function fill(sel, n, lab) {
       sel.innerHTML = "";
-      for (var i = 0; i < n; i++) h("option", {value: i}, sel, label(i));
+      for (var i = 0; i < n; i++) h("option", {value: i}, sel, lab(i));
     }
     fill(this.selLayer, m.L, String);
     fill(this.selHead, m.H, String);
-    fill(this.selQuery, m.Lq, function (i) { return i + ": " + m.tokens[i]; });
+    this.queryBox.innerHTML = "";
+    if (m.pooled) {
+      this.selQuery = h("input", {type: "number", "class": "ax-query", "aria-label": "query",
+        min: 0, max: m.Lq - 1, step: 1, value: this.s.query}, this.queryBox);
+    } else {
+      this.selQuery = h("select", {"class": "ax-query", "aria-label": "query"}, this.queryBox);
+      fill(this.selQuery, m.Lq, function (i) { return i + ": " + m.tokens[i]; });
+    }
+    this.selQuery.addEventListener("change", function () {
+      self.setQuery(clamp(Math.round(+self.selQuery.value) || 0, 0, m.Lq - 1));
+    });
     self.render();
+  };
+
+  Explorer.prototype.setQuery = function (i) {
+    this.s.query = i;
+    this.s.block = this.blockOf(i);
+    this.render();
   };
 
   Explorer.prototype.setLang = function (lang) {
@@ -292,12 +430,14 @@
 
   Explorer.prototype.render = function () {
     var t0 = performance.now(), s = this.s, m = this.cur().meta;
+    if (!this.stage) return;
     this.selLayer.value = s.layer; this.selHead.value = s.head; this.selQuery.value = s.query;
     for (var v in this.tabs) this.tabs[v].setAttribute("aria-selected", v === s.view ? "true" : "false");
     this.root.setAttribute("data-view", s.view);
     this.root.setAttribute("data-layer", s.layer);
     this.root.setAttribute("data-head", s.head);
     this.root.setAttribute("data-query", s.query);
+    this.root.setAttribute("data-block", s.block);
     this.controls.innerHTML = "";
     this.stage.innerHTML = "";
     this.hideTip();
@@ -305,7 +445,9 @@
     if (s.view !== "model" && s.view !== "positional" && s.view !== "diagnostics")
       info += " · " + this.t("layer") + " " + s.layer + " · " + this.t("head") + " " + s.head;
     this.info.textContent = info;
-    if (m.pooled && s.view !== "qk" && s.view !== "positional") h("div", {"class": "ax-note"}, this.controls, this.t("pooled"));
+    if (m.pooled && s.view !== "qk" && s.view !== "positional")
+      h("div", {"class": "ax-note ax-pooled"}, this.controls, this.t("pooled", {b: m.block}));
+    this.renderStrip();
     this["view_" + s.view]();
     this.root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
   };
@@ -321,6 +463,82 @@
   };
   Explorer.prototype.hideTip = function () { if (this.tip) this.tip.style.display = "none"; };
 
+  /* The exact row of the current query and head, from the server: {weights, top_…}, null
+   * (static page), undefined while loading, {error} when the server failed. */
+  Explorer.prototype.exactRow = function () {
+    var s = this.s;
+    return this.fetchApi("rows", {layer: s.layer, head: s.head, queries: s.query, top: 8});
+  };
+
+  // -- the token strip (long inputs): every block of the input, and one block's tokens ----
+  Explorer.prototype.renderStrip = function () {
+    var self = this, m = this.cur().meta, box = this.strip, st = this.s;
+    box.innerHTML = "";
+    if (!m.pooled) { box.style.display = "none"; return; }
+    box.style.display = "";
+    var nb = m.row_blocks.length, W = 900, bw = W / nb, hgt = 22;
+    st.block = clamp(st.block, 0, nb - 1);
+    var ex = m.api ? this.exactRow() : null, row = ex && ex.weights ? ex.weights : null;
+    var mass = null, mx = 0;
+    if (row) {  // the exact row summed per key block: where this query looks, at a glance
+      mass = new Float64Array(m.col_blocks.length);
+      m.col_blocks.forEach(function (cb, b) {
+        for (var j = cb[0]; j < cb[1]; j++) mass[b] += row[j];
+        mx = Math.max(mx, mass[b]);
+      });
+    }
+    var nav = h("div", {"class": "ax-strip-bar"}, box);
+    var prev = h("button", {type: "button", "class": "ax-prev", "aria-label": "previous block"}, nav, this.t("prev"));
+    var svg = s("svg", {width: W, height: hgt, viewBox: "0 0 " + W + " " + hgt, "class": "ax-blocks"}, nav);
+    var next = h("button", {type: "button", "class": "ax-next", "aria-label": "next block"}, nav, this.t("next"));
+    h("span", {"class": "ax-strip-label"}, nav, this.t("block") + " " + st.block + " / " + nb +
+      " · " + this.t("tokens") + " " + m.row_blocks[st.block][0] + "–" + (m.row_blocks[st.block][1] - 1));
+    for (var b = 0; b < nb; b++) {
+      var fill = mass && b < mass.length ? css(blue(Math.sqrt(mass[b] / (mx || 1))))
+        : (b % 2 ? "#e3e6ee" : "#eef0f6");
+      var r = s("rect", {x: (b * bw).toFixed(2), y: 2, width: Math.max(bw - 0.5, 0.5).toFixed(2),
+        height: hgt - 4, fill: fill, "class": "ax-sblock", "data-block": b,
+        stroke: b === st.block ? "#e4572e" : "none", "stroke-width": 2}, svg);
+      s("title", {}, r, m.rows[b]);
+    }
+    svg.addEventListener("click", function (e) {
+      var t = e.target.closest(".ax-sblock");
+      if (t) { self.s.block = +t.getAttribute("data-block"); self.render(); }
+    });
+    prev.addEventListener("click", function () { self.s.block = Math.max(0, self.s.block - 1); self.render(); });
+    next.addEventListener("click", function () { self.s.block = Math.min(nb - 1, self.s.block + 1); self.render(); });
+    // the tokens of the selected block; coloured by the exact row when there is one
+    var text = h("div", {"class": "ax-text"}, box);
+    var span = m.row_blocks[st.block], rmax = 0, j;
+    if (row) for (j = 0; j < row.length; j++) rmax = Math.max(rmax, row[j]);
+    for (j = span[0]; j < span[1]; j++) {
+      var a = {"class": "ax-t" + (j === st.query ? " ax-tsel" : ""), "data-i": j, title: j};
+      if (row && j < row.length && row[j] > 0) {
+        a.style = "background:" + css(blue(Math.sqrt(row[j] / (rmax || 1))));
+        a["data-w"] = String(row[j]);
+      }
+      h("span", a, text, m.tokens[j]);
+    }
+    text.addEventListener("click", function (e) {
+      var t = e.target.closest(".ax-t");
+      if (t) self.setQuery(+t.getAttribute("data-i"));
+    });
+    var note = h("div", {"class": "ax-rowinfo"}, box);
+    if (!m.api) { note.textContent = this.t("unserved"); return; }
+    if (ex === undefined) { note.textContent = this.t("loading"); return; }
+    if (ex.error) { note.textContent = this.t("fetchError") + ex.error; note.classList.add("ax-bad"); return; }
+    note.textContent = this.t("rowOf") + " " + st.query + " “" + m.tokens[st.query] + "” · " +
+      this.t("topKeys") + ": ";
+    (ex.top_indices || []).forEach(function (kj, n) {
+      var a = h("a", {href: "#", "class": "ax-topkey", "data-key": kj}, note,
+        m.key_tokens[kj] + " (" + kj + ") " + fmt(ex.top_values[n], 3));
+      a.addEventListener("click", function (e) {
+        e.preventDefault(); self.s.block = self.blockOf(kj); self.render();
+      });
+      note.appendChild(document.createTextNode(" "));
+    });
+  };
+
   // -- model view: layers × heads thumbnails ------------------------------------------
   Explorer.prototype.view_model = function () {
     var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
@@ -330,14 +548,18 @@
     for (var hd = 0; hd < m.H; hd++)
       s("text", {x: pad + hd * (size + gap) + size / 2, y: 13, "text-anchor": "middle",
         fill: "#5b6478"}, svg, "H" + hd);
+    var tr = Math.min(R, 64), tc = Math.min(C, 64), th = new Float32Array(tr * tc), W = this.cur().W;
+    var ri = new Int32Array(R), ci = new Int32Array(C), z, y2;
+    for (z = 0; z < R; z++) ri[z] = Math.floor(z * tr / R) * tc;
+    for (z = 0; z < C; z++) ci[z] = Math.floor(z * tc / C);
     for (var l = 0; l < m.L; l++) {
       s("text", {x: 2, y: 20 + l * (size + gap) + size / 2 + 4, fill: "#5b6478"}, svg, "L" + l);
       for (hd = 0; hd < m.H; hd++) {
         // thumbnails at most 64×64: the max of each block keeps thin diagonals visible
-        var base = (l * m.H + hd) * R * C, W = this.cur().W, mx = 0;
-        var tr = Math.min(R, 64), tc = Math.min(C, 64), th = new Float32Array(tr * tc);
-        for (var z = 0; z < R; z++) for (var y2 = 0; y2 < C; y2++) {
-          var v = W[base + z * C + y2], o = Math.floor(z * tr / R) * tc + Math.floor(y2 * tc / C);
+        var base = (l * m.H + hd) * R * C, mx = 0;
+        th.fill(0);
+        for (z = 0; z < R; z++) for (y2 = 0; y2 < C; y2++) {
+          var v = W[base + z * C + y2], o = ri[z] + ci[y2];
           if (v > th[o]) th[o] = v;
           if (v > mx) mx = v;
         }
@@ -366,7 +588,7 @@
     this.place(svg);
   };
 
-  // -- head view: arcs between query and key tokens -----------------------------------
+  // -- head view: arcs between query and key tokens (or blocks) -------------------------
   Explorer.prototype.view_head = function () {
     var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
     var l = this.s.layer, hd = this.s.head, color = headColor(hd, m.H);
@@ -391,9 +613,10 @@
     cand.forEach(function (c) { arc(c[1], c[2], c[0], base); });
     var focus = s("g", {"class": "ax-focus"}, svg);
     var left = s("g", {"class": "ax-qtokens"}, svg), right = s("g", {"class": "ax-ktokens"}, svg);
+    var sel = m.pooled ? this.s.block : this.s.query;
     for (i = 0; i < R; i++)
       s("text", {x: tw, y: yr(i) + 4, "text-anchor": "end", "class": "ax-tok" +
-        (!m.pooled && i === this.s.query ? " ax-sel" : ""), "data-row": i}, left, m.rows[i]);
+        (i === sel ? " ax-sel" : ""), "data-row": i}, left, m.rows[i]);
     for (j = 0; j < C; j++)
       s("text", {x: tw + gap, y: yr(j) + 4, "class": "ax-tok", "data-col": j}, right, m.cols[j]);
     function isolate(row, col) {
@@ -417,36 +640,39 @@
     });
     svg.addEventListener("click", function (e) {
       var t = e.target;
-      if (t.hasAttribute && t.hasAttribute("data-row") && !m.pooled) {
-        self.s.query = +t.getAttribute("data-row"); self.render();
-      }
+      if (!(t.hasAttribute && t.hasAttribute("data-row"))) return;
+      if (m.pooled) { self.s.block = +t.getAttribute("data-row"); self.render(); }
+      else self.setQuery(+t.getAttribute("data-row"));
     });
     this.place(svg);
   };
 
-  // -- matrix view: heatmap with token labels ------------------------------------------
+  // -- matrix view: heatmap with token labels; long inputs: pooled map + exact tile -----
   Explorer.prototype.view_matrix = function () {
     var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
     var l = this.s.layer, hd = this.s.head;
-    var cs = clamp(Math.floor(760 / Math.max(R, C)), 12, 24), fs = Math.min(12, cs - 2);
-    var lw = 130, th = 130;
-    var svg = svgRoot(lw + C * cs + 10, th + R * cs + 10, "matrix");
+    var cs = clamp(Math.floor(760 / Math.max(R, C)), m.pooled ? 6 : 12, 24), fs = Math.min(12, cs - 2);
+    var every = Math.max(1, Math.ceil(11 / cs)), lw = 130, th = 130;
+    var tile = m.pooled ? this.tileData() : null;
+    var tileH = tile && tile.w ? 40 + tile.rows.length * 10 + 130 : 0;
+    var svg = svgRoot(lw + C * cs + 10, th + R * cs + 10 + tileH, "matrix");
     var mx = 0;
     for (var i = 0; i < R; i++) for (var j = 0; j < C; j++) mx = Math.max(mx, this.w(l, hd, i, j));
     var uri = heatImage(function (a, b) { return self.w(l, hd, a, b) / (mx || 1); }, R, C, blue);
-    for (i = 0; i < R; i++)
+    fs = Math.max(fs, 9);
+    for (i = 0; i < R; i += every)
       s("text", {x: lw - 4, y: th + i * cs + cs / 2 + fs / 2 - 1, "text-anchor": "end",
         "font-size": fs, "class": "ax-tok", "data-row": i}, svg, m.rows[i]);
-    for (j = 0; j < C; j++) {
+    for (j = 0; j < C; j += every) {
       var x = lw + j * cs + cs / 2 + fs / 2 - 1;
       s("text", {x: x, y: th - 4, transform: "rotate(-90 " + x + " " + (th - 4) + ")",
         "font-size": fs, "class": "ax-tok", "data-col": j}, svg, m.cols[j]);
     }
     var img = s("image", {x: lw, y: th, width: C * cs, height: R * cs, href: uri,
       preserveAspectRatio: "none", style: "image-rendering:pixelated", "class": "ax-heat"}, svg);
-    var sel = s("rect", {x: lw, y: th + this.s.query * cs, width: C * cs, height: cs, fill: "none",
+    var selRow = m.pooled ? this.s.block : this.s.query;
+    s("rect", {x: lw, y: th + selRow * cs, width: C * cs, height: cs, fill: "none",
       stroke: "#e4572e", "stroke-width": 1, "class": "ax-rowsel"}, svg);
-    if (m.pooled) sel.setAttribute("display", "none");
     var cell = s("rect", {width: cs, height: cs, fill: "none", stroke: "#111", display: "none"}, svg);
     function at(e) {
       var r = img.getBoundingClientRect();
@@ -463,10 +689,69 @@
     });
     img.addEventListener("mouseleave", function () { cell.setAttribute("display", "none"); self.hideTip(); });
     img.addEventListener("click", function (e) {
-      if (m.pooled) return;
-      self.s.query = at(e)[0]; self.render();
+      var p = at(e);
+      if (!m.pooled) { self.setQuery(clamp(p[0], 0, R - 1)); return; }
+      self.s.block = clamp(p[0], 0, R - 1);
+      self.s.tile = {t: self.s.t, rb: self.s.block, cb: clamp(p[1], 0, C - 1)};
+      self.render();
     });
+    if (m.pooled) {
+      h("div", {"class": "ax-note"}, this.controls, m.api ? this.t("clickBlock") : this.t("unserved"));
+      if (tile) this.drawTile(svg, tile, th + R * cs + 30);
+    }
     this.place(svg);
+  };
+
+  /* The exact tile (row block × column block) the user clicked, from the server. */
+  Explorer.prototype.tileData = function () {
+    var s = this.s, m = this.cur().meta, tl = s.tile;
+    if (!tl || tl.t !== s.t || !m.api) return null;
+    var rb = m.row_blocks[tl.rb], cb = m.col_blocks[tl.cb];
+    var d = this.fetchApi("tile", {layer: s.layer, head: s.head, rows: rb[0] + ":" + rb[1],
+      cols: cb[0] + ":" + cb[1]});
+    var out = {rb: rb, cb: cb, rows: [], cols: [], w: null, error: null};
+    for (var i = rb[0]; i < rb[1]; i++) out.rows.push(i);
+    for (var j = cb[0]; j < cb[1]; j++) out.cols.push(j);
+    if (d === undefined) return out;
+    if (d.error) { out.error = d.error; return out; }
+    out.w = d.weights;
+    return out;
+  };
+
+  Explorer.prototype.drawTile = function (svg, tile, y0) {
+    var self = this, m = this.cur().meta, lw = 130, nr = tile.rows.length, nc = tile.cols.length;
+    var head = this.t("tile") + ": " + this.t("queries") + " " + tile.rb[0] + "–" + (tile.rb[1] - 1) +
+      " × " + this.t("keys") + " " + tile.cb[0] + "–" + (tile.cb[1] - 1);
+    s("text", {x: lw, y: y0, "font-weight": 600, "class": "ax-tile-title"}, svg,
+      tile.error ? this.t("fetchError") + tile.error : tile.w ? head : head + " · " + this.t("loading"));
+    if (!tile.w) return;
+    var cs = 10, top = y0 + 120, mx = 0, i;
+    for (i = 0; i < tile.w.length; i++) mx = Math.max(mx, tile.w[i]);
+    var uri = heatImage(function (a, b) { return Math.sqrt(tile.w[a * nc + b] / (mx || 1)); }, nr, nc, blue);
+    for (i = 0; i < nr; i += 2)
+      s("text", {x: lw - 4, y: top + i * cs + 9, "text-anchor": "end", "font-size": 9, "class": "ax-tok"},
+        svg, m.tokens[tile.rows[i]]);
+    for (i = 0; i < nc; i += 2) {
+      var x = lw + i * cs + 9;
+      s("text", {x: x, y: top - 4, transform: "rotate(-90 " + x + " " + (top - 4) + ")",
+        "font-size": 9, "class": "ax-tok"}, svg, m.key_tokens[tile.cols[i]]);
+    }
+    var img = s("image", {x: lw, y: top, width: nc * cs, height: nr * cs, href: uri,
+      preserveAspectRatio: "none", style: "image-rendering:pixelated", "class": "ax-tile"}, svg);
+    img.addEventListener("mousemove", function (e) {
+      var r = img.getBoundingClientRect();
+      var a = Math.floor((e.clientY - r.top) / r.height * nr), b = Math.floor((e.clientX - r.left) / r.width * nc);
+      if (a < 0 || b < 0 || a >= nr || b >= nc) return;
+      var v = tile.w[a * nc + b];
+      self.tip.setAttribute("data-value", String(v));
+      self.showTip(e, tile.rows[a] + " " + m.tokens[tile.rows[a]] + " → " + tile.cols[b] + " " +
+        m.key_tokens[tile.cols[b]] + ": " + fmt(v, 6));
+    });
+    img.addEventListener("mouseleave", function () { self.hideTip(); });
+    img.addEventListener("click", function (e) {
+      var r = img.getBoundingClientRect();
+      self.setQuery(tile.rows[clamp(Math.floor((e.clientY - r.top) / r.height * nr), 0, nr - 1)]);
+    });
   };
 
   // -- QK view: softmax(q·k·scale / T) recomputed live ---------------------------------
@@ -475,51 +760,86 @@
     return n === undefined || !T.q ? null : n;
   };
 
-  /* The numbers of the QK view for query i at (scale, temp): exactly what Python computes
-   * with float64 arithmetic on the stored q and k. */
-  Explorer.prototype.qkRow = function (i, scale, temp) {
-    var T = this.cur(), m = T.meta, n = this.qkHead(), d = m.d;
-    var qo = (n * m.Lq + i) * d, dots = new Float64Array(m.Lk), p = new Float64Array(m.Lk);
-    var limit = m.causal ? i + (m.Lk - m.Lq) : m.Lk - 1, mx = -Infinity, j, c;
+  /* Which keys query i may see, and its additive bias, by the trace's score shaping. */
+  Explorer.prototype.shapeRow = function (i, hd) {
+    var T = this.cur(), m = T.meta, sh = m.shape || {}, l = this.s.layer, n = m.Lk;
+    var off = m.Lk - m.Lq, ok = new Uint8Array(n), bias = null, j;
+    var win = sh.window ? sh.window[l] : null;
+    for (j = 0; j < n; j++) {
+      var yes = !T.km || T.km[j];
+      if (sh.causal && j > i + off) yes = false;
+      if (win && j <= i + off - win) yes = false;
+      ok[j] = yes ? 1 : 0;
+    }
+    if (sh.alibi) {
+      bias = new Float64Array(n);
+      for (j = 0; j < n; j++) bias[j] = -sh.alibi[hd] * (i + off - j);
+    }
+    return {ok: ok, bias: bias, softcap: sh.softcap ? sh.softcap[l] : null};
+  };
+
+  /* What the QK view draws for query i: {q, dots, ok, bias, softcap, keys (shown),
+   * kvec(j), captured(j)} from the page's own q and k (short inputs). */
+  Explorer.prototype.qkLocal = function (i) {
+    var T = this.cur(), m = T.meta, n = this.qkHead(), d = m.d, hd = this.s.head;
+    var kn = m.qk.k_of[n], q = T.q.subarray((n * m.Lq + i) * d, (n * m.Lq + i + 1) * d);
+    var dots = new Float64Array(m.Lk), j, c, keys = [];
     for (j = 0; j < m.Lk; j++) {
-      var ko = (n * m.Lk + j) * d, acc = 0;
-      for (c = 0; c < d; c++) acc += T.q[qo + c] * T.k[ko + c];
+      var ko = (kn * m.Lk + j) * d, acc = 0;
+      for (c = 0; c < d; c++) acc += q[c] * T.k[ko + c];
       dots[j] = acc;
-      if (j <= limit && acc * scale / temp > mx) mx = acc * scale / temp;
+      keys.push(j);
     }
-    var sum = 0;
-    for (j = 0; j < m.Lk; j++) {
-      p[j] = j <= limit ? Math.exp(dots[j] * scale / temp - mx) : 0;
-      sum += p[j];
-    }
-    for (j = 0; j < m.Lk; j++) p[j] = sum > 0 ? p[j] / sum : 0;
-    return {dots: dots, p: p, limit: limit};
+    var sh = this.shapeRow(i, hd), self = this;
+    return {q: q, dots: dots, ok: sh.ok, bias: sh.bias, softcap: sh.softcap, keys: keys,
+      kvec: function (j2) { return T.k.subarray((kn * m.Lk + j2) * d, (kn * m.Lk + j2 + 1) * d); },
+      captured: m.pooled ? null : function (j2) { return self.w(self.s.layer, hd, i, j2); },
+      note: m.qk.dtype === "f32" ? this.t("stored32") : this.t("stored16") + fmt(m.qk.storage_error[n], 6)};
+  };
+
+  /* The same from the server (any query at any length): q·k of every key in float64. */
+  Explorer.prototype.qkServed = function (i) {
+    var s = this.s, d = this.fetchApi("qk", {layer: s.layer, head: s.head, query: i, top: 48});
+    if (!d || d.error) return d;
+    var D = this.cur().meta.d;
+    return {q: d.q, dots: d.dots, ok: d.allowed, bias: d.bias || null, softcap: d.softcap,
+      keys: d.keys, scale0: d.scale,
+      kvec: function (j2) { var n = d.keys.indexOf(j2); return d.k.subarray(n * D, (n + 1) * D); },
+      captured: function (j2) { return d.weights[j2]; }, note: this.t("fromServer")};
   };
 
   Explorer.prototype.noQkText = function () {
     var m = this.cur().meta;
     if (m.qk_missing === "merged") return this.t("noqkMerged");
     if (m.qk_missing === "none") return this.t("noqkNone");
+    if (m.qk_missing === "long") return this.t("noqkLong");
+    if (m.qk_missing === "bias") return this.t("noqkBias");
     return this.t("noqk") + m.qk.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ");
   };
 
   Explorer.prototype.view_qk = function () {
-    var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
-    if (n === null) {
+    var self = this, m = this.cur().meta, i = this.s.query, src;
+    if (this.qkHead() !== null) src = this.qkLocal(i);
+    else if (m.api && m.qk_missing !== "none" && m.qk_missing !== "merged") {
+      src = this.qkServed(i);
+      if (src === undefined) { h("div", {"class": "ax-note"}, this.controls, this.t("loading")); return; }
+      if (src.error) {
+        h("div", {"class": "ax-note ax-bad"}, this.controls, this.t("fetchError") + src.error);
+        return;
+      }
+    } else {
       h("div", {"class": "ax-note ax-noqk"}, this.controls, this.noQkText());
       return;
     }
-    var d = m.d, i = this.s.query, dflt = m.scale;
+    var d = m.d, dflt = m.scale[this.s.layer];
     if (this.s.scale === null) this.s.scale = dflt;
     var ctl = this.controls;
-    var err = m.qk.storage_error[n];
-    h("div", {"class": "ax-note ax-storage"}, ctl, m.qk.dtype === "f32" ? this.t("stored32")
-      : this.t("stored16") + fmt(err, 6));
-    function slider(label, cls, min, max, step, value) {
+    h("div", {"class": "ax-note ax-storage"}, ctl, src.note);
+    function slider(lab, cls, min, max, step, value) {
       var wrap = h("label", {"class": "ax-slider"}, ctl);
-      h("span", {}, wrap, label + " ");
+      h("span", {}, wrap, lab + " ");
       var inp = h("input", {type: "range", "class": cls, min: min, max: max, step: step,
-        value: value, "aria-label": label}, wrap);
+        value: value, "aria-label": lab}, wrap);
       var out = h("output", {"class": cls + "-value"}, wrap, fmt(value));
       return [inp, out];
     }
@@ -527,31 +847,35 @@
     var b1 = h("button", {type: "button", "class": "ax-scale-default"}, ctl, "1/√d = " + fmt(dflt));
     var b2 = h("button", {type: "button", "class": "ax-scale-one"}, ctl, "1");
     var tp = slider(this.t("temperature"), "ax-temp", 0.05, 5, 0.01, this.s.temp);
+    var keys = src.keys, nk = keys.length, rest = nk < m.Lk;
     var strip = 150, rh = 18, top = 64, lw = 120;
     var cols = [lw, lw + strip + 12, lw + 2 * strip + 24, lw + 2 * strip + 100,
       lw + 2 * strip + 176, lw + 2 * strip + 256, lw + 2 * strip + 420];
-    var svg = svgRoot(cols[6] + 70, top + m.Lk * rh + 10, "qk");
-    var qo = (n * m.Lq + i) * d, qmax = 0, c, j;
-    for (c = 0; c < d; c++) qmax = Math.max(qmax, Math.abs(T.q[qo + c]));
+    var svg = svgRoot(cols[6] + 70, top + (nk + (rest ? 1 : 0)) * rh + 10, "qk");
+    var q = src.q, qmax = 0, c, j, a;
+    for (c = 0; c < d; c++) qmax = Math.max(qmax, Math.abs(q[c]));
     var kmax = 0, pmax = 0;
-    for (j = 0; j < m.Lk * d; j++) kmax = Math.max(kmax, Math.abs(T.k[n * m.Lk * d + j]));
-    for (j = 0; j < m.Lk; j++) for (c = 0; c < d; c++)
-      pmax = Math.max(pmax, Math.abs(T.q[qo + c] * T.k[(n * m.Lk + j) * d + c]));
+    for (a = 0; a < nk; a++) {
+      var kv = src.kvec(keys[a]);
+      for (c = 0; c < d; c++) {
+        kmax = Math.max(kmax, Math.abs(kv[c]));
+        pmax = Math.max(pmax, Math.abs(q[c] * kv[c]));
+      }
+    }
     function bars(parent, x, y, vals, scaleBy, hgt) {  // one vector as a strip of cells
       var bw = strip / vals.length;
       for (var c2 = 0; c2 < vals.length; c2++) {
-        var rgb = diverge(vals[c2] / (scaleBy || 1));
         s("rect", {x: (x + c2 * bw).toFixed(2), y: y, width: bw.toFixed(2), height: hgt,
-          fill: "rgb(" + rgb.map(Math.round).join(",") + ")"}, parent);
+          fill: css(diverge(vals[c2] / (scaleBy || 1)))}, parent);
       }
     }
-    var qv = [];
-    for (c = 0; c < d; c++) qv.push(T.q[qo + c]);
-    var qn = Math.sqrt(qv.reduce(function (a, b) { return a + b * b; }, 0));
+    var qn = 0;
+    for (c = 0; c < d; c++) qn += q[c] * q[c];
+    qn = Math.sqrt(qn);
     s("text", {x: 4, y: 18, "font-weight": 600}, svg, this.t("query") + " " + i + ": ");
     s("text", {x: 80, y: 18, "class": "ax-tok ax-sel"}, svg, m.tokens[i]);
     s("text", {x: cols[1] - 20, y: 18, "text-anchor": "end"}, svg, "q");
-    bars(svg, cols[1], 6, qv, qmax, 16);
+    bars(svg, cols[1], 6, Array.prototype.slice.call(q), qmax, 16);
     s("text", {x: cols[3], y: 18}, svg, this.t("norm") + " = " + fmt(qn, 3) + ", d = " + d);
     var heads = [this.t("key"), this.t("k"), this.t("qk_elem"), this.t("dot"), this.t("scaled"),
       this.t("softmax"), this.t("captured")];
@@ -561,38 +885,54 @@
       s("text", {x: hx[c3], y: top - 10, "text-anchor": ha[c3], "font-weight": 600,
         fill: "#5b6478"}, svg, t);
     });
-    // every key's k and q∘k as two images (one pixel per key × dimension): light at 512 keys
-    var kOf = function (j2, c2) { return T.k[(n * m.Lk + j2) * d + c2]; };
-    s("image", {x: cols[0], y: top, width: strip, height: m.Lk * rh, preserveAspectRatio: "none",
-      style: "image-rendering:pixelated", "class": "ax-kimg", href: heatImage(function (j2, c2) {
-        return kOf(j2, c2) / (kmax || 1); }, m.Lk, d, diverge)}, svg);
-    s("image", {x: cols[1], y: top, width: strip, height: m.Lk * rh, preserveAspectRatio: "none",
-      style: "image-rendering:pixelated", "class": "ax-qkimg", href: heatImage(function (j2, c2) {
-        return kOf(j2, c2) * T.q[qo + c2] / (pmax || 1); }, m.Lk, d, diverge)}, svg);
-    var row = this.qkRow(i, this.s.scale, this.s.temp);
-    var cells = [];
-    for (j = 0; j < m.Lk; j++) {
-      var y = top + j * rh, g = s("g", {"class": "ax-qkrow", "data-key": j}, svg);
-      if (j > row.limit) g.setAttribute("opacity", "0.35");
-      s("text", {x: cols[0] - 6, y: y + 13, "text-anchor": "end", "class": "ax-tok"}, g, m.key_tokens[j]);
-      s("text", {x: cols[2] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, fmt(row.dots[j], 3));
+    // the shown keys' k and q∘k as two images (one pixel per key × dimension)
+    s("image", {x: cols[0], y: top, width: strip, height: nk * rh, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-kimg", href: heatImage(function (a2, c2) {
+        return src.kvec(keys[a2])[c2] / (kmax || 1); }, nk, d, diverge)}, svg);
+    s("image", {x: cols[1], y: top, width: strip, height: nk * rh, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-qkimg", href: heatImage(function (a2, c2) {
+        return src.kvec(keys[a2])[c2] * q[c2] / (pmax || 1); }, nk, d, diverge)}, svg);
+    var cells = [], color = headColor(this.s.head, m.H);
+    for (a = 0; a < nk; a++) {
+      j = keys[a];
+      var y = top + a * rh, g = s("g", {"class": "ax-qkrow", "data-key": j}, svg);
+      if (!src.ok[j]) g.setAttribute("opacity", "0.35");
+      s("text", {x: cols[0] - 6, y: y + 13, "text-anchor": "end", "class": "ax-tok"}, g,
+        (rest ? j + " " : "") + m.key_tokens[j]);
+      s("text", {x: cols[2] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, fmt(src.dots[j], 3));
       var sct = s("text", {x: cols[3] + 66, y: y + 13, "text-anchor": "end", "class": "ax-num"}, g, "");
-      var bar = s("rect", {x: cols[5], y: y + 3, height: rh - 6, fill: headColor(this.s.head, m.H)}, g);
+      var bar = s("rect", {x: cols[5], y: y + 3, height: rh - 6, fill: color}, g);
       var pt = s("text", {x: cols[5] - 6, y: y + 13, "text-anchor": "end", "class": "ax-num ax-p",
         "data-key": j}, g, "");
-      var cap = m.pooled ? "" : fmt(this.w(this.s.layer, this.s.head, i, j), 4);
-      s("text", {x: cols[6], y: y + 13, "class": "ax-num ax-cap"}, g, cap);
+      var cap = src.captured ? src.captured(j) : null;
+      s("text", {x: cols[6], y: y + 13, "class": "ax-num ax-cap", "data-cap": cap === null ? "" : String(cap)},
+        g, cap === null ? "" : fmt(cap, 4));
       cells.push([sct, bar, pt]);
+    }
+    var restText = null, restBar = null;
+    if (rest) {
+      var yr = top + nk * rh, gr = s("g", {"class": "ax-qkrest"}, svg);
+      s("text", {x: cols[0] - 6, y: yr + 13, "text-anchor": "end", "font-style": "italic"}, gr,
+        this.t("otherKeys") + " (" + (m.Lk - nk) + ")");
+      restBar = s("rect", {x: cols[5], y: yr + 3, height: rh - 6, fill: "#9aa3b5"}, gr);
+      restText = s("text", {x: cols[5] - 6, y: yr + 13, "text-anchor": "end", "class": "ax-num ax-prest"}, gr, "");
     }
     this.place(svg);
     function update() {
-      var r = self.qkRow(i, self.s.scale, self.s.temp);
-      for (var j2 = 0; j2 < m.Lk; j2++) {
-        var on = j2 <= r.limit;
-        cells[j2][0].textContent = on ? fmt(r.dots[j2] * self.s.scale / self.s.temp, 3) : "−∞";
-        cells[j2][1].setAttribute("width", (150 * r.p[j2]).toFixed(2));
-        cells[j2][2].textContent = fmt(r.p[j2], 4);
-        cells[j2][2].setAttribute("data-p", String(r.p[j2]));
+      var r = softmaxRow(src, self.s.scale, self.s.temp), shown = 0;
+      for (var a2 = 0; a2 < nk; a2++) {
+        var j2 = keys[a2], on = src.ok[j2];
+        cells[a2][0].textContent = on ? fmt(r.z[j2] * self.s.temp, 3) : "−∞";
+        cells[a2][1].setAttribute("width", (150 * r.p[j2]).toFixed(2));
+        cells[a2][2].textContent = fmt(r.p[j2], 4);
+        cells[a2][2].setAttribute("data-p", String(r.p[j2]));
+        shown += r.p[j2];
+      }
+      if (restText) {
+        var other = Math.max(0, 1 - shown);
+        restText.textContent = fmt(other, 4);
+        restText.setAttribute("data-p", String(other));
+        restBar.setAttribute("width", (150 * other).toFixed(2));
       }
       sc[1].textContent = fmt(self.s.scale); tp[1].textContent = fmt(self.s.temp, 2);
       self.root.setAttribute("data-scale", String(self.s.scale));
@@ -608,7 +948,11 @@
   // -- geometry view: queries and keys in one 2-D projection --------------------------
   Explorer.prototype.view_geometry = function () {
     var self = this, T = this.cur(), m = T.meta, n = this.qkHead();
-    if (n === null) { h("div", {"class": "ax-note ax-noqk"}, this.controls, this.noQkText()); return; }
+    if (n === null) {
+      h("div", {"class": "ax-note ax-noqk"}, this.controls,
+        m.qk_missing === "long" ? this.t("geoLong", {n: m.max_tokens}) : this.noQkText());
+      return;
+    }
     h("div", {"class": "ax-note"}, this.controls, this.t("geoNote"));
     var size = 520, pad = 30, N = m.Lq + m.Lk, off = n * N * 2;
     var svg = svgRoot(size + 2 * pad + 160, size + 2 * pad, "geometry");
@@ -633,7 +977,7 @@
     s("text", {x: size + 2 * pad + 22, y: 44}, svg, this.t("queries"));
     s("rect", {x: size + 2 * pad + 8, y: 56, width: 7, height: 7, fill: kc}, svg);
     s("text", {x: size + 2 * pad + 22, y: 64}, svg, this.t("keys"));
-    var label = s("text", {x: size + 2 * pad + 8, y: 96, "class": "ax-tok ax-geo-label"}, svg, "");
+    var lab = s("text", {x: size + 2 * pad + 8, y: 96, "class": "ax-tok ax-geo-label"}, svg, "");
     function link(i) {
       links.innerHTML = "";
       var x0 = X(T.geo[off + 2 * i]), y0 = Y(T.geo[off + 2 * i + 1]);
@@ -648,16 +992,15 @@
       var t = e.target;
       if (!t.classList || !t.classList.contains("ax-pt")) return;
       var i = +t.getAttribute("data-i"), kind = t.getAttribute("data-kind");
-      label.textContent = kind + " " + i + ": " + (kind === "q" ? m.tokens[i] : m.key_tokens[i]);
+      lab.textContent = kind + " " + i + ": " + (kind === "q" ? m.tokens[i] : m.key_tokens[i]);
       if (kind === "q") link(i);
-      self.showTip(e, label.textContent);
+      self.showTip(e, lab.textContent);
     });
     svg.addEventListener("mouseout", function () { self.hideTip(); });
     svg.addEventListener("click", function (e) {
       var t = e.target;
-      if (t.classList && t.classList.contains("ax-pt") && t.getAttribute("data-kind") === "q") {
-        self.s.query = +t.getAttribute("data-i"); self.render();
-      }
+      if (t.classList && t.classList.contains("ax-pt") && t.getAttribute("data-kind") === "q")
+        self.setQuery(+t.getAttribute("data-i"));
     });
     link(this.s.query);
     this.place(svg);
@@ -670,11 +1013,11 @@
     h("div", {"class": "ax-note"}, ctl, this.t("peNote"));
     this.s.pos = clamp(this.s.pos, 0, n - 1);
     this.s.off = clamp(this.s.off, 0, n - 1 - this.s.pos);
-    function slider(label, cls, max, value) {
+    function slider(lab, cls, max, value) {
       var wrap = h("label", {"class": "ax-slider"}, ctl);
-      h("span", {}, wrap, label + " ");
+      h("span", {}, wrap, lab + " ");
       var inp = h("input", {type: "range", "class": cls, min: 0, max: max, step: 1, value: value,
-        "aria-label": label}, wrap);
+        "aria-label": lab}, wrap);
       h("output", {}, wrap, String(value));
       return inp;
     }

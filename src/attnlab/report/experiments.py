@@ -1,4 +1,4 @@
-"""The experiments' part of the report: one section per experiment.
+"""The experiments' part of the report: one section per experiment ``Result``.
 
 Each section states the claim (English and Chinese), the measured number against the
 theory, the secondary checks, the numbers behind them, and the figure as an inline PNG.
@@ -6,32 +6,21 @@ theory, the secondary checks, the numbers behind them, and the figure as an inli
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
-from ._result import Result, fmt_num
-from .registry import run_all
+from attnlab.experiments import Result, run_all
+from attnlab.experiments._result import fmt_num
+from attnlab.report.html import ReportContext, Section, bilingual, figure, table
 
-__all__ = ["report_sections", "section_for"]
-
-
-def _png_data_uri(fig: Any, dpi: int = 100) -> str:
-    """The figure as a PNG data URI. Figures use constrained layout, so no tight-bbox pass
-    (which would draw everything twice) is needed."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+__all__ = ["build", "section_for"]
 
 
 def _cell(x: Any) -> Any:
     return fmt_num(x) if isinstance(x, float) else x
 
 
-def section_for(result: Result, *, dpi: int = 100) -> Any:
-    """One report ``Section`` for one ``Result`` (renders and then drops its figure)."""
-    from attnlab.viz.html import Section, bilingual, escape, table
-
+def section_for(result: Result, *, dpi: int = 100) -> Section:
+    """One report section for one ``Result`` (renders its figure, then drops it)."""
     r = result
     body = bilingual(r.claim, r.claim_zh, cls="claim")
     body += table(
@@ -45,11 +34,9 @@ def section_for(result: Result, *, dpi: int = 100) -> Any:
         headers, rows = r.table
         body += table(headers, [[_cell(x) for x in row] for row in rows])
     if r.figure is not None:
-        uri = _png_data_uri(r.figure, dpi)
-        alt = escape(f"Figure for {r.name}: {r.quantity}")
-        body += (f'<figure><img src="{uri}" alt="{alt}">'
-                 f"<figcaption>{bilingual(r.caption, r.caption_zh, tag='span')}"
-                 f"</figcaption></figure>")
+        # experiment figures use constrained layout: no tight-bbox pass (it draws twice)
+        body += figure(r.figure, r.caption, r.caption_zh, dpi=dpi, tight=False,
+                       alt=f"Figure for {r.name}: {r.quantity}")
         r.figure = None  # free the figure's memory
     elif r.caption:
         body += bilingual(r.caption, r.caption_zh, cls="muted")
@@ -60,7 +47,7 @@ def section_for(result: Result, *, dpi: int = 100) -> Any:
                    r.passed, rows)
 
 
-def report_sections(ctx: Any) -> list[Any]:
-    """Report provider: run every experiment with its figure, one Section each."""
+def build(ctx: ReportContext) -> list[Section]:
+    """Run every experiment with its figure; one section each, in registry order."""
     results = run_all(seed=ctx.seed, plot=True, progress=ctx.progress, quiet=ctx.quiet)
     return [section_for(r) for r in results]

@@ -1,16 +1,23 @@
-"""The report page and the CLI around it (parity section only: other sections test apart)."""
+"""The report page, its assembly and the CLI around it (the parity part only: the other
+parts have tests of their own)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 
+import pytest
+
 from attnlab import report
 from attnlab.cli import main
+from attnlab.experiments.parity import ParityCheck
+from attnlab.report import parity as parity_part
 
-PARITY = ["attnlab.experiments.parity:report_section"]
+PARITY = ["attnlab.report.parity:build"]
 
 
 def test_parity_report_is_self_contained_and_passes(tmp_path):
@@ -24,6 +31,19 @@ def test_parity_report_is_self_contained_and_passes(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["passed"] and summary["sections"][0]["id"] == "parity"
     assert len(summary["sections"][0]["rows"]) >= 20
+    # the written files: whole (no temp file left behind) and readable by others
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.html", "summary.json"]
+    assert stat.S_IMODE(os.stat(tmp_path / "index.html").st_mode) & stat.S_IROTH
+
+
+def test_a_failing_parity_check_fails_the_section_and_the_report(tmp_path, monkeypatch):
+    bad = [ParityCheck("sdpa: planted error", 3e-3, 1e-5)]
+    monkeypatch.setattr(parity_part, "run_parity", lambda seed: bad)
+    result = report.build_report(tmp_path, quiet=True, providers=PARITY)
+    (section,) = result.sections
+    assert section.passed is False and not result.passed
+    assert ("sdpa: planted error", "3.0e-03", False) in section.rows
+    assert 'class="badge fail"' in (tmp_path / "index.html").read_text(encoding="utf-8")
 
 
 def test_page_escapes_user_text():
@@ -38,11 +58,13 @@ def test_failed_section_fails_the_report(tmp_path):
     assert report.ReportResult(tmp_path, [report.Section("a", "A", "A", "", None)]).passed
 
 
-def test_atomic_write_leaves_no_temp_files(tmp_path):
-    report.atomic_write_text(tmp_path / "f.txt", "hello")
-    report.atomic_write_text(tmp_path / "f.txt", "again")
-    assert (tmp_path / "f.txt").read_text() == "again"
-    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+def test_every_part_is_a_builder_inside_the_report_package():
+    import importlib
+
+    for part, spec in report.PROVIDERS.items():
+        module, _, func = spec.partition(":")
+        assert module.startswith("attnlab.report."), part
+        assert callable(getattr(importlib.import_module(module), func)), part
 
 
 def test_cli_report_unwritable_out_is_a_clear_error(tmp_path, capsys):
@@ -76,25 +98,15 @@ def test_cli_starts_without_matplotlib_and_plot_kinds_match_figures():
     assert tuple(kind.choices) == tuple(figures.KINDS)
 
 
-def test_written_files_are_readable_by_others(tmp_path):
-    import os
-    import stat
-
-    report.atomic_write_text(tmp_path / "page.html", "x")
-    mode = stat.S_IMODE(os.stat(tmp_path / "page.html").st_mode)
-    assert mode & stat.S_IROTH
-
-
 def test_only_builds_just_the_named_parts(tmp_path, capsys):
     result = report.build_report(tmp_path, only=["parity"], quiet=True)
     assert [s.id for s in result.sections] == ["parity"]
+    assert main(["report", "--out", str(tmp_path), "--only", "parity", "--quiet"]) == 0
     assert main(["report", "--out", str(tmp_path), "--only", "nonsense", "--quiet"]) == 2
     assert "parts are" in capsys.readouterr().err
 
 
 def test_attnlab_debug_shows_the_traceback(tmp_path, monkeypatch):
-    import pytest
-
     blocker = tmp_path / "file"
     blocker.write_text("x")
     monkeypatch.setenv("ATTNLAB_DEBUG", "1")

@@ -1,4 +1,12 @@
-"""Small helpers for the report's HTML fragments. Every string is escaped here."""
+"""The pieces every report section is made of: :class:`Section`, :class:`ReportContext`, and
+small helpers for HTML fragments. Every string is escaped here.
+
+>>> fmt(1.234e-7), fmt(0.98123), fmt(1024), fmt(True)
+('1.23e-07', '0.981', '1024', 'True')
+>>> html_table = table(["check", "result"], [("<b>", True)], passed_col=1)
+>>> "<td>&lt;b&gt;</td>" in html_table, '<td class="ok">pass</td>' in html_table
+(True, True)
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReportContext", "Section", "table", "fmt", "figure_to_data_uri", "figure_to_svg",
-           "bilingual", "escape"]
+__all__ = ["ReportContext", "Section", "table", "fmt", "figure", "figure_to_data_uri",
+           "figure_to_svg", "bilingual", "escape"]
 
 escape = html.escape
 
@@ -49,15 +57,17 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
 
 
 def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:
+    """The same text in English and Chinese; the page shows one at a time."""
     c = f" {cls}" if cls else ""
     return (f'<{tag} class="en{c}">{escape(en)}</{tag}>'
             f'<{tag} class="zh{c}" lang="zh">{escape(zh)}</{tag}>')
 
 
-def figure_to_data_uri(fig: Any, dpi: int = 110) -> str:
-    """A matplotlib figure as a PNG data URI."""
+def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:
+    """A matplotlib figure as a PNG data URI (``tight=False`` for figures that use
+    constrained layout, which need no second, tight-bbox drawing pass)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -67,6 +77,24 @@ def figure_to_svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     svg = buf.getvalue()
     return svg[svg.index("<svg"):]
+
+
+def figure(fig: Any, caption_en: str, caption_zh: str, *, alt: str | None = None,
+           dpi: int = 90, svg: bool = False, tight: bool = True) -> str:
+    """A ``<figure>`` with the figure inline (PNG data URI, or ``svg``) and a bilingual
+    caption; the matplotlib figure is closed afterwards (its memory freed)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        if svg:
+            inner = figure_to_svg(fig)
+        else:
+            uri = figure_to_data_uri(fig, dpi, tight=tight)
+            inner = f'<img alt="{escape(alt if alt is not None else caption_en)}" src="{uri}">'
+    finally:
+        plt.close(fig)
+    return (f"<figure>{inner}<figcaption>{bilingual(caption_en, caption_zh, tag='span')}"
+            f"</figcaption></figure>")
 
 
 @dataclass
@@ -89,6 +117,9 @@ class Section:
 
 @dataclass
 class ReportContext:
+    """What every section builder receives: where the report goes, the seed, and where
+    to say what it is doing."""
+
     out_dir: Path
     quiet: bool = False
     seed: int = 0

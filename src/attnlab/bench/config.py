@@ -1,0 +1,81 @@
+"""What ``attnlab bench`` measures: :class:`BenchConfig`.
+
+>>> BenchConfig().sizes, BenchConfig().backward
+((256, 1024, 4096), False)
+>>> BenchConfig.quick().sizes
+(256, 1024)
+>>> BenchConfig(sizes=(0,))
+Traceback (most recent call last):
+...
+ValueError: sizes must be positive ints, got [0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["BenchConfig"]
+
+
+def _default_devices() -> tuple[str, ...]:
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure. The defaults are the README table, about two minutes on two quiet
+    cores (forward only; ``backward=True`` and longer ``sizes`` for more)."""
+
+    sizes: tuple[int, ...] = (256, 1024, 4096)  # N: from cache-sized to where N² dominates
+    batch: int = 1  # B = 1: the latency case; heads give the parallel work
+    heads: int = 8  # H = 8, d = 64: a GPT-2-small-like head layout
+    head_dim: int = 64
+    repeats: int = 3  # the median of 3 shrugs off one preempted run
+    backward: bool = False  # also forward+backward (about 3.5x the forward's time)
+    causal: tuple[bool, ...] = (False, True)
+    #: explicit/naive/torch-MHA need B·H·N² weights (naive several copies): skip above this
+    max_weights_bytes: int = 1 << 30
+    long_n: int = 32768  # chunked: length of the memory probe (naive would need 32 GB)
+    #: the probe runs only this many query rows against all long_n keys (None = all of them)
+    long_rows: int | None = None
+    mha_embed_dim: int = 512  # E for the module comparison (H = heads)
+    gemm_n: int = 2048  # the GEMM peak is measured on (n x n) @ (n x n)
+    devices: tuple[str, ...] = field(default_factory=_default_devices)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1
+                                 for s in self.sizes):
+            raise ValueError(f"sizes must be positive ints, got {list(self.sizes)}")
+        for name in ("batch", "heads", "head_dim", "repeats", "long_n", "mha_embed_dim",
+                     "gemm_n"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if self.long_rows is not None and (isinstance(self.long_rows, bool)
+                                           or not isinstance(self.long_rows, int)
+                                           or not 1 <= self.long_rows <= self.long_n):
+            raise ValueError(f"long_rows must be None or an int in [1, long_n={self.long_n}], "
+                             f"got {self.long_rows!r}")
+
+    @classmethod
+    def quick(cls, **kw: Any) -> BenchConfig:
+        """A smoke run of ~20 s: two sizes, forward only, the long probe on 256 query rows
+        (its tiles, hence its peak, are then smaller than the full run's)."""
+        base: dict[str, Any] = dict(sizes=(256, 1024), long_rows=256, gemm_n=1024,
+                                    devices=("cpu",))
+        base.update(kw)
+        return cls(**base)
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as plain JSON (tuples as lists); ``BenchConfig.from_json`` reads it."""
+        from dataclasses import asdict
+
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> BenchConfig:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()})

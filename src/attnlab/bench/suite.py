@@ -1,0 +1,200 @@
+"""The whole measurement: every cell timed side by side, peak memory in fresh processes, the
+long-sequence probe, and the summary keys (see :mod:`attnlab.bench` for their meaning)."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.bench.config import BenchConfig
+from attnlab.bench.contenders import attention_contenders, mha_contenders
+from attnlab.bench.isolate import IsolatedCallError, call_isolated
+from attnlab.bench.memory import METHOD
+from attnlab.bench.timing import attention_flops, fwd_bwd, interleaved, measure_gemm_gflops
+
+__all__ = ["FORMAT_VERSION", "TARGETS", "run_bench", "summarize"]
+
+FORMAT_VERSION = 1
+
+#: (key, target, direction): what the README promises.
+TARGETS: list[tuple[str, float, str]] = [
+    ("fused_vs_sdpa", 0.95, ">="),
+    ("explicit_vs_naive", 1.5, ">="),
+    ("mha_weights_vs_torch", 1.5, ">="),
+    ("chunked_peak_mb_n32k", 1024.0, "<="),
+    ("chunked_n32k_time_vs_sdpa", 2.5, "<="),
+    ("fused_frac_peak_n4096", 0.8, ">="),
+]
+
+#: A step of the run: (step number from 1, number of steps, what it is about to do).
+OnStep = Callable[[int, int, str], None]
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and math.isfinite(x) and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _peak(config: BenchConfig, **spec: Any) -> dict[str, Any]:
+    try:
+        return call_isolated("attnlab.bench.memory:peak_memory", config=config.to_json(),
+                             **spec)
+    except IsolatedCallError as exc:
+        return {"error": str(exc)}
+
+
+def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
+              ) -> dict[str, Any]:
+    """Measure everything in ``cfg`` (default :class:`BenchConfig`); ``on_step`` hears of
+    each step before it runs. Returns the JSON-ready result."""
+    cfg = cfg or BenchConfig()
+    say = on_step or (lambda i, total, text: None)
+    rows: list[dict[str, Any]] = []
+    machine = _machine()
+    modes = ["fwd", "fwd+bwd"] if cfg.backward else ["fwd"]
+    plan = [(dev, n, c, m) for dev in cfg.devices for n in cfg.sizes for c in cfg.causal
+            for m in modes]
+    total = len(cfg.devices) + len(plan) + len(cfg.devices) * len(cfg.sizes) + 1
+    step = 0
+
+    def next_step(text: str) -> None:
+        nonlocal step
+        step += 1
+        say(step, total, text)
+
+    peaks: dict[str, float] = {}
+    cell_peaks: dict[str, list[float]] = {}
+    gemm: dict[str, tuple[Tensor, Tensor]] = {}
+    for dev in cfg.devices:
+        next_step(f"GEMM rate on {dev} ({cfg.gemm_n}x{cfg.gemm_n})")
+        peaks[dev] = measure_gemm_gflops(cfg.gemm_n, cfg.repeats, dev)
+        gemm[dev] = (torch.randn(cfg.gemm_n, cfg.gemm_n).to(dev),
+                     torch.randn(cfg.gemm_n, cfg.gemm_n).to(dev))
+    g = torch.Generator().manual_seed(cfg.seed)
+    b, h, d = cfg.batch, cfg.heads, cfg.head_dim
+    for dev, n, causal, mode in plan:
+        next_step(f"{dev} N={n} {'causal' if causal else 'full'} {mode}")
+        grad = mode == "fwd+bwd"
+        q, k, v = (torch.randn(b, h, n, d, generator=g).to(dev).requires_grad_(grad)
+                   for _ in range(3))
+        fns: dict[str, Callable[[], Any]] = {}
+        for name, fn in attention_contenders(causal, n, cfg, dev).items():
+            call = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
+            fns[name] = fwd_bwd(call, (q, k, v)) if grad else call
+        mha = mha_contenders(n, cfg, dev) if not causal else None
+        x = None
+        if mha is not None:
+            x = torch.randn(b, n, cfg.mha_embed_dim, generator=g).to(dev).requires_grad_(grad)
+            for name, (module, call) in mha.items():
+                module.requires_grad_(grad)
+                f = (lambda module=module, call=call, x=x: call(module, x))
+                fns[name] = fwd_bwd(f, (x,)) if grad else f
+        # the GEMM rate runs in every cell, interleaved with the kernels it judges
+        fns["_gemm"] = lambda ab=gemm[dev]: torch.mm(*ab)
+        with torch.enable_grad() if grad else torch.no_grad():
+            secs = interleaved(fns, cfg.repeats, dev)
+        cell_peak = 2 * cfg.gemm_n**3 / secs.pop("_gemm") / 1e9
+        cell_peaks.setdefault(dev, []).append(cell_peak)
+        flops = attention_flops(n, cfg, causal, mode)
+        for name, s in secs.items():
+            rate = None if name.endswith("_mha") or name == "linear" else flops / s / 1e9
+            rows.append({"device": dev, "n": n, "causal": causal, "mode": mode,
+                         "contender": name, "ms": round(s * 1e3, 3),
+                         "gflops": None if rate is None else round(rate, 2),
+                         "frac_peak": None if rate is None else round(rate / cell_peak, 3),
+                         "cell_gemm_gflops": round(cell_peak, 2), "peak_mb": None})
+        del q, k, v, x, fns
+
+    # peak memory of each forward (full attention), one fresh process per size
+    for dev in cfg.devices:
+        for n in cfg.sizes:
+            next_step(f"peak memory on {dev}, N={n} (own process)")
+            peak = _peak(cfg, n=n, causal=False, device=dev).get("peak_mb", {})
+            for r in rows:
+                if (r["device"], r["n"], r["mode"], r["causal"]) == (dev, n, "fwd", False):
+                    r["peak_mb"] = peak.get(r["contender"])
+    rows_note = f", {cfg.long_rows} query rows" if cfg.long_rows else ""
+    next_step(f"chunked vs torch SDPA at N={cfg.long_n}{rows_note} (own process)")
+    only = ["chunked"] if cfg.long_rows else ["chunked", "torch_sdpa"]
+    long = _peak(cfg, n=cfg.long_n, causal=False, device="cpu", rows=cfg.long_rows,
+                 only=only)
+    # the GEMM rate: the best of the standalone and the per-cell measurements
+    peaks = {dev: max([p, *cell_peaks.get(dev, [])]) for dev, p in peaks.items()}
+    return summarize(cfg, machine, peaks, rows, long)
+
+
+def _ratio_cells(rows: list[dict[str, Any]], ours: str, theirs: str, min_n: int = 1024
+                 ) -> list[float]:
+    by: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        key = (r["device"], r["n"], r["causal"], r["mode"])
+        by.setdefault(key, {})[r["contender"]] = r["ms"]
+    cells = {key: t for key, t in by.items() if ours in t and theirs in t}
+    big = {key: t for key, t in cells.items() if key[1] >= min_n}
+    if not big and cells:  # nothing that long: use the longest measured
+        longest = max(key[1] for key in cells)
+        big = {key: t for key, t in cells.items() if key[1] == longest}
+    return [t[theirs] / t[ours] for t in big.values()]
+
+
+def summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float],
+              rows: list[dict[str, Any]], long: dict[str, Any]) -> dict[str, Any]:
+    """The result object from the measured rows (the keys :mod:`attnlab.bench` lists)."""
+    cpu_rows = [r for r in rows if r["device"] == "cpu"]
+    frac4096 = [r["frac_peak"] for r in cpu_rows if r["contender"] == "fused"
+                and r["n"] == 4096 and not r["causal"] and r["mode"] == "fwd"]
+    secs = long.get("seconds", {})
+    out: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "fused_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "fused", "torch_sdpa")),
+        "explicit_vs_naive": _geomean(_ratio_cells(cpu_rows, "explicit", "naive")),
+        "mha_weights_vs_torch": _geomean(_ratio_cells(cpu_rows, "attnlab_mha", "torch_mha")),
+        "chunked_peak_mb_n32k": long.get("peak_mb", {}).get("chunked"),
+        "chunked_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "chunked", "torch_sdpa")),
+        "linear_vs_softmax": _geomean(_ratio_cells(cpu_rows, "linear", "fused")),
+        "chunked_n32k_time_vs_sdpa": (secs["chunked"] / secs["torch_sdpa"]
+                                      if {"chunked", "torch_sdpa"} <= secs.keys() else None),
+        "fused_frac_peak_n4096": frac4096[0] if frac4096 else None,
+        "gemm_gflops": {dev: round(p, 2) for dev, p in peaks.items()},
+        "long_probe": {"n": cfg.long_n, "query_rows": cfg.long_rows or cfg.long_n,
+                       "seconds": secs, "peak_mb": long.get("peak_mb"),
+                       "error": long.get("error")},
+        "machine": machine,
+        "config": cfg.to_json(),
+        "memory_method": METHOD,
+        "results": rows,
+    }
+    for key, val in out.items():  # JSON has no NaN: what could not be measured is null
+        if isinstance(val, float):
+            out[key] = round(val, 3) if math.isfinite(val) else None
+    targets = {}
+    for key, target, op in TARGETS:
+        val = out.get(key)
+        met = None
+        if isinstance(val, (int, float)) and math.isfinite(val):
+            met = val >= target if op == ">=" else val <= target
+        targets[key] = {"value": val, "target": f"{op} {target}", "met": met}
+    out["targets"] = targets
+    return out

@@ -1,0 +1,360 @@
+"""Score shaping: what turns ``q·kᵀ`` into the scores a softmax sees, kept as parameters.
+
+One head's score of query row ``i`` and key ``j``::
+
+    s_ij = scale · q_i·k_j                                  always
+    s_ij = softcap · tanh(s_ij / softcap)                   softcap (Gemma 2 style)
+    s_ij = s_ij − slope_h · (p_i − j)                       ALiBi slopes (H,)
+    s_ij = s_ij + bias_h[i, j]                              a dense additive bias
+    s_ij = −∞  where key j is hidden from row i             causal, window, key mask
+
+Positions are bottom-right aligned, as everywhere in attnlab: row ``i`` of ``Lq`` sits at
+key position ``p_i = i + (Lk − Lq)``. ``causal`` hides keys ``j > p_i``; ``window`` (with
+``causal``) also hides keys ``j <= p_i − window``, so a row sees ``window`` keys including
+its own; ``key_mask`` (Lk,) hides the keys marked False (padding).
+
+Every rule but ``bias`` is a handful of numbers, whatever the length, so a trace can keep
+them instead of an N x N mask. ``bias`` is the escape hatch for a mask no rule describes;
+it is dense (H|1, Lq|1, Lk|1) and therefore meant for short inputs only.
+
+Because a softmax row is fixed by its scores and one number, the row's logsumexp
+``lse_i = log Σ_j exp(s_ij)``, any weight is ``exp(s_ij − lse_i)``: :meth:`ScoreShape.scores`
+gives any tile of scores, :func:`row_logsumexp` the lse in tiles of rows, and
+:func:`attend` the whole attention with its lse, never holding more than a tile.
+
+>>> shape = ScoreShape(scale=0.5, causal=True, window=2)
+>>> q = k = torch.eye(3)
+>>> shape.scores(q, k, rows=torch.arange(3), lq=3, lk=3)
+tensor([[0.5000,   -inf,   -inf],
+        [0.0000, 0.5000,   -inf],
+        [  -inf, 0.0000, 0.5000]])
+>>> out, lse = attend(q[None], k[None], torch.eye(3)[None], shape)
+>>> bool(torch.allclose(torch.exp(shape.scores(q, k, rows=torch.arange(3), lq=3, lk=3)
+...     - lse[0, :, None]) @ torch.eye(3), out[0]))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["ScoreShape", "row_logsumexp", "attend", "row_tiles", "TILE_BYTES"]
+
+#: Bytes of float32 scores one tile holds (rows x all keys): the only memory beyond the
+#: inputs that :func:`row_logsumexp` and :func:`attend` use.
+TILE_BYTES = 8 << 20
+
+_Index = Tensor | Sequence[int] | range
+
+
+def _as_positions(name: str, idx: _Index, size: int, device: torch.device) -> Tensor:
+    """1-D long tensor of positions in [0, size)."""
+    if isinstance(idx, range):
+        t = torch.arange(idx.start, idx.stop, idx.step, device=device)
+    else:
+        t = torch.as_tensor(idx, device=device)
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+        raise TypeError(
+            f"{name} must be a 1-D sequence of int positions, got dtype {t.dtype} shape "
+            f"{tuple(t.shape)}"
+        )
+    t = t.long()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got {t.min().item()}..{t.max().item()}")
+    return t
+
+
+def _finite(name: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        want = "a positive finite float" if positive else "a finite float"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreShape:
+    """The parameters that shape one attention's scores (see the module docstring).
+
+    Args:
+        scale: multiplies ``q·k`` (usually ``default_scale(head_dim)``).
+        causal: hide keys after the query's position (bottom-right aligned).
+        window: with ``causal``, each row sees only its last ``window`` keys (itself
+            included).
+        key_mask: (Lk,) bool, True = a real key, False = padding (hidden).
+        softcap: ``softcap · tanh(s / softcap)`` on the scaled scores.
+        alibi_slopes: (H,) ALiBi slopes; adds ``−slope_h · (p_i − j)``.
+        bias: dense additive bias broadcastable to (H, Lq, Lk); ``-inf`` hides a key.
+            Only for what no rule above describes, and so only for short inputs.
+
+    >>> ScoreShape(scale=0.125, causal=True).describe()
+    {'scale': 0.125, 'causal': True, 'window': None, 'softcap': None}
+    >>> ScoreShape(scale=1.0, window=4)
+    Traceback (most recent call last):
+    ...
+    ValueError: window needs causal=True (a sliding window looks back from each query), got window=4 with causal=False
+    """  # noqa: E501
+
+    scale: float
+    causal: bool = False
+    window: int | None = None
+    key_mask: Tensor | None = None
+    softcap: float | None = None
+    alibi_slopes: Tensor | None = None
+    bias: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", _finite("scale", self.scale))
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(self.causal).__name__}")
+        w = self.window
+        if w is not None:
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                raise ValueError(f"window must be an int >= 1 or None, got {w!r}")
+            if not self.causal:
+                raise ValueError(
+                    "window needs causal=True (a sliding window looks back from each query), "
+                    f"got window={w} with causal=False"
+                )
+        km = self.key_mask
+        if km is not None and (not isinstance(km, Tensor) or km.dtype != torch.bool
+                               or km.dim() != 1):
+            got = (f"dtype {km.dtype} shape {tuple(km.shape)}" if isinstance(km, Tensor)
+                   else type(km).__name__)
+            raise ValueError(f"key_mask must be a 1-D bool tensor (Lk,), got {got}")
+        if self.softcap is not None:
+            object.__setattr__(self, "softcap",
+                               _finite("softcap", self.softcap, positive=True))
+        sl = self.alibi_slopes
+        if sl is not None and (not isinstance(sl, Tensor) or not sl.is_floating_point()
+                               or sl.dim() != 1):
+            got = (f"dtype {sl.dtype} shape {tuple(sl.shape)}" if isinstance(sl, Tensor)
+                   else type(sl).__name__)
+            raise ValueError(f"alibi_slopes must be a 1-D float tensor (H,), got {got}")
+        b = self.bias
+        if b is not None and (not isinstance(b, Tensor) or not b.is_floating_point()
+                              or b.dim() != 3):
+            got = (f"dtype {b.dtype} shape {tuple(b.shape)}" if isinstance(b, Tensor)
+                   else type(b).__name__)
+            raise ValueError(
+                f"bias must be a float tensor broadcastable to (H, Lq, Lk) with 3 dims, got {got}"
+            )
+
+    # -- description ----------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """The scalar parameters, JSON-ready (tensors are not included)."""
+        return {"scale": self.scale, "causal": self.causal, "window": self.window,
+                "softcap": self.softcap}
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The tensor parameters that are set, by field name."""
+        return {n: t for n in ("key_mask", "alibi_slopes", "bias")
+                if (t := getattr(self, n)) is not None}
+
+    def same_as(self, other: object) -> bool:
+        """Equal parameters (tensors compared by value)."""
+        if not isinstance(other, ScoreShape) or self.describe() != other.describe():
+            return False
+        for n in ("key_mask", "alibi_slopes", "bias"):
+            a, b = getattr(self, n), getattr(other, n)
+            if (a is None) != (b is None):
+                return False
+            if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
+                return False
+        return True
+
+    def check(self, *, num_heads: int, lq: int, lk: int) -> None:
+        """Raise ``ValueError`` if a tensor parameter does not fit H heads, Lq x Lk scores."""
+        if self.key_mask is not None and self.key_mask.shape[0] != lk:
+            raise ValueError(
+                f"key_mask has {self.key_mask.shape[0]} entries for {lk} keys (Lk)")
+        if self.alibi_slopes is not None and self.alibi_slopes.shape[0] != num_heads:
+            raise ValueError(
+                f"alibi_slopes has {self.alibi_slopes.shape[0]} entries for {num_heads} heads")
+        if self.bias is not None:
+            hb, qb, kb = self.bias.shape
+            if hb not in (1, num_heads) or qb not in (1, lq) or kb not in (1, lk):
+                raise ValueError(
+                    f"bias of shape {tuple(self.bias.shape)} does not broadcast to (H, Lq, Lk) "
+                    f"= ({num_heads}, {lq}, {lk})"
+                )
+
+    # -- tiles ----------------------------------------------------------------------------
+
+    def key_range(self, r0: int, r1: int, *, lq: int, lk: int) -> tuple[int, int]:
+        """Keys [c0, c1) outside which rows [r0, r1) see nothing (causal and window)."""
+        if r1 <= r0:
+            return 0, 0
+        offset = lk - lq
+        c1 = max(0, min(lk, r1 + offset)) if self.causal else lk
+        c0 = max(0, min(c1, r0 + offset - self.window + 1)) if self.window else 0
+        return c0, c1
+
+    def visible(self, rows: Tensor, cols: Tensor | None, *, lq: int, lk: int) -> Tensor | None:
+        """Bool (R, C): which keys each row may see by the rules (None = all of them).
+
+        ``bias`` is not a rule: its ``-inf`` entries hide keys through the scores.
+        """
+        keep = None
+        if self.causal:
+            pos_q = (rows + (lk - lq))[:, None]  # (R, 1)
+            pos_k = (torch.arange(lk, device=rows.device) if cols is None else cols)[None, :]
+            keep = pos_k <= pos_q
+            if self.window is not None:
+                keep = keep & (pos_k > pos_q - self.window)
+        if self.key_mask is not None:
+            km = self.key_mask.to(rows.device)
+            km = (km if cols is None else km[cols])[None, :]
+            keep = km if keep is None else keep & km
+        return keep
+
+    def scores(self, q_rows: Tensor, k: Tensor, *, rows: _Index, cols: _Index | None = None,
+               head: int = 0, lq: int, lk: int) -> Tensor:
+        """Shaped scores (R, C) in float32 of one head, ``-inf`` where a key is hidden.
+
+        Args:
+            q_rows: (R, d) the queries of ``rows``.
+            k: (C, d) the keys of ``cols`` (all Lk keys when ``cols`` is None).
+            rows: query positions (R,) in [0, Lq); cols: key positions (C,) or None.
+            head: the query head (selects the ALiBi slope and the bias).
+            lq, lk: the full lengths (for the bottom-right alignment).
+        """
+        if not isinstance(q_rows, Tensor) or not isinstance(k, Tensor):
+            raise TypeError("q_rows and k must be tensors")
+        if q_rows.dim() != 2 or k.dim() != 2 or q_rows.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"q_rows (R, d) and k (C, d) must be 2-D with one d, got {tuple(q_rows.shape)} "
+                f"and {tuple(k.shape)}"
+            )
+        r = _as_positions("rows", rows, lq, q_rows.device)
+        c = None if cols is None else _as_positions("cols", cols, lk, k.device)
+        if r.shape[0] != q_rows.shape[0]:
+            raise ValueError(f"{r.shape[0]} rows for q_rows of shape {tuple(q_rows.shape)}")
+        if k.shape[0] != (lk if c is None else c.shape[0]):
+            raise ValueError(
+                f"k has {k.shape[0]} keys, expected {lk if c is None else c.shape[0]}"
+                f" ({'all Lk keys' if c is None else 'one per col'})"
+            )
+        return self._scores(q_rows, k, r, c, head, lq, lk)
+
+    def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None, head: int,
+                lq: int, lk: int) -> Tensor:
+        """:meth:`scores` on checked arguments (r, c: long tensors)."""
+        s = torch.matmul(q_rows.float(), k.float().T).mul_(self.scale)  # (R, C)
+        if self.softcap is not None:
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
+        if self.alibi_slopes is not None:
+            pos_q = (r + (lk - lq))[:, None]
+            pos_k = (torch.arange(lk, device=s.device) if c is None else c)[None, :]
+            slope = float(self.alibi_slopes[head])
+            s = s.sub_((pos_q - pos_k).to(s.dtype).mul_(slope))
+        if self.bias is not None:
+            b = self.bias[head if self.bias.shape[0] > 1 else 0]
+            b = b.index_select(0, r) if b.shape[0] > 1 else b
+            if c is not None and b.shape[1] > 1:
+                b = b.index_select(1, c)
+            s = s.add_(b.to(s.dtype))
+        keep = self.visible(r, c, lq=lq, lk=lk)
+        if keep is not None:
+            s = s.masked_fill_(~keep, float("-inf"))
+        return s
+
+
+def row_tiles(lq: int, lk: int, tile_rows: int | None = None) -> Iterator[tuple[int, int]]:
+    """(r0, r1) row ranges whose float32 scores over ``lk`` keys fit :data:`TILE_BYTES`."""
+    if tile_rows is None:
+        tile_rows = max(1, TILE_BYTES // max(1, 4 * lk))
+    elif isinstance(tile_rows, bool) or not isinstance(tile_rows, int) or tile_rows < 1:
+        raise ValueError(f"tile_rows must be a positive int or None, got {tile_rows!r}")
+    for r0 in range(0, lq, tile_rows):
+        yield r0, min(lq, r0 + tile_rows)
+
+
+def _check_heads(q: Tensor, k: Tensor, v: Tensor | None) -> tuple[int, int]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor) or t.dim() != 3:
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a tensor (heads, L, dim), got {got}")
+    h, h_kv = q.shape[0], k.shape[0]
+    if h_kv < 1 or h % h_kv or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q (H, Lq, d) and k (H_kv, Lk, d) need H % H_kv == 0 and one d, got q "
+            f"{tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if v is not None and (v.shape[0] != h_kv or v.shape[1] != k.shape[1]):
+        raise ValueError(f"v must be (H_kv, Lk, dv) = ({h_kv}, {k.shape[1]}, .), got "
+                         f"{tuple(v.shape)}")
+    return h, h // h_kv
+
+
+def _tiles(q: Tensor, k: Tensor, shape: ScoreShape, tile_rows: int | None
+           ) -> Iterator[tuple[int, int, int, int, int, Tensor]]:
+    """(head, r0, r1, c0, c1, scores of rows [r0, r1) and keys [c0, c1)) over every head."""
+    h, group = _check_heads(q, k, None)
+    lq, lk = q.shape[1], k.shape[1]
+    shape.check(num_heads=h, lq=lq, lk=lk)
+    for hd in range(h):
+        kh = k[hd // group]
+        for r0, r1 in row_tiles(lq, lk, tile_rows):
+            c0, c1 = shape.key_range(r0, r1, lq=lq, lk=lk)
+            rows = torch.arange(r0, r1, device=q.device)
+            cols = torch.arange(c0, c1, device=q.device)
+            yield hd, r0, r1, c0, c1, shape._scores(q[hd, r0:r1], kh[c0:c1], rows, cols, hd,
+                                                    lq, lk)
+
+
+def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
+                  tile_rows: int | None = None) -> Tensor:
+    """(H, Lq) float32 logsumexp of each row of shaped scores, one tile of rows at a time.
+
+    ``q`` (H, Lq, d), ``k`` (H_kv, Lk, d) with H a multiple of H_kv (grouped heads are
+    not repeated). A row with no visible key gets ``-inf``. Memory: one tile of scores.
+
+    >>> q, k = torch.randn(2, 4, 5, 8).unbind(0)
+    >>> lse = row_logsumexp(q, k, ScoreShape(scale=8 ** -0.5, causal=True), tile_rows=2)
+    >>> ref = torch.logsumexp((q @ k.mT * 8 ** -0.5).masked_fill(
+    ...     ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)
+    >>> bool(torch.allclose(lse, ref, atol=1e-6))
+    True
+    """
+    h, _ = _check_heads(q, k, None)
+    lse = torch.full((h, q.shape[1]), float("-inf"), device=q.device)
+    for hd, r0, r1, _c0, _c1, s in _tiles(q, k, shape, tile_rows):
+        if s.shape[1]:
+            lse[hd, r0:r1] = torch.logsumexp(s, dim=-1)
+    return lse
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, shape: ScoreShape, *,
+           tile_rows: int | None = None) -> tuple[Tensor, Tensor]:
+    """Exact attention under any :class:`ScoreShape`, by tiles of rows: ``(out, lse)``.
+
+    ``q`` (H, Lq, d), ``k`` (H_kv, Lk, d), ``v`` (H_kv, Lk, dv); returns ``out`` (H, Lq, dv)
+    in float32 and ``lse`` (H, Lq). A row with no visible key gives 0 and ``lse = -inf``.
+    For what the core's attention cannot express (soft-cap, ALiBi slopes, a dense bias);
+    memory is one tile of scores beyond the inputs.
+    """
+    h, group = _check_heads(q, k, v)
+    lq = q.shape[1]
+    out = torch.zeros(h, lq, v.shape[-1], device=q.device)
+    lse = torch.full((h, lq), float("-inf"), device=q.device)
+    vf = v.float()
+    for hd, r0, r1, c0, c1, s in _tiles(q, k, shape, tile_rows):
+        if not s.shape[1]:
+            continue
+        m = torch.logsumexp(s, dim=-1)  # (rows,)
+        lse[hd, r0:r1] = m
+        p = s.sub_(m.masked_fill(m == float("-inf"), float("inf"))[:, None]).exp_()
+        out[hd, r0:r1] = p @ vf[hd // group, c0:c1]
+    return out, lse

@@ -1,0 +1,477 @@
+"""Exact attention of loaded traces over HTTP: rows, tiles, pooled blocks, top-k, the QK view.
+
+A trace keeps what determines attention (q, k, the log-sum-exp and the score shaping), so
+the server computes any weight exactly when the page asks, whatever the length: the
+explorer of a long input carries pooled maps only and fetches the rest from here.
+
+``TraceStore`` holds traces by id; :func:`trace_router` is a FastAPI ``APIRouter`` over a
+store; :func:`create_trace_app` and :func:`run_traces` serve saved trace files
+(``attnlab serve --trace FILE``).
+
+Endpoints (``{tid}`` a trace id; ``layer``, ``head`` query parameters on every one that
+reads weights)::
+
+    GET /api/traces                      the traces held: id, model, shape
+    GET /api/traces/{tid}                one trace: shape, tokens, score shaping
+    GET /api/traces/{tid}/explorer       the explorer's data for it (JSON, served mode)
+    GET /api/traces/{tid}/rows           queries=3 | 3,7,9 | 10:20 [top=K]  exact rows
+    GET /api/traces/{tid}/tile           rows=a:b & cols=c:d                  exact tile
+    GET /api/traces/{tid}/pooled         block=B                              pooled map
+    GET /api/traces/{tid}/topk           query=i & k=K                        top-k keys
+    GET /api/traces/{tid}/qk             query=i [top=K]    the QK view's data for query i
+    GET /traces/{tid}                    the explorer page of a trace (fetches from here)
+
+Arrays come as ``{"dtype", "gz", "shape", "b64"}`` (little-endian bytes in base64, what the
+page decodes; :func:`attnlab.viz.explorer.decode_blob` in Python), or as plain JSON lists
+with ``encoding=list``. Every refusal is a 4xx JSON body ``{"error": "what is wrong"}``.
+Every weight is float32 and exact (the trace's ``weights_rows`` / ``weights_tile`` /
+``pooled`` / ``topk``); nothing computes more than the rows or tile asked for, except
+``pooled``, which reads the whole head once.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.trace.attention import AttentionTrace
+from attnlab.viz.explorer import Explorer, ExplorerConfig, encode_blob, json_for_html
+
+__all__ = ["TraceStore", "trace_router", "create_trace_app", "run_traces", "rows_data",
+           "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS", "MAX_TILE",
+           "MAX_POOLED_BLOCKS", "MAX_TOP"]
+
+MAX_ROWS = 256  # rows of one /rows request: 256 × 8,192 keys = 8 MB of float32
+MAX_TILE = 1 << 20  # weights in one /tile request (4 MB of float32)
+MAX_POOLED_BLOCKS = 512  # blocks per side of one /pooled request
+MAX_TOP = 256  # keys of one /topk or /qk request
+
+
+class _Refusal(Exception):
+    """A request this server will not answer: status and message for the JSON body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class TraceStore:
+    """Traces held by a server, by id (``t1``, ``t2`` …); the oldest go beyond ``capacity``.
+
+    >>> w = torch.softmax(torch.randn(1, 1, 3, 3), -1)
+    >>> store = TraceStore(capacity=1)
+    >>> a = store.add(AttentionTrace(tokens=list("abc"), weights=w))
+    >>> b = store.add(AttentionTrace(tokens=list("xyz"), weights=w))
+    >>> (a, b), store.ids()
+    (('t1', 't2'), ['t2'])
+    """
+
+    def __init__(self, capacity: int = 16, *, explorer: ExplorerConfig | None = None) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = capacity
+        self.config = explorer or ExplorerConfig()
+        self._traces: OrderedDict[str, AttentionTrace] = OrderedDict()
+        self._explorers: dict[str, Explorer] = {}
+        self._next = 1
+        self._lock = threading.Lock()
+
+    def add(self, trace: AttentionTrace) -> str:
+        """Keep ``trace``; returns its id."""
+        if not isinstance(trace, AttentionTrace):
+            raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+        with self._lock:
+            tid = f"t{self._next}"
+            self._next += 1
+            self._traces[tid] = trace
+            while len(self._traces) > self.capacity:
+                old, _ = self._traces.popitem(last=False)
+                self._explorers.pop(old, None)
+        return tid
+
+    def get(self, tid: str) -> AttentionTrace:
+        """The trace ``tid``; ``KeyError`` naming the ids held if there is none."""
+        with self._lock:
+            if tid not in self._traces:
+                raise KeyError(f"no trace {tid!r} on this server; it holds "
+                               f"{list(self._traces) or 'none'}")
+            return self._traces[tid]
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._traces)
+
+    def __len__(self) -> int:
+        return len(self._traces)
+
+    @staticmethod
+    def api_url(tid: str) -> str:
+        """The URL prefix the explorer page fetches trace ``tid`` from."""
+        return f"/api/traces/{tid}"
+
+    def explorer(self, tid: str, *, progress: Any = None) -> Explorer:
+        """The explorer of trace ``tid`` in served mode (built once: pooled maps are slow)."""
+        trace = self.get(tid)
+        with self._lock:
+            ex = self._explorers.get(tid)
+        if ex is None:
+            ex = Explorer(trace, config=self.config, uid=f"ax-{tid}",
+                          api=[self.api_url(tid)])
+            ex.payload(progress)
+            with self._lock:
+                if tid in self._traces:
+                    self._explorers[tid] = ex
+        return ex
+
+
+# --------------------------------------------------------------------------------------
+# argument parsing (shared by the endpoints)
+# --------------------------------------------------------------------------------------
+
+
+def _index(name: str, value: int, n: int) -> int:
+    if not 0 <= value < n:
+        raise _Refusal(422, f"{name} must be in [0, {n}), got {value}")
+    return value
+
+
+def _span(name: str, text: str, n: int) -> range:
+    """``a:b`` (either side may be empty) -> range, checked against [0, n)."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        a = int(parts[0]) if parts[0].strip() else 0
+        b = int(parts[1]) if parts[1].strip() else n
+    except ValueError:
+        raise _Refusal(422, f"{name} must be a span 'start:stop', got {text!r}") from None
+    if not 0 <= a < b <= n:
+        raise _Refusal(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
+    return range(a, b)
+
+
+def _queries(text: str, n: int) -> list[int]:
+    """``3`` | ``3,7,9`` | ``10:20`` -> positions in [0, n)."""
+    if ":" in text:
+        out = list(_span("queries", text, n))
+    else:
+        try:
+            out = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise _Refusal(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
+                                f"{text!r}") from None
+        if not out:
+            raise _Refusal(422, "queries is empty")
+        for i in out:
+            _index("queries", i, n)
+    if len(out) > MAX_ROWS:
+        raise _Refusal(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
+    return out
+
+
+def _head(trace: AttentionTrace, layer: int, head: int) -> tuple[int, int]:
+    return (_index("layer", layer, trace.num_layers), _index("head", head, trace.num_heads))
+
+
+def _array(t: Tensor, dtype: str, encoding: str) -> Any:
+    if encoding == "list":
+        return t.tolist()
+    return encode_blob(t, dtype)
+
+
+def _encoding(encoding: str) -> str:
+    if encoding not in ("b64", "list"):
+        raise _Refusal(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
+    return encoding
+
+
+# --------------------------------------------------------------------------------------
+# what each endpoint computes (plain functions: the router only wraps them)
+# --------------------------------------------------------------------------------------
+
+
+def _summary(tid: str, t: AttentionTrace) -> dict[str, Any]:
+    return {"id": tid, "model": t.model, "num_layers": t.num_layers, "num_heads": t.num_heads,
+            "num_kv_heads": t.num_kv_heads, "seq_len": t.seq_len, "key_len": t.key_len,
+            "head_dim": t.head_dim, "causal": bool(t.causal), "has_qk": bool(t.has_qk),
+            "page": f"/traces/{tid}"}
+
+
+def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: int = 0,
+              encoding: str = "b64") -> dict[str, Any]:
+    """Exact rows ``(len(queries), Lk)``; ``top`` > 0 adds the first row's strongest keys."""
+    layer, head = _head(t, layer, head)
+    qs = _queries(queries, t.seq_len)
+    if not 0 <= top <= MAX_TOP:
+        raise _Refusal(422, f"top must be in [0, {MAX_TOP}], got {top}")
+    w = t.weights_rows(layer, head, qs).float()  # (R, Lk)
+    out: dict[str, Any] = {"layer": layer, "head": head, "queries": qs,
+                           "weights": _array(w, "f32", _encoding(encoding))}
+    if top:
+        vals, idx = torch.topk(w[0], min(top, w.shape[1]))
+        out["top_values"], out["top_indices"] = vals.tolist(), idx.tolist()
+    return out
+
+
+def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
+              encoding: str = "b64") -> dict[str, Any]:
+    """The exact tile rows ``a:b`` × cols ``c:d``."""
+    layer, head = _head(t, layer, head)
+    r, c = _span("rows", rows, t.seq_len), _span("cols", cols, t.key_len)
+    if len(r) * len(c) > MAX_TILE:
+        raise _Refusal(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
+    w = t.weights_tile(layer, head, r, c).float()
+    return {"layer": layer, "head": head, "rows": [r.start, r.stop], "cols": [c.start, c.stop],
+            "weights": _array(w, "f32", _encoding(encoding))}
+
+
+def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
+                encoding: str = "b64") -> dict[str, Any]:
+    """The pooled map of one head in blocks of ``block`` tokens (rows sum to 1)."""
+    layer, head = _head(t, layer, head)
+    n = max(t.seq_len, t.key_len)
+    least = -(-n // MAX_POOLED_BLOCKS)
+    if not least <= block <= n:
+        raise _Refusal(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
+                            f"{MAX_POOLED_BLOCKS} blocks a side), got {block}")
+    p = t.pooled(layer, head, block).float()
+    return {"layer": layer, "head": head, "block": block,
+            "weights": _array(p, "f32", _encoding(encoding))}
+
+
+def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> dict[str, Any]:
+    """The ``k`` strongest keys of one query: values, indices and their tokens."""
+    layer, head = _head(t, layer, head)
+    query = _index("query", query, t.seq_len)
+    if not 1 <= k <= MAX_TOP:
+        raise _Refusal(422, f"k must be in [1, {MAX_TOP}], got {k}")
+    vals, idx = t.topk(layer, head, query, min(k, t.key_len))
+    keys = t.key_tokens if t.key_tokens is not None else t.tokens
+    idx_list = [int(i) for i in idx]
+    return {"layer": layer, "head": head, "query": query,
+            "values": [float(v) for v in vals], "indices": idx_list,
+            "tokens": [keys[i] for i in idx_list]}
+
+
+def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
+            top: int = 48) -> dict[str, Any]:
+    """Everything the QK view draws for one query of one head, at any length.
+
+    ``dots`` = q·k of every key (float64, unscaled), ``allowed`` = the keys the score
+    shaping lets the query see, ``bias`` = the additive part of the shaped score (ALiBi,
+    dense bias; None when there is none) and ``softcap``: the page recomputes
+    ``softmax((f(scale·dots) + bias) / T)`` for any scale and temperature; ``weights`` =
+    the exact row at the model's scale (the trace's ``weights_rows``); ``keys`` = the
+    ``top`` strongest keys (and the query's own position), with their ``k`` vectors.
+    """
+    layer, head = _head(t, layer, head)
+    query = _index("query", query, t.seq_len)
+    if not 1 <= top <= MAX_TOP:
+        raise _Refusal(422, f"top must be in [1, {MAX_TOP}], got {top}")
+    if not t.has_qk or t.groups is not None:
+        raise _Refusal(409, "the QK view needs this trace's q and k per token: it keeps "
+                            + ("none (made without qkv)" if not t.has_qk else
+                               "those of the byte pieces it merged"))
+    lq, lk = t.seq_len, t.key_len
+    shape = t.score_shape(layer)
+    g = head // (t.num_heads // t.num_kv_heads)
+    q = t.q[layer, head, query].double()  # (d,)
+    k = t.k[layer, g]  # (Lk, d)
+    dots = k.double() @ q  # (Lk,)
+    shaped = shape.scores(t.q[layer, head, query][None], k, rows=[query], head=head,
+                          lq=lq, lk=lk)[0].double()  # (Lk,) float32 -> float64
+    allowed = torch.isfinite(shaped)
+    base = dots * shape.scale
+    if shape.softcap is not None:
+        base = torch.tanh(base / shape.softcap) * shape.softcap
+    bias = None
+    if shape.alibi_slopes is not None or shape.bias is not None:
+        bias = torch.zeros(lk, dtype=torch.float64)
+        if shape.alibi_slopes is not None:
+            pos = query + (lk - lq)
+            bias -= float(shape.alibi_slopes[head]) * (pos - torch.arange(lk)).double()
+        if shape.bias is not None:
+            b = shape.bias[head if shape.bias.shape[0] > 1 else 0]
+            b = b[query if b.shape[0] > 1 else 0]
+            bias += b.double().expand(lk).masked_fill(~allowed, 0.0)
+    w = t.weights_rows(layer, head, [query])[0].float()  # (Lk,)
+    strongest = torch.topk(w, min(top, lk)).indices.tolist()
+    own = query + (lk - lq)
+    keys = sorted(set(strongest) | ({own} if 0 <= own < lk and bool(allowed[own]) else set()))
+    return {"layer": layer, "head": head, "query": query, "scale": shape.scale,
+            "softcap": shape.softcap, "q": encode_blob(q.float(), "f32"),
+            "dots": encode_blob(dots, "f64"), "allowed": encode_blob(allowed, "b8"),
+            "bias": None if bias is None else encode_blob(bias, "f64"),
+            "weights": encode_blob(w, "f32"), "keys": keys,
+            "k": encode_blob(k[keys].float(), "f32")}
+
+
+# --------------------------------------------------------------------------------------
+# the router and the app
+# --------------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str) -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=status, content={"error": message})
+
+
+def trace_router(store: TraceStore) -> Any:
+    """A FastAPI ``APIRouter`` serving the traces of ``store`` (endpoints: module docstring)."""
+    from fastapi import APIRouter
+    from fastapi.responses import HTMLResponse
+
+    router = APIRouter()
+
+    def answer(tid: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(store.get(tid), *args, **kwargs)
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))
+        except _Refusal as exc:
+            return _error(exc.status, exc.message)
+
+    @router.get("/api/traces")
+    def traces() -> dict[str, Any]:
+        return {"traces": [_summary(tid, store.get(tid)) for tid in store.ids()]}
+
+    @router.get("/api/traces/{tid}")
+    def trace_info(tid: str) -> Any:
+        def info(t: AttentionTrace) -> dict[str, Any]:
+            shapes = [t.score_shape(layer).describe() for layer in range(t.num_layers)]
+            return {**_summary(tid, t), "tokens": list(t.tokens),
+                    "key_tokens": None if t.key_tokens is None else list(t.key_tokens),
+                    "score_shape": shapes}
+        return answer(tid, info)
+
+    @router.get("/api/traces/{tid}/explorer")
+    def explorer(tid: str) -> Any:
+        return answer(tid, lambda t: store.explorer(tid).payload())
+
+    @router.get("/api/traces/{tid}/rows")
+    def rows(tid: str, layer: int, head: int, queries: str, top: int = 0,
+             encoding: str = "b64") -> Any:
+        return answer(tid, rows_data, layer, head, queries, top=top, encoding=encoding)
+
+    @router.get("/api/traces/{tid}/tile")
+    def tile(tid: str, layer: int, head: int, rows: str, cols: str,
+             encoding: str = "b64") -> Any:
+        return answer(tid, tile_data, layer, head, rows, cols, encoding=encoding)
+
+    @router.get("/api/traces/{tid}/pooled")
+    def pooled(tid: str, layer: int, head: int, block: int, encoding: str = "b64") -> Any:
+        return answer(tid, pooled_data, layer, head, block, encoding=encoding)
+
+    @router.get("/api/traces/{tid}/topk")
+    def topk(tid: str, layer: int, head: int, query: int, k: int = 10) -> Any:
+        return answer(tid, topk_data, layer, head, query, k)
+
+    @router.get("/api/traces/{tid}/qk")
+    def qk(tid: str, layer: int, head: int, query: int, top: int = 48) -> Any:
+        return answer(tid, qk_data, layer, head, query, top=top)
+
+    @router.get("/traces/{tid}", response_class=HTMLResponse)
+    def page(tid: str) -> Any:
+        try:
+            ex = store.explorer(tid)
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))
+        return HTMLResponse(ex.to_page(connect_self=True))
+
+    return router
+
+
+def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
+                     explorer: ExplorerConfig | None = None) -> Any:
+    """A FastAPI app serving saved traces: ``/`` lists them (or opens the only one)."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse
+
+    if isinstance(traces, TraceStore):
+        store = traces
+    else:
+        traces = list(traces)
+        if not traces:
+            raise ValueError("traces must hold at least one AttentionTrace, got none")
+        store = TraceStore(capacity=max(len(traces), 1), explorer=explorer)
+        for t in traces:
+            store.add(t)
+
+    app = FastAPI(title="attnlab traces", version="1",
+                  description="Exact attention of saved traces, on demand. Local use.")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query"))
+            parts.append(f"{where or 'request'}: {e.get('msg', 'invalid')}")
+        return _error(422, "invalid request: " + "; ".join(parts))
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "traces": store.ids()}
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> Any:
+        ids = store.ids()
+        if len(ids) == 1:
+            return HTMLResponse(store.explorer(ids[0]).to_page(connect_self=True))
+        items = "".join(
+            f'<li><a href="traces/{tid}">{html.escape(tid)}</a> · '
+            f"{html.escape(store.get(tid).model or 'trace')} · {store.get(tid).seq_len} tokens"
+            "</li>" for tid in ids)
+        return HTMLResponse(
+            "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>attnlab traces</title></head><body><h1>attnlab traces</h1>"
+            f"<ul>{items}</ul>"
+            f'<script type="application/json" id="ax-traces">{json_for_html(ids)}</script>'
+            "</body></html>")
+
+    app.include_router(trace_router(store))
+    app.state.traces = store
+    return app
+
+
+def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
+               quiet: bool = False) -> None:
+    """Load each saved trace, build its explorer (pooled maps), and serve until interrupted.
+
+    ``config`` is a :class:`attnlab.serve.app.ServeConfig` (host, port; ``max_chars`` is
+    not used: nothing is traced here).
+    """
+    import uvicorn
+
+    from attnlab.serve.app import ServeConfig
+
+    config = config or ServeConfig()
+    if not paths:
+        raise ValueError("paths must name at least one trace file (--trace FILE)")
+    store = TraceStore(capacity=len(paths))
+    for p in paths:
+        if not quiet:
+            print(f"attnlab serve: loading {p}", flush=True)
+        tid = store.add(AttentionTrace.load(Path(p)))
+        t = store.get(tid)
+
+        def progress(done: int, total: int, _t: AttentionTrace = t) -> None:
+            if not quiet:
+                print(f"attnlab serve: pooled maps, layer {done}/{total} "
+                      f"({_t.seq_len} tokens)", flush=True)
+
+        store.explorer(tid, progress=progress if t.seq_len > store.config.max_tokens else None)
+    app = create_trace_app(store)
+    if not quiet:
+        print(f"attnlab serve: http://{config.host}:{config.port}/", flush=True)
+    uvicorn.run(app, host=config.host, port=config.port,
+                log_level="warning" if quiet else "info")

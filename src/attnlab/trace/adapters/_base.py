@@ -1,0 +1,102 @@
+"""The adapter interface, and the record each observed attention call becomes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.core.scores import ScoreShape
+from attnlab.core.weights import shaped_weights
+
+__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "dense_weights"]
+
+
+@dataclass
+class AttentionRecord:
+    """One call of one attention module, batch-first, per head.
+
+    With q and k (``capture(..., qkv=True)``): ``q (B, H, Lq, d)``, ``k (B, H_kv, Lk, d)``,
+    ``v (B, H_kv, Lk, dv)`` (grouped heads not repeated) and ``lse (B, H, Lq)`` float32.
+    Without: ``weights (B, H, Lq, Lk)``. ``shapes`` holds one
+    :class:`~attnlab.core.scores.ScoreShape` per batch element (its key mask differs
+    between them); ``context (B, H, Lq, dv)`` only when the capture asked for it.
+    """
+
+    name: str
+    source: str
+    shapes: list[ScoreShape]
+    q: Tensor | None = None
+    k: Tensor | None = None
+    v: Tensor | None = None
+    lse: Tensor | None = None
+    weights: Tensor | None = None
+    context: Tensor | None = None
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """(H, Lq, Lk) of the call."""
+        if self.weights is not None:
+            return tuple(self.weights.shape[1:])  # type: ignore[return-value]
+        return self.q.shape[1], self.q.shape[2], self.k.shape[2]
+
+    @property
+    def batch(self) -> int:
+        return (self.weights if self.weights is not None else self.q).shape[0]
+
+
+class Sink(Protocol):
+    """What an adapter sees of a capture."""
+
+    qkv: bool
+    context: bool
+
+    def add(self, record: AttentionRecord) -> None: ...
+
+    def name_of(self, module: nn.Module) -> str: ...
+
+
+class Handle(Protocol):
+    def remove(self) -> None: ...
+
+
+class Adapter(Protocol):
+    name: str
+
+    def matches(self, module: nn.Module) -> bool: ...
+
+    def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]: ...
+
+
+class Restore:
+    """A handle that calls ``undo`` once, on :meth:`remove`."""
+
+    def __init__(self, undo: Callable[[], Any]) -> None:
+        self._undo: Callable[[], Any] | None = undo
+
+    def remove(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+
+def dense_weights(q: Tensor, k: Tensor, lse: Tensor, shapes: list[ScoreShape]) -> Tensor:
+    """(B, H, Lq, Lk) float32 weights from q (B, H, Lq, d), k (B, H_kv, Lk, d), lse."""
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    group = h // k.shape[1]
+    out = torch.empty(b, h, lq, lk)
+    rows = torch.arange(lq)
+    for bi in range(b):
+        for hd in range(h):
+            out[bi, hd] = shaped_weights(q[bi, hd], k[bi, hd // group], lse[bi, hd],
+                                         shapes[bi], rows=rows, head=hd, lq=lq, lk=lk)
+    return out
+
+
+def detached(t: Tensor | None) -> Tensor | None:
+    """A float32 CPU tensor detached from autograd (no copy when it already is one)."""
+    return None if t is None else t.detach().to("cpu", torch.float32)

@@ -1,0 +1,152 @@
+"""Reading attnlab's own attention modules (``MultiHeadAttention``, ``SelfAttention``).
+
+The modules follow attnlab's observation protocol (see :mod:`attnlab.nn.attention`): their
+``HookPoint`` children ``hook_q``, ``hook_k``, ``hook_v`` (grouped heads not repeated),
+``hook_lse``, ``hook_weights`` and ``hook_context`` are identities, and a module asks the
+core for the log-sum-exp only while ``hook_lse`` is observed, for dense weights only while
+``hook_weights`` is. So with ``qkv=True`` this adapter observes q, k, v and lse (the module
+then runs in O(N·d) memory, e.g. through the chunked backend); with ``qkv=False`` it
+observes the weights. What shapes the scores is read from the call's arguments in a
+forward pre-hook (``mask``, ``key_mask``, ``causal``, ``window``) and from the module's
+``scale`` attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.core.masks import causal as causal_mask
+from attnlab.core.masks import to_additive
+from attnlab.core.scores import ScoreShape, row_logsumexp
+from attnlab.nn.attention import MultiHeadAttention, SelfAttention
+from attnlab.trace.adapters._base import AttentionRecord, Handle, Restore, Sink, detached
+
+__all__ = ["ADAPTER", "describe_model"]
+
+
+def describe_model(model: nn.Module) -> dict[str, Any]:
+    """causal/layers/heads/max_length of a model built from attnlab attention modules.
+
+    Raises ``TypeError`` when ``model`` holds no attnlab attention module.
+    """
+    attns = [m for m in model.modules() if isinstance(m, (MultiHeadAttention, SelfAttention))]
+    if not attns:
+        raise TypeError(f"{type(model).__name__} contains no attnlab attention module")
+    first = attns[0]
+    config = getattr(model, "config", None)
+    causal = type(model).__name__ == "GPT" or bool(getattr(config, "causal", False))
+    max_length = int(getattr(config, "block_size", None) or getattr(config, "max_len", 0)
+                     or 1 << 20)
+    return {"causal": causal, "num_layers": len(attns), "num_heads": first.num_heads,
+            "num_kv_heads": getattr(first, "num_kv_heads", first.num_heads),
+            "head_dim": first.head_dim, "max_length": max_length}
+
+
+def _bias(mask: Tensor, bi: int) -> Tensor:
+    """Batch element ``bi`` of a module-level mask as a (H|1, Lq|1, Lk|1) float bias."""
+    if mask.dim() == 2:
+        m = mask[None]
+    elif mask.dim() == 3:  # (B, Lq, Lk)
+        m = mask[bi if mask.shape[0] > 1 else 0][None]
+    else:  # (B, H, Lq, Lk)
+        m = mask[bi if mask.shape[0] > 1 else 0]
+    return to_additive(m.detach().cpu(), torch.float32)
+
+
+def _shapes(module: nn.Module, call: dict[str, Any], b: int, lq: int, lk: int
+            ) -> list[ScoreShape]:
+    """One ScoreShape per batch element from the call's arguments."""
+    causal = bool(call.get("causal", False))
+    window = call.get("window")
+    mask, key_mask = call.get("mask"), call.get("key_mask")
+    if mask is not None and mask.dtype == torch.bool and mask.dim() == 2 and not causal:
+        # the commonest hand-made mask is the causal one: keep the rule, not the N x N copy
+        if tuple(mask.shape) == (lq, lk) and torch.equal(mask.cpu(), causal_mask(lq, lk)):
+            mask, causal = None, True
+    shapes = []
+    for bi in range(b):
+        km = None
+        if key_mask is not None:
+            km = key_mask[bi].detach().cpu().bool()
+            km = None if bool(km.all()) else km
+        shapes.append(ScoreShape(
+            scale=float(module.scale), causal=causal, window=window, key_mask=km,
+            bias=None if mask is None else _bias(mask, bi)))
+    return shapes
+
+
+class _AttnlabAdapter:
+    name = "attnlab"
+
+    def matches(self, module: nn.Module) -> bool:
+        return isinstance(module, (MultiHeadAttention, SelfAttention))
+
+    def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
+        handles: list[Handle] = []
+        try:
+            for m in modules:
+                handles.extend(self._attach_one(cap, m))
+        except BaseException:
+            for hnd in handles:
+                hnd.remove()
+            raise
+        return handles
+
+    def _attach_one(self, cap: Sink, m: nn.Module) -> list[Handle]:
+        pending: dict[str, Any] = {}
+        name = cap.name_of(m)
+        is_self = isinstance(m, SelfAttention)
+
+        def pre(_mod, args, kwargs):
+            pending.clear()
+            call = dict(kwargs)
+            if is_self and len(args) > 1:
+                call["mask"] = args[1]
+            pending["call"] = call
+
+        def keep(key):
+            def hook(_mod, _inp, out):
+                pending[key] = out.detach()
+            return hook
+
+        def done(_mod, _inp, out):
+            call = pending.get("call", {})
+            if cap.qkv:
+                q, k = pending.get("q"), pending.get("k")
+                if q is None or k is None:
+                    return
+                b, _, lq, _ = q.shape
+                shapes = _shapes(m, call, b, lq, k.shape[2])
+                lse = pending.get("lse")
+                if lse is None:  # the module did not report it: compute it in tiles
+                    lse = torch.stack([row_logsumexp(q[bi], k[bi], shapes[bi])
+                                       for bi in range(b)])
+                rec = AttentionRecord(
+                    name=name, source=self.name, shapes=shapes, q=detached(q),
+                    k=detached(k), v=detached(pending.get("v")), lse=detached(lse))
+            else:
+                w = pending.get("weights")
+                if w is None:
+                    return
+                b, _, lq, lk = w.shape
+                rec = AttentionRecord(name=name, source=self.name,
+                                      shapes=_shapes(m, call, b, lq, lk), weights=detached(w))
+            if cap.context:
+                rec.context = detached(out)
+            pending.clear()
+            cap.add(rec)
+
+        handles: list[Handle] = [m.register_forward_pre_hook(pre, with_kwargs=True)]
+        observed = ("q", "k", "v", "lse") if cap.qkv else ("weights",)
+        for key in observed:
+            handles.append(getattr(m, f"hook_{key}").register_forward_hook(keep(key)))
+        handles.append(m.hook_context.register_forward_hook(done))
+        handles.append(Restore(pending.clear))
+        return handles
+
+
+#: The adapter for attnlab modules.
+ADAPTER = _AttnlabAdapter()

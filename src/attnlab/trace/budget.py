@@ -1,0 +1,401 @@
+"""The memory a trace will need, estimated and checked before a model runs.
+
+Every entry point that runs a model on a user's text (``attnlab trace/explore/diagnose``,
+the server, :func:`attnlab.trace.tracer.trace` with ``max_memory=``) calls
+:func:`check_trace_budget` with the number of **tokens** (not characters) first, and
+refuses with :class:`MemoryBudgetError` (a ``ValueError``) that states the budget and the
+estimate, before anything is allocated.
+
+The estimate, in bytes, for ``N`` tokens through a model of ``L`` layers, ``H`` query heads,
+``H_kv`` key/value heads of size ``d``, hidden size ``E``, feed-forward width ``F`` and
+vocabulary ``V`` (all float32, 4 bytes a number)::
+
+    kept      = 4 · L · N · (H·d [q] + 2·H_kv·d [k, v] + H [lse])
+              + 4 · L · N · H·d  for each head's output, when the trace keeps the context
+              + 4 · L · H · N²   for dense weights, when a trace keeps them (no q/k, or v1)
+              + 4 · L · H · N²   for raw scores, when asked for
+    forward   = 4 · N · (4·E + (H + 2·H_kv)·d + 3·F)   one block's activations (no grad)
+              + 4 · N · V                             vocabulary logits, unless avoided
+              + 4 · N²                                one N×N mask, if the model builds one
+              + 8 · H · N²                            scores and probabilities of one layer,
+                                                      if its attention path materialises them
+    estimate  = KEPT_COPIES · kept + forward
+
+``KEPT_COPIES = 3`` is deliberately conservative: the tensors recorded layer by layer, the
+stacked trace, and the serialized bytes when it is saved can all be alive at once. The
+model's own weights are not counted: they are loaded already. Example (SmolLM2-135M:
+``L=30, H=9, H_kv=3, d=64, E=576, F=1536, V=49152``) at 8,192 tokens: kept 0.89 GiB,
+forward 1.99 GiB (1.5 GiB of it the logits, 0.25 GiB the mask), estimate 4.65 GiB.
+
+>>> shape = ModelShape(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+...                    hidden_size=32, ff_size=128, vocab_size=100)
+>>> estimate_trace_bytes(shape, 10).total
+43360
+>>> check_trace_budget(shape, 10_000, "1MB")
+Traceback (most recent call last):
+...
+attnlab.trace.budget.MemoryBudgetError: 10000 tokens need about 41.35 MiB of memory ...
+>>> parse_memory("512MiB"), parse_memory("4GB")
+(536870912, 4000000000)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KEPT_COPIES",
+    "MemoryBudgetError",
+    "MemoryEstimate",
+    "ModelShape",
+    "check_text",
+    "check_trace_budget",
+    "count_tokens",
+    "default_budget",
+    "estimate_trace_bytes",
+    "format_bytes",
+    "max_tokens_within",
+    "model_shape",
+    "parse_memory",
+    "resolve_budget",
+]
+
+KEPT_COPIES = 3  # records + stacked trace + serialized file bytes, alive at once at worst
+DEFAULT_FRACTION = 0.5  # of the machine's memory (or of its cgroup limit, if lower)
+_FALLBACK_TOTAL = 8 * 2**30  # when the machine's memory cannot be read
+_FLOAT = 4  # bytes of a float32
+
+
+class MemoryBudgetError(ValueError):
+    """An input whose trace would need more memory than the budget allows."""
+
+
+# --------------------------------------------------------------------------------------
+# sizes: parsing, printing, the machine's default
+# --------------------------------------------------------------------------------------
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([A-Za-z]*)")
+
+
+def parse_memory(text: str, *, name: str = "--max-memory") -> int:
+    """A memory size in bytes from ``"4GB"``, ``"512MiB"``, ``"1.5GiB"`` or ``"1000000"``.
+
+    Strict: a non-negative decimal number, then nothing (bytes) or one of B, KB, MB, GB, TB
+    (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive, no space.
+
+    >>> parse_memory("1.5KiB")
+    1536
+    >>> parse_memory("4 GB")
+    Traceback (most recent call last):
+    ...
+    ValueError: --max-memory must be a size such as 4GB, 512MiB or 1000000 (bytes), got '4 GB'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string such as '4GB', got {type(text).__name__}")
+    m = _SIZE.fullmatch(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in ("", *_UNITS):
+        raise ValueError(f"{name} must be a size such as 4GB, 512MiB or 1000000 (bytes), got "
+                         f"{text!r}")
+    value = int(float(m.group(1)) * _UNITS.get(unit, 1))
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1 byte, got {text!r}")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    """``1536 -> '1.50 KiB'``: binary units, two decimals."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _machine_memory() -> int:
+    total = _FALLBACK_TOTAL
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:  # a container's limit (cgroup v2), when lower than the machine's memory
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return int(total)
+
+
+def default_budget() -> int:
+    """Half the machine's memory (or of its container's limit, if lower)."""
+    return int(_machine_memory() * DEFAULT_FRACTION)
+
+
+def resolve_budget(budget: int | str | None, *, name: str = "max_memory") -> int:
+    """A budget in bytes: ``None`` -> :func:`default_budget`, a string -> :func:`parse_memory`,
+    a positive int as is."""
+    if budget is None:
+        return default_budget()
+    if isinstance(budget, str):
+        return parse_memory(budget, name=name)
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise TypeError(f"{name} must be a number of bytes, a size string such as '4GB', or "
+                        f"None, got {type(budget).__name__}")
+    if budget < 1:
+        raise ValueError(f"{name} must be a positive number of bytes, got {budget}")
+    return budget
+
+
+# --------------------------------------------------------------------------------------
+# the model's shape
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimate needs to know about a model (see the module docstring)."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    ff_size: int
+    vocab_size: int = 0
+    logits: bool = True  # the forward pass computes vocabulary logits (causal LMs)
+    n2_mask: bool = False  # the model builds one N×N mask (Hugging Face models do)
+    eager_scores: bool = False  # its attention materialises (H, N, N) scores per layer
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
+                     "ff_size", "vocab_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"ModelShape.{name} must be an int >= 0, got {v!r}")
+
+
+def _first(obj: Any, *names: str) -> Any:
+    for n in names:
+        v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _from_config(cfg: Any, *, hf: bool) -> ModelShape:
+    layers = _first(cfg, "num_hidden_layers", "num_layers", "n_layer", "n_layers")
+    heads = _first(cfg, "num_attention_heads", "num_heads", "n_head", "n_heads")
+    hidden = _first(cfg, "hidden_size", "embed_dim", "d_model", "n_embd", "dim")
+    if layers is None or heads is None or hidden is None:
+        raise TypeError(f"cannot read layers, heads and hidden size from a "
+                        f"{type(cfg).__name__}; give a ModelShape")
+    kv = _first(cfg, "num_key_value_heads", "num_kv_heads") or heads
+    head_dim = _first(cfg, "head_dim") or hidden // heads
+    ff = _first(cfg, "intermediate_size", "ff_dim", "n_inner", "ffn_dim") or 4 * hidden
+    vocab = _first(cfg, "vocab_size") or 0
+    return ModelShape(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
+                      hidden_size=hidden, ff_size=ff, vocab_size=vocab, logits=vocab > 0,
+                      n2_mask=hf)
+
+
+def _from_module(module: Any) -> ModelShape:
+    cfg = getattr(module, "config", None)
+    hf = cfg is not None and hasattr(cfg, "model_type")
+    if cfg is not None:
+        try:
+            shape = _from_config(cfg, hf=hf)
+        except TypeError:
+            shape = None
+        if shape is not None:
+            if hf:  # a bare encoder (AutoModel) computes no vocabulary logits
+                has_head = any(hasattr(module, a) for a in ("lm_head", "cls", "embed_out"))
+                shape = _replace(shape, logits=has_head and shape.vocab_size > 0)
+            return shape
+    attns = [m for m in module.modules()
+             if _first(m, "num_heads") and _first(m, "head_dim") and hasattr(m, "scale")]
+    if not attns:
+        raise TypeError(f"{type(module).__name__} has no attention module attnlab knows; "
+                        f"give a ModelShape")
+    a = attns[0]
+    heads, d = a.num_heads, a.head_dim
+    hidden = _first(a, "embed_dim") or heads * d
+    return ModelShape(num_layers=len(attns), num_heads=heads,
+                      num_kv_heads=_first(a, "num_kv_heads") or heads, head_dim=d,
+                      hidden_size=hidden, ff_size=4 * hidden, vocab_size=0, logits=False)
+
+
+def _replace(shape: ModelShape, **kw: Any) -> ModelShape:
+    from dataclasses import replace
+
+    return replace(shape, **kw)
+
+
+def model_shape(model_like: Any) -> ModelShape:
+    """A :class:`ModelShape` from a ``LoadedModel``-like object (``.model`` and
+    ``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim``), an ``nn.Module``
+    (Hugging Face or attnlab), a config object or dict, or a ``ModelShape`` itself."""
+    if isinstance(model_like, ModelShape):
+        return model_like
+    inner = getattr(model_like, "model", None)
+    if inner is not None and hasattr(inner, "modules") and _first(model_like, "num_layers"):
+        try:
+            base = _from_module(inner)
+        except TypeError:
+            base = None
+        heads = _first(model_like, "num_heads") or (base.num_heads if base else 1)
+        d = _first(model_like, "head_dim") or (base.head_dim if base else 1)
+        hidden = base.hidden_size if base else heads * d
+        return ModelShape(
+            num_layers=model_like.num_layers, num_heads=heads,
+            num_kv_heads=_first(model_like, "num_kv_heads") or heads, head_dim=d,
+            hidden_size=hidden, ff_size=base.ff_size if base else 4 * hidden,
+            vocab_size=base.vocab_size if base else 0,
+            logits=base.logits if base else False,
+            n2_mask=base.n2_mask if base else False,
+            eager_scores=base.eager_scores if base else False)
+    if hasattr(model_like, "modules") and callable(model_like.modules):
+        return _from_module(model_like)
+    return _from_config(model_like, hf=hasattr(model_like, "model_type"))
+
+
+# --------------------------------------------------------------------------------------
+# the estimate
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a trace of ``num_tokens`` needs: ``total = KEPT_COPIES · kept + forward``."""
+
+    num_tokens: int
+    kept: int
+    forward: int
+    total: int
+
+    def describe(self) -> str:
+        return (f"about {format_bytes(self.total)} of memory ({format_bytes(self.kept)} kept "
+                f"by the trace, counted {KEPT_COPIES}x, + {format_bytes(self.forward)} for the "
+                f"forward pass)")
+
+
+def _check_tokens(num_tokens: Any) -> int:
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
+        raise TypeError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    return num_tokens
+
+
+def estimate_trace_bytes(model_like: Any, num_tokens: int, *, keep_context: bool = False,
+                         keep_weights: bool = False, keep_scores: bool = False
+                         ) -> MemoryEstimate:
+    """The estimate of the module docstring for ``num_tokens`` tokens through ``model_like``.
+
+    ``keep_context``: the trace stores each head's output too; ``keep_weights``: it stores
+    dense (L, H, N, N) weights (a trace made without q/k; q, k, v and lse stay counted,
+    as capture may hold them on the way); ``keep_scores``: it stores raw scores too.
+    """
+    s = model_shape(model_like)
+    n = _check_tokens(num_tokens)
+    L, H, Hkv, d = s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim
+    kept = _FLOAT * L * n * (H * d + 2 * Hkv * d + H + H * d * int(keep_context))
+    kept += _FLOAT * L * H * n * n * (int(keep_weights) + int(keep_scores))
+    forward = _FLOAT * n * (4 * s.hidden_size + (H + 2 * Hkv) * d + 3 * s.ff_size)
+    forward += _FLOAT * n * s.vocab_size if s.logits else 0
+    forward += _FLOAT * n * n if s.n2_mask else 0
+    forward += 2 * _FLOAT * H * n * n if s.eager_scores else 0
+    return MemoryEstimate(num_tokens=n, kept=kept, forward=forward,
+                          total=KEPT_COPIES * kept + forward)
+
+
+def max_tokens_within(model_like: Any, budget_bytes: int | str | None = None,
+                      **keep: bool) -> int:
+    """The most tokens whose estimate fits ``budget_bytes`` (the estimate grows with N)."""
+    budget = resolve_budget(budget_bytes)
+    shape = model_shape(model_like)
+    lo, hi = 0, 1
+    while hi < 1 << 40 and estimate_trace_bytes(shape, hi, **keep).total <= budget:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if estimate_trace_bytes(shape, mid, **keep).total <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def check_trace_budget(model_config_like: Any, num_tokens: int,
+                       budget_bytes: int | str | None = None, *, what: str = "",
+                       **keep: bool) -> MemoryEstimate:
+    """Refuse, before anything is allocated, a trace whose estimate exceeds the budget.
+
+    ``budget_bytes``: bytes, a size string (``"4GB"``) or ``None`` for
+    :func:`default_budget`. ``what`` prefixes the message (e.g. ``"text"``). Returns the
+    estimate when it fits; raises :class:`MemoryBudgetError` stating both otherwise.
+    """
+    budget = resolve_budget(budget_bytes)
+    est = estimate_trace_bytes(model_config_like, num_tokens, **keep)
+    if est.total > budget:
+        fit = max_tokens_within(model_config_like, budget, **keep)
+        prefix = f"{what}: " if what else ""
+        raise MemoryBudgetError(
+            f"{prefix}{num_tokens} tokens need {est.describe()}, above the memory budget of "
+            f"{format_bytes(budget)}; give a shorter text (about {fit} tokens fit) or raise "
+            f"the budget (--max-memory, max_memory=)")
+    return est
+
+
+# --------------------------------------------------------------------------------------
+# the input: text checked, tokens counted
+# --------------------------------------------------------------------------------------
+
+# Characters that draw nothing although Unicode does not call them spaces or controls.
+_BLANK = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\u034f", "\u17b4", "\u17b5",
+          "\u180e"}
+_INVISIBLE_CATEGORIES = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"}
+
+
+def check_text(text: Any, name: str = "text") -> str:
+    """``text`` if it is a str with at least one visible character; ``TypeError`` or
+    ``ValueError`` naming ``name`` otherwise (lone surrogates included).
+
+    >>> check_text("\\u200b\\u200d \\ufeff")
+    Traceback (most recent call last):
+    ...
+    ValueError: text has no visible character (4 characters, all whitespace, zero-width, format or control characters); give at least one word
+    """  # noqa: E501
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    for i, c in enumerate(text):
+        if "\ud800" <= c <= "\udfff":
+            raise ValueError(f"{name} holds a lone surrogate U+{ord(c):04X} at character {i}; "
+                             f"{name} must be valid Unicode")
+    if all(c.isspace() or c in _BLANK or unicodedata.category(c) in _INVISIBLE_CATEGORIES
+           for c in text):
+        if not text:
+            raise ValueError(f"{name} is empty; give at least one word")
+        raise ValueError(f"{name} has no visible character ({len(text)} characters, all "
+                         f"whitespace, zero-width, format or control characters); give at "
+                         f"least one word")
+    return text
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """How many tokens ``tokenizer`` makes of ``text``, special tokens included, as the
+    tracer encodes it (a Hugging Face tokenizer, or any object with ``encode``)."""
+    if tokenizer is None:
+        raise ValueError("text needs a tokenizer to count its tokens; got none")
+    if callable(tokenizer) and hasattr(tokenizer, "convert_ids_to_tokens"):
+        return len(tokenizer(text, add_special_tokens=True)["input_ids"])
+    if hasattr(tokenizer, "encode"):
+        return len(tokenizer.encode(text))
+    raise TypeError(f"tokenizer must be a Hugging Face tokenizer or have encode(text), got "
+                    f"{type(tokenizer).__name__}")

@@ -1,0 +1,114 @@
+"""The induction run that the report trains, and what it found, as data.
+
+:func:`ensure_run` trains ``attnlab train --task induction`` into a directory (or reuses a
+finished run with the same config, or resumes a killed one); :func:`summarize_run` reads a
+run back: its metrics, every head's previous-token and induction scores, the heads found,
+and the checks of the claim that different heads learn different relations. The report's
+"trained model" section (:mod:`attnlab.report.trained_model`) draws them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from attnlab.train.checkpoint import CheckpointError, is_run_dir, load_run, read_config
+from attnlab.train.config import TrainConfig
+from attnlab.train.heads import HeadScores, capture_weights, score_heads
+from attnlab.train.tasks import Task, get_task
+from attnlab.train.trainer import read_metrics, train
+
+__all__ = ["ACCURACY_TARGET", "INDUCTION_THRESHOLD", "PREVIOUS_THRESHOLD", "STANDOUT",
+           "RunSummary", "ensure_run", "summarize_run"]
+
+ACCURACY_TARGET = 0.95  # held-out accuracy on the induction positions
+# A head is "found" when its score clears an absolute bar and stands out from the others
+# (>= 3x the median head). Attention spread evenly over the earlier tokens of a 32-token
+# sequence scores about 0.1 on either score.
+PREVIOUS_THRESHOLD = 0.3  # the trained layer-0 heads share the job; the best reaches ~0.42
+INDUCTION_THRESHOLD = 0.5  # most of the mass on the tokens after earlier occurrences
+STANDOUT = 3.0  # times the lower median of all heads' scores
+
+
+def ensure_run(run_dir: str | Path, config: TrainConfig, progress: Any = None) -> None:
+    """Make ``run_dir`` a finished run of ``config``: reuse it if it is one, resume it if it
+    was cut short, otherwise train it afresh (whatever was there is removed)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        try:
+            same = read_config(run_dir) == config
+        except CheckpointError:
+            same = False
+        finished = same and any(r.get("final") and r["step"] >= config.steps
+                                for r in read_metrics(run_dir))
+        if finished and is_run_dir(run_dir):
+            return
+        if same and is_run_dir(run_dir):
+            try:
+                train(config, run_dir, resume=True, progress=progress, quiet=progress is None)
+                return
+            except CheckpointError:
+                pass
+        shutil.rmtree(run_dir)
+    train(config, run_dir, progress=progress, quiet=progress is None)
+
+
+@dataclass
+class RunSummary:
+    """What one finished run learned.
+
+    ``checks`` are (claim, value as text, passed); ``example_weights`` (L, H, N, N) are the
+    attention of every head on ``example_tokens``, one held-out sequence.
+    """
+
+    run_dir: Path
+    config: TrainConfig
+    task: Task
+    metrics: list[dict[str, Any]]
+    final: dict[str, Any]
+    scores: HeadScores
+    checks: list[tuple[str, str, bool]]
+    example_tokens: list[str]
+    example_weights: Tensor
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for _, _, ok in self.checks)
+
+
+def summarize_run(run_dir: str | Path, *, seed: int = 0) -> RunSummary:
+    """Read a finished run: score every head on held-out batches of its task and check that
+    a previous-token head and an induction head stand out, in that layer order."""
+    run_dir = Path(run_dir)
+    model, tok = load_run(run_dir)
+    config = read_config(run_dir)
+    task = get_task(config.task)
+    rows = read_metrics(run_dir)
+    final = next((r for r in reversed(rows) if r.get("final")), None)
+    if final is None:
+        raise CheckpointError(f"{run_dir}: the run has no final evaluation yet")
+    scores = score_heads(model, task.batch(0, 16, seed, split="eval").inputs)
+    pl, ph, ps = scores.best_previous_token
+    il, ih, is_ = scores.best_induction
+    example = task.batch(1, 1, seed, split="eval").inputs
+    acc = float(final["eval_accuracy"])
+    checks = [
+        (f"held-out accuracy on induction positions >= {ACCURACY_TARGET}", f"{acc:.4g}",
+         acc >= ACCURACY_TARGET),
+        (f"previous-token head found (score >= {PREVIOUS_THRESHOLD}, >= {STANDOUT:g}x median)",
+         f"L{pl}H{ph} {ps:.2f}", ps >= PREVIOUS_THRESHOLD
+         and ps >= STANDOUT * float(scores.previous_token.median())),
+        (f"induction head found (score >= {INDUCTION_THRESHOLD}, >= {STANDOUT:g}x median)",
+         f"L{il}H{ih} {is_:.2f}", is_ >= INDUCTION_THRESHOLD
+         and is_ >= STANDOUT * float(scores.induction.median())),
+        ("induction head sits above the previous-token head (layer order)",
+         f"{il} > {pl}", il > pl),
+    ]
+    return RunSummary(run_dir=run_dir, config=config, task=task, metrics=rows, final=final,
+                      scores=scores, checks=checks,
+                      example_tokens=tok.decode_tokens(example[0]),
+                      example_weights=capture_weights(model, example)[:, 0])

@@ -1,0 +1,109 @@
+"""``attnlab bench`` at a tiny size: the JSON keys, the plain progress lines, the whole
+table, and the pieces it is built from (speeds are not tested)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.bench import BenchConfig, attention_flops, naive_attention
+from attnlab.bench.isolate import IsolatedCallError, call_isolated
+from attnlab.cli import main
+
+KEYS = ("fused_vs_sdpa", "explicit_vs_naive", "mha_weights_vs_torch", "chunked_peak_mb_n32k")
+ROW_KEYS = {"device", "n", "causal", "mode", "contender", "ms", "gflops", "frac_peak",
+            "cell_gemm_gflops", "peak_mb"}
+TINY = ["bench", "--quick", "--sizes", "64", "--repeats", "1"]
+
+
+@pytest.mark.slow
+def test_json_is_one_object_with_the_documented_keys(capsys):
+    assert main([*TINY, "--json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # stdout holds the JSON object and nothing else
+    assert captured.err == ""  # --quiet: no progress
+    assert result["format_version"] == 1
+    for key in KEYS:
+        assert isinstance(result[key], (int, float)) and not isinstance(result[key], bool), key
+        assert math.isfinite(result[key]) and result[key] > 0, key
+    assert set(result) >= {"chunked_vs_sdpa", "linear_vs_softmax", "chunked_n32k_time_vs_sdpa",
+                           "fused_frac_peak_n4096", "gemm_gflops", "long_probe", "machine",
+                           "config", "memory_method", "results", "targets"}
+    assert result["long_probe"]["n"] == 32768 and result["long_probe"]["error"] is None
+    assert result["gemm_gflops"]["cpu"] > 0
+    contenders = {r["contender"] for r in result["results"]}
+    assert contenders == {"torch_sdpa", "fused", "explicit", "naive", "chunked", "linear",
+                          "torch_mha", "attnlab_mha"}
+    for r in result["results"]:
+        assert set(r) == ROW_KEYS and r["ms"] > 0 and r["n"] == 64 and r["mode"] == "fwd"
+        measured = not r["causal"] and not r["contender"].endswith("_mha")  # kernels, full
+        assert (r["peak_mb"] is not None) == measured, r
+    assert set(result["targets"]) >= set(KEYS)
+
+
+@pytest.mark.slow
+def test_off_a_terminal_progress_is_plain_lines_and_the_whole_table_prints():
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="80")
+    proc = subprocess.run([sys.executable, "-m", "attnlab", *TINY], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("bench [")]
+    total = len(steps)
+    assert total == 5  # GEMM rate, 2 cells, 1 memory probe, the long probe
+    assert steps[0].startswith(f"bench [1/{total}] GEMM rate on cpu")
+    assert steps[-1].startswith(f"bench [{total}/{total}] chunked vs torch SDPA at N=32768")
+    assert "\x1b[" not in proc.stderr + proc.stdout  # no terminal control codes
+    table = [line for line in proc.stdout.splitlines() if " 64 " in line]
+    assert len(table) == 2  # N=64, causal and not
+    header = next(line for line in proc.stdout.splitlines() if "torch_sdpa" in line)
+    for column in ("attnlab_mha", "fused×", "explicit×", "mha×", "fused %peak"):
+        assert column in header  # no column cut, even at COLUMNS=80
+    assert "…" not in proc.stdout
+    assert "fused_vs_sdpa" in proc.stdout and "long probe: N=32768" in proc.stdout
+
+
+def test_isolated_call_runs_a_named_function_in_its_own_process():
+    assert call_isolated("attnlab.bench.isolate:echo", value={"a": [1, 2.5]}) == {"a": [1, 2.5]}
+    with pytest.raises(ValueError, match="attnlab.module:function"):
+        call_isolated("os:getpid")  # only attnlab's own functions
+    with pytest.raises(IsolatedCallError, match="peak_memory failed in its own process"):
+        call_isolated("attnlab.bench.memory:peak_memory", config={"sizes": [0]}, n=4)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="sizes must be positive ints"):
+        BenchConfig(sizes=(64, -1))
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        BenchConfig(repeats=0)
+    with pytest.raises(ValueError, match="long_rows"):
+        BenchConfig(long_n=100, long_rows=200)
+    cfg = BenchConfig(sizes=(8,), devices=("cpu",))
+    assert BenchConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+
+
+def test_naive_baseline_is_the_article_formula():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=g) for _ in range(3))
+    out, w = naive_attention(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=0)
+    assert not torch.allclose(out, torch.softmax(q @ k.transpose(-2, -1), -1) @ v)  # no √d
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    out, _ = naive_attention(q, k, v, mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=0)
+    assert not torch.allclose(out, naive_attention(q, k, v, mask.T)[0])
+
+
+def test_flop_count_convention():
+    cfg = BenchConfig(batch=1, heads=8, head_dim=64)
+    full = attention_flops(1024, cfg, causal=False, mode="fwd")
+    assert full == 4 * 8 * 1024 * 1024 * 64
+    assert attention_flops(1024, cfg, causal=True, mode="fwd") == full / 2
+    assert attention_flops(1024, cfg, causal=False, mode="fwd+bwd") == 3.5 * full

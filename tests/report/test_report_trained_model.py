@@ -1,0 +1,21 @@
+"""The report's trained-model section, on a tiny run (an untrained model must not pass)."""
+
+from __future__ import annotations
+
+from attnlab.report.trained_model import section_for
+from attnlab.train.config import TrainConfig
+from attnlab.train.summary import ensure_run, summarize_run
+
+
+def test_section_renders_and_fails_for_an_undertrained_model(tmp_path):
+    cfg = TrainConfig.for_task("induction", num_layers=2, num_heads=2, embed_dim=16,
+                               batch_size=8, steps=3, warmup_steps=2, checkpoint_every=3,
+                               log_every=2, eval_batches=2)
+    run = tmp_path / "trained-induction"
+    ensure_run(run, cfg)
+    s = section_for(summarize_run(run))
+    assert s.id == "trained-model" and s.html.count("<svg") == 2
+    assert 'class="zh' in s.html
+    assert len(s.rows) == 4 and s.passed is False  # 3 steps do not make an induction head
+    assert "induction head found" in s.rows[2][0]
+    assert "2 layers x 2 heads, dim 16" in s.html

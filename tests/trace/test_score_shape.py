@@ -1,0 +1,118 @@
+"""ScoreShape (attnlab.core.scores) and shaped weights (attnlab.core.weights): every rule
+equals the dense formula, and a wrong rule is told apart."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.masks import causal as causal_mask
+from attnlab.core.positional import alibi_bias, alibi_slopes
+from attnlab.core.scores import ScoreShape, attend, row_logsumexp
+from attnlab.core.weights import shaped_weights
+
+
+def _dense_scores(q, k, shape: ScoreShape, head: int) -> torch.Tensor:
+    """The score formula written out in float64 over the whole (Lq, Lk) map."""
+    lq, lk = q.shape[0], k.shape[0]
+    s = (q.double() @ k.double().T) * shape.scale
+    if shape.softcap is not None:
+        s = shape.softcap * torch.tanh(s / shape.softcap)
+    if shape.alibi_slopes is not None:  # the canonical slopes: core.positional's bias
+        s = s + alibi_bias(len(shape.alibi_slopes), lq, lk)[head].double()
+    if shape.bias is not None:
+        b = shape.bias[head if shape.bias.shape[0] > 1 else 0].double()
+        s = s + b
+    keep = torch.ones(lq, lk, dtype=torch.bool)
+    if shape.causal:
+        keep &= causal_mask(lq, lk, window=shape.window)
+    if shape.key_mask is not None:
+        keep &= shape.key_mask[None, :]
+    return s.masked_fill(~keep, -math.inf)
+
+
+SHAPES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(causal=True, window=3),
+    "key_mask": dict(key_mask=torch.tensor([True, True, False, True, True, True, False, True,
+                                            True, True, True, True])),
+    "softcap": dict(causal=True, softcap=2.0),
+    "alibi": dict(causal=True, alibi_slopes=alibi_slopes(2)),
+    "bias": dict(bias=torch.randn(2, 9, 12, generator=torch.Generator().manual_seed(3))),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_shaped_weights_equal_the_dense_softmax(kind):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 9, 8, generator=g)
+    k = torch.randn(1, 12, 8, generator=g)  # grouped: both query heads read key head 0
+    shape = ScoreShape(scale=8 ** -0.5, **SHAPES[kind])
+    lse = row_logsumexp(q, k, shape, tile_rows=4)
+    for head in range(2):
+        ref_s = _dense_scores(q[head], k[0], shape, head)
+        ref = torch.softmax(ref_s, -1)
+        assert torch.allclose(lse[head].double(), torch.logsumexp(ref_s, -1), atol=1e-5)
+        rows = [0, 4, 8]
+        got = shaped_weights(q[head, rows], k[0], lse[head, rows], shape, rows=rows, head=head,
+                             lq=9, lk=12)
+        assert (got.double() - ref[rows]).abs().max() < 1e-6
+        cols = [1, 5, 11]
+        tile = shaped_weights(q[head, rows], k[0, cols], lse[head, rows], shape, rows=rows,
+                              cols=cols, head=head, lq=9, lk=12)
+        assert (tile.double() - ref[rows][:, cols]).abs().max() < 1e-6
+    # the wrong rule: the same rows rebuilt without the shaping differ (except plain)
+    if kind != "plain":
+        bare = ScoreShape(scale=8 ** -0.5)
+        wrong = shaped_weights(q[1, :9], k[0], row_logsumexp(q[1:], k, bare)[0], bare,
+                               rows=range(9), head=1, lq=9, lk=12)
+        assert (wrong.double() - torch.softmax(_dense_scores(q[1], k[0], shape, 1), -1)
+                ).abs().max() > 1e-3
+
+
+def test_attend_equals_the_core_and_fully_masked_rows_are_zero():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = torch.randn(3, 4, 10, 8, generator=g).unbind(0)
+    km = torch.ones(10, dtype=torch.bool)
+    km[7:] = False
+    shape = ScoreShape(scale=0.3, causal=True, key_mask=km)
+    out, lse = attend(q, k[:2], v[:2], shape, tile_rows=3)
+    mask = causal_mask(10) & km
+    ref_out, ref_lse = scaled_dot_product_attention(
+        q, k[:2], v[:2], mask, scale=0.3, return_lse=True, backend="chunked")
+    assert torch.allclose(out, ref_out, atol=1e-6) and torch.allclose(lse, ref_lse, atol=1e-6)
+    # with Lq < Lk (bottom-right) and a key mask hiding every key a row sees
+    short = ScoreShape(scale=0.3, causal=True, key_mask=torch.tensor([False] * 8 + [True] * 2))
+    out2, lse2 = attend(q[:, :3], k[:2], v[:2], short)
+    assert torch.isneginf(lse2[:, 0]).all() and (out2[:, 0] == 0).all()
+    assert torch.isfinite(lse2[:, 1:]).all()
+
+
+def test_score_shape_checks_its_arguments():
+    with pytest.raises(ValueError, match="window needs causal=True"):
+        ScoreShape(scale=1.0, window=2)
+    with pytest.raises(ValueError, match="scale must be a finite float"):
+        ScoreShape(scale=float("nan"))
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        ScoreShape(scale=1.0, causal=1)
+    with pytest.raises(ValueError, match="key_mask must be a 1-D bool"):
+        ScoreShape(scale=1.0, key_mask=torch.ones(3))
+    with pytest.raises(ValueError, match="softcap must be a positive"):
+        ScoreShape(scale=1.0, softcap=0.0)
+    with pytest.raises(ValueError, match="bias must be a float tensor"):
+        ScoreShape(scale=1.0, bias=torch.zeros(4, 4))
+    s = ScoreShape(scale=1.0, key_mask=torch.ones(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="key_mask has 5 entries for 6 keys"):
+        s.check(num_heads=1, lq=6, lk=6)
+    with pytest.raises(ValueError, match="rows must lie in"):
+        s.scores(torch.zeros(1, 2), torch.zeros(5, 2), rows=[5], lq=5, lk=5)
+    assert s.same_as(ScoreShape(scale=1.0, key_mask=torch.ones(5, dtype=torch.bool)))
+    assert not s.same_as(ScoreShape(scale=1.0))
+    # the key range of a tile of rows is exactly where the rule lets keys through
+    w = ScoreShape(scale=1.0, causal=True, window=4)
+    assert w.key_range(10, 12, lq=20, lk=20) == (7, 12)
+    assert w.key_range(10, 12, lq=10, lk=20) == (17, 20)

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 _REGISTRY: list[Callable[[argparse._SubParsersAction], None]] = []
@@ -93,8 +94,6 @@ class _ModelRun:
                        else default_budget())
         self.tokens_given: list[int] = []
         self.tokens_kept: list[int] = []
-        import time
-
         self.t0 = time.perf_counter()
 
     def text(self) -> tuple[str, str]:
@@ -165,7 +164,6 @@ class _ModelRun:
     def stats(self) -> dict[str, object]:
         """Tokens, seconds and peak memory (the process's maximum resident set)."""
         import resource
-        import time
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak = rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB else
@@ -294,8 +292,11 @@ def _serve(sub: argparse._SubParsersAction) -> None:
         "only requests addressed to a local name or the bound address (--allow-host adds "
         "names).",
     )
-    p.add_argument("--model", action="append", required=True, metavar="NAME",
+    p.add_argument("--model", action="append", default=None, metavar="NAME",
                    help="a model to serve (repeatable)")
+    p.add_argument("--trace", action="append", default=None, metavar="FILE",
+                   help="instead of --model: open a saved trace (repeatable); the page fetches "
+                   "exact rows, tiles and the QK view of any query from the server")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--max-chars", type=int, default=None, metavar="N",
@@ -320,6 +321,13 @@ def _serve(sub: argparse._SubParsersAction) -> None:
             host=args.host, port=args.port, cache_dir=args.cache_dir,
             max_memory=None if args.max_memory is None else parse_memory(args.max_memory),
             allowed_hosts=tuple(args.allow_host or ()), **extra)
+        if bool(args.model) == bool(args.trace):
+            raise UsageError("serve needs --model NAME or --trace FILE (one of the two)")
+        if args.trace:
+            from attnlab.serve.trace_api import run_traces
+
+            run_traces(args.trace, config, quiet=args.quiet)
+            return 0
         serve(args.model, config, quiet=args.quiet)
         return 0
 
@@ -559,14 +567,22 @@ def _bench(sub: argparse._SubParsersAction) -> None:
 # -- subcommands above this line; each registers itself with @_command -------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from attnlab import __version__
+def _version() -> str:
+    """The installed distribution's version (the root package is not imported here)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        return version("attnlab")
+    except PackageNotFoundError:  # pragma: no cover (running from a bare source tree)
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab",
         description="attnlab, the attention laboratory: exact attention, every claim checked.",
     )
-    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    parser.add_argument("--version", action="version", version=f"attnlab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in _REGISTRY:
         add(sub)

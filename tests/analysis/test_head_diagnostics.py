@@ -174,3 +174,27 @@ def test_progress_reports_every_tile_and_changes_nothing():
     assert seen == [(8, 30), (16, 30), (24, 30), (30, 30)]
     quiet, shown = diagnose(RowsOnlyTrace(w)), diagnose(RowsOnlyTrace(w), progress=True)
     assert all(torch.equal(quiet.scores[k], shown.scores[k]) for k in quiet.scores)
+
+
+def test_diagnose_checks_its_traces():
+    with pytest.raises(TypeError, match="AttentionTrace"):
+        diagnose(torch.eye(3))
+    with pytest.raises(TypeError, match="AttentionTrace"):
+        diagnose(RowsOnlyTrace(_heads(_previous())), induction="not a trace", period=2)
+
+
+def test_pooled_maps_are_the_traces_pooled_meaning():
+    from attnlab.core.scores import ScoreShape, row_logsumexp
+    from attnlab.trace.attention import AttentionTrace
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 1, 2, 100, 8, generator=g).unbind(0)
+    shape = ScoreShape(scale=0.5, causal=True)
+    t = AttentionTrace(tokens=[str(i) for i in range(100)], q=q, k=k, shapes=shape,
+                       lse=row_logsumexp(q[0], k[0], shape)[None])
+    d = diagnose(t, max_blocks=16, tile_rows=9)
+    block = d.meta["similarity_block"]
+    assert block == 7 and d.pooled.shape == (1, 2, 15, 15)
+    for h in range(2):
+        assert torch.allclose(d.pooled[0, h], t.pooled(0, h, block), atol=1e-5)
+    assert not torch.allclose(d.pooled[0, 0], t.pooled(0, 0, block).T, atol=1e-3)

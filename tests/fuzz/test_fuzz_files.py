@@ -33,12 +33,13 @@ TRACE_FIELDS = ("tokens", "key_tokens", "token_ids", "model", "causal", "text", 
 
 
 @functools.cache
-def trace_bytes() -> bytes:
-    """A small v2 trace (2 layers, 2 query heads sharing 1 key/value head, 6 tokens)."""
+def trace_bytes(qkv: bool = True) -> bytes:
+    """A small v2 trace (2 layers, 2 query heads sharing 1 key/value head, 6 tokens): q, k,
+    v and lse, or dense weights (``qkv=False``)."""
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=16, block_size=8, num_layers=2, num_heads=2, embed_dim=8,
                         num_kv_heads=1)).eval()
-    t = trace(gpt, [1, 2, 3, 4, 5, 6])
+    t = trace(gpt, [1, 2, 3, 4, 5, 6], qkv=qkv)
     return _save_bytes(t)
 
 
@@ -114,6 +115,11 @@ def test_a_trace_corrupted_byte_by_byte_is_refused_or_sound(edits, cut):
                               "shapes.causal", "shapes.window", "shapes.softcap",
                               "shapes.lse", "tensors"]),
        value=JSON)
+@example(field="tokens", value=5)  # the cases of hand-edited metadata seen in the wild
+@example(field="shapes.scale", value="0.5")
+@example(field="meta", value=[1, 2])
+@example(field="token_ids", value="123")
+@example(field="causal", value="yes")
 def test_a_trace_with_edited_metadata_is_refused_or_sound(field, value):
     header, body = _split(trace_bytes())
     meta = json.loads(header["__metadata__"]["attnlab"])
@@ -128,12 +134,12 @@ def test_a_trace_with_edited_metadata_is_refused_or_sound(field, value):
 
 
 @FUZZ
-@given(name=st.sampled_from(["q", "k", "v", "lse"]), index=st.integers(0, 10**6),
+@given(name=st.sampled_from(["q", "k", "v", "lse", "weights"]), index=st.integers(0, 10**6),
        value=st.sampled_from([math.nan, math.inf, -math.inf, 1e38, -1e38]))
 def test_a_trace_holding_non_finite_numbers_is_refused_or_sound(name, index, value):
     with _scratch() as d:
         src = d / "src.safetensors"
-        src.write_bytes(trace_bytes())
+        src.write_bytes(trace_bytes(qkv=name != "weights"))
         with safe_open(str(src), "pt") as f:
             meta = f.metadata()
             tensors = {n: f.get_tensor(n) for n in f.keys()}

@@ -116,3 +116,31 @@ def test_trained_attnlab_run_folder_loads_and_traces(tmp_path):
     assert t.tokens == ["<bos>", "3", "17", "5", "3"]
     err = recompute_errors(t)
     assert err["weights"] < 1e-5 and err["context"] < 1e-5
+
+
+@pytest.mark.parametrize("how, message", [
+    ("bad-json", r"config.json: not a usable model config \(OSError: .*not a valid JSON"),
+    ("no-type", r"config.json: not a usable model config \(ValueError: "),
+    ("no-weights", r"cannot load the model's weights \(OSError: .*no file named"),
+    ("bad-weights", r"cannot load the model's weights \(SafetensorError: "),
+])
+def test_a_broken_model_folder_is_one_clear_error(tmp_path, how, message):
+    tf = pytest.importorskip("transformers")
+    d = tmp_path / "m"
+    tok = tf.BertTokenizerFast(vocab={w: i for i, w in enumerate(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])})
+    tok.save_pretrained(d)
+    tf.BertModel(tf.BertConfig(vocab_size=6, hidden_size=8, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=8)).save_pretrained(d)
+    if how == "bad-json":
+        (d / "config.json").write_text("{oops")
+    elif how == "no-type":
+        (d / "config.json").write_text("{}")
+    elif how == "no-weights":
+        (d / "model.safetensors").unlink()
+    else:
+        (d / "model.safetensors").write_bytes(b"\x00" * 4)
+    with pytest.raises(models.ModelNotAvailableError, match=message) as info:
+        models.load(d, reuse=False)
+    assert str(d) in str(info.value) and "\n" not in str(info.value)
+    assert info.value.__cause__ is not None  # the library's own error, for ATTNLAB_DEBUG

@@ -9,10 +9,10 @@ import time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from serve_helpers import serve_in_thread
 
 from attnlab.serve import ServeConfig, create_app
 from attnlab.viz.explorer import decode_blob
-from conftest import serve_in_thread
 
 LOCAL = "http://127.0.0.1"
 
@@ -232,3 +232,16 @@ def test_configuration_is_checked(toy_tracer):
     with pytest.raises(ValueError, match="port"):
         ServeConfig(port=70000)
     assert ServeConfig().host == "127.0.0.1"
+
+
+def test_the_saved_trace_server_has_the_same_guards(toy_tracer):
+    from attnlab.serve.trace_api import create_trace_app
+
+    c = _client(create_trace_app([toy_tracer("hello")]))
+    assert c.get("/healthz").status_code == 200
+    for method, path, headers, status in (
+            ("GET", "/healthz", {"Host": "evil.example"}, 400),
+            ("GET", "/nope", {}, 404), ("POST", "/healthz", {}, 405),
+            ("GET", "/api/traces/none/rows", {}, 422)):
+        r = c.request(method, path, headers=headers)
+        assert r.status_code == status and list(r.json()) == ["error"], (path, r.text)

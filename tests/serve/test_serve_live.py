@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_helpers import free_port
 
 from attnlab.viz.explorer import decode_blob
-from conftest import free_port
 
 
 def test_fifty_concurrent_requests_all_answered_correctly(live_server, toy_tracer):

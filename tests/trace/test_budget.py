@@ -192,3 +192,19 @@ def test_tokens_are_counted_as_the_tokenizer_makes_them():
         count_tokens(None, "x")
     with pytest.raises(TypeError, match="tokenizer must be"):
         count_tokens(object(), "x")
+
+
+@pytest.mark.parametrize("context", [False, True])
+def test_kept_is_exactly_what_a_trace_stores(context):
+    """The formula's ``kept`` equals the bytes of q, k, v, lse (and context) of a real trace
+    of a grouped-query model; leaving grouped heads repeated would count more."""
+    from attnlab.nn.transformer import GPT, GPTConfig
+    from attnlab.trace.tracer import trace
+
+    gpt = GPT(GPTConfig(vocab_size=20, block_size=64, num_layers=2, num_heads=4,
+                        embed_dim=32, num_kv_heads=2)).eval()
+    t = trace(gpt, list(range(1, 20)), context=context)
+    stored = sum(x.numel() * x.element_size()
+                 for x in (t.q, t.k, t.v, t.lse, t.context) if x is not None)
+    assert estimate_trace_bytes(gpt, 19, keep_context=context).kept == stored
+    assert t.k.shape[1] == 2  # (L, H_kv, N, d): the grouped heads once

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from train_helpers import tiny_config
 
 from attnlab.cli import main
 from attnlab.train.checkpoint import (
@@ -21,7 +22,6 @@ from attnlab.train.checkpoint import (
     read_config,
 )
 from attnlab.train.trainer import train
-from conftest import tiny_config
 
 CKPT = "checkpoint.safetensors"
 

@@ -188,7 +188,7 @@ def test_page_stays_in_its_budget_by_coarser_blocks():
     maps = torch.stack([torch.stack([t.pooled(l_, h, 4) for h in range(3)]) for l_ in range(2)])
     got = []
     for room in (10**8, 40_000, 10_000, 2_000):
-        blob, rows, _ = _fit_pooled(t, cfg, room, (maps, 4), None)
+        blob, rows, _ = _fit_pooled(t, cfg, room, maps, 4)
         assert len(blob["b64"]) <= room
         got.append((rows[0][1], blob["dtype"]))
         sums = decode_blob(blob).sum(-1)

@@ -1,4 +1,5 @@
-"""Static figures: every kind in PNG and SVG, Chinese labels rendered, geometry exact."""
+"""Static figures: every kind in PNG and SVG, Chinese labels rendered, geometry exact; a long
+trace drawn from its on-demand methods (pooled maps, windows), never its dense weights."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import warnings
 import matplotlib as mpl
 import pytest
 import torch
+from explorer_traces import dense_pooled, synthetic_trace
 from matplotlib.figure import Figure
 
 import attnlab
-from attnlab.trace import AttentionTrace
+from attnlab.trace.attention import AttentionTrace
+from attnlab.trace.tracer import trace as trace_model
 from attnlab.viz import figures
 
 
@@ -19,7 +22,7 @@ from attnlab.viz import figures
 def trace() -> AttentionTrace:
     torch.manual_seed(0)
     gpt = attnlab.GPT(attnlab.GPTConfig(vocab_size=16, num_layers=2, num_heads=2, embed_dim=16))
-    t = attnlab.trace(gpt, [1, 2, 3, 4, 5, 6])
+    t = trace_model(gpt, [1, 2, 3, 4, 5, 6])
     t.tokens = ["注意", "力", "是", " the", "$x$", "\n"]
     return t
 
@@ -73,8 +76,9 @@ def test_qk_joint_transform_keeps_every_weight_and_a_wrong_one_does_not():
 
 def test_score_decomposition_multiplies_back(trace):
     q, k = trace.q[0, 0], trace.k[0, 0]
-    d = figures.score_decomposition(q, k, trace.scale)
-    assert torch.allclose(d["score"], (q.double() @ k.double().T) * trace.scale, atol=1e-10)
+    scale = trace.score_shape(0).scale
+    d = figures.score_decomposition(q, k, scale)
+    assert torch.allclose(d["score"], (q.double() @ k.double().T) * scale, atol=1e-10)
     assert d["cos"].abs().max() <= 1 + 1e-12
 
 
@@ -88,3 +92,63 @@ def test_bad_arguments(trace, tmp_path):
     bare = AttentionTrace(tokens=trace.tokens, weights=trace.weights)
     with pytest.raises(ValueError, match="q and k"):
         figures.qk_projection(bare, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def long_trace() -> AttentionTrace:
+    return synthetic_trace(1500, layers=1, heads=2, kv_heads=1, d=16)
+
+
+@pytest.fixture
+def no_dense(monkeypatch):
+    def refuse(self):
+        raise AssertionError("the dense trace.weights was used")
+
+    monkeypatch.setattr(AttentionTrace, "weights", property(refuse))
+
+
+def test_head_map_is_exact_when_short_and_the_pooled_definition_when_long(trace, long_trace,
+                                                                         no_dense):
+    m, rows, cols, block = figures.head_map(trace, 1, 0, 64)
+    assert block == 1 and rows == cols and torch.equal(m, trace.head_weights(1, 0))
+    m, rows, cols, block = figures.head_map(long_trace, 0, 1, 64)
+    assert block == 24 and m.shape == (63, 63) and len(rows) == len(cols) == 63
+    exact = dense_pooled(long_trace.head_weights(0, 1), 24)
+    assert torch.allclose(m.double(), exact, atol=1e-6)
+    assert torch.allclose(m.sum(-1), torch.ones(63), atol=1e-5)
+    assert rows[1] == "24–47 w24…"
+    # averaging over a block's keys too (a plain block mean) is a different picture
+    sizes = torch.tensor([min(24, 1500 - c) for c in range(0, 1500, 24)], dtype=torch.float64)
+    block_mean = exact / sizes
+    assert (block_mean.sum(-1) - 1).abs().min() > 0.5 and not torch.allclose(
+        m.double(), block_mean, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", list(figures.KINDS))
+def test_a_long_trace_draws_every_kind_without_dense_weights(long_trace, kind, no_dense,
+                                                              tmp_path):
+    fig = figures.plot(long_trace, kind, 0, 1)
+    titles = " ".join([ax.get_title() for ax in fig.axes] + [fig._suptitle.get_text()
+                                                             if fig._suptitle else ""])
+    if kind in ("heatmap", "grid", "arcs"):
+        assert "pooled in blocks of" in titles and "sum over its keys" in titles
+    if kind == "decomposition":
+        assert "queries 1372–1499, keys 1372–1499 of 1500" in titles
+    if kind == "qk":
+        assert "1500 tokens" in titles
+    figures.save_figure(fig, tmp_path / "f.png")
+
+
+def test_heatmap_of_a_long_head_shows_the_pooled_values(long_trace, no_dense):
+    fig = figures.heatmap(long_trace, 0, 0, max_blocks=50)
+    shown = torch.tensor(fig.axes[0].images[0].get_array().data)
+    assert torch.allclose(shown.double(), dense_pooled(long_trace.head_weights(0, 0), 30),
+                          atol=1e-6)
+
+
+def test_decomposition_window_is_checked_and_masked(long_trace):
+    fig = figures.decomposition(long_trace, 0, 0, rows=range(10, 20), cols=range(0, 30))
+    cos = fig.axes[0].images[0].get_array()
+    assert cos.shape == (10, 30) and bool(cos.mask[0, 11]) and not bool(cos.mask[0, 10])
+    with pytest.raises(ValueError, match="rows must be a range of step 1 within"):
+        figures.decomposition(long_trace, 0, 0, rows=range(0, 2000))

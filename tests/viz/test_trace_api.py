@@ -8,10 +8,17 @@ import torch
 from explorer_traces import synthetic_trace
 from fastapi.testclient import TestClient
 
-from attnlab.serve.trace_api import MAX_ROWS, TraceStore, create_trace_app, qk_data
+from attnlab.serve.trace_api import (
+    MAX_ROWS,
+    TraceStore,
+    create_trace_app,
+    qk_data,
+    trace_bytes,
+)
 from attnlab.trace.attention import AttentionTrace
 from attnlab.viz.explorer import decode_blob, qk_row_probs
 
+LOCAL = "http://127.0.0.1"  # the server answers local names only
 N = 300  # above the explorer's max_tokens: the page is pooled, the server gives the rest
 
 
@@ -24,7 +31,7 @@ def saved(tmp_path_factory) -> AttentionTrace:
 
 @pytest.fixture(scope="module")
 def client(saved):
-    return TestClient(create_trace_app([saved]))
+    return TestClient(create_trace_app([saved]), base_url=LOCAL)
 
 
 def _get(client, path, **params):
@@ -159,9 +166,19 @@ def test_bad_requests_get_4xx_with_a_message(client, path, params, status, messa
     assert message in r.json()["error"]
 
 
+def test_only_local_host_names_are_answered(saved):
+    c = TestClient(create_trace_app([saved], allowed_hosts=["lab.example"]), base_url=LOCAL)
+    assert c.get("/healthz", headers={"Host": "localhost:8000"}).status_code == 200
+    assert c.get("/healthz", headers={"Host": "lab.example"}).status_code == 200
+    r = c.get("/api/traces", headers={"Host": "evil.example"})
+    assert r.status_code == 400 and "Host header 'evil.example' is not allowed" in \
+        r.json()["error"]
+
+
 def test_qk_of_a_trace_without_q_and_k_is_refused():
     w = torch.softmax(torch.randn(1, 1, 4, 4), -1)
-    c = TestClient(create_trace_app([AttentionTrace(tokens=list("abcd"), weights=w)]))
+    dense = AttentionTrace(tokens=list("abcd"), weights=w)
+    c = TestClient(create_trace_app([dense]), base_url=LOCAL)
     r = c.get("/api/traces/t1/qk", params={"layer": 0, "head": 0, "query": 1})
     assert r.status_code == 409 and "made without qkv" in r.json()["error"]
     rows = c.get("/api/traces/t1/rows", params={"layer": 0, "head": 0, "queries": "1"})
@@ -175,9 +192,52 @@ def test_store_keeps_the_newest_traces():
     assert ids == ["t1", "t2", "t3"] and store.ids() == ["t2", "t3"]
     with pytest.raises(KeyError, match="no trace 't1'"):
         store.get("t1")
+    small = TraceStore(max_bytes=trace_bytes(t) + 1)
+    small.add(t)
+    assert small.ids() == ["t1"] and [small.add(t) for _ in range(2)] == ["t2", "t3"]
+    assert small.ids() == ["t3"]  # one trace's worth of bytes: only the newest stays
     with pytest.raises(ValueError, match="capacity must be a positive int"):
         TraceStore(capacity=0)
     with pytest.raises(TypeError, match="trace must be an AttentionTrace"):
         store.add("t")
     with pytest.raises(ValueError, match="at least one AttentionTrace"):
         create_trace_app([])
+
+
+def test_attnlab_serve_trace_opens_a_saved_file(saved, tmp_path, capsys):
+    """The command: `attnlab serve --trace FILE` serves it; no --model/--trace is a usage error."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from attnlab.cli import main
+
+    assert main(["serve"]) == 2
+    assert "serve needs --model NAME or --trace FILE" in capsys.readouterr().err
+    path = saved.save(tmp_path / "t.safetensors")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", "--trace", str(path),
+                             "--port", str(port), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}/api/traces/t1/rows?layer=1&head=2&queries=7&encoding=list"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    got = json.load(r)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError(proc.stderr.read().decode() if proc.poll() is not None
+                                         else "the server did not answer") from None
+                time.sleep(0.25)
+        assert torch.equal(torch.tensor(got["weights"]), saved.weights_rows(1, 2, [7]))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

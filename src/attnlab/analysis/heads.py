@@ -22,7 +22,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.analysis.scores import _cosine, _pool_block, _scan, _scores_from_sums
+from attnlab.analysis.scores import (
+    _check_trace,
+    _cosine,
+    _pool_block,
+    _scan,
+    _scores_from_sums,
+)
 
 __all__ = ["ROLES", "HeadDiagnostics", "Thresholds", "cluster_heads", "diagnose",
            "diagnose_model", "induction_trace", "repeated_random_tokens"]
@@ -104,7 +110,10 @@ class HeadDiagnostics:
 
     ``scores`` maps a score name (see :mod:`attnlab.analysis.scores`, plus
     ``repeat_induction`` when an induction trace was given) to an (L, H) tensor;
-    ``similarity`` is (L·H, L·H) with head index l·H + h; ``clusters`` one id per head.
+    ``similarity`` is (L·H, L·H) with head index l·H + h; ``clusters`` one id per head;
+    ``pooled`` (L, H, nq, nk) float32 are the pooled patterns the similarity compares
+    (each block: mean over its queries of the sum over its keys, blocks of
+    ``meta["similarity_block"]`` tokens), made in the same pass (None if not kept).
     """
 
     model: str
@@ -114,6 +123,7 @@ class HeadDiagnostics:
     clusters: list[int]
     thresholds: Thresholds = field(default_factory=Thresholds)
     meta: dict[str, Any] = field(default_factory=dict)
+    pooled: Tensor | None = None  # (L, H, nq, nk)
 
     @property
     def num_layers(self) -> int:
@@ -288,6 +298,9 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     >>> [(l, h) for l, h, _ in d.roles()["previous-token"]], round(d.top("previous")[0][2], 4)
     ([(0, 0)], 0.8)
     """
+    _check_trace(trace)
+    if induction is not None:
+        _check_trace(induction)
     th = thresholds or Thresholds()
     if not isinstance(th, Thresholds):
         raise TypeError(f"thresholds must be a Thresholds, got {type(th).__name__}")
@@ -315,7 +328,7 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     return HeadDiagnostics(model=str(getattr(trace, "model", "") or ""),
                            tokens=list(trace.tokens), scores=scores, similarity=sim,
                            clusters=cluster_heads(sim, th.cluster_similarity),
-                           thresholds=th, meta=meta)
+                           thresholds=th, meta=meta, pooled=pooled)
 
 
 def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int = 0,

@@ -1,8 +1,8 @@
 """Head scores, streamed: what each head does, in a few numbers, without N² memory.
 
 Every score is computed in one pass over the query rows of a trace, a tile of rows at a
-time, from the trace's on-demand weights (``trace.weights_rows``); nothing holds more than
-``tile_rows x Lk`` weights of one head at once, and ``trace.weights`` (dense) is never used.
+time, from the trace's on-demand weights (``trace.weights_rows``): the memory is
+O(tile_rows x Lk) for one head at a time, and ``trace.weights`` (dense) is never used.
 The same code serves traces that keep q, k and the log-sum-exp and traces that keep dense
 weights.
 
@@ -18,7 +18,7 @@ mass 1 this is the mean over the rows of the mass each row puts on its targets.
 entropy         ``sum_i -sum_j W_ij log W_ij / sum_i m_i``: mean row entropy in nats
                 (0 = one key, ``log Lk`` = uniform); fully masked rows do not count.
 max_weight      ``sum_i max_j W_ij / sum_i m_i``: mean largest weight (near 1 = one-hot rows).
-sink            mean over the rows with ``p_i >= 1`` of ``W_i0``: mass on the first token
+sink            mass fraction on the first token, ``j = 0``, over the rows with ``p_i >= 1``
                 (the query at position 0 is left out: it has nothing else to attend when
                 causal).
 previous        TransformerLens ``previous_token_head`` (``detect_head``, error measure
@@ -104,12 +104,35 @@ def _key_ids(trace: Any, token_ids: Sequence[int] | Tensor | None) -> Tensor | N
     return ids
 
 
+class _Occurrences:
+    """Where each token occurred before: ``ids`` sorted stably by id, so the earlier
+    occurrences of the token at position p are ``pos[start[p] : start[p] + rank[p]]``."""
+
+    def __init__(self, ids: Tensor) -> None:
+        order = torch.sort(ids, stable=True).indices  # positions, grouped by id, in order
+        self.pos = order
+        self.start = torch.searchsorted(ids[order], ids)  # (Lk,) first slot of p's id
+        slot = torch.empty_like(order)
+        slot[order] = torch.arange(ids.numel())
+        self.rank = slot - self.start  # (Lk,) how many times p's token occurred before p
+
+    def earlier(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        """(row, key) pairs: for each query row at key position ``pos[row]``, every earlier
+        key holding the same token."""
+        count = self.rank[pos]  # (T,)
+        rows = torch.repeat_interleave(torch.arange(pos.numel()), count)
+        first = torch.repeat_interleave(self.start[pos], count)
+        within = torch.arange(rows.numel()) - torch.repeat_interleave(count.cumsum(0) - count,
+                                                                      count)
+        return rows, self.pos[first + within]
+
+
 class _Tile:
     """What one tile of query rows ``[r0, r1)`` needs, shared by every head: the rows' key
     positions, flat indices of the single-key targets (first, previous and own token) and
     of the token-matching pairs, and the pooling of rows into query blocks."""
 
-    def __init__(self, r0: int, r1: int, off: int, lk: int, ids: Tensor | None,
+    def __init__(self, r0: int, r1: int, off: int, lk: int, occ: _Occurrences | None,
                  pool_block: int | None) -> None:
         rows = torch.arange(r1 - r0)
         pos = torch.arange(r0, r1) + off  # (T,) key position of each query
@@ -126,50 +149,42 @@ class _Tile:
         self.own = rows * lk + pos
         self.duplicate: Tensor | None = None
         self.induction: Tensor | None = None
-        if ids is not None:
-            keys = torch.arange(lk)
-            same = ids[pos][:, None] == ids[None, :]  # (T, Lk): x_j == x_{p_i}
-            dup = same & (keys[None, :] < pos[:, None])
-            ind = torch.zeros_like(same)
-            ind[:, 1:] = same[:, :-1]  # x_{j-1} == x_{p_i}
-            ind &= keys[None, :] <= pos[:, None]
-            self.duplicate = dup.flatten().nonzero().flatten()
-            self.induction = ind.flatten().nonzero().flatten()
+        if occ is not None:
+            # duplicate: earlier keys j < p_i with x_j = x_{p_i}; induction: the key after
+            # each of them, j + 1 <= p_i
+            r, j = occ.earlier(pos)
+            self.duplicate = r * lk + j
+            self.induction = self.duplicate + 1
         self.pool_rows: Tensor | None = None
         if pool_block is not None:
             qb = torch.arange(r0, r1) // pool_block
             self.qblock0 = int(qb[0])
             # (query blocks met, T) one-hot: summing rows into blocks is a small matmul
             self.pool_rows = (qb[None, :] == torch.arange(self.qblock0, int(qb[-1]) + 1)[:, None]
-                              ).double()
+                              ).float()
 
 
-def _block_sums(x: Tensor, start: int, block: int) -> tuple[int, Tensor]:
-    """Row sums of ``x`` (T, C), whose columns are keys ``start..start+C``, over the key
-    blocks of ``block`` keys they meet: ``(first block, (T, blocks met))``."""
+def _block_sums(x: Tensor, block: int) -> Tensor:
+    """(T, C) -> (T, ceil(C / block)): row sums over blocks of ``block`` columns (the last
+    block may be shorter)."""
     t, c = x.shape
-    b0 = start // block
-    head = min(c, (b0 + 1) * block - start)  # columns in the first (partial) block
-    parts = [x[:, :head].sum(-1, keepdim=True)]
-    full = (c - head) // block * block
-    if full:
-        parts.append(x[:, head:head + full].reshape(t, -1, block).sum(-1))
-    if head + full < c:
-        parts.append(x[:, head + full:].sum(-1, keepdim=True))
-    return b0, torch.cat(parts, dim=-1)
+    full = c // block * block
+    parts = [x[:, :full].reshape(t, -1, block).sum(-1)]
+    if full < c:
+        parts.append(x[:, full:].sum(-1, keepdim=True))
+    return torch.cat(parts, dim=-1)
 
 
-def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None
-               ) -> tuple[Tensor, tuple[int, Tensor] | None]:
+def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None) -> tuple[Tensor, Tensor | None]:
     """Float64 sums (len(_SUMS),) of one head over one tile of weights ``w`` (T, Lk), and
-    the tile's weights summed into query blocks and key blocks ``(first key block,
-    (query blocks, key blocks))`` (or None)."""
+    the tile's weights summed into the query blocks it meets and the key blocks from the
+    first key on (or None)."""
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64)
     # keys after the last row's position hold no weight in a causal tile: skip them (zeros
     # add nothing to any sum below), after checking that they are zeros indeed
     c1 = t.last_key
-    if c1 < w.shape[1] and bool(w[:, c1:].any()):
+    if c1 < w.shape[1] and float(w[:, c1:].amax()) != 0.0:
         c1 = w.shape[1]
     region = w[:, :c1]
     w64 = region.double()  # (T, C)
@@ -187,7 +202,7 @@ def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None
         # float32 products summed per row, rows summed in float64: the mean over rows is
         # exact to ~1e-8 (a float64 log costs tens of times more)
         -(region * region.clamp_min(_TINY).log()).sum(-1).double().sum(),
-        region.amax(-1).sum(dtype=f64) if c1 else zero,
+        region.amax(-1).sum(dtype=f64),
         flat[t.sink].sum(dtype=f64),
         m[t.later].sum(),
         flat[t.prev].sum(dtype=f64),
@@ -197,9 +212,8 @@ def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None
         flat[t.induction].sum(dtype=f64) if t.induction is not None else zero,
     ])
     pooled = None
-    if pool_block is not None and c1:
-        b0, keys = _block_sums(region, 0, pool_block)
-        pooled = (b0, t.pool_rows @ keys.double())  # (query blocks, key blocks)
+    if pool_block is not None:  # (query blocks met, key blocks up to the last key used)
+        pooled = t.pool_rows @ _block_sums(region, pool_block)
     return sums, pooled
 
 
@@ -210,23 +224,25 @@ def _scan(trace: Any, *, queries: range | slice | None = None,
     """One pass over the query rows of every head.
 
     Returns the sums (L, H, len(_SUMS)) in float64, the pooled patterns (L, H, nq, nk)
-    with blocks of ``pool_block`` rows/keys (or None), and whether token ids were used.
+    in float32 with blocks of ``pool_block`` rows/keys (or None), and whether token ids were
+    used.
     ``on_tile(rows_done, rows_total)`` is called after each tile of rows (progress).
     """
     _check_trace(trace)
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
     rows = _query_range(queries, lq)
     ids = _key_ids(trace, token_ids)
+    occ = None if ids is None else _Occurrences(ids)
     off = lk - lq
     sums = torch.zeros(nl, nh, len(_SUMS), dtype=torch.float64)
     pooled = None
     if pool_block is not None:
         nq, nk = -(-lq // pool_block), -(-lk // pool_block)
-        pooled = torch.zeros(nl, nh, nq, nk, dtype=torch.float64)
-        counts = torch.zeros(nq, dtype=torch.float64)
+        pooled = torch.zeros(nl, nh, nq, nk)
+        counts = torch.zeros(nq)
     for t0, t1 in row_tiles(len(rows), lk, tile_rows):
         r0, r1 = rows.start + t0, rows.start + t1
-        tile = _Tile(r0, r1, off, lk, ids, pool_block)
+        tile = _Tile(r0, r1, off, lk, occ, pool_block)
         if pooled is not None:
             counts[tile.qblock0:tile.qblock0 + tile.pool_rows.shape[0]] += tile.pool_rows.sum(1)
         for layer in range(nl):
@@ -235,9 +251,8 @@ def _scan(trace: Any, *, queries: range | slice | None = None,
                 tile_sums, tile_pooled = _tile_sums(w, tile, pool_block)
                 sums[layer, head] += tile_sums
                 if tile_pooled is not None:
-                    b0, blocks = tile_pooled
-                    q0 = tile.qblock0
-                    pooled[layer, head, q0:q0 + blocks.shape[0], b0:b0 + blocks.shape[1]] += blocks
+                    q0, (nqb, nkb) = tile.qblock0, tile_pooled.shape
+                    pooled[layer, head, q0:q0 + nqb, :nkb] += tile_pooled
         if on_tile is not None:
             on_tile(t1, len(rows))
     if pooled is not None:
@@ -301,7 +316,7 @@ def _pool_block(lq: int, lk: int, max_blocks: int) -> int:
 
 
 def _cosine(pooled: Tensor) -> Tensor:
-    flat = pooled.reshape(pooled.shape[0] * pooled.shape[1], -1)  # (L·H, nq·nk)
+    flat = pooled.reshape(pooled.shape[0] * pooled.shape[1], -1).double()  # (L·H, nq·nk)
     flat = flat / flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return (flat @ flat.T).float()
 

@@ -118,7 +118,6 @@ def main_cli(*, quick: bool = False, json_out: bool = False, quiet: bool = False
         result = run_bench(cfg, plain_progress())
     if not json_out:
         from rich.console import Console
-
         from rich.measure import Measurement
 
         table = render_table(result)

@@ -261,8 +261,8 @@ def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShap
     >>> shape = ScoreShape(scale=0.5, causal=True, window=3, softcap=5.0)
     >>> lse = row_logsumexp(q, k, shape)[0]
     >>> w = shaped_weights(q[0, 2:4], k[0], lse[2:4], shape, rows=[2, 3], lq=6, lk=6)
-    >>> w.sum(-1), (w > 0).sum(-1)
-    (tensor([1.0000, 1.0000]), tensor([3, 3]))
+    >>> bool(torch.allclose(w.sum(-1), torch.ones(2))), (w > 0).sum(-1).tolist()
+    (True, [3, 3])
     """
     if not isinstance(lse_rows, Tensor) or lse_rows.dim() != 1 or (
             lse_rows.shape[0] != q_rows.shape[0]):

@@ -29,34 +29,33 @@ writes no file; model caches are pointed into ``cache_dir``.
 from __future__ import annotations
 
 import html
-import ipaddress
 import json
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from attnlab.serve._common import ServeConfig, allowed_hosts_for, install_guards
+from attnlab.serve._common import error as _error
+from attnlab.trace.attention import AttentionTrace
 from attnlab.trace.budget import (
     check_text,
     count_tokens,
     default_budget,
     estimate_trace_bytes,
     format_bytes,
+    model_shape,
 )
-from attnlab.trace.attention import AttentionTrace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, json_for_html, static_asset
 
 __all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
 
 Tracer = Callable[[str], AttentionTrace]
 
-#: Host names every server answers to (plus the address it is bound to).
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 MAX_JSON_DEPTH = 32  # a request body is one flat object; anything deeper is refused
 
 
@@ -69,35 +68,6 @@ class ExploreRequest(BaseModel):
     text2: str | None = Field(default=None, description="an optional second text")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """Limits of one server."""
-
-    max_chars: int = 100_000  # a cheap first filter only: tokens and memory decide
-    host: str = "127.0.0.1"  # local only unless the user asks for more
-    port: int = 8000
-    cache_dir: Path | None = None  # None: attnlab's model cache ($ATTNLAB_CACHE or ~/.cache)
-    max_memory: int | None = None  # bytes a request's traces may need; None: half the RAM
-    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides LOCAL_HOSTS and host
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) \
-                or self.max_chars < 1:
-            raise ValueError(f"max_chars must be a positive int, got {self.max_chars!r}")
-        if isinstance(self.port, bool) or not isinstance(self.port, int) \
-                or not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be an int in [0, 65535], got {self.port!r}")
-        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not
-                                            isinstance(self.max_memory, int)
-                                            or self.max_memory < 1):
-            raise ValueError(f"max_memory must be a positive number of bytes or None, got "
-                             f"{self.max_memory!r}")
-        if isinstance(self.allowed_hosts, str) or not all(
-                isinstance(h, str) and h for h in self.allowed_hosts):
-            raise ValueError(f"allowed_hosts must be a tuple of host names, got "
-                             f"{self.allowed_hosts!r}")
-
-
 class ModelTracer:
     """``text -> AttentionTrace`` for one loaded model, with what the server checks first:
     :meth:`count_tokens`, ``max_length`` and :meth:`estimate` (bytes for N tokens)."""
@@ -106,12 +76,13 @@ class ModelTracer:
         self.loaded = loaded
         self.name = loaded.name
         self.max_length = int(loaded.max_length)
+        self.shape = model_shape(loaded)
 
     def count_tokens(self, text: str) -> int:
         return count_tokens(self.loaded.tokenizer, text)
 
     def estimate(self, num_tokens: int) -> int:
-        return estimate_trace_bytes(self.loaded, num_tokens).total
+        return estimate_trace_bytes(self.shape, num_tokens).total
 
     def __call__(self, text: str) -> AttentionTrace:
         from attnlab.trace.tracer import trace
@@ -126,40 +97,12 @@ def model_tracer(name: str) -> ModelTracer:
     return ModelTracer(load(name, progress=False))
 
 
-def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse(status_code=status, content={"error": message},
-                        headers=dict(headers or {}))
-
-
 class _Refused(Exception):
     """A request refused before any model runs: its status and message."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _host_name(header: str) -> str:
-    """The host of a ``Host`` header, without port or IPv6 brackets, lower case."""
-    h = header.strip().lower()
-    if h.startswith("["):
-        return h[1:h.find("]")] if "]" in h else h
-    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
-
-
-def _allowed_hosts(bound: str | None, extra: tuple[str, ...]) -> frozenset[str]:
-    names = set(LOCAL_HOSTS) | {h.lower().strip("[]") for h in extra}
-    if bound:
-        b = bound.lower().strip("[]")
-        try:
-            wildcard = ipaddress.ip_address(b).is_unspecified
-        except ValueError:
-            wildcard = False
-        if not wildcard:
-            names.add(b)
-    return frozenset(names)
 
 
 def _depth(obj: Any) -> int:
@@ -209,15 +152,13 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
     ``allowed_hosts``.
     """
     from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse
-    from starlette.exceptions import HTTPException
 
     if not tracers:
         raise ValueError("tracers must name at least one model, got none")
     ServeConfig(max_chars=max_chars, max_memory=max_memory, allowed_hosts=tuple(allowed_hosts))
     budget = max_memory if max_memory is not None else default_budget()
-    hosts = _allowed_hosts(host, tuple(allowed_hosts))
+    hosts = allowed_hosts_for(host, tuple(allowed_hosts))
     names = list(tracers)
     limits = {name: _limits(t, budget) for name, t in tracers.items()}
     max_body = 16 * 2 * max_chars + 65536  # two texts of 4-byte characters, escaped
@@ -227,40 +168,7 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
 
     app = FastAPI(title="attnlab explorer", version="1",
                   description="Attention of real models, explored live. Local use.")
-
-    @app.middleware("http")
-    async def _only_local_hosts(request: Request, call_next: Any) -> Any:
-        header = request.headers.get("host")
-        if header is None or _host_name(header) not in hosts:
-            return _error(400, f"Host header {header!r} is not allowed; this server answers "
-                               f"to {', '.join(sorted(hosts))} (serve --allow-host NAME adds "
-                               f"one)")
-        return await call_next(request)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
-        parts = []
-        for e in exc.errors():
-            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{where}: {e.get('msg', 'invalid')}")
-        return _error(422, "invalid request: " + "; ".join(parts))
-
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, exc: HTTPException) -> Any:
-        if exc.status_code == 404:
-            message = f"not found: {request.url.path}"
-        elif exc.status_code == 405:
-            allow = (exc.headers or {}).get("Allow", "")
-            message = f"method {request.method} is not allowed on {request.url.path}" + (
-                f"; use {allow}" if allow else "")
-        else:
-            message = str(exc.detail)
-        return _error(exc.status_code, message, exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception) -> Any:
-        return _error(500, f"internal error ({type(exc).__name__}); the server log has the "
-                           f"details")
+    install_guards(app, hosts)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -295,12 +203,17 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
                         traces.append(tracer(text))
             except ValueError as exc:  # the model refuses this input
                 return _error(422, " ".join(str(exc).split()))
-            return Explorer(traces, config=cfg).payload()
+            api = [store.api_url(store.add(t)) for t in traces]  # exact rows on demand
+            return Explorer(traces, config=cfg, api=api).payload()
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return _page(names, max_chars)
 
+    from attnlab.serve.trace_api import TraceStore, trace_router
+
+    store = TraceStore(capacity=8, max_bytes=budget // 2, explorer=cfg)  # explored traces
+    app.include_router(trace_router(store))
     return app
 
 
@@ -489,7 +402,10 @@ def run(models: list[str], config: ServeConfig | None = None, *, quiet: bool = F
     for name in models:
         if not quiet:
             print(f"attnlab serve: loading {name}", flush=True)
-        tracers[name] = model_tracer(name)
+        try:
+            tracers[name] = model_tracer(name)
+        except (ValueError, TypeError, OSError) as exc:
+            raise ValueError(f"--model {name}: {' '.join(str(exc).split())}") from exc
     app = create_app(tracers, max_chars=config.max_chars, max_memory=config.max_memory,
                      allowed_hosts=config.allowed_hosts, host=config.host)
     if not quiet:

@@ -45,9 +45,9 @@ from torch import Tensor
 from attnlab.trace.attention import AttentionTrace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, encode_blob, json_for_html
 
-__all__ = ["TraceStore", "trace_router", "create_trace_app", "run_traces", "rows_data",
-           "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS", "MAX_TILE",
-           "MAX_POOLED_BLOCKS", "MAX_TOP"]
+__all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",
+           "rows_data", "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS",
+           "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP"]
 
 MAX_ROWS = 256  # rows of one /rows request: 256 × 8,192 keys = 8 MB of float32
 MAX_TILE = 1 << 20  # weights in one /tile request (4 MB of float32)
@@ -63,8 +63,19 @@ class _Refusal(Exception):
         self.status, self.message = status, message
 
 
+def trace_bytes(trace: AttentionTrace) -> int:
+    """Bytes of the tensors a trace holds (what keeping it costs)."""
+    ts = [trace.q, trace.k, trace.v, trace.lse, trace.context]
+    if not trace.has_qk:
+        ts.append(trace.weights)  # a dense trace: the weights it holds
+    return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
 class TraceStore:
-    """Traces held by a server, by id (``t1``, ``t2`` …); the oldest go beyond ``capacity``.
+    """Traces held by a server, by id (``t1``, ``t2`` …).
+
+    The oldest go when there are more than ``capacity``, or when together they hold more
+    than ``max_bytes`` (the newest is always kept).
 
     >>> w = torch.softmax(torch.randn(1, 1, 3, 3), -1)
     >>> store = TraceStore(capacity=1)
@@ -74,10 +85,15 @@ class TraceStore:
     (('t1', 't2'), ['t2'])
     """
 
-    def __init__(self, capacity: int = 16, *, explorer: ExplorerConfig | None = None) -> None:
+    def __init__(self, capacity: int = 16, *, max_bytes: int | None = None,
+                 explorer: ExplorerConfig | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-        self.capacity = capacity
+        if max_bytes is not None and (isinstance(max_bytes, bool) or
+                                      not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        self.capacity, self.max_bytes = capacity, max_bytes
+        self._bytes: dict[str, int] = {}
         self.config = explorer or ExplorerConfig()
         self._traces: OrderedDict[str, AttentionTrace] = OrderedDict()
         self._explorers: dict[str, Explorer] = {}
@@ -92,9 +108,13 @@ class TraceStore:
             tid = f"t{self._next}"
             self._next += 1
             self._traces[tid] = trace
-            while len(self._traces) > self.capacity:
+            self._bytes[tid] = trace_bytes(trace)
+            while len(self._traces) > 1 and (
+                    len(self._traces) > self.capacity or
+                    (self.max_bytes is not None and sum(self._bytes.values()) > self.max_bytes)):
                 old, _ = self._traces.popitem(last=False)
                 self._explorers.pop(old, None)
+                self._bytes.pop(old, None)
         return tid
 
     def get(self, tid: str) -> AttentionTrace:
@@ -117,7 +137,7 @@ class TraceStore:
         """The URL prefix the explorer page fetches trace ``tid`` from."""
         return f"/api/traces/{tid}"
 
-    def explorer(self, tid: str, *, progress: Any = None) -> Explorer:
+    def explorer(self, tid: str, *, progress: bool = False) -> Explorer:
         """The explorer of trace ``tid`` in served mode (built once: pooled maps are slow)."""
         trace = self.get(tid)
         with self._lock:
@@ -391,11 +411,17 @@ def trace_router(store: TraceStore) -> Any:
 
 
 def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
-                     explorer: ExplorerConfig | None = None) -> Any:
-    """A FastAPI app serving saved traces: ``/`` lists them (or opens the only one)."""
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
+                     explorer: ExplorerConfig | None = None, host: str | None = None,
+                     allowed_hosts: Sequence[str] = ()) -> Any:
+    """A FastAPI app serving saved traces: ``/`` lists them (or opens the only one).
+
+    Like the model server, it answers only requests addressed to a local name, the bound
+    ``host`` or one of ``allowed_hosts`` (no DNS rebinding).
+    """
+    from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
+
+    from attnlab.serve._common import allowed_hosts_for, install_guards
 
     if isinstance(traces, TraceStore):
         store = traces
@@ -409,14 +435,7 @@ def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
 
     app = FastAPI(title="attnlab traces", version="1",
                   description="Exact attention of saved traces, on demand. Local use.")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
-        parts = []
-        for e in exc.errors():
-            where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query"))
-            parts.append(f"{where or 'request'}: {e.get('msg', 'invalid')}")
-        return _error(422, "invalid request: " + "; ".join(parts))
+    install_guards(app, allowed_hosts_for(host, tuple(allowed_hosts)))
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -447,12 +466,12 @@ def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
                quiet: bool = False) -> None:
     """Load each saved trace, build its explorer (pooled maps), and serve until interrupted.
 
-    ``config`` is a :class:`attnlab.serve.app.ServeConfig` (host, port; ``max_chars`` is
+    ``config`` is a :class:`attnlab.serve.ServeConfig` (host, port; ``max_chars`` is
     not used: nothing is traced here).
     """
     import uvicorn
 
-    from attnlab.serve.app import ServeConfig
+    from attnlab.serve._common import ServeConfig
 
     config = config or ServeConfig()
     if not paths:
@@ -462,15 +481,11 @@ def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
         if not quiet:
             print(f"attnlab serve: loading {p}", flush=True)
         tid = store.add(AttentionTrace.load(Path(p)))
-        t = store.get(tid)
-
-        def progress(done: int, total: int, _t: AttentionTrace = t) -> None:
-            if not quiet:
-                print(f"attnlab serve: pooled maps, layer {done}/{total} "
-                      f"({_t.seq_len} tokens)", flush=True)
-
-        store.explorer(tid, progress=progress if t.seq_len > store.config.max_tokens else None)
-    app = create_trace_app(store)
+        if not quiet:
+            print(f"attnlab serve: the explorer of {tid} ({store.get(tid).seq_len} tokens)",
+                  flush=True)
+        store.explorer(tid, progress=not quiet)  # pooled maps and diagnostics: one pass
+    app = create_trace_app(store, host=config.host, allowed_hosts=config.allowed_hosts)
     if not quiet:
         print(f"attnlab serve: http://{config.host}:{config.port}/", flush=True)
     uvicorn.run(app, host=config.host, port=config.port,

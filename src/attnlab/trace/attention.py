@@ -41,10 +41,11 @@ raises :class:`TraceFormatError` naming the field.
 ...                    lse=row_logsumexp(q[0], k[0, :1], shape)[None])
 >>> t.num_heads, t.num_kv_heads, t.seq_len, t.has_qk
 (2, 1, 5, True)
->>> t.weights_rows(0, 1, [0, 4]).sum(-1)
-tensor([1.0000, 1.0000])
->>> t.pooled(0, 1, 2).sum(-1)  # blocks of 2 tokens: mean over queries of sum over keys
-tensor([1.0000, 1.0000, 1.0000])
+>>> t.weights_rows(0, 1, [0, 4]).shape, t.weights_rows(0, 1, [0])[0, 1:].abs().max().item()
+(torch.Size([2, 5]), 0.0)
+>>> p = t.pooled(0, 1, 2)  # blocks of 2 tokens: mean over queries of sum over keys
+>>> p.shape, bool(torch.allclose(p.sum(-1), torch.ones(3)))
+(torch.Size([3, 3]), True)
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab._io import atomic_open
@@ -78,6 +80,9 @@ _SHAPE_TENSORS = ("key_mask", "alibi_slopes", "bias")
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
            torch.float64: "F64", torch.bool: "BOOL", torch.int64: "I64", torch.int32: "I32",
            torch.uint8: "U8"}
+#: Bytes of float32 weights one tile of :meth:`AttentionTrace.pooled` holds: a whole head
+#: is visited, so fewer, larger tiles pay less per-operation overhead.
+_POOL_TILE_BYTES = 32 << 20
 _ON_DEMAND = ("weights_rows, weights_tile, pooled, topk, head_weights, iter_row_tiles")
 
 Selector = int | slice | range | Sequence[int] | Tensor
@@ -368,13 +373,15 @@ class AttentionTrace:
         if cols is not None:
             return shaped_weights(q, k.index_select(0, cols), lse, shape, rows=rows,
                                   cols=cols, head=head, lq=nq, lk=nk)
-        out = torch.zeros(rows.shape[0], nk)
+        c0, c1 = 0, nk
         if rows.numel():
             c0, c1 = shape.key_range(int(rows.min()), int(rows.max()) + 1, lq=nq, lk=nk)
-            if c1 > c0:
-                out[:, c0:c1] = shaped_weights(q, k[c0:c1], lse, shape, rows=rows,
-                                               cols=torch.arange(c0, c1), head=head,
-                                               lq=nq, lk=nk)
+        if (c0, c1) == (0, nk):
+            return shaped_weights(q, k, lse, shape, rows=rows, head=head, lq=nq, lk=nk)
+        out = torch.zeros(rows.shape[0], nk)
+        if c1 > c0:  # only the keys some row may see; the others are 0
+            out[:, c0:c1] = shaped_weights(q, k[c0:c1], lse, shape, rows=rows,
+                                           cols=torch.arange(c0, c1), head=head, lq=nq, lk=nk)
         return out
 
     def _tile(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
@@ -418,9 +425,9 @@ class AttentionTrace:
         values, indices = torch.topk(row, k)
         return values, indices
 
-    def _tile_rows(self, tile_rows: int | None) -> int:
+    def _tile_rows(self, tile_rows: int | None, budget: int = TILE_BYTES) -> int:
         if tile_rows is None:
-            return max(1, TILE_BYTES // max(1, 4 * self._pieces_k))
+            return max(1, budget // max(1, 4 * self._pieces_k))
         if isinstance(tile_rows, bool) or not isinstance(tile_rows, int) or tile_rows < 1:
             raise ValueError(f"tile_rows must be a positive int or None, got {tile_rows!r}")
         return tile_rows
@@ -444,7 +451,8 @@ class AttentionTrace:
         if self._weights is not None and self.groups is None:
             return self._weights[layer, head].float()
         out = torch.empty(self.seq_len, self.key_len)
-        for r0, r1, tile in self.iter_row_tiles(layer, head):
+        step = self._tile_rows(None, _POOL_TILE_BYTES)
+        for r0, r1, tile in self.iter_row_tiles(layer, head, step):
             out[r0:r1] = tile
         return out
 
@@ -484,20 +492,41 @@ class AttentionTrace:
         rows in O(tile · Lk) memory; returns float32 (n_row_blocks, n_col_blocks).
         """
         layer, head = self._layer(layer), self._head(head)
+        if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1:
+            return self._pooled_blocks(layer, head, blocks)
         rs, re, cs, ce = self._spans(blocks)
         acc = torch.zeros(rs.shape[0], cs.shape[0], dtype=torch.float64)
         lo_row, hi_row = int(rs.min()), int(re.max())
-        step = self._tile_rows(None)
+        step = self._tile_rows(None, _POOL_TILE_BYTES)
         for r0 in range(lo_row, hi_row, step):
             r1 = min(hi_row, r0 + step)
             w = self._tile(layer, head, torch.arange(r0, r1), None).double()  # (R, Lk)
-            ccum = torch.nn.functional.pad(w.cumsum(1), (1, 0))  # (R, Lk + 1)
+            ccum = F.pad(w.cumsum(1), (1, 0))  # (R, Lk + 1)
             colsum = ccum[:, ce] - ccum[:, cs]  # (R, n_col_blocks): keys summed
-            rcum = torch.nn.functional.pad(colsum.cumsum(0), (0, 0, 1, 0))
+            rcum = F.pad(colsum.cumsum(0), (0, 0, 1, 0))
             lo = (rs - r0).clamp(0, r1 - r0)
             hi = (re - r0).clamp(0, r1 - r0)
             acc += rcum[hi] - rcum[lo]
         return (acc / (re - rs).to(acc.dtype)[:, None]).float()  # queries averaged
+
+    def _pooled_blocks(self, layer: int, head: int, b: int) -> Tensor:
+        """:meth:`pooled` with equal blocks of ``b`` tokens: tiles of whole row blocks,
+        keys summed block by block in one reshape."""
+        lq, lk = self.seq_len, self.key_len
+        nbq, nbk = -(-lq // b), -(-lk // b)
+        acc = torch.zeros(nbq, nbk, dtype=torch.float64)
+        step = max(1, self._tile_rows(None, _POOL_TILE_BYTES) // b) * b
+        for r0 in range(0, lq, step):
+            r1 = min(lq, r0 + step)
+            w = self._tile(layer, head, torch.arange(r0, r1), None)  # (R, Lk)
+            w = F.pad(w, (0, nbk * b - lk))
+            colsum = w.view(r1 - r0, nbk, b).sum(-1, dtype=torch.float64)  # keys summed
+            nb = -(-(r1 - r0) // b)
+            colsum = F.pad(colsum, (0, 0, 0, nb * b - (r1 - r0)))
+            acc[r0 // b: r0 // b + nb] += colsum.view(nb, b, nbk).sum(1)
+        rows_in = torch.full((nbq,), float(b), dtype=torch.float64)
+        rows_in[-1] = lq - b * (nbq - 1)
+        return (acc / rows_in[:, None]).float()  # queries averaged
 
     @property
     def weights(self) -> Tensor:

@@ -8,13 +8,15 @@ keys in one 2-D projection), positional (the sinusoidal table and its rotations)
 diagnostics (the sortable head table of :mod:`attnlab.analysis`).
 
 Every weight comes from the trace's on-demand methods (``head_weights`` for short inputs,
-``pooled`` for long ones); nothing here asks for the dense ``trace.weights``.
+rows by tiles through the diagnostics' pass for long ones); nothing here asks for the dense
+``trace.weights``.
 
 * **Short inputs** (at most ``max_tokens`` tokens): every weight of every head, and the q/k
   of the heads that fit ``qk_budget``, so the QK view recomputes any row in the page.
 * **Long inputs**: every head as a *pooled* map — the mean over a block's queries of the
-  sum over the block's keys, so pooled rows still sum to 1 (:meth:`AttentionTrace.pooled`)
-  — with the block size chosen so that the page stays within ``page_budget`` bytes; the
+  sum over the block's keys, so pooled rows still sum to 1 (as :meth:`AttentionTrace.pooled`)
+  — made in the one pass of :func:`attnlab.analysis.diagnose` that also scores the heads,
+  with the block size chosen so that the page stays within ``page_budget`` bytes; the
   page adds a token strip to move through the input. Served by ``attnlab serve`` (``api``
   set), a click on a token or a block fetches the exact row or tile from the server
   (:mod:`attnlab.serve.trace_api`), and the QK view works for any query.
@@ -49,7 +51,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -292,19 +294,19 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def _diagnostics(trace: AttentionTrace) -> tuple[dict[str, Any], Tensor | None, int]:
+def _diagnostics(trace: AttentionTrace, progress: bool) -> tuple[dict[str, Any], Tensor, int]:
     """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
-    the pooled maps its one pass over the weights made, with their block size (None when
-    the diagnostics do not keep them)."""
+    the pooled maps its one pass over the weights made, with their block size: the page's
+    maps come from that same pass, so every weight is computed once."""
     from attnlab.analysis import diagnose
 
-    diag = diagnose(trace)
+    diag = diagnose(trace, progress=progress)
     rows = diag.rows()
     for r in rows:
         r["roles"] = ", ".join(r["roles"])
     columns = list(rows[0]) if rows else []
-    pooled = getattr(diag, "pooled", None)
-    return {"columns": columns, "rows": rows}, pooled, int(diag.meta.get("similarity_block", 0))
+    block = int(diag.meta.get("similarity_block", 0))
+    return {"columns": columns, "rows": rows}, diag.pooled, block
 
 
 def _qk_heads(trace: AttentionTrace, budget: int, first: tuple[int, int]) -> tuple[list, str]:
@@ -403,33 +405,20 @@ def _maps_blob(maps: Tensor, budget: int) -> dict[str, Any]:
     return encode_blob(maps, "u16" if maps.numel() * 2 <= budget else "u8", gz=True)
 
 
-def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int,
-                given: tuple[Tensor | None, int],
-                progress: Callable[[int, int], None] | None
+def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Tensor,
+                base: int
                 ) -> tuple[dict[str, Any], list[tuple[int, int]], list[tuple[int, int]]]:
     """Pooled maps of every head at the finest block size whose encoding fits ``room`` bytes.
 
-    The maps start at the finest size (at most ``pooled_blocks`` blocks a side): from the
-    diagnostics' pass when it kept pooled maps (``given``: maps and their block size, then
-    coarsened, exactly), else from the trace's ``pooled``. Coarser sizes come from
-    :func:`coarsen_pooled`, each tried in uint16 then uint8, until the base64 text fits.
+    ``maps`` (L, H, nq, nk) are pooled in blocks of ``base`` tokens (the diagnostics' pass
+    made them); they are coarsened exactly (:func:`coarsen_pooled`) to at most
+    ``pooled_blocks`` blocks a side, then further, each size tried in uint16 then uint8,
+    until the base64 text fits.
     """
     lq, lk = trace.seq_len, trace.key_len
     finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
-    maps, base = given
-    if maps is not None and base >= 1 and maps.shape[:2] == (trace.num_layers, trace.num_heads):
-        factor = math.ceil(finest / base)
-        maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
-                                          block_spans(lk, base), factor)
-    else:
-        rows, cols = block_spans(lq, finest), block_spans(lk, finest)
-        nl, nh = trace.num_layers, trace.num_heads
-        maps = torch.empty(nl, nh, len(rows), len(cols))
-        for l_ in range(nl):
-            for h in range(nh):
-                maps[l_, h] = trace.pooled(l_, h, finest)
-            if progress is not None:
-                progress(l_ + 1, nl)
+    maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
+                                      block_spans(lk, base), math.ceil(finest / base))
     while True:
         for dtype in ("u16", "u8"):
             blob = encode_blob(maps, dtype, gz=True)
@@ -441,8 +430,7 @@ def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int,
 
 
 def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
-                   api: str | None, room: int,
-                   progress: Callable[[int, int], None] | None = None) -> dict:
+                   api: str | None, room: int, progress: bool = False) -> dict:
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
     keys = trace.key_tokens
     pooled = max(lq, lk) > cfg.max_tokens
@@ -455,7 +443,7 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
         "diagnostics": None, "qk": None, "qk_missing": None,
     }
-    payload["diagnostics"], given_maps, given_block = _diagnostics(trace)
+    payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress)
     if trace.groups is not None:  # q and k belong to the pieces, not to these tokens
         payload["qk_missing"] = "merged"
     elif not trace.has_qk:
@@ -479,8 +467,8 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)  # the most labels there can be
         labels = blocks(block_spans(lq, finest), block_spans(lk, finest))
         other = _nbytes(json_for_html(payload)) + _nbytes(json_for_html(labels)) + 200
-        blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0),
-                                       (given_maps, given_block), progress)
+        blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0), given_maps,
+                                       given_block)
         payload.update({"block": rows[0][1] - rows[0][0], "weights": blob, **blocks(rows, cols)})
     else:
         maps = torch.stack([torch.stack([trace.head_weights(l_, h).float() for h in range(nh)])
@@ -567,10 +555,11 @@ class Explorer:
         self.uid = uid or f"ax-{uuid.uuid4().hex[:12]}"
         self._payload: dict[str, Any] | None = None
 
-    def payload(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    def payload(self, progress: bool = False) -> dict[str, Any]:
         """Everything the page receives, as a JSON-ready dict (computed once, then kept).
 
-        ``progress(done, total)`` is called after each layer's pooled maps (long inputs).
+        ``progress``: show a progress bar on stderr over the one pass that reads every
+        weight (diagnostics and pooled maps together).
         """
         if self._payload is None:
             cfg = self.config

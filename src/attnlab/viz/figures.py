@@ -201,8 +201,9 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
     is longer than ``max_blocks`` tokens)."""
     nl, nh = trace.num_layers, trace.num_heads
     block = 1
+    height = size * nl + 0.6 + (0.5 if max(trace.seq_len, trace.key_len) > max_blocks else 0)
     with mpl.rc_context(_rc([])):
-        fig = Figure(figsize=(size * nh + 0.6, size * nl + 0.6))
+        fig = Figure(figsize=(max(size * nh + 0.6, 3.2), height))
         axes = fig.subplots(nl, nh, squeeze=False)
         for li in range(nl):
             for hi in range(nh):
@@ -222,12 +223,13 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
                     ax.set_ylabel(f"L{li}", fontsize=7, rotation=0, labelpad=10)
         title = f"{trace.model}: {nl} layers x {nh} heads, {trace.seq_len} tokens"
         if block > 1:
-            title += f"\n{_pooled_title(block)}"
-        fig.suptitle(title, fontsize=9)
+            title += (f"\npooled in blocks of {block} tokens\n(mean over a block's queries of "
+                      "the sum over its keys)")
+        fig.suptitle(title, fontsize=7 if block > 1 else 9)
         note = _note(trace)
         if note:
             fig.text(0.01, 0.002, note, fontsize=6, color="#555")
-        fig.subplots_adjust(wspace=0.08, hspace=0.08)
+        fig.subplots_adjust(wspace=0.08, hspace=0.08, top=1 - (0.75 if block > 1 else 0.4) / height)
     return fig
 
 

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import combine, from_torch_key_padding_mask
-from attnlab.core.scores import ScoreShape, attend, row_tiles
+from attnlab.core.scores import ScoreShape, row_tiles
 from attnlab.trace.adapters._base import (
     AttentionRecord,
     Handle,
@@ -179,7 +179,8 @@ def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
 def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
                sliding_window: int | None, lk: int
                ) -> tuple[bool, int | None, Tensor | None, Tensor | None]:
-    """(causal, window, key mask (B, Lk) or None, dense bias (B, H|1, Lq, Lk) or None)."""
+    """(causal, window, key mask (B, Lk) or None, the model's own dense float mask
+    (B, H|1, Lq, Lk), 0 = visible, very negative = hidden, or None)."""
     flash_causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal",
                                                                          False))
     window = sliding_window if flash_causal and sliding_window else None
@@ -195,26 +196,106 @@ def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
         return flash_causal, window, (km if km.dtype == torch.bool
                                       else from_torch_key_padding_mask(km.float())), None
     m = m[..., :lk]
-    if m.dtype == torch.bool:
-        bias = torch.zeros(m.shape).masked_fill_(~m.cpu(), float("-inf"))
-    else:  # Hugging Face marks hidden keys with the dtype's most negative number
-        mf = m.detach().cpu()
-        bias = mf.float().masked_fill(mf <= torch.finfo(mf.dtype).min / 2, float("-inf"))
-    return False, None, None, bias
+    if m.dtype == torch.bool:  # as eager_mask turns it into floats
+        m = torch.zeros(m.shape, device=m.device).masked_fill_(~m, torch.finfo(torch.float32).min)
+    return False, None, None, m
 
 
 def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | None,
-            softcap: float | None, bias: Tensor | None, b: int) -> list[ScoreShape]:
+            softcap: float | None, dense: Tensor | None, b: int) -> list[ScoreShape]:
+    """One ScoreShape per batch element (a dense mask's hidden entries become -inf)."""
+    bias = None
+    if dense is not None:
+        d = dense.detach().cpu().float()
+        bias = d.masked_fill(d <= torch.finfo(d.dtype).min / 2, float("-inf"))
     out = []
     for bi in range(b):
         km = None
         if key_mask is not None:
             km = key_mask[bi if key_mask.shape[0] > 1 else 0].detach().cpu()
             km = None if bool(km.all()) else km
-        bb = None if bias is None else bias[bi if bias.shape[0] > 1 else 0].float()
+        bb = None if bias is None else bias[bi if bias.shape[0] > 1 else 0]
         out.append(ScoreShape(scale=scale, causal=causal, window=window, key_mask=km,
                               softcap=softcap, bias=bb))
     return out
+
+
+def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
+                 key_mask: Tensor | None, dense: Tensor | None, dropout: float
+                 ) -> tuple[Tensor, Tensor]:
+    """Attention in the order of transformers' eager path, one tile of rows at a time.
+
+    ``(q·kᵀ)·scale`` (soft-capped), plus the mask (hidden keys at the dtype's most negative
+    number, as eager's float mask), softmax in float32, times v: the same operations on
+    the same numbers as ``eager_attention_forward`` of Llama- and BERT-style models, so the
+    output is theirs bit for bit, in O(tile · Lk) memory. The row's log-sum-exp comes from
+    the tile: ``lse = max_j s_ij − log max_j p_ij``; ``-inf`` for a row with no visible key.
+    ``rule`` gives the scale, soft-cap, causal and window; ``key_mask`` (B, Lk) the padding;
+    ``dense`` the model's own float mask, used instead of both. Returns out (B, H, Lq, dv)
+    and lse (B, H, Lq) float32.
+    """
+    b, h, lq, d = query.shape
+    h_kv, lk = key.shape[1], key.shape[2]
+    g = h // h_kv
+    low = torch.finfo(query.dtype).min
+    kt = key.transpose(2, 3)  # (B, H_kv, d, Lk)
+    out = query.new_empty(b, h, lq, value.shape[-1])
+    lse = torch.empty(b, h, lq, device=query.device)
+    for r0, r1 in row_tiles(lq, lk, max(1, _EAGER_TILE_BYTES // (4 * lk * h * b))):
+        rows = r1 - r0
+        qt = query[:, :, r0:r1].reshape(b, h_kv, g * rows, d)  # a group's heads, stacked
+        s = torch.matmul(qt, kt).view(b, h, rows, lk).mul_(rule.scale)
+        if rule.softcap is not None:
+            s = torch.tanh(s / rule.softcap).mul_(rule.softcap)
+        if dense is not None:
+            s = s + dense[..., r0:r1, :]
+        else:
+            _hide_(s, rule, r0, r1, lq, lk, low)
+            if key_mask is not None:
+                s.masked_fill_(~key_mask[:, None, None, :], low)
+        p = torch.softmax(s, dim=-1, dtype=torch.float32)
+        m, at = s.max(dim=-1)  # the row's largest score and where: p there is 1 / Σ exp
+        tile_lse = m.float() - torch.log(p.gather(-1, at[..., None])[..., 0])
+        lse[:, :, r0:r1] = tile_lse.masked_fill_(m <= low / 2, float("-inf"))
+        p = p.to(query.dtype)
+        if dropout > 0.0:
+            p = torch.nn.functional.dropout(p, p=dropout, training=True)
+        o = torch.matmul(p.view(b, h_kv, g * rows, lk), value)  # (B, H_kv, G·rows, dv)
+        out[:, :, r0:r1] = o.view(b, h, rows, -1)
+    return out, lse
+
+
+#: Bytes of float32 scores in one tile of the eager-order path (all heads): large tiles mean
+#: few operations, which matters more than cache residency on a busy machine.
+_EAGER_TILE_BYTES = 64 << 20
+
+
+def _hide_(s: Tensor, rule: ScoreShape, r0: int, r1: int, lq: int, lk: int,
+           low: float) -> None:
+    """Set the scores of keys hidden by the causal/window rule to ``low``, in place, for a
+    tile of rows [r0, r1): whole column ranges at once, the rule itself only on the
+    columns where rows of the tile disagree (at most 2 x rows of them)."""
+    if not rule.causal:
+        return
+    c0, c1 = rule.key_range(r0, r1, lq=lq, lk=lk)
+    s[..., :c0].fill_(low)
+    s[..., c1:].fill_(low)
+    off = lk - lq
+    seen_by_all_from = max(c0, r1 - 1 + off - rule.window + 1) if rule.window else c0
+    seen_by_all_to = max(seen_by_all_from, min(c1, r0 + off + 1))
+    rows = torch.arange(r0, r1, device=s.device)
+    for a, b in ((c0, seen_by_all_from), (seen_by_all_to, c1)):
+        if b > a:
+            keep = rule.visible(rows, torch.arange(a, b, device=s.device), lq=lq, lk=lk)
+            s[..., a:b].masked_fill_(~keep, low)
+
+
+#: Up to this many tokens (queries and keys) the attention of a captured Hugging Face model
+#: is computed in the eager order (:func:`_eager_order`: the model's outputs equal its eager
+#: path's bit for bit); above it, by attnlab's core attention (torch's fused CPU kernel or
+#: the chunked backend), whose float32 rounding differs from eager's as the model's own
+#: ``sdpa`` path does, and whose cost does not grow with a materialised tile of scores.
+EAGER_ORDER_MAX_TOKENS = 2048
 
 
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -227,30 +308,25 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     b, h, lq, d = query.shape
     lk = key.shape[2]
     scale = float(scaling) if scaling is not None else default_scale(d)
-    causal, window, key_mask, bias = _read_mask(module, attention_mask, is_causal,
-                                                sliding_window, lk)
+    causal, window, key_mask, dense = _read_mask(module, attention_mask, is_causal,
+                                                 sliding_window, lk)
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
-        pb = position_bias[..., :lk].detach().cpu().float()
-        bias = pb if bias is None else bias + pb
-    shapes = _shapes(scale, causal, window, key_mask, softcap, bias, b)
-    if softcap is None:
-        mask = None
-        if key_mask is not None and not bool(key_mask.all()):
-            mask = key_mask[:, None, None, :]
+        pb = position_bias[..., :lk]
+        dense = pb if dense is None else dense + pb
+    if key_mask is not None and bool(key_mask.all()):
+        key_mask = None
+    shapes = _shapes(scale, causal, window, key_mask, softcap, dense, b)
+    dropout = float(dropout)
+    if softcap is not None or dense is not None or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS:
+        rule = ScoreShape(scale=scale, causal=causal, window=window, softcap=softcap)
+        out, lse = _eager_order(query, key, value, rule, key_mask, dense, dropout)
+    else:
+        mask = None if key_mask is None else key_mask[:, None, None, :]
         if window is not None:
             mask = combine(mask, causal_mask(lq, lk, window=window, device=query.device))
-        if bias is not None:
-            mask = combine(mask, bias.to(query.device, query.dtype))
         out, lse = scaled_dot_product_attention(query, key, value, mask, causal=causal,
-                                                scale=scale, dropout_p=float(dropout),
+                                                scale=scale, dropout_p=dropout,
                                                 return_lse=True)
-    else:
-        if dropout:
-            raise ValueError("attnlab computes soft-capped attention without dropout; put "
-                             "the model in eval() mode to capture it")
-        parts = [attend(query[bi], key[bi], value[bi], shapes[bi]) for bi in range(b)]
-        out = torch.stack([o for o, _ in parts]).to(query.dtype)
-        lse = torch.stack([s for _, s in parts])
     for cap in list(module.__dict__.get(_OBSERVERS, ())):
         _record(cap, module, query, key, value, lse, out, shapes)
     return out.transpose(1, 2).contiguous(), None

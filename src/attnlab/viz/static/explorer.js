@@ -431,7 +431,9 @@
   Explorer.prototype.render = function () {
     var t0 = performance.now(), s = this.s, m = this.cur().meta;
     if (!this.stage) return;
-    this.selLayer.value = s.layer; this.selHead.value = s.head; this.selQuery.value = s.query;
+    this.selLayer.value = s.layer; this.selHead.value = s.head;
+    // a re-render (e.g. when a fetched row arrives) must not undo what the user is typing
+    if (document.activeElement !== this.selQuery) this.selQuery.value = s.query;
     for (var v in this.tabs) this.tabs[v].setAttribute("aria-selected", v === s.view ? "true" : "false");
     this.root.setAttribute("data-view", s.view);
     this.root.setAttribute("data-layer", s.layer);
@@ -523,10 +525,12 @@
       var t = e.target.closest(".ax-t");
       if (t) self.setQuery(+t.getAttribute("data-i"));
     });
+    h("div", {"class": "ax-hint"}, box, m.api ? this.t("served") : this.t("unserved"));
+    if (!m.api) return;
     var note = h("div", {"class": "ax-rowinfo"}, box);
-    if (!m.api) { note.textContent = this.t("unserved"); return; }
     if (ex === undefined) { note.textContent = this.t("loading"); return; }
     if (ex.error) { note.textContent = this.t("fetchError") + ex.error; note.classList.add("ax-bad"); return; }
+    note.setAttribute("data-row", st.layer + ":" + st.head + ":" + st.query);
     note.textContent = this.t("rowOf") + " " + st.query + " “" + m.tokens[st.query] + "” · " +
       this.t("topKeys") + ": ";
     (ex.top_indices || []).forEach(function (kj, n) {
@@ -852,6 +856,7 @@
     var cols = [lw, lw + strip + 12, lw + 2 * strip + 24, lw + 2 * strip + 100,
       lw + 2 * strip + 176, lw + 2 * strip + 256, lw + 2 * strip + 420];
     var svg = svgRoot(cols[6] + 70, top + (nk + (rest ? 1 : 0)) * rh + 10, "qk");
+    svg.setAttribute("data-row", this.s.layer + ":" + this.s.head + ":" + i);
     var q = src.q, qmax = 0, c, j, a;
     for (c = 0; c < d; c++) qmax = Math.max(qmax, Math.abs(q[c]));
     var kmax = 0, pmax = 0;

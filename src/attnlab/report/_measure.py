@@ -1,0 +1,182 @@
+"""One point of the long-context curve, measured alone in a fresh process.
+
+A job is a small JSON object; :func:`run_job` does it in this process, :func:`run_isolated`
+in a new Python process (``python -m attnlab.report._measure JOB OUT``), so the peak
+resident set it reports (``ru_maxrss`` at the end) is that point's own, model loading
+included::
+
+    {"kind": "eager" | "trace", "model": "smollm2" | "tiny-llama", "tokens": N,
+     "articles": "DIR"}
+
+* ``eager``: the model's Hugging Face eager attention with ``output_attentions=True``;
+* ``trace``: :func:`attnlab.trace.tracer.trace` on the same token ids.
+
+Both run the model's base (no vocabulary head: its N x vocabulary logits are not attention,
+and the tracer skips them too). The ids are the first N tokens of the articles in ``DIR``
+(``*.txt`` in name order, joined by a blank line) under the model's tokenizer;
+``"tiny-llama"`` (a random-weight two-layer Llama, for quick runs of this machinery) takes
+seeded random ids instead.
+
+The result: ``kind``, ``tokens``, ``num_layers``, ``num_heads``, ``num_kv_heads``,
+``load_seconds``, ``forward_seconds`` (the forward or the trace alone),
+``peak_rss_bytes``, ``kept_bytes`` (the attention weights eager returned, or the tensors
+the trace holds), ``loadavg`` (1, 5, 15 min, at the start); :func:`run_isolated` adds
+``process_seconds`` (the whole process) or gives ``error`` instead of the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KINDS", "MODELS", "article_ids", "peak_rss_bytes", "run_isolated", "run_job",
+           "tiny_llama"]
+
+KINDS = ("eager", "trace")
+MODELS = ("smollm2", "tiny-llama")
+_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far, in bytes."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def article_ids(tokenizer: Any, articles: str | os.PathLike[str], n: int) -> list[int]:
+    """The first ``n`` token ids of the articles in ``articles`` (``*.txt`` in name order,
+    joined by a blank line); ``ValueError`` if they hold fewer."""
+    paths = sorted(Path(articles).glob("*.txt"))
+    if not paths:
+        raise ValueError(f"articles: no *.txt file in {articles}")
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in paths)
+    ids = list(tokenizer(text)["input_ids"])
+    if len(ids) < n:
+        raise ValueError(f"tokens: the articles in {articles} have {len(ids)} tokens, "
+                         f"fewer than the {n} asked")
+    return ids[:n]
+
+
+def tiny_llama(seed: int = 0, max_length: int = 4096) -> Any:
+    """A random-weight Llama (2 layers, 4 heads sharing 2 key/value heads of 8, eager
+    attention) for quick runs of the measurement machinery."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=max_length)
+    return LlamaForCausalLM._from_config(cfg, attn_implementation="eager").eval()
+
+
+def _check_job(job: Any) -> dict[str, Any]:
+    if not isinstance(job, dict):
+        raise TypeError(f"job must be a dict, got {type(job).__name__}")
+    if job.get("kind") not in KINDS:
+        raise ValueError(f"job['kind'] must be one of {KINDS}, got {job.get('kind')!r}")
+    if job.get("model") not in MODELS:
+        raise ValueError(f"job['model'] must be one of {MODELS}, got {job.get('model')!r}")
+    n = job.get("tokens")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"job['tokens'] must be a positive int, got {n!r}")
+    if job["model"] == "smollm2" and not job.get("articles"):
+        raise ValueError("job['articles'] must name the folder of the articles for smollm2")
+    return job
+
+
+def _model_and_ids(job: dict[str, Any]) -> tuple[Any, Any, list[int]]:
+    """(what to trace, the nn.Module, ids) for the job's model."""
+    n = job["tokens"]
+    if job["model"] == "smollm2":
+        from attnlab.models import load
+
+        loaded = load("smollm2", progress=False)
+        return loaded, loaded.model, article_ids(loaded.tokenizer, job["articles"], n)
+    import torch
+
+    model = tiny_llama(max_length=max(n, 16))
+    g = torch.Generator().manual_seed(n)
+    return model, model, torch.randint(1, 128, (n,), generator=g).tolist()
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Do one job in this process (see the module docstring)."""
+    job = _check_job(job)
+    loadavg = list(os.getloadavg())
+    t0 = time.perf_counter()
+    import torch
+
+    subject, module, ids = _model_and_ids(job)
+    cfg = module.config
+    load_s = time.perf_counter() - t0
+    x = torch.tensor([ids])
+    if job["kind"] == "eager":
+        base = getattr(module, "base_model", module)  # no vocabulary head
+        t1 = time.perf_counter()
+        with torch.no_grad():
+            out = base(input_ids=x, output_attentions=True, use_cache=False)
+        forward_s = time.perf_counter() - t1
+        kept = sum(a.nbytes for a in out.attentions)
+    else:
+        from attnlab.trace.tracer import trace
+
+        t1 = time.perf_counter()
+        t = trace(subject, ids)
+        forward_s = time.perf_counter() - t1
+        kept = sum(x.nbytes for x in (t.q, t.k, t.v, t.lse, t.context) if x is not None)
+    return {"kind": job["kind"], "model": job["model"], "tokens": len(ids),
+            "num_layers": int(cfg.num_hidden_layers), "num_heads": int(cfg.num_attention_heads),
+            "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None)
+                                or cfg.num_attention_heads),
+            "load_seconds": load_s, "forward_seconds": forward_s,
+            "peak_rss_bytes": peak_rss_bytes(), "kept_bytes": int(kept), "loadavg": loadavg}
+
+
+def run_isolated(job: dict[str, Any], *, timeout: float = 3600.0) -> dict[str, Any]:
+    """Do one job in a fresh Python process and return its result; a process that fails
+    (killed for memory, an exception, the timeout) gives ``{"error": ...}`` with the job's
+    ``kind`` and ``tokens`` instead of the numbers."""
+    job = _check_job(job)
+    env = {**os.environ, **_OFFLINE}
+    with tempfile.TemporaryDirectory(prefix="attnlab-measure-") as d:
+        out = Path(d) / "result.json"
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "attnlab.report._measure", json.dumps(job), str(out)],
+                env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return {"kind": job["kind"], "tokens": job["tokens"],
+                    "error": f"stopped after the {timeout:.0f} s timeout"}
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0 or not out.is_file():
+            why = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+                   else f"exit status {proc.returncode}")
+            tail = (proc.stderr or "").strip().splitlines()[-1:]
+            return {"kind": job["kind"], "tokens": job["tokens"],
+                    "error": why + (f": {tail[0][:300]}" if tail else "")}
+        result = json.loads(out.read_text(encoding="utf-8"))
+    result["process_seconds"] = elapsed
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m attnlab.report._measure JOB_JSON OUT_JSON", file=sys.stderr)
+        return 2
+    result = run_job(json.loads(args[0]))
+    Path(args[1]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

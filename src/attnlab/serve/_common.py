@@ -1,0 +1,119 @@
+"""What every attnlab server app shares: its limits (:class:`ServeConfig`), the ``Host``
+allow-list against DNS rebinding, and one JSON error shape ``{"error": ...}`` for every
+status."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+
+__all__ = ["LOCAL_HOSTS", "ServeConfig", "allowed_hosts_for", "error", "install_guards"]
+
+#: Host names every server answers to (plus the address it is bound to).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Limits of one server."""
+
+    max_chars: int = 100_000  # a cheap first filter only: tokens and memory decide
+    host: str = "127.0.0.1"  # local only unless the user asks for more
+    port: int = 8000
+    cache_dir: Path | None = None  # None: attnlab's model cache ($ATTNLAB_CACHE or ~/.cache)
+    max_memory: int | None = None  # bytes a request's traces may need; None: half the RAM
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides LOCAL_HOSTS and host
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) \
+                or self.max_chars < 1:
+            raise ValueError(f"max_chars must be a positive int, got {self.max_chars!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) \
+                or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be an int in [0, 65535], got {self.port!r}")
+        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not
+                                            isinstance(self.max_memory, int)
+                                            or self.max_memory < 1):
+            raise ValueError(f"max_memory must be a positive number of bytes or None, got "
+                             f"{self.max_memory!r}")
+        if isinstance(self.allowed_hosts, str) or not all(
+                isinstance(h, str) and h for h in self.allowed_hosts):
+            raise ValueError(f"allowed_hosts must be a tuple of host names, got "
+                             f"{self.allowed_hosts!r}")
+
+
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=status, content={"error": message},
+                        headers=dict(headers or {}))
+
+
+def _host_name(header: str) -> str:
+    """The host of a ``Host`` header, without port or IPv6 brackets, lower case."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def allowed_hosts_for(bound: str | None, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    """The ``Host`` names a server bound to ``bound`` answers: :data:`LOCAL_HOSTS`, the
+    bound address unless it is a wildcard (0.0.0.0, ::), and ``extra``."""
+    names = set(LOCAL_HOSTS) | {h.lower().strip("[]") for h in extra}
+    if bound:
+        b = bound.lower().strip("[]")
+        try:
+            wildcard = ipaddress.ip_address(b).is_unspecified
+        except ValueError:
+            wildcard = False
+        if not wildcard:
+            names.add(b)
+    return frozenset(names)
+
+
+def install_guards(app: Any, hosts: frozenset[str]) -> None:
+    """What every attnlab server app has: the ``Host`` allow-list (``hosts``, see
+    :func:`allowed_hosts`) and one JSON error shape ``{"error": ...}`` for every status
+    (422 validation, 404, 405, any other HTTP error, and 500 for a crash)."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    @app.middleware("http")
+    async def _only_local_hosts(request: Request, call_next: Any) -> Any:
+        header = request.headers.get("host")
+        if header is None or _host_name(header) not in hosts:
+            return error(400, f"Host header {header!r} is not allowed; this server answers "
+                               f"to {', '.join(sorted(hosts))} (serve --allow-host NAME adds "
+                               f"one)")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query"))
+            parts.append(f"{where or 'request'}: {e.get('msg', 'invalid')}")
+        return error(422, "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Any:
+        if exc.status_code == 404:
+            message = f"not found: {request.url.path}"
+        elif exc.status_code == 405:
+            allow = (exc.headers or {}).get("Allow", "")
+            message = f"method {request.method} is not allowed on {request.url.path}" + (
+                f"; use {allow}" if allow else "")
+        else:
+            message = str(exc.detail)
+        return error(exc.status_code, message, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> Any:
+        return error(500, f"internal error ({type(exc).__name__}); the server log has the "
+                           f"details")

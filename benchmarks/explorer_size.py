@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             row = {"tokens": ex.traces[0].seq_len, "html_mb": path.stat().st_size / 1e6,
                    "build_s": build_s, "pooled": tr["pooled"],
                    "weights": tr["weights"]["dtype"],
-                   "qk": f"{tr['qk']['dtype']} x {len(tr['qk']['heads'])} heads",
-                   "qk_float16_max_dp": max(tr["qk"]["storage_error"]),
+                   "qk": (f"{tr['qk']['dtype']} x {len(tr['qk']['heads'])} heads" if tr["qk"]
+                          else f"none ({tr['qk_missing']})"),
+                   "qk_float16_max_dp": max(tr["qk"]["storage_error"]) if tr["qk"] else 0.0,
                    **measure(path, args.repeats)}
             rows.append(row)
             if not args.json:

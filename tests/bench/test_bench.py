@@ -36,6 +36,8 @@ def test_json_is_one_object_with_the_documented_keys(capsys):
                            "fused_frac_peak_n4096", "gemm_gflops", "long_probe", "machine",
                            "config", "memory_method", "results", "targets"}
     assert result["long_probe"]["n"] == 32768 and result["long_probe"]["error"] is None
+    assert result["long_probe"]["query_rows"] == 256  # --quick
+    assert result["chunked_n32k_time_vs_sdpa"] > 0
     assert result["gemm_gflops"]["cpu"] > 0
     contenders = {r["contender"] for r in result["results"]}
     assert contenders == {"torch_sdpa", "fused", "explicit", "naive", "chunked", "linear",
@@ -74,6 +76,13 @@ def test_isolated_call_runs_a_named_function_in_its_own_process():
         call_isolated("os:getpid")  # only attnlab's own functions
     with pytest.raises(IsolatedCallError, match="peak_memory failed in its own process"):
         call_isolated("attnlab.bench.memory:peak_memory", config={"sizes": [0]}, n=4)
+
+
+def test_cli_bad_values_are_one_line_errors(capsys):
+    assert main(["bench", "--long-rows", "0"]) == 2
+    assert main(["bench", "--sizes", "64", "-3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "long_rows" in err[0] and "sizes" in err[1]
 
 
 def test_config_rejects_bad_values():

@@ -264,6 +264,11 @@ def test_long_page_opens_pooled_offline_and_the_strip_moves_through_it(page, lon
     assert _root(page, "data-query") == str(LONG - 3)
     assert "attnlab serve --trace" in page.text_content(".ax-hint")  # no server: says so
     assert page.locator(".ax-rowinfo").count() == 0
+    page.click(".ax-lang")
+    assert "由服务器计算" in page.text_content(".ax-hint")
+    assert f"每块 {block} 个词元" in page.text_content(".ax-pooled")
+    assert page.text_content(".ax-strip-label").startswith(f"块 {nb - 1} / {nb}")
+    page.click(".ax-lang")
     page.click(".ax-prev")
     assert _root(page, "data-block") == str(nb - 2)
     page.click(".ax-tab[data-view=matrix]")

@@ -16,8 +16,9 @@ Ratios are speed-ups: > 1 means attnlab is faster. Headline ratios are geometric
 over the cells with N ≥ 1024 (or the largest N measured, if none).
 
 The default run (``attnlab bench``: N = 256, 1024, 4096, forward, plus the chunked
-backend at N = 32768) takes about two minutes on two quiet cores; ``--sizes`` and
-``--backward`` measure more, ``--quick`` less. Progress goes to stderr: a bar on a
+backend against torch SDPA at N = 32768 keys, on the last 4096 query rows) takes about
+two minutes on two quiet cores; ``--sizes``, ``--backward`` and ``--long-rows 32768``
+measure more, ``--quick`` less. Progress goes to stderr: a bar on a
 terminal, one plain line per step otherwise; ``--quiet`` silences it.
 
 ``--json`` prints one object whose keys are stable (``format_version`` 1):
@@ -32,8 +33,9 @@ key                                     value
                                         ``attnlab.MultiHeadAttention(need_weights=True)``
 ``chunked_vs_sdpa``                     torch SDPA time / chunked time
 ``linear_vs_softmax``                   fused softmax time / linear attention time
-``chunked_peak_mb_n32k``                chunked's peak extra MiB at ``long_probe.n``
-``chunked_n32k_time_vs_sdpa``           chunked / torch SDPA time at ``long_probe.n``
+``chunked_peak_mb_n32k``                chunked's peak extra MiB at ``long_probe.n`` keys
+                                        (``long_probe.query_rows`` queries)
+``chunked_n32k_time_vs_sdpa``           chunked / torch SDPA time, same probe
 ``fused_frac_peak_n4096``               fused GFLOP/s / GEMM GFLOP/s at N = 4096
 ``gemm_gflops``                         {device: best GEMM rate seen}
 ``long_probe``                          {n, query_rows, seconds, peak_mb, error}
@@ -88,7 +90,7 @@ def plain_progress(stream: IO[str] | None = None) -> OnStep:
 
 def main_cli(*, quick: bool = False, json_out: bool = False, quiet: bool = False,
              sizes: Sequence[int] | None = None, repeats: int | None = None,
-             backward: bool = False) -> dict[str, Any]:
+             backward: bool = False, long_rows: int | None = None) -> dict[str, Any]:
     """What ``attnlab bench`` runs (the CLI only parses and calls this): measure, then
     print the whole table and the summary on stdout unless ``json_out``."""
     kw: dict[str, Any] = {}
@@ -96,6 +98,8 @@ def main_cli(*, quick: bool = False, json_out: bool = False, quiet: bool = False
         kw["sizes"] = tuple(sizes)
     if repeats is not None:
         kw["repeats"] = repeats
+    if long_rows is not None:
+        kw["long_rows"] = long_rows
     if backward:
         kw["backward"] = True
     cfg = BenchConfig.quick(**kw) if quick else BenchConfig(**kw)

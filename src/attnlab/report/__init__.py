@@ -12,6 +12,7 @@ parity         :mod:`attnlab.report.parity`           :mod:`attnlab.experiments.
 experiments    :mod:`attnlab.report.experiments`      :func:`attnlab.experiments.run_all`
 explorer       :mod:`attnlab.report.explorer`         MiniLM (loaded here) + the viz explorer
 real-models    :mod:`attnlab.report.real_models`      MiniLM and SmolLM2 (loaded here), analysis
+long-contexts  :mod:`attnlab.report.long_contexts`    SmolLM2 to 8,192 tokens, one process a point
 trained        :mod:`attnlab.report.trained_model`    :mod:`attnlab.train.summary`
 =============  =====================================  ==========================================
 
@@ -20,7 +21,7 @@ nothing below it builds a :class:`Section`.
 
 >>> from attnlab.report import PROVIDERS
 >>> list(PROVIDERS)
-['parity', 'experiments', 'explorer', 'real-models', 'trained']
+['parity', 'experiments', 'explorer', 'real-models', 'long-contexts', 'trained']
 """
 
 from attnlab.report.html import ReportContext, Section

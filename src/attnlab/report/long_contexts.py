@@ -245,10 +245,11 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", articles: str | Pat
         base = ea["peak_rss_bytes"] - dense_bytes(n, **shape)
     doc["machine"]["loadavg_end"] = list(os.getloadavg())
     last = doc["points"][-1]
-    at_target = last["tokens"] == TARGET_TOKENS and "error" not in last["trace"]
+    peak = last["trace"].get("peak_rss_bytes")  # None when the process failed
+    at_target = last["tokens"] == TARGET_TOKENS
     doc["target"] = {"tokens": TARGET_TOKENS, "trace_peak_bytes": TRACE_PEAK_TARGET_BYTES,
-                     "measured_bytes": last["trace"]["peak_rss_bytes"] if at_target else None,
-                     "passed": (last["trace"]["peak_rss_bytes"] <= TRACE_PEAK_TARGET_BYTES
+                     "measured_bytes": peak if at_target else None,
+                     "passed": (peak is not None and peak <= TRACE_PEAK_TARGET_BYTES
                                 if at_target else None)}
     return doc
 
@@ -269,14 +270,16 @@ def choose_head(loaded: Any, *, seed: int = 0, period: int = 40) -> dict[str, An
             "period": t_ind.meta["repeated_random"]["period"], "seed": seed}
 
 
-def induction_queries(ids: Sequence[int], *, count: int = 2, min_distance: int = 64
-                      ) -> list[int]:
+def induction_queries(ids: Sequence[int], *, count: int = 2, min_distance: int = 64,
+                      spacing: int = 1) -> list[int]:
     """The last ``count`` positions i whose pair (ids[i-1], ids[i]) occurred before, at
-    least ``min_distance`` tokens earlier, latest first: where an induction head has an
-    earlier copy to look at.
+    least ``min_distance`` tokens earlier, latest first and at least ``spacing`` apart:
+    where an induction head has an earlier copy to look at.
 
     >>> induction_queries([5, 6, 7, 8, 5, 6, 9, 7, 8], count=2, min_distance=3)
     [8, 5]
+    >>> induction_queries([5, 6, 7, 8, 5, 6, 9, 7, 8], count=2, min_distance=3, spacing=4)
+    [8]
     """
     first: dict[tuple[int, int], int] = {}
     found: list[int] = []
@@ -285,7 +288,13 @@ def induction_queries(ids: Sequence[int], *, count: int = 2, min_distance: int =
         j = first.setdefault(pair, i)
         if j != i and i - j >= min_distance:
             found.append(i)
-    return found[::-1][:count]
+    out: list[int] = []
+    for i in reversed(found):
+        if len(out) == count:
+            break
+        if not out or out[-1] - i >= spacing:
+            out.append(i)
+    return out
 
 
 def exact_rows(trace: Any, layer: int, head: int, queries: Sequence[int], *, k: int = 5
@@ -380,7 +389,8 @@ def _map_part(loaded: Any, articles: Path, max_tokens: int, seed: int,
     title = (f"{loaded.name} layer {layer} head {h} (induction) over {path.name}, "
              f"{t.seq_len} tokens")
     fig, info = article_map(t, layer, h, title=title)
-    queries = [*induction_queries(t.token_ids, count=2), t.seq_len - 1]
+    last = t.seq_len - 1
+    queries = [last, *induction_queries(t.token_ids[:last - 31], count=2, spacing=32)]
     info.update({"article": path.name, "article_tokens": n_article, "trace_seconds": trace_s,
                  "choice": head, "rows": exact_rows(t, layer, h, queries)})
     return fig, info
@@ -573,10 +583,11 @@ def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
     summary: list[tuple[str, str, bool | None]] = []
     if target["passed"] is not None:
         check = f"trace peak at {target['tokens']:,} tokens ≤ 3 GB"
-        parts.append(table(["check", "measured (GB)", "result"],
-                           [(check, _gb(target["measured_bytes"]), target["passed"])],
+        got = ("the process failed" if target["measured_bytes"] is None
+               else f"{_gb(target['measured_bytes'])} GB")
+        parts.append(table(["check", "measured", "result"], [(check, got, target["passed"])],
                            passed_col=2))
-        summary.append((check, f"{_gb(target['measured_bytes'])} GB", target["passed"]))
+        summary.append((check, got, target["passed"]))
     else:
         parts.append(bilingual(
             f"The curve stopped below {target['tokens']:,} tokens, so the trace's 3 GB target "

@@ -28,6 +28,7 @@ PROVIDERS: dict[str, str] = {
     "experiments": "attnlab.report.experiments:build",
     "explorer": "attnlab.report.explorer:build",
     "real-models": "attnlab.report.real_models:build",
+    "long-contexts": "attnlab.report.long_contexts:build",
     "trained": "attnlab.report.trained_model:build",
 }
 

@@ -31,6 +31,8 @@ back in ``finally``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,6 +44,34 @@ from attnlab.trace.adapters import ADAPTERS, AttentionRecord
 from attnlab.trace.attention import AttentionTrace
 
 __all__ = ["AttentionRecord", "Capture", "capture"]
+
+#: A record (or a stacked layer) at least this large hands freed memory back to the OS.
+_TRIM_BYTES = 8 << 20
+_LIBC: list[Any] = []
+
+
+def _give_back_memory() -> None:
+    """Return the freed pages of the C heap to the OS (glibc's ``malloc_trim``).
+
+    A long trace keeps a record per layer while the forward pass frees its activations
+    around them; without this, those freed pages stay in the process's resident memory
+    (and stacking the records would count them twice). A no-op without glibc.
+    """
+    if not _LIBC:
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name) if name else None
+            _LIBC.append(libc if libc is not None and hasattr(libc, "malloc_trim") else None)
+        except OSError:
+            _LIBC.append(None)
+    if _LIBC[0] is not None:
+        _LIBC[0].malloc_trim(0)
+
+
+def _nbytes(record: AttentionRecord) -> int:
+    return sum(t.numel() * t.element_size() for t in (record.q, record.k, record.v,
+                                                        record.lse, record.weights,
+                                                        record.context) if t is not None)
 
 
 class Capture:
@@ -67,6 +97,8 @@ class Capture:
         """Append a record (adapters call this, from any thread)."""
         with self._lock:
             self.records.append(record)
+        if _nbytes(record) >= _TRIM_BYTES:
+            _give_back_memory()
         if self.on_record is not None:
             self.on_record(record)
 
@@ -128,10 +160,14 @@ def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
     if any(p is None for p in parts) or len({tuple(p.shape) for p in parts}) != 1:
         return None
     out = torch.empty(len(parts), *parts[0].shape[1:], dtype=torch.float32)
+    big = parts[0].numel() * 4 >= _TRIM_BYTES
+    del parts
     for i, r in enumerate(records):
         out[i] = getattr(r, name)[bi]
         if release:
             setattr(r, name, None)
+            if big:
+                _give_back_memory()
     return out
 
 

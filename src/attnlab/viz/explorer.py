@@ -240,8 +240,9 @@ def qk_row_probs(q_rows: Tensor, k: Tensor, shape: ScoreShape, *, rows: Sequence
     model's attention (the trace's ``weights_rows``) to float32 rounding.
 
     >>> s = ScoreShape(scale=0.5, causal=True)
-    >>> qk_row_probs(torch.eye(2), torch.eye(2), s, rows=[0, 1], lq=2, lk=2)[1].tolist()
-    [0.3775406687981454, 0.6224593312018546]
+    >>> p = qk_row_probs(torch.eye(2), torch.eye(2), s, rows=[0, 1], lq=2, lk=2)
+    >>> [round(x, 6) for x in p[1].tolist()], p[0].tolist()  # sigmoid(0.5); causal row 0
+    ([0.377541, 0.622459], [1.0, 0.0])
     """
     scale = shape.scale if scale is None else float(scale)
     r = torch.as_tensor(list(rows), dtype=torch.long)
@@ -480,10 +481,12 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
 
 
 def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | None = None,
-            truncate: bool = False) -> Explorer:
+            truncate: bool = False, progress: bool = False) -> Explorer:
     """Trace each text through ``model`` (a name, path or loaded model) into one Explorer.
 
     The model is loaded once (:func:`attnlab.models.load` keeps it per process).
+    ``progress``: progress bars on stderr while tracing and while the page's one pass over
+    the weights runs (the page is built here, so that ``save`` only writes it).
     """
     from attnlab.trace.tracer import trace
 
@@ -495,8 +498,10 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
         from attnlab.models import load
 
         model = load(model, progress=False)
-    traces = [trace(model, t, truncate=truncate) for t in texts]
-    return Explorer(traces, config=config)
+    traces = [trace(model, t, truncate=truncate, progress=progress) for t in texts]
+    ex = Explorer(traces, config=config)
+    ex.payload(progress=progress)
+    return ex
 
 
 @cache

@@ -12,14 +12,17 @@ and marks those modules. Then, for each attention call:
   window), checks it exactly against the model's own mask function tile by tile, and
   returns only the (B, 1, 1, Lk) key mask from the 2-D padding mask, labelled with the
   rule. A mask no rule describes is built densely as the model would (short inputs only);
-* the **attention function** computes the attention with attnlab's
+* the **attention function** computes the attention without an N x N tensor: up to
+  :data:`EAGER_ORDER_MAX_TOKENS` tokens in the eager path's own order of operations, by
+  tiles of rows (:func:`_eager_order`: the model's outputs equal its eager outputs bit for
+  bit), beyond that with attnlab's
   :func:`~attnlab.core.functional.scaled_dot_product_attention` (``return_lse=True``:
-  O(N·d) memory; grouped key/value heads are not repeated) or, for a soft-capped model,
-  with :func:`~attnlab.core.scores.attend`; it records q, k, v (after RoPE), the
-  log-sum-exp and the :class:`~attnlab.core.scores.ScoreShape` for the captures that
-  marked the module, and returns the output the model expects. The model's outputs are
-  those of its eager path up to float rounding; it returns no attention weights
-  (``output_attentions``) while captured.
+  torch's fused CPU kernel or the chunked backend, O(N·d) memory, float32 rounding that
+  differs from eager's as the model's own ``sdpa`` path does). Grouped key/value heads are
+  never repeated. It records q, k, v (after RoPE), the log-sum-exp and the
+  :class:`~attnlab.core.scores.ScoreShape` for the captures that marked the module, and
+  returns the output the model expects; while captured, the model returns no attention
+  weights (``output_attentions``).
 
 Everything is put back in ``finally``. The helpers that describe a Hugging Face model
 (:func:`is_causal_config`, :func:`max_length`, :func:`describe_model`) live here too, so
@@ -47,8 +50,8 @@ from attnlab.trace.adapters._base import (
     detached,
 )
 
-__all__ = ["ADAPTER", "CAUSAL_TYPES", "IMPLEMENTATION", "describe_model", "is_causal_config",
-           "is_hf_model", "max_length"]
+__all__ = ["ADAPTER", "CAUSAL_TYPES", "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION",
+           "describe_model", "is_causal_config", "is_hf_model", "max_length"]
 
 #: The name under which attnlab registers its attention and mask functions.
 IMPLEMENTATION = "attnlab"

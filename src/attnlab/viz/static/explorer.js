@@ -131,6 +131,7 @@
 
   // -- decoding ------------------------------------------------------------------------
   function b64bytes(b64) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(b64);
     var str = atob(b64), n = str.length, u = new Uint8Array(n);
     for (var i = 0; i < n; i++) u[i] = str.charCodeAt(i);
     return u;
@@ -150,14 +151,16 @@
     }
     return HALF;
   }
-  /* A blob {dtype, gz, shape, b64} as a typed array (u8/u16 as fractions of 1). */
-  function decode(blob) {
+  /* A blob {dtype, gz, shape, b64} as a typed array (u8/u16 as fractions of 1, or as the
+   * stored integers when raw). */
+  function decode(blob, raw) {
     var bytes = b64bytes(blob.b64);
     var p = blob.gz ? gunzip(bytes) : Promise.resolve(bytes.buffer);
     return p.then(function (buf) {
       if (blob.dtype === "f32") return new Float32Array(buf);
       if (blob.dtype === "f64") return new Float64Array(buf);
-      if (blob.dtype === "b8") return new Uint8Array(buf);
+      if (blob.dtype === "b8" || (raw && blob.dtype === "u8")) return new Uint8Array(buf);
+      if (raw && blob.dtype === "u16") return new Uint16Array(buf);
       if (blob.dtype === "u8") {
         var u8 = new Uint8Array(buf), o8 = new Float32Array(u8.length);
         for (var z = 0; z < u8.length; z++) o8[z] = u8[z] / 255;
@@ -186,15 +189,34 @@
       : [255 + 77 * v, 255 + 180 * v, 255 + 175 * v];
   }
   function headColor(hd, H) { return "hsl(" + Math.round(360 * hd / Math.max(H, 1)) + ",65%,42%)"; }
-  /* An image (data URI) of rows×cols values, coloured by fn(value). */
-  function heatImage(get, rows, cols, fn) {
+  /* A colour map as a table of 256 RGB triples over [lo, hi]: one lookup per pixel. */
+  function lut(fn, lo, hi) {
+    var rgb = new Uint8Array(768);
+    for (var i = 0; i < 256; i++) {
+      var c = fn(lo + (hi - lo) * i / 255);
+      rgb[3 * i] = Math.round(c[0]); rgb[3 * i + 1] = Math.round(c[1]); rgb[3 * i + 2] = Math.round(c[2]);
+    }
+    return {lo: lo, k: 255 / (hi - lo), rgb: rgb};
+  }
+  var BLUE = lut(blue, 0, 1), DIVERGE = lut(diverge, -1, 1);
+  /* Write rows×cols values, coloured by the table, into ImageData at (x0, y0). */
+  function paint(img, x0, y0, get, rows, cols, map) {
+    var d = img.data, W = img.width, rgb = map.rgb;
+    for (var i = 0; i < rows; i++) {
+      var o = 4 * ((y0 + i) * W + x0);
+      for (var j = 0; j < cols; j++, o += 4) {
+        var t = ((get(i, j) - map.lo) * map.k + 0.5) | 0;
+        t = 3 * (t < 0 ? 0 : t > 255 ? 255 : t);
+        d[o] = rgb[t]; d[o + 1] = rgb[t + 1]; d[o + 2] = rgb[t + 2]; d[o + 3] = 255;
+      }
+    }
+  }
+  /* An image (data URI) of rows×cols values, coloured by a table (BLUE, DIVERGE). */
+  function heatImage(get, rows, cols, map) {
     var c = document.createElement("canvas");
     c.width = cols; c.height = rows;
-    var ctx = c.getContext("2d"), img = ctx.createImageData(cols, rows), d = img.data;
-    for (var i = 0; i < rows; i++) for (var j = 0; j < cols; j++) {
-      var rgb = fn(get(i, j)), o = 4 * (i * cols + j);
-      d[o] = rgb[0]; d[o + 1] = rgb[1]; d[o + 2] = rgb[2]; d[o + 3] = 255;
-    }
+    var ctx = c.getContext("2d"), img = ctx.createImageData(cols, rows);
+    paint(img, 0, 0, get, rows, cols, map);
     ctx.putImageData(img, 0, 0);
     return c.toDataURL("image/png");
   }
@@ -260,7 +282,10 @@
       tr.cols = tr.pooled ? tr.cols.map(label) : tr.key_tokens;
       var T = {meta: tr, W: null, q: null, k: null, geo: null, qkIndex: {}, km: null};
       self.traces[i] = T;
-      jobs.push(decode(tr.weights).then(function (a) { T.W = a; }));
+      jobs.push(decode(tr.weights, true).then(function (a) {
+        T.W = a;  // integers as stored: w = W · Ws (no float copy of every map)
+        T.Ws = tr.weights.dtype === "u16" ? 1 / 65535 : tr.weights.dtype === "u8" ? 1 / 255 : 1;
+      }));
       if (tr.shape && tr.shape.key_mask) jobs.push(decode(tr.shape.key_mask).then(function (a) { T.km = a; }));
       if (tr.qk) {
         tr.qk.heads.forEach(function (lh, n) { T.qkIndex[lh[0] + ":" + lh[1]] = n; });
@@ -277,7 +302,7 @@
   /* Weight of (row i, col j) of a head: exact for short inputs, pooled for long ones. */
   Explorer.prototype.w = function (l, hd, i, j) {
     var T = this.cur(), m = T.meta, R = m.rows.length, C = m.cols.length;
-    return T.W[((l * m.H + hd) * R + i) * C + j];
+    return T.W[((l * m.H + hd) * R + i) * C + j] * T.Ws;
   };
   Explorer.prototype.blockOf = function (i) {
     var m = this.cur().meta;
@@ -544,50 +569,63 @@
   };
 
   // -- model view: layers × heads thumbnails ------------------------------------------
+  /* Every head as a thumbnail of at most 64×64 (the max of each cell keeps thin diagonals
+   * visible), all painted into one image: one PNG for the whole model, whatever its size. */
   Explorer.prototype.view_model = function () {
     var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
     h("div", {"class": "ax-note"}, this.controls, this.t("clickHead"));
-    var size = clamp(Math.floor(900 / m.H) - 8, 40, 80), gap = 6, pad = 34;
-    var svg = svgRoot(pad + m.H * (size + gap), 20 + m.L * (size + gap), "model");
+    var size = clamp(Math.floor(900 / m.H) - 8, 40, 80), gap = 6, pad = 34, top = 20;
+    var svg = svgRoot(pad + m.H * (size + gap), top + m.L * (size + gap), "model");
     for (var hd = 0; hd < m.H; hd++)
       s("text", {x: pad + hd * (size + gap) + size / 2, y: 13, "text-anchor": "middle",
         fill: "#5b6478"}, svg, "H" + hd);
     var tr = Math.min(R, 64), tc = Math.min(C, 64), th = new Float32Array(tr * tc), W = this.cur().W;
-    var ri = new Int32Array(R), ci = new Int32Array(C), z, y2;
+    var gy = Math.max(1, Math.round(tr * gap / size)), gx = Math.max(1, Math.round(tc * gap / size));
+    var canvas = document.createElement("canvas");
+    canvas.width = m.H * (tc + gx); canvas.height = m.L * (tr + gy);
+    var ctx = canvas.getContext("2d"), img = ctx.createImageData(canvas.width, canvas.height);
+    img.data.fill(255);
+    var ri = new Int32Array(R), ci = new Int32Array(C), z, y2, l;
     for (z = 0; z < R; z++) ri[z] = Math.floor(z * tr / R) * tc;
     for (z = 0; z < C; z++) ci[z] = Math.floor(z * tc / C);
-    for (var l = 0; l < m.L; l++) {
-      s("text", {x: 2, y: 20 + l * (size + gap) + size / 2 + 4, fill: "#5b6478"}, svg, "L" + l);
+    function cell(i, j) { return th[i * tc + j]; }
+    for (l = 0; l < m.L; l++) {
+      s("text", {x: 2, y: top + l * (size + gap) + size / 2 + 4, fill: "#5b6478"}, svg, "L" + l);
       for (hd = 0; hd < m.H; hd++) {
-        // thumbnails at most 64×64: the max of each block keeps thin diagonals visible
         var base = (l * m.H + hd) * R * C, mx = 0;
         th.fill(0);
-        for (z = 0; z < R; z++) for (y2 = 0; y2 < C; y2++) {
-          var v = W[base + z * C + y2], o = ri[z] + ci[y2];
-          if (v > th[o]) th[o] = v;
-          if (v > mx) mx = v;
+        for (z = 0; z < R; z++) {
+          var rz = ri[z], bz = base + z * C;
+          for (y2 = 0; y2 < C; y2++) {
+            var v = W[bz + y2], o = rz + ci[y2];
+            if (v > th[o]) th[o] = v;
+          }
         }
-        var uri = heatImage(function (i, j) { return Math.sqrt(th[i * tc + j] / (mx || 1)); },
-          tr, tc, blue);
-        var x = pad + hd * (size + gap), y = 20 + l * (size + gap);
-        var g = s("g", {"class": "ax-thumb", "data-layer": l, "data-head": hd, role: "button",
-          tabindex: 0, "aria-label": this.t("layer") + " " + l + " " + this.t("head") + " " + hd}, svg);
-        s("title", {}, g, this.t("layer") + " " + l + ", " + this.t("head") + " " + hd);
-        s("image", {x: x, y: y, width: size, height: size, href: uri, preserveAspectRatio: "none",
-          style: "image-rendering:pixelated"}, g);
-        s("rect", {x: x, y: y, width: size, height: size, fill: "none",
-          stroke: (l === this.s.layer && hd === this.s.head) ? "#e4572e" : "#c9cfdd",
-          "stroke-width": (l === this.s.layer && hd === this.s.head) ? 2.5 : 1}, g);
+        for (z = 0; z < th.length; z++) if (th[z] > mx) mx = th[z];
+        for (z = 0; z < th.length; z++) th[z] = Math.sqrt(th[z] / (mx || 1));
+        paint(img, hd * (tc + gx), l * (tr + gy), cell, tr, tc, BLUE);
       }
     }
+    ctx.putImageData(img, 0, 0);
+    s("image", {x: pad, y: top, width: m.H * (size + gap), height: m.L * (size + gap),
+      href: canvas.toDataURL("image/png"), preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-thumbs"}, svg);
+    for (l = 0; l < m.L; l++) for (hd = 0; hd < m.H; hd++) {
+      var x = pad + hd * (size + gap), y = top + l * (size + gap), sel = l === this.s.layer && hd === this.s.head;
+      var g = s("g", {"class": "ax-thumb", "data-layer": l, "data-head": hd, role: "button",
+        tabindex: 0, "aria-label": this.t("layer") + " " + l + " " + this.t("head") + " " + hd}, svg);
+      s("title", {}, g, this.t("layer") + " " + l + ", " + this.t("head") + " " + hd);
+      s("rect", {x: x, y: y, width: size, height: size, fill: "#fff", "fill-opacity": 0,
+        stroke: sel ? "#e4572e" : "#c9cfdd", "stroke-width": sel ? 2.5 : 1}, g);
+    }
     svg.addEventListener("click", function (e) {
-      var g = e.target.closest(".ax-thumb");
-      if (g) self.select(+g.getAttribute("data-layer"), +g.getAttribute("data-head"), "head");
+      var g2 = e.target.closest(".ax-thumb");
+      if (g2) self.select(+g2.getAttribute("data-layer"), +g2.getAttribute("data-head"), "head");
     });
     svg.addEventListener("keydown", function (e) {
-      var g = e.target.closest && e.target.closest(".ax-thumb");
-      if (g && (e.key === "Enter" || e.key === " "))
-        self.select(+g.getAttribute("data-layer"), +g.getAttribute("data-head"), "head");
+      var g2 = e.target.closest && e.target.closest(".ax-thumb");
+      if (g2 && (e.key === "Enter" || e.key === " "))
+        self.select(+g2.getAttribute("data-layer"), +g2.getAttribute("data-head"), "head");
     });
     this.place(svg);
   };
@@ -662,7 +700,7 @@
     var svg = svgRoot(lw + C * cs + 10, th + R * cs + 10 + tileH, "matrix");
     var mx = 0;
     for (var i = 0; i < R; i++) for (var j = 0; j < C; j++) mx = Math.max(mx, this.w(l, hd, i, j));
-    var uri = heatImage(function (a, b) { return self.w(l, hd, a, b) / (mx || 1); }, R, C, blue);
+    var uri = heatImage(function (a, b) { return self.w(l, hd, a, b) / (mx || 1); }, R, C, BLUE);
     fs = Math.max(fs, 9);
     for (i = 0; i < R; i += every)
       s("text", {x: lw - 4, y: th + i * cs + cs / 2 + fs / 2 - 1, "text-anchor": "end",
@@ -731,7 +769,7 @@
     if (!tile.w) return;
     var cs = 10, top = y0 + 120, mx = 0, i;
     for (i = 0; i < tile.w.length; i++) mx = Math.max(mx, tile.w[i]);
-    var uri = heatImage(function (a, b) { return Math.sqrt(tile.w[a * nc + b] / (mx || 1)); }, nr, nc, blue);
+    var uri = heatImage(function (a, b) { return Math.sqrt(tile.w[a * nc + b] / (mx || 1)); }, nr, nc, BLUE);
     for (i = 0; i < nr; i += 2)
       s("text", {x: lw - 4, y: top + i * cs + 9, "text-anchor": "end", "font-size": 9, "class": "ax-tok"},
         svg, m.tokens[tile.rows[i]]);
@@ -893,10 +931,10 @@
     // the shown keys' k and q∘k as two images (one pixel per key × dimension)
     s("image", {x: cols[0], y: top, width: strip, height: nk * rh, preserveAspectRatio: "none",
       style: "image-rendering:pixelated", "class": "ax-kimg", href: heatImage(function (a2, c2) {
-        return src.kvec(keys[a2])[c2] / (kmax || 1); }, nk, d, diverge)}, svg);
+        return src.kvec(keys[a2])[c2] / (kmax || 1); }, nk, d, DIVERGE)}, svg);
     s("image", {x: cols[1], y: top, width: strip, height: nk * rh, preserveAspectRatio: "none",
       style: "image-rendering:pixelated", "class": "ax-qkimg", href: heatImage(function (a2, c2) {
-        return src.kvec(keys[a2])[c2] * q[c2] / (pmax || 1); }, nk, d, diverge)}, svg);
+        return src.kvec(keys[a2])[c2] * q[c2] / (pmax || 1); }, nk, d, DIVERGE)}, svg);
     var cells = [], color = headColor(this.s.head, m.H);
     for (a = 0; a < nk; a++) {
       j = keys[a];
@@ -1033,7 +1071,7 @@
     var mapW = d * cw, mapH = n * chh;
     var npair = Math.min(8, d / 2), rad = 44, gx = lw + mapW + 40;
     var svg = svgRoot(gx + 4 * (2 * rad + 30), Math.max(top + mapH + 30, 2 * (2 * rad + 50) + 40), "positional");
-    var uri = heatImage(function (i, j) { return P[i * d + j]; }, n, d, diverge);
+    var uri = heatImage(function (i, j) { return P[i * d + j]; }, n, d, DIVERGE);
     s("image", {x: lw, y: top, width: mapW, height: mapH, href: uri, preserveAspectRatio: "none",
       style: "image-rendering:pixelated"}, svg);
     s("text", {x: lw, y: top - 8, fill: "#5b6478"}, svg, this.t("dimension") + " 0 … " + (d - 1));

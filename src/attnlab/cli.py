@@ -220,7 +220,7 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="report", help="output directory (default: report)")
     p.add_argument("--only", action="append", default=None, metavar="PART",
                    help="build only this part: parity, experiments, explorer, real-models, "
-                   "trained (repeatable)")
+                   "long-contexts, trained (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

@@ -252,7 +252,8 @@ def test_the_document_is_json_with_its_keys_and_renders(tmp_path):
     doc = lc.measure([256, 512, 1024], model="tiny-llama", budget_bytes=BASE + dense(512),
                      runner=fake_runner([]))
     doc = json.loads(json.dumps(doc))  # what build writes, read back
-    assert {"model", "sizes", "dense_budget_bytes", "machine", "points", "dense_stop",
+    assert {"model", "sizes", "dense_budget_bytes", "dense_budget_origin", "machine",
+            "points", "dense_stop",
             "target", "num_layers", "num_heads", "num_kv_heads"} <= set(doc)
     assert {"cpus", "memory_bytes", "loadavg_start", "loadavg_end"} <= set(doc["machine"])
     assert [p["tokens"] for p in doc["points"]] == doc["sizes"] == [256, 512, 1024]
@@ -264,6 +265,7 @@ def test_the_document_is_json_with_its_keys_and_renders(tmp_path):
     html, passed, rows = lc.render(doc)
     assert passed is None  # no 8,192-token point: the target is not marked
     assert "N = 1,024" in html and "not run" in html and "<img" in html
+    assert doc["dense_budget_origin"] == "given" and "given by the caller" in html
     assert ("dense curve stopped at N", "1024", None) in rows
 
 

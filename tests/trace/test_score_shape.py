@@ -65,6 +65,12 @@ def test_shaped_weights_equal_the_dense_softmax(kind):
         tile = shaped_weights(q[head, rows], k[0, cols], lse[head, rows], shape, rows=rows,
                               cols=cols, head=head, lq=9, lk=12)
         assert (tile.double() - ref[rows][:, cols]).abs().max() < 1e-6
+    # both heads at once (their keys given per head) equal the heads one by one
+    both = shaped_weights(q, k.expand(2, -1, -1), lse, shape, rows=range(9), head=[0, 1],
+                          lq=9, lk=12)
+    for head in range(2):
+        ref = torch.softmax(_dense_scores(q[head], k[0], shape, head), -1)
+        assert (both[head].double() - ref).abs().max() < 1e-6
     # the wrong rule: the same rows rebuilt without the shaping differ (except plain)
     if kind != "plain":
         bare = ScoreShape(scale=8 ** -0.5)

@@ -29,3 +29,26 @@ def test_a_changed_config_trains_afresh(tmp_path, tiny):
     longer = tiny("induction", num_layers=2, steps=4, checkpoint_every=4)
     ensure_run(run, longer)
     assert summarize_run(run).final["step"] == 4
+
+
+def test_a_folder_of_user_files_is_refused_and_left_alone(tmp_path, tiny):
+    import pytest
+
+    from attnlab.train.checkpoint import CheckpointError
+
+    run = tmp_path / "mine"
+    run.mkdir()
+    (run / "notes.txt").write_text("keep me")
+    (run / ".draft.tmp").write_text("keep me too")
+    with pytest.raises(CheckpointError, match="not an attnlab run"):
+        ensure_run(run, tiny("induction", num_layers=2, steps=3))
+    assert sorted(p.name for p in run.iterdir()) == [".draft.tmp", "notes.txt"]
+
+
+def test_retraining_a_run_keeps_the_users_files_beside_it(tmp_path, tiny):
+    run = tmp_path / "trained-induction"
+    ensure_run(run, tiny("induction", num_layers=2, steps=3))
+    (run / "notes.txt").write_text("keep me")
+    ensure_run(run, tiny("induction", num_layers=2, steps=4, checkpoint_every=4))
+    assert (run / "notes.txt").read_text() == "keep me"
+    assert summarize_run(run).final["step"] == 4

@@ -218,50 +218,65 @@ class ScoreShape:
         return keep
 
     def scores(self, q_rows: Tensor, k: Tensor, *, rows: _Index, cols: _Index | None = None,
-               head: int = 0, lq: int, lk: int) -> Tensor:
-        """Shaped scores (R, C) in float32 of one head, ``-inf`` where a key is hidden.
+               head: int | Sequence[int] = 0, lq: int, lk: int) -> Tensor:
+        """Shaped scores in float32, ``-inf`` where a key is hidden: (R, C) for one head,
+        (h, R, C) for several.
 
         Args:
-            q_rows: (R, d) the queries of ``rows``.
-            k: (C, d) the keys of ``cols`` (all Lk keys when ``cols`` is None).
+            q_rows: (R, d) the queries of ``rows``; or (h, R, d) for ``h`` heads at once.
+            k: (C, d) the keys of ``cols`` (all Lk keys when ``cols`` is None); or
+                (h, C, d), each head's keys.
             rows: query positions (R,) in [0, Lq); cols: key positions (C,) or None.
-            head: the query head (selects the ALiBi slope and the bias).
+            head: the query head (selects the ALiBi slope and the bias); a sequence of
+                ``h`` heads with 3-D inputs.
             lq, lk: the full lengths (for the bottom-right alignment).
         """
         if not isinstance(q_rows, Tensor) or not isinstance(k, Tensor):
             raise TypeError("q_rows and k must be tensors")
-        if q_rows.dim() != 2 or k.dim() != 2 or q_rows.shape[-1] != k.shape[-1]:
+        nd = q_rows.dim()
+        if nd not in (2, 3) or k.dim() != nd or q_rows.shape[-1] != k.shape[-1] or (
+                nd == 3 and q_rows.shape[0] != k.shape[0]):
             raise ValueError(
-                f"q_rows (R, d) and k (C, d) must be 2-D with one d, got {tuple(q_rows.shape)} "
-                f"and {tuple(k.shape)}"
+                f"q_rows (R, d) and k (C, d), or (h, R, d) and (h, C, d), must share h and d, "
+                f"got {tuple(q_rows.shape)} and {tuple(k.shape)}"
             )
+        heads = torch.as_tensor(head).long().reshape(-1)
+        if heads.shape[0] != (q_rows.shape[0] if nd == 3 else 1):
+            raise ValueError(f"head must be one int per head of q_rows, got {head!r}")
         r = _as_positions("rows", rows, lq, q_rows.device)
         c = None if cols is None else _as_positions("cols", cols, lk, k.device)
-        if r.shape[0] != q_rows.shape[0]:
+        if r.shape[0] != q_rows.shape[-2]:
             raise ValueError(f"{r.shape[0]} rows for q_rows of shape {tuple(q_rows.shape)}")
-        if k.shape[0] != (lk if c is None else c.shape[0]):
+        if k.shape[-2] != (lk if c is None else c.shape[0]):
             raise ValueError(
-                f"k has {k.shape[0]} keys, expected {lk if c is None else c.shape[0]}"
+                f"k has {k.shape[-2]} keys, expected {lk if c is None else c.shape[0]}"
                 f" ({'all Lk keys' if c is None else 'one per col'})"
             )
-        return self._scores(q_rows, k, r, c, head, lq, lk)
+        return self._scores(q_rows, k, r, c, heads if nd == 3 else int(heads[0]), lq, lk)
 
-    def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None, head: int,
-                lq: int, lk: int) -> Tensor:
-        """:meth:`scores` on checked arguments (r, c: long tensors)."""
-        s = torch.matmul(q_rows.float(), k.float().T).mul_(self.scale)  # (R, C)
+    def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None,
+                head: int | Tensor, lq: int, lk: int) -> Tensor:
+        """:meth:`scores` on checked arguments (r, c: long tensors; ``head`` an int for 2-D
+        inputs, a (h,) long tensor for 3-D ones)."""
+        s = torch.matmul(q_rows.float(), k.float().transpose(-2, -1)).mul_(self.scale)
         if self.softcap is not None:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.alibi_slopes is not None:
             pos_q = (r + (lk - lq))[:, None]
             pos_k = (torch.arange(lk, device=s.device) if c is None else c)[None, :]
-            slope = float(self.alibi_slopes[head])
-            s = s.sub_((pos_q - pos_k).to(s.dtype).mul_(slope))
+            slope = self.alibi_slopes.to(s.device, s.dtype)[head]
+            if s.dim() == 3:
+                slope = slope[:, None, None]
+            s = s.sub_((pos_q - pos_k).to(s.dtype) * slope)
         if self.bias is not None:
-            b = self.bias[head if self.bias.shape[0] > 1 else 0]
-            b = b.index_select(0, r) if b.shape[0] > 1 else b
-            if c is not None and b.shape[1] > 1:
-                b = b.index_select(1, c)
+            b = self.bias  # (H|1, Lq|1, Lk|1)
+            if b.shape[0] > 1:
+                b = b[head]  # (Lq|1, Lk|1), or (h, Lq|1, Lk|1) for several heads
+            elif s.dim() == 2:
+                b = b[0]
+            b = b.index_select(-2, r) if b.shape[-2] > 1 else b
+            if c is not None and b.shape[-1] > 1:
+                b = b.index_select(-1, c)
             s = s.add_(b.to(s.dtype))
         keep = self.visible(r, c, lq=lq, lk=lk)
         if keep is not None:

@@ -246,12 +246,14 @@ def pooled_attention_map(
 
 def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape, *,
                    rows: Sequence[int] | Tensor | range, cols: Sequence[int] | Tensor | range
-                   | None = None, head: int = 0, lq: int, lk: int) -> Tensor:
-    """Exact weights ``exp(s − lse)`` (R, C) float32 of one head under a :class:`ScoreShape`.
+                   | None = None, head: int | Sequence[int] = 0, lq: int, lk: int) -> Tensor:
+    """Exact weights ``exp(s − lse)`` in float32 under a :class:`ScoreShape`: (R, C) for
+    one head, (h, R, C) for several.
 
     Args:
-        q_rows: (R, d) the queries of ``rows``; k: (C, d) the keys of ``cols`` (all Lk keys
-            when ``cols`` is None); lse_rows: (R,) the rows' logsumexp.
+        q_rows: (R, d) the queries of ``rows`` (or (h, R, d)); k: (C, d) the keys of
+            ``cols``, all Lk keys when ``cols`` is None (or (h, C, d)); lse_rows: (R,) the
+            rows' logsumexp (or (h, R)).
         rows, cols, head, lq, lk: as in :meth:`ScoreShape.scores`.
 
     A row whose lse is ``-inf`` (no visible key) is all zeros.
@@ -264,10 +266,10 @@ def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShap
     >>> bool(torch.allclose(w.sum(-1), torch.ones(2))), (w > 0).sum(-1).tolist()
     (True, [3, 3])
     """
-    if not isinstance(lse_rows, Tensor) or lse_rows.dim() != 1 or (
-            lse_rows.shape[0] != q_rows.shape[0]):
+    if not isinstance(lse_rows, Tensor) or tuple(lse_rows.shape) != tuple(q_rows.shape[:-1]):
         got = tuple(lse_rows.shape) if isinstance(lse_rows, Tensor) else type(lse_rows).__name__
-        raise ValueError(f"lse_rows must have shape (R,) = ({q_rows.shape[0]},), got {got}")
+        raise ValueError(f"lse_rows must have shape {tuple(q_rows.shape[:-1])} (one per row of "
+                         f"q_rows), got {got}")
     s = shape.scores(q_rows, k, rows=rows, cols=cols, head=head, lq=lq, lk=lk)
     lse = lse_rows.float()
-    return s.sub_(lse.masked_fill(lse == float("-inf"), float("inf"))[:, None]).exp_()
+    return s.sub_(lse.masked_fill(lse == float("-inf"), float("inf"))[..., None]).exp_()

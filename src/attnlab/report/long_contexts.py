@@ -201,10 +201,13 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", articles: str | Pat
     if not sizes or any(b <= a for a, b in zip(sizes, sizes[1:])) or sizes[0] < 1:
         raise ValueError(f"sizes must be increasing positive token counts, got {sizes}")
     budget = dense_budget_bytes() if budget_bytes is None else int(budget_bytes)
+    origin = ("given" if budget_bytes is not None else
+              "environment" if os.environ.get(BUDGET_ENV, "").strip() else "default")
     say = log or (lambda _msg: None)
     job = {"model": model, "articles": None if articles is None else str(articles)}
     doc: dict[str, Any] = {
         "model": model, "sizes": sizes, "dense_budget_bytes": budget,
+        "dense_budget_origin": origin,
         "machine": {"cpus": os.cpu_count(), "memory_bytes": _total_memory(),
                     "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": list(os.getloadavg())},
@@ -474,16 +477,26 @@ def _curve_table(doc: dict[str, Any]) -> str:
                   "trace holds (MB)", "load avg at trace start"], rows)
 
 
+_ORIGIN = {
+    "default": ("8 GB, or half of this machine's memory if that is less",
+                "8 GB，若本机内存的一半更少则取一半"),
+    "environment": (f"set by {BUDGET_ENV}", f"由 {BUDGET_ENV} 设定"),
+    "given": ("given by the caller", "由调用者给定"),
+}
+
+
 def _stop_text(doc: dict[str, Any]) -> str:
+    origin_en, origin_zh = _ORIGIN.get(doc.get("dense_budget_origin", "given"),
+                                       _ORIGIN["given"])
     budget = _gb(doc["dense_budget_bytes"])
     stop = doc["dense_stop"]
     rule = (f"predicted peak = the model and runtime (measured: the last eager peak less its "
             f"attention) + 4 B × N² × (L·H + 2·H + 1), the weights of all L·H heads kept "
             f"for output_attentions plus one layer's scores and the causal mask; budget "
-            f"{budget} GB")
+            f"{budget} GB: {origin_en}")
     rule_zh = (f"预测峰值 = 模型与运行时（实测：上一个 eager 峰值减去其注意力部分）+ 4 B × N² × "
                f"(L·H + 2·H + 1)，即为 output_attentions 保留的全部 L·H 个头的权重，加上一层的"
-               f"分数与因果掩码；预算 {budget} GB")
+               f"分数与因果掩码；预算 {budget} GB：{origin_zh}")
     if stop is None:
         return bilingual(f"The dense curve ran at every N: {rule}.",
                          f"稠密曲线在每个 N 上都跑完了：{rule_zh}。", cls="claim")

@@ -551,10 +551,28 @@ class AttentionTrace:
                 )
             dense = torch.empty(nl, nh, self.seq_len, self.key_len)
             for li in range(nl):
-                for hi in range(nh):
-                    dense[li, hi] = self.head_weights(li, hi)
+                dense[li] = self._layer_weights(li)
             self._dense = dense
         return self._dense
+
+    def _layer_weights(self, layer: int) -> Tensor:
+        """(H, Lq, Lk) weights of every head of one layer at once, the merge applied."""
+        if self._weights is not None:
+            w = self._weights[layer].float()
+        else:
+            group = self.num_heads // self.num_kv_heads
+            k = self.k[layer].repeat_interleave(group, dim=0)  # (H, Lk, d)
+            w = shaped_weights(self.q[layer], k, self.lse[layer], self._shapes[layer],
+                               rows=torch.arange(self._pieces_q),
+                               head=torch.arange(self.num_heads), lq=self._pieces_q,
+                               lk=self._pieces_k)
+        if self.groups is None:
+            return w
+        member = torch.zeros(len(self.groups), self._pieces_q)  # (G, N): piece i in group a
+        for a, g in enumerate(self.groups):
+            member[a, g] = 1.0
+        mean = member / member.sum(-1, keepdim=True)
+        return mean @ w @ member.T  # queries averaged, keys summed
 
     # -- views ----------------------------------------------------------------------------
 

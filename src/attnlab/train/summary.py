@@ -9,14 +9,21 @@ and the checks of the claim that different heads learn different relations. The 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
-from attnlab.train.checkpoint import CheckpointError, is_run_dir, load_run, read_config
+from attnlab.train.checkpoint import (
+    RUN_FILES,
+    CheckpointError,
+    is_run_config,
+    is_run_dir,
+    load_run,
+    read_config,
+    remove_stale_temps,
+)
 from attnlab.train.config import TrainConfig
 from attnlab.train.heads import HeadScores, capture_weights, score_heads
 from attnlab.train.tasks import Task, get_task
@@ -36,8 +43,20 @@ STANDOUT = 3.0  # times the lower median of all heads' scores
 
 def ensure_run(run_dir: str | Path, config: TrainConfig, progress: Any = None) -> None:
     """Make ``run_dir`` a finished run of ``config``: reuse it if it is one, resume it if it
-    was cut short, otherwise train it afresh (whatever was there is removed)."""
+    was cut short, otherwise train it afresh.
+
+    Only an attnlab run's own files (:data:`~attnlab.train.checkpoint.RUN_FILES`) are ever
+    replaced; a folder that holds anything else and is not an attnlab run is refused with
+    :class:`CheckpointError`, and nothing in it is touched.
+    """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CheckpointError(f"run_dir {run_dir} is a file, not a folder")
+    if run_dir.exists() and any(run_dir.iterdir()) and not is_run_config(run_dir):
+        raise CheckpointError(
+            f"run_dir {run_dir} holds files but is not an attnlab run; refusing to train "
+            "over them (give an empty or new folder)"
+        )
     if run_dir.exists():
         try:
             same = read_config(run_dir) == config
@@ -53,8 +72,10 @@ def ensure_run(run_dir: str | Path, config: TrainConfig, progress: Any = None) -
                 return
             except CheckpointError:
                 pass
-        shutil.rmtree(run_dir)
-    train(config, run_dir, progress=progress, quiet=progress is None)
+        for name in RUN_FILES:  # a stale or different attnlab run: only its own files go
+            (run_dir / name).unlink(missing_ok=True)
+        remove_stale_temps(run_dir)
+    train(config, run_dir, progress=progress, quiet=progress is None, force=True)
 
 
 @dataclass

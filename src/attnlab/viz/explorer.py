@@ -472,8 +472,11 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
                                        given_block)
         payload.update({"block": rows[0][1] - rows[0][0], "weights": blob, **blocks(rows, cols)})
     else:
-        maps = torch.stack([torch.stack([trace.head_weights(l_, h).float() for h in range(nh)])
-                            for l_ in range(nl)])  # (L, H, Lq, Lk): short inputs only
+        if given_block == 1 and tuple(given_maps.shape) == (nl, nh, lq, lk):
+            maps = given_maps.float()  # blocks of one token: the exact weights, same pass
+        else:
+            maps = torch.stack([torch.stack([trace.head_weights(l_, h).float()
+                                             for h in range(nh)]) for l_ in range(nl)])
         payload.update({"block": 1, "weights": _maps_blob(maps, cfg.weights_budget),
                         "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
     payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]

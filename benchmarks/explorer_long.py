@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-save", action="store_true",
                     help="stop after saving the trace (measure the explorer in a second run "
                     "with --trace FILE, so that its peak memory is its own)")
+    ap.add_argument("--page", default=None, metavar="FILE.html", help="keep the page")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=30)
     ap.add_argument("--json", action="store_true")
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         ex.payload(progress=True)
         path = ex.save(Path(tmp) / "long.html")
         tr = ex.payload()["traces"][0]
+        if args.page:
+            shutil.copyfile(path, args.page)
         row.update({"explore_s": time.perf_counter() - t0, "explore_peak_mb": _peak_mb(),
                     "html_bytes": path.stat().st_size, "block": tr["block"],
                     "blocks": len(tr["row_blocks"] or []), "maps": tr["weights"]["dtype"]})

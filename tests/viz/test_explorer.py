@@ -315,4 +315,4 @@ def test_explore_command_writes_the_page(tmp_path, capsys):
     assert [t["tokens"] for t in data["traces"]][1] == ["[CLS]", "注", "意", "力", "[SEP]"]
     assert main(["explore", "--model", "minilm", "--text", "x", "--out", str(tmp_path / "a.txt")]) \
         == 2
-    assert "--out must name an .html file" in capsys.readouterr().err
+    assert "--out must name a .html or .htm file" in capsys.readouterr().err

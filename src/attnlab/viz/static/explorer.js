@@ -738,7 +738,7 @@
       self.render();
     });
     if (m.pooled) {
-      h("div", {"class": "ax-note"}, this.controls, m.api ? this.t("clickBlock") : this.t("unserved"));
+      if (m.api) h("div", {"class": "ax-note"}, this.controls, this.t("clickBlock"));
       if (tile) this.drawTile(svg, tile, th + R * cs + 30);
     }
     this.place(svg);

@@ -44,7 +44,7 @@ def _peak_mb() -> float:
 def smollm2_trace(n: int):
     """SmolLM2 on the seed articles, cut to ``n`` tokens (q, k, lse kept; pieces unmerged)."""
     from attnlab.models import load
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing.tracer import trace
 
     loaded = load("smollm2", progress=False)
     text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt")))
@@ -63,7 +63,7 @@ def synthetic_trace(n: int, *, layers: int = 30, heads: int = 9, kv_heads: int =
     import torch
 
     from attnlab.core.scores import ScoreShape, row_logsumexp
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
 
     g = torch.Generator().manual_seed(seed)
     pos = torch.arange(n, dtype=torch.float32)[:, None]
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
     from attnlab.viz.explorer import Explorer
 
     row: dict[str, object] = {}

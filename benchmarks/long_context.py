@@ -52,8 +52,8 @@ def smollm2_exact(n: int) -> dict[str, Any]:
     import torch
 
     from attnlab.models import load
-    from attnlab.trace import capture
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing import capture
+    from attnlab.tracing.tracer import trace
 
     loaded = load("smollm2", progress=False)
     ids = _smollm2_ids(loaded, n)
@@ -79,7 +79,7 @@ def smollm2_exact(n: int) -> dict[str, Any]:
 
 def smollm2_trace(n: int) -> dict[str, Any]:
     from attnlab.models import load
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing.tracer import trace
 
     t0 = time.perf_counter()
     loaded = load("smollm2", progress=False)
@@ -116,7 +116,7 @@ def gpt_trace(n: int) -> dict[str, Any]:
     import torch
 
     from attnlab.nn.transformer import GPT, GPTConfig
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing.tracer import trace
 
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=64, block_size=n, num_layers=2, num_heads=4,

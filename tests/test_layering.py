@@ -2,7 +2,7 @@
 
 Layers, low to high (DESIGN.md, "The house")::
 
-    _io → core → nn (+ masks.py, positional.py) → trace → analysis → train → models
+    _io, _proc → core → nn (+ masks.py, positional.py) → tracing → analysis → train → models
         → experiments → viz → report | serve | bench → cli (+ __main__.py)
 
 A module imports its own package and lower layers only. Reported:
@@ -33,10 +33,10 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnlab"
 
 #: Top-level name inside ``attnlab`` -> layer (higher may import lower, never the reverse).
 LAYERS: dict[str, int] = {
-    "_io": 0,
+    "_io": 0, "_proc": 0,
     "core": 1,
     "nn": 2, "masks": 2, "positional": 2,
-    "trace": 3,
+    "tracing": 3,
     "analysis": 4,
     "train": 5,
     "models": 6,

@@ -10,6 +10,9 @@ mathematics computed, drawn and checked.
 [0.0, 0.0, 0.0]
 """
 
+import os
+from typing import Any
+
 from attnlab import masks, positional
 from attnlab.core.chunked import chunked_attention
 from attnlab.core.functional import scaled_dot_product_attention
@@ -27,10 +30,33 @@ from attnlab.nn import (
     TransformerDecoderLayer,
     TransformerEncoderLayer,
 )
-from attnlab.trace import AttentionTrace, capture  # noqa: E402  (attnlab.trace is callable)
+from attnlab.tracing import AttentionTrace, capture
 from attnlab.viz.explorer import Explorer
 
 __version__ = "0.1.0"
+
+
+def trace(model: Any, text_or_token_ids: Any, **kwargs: Any) -> AttentionTrace:
+    """Load ``model`` if it is a name or a folder, then trace one input through it.
+
+    A convenience over :func:`attnlab.models.load` and :func:`attnlab.tracing.tracer.trace`
+    (which takes an already-loaded model and accepts the same keyword arguments).
+    ``model`` is a registered name (``"minilm"``, ``"smollm2"``), a model folder, a loaded
+    model, or an ``nn.Module``; the traces themselves live in :mod:`attnlab.tracing`.
+
+    >>> import attnlab
+    >>> gpt = attnlab.GPT(attnlab.GPTConfig(vocab_size=10, num_layers=2, num_heads=2,
+    ...                                     embed_dim=8))
+    >>> t = attnlab.trace(gpt, [1, 2, 3, 4])
+    >>> (t.num_layers, t.num_heads, t.seq_len), t.causal
+    ((2, 2, 4), True)
+    """
+    from attnlab.models import load
+    from attnlab.tracing.tracer import trace as trace_loaded
+
+    if isinstance(model, (str, os.PathLike)):
+        model = load(model)
+    return trace_loaded(model, text_or_token_ids, **kwargs)
 
 __all__ = [
     "Explorer",

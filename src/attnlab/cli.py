@@ -85,7 +85,7 @@ class _ModelRun:
     def __init__(self, args: argparse.Namespace) -> None:
         from rich.console import Console
 
-        from attnlab.trace.budget import default_budget, parse_memory
+        from attnlab.tracing.budget import default_budget, parse_memory
 
         self.args = args
         self.quiet = bool(args.quiet or args.json)
@@ -98,7 +98,7 @@ class _ModelRun:
 
     def text(self) -> tuple[str, str]:
         """(text, the argument it came from), checked for at least one visible character."""
-        from attnlab.trace.budget import check_text
+        from attnlab.tracing.budget import check_text
 
         if self.args.text_file is not None:
             arg, text = "--text-file", _read_text_file(self.args.text_file)
@@ -118,7 +118,7 @@ class _ModelRun:
 
     def admit(self, loaded: object, text: str, arg: str, **keep: bool) -> int:
         """Count ``text``'s tokens; refuse or announce a cut; check the memory budget."""
-        from attnlab.trace.budget import check_trace_budget, count_tokens
+        from attnlab.tracing.budget import check_trace_budget, count_tokens
 
         try:
             n = count_tokens(loaded.tokenizer, text)
@@ -163,16 +163,14 @@ class _ModelRun:
 
     def stats(self) -> dict[str, object]:
         """Tokens, seconds and peak memory (the process's maximum resident set)."""
-        import resource
+        from attnlab._proc import peak_rss_bytes
 
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        peak = rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB else
         return {"tokens": self.tokens_kept[0] if len(self.tokens_kept) == 1
                 else self.tokens_kept,
                 "tokens_given": self.tokens_given[0] if len(self.tokens_given) == 1
                 else self.tokens_given,
                 "seconds": round(time.perf_counter() - self.t0, 3),
-                "peak_memory_bytes": int(peak)}
+                "peak_memory_bytes": peak_rss_bytes()}
 
 
 def _blocks(model: object, num_layers: int) -> list:
@@ -259,7 +257,7 @@ def _explore(sub: argparse._SubParsersAction) -> None:
         text, arg = job.text()
         texts = [(text, arg)]
         if args.text2 is not None:
-            from attnlab.trace.budget import check_text
+            from attnlab.tracing.budget import check_text
 
             texts.append((check_text(args.text2, "--text2"), "--text2"))
         loaded = job.load()
@@ -314,7 +312,7 @@ def _serve(sub: argparse._SubParsersAction) -> None:
     def run(args: argparse.Namespace) -> int:
         from attnlab.serve import ServeConfig
         from attnlab.serve import run as serve
-        from attnlab.trace.budget import parse_memory
+        from attnlab.tracing.budget import parse_memory
 
         extra = {} if args.max_chars is None else {"max_chars": args.max_chars}
         config = ServeConfig(
@@ -355,7 +353,7 @@ def _trace(sub: argparse._SubParsersAction) -> None:
                    help="print path, bytes, tokens, seconds and peak memory as JSON")
 
     def run(args: argparse.Namespace) -> int:
-        from attnlab.trace import trace
+        from attnlab.tracing import trace
 
         _check_out(args.out)
         job = _ModelRun(args)
@@ -393,7 +391,7 @@ def _plot(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="PNG_OR_SVG")
 
     def run(args: argparse.Namespace) -> int:
-        from attnlab.trace import AttentionTrace
+        from attnlab.tracing import AttentionTrace
         from attnlab.viz.figures import plot, save_figure
 
         _check_out(args.out, (".png", ".svg"))

@@ -185,7 +185,7 @@ def test_diagnose_checks_its_traces():
 
 def test_pooled_maps_are_the_traces_pooled_meaning():
     from attnlab.core.scores import ScoreShape, row_logsumexp
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
 
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 1, 2, 100, 8, generator=g).unbind(0)

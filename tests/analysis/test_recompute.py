@@ -7,7 +7,7 @@ import torch
 
 from attnlab.analysis import recompute_errors
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 
 
 def _qkv(n: int = 6, seed: int = 0):

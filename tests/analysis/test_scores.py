@@ -252,7 +252,7 @@ def test_similarity_is_the_cosine_of_the_patterns():
 def _qk_trace(n: int, shape, *, layers: int = 1, heads: int = 4, kv_heads: int = 2,
               ids: torch.Tensor | None = None, seed: int = 0):
     from attnlab.core.scores import row_logsumexp
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
 
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(layers, heads, n, 16, generator=g) * 2.0
@@ -266,7 +266,7 @@ def _qk_trace(n: int, shape, *, layers: int = 1, heads: int = 4, kv_heads: int =
 @pytest.mark.parametrize("rule", ["causal", "window+padding", "bidirectional"])
 def test_qk_lse_traces_give_the_dense_scores_without_the_dense_map(rule, monkeypatch):
     from attnlab.core.scores import ScoreShape
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
 
     ids = _ids(N)
     km = torch.ones(N, dtype=torch.bool)
@@ -289,7 +289,7 @@ def test_qk_lse_traces_give_the_dense_scores_without_the_dense_map(rule, monkeyp
 
 
 def test_dense_weight_traces_work_the_same():
-    from attnlab.trace.attention import AttentionTrace
+    from attnlab.tracing.attention import AttentionTrace
 
     ids = _ids(N)
     w = _causal_weights(2, 3, N, ids=ids)

@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
+from attnlab._proc import IsolatedCallError, call_isolated
 from attnlab.bench import BenchConfig, attention_flops, naive_attention
-from attnlab.bench.isolate import IsolatedCallError, call_isolated
 from attnlab.cli import main
 
 KEYS = ("fused_vs_sdpa", "explicit_vs_naive", "mha_weights_vs_torch", "chunked_peak_mb_n32k")
@@ -71,7 +71,7 @@ def test_off_a_terminal_progress_is_plain_lines_and_the_whole_table_prints():
 
 
 def test_isolated_call_runs_a_named_function_in_its_own_process():
-    assert call_isolated("attnlab.bench.isolate:echo", value={"a": [1, 2.5]}) == {"a": [1, 2.5]}
+    assert call_isolated("attnlab._proc:echo", value={"a": [1, 2.5]}) == {"a": [1, 2.5]}
     with pytest.raises(ValueError, match="attnlab.module:function"):
         call_isolated("os:getpid")  # only attnlab's own functions
     with pytest.raises(IsolatedCallError, match="peak_memory failed in its own process"):

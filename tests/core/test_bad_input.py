@@ -228,14 +228,14 @@ def test_linear_attention_on_empty_sequences_in_every_form():
 
 
 @pytest.mark.parametrize(("call", "exc", "words"), [
-    (lambda: P.frequencies(0), ValueError, "d_model must be a positive int, got 0"),
-    (lambda: P.frequencies(7), ValueError, "d_model must be even"),
-    (lambda: P.frequencies(8.0), TypeError, "d_model must be a positive int, got float"),
+    (lambda: P.frequencies(0), ValueError, "embed_dim must be a positive int, got 0"),
+    (lambda: P.frequencies(7), ValueError, "embed_dim must be even"),
+    (lambda: P.frequencies(8.0), TypeError, "embed_dim must be a positive int, got float"),
     (lambda: P.frequencies(8, float("nan")), ValueError, "base must be finite"),
     (lambda: P.frequencies(8, "1e4"), TypeError, "base must be a real number"),
     (lambda: P.frequencies(8, 1.0), ValueError, "base must be > 1"),
     (lambda: P.sinusoidal_table(-1, 8), ValueError, "n_positions must be an int >= 0, got -1"),
-    (lambda: P.sinusoidal_table(4, -2), ValueError, "d_model must be a positive int, got -2"),
+    (lambda: P.sinusoidal_table(4, -2), ValueError, "embed_dim must be a positive int, got -2"),
     (lambda: P.SinusoidalPositionalEncoding(8, max_len=-1), ValueError, "max_len"),
     (lambda: P.SinusoidalPositionalEncoding(8, dropout=1.5), ValueError, "dropout"),
     (lambda: P.SinusoidalPositionalEncoding(8)(torch.zeros(1, 2, 8), offset=-1), ValueError,

@@ -53,7 +53,7 @@ def test_causal_window_none_is_plain_causal_and_bad_windows_are_refused():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="window must be an int >= 1"):
             masks.causal(4, window=bad)
-    with pytest.raises(ValueError, match="lq must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="lq must be an int >= 0, got -1"):
         masks.causal(-1)
     with pytest.raises(TypeError, match="lk must be an int"):
         masks.causal(2, 2.0)

@@ -38,7 +38,7 @@ def test_encoding_module_adds_table_and_refuses_overflow():
         enc(torch.zeros(1, 8, 8), offset=3)
     with pytest.raises(ValueError, match=r"\(B, N, 8\)"):
         enc(torch.zeros(1, 4, 6))
-    with pytest.raises(ValueError, match="d_model must be even"):
+    with pytest.raises(ValueError, match="embed_dim must be even"):
         P.sinusoidal_table(4, 7)
 
 

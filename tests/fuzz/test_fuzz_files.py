@@ -21,8 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from attnlab.nn.transformer import GPT, GPTConfig
-from attnlab.trace.attention import AttentionTrace
-from attnlab.trace.tracer import trace
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.tracer import trace
 from attnlab.train.checkpoint import _digest, build_model, load_checkpoint
 from attnlab.train.config import TrainConfig
 from attnlab.train.trainer import train

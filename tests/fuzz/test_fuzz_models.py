@@ -1,4 +1,4 @@
-"""Fuzzing GPT.generate and attnlab.trace's arguments."""
+"""Fuzzing GPT.generate and attnlab.tracing's arguments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnlab.nn.transformer import GPT, GPTConfig
-from attnlab.trace.tracer import trace
+from attnlab.tracing.tracer import trace
 
 VOCAB, BLOCK = 11, 12
 

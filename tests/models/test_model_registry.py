@@ -10,7 +10,7 @@ import torch
 from attnlab import models
 from attnlab.analysis import recompute_errors
 from attnlab.models import registry
-from attnlab.trace.tracer import trace
+from attnlab.tracing.tracer import trace
 
 
 def test_unknown_name_and_bad_arguments_name_the_fix(tmp_path):

@@ -15,7 +15,7 @@ from attnlab.nn.transformer import GPT, GPTConfig
 from attnlab.report import _measure
 from attnlab.report import long_contexts as lc
 from attnlab.report.html import ReportContext
-from attnlab.trace.tracer import trace
+from attnlab.tracing.tracer import trace
 
 L, H = 3, 4  # the fake model's layers and heads
 BASE = 500_000_000  # the fake model's memory without attention

@@ -3,39 +3,54 @@ cannot be loaded."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import math
 
+import pytest
 import torch
 
 from attnlab import report
+from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.models import registry
 from attnlab.report.explorer import QK_TOL, qk_view_error
+from attnlab.tracing.attention import AttentionTrace
 
 
-def _trace(scale: float, causal: bool, *, kv_heads: int = 2) -> SimpleNamespace:
+def _trace(scale: float, causal: bool, *, lse_scale: float | None = None,
+           lse_causal: bool | None = None, dense: bool = False) -> AttentionTrace:
+    """A trace of 2 layers, 4 query heads sharing 2 key heads; its log-sum-exp (or dense
+    weights) computed under ``lse_scale``/``lse_causal`` (default: its own shape)."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 5, 8, generator=g)  # (L, H, Lq, d)
-    k = torch.randn(2, kv_heads, 5, 8, generator=g)  # (L, H_kv, Lk, d): grouped heads
-    s = q @ k.repeat_interleave(4 // kv_heads, dim=1).transpose(-1, -2) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
-    return SimpleNamespace(q=q, k=k, scale=scale, causal=causal, weights=torch.softmax(s, -1))
+    k = torch.randn(2, 2, 5, 8, generator=g)  # (L, H_kv, Lk, d): grouped heads
+    shape = ScoreShape(scale=scale, causal=causal)
+    model = ScoreShape(scale=scale if lse_scale is None else lse_scale,
+                       causal=causal if lse_causal is None else lse_causal)
+    lse = torch.stack([row_logsumexp(q[i], k[i], model) for i in range(2)])
+    tokens = list("abcde")
+    if dense:
+        w = torch.exp(torch.stack([
+            torch.stack([model.scores(q[i, h], k[i, h // 2], rows=range(5), head=h, lq=5, lk=5)
+                         for h in range(4)]) for i in range(2)]) - lse[..., None])
+        return AttentionTrace(tokens=tokens, weights=w, q=q, k=k, shapes=shape)
+    return AttentionTrace(tokens=tokens, q=q, k=k, lse=lse, shapes=shape)
 
 
-def test_qk_view_error_is_small_for_the_model_weights_and_large_otherwise():
+@pytest.mark.parametrize("dense", [False, True])
+def test_qk_view_error_is_small_for_the_model_weights_and_large_otherwise(dense):
     for causal in (False, True):
-        t = _trace(8 ** -0.5, causal)
-        assert qk_view_error(t) <= QK_TOL
-        wrong_scale = SimpleNamespace(**{**vars(t), "scale": 1.0})
+        assert qk_view_error(_trace(8 ** -0.5, causal, dense=dense)) <= QK_TOL
+        wrong_scale = _trace(1.0, causal, lse_scale=8 ** -0.5, dense=dense)
         assert qk_view_error(wrong_scale) > 0.05
-        wrong_mask = SimpleNamespace(**{**vars(t), "causal": not causal})
+        wrong_mask = _trace(8 ** -0.5, causal, lse_causal=not causal, dense=dense)
         assert qk_view_error(wrong_mask) > 0.05
 
 
-def test_qk_view_error_is_nan_without_q_and_k():
-    t = _trace(0.5, False)
-    t.q = None
-    assert qk_view_error(t) != qk_view_error(t)  # NaN: nothing to recompute from
+def test_qk_view_error_is_nan_without_q_and_k_or_with_merged_tokens():
+    t = _trace(0.5, False, dense=True)
+    no_qk = AttentionTrace(tokens=t.tokens, weights=t.weights, scale=0.5)
+    assert math.isnan(qk_view_error(no_qk))  # nothing to recompute from
+    merged = _trace(0.5, True).merge_tokens([[0], [1, 2], [3], [4]])
+    assert math.isnan(qk_view_error(merged))  # the view shows no merged q/k
 
 
 def test_section_without_the_model_is_a_note_not_a_failure(tmp_path, monkeypatch):

@@ -10,8 +10,8 @@ import time
 import torch
 
 from attnlab.nn.transformer import GPT, GPTConfig
-from attnlab.trace import AttentionTrace, capture
-from attnlab.trace.budget import estimate_trace_bytes
+from attnlab.tracing import AttentionTrace, capture
+from attnlab.tracing.budget import estimate_trace_bytes
 
 
 class ToyTracer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 from attnlab.train.heads import capture_weights, score_heads, score_traces, trace_batch
 from attnlab.train.tasks import get_task
 

@@ -7,8 +7,8 @@ import torch
 
 import attnlab
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.trace import capture
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing import capture
+from attnlab.tracing.attention import AttentionTrace
 
 TEXT = "The cat sat </script><b>on</b> the mat 注意力"
 

@@ -12,7 +12,7 @@ import torch
 from explorer_traces import TEXT, dense_pooled, synthetic_trace, toy_trace
 
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.explorer import (
     Explorer,
     ExplorerConfig,

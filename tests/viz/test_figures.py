@@ -13,8 +13,8 @@ from explorer_traces import dense_pooled, synthetic_trace
 from matplotlib.figure import Figure
 
 import attnlab
-from attnlab.trace.attention import AttentionTrace
-from attnlab.trace.tracer import trace as trace_model
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.tracer import trace as trace_model
 from attnlab.viz import figures
 
 

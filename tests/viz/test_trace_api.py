@@ -15,7 +15,7 @@ from attnlab.serve.trace_api import (
     qk_data,
     trace_bytes,
 )
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.explorer import decode_blob, qk_row_probs
 
 LOCAL = "http://127.0.0.1"  # the server answers local names only

@@ -1,6 +1,6 @@
 """Head diagnostics: the scores of every head, the roles they earn, and redundancy.
 
-:func:`diagnose` takes traces (the caller makes them: :func:`attnlab.trace.tracer.trace`,
+:func:`diagnose` takes traces (the caller makes them: :func:`attnlab.tracing.tracer.trace`,
 or :func:`induction_trace` for the repeated random sequence) and returns a
 :class:`HeadDiagnostics`: the scores of :mod:`attnlab.analysis.scores` per head, the
 induction score on a repeated random sequence (``repeat_induction``), the roles heads earn
@@ -277,7 +277,7 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     """Diagnose every head of ``trace`` in one streamed pass.
 
     Args:
-        trace: an :class:`attnlab.trace.AttentionTrace` of any text.
+        trace: an :class:`attnlab.tracing.AttentionTrace` of any text.
         induction: optional trace of a repeated random sequence from the same model,
             ``prefix (start tokens) + r + r`` with ``r`` of ``period`` distinct tokens
             (made by :func:`induction_trace`, which records ``period`` and ``start`` in its
@@ -291,7 +291,7 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
             side (exact up to that many tokens).
         progress: show a progress bar over the query rows on stderr.
 
-    >>> from attnlab.trace.attention import AttentionTrace
+    >>> from attnlab.tracing.attention import AttentionTrace
     >>> prev = torch.eye(5).roll(1, 0).tril()  # every token on the one before it...
     >>> prev[0, 0] = 1.0  # ...and the first on itself
     >>> d = diagnose(AttentionTrace(tokens=list("abcde"), weights=prev[None, None]))
@@ -372,7 +372,7 @@ def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
     ``start`` (prefix length) and ``seed`` for :func:`diagnose`.
     """
     _check_loaded(model)
-    from attnlab.trace.tracer import trace as run_trace
+    from attnlab.tracing.tracer import trace as run_trace
 
     if not model.causal:
         raise ValueError(f"model {model.name!r} is not causal: the induction test needs a "
@@ -409,7 +409,7 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     those of the model's own tokens. ``progress`` shows the tracing and scoring on stderr.
     """
     _check_loaded(model)
-    from attnlab.trace.tracer import trace as run_trace
+    from attnlab.tracing.tracer import trace as run_trace
 
     main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress)
     ind = induction_trace(model, period=period, seed=seed) if model.causal else None

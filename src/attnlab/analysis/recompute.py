@@ -31,7 +31,7 @@ def recompute_errors(trace: Any, *, tile_rows: int | None = None) -> dict[str, f
     Returns ``{"weights": ...}`` and, when the trace stores v and context,
     ``"context"`` too.
 
-    >>> from attnlab.trace.attention import AttentionTrace
+    >>> from attnlab.tracing.attention import AttentionTrace
     >>> q, k, v = torch.randn(3, 1, 2, 5, 4).unbind(0)  # (L, H, N, d)
     >>> w = torch.softmax(q @ k.mT * 0.5, dim=-1)
     >>> t = AttentionTrace(tokens=list("abcde"), weights=w, q=q, k=k, v=v, context=w @ v,

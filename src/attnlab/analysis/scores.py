@@ -71,7 +71,7 @@ def _check_trace(trace: Any) -> None:
     missing = [n for n in need if not hasattr(trace, n)]
     if missing:
         raise TypeError(
-            f"trace must be an attnlab.trace.AttentionTrace (with {', '.join(need)}), got "
+            f"trace must be an attnlab.tracing.AttentionTrace (with {', '.join(need)}), got "
             f"{type(trace).__name__} without {', '.join(missing)}")
 
 
@@ -288,7 +288,7 @@ def head_scores(trace: Any, *, queries: range | slice | None = None,
     """Every score of the module docstring for every head: name -> (L, H) float64.
 
     Args:
-        trace: an :class:`attnlab.trace.AttentionTrace` (either kind: q/k/log-sum-exp or
+        trace: an :class:`attnlab.tracing.AttentionTrace` (either kind: q/k/log-sum-exp or
             dense weights); only its on-demand ``weights_rows`` is read.
         queries: the query rows to score, a range or slice of consecutive rows (default:
             all rows).
@@ -298,7 +298,7 @@ def head_scores(trace: Any, *, queries: range | slice | None = None,
             :data:`attnlab.core.scores.TILE_BYTES` of float32 weights hold); memory is
             O(tile_rows x Lk), the result does not depend on it.
 
-    >>> from attnlab.trace.attention import AttentionTrace
+    >>> from attnlab.tracing.attention import AttentionTrace
     >>> w = torch.eye(4).expand(1, 1, 4, 4)  # every token attends to itself
     >>> s = head_scores(AttentionTrace(tokens=list("abab"), weights=w, token_ids=[0, 1, 0, 1]))
     >>> s["diagonal"].item(), s["previous"].item(), s["entropy"].item(), s["duplicate"].item()

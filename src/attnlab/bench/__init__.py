@@ -10,7 +10,7 @@ Method (the machine is shared and noisy, so only ratios measured side by side co
   machine's GEMM rate measured with ``torch.mm`` on square fp32 matrices *inside each
   cell*, interleaved with the kernels it judges (a busy machine moves both alike);
 * peak memory is measured in a fresh process per measurement
-  (:mod:`attnlab.bench.memory`, run through :func:`attnlab.bench.isolate.call_isolated`).
+  (:mod:`attnlab.bench.memory`, run through :func:`attnlab._proc.call_isolated`).
 
 Ratios are speed-ups: > 1 means attnlab is faster. Headline ratios are geometric means
 over the cells with N ≥ 1024 (or the largest N measured, if none).

@@ -5,7 +5,7 @@ high-water mark (VmHWM) to the current resident size, the call runs, and ``VmHWM
 VmRSS_before`` is its peak (torch's CPU allocator returns large blocks to the OS, so the
 resident size follows it; tracemalloc would not see torch at all). On CUDA it is
 ``torch.cuda.max_memory_allocated`` above what was allocated before. :func:`peak_memory`
-is meant to run through :func:`attnlab.bench.isolate.call_isolated`, one fresh process per
+is meant to run through :func:`attnlab._proc.call_isolated`, one fresh process per
 measurement, so that nothing measured before inflates it.
 """
 

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._proc import IsolatedCallError, call_isolated
 from attnlab.bench.config import BenchConfig
 from attnlab.bench.contenders import attention_contenders, mha_contenders
-from attnlab.bench.isolate import IsolatedCallError, call_isolated
 from attnlab.bench.memory import METHOD
 from attnlab.bench.timing import attention_flops, fwd_bwd, interleaved, measure_gemm_gflops
 

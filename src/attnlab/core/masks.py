@@ -34,6 +34,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnlab.core._checks import check_int
+
 __all__ = [
     "causal",
     "padding",
@@ -46,14 +48,6 @@ __all__ = [
 #: A float ``key_padding_mask`` entry at or below this counts as padding: torch writes
 #: -inf, Hugging Face ``torch.finfo(dtype).min``, older BERT code -10000.
 _PAD_AT_MOST = -1e4
-
-
-def _check_len(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 def _band(
@@ -93,8 +87,8 @@ def causal(
     >>> causal(1, 3, window=2).tolist()
     [[False, True, True]]
     """
-    lq = _check_len("lq", lq)
-    lk = lq if lk is None else _check_len("lk", lk)
+    lq = check_int("lq", lq)
+    lk = lq if lk is None else check_int("lk", lk)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)
                                or window < 1):
         raise ValueError(f"window must be an int >= 1 or None, got {window!r}")
@@ -124,7 +118,7 @@ def padding(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tens
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
-    max_len = _check_len("max_len", max_len)
+    max_len = check_int("max_len", max_len)
     if longest > max_len:
         raise ValueError(
             f"max_len={max_len} is shorter than the longest length {longest}; refusing to "

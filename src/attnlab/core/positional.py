@@ -2,11 +2,11 @@
 
 The sinusoidal table (Vaswani et al., article 001)::
 
-    PE[pos, 2i]   = sin(pos / base^(2i/d_model))
-    PE[pos, 2i+1] = cos(pos / base^(2i/d_model))
+    PE[pos, 2i]   = sin(pos / base^(2i/embed_dim))
+    PE[pos, 2i+1] = cos(pos / base^(2i/embed_dim))
 
 Each (sin, cos) pair is a point on a circle turning at angular frequency
-ω_i = base^(-2i/d_model); moving ``k`` positions turns every pair by ω_i·k, so
+ω_i = base^(-2i/embed_dim); moving ``k`` positions turns every pair by ω_i·k, so
 ``PE[pos+k] = M_k @ PE[pos]`` with one block-diagonal rotation M_k for all pos
 (:func:`relative_rotation`).
 """
@@ -18,6 +18,8 @@ import numbers
 
 import torch
 from torch import Tensor, nn
+
+from attnlab.core._checks import check_int
 
 __all__ = [
     "frequencies",
@@ -32,22 +34,10 @@ __all__ = [
 
 
 def _check_dim(name: str, d: object, *, even: bool = True) -> int:
-    if isinstance(d, bool) or not isinstance(d, int):
-        raise TypeError(f"{name} must be a positive int, got {type(d).__name__} {d!r}")
-    if d < 1:
-        raise ValueError(f"{name} must be a positive int, got {d!r}")
+    d = check_int(name, d, minimum=1)
     if even and d % 2:
         raise ValueError(f"{name} must be even (sin/cos pairs), got {d}")
     return d
-
-
-def _check_count(name: str, n: object) -> int:
-    """A length, position or offset: an int >= 0."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int >= 0, got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {n}")
-    return n
 
 
 def _check_real(name: str, x: object) -> float:
@@ -65,40 +55,41 @@ def _check_tensor(name: str, x: object) -> Tensor:
     return x
 
 
-def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> Tensor:
-    """(d_model/2,) angular frequencies ω_i = base^(-2i/d_model); wavelength is 2π/ω_i."""
-    d_model = _check_dim("d_model", d_model)
+def frequencies(embed_dim: int, base: float = 10000.0,
+                dtype: torch.dtype = torch.float64) -> Tensor:
+    """(embed_dim/2,) angular frequencies ω_i = base^(-2i/embed_dim); wavelength is 2π/ω_i."""
+    embed_dim = _check_dim("embed_dim", embed_dim)
     base = _check_real("base", base)
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
-    i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    return torch.pow(float(base), -i / d_model).to(dtype)
+    i = torch.arange(0, embed_dim, 2, dtype=torch.float64)
+    return torch.pow(float(base), -i / embed_dim).to(dtype)
 
 
 def sinusoidal_table(
     n_positions: int,
-    d_model: int,
+    embed_dim: int,
     base: float = 10000.0,
     *,
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """(n_positions, d_model) table: sin on even dims, cos on odd dims.
+    """(n_positions, embed_dim) table: sin on even dims, cos on odd dims.
 
     >>> pe = sinusoidal_table(50, 16)
     >>> pe.shape, float(pe[0, 0]), float(pe[0, 1])
     (torch.Size([50, 16]), 0.0, 1.0)
     """
-    n_positions = _check_count("n_positions", n_positions)
-    omega = frequencies(d_model, base)  # (d/2,)
+    n_positions = check_int("n_positions", n_positions)
+    omega = frequencies(embed_dim, base)  # (d/2,)
     angle = torch.arange(n_positions, dtype=torch.float64)[:, None] * omega[None, :]
-    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe = torch.empty(n_positions, embed_dim, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe.to(dtype)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds the fixed sinusoidal table to ``x`` of shape (B, N, d_model).
+    """Adds the fixed sinusoidal table to ``x`` of shape (B, N, embed_dim).
 
     ``offset`` shifts positions (for decoding with a cache). Inputs longer than
     ``max_len`` raise instead of being truncated.
@@ -106,23 +97,23 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     pe: Tensor
 
-    def __init__(self, d_model: int, max_len: int = 4096, base: float = 10000.0,
+    def __init__(self, embed_dim: int, max_len: int = 4096, base: float = 10000.0,
                  dropout: float = 0.0) -> None:
         super().__init__()
-        self.d_model = _check_dim("d_model", d_model)
-        self.max_len = _check_count("max_len", max_len)
+        self.embed_dim = _check_dim("embed_dim", embed_dim)
+        self.max_len = check_int("max_len", max_len)
         dropout = _check_real("dropout", dropout)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model, base), persistent=False)
+        self.register_buffer("pe", sinusoidal_table(max_len, embed_dim, base), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_tensor("x", x)
-        offset = _check_count("offset", offset)
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
+        offset = check_int("offset", offset)
+        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
             raise ValueError(
-                f"x must have shape (B, N, {self.d_model}), got {tuple(x.shape)}"
+                f"x must have shape (B, N, {self.embed_dim}), got {tuple(x.shape)}"
             )
         n = x.shape[1]
         if offset + n > self.max_len:
@@ -134,12 +125,12 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 def relative_rotation(
     offset: int | float,
-    d_model: int,
+    embed_dim: int,
     base: float = 10000.0,
     *,
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    """(d_model, d_model) block-diagonal M with ``PE[pos + offset] = M @ PE[pos]`` for all pos.
+    """(embed_dim, embed_dim) block-diagonal M with ``PE[pos + offset] = M @ PE[pos]`` for all pos.
 
     Block i acts on the pair (sin ω_i p, cos ω_i p) as the rotation
     ``[[cos ω_i k, sin ω_i k], [-sin ω_i k, cos ω_i k]]`` (angle-sum formulas).
@@ -149,11 +140,11 @@ def relative_rotation(
     >>> bool(torch.allclose(pe[3:] , pe[:-3] @ m.T))
     True
     """
-    omega = frequencies(d_model, base)
+    omega = frequencies(embed_dim, base)
     theta = omega * _check_real("offset", offset)
     c, s = torch.cos(theta), torch.sin(theta)
-    m = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
+    m = torch.zeros(embed_dim, embed_dim, dtype=torch.float64)
+    idx = torch.arange(0, embed_dim, 2)
     m[idx, idx] = c
     m[idx, idx + 1] = s
     m[idx + 1, idx] = -s
@@ -210,7 +201,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         _check_tensor("x", x)
-        offset = _check_count("offset", offset)
+        offset = check_int("offset", offset)
         if x.shape[-1] != self.head_dim:
             raise ValueError(
                 f"x must have last dim head_dim={self.head_dim}, got shape {tuple(x.shape)}"
@@ -258,8 +249,8 @@ def alibi_bias(num_heads: int, lq: int, lk: int | None = None) -> Tensor:
     Bottom-right aligned like the causal mask; add it to the scores (it is a float mask).
     Future keys get a positive bias here; combine with a causal mask to hide them.
     """
-    lq = _check_count("lq", lq)
-    lk = lq if lk is None else _check_count("lk", lk)
+    lq = check_int("lq", lq)
+    lk = lq if lk is None else check_int("lk", lk)
     slopes = alibi_slopes(num_heads)
     pos_q = torch.arange(lq)[:, None] + (lk - lq)
     pos_k = torch.arange(lk)[None, :]

@@ -338,8 +338,8 @@ def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
 
     >>> q, k = torch.randn(2, 4, 5, 8).unbind(0)
     >>> lse = row_logsumexp(q, k, ScoreShape(scale=8 ** -0.5, causal=True), tile_rows=2)
-    >>> ref = torch.logsumexp((q @ k.mT * 8 ** -0.5).masked_fill(
-    ...     ~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1)
+    >>> from attnlab.core.masks import causal
+    >>> ref = torch.logsumexp((q @ k.mT * 8 ** -0.5).masked_fill(~causal(5), float("-inf")), -1)
     >>> bool(torch.allclose(lse, ref, atol=1e-6))
     True
     """

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
 from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
+from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape
 
 __all__ = ["attention_weights", "pooled_attention_map", "shaped_weights"]
@@ -100,8 +101,7 @@ def _weights_from_lse(
         else:
             s.add_(mask.to(s.dtype))
     if causal:
-        s.masked_fill_(~torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril(lk - lq),
-                       float("-inf"))
+        s.masked_fill_(~causal_mask(lq, lk, device=s.device), float("-inf"))
     lse_safe = lse.masked_fill(lse == float("-inf"), float("inf"))
     return s.sub_(lse_safe.unsqueeze(-1)).exp_()
 

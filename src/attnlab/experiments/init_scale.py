@@ -16,7 +16,7 @@ import torch
 
 from attnlab.nn import MultiHeadAttention
 
-from ._common import check_le, entropy, new_figure, seeded
+from ._common import check_le, entropy, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "init-scale"
@@ -85,16 +85,10 @@ def _figure(gains, ent, mx, n):
     ax0.semilogx(gains, ent, "o-", color="#3451b2", label="attnlab MultiHeadAttention")
     ax0.axhline(1.0, color="k", ls=":", lw=1, label="uniform rows")
     ax0.axvline(0.02, color="#137a3a", ls="--", lw=1, label="article 001's tip: 0.02")
-    ax0.set_xlabel("Xavier init gain g (log scale)")
-    ax0.set_ylabel("initial entropy / log N")
-    ax0.set_title("Initial attention entropy vs init gain", fontsize=10)
-    ax0.legend(fontsize=7)
-    ax0.grid(True, which="both", alpha=0.3)
+    label_axes(ax0, "Xavier init gain g (log scale)", "initial entropy / log N",
+               "Initial attention entropy vs init gain", log_grid=True)
     ax1.semilogx(gains, mx, "s-", color="#b3261e", label="mean max weight")
     ax1.axhline(1 / n, color="k", ls=":", lw=1, label=f"uniform 1/N = {1 / n:.3f}")
-    ax1.set_xlabel("Xavier init gain g (log scale)")
-    ax1.set_ylabel("largest weight in a row")
-    ax1.set_title("Large init: peaked rows", fontsize=10)
-    ax1.legend(fontsize=7)
-    ax1.grid(True, which="both", alpha=0.3)
+    label_axes(ax1, "Xavier init gain g (log scale)", "largest weight in a row",
+               "Large init: peaked rows", log_grid=True)
     return fig

@@ -14,16 +14,15 @@ plain dot-product attention softmax(q·k/τ) *is* a Gaussian kernel smoother wit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
-from ._common import check_le, new_figure, seeded
+from ._common import check_le, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "kernel-smoothing"
@@ -83,7 +82,7 @@ def run(
         k = torch.randn(40, d, generator=g, dtype=torch.float64)
         if equal_norm_keys:
             k = 2.0 * k / k.norm(dim=-1, keepdim=True)
-        tau = math.sqrt(d)
+        tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
         _, w = scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
         dist2 = torch.cdist(q, k) ** 2
         gauss = torch.softmax(-dist2 / (2 * tau), dim=-1)
@@ -114,11 +113,7 @@ def _figure(xi, yi, x, curves, sigmas):
     colors = ["#b3261e", "#3451b2", "#137a3a", "#a05a00"]
     for c, sigma in zip(colors, sigmas):
         ax0.plot(x, curves[sigma][0], color=c, lw=1.5, label=f"attention, σ = {sigma}")
-    ax0.set_xlabel("input x")
-    ax0.set_ylabel("output y")
-    ax0.set_title("Attention as Nadaraya–Watson regression", fontsize=10)
-    ax0.legend(fontsize=7)
-    ax0.grid(True, alpha=0.3)
+    label_axes(ax0, "input x", "output y", "Attention as Nadaraya–Watson regression")
     mid = sigmas[len(sigmas) // 2]
     im = ax1.imshow(curves[mid][1], aspect="auto", cmap="Blues", interpolation="nearest",
                     extent=(0, len(xi), 5, 0))

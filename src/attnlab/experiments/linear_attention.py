@@ -27,7 +27,7 @@ from torch import Tensor
 from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.core.linear import linear_attention
 
-from ._common import check_ge, check_le, fit_exponent, new_figure, seeded
+from ._common import check_ge, check_le, fit_exponent, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "linear-attention"
@@ -187,11 +187,8 @@ def _figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft):
     ax0.loglog(flop_lengths, f_lin, "s-", color="#3451b2", label="elu+1 linear attention")
     ax0.set_xticks(list(flop_lengths), [str(n) for n in flop_lengths])
     ax0.xaxis.set_minor_formatter(NullFormatter())
-    ax0.set_xlabel("sequence length N (tokens)")
-    ax0.set_ylabel("FLOPs per forward (counted, log scale)")
-    ax0.set_title("Counted FLOPs: ∝ N² vs ∝ N", fontsize=10)
-    ax0.legend(fontsize=7)
-    ax0.grid(True, which="both", alpha=0.3)
+    label_axes(ax0, "sequence length N (tokens)", "FLOPs per forward (counted, log scale)",
+               "Counted FLOPs: ∝ N² vs ∝ N", log_grid=True)
     ax.loglog(lengths, [1e3 * t for t in t_soft], "o-", color="#b3261e",
               label=f"softmax attention (fitted N^{e_soft:.2f})")
     ax.loglog(lengths, [1e3 * t for t in t_lin], "s-", color="#3451b2",
@@ -202,9 +199,6 @@ def _figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft):
     ax.loglog(lengths, [t1 * (n / n1) for n in lengths], "k--", lw=1, label="∝ N")
     ax.set_xticks(list(lengths), [str(n) for n in lengths])
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("sequence length N (tokens)")
-    ax.set_ylabel("time per forward (ms, log scale)")
-    ax.set_title("Measured time, causal, one head, one thread", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
+    label_axes(ax, "sequence length N (tokens)", "time per forward (ms, log scale)",
+               "Measured time, causal, one head, one thread", log_grid=True)
     return fig

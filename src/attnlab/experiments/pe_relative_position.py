@@ -19,7 +19,7 @@ from torch import Tensor
 
 from attnlab.core import positional
 
-from ._common import check_le, new_figure
+from ._common import check_le, label_axes, new_figure
 from ._result import Result
 
 NAME = "pe-relative-position"
@@ -43,20 +43,20 @@ def run(
     seed: int = 0,
     *,
     n_positions: int = 512,
-    d_model: int = 128,
+    embed_dim: int = 128,
     max_offset: int = 64,
     table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
     plot: bool = True,
 ) -> Result:
-    """Check all three properties on ``table_fn(n_positions, d_model)`` in fp64.
+    """Check all three properties on ``table_fn(n_positions, embed_dim)`` in fp64.
 
     Wrong variant: :func:`wrong_table`. (Deterministic; ``seed`` is unused.)
     """
-    pe = table_fn(n_positions, d_model, dtype=torch.float64)  # (P, d)
+    pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
     rot_err, dot_spread, rows = 0.0, 0.0, []
     dots = []
     for k in range(1, max_offset + 1):
-        m_k = positional.relative_rotation(k, d_model)  # (d, d)
+        m_k = positional.relative_rotation(k, embed_dim)  # (d, d)
         err = float((pe[k:] - pe[:-k] @ m_k.T).abs().max())
         rot_err = max(rot_err, err)
         dot = (pe[:-k] * pe[k:]).sum(-1)  # (P-k,) PE[p]·PE[p+k] for every p
@@ -64,21 +64,21 @@ def run(
         spread = float(dot.max() - dot.min())
         dot_spread = max(dot_spread, spread)
         if k in (1, 2, 4, 8, 16, 32, 64):
-            theory = float(torch.cos(positional.frequencies(d_model) * k).sum())
+            theory = float(torch.cos(positional.frequencies(embed_dim) * k).sum())
             rows.append([k, err, float(dot.mean()), theory, spread])
-    omega = positional.frequencies(d_model)
+    omega = positional.frequencies(embed_dim)
     wl = 2 * math.pi / omega  # (d/2,)
     ratio = wl[1:] / wl[:-1]
-    ratio_err = float((ratio / 10000 ** (2 / d_model) - 1).abs().max())
+    ratio_err = float((ratio / 10000 ** (2 / embed_dim) - 1).abs().max())
     checks = [
         check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9),
         check_le("|first wavelength − 2π|", abs(float(wl[0]) - 2 * math.pi), 1e-12),
         check_le("max relative deviation of wavelength ratio from 10000^(2/d)", ratio_err,
                  1e-12),
         check_le("|last wavelength / (10000·2π) − 10000^(−2/d)|",
-                 abs(float(wl[-1]) / (10000 * 2 * math.pi) - 10000 ** (-2 / d_model)), 1e-12),
+                 abs(float(wl[-1]) / (10000 * 2 * math.pi) - 10000 ** (-2 / embed_dim)), 1e-12),
     ]
-    fig = _figure(pe, wl, dots, d_model) if plot else None
+    fig = _figure(pe, wl, dots, embed_dim) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"max |PE[pos+k] − M_k·PE[pos]| over pos < {n_positions}, k ≤ {max_offset} "
@@ -89,16 +89,16 @@ def run(
         table=(["offset k", "max |PE[p+k] − M_k PE[p]|", "mean PE[p]·PE[p+k]",
                 "theory Σ cos(ω_i k)", "spread over p"], rows),
         figure=fig,
-        caption=f"attnlab.positional.sinusoidal_table({n_positions}, {d_model}) and "
-                f"relative_rotation(k, {d_model}), fp64. Wavelengths: first {float(wl[0]):.4f}"
+        caption=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) and "
+                f"relative_rotation(k, {embed_dim}), fp64. Wavelengths: first {float(wl[0]):.4f}"
                 f" = 2π, last {float(wl[-1]):.1f} (10000·2π = {10000 * 2 * math.pi:.1f}).",
-        caption_zh=f"attnlab.positional.sinusoidal_table({n_positions}, {d_model}) 与 "
-                   f"relative_rotation(k, {d_model})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
+        caption_zh=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) 与 "
+                   f"relative_rotation(k, {embed_dim})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
                    f"最长 {float(wl[-1]):.1f}（10000·2π = {10000 * 2 * math.pi:.1f}）。",
     )
 
 
-def _figure(pe, wl, dots, d_model):
+def _figure(pe, wl, dots, embed_dim):
     fig, (ax0, ax1, ax2) = new_figure(12, 3.6, ncols=3)
     im = ax0.imshow(pe[:128].T.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
                     interpolation="nearest")
@@ -110,16 +110,10 @@ def _figure(pe, wl, dots, d_model):
                  label="wavelength 2π/ω_i")
     ax1.axhline(2 * math.pi, color="k", ls=":", lw=1, label="2π")
     ax1.axhline(10000 * 2 * math.pi, color="k", ls="--", lw=1, label="10000·2π")
-    ax1.set_xlabel("pair index i (dims 2i, 2i+1)")
-    ax1.set_ylabel("wavelength (positions, log scale)")
-    ax1.set_title("Wavelengths grow geometrically", fontsize=10)
-    ax1.legend(fontsize=7)
-    ax1.grid(True, alpha=0.3)
+    label_axes(ax1, "pair index i (dims 2i, 2i+1)", "wavelength (positions, log scale)",
+               "Wavelengths grow geometrically")
     ks = list(range(1, len(dots) + 1))
     ax2.plot(ks, dots, color="#b3261e", label="PE[p]·PE[p+k] (every p)")
-    ax2.set_xlabel("offset k (positions)")
-    ax2.set_ylabel("dot product")
-    ax2.set_title(f"Depends only on the offset (d = {d_model})", fontsize=10)
-    ax2.legend(fontsize=7)
-    ax2.grid(True, alpha=0.3)
+    label_axes(ax2, "offset k (positions)", "dot product",
+               f"Depends only on the offset (d = {embed_dim})")
     return fig

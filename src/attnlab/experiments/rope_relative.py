@@ -15,7 +15,7 @@ from torch import Tensor
 
 from attnlab.core import positional
 
-from ._common import check_le, new_figure, seeded
+from ._common import check_le, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "rope-relative"
@@ -95,9 +95,7 @@ def _figure(scores, by_offset):
     offs = sorted(by_offset)
     ax1.plot([-o for o in offs], [by_offset[o] for o in offs], color="#3451b2",
              label="score (same for every m)")
-    ax1.set_xlabel("relative position m − n")
-    ax1.set_ylabel("score ⟨R_m q, R_n k⟩")
-    ax1.set_title("The score is a function of m − n only", fontsize=10)
-    ax1.grid(True, alpha=0.3)
+    label_axes(ax1, "relative position m − n", "score ⟨R_m q, R_n k⟩",
+               "The score is a function of m − n only", legend=False)
     ax1.legend(fontsize=8)
     return fig

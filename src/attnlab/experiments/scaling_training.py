@@ -35,7 +35,7 @@ CLAIM_ZH = ("在同一任务、同一初始权重和同一批数据上训练，�
 class RecallConfig:
     n_keys: int = 16  # distinct keys and values: chance loss is log 16 = 2.77
     n_pairs: int = 8  # pairs per sequence: the head must pick 1 of 9 positions
-    d_model: int = 256  # = d_k: one head as wide as the model, where scaling matters
+    embed_dim: int = 256  # = d_k: one head as wide as the model, where scaling matters
     steps: int = 100  # enough for the scaled model to be well below chance in a few seconds
     batch: int = 64  # enough sequences per step for a smooth loss curve
     lr: float = 3e-3  # Adam's usual range; the same for both runs
@@ -48,11 +48,11 @@ class RecallModel(nn.Module):
         super().__init__()
         self.scale = scale
         n = c.n_keys
-        self.embed = nn.Embedding(n * n + n, c.d_model)  # pair tokens, then query tokens
-        self.W_q = nn.Linear(c.d_model, c.d_model, bias=False)
-        self.W_k = nn.Linear(c.d_model, c.d_model, bias=False)
-        self.W_v = nn.Linear(c.d_model, c.d_model, bias=False)
-        self.readout = nn.Linear(c.d_model, n)
+        self.embed = nn.Embedding(n * n + n, c.embed_dim)  # pair tokens, then query tokens
+        self.W_q = nn.Linear(c.embed_dim, c.embed_dim, bias=False)
+        self.W_k = nn.Linear(c.embed_dim, c.embed_dim, bias=False)
+        self.W_v = nn.Linear(c.embed_dim, c.embed_dim, bias=False)
+        self.readout = nn.Linear(c.embed_dim, n)
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.embed(tokens)  # (B, N+1, E)
@@ -102,7 +102,7 @@ def run(
     loss ratio is exactly 1, and must fail.
     """
     with torch.enable_grad():
-        scaled = train(config, scale_fn(config.d_model), seed)
+        scaled = train(config, scale_fn(config.embed_dim), seed)
         unscaled = train(config, 1.0, seed)
     tail = max(1, config.steps // 10)
     end_s = sum(scaled[-tail:]) / tail
@@ -120,10 +120,10 @@ def run(
         table=(["run", "first-step loss", f"final loss (last {tail} steps)"], rows),
         figure=fig,
         caption=f"Associative recall, {config.n_pairs} pairs of {config.n_keys} keys/values, "
-                f"one head with d_k = {config.d_model}, Adam lr {config.lr}, batch "
+                f"one head with d_k = {config.embed_dim}, Adam lr {config.lr}, batch "
                 f"{config.batch}, {config.steps} steps.",
         caption_zh=f"联想回忆任务：{config.n_pairs} 对（{config.n_keys} 个键/值），单头 d_k = "
-                   f"{config.d_model}，Adam 学习率 {config.lr}，批大小 {config.batch}，"
+                   f"{config.embed_dim}，Adam 学习率 {config.lr}，批大小 {config.batch}，"
                    f"{config.steps} 步。",
     )
 
@@ -136,7 +136,7 @@ def _figure(scaled, unscaled, chance, c):
     ax.axhline(chance, color="k", ls=":", lw=1, label=f"chance = log {c.n_keys}")
     ax.set_xlabel("training step")
     ax.set_ylabel("cross-entropy loss (nats)")
-    ax.set_title(f"Associative recall, one head, d_k = {c.d_model}")
+    ax.set_title(f"Associative recall, one head, d_k = {c.embed_dim}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig

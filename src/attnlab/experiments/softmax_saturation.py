@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
-from ._common import check_le, entropy, new_figure, seeded
+from ._common import check_le, entropy, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "softmax-saturation"
@@ -72,7 +72,7 @@ def run(
         d_k = dims[len(dims) // 2]
         q = torch.randn(1, d_k, generator=g, dtype=torch.float64, requires_grad=True)
         k = torch.randn(keys, d_k, generator=g, dtype=torch.float64)
-        scale = 1 / math.sqrt(d_k)
+        scale = default_scale(d_k)  # what scaled_dot_product_attention applies
 
         def weights_of(q_: Tensor) -> Tensor:
             _, w_ = scaled_dot_product_attention(
@@ -126,9 +126,5 @@ def _figure(dims, un, sc, log_n):
             ax.axhline(log_n, color="k", ls=":", lw=1, label="uniform (log N)")
         ax.set_xticks(list(dims), [str(d) for d in dims])
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("head dimension d_k")
-        ax.set_ylabel(ylabels[i])
-        ax.set_title(titles[i], fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        label_axes(ax, "head dimension d_k", ylabels[i], titles[i])
     return fig

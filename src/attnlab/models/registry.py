@@ -22,9 +22,9 @@ from typing import Any
 
 from torch import nn
 
-from attnlab.trace.adapters.attnlab import describe_model as describe_attnlab
-from attnlab.trace.adapters.huggingface import describe_model as describe_hf
-from attnlab.trace.adapters.huggingface import is_causal_config
+from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
+from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
+from attnlab.tracing.adapters.huggingface import is_causal_config
 
 __all__ = ["NAMES", "LoadedModel", "ModelNotAvailableError", "cache_dir", "load"]
 
@@ -42,7 +42,7 @@ class ModelNotAvailableError(ValueError):
 
 @dataclass
 class LoadedModel:
-    """A model ready for :func:`attnlab.trace`, with what the tracer needs to know.
+    """A model ready for :func:`attnlab.tracing.tracer.trace`, with what the tracer needs to know.
 
     ``kind`` is ``"hf-encoder"``, ``"hf-causal"`` or ``"attnlab"``. ``tokenizer`` is a
     Hugging Face tokenizer, or for trained attnlab runs an object with ``encode(text)`` and

@@ -10,7 +10,7 @@ the functions of :mod:`attnlab.core` take ``return_weights=`` (and ``return_lse=
 A module asks the core for dense weights only when it must return them.
 
 **Observation.** Each module has named :class:`HookPoint` children, plain identities on
-which an observer (``attnlab.trace.capture``) registers forward hooks:
+which an observer (``attnlab.tracing.capture``) registers forward hooks:
 
 =================  ==================  ============================================
 hook point         shape               what passes through it
@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.core._checks import check_int
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine
 from attnlab.core.positional import RotaryEmbedding
@@ -73,18 +74,10 @@ class HookPoint(nn.Module):
 # -- argument checks (shared with attnlab.nn.transformer) -----------------------------------
 
 
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def _check_heads(embed_dim: object, num_heads: object) -> tuple[int, int]:
     """Both positive ints and head_dim = embed_dim // num_heads a positive integer."""
-    _check_positive("embed_dim", embed_dim)
-    _check_positive("num_heads", num_heads)
+    check_int("embed_dim", embed_dim, minimum=1)
+    check_int("num_heads", num_heads, minimum=1)
     if embed_dim % num_heads:
         raise ValueError(
             f"embed_dim={embed_dim} must be divisible by num_heads={num_heads} "
@@ -382,13 +375,13 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         _check_heads(embed_dim, num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _check_positive("num_kv_heads", num_kv_heads)
+        check_int("num_kv_heads", num_kv_heads, minimum=1)
         if num_heads % num_kv_heads:
             raise ValueError(
                 f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}"
             )
-        kdim = embed_dim if kdim is None else _check_positive("kdim", kdim)
-        vdim = embed_dim if vdim is None else _check_positive("vdim", vdim)
+        kdim = embed_dim if kdim is None else check_int("kdim", kdim, minimum=1)
+        vdim = embed_dim if vdim is None else check_int("vdim", vdim, minimum=1)
         dropout = _check_dropout("dropout", dropout)
         _check_bool("bias", bias)
         if rotary is not None and not isinstance(rotary, RotaryEmbedding):

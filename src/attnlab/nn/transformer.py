@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.core._checks import check_int
 from attnlab.core.positional import RotaryEmbedding, SinusoidalPositionalEncoding
 from attnlab.nn.attention import (
     KVCache,
@@ -26,7 +27,6 @@ from attnlab.nn.attention import (
     _check_bool,
     _check_dropout,
     _check_heads,
-    _check_positive,
 )
 
 __all__ = [
@@ -61,8 +61,8 @@ class FeedForward(nn.Module):
     def __init__(self, embed_dim: int, ff_dim: int, dropout: float, activation: str,
                  bias: bool = True) -> None:
         super().__init__()
-        _check_positive("embed_dim", embed_dim)
-        _check_positive("ff_dim", ff_dim)
+        check_int("embed_dim", embed_dim, minimum=1)
+        check_int("ff_dim", ff_dim, minimum=1)
         self.linear1 = nn.Linear(embed_dim, ff_dim, bias=bias)
         self.linear2 = nn.Linear(ff_dim, embed_dim, bias=bias)
         self.dropout = nn.Dropout(_check_dropout("dropout", dropout))
@@ -72,14 +72,12 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
-class TransformerEncoderLayer(nn.Module):
-    """Self-attention + feed-forward, each in a residual branch; pre-LN (``norm_first``)
-    or post-LN (the original Transformer).
+class _Layer(nn.Module):
+    """What encoder and decoder layers share: torch's arguments, the self-attention (and,
+    in a decoder, the cross-attention), the feed-forward, and a LayerNorm and a dropout
+    per residual branch (``norm1``/``dropout1``, ...)."""
 
-    >>> layer = TransformerEncoderLayer(embed_dim=16, num_heads=4, ff_dim=32)
-    >>> layer(torch.randn(2, 5, 16)).shape
-    torch.Size([2, 5, 16])
-    """
+    _cross = False  # a decoder layer also attends to the encoder's memory
 
     def __init__(
         self,
@@ -97,15 +95,34 @@ class TransformerEncoderLayer(nn.Module):
         _check_heads(embed_dim, num_heads)
         dropout = _check_dropout("dropout", dropout)
         eps = _check_eps("layer_norm_eps", layer_norm_eps)
-        self.self_attn = MultiHeadAttention(
-            embed_dim, num_heads, bias=bias, dropout=dropout, num_kv_heads=num_kv_heads
-        )
+        self.self_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
+                                            num_kv_heads=num_kv_heads)
+        if self._cross:
+            self.cross_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias,
+                                                 dropout=dropout, num_kv_heads=num_kv_heads)
         self.ff = FeedForward(embed_dim, ff_dim, dropout, activation, bias)
         self.norm1 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
+        if self._cross:
+            self.norm3 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
+            self.dropout3 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
+
+
+class TransformerEncoderLayer(_Layer):
+    """Self-attention + feed-forward, each in a residual branch; pre-LN (``norm_first``)
+    or post-LN (the original Transformer).
+
+    Args: ``embed_dim``, ``num_heads``, ``ff_dim``, ``dropout``, ``activation`` (relu or
+    gelu), ``layer_norm_eps``, ``norm_first``, ``bias``, ``num_kv_heads`` (grouped-query
+    attention), as ``torch.nn.TransformerEncoderLayer`` names them.
+
+    >>> layer = TransformerEncoderLayer(embed_dim=16, num_heads=4, ff_dim=32)
+    >>> layer(torch.randn(2, 5, 16)).shape
+    torch.Size([2, 5, 16])
+    """
 
     def _sa(self, x: Tensor, mask: Tensor | None, key_mask: Tensor | None, causal: bool) -> Tensor:
         out, _ = self.self_attn(x, mask=mask, key_mask=key_mask, causal=causal)
@@ -147,41 +164,15 @@ class TransformerEncoderLayer(nn.Module):
         return ours.to(device=ref.device, dtype=ref.dtype).train(layer.training)
 
 
-class TransformerDecoderLayer(nn.Module):
+class TransformerDecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the encoder memory, feed-forward.
 
     ``self_cache`` and ``cross_cache`` are two :class:`KVCache` objects for step-by-step
-    decoding; each is bound to its attention and its role, so swapping them raises.
+    decoding; each is bound to its attention and its role, so swapping them raises. Takes
+    the arguments of :class:`TransformerEncoderLayer`.
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        ff_dim: int = 2048,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        layer_norm_eps: float = 1e-5,
-        norm_first: bool = False,
-        bias: bool = True,
-        num_kv_heads: int | None = None,
-    ) -> None:
-        super().__init__()
-        _check_heads(embed_dim, num_heads)
-        dropout = _check_dropout("dropout", dropout)
-        eps = _check_eps("layer_norm_eps", layer_norm_eps)
-        self.self_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
-                                            num_kv_heads=num_kv_heads)
-        self.cross_attn = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
-                                             num_kv_heads=num_kv_heads)
-        self.ff = FeedForward(embed_dim, ff_dim, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
-        self.norm2 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
-        self.norm3 = nn.LayerNorm(embed_dim, eps=eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-        self.norm_first = _check_bool("norm_first", norm_first)
+    _cross = True
 
     def forward(
         self,
@@ -258,7 +249,7 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "num_encoder_layers",
                      "num_decoder_layers", "ff_dim", "max_len"):
-            _check_positive(name, getattr(self, name))
+            check_int(name, getattr(self, name), minimum=1)
         _check_heads(self.embed_dim, self.num_heads)
         if self.embed_dim % 2:
             raise ValueError(f"embed_dim must be even (sinusoidal positions), got {self.embed_dim}")
@@ -337,10 +328,10 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "num_layers"):
-            _check_positive(name, getattr(self, name))
+            check_int(name, getattr(self, name), minimum=1)
         _check_heads(self.embed_dim, self.num_heads)
         if self.num_kv_heads is not None:
-            _check_positive("num_kv_heads", self.num_kv_heads)
+            check_int("num_kv_heads", self.num_kv_heads, minimum=1)
             if self.num_heads % self.num_kv_heads:
                 raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
                                  f"num_heads={self.num_heads}")

@@ -1,15 +1,14 @@
 """One point of the long-context curve, measured alone in a fresh process.
 
 A job is a small JSON object; :func:`run_job` does it in this process, :func:`run_isolated`
-in a new Python process (``python -m attnlab.report._measure JOB OUT``), so the peak
-resident set it reports (``ru_maxrss`` at the end) is that point's own, model loading
-included::
+in a new Python process (:func:`attnlab._proc.call_isolated`), so the peak resident set it
+reports (``ru_maxrss`` at the end) is that point's own, model loading included::
 
     {"kind": "eager" | "trace", "model": "smollm2" | "tiny-llama", "tokens": N,
      "articles": "DIR"}
 
 * ``eager``: the model's Hugging Face eager attention with ``output_attentions=True``;
-* ``trace``: :func:`attnlab.trace.tracer.trace` on the same token ids.
+* ``trace``: :func:`attnlab.tracing.tracer.trace` on the same token ids.
 
 Both run the model's base (no vocabulary head: its N x vocabulary logits are not attention,
 and the tracer skips them too). The ids are the first N tokens of the articles in ``DIR``
@@ -26,28 +25,18 @@ the trace holds), ``loadavg`` (1, 5, 15 min, at the start); :func:`run_isolated`
 
 from __future__ import annotations
 
-import json
 import os
-import resource
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "MODELS", "article_ids", "peak_rss_bytes", "run_isolated", "run_job",
-           "tiny_llama"]
+from attnlab._proc import IsolatedCallError, call_isolated, peak_rss_bytes
+
+__all__ = ["KINDS", "MODELS", "article_ids", "run_isolated", "run_job", "tiny_llama"]
 
 KINDS = ("eager", "trace")
 MODELS = ("smollm2", "tiny-llama")
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set so far, in bytes."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def article_ids(tokenizer: Any, articles: str | os.PathLike[str], n: int) -> list[int]:
@@ -126,7 +115,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         forward_s = time.perf_counter() - t1
         kept = sum(a.nbytes for a in out.attentions)
     else:
-        from attnlab.trace.tracer import trace
+        from attnlab.tracing.tracer import trace
 
         t1 = time.perf_counter()
         t = trace(subject, ids)
@@ -145,38 +134,11 @@ def run_isolated(job: dict[str, Any], *, timeout: float = 3600.0) -> dict[str, A
     (killed for memory, an exception, the timeout) gives ``{"error": ...}`` with the job's
     ``kind`` and ``tokens`` instead of the numbers."""
     job = _check_job(job)
-    env = {**os.environ, **_OFFLINE}
-    with tempfile.TemporaryDirectory(prefix="attnlab-measure-") as d:
-        out = Path(d) / "result.json"
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "attnlab.report._measure", json.dumps(job), str(out)],
-                env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return {"kind": job["kind"], "tokens": job["tokens"],
-                    "error": f"stopped after the {timeout:.0f} s timeout"}
-        elapsed = time.perf_counter() - t0
-        if proc.returncode != 0 or not out.is_file():
-            why = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
-                   else f"exit status {proc.returncode}")
-            tail = (proc.stderr or "").strip().splitlines()[-1:]
-            return {"kind": job["kind"], "tokens": job["tokens"],
-                    "error": why + (f": {tail[0][:300]}" if tail else "")}
-        result = json.loads(out.read_text(encoding="utf-8"))
-    result["process_seconds"] = elapsed
+    t0 = time.perf_counter()
+    try:
+        result = call_isolated("attnlab.report._measure:run_job", job=job, timeout=timeout,
+                               env=_OFFLINE)
+    except IsolatedCallError as exc:
+        return {"kind": job["kind"], "tokens": job["tokens"], "error": exc.reason}
+    result["process_seconds"] = time.perf_counter() - t0
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m attnlab.report._measure JOB_JSON OUT_JSON", file=sys.stderr)
-        return 2
-    result = run_job(json.loads(args[0]))
-    Path(args[1]).write_text(json.dumps(result), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

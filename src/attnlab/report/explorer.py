@@ -4,12 +4,10 @@ equals the model's own weights."""
 
 from __future__ import annotations
 
-import torch
-
-from attnlab.core.masks import causal as causal_mask
 from attnlab.models import ModelNotAvailableError, load
 from attnlab.report.html import ReportContext, Section, bilingual
-from attnlab.viz.explorer import explore
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.viz.explorer import explore, qk_row_probs
 
 __all__ = ["build", "qk_view_error", "REPORT_TEXT", "QK_TOL"]
 
@@ -17,18 +15,24 @@ REPORT_TEXT = "The cat sat on the mat because it was tired."
 QK_TOL = 1e-4
 
 
-def qk_view_error(trace) -> float:
-    """max |softmax(q·kᵀ·scale) − weights| over every head, in float64: what the explorer's
-    QK view recomputes from the captured q and k against the trace's weights (NaN when the
-    trace holds no q and k)."""
-    if trace.q is None or trace.k is None or trace.scale is None:
+def qk_view_error(trace: AttentionTrace) -> float:
+    """max |QK view − weights| over every row of every head: the explorer's QK view
+    (:func:`attnlab.viz.explorer.qk_row_probs` from the captured q and k and each layer's
+    score shape, in float64) against the trace's own weights (``weights_rows``). NaN when
+    the view has nothing to recompute from (no q and k, or merged tokens)."""
+    if not trace.has_qk or trace.groups is not None or not trace.shapes:
         return float("nan")
-    q, k = trace.q.double(), trace.k.double()  # (L, H, Lq, d), (L, H_kv, Lk, d)
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # grouped heads: one per query
-    s = (q @ k.transpose(-1, -2)) * trace.scale  # (L, H, Lq, Lk)
-    if trace.causal:
-        s = s.masked_fill(~causal_mask(s.shape[-2], s.shape[-1]), float("-inf"))
-    return float((torch.softmax(s, dim=-1) - trace.weights.double()).abs().max())
+    lq, lk = trace.seq_len, trace.key_len
+    rows = range(lq)
+    err = 0.0
+    for layer in range(trace.num_layers):
+        shape = trace.score_shape(layer)
+        for head in range(trace.num_heads):
+            p = qk_row_probs(trace.q[layer, head], trace.k[layer, trace.kv_head(head)], shape,
+                             rows=rows, lq=lq, lk=lk, head=head)
+            w = trace.weights_rows(layer, head, rows).double()
+            err = max(err, float((p - w).abs().max()))
+    return err
 
 
 def build(ctx: ReportContext) -> Section:

@@ -8,7 +8,7 @@ whole article.
 
    * Hugging Face eager attention with ``output_attentions=True``: it returns every
      layer's dense weights, L·H·N² floats;
-   * attnlab's trace (:func:`attnlab.trace.tracer.trace`): q, k, v and each row's
+   * attnlab's trace (:func:`attnlab.tracing.tracer.trace`): q, k, v and each row's
      log-sum-exp, O(N·d) per head; weights are computed on demand.
 
    The dense curve stops at the first N whose predicted peak (:func:`predicted_eager_bytes`)
@@ -374,7 +374,7 @@ def _article_000(articles: Path) -> Path:
 
 def _map_part(loaded: Any, articles: Path, max_tokens: int, seed: int,
               log: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
-    from attnlab.trace.tracer import trace as run_trace
+    from attnlab.tracing.tracer import trace as run_trace
 
     head = choose_head(loaded, seed=seed)
     path = _article_000(articles)

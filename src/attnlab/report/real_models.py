@@ -22,7 +22,7 @@ import torch
 from attnlab.analysis import diagnose, recompute_errors, repeated_random_tokens
 from attnlab.models import ModelNotAvailableError, load
 from attnlab.report.html import ReportContext, Section, bilingual, escape, figure, fmt, table
-from attnlab.trace.tracer import trace
+from attnlab.tracing.tracer import trace
 from attnlab.viz import figures
 
 __all__ = ["build", "MINILM_SENTENCES", "SMOLLM2_SENTENCES", "WEIGHTS_TOL", "RECOMPUTE_TOL"]

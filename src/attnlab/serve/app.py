@@ -20,7 +20,7 @@ lock: the ``Host`` header (only local names, the bound address and ``allowed_hos
 page on another site cannot reach the server through DNS rebinding), the body (size, UTF-8,
 JSON, nesting), the fields, each text (visible characters, valid Unicode), its length in
 characters (a cheap first filter), its length in **tokens** against the model's limit, and
-the memory its traces would need (:func:`attnlab.trace.budget.estimate_trace_bytes`)
+the memory its traces would need (:func:`attnlab.tracing.budget.estimate_trace_bytes`)
 against the budget. Model inference then runs under one lock (a model object is not assumed
 thread-safe); requests in flight together never reserve more than the budget. The server
 writes no file; model caches are pointed into ``cache_dir``.
@@ -41,8 +41,8 @@ from starlette.requests import Request
 
 from attnlab.serve._common import ServeConfig, allowed_hosts_for, install_guards
 from attnlab.serve._common import error as _error
-from attnlab.trace.attention import AttentionTrace
-from attnlab.trace.budget import (
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.budget import (
     check_text,
     count_tokens,
     default_budget,
@@ -85,7 +85,7 @@ class ModelTracer:
         return estimate_trace_bytes(self.shape, num_tokens).total
 
     def __call__(self, text: str) -> AttentionTrace:
-        from attnlab.trace.tracer import trace
+        from attnlab.tracing.tracer import trace
 
         return trace(self.loaded, text)
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, encode_blob, json_for_html
 
 __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",

@@ -1,7 +1,7 @@
 """Find the heads a trained model specialized into, with :mod:`attnlab.analysis`'s scores.
 
-The model runs under :func:`attnlab.trace.capture.capture`, which gives one
-:class:`~attnlab.trace.attention.AttentionTrace` per sequence of the batch; every head is
+The model runs under :func:`attnlab.tracing.capture.capture`, which gives one
+:class:`~attnlab.tracing.attention.AttentionTrace` per sequence of the batch; every head is
 then scored by :func:`attnlab.analysis.head_scores` (TransformerLens's definitions):
 
 * previous-token score: ``previous``, the share of the head's attention on the token just
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.analysis import head_scores
-from attnlab.trace.capture import capture
+from attnlab.tracing.capture import capture
 
 __all__ = ["HeadScores", "capture_weights", "first_repeat", "score_heads", "score_traces",
            "trace_batch"]

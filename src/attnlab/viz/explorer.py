@@ -29,7 +29,7 @@ Encoding of the embedded data (``format_version`` 2)::
               (the per-head max |Δp| that float16 storage causes is measured and shown);
               k per key/value head (grouped-query heads share one)
     geometry  float32 2-D points, queries then keys, per stored head
-    pe        float32 sinusoidal table (positions × d_model)
+    pe        float32 sinusoidal table (positions × embed_dim)
 
 Every string that reaches the page goes through :func:`json_for_html`, which escapes ``<``,
 ``>`` and ``&`` so that a token such as ``</script>`` cannot end the script element.
@@ -63,7 +63,7 @@ from torch import Tensor
 
 from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["VIEWS", "Explorer", "ExplorerConfig", "json_for_html", "static_asset", "explore",
            "decode_blob", "block_spans", "coarsen_pooled", "qk_row_probs"]
@@ -83,7 +83,7 @@ class ExplorerConfig:
     qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
     weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
     pe_positions: int = 128  # rows of the sinusoidal table in the positional view
-    pe_dim: int = 64  # d_model of that table: 32 (sin, cos) pairs
+    pe_dim: int = 64  # embed_dim of that table: 32 (sin, cos) pairs
     view: str = "model"  # the view the page opens on
 
     def __post_init__(self) -> None:
@@ -491,7 +491,7 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
     ``progress``: progress bars on stderr while tracing and while the page's one pass over
     the weights runs (the page is built here, so that ``save`` only writes it).
     """
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing.tracer import trace
 
     if isinstance(texts, str):
         texts = [texts]

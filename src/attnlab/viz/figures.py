@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from attnlab._io import atomic_open
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["cjk_font", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
            "qk_joint_transform", "score_decomposition", "head_map", "save_figure", "KINDS",

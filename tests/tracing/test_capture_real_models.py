@@ -12,8 +12,8 @@ import torch
 
 from attnlab import models
 from attnlab.core.scores import ScoreShape
-from attnlab.trace import AttentionTrace, capture
-from attnlab.trace.tracer import trace
+from attnlab.tracing import AttentionTrace, capture
+from attnlab.tracing.tracer import trace
 
 pytestmark = pytest.mark.models
 

@@ -10,10 +10,10 @@ import struct
 import pytest
 import torch
 
-import attnlab.trace.attention as attention_mod
+import attnlab.tracing.attention as attention_mod
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.trace import FORMAT_VERSION, AttentionTrace, TraceFormatError
+from attnlab.tracing import FORMAT_VERSION, AttentionTrace, TraceFormatError
 
 L, H, HKV, N, D = 2, 4, 2, 11, 8
 
@@ -274,3 +274,89 @@ def test_bad_tensors_are_refused(tmp_path):
         AttentionTrace.load(tmp_path / "junk.safetensors")
     with pytest.raises(FileNotFoundError):
         AttentionTrace.load(tmp_path / "missing.safetensors")
+
+
+def _resave(src, dst, edit, *, digests=True):
+    """Rewrite the v2 file ``src`` as ``dst`` after ``edit(tensors)``; with ``digests`` the
+    metadata states the edited tensors' sha256 (a crafted file), else the old ones."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(src), "pt") as f:
+        header = f.metadata()
+        tensors = {n: f.get_tensor(n) for n in f.keys()}
+    edit(tensors)
+    meta = json.loads(header["attnlab"])
+    if digests:
+        for name, x in tensors.items():
+            meta["tensors"][name]["sha256"] = attention_mod._sha256(x.contiguous())
+    save_file(tensors, str(dst), metadata={"attnlab": json.dumps(meta)})
+    return dst
+
+
+def test_a_changed_tensor_is_refused_by_its_sha256(tmp_path):
+    src = _trace(ScoreShape(scale=D ** -0.5, causal=True)).save(tmp_path / "t.safetensors")
+
+    def nudge(ts):  # one log-sum-exp a little off: rows would no longer sum to 1
+        ts["lse"][1, 2, 5] += 0.01
+
+    stale = _resave(src, tmp_path / "stale.safetensors", nudge, digests=False)
+    with pytest.raises(TraceFormatError, match="tensor 'lse' does not match the sha256"):
+        AttentionTrace.load(stale)
+    same = _resave(src, tmp_path / "same.safetensors", lambda ts: None, digests=False)
+    assert torch.equal(AttentionTrace.load(same).lse, AttentionTrace.load(src).lse)
+    no_digest = _resave(src, tmp_path / "none.safetensors", lambda ts: None, digests=False)
+    raw = no_digest.read_bytes().replace(b'\\"sha256\\"', b'\\"sha257\\"')
+    no_digest.write_bytes(raw)
+    with pytest.raises(TraceFormatError, match=r"tensors\.\w+\.sha256"):
+        AttentionTrace.load(no_digest)
+
+
+@pytest.mark.parametrize(("name", "index", "value", "message"), [
+    ("q", (0, 1, 2, 3), math.nan, "tensor 'q' holds NaN"),
+    ("k", (1, 0, 4, 0), math.inf, "tensor 'k' holds NaN"),
+    ("v", (0, 1, 0, 2), -math.inf, "tensor 'v' holds NaN"),
+    ("lse", (1, 3, 7), math.nan, "tensor 'lse' holds NaN or \\+inf"),
+    ("lse", (1, 3, 7), math.inf, "tensor 'lse' holds NaN or \\+inf"),
+    ("lse", (1, 3, 7), -math.inf, "tensor 'lse' is -inf on a row that sees keys"),
+])
+def test_non_finite_values_are_refused_naming_the_tensor(tmp_path, name, index, value,
+                                                         message):
+    src = _trace(ScoreShape(scale=D ** -0.5, causal=True)).save(tmp_path / "t.safetensors")
+
+    def put(ts):
+        ts[name][index] = value
+
+    bad = _resave(src, tmp_path / "bad.safetensors", put)
+    with pytest.raises(TraceFormatError, match=message):
+        AttentionTrace.load(bad)
+    AttentionTrace.load(_resave(src, tmp_path / "good.safetensors", lambda ts: None))
+
+
+def test_lse_is_minus_infinity_exactly_on_rows_that_see_no_key(tmp_path):
+    # causal with the first two keys padding: query rows 0 and 1 see no key
+    km = torch.tensor([False, False] + [True] * (N - 2))
+    t = _trace(ScoreShape(scale=D ** -0.5, causal=True, key_mask=km))
+    assert bool((t.lse[:, :, :2] == -math.inf).all()) and bool(t.lse[:, :, 2:].isfinite().all())
+    back = AttentionTrace.load(t.save(tmp_path / "t.safetensors"))
+    assert torch.equal(back.weights_rows(0, 0, [0, 1]), torch.zeros(2, N))
+
+
+def test_v1_weights_must_be_distributions(tmp_path):
+    w = torch.softmax(torch.randn(2, 3, 3, 3), -1)
+    w[1, 2, 0] = 0.0  # a row that sees no key
+    _write_v1(tmp_path / "ok.safetensors", {"weights": w}, _v1_meta())
+    assert torch.equal(AttentionTrace.load(tmp_path / "ok.safetensors").weights, w)
+    for where, value, message in [((0, 1, 2, 0), math.nan, "holds NaN"),
+                                  ((0, 1, 2, 0), -0.25, "negative"),
+                                  ((1, 0, 1, 1), 0.9, "do not sum to 1")]:
+        bad = w.clone()
+        bad[where] = value
+        _write_v1(tmp_path / "bad.safetensors", {"weights": bad}, _v1_meta())
+        with pytest.raises(TraceFormatError, match=f"tensor 'weights' .*{message}"):
+            AttentionTrace.load(tmp_path / "bad.safetensors")
+    q = torch.randn(2, 3, 3, 4)
+    q[0, 0, 0, 0] = math.inf
+    _write_v1(tmp_path / "q.safetensors", {"weights": w, "q": q, "k": q.abs()}, _v1_meta())
+    with pytest.raises(TraceFormatError, match="tensor 'q' holds NaN"):
+        AttentionTrace.load(tmp_path / "q.safetensors")

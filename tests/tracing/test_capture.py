@@ -10,7 +10,7 @@ from torch import nn
 from attnlab.core.scores import ScoreShape
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.transformer import GPT, GPTConfig
-from attnlab.trace import AttentionTrace, capture
+from attnlab.tracing import AttentionTrace, capture
 
 
 def _gpt(seed: int = 0, **kw) -> GPT:

@@ -25,12 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.trace.adapters.attnlab import describe_model as describe_attnlab
-from attnlab.trace.adapters.huggingface import describe_model as describe_hf
-from attnlab.trace.adapters.huggingface import is_hf_model
-from attnlab.trace.attention import AttentionTrace
-from attnlab.trace.budget import check_text, check_trace_budget
-from attnlab.trace.capture import capture
+from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
+from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
+from attnlab.tracing.adapters.huggingface import is_hf_model
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.budget import check_text, check_trace_budget
+from attnlab.tracing.capture import capture
 
 __all__ = ["trace", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
 
@@ -102,6 +102,28 @@ def _forward(model: nn.Module, ids: Tensor) -> None:
         model(ids, ids)  # encoder-decoder: the same tokens on both sides
     else:
         model(ids)
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    """How many token ids ``model`` embeds, when it says (None when it does not)."""
+    if is_hf_model(model):
+        try:
+            n = getattr(model.get_input_embeddings(), "num_embeddings", None)
+        except (AttributeError, NotImplementedError):
+            n = None
+        return n if isinstance(n, int) else None
+    config = getattr(model, "config", None)  # attnlab: one vocabulary, or src and tgt ones
+    sizes = [getattr(config, n, None) for n in ("vocab_size", "src_vocab_size",
+                                                "tgt_vocab_size")]
+    sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
+    return min(sizes) if sizes else None
+
+
+def _check_ids(ids: list[int], vocab: int | None, name: str) -> None:
+    lo, hi = min(ids, default=0), max(ids, default=0)
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        where = f"the vocabulary [0, {vocab}) of {name}" if vocab is not None else "[0, ...)"
+        raise ValueError(f"token_ids holds ids in [{lo}, {hi}], outside {where}")
 
 
 # -- the text ---------------------------------------------------------------------------------
@@ -255,7 +277,7 @@ def trace(
     max_memory: int | str | None = None,
     progress: bool = False,
 ) -> AttentionTrace:
-    """Run one input through ``model`` under :func:`~attnlab.trace.capture.capture`.
+    """Run one input through ``model`` under :func:`~attnlab.tracing.capture.capture`.
 
     Args:
         model: a loaded model (``attnlab.models.load(...)``, or any object with ``.model``,
@@ -263,7 +285,8 @@ def trace(
             ``nn.Module`` (Hugging Face, attnlab or torch attention modules; give
             ``tokenizer`` for text).
         text_or_token_ids: text (tokenized by the model's tokenizer, special tokens added)
-            or token ids (N,) / (1, N).
+            or token ids (N,) / (1, N), each in the model's vocabulary (checked when the
+            model states its size).
         tokenizer: overrides the loaded model's tokenizer.
         qkv: keep per-head q, k, v and the log-sum-exp (O(N·d) per head; weights are
             computed on demand). ``False`` keeps dense weights instead (short inputs).
@@ -272,7 +295,7 @@ def trace(
             ``meta["truncated_from"]``); without it such an input raises ``ValueError``.
         merge_pieces: merge byte pieces of one character (see the module docstring).
         max_memory: refuse, before the model runs, an input whose trace would need more
-            memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.trace.budget`).
+            memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.tracing.budget`).
         progress: show a progress bar per layer on stderr.
 
     Returns:
@@ -324,8 +347,10 @@ def trace(
         info["labels"] = info["labels"][:limit]
         info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
                           if g]
+    _check_ids(ids, _vocab_size(loaded.model), loaded.name)
     if max_memory is not None:
-        check_trace_budget(loaded, len(ids), max_memory, what="text", keep_weights=not qkv)
+        check_trace_budget(loaded, len(ids), max_memory, what="text", keep_weights=not qkv,
+                           keep_context=context)
     if "unknown_fraction" in info:
         meta["unknown_fraction"] = info["unknown_fraction"]
     x = torch.tensor([ids], dtype=torch.long)

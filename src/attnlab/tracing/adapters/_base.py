@@ -12,7 +12,8 @@ from torch import Tensor, nn
 from attnlab.core.scores import ScoreShape
 from attnlab.core.weights import shaped_weights
 
-__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "dense_weights"]
+__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "attach_each",
+           "dense_weights"]
 
 
 @dataclass
@@ -81,6 +82,21 @@ class Restore:
         undo, self._undo = self._undo, None
         if undo is not None:
             undo()
+
+
+def attach_each(modules: list[nn.Module], attach_one: Callable[[nn.Module], list[Handle]]
+                ) -> list[Handle]:
+    """``attach_one(m)`` for every module, all or nothing: when one fails, the handles
+    already made are removed (last first) and the error propagates."""
+    handles: list[Handle] = []
+    try:
+        for m in modules:
+            handles.extend(attach_one(m))
+    except BaseException:
+        for hnd in reversed(handles):
+            hnd.remove()
+        raise
+    return handles
 
 
 def dense_weights(q: Tensor, k: Tensor, lse: Tensor, shapes: list[ScoreShape]) -> Tensor:

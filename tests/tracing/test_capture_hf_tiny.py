@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attnlab.trace.adapters.huggingface as hf
-from attnlab.trace import capture
+import attnlab.tracing.adapters.huggingface as hf
+from attnlab.tracing import capture
 
 transformers = pytest.importorskip("transformers")
 
@@ -60,7 +60,7 @@ def test_gemma2_softcap_and_per_layer_windows():
     assert _rows_err(t, ref) <= 1e-5
     # the same trace without its soft-cap is wrong
     from attnlab.core.scores import ScoreShape
-    from attnlab.trace import AttentionTrace
+    from attnlab.tracing import AttentionTrace
 
     bare = [ScoreShape(scale=s.scale, causal=True, window=s.window) for s in t.shapes]
     wrong = AttentionTrace(tokens=t.tokens, q=t.q, k=t.k, lse=t.lse, shapes=bare)

@@ -22,7 +22,14 @@ from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import to_additive
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.nn.attention import MultiHeadAttention, SelfAttention
-from attnlab.trace.adapters._base import AttentionRecord, Handle, Restore, Sink, detached
+from attnlab.tracing.adapters._base import (
+    AttentionRecord,
+    Handle,
+    Restore,
+    Sink,
+    attach_each,
+    detached,
+)
 
 __all__ = ["ADAPTER", "describe_model"]
 
@@ -85,15 +92,7 @@ class _AttnlabAdapter:
         return isinstance(module, (MultiHeadAttention, SelfAttention))
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
-        handles: list[Handle] = []
-        try:
-            for m in modules:
-                handles.extend(self._attach_one(cap, m))
-        except BaseException:
-            for hnd in handles:
-                hnd.remove()
-            raise
-        return handles
+        return attach_each(modules, lambda m: self._attach_one(cap, m))
 
     def _attach_one(self, cap: Sink, m: nn.Module) -> list[Handle]:
         pending: dict[str, Any] = {}

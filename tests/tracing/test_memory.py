@@ -23,8 +23,8 @@ SCRIPT = textwrap.dedent(f"""
     import json, resource, sys, time
     import torch
     from attnlab.nn.transformer import GPT, GPTConfig
-    from attnlab.trace.attention import AttentionTrace
-    from attnlab.trace.tracer import trace
+    from attnlab.tracing.attention import AttentionTrace
+    from attnlab.tracing.tracer import trace
 
     def peak_mib():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -26,11 +26,12 @@ from attnlab.core.functional import default_scale
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import from_torch_key_padding_mask, to_additive
 from attnlab.core.scores import ScoreShape, attend, row_logsumexp
-from attnlab.trace.adapters._base import (
+from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
     Restore,
     Sink,
+    attach_each,
     dense_weights,
 )
 
@@ -105,18 +106,9 @@ class _TorchMHAAdapter:
                 raise ValueError(
                     f"{cap.name_of(m)}: nn.MultiheadAttention with add_bias_kv or "
                     "add_zero_attn adds keys of its own; attnlab cannot read it")
-        handles: list[Handle] = []
-        try:
-            for m in modules:
-                if isinstance(m, nn.TransformerEncoder):
-                    handles.append(self._no_nested(m))
-                else:
-                    handles.extend(self._attach_one(cap, m))
-        except BaseException:
-            for hnd in handles:
-                hnd.remove()
-            raise
-        return handles
+        return attach_each(modules, lambda m: (
+            [self._no_nested(m)] if isinstance(m, nn.TransformerEncoder)
+            else self._attach_one(cap, m)))
 
     @staticmethod
     def _no_nested(enc: nn.TransformerEncoder) -> Handle:

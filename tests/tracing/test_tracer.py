@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnlab.nn.transformer import GPT, GPTConfig
-from attnlab.trace.budget import MemoryBudgetError
-from attnlab.trace.tracer import trace
+from attnlab.tracing.budget import MemoryBudgetError
+from attnlab.tracing.tracer import trace
 
 
 def _gpt(**kw) -> GPT:
@@ -81,3 +81,26 @@ def test_input_errors_name_the_fix():
     assert t.seq_len == 64 and t.meta["truncated_from"] == 70
     with pytest.raises(MemoryBudgetError, match="memory budget"):
         trace(gpt, [1] * 10, max_memory=1000)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_by_name():
+    gpt = _gpt()  # vocabulary [0, 20)
+    for ids in ([-1], [1, 20], torch.tensor([3, 99])):
+        with pytest.raises(ValueError, match=r"token_ids holds ids in .*outside the vocab"):
+            trace(gpt, ids)
+    assert trace(gpt, [0, 19]).token_ids == [0, 19]  # both ends of the vocabulary
+    from attnlab.nn.transformer import Transformer, TransformerConfig
+
+    ed = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=6, embed_dim=8,
+                                       num_heads=2, num_encoder_layers=1,
+                                       num_decoder_layers=1, ff_dim=16)).eval()
+    with pytest.raises(ValueError, match=r"\[0, 6\)"):  # both sides read the ids
+        trace(ed, [1, 7])
+    assert trace(ed, [1, 5]).seq_len == 2
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16)).eval()
+    with pytest.raises(ValueError, match=r"token_ids .*\[0, 32\)"):
+        trace(hf, [3, 32])
+    assert trace(hf, [3, 31]).seq_len == 2

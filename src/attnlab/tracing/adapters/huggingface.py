@@ -41,7 +41,7 @@ from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import combine, from_torch_key_padding_mask
 from attnlab.core.scores import ScoreShape, row_tiles
-from attnlab.trace.adapters._base import (
+from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
     Restore,

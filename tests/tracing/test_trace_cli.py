@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import cli
-from attnlab.trace import AttentionTrace
+from attnlab.tracing import AttentionTrace
 
 SENTENCE = "The animal didn't cross the street because it was too tired"
 WORDS = ["the", "cat", "sat", "on", "mat", "it", "was", "tired", "a", "dog", "注", "意", "力"]

@@ -5,11 +5,11 @@
 log-sum-exp of each row of scores and the
 :class:`~attnlab.core.scores.ScoreShape` that shaped them: O(N·d) per head, never the
 N x N weights. ``cap.trace()`` stacks the records into an
-:class:`~attnlab.trace.attention.AttentionTrace`, which computes any weight exactly on
+:class:`~attnlab.tracing.attention.AttentionTrace`, which computes any weight exactly on
 demand. With ``qkv=False`` the records hold dense weights (B, H, Lq, Lk) instead (short
 inputs); with ``context=True`` they also keep each head's output (B, H, Lq, dv).
 
-Each kind of model is read by an adapter (:mod:`attnlab.trace.adapters`): attnlab modules
+Each kind of model is read by an adapter (:mod:`attnlab.tracing.adapters`): attnlab modules
 through their hook points, ``torch.nn.MultiheadAttention`` through a forward pre-hook that
 recomputes q, k, v from its weights, Hugging Face models through an attention function
 registered with transformers. Adapters only mark the modules they observe; nothing global
@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.trace.adapters import ADAPTERS, AttentionRecord
-from attnlab.trace.attention import AttentionTrace
+from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
+from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["AttentionRecord", "Capture", "capture"]
 

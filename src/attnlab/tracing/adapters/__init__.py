@@ -1,12 +1,12 @@
 """How capture reads each kind of model: one adapter per kind, one small interface.
 
-An adapter (see :class:`~attnlab.trace.adapters._base.Adapter`) is an object with
+An adapter (see :class:`~attnlab.tracing.adapters._base.Adapter`) is an object with
 
 * ``name``: a short label recorded with each call (``"attnlab"``, ``"torch"``, ...);
 * ``matches(module) -> bool``: whether it reads this module;
 * ``attach(cap, modules) -> list of handles``: start observing ``modules`` (all the
   modules of one model it matched) for the capture ``cap``, which receives one
-  :class:`~attnlab.trace.adapters._base.AttentionRecord` per attention call through
+  :class:`~attnlab.tracing.adapters._base.AttentionRecord` per attention call through
   ``cap.add(record)``. Each handle's ``remove()`` undoes what attach did; capture removes
   them all in ``finally``.
 
@@ -17,10 +17,10 @@ path. Supporting a new kind of model is one new module here, added to :data:`ADA
 
 from __future__ import annotations
 
-from attnlab.trace.adapters._base import Adapter, AttentionRecord, Handle, Restore, Sink
-from attnlab.trace.adapters.attnlab import ADAPTER as ATTNLAB
-from attnlab.trace.adapters.huggingface import ADAPTER as HUGGINGFACE
-from attnlab.trace.adapters.torch_mha import ADAPTER as TORCH_MHA
+from attnlab.tracing.adapters._base import Adapter, AttentionRecord, Handle, Restore, Sink
+from attnlab.tracing.adapters.attnlab import ADAPTER as ATTNLAB
+from attnlab.tracing.adapters.huggingface import ADAPTER as HUGGINGFACE
+from attnlab.tracing.adapters.torch_mha import ADAPTER as TORCH_MHA
 
 __all__ = ["ADAPTERS", "Adapter", "AttentionRecord", "Handle", "Restore", "Sink"]
 

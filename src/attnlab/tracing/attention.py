@@ -50,6 +50,7 @@ raises :class:`TraceFormatError` naming the field.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -94,6 +95,15 @@ class TraceFormatError(ValueError):
 
 def _shape_of(t: Tensor | None) -> tuple[int, ...] | str:
     return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+
+
+def _index(name: str, i: object, size: int) -> int:
+    """An int index into ``size`` items (negative ones count from the end), as ``0..size-1``."""
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise TypeError(f"{name} must be an int, got {type(i).__name__}")
+    if not -size <= i < size:
+        raise IndexError(f"{name} must be in [0, {size}), got {i}")
+    return i % size
 
 
 def _check_groups(groups: object, n: int) -> list[list[int]]:
@@ -314,20 +324,10 @@ class AttentionTrace:
         return h // (self.num_heads // self.num_kv_heads)
 
     def _layer(self, layer: int) -> int:
-        nl = self.num_layers
-        if isinstance(layer, bool) or not isinstance(layer, int):
-            raise TypeError(f"layer must be an int, got {type(layer).__name__}")
-        if not -nl <= layer < nl:
-            raise IndexError(f"layer must be in [0, {nl}), got {layer}")
-        return layer % nl
+        return _index("layer", layer, self.num_layers)
 
     def _head(self, head: int) -> int:
-        nh = self.num_heads
-        if isinstance(head, bool) or not isinstance(head, int):
-            raise TypeError(f"head must be an int, got {type(head).__name__}")
-        if not -nh <= head < nh:
-            raise IndexError(f"head must be in [0, {nh}), got {head}")
-        return head % nh
+        return _index("head", head, self.num_heads)
 
     # -- on demand ------------------------------------------------------------------------
 
@@ -336,9 +336,7 @@ class AttentionTrace:
         if isinstance(sel, bool):
             raise TypeError(f"{name} must be an int, slice, range or sequence of ints, got bool")
         if isinstance(sel, int):
-            if not -size <= sel < size:
-                raise IndexError(f"{name} must be in [0, {size}), got {sel}")
-            return torch.tensor([sel % size])
+            return torch.tensor([_index(name, sel, size)])
         if isinstance(sel, slice):
             return torch.arange(size)[sel]
         if isinstance(sel, range):
@@ -533,7 +531,7 @@ class AttentionTrace:
         """Dense (L, H, Lq, Lk) float32 weights, built on first use (short inputs only).
 
         Raises ``ValueError`` when they would take more than
-        ``attnlab.trace.attention.DENSE_BUDGET_BYTES``; the on-demand methods work at any
+        ``attnlab.tracing.attention.DENSE_BUDGET_BYTES``; the on-demand methods work at any
         length.
         """
         if self._weights is not None and self.groups is None:
@@ -545,7 +543,7 @@ class AttentionTrace:
                 raise ValueError(
                     f"dense weights ({nl}, {nh}, {self.seq_len}, {self.key_len}) would take "
                     f"{need / 2**30:.2f} GiB, over the budget "
-                    f"attnlab.trace.attention.DENSE_BUDGET_BYTES = "
+                    f"attnlab.tracing.attention.DENSE_BUDGET_BYTES = "
                     f"{DENSE_BUDGET_BYTES / 2**30:.2f} GiB; use the on-demand methods "
                     f"({_ON_DEMAND}) instead"
                 )
@@ -642,7 +640,8 @@ class AttentionTrace:
         return tensors, shapes
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy)."""
+        """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy); the
+        metadata holds each tensor's sha256, which :meth:`load` verifies."""
         path = Path(path)
         tensors, shapes = self._tensors_and_shapes()
         for name, t in tensors.items():
@@ -653,8 +652,8 @@ class AttentionTrace:
             "key_tokens": self.key_tokens, "token_ids": self.token_ids, "model": self.model,
             "causal": self._causal, "text": self.text, "meta": self.meta,
             "groups": self.groups, "shapes": shapes,
-            "tensors": {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape)}
-                        for n, t in tensors.items()},
+            "tensors": {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                            "sha256": _sha256(t)} for n, t in tensors.items()},
         }
         header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
                                                                           ensure_ascii=False)}}
@@ -678,9 +677,12 @@ class AttentionTrace:
     def load(cls, path: str | os.PathLike[str]) -> AttentionTrace:
         """Read a trace written by :meth:`save` (format version 1 or 2).
 
-        Everything read is checked (each tensor's shape and dtype against the metadata,
-        the types of tokens, ids, scale and meta); anything else raises
-        :class:`TraceFormatError` naming the field.
+        Everything read is checked: each tensor's shape and dtype against the metadata and
+        (version 2) the sha256 of its bytes; the types of tokens, ids, scale and meta; and
+        the values: q, k, v, context and the score-shape tensors finite, ``lse`` finite
+        except ``-inf`` on a row that sees no key, dense weights finite, non-negative, each
+        row summing to 1 (or 0 for a row that sees no key). Anything else raises
+        :class:`TraceFormatError` naming the field or tensor.
         """
         from safetensors import safe_open
 
@@ -700,12 +702,25 @@ class AttentionTrace:
             raise
         except Exception as exc:  # safetensors raises several types for bad bytes
             raise TraceFormatError(f"{path} is not a safetensors file ({exc})") from None
+        if meta["format_version"] >= 2:
+            for name, t in tensors.items():
+                digest = meta["tensors"][name].get("sha256")
+                if not isinstance(digest, str):
+                    raise _bad(path, f"tensors.{name}.sha256", "the sha256 of the tensor",
+                               digest)
+                if digest != _sha256(t):
+                    raise TraceFormatError(
+                        f"{path}: tensor {name!r} does not match the sha256 the metadata "
+                        "states (the file is corrupt)")
         try:
             if meta["format_version"] == 1:
-                return _from_v1(meta, tensors)
-            return _from_v2(meta, tensors)
+                trace = _from_v1(meta, tensors)
+            else:
+                trace = _from_v2(meta, tensors)
         except (KeyError, ValueError, TypeError) as exc:
             raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
+        _check_values(path, trace)
+        return trace
 
     def __repr__(self) -> str:
         kind = "q, k, lse" if self._weights is None else "dense weights"
@@ -717,6 +732,62 @@ class AttentionTrace:
 
 
 # -- reading files ------------------------------------------------------------------------
+
+
+def _sha256(t: Tensor) -> str:
+    """The sha256 of a contiguous CPU tensor's bytes, as they stand in the file."""
+    data = t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else b""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_values(path: Path, t: AttentionTrace) -> None:
+    """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
+    an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
+    not a distribution per row."""
+    def bad(name: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{path}: tensor {name!r} {what}")
+
+    for name in ("q", "k", "v", "context"):
+        x = getattr(t, name)
+        if x is not None and not bool(torch.isfinite(x).all()):
+            raise bad(name, "holds NaN or infinite values")
+    for i, s in enumerate(t.shapes):
+        if s.alibi_slopes is not None and not bool(torch.isfinite(s.alibi_slopes).all()):
+            raise bad(f"shapes.{i}.alibi_slopes", "holds NaN or infinite values")
+        if s.bias is not None and bool((s.bias.isnan() | (s.bias == math.inf)).any()):
+            raise bad(f"shapes.{i}.bias", "holds NaN or +inf (only -inf hides a key)")
+    if t.lse is not None:
+        _check_lse(t, bad)
+    w = t._weights
+    if w is not None:
+        tol = 1e-4 + torch.finfo(w.dtype).eps  # float32 sums; rounding of the stored values
+        for layer in range(w.shape[0]):
+            wl = w[layer].double()
+            if not bool(torch.isfinite(wl).all()) or bool((wl < 0).any()):
+                raise bad("weights", f"holds NaN, infinite or negative values (layer {layer})")
+            sums = wl.sum(-1)
+            if not bool(((sums - 1).abs() <= tol).logical_or(sums == 0).all()):
+                raise bad("weights", f"has rows that do not sum to 1 (layer {layer})")
+
+
+def _check_lse(t: AttentionTrace, bad: Any) -> None:
+    """``lse`` is finite, or ``-inf`` on exactly the rows whose shaped scores are all
+    ``-inf`` (a row that sees no key)."""
+    lse = t.lse
+    if bool((lse.isnan() | (lse == math.inf)).any()):
+        raise bad("lse", "holds NaN or +inf")
+    if t.q is None or t.k is None:
+        return
+    nq, nk = t._pieces_q, t._pieces_k
+    step = max(1, TILE_BYTES // max(1, 4 * nk))
+    for layer, head in (lse == -math.inf).any(-1).nonzero().tolist():
+        empty = (lse[layer, head] == -math.inf).nonzero()[:, 0]
+        for rows in empty.split(step):
+            s = t._shapes[layer].scores(t.q[layer, head, rows], t.k[layer, t.kv_head(head)],
+                                        rows=rows, head=head, lq=nq, lk=nk)
+            if bool((s > -math.inf).any()):
+                raise bad("lse", f"is -inf on a row that sees keys (layer {layer}, head "
+                          f"{head})")
 
 
 def _bad(path: Path, field: str, want: str, got: object) -> TraceFormatError:

@@ -1,0 +1,90 @@
+"""Run one named attnlab function in a fresh Python process and get its JSON result back.
+
+Some measurements need a process of their own: the peak resident memory of one call is
+only meaningful in a process that has done nothing else. :func:`call_isolated` starts
+``python -m attnlab._proc``, which reads ``{"target": "module:function", "kwargs": {...}}``
+on stdin, imports the module, calls the function with the keyword arguments, and writes its
+return value as one JSON line on stdout. Targets must live inside attnlab. Depends on
+nothing.
+
+>>> call_isolated("attnlab._proc:echo", value=[1, "a"])
+[1, 'a']
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["IsolatedCallError", "call_isolated", "echo", "peak_rss_bytes"]
+
+
+class IsolatedCallError(RuntimeError):
+    """The isolated call failed; ``reason`` says how (the exit status or signal and the last
+    line of its stderr, or the timeout)."""
+
+    def __init__(self, target: str, reason: str) -> None:
+        super().__init__(f"{target} failed in its own process: {reason}")
+        self.reason = reason
+
+
+def echo(value: Any) -> Any:
+    """Returns ``value``: the smallest target, for checking the helper itself."""
+    return value
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far, in bytes."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB else
+
+
+def _resolve(target: str) -> Any:
+    module, _, func = target.partition(":")
+    if not module.startswith("attnlab.") or not func:
+        raise ValueError(f"target must be 'attnlab.module:function', got {target!r}")
+    return getattr(importlib.import_module(module), func)
+
+
+def call_isolated(target: str, *, timeout: float = 3600, env: dict[str, str] | None = None,
+                  **kwargs: Any) -> Any:
+    """``target(**kwargs)`` run in a fresh interpreter (arguments and result: JSON).
+
+    ``env`` adds to (or overrides) this process's environment for the child. Raises
+    :class:`IsolatedCallError` when the child fails or runs past ``timeout`` seconds.
+    """
+    if not isinstance(target, str) or ":" not in target or not target.startswith("attnlab."):
+        raise ValueError(f"target must be 'attnlab.module:function', got {target!r}")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnlab._proc"],
+            input=json.dumps({"target": target, "kwargs": kwargs}),
+            env={**os.environ, **(env or {})}, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise IsolatedCallError(target, f"stopped after the {timeout:.0f} s timeout") from None
+    if proc.returncode != 0:
+        why = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+               else f"exit status {proc.returncode}")
+        last = (proc.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise IsolatedCallError(target, f"{why}: {last[:300]}")
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise IsolatedCallError(target, "it wrote no result")
+    return json.loads(lines[-1])
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.read())
+    result = _resolve(request["target"])(**request["kwargs"])
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    _main()

@@ -133,7 +133,10 @@ class _Tile:
     of the token-matching pairs, and the pooling of rows into query blocks."""
 
     def __init__(self, r0: int, r1: int, off: int, lk: int, occ: _Occurrences | None,
-                 pool_block: int | None) -> None:
+                 pool_block: int | None, stride: int | None = None) -> None:
+        # ``stride``: the width of the tiles of weights this tile will be given (all Lk keys
+        # by default; up to the last row's own position for a causal trace)
+        lk_flat = lk if stride is None else stride
         rows = torch.arange(r1 - r0)
         pos = torch.arange(r0, r1) + off  # (T,) key position of each query
         self.pos = pos
@@ -144,16 +147,16 @@ class _Tile:
         self.mass_and_key = torch.stack([torch.ones_like(keys64), keys64], dim=1)  # (Lk, 2)
         later = rows[pos >= 1]  # rows that have a previous token
         self.later = later
-        self.sink = later * lk  # flat index of (row, key 0)
-        self.prev = later * lk + pos[later] - 1
-        self.own = rows * lk + pos
+        self.sink = later * lk_flat  # flat index of (row, key 0)
+        self.prev = later * lk_flat + pos[later] - 1
+        self.own = rows * lk_flat + pos
         self.duplicate: Tensor | None = None
         self.induction: Tensor | None = None
         if occ is not None:
             # duplicate: earlier keys j < p_i with x_j = x_{p_i}; induction: the key after
             # each of them, j + 1 <= p_i
             r, j = occ.earlier(pos)
-            self.duplicate = r * lk + j
+            self.duplicate = r * lk_flat + j
             self.induction = self.duplicate + 1
         self.pool_rows: Tensor | None = None
         if pool_block is not None:
@@ -217,6 +220,19 @@ def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None) -> tuple[Tensor, Ten
     return sums, pooled
 
 
+def _causal_everywhere(trace: Any) -> bool:
+    """True when every layer of ``trace`` is causal by its score shape (so the keys after a
+    query's position need not be computed); False for dense or merged traces."""
+    shape_of = getattr(trace, "score_shape", None)
+    if shape_of is None or not hasattr(trace, "weights_tile") or (
+            getattr(trace, "groups", None) is not None):
+        return False
+    try:
+        return all(shape_of(layer).causal for layer in range(trace.num_layers))
+    except ValueError:  # dense weights: no score shape
+        return False
+
+
 def _scan(trace: Any, *, queries: range | slice | None = None,
           token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
           pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None
@@ -240,14 +256,21 @@ def _scan(trace: Any, *, queries: range | slice | None = None,
         nq, nk = -(-lq // pool_block), -(-lk // pool_block)
         pooled = torch.zeros(nl, nh, nq, nk)
         counts = torch.zeros(nq)
+    causal = _causal_everywhere(trace)
     for t0, t1 in row_tiles(len(rows), lk, tile_rows):
         r0, r1 = rows.start + t0, rows.start + t1
-        tile = _Tile(r0, r1, off, lk, occ, pool_block)
+        # a causal tile's keys after its last row's position hold no weight: not computed
+        width = min(r1 + off, lk) if causal else lk
+        tile = _Tile(r0, r1, off, lk, occ, pool_block, stride=width)
         if pooled is not None:
             counts[tile.qblock0:tile.qblock0 + tile.pool_rows.shape[0]] += tile.pool_rows.sum(1)
         for layer in range(nl):
             for head in range(nh):
-                w = trace.weights_rows(layer, head, range(r0, r1)).float()  # (T, Lk)
+                if causal:
+                    w = trace.weights_tile(layer, head, range(r0, r1), range(width))
+                else:
+                    w = trace.weights_rows(layer, head, range(r0, r1))  # (T, Lk)
+                w = w.float()
                 tile_sums, tile_pooled = _tile_sums(w, tile, pool_block)
                 sums[layer, head] += tile_sums
                 if tile_pooled is not None:

@@ -122,3 +122,36 @@ def test_score_shape_checks_its_arguments():
     w = ScoreShape(scale=1.0, causal=True, window=4)
     assert w.key_range(10, 12, lq=20, lk=20) == (7, 12)
     assert w.key_range(10, 12, lq=10, lk=20) == (17, 20)
+
+
+def test_the_causal_band_shortcut_equals_the_general_rule(monkeypatch):
+    """Plain causal tiles mask only the columns some row may not see; the result must be
+    the general rule's, and a band that starts one column late must not be."""
+    from attnlab.core.scores import ScoreShape
+
+    torch.manual_seed(0)
+    shape = ScoreShape(scale=0.3, causal=True)
+    cases = [(7, 7, torch.arange(7), None), (5, 9, torch.arange(2, 5), torch.arange(1, 8)),
+             (64, 64, torch.tensor([0, 3, 4]), torch.arange(64)),
+             (6, 6, torch.tensor([3, 1]), None),
+             (6, 6, torch.arange(6), torch.tensor([0, 2, 5]))]
+
+    def all_scores():
+        out = []
+        for lq, lk, rows, cols in cases:
+            g = torch.Generator().manual_seed(lq * 100 + lk)
+            q, k = torch.randn(lq, 8, generator=g), torch.randn(lk, 8, generator=g)
+            out.append(shape.scores(q[rows], k if cols is None else k[cols], rows=rows,
+                                    cols=cols, lq=lq, lk=lk))
+        return out
+
+    fast = all_scores()
+    monkeypatch.setattr(ScoreShape, "_causal_band", lambda self, *a, **kw: None)
+    general = all_scores()
+    assert all(torch.equal(a, b) for a, b in zip(fast, general))
+    monkeypatch.undo()
+    late = ScoreShape._causal_band
+    monkeypatch.setattr(ScoreShape, "_causal_band",
+                        lambda self, r, c, **kw: (None if late(self, r, c, **kw) is None
+                                                  else late(self, r, c, **kw) + 1))
+    assert not all(torch.equal(a, b) for a, b in zip(all_scores(), general))

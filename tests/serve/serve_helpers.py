@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-import time
-
 import torch
 
 from attnlab.nn.transformer import GPT, GPTConfig
 from attnlab.tracing import AttentionTrace, capture
 from attnlab.tracing.budget import estimate_trace_bytes
+from servers import free_port, serve_in_thread  # noqa: F401 (re-exported to the serve tests)
 
 
 class ToyTracer:
@@ -45,31 +41,3 @@ class ToyTracer:
 
 def make_toy_tracer() -> ToyTracer:
     return ToyTracer()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve_in_thread(app):
-    """uvicorn serving ``app`` in a thread on 127.0.0.1; yields the base URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

@@ -5,15 +5,13 @@ Screenshots go to test-artifacts/explorer-*.png."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
 from explorer_traces import TEXT, dense_pooled, synthetic_trace, toy_trace
 
 from attnlab.analysis import diagnose
 from attnlab.viz.explorer import VIEWS, Explorer, qk_row_probs
+from servers import serve_in_thread
 
 pytestmark = pytest.mark.browser
 
@@ -306,27 +304,10 @@ def test_long_page_maps_are_the_pooled_definition(page, long_trace, long_page):
 @pytest.fixture(scope="module")
 def served(long_trace):
     """`attnlab serve --trace`'s app (uvicorn in a thread, 127.0.0.1): yields the base URL."""
-    import socket
-
-    import uvicorn
-
     from attnlab.serve.trace_api import create_trace_app
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_trace_app([long_trace]), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(create_trace_app([long_trace])) as url:
+        yield url
 
 
 def _wait_fetch(page, count):

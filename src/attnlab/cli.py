@@ -487,7 +487,9 @@ def _verify(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="run the mathematical experiments and check each against the theory",
         description="Compute every claim of the articles on real numbers (qk-variance, "
-        "softmax-saturation, ...), print measured vs expected, and exit 1 if any fails.",
+        "softmax-saturation, ...), print measured vs expected and the verdict. A claim the "
+        "numbers refute, as its experiment expected, is a finding (exit 0); a verdict other "
+        "than the one expected is a defect (exit 1).",
     )
     p.add_argument("--only", action="append", default=None, metavar="NAME",
                    help="run only this experiment (repeatable)")
@@ -513,17 +515,28 @@ def _verify(sub: argparse._SubParsersAction) -> None:
             from attnlab.experiments._result import fmt_num
 
             table = Table(title="attnlab verify")
-            for col, just in (("name", "left"), ("measured", "right"),
-                              ("expected", "right"), ("pass", "left"), ("s", "right")):
+            for col, just in (("name", "left"), ("origin", "left"), ("measured", "right"),
+                              ("expected", "right"), ("verdict", "left"), ("s", "right")):
                 table.add_column(col, justify=just)
             for r in results:
                 failed = [c.name for c in r.checks if not c.passed]
-                mark = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
-                if failed:
+                if r.finding:
+                    mark = "[yellow]does not hold — finding[/]"
+                elif r.passed:
+                    mark = "[green]holds[/]"
+                else:
+                    mark = (f"[red]DEFECT: {r.verdict}, expected "
+                            f"{'holds' if r.expect_holds else 'does not hold'}[/]")
+                if failed and not r.finding:
                     mark += f" [red]({'; '.join(failed)})[/]"
-                table.add_row(r.name, fmt_num(r.measured), r.expected_text, mark,
+                elif failed:
+                    mark += f" [yellow]({'; '.join(failed)})[/]"
+                table.add_row(r.name, r.origin, fmt_num(r.measured), r.expected_text, mark,
                               f"{r.seconds:.1f}")
             Console().print(table)
+            findings = [r for r in results if r.finding]
+            for r in findings:
+                Console().print(f"[yellow]finding[/] {r.name}: {r.expect_why}")
         return 0 if all(r.passed for r in results) else 1
 
     p.set_defaults(func=run)

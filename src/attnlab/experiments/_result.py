@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "Check", "RELATIONS", "fmt_num"]
+__all__ = ["Result", "Check", "RELATIONS", "ORIGINS", "VERDICTS", "fmt_num"]
 
 
 def fmt_num(x: float) -> str:
@@ -24,6 +24,12 @@ def fmt_num(x: float) -> str:
 #: ``">="``  measured >= expected − tolerance
 RELATIONS = ("==", "<=", ">=")
 
+#: Whose claim an experiment tests: one of the two articles', or attnlab's own extension.
+ORIGINS = ("article", "attnlab")
+
+#: What the numbers say of a claim (:attr:`Result.verdict`).
+VERDICTS = ("holds", "does not hold")
+
 
 @dataclass(frozen=True)
 class Check:
@@ -37,10 +43,22 @@ class Check:
 
 @dataclass
 class Result:
-    """What one experiment measured, and whether the theory held.
+    """What one experiment measured, what that says of its claim, and whether attnlab
+    expected it.
 
-    ``passed`` is computed: the headline ``measured`` must stand in ``relation`` to
-    ``expected`` within ``tolerance``, and every secondary check must pass.
+    ``holds`` is computed: the headline ``measured`` must stand in ``relation`` to
+    ``expected`` within ``tolerance``, and every secondary check must pass — the numbers
+    support the claim as stated.
+
+    Each experiment states *in advance* the verdict it expects (``expect_holds``) and why
+    (``expect_why``). ``passed`` is ``holds == expect_holds``: a claim of the articles that
+    the numbers refute, when the experiment said so beforehand, is a *finding*
+    (``finding``; shown, not a failure); a verdict other than the one expected is a
+    defect (``passed`` False), whichever way it goes. A deliberately wrong variant of the
+    code must therefore flip ``holds`` and fail.
+
+    ``origin`` is ``"article"`` for the articles' claims and ``"attnlab"`` for attnlab's
+    own additions (RoPE, linear attention, the no-NaN rule ...).
     ``table`` is ``(headers, rows)``: the small set of numbers behind the claim.
     ``figure`` is a ``matplotlib.figure.Figure`` (or None when plotting was skipped).
     """
@@ -60,11 +78,20 @@ class Result:
     caption: str = ""
     caption_zh: str = ""
     seconds: float = 0.0
-    passed: bool = field(init=False)
+    expect_holds: bool = True
+    expect_why: str = ""
+    expect_why_zh: str = ""
+    origin: str = "article"
+    holds: bool = field(init=False)
 
     def __post_init__(self) -> None:
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
+        if not self.expect_holds and not self.expect_why:
+            raise ValueError(f"{self.name}: an experiment that expects its claim not to "
+                             "hold must say why (expect_why)")
         self.measured = float(self.measured)
         m, e, t = self.measured, float(self.expected), float(self.tolerance)
         if not math.isfinite(m):
@@ -75,7 +102,22 @@ class Result:
             head = m <= e + t
         else:
             head = m >= e - t
-        self.passed = bool(head and all(c.passed for c in self.checks))
+        self.holds = bool(head and all(c.passed for c in self.checks))
+
+    @property
+    def passed(self) -> bool:
+        """The verdict is the one the experiment expected (False: a defect to fix)."""
+        return self.holds == self.expect_holds
+
+    @property
+    def verdict(self) -> str:
+        """What the numbers say of the claim: ``"holds"`` or ``"does not hold"``."""
+        return VERDICTS[0] if self.holds else VERDICTS[1]
+
+    @property
+    def finding(self) -> bool:
+        """The claim does not hold, as the experiment expected: a result, not a defect."""
+        return not self.holds and self.passed
 
     @property
     def expected_text(self) -> str:
@@ -87,7 +129,8 @@ class Result:
         return f"{sign} {e}" + (f" (slack {t})" if self.tolerance else "")
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON (no NaN): name, claim, claim_zh, measured, expected, tolerance, passed…"""
+        """Plain JSON (no NaN): name, claim, claim_zh, measured, expected, tolerance, holds,
+        verdict, expect_holds, finding, origin, passed…"""
 
         def num(x: float) -> float | None:
             return float(x) if math.isfinite(float(x)) else None
@@ -101,6 +144,12 @@ class Result:
             "expected": num(self.expected),
             "relation": self.relation,
             "tolerance": num(self.tolerance),
+            "holds": self.holds,
+            "verdict": self.verdict,
+            "expect_holds": self.expect_holds,
+            "expect_why": self.expect_why,
+            "finding": self.finding,
+            "origin": self.origin,
             "passed": self.passed,
             "checks": [
                 {"name": c.name, "value": num(c.value), "expected": c.expected,

@@ -44,7 +44,7 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
     rows = [(r.quantity, fmt_num(r.measured), r.passed)]
     rows += [(c.name, fmt_num(c.value), c.passed) for c in r.checks]
     return Section(f"exp-{r.name}", f"Experiment: {r.name}", f"实验：{r.name}", body,
-                   r.passed, rows)
+                   r.passed, rows, finding=r.finding)
 
 
 def build(ctx: ReportContext) -> list[Section]:

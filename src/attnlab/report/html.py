@@ -102,7 +102,8 @@ class Section:
     """One part of the report.
 
     ``html`` is a trusted fragment built by attnlab (every user string inside it must have
-    been escaped). ``passed`` is None for sections that only show things. ``rows`` are the
+    been escaped). ``passed`` is None for sections that only show things; ``finding`` marks
+    a section whose claim does not hold, as its experiment expected (passed, shown apart). ``rows`` are the
     terminal summary: (check, value, passed-or-None).
     """
 
@@ -113,6 +114,8 @@ class Section:
     passed: bool | None = None
     rows: list[tuple[str, str, bool | None]] = field(default_factory=list)
     seconds: float = 0.0
+    #: the section reports a claim the numbers refute, as expected: badge "FINDING"
+    finding: bool = False
 
 
 @dataclass

@@ -61,9 +61,12 @@ def _load_provider(spec: str):
     return getattr(importlib.import_module(module), func)
 
 
-def _badge(passed: bool | None) -> str:
+def _badge(passed: bool | None, finding: bool = False) -> str:
     if passed is None:
         return ""
+    if passed and finding:
+        return ('<span class="badge finding"><span class="en">FINDING: does not hold</span>'
+                '<span class="zh">发现：论断不成立</span></span>')
     cls, text = ("pass", "PASS") if passed else ("fail", "FAIL")
     return f'<span class="badge {cls}">{text}</span>'
 
@@ -85,7 +88,7 @@ section.card { background:var(--card); border:1px solid var(--line); border-radi
                padding: 18px 22px; margin: 18px 0; }
 section.card h2 { margin: 0 0 10px; font-size:20px; display:flex; gap:10px; align-items:center; }
 .badge { font-size:12px; font-weight:700; padding:2px 8px; border-radius:99px; color:#fff; }
-.badge.pass { background:var(--pass); } .badge.fail { background:var(--fail); }
+.badge.pass { background:var(--pass); } .badge.finding { background:#a15c00; } .badge.fail { background:var(--fail); }
 table.data { border-collapse:collapse; font-size:13px; margin:8px 0; }
 table.data th, table.data td { border-bottom:1px solid var(--line); padding:4px 10px;
                                text-align:left; font-variant-numeric: tabular-nums; }
@@ -128,7 +131,7 @@ def render_page(sections: list[Section], *, title: str = "attnlab report",
     body = "".join(
         f'<section class="card" id="{esc(s.id)}" data-passed="{s.passed}">'
         f'<h2><span class="en">{esc(s.title)}</span><span class="zh">{esc(s.title_zh)}</span>'
-        f"{_badge(s.passed)}</h2>{s.html}</section>"
+        f"{_badge(s.passed, s.finding)}</h2>{s.html}</section>"
         for s in sections
     )
     gen = esc(generated or time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -103,8 +103,8 @@ class Section:
 
     ``html`` is a trusted fragment built by attnlab (every user string inside it must have
     been escaped). ``passed`` is None for sections that only show things; ``finding`` marks
-    a section whose claim does not hold, as its experiment expected (passed, shown apart). ``rows`` are the
-    terminal summary: (check, value, passed-or-None).
+    a section whose claim does not hold, as its experiment expected (passed, shown apart).
+    ``rows`` are the terminal summary: (check, value, passed-or-None).
     """
 
     id: str
@@ -127,6 +127,9 @@ class ReportContext:
     quiet: bool = False
     seed: int = 0
     progress: Any = None  # rich.progress.Progress or None
+    #: results shared between the sections of one build (e.g. ``"experiments"``: the
+    #: experiment results, computed once for the claim inventory and the experiments)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def log(self, message: str) -> None:
         if self.progress is not None:

@@ -88,7 +88,8 @@ section.card { background:var(--card); border:1px solid var(--line); border-radi
                padding: 18px 22px; margin: 18px 0; }
 section.card h2 { margin: 0 0 10px; font-size:20px; display:flex; gap:10px; align-items:center; }
 .badge { font-size:12px; font-weight:700; padding:2px 8px; border-radius:99px; color:#fff; }
-.badge.pass { background:var(--pass); } .badge.finding { background:#a15c00; } .badge.fail { background:var(--fail); }
+.badge.pass { background:var(--pass); } .badge.fail { background:var(--fail); }
+.badge.finding { background:#a15c00; }
 table.data { border-collapse:collapse; font-size:13px; margin:8px 0; }
 table.data th, table.data td { border-bottom:1px solid var(--line); padding:4px 10px;
                                text-align:left; font-variant-numeric: tabular-nums; }

@@ -202,6 +202,48 @@ def _save(write: Callable[[], object], out: str) -> object:
                          ) from exc
 
 
+def _definitions_json(defs: dict) -> dict:
+    """compute_definitions' result as JSON: each score's definition, source and (L, H)
+    values (6 decimals), or why it is unavailable."""
+    from attnlab.analysis.literature import DEFINITIONS
+
+    out = {}
+    for name, got in defs.items():
+        d = DEFINITIONS[name]
+        entry = {"summary": d.summary, "source": d.source, "on": d.on}
+        if "unavailable" in got:
+            entry["unavailable"] = got["unavailable"]
+        else:
+            entry["scores"] = [[round(float(x), 6) for x in row] for row in got["scores"]]
+            entry["info"] = got["info"]
+        out[name] = entry
+    return out
+
+
+def _print_definition(name: str, got: dict, model: str, as_json: bool, job: object) -> None:
+    """One definition's scores: JSON, or a layer x head table on stdout."""
+    from attnlab.analysis.literature import DEFINITIONS
+
+    entry = _definitions_json({name: got})[name]
+    if as_json:
+        _emit_json({"model": model, "definition": name, **entry, "run": job.stats()})
+        return
+    if "unavailable" in entry:
+        raise UsageError(f"--definition {name}: unavailable for {model}: {entry['unavailable']}")
+    from rich.console import Console
+    from rich.table import Table
+
+    scores = got["scores"]
+    table = Table(title=f"{model}: {name} ({DEFINITIONS[name].summary})",
+                  caption=f"source: {DEFINITIONS[name].source}")
+    table.add_column("layer", justify="right")
+    for h in range(scores.shape[1]):
+        table.add_column(f"H{h}", justify="right")
+    for layer, row in enumerate(scores.tolist()):
+        table.add_row(str(layer), *(f"{x:.3f}" for x in row))
+    Console().print(table)
+
+
 # --------------------------------------------------------------------------------------
 # report
 # --------------------------------------------------------------------------------------
@@ -217,8 +259,8 @@ def _report(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="report", help="output directory (default: report)")
     p.add_argument("--only", action="append", default=None, metavar="PART",
-                   help="build only this part: parity, experiments, explorer, real-models, "
-                   "long-contexts, trained (repeatable)")
+                   help="build only this part: claims, parity, experiments, explorer, "
+                   "real-models, long-contexts, survey, trained (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -417,6 +459,10 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
     )
     _add_model_run_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random induction sequence")
+    p.add_argument("--definition", metavar="NAME", default=None,
+                   help="score every head by one definition only, e.g. tl-induction-mul, "
+                   "tl-demo-induction, olsson-prefix-matching, gu-sink, previous (--json "
+                   "without it gives all)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true",
                    help="print every score, and tokens, seconds and peak memory, as JSON")
@@ -425,15 +471,29 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
         from rich.console import Console
 
         from attnlab.analysis import diagnose_model
+        from attnlab.analysis.literature import DEFINITIONS, compute_definitions
 
+        if args.definition is not None and args.definition not in DEFINITIONS:
+            raise UsageError(f"--definition: unknown definition {args.definition!r}; valid "
+                             f"names: {', '.join(DEFINITIONS)}")
         job = _ModelRun(args)
         text, arg = job.text()
         loaded = job.load()
         job.admit(loaded, text, arg)
+        if args.definition is not None:
+            with job.layers(loaded, f"scoring heads: {args.definition}"):
+                got = compute_definitions(loaded, text, [args.definition], seed=args.seed,
+                                          truncate=args.truncate)[args.definition]
+            _print_definition(args.definition, got, loaded.name, args.json, job)
+            return 0
         with job.layers(loaded, "tracing and scoring heads"):
             d = diagnose_model(loaded, text, seed=args.seed, truncate=args.truncate)
         if args.json:
-            _emit_json({**d.to_json(), "run": job.stats()})
+            with job.layers(loaded, "literature definitions"):
+                defs = compute_definitions(loaded, text, seed=args.seed,
+                                           truncate=args.truncate, own=d.scores)
+            _emit_json({**d.to_json(), "definitions": _definitions_json(defs),
+                        "run": job.stats()})
         else:
             out = Console()
             for table in d.tables():
@@ -543,6 +603,95 @@ def _verify(sub: argparse._SubParsersAction) -> None:
 
 
 @_command
+def _claims(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "claims",
+        help="every claim of the two articles, the experiments that decide it, its verdict",
+        description="The claim inventory: each claim, code listing and recommendation of the "
+        "two articles with a verbatim quote, the experiments whose numbers decide it (run now, "
+        "without figures) and the verdict they give: holds, holds under stated conditions, "
+        "does not hold, or not testable (with the reason). attnlab's own extensions are listed "
+        "apart. Exit 1 only when an experiment gives a verdict other than the one it expected "
+        "(a defect); a claim that does not hold is a result, exit 0.",
+    )
+    p.add_argument("--only", action="append", default=None, metavar="ID",
+                   help="only this claim, e.g. 001-pe-linear-shift (repeatable): runs only the "
+                   "experiments that decide it")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    out.add_argument("--markdown", action="store_true",
+                     help="print only the inventory as Markdown tables on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.experiments import claims as inventory
+        from attnlab.experiments import run_all
+
+        try:
+            chosen = ([inventory.claim(i) for i in dict.fromkeys(args.only)]
+                      if args.only else list(inventory.CLAIMS))
+        except ValueError as exc:
+            raise UsageError(f"--only: {exc}") from None
+        names = inventory.covering_experiments(chosen)
+        if not args.only:
+            names += [e.experiment for e in inventory.EXTENSIONS if e.experiment not in names]
+        results = (run_all(names, seed=args.seed,
+                           quiet=args.quiet or args.json or args.markdown) if names else [])
+        verdicts = inventory.verdicts(results, chosen)
+        extensions = inventory.extension_verdicts(results) if not args.only else []
+        if args.json:
+            _emit_json(inventory.to_json(verdicts, extensions))
+        elif args.markdown:
+            sys.stdout.write(inventory.markdown(verdicts, extensions))
+        else:
+            _print_claims(verdicts, extensions, results)
+        return 0 if all(r.passed for r in results) else 1
+
+    p.set_defaults(func=run)
+
+
+def _print_claims(verdicts: list, extensions: list, results: list) -> None:
+    """The inventory as rich tables on stdout, then the verdict counts and any defect."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from attnlab.experiments.claims import counts
+
+    colour = {"holds": "green", "holds under stated conditions": "cyan",
+              "does not hold": "yellow", "not testable": "dim"}
+    table = Table(title="attnlab claims", show_lines=True)
+    for col in ("id", "quote", "experiments", "verdict", "measured or reason"):
+        table.add_column(col, overflow="fold")
+    for v in verdicts:
+        c = v.claim
+        if c.testable:
+            note = "\n".join(f"{m.experiment}{' (against)' if m.against else ''}: {m.text()}"
+                             for m in v.measurements)
+            if c.conditions_en:
+                note += f"\nconditions: {c.conditions_en}"
+        else:
+            note = c.not_testable_en
+        table.add_row(c.id, c.quote_zh, "\n".join(c.covered_by) or "—",
+                      f"[{colour[v.verdict]}]{v.verdict}[/]", note)
+    out = Console()
+    out.print(table)
+    if extensions:
+        ext = Table(title="attnlab's own extensions (not claims of the articles)")
+        for col in ("experiment", "what it adds", "verdict", "measured"):
+            ext.add_column(col, overflow="fold")
+        for e in extensions:
+            ext.add_row(e.extension.experiment, e.extension.what_en, e.verdict,
+                        e.measurement.text())
+        out.print(ext)
+    out.print(", ".join(f"{n} {name}" for name, n in counts(verdicts).items()))
+    for r in results:
+        if not r.passed:
+            out.print(f"[red]DEFECT[/] {r.name}: {r.verdict}, expected "
+                      f"{'holds' if r.expect_holds else 'does not hold'}")
+
+
+@_command
 def _bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
@@ -575,6 +724,107 @@ def _bench(sub: argparse._SubParsersAction) -> None:
                           long_rows=args.long_rows)
         if args.json:
             _emit_json(result)
+        return 0
+
+    p.set_defaults(func=run)
+
+
+@_command
+def _survey(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "survey",
+        help="score every head over a corpus: means, histograms, roles, Sink% (resumable)",
+        description="Run a corpus through MODEL a batch at a time and aggregate, per head, "
+        "every score (attnlab's, TransformerLens's head detector, Gu et al.'s sink), the "
+        "share of texts in which each head plays each role and the attention by relative "
+        "distance; write DIR/survey.json and the page DIR/index.html. The state is saved "
+        "atomically every few batches: run the same command again to resume. Under "
+        "`torchrun --nproc_per_node=N -m attnlab survey ...` the batches are shared among "
+        "N processes (gloo on CPU, nccl on GPU) and the sums reduced with "
+        "torch.distributed; across machines add torchrun's --nnodes, --node_rank and "
+        "--rdzv_endpoint (or --master_addr/--master_port).",
+    )
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
+                   help="minilm, smollm2, a Hugging Face model folder or a trained run")
+    p.add_argument("--texts", metavar="FILE", default=None,
+                   help="a .txt file (one text a line) or .jsonl (a \"text\" field a line); "
+                   "default: the paragraphs of attnlab's own docstrings, written to "
+                   "DIR/corpus.txt")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--batch-size", type=int, default=8, metavar="N",
+                   help="texts per forward pass (default 8)")
+    p.add_argument("--max-tokens", type=int, default=64, metavar="N",
+                   help="keep each text's first N tokens, BOS included (default 64: "
+                   "Gu et al.'s input length)")
+    p.add_argument("--checkpoint-every", type=int, default=16, metavar="BATCHES",
+                   help="save the state every this many batches (default 16)")
+    p.add_argument("--no-probes", action="store_true",
+                   help="skip the random-token probes (TransformerLens demo induction "
+                   "score, Olsson et al. prefix matching)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: a GPU per process under torchrun when there are enough")
+    p.add_argument("--restart", action="store_true",
+                   help="discard the state saved in DIR and start over")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true",
+                   help="print the headline numbers as JSON (rank 0)")
+
+    def run(args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from rich.console import Console
+
+        from attnlab._io import atomic_write_text, check_output_dir
+        from attnlab.analysis.survey import Corpus, SurveyConfig, builtin_corpus, survey
+
+        rank = int(os.environ.get("RANK", "0"))
+        for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens),
+                            ("--checkpoint-every", args.checkpoint_every)):
+            if value < (2 if flag == "--max-tokens" else 1):
+                raise UsageError(f"{flag} must be an integer >= "
+                                 f"{2 if flag == '--max-tokens' else 1}, got {value}")
+        check_output_dir(args.out, arg="--out")
+        out = Path(args.out)
+        if args.texts is not None:
+            corpus = Corpus(args.texts, what="--texts")
+            corpus.scan()  # every line checked before the model loads
+        else:
+            texts = builtin_corpus()
+            corpus = Corpus.of(texts, name="attnlab docstrings")
+            if rank == 0:
+                _save(lambda: atomic_write_text(out / "corpus.txt", "\n".join(texts) + "\n"),
+                      args.out)
+        cfg = SurveyConfig(batch_size=args.batch_size, max_tokens=args.max_tokens,
+                           checkpoint_every=args.checkpoint_every, probes=not args.no_probes)
+        quiet = args.quiet or args.json or rank != 0
+        console = Console(stderr=True, quiet=quiet)
+        with console.status(f"loading {args.model}"):
+            from attnlab.models import load
+
+            try:
+                loaded = load(args.model, progress=not quiet)
+            except (ValueError, TypeError, OSError) as exc:
+                raise UsageError(f"--model {args.model}: {_one_line(exc)}") from exc
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
+                      console=console, disable=quiet) as bar:
+            task = bar.add_task("survey", total=None)
+            result = survey(loaded, corpus, out, config=cfg, device=args.device,
+                            restart=args.restart,
+                            on_batch=lambda d, t: bar.update(task, completed=d, total=t))
+        if rank != 0:
+            return 0
+        from attnlab.report.survey import write_page
+
+        page = _save(lambda: write_page(result.to_json(), out / "index.html"), args.out)
+        head = result.headline()
+        if args.json:
+            _emit_json({"survey": str(out / "survey.json"), "page": str(page), **head})
+        elif not args.quiet:
+            from attnlab.report.survey import headline_text
+
+            Console().print(headline_text(head), highlight=False, markup=False)
         return 0
 
     p.set_defaults(func=run)

@@ -14,7 +14,27 @@ from attnlab.core.functional import scaled_dot_product_attention
 from ._result import Check, fmt_num
 
 __all__ = ["one_thread", "seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
-           "check_le", "check_ge", "check_between"]
+           "check_le", "check_ge", "check_between", "ZH"]
+
+#: Chinese for the words several experiments show (tables, checks, axes); each module's own
+#: ``ZH`` adds its strings (:func:`attnlab.experiments.registry.catalog` merges the two).
+ZH: dict[str, str] = {
+    "quantity": "量",
+    "value": "数值",
+    "value (fp64)": "数值（fp64）",
+    "max |row sum − 1|": "|行和 − 1| 的最大值",
+    "attention weight": "注意力权重",
+    "weight": "权重",
+    "score": "分数",
+    "query position": "查询的位置",
+    "key position": "键的位置",
+    "query token": "查询词元",
+    "key token": "键词元",
+    "head dimension d_k": "头维度 d_k",
+    "mean max weight": "平均最大权重",
+    "training step": "训练步数",
+    "chance": "随机水平",
+}
 
 
 @contextlib.contextmanager
@@ -97,14 +117,17 @@ def _ok(x: float) -> bool:
     return math.isfinite(x)
 
 
-def check_le(name: str, value: float, bound: float) -> Check:
-    return Check(name, float(value), f"≤ {fmt_num(bound)}", _ok(value) and value <= bound)
+def check_le(name: str, value: float, bound: float, *, support: bool = False) -> Check:
+    return Check(name, float(value), f"≤ {fmt_num(bound)}", _ok(value) and value <= bound,
+                 support)
 
 
-def check_ge(name: str, value: float, bound: float) -> Check:
-    return Check(name, float(value), f"≥ {fmt_num(bound)}", _ok(value) and value >= bound)
+def check_ge(name: str, value: float, bound: float, *, support: bool = False) -> Check:
+    return Check(name, float(value), f"≥ {fmt_num(bound)}", _ok(value) and value >= bound,
+                 support)
 
 
-def check_between(name: str, value: float, lo: float, hi: float) -> Check:
+def check_between(name: str, value: float, lo: float, hi: float, *,
+                  support: bool = False) -> Check:
     return Check(name, float(value), f"in [{fmt_num(lo)}, {fmt_num(hi)}]",
-                 _ok(value) and lo <= value <= hi)
+                 _ok(value) and lo <= value <= hi, support)

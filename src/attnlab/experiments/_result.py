@@ -33,12 +33,19 @@ VERDICTS = ("holds", "does not hold")
 
 @dataclass(frozen=True)
 class Check:
-    """A secondary check behind the headline number (all must hold for the claim to pass)."""
+    """A secondary check behind the headline number.
+
+    A claim check (the default) is part of the claim: all must pass for the claim to hold.
+    A ``support`` check is attnlab's own expectation whatever the verdict (its code is
+    right, its corrected version runs, its measurement is sound): failing one is a defect
+    even when the claim is expected not to hold.
+    """
 
     name: str
     value: float
     expected: str  # as a human reads it, e.g. "≤ 1e-12"
     passed: bool
+    support: bool = False
 
 
 @dataclass
@@ -47,11 +54,12 @@ class Result:
     expected it.
 
     ``holds`` is computed: the headline ``measured`` must stand in ``relation`` to
-    ``expected`` within ``tolerance``, and every secondary check must pass — the numbers
+    ``expected`` within ``tolerance``, and every claim check must pass — the numbers
     support the claim as stated.
 
     Each experiment states *in advance* the verdict it expects (``expect_holds``) and why
-    (``expect_why``). ``passed`` is ``holds == expect_holds``: a claim of the articles that
+    (``expect_why``). ``passed`` is ``holds == expect_holds`` with every ``support`` check
+    passing (:class:`Check`): a claim of the articles that
     the numbers refute, when the experiment said so beforehand, is a *finding*
     (``finding``; shown, not a failure); a verdict other than the one expected is a
     defect (``passed`` False), whichever way it goes. A deliberately wrong variant of the
@@ -102,12 +110,14 @@ class Result:
             head = m <= e + t
         else:
             head = m >= e - t
-        self.holds = bool(head and all(c.passed for c in self.checks))
+        self.holds = bool(head and all(c.passed for c in self.checks if not c.support))
 
     @property
     def passed(self) -> bool:
-        """The verdict is the one the experiment expected (False: a defect to fix)."""
-        return self.holds == self.expect_holds
+        """The verdict is the one the experiment expected and every support check passed
+        (False: a defect to fix)."""
+        return self.holds == self.expect_holds and all(c.passed for c in self.checks
+                                                       if c.support)
 
     @property
     def verdict(self) -> str:
@@ -153,7 +163,7 @@ class Result:
             "passed": self.passed,
             "checks": [
                 {"name": c.name, "value": num(c.value), "expected": c.expected,
-                 "passed": c.passed}
+                 "passed": c.passed, "support": c.support}
                 for c in self.checks
             ],
             "seconds": round(self.seconds, 3),

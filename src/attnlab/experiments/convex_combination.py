@@ -22,8 +22,22 @@ NAME = "convex-combination"
 CLAIM = ("Attention weights are non-negative and each row sums to 1, so every output is a "
          "convex combination of the values: each coordinate lies between the values' min "
          "and max.")
-CLAIM_ZH = ("注意力权重非负且每行之和为 1，所以每个输出都是值向量的凸组合："
-            "每个坐标都落在值向量该坐标的最小值与最大值之间。")
+CLAIM_ZH = ("注意力权重非负且每行之和为 1，因此每个输出都是值向量的凸组合："
+            "输出的每个坐标都介于各值向量在该坐标上的最小值与最大值之间。")
+
+ZH = {
+    "most negative weight (as −w)": "最负的权重（取 −w）",
+    "max |fused output − weights @ V|": "融合路径的输出与 权重 @ V 之差的最大绝对值",
+    "max distance outside [min V, max V]": "超出 [V 的最小值, V 的最大值] 的最大距离",
+    "Outputs are weighted centroids of the values": "输出是值向量的加权重心",
+    "value dimension {}": "值向量第 {} 维",
+    "convex hull of V": "V 的凸包",
+    "values v_j": "值向量 v_j",
+    "outputs Σ_j w_ij v_j": "输出 Σ_j w_ij v_j",
+    "Weights w_ij ≥ {}, each row sums to {}": "权重 w_ij ≥ {}，每行之和为 {}",
+    "key / value index j": "键 / 值的序号 j",
+    "query index i": "查询的序号 i",
+}
 
 Attend = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
@@ -74,14 +88,14 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max distance of an output coordinate outside [min_j v_j, max_j v_j]",
-        quantity_zh="输出坐标超出 [min_j v_j, max_j v_j] 的最大距离",
+        quantity_zh="输出坐标落在 [min_j v_j, max_j v_j] 之外的最大距离",
         measured=outside, expected=0.0, tolerance=1e-12, checks=checks,
         table=(["quantity", "value (fp64)"], rows),
         figure=fig,
         caption=f"{batch} × {n} outputs of attnlab attention (fp64, d = {d}, dv = {dv}). "
                 "Figure: 2-D values, their convex hull, and 12 outputs as weighted centroids.",
-        caption_zh=f"attnlab 注意力的 {batch} × {n} 个输出（fp64，d = {d}，dv = {dv}）。"
-                   "图：二维值向量、它们的凸包，以及 12 个作为加权重心的输出。",
+        caption_zh=f"attnlab 注意力的 {batch} × {n} 个输出（fp64，d = {d}，d_v = {dv}）。"
+                   "图：二维的值向量、它们的凸包，以及 12 个输出——每个都是值向量的加权重心。",
     )
 
 

@@ -1,7 +1,9 @@
 """dot-product-geometry: a score is |q||k|cos θ, and its variance splits into norm and angle.
 
-On vectors projected by a real ``attnlab.MultiHeadAttention`` (read at its ``hook_q`` /
-``hook_k`` capture points), the raw score attnlab computes equals |q||k|cos θ, with θ measured
+On queries and keys projected by an ``attnlab.MultiHeadAttention`` with its initial random
+(Xavier) weights, untrained, from random token embeddings plus sinusoidal positions (read
+at its ``hook_q`` / ``hook_k`` capture points), the raw score attnlab computes equals
+|q||k|cos θ, with θ measured
 independently of the dot product (θ = 2·atan2(|q̂ − k̂|, |q̂ + k̂|), the numerically stable
 angle between unit vectors). Writing s = n·c with n = |q||k| and c = cos θ,
 
@@ -25,10 +27,34 @@ from ._common import check_between, new_figure, scores_via_attnlab, seeded
 from ._result import Result
 
 NAME = "dot-product-geometry"
-CLAIM = ("On real projected queries and keys, attnlab's score q·k equals |q||k|cos θ, and the "
-         "score variance splits into a norm part and an angle part.")
-CLAIM_ZH = ("在真实投影得到的查询与键上，attnlab 的分数 q·k 等于 |q||k|cos θ，"
+CLAIM = ("On queries and keys projected by a randomly initialised (untrained) attnlab "
+         "MultiHeadAttention from random token embeddings plus sinusoidal positions, "
+         "attnlab's score q·k equals |q||k|cos θ, and the score variance splits into a norm "
+         "part and an angle part.")
+CLAIM_ZH = ("在随机初始化（未经训练）的 attnlab MultiHeadAttention 由随机词嵌入加正弦位置编码"
+            "投影得到的查询与键上，attnlab 的分数 q·k 等于 |q||k|cos θ，"
             "分数的方差可分解为长度部分与夹角部分。")
+
+ZH: dict[str, str] = {
+    # checks
+    "head {}: (angle part + norm part) / Var(score)": "头 {}：(夹角部分 + 长度部分) / Var(分数)",
+    # table
+    "head": "头",
+    "Var(score)": "Var(分数)",
+    "angle part E[n]²Var(c)": "夹角部分 E[n]²Var(c)",
+    "norm part Var(n)E[c²]": "长度部分 Var(n)E[c²]",
+    "sum / Var": "两部分之和 / Var",
+    "mean θ (°)": "平均 θ（°）",
+    # figure
+    "k{}: θ = {}°, |k| = {}, q·k = {}": "k{}：θ = {}°，|k| = {}，q·k = {}",
+    "|k| cos θ: component along q (projection units)": "|k| cos θ：沿 q 方向的分量（投影单位）",
+    "|k| sin θ (projection units)": "|k| sin θ（投影单位）",
+    "Head {}: q (|q| = {}) and five keys at their true angles":
+        "头 {}：q（|q| = {}）与按真实夹角画出的五个键",
+    "cos θ between q and k": "q 与 k 夹角的 cos θ",
+    "score q·k (unscaled)": "分数 q·k（未缩放）",
+    "Head {}: score = |q||k|·cos θ (colour: |q||k|)": "头 {}：分数 = |q||k|·cos θ（颜色：|q||k|）",
+}
 
 
 def stable_angle(q: Tensor, k: Tensor) -> Tensor:
@@ -97,10 +123,12 @@ def run(
                 "sum / Var", "mean θ (°)"], rows),
         figure=fig,
         caption=f"Queries and keys of a {heads}-head attnlab MultiHeadAttention "
-                f"(E = {embed_dim}, fp64) on {n_tokens} tokens with sinusoidal positions, "
+                f"(E = {embed_dim}, fp64) with its initial random weights (untrained), on "
+                f"{n_tokens} tokens drawn from 50 random embeddings plus sinusoidal positions, "
                 f"read at hook_q/hook_k; scores read back from attnlab's attention.",
-        caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64）在 "
-                   f"{n_tokens} 个带正弦位置编码的 token 上，从 hook_q/hook_k 读取查询与键；"
+        caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64），取其随机"
+                   f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个 token "
+                   f"加正弦位置编码；从 hook_q/hook_k 读取查询与键；"
                    f"分数从 attnlab 的注意力中读回。",
     )
 

@@ -24,10 +24,23 @@ NAME = "dynamic-graph"
 CLAIM = ("The attention matrix is the weighted adjacency of a complete graph whose weights "
          "depend on the input; without positions self-attention is permutation-equivariant, "
          "and adding PE breaks it.")
-CLAIM_ZH = ("注意力矩阵是一个完全图的带权邻接矩阵，其权重随输入而变；不加位置信息时自注意力"
-            "对置换等变，加入位置编码后不再等变。")
+CLAIM_ZH = ("注意力矩阵是一张完全图的带权邻接矩阵，边权随输入而变；不加位置信息时，"
+            "自注意力对输入的置换等变，加入位置编码后就不再等变。")
 
 SENTENCE = "the cat sat on the mat because it was tired".split()
+
+ZH = {
+    "smallest edge weight (complete graph: all > {})": "最小的边权（完全图：全部 > {}）",
+    "max |A(X) − A(X′)| for another input X′ (weights depend on input)":
+        "换一个输入 X′ 时 |A(X) − A(X′)| 的最大值（权重随输入而变）",
+    "with sinusoidal PE: max |f(PX) − P f(X)|": "加入正弦位置编码时 |f(PX) − P f(X)| 的最大值",
+    "without PE: max |f(PX) − P f(X)|": "不加位置编码时 |f(PX) − P f(X)| 的最大值",
+    "Attention graph: query → key, edges with weight > {}/N":
+        "注意力图：查询 → 键，只画权重 > {}/N 的边",
+    "Weighted adjacency A(X) (rows sum to {})": "带权邻接矩阵 A(X)（每行之和为 {}）",
+    # the input sentence is data: its words are shown as they are
+    **{word: word for word in SENTENCE},
+}
 
 
 def no_positions(x: Tensor) -> Tensor:
@@ -90,9 +103,9 @@ def run(
         caption=f"attnlab MultiHeadAttention(E = {embed_dim}, {heads} heads, fp64) on "
                 f"“{' '.join(words)}” with one fixed random vector per word; graph: "
                 "head-averaged weights, edges above 1/N drawn, width ∝ weight.",
-        caption_zh=f"attnlab MultiHeadAttention（E = {embed_dim}，{heads} 个头，fp64）作用于"
-                   f"“{' '.join(words)}”，每个词一个固定随机向量；图：各头平均权重，"
-                   "只画出大于 1/N 的边，线宽 ∝ 权重。",
+        caption_zh=f"attnlab 的多头注意力（E = {embed_dim}，{heads} 个头，fp64）作用于英文句子"
+                   f"“{' '.join(words)}”，每个词对应一个固定的随机向量；图中为各头的平均权重，"
+                   "只画出权重大于 1/N 的边，线宽 ∝ 权重。",
     )
 
 

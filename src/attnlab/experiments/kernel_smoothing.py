@@ -9,7 +9,9 @@ The score is a dot product: with q = (x/σ, 1) and k_i = (x_i/σ, −x_i²/(2σ�
 q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²), and the last term is the same for every key, so the
 softmax ignores it. In general −|q − k|²/2 = q·k − |q|²/2 − |k|²/2: for keys of equal norm,
 plain dot-product attention softmax(q·k/τ) *is* a Gaussian kernel smoother with σ² = τ
-(article 000).
+(article 000). Here the Gaussian is fixed and the keys are built for it; the kernel that
+attention itself uses is exp(q·k/√d) with q, k from learned W_Q, W_K, a Gaussian only when
+the keys have equal norms (see ``learned-kernel``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,25 @@ CLAIM = ("Attention with score −(x−x_i)²/(2σ²) is exactly the Nadaraya–
          "with equal-norm keys, dot-product attention is a Gaussian kernel smoother.")
 CLAIM_ZH = ("以 −(x−x_i)²/(2σ²) 为分数的注意力恰好就是 Nadaraya–Watson 核回归估计；"
             "当所有键的范数相等时，点积注意力就是高斯核平滑。")
+
+ZH: dict[str, str] = {
+    # checks
+    "equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|":
+        "键范数相等时：|softmax(q·k/√d) − 高斯核权重（σ² = √d）| 的最大值",
+    # table
+    "max |attention − NW|": "|注意力 − NW| 的最大值",
+    "MSE against 2 sin x + x": "相对 2 sin x + x 的均方误差",
+    # figure
+    "training data (x_i, y_i)": "训练数据 (x_i, y_i)",
+    "truth 2 sin x + x": "真值 2 sin x + x",
+    "attention, σ = {}": "注意力，σ = {}",
+    "input x": "输入 x",
+    "output y": "输出 y",
+    "Attention as Nadaraya–Watson regression": "作为 Nadaraya–Watson 回归的注意力",
+    "training example i (sorted by x_i)": "训练样本 i（按 x_i 排序）",
+    "query x": "查询 x",
+    "Attention weights, σ = {}": "注意力权重，σ = {}",
+}
 
 
 def nadaraya_watson(x: Tensor, xi: Tensor, yi: Tensor, sigma: float) -> tuple[Tensor, Tensor]:

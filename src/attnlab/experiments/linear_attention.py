@@ -33,8 +33,32 @@ from ._result import Result
 NAME = "linear-attention"
 CLAIM = ("elu+1 linear attention's recurrent (RNN) form equals its parallel causal form, its "
          "cost grows linearly in N while softmax attention's grows quadratically.")
-CLAIM_ZH = ("elu+1 线性注意力的递归（RNN）形式与其并行因果形式完全相等；"
-            "其计算量随 N 线性增长，而 softmax 注意力随 N 平方增长。")
+CLAIM_ZH = ("elu+1 线性注意力的递归（RNN）形式与其并行因果形式相等（只差浮点舍入）；"
+            "其计算量随 N 线性增长，而 softmax 注意力的计算量随 N 平方增长。")
+
+ZH = {
+    "max |attnlab parallel form − textbook formula| (fp64)":
+        "attnlab 并行形式与教科书公式之差的最大绝对值（fp64）",
+    "max |backend='linear' (chunked scan) − parallel form| (fp64)":
+        "线性后端（分块扫描）与并行形式之差的最大绝对值（fp64）",
+    "FLOP exponent of linear attention (FLOPs ∝ N^e, counted)":
+        "线性注意力的 FLOPs 指数（FLOPs ∝ N^e，计数所得）",
+    "FLOP exponent of softmax attention (counted)": "softmax 注意力的 FLOPs 指数（计数所得）",
+    "linear FLOPs": "线性注意力 FLOPs",
+    "softmax FLOPs": "softmax 注意力 FLOPs",
+    "linear (ms)": "线性注意力（ms）",
+    "softmax (ms)": "softmax 注意力（ms）",
+    "time softmax / linear": "耗时之比 softmax / 线性",
+    "Counted FLOPs: ∝ N² vs ∝ N": "计数得到的 FLOPs：∝ N² 与 ∝ N",
+    "sequence length N (tokens)": "序列长度 N（词元数）",
+    "FLOPs per forward (counted, log scale)": "每次前向的 FLOPs（计数所得，对数坐标）",
+    "softmax attention": "softmax 注意力",
+    "elu+1 linear attention": "elu+1 线性注意力",
+    "softmax attention (fitted N^{})": "softmax 注意力（拟合为 N^{}）",
+    "elu{} linear attention (fitted N^{})": "elu{} 线性注意力（拟合为 N^{}）",
+    "Measured time, causal, one head, one thread": "实测耗时（因果，单头，单线程）",
+    "time per forward (ms, log scale)": "每次前向的耗时（ms，对数坐标）",
+}
 
 
 def feature_map(x: Tensor) -> Tensor:
@@ -168,14 +192,13 @@ def run(
                 f"Distance from softmax attention's outputs: relative L2 error {rel_soft:.2f} "
                 "(a different kernel, not an approximation that converges). Timings are shown, "
                 "not judged: pass/fail rests on exact numbers and counted FLOPs.",
-        caption_zh=f"精确性：B·H = 4 个长 {n_exact} 的序列，d = 16，fp64；递归 = attnlab 的 "
-                   f"RNN 形式（每步一个 token）。FLOPs 由 "
-                   f"torch.utils.flop_counter 计数（softmax 走显式路径）。计时：单头，d = {d}，"
-                   f"fp32，单线程，取 {repeats} 次中的最快；线性 = backend='linear'；"
-                   f"拟合的时间指数："
-                   f"线性 {e_lin:.2f}，softmax {e_soft:.2f}。与 softmax 注意力输出的相对 L2 "
-                   f"误差为 {rel_soft:.2f}（这是另一种核，而非收敛的近似）。计时仅供展示，"
-                   "通过与否只依据精确数值和计数的 FLOPs。",
+        caption_zh=f"精确性：B·H = 4 个长为 {n_exact} 的序列，d = 16，fp64；“递归”指 attnlab "
+                   f"的 RNN 形式（每步一个词元）。FLOPs 由 PyTorch 的 FLOP 计数器统计（softmax "
+                   f"走显式路径）。计时：单头，d = {d}，fp32，单线程，取 {repeats} 次中最快的"
+                   f"一次；线性注意力走分块扫描的线性后端；拟合的时间指数：线性 {e_lin:.2f}，"
+                   f"softmax {e_soft:.2f}。与 softmax 注意力输出的相对 L2 误差为 "
+                   f"{rel_soft:.2f}：这是另一种核，而不是会收敛到 softmax 的近似。计时只作展示，"
+                   "通过与否只看精确数值和计数得到的 FLOPs。",
     )
 
 

@@ -24,8 +24,26 @@ from ._result import Result
 NAME = "masking"
 CLAIM = ("Masked weights are exactly 0; with a causal mask ∂out_t/∂x_s is exactly 0 for "
          "every s > t; a fully-masked row yields 0, not NaN.")
-CLAIM_ZH = ("被遮蔽位置的权重恰好为 0；使用因果掩码时，对所有 s > t，∂out_t/∂x_s 恰好为 0；"
-            "整行被遮蔽时输出为 0 而不是 NaN。")
+CLAIM_ZH = ("被遮蔽位置的权重恰好为 0（不只是很小）；使用因果掩码时，对所有 s > t，∂out_t/∂x_s "
+            "恰好为 0；一整行都被遮蔽时，输出为 0 而不是 NaN。")
+
+ZH = {
+    "max |weight| on masked positions (random bool mask)":
+        "被遮蔽位置上 |权重| 的最大值（随机布尔掩码）",
+    "fully-masked row: max |output| (fused and explicit)":
+        "整行被遮蔽：|输出| 的最大值（融合路径与显式路径）",
+    "fully-masked row: outputs contain NaN/inf ({} = yes)":
+        "整行被遮蔽：输出中是否出现 NaN/inf（{} = 是）",
+    "min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)":
+        "s ≤ t 时 Σ|∂out_t/∂x_s| 的最小值（过去确实影响 out_t）",
+    "max Σ|∂out_t/∂x_s| over s > t (future)": "s > t（未来）时 Σ|∂out_t/∂x_s| 的最大值",
+    "log{} Σ|∂out_t/∂x_s| (blank = exactly {})": "log{} Σ|∂out_t/∂x_s|（空白 = 恰为 {}）",
+    "input position s": "输入位置 s",
+    "output position t": "输出位置 t",
+    "Weights under a random bool mask": "随机布尔掩码下的权重",
+    "masked (weight = {})": "被遮蔽（权重 = {}）",
+    "log{} |Jacobian block|": "log{} |雅可比块|",
+}
 
 
 def off_by_one_causal(n: int) -> Tensor:
@@ -89,14 +107,14 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max over s > t of Σ|∂out_t/∂x_s|, causal MultiHeadAttention (autograd, fp64)",
-        quantity_zh="因果 MultiHeadAttention 中 s > t 时 Σ|∂out_t/∂x_s| 的最大值（autograd，fp64）",
+        quantity_zh="因果多头注意力中 s > t 时 Σ|∂out_t/∂x_s| 的最大值（自动微分，fp64）",
         measured=leak, expected=0.0, tolerance=0.0, checks=checks,
         table=(["quantity", "value"], rows),
         figure=fig,
         caption=f"Jacobian of a causal attnlab MultiHeadAttention (E = {embed_dim}, {heads} "
                 f"heads, N = {n}, fp64) by torch.autograd; masks in attnlab's convention.",
-        caption_zh=f"因果 attnlab MultiHeadAttention（E = {embed_dim}，{heads} 个头，N = {n}，"
-                   "fp64）的雅可比矩阵由 torch.autograd 计算；掩码采用 attnlab 的约定。",
+        caption_zh=f"attnlab 因果多头注意力（E = {embed_dim}，{heads} 个头，N = {n}，fp64）的"
+                   "雅可比矩阵，由 PyTorch 的自动微分求得；掩码采用 attnlab 的约定。",
     )
 
 

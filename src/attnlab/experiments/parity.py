@@ -14,6 +14,7 @@ shows both.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -22,9 +23,15 @@ from torch import Tensor, nn
 
 from attnlab.core import masks
 from attnlab.core.functional import scaled_dot_product_attention
-from attnlab.nn import KVCache, MultiHeadAttention, SelfAttention, TransformerEncoderLayer
+from attnlab.nn import (
+    KVCache,
+    MultiHeadAttention,
+    SelfAttention,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
 
-__all__ = ["ParityCheck", "run_parity", "seed_demos"]
+__all__ = ["ParityCheck", "run_parity", "seed_demos", "ZH"]
 
 
 @dataclass(frozen=True)
@@ -149,12 +156,125 @@ def _layer_checks(g: torch.Generator) -> list[ParityCheck]:
     return out
 
 
+def _cross_checks(g: torch.Generator) -> list[ParityCheck]:
+    """Cross-attention: queries from one sequence, keys and values from another (the
+    encoder's memory), with memory padding; outputs, weights and gradients."""
+    out = []
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+    e, h, b, lq, lk = 32, 4, 3, 5, 8
+    m = nn.MultiheadAttention(e, h, batch_first=True)
+    ours = MultiHeadAttention.from_torch(m)
+    keep = torch.ones(b, lk, dtype=torch.bool)
+    keep[0, -3:] = False  # memory padding
+    for tag, distinct_v in (("key = value = memory", False), ("key ≠ value", True)):
+        x = torch.randn(b, lq, e, generator=g, requires_grad=True)
+        mem = torch.randn(b, lk, e, generator=g, requires_grad=True)
+        val = torch.randn(b, lk, e, generator=g, requires_grad=True) if distinct_v else mem
+        ref_out, ref_w = m(x, mem, val, key_padding_mask=~keep, need_weights=True,
+                           average_attn_weights=False)
+        our_out, our_w = ours(x, mem, val, key_mask=keep, need_weights=True)
+        out.append(ParityCheck(f"cross-attention MHA, {tag}: output", _err(our_out, ref_out),
+                               1e-5))
+        out.append(ParityCheck(f"cross-attention MHA, {tag}: per-head weights",
+                               _err(our_w, ref_w), 1e-5))
+        inputs = [x, mem] + ([val] if distinct_v else [])
+        gy = torch.randn(ref_out.shape, generator=g)
+        g_ref = torch.autograd.grad(ref_out, inputs, gy)
+        g_our = torch.autograd.grad(our_out, inputs, gy)
+        out.append(ParityCheck(f"cross-attention MHA, {tag}: grads wrt query and memory",
+                               max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4))
+    return out
+
+
+def _decoder_inputs(g: torch.Generator, b: int, lt: int, ls: int, e: int
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """tgt (B, Lt, E), memory (B, Ls, E), tgt keep (B, Lt), memory keep (B, Ls): the first
+    target sequence ends in 2 padding tokens, the first memory in 3 (True = real token)."""
+    tgt = torch.randn(b, lt, e, generator=g)
+    mem = torch.randn(b, ls, e, generator=g)
+    tgt_keep = torch.ones(b, lt, dtype=torch.bool)
+    tgt_keep[0, -2:] = False
+    mem_keep = torch.ones(b, ls, dtype=torch.bool)
+    mem_keep[0, -3:] = False
+    return tgt, mem, tgt_keep, mem_keep
+
+
+def _decoder_checks(g: torch.Generator) -> list[ParityCheck]:
+    """attnlab's TransformerDecoderLayer (``from_torch``) against torch's, with a causal
+    target mask, target padding and memory padding; outputs and input gradients."""
+    out = []
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+    e, h, ff, b, lt, ls = 32, 4, 64, 2, 6, 9
+    causal = torch.ones(lt, lt, dtype=torch.bool).triu(1)  # torch: True = may not attend
+    for norm_first in (False, True):
+        layer = nn.TransformerDecoderLayer(e, h, ff, dropout=0.0, batch_first=True,
+                                           norm_first=norm_first).eval()
+        ours = TransformerDecoderLayer.from_torch(layer).eval()
+        tgt, mem, tgt_keep, mem_keep = _decoder_inputs(g, b, lt, ls, e)
+        tgt.requires_grad_(True)
+        mem.requires_grad_(True)
+        ref = layer(tgt, mem, tgt_mask=causal, tgt_key_padding_mask=~tgt_keep,
+                    memory_key_padding_mask=~mem_keep, tgt_is_causal=True)
+        got = ours(tgt, mem, key_mask=tgt_keep, memory_key_mask=mem_keep, causal=True)
+        tag = f"TransformerDecoderLayer norm_first={norm_first}"
+        out.append(ParityCheck(f"{tag}: causal, tgt and memory padding", _err(got, ref), 1e-5))
+        gy = torch.randn(ref.shape, generator=g)
+        g_ref = torch.autograd.grad(ref, [tgt, mem], gy)
+        g_our = torch.autograd.grad(got, [tgt, mem], gy)
+        out.append(ParityCheck(f"{tag}: grads wrt tgt and memory",
+                               max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4))
+    return out
+
+
+def _stack_checks(g: torch.Generator) -> list[ParityCheck]:
+    """The whole encoder-decoder stack, ``torch.nn.Transformer``, against attnlab's layers
+    (each copied with ``from_torch``) and torch's two final LayerNorms.
+
+    attnlab's :class:`~attnlab.nn.Transformer` is a token-level model (embeddings,
+    positions, output head) with no ``from_torch``: ``nn.Transformer`` is the bare stack,
+    which attnlab's layers rebuild here. Compared in inference mode (torch may take its
+    fused fast path there) on the decoder output and on the encoder memory at real tokens.
+    """
+    out = []
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+    e, h, ff, b, lt, ls = 32, 4, 64, 2, 6, 9
+    for norm_first in (False, True):
+        with warnings.catch_warnings():  # nested-tensor notices of torch's fast path
+            warnings.simplefilter("ignore", UserWarning)
+            model = nn.Transformer(e, h, num_encoder_layers=2, num_decoder_layers=2,
+                                   dim_feedforward=ff, dropout=0.0, batch_first=True,
+                                   norm_first=norm_first).eval()
+        enc = [TransformerEncoderLayer.from_torch(lay).eval() for lay in model.encoder.layers]
+        dec = [TransformerDecoderLayer.from_torch(lay).eval() for lay in model.decoder.layers]
+        tgt, src, _, src_keep = _decoder_inputs(g, b, lt, ls, e)
+        causal = torch.ones(lt, lt, dtype=torch.bool).triu(1)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            ref = model(src, tgt, tgt_mask=causal, src_key_padding_mask=~src_keep,
+                        memory_key_padding_mask=~src_keep, tgt_is_causal=True)
+            ref_mem = model.encoder(src, src_key_padding_mask=~src_keep)
+            mem = src
+            for lay in enc:
+                mem = lay(mem, key_mask=src_keep)
+            mem = model.encoder.norm(mem)
+            y = tgt
+            for lay in dec:
+                y = lay(y, mem, memory_key_mask=src_keep, causal=True)
+            y = model.decoder.norm(y)
+        tag = f"nn.Transformer (2 + 2 layers) norm_first={norm_first}"
+        out.append(ParityCheck(f"{tag}: decoder output", _err(y, ref), 1e-5))
+        out.append(ParityCheck(f"{tag}: encoder memory at real tokens",
+                               _err(mem[src_keep], ref_mem[src_keep]), 1e-5))
+    return out
+
+
 def run_parity(seed: int = 0) -> list[ParityCheck]:
     """Every parity comparison, deterministic for a given seed."""
     g = torch.Generator().manual_seed(seed)
     state = torch.random.get_rng_state()
     try:
-        return _sdpa_checks(g) + _mha_checks(g) + _layer_checks(g)
+        return (_sdpa_checks(g) + _mha_checks(g) + _layer_checks(g) + _cross_checks(g)
+                + _decoder_checks(g) + _stack_checks(g))
     finally:
         torch.random.set_rng_state(state)
 
@@ -187,3 +307,56 @@ def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, b
     ok = bool(torch.allclose(w.sum(-1), torch.ones(2, 8, 10)))
     rows.append(("001 torch.allclose(attn.sum(-1), 1)", str(ok), ok))
     return rows
+
+
+def _catalog() -> dict[str, str]:
+    """English -> Chinese for every check name and demo row of this module."""
+    zh: dict[str, str] = {}
+    sdpa = {"no mask": "无掩码", "bool mask": "布尔掩码", "float mask": "浮点掩码",
+            "custom scale": "自定义缩放因子"}
+    for en, cn in sdpa.items():
+        zh[f"sdpa: {en} (fused)"] = f"sdpa：{cn}（融合路径）"
+        zh[f"sdpa: {en} (explicit)"] = f"sdpa：{cn}（显式路径）"
+    zh["sdpa: causal"] = "sdpa：因果掩码"
+    zh["sdpa: fully-masked row is {}"] = "sdpa：整行被遮蔽时输出为 {}"
+    zh["sdpa: fp{} bool mask"] = "sdpa：fp{} 布尔掩码"
+    parts = {"output": "输出", "per-head weights": "各头注意力权重",
+             "grad wrt input": "对输入的梯度"}
+    for bf in ("True", "False"):
+        for kd in ("None", "{}"):
+            for en, cn in parts.items():
+                zh[f"MHA batch_first={bf} kdim={kd}: {en}"] = (
+                    f"MHA batch_first={bf} kdim={kd}：{cn}")
+    zh["MHA fully-masked row: attnlab {} (torch: NaN)"] = (
+        "MHA 整行被遮蔽：attnlab 输出 {}（torch 输出 NaN）")
+    zh["MHA fully-masked row: attnlab {}"] = "MHA 整行被遮蔽：attnlab 输出 {}"
+    zh["KV cache (GQA) vs full causal forward"] = "KV 缓存（GQA）逐步解码 vs 完整因果前向"
+    for tag, cn in (("key = value = memory", "键 = 值 = 记忆"), ("key ≠ value", "键 ≠ 值")):
+        zh[f"cross-attention MHA, {tag}: output"] = f"交叉注意力 MHA，{cn}：输出"
+        zh[f"cross-attention MHA, {tag}: per-head weights"] = (
+            f"交叉注意力 MHA，{cn}：各头注意力权重")
+        zh[f"cross-attention MHA, {tag}: grads wrt query and memory"] = (
+            f"交叉注意力 MHA，{cn}：对查询和记忆的梯度")
+    for nf in ("True", "False"):
+        zh[f"TransformerEncoderLayer norm_first={nf}"] = f"TransformerEncoderLayer norm_first={nf}"
+        dec = f"TransformerDecoderLayer norm_first={nf}"
+        zh[f"{dec}: causal, tgt and memory padding"] = f"{dec}：因果掩码、目标序列与记忆的填充掩码"
+        zh[f"{dec}: grads wrt tgt and memory"] = f"{dec}：对目标序列和记忆的梯度"
+        stack = f"nn.Transformer ({{}} + {{}} layers) norm_first={nf}"
+        stack_zh = f"nn.Transformer（{{}} + {{}} 层）norm_first={nf}"
+        zh[f"{stack}: decoder output"] = f"{stack_zh}：解码器输出"
+        zh[f"{stack}: encoder memory at real tokens"] = f"{stack_zh}：非填充位置的编码器记忆"
+    zh.update({
+        "000 PureSelfAttention output shape": "000 PureSelfAttention 输出形状",
+        "000 attention weights shape (B, H, N, N)": "000 注意力权重形状 (B, H, N, N)",
+        "000 max |row sum − 1|": "000 |行和 − 1| 的最大值",
+        "001 MultiHeadAttention output shape": "001 MultiHeadAttention 输出形状",
+        "001 max weight on masked positions": "001 被遮蔽位置上的最大权重",
+        "001 torch.allclose(attn.sum(-1), 1)":
+            "001 torch.allclose(attn.sum(-1), 1)（每行权重之和为 1）",
+    })
+    return zh
+
+
+#: English -> Chinese for every check name and demo row (see :mod:`attnlab.i18n`).
+ZH: dict[str, str] = _catalog()

@@ -1,27 +1,141 @@
-"""qk-variance: Var(q·k) = d_k for iid unit-variance q, k; dividing by √d_k brings it to 1.
+"""qk-variance: E[q·k] = 0 and Var(q·k) = d_k under the articles' condition, and what
+happens outside it.
 
-With q_i, k_i iid, mean 0, variance 1, the products q_i k_i are independent with mean 0 and
-variance E[q_i²]E[k_i²] = 1, so Var(q·k) = Σ_i Var(q_i k_i) = d_k, and
-Var(q·k / √d_k) = 1 whatever d_k is (article 000, "why divide by √d_k").
+The condition (articles 000 and 001): the components q_i, k_i are independent, with mean 0
+and variance 1. Then the products q_i k_i are independent with mean 0 and variance
+E[q_i²]E[k_i²] = 1, so E[q·k] = 0, Var(q·k) = Σ_i Var(q_i k_i) = d_k, and
+Var(q·k / √d_k) = 1 whatever d_k is.
+
+Outside the condition, with independent components of mean μ and variance 1:
+E[q_i k_i] = μ² and Var(q_i k_i) = E[q_i²]E[k_i²] − μ⁴ = (1 + μ²)² − μ⁴ = 1 + 2μ², so
+E[q·k] = d_k μ² and Var(q·k) = d_k (1 + 2μ²): dividing by √d_k then leaves 1 + 2μ², not 1.
 
 The scaled scores are read back from ``attnlab.scaled_dot_product_attention`` itself (its
 default scale), so the experiment checks attnlab's scaling, not a formula typed here.
+
+For information, the queries and keys of a real model (MiniLM, via :func:`attnlab.models.load`
+and :func:`attnlab.tracing.trace`) are compared with the condition: per layer, their
+component means and variances, and the score variance against what independent components
+with those means and variances would give. No claim is made on them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import Tensor
 
-from ._common import new_figure, scores_via_attnlab, seeded
+from ._common import check_le, label_axes, new_figure, scores_via_attnlab, seeded
 from ._result import Result
 
 NAME = "qk-variance"
-CLAIM = ("For iid unit-variance q and k, Var(q·k) = d_k; after attnlab divides by √d_k the "
-         "score variance is 1 for every d_k.")
-CLAIM_ZH = ("当 q、k 各分量独立且方差为 1 时，Var(q·k) = d_k；attnlab 除以 √d_k 之后，"
-            "无论 d_k 多大，分数的方差都是 1。")
+CLAIM = ("If the components of q and k are independent with mean 0 and variance 1, "
+         "E[q·k] = 0 and Var(q·k) = d_k, and attnlab's 1/√d_k scale brings the score variance "
+         "to 1 for every d_k; with component mean μ instead, E[q·k] = d_k μ² and "
+         "Var(q·k) = d_k(1 + 2μ²), so the scaled variance is 1 + 2μ², not 1.")
+CLAIM_ZH = ("若 q、k 的各分量相互独立、均值为 0、方差为 1，则 E[q·k] = 0、Var(q·k) = d_k，"
+            "attnlab 除以 √d_k 后，无论 d_k 多大，分数的方差都是 1；若分量均值为 μ，"
+            "则 E[q·k] = d_k μ²、Var(q·k) = d_k(1 + 2μ²)，缩放后的方差是 1 + 2μ² 而不是 1。")
+
+#: The text whose queries and keys are measured on the real model (English: MiniLM's
+#: vocabulary is English).
+REAL_TEXT = ("Attention compares every query with every key, turns the scores into weights "
+             "with a softmax, and returns the weighted average of the values. Dividing the "
+             "scores by the square root of the head dimension keeps their variance near one "
+             "when the components of the queries and keys are independent with mean zero and "
+             "variance one.")
+
+#: The models whose queries and keys can be reported, and how the table names them.
+MODEL_LABELS = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+
+ZH: dict[str, str] = {
+    # table
+    "q, k": "q、k",
+    "component mean (RMS)": "分量均值（均方根）",
+    "component variance": "分量方差",
+    "Var(q·k) if independent": "分量独立时的 Var(q·k)",
+    "Var(q·k) / that": "Var(q·k) / 独立时的值",
+    "independent, mean μ = {}, variance {}": "独立，均值 μ = {}，方差 {}",
+    "MiniLM layer {} (mean of {} heads)": "MiniLM 第 {} 层（{} 个头的平均）",
+    "SmolLM{} layer {} (mean of {} heads)": "SmolLM{} 第 {} 层（{} 个头的平均）",
+    # checks
+    "μ = {}: max over d_k of |E[q·k]| / its standard error":
+        "μ = {}：各 d_k 上 |E[q·k]| / 其标准误差 的最大值",
+    "μ = {}: |E[q·k] − d_k μ²| / its standard error": "μ = {}：|E[q·k] − d_k μ²| / 其标准误差",
+    "μ = {}: relative error of Var(q·k) and Var(q·k/√d_k) against d_k({} + {}μ²) and {} + {}μ²":
+        "μ = {}：Var(q·k) 与 Var(q·k/√d_k) 相对 d_k({} + {}μ²) 与 {} + {}μ² 的相对误差",
+    # figure
+    "theory: Var = d_k": "理论：Var = d_k",
+    "theory: Var = {}": "理论：Var = {}",
+    "raw q·k": "未缩放的 q·k",
+    "attnlab score q·k/√d_k": "attnlab 的分数 q·k/√d_k",
+    "variance of the score": "分数的方差",
+    "Mean 0, variance 1: Var grows as d_k unless scaled":
+        "均值 0、方差 1：不缩放时 Var 随 d_k 增长",
+    "component mean μ (variance 1, d_k = {})": "分量均值 μ（方差 1，d_k = {}）",
+    "per dimension of q·k": "q·k 每一维上的值",
+    "theory {} + {}μ²": "理论 {} + {}μ²",
+    "measured Var(q·k)/d_k": "实测 Var(q·k)/d_k",
+    "theory μ²": "理论 μ²",
+    "measured E[q·k]/d_k": "实测 E[q·k]/d_k",
+    "Outside the condition: mean μ ≠ 0": "条件之外：均值 μ ≠ 0",
+    "layer": "层",
+    "MiniLM: real q, k (d_k = {})": "MiniLM：真实的 q、k（d_k = {}）",
+    "SmolLM{}: real q, k (d_k = {})": "SmolLM{}：真实的 q、k（d_k = {}）",
+    "variance": "方差",
+    "Var(q·k/√d_k) measured": "实测 Var(q·k/√d_k)",
+    "if components were independent": "若各分量相互独立",
+    "component variance (q and k)": "分量方差（q 与 k）",
+    "the articles' assumption: {}": "文章的假设：{}",
+    "MiniLM not available (see the caption)": "MiniLM 不可用（见图注）",
+    "SmolLM{} not available (see the caption)": "SmolLM{} 不可用（见图注）",
+    "no real model measured": "未测量真实模型",
+}
+
+
+def _moments(q: Tensor, k: Tensor) -> tuple[float, float, float]:
+    """For (..., m, d) queries and keys: the RMS over components of the per-component mean
+    (over the m vectors), the mean per-component variance (q and k pooled), and the score
+    variance that independent components with these means and variances would give:
+    Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + μ_qi²σ_ki², averaged over the leading dims."""
+    mq, mk = q.mean(-2), k.mean(-2)  # (..., d)
+    vq, vk = q.var(-2, unbiased=False), k.var(-2, unbiased=False)
+    rms = float(torch.cat([mq.flatten(), mk.flatten()]).pow(2).mean().sqrt())
+    var = float(torch.cat([vq.flatten(), vk.flatten()]).mean())
+    indep = float((vq * vk + vq * mk**2 + mq**2 * vk).sum(-1).mean())
+    return rms, var, indep
+
+
+def real_model_rows(name: str = "minilm", text: str = REAL_TEXT
+                    ) -> tuple[list[list], list[tuple[float, float, float]], int]:
+    """Per layer of model ``name``: its queries' and keys' component statistics.
+
+    Returns table rows, per layer (scaled variance, variance if independent / d_k,
+    component variance), and d_k. Raises :class:`attnlab.models.ModelNotAvailableError`
+    when the model cannot be loaded here.
+    """
+    from attnlab.models import load
+    from attnlab.tracing import trace
+
+    loaded = load(name, progress=False)
+    t = trace(loaded, text, merge_pieces=False)
+    q, k = t.q.double(), t.k.double()  # (L, H, N, d)
+    if t.num_kv_heads != t.num_heads:  # grouped keys: one key head per group of query heads
+        k = k.repeat_interleave(t.num_heads // t.num_kv_heads, dim=1)
+    d_k = q.shape[-1]
+    rows, series = [], []
+    for layer in range(q.shape[0]):
+        ql, kl = q[layer], k[layer]  # (H, N, d)
+        s = ql @ kl.transpose(-2, -1)  # (H, N, N) every query against every key, per head
+        mean_s = float(s.mean())
+        var_s = float(s.var(dim=(-2, -1), unbiased=False).mean())  # per head, averaged
+        rms, var, indep = _moments(ql, kl)
+        rows.append([f"{MODEL_LABELS[name]} layer {layer} (mean of {ql.shape[0]} heads)",
+                     d_k, rms, var, mean_s, var_s, indep, var_s / indep, var_s / d_k])
+        series.append((var_s / d_k, indep / d_k, var))
+    return rows, series, d_k
 
 
 def run(
@@ -31,20 +145,40 @@ def run(
     pairs: int = 2_097_152,
     m: int = 256,
     scale_fn: Callable[[int], float | None] = lambda d_k: None,
+    means: Sequence[float] = (0.5, 1.0),
+    mean_dim: int = 64,
+    mean_blocks: int = 32,
+    variance_theory: Callable[[int, float], float] = lambda d_k, mu: d_k * (1 + 2 * mu**2),
+    real_model: str | None = "minilm",
     plot: bool = True,
 ) -> Result:
-    """Score blocks of ``m`` queries against ``m`` keys per d_k (all pairs).
+    """Score blocks of ``m`` queries against ``m`` keys (all pairs), per d_k and per mean μ.
 
     ``scale_fn(d_k)`` is the scale handed to attnlab (None = attnlab's default 1/√d_k);
-    a wrong one (e.g. ``lambda d: 1.0``) must fail.
+    a wrong one (e.g. ``lambda d: 1.0``) must fail. ``variance_theory(d_k, μ)`` is the
+    variance the μ ≠ 0 rows are checked against; a wrong one (``lambda d, mu: d``, the
+    formula without the condition) must fail. ``real_model``: the model whose queries and
+    keys are reported (None: skip).
 
-    The tolerance comes from the sampling error of the variance estimate: over all m² pairs
-    of a block, Var(Ŝ)/d_k² ≈ 2/m² + 4/(d_k m) (pairs sharing a query or a key are
-    correlated through |q|², |k|²), divided by the number of blocks G; six standard errors
-    of the worst d_k. Small d_k are cheap, so they get ``pairs / m²`` blocks; large d_k,
-    whose pairs are nearly independent, get fewer (G ≥ 4).
+    Mean 0 (``dims``): the tolerance comes from the sampling error of the variance estimate:
+    over all m² pairs of a block, Var(Ŝ)/d_k² ≈ 2/m² + 4/(d_k m) (pairs sharing a query or a
+    key are correlated through |q|², |k|²), divided by the number of blocks G; six standard
+    errors of the worst d_k. Small d_k are cheap, so they get ``pairs / m²`` blocks; large
+    d_k, whose pairs are nearly independent, get fewer (G ≥ 4). The block mean of q·k has
+    variance d_k/m² exactly (it is (Σ_a q_a)·(Σ_b k_b)/m²).
+
+    Mean μ ≠ 0 (``means``, at d_k = ``mean_dim``, ``mean_blocks`` blocks): the variance is
+    measured around the known mean d_k μ², its standard error from the spread of the block
+    estimates (batch means); the block mean of q·k has variance d_k(2μ²/m + 1/m²).
     """
-    rows, raw_rel, scaled_rel, std_errs = [], [], [], []
+    if real_model is not None and real_model not in MODEL_LABELS:
+        raise ValueError(f"real_model must be one of {sorted(MODEL_LABELS)} or None, "
+                         f"got {real_model!r}")
+    if mean_blocks < 8:
+        raise ValueError(f"mean_blocks must be >= 8 (its spread gives the standard error), "
+                         f"got {mean_blocks}")
+    rows, raw_rel, scaled_rel, std_errs, mean_z = [], [], [], [], []
+    mu_checks, mu_points = [], []
     with seeded(seed) as g:
         for d_k in dims:
             groups = max(4, pairs // (m * m) * min(dims) // d_k)
@@ -53,43 +187,132 @@ def run(
             k = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
             raw = q @ k.transpose(-2, -1)  # (G, m, m)
             scaled = scores_via_attnlab(q, k, scale_fn(d_k))  # (G, m, m)
-            var_raw = float(raw.pow(2).mean())  # the mean is 0 by symmetry: E[q·k] = 0
+            mean_raw = float(raw.mean())
+            mean_z.append(abs(mean_raw) / math.sqrt(d_k / (m * m * groups)))
+            var_raw = float(raw.pow(2).mean())  # around the known mean 0
             var_scaled = float(scaled.pow(2).mean())
             raw_rel.append(abs(var_raw / d_k - 1))
             scaled_rel.append(abs(var_scaled - 1))
-            rows.append([d_k, groups * m * m, var_raw, var_raw / d_k, var_scaled])
+            rms, var, _ = _moments(q, k)
+            rows.append(["independent, mean μ = 0, variance 1", d_k, rms, var, mean_raw,
+                         var_raw, float(d_k), var_raw / d_k, var_scaled])
+            if d_k == mean_dim:
+                mu_points.append((0.0, var_raw / d_k, mean_raw / d_k))
+        for mu in means:
+            d_k, groups = mean_dim, mean_blocks
+            q = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
+            k = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
+            raw = q @ k.transpose(-2, -1)  # (G, m, m)
+            scaled = scores_via_attnlab(q, k, scale_fn(d_k))  # (G, m, m)
+            mean_th = d_k * mu**2
+            block_var = (raw - mean_th).pow(2).mean((-2, -1))  # (G,) per-block estimates
+            block_var_s = (scaled - mean_th / math.sqrt(d_k)).pow(2).mean((-2, -1))
+            var_raw, var_scaled = float(block_var.mean()), float(block_var_s.mean())
+            theory = float(variance_theory(d_k, mu))
+            se_rel = float(block_var.std() / math.sqrt(groups)) / theory
+            rel = max(abs(var_raw / theory - 1), abs(var_scaled / (theory / d_k) - 1))
+            mean_raw = float(raw.mean())
+            mean_se = math.sqrt(d_k * (2 * mu**2 / m + 1 / m**2) / groups)
+            mu_checks += [
+                check_le(f"μ = {mu}: |E[q·k] − d_k μ²| / its standard error",
+                         abs(mean_raw - mean_th) / mean_se, 5.0),
+                check_le(f"μ = {mu}: relative error of Var(q·k) and Var(q·k/√d_k) against "
+                         "d_k(1 + 2μ²) and 1 + 2μ²", rel, 6 * se_rel),
+            ]
+            rms, var, _ = _moments(q, k)
+            rows.append([f"independent, mean μ = {mu}, variance 1", d_k, rms, var, mean_raw,
+                         var_raw, theory, var_raw / theory, var_scaled])
+            mu_points.append((mu, var_raw / d_k, mean_raw / d_k))
+    real_rows, real_series, real_d, real_note = [], [], 0, ""
+    if real_model is not None:
+        from attnlab.models import ModelNotAvailableError
+
+        try:
+            real_rows, real_series, real_d = real_model_rows(real_model)
+        except ModelNotAvailableError as e:
+            real_note = str(e)
     measured = max(raw_rel + scaled_rel)
     tolerance = 6 * max(std_errs)
-    fig = _figure(dims, rows) if plot else None
+    checks = [check_le("μ = 0: max over d_k of |E[q·k]| / its standard error", max(mean_z),
+                       5.0), *mu_checks]
+    fig = _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model,
+                  real_note) if plot else None
+    real_en = real_zh = ""
+    if real_rows:
+        v = [r[8] for r in real_rows]
+        c = [r[3] for r in real_rows]
+        label = MODEL_LABELS[real_model]
+        real_en = (f" {label} rows (information, no claim): its q, k over the {len(REAL_TEXT)}"
+                   f"-character text have component variances {min(c):.2f}–{max(c):.2f} but "
+                   f"Var(q·k/√d_k) = {min(v):.2f}–{max(v):.2f}, not 1: the components are "
+                   "correlated and have non-zero means.")
+        real_zh = (f" {label} 各行（仅供参考，不作论断）：在这段 {len(REAL_TEXT)} 个字符的文本上，"
+                   f"其 q、k 的分量方差为 {min(c):.2f}–{max(c):.2f}，但 Var(q·k/√d_k) = "
+                   f"{min(v):.2f}–{max(v):.2f}，而不是 1：各分量相互相关，且均值不为 0。")
+    elif real_model is not None:
+        real_en = f" {real_model} was not measured: {real_note}"
+        real_zh = f" 未测量 {real_model}：{real_note}"
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity="max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1",
-        quantity_zh="Var(q·k)/d_k 与 Var(q·k/√d_k) 相对 1 的最大相对误差",
-        measured=measured, expected=0.0, tolerance=tolerance,
-        table=(["d_k", "pairs", "Var(q·k) (theory d_k)", "Var(q·k)/d_k", "Var(q·k/√d_k)"], rows),
+        quantity="mean 0: max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1",
+        quantity_zh="均值为 0 时：Var(q·k)/d_k 与 Var(q·k/√d_k) 相对 1 的最大相对误差",
+        measured=measured, expected=0.0, tolerance=tolerance, checks=checks,
+        table=(["q, k", "d_k", "component mean (RMS)", "component variance", "E[q·k]",
+                "Var(q·k)", "Var(q·k) if independent", "Var(q·k) / that", "Var(q·k/√d_k)"],
+               rows + real_rows),
         figure=fig,
-        caption="fp64 (q, k) pairs, all pairs of blocks of m queries × m keys; the scaled "
+        caption="fp64 Gaussian (q, k): all pairs of blocks of m queries × m keys; the scaled "
                 "scores are attnlab's own; tolerance = 6 standard errors of the variance "
-                "estimate.",
-        caption_zh="fp64 (q, k)：每块 m 个查询 × m 个键的全部配对；缩放后的分数取自 attnlab "
-                   "本身；容差为方差估计标准误差的 6 倍。",
+                "estimate (mean 0); the means are checked within 5 standard errors. "
+                "'Var(q·k) if independent' is Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + μ_qi²σ_ki² "
+                "(d_k(1 + 2μ²) for the Gaussian rows)." + real_en,
+        caption_zh="fp64 高斯 (q, k)：每块 m 个查询 × m 个键的全部配对；缩放后的分数取自 "
+                   "attnlab 本身；容差为方差估计标准误差的 6 倍（均值为 0 时）；均值在 5 个"
+                   "标准误差内检验。“分量独立时的 Var(q·k)”为 Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + "
+                   "μ_qi²σ_ki²（高斯各行即 d_k(1 + 2μ²)）。" + real_zh,
     )
 
 
-def _figure(dims: Sequence[int], rows: list[list[float]]):
+def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, real_note):
     from matplotlib.ticker import NullFormatter
 
-    fig, (ax,) = new_figure(6.4, 3.8)
-    d = [r[0] for r in rows]
-    ax.loglog(d, d, "k--", lw=1, label="theory: Var = d_k")
-    ax.loglog(d, [1.0] * len(d), "k:", lw=1, label="theory: Var = 1")
-    ax.loglog(d, [r[2] for r in rows], "o-", color="#b3261e", label="raw q·k")
-    ax.loglog(d, [r[4] for r in rows], "s-", color="#3451b2", label="attnlab score q·k/√d_k")
-    ax.set_xlabel("head dimension d_k")
-    ax.set_ylabel("variance of the score")
-    ax.set_title("Score variance grows with d_k unless scaled by 1/√d_k")
-    ax.set_xticks(list(dims), [str(x) for x in dims])
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
+    fig, (ax0, ax1, ax2) = new_figure(13, 3.8, ncols=3)
+    zero = [r for r in rows if r[0].endswith("μ = 0, variance 1")]
+    d = [r[1] for r in zero]
+    ax0.loglog(d, d, "k--", lw=1, label="theory: Var = d_k")
+    ax0.loglog(d, [1.0] * len(d), "k:", lw=1, label="theory: Var = 1")
+    ax0.loglog(d, [r[5] for r in zero], "o-", color="#b3261e", label="raw q·k")
+    ax0.loglog(d, [r[8] for r in zero], "s-", color="#3451b2", label="attnlab score q·k/√d_k")
+    ax0.set_xticks(list(dims), [str(x) for x in dims])
+    ax0.xaxis.set_minor_formatter(NullFormatter())
+    label_axes(ax0, "head dimension d_k", "variance of the score",
+               "Mean 0, variance 1: Var grows as d_k unless scaled", log_grid=True)
+
+    mus = torch.linspace(0, max(p[0] for p in mu_points), 50)
+    ax1.plot(mus, 1 + 2 * mus**2, "k--", lw=1, label="theory 1 + 2μ²")
+    ax1.plot([p[0] for p in mu_points], [p[1] for p in mu_points], "o", color="#b3261e",
+             label="measured Var(q·k)/d_k")
+    ax1.plot(mus, mus**2, "k:", lw=1, label="theory μ²")
+    ax1.plot([p[0] for p in mu_points], [p[2] for p in mu_points], "s", color="#3451b2",
+             label="measured E[q·k]/d_k")
+    label_axes(ax1, f"component mean μ (variance 1, d_k = {mean_dim})", "per dimension of q·k",
+               "Outside the condition: mean μ ≠ 0")
+
+    if real_series:
+        layers = list(range(len(real_series)))
+        ax2.plot(layers, [s[0] for s in real_series], "o-", color="#b3261e",
+                 label="Var(q·k/√d_k) measured")
+        ax2.plot(layers, [s[1] for s in real_series], "s--", color="#137a3a",
+                 label="if components were independent")
+        ax2.plot(layers, [s[2] for s in real_series], "^:", color="#3451b2",
+                 label="component variance (q and k)")
+        ax2.axhline(1.0, color="k", ls=":", lw=1, label="the articles' assumption: 1")
+        ax2.set_xticks(layers)
+        label_axes(ax2, "layer", "variance",
+                   f"{MODEL_LABELS[real_model]}: real q, k (d_k = {real_d})")
+    else:
+        ax2.text(0.5, 0.5, f"{MODEL_LABELS[real_model]} not available (see the caption)"
+                 if real_note else "no real model measured", ha="center", va="center",
+                 fontsize=9)
+        ax2.set_axis_off()
     return fig

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._result import Result
 
-__all__ = ["EXPERIMENTS", "get", "run", "run_all"]
+__all__ = ["EXPERIMENTS", "catalog", "get", "run", "run_all"]
 
 #: name -> module (imported when run); page and table order.
 EXPERIMENTS: dict[str, str] = {
@@ -31,6 +31,15 @@ EXPERIMENTS: dict[str, str] = {
     "masking": "attnlab.experiments.masking",
     "linear-attention": "attnlab.experiments.linear_attention",
     "init-scale": "attnlab.experiments.init_scale",
+    "article-code": "attnlab.experiments.article_code",
+    "fused-qkv-speed": "attnlab.experiments.fused_qkv_speed",
+    "contextualisation": "attnlab.experiments.contextualisation",
+    "one-relation-per-head": "attnlab.experiments.one_relation_per_head",
+    "qkv-roles": "attnlab.experiments.qkv_roles",
+    "wo-fusion": "attnlab.experiments.wo_fusion",
+    "pe-frequency-roles": "attnlab.experiments.pe_frequency_roles",
+    "relative-position-learned": "attnlab.experiments.relative_position_learned",
+    "learned-kernel": "attnlab.experiments.learned_kernel",
 }
 
 
@@ -49,6 +58,17 @@ def get(name: str) -> Callable[..., Result]:
     """The ``run`` function of experiment ``name``."""
     (name,) = _check_names([name])
     return importlib.import_module(EXPERIMENTS[name]).run
+
+
+def catalog(name: str) -> dict[str, str]:
+    """The Chinese catalog for what experiment ``name`` shows: the shared words of
+    ``_common.ZH``, then the module's own ``ZH`` (English -> Chinese, see
+    :mod:`attnlab.i18n`)."""
+    from . import _common
+
+    (name,) = _check_names([name])
+    module = importlib.import_module(EXPERIMENTS[name])
+    return {**_common.ZH, **getattr(module, "ZH", {})}
 
 
 def run(name: str, seed: int = 0, **kwargs: Any) -> Result:

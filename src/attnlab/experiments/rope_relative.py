@@ -20,7 +20,22 @@ from ._result import Result
 
 NAME = "rope-relative"
 CLAIM = "With rotary position embeddings, the score ⟨R_m q, R_n k⟩ depends only on m − n."
-CLAIM_ZH = "使用旋转位置编码（RoPE）时，分数 ⟨R_m q, R_n k⟩ 只取决于 m − n。"
+CLAIM_ZH = "使用旋转位置编码（RoPE）时，分数 ⟨R_m q, R_n k⟩ 只依赖于相对位置 m − n。"
+
+ZH = {
+    "max | |R_m q| − |q| | / |q|": "旋转前后范数的最大相对变化 | |R_m q| − |q| | / |q|",
+    "mean score": "平均分数",
+    "min over m": "对 m 取最小",
+    "max over m": "对 m 取最大",
+    "spread / |q||k|": "极差 / |q||k|",
+    "⟨R_m q, R_n k⟩: constant along every diagonal": "⟨R_m q, R_n k⟩：沿每条对角线都是常数",
+    "key position n": "键的位置 n",
+    "query position m": "查询的位置 m",
+    "The score is a function of m − n only": "分数只是 m − n 的函数",
+    "relative position m − n": "相对位置 m − n",
+    "score ⟨R_m q, R_n k⟩": "分数 ⟨R_m q, R_n k⟩",
+    "score (same for every m)": "分数（对每个 m 都相同）",
+}
 
 Rotate = Callable[[Tensor, Tensor], Tensor]
 
@@ -74,14 +89,15 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max over m − n of the spread of ⟨R_m q, R_n k⟩ along its diagonal, / |q||k|",
-        quantity_zh="对每个 m − n，⟨R_m q, R_n k⟩ 沿对角线的极差的最大值，除以 |q||k|",
+        quantity_zh="⟨R_m q, R_n k⟩ 在每条对角线（m − n 固定）上的极差，对所有 m − n 取最大，"
+                    "再除以 |q||k|",
         measured=spread, expected=0.0, tolerance=1e-5, checks=checks,
         table=(["m − n", "mean score", "min over m", "max over m", "spread / |q||k|"], rows),
         figure=fig,
         caption=f"attnlab RotaryEmbedding({head_dim}); one q and one k (fp64) placed at "
                 f"every pair of positions m, n < {n_positions}.",
-        caption_zh=f"attnlab RotaryEmbedding({head_dim})；一个 q 和一个 k（fp64）放在所有 "
-                   f"m, n < {n_positions} 的位置组合上。",
+        caption_zh=f"attnlab 的 RoPE 实现（头维度 {head_dim}）；同一个 q 和 k（fp64）分别放在"
+                   f"所有 m, n < {n_positions} 的位置上。",
     )
 
 

@@ -27,8 +27,22 @@ from ._result import Result
 NAME = "scaling-training"
 CLAIM = ("Trained on the same task with the same initial weights and batches, a model with "
          "a large head dimension reaches a lower loss with the 1/√d_k scale than without it.")
-CLAIM_ZH = ("在同一任务、同一初始权重和同一批数据上训练，头维度较大的模型用 1/√d_k 缩放时"
-            "损失更低，不缩放时则学得慢。")
+CLAIM_ZH = ("头维度较大时，在同一任务上从相同的初始权重出发、用相同的训练批次训练，"
+            "按 1/√d_k 缩放的模型最终损失低于不缩放的模型。")
+
+ZH = {
+    "final loss, scaled / chance log(n_keys)": "缩放模型的最终损失 / 随机水平 log(键数)",
+    "run": "训练",
+    "first-step loss": "第一步的损失",
+    "final loss (last {} steps)": "最终损失（最后 {} 步平均）",
+    "scaled 1/√d_k": "按 1/√d_k 缩放",
+    "unscaled": "不缩放",
+    "Associative recall, one head, d_k = {}": "关联回忆任务，单头，d_k = {}",
+    "cross-entropy loss (nats)": "交叉熵损失（奈特）",
+    "without scaling (scale = {})": "不缩放（缩放系数 = {}）",
+    "with 1/√d_k scaling": "按 1/√d_k 缩放",
+    "chance = log {}": "随机水平 = log {}",
+}
 
 
 @dataclass(frozen=True)
@@ -115,16 +129,16 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"final loss ratio scaled / unscaled (mean of the last {tail} steps)",
-        quantity_zh=f"最终损失之比 缩放 / 不缩放（最后 {tail} 步的平均）",
+        quantity_zh=f"最终损失之比：缩放 / 不缩放（取最后 {tail} 步的平均）",
         measured=ratio, expected=0.8, tolerance=0.0, relation="<=", checks=checks,
         table=(["run", "first-step loss", f"final loss (last {tail} steps)"], rows),
         figure=fig,
         caption=f"Associative recall, {config.n_pairs} pairs of {config.n_keys} keys/values, "
                 f"one head with d_k = {config.embed_dim}, Adam lr {config.lr}, batch "
                 f"{config.batch}, {config.steps} steps.",
-        caption_zh=f"联想回忆任务：{config.n_pairs} 对（{config.n_keys} 个键/值），单头 d_k = "
-                   f"{config.embed_dim}，Adam 学习率 {config.lr}，批大小 {config.batch}，"
-                   f"{config.steps} 步。",
+        caption_zh=f"关联回忆任务：每个序列 {config.n_pairs} 个键值对（键与值各有 "
+                   f"{config.n_keys} 种），单头，d_k = {config.embed_dim}；Adam 优化器，学习率 "
+                   f"{config.lr}，批大小 {config.batch}，共 {config.steps} 步。",
     )
 
 

@@ -6,8 +6,9 @@ Transformer -> GPT. Sizes use one vocabulary everywhere: ``embed_dim`` (E), ``nu
 (H), ``num_kv_heads`` (H_kv, grouped-query attention), ``head_dim`` (d = E / H),
 ``ff_dim`` (the feed-forward width), ``num_layers``. Layer arguments otherwise mirror
 ``torch.nn.TransformerEncoderLayer``, so weights move across with
-:meth:`TransformerEncoderLayer.from_torch`. Like every attnlab module, the attention inside
-takes ``need_weights=`` and exposes its hook points (see :mod:`attnlab.nn.attention`).
+:meth:`TransformerEncoderLayer.from_torch` and :meth:`TransformerDecoderLayer.from_torch`.
+Like every attnlab module, the attention inside takes ``need_weights=`` and exposes its hook
+points (see :mod:`attnlab.nn.attention`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def _activation(name: object):
     if not isinstance(name, str) or name not in _ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
     return _ACTIVATIONS[name]
+
+
+def _torch_activation(layer: nn.Module) -> str:
+    """The name of a torch Transformer layer's activation; only relu and gelu are known."""
+    act = layer.activation
+    name = getattr(act, "__name__", type(act).__name__).lower()
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unsupported activation {name!r}; expected relu or gelu")
+    return name
 
 
 def _check_eps(name: str, value: object) -> float:
@@ -145,10 +155,7 @@ class TransformerEncoderLayer(_Layer):
             raise TypeError(
                 f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
             )
-        act = layer.activation
-        name = getattr(act, "__name__", type(act).__name__).lower()
-        if name not in _ACTIVATIONS:
-            raise ValueError(f"unsupported activation {name!r}; expected relu or gelu")
+        name = _torch_activation(layer)
         sa = layer.self_attn
         ours = cls(
             sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
@@ -202,6 +209,35 @@ class TransformerDecoderLayer(_Layer):
             x = self.norm2(x + ca(x))
             x = self.norm3(x + self.dropout3(self.ff(x)))
         return x
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
+        """Copy a ``torch.nn.TransformerDecoderLayer`` (its activation must be relu/gelu);
+        torch's ``multihead_attn`` becomes ``cross_attn``.
+
+        torch's ``tgt_mask`` (causal) and ``tgt_key_padding_mask`` /
+        ``memory_key_padding_mask`` (True = padding) correspond to ``causal=True`` and
+        ``key_mask`` / ``memory_key_mask`` (True = real token) here.
+        """
+        if not isinstance(layer, nn.TransformerDecoderLayer):
+            raise TypeError(
+                f"layer must be a torch.nn.TransformerDecoderLayer, got {type(layer).__name__}"
+            )
+        name = _torch_activation(layer)
+        sa = layer.self_attn
+        ours = cls(
+            sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
+            name, float(layer.norm1.eps), bool(layer.norm_first),
+            bias=sa.in_proj_bias is not None,
+        )
+        ours.self_attn = MultiHeadAttention.from_torch(sa)
+        ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
+        ours.ff.linear1.load_state_dict(layer.linear1.state_dict())
+        ours.ff.linear2.load_state_dict(layer.linear2.state_dict())
+        for i in (1, 2, 3):
+            getattr(ours, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+        ref = layer.linear1.weight
+        return ours.to(device=ref.device, dtype=ref.dtype).train(layer.training)
 
 
 def _check_tokens(name: str, idx: object, vocab: int) -> Tensor:

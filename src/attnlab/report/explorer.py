@@ -1,18 +1,20 @@
 """The report's explorer section: the interactive explorer on MiniLM, inline in the page,
 with the check that its QK view (softmax(q·kᵀ·scale) recomputed from the captured q and k)
-equals the model's own weights."""
+equals the model's own weights. The explorer follows the page's language switch (its
+texts are in :mod:`attnlab.viz.static` ``explorer.js``)."""
 
 from __future__ import annotations
 
 from attnlab.models import ModelNotAvailableError, load
 from attnlab.report.html import ReportContext, Section, bilingual
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.explorer import explore, qk_row_probs
+from attnlab.viz.explorer import Explorer, explore, qk_row_probs
 
-__all__ = ["build", "qk_view_error", "REPORT_TEXT", "QK_TOL"]
+__all__ = ["build", "section_for", "qk_view_error", "REPORT_TEXT", "QK_TOL"]
 
 REPORT_TEXT = "The cat sat on the mat because it was tired."
 QK_TOL = 1e-4
+MODEL = "MiniLM (all-MiniLM-L6-v2)"
 
 
 def qk_view_error(trace: AttentionTrace) -> float:
@@ -35,6 +37,30 @@ def qk_view_error(trace: AttentionTrace) -> float:
     return err
 
 
+def section_for(ex: Explorer, text: str, *, model: str = MODEL) -> Section:
+    """The section for an explorer ``ex`` of ``text`` on ``model`` (a name, as the page
+    writes it in both languages): what to do with it, its QK check, and the explorer."""
+    trace = ex.traces[0]
+    body = bilingual(
+        f"{model}: {trace.num_layers} layers × {trace.num_heads} heads, on “{text}”. Click a "
+        "thumbnail to open a head; in the QK view turn the scale and temperature and watch "
+        "the softmax saturate or flatten.",
+        f"{model}：{trace.num_layers} 层 × {trace.num_heads} 个头，输入“{text}”。点击缩略图"
+        "打开一个头；在 QK 视图中调节缩放与温度，观察 softmax 变尖锐或变平坦。",
+    )
+    err = qk_view_error(trace)
+    ok = err <= QK_TOL
+    body += bilingual(
+        f"The QK view recomputes softmax(q·kᵀ·scale) from the captured q and k; at the "
+        f"model's scale it equals the model's own weights: max |error| = {err:.1e} "
+        f"(tolerance {QK_TOL:g}).",
+        f"QK 视图由捕获的 q 与 k 重新计算 softmax(q·kᵀ·缩放)；在模型自己的缩放下，它与模型的"
+        f"权重一致：最大 |误差| = {err:.1e}（容差 {QK_TOL:g}）。", cls="claim")
+    return Section("explorer", "Attention explorer", "注意力浏览器", body + ex.to_html(),
+                   passed=ok, rows=[("tokens", str(trace.seq_len), None),
+                                    ("QK recomputation vs model weights", f"{err:.1e}", ok)])
+
+
 def build(ctx: ReportContext) -> Section:
     """The explorer on MiniLM for one English sentence (a note, not a failure, when the
     model cannot be loaded)."""
@@ -47,23 +73,4 @@ def build(ctx: ReportContext) -> Section:
                                  f"无法加载真实模型：{exc}"), passed=None)
     ex = explore(loaded, REPORT_TEXT)
     ex.uid = "ax-report"
-    trace = ex.traces[0]
-    body = bilingual(
-        f"MiniLM (all-MiniLM-L6-v2, {trace.num_layers} layers × {trace.num_heads} heads) on "
-        f"“{REPORT_TEXT}”. Click a thumbnail to open a head; in the QK view turn the scale "
-        "and temperature and watch the softmax saturate or flatten.",
-        f"MiniLM（all-MiniLM-L6-v2，{trace.num_layers} 层 × {trace.num_heads} 头），输入"
-        f"“{REPORT_TEXT}”。点击缩略图打开一个头；在 QK 视图中调节缩放与温度，观察 softmax "
-        "变尖或变平。",
-    )
-    err = qk_view_error(trace)
-    ok = err <= QK_TOL
-    body += bilingual(
-        f"The QK view recomputes softmax(q·kᵀ·scale) from the captured q and k; at the "
-        f"model's scale it equals the model's own weights: max |error| = {err:.1e} "
-        f"(tolerance {QK_TOL:g}).",
-        f"QK 视图由捕获的 q 与 k 重新计算 softmax(q·kᵀ·scale)；在模型自己的缩放下它与模型的"
-        f"权重一致：最大 |误差| = {err:.1e}（容差 {QK_TOL:g}）。", cls="claim")
-    return Section("explorer", "Attention explorer", "注意力浏览器", body + ex.to_html(),
-                   passed=ok, rows=[("tokens", str(trace.seq_len), None),
-                                    ("QK recomputation vs model weights", f"{err:.1e}", ok)])
+    return section_for(ex, REPORT_TEXT)

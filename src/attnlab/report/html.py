@@ -1,11 +1,18 @@
 """The pieces every report section is made of: :class:`Section`, :class:`ReportContext`, and
 small helpers for HTML fragments. Every string is escaped here.
 
+Everything a reader sees comes in English and Chinese (the page shows one at a time):
+:func:`bilingual` for prose, :func:`table` translates its headers and string cells with a
+catalog (:mod:`attnlab.i18n`; its :data:`~attnlab.i18n.COMMON` words always), and
+:func:`figure` draws a figure twice, the second time with its texts translated.
+
 >>> fmt(1.234e-7), fmt(0.98123), fmt(1024), fmt(True)
 ('1.23e-07', '0.981', '1024', 'True')
 >>> html_table = table(["check", "result"], [("<b>", True)], passed_col=1)
->>> "<td>&lt;b&gt;</td>" in html_table, '<td class="ok">pass</td>' in html_table
-(True, True)
+>>> "<td>&lt;b&gt;</td>" in html_table
+True
+>>> '<span class="en">pass</span><span class="zh" lang="zh">通过</span>' in html_table
+True
 """
 
 from __future__ import annotations
@@ -13,13 +20,15 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["ReportContext", "Section", "table", "fmt", "figure", "figure_to_data_uri",
-           "figure_to_svg", "bilingual", "escape"]
+from attnlab.i18n import figure_texts, merge, translate, translate_figure
+
+__all__ = ["ReportContext", "Section", "BiText", "table", "fmt", "figure", "figure_to_data_uri",
+           "figure_to_svg", "bilingual", "both", "escape"]
 
 escape = html.escape
 
@@ -39,18 +48,53 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
-          passed_col: int | None = None) -> str:
-    """An HTML table; ``passed_col`` (index) renders booleans as pass/FAIL cells."""
-    head = "".join(f"<th>{escape(str(h))}</th>" for h in headers)
+class BiText(NamedTuple):
+    """A table cell (or header) given in both languages."""
+
+    en: str
+    zh: str
+
+
+def both(en: str, zh: str | None) -> str:
+    """``en`` and ``zh`` as two spans the page shows one at a time; ``en`` alone (escaped)
+    when ``zh`` is None or the same.
+
+    >>> both("loss", "损失")
+    '<span class="en">loss</span><span class="zh" lang="zh">损失</span>'
+    >>> both("N = 4", "N = 4")
+    'N = 4'
+    """
+    if zh is None or zh == en:
+        return escape(en)
+    return f'<span class="en">{escape(en)}</span><span class="zh" lang="zh">{escape(zh)}</span>'
+
+
+def _cell_html(v: Any, catalog: Mapping[str, str]) -> str:
+    if isinstance(v, BiText):
+        return both(v.en, v.zh)
+    text = fmt(v)
+    return both(text, translate(text, catalog))
+
+
+def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]],
+          passed_col: int | None = None, catalog: Mapping[str, str] | None = None) -> str:
+    """An HTML table; ``passed_col`` (index) renders booleans as pass/FAIL cells.
+
+    Headers and string cells are shown in English and in Chinese: a :class:`BiText` as
+    given, any other string translated with ``catalog`` (merged over
+    :data:`attnlab.i18n.COMMON`); a string with no translation stays as it is.
+    """
+    cat = merge(catalog)
+    head = "".join(f"<th>{_cell_html(h, cat)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
         for i, v in enumerate(row):
             if i == passed_col and isinstance(v, bool):
-                cells.append(f'<td class="{"ok" if v else "bad"}">{"pass" if v else "FAIL"}</td>')
+                word = "pass" if v else "FAIL"
+                cells.append(f'<td class="{"ok" if v else "bad"}">{both(word, cat[word])}</td>')
             else:
-                cells.append(f"<td>{escape(fmt(v))}</td>")
+                cells.append(f"<td>{_cell_html(v, cat)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     rows_html = "".join(body)
     return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows_html}</tbody></table>'
@@ -65,9 +109,22 @@ def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:
 
 def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:
     """A matplotlib figure as a PNG data URI (``tight=False`` for figures that use
-    constrained layout, which need no second, tight-bbox drawing pass)."""
+    constrained layout, which need no second, tight-bbox drawing pass).
+
+    Lossless, and small: an opaque figure is stored as RGB (no alpha channel) and the PNG
+    compressed with Pillow's ``optimize`` (the report draws every figure twice, once per
+    language).
+    """
+    from PIL import Image
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
+    buf.seek(0)
+    with Image.open(buf) as im:
+        opaque = im.mode == "RGBA" and im.getextrema()[3] == (255, 255)
+        out = im.convert("RGB") if opaque else im.copy()
+    buf = io.BytesIO()
+    out.save(buf, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -79,20 +136,55 @@ def figure_to_svg(fig: Any) -> str:
     return svg[svg.index("<svg"):]
 
 
-def figure(fig: Any, caption_en: str, caption_zh: str, *, alt: str | None = None,
-           dpi: int = 90, svg: bool = False, tight: bool = True) -> str:
-    """A ``<figure>`` with the figure inline (PNG data URI, or ``svg``) and a bilingual
-    caption; the matplotlib figure is closed afterwards (its memory freed)."""
+def _cjk_family() -> list[str] | None:
+    """The font family list for Chinese figure texts (None when no such font is installed:
+    matplotlib then draws boxes and warns)."""
+    from attnlab.viz.figures import cjk_font
+
+    font = cjk_font()
+    return [font, "DejaVu Sans"] if font else None
+
+
+def figure(fig: Any, caption_en: str, caption_zh: str, *, catalog: Mapping[str, str] | None = None,
+           zh: Any = None, alt: str | None = None, alt_zh: str | None = None, dpi: int = 90,
+           svg: bool = False, tight: bool = True) -> str:
+    """A ``<figure>`` with the figure inline (PNG data URI, or ``svg``) in English and in
+    Chinese, and a bilingual caption.
+
+    The Chinese figure is ``zh`` (a second figure, drawn in Chinese by its maker) or, with
+    ``catalog``, ``fig`` itself: drawn once in English, then its texts translated in place
+    (:func:`attnlab.i18n.translate_figure`, :data:`~attnlab.i18n.COMMON` merged in, with a
+    font that covers Chinese) and drawn again. A figure with nothing to translate, or with
+    neither ``zh`` nor ``catalog``, is drawn once for both languages. The matplotlib
+    figures are closed afterwards (their memory freed).
+    """
     import matplotlib.pyplot as plt
 
-    try:
+    def draw(f: Any, cls: str, text: str) -> str:
+        lang = ' lang="zh"' if cls == "zh" else ""
+        klass = f' class="{cls}"' if cls else ""
         if svg:
-            inner = figure_to_svg(fig)
+            return f"<div{klass}{lang}>{figure_to_svg(f)}</div>"
+        uri = figure_to_data_uri(f, dpi, tight=tight)
+        return f'<img{klass}{lang} alt="{escape(text)}" src="{uri}">'
+
+    alt_en = alt if alt is not None else caption_en
+    alt_zh = alt_zh if alt_zh is not None else caption_zh
+    cat = merge(catalog) if catalog is not None else None
+    try:
+        if zh is None and cat is not None and any(
+                translate(t, cat) not in (None, t) for t in figure_texts(fig)):
+            inner = draw(fig, "en", alt_en)
+            translate_figure(fig, cat, family=_cjk_family())
+            inner += draw(fig, "zh", alt_zh)
+        elif zh is not None:
+            inner = draw(fig, "en", alt_en) + draw(zh, "zh", alt_zh)
         else:
-            uri = figure_to_data_uri(fig, dpi, tight=tight)
-            inner = f'<img alt="{escape(alt if alt is not None else caption_en)}" src="{uri}">'
+            inner = draw(fig, "", alt_en)
     finally:
         plt.close(fig)
+        if zh is not None:
+            plt.close(zh)
     return (f"<figure>{inner}<figcaption>{bilingual(caption_en, caption_zh, tag='span')}"
             f"</figcaption></figure>")
 

@@ -20,7 +20,7 @@ whole article.
    computed on demand at that length.
 
 The numbers are also written next to the page as ``long_contexts.json``
-(:data:`JSON_NAME`).
+(:data:`JSON_NAME`). Tables and figures are shown in English and in Chinese (:data:`ZH`).
 
 Settings (environment variables, read when the section is built):
 
@@ -50,13 +50,13 @@ from typing import Any
 
 from attnlab._io import atomic_write_text
 from attnlab.report._measure import run_isolated
-from attnlab.report.html import ReportContext, Section, bilingual, figure, table
+from attnlab.report.html import BiText, ReportContext, Section, bilingual, figure, table
 
 __all__ = ["SIZES", "JSON_NAME", "TRACE_PEAK_TARGET_BYTES", "DEFAULT_DENSE_BUDGET_BYTES",
            "TOKENS_ENV", "BUDGET_ENV", "ARTICLES_ENV", "build", "sizes_up_to",
            "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes",
            "measure", "find_articles", "choose_head", "induction_queries", "exact_rows",
-           "article_map", "render"]
+           "article_map", "render", "ZH"]
 
 #: The curve's token counts.
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -74,6 +74,43 @@ _MAP_BLOCKS = 128  # the map has at most this many blocks a side
 _GB = 1e9
 
 Runner = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: Chinese for the section's tables and figures (:mod:`attnlab.i18n` catalog).
+ZH: dict[str, str] = {
+    # the curve
+    "attnlab trace (q, k, v, lse)": "attnlab 追踪（q、k、v、lse）",
+    "HF eager, output_attentions": "HF eager 模式，output_attentions",
+    "eager, predicted (not run)": "eager 模式，预测值（未运行）",
+    "budget {} GB": "预算 {} GB",
+    "trace target {} GB": "追踪的目标 {} GB",
+    "tokens N": "词元数 N",
+    "peak memory of the process (GB)": "进程的峰值内存（GB）",
+    "forward / trace alone (s)": "只计前向 / 追踪（秒）",
+    "eager peak (GB)": "eager 峰值（GB）",
+    "eager predicted (GB)": "eager 预测峰值（GB）",
+    "eager forward (s)": "eager 前向（秒）",
+    "eager weights kept (GB)": "eager 保留的权重（GB）",
+    "trace peak (GB)": "追踪峰值（GB）",
+    "trace (s)": "追踪（秒）",
+    "trace holds (MB)": "追踪保存的数据（MB）",
+    "load avg at trace start": "追踪开始时的平均负载",
+    "not run": "未运行",
+    "predicted {}": "预测 {}",
+    "trace peak at {},{} tokens ≤ {} GB": "{},{} 个词元时追踪的峰值 ≤ {} GB",
+    "{} GB": "{} GB",
+    "the process failed": "进程失败",
+    # the map
+    "layer {} head {}": "第 {} 层第 {} 个头",
+    "key block ({} tokens)": "键块（每块 {} 个词元）",
+    "query block ({} tokens)": "查询块（每块 {} 个词元）",
+    "pooled weight (log scale)": "池化权重（对数刻度）",
+    "query": "查询",
+    "key": "键",
+    "weight": "权重",
+    "after a copy": "在副本之后",
+    "row sum": "行和",
+    "row (ms)": "该行耗时（ms）",
+}
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -391,10 +428,13 @@ def _map_part(loaded: Any, articles: Path, max_tokens: int, seed: int,
     layer, h = head["layer"], head["head"]
     title = (f"{loaded.name} layer {layer} head {h} (induction) over {path.name}, "
              f"{t.seq_len} tokens")
+    title_zh = (f"{loaded.name} 第 {layer} 层第 {h} 个头（归纳头），覆盖 {path.name}，"
+                f"{t.seq_len} 个词元")
     fig, info = article_map(t, layer, h, title=title)
     last = t.seq_len - 1
     queries = [last, *induction_queries(t.token_ids[:last - 31], count=2, spacing=32)]
-    info.update({"article": path.name, "article_tokens": n_article, "trace_seconds": trace_s,
+    info.update({"title": title, "title_zh": title_zh,
+                 "article": path.name, "article_tokens": n_article, "trace_seconds": trace_s,
                  "choice": head, "rows": exact_rows(t, layer, h, queries)})
     return fig, info
 
@@ -462,19 +502,23 @@ def _curve_table(doc: dict[str, Any]) -> str:
             pred = p["eager_predicted_bytes"]
             eager = ["not run", f"predicted {_gb(pred)}" if pred else "–", "–", "–"]
         elif "error" in ea:
-            eager = [f"failed: {ea['error'][:60]}", _gb(p["eager_predicted_bytes"]), "–", "–"]
+            eager = [_failed(ea["error"]), _gb(p["eager_predicted_bytes"]), "–", "–"]
         else:
             eager = [_gb(ea["peak_rss_bytes"]), _gb(p["eager_predicted_bytes"]),
                      f"{ea['forward_seconds']:.1f}", _gb(ea["kept_bytes"])]
         if "error" in tr:
-            trace = [f"failed: {tr['error'][:60]}", "–", "–", "–"]
+            trace = [_failed(tr["error"]), "–", "–", "–"]
         else:
             trace = [_gb(tr["peak_rss_bytes"]), f"{tr['forward_seconds']:.1f}",
                      f"{tr['kept_bytes'] / 1e6:.0f}", f"{tr['loadavg'][0]:.1f}"]
         rows.append([f"{p['tokens']:,}", *eager, *trace])
     return table(["N", "eager peak (GB)", "eager predicted (GB)", "eager forward (s)",
                   "eager weights kept (GB)", "trace peak (GB)", "trace (s)",
-                  "trace holds (MB)", "load avg at trace start"], rows)
+                  "trace holds (MB)", "load avg at trace start"], rows, catalog=ZH)
+
+
+def _failed(error: str) -> BiText:
+    return BiText(f"failed: {error[:60]}", f"失败：{error[:60]}")
 
 
 _ORIGIN = {
@@ -507,7 +551,7 @@ def _stop_text(doc: dict[str, Any]) -> str:
             f"budget ({rule}). At 8,192 tokens the weights alone would be "
             f"{_gb(dense_bytes(8192, num_layers=doc['num_layers'], num_heads=doc['num_heads']))}"
             " GB.",
-            f"稠密曲线停在 N = {n}：预测峰值 {pred} GB 超过预算（{rule_zh}）。在 8,192 个 token "
+            f"稠密曲线停在 N = {n}：预测峰值 {pred} GB 超过预算（{rule_zh}）。在 8,192 个词元"
             f"时，仅注意力权重就要 "
             f"{_gb(dense_bytes(8192, num_layers=doc['num_layers'], num_heads=doc['num_heads']))}"
             " GB。", cls="claim")
@@ -535,6 +579,9 @@ def _machine_text(doc: dict[str, Any]) -> str:
 def _map_html(info: dict[str, Any], fig: Any) -> str:
     head = info["choice"]
     layer, h, block = info["layer"], info["head"], info["block"]
+    catalog = dict(ZH)
+    if info.get("title") and info.get("title_zh"):
+        catalog[info["title"]] = info["title_zh"]
     parts = [figure(
         fig,
         f"Layer {layer} head {h}, the strongest induction head (score {head['score']:.2f} on "
@@ -544,17 +591,17 @@ def _map_html(info: dict[str, Any], fig: Any) -> str:
         f"{info['max_row_sum_error']:.1e}); colour on a log scale, white = masked "
         f"(causal). Computed on demand from q, k and the log-sum-exp in "
         f"{info['seconds']:.1f} s; the trace took {info['trace_seconds']:.0f} s.",
-        f"第 {layer} 层第 {h} 个头：最强的归纳头（在重复两次的 {head['period']} 个随机 token 上"
-        f"得分 {head['score']:.2f}），覆盖整篇 {info['article']}（{info['tokens']:,} 个 token）"
-        f"的池化图：每块 {block} 个 token，每块取其查询的平均、键的求和（每行之和为 1，最大误差 "
+        f"第 {layer} 层第 {h} 个头：最强的归纳头（在重复两次的 {head['period']} 个随机词元上"
+        f"得分 {head['score']:.2f}），覆盖整篇 {info['article']}（{info['tokens']:,} 个词元）"
+        f"的池化图：每块 {block} 个词元，每块取其查询的平均、键的求和（每行之和为 1，最大误差 "
         f"{info['max_row_sum_error']:.1e}）；颜色为对数刻度，白色为被（因果）掩码遮住的部分。由 q、"
         f"k 与 log-sum-exp 按需计算，用时 {info['seconds']:.1f} 秒；追踪用时 "
-        f"{info['trace_seconds']:.0f} 秒。")]
+        f"{info['trace_seconds']:.0f} 秒。", catalog=catalog)]
     parts.append(bilingual(
         "Exact rows at this length, computed on demand: for each query, its five largest "
         "weights; 'after a copy' marks a key that follows an earlier occurrence of the "
         "query's token, where an induction head should look.",
-        "在这个长度下按需算出的精确行：每个查询的前五大权重；“在副本之后”标出紧跟在查询 token "
+        "在这个长度下按需算出的精确行：每个查询的前五大权重；“在副本之后”标出紧跟在查询词元"
         "早先一次出现之后的键，归纳头应当看向那里。"))
     rows = []
     for r in info["rows"]:
@@ -565,7 +612,7 @@ def _map_html(info: dict[str, Any], fig: Any) -> str:
                          f"{r['row_sum']:.6f}" if i == 0 else "",
                          f"{r['milliseconds']:.0f}" if i == 0 else ""])
     parts.append(table(["query", "key", "weight", "after a copy", "row sum", "row (ms)"],
-                       rows))
+                       rows, catalog=ZH))
     return "".join(parts)
 
 
@@ -583,7 +630,7 @@ def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
         "追踪保存的是决定注意力的东西，而不是它的 N² 图像：每个头的 q、k、v 与每行的 "
         "log-sum-exp，内存 O(N·d)；任一权重都是 exp(s_ij − lse_i)，需要时再算。Hugging Face "
         "的 output_attentions 则返回全部权重。下面每个点都是一个新进程，两种方式按 N 交替运行，"
-        f"输入为两篇文章的前 N 个 token（{doc['model']}）。", cls="claim")]
+        f"输入为两篇文章的前 N 个词元（{doc['model']}）。", cls="claim")]
     parts.append(_machine_text(doc))
     parts.append(_curve_table(doc))
     if "num_layers" in doc:
@@ -591,7 +638,8 @@ def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
     parts.append(figure(_curve_figure(doc),
                         "Peak memory and time against N (log scales). Dotted: eager's "
                         "predicted peak where it was not run.",
-                        "峰值内存与时间随 N 的变化（对数坐标）。虚线：未运行处 eager 的预测峰值。"))
+                        "峰值内存与时间随 N 的变化（对数坐标）。虚线：未运行处 eager 的预测峰值。",
+                        catalog=ZH))
     target = doc["target"]
     summary: list[tuple[str, str, bool | None]] = []
     if target["passed"] is not None:
@@ -599,13 +647,13 @@ def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
         got = ("the process failed" if target["measured_bytes"] is None
                else f"{_gb(target['measured_bytes'])} GB")
         parts.append(table(["check", "measured", "result"], [(check, got, target["passed"])],
-                           passed_col=2))
+                           passed_col=2, catalog=ZH))
         summary.append((check, got, target["passed"]))
     else:
         parts.append(bilingual(
             f"The curve stopped below {target['tokens']:,} tokens, so the trace's 3 GB target "
             "is not checked here.",
-            f"曲线未到 {target['tokens']:,} 个 token，这里不检查追踪的 3 GB 目标。",
+            f"曲线未到 {target['tokens']:,} 个词元，这里不检查追踪的 3 GB 目标。",
             cls="muted"))
     stop = doc["dense_stop"]
     summary.append(("dense curve stopped at N", "–" if stop is None else str(stop["tokens"]),

@@ -24,11 +24,13 @@ __all__ = ["PROVIDERS", "ReportResult", "build_report", "render_page"]
 
 #: Section builders in page order: part name -> ``"module:function"``.
 PROVIDERS: dict[str, str] = {
+    "claims": "attnlab.report.claims:build",
     "parity": "attnlab.report.parity:build",
     "experiments": "attnlab.report.experiments:build",
     "explorer": "attnlab.report.explorer:build",
     "real-models": "attnlab.report.real_models:build",
     "long-contexts": "attnlab.report.long_contexts:build",
+    "survey": "attnlab.report.survey:build",
     "trained": "attnlab.report.trained_model:build",
 }
 

@@ -3,7 +3,8 @@ training curve, and the previous-token and induction heads found by their scores
 
 The run lives in ``<report dir>/trained-induction/``: a finished run with the same config is
 reused, a killed one is resumed, anything else is trained afresh
-(:func:`attnlab.train.summary.ensure_run`).
+(:func:`attnlab.train.summary.ensure_run`). Tables and figures are shown in English and in
+Chinese (:data:`ZH`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,47 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnlab.report.html import ReportContext, Section, bilingual, escape, figure, fmt, table
+from attnlab.report.html import (
+    BiText,
+    ReportContext,
+    Section,
+    bilingual,
+    escape,
+    figure,
+    fmt,
+    table,
+)
 from attnlab.train.config import TrainConfig
 from attnlab.train.summary import RunSummary, ensure_run, summarize_run
 from attnlab.train.trainer import plot_metrics
 
-__all__ = ["RUN_NAME", "build", "section_for"]
+__all__ = ["RUN_NAME", "build", "section_for", "ZH"]
 
 RUN_NAME = "trained-induction"
+
+#: Chinese for the checks of :func:`attnlab.train.summary.summarize_run` and the figures.
+ZH: dict[str, str] = {
+    "held-out accuracy on induction positions >= {}": "归纳位置上的留出集准确率 ≥ {}",
+    "previous-token head found (score >= {}, >= {}x median)":
+        "找到前一个词元头（分数 ≥ {}，且 ≥ 中位数的 {} 倍）",
+    "induction head found (score >= {}, >= {}x median)":
+        "找到归纳头（分数 ≥ {}，且 ≥ 中位数的 {} 倍）",
+    "induction head sits above the previous-token head (layer order)":
+        "归纳头位于前一个词元头之上（按层的先后）",
+    # plot_metrics
+    "train": "训练集",
+    "held-out": "留出集",
+    "held-out {}": "留出集 {}",
+    "step": "训练步数",
+    "loss (scored positions)": "损失（计分位置）",
+    "accuracy": "准确率",
+    # the two heads
+    "previous-token: layer {} head {} (score {})": "前一个词元头：第 {} 层第 {} 个头（分数 {}）",
+    "induction: layer {} head {} (score {})": "归纳头：第 {} 层第 {} 个头（分数 {}）",
+    "key": "键",
+    "query": "查询",
+    "<bos>": "<bos>",  # the task's start token, shown as the model reads it
+}
 
 
 def _pattern_figure(s: RunSummary) -> Any:
@@ -46,6 +80,8 @@ def _pattern_figure(s: RunSummary) -> Any:
 def section_for(s: RunSummary) -> Section:
     """The section for one summarized run (see :func:`attnlab.train.summary.summarize_run`)."""
     config, scores = s.config, s.scores
+    command = f"attnlab train --task {config.task}"
+    catalog = {**ZH, command: command}  # a command reads the same in both languages
     score_rows = [[f"L{layer}H{head}", float(scores.previous_token[layer, head]),
                    float(scores.induction[layer, head])]
                   for layer in range(scores.previous_token.shape[0])
@@ -59,15 +95,21 @@ def section_for(s: RunSummary) -> Section:
             "任务是重复出现的随机片段；承担解法的头由分数自动找出，而不是人为指定。",
             cls="claim"),
         bilingual(f"Task: {s.task.relation}.",
-                  f"任务：{s.task.name}；需要的关系：前一词元头 + 归纳头。"),
-        table(["check", "value", "result"], [list(c) for c in s.checks], passed_col=2),
-        f"<p class='muted'><code>attnlab train --task {escape(config.task)} --out DIR</code>"
-        f" &middot; {config.steps} steps, {config.num_layers} layers x {config.num_heads} heads, "
-        f"dim {config.embed_dim}, batch {config.batch_size} &middot; "
-        f"{fmt(float(s.final.get('seconds', 0.0)))} s in the last training session</p>",
-        figure(plot_metrics(s.metrics, f"attnlab train --task {config.task}"),
+                  f"任务：{s.task.name}；需要的关系：前一个词元头 + 归纳头。"),
+        table(["check", "value", "result"], [list(c) for c in s.checks], passed_col=2,
+              catalog=catalog),
+        f"<p class='muted'><code>{escape(command)} --out DIR</code> &middot; "
+        + bilingual(f"{config.steps} steps, {config.num_layers} layers x {config.num_heads} "
+                    f"heads, dim {config.embed_dim}, batch {config.batch_size}",
+                    f"{config.steps} 步，{config.num_layers} 层 × {config.num_heads} 个头，"
+                    f"维度 {config.embed_dim}，批大小 {config.batch_size}", tag="span")
+        + " &middot; "
+        + bilingual(f"{fmt(float(s.final.get('seconds', 0.0)))} s in the last training session",
+                    f"最近一次训练用时 {fmt(float(s.final.get('seconds', 0.0)))} 秒", tag="span")
+        + "</p>",
+        figure(plot_metrics(s.metrics, command),
                "Loss and accuracy on the scored positions; the red point is held-out.",
-               "计分位置上的损失与准确率；红点为留出集。", svg=True),
+               "计分位置上的损失与准确率；红点为留出集。", svg=True, catalog=catalog),
         figure(_pattern_figure(s),
                "Left: the previous-token head: a clean one-back diagonal while the tokens "
                "are new; once the sequence repeats it spreads out, and the induction head "
@@ -76,8 +118,9 @@ def section_for(s: RunSummary) -> Section:
                "parallel to the diagonal, one period back).",
                "左：前一词元头：词元首次出现时是一条干净的“看前一个”对角线；序列开始重复后它"
                "变得分散，由归纳头负责预测。右：归纳头：在重复段中，每个词元看它上一次出现之后"
-               "的那个词元（与对角线平行、相隔一个周期的斜线）。", svg=True),
-        table(["head", "previous-token score", "induction score"], score_rows),
+               "的那个词元（与对角线平行、相隔一个周期的斜线）。", svg=True, catalog=catalog),
+        table([BiText("head", "头"), BiText("previous-token score", "前一个词元分数"),
+               BiText("induction score", "归纳分数")], score_rows),
     ]
     return Section(id="trained-model", title="Trained model: heads specialize",
                    title_zh="训练的模型：头的分工", html="".join(html_parts), passed=s.passed,

@@ -593,7 +593,8 @@ class Explorer:
         data = json_for_html(self.payload())
         return (
             f'<div class="attnlab-explorer" id="{uid}" data-format-version="{FORMAT_VERSION}">'
-            f'<noscript>attnlab explorer: JavaScript is needed to draw the views.</noscript>'
+            f'<noscript>attnlab explorer: JavaScript is needed to draw the views. '
+            f'需要 JavaScript 才能绘制各个视图。</noscript>'
             f'<div class="ax-loading">attnlab explorer…</div></div>'
             f'<script type="application/json" id="{uid}-data">{data}</script>'
             f"<style>{static_asset('explorer.css')}</style>"

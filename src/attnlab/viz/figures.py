@@ -14,6 +14,8 @@ a long head is drawn as its pooled map and the figure's title says so. Nothing h
 the dense ``trace.weights``.
 
 Every function returns a ``matplotlib.figure.Figure``; :func:`save_figure` writes it.
+Each takes ``lang="en"`` or ``"zh"``: the language of its titles, axes and legends (the
+tokens are the input's, drawn as they are; Chinese uses the CJK font).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from torch import Tensor
 
 from attnlab._io import atomic_open
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.tracer import MERGE_RULE
 
-__all__ = ["cjk_font", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
+__all__ = ["cjk_font", "LANGS", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
            "qk_joint_transform", "score_decomposition", "head_map", "save_figure", "KINDS",
            "plot"]
 
@@ -45,6 +48,65 @@ CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans CJK JP",
              "SimHei", "Arial Unicode MS")
 _CJK_FILES = re.compile(r"(wqy|NotoSansCJK|NotoSerifCJK|SourceHan|DroidSansFallback)", re.I)
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+
+
+#: The languages a figure can be drawn in.
+LANGS = ("en", "zh")
+
+#: Every text the figures write, per language (``str.format`` templates).
+_TEXT: dict[str, dict[str, str]] = {
+    "en": {
+        "head": "{model} layer {layer} head {head}",
+        "key": "key", "query": "query", "key block": "key block", "query block": "query block",
+        "weight": "weight", "pooled weight": "pooled weight",
+        "tokens": ", {n} tokens",
+        "pooled": "pooled in blocks of {block} tokens (mean over a block's queries of the sum "
+                  "over its keys)",
+        "grid": "{model}: {nl} layers x {nh} heads, {n} tokens",
+        "grid pooled": "\npooled in blocks of {block} tokens\n(mean over a block's queries of "
+                       "the sum over its keys)",
+        "arcs": "\nquery → key (lines ≥ {min_weight})",
+        "qk": ": joint q–k PCA, {n} tokens\nkeys translated to the queries' mean, q×{a}, "
+              "k÷{a} (scores unchanged)",
+        "cos": "cos θ (direction)", "norm": "|q|·|k| (length)", "score": "score = {s}·|q||k|cos θ",
+        "window": " (queries {q0}–{q1}, keys {k0}–{k1} of {n})",
+        "decomposition": ": where the scores come from{where}",
+        "merged": "merged tokens: {rule}",
+    },
+    "zh": {
+        "head": "{model} 第 {layer} 层第 {head} 个头",
+        "key": "键", "query": "查询", "key block": "键块", "query block": "查询块",
+        "weight": "权重", "pooled weight": "池化权重",
+        "tokens": "，{n} 个词元",
+        "pooled": "按每块 {block} 个词元池化（对块内查询取平均、对块内键求和）",
+        "grid": "{model}：{nl} 层 × {nh} 个头，{n} 个词元",
+        "grid pooled": "\n按每块 {block} 个词元池化\n（对块内查询取平均、对块内键求和）",
+        "arcs": "\n查询 → 键（只画权重 ≥ {min_weight} 的线）",
+        "qk": "：q 与 k 的联合主成分投影，{n} 个词元\n键平移到查询的均值，q×{a}，k÷{a}"
+              "（分数不变）",
+        "cos": "cos θ（方向）", "norm": "|q|·|k|（长度）", "score": "分数 = {s}·|q||k|cos θ",
+        "window": "（查询 {q0}–{q1}，键 {k0}–{k1}，共 {n} 个）",
+        "decomposition": "：分数从何而来{where}",
+        "merged": "合并的词元：{rule}",
+    },
+}
+#: The merge rules attnlab writes into a trace (:meth:`AttentionTrace.merge_tokens`), in
+#: Chinese; any other rule is shown as it is.
+_RULES_ZH = {
+    MERGE_RULE: "同一字符的字节片段已合并：对键求和、对查询取平均",
+    "weights summed over keys, averaged over queries": "对键求和、对查询取平均",
+}
+
+
+def _check_lang(lang: str) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    return lang
+
+
+def _t(lang: str, key: str, **values: Any) -> str:
+    """The text ``key`` of :data:`_TEXT` in ``lang``, filled with ``values``."""
+    return _TEXT[lang][key].format(**values)
 
 
 @lru_cache(maxsize=1)
@@ -67,10 +129,11 @@ def cjk_font() -> str | None:
     return next((n for n in CJK_FONTS if n in names), None)
 
 
-def _rc(tokens: list[str]) -> dict[str, Any]:
-    """rcParams for a figure showing ``tokens``: DejaVu first, the CJK font as fallback."""
+def _rc(tokens: list[str], lang: str = "en") -> dict[str, Any]:
+    """rcParams for a figure showing ``tokens`` in ``lang``: DejaVu first, the CJK font as
+    fallback (when a token or the language needs it)."""
     family = ["DejaVu Sans"]
-    if any(_CJK.search(t) for t in tokens):
+    if lang == "zh" or any(_CJK.search(t) for t in tokens):
         font = cjk_font()
         if font is None:
             warnings.warn("no font covering Chinese is installed (e.g. Debian's "
@@ -87,9 +150,12 @@ def _label(tok: str) -> str:
     return t if t.strip() else repr(t)
 
 
-def _note(trace: AttentionTrace) -> str:
+def _note(trace: AttentionTrace, lang: str = "en") -> str:
     merged = trace.meta.get("merged")
-    return f"merged tokens: {merged['rule']}" if isinstance(merged, dict) else ""
+    if not isinstance(merged, dict):
+        return ""
+    rule = str(merged["rule"])
+    return _t(lang, "merged", rule=_RULES_ZH.get(rule, rule) if lang == "zh" else rule)
 
 
 def _check_head(trace: AttentionTrace, layer: int, head: int) -> tuple[int, int]:
@@ -136,9 +202,8 @@ def head_map(trace: AttentionTrace, layer: int, head: int, max_blocks: int
     return m, rows, cols, block
 
 
-def _pooled_title(block: int) -> str:
-    return (f"pooled in blocks of {block} tokens (mean over a block's queries of the sum "
-            "over its keys)" if block > 1 else "")
+def _pooled_title(block: int, lang: str = "en") -> str:
+    return _t(lang, "pooled", block=block) if block > 1 else ""
 
 
 def _ticks(ax: Any, rows: list[str], cols: list[str], fontsize: int = 8) -> None:
@@ -152,7 +217,7 @@ def _ticks(ax: Any, rows: list[str], cols: list[str], fontsize: int = 8) -> None
 
 
 def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | None = None,
-            cmap: str = "Blues", max_blocks: int = 128) -> Figure:
+            cmap: str = "Blues", max_blocks: int = 128, lang: str = "en") -> Figure:
     """One head's weights (queries down, keys across) with token labels.
 
     Up to ``max_blocks`` tokens every weight is drawn; a longer head is drawn as its
@@ -160,13 +225,15 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
 
     >>> w = torch.softmax(torch.randn(1, 1, 3, 3), -1)
     >>> fig = heatmap(AttentionTrace(tokens=["注意", "力", "!"], weights=w), 0, 0)
-    >>> len(fig.axes)
-    2
+    >>> len(fig.axes), heatmap(AttentionTrace(tokens=["a", "b", "c"], weights=w, model="toy"), 0,
+    ...                            0, lang="zh").axes[0].get_title()
+    (2, 'toy 第 0 层第 0 个头')
     """
+    lang = _check_lang(lang)
     layer, head = _check_head(trace, layer, head)
     w, rows, cols, block = head_map(trace, layer, head, max_blocks)
     nr, nc = w.shape
-    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096])):
+    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096], lang)):
         size = max(3.5, min(16.0, 0.32 * max(nr, nc) + 2))
         fig = Figure(figsize=(size + 1.0, size))
         ax = fig.subplots()
@@ -174,21 +241,21 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
         im = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                        interpolation="nearest")
         _ticks(ax, rows, cols)
-        ax.set_xlabel("key" if block == 1 else "key block")
-        ax.set_ylabel("query" if block == 1 else "query block")
+        ax.set_xlabel(_t(lang, "key" if block == 1 else "key block"))
+        ax.set_ylabel(_t(lang, "query" if block == 1 else "query block"))
         if annotate if annotate is not None else max(nr, nc) <= 12:
             for i in range(nr):
                 for j in range(nc):
                     v = float(w[i, j])
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
                             color="white" if v > 0.5 * vmax else "black")
-        title = f"{trace.model} layer {layer} head {head}"
+        title = _t(lang, "head", model=trace.model, layer=layer, head=head)
         if block > 1:
-            title += f", {trace.seq_len} tokens\n{_pooled_title(block)}"
+            title += _t(lang, "tokens", n=trace.seq_len) + "\n" + _pooled_title(block, lang)
         ax.set_title(title, fontsize=10 if block == 1 else 8)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04,
-                     label="weight" if block == 1 else "pooled weight")
-        note = _note(trace)
+                     label=_t(lang, "weight" if block == 1 else "pooled weight"))
+        note = _note(trace, lang)
         if note:
             fig.text(0.01, 0.005, note, fontsize=7, color="#555")
         fig.tight_layout()
@@ -196,13 +263,14 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
 
 
 def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int, int]] = (),
-         max_blocks: int = 64) -> Figure:
+         max_blocks: int = 64, lang: str = "en") -> Figure:
     """Every head as a thumbnail: rows = layers, columns = heads (pooled maps when the input
     is longer than ``max_blocks`` tokens)."""
+    lang = _check_lang(lang)
     nl, nh = trace.num_layers, trace.num_heads
     block = 1
     height = size * nl + 0.6 + (0.5 if max(trace.seq_len, trace.key_len) > max_blocks else 0)
-    with mpl.rc_context(_rc([])):
+    with mpl.rc_context(_rc([], lang)):
         fig = Figure(figsize=(max(size * nh + 0.6, 3.2), height))
         axes = fig.subplots(nl, nh, squeeze=False)
         for li in range(nl):
@@ -221,12 +289,11 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
                     ax.set_title(f"H{hi}", fontsize=7)
                 if hi == 0:
                     ax.set_ylabel(f"L{li}", fontsize=7, rotation=0, labelpad=10)
-        title = f"{trace.model}: {nl} layers x {nh} heads, {trace.seq_len} tokens"
+        title = _t(lang, "grid", model=trace.model, nl=nl, nh=nh, n=trace.seq_len)
         if block > 1:
-            title += (f"\npooled in blocks of {block} tokens\n(mean over a block's queries of "
-                      "the sum over its keys)")
+            title += _t(lang, "grid pooled", block=block)
         fig.suptitle(title, fontsize=7 if block > 1 else 9)
-        note = _note(trace)
+        note = _note(trace, lang)
         if note:
             fig.text(0.01, 0.002, note, fontsize=6, color="#555")
         fig.subplots_adjust(wspace=0.08, hspace=0.08, top=1 - (0.75 if block > 1 else 0.4) / height)
@@ -234,13 +301,14 @@ def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int,
 
 
 def arcs(trace: AttentionTrace, layer: int, head: int, *, min_weight: float = 0.02,
-         max_blocks: int = 64) -> Figure:
+         max_blocks: int = 64, lang: str = "en") -> Figure:
     """bertviz's head view: queries left, keys right, a line per weight (opacity = weight);
     blocks of tokens (pooled) when the input is longer than ``max_blocks`` tokens."""
+    lang = _check_lang(lang)
     layer, head = _check_head(trace, layer, head)
     w, rows, cols, block = head_map(trace, layer, head, max_blocks)
     nr, nc = w.shape
-    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096])):
+    with mpl.rc_context(_rc(trace.tokens[:4096] + _keys(trace)[:4096], lang)):
         fig = Figure(figsize=(4.2 if block == 1 else 5.5, max(3.0, 0.28 * max(nr, nc) + 1)))
         ax = fig.subplots()
         yq = [1 - i / max(nr - 1, 1) for i in range(nr)]
@@ -258,12 +326,12 @@ def arcs(trace: AttentionTrace, layer: int, head: int, *, min_weight: float = 0.
         ax.set_xlim(-0.6 if block == 1 else -0.9, 1.6 if block == 1 else 1.9)
         ax.set_ylim(-0.05, 1.05)
         ax.axis("off")
-        title = (f"{trace.model} layer {layer} head {head}\nquery → key "
-                 f"(lines ≥ {min_weight})")
+        title = (_t(lang, "head", model=trace.model, layer=layer, head=head)
+                 + _t(lang, "arcs", min_weight=min_weight))
         if block > 1:
-            title += f"\n{_pooled_title(block)}"
+            title += "\n" + _pooled_title(block, lang)
         ax.set_title(title, fontsize=9 if block == 1 else 7)
-        note = _note(trace)
+        note = _note(trace, lang)
         if note:
             fig.text(0.01, 0.005, note, fontsize=6, color="#555")
     return fig
@@ -313,12 +381,13 @@ def _qk_of(trace: AttentionTrace, layer: int, head: int, what: str) -> tuple[Ten
 
 
 def qk_projection(trace: AttentionTrace, layer: int, head: int, *,
-                  max_labels: int = 64) -> Figure:
+                  max_labels: int = 64, lang: str = "en") -> Figure:
     """Queries and keys of one head in one 2-D PCA plane, after :func:`qk_joint_transform`.
 
     O(N·d): every query and key is a point at any length; tokens are written next to them
     up to ``max_labels`` tokens.
     """
+    lang = _check_lang(lang)
     layer, head = _check_head(trace, layer, head)
     q, k = _qk_of(trace, layer, head, "qk")
     q2, k2, alpha = qk_joint_transform(q, k)
@@ -326,12 +395,12 @@ def qk_projection(trace: AttentionTrace, layer: int, head: int, *,
     lq = q2.shape[0]
     keys = _keys(trace)
     labels = max(lq, len(keys)) <= max_labels
-    with mpl.rc_context(_rc((trace.tokens + keys) if labels else [])):
+    with mpl.rc_context(_rc((trace.tokens + keys) if labels else [], lang)):
         fig = Figure(figsize=(6, 5))
         ax = fig.subplots()
         dot = 22 if labels else max(1.0, 22 * (max_labels / lq) ** 0.5)
-        ax.scatter(xy[:lq, 0], xy[:lq, 1], c="#3451b2", s=dot, label="query")
-        ax.scatter(xy[lq:, 0], xy[lq:, 1], c="#d9730d", s=dot, marker="s", label="key")
+        ax.scatter(xy[:lq, 0], xy[:lq, 1], c="#3451b2", s=dot, label=_t(lang, "query"))
+        ax.scatter(xy[lq:, 0], xy[lq:, 1], c="#d9730d", s=dot, marker="s", label=_t(lang, "key"))
         if labels:
             for i, t in enumerate(trace.tokens):
                 ax.annotate(_label(t), xy[i].tolist(), fontsize=7, color="#3451b2",
@@ -340,9 +409,8 @@ def qk_projection(trace: AttentionTrace, layer: int, head: int, *,
                 ax.annotate(_label(t), xy[lq + j].tolist(), fontsize=7, color="#d9730d",
                             xytext=(3, -8), textcoords="offset points")
         ax.legend(fontsize=8)
-        ax.set_title(f"{trace.model} layer {layer} head {head}: joint q–k PCA, {lq} tokens\n"
-                     f"keys translated to the queries' mean, q×{alpha:.2f}, k÷{alpha:.2f} "
-                     "(scores unchanged)", fontsize=9)
+        ax.set_title(_t(lang, "head", model=trace.model, layer=layer, head=head)
+                     + _t(lang, "qk", n=lq, a=f"{alpha:.2f}"), fontsize=9)
         fig.tight_layout()
     return fig
 
@@ -363,13 +431,14 @@ def score_decomposition(q: Tensor, k: Tensor, scale: float) -> dict[str, Tensor]
 
 def decomposition(trace: AttentionTrace, layer: int, head: int, *,
                   rows: range | None = None, cols: range | None = None,
-                  max_tokens: int = 128) -> Figure:
+                  max_tokens: int = 128, lang: str = "en") -> Figure:
     """Three panels: cos θ (direction), |q||k| (length) and their scaled product, the score.
 
     Drawn for queries ``rows`` × keys ``cols`` (ranges); by default the whole head up to
     ``max_tokens`` tokens, else the last ``max_tokens`` queries and keys (the title says
     which). Memory: that window only.
     """
+    lang = _check_lang(lang)
     layer, head = _check_head(trace, layer, head)
     q, k = _qk_of(trace, layer, head, "decomposition")
     lq, lk = trace.seq_len, trace.key_len
@@ -386,10 +455,10 @@ def decomposition(trace: AttentionTrace, layer: int, head: int, *,
     n = max(len(rows), len(cols))
     keep = shape.visible(torch.arange(rows.start, rows.stop), torch.arange(cols.start, cols.stop),
                          lq=lq, lk=lk)
-    panels = [("cos θ (direction)", d["cos"], "RdBu_r", (-1, 1)),
-              ("|q|·|k| (length)", d["q_norm"][:, None] * d["k_norm"][None, :], "Greys", None),
-              (f"score = {shape.scale:.3g}·|q||k|cos θ", d["score"], "RdBu_r", "sym")]
-    with mpl.rc_context(_rc(qt + kt)):
+    panels = [(_t(lang, "cos"), d["cos"], "RdBu_r", (-1, 1)),
+              (_t(lang, "norm"), d["q_norm"][:, None] * d["k_norm"][None, :], "Greys", None),
+              (_t(lang, "score", s=f"{shape.scale:.3g}"), d["score"], "RdBu_r", "sym")]
+    with mpl.rc_context(_rc(qt + kt, lang)):
         side = max(3.2, min(7.0, 0.22 * n + 1.5))
         fig = Figure(figsize=(3 * side + 1, side))
         axes = fig.subplots(1, 3)
@@ -406,11 +475,11 @@ def decomposition(trace: AttentionTrace, layer: int, head: int, *,
             fs = 7 if n <= 30 else 5
             _ticks(ax, [_label(t) for t in qt], [_label(t) for t in kt], fontsize=fs)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
-        where = "" if (len(rows), len(cols)) == (lq, lk) else (
-            f" (queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1} "
-            f"of {lq})")
-        fig.suptitle(f"{trace.model} layer {layer} head {head}: where the scores come from"
-                     f"{where}", fontsize=10)
+        where = "" if (len(rows), len(cols)) == (lq, lk) else _t(
+            lang, "window", q0=rows.start, q1=rows.stop - 1, k0=cols.start, k1=cols.stop - 1,
+            n=lq)
+        fig.suptitle(_t(lang, "head", model=trace.model, layer=layer, head=head)
+                     + _t(lang, "decomposition", where=where), fontsize=10)
         fig.tight_layout()
     return fig
 
@@ -421,13 +490,14 @@ KINDS = {"heatmap": heatmap, "grid": grid, "arcs": arcs, "qk": qk_projection,
          "decomposition": decomposition}
 
 
-def plot(trace: AttentionTrace, kind: str, layer: int = 0, head: int = 0) -> Figure:
-    """The figure ``kind`` (one of :data:`KINDS`) of ``trace``."""
+def plot(trace: AttentionTrace, kind: str, layer: int = 0, head: int = 0, *,
+         lang: str = "en") -> Figure:
+    """The figure ``kind`` (one of :data:`KINDS`) of ``trace``, in ``lang`` (:data:`LANGS`)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     if kind == "grid":
-        return grid(trace)
-    return KINDS[kind](trace, layer, head)
+        return grid(trace, lang=lang)
+    return KINDS[kind](trace, layer, head, lang=lang)
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 130) -> Path:

@@ -57,7 +57,10 @@
       unserved: "Exact rows and tiles come from the server: `attnlab serve --trace FILE`.",
       loading: "loading…", fetchError: "the server did not answer: ",
       rowOf: "exact row of query", topKeys: "strongest keys", tile: "exact weights",
-      clickBlock: "Click a block for its exact weights."
+      clickBlock: "Click a block for its exact weights.",
+      nTokens: "{n} tokens", pos: "pos",
+      "role:sink": "sink", "role:previous-token": "previous-token", "role:induction": "induction",
+      "role:self": "self"
     },
     zh: {
       model: "模型", head: "注意力头", matrix: "矩阵", qk: "QK", geometry: "几何",
@@ -65,7 +68,7 @@
       query: "查询", lang: "English", exportSvg: "导出 SVG", exportPng: "导出 PNG",
       scale: "缩放", temperature: "温度", resetScale: "1/√d", one: "1",
       key: "键", k: "k", qk_elem: "q∘k", dot: "q·k", scaled: "× 缩放", softmax: "softmax",
-      captured: "捕获值", noqk: "为控制页面大小未保存此头的 q 与 k（ExplorerConfig.qk_budget）。保存了 q/k 的头：",
+      captured: "捕获值", noqk: "为控制页面大小，未保存此头的 q 与 k（上限由 qk_budget 设定）。保存了 q/k 的头：",
       noqkNone: "此追踪没有 q 与 k（追踪时未保留 qkv）。",
       noqkMerged: "没有 q 与 k：同一字符的字节片段已合并为完整字符（用 merge_pieces=False 追踪可保留片段及其 q/k）。",
       noqkLong: "长输入：QK 视图由服务器计算任意查询的一行。请用 `attnlab serve --trace FILE` 打开此追踪。",
@@ -76,7 +79,7 @@
       otherKeys: "其余所有键",
       noqkBias: "此追踪用稠密偏置塑造分数：QK 视图由服务器计算（`attnlab serve --trace FILE`）。",
       distance: "距离", duplicate: "重复词元", induction: "归纳",
-      pooled: "长输入：矩阵按每块 {b} 个词元分块汇总（对块内查询取平均、对块内键求和；每行之和仍为 1）。",
+      pooled: "长输入：矩阵按每块 {b} 个词元分块池化（对块内查询取平均、对块内键求和；每行之和仍为 1）。",
       hoverTok: "悬停在词元上以单独显示它的注意力；点击以选为查询。",
       clickHead: "点击一个头以打开它。",
       queries: "查询", keys: "键",
@@ -89,7 +92,7 @@
       maxErr: "最大 |M_k·PE[pos] − PE[pos+k]| = ",
       entropy: "熵", max_weight: "最大权重", sink: "首词元", previous: "前一个",
       diagonal: "自身", redundancy: "冗余度", cluster: "簇", roles: "角色",
-      diagNote: "分数来自 attnlab.analysis（熵以 nat 计；首词元、前一个、自身 = 落在第一个、" +
+      diagNote: "分数由 attnlab 的分析模块计算（熵的单位为奈特；首词元、前一个、自身 = 落在第一个、" +
         "前一个、自己词元上的平均权重）。点击列标题排序，点击一行打开该头。",
       dq: "q", norm: "|q|",
       block: "块", tokens: "词元", prev: "◀", next: "▶",
@@ -97,7 +100,10 @@
       unserved: "精确的行与块由服务器计算：`attnlab serve --trace FILE`。",
       loading: "加载中…", fetchError: "服务器没有响应：",
       rowOf: "查询的精确注意力行", topKeys: "权重最大的键", tile: "精确权重",
-      clickBlock: "点击一个块查看它的精确权重。"
+      clickBlock: "点击一个块查看它的精确权重。",
+      nTokens: "{n} 个词元", pos: "位置",
+      "role:sink": "汇聚", "role:previous-token": "前一个词元", "role:induction": "归纳",
+      "role:self": "自身"
     }
   };
 
@@ -468,7 +474,7 @@
     this.controls.innerHTML = "";
     this.stage.innerHTML = "";
     this.hideTip();
-    var info = (m.model ? m.model + " · " : "") + m.L + "×" + m.H + " · " + m.Lq + " tokens";
+    var info = (m.model ? m.model + " · " : "") + m.L + "×" + m.H + " · " + this.t("nTokens", {n: m.Lq});
     if (s.view !== "model" && s.view !== "positional" && s.view !== "diagnostics")
       info += " · " + this.t("layer") + " " + s.layer + " · " + this.t("head") + " " + s.head;
     this.info.textContent = info;
@@ -1064,7 +1070,7 @@
       h("output", {}, wrap, String(value));
       return inp;
     }
-    var ps = slider("pos", "ax-pos", n - 1, this.s.pos);
+    var ps = slider(this.t("pos"), "ax-pos", n - 1, this.s.pos);
     var ks = slider(this.t("offset"), "ax-off", n - 1, this.s.off);
     var errOut = h("div", {"class": "ax-note ax-pe-err"}, ctl, "");
     var cw = 4, chh = 2, lw = 40, top = 24;
@@ -1152,6 +1158,8 @@
         fill: (r.layer === self.s.layer && r.head === self.s.head) ? "#fde9e2" : (i % 2 ? "#f6f7fb" : "#fff")}, g);
       keys.forEach(function (k, c) {
         var v = r[k];
+        if (k === "roles" && v) v = v.split(", ").map(function (x) { return self.t("role:" + x); })
+          .join(self.s.lang === "zh" ? "、" : ", ");
         s("text", {x: 6 + c * cw, y: top + i * rh + 14, "class": "ax-num"}, g,
           typeof v === "number" && Math.round(v) !== v ? fmt(v, 3) : String(v));
       });

@@ -1,0 +1,304 @@
+"""qkv-roles: separate W_Q and W_K let a token ask and answer differently.
+
+Article 000 (section 二.1): 「一个词的“提问特征”、“索引特征”和“语义特征”通常不在同一个方向
+上。通过三个不同的矩阵，模型允许词在三个不同的几何空间中表达不同的角色。」
+
+The score of query i on key j is S_ij = (W_Q x_i)·(W_K x_j). With W_Q ≠ W_K, S_ij and S_ji
+differ: i may look for j without j looking for i. With W_Q = W_K = W (tied), S = (XWᵀ)(XWᵀ)ᵀ
+is a Gram matrix: symmetric, and S_ij ≤ √(S_ii·S_jj) (Cauchy–Schwarz). The cost: for any
+two tokens, (w_ij/w_ii)·(w_ji/w_jj) = exp(−scale·‖q_i − q_j‖²) ≤ 1 — of two tokens, at most
+one can put more weight on the other than on itself. A token cannot single out a partner
+that singles it out in turn.
+
+Measured on small bidirectional attnlab models (token and position embeddings, one
+``TransformerEncoderLayer`` with one head, a linear readout), trained untied and tied
+(W_K's rows are W_Q's through a parametrization) on two tasks: *swap* (output the token of
+the partner position i XOR 1: a mutual relation) and *previous (cyclic)* (output the token
+at i − 1 mod N: following the chain around the cycle needs ever larger query norms, which a
+cycle cannot give). The untied model learns both, attending to the partner; the tied model
+splits its weight between itself and the partner on *swap* (its residual stream still
+recovers the partner's token from that mix) and stays below the untied model on the cyclic
+task. The claim holds when the untied score matrix is asymmetric, the tied one symmetric
+to rounding, the tied model obeys the Gram bound and the untied one breaks it, and tying
+costs accuracy on the cyclic task. Two properties of separate matrices show: the scores
+can be asymmetric (a directed relation such as "the previous token"), and they need not
+form a Gram matrix (a token may prefer another over itself, as *swap* needs, although
+that relation is symmetric: the untied model's swap scores are only mildly asymmetric).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
+
+from ._common import check_ge, check_le, label_axes, new_figure, seeded
+from ._heads import accuracy, read_hooks, train
+from ._result import Result
+
+NAME = "qkv-roles"
+CLAIM = ("A token's query, key and value features usually point in different directions; "
+         "with three different matrices the model lets a token play different roles in "
+         "three different geometric spaces.")
+CLAIM_ZH = ("一个词的“提问特征”、“索引特征”和“语义特征”通常不在同一个方向上。通过三个不同的矩阵，"
+            "模型允许词在三个不同的几何空间中表达不同的角色。")
+
+TASKS = ("swap", "previous (cyclic)")
+
+
+@dataclass(frozen=True)
+class RolesConfig:
+    """The two models (untied, tied) and their training."""
+
+    n_values: int = 16
+    seq_len: int = 16  # even: positions pair up for swap
+    embed_dim: int = 32  # one head of d = 32
+    steps: int = 200
+    batch: int = 64
+    lr: float = 3e-3
+    eval_batch: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("n_values", "seq_len", "embed_dim", "steps", "batch", "eval_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.seq_len % 2:
+            raise ValueError(f"seq_len must be even (swap pairs positions), got {self.seq_len}")
+
+
+def partner(task: str, n: int) -> Tensor:
+    """The key position each query must read: i XOR 1 (swap) or i − 1 mod n (cyclic)."""
+    i = torch.arange(n)
+    if task == "swap":
+        return i ^ 1
+    if task == "previous (cyclic)":
+        return (i - 1) % n
+    raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+
+
+class Encoder(nn.Module):
+    """Token + position embeddings → one attnlab encoder layer (one head, no biases) →
+    LayerNorm → linear readout over the values."""
+
+    def __init__(self, c: RolesConfig) -> None:
+        super().__init__()
+        e = c.embed_dim
+        self.tok = nn.Embedding(c.n_values, e)
+        self.pos = nn.Embedding(c.seq_len, e)
+        self.layer = TransformerEncoderLayer(e, 1, 4 * e, 0.0, "gelu", 1e-5, True, bias=False)
+        self.norm = nn.LayerNorm(e, bias=False)
+        self.out = nn.Linear(e, c.n_values, bias=False)
+        for w in (self.tok.weight, self.pos.weight):
+            nn.init.normal_(w, std=0.02)
+
+    @property
+    def attn(self) -> MultiHeadAttention:
+        return self.layer.self_attn
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        return self.out(self.norm(self.layer(h)))  # (B, N, n_values)
+
+
+class _SharedQK(nn.Module):
+    """Parametrization of the fused qkv weight: W_K's rows are W_Q's (one shared matrix)."""
+
+    def __init__(self, embed_dim: int) -> None:
+        super().__init__()
+        self.e = embed_dim
+
+    def forward(self, w: Tensor) -> Tensor:
+        e = self.e
+        return torch.cat([w[:e], w[:e], w[2 * e:]], dim=0)
+
+
+def tie_qk(attn: MultiHeadAttention) -> None:
+    """Tie W_K to W_Q for good: both read one parameter, during training too."""
+    parametrize.register_parametrization(attn.qkv_proj, "weight", _SharedQK(attn.embed_dim))
+
+
+def copy_qk_once(attn: MultiHeadAttention) -> None:
+    """Wrong variant: copy W_Q into W_K at initialisation only; training unties them."""
+    e = attn.embed_dim
+    with torch.no_grad():
+        attn.qkv_proj.weight[e:2 * e] = attn.qkv_proj.weight[:e]
+
+
+def asymmetry(q: Tensor, k: Tensor) -> Tensor:
+    """‖S − Sᵀ‖_F / ‖S‖_F of each score matrix S = q kᵀ (float64); q, k (B, H, N, d)."""
+    s = q.double() @ k.double().transpose(-1, -2)
+    return (s - s.transpose(-1, -2)).flatten(-2).norm(dim=-1) / s.flatten(-2).norm(dim=-1)
+
+
+def mutual_log_preference(w: Tensor, pairs: Tensor) -> Tensor:
+    """log[(w_ip/w_ii)·(w_pi/w_pp)] for each position i and its partner p = pairs[i]: > 0
+    when the two put more weight on each other than on themselves. w (B, H, N, N)."""
+    i = torch.arange(w.shape[-1])
+    lw = torch.log(w.double())
+    return (lw[..., i, pairs] - lw[..., i, i]) + (lw[..., pairs, i] - lw[..., pairs, pairs])
+
+
+def _batch(task: str, c: RolesConfig, g: torch.Generator, size: int
+           ) -> tuple[Tensor, Tensor, Tensor]:
+    x = torch.randint(c.n_values, (size, c.seq_len), generator=g)
+    return x, x[:, partner(task, c.seq_len)], torch.ones_like(x, dtype=torch.bool)
+
+
+def train_model(task: str, tied: bool, seed: int, c: RolesConfig,
+                tie: Callable[[MultiHeadAttention], None]) -> dict:
+    """One model, untied or tied with ``tie``, trained on ``task``; what it learned."""
+    with seeded(seed):
+        model = Encoder(c)
+    if tied:
+        tie(model.attn)
+    g = torch.Generator().manual_seed(seed)
+    with seeded(seed):
+        losses = train(model, lambda step: _batch(task, c, g, c.batch), c.steps, c.lr)
+    x, y, scored = _batch(task, c, torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
+    seen = read_hooks(model, model.attn, x, ("q", "k", "weights"))
+    w = seen["weights"]  # (B, 1, N, N)
+    p = partner(task, c.seq_len)
+    i = torch.arange(c.seq_len)
+    return dict(
+        losses=losses, acc=accuracy(model, x, y, scored),
+        asym=float(asymmetry(seen["q"], seen["k"]).mean()),
+        asym_max=float(asymmetry(seen["q"], seen["k"]).max()),
+        on_partner=float(w[..., i, p].mean()), on_self=float(w[..., i, i].mean()),
+        mutual_max=float(mutual_log_preference(w, p).max()),
+        mutual_mean=float(mutual_log_preference(w, p).mean()),
+        scores=(seen["q"][0, 0].double() @ seen["k"][0, 0].double().T) * model.attn.scale,
+    )
+
+
+def run(
+    seed: int = 0,
+    *,
+    config: RolesConfig = RolesConfig(),
+    tie: Callable[[MultiHeadAttention], None] = tie_qk,
+    plot: bool = True,
+) -> Result:
+    """Train untied and tied models on both tasks; compare their scores and attention.
+
+    Wrong variant: ``tie=copy_qk_once`` makes W_K equal to W_Q at initialisation only; the
+    "tied" model drifts apart in training, its scores are no longer symmetric, and the
+    claim's symmetric side fails.
+    """
+    if not isinstance(config, RolesConfig):
+        raise TypeError(f"config must be a RolesConfig, got {type(config).__name__}")
+    c = config
+    res = {(t, tied): train_model(t, tied, seed, c, tie) for t in TASKS for tied in (False, True)}
+    su, st = res[("swap", False)], res[("swap", True)]
+    pu, pt = res[("previous (cyclic)", False)], res[("previous (cyclic)", True)]
+    checks = [
+        check_le("tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)",
+                 max(st["asym_max"], pt["asym_max"]), 1e-6),
+        check_le("tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ 0)",
+                 st["mutual_max"], 1e-6),
+        check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su["mutual_mean"], 2.0),
+        check_ge("untied: attention on the partner, swap", su["on_partner"], 0.8),
+        check_ge("untied: held-out accuracy, previous (cyclic)", pu["acc"], 0.95,
+                 support=True),
+        check_ge("held-out accuracy, previous (cyclic): untied − tied", pu["acc"] - pt["acc"],
+                 0.03),
+    ]
+    rows = []
+    for t, a, b in (("swap", su, st), ("previous (cyclic)", pu, pt)):
+        rows += [[f"{t}: held-out accuracy", a["acc"], b["acc"]],
+                 [f"{t}: attention on the partner", a["on_partner"], b["on_partner"]],
+                 [f"{t}: attention on itself", a["on_self"], b["on_self"]],
+                 [f"{t}: ‖S − Sᵀ‖/‖S‖, mean over sequences", a["asym"], b["asym"]],
+                 [f"{t}: final training loss", a["losses"][-1], b["losses"][-1]]]
+    rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs", su["mutual_mean"],
+                 st["mutual_mean"]])
+    rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs", su["mutual_max"],
+                 st["mutual_max"]])
+    fig = _figure(su, st, pu, pt) if plot else None
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity="‖S − Sᵀ‖/‖S‖ of the trained untied model's scores (W_Q ≠ W_K), cyclic "
+                 "previous-token task",
+        quantity_zh="未绑定模型（W_Q ≠ W_K）训练后分数矩阵的 ‖S − Sᵀ‖/‖S‖，循环前一词元任务",
+        measured=pu["asym"], expected=0.3, tolerance=0.0, relation=">=", checks=checks,
+        table=(["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)"], rows),
+        figure=fig,
+        caption=f"Bidirectional attnlab models (one encoder layer, one head, E = "
+                f"{c.embed_dim}, no biases), {c.steps} Adam steps, seed {seed}, "
+                f"{c.seq_len} tokens of {c.n_values} values. Untied: the partner gets "
+                f"{su['on_partner']:.2f} of the weight on swap. Tied: the scores are a Gram "
+                f"matrix, so a token cannot prefer a partner that prefers it back over itself: "
+                f"{st['on_partner']:.2f} on the partner, {st['on_self']:.2f} on itself; "
+                f"accuracy on the cyclic previous-token task {pt['acc']:.3f} tied vs "
+                f"{pu['acc']:.3f} untied.",
+        caption_zh=f"双向 attnlab 模型（一个编码层、一个头，E = {c.embed_dim}，无偏置），"
+                   f"Adam 训练 {c.steps} 步，种子 {seed}，序列 {c.seq_len} 个词元、取值 "
+                   f"{c.n_values} 种。未绑定：交换任务中伙伴得到 {su['on_partner']:.2f} 的权重。"
+                   f"绑定：分数矩阵是 Gram 矩阵，两个互为伙伴的词元不可能都更关注对方而非自己："
+                   f"伙伴 {st['on_partner']:.2f}，自身 {st['on_self']:.2f}；循环前一词元任务的"
+                   f"准确率为绑定 {pt['acc']:.3f}、未绑定 {pu['acc']:.3f}。",
+    )
+
+
+def _figure(su, st, pu, pt):
+    fig, (ax0, ax1, ax2) = new_figure(13, 4.0, ncols=3)
+    for ax, r, title in ((ax0, su, "Scores S, W_Q ≠ W_K (swap)"),
+                         (ax1, st, "Scores S, W_Q = W_K (swap)")):
+        s = r["scores"]
+        lim = float(s.abs().max())
+        im = ax.imshow(s.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim)
+        fig.colorbar(im, ax=ax, shrink=0.8, label="score q·k·scale")
+        label_axes(ax, "key position", "query position", title, legend=False)
+    groups = ["swap: on partner", "swap: on itself", "cyclic: on previous", "cyclic: accuracy"]
+    un = [su["on_partner"], su["on_self"], pu["on_partner"], pu["acc"]]
+    ti = [st["on_partner"], st["on_self"], pt["on_partner"], pt["acc"]]
+    x = torch.arange(len(groups), dtype=torch.float64)
+    ax2.bar((x - 0.2).tolist(), un, width=0.4, color="#3451b2", label="W_Q ≠ W_K (untied)")
+    ax2.bar((x + 0.2).tolist(), ti, width=0.4, color="#b3261e", label="W_Q = W_K (tied)")
+    ax2.set_xticks(x.tolist(), groups, fontsize=7, rotation=20, ha="right")
+    ax2.set_ylim(0, 1.05)
+    label_axes(ax2, "measurement", "attention weight or accuracy",
+               "What tying W_Q and W_K costs")
+    return fig
+
+
+ZH: dict[str, str] = {
+    "task: quantity": "任务：量",
+    "W_Q ≠ W_K (untied)": "W_Q ≠ W_K（未绑定）",
+    "W_Q = W_K (tied)": "W_Q = W_K（绑定）",
+    "tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)": "绑定：‖S − Sᵀ‖/‖S‖ 的最大值（分数对称）",
+    "tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ {})":
+        "绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的最大值，交换任务（Gram 上界 ≤ {}）",
+    "untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap":
+        "未绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的平均值，交换任务",
+    "untied: attention on the partner, swap": "未绑定：落在伙伴上的注意力，交换任务",
+    "untied: held-out accuracy, previous (cyclic)": "未绑定：留出集准确率，循环前一词元任务",
+    "held-out accuracy, previous (cyclic): untied − tied":
+        "留出集准确率，循环前一词元任务：未绑定 − 绑定",
+    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs":
+        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取平均",
+    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs":
+        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取最大值",
+    "Scores S, W_Q ≠ W_K (swap)": "分数矩阵 S，W_Q ≠ W_K（交换任务）",
+    "Scores S, W_Q = W_K (swap)": "分数矩阵 S，W_Q = W_K（交换任务）",
+    "score q·k·scale": "分数 q·k·缩放",
+    "swap: on partner": "交换：伙伴",
+    "swap: on itself": "交换：自身",
+    "cyclic: on previous": "循环：前一词元",
+    "cyclic: accuracy": "循环：准确率",
+    "measurement": "测量项",
+    "attention weight or accuracy": "注意力权重或准确率",
+    "What tying W_Q and W_K costs": "绑定 W_Q 与 W_K 的代价",
+}
+for _t, _z in (("swap", "交换"), ("previous (cyclic)", "循环前一词元")):
+    ZH.update({
+        f"{_t}: held-out accuracy": f"{_z}：留出集准确率",
+        f"{_t}: attention on the partner": f"{_z}：落在伙伴上的注意力",
+        f"{_t}: attention on itself": f"{_z}：落在自身上的注意力",
+        f"{_t}: ‖S − Sᵀ‖/‖S‖, mean over sequences": f"{_z}：‖S − Sᵀ‖/‖S‖，对序列取平均",
+        f"{_t}: final training loss": f"{_z}：最终训练损失",
+    })

@@ -1,0 +1,284 @@
+"""relative-position-learned: with the sinusoidal table, attention trained at positions < P
+attends by offset at positions it never saw; learned absolute embeddings do not.
+
+Article 001: 「PE_{pos+k} 能表示为 PE_pos 的线性组合，这正是模型能学到相对位置的关键」. Since
+PE[pos − k] = M_{−k}·PE[pos] with one matrix for every pos (``pe-relative-position``), a
+query projection W_q = M_{−k} (and W_k = I) scores PE[pos]·… highest at key pos − k at
+every position, seen in training or not. Whether training finds such a solution is
+measured here.
+
+The task: copy the token k positions back (output at t = token at t − k). A one-layer
+``attnlab.nn.MultiHeadAttention`` (one head, causal) whose queries and keys read only the
+position encodings and whose values read only the tokens, followed by a linear readout, is
+trained on windows of L tokens placed at absolute positions < P, then tested on windows
+placed at positions P … 8P that it never saw. The same model with learned absolute
+position embeddings (``nn.Embedding``: the rows of unseen positions are never trained)
+is trained the same way. For information, the sinusoidal model whose queries and keys read
+token + position (the standard input) is trained too: there the token content interferes
+with the positional scores, and generalisation is only partial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.core import positional
+from attnlab.nn import MultiHeadAttention
+
+from ._common import check_ge, check_le, label_axes, new_figure, seeded
+from ._result import Result
+
+NAME = "relative-position-learned"
+CLAIM = ("Trained to copy the token k = 3 back only on windows at absolute positions < 64, "
+         "an attnlab attention layer whose queries and keys read the sinusoidal table attends "
+         "to t − k and copies correctly (≥ 95%) at positions 64–511 it never saw, because "
+         "PE[pos − k] is one linear map of PE[pos] for every pos; learned absolute position "
+         "embeddings (nn.Embedding) trained the same way stay near chance there.")
+CLAIM_ZH = ("只在绝对位置 < 64 的窗口上训练“复制 k = 3 个位置之前的词元”，查询和键读取正弦"
+            "位置编码的 attnlab 注意力层，在从未见过的位置 64–511 上仍然关注 t − k 并正确复制"
+            "（≥ 95%），因为对所有 pos，PE[pos − k] 都是 PE[pos] 的同一个线性映射；用同样方式"
+            "训练的可学习绝对位置嵌入（nn.Embedding）在这些位置上接近随机水平。")
+
+ZH: dict[str, str] = {
+    # checks
+    "accuracy on the trained positions < {}": "训练过的位置 < {} 上的准确率",
+    "attention peak at t − {} on unseen positions": "在未见过的位置上注意力峰值落在 t − {} 的比例",
+    "learned absolute embeddings: accuracy on unseen positions":
+        "可学习绝对位置嵌入：未见过的位置上的准确率",
+    # table
+    "positions": "位置编码",
+    "q, k read": "q、k 读取的输入",
+    "sinusoidal table": "正弦位置编码表",
+    "learned nn.Embedding": "可学习的 nn.Embedding",
+    "shuffled sinusoidal table": "行被打乱的正弦位置编码表",
+    "positions only": "只读位置",
+    "token + position": "词元 + 位置",
+    "accuracy, trained positions < {}": "准确率，训练过的位置 < {}",
+    "accuracy, unseen {}–{}": "准确率，未见过的位置 {}–{}",
+    "attention peak at t − {} (unseen)": "注意力峰值在 t − {}（未见过的位置）",
+    # figure
+    "window start position": "窗口起始位置",
+    "copy accuracy": "复制准确率",
+    "trained on positions < {}": "训练位置 < {}",
+    "sinusoidal, q/k from positions": "正弦编码，q/k 来自位置",
+    "learned embedding, q/k from positions": "可学习嵌入，q/k 来自位置",
+    "sinusoidal, q/k from token + position": "正弦编码，q/k 来自词元 + 位置",
+    "Accuracy by window position": "不同窗口位置上的准确率",
+    "query position t": "查询位置 t",
+    "key position": "键的位置",
+    "Sinusoidal model: attention at unseen positions": "正弦编码模型：未见过的位置上的注意力",
+    "weight": "权重",
+}
+
+#: What a model's positions are.
+POSITIONS = ("sinusoidal", "learned", "shuffled")
+
+
+@dataclass(frozen=True)
+class OffsetConfig:
+    vocab: int = 16  # chance accuracy 1/16
+    offset: int = 3  # copy the token k = 3 positions back
+    window: int = 16  # tokens per training and test window
+    train_positions: int = 64  # training windows lie in [0, 64)
+    test_positions: int = 512  # test windows lie in [64, 512): never seen
+    embed_dim: int = 32
+    steps: int = 300  # enough for training accuracy 1 on one thread in about a second
+    batch: int = 32
+    lr: float = 3e-3
+
+
+class OffsetModel(nn.Module):
+    """Token and position embeddings → one causal attnlab attention head → readout.
+
+    ``positions``: ``"sinusoidal"`` (attnlab's fixed table), ``"learned"``
+    (``nn.Embedding``) or ``"shuffled"`` (the sinusoidal rows in a fixed random order).
+    ``qk``: ``"positions"`` (queries and keys read the position encodings, values the
+    tokens) or ``"mixed"`` (all three read token + position).
+    """
+
+    def __init__(self, c: OffsetConfig, positions: str, qk: str = "positions") -> None:
+        super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if qk not in ("positions", "mixed"):
+            raise ValueError(f"qk must be 'positions' or 'mixed', got {qk!r}")
+        self.qk = qk
+        self.tok = nn.Embedding(c.vocab, c.embed_dim)
+        self.pos: nn.Embedding | None = None
+        if positions == "learned":
+            self.pos = nn.Embedding(c.test_positions, c.embed_dim)
+        table = positional.sinusoidal_table(c.test_positions, c.embed_dim)
+        if positions == "shuffled":
+            table = table[torch.randperm(c.test_positions,
+                                         generator=torch.Generator().manual_seed(1))]
+        self.register_buffer("table", table, persistent=False)
+        self.attn = MultiHeadAttention(c.embed_dim, 1)
+        self.readout = nn.Linear(c.embed_dim, c.vocab)
+
+    def encode(self, idx: Tensor) -> Tensor:
+        """(B, L) absolute positions -> (B, L, E) position encodings."""
+        return self.pos(idx) if self.pos is not None else self.table[idx]
+
+    def forward(self, tokens: Tensor, start: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """Logits (B, L, V) for windows of ``tokens`` (B, L) starting at ``start`` (B,)."""
+        idx = start[:, None] + torch.arange(tokens.shape[1])
+        p, t = self.encode(idx), self.tok(tokens)
+        if self.qk == "positions":
+            out, w = self.attn(p, p, t, causal=True, need_weights=need_weights)
+        else:
+            out, w = self.attn(t + p, causal=True, need_weights=need_weights)
+        return self.readout(out), w
+
+
+def _windows(c: OffsetConfig, n: int, lo: int, hi: int, g: torch.Generator
+             ) -> tuple[Tensor, Tensor]:
+    tokens = torch.randint(0, c.vocab, (n, c.window), generator=g)
+    start = torch.randint(lo, hi - c.window + 1, (n,), generator=g)
+    return tokens, start
+
+
+def train(c: OffsetConfig, positions: str, qk: str, seed: int) -> OffsetModel:
+    """The model after ``c.steps`` Adam steps on windows at positions < train_positions."""
+    with seeded(seed) as g:
+        model = OffsetModel(c, positions, qk)
+        opt = torch.optim.Adam(model.parameters(), lr=c.lr)
+        for _ in range(c.steps):
+            tokens, start = _windows(c, c.batch, 0, c.train_positions, g)
+            logits, _ = model(tokens, start)
+            loss = F.cross_entropy(logits[:, c.offset:].reshape(-1, c.vocab),
+                                   tokens[:, :-c.offset].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return model
+
+
+@torch.no_grad()
+def evaluate(model: OffsetModel, c: OffsetConfig, lo: int, hi: int, g: torch.Generator,
+             n: int = 512) -> tuple[float, float]:
+    """(copy accuracy, fraction of rows whose attention peaks at t − k) on ``n`` windows
+    placed in [lo, hi), over the positions t ≥ k of each window."""
+    tokens, start = _windows(c, n, lo, hi, g)
+    logits, w = model(tokens, start, need_weights=True)  # w: (B, 1, L, L)
+    k = c.offset
+    acc = float((logits[:, k:].argmax(-1) == tokens[:, :-k]).double().mean())
+    t = torch.arange(k, c.window)
+    peak = float((w[:, 0, k:].argmax(-1) == t - k).double().mean())
+    return acc, peak
+
+
+def run(
+    seed: int = 0,
+    *,
+    config: OffsetConfig = OffsetConfig(),
+    positions: str = "sinusoidal",
+    mixed: bool = True,
+    plot: bool = True,
+    make: Callable[[OffsetConfig, str, str, int], OffsetModel] = train,
+) -> Result:
+    """Train the ``positions`` model (and the learned-embedding baseline, and with ``mixed``
+    the token + position model); test on windows at positions never seen.
+
+    Wrong variants: ``positions="learned"`` or ``positions="shuffled"`` must fail.
+    """
+    c = config
+    if not 0 < c.offset < c.window <= c.train_positions < c.test_positions:
+        raise ValueError(f"config must have 0 < offset < window <= train_positions < "
+                         f"test_positions, got {c}")
+    p, hi = c.train_positions, c.test_positions
+    runs = [(positions, "positions")]
+    if positions != "learned":
+        runs.append(("learned", "positions"))
+    if mixed:
+        runs.append(("sinusoidal", "mixed"))
+    results, models = {}, {}
+    with torch.enable_grad():
+        for pos, qk in runs:
+            models[pos, qk] = make(c, pos, qk, seed)
+    with seeded(seed + 1) as g:
+        for (pos, qk), model in models.items():
+            model.eval()
+            results[pos, qk] = (evaluate(model, c, 0, p, g), evaluate(model, c, p, 2 * p, g),
+                                evaluate(model, c, 2 * p, hi, g), evaluate(model, c, p, hi, g))
+    names = {"sinusoidal": "sinusoidal table", "learned": "learned nn.Embedding",
+             "shuffled": "shuffled sinusoidal table"}
+    rows = [[names[pos], "positions only" if qk == "positions" else "token + position",
+             r[0][0], r[1][0], r[2][0], r[3][1]] for (pos, qk), r in results.items()]
+    main = results[positions, "positions"]
+    base = results["learned", "positions"]
+    checks = [
+        check_ge(f"accuracy on the trained positions < {p}", main[0][0], 0.95),
+        check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95),
+        check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5),
+    ]
+    fig = _figure(models, c, seed, positions) if plot else None
+    mixed_en = mixed_zh = ""
+    if mixed:
+        m = results["sinusoidal", "mixed"]
+        mixed_en = (f" For information: when queries and keys read token + position (the "
+                    f"standard input), accuracy on unseen positions is {m[3][0]:.2f}: the "
+                    f"tokens interfere with the positional scores.")
+        mixed_zh = (f" 仅供参考：当查询和键读取词元 + 位置（标准输入）时，未见过的位置上的准确率"
+                    f"为 {m[3][0]:.2f}：词元内容干扰了位置分数。")
+    return Result(
+        NAME, CLAIM, CLAIM_ZH,
+        quantity=f"copy accuracy of the {positions} model on unseen positions {p}–{hi - 1}",
+        quantity_zh=f"{ZH.get(names[positions], names[positions])}模型在未见过的位置 "
+                    f"{p}–{hi - 1} 上的复制准确率",
+        measured=main[3][0], expected=0.95, tolerance=0.0, relation=">=", checks=checks,
+        table=(["positions", "q, k read", f"accuracy, trained positions < {p}",
+                f"accuracy, unseen {p}–{2 * p - 1}", f"accuracy, unseen {2 * p}–{hi - 1}",
+                f"attention peak at t − {c.offset} (unseen)"], rows),
+        figure=fig,
+        caption=f"Copy the token {c.offset} back; vocabulary {c.vocab} (chance "
+                f"{1 / c.vocab:.3f}); windows of {c.window} tokens; one causal head, "
+                f"E = {c.embed_dim}; Adam lr {c.lr}, batch {c.batch}, {c.steps} steps on "
+                f"windows at positions < {p}; tested on 512 windows per range." + mixed_en,
+        caption_zh=f"任务：复制 {c.offset} 个位置之前的词元；词表大小 {c.vocab}（随机水平 "
+                   f"{1 / c.vocab:.3f}）；每个窗口 {c.window} 个词元；单个因果注意力头，"
+                   f"E = {c.embed_dim}；Adam 学习率 {c.lr}，批大小 {c.batch}，在位置 < {p} 的"
+                   f"窗口上训练 {c.steps} 步；每个范围用 512 个窗口测试。" + mixed_zh,
+    )
+
+
+@torch.no_grad()
+def _figure(models, c, seed, positions):
+    fig, (ax0, ax1) = new_figure(11, 3.8, ncols=2)
+    starts = list(range(0, c.test_positions - c.window + 1, 16))
+    labels = {("sinusoidal", "positions"): "sinusoidal, q/k from positions",
+              ("learned", "positions"): "learned embedding, q/k from positions",
+              ("shuffled", "positions"): "shuffled sinusoidal table",
+              ("sinusoidal", "mixed"): "sinusoidal, q/k from token + position"}
+    colors = {("sinusoidal", "positions"): "#3451b2", ("learned", "positions"): "#b3261e",
+              ("shuffled", "positions"): "#a05a00", ("sinusoidal", "mixed"): "#137a3a"}
+    g = torch.Generator().manual_seed(seed + 2)
+    for key, model in models.items():
+        accs = [evaluate(model, c, s, s + c.window, g, n=64)[0] for s in starts]
+        ax0.plot(starts, accs, "-", color=colors[key], lw=1.2, label=labels[key])
+    ax0.axvspan(0, c.train_positions, color="#ccc", alpha=0.5,
+                label=f"trained on positions < {c.train_positions}")
+    ax0.set_ylim(0, 1.05)
+    label_axes(ax0, "window start position", "copy accuracy", "Accuracy by window position")
+    model = models[positions, "positions"]
+    start = c.test_positions - c.window
+    tokens = torch.randint(0, c.vocab, (1, c.window), generator=g)
+    _, w = model(tokens, torch.tensor([start]), need_weights=True)
+    extent = (start - 0.5, start + c.window - 0.5, start + c.window - 0.5, start - 0.5)
+    im = ax1.imshow(w[0, 0].numpy(), cmap="Blues", vmin=0, vmax=1, extent=extent,
+                    interpolation="nearest")
+    from matplotlib.ticker import MaxNLocator
+
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set_xlabel("key position")
+    ax1.set_ylabel("query position t")
+    ax1.set_title("Sinusoidal model: attention at unseen positions" if positions ==
+                  "sinusoidal" else f"{labels[positions, 'positions']}", fontsize=10)
+    fig.colorbar(im, ax=ax1, label="weight")
+    return fig

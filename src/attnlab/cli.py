@@ -733,7 +733,7 @@ def _bench(sub: argparse._SubParsersAction) -> None:
 def _survey(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "survey",
-        help="score every head over a corpus: means, histograms, roles, Sink% (resumable)",
+        help="score every head over a corpus: means, histograms, roles, Sink%% (resumable)",
         description="Run a corpus through MODEL a batch at a time and aggregate, per head, "
         "every score (attnlab's, TransformerLens's head detector, Gu et al.'s sink), the "
         "share of texts in which each head plays each role and the attention by relative "
@@ -763,6 +763,9 @@ def _survey(sub: argparse._SubParsersAction) -> None:
                    "score, Olsson et al. prefix matching)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: a GPU per process under torchrun when there are enough")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch threads per process (default 1, as torchrun sets: on a "
+                   "shared or busy CPU more threads per process often run slower)")
     p.add_argument("--restart", action="store_true",
                    help="discard the state saved in DIR and start over")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -779,7 +782,8 @@ def _survey(sub: argparse._SubParsersAction) -> None:
 
         rank = int(os.environ.get("RANK", "0"))
         for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens),
-                            ("--checkpoint-every", args.checkpoint_every)):
+                            ("--checkpoint-every", args.checkpoint_every),
+                            ("--threads", args.threads)):
             if value < (2 if flag == "--max-tokens" else 1):
                 raise UsageError(f"{flag} must be an integer >= "
                                  f"{2 if flag == '--max-tokens' else 1}, got {value}")
@@ -811,7 +815,7 @@ def _survey(sub: argparse._SubParsersAction) -> None:
                       console=console, disable=quiet) as bar:
             task = bar.add_task("survey", total=None)
             result = survey(loaded, corpus, out, config=cfg, device=args.device,
-                            restart=args.restart,
+                            restart=args.restart, threads=args.threads,
                             on_batch=lambda d, t: bar.update(task, completed=d, total=t))
         if rank != 0:
             return 0

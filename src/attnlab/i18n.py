@@ -267,7 +267,8 @@ def _slots(fig: Any) -> list[_Slot]:
 def figure_texts(fig: Any) -> list[str]:
     """Every text a matplotlib ``Figure`` shows, in drawing order: suptitle (and super
     labels), figure texts and legends, then per axes its titles (centre, left, right),
-    axis labels, categorical tick labels (FixedFormatter), legend title and entries, and
+    axis labels, categorical tick labels (fixed strings, as ``set_xticks(ticks, labels)`` or
+    a FixedFormatter sets them), legend title and entries, and
     texts and annotations. Colour bars are axes too: their labels come with them.
     Hidden texts, empty ones and numeric ticks are left out.
 

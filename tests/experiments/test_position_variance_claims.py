@@ -73,6 +73,14 @@ def test_everything_shown_has_chinese(results, name):
     assert r.expect_holds or r.expect_why_zh
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_catalog_templates_keep_their_placeholders(name):
+    import importlib
+
+    zh = importlib.import_module(EXPERIMENTS[name]).ZH
+    assert zh and all(k.count("{}") == v.count("{}") for k, v in zh.items())
+
+
 # -- qk-variance --------------------------------------------------------------------------------
 
 

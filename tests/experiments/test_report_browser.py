@@ -87,8 +87,7 @@ _VISIBLE_TEXT = """() => {
   for (let n = walk.nextNode(); n; n = walk.nextNode()) {
     const el = n.parentElement, text = n.textContent.trim();
     if (!el || !text) continue;
-    // page.py's header line and badges are outside the sections this test covers
-    if (el.closest("script, style, title, noscript, option, header, .badge")) continue;
+    if (el.closest("script, style, title, noscript, option")) continue;
     if (el.checkVisibility({visibilityProperty: true})) out.push(text);
   }
   return out;

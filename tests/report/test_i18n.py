@@ -154,6 +154,20 @@ def test_translate_figure_reports_what_it_cannot_translate_and_leaves_it():
     assert "medium" in figure_texts(fig) and "held-out 0.5" in figure_texts(fig)
 
 
+def test_tick_labels_of_a_fixed_formatter_translate_and_numeric_ones_are_left_alone():
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0, 1, 2], [0, 1, 2])
+    ax.xaxis.set_major_locator(FixedLocator([0, 1, 2]))
+    ax.xaxis.set_major_formatter(FixedFormatter(["small", "medium", "large"]))
+    assert figure_texts(fig) == ["small", "medium", "large"]  # not the y axis' numbers
+    assert translate_figure(fig, ZH, family=[cjk_font(), "DejaVu Sans"]) == []
+    fig.savefig(io.BytesIO(), format="png", dpi=30)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["小", "中", "大"]
+
+
 def test_chinese_without_the_cjk_font_draws_boxes():
     """Why translate_figure takes a font family: the default font has no Chinese."""
     fig = _full_figure()

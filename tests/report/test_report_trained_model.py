@@ -14,7 +14,8 @@ def test_section_renders_and_fails_for_an_undertrained_model(tmp_path):
     run = tmp_path / "trained-induction"
     ensure_run(run, cfg)
     s = section_for(summarize_run(run))
-    assert s.id == "trained-model" and s.html.count("<svg") == 2
+    # two figures, each drawn in English and in Chinese
+    assert s.id == "trained-model" and s.html.count("<svg") == 4
     assert 'class="zh' in s.html
     assert len(s.rows) == 4 and s.passed is False  # 3 steps do not make an induction head
     assert "induction head found" in s.rows[2][0]

@@ -339,6 +339,10 @@ class SurveyResult:
     def num_heads(self) -> int:
         return int(self.sums["sum"].shape[1])
 
+    def ranges(self) -> list[tuple[float, float]]:
+        """(low, high) of each score's histogram, in the order of :attr:`scores`."""
+        return [(float(lo), float(hi)) for lo, hi in _ranges(self.scores, self.config).tolist()]
+
     def mean(self, score: str) -> Tensor:
         """(L, H) mean of ``score`` over the texts where it is defined (0 if none)."""
         i = self.scores.index(score)
@@ -618,7 +622,8 @@ def _read_state(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
 def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
            config: SurveyConfig | None = None, device: str = "auto",
            on_batch: Callable[[int, int], Any] | None = None,
-           write_result: bool = True, restart: bool = False) -> SurveyResult:
+           write_result: bool = True, restart: bool = False,
+           threads: int | None = None) -> SurveyResult:
     """Survey every head of ``model`` (already loaded, like
     :class:`attnlab.models.LoadedModel`) over ``corpus``; state under ``out_dir/state``
     and, from rank 0, the result in ``out_dir/survey.json``.
@@ -629,7 +634,8 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     ``torchrun``, see the module docstring. ``device``: ``"auto"`` (a GPU per process
     under torchrun when there are enough, else the CPU), ``"cpu"`` or ``"cuda"``.
     ``on_batch(done, total)`` is called after each batch this process runs (progress).
-    ``restart`` discards this process's saved state first. Every process returns the same
+    ``restart`` discards this process's saved state first. ``threads``: torch threads for
+    the run (restored after; default: as they are). Every process returns the same
     reduced result; the probes are rank 0's alone.
     """
     _check_loaded(model)
@@ -640,11 +646,18 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     t0 = time.perf_counter()
     count, digest = corpus.scan()
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
     rank, world, backend, dev, joined = _dist_setup(device)
+    before = torch.get_num_threads()
     try:
+        if threads is not None:
+            torch.set_num_threads(threads)
         return _survey(model, corpus, Path(out_dir), cfg, rank, world, backend, dev,
                        on_batch, write_result, restart, count, digest, t0)
     finally:
+        torch.set_num_threads(before)
         if joined:
             import torch.distributed as dist
 

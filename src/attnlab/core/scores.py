@@ -9,18 +9,25 @@ One head's score of query row ``i`` and key ``j``::
     s_ij = −∞  where key j is hidden from row i             causal, window, key mask
 
 Positions are bottom-right aligned, as everywhere in attnlab: row ``i`` of ``Lq`` sits at
-key position ``p_i = i + (Lk − Lq)``. ``causal`` hides keys ``j > p_i``; ``window`` (with
-``causal``) also hides keys ``j <= p_i − window``, so a row sees ``window`` keys including
-its own; ``key_mask`` (Lk,) hides the keys marked False (padding).
+key position ``p_i = i + (Lk − Lq)``. ``causal`` hides keys ``j > p_i``; ``window`` hides
+keys at distance ``|p_i − j| >= window``: with ``causal`` a row sees its last ``window``
+keys including its own (Mistral, Gemma 2), without it a band of ``window − 1`` keys on
+each side (ModernBERT's local layers); ``key_mask`` (Lk,) hides the keys marked False
+(padding).
+
+A softmax row is fixed by its scores and one number, the row's logsumexp
+``lse_i = log(Σ_j exp(s_ij) + exp(sink_h))``, where ``sinks`` (H,) are learned logits of a
+key without a value that joins every row of head ``h`` (gpt-oss); without sinks the term
+is absent. Any weight is then ``exp(s_ij − lse_i)``; with a sink a row sums to less than 1,
+the rest being the share the sink took.
 
 Every rule but ``bias`` is a handful of numbers, whatever the length, so a trace can keep
 them instead of an N x N mask. ``bias`` is the escape hatch for a mask no rule describes;
 it is dense (H|1, Lq|1, Lk|1) and therefore meant for short inputs only.
 
-Because a softmax row is fixed by its scores and one number, the row's logsumexp
-``lse_i = log Σ_j exp(s_ij)``, any weight is ``exp(s_ij − lse_i)``: :meth:`ScoreShape.scores`
-gives any tile of scores, :func:`row_logsumexp` the lse in tiles of rows, and
-:func:`attend` the whole attention with its lse, never holding more than a tile.
+:meth:`ScoreShape.scores` gives any tile of scores, :meth:`ScoreShape.logsumexp` a row's
+lse from its scores, :func:`row_logsumexp` the lse in tiles of rows, and :func:`attend` the
+whole attention with its lse, never holding more than a tile.
 
 >>> shape = ScoreShape(scale=0.5, causal=True, window=2)
 >>> q = k = torch.eye(3)
@@ -44,7 +51,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["ScoreShape", "row_logsumexp", "attend", "row_tiles", "TILE_BYTES"]
+__all__ = ["ScoreShape", "row_logsumexp", "attend", "row_tiles", "TILE_BYTES", "TENSOR_FIELDS"]
+
+#: The tensor parameters of a :class:`ScoreShape`, in the order a trace file lists them.
+TENSOR_FIELDS = ("key_mask", "alibi_slopes", "bias", "sinks")
 
 #: Bytes of float32 scores one tile holds (rows x all keys): the only memory beyond the
 #: inputs that :func:`row_logsumexp` and :func:`attend` use.
@@ -87,21 +97,24 @@ class ScoreShape:
     Args:
         scale: multiplies ``q·k`` (usually ``default_scale(head_dim)``).
         causal: hide keys after the query's position (bottom-right aligned).
-        window: with ``causal``, each row sees only its last ``window`` keys (itself
-            included).
+        window: hide keys at distance ``>= window`` from the query's position: with
+            ``causal`` each row sees only its last ``window`` keys (itself included),
+            without it ``window − 1`` keys on either side too.
         key_mask: (Lk,) bool, True = a real key, False = padding (hidden).
         softcap: ``softcap · tanh(s / softcap)`` on the scaled scores.
         alibi_slopes: (H,) ALiBi slopes; adds ``−slope_h · (p_i − j)``.
         bias: dense additive bias broadcastable to (H, Lq, Lk); ``-inf`` hides a key.
             Only for what no rule above describes, and so only for short inputs.
+        sinks: (H,) learned sink logits: each joins its head's rows as one more key
+            without a value (it takes a share of the softmax, rows sum to less than 1).
 
     >>> ScoreShape(scale=0.125, causal=True).describe()
     {'scale': 0.125, 'causal': True, 'window': None, 'softcap': None}
-    >>> ScoreShape(scale=1.0, window=4)
+    >>> ScoreShape(scale=1.0, window=0)
     Traceback (most recent call last):
     ...
-    ValueError: window needs causal=True (a sliding window looks back from each query), got window=4 with causal=False
-    """  # noqa: E501
+    ValueError: window must be an int >= 1 or None, got 0
+    """
 
     scale: float
     causal: bool = False
@@ -110,6 +123,7 @@ class ScoreShape:
     softcap: float | None = None
     alibi_slopes: Tensor | None = None
     bias: Tensor | None = None
+    sinks: Tensor | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", _finite("scale", self.scale))
@@ -119,11 +133,6 @@ class ScoreShape:
         if w is not None:
             if isinstance(w, bool) or not isinstance(w, int) or w < 1:
                 raise ValueError(f"window must be an int >= 1 or None, got {w!r}")
-            if not self.causal:
-                raise ValueError(
-                    "window needs causal=True (a sliding window looks back from each query), "
-                    f"got window={w} with causal=False"
-                )
         km = self.key_mask
         if km is not None and (not isinstance(km, Tensor) or km.dtype != torch.bool
                                or km.dim() != 1):
@@ -139,6 +148,12 @@ class ScoreShape:
             got = (f"dtype {sl.dtype} shape {tuple(sl.shape)}" if isinstance(sl, Tensor)
                    else type(sl).__name__)
             raise ValueError(f"alibi_slopes must be a 1-D float tensor (H,), got {got}")
+        sk = self.sinks
+        if sk is not None and (not isinstance(sk, Tensor) or not sk.is_floating_point()
+                               or sk.dim() != 1):
+            got = (f"dtype {sk.dtype} shape {tuple(sk.shape)}" if isinstance(sk, Tensor)
+                   else type(sk).__name__)
+            raise ValueError(f"sinks must be a 1-D float tensor (H,), got {got}")
         b = self.bias
         if b is not None and (not isinstance(b, Tensor) or not b.is_floating_point()
                               or b.dim() != 3):
@@ -157,14 +172,13 @@ class ScoreShape:
 
     def tensors(self) -> dict[str, Tensor]:
         """The tensor parameters that are set, by field name."""
-        return {n: t for n in ("key_mask", "alibi_slopes", "bias")
-                if (t := getattr(self, n)) is not None}
+        return {n: t for n in TENSOR_FIELDS if (t := getattr(self, n)) is not None}
 
     def same_as(self, other: object) -> bool:
         """Equal parameters (tensors compared by value)."""
         if not isinstance(other, ScoreShape) or self.describe() != other.describe():
             return False
-        for n in ("key_mask", "alibi_slopes", "bias"):
+        for n in TENSOR_FIELDS:
             a, b = getattr(self, n), getattr(other, n)
             if (a is None) != (b is None):
                 return False
@@ -180,6 +194,8 @@ class ScoreShape:
         if self.alibi_slopes is not None and self.alibi_slopes.shape[0] != num_heads:
             raise ValueError(
                 f"alibi_slopes has {self.alibi_slopes.shape[0]} entries for {num_heads} heads")
+        if self.sinks is not None and self.sinks.shape[0] != num_heads:
+            raise ValueError(f"sinks has {self.sinks.shape[0]} entries for {num_heads} heads")
         if self.bias is not None:
             hb, qb, kb = self.bias.shape
             if hb not in (1, num_heads) or qb not in (1, lq) or kb not in (1, lk):
@@ -195,7 +211,12 @@ class ScoreShape:
         if r1 <= r0:
             return 0, 0
         offset = lk - lq
-        c1 = max(0, min(lk, r1 + offset)) if self.causal else lk
+        if self.causal:
+            c1 = max(0, min(lk, r1 + offset))
+        elif self.window:
+            c1 = max(0, min(lk, r1 - 1 + offset + self.window))
+        else:
+            c1 = lk
         c0 = max(0, min(c1, r0 + offset - self.window + 1)) if self.window else 0
         return c0, c1
 
@@ -205,12 +226,14 @@ class ScoreShape:
         ``bias`` is not a rule: its ``-inf`` entries hide keys through the scores.
         """
         keep = None
-        if self.causal:
+        if self.causal or self.window is not None:
             pos_q = (rows + (lk - lq))[:, None]  # (R, 1)
             pos_k = (torch.arange(lk, device=rows.device) if cols is None else cols)[None, :]
-            keep = pos_k <= pos_q
+            if self.causal:
+                keep = pos_k <= pos_q
             if self.window is not None:
-                keep = keep & (pos_k > pos_q - self.window)
+                near = (pos_k > pos_q - self.window) & (pos_k < pos_q + self.window)
+                keep = near if keep is None else keep & near
         if self.key_mask is not None:
             km = self.key_mask.to(rows.device)
             km = (km if cols is None else km[cols])[None, :]
@@ -289,6 +312,19 @@ class ScoreShape:
             s = s.masked_fill_(~keep, float("-inf"))
         return s
 
+    def logsumexp(self, s: Tensor, head: int | Sequence[int] | Tensor = 0) -> Tensor:
+        """Each row's logsumexp from its shaped scores ``s`` (..., C) (hidden keys ``-inf``),
+        the head's sink included: ``log(Σ_j exp(s_j) + exp(sink_head))``. ``head`` selects
+        the sink: an int, or one head per leading entry of ``s`` (h, R, C). A row with no
+        visible key and no sink gets ``-inf``."""
+        lse = torch.logsumexp(s, dim=-1)
+        if self.sinks is None:
+            return lse
+        sink = self.sinks.to(s.device, lse.dtype)[torch.as_tensor(head, device=s.device)]
+        if sink.dim() == 1 and lse.dim() > 1:
+            sink = sink.reshape(-1, *([1] * (lse.dim() - 1)))
+        return torch.logaddexp(lse, sink.expand_as(lse))
+
     def _causal_band(self, r: Tensor, c: Tensor | None, *, lq: int, lk: int) -> int | None:
         """For a plain causal shape over increasing rows and contiguous increasing columns:
         the first column that some row may not see (every column before it is visible to
@@ -357,7 +393,8 @@ def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
     """(H, Lq) float32 logsumexp of each row of shaped scores, one tile of rows at a time.
 
     ``q`` (H, Lq, d), ``k`` (H_kv, Lk, d) with H a multiple of H_kv (grouped heads are
-    not repeated). A row with no visible key gets ``-inf``. Memory: one tile of scores.
+    not repeated). A head's sink logit is included (:meth:`ScoreShape.logsumexp`). A row
+    with no visible key (and no sink) gets ``-inf``. Memory: one tile of scores.
 
     >>> q, k = torch.randn(2, 4, 5, 8).unbind(0)
     >>> lse = row_logsumexp(q, k, ScoreShape(scale=8 ** -0.5, causal=True), tile_rows=2)
@@ -369,8 +406,8 @@ def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
     h, _ = _check_heads(q, k, None)
     lse = torch.full((h, q.shape[1]), float("-inf"), device=q.device)
     for hd, r0, r1, _c0, _c1, s in _tiles(q, k, shape, tile_rows):
-        if s.shape[1]:
-            lse[hd, r0:r1] = torch.logsumexp(s, dim=-1)
+        if s.shape[1] or shape.sinks is not None:
+            lse[hd, r0:r1] = shape.logsumexp(s, hd)
     return lse
 
 
@@ -379,9 +416,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, shape: ScoreShape, *,
     """Exact attention under any :class:`ScoreShape`, by tiles of rows: ``(out, lse)``.
 
     ``q`` (H, Lq, d), ``k`` (H_kv, Lk, d), ``v`` (H_kv, Lk, dv); returns ``out`` (H, Lq, dv)
-    in float32 and ``lse`` (H, Lq). A row with no visible key gives 0 and ``lse = -inf``.
-    For what the core's attention cannot express (soft-cap, ALiBi slopes, a dense bias);
-    memory is one tile of scores beyond the inputs.
+    in float32 and ``lse`` (H, Lq). A row with no visible key gives 0 and ``lse = -inf``
+    (the sink's logit with a sink). For what the core's attention cannot express (soft-cap,
+    ALiBi slopes, a dense bias, sinks); memory is one tile of scores beyond the inputs.
     """
     h, group = _check_heads(q, k, v)
     lq = q.shape[1]
@@ -390,8 +427,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, shape: ScoreShape, *,
     vf = v.float()
     for hd, r0, r1, c0, c1, s in _tiles(q, k, shape, tile_rows):
         if not s.shape[1]:
+            if shape.sinks is not None:
+                lse[hd, r0:r1] = shape.logsumexp(s, hd)
             continue
-        m = torch.logsumexp(s, dim=-1)  # (rows,)
+        m = shape.logsumexp(s, hd)  # (rows,)
         lse[hd, r0:r1] = m
         p = s.sub_(m.masked_fill(m == float("-inf"), float("inf"))[:, None]).exp_()
         out[hd, r0:r1] = p @ vf[hd // group, c0:c1]

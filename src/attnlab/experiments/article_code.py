@@ -49,7 +49,7 @@ NAME = "article-code"
 CLAIM = ("The articles' PyTorch listings run as printed and compute multi-head attention "
          "(equal to attnlab's modules with the same weights).")
 CLAIM_ZH = ("两篇文章给出的 PyTorch 代码清单可按原样运行，并正确计算多头注意力"
-            "（与使用相同权重的 attnlab 模块结果相等）。")
+            "（与使用相同权重的 attnlab 模块输出一致，差异在浮点舍入以内）。")
 
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "Edit", "Listing", "LISTINGS", "FIXES_001",
            "DEDENT_001", "listing_source", "apply_edits", "diff_lines", "run_listings",

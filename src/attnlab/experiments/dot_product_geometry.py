@@ -127,7 +127,7 @@ def run(
                 f"{n_tokens} tokens drawn from 50 random embeddings plus sinusoidal positions, "
                 f"read at hook_q/hook_k; scores read back from attnlab's attention.",
         caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64），取其随机"
-                   f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个 token "
+                   f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个词元"
                    f"加正弦位置编码；从 hook_q/hook_k 读取查询与键；"
                    f"分数从 attnlab 的注意力中读回。",
     )

@@ -30,8 +30,8 @@ from ._result import Result
 NAME = "kernel-smoothing"
 CLAIM = ("Attention with score −(x−x_i)²/(2σ²) is exactly the Nadaraya–Watson estimator; "
          "with equal-norm keys, dot-product attention is a Gaussian kernel smoother.")
-CLAIM_ZH = ("以 −(x−x_i)²/(2σ²) 为分数的注意力恰好就是 Nadaraya–Watson 核回归估计；"
-            "当所有键的范数相等时，点积注意力就是高斯核平滑。")
+CLAIM_ZH = ("以 −(x−x_i)²/(2σ²) 为分数的注意力恰好就是 Nadaraya–Watson 核回归估计量；"
+            "当所有键的范数相等时，点积注意力就是高斯核平滑器。")
 
 ZH: dict[str, str] = {
     # checks

@@ -49,7 +49,7 @@ NAME = "multihead-cost"
 CLAIM = ("Multi-head attention does not add computational cost (the total dimension is "
          "unchanged), and because the heads' W matrices are initialised differently, "
          "gradient descent drives them to converge to different representation subspaces.")
-CLAIM_ZH = ("多头注意力不仅没有增加计算复杂度（总维度不变）；由于各个头的 W 矩阵初始化不同，"
+CLAIM_ZH = ("总维度不变时，多头注意力并不增加计算量；而且由于各个头的 W 矩阵初始化不同，"
             "梯度下降会驱使它们收敛到不同的表征子空间。")
 
 #: The tasks a one-block GPT learns in a few hundred steps, and their Chinese names.
@@ -396,7 +396,7 @@ for _t, _z in TASK_ZH.items():
         f"{_t}: mean angle between heads' top {{}} singular directions of W_q (°)":
             f"{_z}：各头 W_q 前 {{}} 个奇异方向之间的平均夹角（度）",
         f"{_t}: attention rows, mean total variation between heads":
-            f"{_z}：注意力行在各头之间的平均全变差距离",
+            f"{_z}：各头注意力分布（逐行）之间的平均全变差距离",
         f"{_t}, identical initial heads: mean principal angle, W_q (°)":
             f"{_z}，初始完全相同的头：平均主角，W_q（度）",
         f"{_t}, identical initial heads: max |W_q(head h) − W_q(head {{}})|":

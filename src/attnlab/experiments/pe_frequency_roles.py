@@ -71,7 +71,7 @@ ZH: dict[str, str] = {
     "Decoding an offset from one pair": "用一个维度对解码偏移",
     "change per position (log scale)": "每移动一个位置的变化（对数坐标）",
     "‖PE_i(p+1) − PE_i(p)‖ (no noise)": "‖PE_i(p+1) − PE_i(p)‖（无噪声）",
-    "noise on a difference σ√2 = {}": "差值上的噪声 σ√2 = {}",
+    "noise on a difference σ√{} = {}": "差值上的噪声 σ√{} = {}",
     "How far one step moves each pair": "每一步使各维度对移动多远",
     "position p": "位置 p",
     "phase φ_i(p) (radians)": "相位 φ_i(p)（弧度）",
@@ -211,11 +211,11 @@ def _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter):
     label_axes(ax1, "wavelength 2π/ω_i (positions, log scale)",
                "change per position (log scale)", "How far one step moves each pair",
                log_grid=True)
-    span = min(pe.shape[0], 2 * far)
+    span = min(pe.shape[0], 120)
     pos = torch.arange(span)
-    for i, color in ((0, "#b3261e"), (quarter // 2, "#a05a00"), (pe.shape[1] // 2 - 1,
-                                                                  "#3451b2")):
-        ax2.plot(pos, _phase(pe[:span])[:, i], color=color, lw=0.8,
+    for i, color in ((0, "#b3261e"), (quarter - 1, "#a05a00"), (pe.shape[1] // 2 - 1,
+                                                                "#3451b2")):
+        ax2.plot(pos, _phase(pe[:span])[:, i], color=color, lw=1,
                  label=f"pair {i} (wavelength {float(wavelength[i]):.3g})")
     label_axes(ax2, "position p", "phase φ_i(p) (radians)",
                "High frequency wraps, low frequency barely moves")

@@ -28,7 +28,7 @@ CLAIM = ("For the sinusoidal table, PE[pos+k] = M_k·PE[pos] with one rotation M
          "pos; PE[p]·PE[p+k] depends only on k; the wavelengths grow geometrically, by "
          "10000^(2/d) per pair, from 2π to 2π·10000^(1−2/d) (just under 10000·2π).")
 CLAIM_ZH = ("对正弦位置编码表，PE[pos+k] = M_k·PE[pos]，同一个旋转矩阵 M_k 适用于所有 pos；"
-            "PE[p]·PE[p+k] 只与 k 有关；波长按几何级数增长，每对维度乘以 10000^(2/d)，"
+            "PE[p]·PE[p+k] 只与 k 有关；波长构成等比数列：每往后一对维度乘以 10000^(2/d)，"
             "从 2π 增长到 2π·10000^(1−2/d)（略小于 10000·2π）。")
 
 ZH: dict[str, str] = {
@@ -55,7 +55,7 @@ ZH: dict[str, str] = {
     "10000·2π (not reached)": "10000·2π（达不到）",
     "pair index i (dims 2i, 2i+1)": "维度对序号 i（第 2i、2i+1 维）",
     "wavelength (positions, log scale)": "波长（位置数，对数坐标）",
-    "Wavelengths grow geometrically": "波长按几何级数增长",
+    "Wavelengths grow geometrically": "波长呈等比增长",
     "PE[p]·PE[p+k] (every p)": "PE[p]·PE[p+k]（所有 p）",
     "offset k (positions)": "偏移 k（位置数）",
     "dot product": "点积",

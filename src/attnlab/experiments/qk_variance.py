@@ -35,9 +35,9 @@ CLAIM = ("If the components of q and k are independent with mean 0 and variance 
          "E[q·k] = 0 and Var(q·k) = d_k, and attnlab's 1/√d_k scale brings the score variance "
          "to 1 for every d_k; with component mean μ instead, E[q·k] = d_k μ² and "
          "Var(q·k) = d_k(1 + 2μ²), so the scaled variance is 1 + 2μ², not 1.")
-CLAIM_ZH = ("若 q、k 的各分量相互独立、均值为 0、方差为 1，则 E[q·k] = 0、Var(q·k) = d_k，"
-            "attnlab 除以 √d_k 后，无论 d_k 多大，分数的方差都是 1；若分量均值为 μ，"
-            "则 E[q·k] = d_k μ²、Var(q·k) = d_k(1 + 2μ²)，缩放后的方差是 1 + 2μ² 而不是 1。")
+CLAIM_ZH = ("若 q、k 的各分量相互独立、均值为 0、方差为 1，则 E[q·k] = 0、Var(q·k) = d_k；"
+            "attnlab 除以 √d_k 后，无论 d_k 多大，分数的方差都是 1。若各分量的均值为 μ，"
+            "则 E[q·k] = d_k·μ²、Var(q·k) = d_k(1 + 2μ²)，缩放后的方差为 1 + 2μ²，而不是 1。")
 
 #: The text whose queries and keys are measured on the real model (English: MiniLM's
 #: vocabulary is English).
@@ -74,7 +74,9 @@ ZH: dict[str, str] = {
     "variance of the score": "分数的方差",
     "Mean 0, variance 1: Var grows as d_k unless scaled":
         "均值 0、方差 1：不缩放时 Var 随 d_k 增长",
-    "component mean μ (variance 1, d_k = {})": "分量均值 μ（方差 1，d_k = {}）",
+    "component mean μ (variance {}, d_k = {})": "分量均值 μ（方差 {}，d_k = {}）",
+    "Var(q·k)": "Var(q·k)",
+    "Var(q·k/√d_k)": "Var(q·k/√d_k)",
     "per dimension of q·k": "q·k 每一维上的值",
     "theory {} + {}μ²": "理论 {} + {}μ²",
     "measured Var(q·k)/d_k": "实测 Var(q·k)/d_k",
@@ -86,7 +88,7 @@ ZH: dict[str, str] = {
     "SmolLM{}: real q, k (d_k = {})": "SmolLM{}：真实的 q、k（d_k = {}）",
     "variance": "方差",
     "Var(q·k/√d_k) measured": "实测 Var(q·k/√d_k)",
-    "if components were independent": "若各分量相互独立",
+    "same, if the components were independent": "同上，若各分量相互独立",
     "component variance (q and k)": "分量方差（q 与 k）",
     "the articles' assumption: {}": "文章的假设：{}",
     "MiniLM not available (see the caption)": "MiniLM 不可用（见图注）",
@@ -255,7 +257,7 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="mean 0: max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1",
-        quantity_zh="均值为 0 时：Var(q·k)/d_k 与 Var(q·k/√d_k) 相对 1 的最大相对误差",
+        quantity_zh="均值为 0 时：Var(q·k)/d_k 与 Var(q·k/√d_k) 相对于 1 的最大相对误差",
         measured=measured, expected=0.0, tolerance=tolerance, checks=checks,
         table=(["q, k", "d_k", "component mean (RMS)", "component variance", "E[q·k]",
                 "Var(q·k)", "Var(q·k) if independent", "Var(q·k) / that", "Var(q·k/√d_k)"],
@@ -303,7 +305,7 @@ def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, re
         ax2.plot(layers, [s[0] for s in real_series], "o-", color="#b3261e",
                  label="Var(q·k/√d_k) measured")
         ax2.plot(layers, [s[1] for s in real_series], "s--", color="#137a3a",
-                 label="if components were independent")
+                 label="same, if the components were independent")
         ax2.plot(layers, [s[2] for s in real_series], "^:", color="#3451b2",
                  label="component variance (q and k)")
         ax2.axhline(1.0, color="k", ls=":", lw=1, label="the articles' assumption: 1")

@@ -13,7 +13,7 @@ position encodings and whose values read only the tokens, followed by a linear r
 trained on windows of L tokens placed at absolute positions < P, then tested on windows
 placed at positions P … 8P that it never saw. The same model with learned absolute
 position embeddings (``nn.Embedding``: the rows of unseen positions are never trained)
-is trained the same way. For information, the sinusoidal model whose queries and keys read
+is trained the same way. The sinusoidal model whose queries and keys read
 token + position (the standard input) is trained too: there the token content interferes
 with the positional scores, and generalisation is only partial.
 """
@@ -30,19 +30,21 @@ from torch import Tensor, nn
 from attnlab.core import positional
 from attnlab.nn import MultiHeadAttention
 
-from ._common import check_ge, check_le, label_axes, new_figure, seeded
+from ._common import check_between, check_ge, check_le, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "relative-position-learned"
 CLAIM = ("Trained to copy the token k = 3 back only on windows at absolute positions < 64, "
-         "an attnlab attention layer whose queries and keys read the sinusoidal table attends "
-         "to t − k and copies correctly (≥ 95%) at positions 64–511 it never saw, because "
-         "PE[pos − k] is one linear map of PE[pos] for every pos; learned absolute position "
-         "embeddings (nn.Embedding) trained the same way stay near chance there.")
-CLAIM_ZH = ("只在绝对位置 < 64 的窗口上训练“复制 k = 3 个位置之前的词元”，查询和键读取正弦"
+         "an attnlab attention layer whose queries and keys read only the sinusoidal table "
+         "attends to t − k and copies correctly (≥ 95%) at positions 64–511 it never saw, as "
+         "the linearity of PE[pos − k] in PE[pos] (one map for every pos) allows; learned "
+         "absolute position embeddings (nn.Embedding) trained the same way stay near chance "
+         "there. (When queries and keys read token + position, it generalises only partly.)")
+CLAIM_ZH = ("只在绝对位置 < 64 的窗口上训练“复制 k = 3 个位置之前的词元”，查询和键只读取正弦"
             "位置编码的 attnlab 注意力层，在从未见过的位置 64–511 上仍然关注 t − k 并正确复制"
-            "（≥ 95%），因为对所有 pos，PE[pos − k] 都是 PE[pos] 的同一个线性映射；用同样方式"
-            "训练的可学习绝对位置嵌入（nn.Embedding）在这些位置上接近随机水平。")
+            "（≥ 95%），这正是 PE[pos − k] 对 PE[pos] 的线性关系（对所有 pos 是同一个映射）所允许"
+            "的；用同样方式训练的可学习绝对位置嵌入（nn.Embedding）在这些位置上接近随机水平。"
+            "（若查询和键读取词元 + 位置，则只能部分泛化。）")
 
 ZH: dict[str, str] = {
     # checks
@@ -50,6 +52,8 @@ ZH: dict[str, str] = {
     "attention peak at t − {} on unseen positions": "在未见过的位置上注意力峰值落在 t − {} 的比例",
     "learned absolute embeddings: accuracy on unseen positions":
         "可学习绝对位置嵌入：未见过的位置上的准确率",
+    "token + position in q, k: accuracy on unseen positions (partial)":
+        "q、k 读取词元 + 位置时：未见过的位置上的准确率（部分泛化）",
     # table
     "positions": "位置编码",
     "q, k read": "q、k 读取的输入",
@@ -217,15 +221,19 @@ def run(
         check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95),
         check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5),
     ]
+    if mixed:
+        checks.append(check_between("token + position in q, k: accuracy on unseen positions "
+                                    "(partial)", results["sinusoidal", "mixed"][3][0], 0.3,
+                                    0.95))
     fig = _figure(models, c, seed, positions) if plot else None
     mixed_en = mixed_zh = ""
     if mixed:
         m = results["sinusoidal", "mixed"]
-        mixed_en = (f" For information: when queries and keys read token + position (the "
-                    f"standard input), accuracy on unseen positions is {m[3][0]:.2f}: the "
-                    f"tokens interfere with the positional scores.")
-        mixed_zh = (f" 仅供参考：当查询和键读取词元 + 位置（标准输入）时，未见过的位置上的准确率"
-                    f"为 {m[3][0]:.2f}：词元内容干扰了位置分数。")
+        mixed_en = (f" When queries and keys read token + position (the standard input), "
+                    f"accuracy on unseen positions is {m[3][0]:.2f}: the tokens interfere with "
+                    f"the positional scores.")
+        mixed_zh = (f" 当查询和键读取词元 + 位置（标准输入）时，未见过的位置上的准确率为 "
+                    f"{m[3][0]:.2f}：词元内容干扰了位置分数。")
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"copy accuracy of the {positions} model on unseen positions {p}–{hi - 1}",

@@ -43,8 +43,8 @@ CLAIM = ("With N = 16 keys per row and raw scores q·k of standard deviation √
          "not the explosion article 001's heading 「梯度爆炸问题」 names; with the 1/√d_k "
          "scale all of these stay flat in d_k.")
 CLAIM_ZH = ("每行 N = 16 个键、未缩放分数 q·k 的标准差为 √d_k（各分量独立、方差为 1）时，"
-            "随着 d_k 增大，不缩放的注意力行趋近 one-hot（最大权重 → 1，熵 → 0），softmax 的"
-            "雅可比矩阵 diag(p) − ppᵀ 趋于 0，典型的一行传给分数和 W_q 的梯度随之消失——"
+            "随着 d_k 增大，不缩放时每一行注意力权重都趋近 one-hot 分布（最大权重 → 1，熵 → 0），softmax 的"
+            "雅可比矩阵 diag(p) − ppᵀ 趋于 0，一般的一行传给分数和 W_q 的梯度随之消失——"
             "是梯度消失，而不是文章 001 标题所说的「梯度爆炸问题」；按 1/√d_k 缩放后，"
             "这些量都不随 d_k 变化。")
 
@@ -53,7 +53,7 @@ SATURATED = 0.99
 
 ZH: dict[str, str] = {
     # checks
-    "unscaled entropy at the largest d_k (nats)": "最大 d_k 处未缩放行的熵（nat）",
+    "unscaled entropy at the largest d_k (nats)": "最大 d_k 处未缩放行的熵（奈特）",
     "unscaled Jacobian norm at largest d_k / at smallest": "未缩放：最大 d_k 处的雅可比范数 / "
                                                            "最小 d_k 处的",
     "scaled: spread of mean max weight over d_k": "缩放：各 d_k 间平均最大权重的极差",
@@ -90,7 +90,7 @@ ZH: dict[str, str] = {
     "Largest weight per row": "每行的最大权重",
     "Row entropy": "行熵",
     "Softmax Jacobian ‖diag(p) − ppᵀ‖_F": "softmax 雅可比矩阵 ‖diag(p) − ppᵀ‖_F",
-    "mean entropy (nats)": "平均熵（nat）",
+    "mean entropy (nats)": "平均熵（奈特）",
     "mean Frobenius norm": "平均 Frobenius 范数",
     "unscaled q·k": "未缩放的 q·k",
     "scaled q·k/√d_k": "缩放后的 q·k/√d_k",

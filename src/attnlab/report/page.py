@@ -69,8 +69,9 @@ def _badge(passed: bool | None, finding: bool = False) -> str:
     if passed and finding:
         return ('<span class="badge finding"><span class="en">FINDING: does not hold</span>'
                 '<span class="zh">发现：论断不成立</span></span>')
-    cls, text = ("pass", "PASS") if passed else ("fail", "FAIL")
-    return f'<span class="badge {cls}">{text}</span>'
+    cls, text, zh = ("pass", "PASS", "通过") if passed else ("fail", "FAIL", "失败")
+    return (f'<span class="badge {cls}"><span class="en">{text}</span>'
+            f'<span class="zh">{zh}</span></span>')
 
 
 _CSS = """
@@ -121,7 +122,7 @@ _JS = """
 
 
 def render_page(sections: list[Section], *, title: str = "attnlab report",
-                generated: str | None = None) -> str:
+                title_zh: str = "attnlab 报告", generated: str | None = None) -> str:
     """The whole page as one HTML string (no external resource)."""
     esc = html.escape
     n_pass = sum(s.passed is True for s in sections)
@@ -150,10 +151,12 @@ def render_page(sections: list[Section], *, title: str = "attnlab report",
 </head>
 <body>
 <header>
-<h1>{esc(title)}</h1>
-<p><span class="en">Every claim computed on real numbers and marked pass/fail.</span>
-<span class="zh">每个论断都在真实数值上计算，并标明通过或失败。</span>
-&nbsp;·&nbsp; {n_pass} pass, {n_fail} fail &nbsp;·&nbsp; {gen}</p>
+<h1><span class="en">{esc(title)}</span><span class="zh">{esc(title_zh)}</span></h1>
+<p><span class="en">Every claim computed on real numbers, with the verdict the numbers give.
+</span><span class="zh">每个论断都在真实数值上计算，并给出数值所支持的结论。</span>
+&nbsp;·&nbsp; <span class="en">{n_pass} pass, {n_fail} fail</span>
+<span class="zh">{n_pass} 项通过，{n_fail} 项失败</span>
+&nbsp;·&nbsp; {gen}</p>
 </header>
 <nav>{nav}<button id="lang" type="button">English / 中文</button></nav>
 <main>{body}</main>

@@ -11,7 +11,8 @@ A trace keeps what *determines* attention, not its N x N image. Per layer and he
     context  (L, H, Lq, dv)     per-head outputs (optional)
 
 and, per layer, the :class:`~attnlab.core.scores.ScoreShape` (scale, causal, window, key
-mask, soft-cap, ALiBi slopes; a dense bias only when no rule describes the mask). Any
+mask, soft-cap, ALiBi slopes, sink logits; a dense bias only when no rule describes the
+mask, or for a model's own additive bias). Any
 weight is then exact and one exponential away, ``P_ij = exp(s_ij − lse_i)``, so the
 methods compute what is asked — rows, tiles, pooled blocks, top-k — in O(tile · N)
 memory: :meth:`~AttentionTrace.weights_rows`, :meth:`~AttentionTrace.weights_tile`,
@@ -29,7 +30,8 @@ applied on demand: a merged weight is **summed over the key pieces and averaged 
 query pieces**, so rows still sum to 1.
 
 Files are safetensors (no pickle) with the JSON metadata under the header key
-``"attnlab"`` and a ``format_version`` (:data:`FORMAT_VERSION` = 2; version-1 files, which
+``"attnlab"`` and a ``format_version`` (:data:`FORMAT_VERSION` = 3, which added sink logits
+and windows without ``causal``; version-2 files load unchanged, and version-1 files, which
 held dense weights, still load). What is read is checked against the metadata; a bad file
 raises :class:`TraceFormatError` naming the field.
 
@@ -65,19 +67,19 @@ from torch import Tensor
 
 from attnlab._io import atomic_open
 from attnlab.core.functional import default_scale
-from attnlab.core.scores import TILE_BYTES, ScoreShape
+from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES"]
 
 #: Version of the file layout :meth:`AttentionTrace.save` writes.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: The most bytes :attr:`AttentionTrace.weights` may build (float32, all layers and heads).
 DENSE_BUDGET_BYTES = 1 << 30
 
 _FORMAT = "attnlab.AttentionTrace"
 _STORED = ("weights", "q", "k", "v", "lse", "context")
-_SHAPE_TENSORS = ("key_mask", "alibi_slopes", "bias")
+_SHAPE_TENSORS = TENSOR_FIELDS
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
            torch.float64: "F64", torch.bool: "BOOL", torch.int64: "I64", torch.int32: "I32",
            torch.uint8: "U8"}
@@ -675,13 +677,13 @@ class AttentionTrace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AttentionTrace:
-        """Read a trace written by :meth:`save` (format version 1 or 2).
+        """Read a trace written by :meth:`save` (format version 1, 2 or 3).
 
         Everything read is checked: each tensor's shape and dtype against the metadata and
         (version 2) the sha256 of its bytes; the types of tokens, ids, scale and meta; and
         the values: q, k, v, context and the score-shape tensors finite, ``lse`` finite
         except ``-inf`` on a row that sees no key, dense weights finite, non-negative, each
-        row summing to 1 (or 0 for a row that sees no key). Anything else raises
+        row summing to 1 (or 0 for a row that sees no key; at most 1 under sink logits). Anything else raises
         :class:`TraceFormatError` naming the field or tensor.
         """
         from safetensors import safe_open
@@ -752,8 +754,10 @@ def _check_values(path: Path, t: AttentionTrace) -> None:
         if x is not None and not bool(torch.isfinite(x).all()):
             raise bad(name, "holds NaN or infinite values")
     for i, s in enumerate(t.shapes):
-        if s.alibi_slopes is not None and not bool(torch.isfinite(s.alibi_slopes).all()):
-            raise bad(f"shapes.{i}.alibi_slopes", "holds NaN or infinite values")
+        for field in ("alibi_slopes", "sinks"):
+            x = getattr(s, field)
+            if x is not None and not bool(torch.isfinite(x).all()):
+                raise bad(f"shapes.{i}.{field}", "holds NaN or infinite values")
         if s.bias is not None and bool((s.bias.isnan() | (s.bias == math.inf)).any()):
             raise bad(f"shapes.{i}.bias", "holds NaN or +inf (only -inf hides a key)")
     if t.lse is not None:
@@ -766,7 +770,9 @@ def _check_values(path: Path, t: AttentionTrace) -> None:
             if not bool(torch.isfinite(wl).all()) or bool((wl < 0).any()):
                 raise bad("weights", f"holds NaN, infinite or negative values (layer {layer})")
             sums = wl.sum(-1)
-            if not bool(((sums - 1).abs() <= tol).logical_or(sums == 0).all()):
+            sink = bool(t.shapes) and t.shapes[layer].sinks is not None
+            ok = (sums <= 1 + tol) if sink else ((sums - 1).abs() <= tol).logical_or(sums == 0)
+            if not bool(ok.all()):
                 raise bad("weights", f"has rows that do not sum to 1 (layer {layer})")
 
 
@@ -855,6 +861,11 @@ def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
             raise _bad(path, f"{f}.causal", "a bool", s.get("causal"))
         if s.get("window") is not None and not _is_int(s["window"]):
             raise _bad(path, f"{f}.window", "null or an int", s["window"])
+        if version < 3 and (s.get("sinks") is not None or (s.get("window") is not None
+                                                            and not s["causal"])):
+            raise TraceFormatError(
+                f"{path}: field {f!r} has sinks or a window without causal, which only "
+                f"format_version 3 holds, but the file says {version}")
         cap = s.get("softcap")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
                                 or not math.isfinite(cap)):

@@ -72,7 +72,7 @@
       noqkNone: "此追踪没有 q 与 k（追踪时未保留 qkv）。",
       noqkMerged: "没有 q 与 k：同一字符的字节片段已合并为完整字符（用 merge_pieces=False 追踪可保留片段及其 q/k）。",
       noqkLong: "长输入：QK 视图由服务器计算任意查询的一行。请用 `attnlab serve --trace FILE` 打开此追踪。",
-      stored32: "q 与 k 以 float32 保存：页面的计算与 Python 完全一致。",
+      stored32: "q 与 k 以 float32 保存：页面所做的计算与 Python 相同。",
       stored16: "q 与 k 以 float16 保存：在模型缩放下与 float32 相比的最大 |Δp| = ",
       fromServer: "每个键的 q·k 来自服务器（float64）；对全部键的 softmax 在页面中重新计算。" +
         "各行：模型缩放下权重最大的键，按位置排列。",

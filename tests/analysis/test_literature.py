@@ -275,8 +275,10 @@ def test_streamed_literature_scores_equal_the_dense_formulas():
 
 @pytest.fixture(scope="module")
 def gpt():
-    torch.set_num_threads(1)
-    return tiny_gpt(block_size=120)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is faster on a busy machine
+    yield tiny_gpt(block_size=120)
+    torch.set_num_threads(before)
 
 
 def test_literature_ids_put_bos_first_like_to_tokens():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from experiment_sizes import FAST
 
 from attnlab.experiments import multihead_cost as mhc
 from attnlab.experiments import one_relation_per_head as orh
@@ -26,9 +27,10 @@ SIZES = {"multihead-cost": MHC, "one-relation-per-head": ORH, "qkv-roles": QKV,
 
 
 @pytest.fixture(scope="module")
-def results():
-    """name -> Result of attnlab's code at test sizes, figures drawn."""
-    return {name: run(name, plot=True, **kw) for name, kw in SIZES.items()}
+def results(fast_results):
+    """name -> Result of attnlab's code at test sizes (conftest.FAST), figures drawn."""
+    assert all(FAST.get(name, {}) == kw for name, kw in SIZES.items())
+    return {name: fast_results[name] for name in SIZES}
 
 
 def _rows(r) -> dict:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from experiment_sizes import FAST
 
 from attnlab import i18n
 from attnlab.core import positional
@@ -35,9 +36,10 @@ NAMES = list(SIZES)
 
 
 @pytest.fixture(scope="module")
-def results():
-    """name -> Result at test sizes, figures drawn."""
-    return {name: run(name, plot=True, **SIZES[name]) for name in NAMES}
+def results(fast_results):
+    """name -> Result at test sizes (conftest.FAST), figures drawn."""
+    assert all(FAST.get(name, {}) == SIZES[name] for name in NAMES)
+    return {name: fast_results[name] for name in NAMES}
 
 
 def test_new_experiments_are_registered():

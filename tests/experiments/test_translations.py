@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from experiment_sizes import result_of
 
 from attnlab.experiments import EXPERIMENTS, Check, Result
 from attnlab.experiments.parity import run_parity, seed_demos
@@ -44,7 +45,7 @@ def report(name: str, left: list[str], module: str | None = None) -> str:
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 def test_every_visible_string_has_chinese(fast_results, name):
-    r = fast_results[name]
+    r = result_of(fast_results, name)
     left = missing(visible_strings(r), merge(catalog(name)))
     assert not left, report(name, left)
 
@@ -61,7 +62,7 @@ def test_catalog_entries_are_well_formed(name):
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 def test_chinese_fields_are_given(fast_results, name):
-    r = fast_results[name]
+    r = result_of(fast_results, name)
     for field in ("claim", "quantity", "caption", "expect_why"):
         en, zh = getattr(r, field), getattr(r, f"{field}_zh")
         assert bool(zh.strip()) == bool(en.strip()), f"{name}: {field}_zh must match {field}"

@@ -429,12 +429,14 @@ class SurveyResult:
              **at("share_of_texts", self.role_share("previous-token"), l_, h),
              **at("diagonal", corpus("diagonal"), l_, h)}
             for l_, h, v in self.top(self.mean("previous"), k)]
-        share = self.role_share("sink")
+        share, gu = self.role_share("sink"), self.mean("gu-sink")
+        order = sorted(((float(share[l_, h]), float(gu[l_, h]), l_, h)
+                        for l_ in range(self.num_layers) for h in range(self.num_heads)),
+                       reverse=True)[:k]  # most texts first, then the larger importance
         out["sink"] = [
             {"layer": l_, "head": h, "share_of_texts": round(v, 4),
-             **at("gu_importance", corpus("gu-sink"), l_, h),
-             **at("attnlab_sink", corpus("sink"), l_, h)}
-            for l_, h, v in self.top(share, k)]
+             "gu_importance": round(g, 4), **at("attnlab_sink", corpus("sink"), l_, h)}
+            for v, g, l_, h in order]
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -573,6 +573,15 @@ CLAIMS: tuple[Claim, ...] = (
         _v("softmax-saturation", "scaling-training"),
     ),
     Claim(
+        "000-matmul-is-qkt", "000", "code",
+        "这一行，完美对应了我们上文讨论的",
+        "The line scores = torch.matmul(Q, K.transpose(-2, -1)) is exactly the QKᵀ of the "
+        "formula: the listing's scores and weights equal attnlab's with the same weights.",
+        "scores = torch.matmul(Q, K.transpose(-2, -1)) 这一行正对应公式中的 QKᵀ："
+        "代码算出的分数与权重和使用相同权重的 attnlab 相等。",
+        _v("article-code:000 as printed vs attnlab"),
+    ),
+    Claim(
         "000-view-transpose-split", "000", "code",
         "正是多头机制在代码层面“切分高维空间”的具体体现",
         "view and transpose are how the code splits the space into heads: head i gets the "

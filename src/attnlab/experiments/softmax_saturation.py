@@ -43,8 +43,9 @@ CLAIM = ("With N = 16 keys per row and raw scores q·k of standard deviation √
          "not the explosion article 001's heading 「梯度爆炸问题」 names; with the 1/√d_k "
          "scale all of these stay flat in d_k.")
 CLAIM_ZH = ("每行 N = 16 个键、未缩放分数 q·k 的标准差为 √d_k（各分量独立、方差为 1）时，"
-            "随着 d_k 增大，不缩放时每一行注意力权重都趋近 one-hot 分布（最大权重 → 1，熵 → 0），softmax 的"
-            "雅可比矩阵 diag(p) − ppᵀ 趋于 0，一般的一行传给分数和 W_q 的梯度随之消失——"
+            "随着 d_k 增大，不缩放时每一行注意力权重都趋近 one-hot 分布"
+            "（最大权重 → 1，熵 → 0），softmax 的雅可比矩阵 diag(p) − ppᵀ 趋于 0，"
+            "一般的一行传给分数和 W_q 的梯度随之消失——"
             "是梯度消失，而不是文章 001 标题所说的「梯度爆炸问题」；按 1/√d_k 缩放后，"
             "这些量都不随 d_k 变化。")
 

@@ -460,15 +460,21 @@ def headline_text(head: dict[str, Any]) -> str:
     if head.get("sink_percent") is not None:
         lines.append(f"Sink% (Gu et al., eps 0.3, {head['sink_samples']} samples): "
                      f"{head['sink_percent']:.1f}")
+    def opt(r: dict[str, Any], key: str, name: str) -> str:
+        return f", {name} {r[key]:.3f}" if key in r else ""
+
     for r in head.get("induction", []):
         lines.append(f"induction L{r['layer']}.H{r['head']}: TL demo "
-                     f"{r['tl_demo_induction']:.3f}, prefix matching "
-                     f"{r.get('olsson_prefix_matching', float('nan')):.3f}, attnlab repeat "
-                     f"{r.get('attnlab_repeat_induction', float('nan')):.3f}")
+                     f"{r['tl_demo_induction']:.3f}"
+                     + opt(r, "olsson_prefix_matching", "prefix matching")
+                     + opt(r, "attnlab_repeat_induction", "attnlab repeat"))
     for r in head["previous_token"]:
         lines.append(f"previous-token L{r['layer']}.H{r['head']}: TL mul "
-                     f"{r['previous_mul']:.3f}, abs {r.get('previous_abs', float('nan')):.3f},"
-                     f" share of texts {r.get('share_of_texts', 0):.2f}")
+                     f"{r['previous_mul']:.3f}" + opt(r, "previous_abs", "abs")
+                     + opt(r, "share_of_texts", "share of texts"))
+    for r in head["sink"]:
+        lines.append(f"sink L{r['layer']}.H{r['head']}: share of texts "
+                     f"{r['share_of_texts']:.2f}, Gu importance {r['gu_importance']:.3f}")
     return "\n".join(lines)
 
 

@@ -683,8 +683,8 @@ class AttentionTrace:
         (version 2) the sha256 of its bytes; the types of tokens, ids, scale and meta; and
         the values: q, k, v, context and the score-shape tensors finite, ``lse`` finite
         except ``-inf`` on a row that sees no key, dense weights finite, non-negative, each
-        row summing to 1 (or 0 for a row that sees no key; at most 1 under sink logits). Anything else raises
-        :class:`TraceFormatError` naming the field or tensor.
+        row summing to 1 (or 0 for a row that sees no key; at most 1 under sink logits).
+        Anything else raises :class:`TraceFormatError` naming the field or tensor.
         """
         from safetensors import safe_open
 

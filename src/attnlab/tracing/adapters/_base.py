@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from attnlab.core.scores import ScoreShape
 from attnlab.core.weights import shaped_weights
 
-__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "attach_each",
-           "dense_weights"]
+__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "UnreadableAttentionError",
+           "attach_each", "dense_weights"]
 
 
 @dataclass
@@ -116,3 +116,8 @@ def dense_weights(q: Tensor, k: Tensor, lse: Tensor, shapes: list[ScoreShape]) -
 def detached(t: Tensor | None) -> Tensor | None:
     """A float32 CPU tensor detached from autograd (no copy when it already is one)."""
     return None if t is None else t.detach().to("cpu", torch.float32)
+
+
+class UnreadableAttentionError(ValueError):
+    """An attention module attnlab cannot read exactly: the message names its class and
+    what is missing. Raised instead of recording weights that might not be the model's."""

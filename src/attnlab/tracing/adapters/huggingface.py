@@ -32,13 +32,13 @@ that :mod:`attnlab.models` and the tracer share them.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
-from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import combine, from_torch_key_padding_mask
 from attnlab.core.scores import ScoreShape, row_tiles
 from attnlab.tracing.adapters._base import (
@@ -46,6 +46,7 @@ from attnlab.tracing.adapters._base import (
     Handle,
     Restore,
     Sink,
+    UnreadableAttentionError,
     dense_weights,
     detached,
 )
@@ -60,7 +61,8 @@ CAUSAL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "gptj
                           "phi", "phi3", "gemma", "gemma2", "smollm3", "olmo", "falcon",
                           "bloom"})
 _OBSERVERS = "_attnlab_observers"  # attribute on an observed attention module
-_RULE = "_attnlab_rule"  # attribute on a key mask our mask function returned
+_RULE = "_attnlab_rule"  # attribute on a mask our mask function returned: (causal, window)
+_KEYS = "_attnlab_keys"  # attribute on a mask our mask function returned: (B, Lk) real keys
 
 
 # -- describing a model ---------------------------------------------------------------------
@@ -126,10 +128,12 @@ def _infer_rule(fn: Any, b: int, lq: int, lk: int, q_off: int, kv_off: int
         last = _mask_rows(fn, b, lk, q_off, kv_off, lq - 1, lq)[:, 0]
     except Exception:  # a mask function that needs vmap or data we cannot index
         return None
-    seen = int(last[0].sum())
-    candidates = [(False, None), (True, None)]
-    if 0 < seen < lk:
-        candidates.append((True, seen))
+    seen_last, seen_first = int(last[0].sum()), int(first[0].sum())
+    candidates: list[tuple[bool, int | None]] = [(False, None), (True, None)]
+    if 0 < seen_last < lk:
+        candidates.append((True, seen_last))
+    if 0 < seen_first < lk:  # a band around each query (bidirectional local attention)
+        candidates.append((False, seen_first))
     for causal, window in candidates:
         rule = ScoreShape(scale=1.0, causal=causal, window=window)
         ok = True
@@ -153,30 +157,50 @@ def _infer_rule(fn: Any, b: int, lq: int, lk: int, q_off: int, kv_off: int
 
 def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
           kv_offset: int = 0, mask_function: Any = None, attention_mask: Tensor | None = None,
-          use_vmap: bool = False, device: Any = "cpu", **kwargs: Any) -> Tensor:
-    """transformers' mask interface: a labelled key mask, or the dense mask as a fallback."""
-    from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
+          use_vmap: bool = False, device: Any = "cpu", dtype: torch.dtype = torch.float32,
+          **kwargs: Any) -> Tensor:
+    """transformers' mask interface: the model's own eager mask labelled with its rule, or
+    for long inputs only the labelled (B, 1, 1, Lk) key mask; a mask no rule describes is
+    the model's own eager mask, unlabelled."""
+    from transformers.masking_utils import causal_mask_function, eager_mask, prepare_padding_mask
 
     fn = mask_function if mask_function is not None else causal_mask_function
     q_offset, kv_offset = int(q_offset), int(kv_offset)
     rule = None if use_vmap else _infer_rule(fn, batch_size, q_length, kv_length, q_offset,
                                              kv_offset)
-    if rule is None:
-        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                         q_offset=q_offset, kv_offset=kv_offset, mask_function=fn,
-                         attention_mask=attention_mask, allow_is_causal_skip=False,
-                         allow_is_bidirectional_skip=False, use_vmap=use_vmap, device=device)
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
     if padding is None:
-        km = torch.ones(batch_size, kv_length, dtype=torch.bool, device=device)
+        keys = torch.ones(batch_size, kv_length, dtype=torch.bool, device=device)
     else:
-        km = padding[:, kv_offset: kv_offset + kv_length].to(device=device, dtype=torch.bool)
-    km = km[:, None, None, :].clone()  # (B, 1, 1, Lk): ours, so the label stays ours
-    setattr(km, _RULE, rule)
-    return km
+        keys = padding[:, kv_offset: kv_offset + kv_length].to(device=device, dtype=torch.bool)
+    if rule is None or batch_size * q_length * kv_length <= DENSE_MASK_MAX_ENTRIES:
+        m = eager_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                       q_offset=q_offset, kv_offset=kv_offset, mask_function=fn,
+                       attention_mask=attention_mask, dtype=dtype, use_vmap=use_vmap,
+                       device=device)
+        _STATE.compact = False
+        if rule is None:
+            return m
+    else:
+        m = torch.zeros(batch_size, 1, 1, kv_length, dtype=dtype, device=device)
+        m.masked_fill_(~keys[:, None, None, :], torch.finfo(dtype).min)
+        _STATE.compact = True
+    setattr(m, _RULE, rule)
+    setattr(m, _KEYS, keys)
+    return m
 
 
 # -- the attention function -------------------------------------------------------------------
+
+
+def _label_of(m: Tensor) -> Tensor | None:
+    """The labelled mask ``m`` is, or is an equal-shaped view of (models slice masks)."""
+    if getattr(m, _RULE, None) is not None:
+        return m
+    base = m._base
+    if base is not None and getattr(base, _RULE, None) is not None and base.shape == m.shape:
+        return base
+    return None
 
 
 def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
@@ -189,9 +213,17 @@ def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
     window = sliding_window if flash_causal and sliding_window else None
     if m is None:
         return flash_causal, window, None, None
-    rule = getattr(m, _RULE, None)
-    if rule is not None:
-        return rule[0], rule[1], m[:, 0, 0, :lk], None
+    labelled = _label_of(m)
+    if labelled is not None:
+        causal, window = getattr(labelled, _RULE)
+        return causal, window, getattr(labelled, _KEYS)[:, :lk], None
+    if getattr(_STATE, "compact", False):
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} changes the attention mask before its attention; "
+            f"attnlab then needs the model's own dense mask, which it builds only up to "
+            f"{DENSE_MASK_MAX_ENTRIES} entries (batch x queries x keys); this input has more "
+            f"(keys: {lk}): trace a shorter input"
+        )
     if m.dim() == 2:  # a 2-D padding mask, as flash attention receives it
         return flash_causal, window, m[:, -lk:].bool(), None
     if m.dim() == 4 and m.shape[-2] == 1:  # (B, 1, 1, Lk): a key mask only
@@ -204,13 +236,38 @@ def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
     return False, None, None, m
 
 
+def _sinks(module: nn.Module, kwargs: dict[str, Any], h: int) -> Tensor | None:
+    """The (H,) sink logits the call passes (``s_aux`` or ``sinks``), or None."""
+    s = kwargs.get("s_aux")
+    if s is None:
+        s = kwargs.get("sinks")
+    if s is None:
+        return None
+    if not isinstance(s, Tensor):
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} passes sink logits as {type(s).__name__}, not a tensor")
+    t = s.detach().float()
+    if t.dim() == 1 and t.shape[0] == h:
+        return t
+    if t.dim() == 4 and t.shape[1] == h and t.shape[-1] == 1:  # (B|1, H, Lq|1, 1)
+        per_head = t[0, :, 0, 0]
+        if torch.equal(t, per_head[None, :, None, None].expand_as(t)):
+            return per_head
+    raise UnreadableAttentionError(
+        f"{type(module).__name__} passes sink logits of shape {tuple(t.shape)} that are not "
+        f"one logit per head ({h}); attnlab records one sink logit per head"
+    )
+
+
 def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | None,
-            softcap: float | None, dense: Tensor | None, b: int) -> list[ScoreShape]:
+            softcap: float | None, dense: Tensor | None, sinks: Tensor | None, b: int
+            ) -> list[ScoreShape]:
     """One ScoreShape per batch element (a dense mask's hidden entries become -inf)."""
     bias = None
     if dense is not None:
         d = dense.detach().cpu().float()
         bias = d.masked_fill(d <= torch.finfo(d.dtype).min / 2, float("-inf"))
+    sk = None if sinks is None else sinks.detach().cpu().float()
     out = []
     for bi in range(b):
         km = None
@@ -219,23 +276,25 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
             km = None if bool(km.all()) else km
         bb = None if bias is None else bias[bi if bias.shape[0] > 1 else 0]
         out.append(ScoreShape(scale=scale, causal=causal, window=window, key_mask=km,
-                              softcap=softcap, bias=bb))
+                              softcap=softcap, bias=bb, sinks=sk))
     return out
 
 
 def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
-                 key_mask: Tensor | None, dense: Tensor | None, dropout: float
-                 ) -> tuple[Tensor, Tensor]:
+                 key_mask: Tensor | None, dense: Tensor | None, dropout: float,
+                 sinks: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Attention in the order of transformers' eager path, one tile of rows at a time.
 
     ``(q·kᵀ)·scale`` (soft-capped), plus the mask (hidden keys at the dtype's most negative
     number, as eager's float mask), softmax in float32, times v: the same operations on
     the same numbers as ``eager_attention_forward`` of Llama- and BERT-style models, so the
-    output is theirs bit for bit, in O(tile · Lk) memory. The row's log-sum-exp comes from
-    the tile: ``lse = max_j s_ij − log max_j p_ij``; ``-inf`` for a row with no visible key.
-    ``rule`` gives the scale, soft-cap, causal and window; ``key_mask`` (B, Lk) the padding;
-    ``dense`` the model's own float mask, used instead of both. Returns out (B, H, Lq, dv)
-    and lse (B, H, Lq) float32.
+    output is theirs bit for bit, in O(tile · Lk) memory. ``dense`` (the model's own float
+    mask, a position bias) is added before the rule and ``key_mask`` hide keys. With
+    ``sinks`` (H,) each row gets one more logit, the row's maximum is subtracted and the
+    sink's column is dropped after the softmax, as gpt-oss's eager path does. The row's
+    log-sum-exp comes from the tile: ``lse = max_j s_ij − log max_j p_ij``; ``-inf`` for
+    a row with no visible key (and no sink). ``rule`` gives the scale, soft-cap, causal and
+    window; ``key_mask`` (B, Lk) the padding. Returns out (B, H, Lq, dv) and lse (B, H, Lq) float32.
     """
     b, h, lq, d = query.shape
     h_kv, lk = key.shape[1], key.shape[2]
@@ -244,7 +303,7 @@ def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
     kt = key.transpose(2, 3)  # (B, H_kv, d, Lk)
     out = query.new_empty(b, h, lq, value.shape[-1])
     lse = torch.empty(b, h, lq, device=query.device)
-    for r0, r1 in row_tiles(lq, lk, max(1, _EAGER_TILE_BYTES // (4 * lk * h * b))):
+    for r0, r1 in row_tiles(lq, lk, max(1, _EAGER_TILE_BYTES // (4 * (lk + 1) * h * b))):
         rows = r1 - r0
         qt = query[:, :, r0:r1].reshape(b, h_kv, g * rows, d)  # a group's heads, stacked
         s = torch.matmul(qt, kt).view(b, h, rows, lk).mul_(rule.scale)
@@ -252,18 +311,26 @@ def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
             s = torch.tanh(s / rule.softcap).mul_(rule.softcap)
         if dense is not None:
             s = s + dense[..., r0:r1, :]
-        else:
-            _hide_(s, rule, r0, r1, lq, lk, low)
-            if key_mask is not None:
-                s.masked_fill_(~key_mask[:, None, None, :], low)
+        _hide_(s, rule, r0, r1, lq, lk, low)
+        if key_mask is not None:
+            s.masked_fill_(~key_mask[:, None, None, :], low)
+        top = None
+        if sinks is not None:
+            col = sinks.to(device=s.device, dtype=s.dtype).view(1, h, 1, 1)
+            s = torch.cat([s, col.expand(b, h, rows, 1)], dim=-1)
+            top = s.max(dim=-1, keepdim=True).values
+            s = s - top
         p = torch.softmax(s, dim=-1, dtype=torch.float32)
         m, at = s.max(dim=-1)  # the row's largest score and where: p there is 1 / Σ exp
         tile_lse = m.float() - torch.log(p.gather(-1, at[..., None])[..., 0])
+        if top is not None:  # the scores were shifted by their maximum: shift lse back
+            tile_lse = tile_lse + top[..., 0].float()
+            p = p[..., :lk]
         lse[:, :, r0:r1] = tile_lse.masked_fill_(m <= low / 2, float("-inf"))
         p = p.to(query.dtype)
         if dropout > 0.0:
             p = torch.nn.functional.dropout(p, p=dropout, training=True)
-        o = torch.matmul(p.view(b, h_kv, g * rows, lk), value)  # (B, H_kv, G·rows, dv)
+        o = torch.matmul(p.reshape(b, h_kv, g * rows, lk), value)  # (B, H_kv, G·rows, dv)
         out[:, :, r0:r1] = o.view(b, h, rows, -1)
     return out, lse
 
@@ -278,14 +345,15 @@ def _hide_(s: Tensor, rule: ScoreShape, r0: int, r1: int, lq: int, lk: int,
     """Set the scores of keys hidden by the causal/window rule to ``low``, in place, for a
     tile of rows [r0, r1): whole column ranges at once, the rule itself only on the
     columns where rows of the tile disagree (at most 2 x rows of them)."""
-    if not rule.causal:
+    if not rule.causal and rule.window is None:
         return
     c0, c1 = rule.key_range(r0, r1, lq=lq, lk=lk)
     s[..., :c0].fill_(low)
     s[..., c1:].fill_(low)
     off = lk - lq
     seen_by_all_from = max(c0, r1 - 1 + off - rule.window + 1) if rule.window else c0
-    seen_by_all_to = max(seen_by_all_from, min(c1, r0 + off + 1))
+    last = r0 + off + (rule.window if not rule.causal else 1)  # keys every row of the tile sees
+    seen_by_all_to = max(seen_by_all_from, min(c1, last))
     rows = torch.arange(r0, r1, device=s.device)
     for a, b in ((c0, seen_by_all_from), (seen_by_all_to, c1)):
         if b > a:
@@ -299,34 +367,152 @@ def _hide_(s: Tensor, rule: ScoreShape, r0: int, r1: int, lq: int, lk: int,
 #: the chunked backend), whose float32 rounding differs from eager's as the model's own
 #: ``sdpa`` path does, and whose cost does not grow with a materialised tile of scores.
 EAGER_ORDER_MAX_TOKENS = 2048
+#: Up to this many entries (batch x queries x keys) the mask function hands the model its
+#: own eager mask (labelled with the rule it follows), so that a model that changes the mask
+#: before its attention changes the real one; above it only the (B, 1, 1, Lk) key mask.
+DENSE_MASK_MAX_ENTRIES = 1 << 22
+#: Each attention call is also run through the module's own ``eager_attention_forward`` on
+#: its first this-many tokens (queries and keys), and attnlab's weights and output must
+#: equal it there: a module that shapes its scores in a way attnlab does not record is
+#: refused, never traced wrongly.
+CHECK_TOKENS = 32
+_STATE = threading.local()  # .compact: the last mask built on this thread is a key mask only
+
+
+def _eager_function(module: nn.Module) -> Any:
+    """The ``eager_attention_forward`` of the module's own modeling file, or None."""
+    mod = sys.modules.get(type(module).__module__)
+    fn = getattr(mod, "eager_attention_forward", None)
+    return fn if callable(fn) else None
+
+
+def _prefix_kwargs(kwargs: dict[str, Any], lq: int, lk: int, nq: int, nk: int
+                   ) -> dict[str, Any]:
+    """The call's keyword arguments for its first ``nq`` queries and ``nk`` keys: tensors
+    laid out (..., Lq, Lk) or (..., Lq, 1) are cut to the prefix, the rest kept."""
+    out = {}
+    for name, v in kwargs.items():
+        if isinstance(v, Tensor) and v.dim() >= 2 and v.shape[-2] == lq and (
+                v.shape[-1] in (lk, 1)):
+            v = v[..., :nq, :nk] if v.shape[-1] == lk else v[..., :nq, :]
+        out[name] = v
+    out["dropout"] = 0.0
+    return out
+
+
+def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                 rule: ScoreShape, key_mask: Tensor | None, mask_dense: Tensor | None,
+                 ours_dense: Tensor | None, sinks: Tensor | None,
+                 kwargs: dict[str, Any]) -> None:
+    """Run the module's own eager attention on the call's first :data:`CHECK_TOKENS` tokens
+    and require attnlab's weights (``exp(s − lse)`` under the recorded shapes) and output
+    to equal it; raise :class:`UnreadableAttentionError` otherwise.
+
+    ``mask_dense`` is the model's own float mask (what eager adds), ``ours_dense`` the
+    dense additive term attnlab records (the mask plus any position bias)."""
+    fn = _eager_function(module)
+    name = type(module).__name__
+    if fn is None:
+        raise UnreadableAttentionError(
+            f"{name} has no eager_attention_forward in {type(module).__module__}, so attnlab "
+            "cannot check its reading of the module's attention against the model's own")
+    b, h, lq, _ = query.shape
+    lk = key.shape[2]
+    if lq == lk:
+        nq = nk = min(lq, CHECK_TOKENS)
+    elif lq * lk <= 4 * CHECK_TOKENS ** 2:
+        nq, nk = lq, lk
+    else:
+        return
+    q, k, v = query[:, :, :nq], key[:, :, :nk], value[:, :, :nk]
+    low = torch.finfo(query.dtype).min
+    if mask_dense is not None:
+        mask = mask_dense[..., :nq, :nk]
+    else:
+        keep = rule.visible(torch.arange(nq, device=q.device), None, lq=nq, lk=nk)
+        keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device) if keep is None else keep
+        keep = keep[None, None]
+        if key_mask is not None:
+            keep = keep & key_mask[:, None, None, :nk].to(q.device)
+        mask = torch.zeros(keep.shape, dtype=query.dtype, device=q.device).masked_fill_(
+            ~keep, low)
+    dense = None if ours_dense is None else ours_dense[..., :nq, :nk]
+    km = None if key_mask is None else key_mask[:, :nk]
+    try:
+        with torch.no_grad():
+            ref_out, ref_w = fn(module, q, k, v, mask, **_prefix_kwargs(kwargs, lq, lk, nq, nk))
+    except Exception as exc:
+        raise UnreadableAttentionError(
+            f"{name}: its eager_attention_forward fails on the call's own inputs, so attnlab "
+            f"cannot check its reading ({type(exc).__name__}: {exc})") from exc
+    with torch.no_grad():
+        out, lse = _eager_order(q, k, v, rule, km, dense, 0.0, sinks)
+    shapes = _shapes(rule.scale, rule.causal, rule.window, km, rule.softcap, dense, sinks, b)
+    w = dense_weights(detached(q), detached(k), detached(lse), shapes)
+    eps = max(1e-5, 16 * torch.finfo(query.dtype).eps)
+    errs = []
+    if isinstance(ref_w, Tensor) and tuple(ref_w.shape) == (b, h, nq, nk):
+        errs.append(("weights", float((w - detached(ref_w)).abs().max()), eps))
+    ref_o = detached(ref_out)
+    if ref_o is not None and ref_o.shape == (b, nq, h, out.shape[-1]):
+        got = detached(out).transpose(1, 2)
+        errs.append(("output", float((got - ref_o).abs().max()),
+                     eps * max(1.0, float(ref_o.abs().max()))))
+    if not errs:
+        raise UnreadableAttentionError(
+            f"{name}: its eager_attention_forward returns neither weights (B, H, Lq, Lk) nor "
+            "an output (B, Lq, H, dv) attnlab can compare with")
+    if sinks is not None and errs[0][0] == "weights" and not errs[0][1] <= errs[0][2]:
+        # some models return the softmax before the sink takes its share (and scale the
+        # output instead): the recorded weights, renormalised per row, must equal it
+        share = w.sum(-1, keepdim=True)
+        renorm = w / share.masked_fill(share == 0, 1.0)
+        errs[0] = ("weights", float((renorm - detached(ref_w)).abs().max()), eps)
+    bad = [(what, e, tol) for what, e, tol in errs if not e <= tol]
+    if bad:
+        what, e, tol = bad[0]
+        raise UnreadableAttentionError(
+            f"{name} shapes its attention in a way attnlab does not record: on the first "
+            f"{nq} tokens attnlab's {what} differ from its eager_attention_forward by "
+            f"{e:.3g} (allowed {tol:.1g}); tracing it is refused rather than wrong")
 
 
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-               attention_mask: Tensor | None, dropout: float = 0.0,
-               scaling: float | None = None, is_causal: bool | None = None,
-               sliding_window: int | None = None, softcap: float | None = None,
-               position_bias: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, None]:
+               attention_mask: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, None]:
     """transformers' attention interface: q (B, H, Lq, d), k, v (B, H_kv, Lk, .) ->
-    output (B, Lq, H, dv), computed by attnlab, and recorded for the observers."""
+    output (B, Lq, H, dv), computed by attnlab, checked against the module's own eager
+    attention on a prefix, and recorded for the observers."""
     b, h, lq, d = query.shape
     lk = key.shape[2]
+    scaling = kwargs.get("scaling")
     scale = float(scaling) if scaling is not None else default_scale(d)
-    causal, window, key_mask, dense = _read_mask(module, attention_mask, is_causal,
-                                                 sliding_window, lk)
+    softcap = kwargs.get("softcap")
+    softcap = None if softcap is None else float(softcap)
+    causal, window, key_mask, dense = _read_mask(module, attention_mask, kwargs.get("is_causal"),
+                                                 kwargs.get("sliding_window"), lk)
+    mask_dense = dense
+    position_bias = kwargs.get("position_bias")
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
         pb = position_bias[..., :lk]
         dense = pb if dense is None else dense + pb
+    sinks = _sinks(module, kwargs, h)
     if key_mask is not None and bool(key_mask.all()):
         key_mask = None
-    shapes = _shapes(scale, causal, window, key_mask, softcap, dense, b)
-    dropout = float(dropout)
-    if softcap is not None or dense is not None or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS:
-        rule = ScoreShape(scale=scale, causal=causal, window=window, softcap=softcap)
-        out, lse = _eager_order(query, key, value, rule, key_mask, dense, dropout)
+    shapes = _shapes(scale, causal, window, key_mask, softcap, dense, sinks, b)
+    dropout = float(kwargs.get("dropout") or 0.0)
+    rule = ScoreShape(scale=scale, causal=causal, window=window, softcap=softcap)
+    if not (module.training and dropout > 0.0):
+        _check_eager(module, query, key, value, rule, key_mask, mask_dense, dense, sinks,
+                     kwargs)
+    if (softcap is not None or dense is not None or sinks is not None
+            or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS):
+        out, lse = _eager_order(query, key, value, rule, key_mask, dense, dropout, sinks)
     else:
         mask = None if key_mask is None else key_mask[:, None, None, :]
         if window is not None:
-            mask = combine(mask, causal_mask(lq, lk, window=window, device=query.device))
+            band = rule.visible(torch.arange(lq, device=query.device), None, lq=lq, lk=lk)
+            mask = combine(mask, band)
+            causal = False
         out, lse = scaled_dot_product_attention(query, key, value, mask, causal=causal,
                                                 scale=scale, dropout_p=dropout,
                                                 return_lse=True)

@@ -23,10 +23,25 @@ def test_verify_json_only_on_stdout():
         assert d["passed"] is True
 
 
-def test_verify_table(capsys):
-    assert main(["verify", "--only", "init-scale", "--quiet"]) == 0
+def test_verify_table_shows_a_finding_and_exits_0(capsys):
+    """init-scale refutes the article's tip, as it expects: a finding, not a failure."""
+    assert main(["verify", "--only", "init-scale", "--only", "masking", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "init-scale" in out and "pass" in out and "FAIL" not in out
+    assert "init-scale" in out and "finding" in out and "holds" in out
+    assert "DEFECT" not in out
+
+
+def test_verify_exits_1_on_a_verdict_other_than_expected(capsys, monkeypatch):
+    from attnlab.experiments import Result, registry
+
+    def claim_that_does_not_hold(seed=0, **_):
+        return Result("masking", "c", "论", "q", "量", measured=0.0, expected=1.0,
+                      tolerance=0.0, relation=">=")
+
+    monkeypatch.setattr(registry, "get", lambda name: claim_that_does_not_hold)
+    assert main(["verify", "--only", "masking", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "DEFECT" in out and "expected holds" in out
 
 
 def test_verify_unknown_name_lists_valid_names(capsys):

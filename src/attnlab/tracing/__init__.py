@@ -9,8 +9,8 @@
 """
 
 from attnlab.tracing.attention import FORMAT_VERSION, AttentionTrace, TraceFormatError
-from attnlab.tracing.capture import AttentionRecord, Capture, capture
+from attnlab.tracing.capture import AttentionRecord, Capture, UnreadableAttentionError, capture
 from attnlab.tracing.tracer import trace
 
 __all__ = ["FORMAT_VERSION", "AttentionRecord", "AttentionTrace", "Capture",
-           "TraceFormatError", "capture", "trace"]
+           "TraceFormatError", "UnreadableAttentionError", "capture", "trace"]

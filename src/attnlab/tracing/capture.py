@@ -41,9 +41,11 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
+from attnlab.tracing.adapters._base import UnreadableAttentionError
+from attnlab.tracing.adapters.huggingface import unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["AttentionRecord", "Capture", "capture"]
+__all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture"]
 
 #: A record (or a stacked layer) at least this large hands freed memory back to the OS.
 _TRIM_BYTES = 8 << 20
@@ -171,6 +173,31 @@ def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
     return out
 
 
+def _refuse_unreadable(root: nn.Module, matched: set[int]) -> None:
+    """Raise :class:`UnreadableAttentionError` before the model runs when an attention
+    module of ``root`` is one no adapter reads (and holds none that one reads): a trace
+    without it would be silently incomplete."""
+    found: dict[str, tuple[str, int]] = {}
+
+    def visit(m: nn.Module) -> bool:  # True when m or a module inside it is read
+        inner = [visit(c) for c in m.children()]
+        if id(m) in matched or any(inner):
+            return True
+        reason = unreadable_reason(m)
+        if reason is not None and not any(
+                unreadable_reason(d) for d in m.modules() if d is not m):
+            cls = type(m).__name__
+            found[cls] = (reason, found.get(cls, ("", 0))[1] + 1)
+        return False
+
+    visit(root)
+    if found:
+        parts = [f"{reason} [{n} module{'s' if n > 1 else ''}]"
+                 for reason, n in found.values()]
+        raise UnreadableAttentionError(
+            f"{type(root).__name__} cannot be traced exactly: " + "; ".join(parts))
+
+
 @contextlib.contextmanager
 def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
             ) -> Iterator[Capture]:
@@ -200,6 +227,7 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
             if adapter.matches(m):
                 matched.setdefault(i, []).append(m)
                 break
+    _refuse_unreadable(module, {id(m) for ms in matched.values() for m in ms})
     if not matched:
         raise ValueError(
             f"{type(module).__name__} has no attention module that attnlab can read "

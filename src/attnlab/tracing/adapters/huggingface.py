@@ -51,8 +51,9 @@ from attnlab.tracing.adapters._base import (
     detached,
 )
 
-__all__ = ["ADAPTER", "CAUSAL_TYPES", "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION",
-           "describe_model", "is_causal_config", "is_hf_model", "max_length"]
+__all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
+           "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION", "describe_model", "is_causal_config",
+           "is_hf_model", "max_length", "unreadable_reason"]
 
 #: The name under which attnlab registers its attention and mask functions.
 IMPLEMENTATION = "attnlab"
@@ -546,6 +547,31 @@ def _register() -> None:
         AttentionMaskInterface.register(IMPLEMENTATION, _mask)
 
 
+def unreadable_reason(module: nn.Module) -> str | None:
+    """Why no adapter can read this Hugging Face attention module exactly, or None when it
+    is not one (its class name does not end in ``Attention``) or the adapter reads it.
+
+    attnlab reads a transformers attention module through the attention interface of its
+    modeling file and checks its reading against that file's ``eager_attention_forward``;
+    a module whose file has neither computes its softmax inline, out of reach."""
+    cls = type(module)
+    if not cls.__module__.startswith("transformers.") or not cls.__name__.endswith("Attention"):
+        return None
+    if ADAPTER.matches(module):
+        return None
+    mod = sys.modules.get(cls.__module__)
+    where = cls.__module__
+    if mod is None or not hasattr(mod, "ALL_ATTENTION_FUNCTIONS"):
+        return (f"{cls.__name__} computes its attention inline ({where} has no attention "
+                "interface to route it through and no eager_attention_forward)")
+    if _eager_function(module) is None:
+        return (f"{cls.__name__} goes through the attention interface but {where} has no "
+                "eager_attention_forward to check attnlab's reading against")
+    if getattr(module, "config", None) is None:
+        return f"{cls.__name__} keeps no config, so its attention implementation cannot be set"
+    return f"{cls.__name__} is not an attention module attnlab recognises"
+
+
 class _HuggingFaceAdapter:
     name = "huggingface"
 
@@ -557,7 +583,8 @@ class _HuggingFaceAdapter:
         if config is None or not hasattr(config, "_attn_implementation_internal"):
             return False
         mod = sys.modules.get(cls.__module__)
-        return mod is not None and hasattr(mod, "ALL_ATTENTION_FUNCTIONS")
+        return (mod is not None and hasattr(mod, "ALL_ATTENTION_FUNCTIONS")
+                and _eager_function(module) is not None)
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
         _register()

@@ -235,12 +235,13 @@ def _print_definition(name: str, got: dict, model: str, as_json: bool, job: obje
 
     scores = got["scores"]
     table = Table(title=f"{model}: {name} ({DEFINITIONS[name].summary})",
-                  caption=f"source: {DEFINITIONS[name].source}")
+                  caption=f"source: {DEFINITIONS[name].source}", padding=(0, 1),
+                  box=None)
     table.add_column("layer", justify="right")
     for h in range(scores.shape[1]):
         table.add_column(f"H{h}", justify="right")
     for layer, row in enumerate(scores.tolist()):
-        table.add_row(str(layer), *(f"{x:.3f}" for x in row))
+        table.add_row(str(layer), *(f"{x:.2f}" for x in row))
     Console().print(table)
 
 

@@ -811,7 +811,12 @@ def compute_definitions(model: Any, text: str, names: Sequence[str] | None = Non
     if lit_names:
         ids = literature_ids(model.tokenizer, text)
         limit = int(model.max_length)
-        if len(ids) > limit and truncate:
+        if len(ids) > limit:
+            if not truncate:
+                raise ValueError(
+                    f"the text is {len(ids)} tokens as TransformerLens feeds it (BOS first); "
+                    f"{model.name} accepts at most {limit}: shorten it, or truncate (CLI: "
+                    f"--truncate) to keep the first {limit}")
             ids = ids[:limit]
         t = run_trace(model, ids)
         got = text_scores(t)

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab._io import atomic_write_bytes, atomic_write_text
+from attnlab._io import atomic_write_bytes, atomic_write_text, remove_stale_temps
 from attnlab.analysis.heads import Thresholds
 from attnlab.analysis.literature import (
     EPSILON,
@@ -685,6 +685,7 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
     path = _state_path(out, rank, world)
     start, done = 0, False
     resumed_from = None
+    remove_stale_temps(path.parent, [path.name])  # a write cut short by a kill
     if restart:
         path.unlink(missing_ok=True)
     others = sorted(p.name for p in (out / STATE_DIR).glob("rank-*-of-*.safetensors")
@@ -709,21 +710,15 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
     def save(next_batch: int, finished: bool) -> None:
         _write_state(path, sums, {**meta, "next_batch": next_batch, "done": finished})
 
+    # global batch b (texts b*B ... b*B + B - 1, the same whatever the number of
+    # processes) is this process's when b % world == rank
     mine = [b for b in range(n_batches) if b % world == rank]
-    todo = [b for b in mine if b >= start] if not done else []
-    done_count = len(mine) - len(todo)
+    done_count = len(mine) if done else sum(b < start for b in mine)
     since = 0
-    batch: list[str] = []
-    b_index = 0
     it = iter(corpus)
-    for b_index in range(n_batches):
-        batch = []
-        for _ in range(cfg.batch_size):
-            t = next(it, None)
-            if t is None:
-                break
-            batch.append(t)
-        if b_index % world != rank or b_index < start or done:
+    for b_index in range(n_batches if not done else 0):
+        batch = [t for _, t in zip(range(cfg.batch_size), it)]
+        if b_index % world != rank or b_index < start:
             continue
         _run_batch(model, batch, cfg, names, sums, causal)
         done_count += 1

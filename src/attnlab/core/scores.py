@@ -17,9 +17,10 @@ each side (ModernBERT's local layers); ``key_mask`` (Lk,) hides the keys marked 
 
 A softmax row is fixed by its scores and one number, the row's logsumexp
 ``lse_i = log(Σ_j exp(s_ij) + exp(sink_h))``, where ``sinks`` (H,) are learned logits of a
-key without a value that joins every row of head ``h`` (gpt-oss); without sinks the term
-is absent. Any weight is then ``exp(s_ij − lse_i)``; with a sink a row sums to less than 1,
-the rest being the share the sink took.
+key without a value that joins every row of head ``h`` (gpt-oss), or (H, Lq) one per row
+when a model computes them from each token; without sinks the term is absent. Any weight
+is then ``exp(s_ij − lse_i)``; with a sink a row sums to less than 1, the rest being the
+share the sink took.
 
 Every rule but ``bias`` is a handful of numbers, whatever the length, so a trace can keep
 them instead of an N x N mask. ``bias`` is the escape hatch for a mask no rule describes;
@@ -105,8 +106,9 @@ class ScoreShape:
         alibi_slopes: (H,) ALiBi slopes; adds ``−slope_h · (p_i − j)``.
         bias: dense additive bias broadcastable to (H, Lq, Lk); ``-inf`` hides a key.
             Only for what no rule above describes, and so only for short inputs.
-        sinks: (H,) learned sink logits: each joins its head's rows as one more key
-            without a value (it takes a share of the softmax, rows sum to less than 1).
+        sinks: (H,) learned sink logits, or (H, Lq) one per query row: each joins its
+            row's softmax as one more key without a value (it takes a share, rows sum to
+            less than 1).
 
     >>> ScoreShape(scale=0.125, causal=True).describe()
     {'scale': 0.125, 'causal': True, 'window': None, 'softcap': None}
@@ -150,10 +152,10 @@ class ScoreShape:
             raise ValueError(f"alibi_slopes must be a 1-D float tensor (H,), got {got}")
         sk = self.sinks
         if sk is not None and (not isinstance(sk, Tensor) or not sk.is_floating_point()
-                               or sk.dim() != 1):
+                               or sk.dim() not in (1, 2)):
             got = (f"dtype {sk.dtype} shape {tuple(sk.shape)}" if isinstance(sk, Tensor)
                    else type(sk).__name__)
-            raise ValueError(f"sinks must be a 1-D float tensor (H,), got {got}")
+            raise ValueError(f"sinks must be a float tensor (H,) or (H, Lq), got {got}")
         b = self.bias
         if b is not None and (not isinstance(b, Tensor) or not b.is_floating_point()
                               or b.dim() != 3):
@@ -194,8 +196,10 @@ class ScoreShape:
         if self.alibi_slopes is not None and self.alibi_slopes.shape[0] != num_heads:
             raise ValueError(
                 f"alibi_slopes has {self.alibi_slopes.shape[0]} entries for {num_heads} heads")
-        if self.sinks is not None and self.sinks.shape[0] != num_heads:
-            raise ValueError(f"sinks has {self.sinks.shape[0]} entries for {num_heads} heads")
+        if self.sinks is not None and (self.sinks.shape[0] != num_heads or (
+                self.sinks.dim() == 2 and self.sinks.shape[1] != lq)):
+            raise ValueError(f"sinks of shape {tuple(self.sinks.shape)} do not fit (H,) or "
+                             f"(H, Lq) = ({num_heads}, {lq})")
         if self.bias is not None:
             hb, qb, kb = self.bias.shape
             if hb not in (1, num_heads) or qb not in (1, lq) or kb not in (1, lk):
@@ -312,17 +316,23 @@ class ScoreShape:
             s = s.masked_fill_(~keep, float("-inf"))
         return s
 
-    def logsumexp(self, s: Tensor, head: int | Sequence[int] | Tensor = 0) -> Tensor:
-        """Each row's logsumexp from its shaped scores ``s`` (..., C) (hidden keys ``-inf``),
-        the head's sink included: ``log(Σ_j exp(s_j) + exp(sink_head))``. ``head`` selects
-        the sink: an int, or one head per leading entry of ``s`` (h, R, C). A row with no
-        visible key and no sink gets ``-inf``."""
+    def logsumexp(self, s: Tensor, head: int | Sequence[int] | Tensor = 0,
+                  rows: _Index | None = None) -> Tensor:
+        """Each row's logsumexp from its shaped scores ``s`` (R, C), or (h, R, C) for ``h``
+        heads (hidden keys ``-inf``), the sink included: ``log(Σ_j exp(s_j) + exp(sink))``.
+        ``head`` selects the sink (an int, or one head per leading entry); ``rows`` (R,)
+        the query rows, needed only for per-row sinks (H, Lq). A row with no visible key
+        and no sink gets ``-inf``."""
         lse = torch.logsumexp(s, dim=-1)
         if self.sinks is None:
             return lse
         sink = self.sinks.to(s.device, lse.dtype)[torch.as_tensor(head, device=s.device)]
-        if sink.dim() == 1 and lse.dim() > 1:
-            sink = sink.reshape(-1, *([1] * (lse.dim() - 1)))
+        if self.sinks.dim() == 2:  # (H, Lq): one per row
+            if rows is None:
+                raise ValueError("per-row sinks (H, Lq) need the rows of the scores")
+            sink = sink[..., _as_positions("rows", rows, self.sinks.shape[1], s.device)]
+        elif lse.dim() > sink.dim():
+            sink = sink[..., None]
         return torch.logaddexp(lse, sink.expand_as(lse))
 
     def _causal_band(self, r: Tensor, c: Tensor | None, *, lq: int, lk: int) -> int | None:
@@ -407,7 +417,7 @@ def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
     lse = torch.full((h, q.shape[1]), float("-inf"), device=q.device)
     for hd, r0, r1, _c0, _c1, s in _tiles(q, k, shape, tile_rows):
         if s.shape[1] or shape.sinks is not None:
-            lse[hd, r0:r1] = shape.logsumexp(s, hd)
+            lse[hd, r0:r1] = shape.logsumexp(s, hd, range(r0, r1))
     return lse
 
 
@@ -428,9 +438,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, shape: ScoreShape, *,
     for hd, r0, r1, c0, c1, s in _tiles(q, k, shape, tile_rows):
         if not s.shape[1]:
             if shape.sinks is not None:
-                lse[hd, r0:r1] = shape.logsumexp(s, hd)
+                lse[hd, r0:r1] = shape.logsumexp(s, hd, range(r0, r1))
             continue
-        m = shape.logsumexp(s, hd)  # (rows,)
+        m = shape.logsumexp(s, hd, range(r0, r1))  # (rows,)
         lse[hd, r0:r1] = m
         p = s.sub_(m.masked_fill(m == float("-inf"), float("inf"))[:, None]).exp_()
         out[hd, r0:r1] = p @ vf[hd // group, c0:c1]

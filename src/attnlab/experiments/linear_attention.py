@@ -176,7 +176,7 @@ def run(
     fig = (_figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft)
            if plot else None)
     return Result(
-        NAME, CLAIM, CLAIM_ZH,
+        NAME, CLAIM, CLAIM_ZH, origin="attnlab",  # attnlab's addition, not the articles'
         quantity="max |recurrent (RNN) form − parallel causal form| (fp64)",
         quantity_zh="递归（RNN）形式与并行因果形式之差的最大绝对值（fp64）",
         measured=err, expected=0.0, tolerance=1e-10, checks=checks,

@@ -87,7 +87,7 @@ def run(
     checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5)]
     fig = _figure(scores, by_offset) if plot else None
     return Result(
-        NAME, CLAIM, CLAIM_ZH,
+        NAME, CLAIM, CLAIM_ZH, origin="attnlab",  # attnlab's addition, not the articles'
         quantity="max over m − n of the spread of ⟨R_m q, R_n k⟩ along its diagonal, / |q||k|",
         quantity_zh="⟨R_m q, R_n k⟩ 在每条对角线（m − n 固定）上的极差，对所有 m − n 取最大，"
                     "再除以 |q||k|",

@@ -297,11 +297,27 @@ def _load_path(path: Path, progress: bool) -> LoadedModel:
     except Exception as exc:
         raise ModelNotAvailableError(f"{path}: cannot load the model's weights "
                                      f"({_cause(exc)})") from exc
-    try:
-        tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as exc:
-        raise ModelNotAvailableError(f"{path} has no usable tokenizer ({_cause(exc)})") from exc
-    return _from_hf(path.name, model, tok, causal, str(path), {})
+    tok = None  # a folder without tokenizer files is traced from token ids, labelled by id
+    if _has_tokenizer_files(path):
+        try:
+            tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except Exception as exc:
+            raise ModelNotAvailableError(
+                f"{path} has no usable tokenizer ({_cause(exc)})") from exc
+    return _from_hf(path.name, model, tok, causal, str(path),
+                    {} if tok is not None else {"tokenizer": None})
+
+
+#: Files a Hugging Face tokenizer is read from (besides ``tokenizer*`` and ``*.tiktoken``).
+_TOKENIZER_FILES = frozenset({"vocab.json", "vocab.txt", "merges.txt", "spiece.model",
+                              "sentencepiece.bpe.model", "spm.model", "source.spm",
+                              "vocab.model", "bpe.codes"})
+
+
+def _has_tokenizer_files(path: Path) -> bool:
+    """Whether the folder holds any file a tokenizer is read from."""
+    return any(p.name.startswith("tokenizer") or p.name in _TOKENIZER_FILES
+               or p.suffix == ".tiktoken" for p in path.iterdir() if p.is_file())
 
 
 def _cause(exc: BaseException, limit: int = 300) -> str:

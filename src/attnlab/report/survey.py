@@ -32,10 +32,10 @@ from attnlab.report.html import BiText, ReportContext, Section, bilingual, escap
 __all__ = ["REPORT_TEXTS", "ZH", "build", "headline_text", "section_from", "write_page"]
 
 #: Texts the report section surveys (the first paragraphs of attnlab's docstrings).
-REPORT_TEXTS = 32
+REPORT_TEXTS = 24
 #: The report section's batched-versus-one-at-a-time check: texts, and its tolerance on
 #: every mean (float32 weights of a padded batch against an unpadded one).
-CHECK_TEXTS = 8
+CHECK_TEXTS = 6
 BATCH_TOL = 1e-6
 #: each head's profile is the mean row mass: 1 up to float32 rounding of the weights
 PROFILE_TOL = 1e-6

@@ -157,15 +157,26 @@ class Capture:
 def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
            ) -> Tensor | None:
     """records' ``name`` tensors at batch index ``bi`` stacked on a new first dim (L),
-    copied layer by layer (and each record's tensor dropped at once with ``release``)."""
+    copied layer by layer (and each record's tensor dropped at once with ``release``);
+    None when they differ in shape (k and v may differ in their number of heads)."""
     parts = [getattr(r, name) for r in records]
-    if any(p is None for p in parts) or len({tuple(p.shape) for p in parts}) != 1:
+    if any(p is None for p in parts):
         return None
-    out = torch.empty(len(parts), *parts[0].shape[1:], dtype=torch.float32)
+    shape = tuple(parts[0].shape)
+    heads = {p.shape[1] for p in parts}
+    if name in ("k", "v") and len({(p.shape[0], *p.shape[2:]) for p in parts}) == 1 and all(
+            max(heads) % n == 0 for n in heads):
+        # layers with fewer key/value heads (e.g. sliding layers with their own count) are
+        # stored at the largest count, each head repeated for the query heads it serves
+        shape = (shape[0], max(heads), *shape[2:])
+    elif len({tuple(p.shape) for p in parts}) != 1:
+        return None
+    out = torch.empty(len(parts), *shape[1:], dtype=torch.float32)
     big = parts[0].numel() * 4 >= _TRIM_BYTES
     del parts
     for i, r in enumerate(records):
-        out[i] = getattr(r, name)[bi]
+        part = getattr(r, name)[bi]
+        out[i] = part.repeat_interleave(shape[1] // part.shape[0], dim=0)
         if release:
             setattr(r, name, None)
             if big:

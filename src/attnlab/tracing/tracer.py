@@ -192,11 +192,15 @@ def _byte_decoder() -> dict[str, int]:
 
 def _id_labels(tokenizer: Any, ids: list[int]) -> list[str]:
     """Readable labels of single ids: the decoded text, or the bytes in hex when a token
-    holds only part of a character (never U+FFFD or byte-level mojibake)."""
+    holds only part of a character (never U+FFFD or byte-level mojibake); the id itself
+    when the tokenizer does not know it (no piece, or an empty one)."""
     pieces = tokenizer.convert_ids_to_tokens(ids)
     dec = None
     out = []
     for i, piece in zip(ids, pieces):
+        if not piece:
+            out.append(str(i))
+            continue
         text = tokenizer.decode([i])
         if "\ufffd" in text:
             dec = dec or _byte_decoder()
@@ -319,7 +323,8 @@ def trace(
         text = check_text(text_or_token_ids, "text")
         if tok is None:
             raise ValueError(
-                "text needs a tokenizer: pass tokenizer=..., or give token ids instead of text"
+                f"text needs a tokenizer and {loaded.name} has none: pass tokenizer=..., or "
+                "give token ids instead of text (their labels are then the ids)"
             )
         info = (_encode_hf(tok, text, loaded.name) if callable(tok) and hasattr(
             tok, "convert_ids_to_tokens") else _encode_plain(tok, text))

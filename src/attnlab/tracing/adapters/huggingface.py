@@ -64,6 +64,7 @@ CAUSAL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "gpt_neox", "gptj
 _OBSERVERS = "_attnlab_observers"  # attribute on an observed attention module
 _RULE = "_attnlab_rule"  # attribute on a mask our mask function returned: (causal, window)
 _KEYS = "_attnlab_keys"  # attribute on a mask our mask function returned: (B, Lk) real keys
+_LAST = "_attnlab_last"  # on an observed module: the q, k and mask of its last call
 
 
 # -- describing a model ---------------------------------------------------------------------
@@ -97,16 +98,27 @@ def max_length(config: Any, tokenizer: Any) -> int:
 
 def describe_model(model: nn.Module, tokenizer: Any = None,
                    causal: bool | None = None) -> dict[str, Any]:
-    """causal/layers/heads/head_dim/max_length/model_type of a Hugging Face model."""
+    """causal/layers/heads/head_dim/max_length/model_type of a Hugging Face model (0 for
+    a number the config does not state at the top level, e.g. per-layer head counts)."""
     c = model.config
-    heads = c.num_attention_heads
-    kv = getattr(c, "num_key_value_heads", None) or heads
-    hidden = getattr(c, "hidden_size", None) or c.n_embd
-    head_dim = getattr(c, "head_dim", None) or hidden // heads
+
+    def num(*names: str) -> int:
+        for n in names:
+            try:
+                v = getattr(c, n, None)
+            except Exception:  # configs that refuse a global read of a per-layer value
+                v = None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return 0
+
+    heads = num("num_attention_heads", "n_head")
+    hidden = num("hidden_size", "n_embd", "d_model")
+    head_dim = num("head_dim") or (hidden // heads if heads else 0)
     return {"causal": is_causal_config(c) if causal is None else causal,
-            "num_layers": c.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv,
-            "head_dim": head_dim, "max_length": max_length(c, tokenizer),
-            "model_type": c.model_type}
+            "num_layers": num("num_hidden_layers", "n_layer"), "num_heads": heads,
+            "num_kv_heads": num("num_key_value_heads") or heads, "head_dim": head_dim,
+            "max_length": max_length(c, tokenizer), "model_type": c.model_type}
 
 
 # -- the mask function ------------------------------------------------------------------------
@@ -237,8 +249,9 @@ def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
     return False, None, None, m
 
 
-def _sinks(module: nn.Module, kwargs: dict[str, Any], h: int) -> Tensor | None:
-    """The (H,) sink logits the call passes (``s_aux`` or ``sinks``), or None."""
+def _sinks(module: nn.Module, kwargs: dict[str, Any], h: int, lq: int) -> Tensor | None:
+    """The sink logits the call passes (``s_aux`` (H,) or ``sinks`` (B|1, H, Lq|1, 1)) as
+    (B|1, H, 1) or, one per query row, (B|1, H, Lq); None without sinks."""
     s = kwargs.get("s_aux")
     if s is None:
         s = kwargs.get("sinks")
@@ -247,16 +260,17 @@ def _sinks(module: nn.Module, kwargs: dict[str, Any], h: int) -> Tensor | None:
     if not isinstance(s, Tensor):
         raise UnreadableAttentionError(
             f"{type(module).__name__} passes sink logits as {type(s).__name__}, not a tensor")
-    t = s.detach().float()
+    t = s.detach()
     if t.dim() == 1 and t.shape[0] == h:
+        return t[None, :, None]
+    if t.dim() == 4 and t.shape[1] == h and t.shape[2] in (1, lq) and t.shape[3] == 1:
+        t = t[..., 0]
+        if t.shape[2] > 1 and torch.equal(t, t[:, :, :1].expand_as(t)):
+            t = t[:, :, :1]  # one per head after all
         return t
-    if t.dim() == 4 and t.shape[1] == h and t.shape[-1] == 1:  # (B|1, H, Lq|1, 1)
-        per_head = t[0, :, 0, 0]
-        if torch.equal(t, per_head[None, :, None, None].expand_as(t)):
-            return per_head
     raise UnreadableAttentionError(
-        f"{type(module).__name__} passes sink logits of shape {tuple(t.shape)} that are not "
-        f"one logit per head ({h}); attnlab records one sink logit per head"
+        f"{type(module).__name__} passes sink logits of shape {tuple(t.shape)}; attnlab "
+        f"records one sink logit per head ({h}) or per head and query row ({h}, {lq})"
     )
 
 
@@ -268,9 +282,12 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
     if dense is not None:
         d = dense.detach().cpu().float()
         bias = d.masked_fill(d <= torch.finfo(d.dtype).min / 2, float("-inf"))
-    sk = None if sinks is None else sinks.detach().cpu().float()
     out = []
     for bi in range(b):
+        sk = None
+        if sinks is not None:  # (B|1, H, Lq|1) -> (H,) or (H, Lq)
+            sk = sinks[bi if sinks.shape[0] > 1 else 0].detach().cpu().float()
+            sk = sk[:, 0] if sk.shape[1] == 1 else sk
         km = None
         if key_mask is not None:
             km = key_mask[bi if key_mask.shape[0] > 1 else 0].detach().cpu()
@@ -291,7 +308,7 @@ def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
     the same numbers as ``eager_attention_forward`` of Llama- and BERT-style models, so the
     output is theirs bit for bit, in O(tile · Lk) memory. ``dense`` (the model's own float
     mask, a position bias) is added before the rule and ``key_mask`` hide keys. With
-    ``sinks`` (H,) each row gets one more logit, the row's maximum is subtracted and the
+    ``sinks`` (B|1, H, Lq|1) each row gets one more logit, the row's maximum is subtracted and the
     sink's column is dropped after the softmax, as gpt-oss's eager path does. The row's
     log-sum-exp comes from the tile: ``lse = max_j s_ij − log max_j p_ij``; ``-inf`` for
     a row with no visible key (and no sink). ``rule`` gives the scale, soft-cap, causal and
@@ -316,8 +333,9 @@ def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
         if key_mask is not None:
             s.masked_fill_(~key_mask[:, None, None, :], low)
         top = None
-        if sinks is not None:
-            col = sinks.to(device=s.device, dtype=s.dtype).view(1, h, 1, 1)
+        if sinks is not None:  # (B|1, H, Lq|1)
+            col = sinks if sinks.shape[-1] == 1 else sinks[:, :, r0:r1]
+            col = col.to(device=s.device, dtype=s.dtype)[..., None]
             s = torch.cat([s, col.expand(b, h, rows, 1)], dim=-1)
             top = s.max(dim=-1, keepdim=True).values
             s = s - top
@@ -426,6 +444,8 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     else:
         return
     q, k, v = query[:, :, :nq], key[:, :, :nk], value[:, :, :nk]
+    if sinks is not None:
+        sinks = sinks[:, :, :nq]
     low = torch.finfo(query.dtype).min
     if mask_dense is not None:
         mask = mask_dense[..., :nq, :nk]
@@ -496,7 +516,7 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
         pb = position_bias[..., :lk]
         dense = pb if dense is None else dense + pb
-    sinks = _sinks(module, kwargs, h)
+    sinks = _sinks(module, kwargs, h, lq)
     if key_mask is not None and bool(key_mask.all()):
         key_mask = None
     shapes = _shapes(scale, causal, window, key_mask, softcap, dense, sinks, b)
@@ -517,8 +537,15 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
         out, lse = scaled_dot_product_attention(query, key, value, mask, causal=causal,
                                                 scale=scale, dropout_p=dropout,
                                                 return_lse=True)
-    for cap in list(module.__dict__.get(_OBSERVERS, ())):
-        _record(cap, module, query, key, value, lse, out, shapes)
+    observers = list(module.__dict__.get(_OBSERVERS, ()))
+    if observers:
+        last = module.__dict__.get(_LAST)
+        module.__dict__[_LAST] = (query, key, attention_mask)
+        repeat = (last is not None and last[0] is query and last[1] is key
+                  and last[2] is attention_mask)
+        if not repeat:  # a repeat: the same map again (differential attention, other values)
+            for cap in observers:
+                _record(cap, module, query, key, value, lse, out, shapes)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -567,9 +594,8 @@ def unreadable_reason(module: nn.Module) -> str | None:
     if _eager_function(module) is None:
         return (f"{cls.__name__} goes through the attention interface but {where} has no "
                 "eager_attention_forward to check attnlab's reading against")
-    if getattr(module, "config", None) is None:
-        return f"{cls.__name__} keeps no config, so its attention implementation cannot be set"
-    return f"{cls.__name__} is not an attention module attnlab recognises"
+    return (f"{cls.__name__} does not go through the attention interface of {where} (it "
+            "keeps no config to route it by), so attnlab has no softmax to read")
 
 
 class _HuggingFaceAdapter:
@@ -614,6 +640,7 @@ def _unobserve(m: nn.Module, cap: Sink) -> None:
         observers.remove(cap)
     if not observers:
         m.__dict__.pop(_OBSERVERS, None)
+        m.__dict__.pop(_LAST, None)
 
 
 #: The adapter for Hugging Face models.

@@ -835,6 +835,41 @@ def _survey(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@_command
+def _support(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "support",
+        help="which Hugging Face architecture families attnlab traces exactly",
+        description="The support matrix: every model family of the installed transformers; "
+        "each text decoder and encoder is built as a tiny random model and its trace checked "
+        "against the model's own eager attention (exact, refused with the reason, no "
+        "attention, not built); other kinds are listed as not yet. Exit 1 if a family is "
+        "traced wrongly (a defect).",
+    )
+    p.add_argument("--family", action="append", default=None, metavar="MODEL_TYPE",
+                   help="only this family, e.g. llama (repeatable)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    out.add_argument("--markdown", action="store_true",
+                     help="print only the matrix as a Markdown table (for the README)")
+
+    def run(args: argparse.Namespace) -> int:
+        from attnlab.tracing import support
+
+        results = support.support_matrix(args.family)
+        if args.json:
+            _emit_json(support.to_json(results))
+        elif args.markdown:
+            sys.stdout.write(support.to_markdown(results))
+        else:
+            for r in results:
+                print(f"{r.family:28} {r.kind:16} {r.status:13} {r.detail()}")
+            print(", ".join(f"{n} {s}" for s, n in support.counts(results).items() if n))
+        return 1 if any(r.status == "wrong" for r in results) else 0
+
+    p.set_defaults(func=run)
+
+
 # -- subcommands above this line; each registers itself with @_command -------------------
 
 

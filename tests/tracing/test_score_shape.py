@@ -29,20 +29,38 @@ def _dense_scores(q, k, shape: ScoreShape, head: int) -> torch.Tensor:
     keep = torch.ones(lq, lk, dtype=torch.bool)
     if shape.causal:
         keep &= causal_mask(lq, lk, window=shape.window)
+    elif shape.window is not None:  # a band: keys within distance < window, both sides
+        pos_q = torch.arange(lq)[:, None] + (lk - lq)
+        keep &= (torch.arange(lk)[None, :] - pos_q).abs() < shape.window
     if shape.key_mask is not None:
         keep &= shape.key_mask[None, :]
     return s.masked_fill(~keep, -math.inf)
+
+
+def _dense_softmax(q, k, shape: ScoreShape, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse, weights) of one head in float64: a sink logit is one more column of the
+    softmax, dropped afterwards (the rows then sum to less than 1)."""
+    s = _dense_scores(q, k, shape, head)
+    if shape.sinks is None:
+        return torch.logsumexp(s, -1), torch.softmax(s, -1)
+    sink = shape.sinks[head].double()
+    col = (sink if sink.dim() else sink.expand(1))[:, None].expand(s.shape[0], 1)
+    full = torch.cat([s, col], -1)
+    return torch.logsumexp(full, -1), torch.softmax(full, -1)[:, :-1]
 
 
 SHAPES = {
     "plain": dict(),
     "causal": dict(causal=True),
     "window": dict(causal=True, window=3),
+    "band": dict(window=3),  # bidirectional local attention (ModernBERT)
     "key_mask": dict(key_mask=torch.tensor([True, True, False, True, True, True, False, True,
                                             True, True, True, True])),
     "softcap": dict(causal=True, softcap=2.0),
     "alibi": dict(causal=True, alibi_slopes=alibi_slopes(2)),
     "bias": dict(bias=torch.randn(2, 9, 12, generator=torch.Generator().manual_seed(3))),
+    "sinks": dict(causal=True, sinks=torch.tensor([1.5, -0.5])),  # one logit per head
+    "row_sinks": dict(sinks=torch.randn(2, 9, generator=torch.Generator().manual_seed(4))),
 }
 
 
@@ -54,9 +72,8 @@ def test_shaped_weights_equal_the_dense_softmax(kind):
     shape = ScoreShape(scale=8 ** -0.5, **SHAPES[kind])
     lse = row_logsumexp(q, k, shape, tile_rows=4)
     for head in range(2):
-        ref_s = _dense_scores(q[head], k[0], shape, head)
-        ref = torch.softmax(ref_s, -1)
-        assert torch.allclose(lse[head].double(), torch.logsumexp(ref_s, -1), atol=1e-5)
+        ref_lse, ref = _dense_softmax(q[head], k[0], shape, head)
+        assert torch.allclose(lse[head].double(), ref_lse, atol=1e-5)
         rows = [0, 4, 8]
         got = shaped_weights(q[head, rows], k[0], lse[head, rows], shape, rows=rows, head=head,
                              lq=9, lk=12)
@@ -69,15 +86,14 @@ def test_shaped_weights_equal_the_dense_softmax(kind):
     both = shaped_weights(q, k.expand(2, -1, -1), lse, shape, rows=range(9), head=[0, 1],
                           lq=9, lk=12)
     for head in range(2):
-        ref = torch.softmax(_dense_scores(q[head], k[0], shape, head), -1)
+        ref = _dense_softmax(q[head], k[0], shape, head)[1]
         assert (both[head].double() - ref).abs().max() < 1e-6
     # the wrong rule: the same rows rebuilt without the shaping differ (except plain)
     if kind != "plain":
         bare = ScoreShape(scale=8 ** -0.5)
         wrong = shaped_weights(q[1, :9], k[0], row_logsumexp(q[1:], k, bare)[0], bare,
                                rows=range(9), head=1, lq=9, lk=12)
-        assert (wrong.double() - torch.softmax(_dense_scores(q[1], k[0], shape, 1), -1)
-                ).abs().max() > 1e-3
+        assert (wrong.double() - _dense_softmax(q[1], k[0], shape, 1)[1]).abs().max() > 1e-3
 
 
 def test_attend_equals_the_core_and_fully_masked_rows_are_zero():
@@ -99,8 +115,14 @@ def test_attend_equals_the_core_and_fully_masked_rows_are_zero():
 
 
 def test_score_shape_checks_its_arguments():
-    with pytest.raises(ValueError, match="window needs causal=True"):
-        ScoreShape(scale=1.0, window=2)
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        ScoreShape(scale=1.0, window=0)
+    with pytest.raises(ValueError, match="sinks must be a float tensor"):
+        ScoreShape(scale=1.0, sinks=torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="do not fit"):
+        ScoreShape(scale=1.0, sinks=torch.zeros(3)).check(num_heads=2, lq=4, lk=4)
+    with pytest.raises(ValueError, match="do not fit"):
+        ScoreShape(scale=1.0, sinks=torch.zeros(2, 5)).check(num_heads=2, lq=4, lk=4)
     with pytest.raises(ValueError, match="scale must be a finite float"):
         ScoreShape(scale=float("nan"))
     with pytest.raises(TypeError, match="causal must be a bool"):
@@ -122,6 +144,9 @@ def test_score_shape_checks_its_arguments():
     w = ScoreShape(scale=1.0, causal=True, window=4)
     assert w.key_range(10, 12, lq=20, lk=20) == (7, 12)
     assert w.key_range(10, 12, lq=10, lk=20) == (17, 20)
+    band = ScoreShape(scale=1.0, window=4)  # both sides: keys 10-3 .. 11+3
+    assert band.key_range(10, 12, lq=20, lk=20) == (7, 15)
+    assert band.key_range(0, 1, lq=20, lk=20) == (0, 4)
 
 
 def test_the_causal_band_shortcut_equals_the_general_rule(monkeypatch):
@@ -155,3 +180,24 @@ def test_the_causal_band_shortcut_equals_the_general_rule(monkeypatch):
                         lambda self, r, c, **kw: (None if late(self, r, c, **kw) is None
                                                   else late(self, r, c, **kw) + 1))
     assert not all(torch.equal(a, b) for a, b in zip(all_scores(), general))
+
+
+def test_attend_with_sinks_is_the_softmax_with_one_more_key_and_no_value():
+    """gpt-oss's eager formula: the sink is a column of the softmax whose value is zero."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(3, 2, 7, 4, generator=g).unbind(0)
+    for sinks in (torch.tensor([0.3, 2.0]), torch.randn(2, 7, generator=g)):
+        shape = ScoreShape(scale=0.5, causal=True, sinks=sinks)
+        out, lse = attend(q, k, v, shape, tile_rows=3)
+        s = (q @ k.mT * 0.5).masked_fill(~causal_mask(7), -math.inf)
+        col = (sinks[:, None] if sinks.dim() == 1 else sinks).expand(2, 7)[..., None]
+        p = torch.softmax(torch.cat([s, col], -1), -1)
+        assert torch.allclose(out, p[..., :-1] @ v, atol=1e-6)
+        assert torch.allclose(lse, torch.logsumexp(torch.cat([s, col], -1), -1), atol=1e-6)
+        assert bool((p[..., :-1].sum(-1) < 1).all())  # the sink took a share of every row
+        # without the sink the same q, k give other weights and another output
+        plain, _ = attend(q, k, v, ScoreShape(scale=0.5, causal=True))
+        assert (plain - out).abs().max() > 1e-3
+    rows_only = ScoreShape(scale=1.0, sinks=torch.zeros(2, 7))
+    with pytest.raises(ValueError, match="per-row sinks"):
+        rows_only.logsumexp(torch.zeros(3, 5), head=0)

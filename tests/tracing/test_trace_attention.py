@@ -1,5 +1,6 @@
 """AttentionTrace: weights on demand equal the dense softmax, both kinds of trace, merges,
-the dense budget, and the file format (version 2, version 1 still read, bad files refused)."""
+the dense budget, and the file format (version 3, versions 2 and 1 still read, bad files
+refused)."""
 
 from __future__ import annotations
 
@@ -177,7 +178,7 @@ def test_arguments_are_checked():
 # -- files --------------------------------------------------------------------------------
 
 
-def test_v2_round_trip_keeps_everything(tmp_path):
+def test_round_trip_keeps_everything(tmp_path):
     km = torch.tensor([True] * 10 + [False])
     shapes = [ScoreShape(scale=0.3, causal=True, window=4, key_mask=km, softcap=3.0),
               ScoreShape(scale=0.3, causal=True, key_mask=km,
@@ -195,10 +196,60 @@ def test_v2_round_trip_keeps_everything(tmp_path):
     assert torch.equal(back.weights, t.weights) and torch.equal(back.v, t.v)
     header = json.loads(path.read_bytes()[8: 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]])
     meta = json.loads(header["__metadata__"]["attnlab"])
-    assert meta["format_version"] == FORMAT_VERSION == 2
+    assert meta["format_version"] == FORMAT_VERSION == 3
     assert "shapes.1.key_mask" not in header  # the same key mask is stored once
     # the file holds q, k, v, lse: O(N·d), never (N, N) weights
     assert "weights" not in header and header["k"]["shape"] == [L, HKV, N, D]
+
+
+def _rewrite_metadata(path, edit) -> None:
+    """Edit the attnlab metadata of a trace file in place (the tensors stay as they are)."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8: 8 + n])
+    meta = json.loads(header["__metadata__"]["attnlab"])
+    edit(meta)
+    header["__metadata__"]["attnlab"] = json.dumps(meta)
+    new = json.dumps(header).encode()
+    new += b" " * (-len(new) % 8)
+    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+
+
+def test_sinks_and_bands_round_trip_and_need_version_3(tmp_path):
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    shapes = [ScoreShape(scale=0.3, causal=True, window=3, sinks=sinks),
+              ScoreShape(scale=0.3, window=3, sinks=torch.randn(H, N))]  # a band, per-row sinks
+    q, k, v = _qk(2)
+    lse = torch.stack([row_logsumexp(q[i], k[i], shapes[i]) for i in range(L)])
+    t = AttentionTrace(tokens=[f"t{i}" for i in range(N)], q=q, k=k, v=v, lse=lse,
+                       shapes=shapes, model="toy")
+    assert bool((t.weights.sum(-1) < 1).all())  # every row gave the sink a share
+    path = t.save(tmp_path / "s.safetensors")
+    back = AttentionTrace.load(path)
+    assert torch.equal(back.shapes[0].sinks, sinks) and back.shapes[1].window == 3
+    assert not back.shapes[1].causal and torch.equal(back.weights, t.weights)
+    # the same file calling itself version 2 is refused: version 2 has no sinks, no bands
+    _rewrite_metadata(path, lambda m: m.update(format_version=2))
+    with pytest.raises(TraceFormatError, match="only format_version 3 holds"):
+        AttentionTrace.load(path)
+    # a trace without them, labelled version 2 as attnlab 0.2 wrote it, still loads
+    plain = _trace(ScoreShape(scale=0.3, causal=True, window=4))
+    p2 = plain.save(tmp_path / "v2.safetensors")
+    _rewrite_metadata(p2, lambda m: m.update(format_version=2))
+    assert torch.equal(AttentionTrace.load(p2).weights, plain.weights)
+
+
+def test_a_dense_trace_with_sinks_may_have_rows_below_one(tmp_path):
+    shape = ScoreShape(scale=0.3, causal=True, sinks=torch.full((H,), 3.0))
+    t = _trace(shape)
+    dense = AttentionTrace(tokens=t.tokens, weights=t.weights, shapes=shape)
+    back = AttentionTrace.load(dense.save(tmp_path / "d.safetensors"))
+    assert torch.equal(back.weights, t.weights)
+    # without the sink the same rows are refused: they do not sum to 1
+    bare = AttentionTrace(tokens=t.tokens, weights=t.weights,
+                          shapes=ScoreShape(scale=0.3, causal=True))
+    with pytest.raises(TraceFormatError, match="do not sum to 1"):
+        AttentionTrace.load(bare.save(tmp_path / "b.safetensors"))
 
 
 def _write_v1(path, tensors, meta):
@@ -237,7 +288,7 @@ def test_v1_files_still_load(tmp_path):
     ("token_ids", [1, "2", 3], "'token_ids' must be null or a list of ints"),
     ("scale", float("inf"), "'scale' must be null or a finite float"),
     ("meta", [1], "'meta' must be a JSON object"),
-    ("format_version", 3, "format_version 3"),
+    ("format_version", 4, "format_version 4"),
     ("causal", "yes", "'causal' must be a bool"),
 ])
 def test_bad_metadata_is_refused_naming_the_field(tmp_path, field, value, message):

@@ -311,9 +311,9 @@ CLAIMS: tuple[Claim, ...] = (
         "000-score-is-dot-product", "000", "claim",
         "的每一列（上下文词的 Key 向量）的点积",
         "Entry (i, j) of QKᵀ is the dot product of query i with key j (checked on the scores "
-        "attnlab computes for real projected queries and keys).",
-        "QKᵀ 的第 (i, j) 个元素就是第 i 个查询与第 j 个键的点积（在真实投影得到的查询与键上，"
-        "以 attnlab 计算出的分数检验）。",
+        "attnlab computes for queries and keys projected by an untrained attention layer).",
+        "QKᵀ 的第 (i, j) 个元素就是第 i 个查询与第 j 个键的点积"
+        "（在未经训练的注意力层投影得到的查询与键上，以 attnlab 计算出的分数检验）。",
         _v("dot-product-geometry:headline"),
     ),
     Claim(

@@ -1,5 +1,5 @@
 """The report: one self-contained HTML page in which every claim is computed, drawn and
-marked pass/fail (``attnlab report``, ``make report``).
+given the verdict its numbers support (``attnlab report``, ``make report``).
 
 The layers below return data — parity errors, experiment ``Result``s with their own
 figures, traces, head diagnostics, training metrics — and this package alone turns them
@@ -8,11 +8,14 @@ into the page. One module per part, each with a ``build(ctx)`` section builder:
 =============  =====================================  ==========================================
 part           module                                 from
 =============  =====================================  ==========================================
+claims         :mod:`attnlab.report.claims`           :mod:`attnlab.experiments.claims` (runs
+                                                      the experiments once for both parts)
 parity         :mod:`attnlab.report.parity`           :mod:`attnlab.experiments.parity`
 experiments    :mod:`attnlab.report.experiments`      :func:`attnlab.experiments.run_all`
 explorer       :mod:`attnlab.report.explorer`         MiniLM (loaded here) + the viz explorer
 real-models    :mod:`attnlab.report.real_models`      MiniLM and SmolLM2 (loaded here), analysis
 long-contexts  :mod:`attnlab.report.long_contexts`    SmolLM2 to 8,192 tokens, one process a point
+survey         :mod:`attnlab.report.survey`           :mod:`attnlab.analysis.survey` on SmolLM2
 trained        :mod:`attnlab.report.trained_model`    :mod:`attnlab.train.summary`
 =============  =====================================  ==========================================
 
@@ -21,7 +24,7 @@ nothing below it builds a :class:`Section`.
 
 >>> from attnlab.report import PROVIDERS
 >>> list(PROVIDERS)
-['parity', 'experiments', 'explorer', 'real-models', 'long-contexts', 'trained']
+['claims', 'parity', 'experiments', 'explorer', 'real-models', 'long-contexts', 'survey', 'trained']
 """
 
 from attnlab.report.html import ReportContext, Section

@@ -114,8 +114,7 @@ _MULTIMODAL = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "DOCUMENT_QUESTION_ANSWERI
                "VISUAL_QUESTION_ANSWERING", "TEXT_RECOGNITION", "RETRIEVAL")
 _SPEECH = ("AUDIO_CLASSIFICATION", "AUDIO_FRAME_CLASSIFICATION", "AUDIO_XVECTOR", "CTC",
            "SPEECH_SEQ_2_SEQ", "TEXT_TO_SPECTROGRAM", "TEXT_TO_WAVEFORM", "RNNT", "TDT")
-_SERIES = ("TIME_SERIES_CLASSIFICATION", "TIME_SERIES_PREDICTION", "TIME_SERIES_REGRESSION",
-           "DECISION")
+_SERIES = ("TIME_SERIES_CLASSIFICATION", "TIME_SERIES_PREDICTION", "TIME_SERIES_REGRESSION")
 _ENCODER = ("MASKED_LM", "TEXT_ENCODING", "SEQUENCE_CLASSIFICATION", "TOKEN_CLASSIFICATION",
             "QUESTION_ANSWERING", "MULTIPLE_CHOICE", "NEXT_SENTENCE_PREDICTION")
 #: The reason given for each kind that is listed but not checked.
@@ -125,7 +124,7 @@ NOT_YET = {
     "speech": "not yet: speech or audio input",
     "vision": "not yet: image or video input",
     "multimodal": "not yet: image or audio input alongside text",
-    "time series": "not yet: time-series or trajectory input",
+    "time series": "not yet: time-series input",
     "other": "not yet: a part of a larger model or another input, in no text task mapping",
 }
 

@@ -351,12 +351,13 @@ def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int
 _LOADED = ("model", "tokenizer", "name", "causal", "max_length")
 
 
-def _check_loaded(model: Any) -> None:
-    missing = [a for a in _LOADED if not hasattr(model, a)]
+def _check_loaded(model: Any, needs: tuple[str, ...] = _LOADED) -> None:
+    """Refuse anything but an already-loaded model that has every attribute in ``needs``."""
+    missing = [a for a in needs if not hasattr(model, a)]
     if missing:
         raise TypeError(
             "model must be an already-loaded model (as attnlab.models.load gives: with "
-            f"{', '.join(_LOADED)}), got {type(model).__name__}"
+            f"{', '.join(needs)}), got {type(model).__name__}"
             + (" (load it by name first)" if isinstance(model, str) else
                f" without {', '.join(missing)}"))
 

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.analysis.heads import _check_loaded as _check_loaded_as
 from attnlab.analysis.scores import _SUMS, _scan, _scores_from_sums
 from attnlab.core.weights import shaped_weights
 from attnlab.tracing.adapters.huggingface import is_hf_model
@@ -333,13 +334,7 @@ _LOADED = ("model", "tokenizer", "name", "causal", "num_layers", "max_length")
 
 
 def _check_loaded(model: Any) -> None:
-    missing = [a for a in _LOADED if not hasattr(model, a)]
-    if missing:
-        raise TypeError(
-            "model must be an already-loaded model (as attnlab.models.load gives: with "
-            f"{', '.join(_LOADED)}), got {type(model).__name__}"
-            + (" (load it by name first)" if isinstance(model, str) else
-               f" without {', '.join(missing)}"))
+    _check_loaded_as(model, _LOADED)
 
 
 def literature_ids(tokenizer: Any, text: str) -> list[int]:

@@ -24,14 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, entropy, label_axes, new_figure, seeded
 from ._result import Result
-from .scaling_training import RecallConfig, recall_batch
+from .scaling_training import RecallConfig, fit_recall
 
 NAME = "init-scale"
 CLAIM = ("Article 001's tip, initialising the linear layers small (nn.init.xavier_normal_ "
@@ -142,16 +141,7 @@ def train(scheme: str, gain: float, c: InitTrainConfig, seed: int,
     with seeded(seed) as g:
         model = RecallAttention(task.n_keys, _attention(scheme, c.embed_dim, c.heads, gain,
                                                         make))
-        opt = torch.optim.Adam(model.parameters(), lr=c.lr)
-        losses = []
-        for _ in range(c.steps):
-            tokens, target = recall_batch(task, g)
-            loss = F.cross_entropy(model(tokens), target)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-    return losses
+        return fit_recall(model, task, g, c.steps, c.lr)
 
 
 def _initial(scheme: str, gain: float, x: Tensor, heads: int, seed: int,

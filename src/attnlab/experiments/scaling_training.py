@@ -87,20 +87,25 @@ def recall_batch(c: RecallConfig, g: torch.Generator) -> tuple[Tensor, Tensor]:
     return tokens, vals.gather(1, pick[:, None])[:, 0]
 
 
+def fit_recall(model: nn.Module, c: RecallConfig, g: torch.Generator, steps: int,
+               lr: float) -> list[float]:
+    """Train ``model`` with Adam on ``steps`` recall batches drawn from ``g``; loss per step."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        tokens, target = recall_batch(c, g)
+        loss = F.cross_entropy(model(tokens), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def train(c: RecallConfig, scale: float | None, seed: int) -> list[float]:
     """Loss per step of one run (initial weights and batches fixed by ``seed``)."""
     with seeded(seed) as g:
-        model = RecallModel(c, scale)
-        opt = torch.optim.Adam(model.parameters(), lr=c.lr)
-        losses = []
-        for _ in range(c.steps):
-            tokens, target = recall_batch(c, g)
-            loss = F.cross_entropy(model(tokens), target)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-    return losses
+        return fit_recall(RecallModel(c, scale), c, g, c.steps, c.lr)
 
 
 def run(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -151,24 +152,7 @@ class TransformerEncoderLayer(_Layer):
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
         """Copy a ``torch.nn.TransformerEncoderLayer`` (its activation must be relu/gelu)."""
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(
-                f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
-            )
-        name = _torch_activation(layer)
-        sa = layer.self_attn
-        ours = cls(
-            sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
-            name, float(layer.norm1.eps), bool(layer.norm_first),
-            bias=sa.in_proj_bias is not None,
-        )
-        ours.self_attn = MultiHeadAttention.from_torch(sa)
-        ours.ff.linear1.load_state_dict(layer.linear1.state_dict())
-        ours.ff.linear2.load_state_dict(layer.linear2.state_dict())
-        ours.norm1.load_state_dict(layer.norm1.state_dict())
-        ours.norm2.load_state_dict(layer.norm2.state_dict())
-        ref = layer.linear1.weight
-        return ours.to(device=ref.device, dtype=ref.dtype).train(layer.training)
+        return _from_torch_layer(cls, layer, nn.TransformerEncoderLayer, norms=2)
 
 
 class TransformerDecoderLayer(_Layer):
@@ -219,25 +203,30 @@ class TransformerDecoderLayer(_Layer):
         ``memory_key_padding_mask`` (True = padding) correspond to ``causal=True`` and
         ``key_mask`` / ``memory_key_mask`` (True = real token) here.
         """
-        if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(
-                f"layer must be a torch.nn.TransformerDecoderLayer, got {type(layer).__name__}"
-            )
-        name = _torch_activation(layer)
-        sa = layer.self_attn
-        ours = cls(
-            sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
-            name, float(layer.norm1.eps), bool(layer.norm_first),
-            bias=sa.in_proj_bias is not None,
-        )
-        ours.self_attn = MultiHeadAttention.from_torch(sa)
-        ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
-        ours.ff.linear1.load_state_dict(layer.linear1.state_dict())
-        ours.ff.linear2.load_state_dict(layer.linear2.state_dict())
-        for i in (1, 2, 3):
-            getattr(ours, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
-        ref = layer.linear1.weight
-        return ours.to(device=ref.device, dtype=ref.dtype).train(layer.training)
+        ours = _from_torch_layer(cls, layer, nn.TransformerDecoderLayer, norms=3)
+        ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn).to(
+            device=layer.linear1.weight.device, dtype=layer.linear1.weight.dtype)
+        return ours.train(layer.training)
+
+
+def _from_torch_layer(cls: type, layer: nn.Module, kind: type, norms: int) -> Any:
+    """An attnlab layer of ``cls`` with the self-attention, feed-forward and ``norms``
+    LayerNorms of torch's ``layer`` (an instance of ``kind``), on its device and dtype."""
+    if not isinstance(layer, kind):
+        raise TypeError(f"layer must be a torch.nn.{kind.__name__}, got {type(layer).__name__}")
+    sa = layer.self_attn
+    ours = cls(
+        sa.embed_dim, sa.num_heads, layer.linear1.out_features, float(layer.dropout.p),
+        _torch_activation(layer), float(layer.norm1.eps), bool(layer.norm_first),
+        bias=sa.in_proj_bias is not None,
+    )
+    ours.self_attn = MultiHeadAttention.from_torch(sa)
+    ours.ff.linear1.load_state_dict(layer.linear1.state_dict())
+    ours.ff.linear2.load_state_dict(layer.linear2.state_dict())
+    for i in range(1, norms + 1):
+        getattr(ours, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+    ref = layer.linear1.weight
+    return ours.to(device=ref.device, dtype=ref.dtype).train(layer.training)
 
 
 def _check_tokens(name: str, idx: object, vocab: int) -> Tensor:

@@ -12,9 +12,13 @@ inputs); with ``context=True`` they also keep each head's output (B, H, Lq, dv).
 Each kind of model is read by an adapter (:mod:`attnlab.tracing.adapters`): attnlab modules
 through their hook points, ``torch.nn.MultiheadAttention`` through a forward pre-hook that
 recomputes q, k, v from its weights, Hugging Face models through an attention function
-registered with transformers. Adapters only mark the modules they observe; nothing global
-changes, so capturing one model never changes the path of another, and everything is put
-back in ``finally``.
+registered with transformers, and the Hugging Face modules that compute their softmax
+inline (BLOOM, MPT, Falcon) through hooks of their own. A model holding an attention module
+that no adapter reads is refused before it runs
+(:class:`~attnlab.tracing.adapters._base.UnreadableAttentionError`, naming the class and
+what is missing): a trace without it would be silently incomplete. Adapters only mark the
+modules they observe; nothing global changes, so capturing one model never changes the
+path of another, and everything is put back in ``finally``.
 
 >>> import torch
 >>> mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()

@@ -20,9 +20,10 @@ from __future__ import annotations
 from attnlab.tracing.adapters._base import Adapter, AttentionRecord, Handle, Restore, Sink
 from attnlab.tracing.adapters.attnlab import ADAPTER as ATTNLAB
 from attnlab.tracing.adapters.huggingface import ADAPTER as HUGGINGFACE
+from attnlab.tracing.adapters.inline import ADAPTER as INLINE
 from attnlab.tracing.adapters.torch_mha import ADAPTER as TORCH_MHA
 
 __all__ = ["ADAPTERS", "Adapter", "AttentionRecord", "Handle", "Restore", "Sink"]
 
 #: The adapters capture tries, in order; the first that matches a module reads it.
-ADAPTERS: tuple[Adapter, ...] = (ATTNLAB, TORCH_MHA, HUGGINGFACE)
+ADAPTERS: tuple[Adapter, ...] = (ATTNLAB, TORCH_MHA, INLINE, HUGGINGFACE)

@@ -7,22 +7,36 @@ implementation named ``"attnlab"`` in both (inert for every model whose config d
 name it) and, while capturing, points the configs of the observed attention modules at it
 and marks those modules. Then, for each attention call:
 
-* the **mask function** (called once per forward and mask kind) does not build the
-  N x N mask. It recognises the model's rule (bidirectional, causal, causal sliding
-  window), checks it exactly against the model's own mask function tile by tile, and
-  returns only the (B, 1, 1, Lk) key mask from the 2-D padding mask, labelled with the
-  rule. A mask no rule describes is built densely as the model would (short inputs only);
-* the **attention function** computes the attention without an N x N tensor: up to
-  :data:`EAGER_ORDER_MAX_TOKENS` tokens in the eager path's own order of operations, by
-  tiles of rows (:func:`_eager_order`: the model's outputs equal its eager outputs bit for
-  bit), beyond that with attnlab's
+* the **mask function** (called once per forward and mask kind) recognises the model's
+  rule (bidirectional, causal, causal sliding window, or a band around each query as
+  ModernBERT's local layers use), checks it exactly against the model's own mask function
+  tile by tile, and returns the model's own eager mask labelled with the rule and the
+  padding's key mask, so that a model that builds something from its mask (Doge) builds it
+  from the real one. Above :data:`DENSE_MASK_MAX_ENTRIES` it returns only the labelled
+  (B, 1, 1, Lk) key mask (O(N)); a model that then changes its mask is refused. A mask no
+  rule describes is the model's own, unlabelled, kept densely (short inputs only);
+* the **attention function** reads the call: scale (any ``scaling``), soft-cap, sliding
+  window, a position bias, sink logits (``s_aux``, or per-row ``sinks``). It computes the
+  attention without an N x N tensor: up to :data:`EAGER_ORDER_MAX_TOKENS` tokens in the
+  eager path's own order of operations, by tiles of rows (:func:`_eager_order`: the model's
+  outputs equal its eager outputs bit for bit), beyond that with attnlab's
   :func:`~attnlab.core.functional.scaled_dot_product_attention` (``return_lse=True``:
   torch's fused CPU kernel or the chunked backend, O(N·d) memory, float32 rounding that
   differs from eager's as the model's own ``sdpa`` path does). Grouped key/value heads are
-  never repeated. It records q, k, v (after RoPE), the log-sum-exp and the
-  :class:`~attnlab.core.scores.ScoreShape` for the captures that marked the module, and
-  returns the output the model expects; while captured, the model returns no attention
-  weights (``output_attentions``).
+  never repeated. Every call is also run through the module's own
+  ``eager_attention_forward`` on its first :data:`CHECK_TOKENS` tokens, with the mask the
+  model passed: attnlab's weights and output must equal it there, or the call raises
+  :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` naming the module (a
+  module that shapes its scores in a way attnlab does not record is refused, never traced
+  wrongly). It records q, k, v (after RoPE), the log-sum-exp and the
+  :class:`~attnlab.core.scores.ScoreShape` for the captures that marked the module (a
+  second call with the same q, k and mask, as differential attention makes, is the same
+  map and is recorded once), and returns the output the model expects; while captured,
+  the model returns no attention weights (``output_attentions``).
+
+A module whose modeling file has no attention interface or no ``eager_attention_forward``
+is not read here (:func:`unreadable_reason` says why); :mod:`attnlab.tracing.adapters
+.inline` reads some of them, and capture refuses the others before the model runs.
 
 Everything is put back in ``finally``. The helpers that describe a Hugging Face model
 (:func:`is_causal_config`, :func:`max_length`, :func:`describe_model`) live here too, so
@@ -76,11 +90,22 @@ def is_hf_model(model: object) -> bool:
 
 
 def is_causal_config(config: Any) -> bool:
-    """Whether a Hugging Face config describes a decoder (causal) model."""
+    """Whether a Hugging Face config describes a decoder (causal) model: its architectures
+    say so, it is marked a decoder, or (a config made in code, without architectures) its
+    model type has a causal-LM model and no masked-LM one in transformers' auto mappings."""
     archs = getattr(config, "architectures", None) or []
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
         return True
-    return bool(getattr(config, "is_decoder", False)) or config.model_type in CAUSAL_TYPES
+    if bool(getattr(config, "is_decoder", False)) or config.model_type in CAUSAL_TYPES:
+        return True
+    if archs or getattr(config, "is_encoder_decoder", False):
+        return False
+    try:
+        from transformers.models.auto import modeling_auto as auto
+    except ImportError:
+        return False
+    return (config.model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+            and config.model_type not in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def max_length(config: Any, tokenizer: Any) -> int:
@@ -420,15 +445,18 @@ def _prefix_kwargs(kwargs: dict[str, Any], lq: int, lk: int, nq: int, nk: int
 
 
 def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                 rule: ScoreShape, key_mask: Tensor | None, mask_dense: Tensor | None,
+                 rule: ScoreShape, key_mask: Tensor | None, given: Tensor | None,
                  ours_dense: Tensor | None, sinks: Tensor | None,
                  kwargs: dict[str, Any]) -> None:
     """Run the module's own eager attention on the call's first :data:`CHECK_TOKENS` tokens
     and require attnlab's weights (``exp(s − lse)`` under the recorded shapes) and output
     to equal it; raise :class:`UnreadableAttentionError` otherwise.
 
-    ``mask_dense`` is the model's own float mask (what eager adds), ``ours_dense`` the
-    dense additive term attnlab records (the mask plus any position bias)."""
+    ``given`` is the mask the model passed: when it is a full (B, H|1, Lq, Lk) mask, eager
+    gets it as it is (so attnlab's reading of it is checked too); a key mask only (long
+    inputs) is rebuilt from the rule attnlab read, which its mask function was checked
+    against. ``ours_dense`` is the dense additive term attnlab records (a mask no rule
+    describes, a position bias)."""
     fn = _eager_function(module)
     name = type(module).__name__
     if fn is None:
@@ -447,8 +475,12 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     if sinks is not None:
         sinks = sinks[:, :, :nq]
     low = torch.finfo(query.dtype).min
-    if mask_dense is not None:
-        mask = mask_dense[..., :nq, :nk]
+    if isinstance(given, Tensor) and given.dim() == 4 and given.shape[-2] == lq and (
+            given.shape[-1] >= lk):
+        mask = given[..., :nq, :nk]
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=q.device).masked_fill_(
+                ~mask, low)
     else:
         keep = rule.visible(torch.arange(nq, device=q.device), None, lq=nq, lk=nk)
         keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device) if keep is None else keep
@@ -513,7 +545,6 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     softcap = None if softcap is None else float(softcap)
     causal, window, key_mask, dense = _read_mask(module, attention_mask, kwargs.get("is_causal"),
                                                  kwargs.get("sliding_window"), lk)
-    mask_dense = dense
     position_bias = kwargs.get("position_bias")
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
         pb = position_bias[..., :lk]
@@ -525,7 +556,7 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     dropout = float(kwargs.get("dropout") or 0.0)
     rule = ScoreShape(scale=scale, causal=causal, window=window, softcap=softcap)
     if not (module.training and dropout > 0.0):
-        _check_eager(module, query, key, value, rule, key_mask, mask_dense, dense, sinks,
+        _check_eager(module, query, key, value, rule, key_mask, attention_mask, dense, sinks,
                      kwargs)
     if (softcap is not None or dense is not None or sinks is not None
             or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS):

@@ -1,0 +1,230 @@
+"""The support matrix (attnlab.tracing.support): every text decoder and encoder family of the
+installed transformers, each as a tiny random model, traced and checked against its own
+eager attention; no family may be traced wrongly, at least 50 exactly; refusals and
+families not yet covered carry their reason; the checks themselves catch a wrong trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attnlab.tracing.adapters.huggingface as hf  # noqa: E402
+import attnlab.tracing.support as support  # noqa: E402
+from attnlab.core.scores import ScoreShape  # noqa: E402
+from attnlab.tracing import AttentionTrace, UnreadableAttentionError, capture, trace  # noqa: E402
+
+FAMILIES = support.text_families()
+
+
+@pytest.fixture(scope="module")
+def matrix() -> dict[str, support.FamilyResult]:
+    """Every text family checked once (one thread, tiny models: well under a minute)."""
+    return {r.family: r for r in support.support_matrix(FAMILIES)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_is_exact_or_says_why(matrix, family):
+    r = matrix[family]
+    assert r.status != "wrong", r.reason  # a trace that does not match is a defect
+    assert r.status in support.STATUSES and r.kind in ("decoder", "encoder")
+    if r.status == "exact":
+        assert r.max_weight_error <= support.EXACT_TOL
+        assert r.max_recompute_error <= support.RECOMPUTE_TOL
+        assert r.layers >= 1 and r.heads >= 1 and r.reason == ""
+    else:
+        assert r.reason.startswith(f"{r.status}: ") and len(r.reason) > 40
+    if r.status == "refused":  # names the module class and what is missing
+        assert "Attention" in r.reason and r.model_class in r.reason
+
+
+def test_the_matrix_counts_and_the_families_that_matter(matrix):
+    counts = support.counts(matrix.values())
+    assert counts["exact"] >= 50 and counts["wrong"] == 0
+    exact = {f: r for f, r in matrix.items() if r.status == "exact"}
+    for f in ("bert", "roberta", "distilbert", "gpt2", "gpt_neox", "opt", "llama", "mistral",
+              "qwen2", "qwen3", "gemma", "gemma2", "phi3", "modernbert", "smollm3", "gpt_oss"):
+        assert f in exact, (f, matrix[f].reason)
+    # what shapes the scores is recorded, and named
+    assert "soft-cap" in exact["gemma2"].features
+    assert any(x.startswith("window 4") for x in exact["mistral"].features)
+    assert any("alternating" in x for x in exact["gemma2"].features)
+    assert any(x.startswith("window") for x in exact["modernbert"].features)  # a band
+    assert "sink logits" in exact["gpt_oss"].features
+    assert "scale ≠ 1/√d" in exact["gemma2"].features  # query_pre_attn_scalar
+    # inline softmax with ALiBi: read through their own route, slopes kept per head
+    for f in ("bloom", "mpt", "falcon"):
+        assert f in exact, (f, matrix[f].reason)
+    assert "ALiBi" in exact["bloom"].features and "ALiBi" in exact["mpt"].features
+    # other modules that compute their softmax inline are refused, by name
+    for f, cls in (("gpt_neo", "GPTNeoSelfAttention"), ("deberta-v2", "DisentangledSelfAttention"),
+                   ("xlnet", "XLNetRelativeAttention")):
+        assert matrix[f].status == "refused" and cls in matrix[f].reason
+        assert "no eager_attention_forward" in matrix[f].reason
+
+
+def test_other_kinds_are_listed_as_not_yet_with_the_reason():
+    kinds = dict(support.families())
+    assert kinds["t5"] == kinds["bart"] == "encoder-decoder"
+    assert kinds["vit"] == "vision" and kinds["whisper"] == "speech"
+    assert kinds["llama"] == "decoder" and kinds["bert"] == "encoder"
+    for f in ("t5", "vit", "whisper"):
+        r = support.check_family(f)
+        assert r.status == "not yet" and r.reason == support.NOT_YET[kinds[f]]
+    assert "encoder–decoder" in support.check_family("t5").reason
+    with pytest.raises(ValueError, match="family must be a model type"):
+        support.check_family("no-such-family")
+
+
+def _traced(family: str):
+    model = support.tiny_model(family)
+    ids = torch.randint(3, 80, (1, support.SEQ_LEN), generator=torch.Generator().manual_seed(0))
+    maps = support.eager_maps(model, ids)
+    return trace(model, ids[0].tolist()), maps, ids[0].tolist()
+
+
+def _reshaped(t: AttentionTrace, **change) -> AttentionTrace:
+    """The same q, k, lse under other shapes: a deliberately wrong record."""
+    shapes = [ScoreShape(**{"scale": s.scale, "causal": s.causal, "window": s.window,
+                            "softcap": s.softcap, "sinks": s.sinks, **change})
+              for s in t.shapes]
+    return AttentionTrace(tokens=t.tokens, q=t.q, k=t.k, lse=t.lse, shapes=shapes,
+                          token_ids=t.token_ids)
+
+
+@pytest.mark.parametrize(("family", "change"), [
+    ("gemma2", {"softcap": None}), ("mistral", {"window": None}), ("gpt_oss", {"sinks": None}),
+    ("llama", {"causal": False}), ("llama", {"scale": 0.5}),
+])
+def test_the_check_tells_a_wrong_trace(family, change):
+    t, maps, ids = _traced(family)
+    errors, problems = support.judge(t, maps, ids)
+    assert problems == [] and errors["weights"] <= support.EXACT_TOL
+    _, wrong = support.judge(_reshaped(t, **change), maps, ids)
+    assert wrong  # the shaping left out (or changed) is seen
+    relabelled = AttentionTrace(tokens=["x"] * len(ids), q=t.q, k=t.k, lse=t.lse,
+                                shapes=t.shapes, token_ids=ids)
+    assert "labels are not the token ids" in support.judge(relabelled, maps, ids)[1]
+
+
+def _drop_window(read):
+    def wrapped(*args, **kwargs):
+        causal, _window, key_mask, dense = read(*args, **kwargs)
+        return causal, None, key_mask, dense
+    return wrapped
+
+
+@pytest.mark.parametrize(("family", "patch", "value"), [
+    ("gpt_oss", "_sinks", lambda real: lambda *a: None),  # the sink logits left out
+    ("mistral", "_read_mask", _drop_window),  # the sliding window left out
+    ("gemma2", "_shapes", lambda real: lambda scale, causal, window, km, softcap, *a: real(
+        scale, causal, window, km, None, *a)),  # the soft-cap left out of the record only
+])
+def test_a_module_read_wrongly_is_refused_not_traced(monkeypatch, family, patch, value):
+    """attnlab checks its reading of every call against the module's own eager function."""
+    model = support.tiny_model(family)
+    monkeypatch.setattr(hf, patch, value(getattr(hf, patch)))
+    with pytest.raises(UnreadableAttentionError, match="differ from its eager_attention_forward"):
+        trace(model, list(range(3, 15)))
+
+
+def test_a_model_that_changes_its_mask_needs_the_dense_mask(monkeypatch):
+    """Doge builds its own mask from the one it is given: attnlab hands it the model's own
+    dense mask (exact); with only a key mask it would lose the causal part, and refuses."""
+    t, maps, ids = _traced("doge")
+    assert support.judge(t, maps, ids)[1] == []
+    monkeypatch.setattr(hf, "DENSE_MASK_MAX_ENTRIES", 0)
+    with pytest.raises(UnreadableAttentionError, match="DogeAttention changes the attention mask"):
+        trace(support.tiny_model("doge"), ids)
+    t2, maps2, ids2 = _traced("llama")  # a rule is enough for a model that keeps its mask
+    assert support.judge(t2, maps2, ids2)[1] == []
+
+
+def test_an_inline_softmax_without_a_route_is_refused_before_the_model_runs():
+    model = support.tiny_model("gpt_neo")
+    ran = []
+    model.register_forward_pre_hook(lambda *a: ran.append(1))
+    with pytest.raises(UnreadableAttentionError, match=r"GPTNeoSelfAttention computes its "
+                       r"attention inline .* \[2 modules\]"):
+        with capture(model):
+            model(torch.tensor([[1, 2, 3]]))
+    assert ran == []
+
+
+@pytest.mark.parametrize("over", [{}, {"alibi": True}, {"new_decoder_architecture": True,
+                                                         "num_kv_heads": 2}])
+def test_falcon_variants_are_exact(monkeypatch, over):
+    monkeypatch.setitem(support._OVERRIDES, "falcon", over)
+    r = support.check_family("falcon")
+    assert r.status == "exact", r.reason
+    assert ("ALiBi" in r.features) == bool(over.get("alibi"))
+
+
+def test_inline_alibi_with_padding_and_a_wrong_reading():
+    """BLOOM's ALiBi with left padding counts positions from the first real token: no longer
+    one slope per head, so the (H, 1, Lk) bias itself is kept; exact either way. Slopes read
+    wrongly are refused by the check against the module's own weights."""
+    import attnlab.tracing.adapters.inline as inline
+
+    model = support.tiny_model("bloom")
+    ids = torch.randint(3, 80, (2, 10), generator=torch.Generator().manual_seed(1))
+    att = torch.ones_like(ids)
+    att[1, :3] = 0
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=att, output_attentions=True).attentions
+        with capture(model) as cap:
+            model(input_ids=ids, attention_mask=att)
+    for b, rows in ((0, slice(None)), (1, slice(3, None))):
+        t = cap.trace(b)
+        want = torch.stack([a[b] for a in ref])[:, :, rows]
+        assert float((t.weights[:, :, rows] - want).abs().max()) <= support.EXACT_TOL
+    assert cap.trace(0).shapes[0].alibi_slopes is not None
+    padded = cap.trace(1).shapes[0]
+    assert padded.alibi_slopes is None and tuple(padded.bias.shape) == (4, 1, 10)
+    real = inline._alibi
+    wrong = lambda bias: (None if (r := real(bias))[0] is None else r[0] * 2, r[1])  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(inline, "_alibi", wrong)
+        with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+            trace(model, list(range(3, 15)))
+
+
+def test_capture_marks_causal_models_causal():
+    """Through capture and through trace, the trace and the model's description agree
+    with the model (configs made in code have no architectures to say it)."""
+    for family, causal in (("llama", True), ("qwen3", True), ("gpt2", True),
+                           ("bert", False), ("modernbert", False)):
+        model = support.tiny_model(family)
+        with torch.no_grad(), capture(model) as cap:
+            model(torch.tensor([[5, 6, 7, 8, 9]]))
+        assert cap.trace().causal == causal, family
+        t = trace(model, [5, 6, 7, 8, 9])
+        assert t.causal == t.meta["model_info"]["causal"] == causal, family
+
+
+def test_markdown_and_json_are_made_from_the_results(matrix):
+    results = [matrix["llama"], matrix["gpt_neo"], support.check_family("t5")]
+    md = support.to_markdown(results)
+    assert "| llama | decoder | exact | max \\|Δw\\|" in md
+    assert "| gpt_neo | decoder | refused | refused: GPTNeoModel" in md
+    assert "1 exact, 1 refused, 1 not yet" in md
+    doc = support.to_json(results)
+    assert doc["counts"]["exact"] == 1 and doc["families"][0]["family"] == "llama"
+    json.dumps(doc, allow_nan=False)
+
+
+def test_the_command_prints_the_matrix():
+    out = subprocess.run([sys.executable, "-m", "attnlab", "support", "--family", "llama",
+                          "--family", "t5", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [f["status"] for f in doc["families"]] == ["exact", "not yet"]
+    bad = subprocess.run([sys.executable, "-m", "attnlab", "support", "--family", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "nope" in bad.stderr

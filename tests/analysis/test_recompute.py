@@ -53,3 +53,18 @@ def test_qk_lse_trace_checks_its_log_sum_exp_and_context():
     no_window = AttentionTrace(tokens=list("abcdefghi"), q=q, k=k[:, :1], lse=lse,
                                shapes=ScoreShape(scale=0.5, causal=True, key_mask=km))
     assert recompute_errors(no_window)["weights"] > 1e-2
+
+
+def test_sink_logits_take_their_share_of_each_row():
+    """A trace with learned sink logits (gpt-oss): the recomputed weights leave the sink its
+    share, as the model's do; a softmax without the sink would be off by that share."""
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 1, 2, 6, 4).unbind(0)
+    shape = ScoreShape(scale=0.5, causal=True, sinks=torch.tensor([0.5, -1.0]))
+    lse = row_logsumexp(q[0], k[0], shape)[None]
+    t = AttentionTrace(tokens=list("abcdef"), q=q, k=k, lse=lse, shapes=shape, model="x")
+    assert recompute_errors(t)["weights"] < 1e-6
+    without = ScoreShape(scale=0.5, causal=True)
+    t_wrong = AttentionTrace(tokens=list("abcdef"), q=q, k=k, lse=lse, shapes=without,
+                             model="x")
+    assert recompute_errors(t_wrong)["weights"] > 0.05

@@ -2,7 +2,7 @@
 
 For each layer, head and tile of query rows: the shaped scores of the trace's q and k
 (the layer's :class:`~attnlab.core.scores.ScoreShape`: scale, causal, window, key mask,
-soft-cap, ALiBi, bias), their softmax in float64, and that softmax times v. Against:
+soft-cap, ALiBi, bias, sink logits), their softmax in float64, and that softmax times v. Against:
 
 * ``weights``: the trace's own weights (``weights_rows``). For a trace that stores the
   model's dense weights, they are the model's; for a q/k/log-sum-exp trace they are
@@ -61,7 +61,7 @@ def recompute_errors(trace: Any, *, tile_rows: int | None = None) -> dict[str, f
                 rows = range(r0, r1)
                 s = shape.scores(trace.q[layer, head, r0:r1], k, rows=rows, head=head,
                                  lq=lq, lk=lk).double()  # (T, Lk)
-                lse = torch.logsumexp(s, dim=-1, keepdim=True)
+                lse = shape.logsumexp(s, head, rows)[..., None]  # learned sinks included
                 w = torch.exp(s - lse.masked_fill(lse == float("-inf"), float("inf")))
                 got = trace.weights_rows(layer, head, rows).double()
                 err_w = torch.maximum(err_w, (w - got).abs().max())

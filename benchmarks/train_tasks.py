@@ -1,4 +1,5 @@
-"""Each task's default run: wall time and held-out accuracy (and the heads, for induction).
+"""Each task's default run: wall time and held-out accuracy (and the heads found: the
+previous-token and induction heads of induction, the lookup head of assoc-recall).
 
     python benchmarks/train_tasks.py [--tasks induction copy ...] [--out DIR] [--threads N]
 
@@ -37,16 +38,20 @@ def main() -> None:
                "total_s": round(total, 1), "eval_accuracy": round(r.eval_accuracy, 4),
                "chance": round(get_task(name).chance, 4),
                "tokens_per_s": round(r.tokens_per_s)}
-        if r.heads:
-            row["previous_token_head"] = {k: r.heads["previous_token"][k]
-                                          for k in ("layer", "head", "score")}
-            row["induction_head"] = {k: r.heads["induction"][k] for k in ("layer", "head", "score")}
+        if r.heads:  # the heads the task is about (attnlab.train.trainer._find_heads)
+            for key, label in [("previous_token", "previous_token_head"),
+                               ("induction", "induction_head"),
+                               ("query_to_value", "lookup_head")]:
+                if key in r.heads:
+                    row[label] = {k: r.heads[key][k] for k in ("layer", "head", "score")}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\n{'task':<14}{'steps':>7}{'train s':>10}{'held-out acc':>14}{'chance':>9}")
+    print(f"\n{'task':<14}{'steps':>7}{'train s':>10}{'held-out acc':>14}{'chance':>9}  heads")
     for r in rows:
+        heads = "  ".join(f"{k.removesuffix('_head')} L{v['layer']}H{v['head']} {v['score']:.2f}"
+                          for k, v in r.items() if k.endswith("_head"))
         print(f"{r['task']:<14}{r['steps']:>7}{r['train_s']:>10}{r['eval_accuracy']:>14}"
-              f"{r['chance']:>9}")
+              f"{r['chance']:>9}  {heads}")
     print(f"threads={cfg.threads} runs in {root}")
 
 

@@ -531,11 +531,8 @@ def _train(sub: argparse._SubParsersAction) -> None:
             r = result
             msg = (f"{r.run_dir}: step {r.step}, held-out accuracy {r.eval_accuracy:.4f} "
                    f"(loss {r.eval_loss:.4f}), {r.seconds:.1f} s")
-            if r.heads:
-                pt, ind = r.heads["previous_token"], r.heads["induction"]
-                msg += (f"\nprevious-token head L{pt['layer']}H{pt['head']} "
-                        f"(score {pt['score']:.2f}), induction head L{ind['layer']}H{ind['head']} "
-                        f"(score {ind['score']:.2f})")
+            if r.heads_text():
+                msg += "\n" + r.heads_text()
             Console(stderr=True).print(msg)
         return 0
 

@@ -3,12 +3,13 @@
 ``attnlab train --task induction --out DIR`` (or ``python -m attnlab.train``, or
 ``torchrun --nproc_per_node=2 -m attnlab.train``) trains attnlab's own ``GPT`` on a task
 whose solution needs a known attention relation, writes a resumable run directory, and
-reports which heads became the previous-token and induction heads.
+reports which heads became the previous-token and induction heads (for ``assoc-recall``,
+the lookup heads).
 """
 
 from attnlab.train.checkpoint import CheckpointError, RunTokenizer, is_run_dir, load_run
 from attnlab.train.config import TrainConfig
-from attnlab.train.heads import HeadScores, score_heads
+from attnlab.train.heads import HeadScores, LookupScores, score_heads, score_lookup_heads
 from attnlab.train.tasks import TASKS, Task, get_task
 from attnlab.train.trainer import TrainResult, evaluate, train
 
@@ -16,6 +17,7 @@ __all__ = [
     "TASKS",
     "CheckpointError",
     "HeadScores",
+    "LookupScores",
     "RunTokenizer",
     "Task",
     "TrainConfig",
@@ -25,5 +27,6 @@ __all__ = [
     "is_run_dir",
     "load_run",
     "score_heads",
+    "score_lookup_heads",
     "train",
 ]

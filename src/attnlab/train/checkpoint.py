@@ -84,13 +84,17 @@ def _one_line(text: object) -> str:
 
 
 def build_model(config: TrainConfig) -> nn.Module:
-    """A freshly initialized ``GPT`` for ``config`` (seeded by ``config.seed``)."""
-    from attnlab.nn.transformer import GPT
+    """A freshly initialized ``GPT`` for ``config`` (seeded by ``config.seed``); with
+    ``config.token_shift``, :class:`attnlab.train.tokenshift.GPT`."""
+    if config.token_shift:
+        from attnlab.train.tokenshift import GPT as model_class
+    else:
+        from attnlab.nn.transformer import GPT as model_class
 
     task = get_task(config.task)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        return GPT(config.gpt_config(task.vocab_size, task.seq_len - 1))
+        return model_class(config.gpt_config(task.vocab_size, task.seq_len - 1))
 
 
 def remove_stale_temps(run_dir: str | os.PathLike[str]) -> list[Path]:
@@ -119,7 +123,8 @@ def write_config(run_dir: str | os.PathLike[str], config: TrainConfig) -> None:
         "kind": _RUN_KIND,
         "config": config.to_dict(),
         "task": _task_json(task),
-        "model": {"class": "attnlab.GPT",
+        "model": {"class": ("attnlab.train.tokenshift.GPT" if config.token_shift
+                            else "attnlab.GPT"),
                   **asdict(config.gpt_config(task.vocab_size, task.seq_len - 1))},
     }
     atomic_write_bytes(Path(run_dir) / CONFIG_NAME,

@@ -26,6 +26,9 @@ from attnlab.train.tasks import get_task, task_names
 
 __all__ = ["TrainConfig", "add_arguments", "config_from_args", "RESUME_MAY_CHANGE"]
 
+#: Fields added after runs were first written, with the value those runs had.
+_ADDED_LATER: dict[str, Any] = {"token_shift": False}
+
 #: Fields a resumed run may change; every other field must match the checkpoint's.
 RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every", "threads"})
 
@@ -53,6 +56,10 @@ class TrainConfig:
     eval_batches: int = 8  # held-out batches (of batch_size) for the final eval_accuracy
     threads: int = 1  # torch threads per process: matmuls this small gain little from more,
     #                   and a thread waiting for a busy core stalls every step
+    token_shift: bool = False  # add a learned embedding of the previous token to each input
+    #                            (attnlab.train.tokenshift): assoc-recall's default, where it
+    #                            stands in for the previous-token head a plain GPT does not
+    #                            learn in time (see the task in tasks.py)
 
     def __post_init__(self) -> None:
         get_task(self.task)
@@ -84,16 +91,21 @@ class TrainConfig:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if not isinstance(self.token_shift, bool):
+            raise ValueError(f"--token-shift (token_shift) must be True or False, got "
+                             f"{self.token_shift!r}")
 
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> TrainConfig:
-        """The task's default run, with ``overrides`` (None values are ignored)."""
+        """The task's default run (its steps, lr and ``Task.config`` settings), with
+        ``overrides`` (None values are ignored)."""
         t = get_task(task)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise TypeError(f"unknown TrainConfig field(s) {unknown}; expected {sorted(known)}")
-        kw: dict[str, Any] = {"task": task, "steps": t.default_steps, "lr": t.default_lr}
+        kw: dict[str, Any] = {"task": task, "steps": t.default_steps, "lr": t.default_lr,
+                              **dict(t.config)}
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
@@ -127,6 +139,7 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"config has unknown field(s) {unknown}; expected the fields of "
                              "TrainConfig")
+        d = {**_ADDED_LATER, **d}  # runs written before a field existed ran without it
         missing = sorted(known - set(d))
         if missing:
             raise ValueError(f"config is missing field(s) {missing}")
@@ -161,6 +174,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "(default 200)")
     p.add_argument("--log-every", type=int, help="steps between metrics lines (default 25)")
     p.add_argument("--threads", type=int, help="torch threads per process (default 1)")
+    p.add_argument("--token-shift", action=argparse.BooleanOptionalAction, default=None,
+                   help="add a learned embedding of the previous token to each position's "
+                   "input (default: the task's; on for assoc-recall)")
     p.add_argument("--resume", action="store_true",
                    help="continue from DIR/checkpoint.safetensors up to --steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -174,4 +190,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         embed_dim=args.dim,
         batch_size=args.batch_size, lr=args.lr, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, threads=args.threads,
+        token_shift=getattr(args, "token_shift", None),
     )

@@ -11,6 +11,17 @@ then scored by :func:`attnlab.analysis.head_scores` (TransformerLens's definitio
   end (where an induction head has a target): 1.0 for a perfect induction head.
 
 Both are averaged over the sequences of the batch.
+
+For a lookup task (``assoc-recall``, a sequence ending in a query key that occurred once
+before), :func:`score_lookup_heads` scores the attention of the *query position* (the last
+one) alone, with the same two token-matching scores of :func:`attnlab.analysis.head_scores`
+restricted to that row:
+
+* value score: ``induction`` on the last row, the share of its attention on the token right
+  after the earlier occurrence of the query key (the value to recall): 1.0 for a head that
+  reads the answer.
+* key score: ``duplicate`` on the last row, the share on the earlier occurrence of the key
+  itself (a near miss for the lookup: one position early).
 """
 
 from __future__ import annotations
@@ -25,8 +36,8 @@ from torch import Tensor, nn
 from attnlab.analysis import head_scores
 from attnlab.tracing.capture import capture
 
-__all__ = ["HeadScores", "capture_weights", "first_repeat", "score_heads", "score_traces",
-           "trace_batch"]
+__all__ = ["HeadScores", "LookupScores", "capture_weights", "first_repeat", "score_heads",
+           "score_lookup_heads", "score_lookup_traces", "score_traces", "trace_batch"]
 
 
 def _check_idx(idx: Tensor) -> None:
@@ -119,3 +130,60 @@ def score_traces(traces: Sequence[Any]) -> HeadScores:
 def score_heads(model: nn.Module, idx: Tensor) -> HeadScores:
     """Previous-token and induction scores of every head of ``model`` on ``idx`` (B, N)."""
     return score_traces(trace_batch(model, idx))
+
+
+@dataclass(frozen=True)
+class LookupScores:
+    """Per-head scores of the query position, (L, H) each (see the module docstring):
+    ``value`` (attention on the value after the matching key) and ``key`` (on the matching
+    key); ``sequences``: how many sequences were averaged."""
+
+    value: Tensor
+    key: Tensor
+    sequences: int
+
+    @property
+    def best_value(self) -> tuple[int, int, float]:
+        """(layer, head, score) of the head that puts the most attention on the value."""
+        return HeadScores._best(self.value)
+
+    @property
+    def best_key(self) -> tuple[int, int, float]:
+        """(layer, head, score) of the head that puts the most attention on the key."""
+        return HeadScores._best(self.key)
+
+    def to_json(self) -> dict:
+        def one(s: Tensor, best: tuple[int, int, float]) -> dict:
+            return {"layer": best[0], "head": best[1], "score": round(best[2], 4),
+                    "scores": [[round(float(v), 4) for v in r] for r in s]}
+
+        return {"query_to_value": one(self.value, self.best_value),
+                "query_to_key": one(self.key, self.best_key), "sequences": self.sequences}
+
+
+def score_lookup_traces(traces: Sequence[Any]) -> LookupScores:
+    """Value and key scores of the last query row of traces with token ids, averaged over
+    the traces whose last token occurred earlier (the others have no key to find)."""
+    if not traces:
+        raise ValueError("traces is empty; give at least one trace")
+    value, key = [], []
+    for t in traces:
+        ids = getattr(t, "token_ids", None)
+        if ids is None:
+            raise ValueError("every trace needs its token_ids (to find the query key)")
+        if ids[-1] not in ids[:-1]:
+            continue
+        s = head_scores(t, queries=range(t.seq_len - 1, t.seq_len))
+        value.append(s["induction"])
+        key.append(s["duplicate"])
+    if not value:
+        raise ValueError("no trace ends in a token that occurred earlier: there is no key to "
+                         "look up (give sequences of a lookup task such as assoc-recall)")
+    return LookupScores(torch.stack(value).mean(0).float(), torch.stack(key).mean(0).float(),
+                        len(value))
+
+
+def score_lookup_heads(model: nn.Module, idx: Tensor) -> LookupScores:
+    """Value and key scores of every head of ``model`` on the query position of ``idx``
+    (B, N): sequences that end in a key that occurred once before."""
+    return score_lookup_traces(trace_batch(model, idx))

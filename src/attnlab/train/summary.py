@@ -5,6 +5,10 @@ finished run with the same config, or resumes a killed one); :func:`summarize_ru
 run back: its metrics, every head's previous-token and induction scores, the heads found,
 and the checks of the claim that different heads learn different relations. The report's
 "trained model" section (:mod:`attnlab.report.trained_model`) draws them.
+
+An ``assoc-recall`` run is read back the same way, with its own checks: the held-out
+accuracy and a lookup head, whose attention from the query key goes to the value after the
+key's earlier occurrence (:func:`attnlab.train.heads.score_lookup_heads`).
 """
 
 from __future__ import annotations
@@ -25,12 +29,19 @@ from attnlab.train.checkpoint import (
     remove_stale_temps,
 )
 from attnlab.train.config import TrainConfig
-from attnlab.train.heads import HeadScores, capture_weights, score_heads
+from attnlab.train.heads import (
+    HeadScores,
+    LookupScores,
+    capture_weights,
+    score_heads,
+    score_lookup_heads,
+)
 from attnlab.train.tasks import Task, get_task
 from attnlab.train.trainer import read_metrics, train
 
-__all__ = ["ACCURACY_TARGET", "INDUCTION_THRESHOLD", "PREVIOUS_THRESHOLD", "STANDOUT",
-           "RunSummary", "ensure_run", "summarize_run"]
+__all__ = ["ACCURACY_TARGET", "INDUCTION_THRESHOLD", "LOOKUP_ACCURACY_TARGET",
+           "LOOKUP_THRESHOLD", "PREVIOUS_THRESHOLD", "STANDOUT", "RunSummary", "ensure_run",
+           "summarize_run"]
 
 ACCURACY_TARGET = 0.95  # held-out accuracy on the induction positions
 # A head is "found" when its score clears an absolute bar and stands out from the others
@@ -39,6 +50,10 @@ ACCURACY_TARGET = 0.95  # held-out accuracy on the induction positions
 PREVIOUS_THRESHOLD = 0.3  # the trained layer-0 heads share the job; the best reaches ~0.42
 INDUCTION_THRESHOLD = 0.5  # most of the mass on the tokens after earlier occurrences
 STANDOUT = 3.0  # times the lower median of all heads' scores
+LOOKUP_ACCURACY_TARGET = 0.9  # assoc-recall: held-out accuracy on the answer
+# A head that attends from the query key evenly to the six values scores ~0.17 on the value
+# score (the plain GPT's best head: 0.15); a lookup head puts most of its attention there.
+LOOKUP_THRESHOLD = 0.5
 
 
 def ensure_run(run_dir: str | Path, config: TrainConfig, progress: Any = None) -> None:
@@ -83,7 +98,8 @@ class RunSummary:
     """What one finished run learned.
 
     ``checks`` are (claim, value as text, passed); ``example_weights`` (L, H, N, N) are the
-    attention of every head on ``example_tokens``, one held-out sequence.
+    attention of every head on ``example_tokens``, one held-out sequence; ``lookup``: the
+    query position's lookup scores (``assoc-recall`` runs; None otherwise).
     """
 
     run_dir: Path
@@ -95,6 +111,7 @@ class RunSummary:
     checks: list[tuple[str, str, bool]]
     example_tokens: list[str]
     example_weights: Tensor
+    lookup: LookupScores | None = None
 
     @property
     def passed(self) -> bool:
@@ -103,7 +120,9 @@ class RunSummary:
 
 def summarize_run(run_dir: str | Path, *, seed: int = 0) -> RunSummary:
     """Read a finished run: score every head on held-out batches of its task and check that
-    a previous-token head and an induction head stand out, in that layer order."""
+    a previous-token head and an induction head stand out, in that layer order (for an
+    ``assoc-recall`` run: that the accuracy reaches :data:`LOOKUP_ACCURACY_TARGET` and a
+    lookup head stands out)."""
     run_dir = Path(run_dir)
     model, tok = load_run(run_dir)
     config = read_config(run_dir)
@@ -113,11 +132,35 @@ def summarize_run(run_dir: str | Path, *, seed: int = 0) -> RunSummary:
     if final is None:
         raise CheckpointError(f"{run_dir}: the run has no final evaluation yet")
     scores = score_heads(model, task.batch(0, 16, seed, split="eval").inputs)
-    pl, ph, ps = scores.best_previous_token
-    il, ih, is_ = scores.best_induction
     example = task.batch(1, 1, seed, split="eval").inputs
     acc = float(final["eval_accuracy"])
-    checks = [
+    lookup = None
+    if task.name == "assoc-recall":
+        lookup = score_lookup_heads(model, task.batch(0, 64, seed, split="eval").inputs)
+        checks = _lookup_checks(acc, lookup)
+    else:
+        checks = _induction_checks(acc, scores)
+    return RunSummary(run_dir=run_dir, config=config, task=task, metrics=rows, final=final,
+                      scores=scores, checks=checks,
+                      example_tokens=tok.decode_tokens(example[0]),
+                      example_weights=capture_weights(model, example)[:, 0], lookup=lookup)
+
+
+def _lookup_checks(acc: float, lookup: LookupScores) -> list[tuple[str, str, bool]]:
+    vl, vh, vs = lookup.best_value
+    return [
+        (f"held-out accuracy on the recalled value >= {LOOKUP_ACCURACY_TARGET}", f"{acc:.4g}",
+         acc >= LOOKUP_ACCURACY_TARGET),
+        (f"lookup head found (attention from the query key to the value after its earlier "
+         f"occurrence >= {LOOKUP_THRESHOLD}, >= {STANDOUT:g}x median)", f"L{vl}H{vh} {vs:.2f}",
+         vs >= LOOKUP_THRESHOLD and vs >= STANDOUT * float(lookup.value.median())),
+    ]
+
+
+def _induction_checks(acc: float, scores: HeadScores) -> list[tuple[str, str, bool]]:
+    pl, ph, ps = scores.best_previous_token
+    il, ih, is_ = scores.best_induction
+    return [
         (f"held-out accuracy on induction positions >= {ACCURACY_TARGET}", f"{acc:.4g}",
          acc >= ACCURACY_TARGET),
         (f"previous-token head found (score >= {PREVIOUS_THRESHOLD}, >= {STANDOUT:g}x median)",
@@ -129,7 +172,3 @@ def summarize_run(run_dir: str | Path, *, seed: int = 0) -> RunSummary:
         ("induction head sits above the previous-token head (layer order)",
          f"{il} > {pl}", il > pl),
     ]
-    return RunSummary(run_dir=run_dir, config=config, task=task, metrics=rows, final=final,
-                      scores=scores, checks=checks,
-                      example_tokens=tok.decode_tokens(example[0]),
-                      example_weights=capture_weights(model, example)[:, 0])

@@ -67,8 +67,18 @@ class TrainResult:
     seconds: float  # wall time of this invocation's training loop
     tokens_per_s: float
     world_size: int = 1
-    heads: dict[str, Any] | None = None  # best previous-token / induction heads (induction)
+    heads: dict[str, Any] | None = None  # the task's heads: previous-token / induction heads
+    #                                      (induction), lookup heads (assoc-recall)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def heads_text(self) -> str:
+        """The heads found, in one line ("" when the task reports none), e.g.
+        ``previous-token head L0H3 (score 0.41), induction head L1H0 (score 0.99)``."""
+        names = {"previous_token": "previous-token head", "induction": "induction head",
+                 "query_to_value": "lookup head (query key -> value after it)"}
+        return ", ".join(f"{label} L{h['layer']}H{h['head']} (score {h['score']:.2f})"
+                         for key, label in names.items()
+                         if (h := (self.heads or {}).get(key)) is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -415,13 +425,7 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
                                 tps=f"{(done - start) * tokens_per_step / max(el, 1e-9):,.0f}")
         seconds = time.perf_counter() - t0
         eval_loss, eval_acc = evaluate(model, task, config, device)
-        heads = None
-        if task.name == "induction":
-            from attnlab.train.heads import score_heads
-
-            idx = task.batch(0, 16, config.seed, split="eval").inputs.to(device)
-            heads = score_heads(model.eval(), idx).to_json()
-            model.train()
+        heads = _find_heads(model, task, config, device)
         done = max(start, config.steps)
         tps = (done - start) * tokens_per_step / max(seconds, 1e-9)
         if metrics is not None:
@@ -442,6 +446,23 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
             progress.stop()
     return TrainResult(run_dir, config, done, start, last["loss"], last["accuracy"], eval_loss,
                        eval_acc, seconds, tps, world, heads)
+
+
+def _find_heads(model: nn.Module, task: Task, config: TrainConfig,
+                device: torch.device) -> dict[str, Any] | None:
+    """The heads the run's task is about, scored on 16 held-out sequences (see
+    :mod:`attnlab.train.heads`): previous-token and induction heads for ``induction``, the
+    query position's lookup heads for ``assoc-recall``; None for the other tasks."""
+    from attnlab.train.heads import score_heads, score_lookup_heads
+
+    scorer = {"induction": score_heads, "assoc-recall": score_lookup_heads}.get(task.name)
+    if scorer is None:
+        return None
+    idx = task.batch(0, 16, config.seed, split="eval").inputs.to(device)
+    try:
+        return scorer(model.eval(), idx).to_json()
+    finally:
+        model.train()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

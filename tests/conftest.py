@@ -41,6 +41,7 @@ def browser():
             pytest.fail("chromium is not installed; .ci/run installs it with apt-get")
         # Outside CI only: a developer without Debian's chromium can still run the rest of
         # the suite. Under CI (CI=true, set by the runner) a missing browser fails above.
+        # justified: the browser tests need Debian's chromium; .ci/run installs it
         pytest.skip("chromium not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 

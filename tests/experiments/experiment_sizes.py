@@ -34,5 +34,6 @@ def result_of(results: dict, name: str):
     """The Result of ``name``, or skip the test when its model is not installed."""
     r = results[name]
     if isinstance(r, Unavailable):
+        # justified: the experiment needs a real model package the Makefile installs
         pytest.skip(f"{name}: {r.reason}")
     return r

@@ -39,6 +39,7 @@ def _row(r, start):
 def test_listing_is_verbatim_from_the_article(article):
     found = sorted(SEEDS.glob(f"{article}_*.txt"))
     if not found:
+        # justified: the articles' text is not in the repository (only beside a checkout)
         pytest.skip(f"the article {article} is not next to this checkout ({SEEDS})")
     text = found[0].read_text(encoding="utf-8")
     listing = ac.listing_source(article)

@@ -7,7 +7,7 @@ REPORT_DIR ?= report
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup report test lint bench clean
+.PHONY: setup report test lint bench docs clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(VENV)/bin/attnlab bench
+
+# the reference site, offline, into build/site (embeds $(REPORT_DIR)/index.html if built)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 ATTNLAB_REPORT_DIR=$(REPORT_DIR) $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .ruff_cache

@@ -44,12 +44,17 @@ def _one_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _add_model_run_arguments(p: argparse.ArgumentParser) -> None:
+def _add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False) -> None:
     p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
                    help="minilm, smollm2, a Hugging Face model folder or a trained run")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text", help="the input text")
     g.add_argument("--text-file", metavar="PATH", help="read the input text from a UTF-8 file")
+    if media:  # attnlab.tracing.media: vision transformers and speech models
+        g.add_argument("--image", metavar="FILE", help="an image (PNG, JPEG, ...) for a "
+                       "vision transformer (ViT, DeiT, BEiT, DINOv2, CLIP/SigLIP vision, ...)")
+        g.add_argument("--audio", metavar="FILE", help="a 16 kHz mono 16-bit WAV file for a "
+                       "speech model (Whisper); its text is --target or the model's own")
     p.add_argument("--truncate", action="store_true",
                    help="cut a text longer than the model's limit instead of refusing it "
                    "(announced on stderr)")
@@ -173,6 +178,38 @@ class _ModelRun:
                 "peak_memory_bytes": peak_rss_bytes()}
 
 
+def _media_trace(args: argparse.Namespace, job: _ModelRun, **kw: object) -> object:
+    """The trace of ``--image`` or ``--audio`` through the loaded ``--model``: an
+    AttentionTrace (image) or a StackedTrace (audio); bad input is one line naming the
+    argument."""
+    from attnlab.tracing import trace
+
+    from attnlab.tracing.media import read_image, read_wav
+
+    arg, path = ("--image", args.image) if args.image is not None else ("--audio", args.audio)
+    try:  # a bad file is refused before the model loads
+        (read_image if arg == "--image" else read_wav)(path)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
+    loaded = job.load()
+    key = "image" if arg == "--image" else "audio"
+    target = getattr(args, "target", None)
+    if target is not None:
+        kw["target"] = target
+    try:
+        with job.layers(loaded, "tracing"):
+            t = trace(loaded, **{key: path}, truncate=args.truncate, max_memory=job.budget,
+                      **kw)
+    except TypeError as exc:
+        raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
+    except ValueError as exc:  # UnreadableAttentionError and MemoryBudgetError included
+        raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
+    first = t if not hasattr(t, "names") else t[t.names[0]]
+    job.tokens_given.append(first.seq_len)
+    job.tokens_kept.append(first.seq_len)
+    return t
+
+
 def _blocks(model: object, num_layers: int) -> list:
     """The model's list of transformer blocks: the first ModuleList of ``num_layers``."""
     from torch import nn
@@ -261,7 +298,7 @@ def _report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="report", help="output directory (default: report)")
     p.add_argument("--only", action="append", default=None, metavar="PART",
                    help="build only this part: claims, parity, experiments, explorer, "
-                   "real-models, long-contexts, survey, trained (repeatable)")
+                   "real-models, architectures, long-contexts, survey, trained (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -285,7 +322,7 @@ def _explore(sub: argparse._SubParsersAction) -> None:
         "explorer (no network request of any kind): model, head, matrix, QK, geometry, "
         "positional and diagnostics views, in English and Chinese.",
     )
-    _add_model_run_arguments(p)
+    _add_model_run_arguments(p, media=True)
     p.add_argument("--text2", default=None, help="a second text, shown as a second input")
     p.add_argument("--out", required=True, metavar="FILE.html", help="output file")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -293,21 +330,30 @@ def _explore(sub: argparse._SubParsersAction) -> None:
                    help="print path, bytes, tokens, seconds and peak memory as JSON")
 
     def run(args: argparse.Namespace) -> int:
-        from attnlab.viz.explorer import explore
+        from attnlab.viz.explorer import Explorer, explore
 
         _check_out(args.out, (".html", ".htm"))
         job = _ModelRun(args)
-        text, arg = job.text()
-        texts = [(text, arg)]
-        if args.text2 is not None:
-            from attnlab.tracing.budget import check_text
+        if args.image is not None or args.audio is not None:
+            if args.text2 is not None:
+                raise UsageError("--text2 goes with --text: give one --image or --audio alone")
+            ex = Explorer([_media_trace(args, job)])
+            ex.payload()
+        else:
+            text, arg = job.text()
+            texts = [(text, arg)]
+            if args.text2 is not None:
+                from attnlab.tracing.budget import check_text
 
-            texts.append((check_text(args.text2, "--text2"), "--text2"))
-        loaded = job.load()
-        for t, a in texts:
-            job.admit(loaded, t, a)
-        with job.layers(loaded, "tracing"):
-            ex = explore(loaded, [t for t, _ in texts], truncate=args.truncate)
+                texts.append((check_text(args.text2, "--text2"), "--text2"))
+            loaded = job.load()
+            for t, a in texts:
+                job.admit(loaded, t, a)
+            target = getattr(args, "target", None)  # encoder–decoder models: --text's target
+            targets = None if target is None else [target] + [None] * (len(texts) - 1)
+            with job.layers(loaded, "tracing"):
+                ex = explore(loaded, [t for t, _ in texts], target=targets,
+                             truncate=args.truncate)
         path = _save(lambda: ex.save(args.out), args.out)
         size = path.stat().st_size
         stats = job.stats()
@@ -383,7 +429,7 @@ def _trace(sub: argparse._SubParsersAction) -> None:
         description="Run TEXT through MODEL (minilm, smollm2, a Hugging Face folder or a "
         "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata).",
     )
-    _add_model_run_arguments(p)
+    _add_model_run_arguments(p, media=True)
     p.add_argument("--out", required=True, metavar="FILE", help="e.g. trace.safetensors")
     p.add_argument("--no-qkv", action="store_true",
                    help="keep dense weights instead of q, k, v and the log-sum-exp (short "
@@ -400,6 +446,18 @@ def _trace(sub: argparse._SubParsersAction) -> None:
 
         _check_out(args.out)
         job = _ModelRun(args)
+        if args.image is not None or args.audio is not None:
+            mt = _media_trace(args, job, qkv=not args.no_qkv, context=args.context)
+            path = _save(lambda: mt.save(args.out), args.out)
+            stacks = {n: {"layers": x.num_layers, "heads": x.num_heads, "causal": x.causal,
+                          "queries": x.seq_len, "keys": x.key_len}
+                      for n, x in (mt.items() if hasattr(mt, "names") else [("self", mt)])}
+            if args.json:
+                _emit_json({"path": str(path), "bytes": path.stat().st_size, "model": mt.model,
+                            "stacks": stacks, **job.stats()})
+            else:
+                job.console.print(f"wrote {path}: {mt!r}", highlight=False, markup=False)
+            return 0
         text, arg = job.text()
         loaded = job.load()
         job.admit(loaded, text, arg, keep_weights=args.no_qkv, keep_context=args.context)
@@ -838,7 +896,8 @@ def _support(sub: argparse._SubParsersAction) -> None:
         "support",
         help="which Hugging Face architecture families attnlab traces exactly",
         description="The support matrix: every model family of the installed transformers; "
-        "each text decoder and encoder is built as a tiny random model and its trace checked "
+        "each text decoder, encoder and encoder-decoder is built as a tiny random model and "
+        "its trace (encoder, decoder and cross-attention stacks apart) checked "
         "against the model's own eager attention (exact, refused with the reason, no "
         "attention, not built); other kinds are listed as not yet. Exit 1 if a family is "
         "traced wrongly (a defect).",

@@ -12,6 +12,12 @@ some row of a tile may see are multiplied. The backward pass goes tile by tile t
 saved weights (:class:`_ExplicitAttention`); dropout in training and masks that require
 grad take the plain-autograd formula instead (:func:`_explicit_reference`).
 
+Where it can, this path runs attnlab's compiled CPU kernel instead (:mod:`attnlab.core._kernel`,
+the same tiles in C++: per thread and tile one GEMM into a cache-sized buffer, masking and a
+vectorised exp there, the weights written once, ``E V`` while E is in cache; its backward
+likewise): CPU float32/float64 tensors without dropout, whenever the kernel is built.
+:func:`_why_not_kernel` says why not otherwise; the results agree to rounding.
+
 Shape legend (grouped heads: k and v may have ``H_kv`` heads with ``H % H_kv == 0``)::
 
     q (..., H, Lq, d)   k (..., H_kv, Lk, d)   v (..., H_kv, Lk, dv)
@@ -36,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.core import _kernel
 from attnlab.core._tiles import (
     _all_finite,
     _finite_split,
@@ -245,6 +252,121 @@ def _explicit_reference(
     return out.view(*batch, lq, dv), weights, lse
 
 
+#: Query rows per kernel tile; 0 lets the kernel choose (about 1 MiB of scores per tile).
+_KERNEL_ROWS = 0
+
+
+def _why_not_kernel(q: Tensor, mask: Tensor | None, dropout_p: float, build: bool = True
+                    ) -> str | None:
+    """Why the explicit path would not run the compiled kernel here, or None if it would.
+
+    ``build=False`` answers without building the kernel (an unbuilt kernel is then "not
+    built yet")."""
+    if q.device.type != "cpu":
+        return f"the kernel runs on CPU only (got {q.device})"
+    if q.dtype not in (torch.float32, torch.float64):
+        return f"the kernel takes float32 and float64 (got {q.dtype})"
+    if dropout_p > 0.0:
+        return "the kernel has no dropout"
+    if (torch.is_grad_enabled() and mask is not None and mask.requires_grad):
+        return "the mask requires grad (the kernel does not differentiate it)"
+    if build:
+        _kernel.get()
+    status = _kernel.kernel_status()
+    return None if status["available"] else f"the kernel is unavailable: {status['reason']}"
+
+
+def _five(t: Tensor, full: tuple[int, ...], h_kv: int, group: int) -> Tensor:
+    """``t`` broadcast to ``full`` = (..., H, rows, x), as (outer, H_kv, G, rows, x): a view
+    (broadcast dims as 0 strides) unless its outer dims cannot merge or its last dim is
+    not unit-strided, then a copy."""
+    rows, x = full[-2:]
+    if t.dim() and t.shape[-1] == x and x > 1 and t.stride(-1) != 1:
+        t = t.contiguous()
+    if t.dim() and t.shape[-1] != x:  # broadcast along the last dim: give it unit stride
+        t = t.expand(*t.shape[:-1], x).contiguous()
+    t = t.reshape((1,) * (len(full) - t.dim()) + tuple(t.shape)).expand(full)
+    shape = (math.prod(full[:-3]), h_kv, group, rows, x)
+    try:
+        return t.view(shape)
+    except RuntimeError:
+        return t.reshape(shape)
+
+
+def _kernel_views(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                  batch: tuple[int, ...], group: int
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """q (outer, H_kv, G, Lq, d), k (outer, H_kv, Lk, d), v (outer, H_kv, Lk, dv) and the
+    mask (outer, H_kv, G, Lq, Lk) as the kernel takes them: views of the caller's tensors."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    full = batch if batch else (1,)
+    heads = full[-1]
+    h_kv = heads // group
+    kv_full = (*full[:-1], h_kv)
+    q5 = _five(q, (*full, lq, q.shape[-1]), h_kv, group)
+    k4 = _five(k, (*kv_full, lk, k.shape[-1]), h_kv, 1)[:, :, 0]
+    v4 = _five(v, (*kv_full, lk, v.shape[-1]), h_kv, 1)[:, :, 0]
+    m5 = None
+    if mask is not None:
+        m = mask if mask.dtype == torch.bool else mask.to(q.dtype)
+        m5 = _five(m, (*full, lq, lk), h_kv, group)
+    return q5, k4, v4, m5
+
+
+class _KernelAttention(torch.autograd.Function):
+    """The compiled kernel's forward and its backward through the saved weights (the same
+    formulas as :class:`_ExplicitAttention`)."""
+
+    @staticmethod
+    def forward(ctx, q5, k4, v4, mask5, v_raw, bad_keys, causal, scale, want_lse,  # type: ignore[override]
+                heads_inner):
+        out, weights, lse = _kernel.get().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
+                                                  scale, want_lse, _KERNEL_ROWS, heads_inner)
+        ctx.save_for_backward(q5, k4, v4, weights)
+        ctx.causal, ctx.scale = causal, scale
+        ctx.set_materialize_grads(False)
+        return out, weights, lse if want_lse else None
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_weights, d_lse):  # type: ignore[override]
+        q5, k4, v4, weights = ctx.saved_tensors
+        k_clean, v_clean = _finite_split(k4)[0], _finite_split(v4)[0]
+        if d_out is not None and d_out.stride(-1) != 1:
+            d_out = d_out.contiguous()
+        d_weights = None if d_weights is None else d_weights.contiguous()
+        d_lse = None if d_lse is None else d_lse.contiguous()
+        dq, dk, dv = _kernel.get().backward(q5, k_clean, v_clean, weights, d_out, d_weights,
+                                            d_lse, ctx.causal, ctx.scale, _KERNEL_ROWS)
+        need = ctx.needs_input_grad
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+                None, None, None, None, None, None, None)
+
+
+def _explicit_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
+                     scale: float, batch: tuple[int, ...], group: int, want_lse: bool,
+                     grad: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The explicit path on the compiled kernel -> (out, weights, lse or None) in the
+    caller's shapes. The output takes q's layout: heads inside rows (as a (B, L, E)
+    projection split into heads is) or contiguous."""
+    lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    q5, k4, v4, mask5 = _kernel_views(q, k, v, mask, batch, group)
+    heads_inner = q.dim() >= 3 and q.shape[-3] > 1 and lq > 1 and q.stride(-3) < q.stride(-2)
+    v_raw = bad_keys = None
+    if mask is not None or causal:  # blocked non-finite values must contribute exactly 0
+        v_clean, bad = _finite_split(v4)
+        if bad is not None:
+            v_raw, v4, bad_keys = v4.contiguous(), v_clean, bad.any(-1).contiguous()
+    if grad:
+        out, weights, lse = _KernelAttention.apply(q5, k4, v4, mask5, v_raw, bad_keys, causal,
+                                                   scale, want_lse, heads_inner)
+    else:
+        out, weights, lse = _kernel.get().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
+                                                  scale, want_lse, _KERNEL_ROWS, heads_inner)
+    return (out.view(*batch, lq, dv), weights.view(*batch, lq, lk),
+            lse.view(*batch, lq) if want_lse else None)
+
+
 def _explicit(
     q: Tensor,
     k: Tensor,
@@ -260,12 +382,14 @@ def _explicit(
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Checked-input explicit attention -> (out, weights, lse or None) in the caller's shapes."""
     lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    q4, k3, v3 = _flatten(q, k, v, batch, group)
-    # a float mask blocks by adding -inf, which NaN/inf in a key's score would undo
-    k_bad = mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, mask)
     )
+    if _why_not_kernel(q, mask, dropout_p) is None:
+        return _explicit_kernel(q, k, v, mask, causal, scale, batch, group, return_lse, grad)
+    q4, k3, v3 = _flatten(q, k, v, batch, group)
+    # a float mask blocks by adding -inf, which NaN/inf in a key's score would undo
+    k_bad = mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
     if grad and (dropout_p > 0.0 or (mask is not None and mask.requires_grad)):
         return _explicit_reference(q4, k3, v3, mask, causal, scale, dropout_p, batch,
                                    return_lse, k_bad)

@@ -29,6 +29,7 @@ PROVIDERS: dict[str, str] = {
     "experiments": "attnlab.report.experiments:build",
     "explorer": "attnlab.report.explorer:build",
     "real-models": "attnlab.report.real_models:build",
+    "architectures": "attnlab.report.architectures:build",
     "long-contexts": "attnlab.report.long_contexts:build",
     "survey": "attnlab.report.survey:build",
     "trained": "attnlab.report.trained_model:build",

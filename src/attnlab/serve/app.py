@@ -203,7 +203,8 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
                         traces.append(tracer(text))
             except ValueError as exc:  # the model refuses this input
                 return _error(422, " ".join(str(exc).split()))
-            api = [store.api_url(store.add(t)) for t in traces]  # exact rows on demand
+            # exact rows on demand: one id per trace, per stack of an encoder–decoder input
+            api = [store.api_url(tid) for t in traces for tid in store.add_input(t)]
             return Explorer(traces, config=cfg, api=api).payload()
 
     @app.get("/", response_class=HTMLResponse)

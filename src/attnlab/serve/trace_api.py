@@ -4,9 +4,11 @@ A trace keeps what determines attention (q, k, the log-sum-exp and the score sha
 the server computes any weight exactly when the page asks, whatever the length: the
 explorer of a long input carries pooled maps only and fetches the rest from here.
 
-``TraceStore`` holds traces by id; :func:`trace_router` is a FastAPI ``APIRouter`` over a
-store; :func:`create_trace_app` and :func:`run_traces` serve saved trace files
-(``attnlab serve --trace FILE``).
+``TraceStore`` holds traces by id — each stack of a ``StackedTrace`` (encoder, decoder and
+cross-attention of one input) is a trace of its own, and the explorer of any of them shows
+the whole input with its stack selector; :func:`trace_router` is a FastAPI ``APIRouter`` over
+a store; :func:`create_trace_app` and :func:`run_traces` serve saved trace files of either
+kind (``attnlab serve --trace FILE``).
 
 Endpoints (``{tid}`` a trace id; ``layer``, ``head`` query parameters on every one that
 reads weights)::
@@ -43,6 +45,7 @@ import torch
 from torch import Tensor
 
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.stacks import StackedTrace, load_trace
 from attnlab.viz.explorer import Explorer, ExplorerConfig, encode_blob, json_for_html
 
 __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",
@@ -97,25 +100,67 @@ class TraceStore:
         self.config = explorer or ExplorerConfig()
         self._traces: OrderedDict[str, AttentionTrace] = OrderedDict()
         self._explorers: dict[str, Explorer] = {}
+        #: the stacks of one several-stack input: each of its ids -> (all its ids, the input)
+        self._groups: dict[str, tuple[list[str], StackedTrace]] = {}
         self._next = 1
         self._lock = threading.Lock()
 
     def add(self, trace: AttentionTrace) -> str:
         """Keep ``trace``; returns its id."""
         if not isinstance(trace, AttentionTrace):
-            raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+            raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__} "
+                            "(a StackedTrace goes through add_input)")
+        return self._add([trace])[0]
+
+    def add_input(self, item: AttentionTrace | StackedTrace) -> list[str]:
+        """Keep one input: an AttentionTrace (one id) or each stack of a StackedTrace (one
+        id per stack, in its order; they stay and go together). Returns the ids.
+
+        >>> w = lambda lq, lk: torch.softmax(torch.randn(1, 1, lq, lk), -1)
+        >>> st = StackedTrace({"encoder": AttentionTrace(list("ab"), weights=w(2, 2),
+        ...                                              stack="encoder"),
+        ...                    "cross": AttentionTrace(["x"], key_tokens=list("ab"),
+        ...                                            weights=w(1, 2), stack="cross")})
+        >>> store = TraceStore()
+        >>> store.add_input(st), store.stack_ids("t2")
+        (['t1', 't2'], ['t1', 't2'])
+        """
+        if isinstance(item, AttentionTrace):
+            return self._add([item])
+        if not isinstance(item, StackedTrace):
+            raise TypeError(f"item must be an AttentionTrace or a StackedTrace, got "
+                            f"{type(item).__name__}")
+        return self._add([item[name] for name in item.names], item)
+
+    def _add(self, traces: list[AttentionTrace], group: StackedTrace | None = None
+             ) -> list[str]:
         with self._lock:
-            tid = f"t{self._next}"
-            self._next += 1
-            self._traces[tid] = trace
-            self._bytes[tid] = trace_bytes(trace)
-            while len(self._traces) > 1 and (
-                    len(self._traces) > self.capacity or
+            tids = []
+            for trace in traces:
+                tid = f"t{self._next}"
+                self._next += 1
+                self._traces[tid] = trace
+                self._bytes[tid] = trace_bytes(trace)
+                tids.append(tid)
+            if group is not None:
+                for tid in tids:
+                    self._groups[tid] = (tids, group)
+            while len(self._traces) > len(tids) and (
+                    len(self._traces) > max(self.capacity, len(tids)) or
                     (self.max_bytes is not None and sum(self._bytes.values()) > self.max_bytes)):
-                old, _ = self._traces.popitem(last=False)
-                self._explorers.pop(old, None)
-                self._bytes.pop(old, None)
-        return tid
+                oldest = next(iter(self._traces))
+                for old in self._groups.get(oldest, ([oldest], None))[0]:
+                    self._traces.pop(old, None)
+                    self._explorers.pop(old, None)
+                    self._bytes.pop(old, None)
+                    self._groups.pop(old, None)
+        return tids
+
+    def stack_ids(self, tid: str) -> list[str]:
+        """The ids of every stack of ``tid``'s input (``[tid]`` for a one-stack trace)."""
+        self.get(tid)
+        with self._lock:
+            return list(self._groups.get(tid, ([tid], None))[0])
 
     def get(self, tid: str) -> AttentionTrace:
         """The trace ``tid``; ``KeyError`` naming the ids held if there is none."""
@@ -138,13 +183,16 @@ class TraceStore:
         return f"/api/traces/{tid}"
 
     def explorer(self, tid: str, *, progress: bool = False) -> Explorer:
-        """The explorer of trace ``tid`` in served mode (built once: pooled maps are slow)."""
+        """The explorer of trace ``tid`` in served mode (built once: pooled maps are slow);
+        for a stack of a several-stack input, the explorer of the whole input."""
         trace = self.get(tid)
         with self._lock:
+            tids, group = self._groups.get(tid, ([tid], None))
+            tid = tids[0]
             ex = self._explorers.get(tid)
         if ex is None:
-            ex = Explorer(trace, config=self.config, uid=f"ax-{tid}",
-                          api=[self.api_url(tid)])
+            ex = Explorer(trace if group is None else group, config=self.config,
+                          uid=f"ax-{tid}", api=[self.api_url(t) for t in tids])
             ex.payload(progress)
             with self._lock:
                 if tid in self._traces:
@@ -410,10 +458,11 @@ def trace_router(store: TraceStore) -> Any:
     return router
 
 
-def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
+def create_trace_app(traces: Sequence[AttentionTrace | StackedTrace] | TraceStore, *,
                      explorer: ExplorerConfig | None = None, host: str | None = None,
                      allowed_hosts: Sequence[str] = ()) -> Any:
-    """A FastAPI app serving saved traces: ``/`` lists them (or opens the only one).
+    """A FastAPI app serving saved traces: ``/`` lists the inputs (or opens the only one);
+    a ``StackedTrace`` is one input of several stacks.
 
     Like the model server, it answers only requests addressed to a local name, the bound
     ``host`` or one of ``allowed_hosts`` (no DNS rebinding).
@@ -429,9 +478,10 @@ def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
         traces = list(traces)
         if not traces:
             raise ValueError("traces must hold at least one AttentionTrace, got none")
-        store = TraceStore(capacity=max(len(traces), 1), explorer=explorer)
+        n = sum(len(t) if isinstance(t, StackedTrace) else 1 for t in traces)
+        store = TraceStore(capacity=max(n, 1), explorer=explorer)
         for t in traces:
-            store.add(t)
+            store.add_input(t)
 
     app = FastAPI(title="attnlab traces", version="1",
                   description="Exact attention of saved traces, on demand. Local use.")
@@ -444,12 +494,20 @@ def create_trace_app(traces: Sequence[AttentionTrace] | TraceStore, *,
     @app.get("/", response_class=HTMLResponse)
     def index() -> Any:
         ids = store.ids()
-        if len(ids) == 1:
-            return HTMLResponse(store.explorer(ids[0]).to_page(connect_self=True))
-        items = "".join(
-            f'<li><a href="traces/{tid}">{html.escape(tid)}</a> · '
-            f"{html.escape(store.get(tid).model or 'trace')} · {store.get(tid).seq_len} tokens"
-            "</li>" for tid in ids)
+        firsts = list(dict.fromkeys(store.stack_ids(tid)[0] for tid in ids))  # one per input
+        if len(firsts) == 1:
+            return HTMLResponse(store.explorer(firsts[0]).to_page(connect_self=True))
+
+        def about(tid: str) -> str:
+            stacks = store.stack_ids(tid)
+            ts = [store.get(t) for t in stacks]
+            parts = ([f"{t.stack} {t.seq_len}×{t.key_len}" for t in ts] if len(ts) > 1
+                     else [f"{ts[0].seq_len} tokens"])
+            model = ts[0].model or "trace"
+            return f"{html.escape(model)} · {html.escape(', '.join(parts))}"
+
+        items = "".join(f'<li><a href="traces/{tid}">{html.escape(tid)}</a> · {about(tid)}</li>'
+                        for tid in firsts)
         return HTMLResponse(
             "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>attnlab traces</title></head><body><h1>attnlab traces</h1>"
@@ -476,11 +534,15 @@ def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
     config = config or ServeConfig()
     if not paths:
         raise ValueError("paths must name at least one trace file (--trace FILE)")
-    store = TraceStore(capacity=len(paths))
+    loaded = []
     for p in paths:
         if not quiet:
             print(f"attnlab serve: loading {p}", flush=True)
-        tid = store.add(AttentionTrace.load(Path(p)))
+        loaded.append(load_trace(Path(p)))  # an AttentionTrace or a StackedTrace
+    n = sum(len(t) if isinstance(t, StackedTrace) else 1 for t in loaded)
+    store = TraceStore(capacity=n)
+    for t in loaded:
+        tid = store.add_input(t)[0]
         if not quiet:
             print(f"attnlab serve: the explorer of {tid} ({store.get(tid).seq_len} tokens)",
                   flush=True)

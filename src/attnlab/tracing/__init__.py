@@ -6,11 +6,16 @@
 * :func:`capture` / :class:`Capture` (:mod:`attnlab.tracing.capture`): record every attention
   call of a model while it runs; adapters per kind of model in :mod:`attnlab.tracing.adapters`.
 * :func:`trace` (:mod:`attnlab.tracing.tracer`): one input through an already-loaded model.
+* :class:`StackedTrace` / :func:`load_trace` (:mod:`attnlab.tracing.stacks`): the encoder,
+  decoder and cross-attention stacks of an encoder–decoder model, kept apart; reading a
+  trace file of either kind.
 """
 
 from attnlab.tracing.attention import FORMAT_VERSION, AttentionTrace, TraceFormatError
 from attnlab.tracing.capture import AttentionRecord, Capture, UnreadableAttentionError, capture
+from attnlab.tracing.stacks import StackedTrace, load_trace
 from attnlab.tracing.tracer import trace
 
 __all__ = ["FORMAT_VERSION", "AttentionRecord", "AttentionTrace", "Capture",
-           "TraceFormatError", "UnreadableAttentionError", "capture", "trace"]
+           "StackedTrace", "TraceFormatError", "UnreadableAttentionError", "capture",
+           "load_trace", "trace"]

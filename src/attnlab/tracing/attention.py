@@ -30,8 +30,10 @@ applied on demand: a merged weight is **summed over the key pieces and averaged 
 query pieces**, so rows still sum to 1.
 
 Files are safetensors (no pickle) with the JSON metadata under the header key
-``"attnlab"`` and a ``format_version`` (:data:`FORMAT_VERSION` = 3, which added sink logits
-and windows without ``causal``; version-2 files load unchanged, and version-1 files, which
+``"attnlab"`` and a ``format_version`` (:data:`FORMAT_VERSION` = 4, which added the
+:attr:`~AttentionTrace.stack` a trace belongs to and files of several stacks, see
+:mod:`attnlab.tracing.stacks`; version 3 added sink logits and windows without ``causal``;
+files of versions 2 and 3 load unchanged, as stack ``"self"``, and version-1 files, which
 held dense weights, still load). What is read is checked against the metadata; a bad file
 raises :class:`TraceFormatError` naming the field.
 
@@ -70,14 +72,20 @@ from attnlab.core.functional import default_scale
 from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
 
-__all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES"]
+__all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES",
+           "STACKS"]
 
 #: Version of the file layout :meth:`AttentionTrace.save` writes.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+#: The attention stacks a trace can belong to: ``"self"`` (a model with one stack),
+#: ``"encoder"`` (encoder self-attention), ``"decoder"`` (decoder self-attention),
+#: ``"cross"`` (decoder queries over encoder keys).
+STACKS = ("self", "encoder", "decoder", "cross")
 #: The most bytes :attr:`AttentionTrace.weights` may build (float32, all layers and heads).
 DENSE_BUDGET_BYTES = 1 << 30
 
 _FORMAT = "attnlab.AttentionTrace"
+_STACKED_FORMAT = "attnlab.StackedTrace"  # several stacks in one file (attnlab.tracing.stacks)
 _STORED = ("weights", "q", "k", "v", "lse", "context")
 _SHAPE_TENSORS = TENSOR_FIELDS
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -132,6 +140,10 @@ class AttentionTrace:
         key_tokens: the key tokens' labels when they differ (cross-attention).
         groups: consecutive runs of pieces merged into one token (see
             :meth:`merge_tokens`); the tensors hold the pieces.
+        stack: which attention stack of the model this is, one of :data:`STACKS`:
+            ``"self"`` for a model with one stack; ``"encoder"``, ``"decoder"`` or
+            ``"cross"`` for one stack of an encoder–decoder model (cross-attention: rows are
+            the decoder's ``tokens``, columns the encoder's ``key_tokens``).
 
     >>> w = torch.softmax(torch.randn(2, 3, 4, 4), dim=-1)
     >>> t = AttentionTrace(tokens=["a", "b", "c", "d"], weights=w, model="toy")
@@ -158,9 +170,14 @@ class AttentionTrace:
         text: str | None = None,
         meta: dict[str, Any] | None = None,
         groups: Sequence[Sequence[int]] | None = None,
+        stack: str = "self",
     ) -> None:
         if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
             raise TypeError(f"tokens must be a list of str, got {type(tokens).__name__}")
+        if not isinstance(stack, str) or stack not in STACKS:
+            raise ValueError(f"stack must be one of {', '.join(map(repr, STACKS))}, got "
+                             f"{stack!r}")
+        self.stack = stack
         self.tokens = [str(t) for t in tokens]
         self.key_tokens = None if key_tokens is None else [str(t) for t in key_tokens]
         self.model = str(model)
@@ -612,7 +629,7 @@ class AttentionTrace:
             tokens=list(labels), weights=self._weights, q=self.q, k=self.k, v=self.v,
             lse=self.lse, context=self.context, shapes=self._shapes or None,
             causal=None if self._shapes else self._causal, model=self.model, token_ids=None,
-            text=self.text, meta=meta, groups=merged)
+            text=self.text, meta=meta, groups=merged, stack=self.stack)
 
     # -- files ----------------------------------------------------------------------------
 
@@ -641,99 +658,138 @@ class AttentionTrace:
             shapes.append(entry)
         return tensors, shapes
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy); the
-        metadata holds each tensor's sha256, which :meth:`load` verifies."""
-        path = Path(path)
+    def _file_part(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        """This trace's metadata (all but ``format`` and ``format_version``) and tensors, as
+        a file holds them (a several-stack file holds one such part per stack)."""
         tensors, shapes = self._tensors_and_shapes()
         for name, t in tensors.items():
             if t.dtype not in _DTYPES:
                 raise ValueError(f"{name} has dtype {t.dtype}, which a trace file cannot hold")
         meta = {
-            "format": _FORMAT, "format_version": FORMAT_VERSION, "tokens": self.tokens,
-            "key_tokens": self.key_tokens, "token_ids": self.token_ids, "model": self.model,
-            "causal": self._causal, "text": self.text, "meta": self.meta,
-            "groups": self.groups, "shapes": shapes,
+            "stack": self.stack, "tokens": self.tokens, "key_tokens": self.key_tokens,
+            "token_ids": self.token_ids, "model": self.model, "causal": self._causal,
+            "text": self.text, "meta": self.meta, "groups": self.groups, "shapes": shapes,
             "tensors": {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
                             "sha256": _sha256(t)} for n, t in tensors.items()},
         }
-        header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
-                                                                          ensure_ascii=False)}}
-        offset = 0
-        for name, t in tensors.items():
-            n = t.numel() * t.element_size()
-            header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
-                            "data_offsets": [offset, offset + n]}
-            offset += n
-        raw = json.dumps(header, ensure_ascii=False).encode("utf-8")
-        raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as safetensors writes it
-        with atomic_open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)))
-            f.write(raw)
-            for t in tensors.values():
-                if t.numel():
-                    f.write(t.reshape(-1).view(torch.uint8).numpy().data)
-        return path
+        return meta, tensors
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy); the
+        metadata holds each tensor's sha256, which :meth:`load` verifies."""
+        meta, tensors = self._file_part()
+        return _write_file(Path(path), {"format": _FORMAT, "format_version": FORMAT_VERSION,
+                                        **meta}, tensors)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AttentionTrace:
-        """Read a trace written by :meth:`save` (format version 1, 2 or 3).
+        """Read a trace written by :meth:`save` (format version 1 to 4).
 
         Everything read is checked: each tensor's shape and dtype against the metadata and
-        (version 2) the sha256 of its bytes; the types of tokens, ids, scale and meta; and
-        the values: q, k, v, context and the score-shape tensors finite, ``lse`` finite
-        except ``-inf`` on a row that sees no key, dense weights finite, non-negative, each
-        row summing to 1 (or 0 for a row that sees no key; at most 1 under sink logits).
-        Anything else raises :class:`TraceFormatError` naming the field or tensor.
+        (version 2 on) the sha256 of its bytes; the types of tokens, ids, scale, stack and
+        meta; and the values: q, k, v, context and the score-shape tensors finite, ``lse``
+        finite except ``-inf`` on a row that sees no key, dense weights finite,
+        non-negative, each row summing to 1 (or 0 for a row that sees no key; at most 1
+        under sink logits). Anything else raises :class:`TraceFormatError` naming the field
+        or tensor. A file of several stacks (:meth:`attnlab.tracing.stacks.StackedTrace
+        .save`) is refused with a :class:`TraceFormatError` saying to read it with
+        :func:`attnlab.tracing.load_trace` or ``StackedTrace.load``.
         """
-        from safetensors import safe_open
-
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no trace file at {path}")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                header = f.metadata() or {}
-                info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
-                        for n in f.keys()}
-                raw = header.get("attnlab")
-                meta = _parse_metadata(path, raw)
-                _check_manifest(path, meta, info)
-                tensors = {n: f.get_tensor(n) for n in f.keys()}
-        except TraceFormatError:
-            raise
-        except Exception as exc:  # safetensors raises several types for bad bytes
-            raise TraceFormatError(f"{path} is not a safetensors file ({exc})") from None
-        if meta["format_version"] >= 2:
-            for name, t in tensors.items():
-                digest = meta["tensors"][name].get("sha256")
-                if not isinstance(digest, str):
-                    raise _bad(path, f"tensors.{name}.sha256", "the sha256 of the tensor",
-                               digest)
-                if digest != _sha256(t):
-                    raise TraceFormatError(
-                        f"{path}: tensor {name!r} does not match the sha256 the metadata "
-                        "states (the file is corrupt)")
-        try:
-            if meta["format_version"] == 1:
-                trace = _from_v1(meta, tensors)
-            else:
-                trace = _from_v2(meta, tensors)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
-        _check_values(path, trace)
-        return trace
+
+        def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
+            if meta.get("format") == _STACKED_FORMAT:
+                stacks = meta.get("stacks")
+                names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
+                raise TraceFormatError(
+                    f"{path} holds several attention stacks ({names}), not one "
+                    "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
+                    "attnlab.tracing.StackedTrace.load(path)")
+            _check_format(path, meta, _FORMAT, 1)
+            _check_fields(path, meta, meta["format_version"])
+            _check_manifest(path, meta, info)
+
+        meta, tensors = _open_file(path, check)
+        return _finish(path, meta, tensors, meta["format_version"])
 
     def __repr__(self) -> str:
         kind = "q, k, lse" if self._weights is None else "dense weights"
         extra = [n for n in ("v", "context") if getattr(self, n) is not None]
         merged = f", merged={len(self.groups)} groups" if self.groups is not None else ""
-        return (f"AttentionTrace(model={self.model!r}, layers={self.num_layers}, "
+        stack = "" if self.stack == "self" else f"stack={self.stack!r}, "
+        return (f"AttentionTrace({stack}model={self.model!r}, layers={self.num_layers}, "
                 f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, tokens={self.seq_len}, "
                 f"causal={self.causal}, kind={kind!r}, with={extra}{merged})")
 
 
-# -- reading files ------------------------------------------------------------------------
+# -- writing and reading files ------------------------------------------------------------
+
+
+def _write_file(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+    """A safetensors file at ``path`` (atomically): ``meta`` as JSON under the header key
+    ``"attnlab"``, then the tensors' bytes in order, each written straight from its tensor."""
+    header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
+                                                                      ensure_ascii=False)}}
+    offset = 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as safetensors writes it
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for t in tensors.values():
+            if t.numel():
+                f.write(t.reshape(-1).view(torch.uint8).numpy().data)
+    return path
+
+
+def _open_file(path: Path, check: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(the attnlab metadata, the tensors) of the file at ``path``; ``check(meta, info)``
+    (info: name -> (dtype, shape)) runs before any tensor is read and raises
+    :class:`TraceFormatError` on what it refuses. Bytes that are not safetensors raise
+    :class:`TraceFormatError` too."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no trace file at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
+                    for n in f.keys()}
+            meta = _parse_json(path, header.get("attnlab"))
+            check(meta, info)
+            tensors = {n: f.get_tensor(n) for n in f.keys()}
+    except TraceFormatError:
+        raise
+    except Exception as exc:  # safetensors raises several types for bad bytes
+        raise TraceFormatError(f"{path} is not a safetensors file ({exc})") from None
+    return meta, tensors
+
+
+def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
+            version: int) -> AttentionTrace:
+    """The trace of checked metadata and its tensors: sha256 verified (version 2 on), built,
+    values checked. ``where`` names the file (and stack) in errors."""
+    if version >= 2:
+        for name, t in tensors.items():
+            digest = meta["tensors"][name].get("sha256")
+            if not isinstance(digest, str):
+                raise _bad(where, f"tensors.{name}.sha256", "the sha256 of the tensor", digest)
+            if digest != _sha256(t):
+                raise TraceFormatError(
+                    f"{where}: tensor {name!r} does not match the sha256 the metadata "
+                    "states (the file is corrupt)")
+    try:
+        trace = _from_v1(meta, tensors) if version == 1 else _from_v2(meta, tensors)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
+    _check_values(where, trace)
+    return trace
 
 
 def _sha256(t: Tensor) -> str:
@@ -742,7 +798,7 @@ def _sha256(t: Tensor) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _check_values(path: Path, t: AttentionTrace) -> None:
+def _check_values(path: Path | str, t: AttentionTrace) -> None:
     """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
     an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
     not a distribution per row."""
@@ -796,7 +852,7 @@ def _check_lse(t: AttentionTrace, bad: Any) -> None:
                           f"{head})")
 
 
-def _bad(path: Path, field: str, want: str, got: object) -> TraceFormatError:
+def _bad(path: Path | str, field: str, want: str, got: object) -> TraceFormatError:
     shown = repr(got)
     if len(shown) > 80:
         shown = shown[:77] + "..."
@@ -807,7 +863,8 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
+def _parse_json(path: Path, raw: str | None) -> dict[str, Any]:
+    """The attnlab metadata of a safetensors header, as a JSON object."""
     if raw is None:
         raise TraceFormatError(f"{path} is a safetensors file but not an attnlab trace")
     try:
@@ -816,13 +873,23 @@ def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
         raise TraceFormatError(f"{path}: corrupt attnlab metadata ({exc})") from None
     if not isinstance(meta, dict):
         raise _bad(path, "attnlab", "a JSON object", meta)
-    if meta.get("format") != _FORMAT:
-        raise TraceFormatError(f"{path} holds {meta.get('format')!r}, not an AttentionTrace")
+    return meta
+
+
+def _check_format(path: Path, meta: dict[str, Any], fmt: str, oldest: int) -> None:
+    """The file holds ``fmt`` at a format_version this attnlab reads (``oldest`` on)."""
+    if meta.get("format") != fmt:
+        what = "an AttentionTrace" if fmt == _FORMAT else "a StackedTrace"
+        raise TraceFormatError(f"{path} holds {meta.get('format')!r}, not {what}")
     version = meta.get("format_version")
-    if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
+    if not _is_int(version) or not oldest <= version <= FORMAT_VERSION:
         raise TraceFormatError(
-            f"{path} has format_version {version!r}; this attnlab reads 1 to {FORMAT_VERSION}"
-        )
+            f"{path} has format_version {version!r}; this attnlab reads {oldest} to "
+            f"{FORMAT_VERSION} for {fmt}")
+
+
+def _check_fields(path: Path | str, meta: dict[str, Any], version: int) -> None:
+    """The fields of one trace's metadata have the types ``version`` of the format states."""
     tokens = meta.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise _bad(path, "tokens", "a list of str", tokens)
@@ -842,7 +909,9 @@ def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
                                   or not math.isfinite(scale)):
             raise _bad(path, "scale", "null or a finite float", scale)
-        return meta
+        return
+    if version >= 4 and meta.get("stack") not in STACKS:
+        raise _bad(path, "stack", f"one of {', '.join(STACKS)}", meta.get("stack"))
     groups = meta.get("groups")
     if groups is not None and (not isinstance(groups, list) or not all(
             isinstance(g, list) and all(_is_int(i) for i in g) for g in groups)):
@@ -865,7 +934,7 @@ def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
                                                             and not s["causal"])):
             raise TraceFormatError(
                 f"{path}: field {f!r} has sinks or a window without causal, which only "
-                f"format_version 3 holds, but the file says {version}")
+                f"format_version 3 holds (and later ones), but the file says {version}")
         cap = s.get("softcap")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
                                 or not math.isfinite(cap)):
@@ -878,10 +947,9 @@ def _parse_metadata(path: Path, raw: str | None) -> dict[str, Any]:
             isinstance(v, dict) and isinstance(v.get("dtype"), str)
             and isinstance(v.get("shape"), list) for v in manifest.values()):
         raise _bad(path, "tensors", "a map of name -> {dtype, shape}", manifest)
-    return meta
 
 
-def _check_manifest(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
+def _check_manifest(path: Path | str, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
                     ) -> None:
     """Every tensor present with the shape and dtype the metadata states, no others."""
     if meta["format_version"] == 1:
@@ -937,5 +1005,5 @@ def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> AttentionTrace
         causal=None if shapes else bool(meta.get("causal", False)),
         model=meta.get("model", ""), token_ids=meta.get("token_ids"),
         key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
-        groups=meta.get("groups"),
+        groups=meta.get("groups"), stack=meta.get("stack", "self"),
     )

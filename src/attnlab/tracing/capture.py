@@ -46,10 +46,11 @@ from torch import Tensor, nn
 
 from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
-from attnlab.tracing.adapters.huggingface import unreadable_reason
+from attnlab.tracing.adapters.huggingface import is_hf_model, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 
-__all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture"]
+__all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture", "stack_table"]
 
 #: A record (or a stacked layer) at least this large hands freed memory back to the OS.
 _TRIM_BYTES = 8 << 20
@@ -93,6 +94,8 @@ class Capture:
         self.records: list[AttentionRecord] = []
         self.on_record: Callable[[AttentionRecord], Any] | None = None
         self._names = {id(m): n for n, m in root.named_modules()}
+        self._stacks = stack_table(root)
+        self._cross: set[str] = set()  # modules seen attending to the encoder's states
         self._lock = threading.Lock()
 
     def name_of(self, module: nn.Module) -> str:
@@ -111,17 +114,34 @@ class Capture:
     def __len__(self) -> int:
         return len(self.records)
 
+    def stack_of(self, name: str) -> str:
+        """The stack the attention module ``name`` belongs to: ``"encoder"``, ``"decoder"``
+        or ``"cross"`` inside an encoder–decoder model (see :func:`stack_table`), else
+        ``"self"``."""
+        if name in self._cross:
+            return "cross"
+        return self._stacks.get(name, "self")
+
     def trace(self, batch_index: int = 0, *, tokens: list[str] | None = None,
               model: str = "", token_ids: list[int] | None = None, text: str | None = None,
               key_tokens: list[str] | None = None,
-              meta: dict[str, Any] | None = None, release: bool = False) -> AttentionTrace:
-        """One input of the batch as an :class:`AttentionTrace` (layers in call order).
+              meta: dict[str, Any] | None = None, release: bool = False,
+              target_tokens: list[str] | None = None, target_ids: list[int] | None = None,
+              target: str | None = None) -> AttentionTrace | StackedTrace:
+        """One input of the batch as an :class:`AttentionTrace` (layers in call order), or
+        a :class:`~attnlab.tracing.stacks.StackedTrace` when the records come from more
+        than one attention stack (encoder, decoder, cross: ``nn.Transformer``,
+        ``nn.TransformerDecoder``, Hugging Face encoder–decoder models).
 
-        Only attention calls with the same (H, Lq, Lk) as the first one are stacked
-        (e.g. the self-attention of every layer); the others' names are listed in
-        ``meta["skipped"]``. ``tokens`` (and, for cross-attention, ``key_tokens``) default
-        to ``"0", "1", ...``. ``release=True`` moves the records' tensors into the trace
-        and empties :attr:`records`, so the trace never exists twice in memory.
+        Within a stack, only attention calls with the same (H, Lq, Lk) as its first one are
+        stacked; the others' names are listed in its ``meta["skipped"]``. Labels default to
+        ``"0", "1", ...``: ``tokens``, ``token_ids``, ``text`` describe the queries of a
+        one-stack trace or the encoder's (source) side; ``target_tokens``, ``target_ids``,
+        ``target`` the decoder's rows (decoder and cross stacks; without an encoder stack,
+        ``tokens`` label them when ``target_tokens`` is not given); ``key_tokens`` the keys
+        of cross-attention (default: the encoder's tokens). ``release=True`` moves the
+        records' tensors into the trace and empties :attr:`records`, so the trace never
+        exists twice in memory.
         """
         if not self.records:
             raise ValueError(
@@ -129,33 +149,98 @@ class Capture:
                 "capture block (attnlab modules, torch.nn.MultiheadAttention and Hugging "
                 "Face models are recognised)"
             )
-        first = self.records[0]
-        b = first.batch
+        b = self.records[0].batch
         if isinstance(batch_index, bool) or not isinstance(batch_index, int):
             raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
         if not -b <= batch_index < b:
             raise IndexError(f"batch_index must be in [0, {b}), got {batch_index}")
         bi = batch_index % b
-        kept = [r for r in self.records if r.dims == first.dims]
-        skipped = [r.name for r in self.records if r.dims != first.dims]
-        dense = first.weights is not None
-        _, lq, lk = first.dims
-        if key_tokens is None and lk != lq:
-            key_tokens = [str(j) for j in range(lk)]
-        names = ("weights", "context") if dense else ("q", "k", "v", "lse", "context")
-        stacked = {n: _stack(kept, n, bi, release) for n in names}
+        by_stack: dict[str, list[AttentionRecord]] = {}
+        for r in self.records:
+            by_stack.setdefault(self.stack_of(r.name), []).append(r)
         if release:
             self.records = []
-        shapes = [r.shapes[bi] for r in kept]
-        info: dict[str, Any] = {"layer_names": [r.name for r in kept],
-                                "source": first.source}
-        if skipped:
-            info["skipped"] = skipped
-        info.update(meta or {})
-        return AttentionTrace(
-            tokens=tokens if tokens is not None else [str(i) for i in range(lq)],
-            **stacked, shapes=shapes, model=model or type(self.root).__name__,
-            token_ids=token_ids, key_tokens=key_tokens, text=text, meta=info)
+        model = model or type(self.root).__name__
+        if len(by_stack) == 1:
+            (name, records), = by_stack.items()
+            if name != "self" and set(self._stacks.values()) | (
+                    {"cross"} if self._cross else set()) == {name}:
+                name = "self"  # the model's only stack (nn.TransformerEncoder on its own)
+            if name in ("decoder", "cross") and target_tokens is not None:
+                tokens, token_ids, text = target_tokens, target_ids, target
+            return _one_stack(records, name, bi, release, tokens=tokens, model=model,
+                              token_ids=token_ids, text=text, key_tokens=key_tokens,
+                              meta=meta)
+        if "encoder" not in by_stack and target_tokens is None:
+            target_tokens, target_ids, target = tokens, token_ids, text
+        stacks: dict[str, AttentionTrace] = {}
+        for name in STACK_ORDER:
+            records = by_stack.pop(name, None)
+            if records is None:
+                continue
+            if name == "encoder":
+                labels = dict(tokens=tokens, token_ids=token_ids, text=text, key_tokens=None)
+            else:
+                keys = None
+                if name == "cross":
+                    keys = key_tokens if key_tokens is not None else (
+                        stacks["encoder"].tokens if "encoder" in stacks else None)
+                labels = dict(tokens=target_tokens, token_ids=target_ids, text=target,
+                              key_tokens=keys)
+            if name == "cross" and "encoder" in stacks:
+                self._check_cross(records, stacks["encoder"].seq_len)
+            stacks[name] = _one_stack(records, name, bi, release, model=model, meta=meta,
+                                      **labels)
+        if by_stack:  # calls outside every stack of an encoder–decoder model
+            extra = [r.name for rs in by_stack.values() for r in rs]
+            first = next(iter(stacks.values()))
+            first.meta["skipped"] = first.meta.get("skipped", []) + extra
+        return StackedTrace(stacks, model=model, text=text, target=target,
+                            meta=dict(meta or {}))
+
+
+    def _check_cross(self, records: list[AttentionRecord], n_source: int) -> None:
+        """Cross-attention reads exactly the encoder's positions; a module that reads more
+        (the decoder's own states and the encoder's in one softmax) is refused."""
+        for r in records:
+            lk = r.dims[2]
+            if lk != n_source:
+                try:
+                    cls = type(self.root.get_submodule(r.name)).__name__
+                except AttributeError:
+                    cls = r.name
+                raise UnreadableAttentionError(
+                    f"{type(self.root).__name__} cannot be traced as separate stacks: {cls} "
+                    f"({r.name}) attends to {lk} keys where the encoder has {n_source} "
+                    "positions: it mixes the decoder's own states with the encoder's in one "
+                    "softmax (merged self- and cross-attention), which is neither attnlab's "
+                    "decoder nor its cross stack")
+
+
+def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: bool, *,
+               tokens: list[str] | None, model: str, token_ids: list[int] | None,
+               text: str | None, key_tokens: list[str] | None,
+               meta: dict[str, Any] | None) -> AttentionTrace:
+    """The records of one stack as an :class:`AttentionTrace`: the calls with the (H, Lq,
+    Lk) of the first one, stacked as layers; the others named in ``meta["skipped"]``."""
+    first = records[0]
+    kept = [r for r in records if r.dims == first.dims]
+    skipped = [r.name for r in records if r.dims != first.dims]
+    dense = first.weights is not None
+    _, lq, lk = first.dims
+    if key_tokens is None and (lk != lq or stack == "cross"):
+        key_tokens = [str(j) for j in range(lk)]
+    names = ("weights", "context") if dense else ("q", "k", "v", "lse", "context")
+    stacked = {n: _stack(kept, n, bi, release) for n in names}
+    shapes = [r.shapes[bi] for r in kept]
+    info: dict[str, Any] = {"layer_names": [r.name for r in kept], "source": first.source}
+    if skipped:
+        info["skipped"] = skipped
+    info.update(meta or {})
+    return AttentionTrace(
+        tokens=tokens if tokens is not None else [str(i) for i in range(lq)],
+        **stacked, shapes=shapes, model=model, token_ids=token_ids, key_tokens=key_tokens,
+        text=text, meta=info, stack=stack)
 
 
 def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
@@ -186,6 +271,88 @@ def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
             if big:
                 _give_back_memory()
     return out
+
+
+#: Arguments whose value, given to an attention module of a Hugging Face decoder, makes the
+#: call cross-attention (the keys and values come from the encoder).
+CROSS_ARGUMENTS = ("key_value_states", "encoder_hidden_states", "cross_attention_states")
+#: Names a Hugging Face decoder layer gives its cross-attention module.
+_CROSS_NAMES = frozenset({"encoder_attn", "EncDecAttention", "crossattention", "cross_attn",
+                          "cross_attention", "encoder_decoder_attention", "multihead_attn"})
+
+
+def stack_table(root: nn.Module) -> dict[str, str]:
+    """Dotted module name -> ``"encoder"``, ``"decoder"`` or ``"cross"`` for the modules of
+    the attention stacks of an encoder–decoder ``root`` (empty for a model of one stack).
+
+    * ``torch.nn`` and attnlab layers: a ``TransformerEncoderLayer``'s ``self_attn`` is the
+      encoder's; a ``TransformerDecoderLayer``'s ``self_attn`` the decoder's, its
+      ``multihead_attn`` (attnlab: ``cross_attn``) cross-attention.
+    * Hugging Face (``config.is_encoder_decoder``): every module inside
+      ``get_encoder()`` is the encoder's, inside ``get_decoder()`` the decoder's, except
+      those a decoder layer names as its cross-attention (``encoder_attn``,
+      ``EncDecAttention``, ...). While capturing, a decoder module called with the
+      encoder's states (:data:`CROSS_ARGUMENTS`) is also counted as cross-attention.
+    """
+    from attnlab.nn.transformer import TransformerDecoderLayer as OwnDecoderLayer
+    from attnlab.nn.transformer import TransformerEncoderLayer as OwnEncoderLayer
+
+    names = {id(m): n for n, m in root.named_modules()}
+    table: dict[str, str] = {}
+
+    def put(m: nn.Module | None, stack: str) -> None:
+        if isinstance(m, nn.Module) and id(m) in names:
+            for sub in m.modules():
+                if id(sub) in names:
+                    table[names[id(sub)]] = stack
+
+    for m in root.modules():
+        if isinstance(m, (nn.TransformerEncoderLayer, OwnEncoderLayer)):
+            put(m.self_attn, "encoder")
+        elif isinstance(m, nn.TransformerDecoderLayer):
+            put(m.self_attn, "decoder")
+            put(m.multihead_attn, "cross")
+        elif isinstance(m, OwnDecoderLayer):
+            put(m.self_attn, "decoder")
+            put(m.cross_attn, "cross")
+    if is_hf_model(root) and getattr(root.config, "is_encoder_decoder", False):
+        parts = {}
+        for side in ("encoder", "decoder"):
+            try:
+                parts[side] = getattr(root, f"get_{side}")()
+            except (AttributeError, NotImplementedError, TypeError):
+                parts[side] = None
+        for side, part in parts.items():
+            if isinstance(part, nn.Module) and part is not root:
+                put(part, side)
+        for name, stack in list(table.items()):
+            if stack == "decoder" and _CROSS_NAMES & set(name.split(".")):
+                table[name] = "cross"
+    return table
+
+
+def _watch_cross(cap: Capture, module: nn.Module) -> Any:
+    """A forward pre-hook that counts the module as cross-attention in ``cap`` when it is
+    called with the encoder's states (one of :data:`CROSS_ARGUMENTS`, not None)."""
+    import inspect
+
+    try:
+        sig: inspect.Signature | None = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        sig = None
+    name = cap.name_of(module)
+
+    def pre(_mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        given = kwargs
+        if args and sig is not None:
+            try:
+                given = sig.bind_partial(*args, **kwargs).arguments
+            except TypeError:
+                given = kwargs
+        if any(given.get(a) is not None for a in CROSS_ARGUMENTS):
+            cap._cross.add(name)
+
+    return module.register_forward_pre_hook(pre, with_kwargs=True)
 
 
 def _refuse_unreadable(root: nn.Module, matched: set[int]) -> None:
@@ -251,6 +418,10 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
         )
     handles: list[Any] = []
     try:
+        for mods in matched.values():
+            for m in mods:
+                if cap._stacks.get(cap.name_of(m)) == "decoder" and is_hf_model(module):
+                    handles.append(_watch_cross(cap, m))
         for i, mods in matched.items():
             handles.extend(ADAPTERS[i].attach(cap, mods))
         yield cap

@@ -2,8 +2,9 @@
 
 Every family of the installed transformers is listed, from its auto mappings
 (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` and ``MODEL_MAPPING_NAMES``), and sorted by kind with
-the task mappings: text decoders and text encoders are checked; encoder–decoder, vision,
-speech, multimodal and time-series families are listed as ``not yet`` with that reason.
+the task mappings. Each kind with a checker in :data:`CHECKERS` is checked (text decoders,
+text encoders, text encoder–decoders); the other kinds (vision, speech, multimodal,
+time series) are listed as ``not yet`` with that reason.
 
 Each text family is checked on a tiny random model built offline from its config class
 (:func:`tiny_config`: 2 layers, hidden size 32, 4 heads over 2 key/value heads, vocabulary
@@ -23,6 +24,13 @@ tokens they matter, and weights drawn large enough that attention is far from un
   causal flag (decoders causal, encoders not) and the labels (token ids without a
   tokenizer are labelled by their ids).
 
+An encoder–decoder family (2 + 2 layers, :data:`TARGET_LEN` target ids after the 12 source
+ids) is traced with ``trace(model, source, target=target)`` and each stack of the
+:class:`~attnlab.tracing.stacks.StackedTrace` is checked the same way against the model's
+own ``encoder_attentions``, ``decoder_attentions`` and ``cross_attentions``: the encoder
+bidirectional, the decoder causal, cross-attention rows labelled with the target ids and
+its columns with the source ids (:func:`eager_stack_maps`, :func:`judge`).
+
 A family is ``exact`` when all of this holds; ``refused`` when attnlab raises
 :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` (the reason names the
 module class and what is missing); ``no attention`` when the model returns no attention
@@ -38,6 +46,7 @@ not match, which is a defect (the test suite allows none).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -52,8 +61,10 @@ from attnlab.core.scores import row_logsumexp
 from attnlab.core.weights import shaped_weights
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 
-__all__ = ["EXACT_TOL", "NOT_YET", "RECOMPUTE_TOL", "SEQ_LEN", "STATUSES", "WINDOW",
-           "FamilyResult", "check_family", "compare_trace", "counts", "eager_maps", "families",
+__all__ = ["CHECKERS", "EXACT_TOL", "NOT_YET", "RECOMPUTE_TOL", "SEQ_LEN", "STATUSES",
+           "TARGET_LEN", "WINDOW", "FamilyResult", "check_family", "checked_families",
+           "compare_trace", "counts",
+           "eager_maps", "eager_stack_maps", "families",
            "judge", "support_matrix", "text_families", "tiny_config", "tiny_model", "to_json",
            "to_markdown"]
 
@@ -87,6 +98,19 @@ _TINY: dict[str, Any] = dict(
     # weights large enough that attention is far from uniform and a soft-cap of 2 bites
     initializer_range=0.12, attn_logit_softcapping=2.0,
 )
+#: The values an encoder–decoder family's tiny config also gets (2 + 2 layers, 4 heads on
+#: both sides), for each field its config class has.
+_TINY_SEQ2SEQ: dict[str, Any] = dict(
+    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_layers=2,
+    num_decoder_layers=2, num_heads=4, d_kv=8, num_encoder_layers=2,
+    num_encoder_attention_heads=4, num_decoder_attention_heads=4, decoder_ffn_embed_dim=48,
+    encoder_ffn_embed_dim=48, src_vocab_size=96, tgt_vocab_size=96, dropout=0.0,
+    activation_dropout=0.0, dropout_rate=0.0, max_length=64,
+)
+#: The model class checked where the family's base model needs more than text.
+_SEQ2SEQ_CLASSES = {"seamless_m4t": "SeamlessM4TForTextToText",
+                    "seamless_m4t_v2": "SeamlessM4Tv2ForTextToText"}
 #: Family-specific values where the common ones do not make a valid tiny model.
 _OVERRIDES: dict[str, dict[str, Any]] = {
     "codegen": {"rotary_dim": 4},
@@ -122,8 +146,6 @@ _ENCODER = ("MASKED_LM", "TEXT_ENCODING", "SEQUENCE_CLASSIFICATION", "TOKEN_CLAS
             "QUESTION_ANSWERING", "MULTIPLE_CHOICE", "NEXT_SENTENCE_PREDICTION")
 #: The reason given for each kind that is listed but not checked.
 NOT_YET = {
-    "encoder-decoder": "not yet: encoder–decoder (separate encoder, decoder and cross-attention "
-                       "stacks)",
     "speech": "not yet: speech or audio input",
     "vision": "not yet: image or video input",
     "multimodal": "not yet: image or audio input alongside text",
@@ -148,6 +170,7 @@ class FamilyResult:
     compared: str = ""
     features: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    stacks: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (errors as floats or None)."""
@@ -159,6 +182,8 @@ class FamilyResult:
             return self.reason
         parts = [f"max |Δw| {self.max_weight_error:.1e}",
                  f"recomputed {self.max_recompute_error:.1e}"]
+        if self.stacks:
+            parts.append(" + ".join(f"{n} {k}" for n, k in self.stacks.items()) + " layers")
         if self.compared:
             parts.append(self.compared)
         return "; ".join(parts + self.features)
@@ -189,8 +214,18 @@ def _names(auto: Any, tasks: Iterable[str]) -> set[str]:
 
 def families() -> list[tuple[str, str]]:
     """Every family (model type) of the installed transformers with a base or causal-LM
-    model, and its kind: ``decoder``, ``encoder`` (checked), or ``encoder-decoder``,
-    ``speech``, ``vision``, ``multimodal``, ``time series``, ``other`` (not yet), sorted."""
+    model, and its kind: ``decoder``, ``encoder``, ``encoder-decoder`` (checked), or
+    ``speech``, ``vision``, ``multimodal``, ``time series``, ``other`` (see
+    :data:`CHECKERS`), sorted. A sequence-to-sequence family whose config is not an
+    encoder–decoder one (a speech or audio language model) counts as speech or
+    multimodal."""
+    return list(_families())
+
+
+@functools.lru_cache(maxsize=1)
+def _families() -> tuple[tuple[str, str], ...]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     auto = _mappings()
     causal = set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     everything = causal | set(auto.MODEL_MAPPING_NAMES)
@@ -200,7 +235,7 @@ def families() -> list[tuple[str, str]]:
     encoder = _names(auto, _ENCODER)
     out = []
     for name in sorted(everything):
-        if name in s2s:
+        if name in s2s and _is_encoder_decoder(CONFIG_MAPPING, name):
             kind = "encoder-decoder"
         elif name in speech:
             kind = "speech"
@@ -215,15 +250,32 @@ def families() -> list[tuple[str, str]]:
             kind = "encoder"
         elif name in causal:
             kind = "decoder"
+        elif name in s2s:  # audio language models without a speech task mapping
+            kind = "multimodal"
         else:
             kind = "other"
         out.append((name, kind))
-    return out
+    return tuple(out)
+
+
+def _is_encoder_decoder(configs: Any, family: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bool(getattr(configs[family](), "is_encoder_decoder", False))
+    except Exception:  # a config that cannot be made without arguments
+        return False
 
 
 def text_families() -> list[str]:
-    """The families :func:`check_family` checks: text decoders and encoders."""
-    return [n for n, k in families() if k in ("decoder", "encoder")]
+    """The text families :func:`check_family` checks: decoders, encoders and
+    encoder–decoders."""
+    return [n for n, k in families() if k in ("decoder", "encoder", "encoder-decoder")]
+
+
+def checked_families() -> list[str]:
+    """Every family whose kind has a checker in :data:`CHECKERS`."""
+    return [n for n, k in families() if k in CHECKERS]
 
 
 # -- a tiny model -----------------------------------------------------------------------------
@@ -233,15 +285,52 @@ def tiny_config(family: str, kind: str = "") -> Any:
     """A 2-layer config of ``family`` with small sizes (see the module docstring), eager
     attention, token ids below the vocabulary size; per-layer lists (layer types) cut to
     two entries that keep the kinds the family mixes (e.g. one sliding, one full layer);
-    ``kind="decoder"`` sets ``is_decoder`` where the config has it."""
+    ``kind="decoder"`` sets ``is_decoder`` where the config has it; an encoder–decoder
+    config made of an encoder and a decoder config (``sub_configs``) gets tiny ones."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[family]
-    base = cls()
+    kw = _tiny_kwargs(cls, kind)
+    if kind == "encoder-decoder":
+        kw.update(_tiny_parts(cls, kind))
+    kw.update(_OVERRIDES.get(family, {}))
+    kw["attn_implementation"] = "eager"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**kw)
+
+
+def _tiny_parts(cls: Any, kind: str, depth: int = 2) -> dict[str, Any]:
+    """Tiny configs for the parts (``sub_configs``) of a composite config, and theirs."""
+    out: dict[str, Any] = {}
+    default = None
+    for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
+        if isinstance(sub, type) and sub.__name__ == "AutoConfig":  # the default's own class
+            if default is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    default = cls()
+            sub = type(getattr(default, name, None))
+            if not hasattr(sub, "model_type"):
+                continue
+        if isinstance(sub, type) and depth > 0:
+            kw = {**_tiny_kwargs(sub, kind), **_tiny_parts(sub, kind, depth - 1)}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[name] = sub(**kw)
+    return out
+
+
+def _tiny_kwargs(cls: Any, kind: str) -> dict[str, Any]:
+    """The small values :func:`tiny_config` gives the config class ``cls``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = cls()
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     amap = getattr(cls, "attribute_map", None) or {}
     kw: dict[str, Any] = {}
-    for k, v in _TINY.items():
+    tiny = {**_TINY, **_TINY_SEQ2SEQ} if kind == "encoder-decoder" else _TINY
+    for k, v in tiny.items():
         name = amap.get(k, k)
         if name in fields:
             kw[name] = v
@@ -265,18 +354,14 @@ def tiny_config(family: str, kind: str = "") -> Any:
         kw[amap.get("num_key_value_heads", "num_key_value_heads")] = _TINY["num_attention_heads"]
     if kind == "decoder" and "is_decoder" in fields:
         kw["is_decoder"] = True
-    kw.update(_OVERRIDES.get(family, {}))
-    kw["attn_implementation"] = "eager"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return cls(**kw)
+    return kw
 
 
 def _model_class(family: str, kind: str) -> Any:
     import transformers
 
     auto = _mappings()
-    name = auto.MODEL_MAPPING_NAMES.get(family)
+    name = _SEQ2SEQ_CLASSES.get(family) or auto.MODEL_MAPPING_NAMES.get(family)
     if name is None or (kind == "decoder" and family not in auto.MODEL_MAPPING_NAMES):
         name = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[family]
     if isinstance(name, (list, tuple)):
@@ -321,8 +406,8 @@ def _features(trace: Any) -> list[str]:
 
 
 def compare_trace(trace: Any, reference: list[torch.Tensor]) -> dict[str, Any]:
-    """The trace's weights against the model's own attention maps (one (1, H, N, N) tensor
-    per layer): ``{"weights": max |Δ|, "recomputed": max |Δ| of the weights rebuilt from q
+    """The trace's weights against the model's own attention maps (one (1, H, Lq, Lk)
+    tensor per layer): ``{"weights": max |Δ|, "recomputed": max |Δ| of the weights rebuilt from q
     and k under the recorded shapes, "compared": "" or how}``.
 
     Models that return the softmax before a sink logit's share (and scale their output
@@ -346,14 +431,14 @@ def compare_trace(trace: Any, reference: list[torch.Tensor]) -> dict[str, Any]:
             err, compared = err2, ("rows renormalised: the model returns its softmax before "
                                    "the sink's share")
     rec = 0.0
-    n = trace.q.shape[2]
+    nq, nk = trace.q.shape[2], trace.k.shape[2]
     group = trace.num_heads // trace.num_kv_heads
     for layer in range(trace.num_layers):
         shape = trace.score_shape(layer)
         k = trace.k[layer].repeat_interleave(group, dim=0)
         lse = row_logsumexp(trace.q[layer], trace.k[layer], shape)
-        w = shaped_weights(trace.q[layer], k, lse, shape, rows=range(n),
-                           head=list(range(trace.num_heads)), lq=n, lk=n)
+        w = shaped_weights(trace.q[layer], k, lse, shape, rows=range(nq),
+                           head=list(range(trace.num_heads)), lq=nq, lk=nk)
         rec = max(rec, float((w - got[layer]).abs().max()))
     return {"weights": err, "recomputed": rec, "compared": compared}
 
@@ -366,13 +451,14 @@ def check_family(family: str, *, seq_len: int = SEQ_LEN, seed: int = 0) -> Famil
         raise ValueError(f"family must be a model type of the installed transformers, got "
                          f"{family!r}")
     kind = kinds[family]
-    if kind not in ("decoder", "encoder"):
+    checker = CHECKERS.get(kind)
+    if checker is None:
         return FamilyResult(family, kind, "not yet", NOT_YET[kind])
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is many times faster than several
     try:
-        result = _check(family, kind, seq_len, seed)
+        result = checker(family, kind, seq_len, seed)
     finally:
         torch.set_num_threads(threads)
     result.seconds = round(time.perf_counter() - t0, 3)
@@ -408,11 +494,12 @@ def _build(family: str, kind: str, seed: int) -> Any:
 
 def tiny_model(family: str, seed: int = 0) -> Any:
     """The tiny random model of a text ``family`` that :func:`check_family` checks (eval
-    mode, eager attention); ``ValueError`` when it cannot be built offline."""
+    mode, eager attention; the base model of an encoder–decoder family, without its
+    language-model head); ``ValueError`` when it cannot be built offline."""
     kind = dict(families()).get(family)
-    if kind not in ("decoder", "encoder"):
-        raise ValueError(f"family must be a text decoder or encoder of the installed "
-                         f"transformers, got {family!r} ({kind or 'unknown'})")
+    if kind not in ("decoder", "encoder", "encoder-decoder"):
+        raise ValueError(f"family must be a text decoder, encoder or encoder–decoder of the "
+                         f"installed transformers, got {family!r} ({kind or 'unknown'})")
     try:
         return _build(family, kind, seed)
     except _NotBuilt as exc:
@@ -463,14 +550,15 @@ def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
     return res("exact", "", **info)
 
 
-def judge(trace: Any, maps: list[torch.Tensor], ids: list[int]
-          ) -> tuple[dict[str, Any], list[str]]:
+def judge(trace: Any, maps: list[torch.Tensor], ids: list[int],
+          key_ids: list[int] | None = None) -> tuple[dict[str, Any], list[str]]:
     """(:func:`compare_trace`'s errors, the problems found): weights beyond
     :data:`EXACT_TOL`, recomputed weights beyond :data:`RECOMPUTE_TOL`, a layer whose causal
     flag disagrees with the model's own maps (a causal layer's maps are zero above the
     diagonal; random weights make them nonzero everywhere else), labels that are not the
-    token ids. No problems means exact. Raises ``ValueError`` when the trace and the maps
-    do not even have the same layers and heads."""
+    token ids (and, for cross-attention, key labels that are not ``key_ids``). No problems
+    means exact. Raises ``ValueError`` when the trace and the maps do not even have the
+    same layers and heads."""
     errors = compare_trace(trace, maps)
     problems = []
     if errors["weights"] > EXACT_TOL:
@@ -484,6 +572,8 @@ def judge(trace: Any, maps: list[torch.Tensor], ids: list[int]
                             f"{'do' if upper else 'do not'} reach later keys")
     if trace.tokens != [str(i) for i in ids] or trace.token_ids != list(ids):
         problems.append("labels are not the token ids")
+    if key_ids is not None and (trace.key_tokens or trace.tokens) != [str(i) for i in key_ids]:
+        problems.append("key labels are not the source token ids")
     return errors, problems
 
 
@@ -501,6 +591,128 @@ def eager_maps(model: Any, ids: torch.Tensor) -> list[Any]:
         out = base(**kwargs)
     maps = getattr(out, "attentions", None)
     return list(maps) if maps else []
+
+
+#: Target tokens run through the decoder of each tiny encoder–decoder model: fewer than
+#: :data:`SEQ_LEN`, so that a source and a target position mixed up would show.
+TARGET_LEN = 9
+#: The model's own attention outputs of each stack of an encoder–decoder model.
+_STACK_OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions",
+                  "cross": "cross_attentions"}
+
+
+def eager_stack_maps(model: Any, ids: torch.Tensor, target: torch.Tensor
+                     ) -> dict[str, list[torch.Tensor]]:
+    """An encoder–decoder model's own attention maps under eager attention, per stack
+    (``encoder``, ``decoder``, ``cross``), run as the tracer runs it."""
+    import inspect
+
+    base = getattr(model, "base_model", model)
+    params = inspect.signature(base.forward).parameters
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                              "decoder_input_ids": target, "output_attentions": True}
+    if "decoder_attention_mask" in params:
+        kwargs["decoder_attention_mask"] = torch.ones_like(target)
+    if "use_cache" in params:
+        kwargs["use_cache"] = False
+    with torch.no_grad():
+        out = base(**kwargs)
+    maps = {}
+    for stack, field_name in _STACK_OUTPUTS.items():
+        got = getattr(out, field_name, None)
+        maps[stack] = [a for a in (got or ()) if isinstance(a, torch.Tensor) and a.dim() == 4]
+    return maps
+
+
+def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
+    """:func:`check_family` for an encoder–decoder family: ``seq_len`` source ids and
+    :data:`TARGET_LEN` target ids; each stack of the trace (encoder, decoder, cross) judged
+    against the model's own ``encoder_attentions``, ``decoder_attentions`` and
+    ``cross_attentions`` (weights, recomputation, layers, causal flags, labels: source ids
+    for the encoder and the cross columns, target ids for the decoder and the cross rows)."""
+    from attnlab.tracing.stacks import StackedTrace
+    from attnlab.tracing.tracer import trace as run_trace
+
+    def res(status: str, reason: str = "", **kw: Any) -> FamilyResult:
+        return FamilyResult(family, kind, status, reason, **kw)
+
+    try:
+        model = _build(family, kind, seed)
+    except _NotBuilt as exc:
+        return res("not built", str(exc))
+    name = type(model).__name__
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, _TINY["vocab_size"] - 8, (1, seq_len), generator=g)
+    target = torch.randint(3, _TINY["vocab_size"] - 8, (1, TARGET_LEN), generator=g)
+    try:
+        reference = eager_stack_maps(model, ids, target)
+    except Exception as exc:
+        return res("not built", f"not built: its eager forward fails on source and target "
+                   f"ids ({_cause(exc)})", model_class=name)
+    try:
+        t = run_trace(model, ids[0].tolist(), target=target[0].tolist())
+    except UnreadableAttentionError as exc:
+        return res("refused", f"refused: {exc}", model_class=name)
+    except Exception as exc:
+        return res("wrong", f"wrong: tracing fails ({_cause(exc)})", model_class=name)
+    if not isinstance(t, StackedTrace):
+        return res("wrong", f"wrong: the trace is one stack ({t.stack!r}), not the encoder, "
+                   "decoder and cross-attention apart", model_class=name)
+    src, tgt = ids[0].tolist(), target[0].tolist()
+    rows = {"encoder": (src, None), "decoder": (tgt, None), "cross": (tgt, src)}
+    info: dict[str, Any] = dict(model_class=name, layers=sum(x.num_layers for x in t.values()),
+                                heads=t[t.names[0]].num_heads,
+                                stacks={n: x.num_layers for n, x in t.items()})
+    problems: list[str] = []
+    worst = {"weights": 0.0, "recomputed": 0.0}
+    compared: list[str] = []
+    features: list[str] = []
+    for stack, (q_ids, k_ids) in rows.items():
+        maps = reference[stack]
+        if stack not in t:
+            problems.append(f"the trace has no {stack} stack ({len(maps)} maps)")
+            continue
+        if not maps:
+            problems.append(f"the model returns no {_STACK_OUTPUTS[stack]}")
+            continue
+        try:
+            errors, found = judge(t[stack], maps, q_ids, k_ids)
+        except ValueError as exc:
+            problems.append(f"{stack}: {exc}")
+            continue
+        want_causal = stack == "decoder"
+        if any(s.causal != want_causal and s.bias is None for s in t[stack].shapes):
+            found.append(f"marked causal={not want_causal}")
+        problems += [f"{stack}: {p}" for p in found]
+        for key in worst:
+            worst[key] = max(worst[key], errors[key])
+        if errors["compared"]:
+            compared.append(f"{stack}: {errors['compared']}")
+        features += [f"{stack}: {f}" for f in _features(t[stack])]
+    info.update(max_weight_error=worst["weights"], max_recompute_error=worst["recomputed"],
+                compared="; ".join(compared), features=features)
+    if problems:
+        return res("wrong", "wrong: " + "; ".join(problems), **info)
+    return res("exact", "", **info)
+
+
+#: How each kind of family is checked: kind -> ``checker(family, kind, seq_len, seed)``
+#: returning a :class:`FamilyResult`. A kind without a checker is listed as ``not yet``
+#: with its :data:`NOT_YET` reason; supporting a new kind is one entry here.
+def _check_media(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
+    """Vision and speech families: :func:`attnlab.tracing.media.check_media_family`."""
+    from attnlab.tracing.media import check_media_family
+
+    return check_media_family(family, kind, seq_len, seed)
+
+
+CHECKERS: dict[str, Callable[[str, str, int, int], FamilyResult]] = {
+    "decoder": _check,
+    "encoder": _check,
+    "encoder-decoder": _check_seq2seq,
+    "vision": _check_media,
+    "speech": _check_media,
+}
 
 
 # -- the matrix -------------------------------------------------------------------------------
@@ -553,7 +765,9 @@ def to_markdown(results: list[FamilyResult]) -> str:
              "",
              f"Each text family is checked on a tiny random model ({SEQ_LEN} tokens, window "
              f"{WINDOW}): trace weights against `output_attentions` (eager) within "
-             f"{EXACT_TOL:g}, weights recomputed from q and k within {RECOMPUTE_TOL:g}.",
+             f"{EXACT_TOL:g}, weights recomputed from q and k within {RECOMPUTE_TOL:g}; "
+             f"encoder–decoder families with {TARGET_LEN} target tokens, each stack "
+             "(encoder, decoder, cross) against its own maps.",
              "",
              "| family | kind | status | details |",
              "|---|---|---|---|"]

@@ -31,12 +31,15 @@ from attnlab.tracing.adapters.huggingface import is_hf_model
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import check_text, check_trace_budget
 from attnlab.tracing.capture import capture
+from attnlab.tracing.stacks import StackedTrace
 
-__all__ = ["trace", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
+__all__ = ["trace", "is_seq2seq", "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
 
 MERGE_RULE = "pieces of one character merged: weights summed over keys, averaged over queries"
 #: Warn when more than this share of the real tokens is the tokenizer's unknown token.
 UNKNOWN_WARN_FRACTION = 0.2
+#: The most tokens an encoder–decoder model generates as the target when none is given.
+MAX_NEW_TOKENS = 32
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
@@ -89,17 +92,31 @@ def _resolve(model: Any, tokenizer: Any) -> Any:
     )
 
 
-def _forward(model: nn.Module, ids: Tensor) -> None:
-    """One forward pass with what the trace needs (no KV cache, no vocabulary logits)."""
+def is_seq2seq(model: nn.Module) -> bool:
+    """Whether ``model`` is an encoder–decoder model: a Hugging Face model whose config says
+    ``is_encoder_decoder``, or attnlab's :class:`~attnlab.nn.transformer.Transformer`."""
+    if is_hf_model(model):
+        return bool(getattr(model.config, "is_encoder_decoder", False))
+    return type(model).__name__ == "Transformer" and hasattr(model, "encode") and hasattr(
+        model, "decode")
+
+
+def _forward(model: nn.Module, ids: Tensor, target: Tensor | None = None) -> None:
+    """One forward pass with what the trace needs (no KV cache, no vocabulary logits);
+    ``target``: the decoder's input ids of an encoder–decoder model."""
     if is_hf_model(model):
         base = getattr(model, "base_model", model)  # skips the LM head: no N x V logits
         params = inspect.signature(base.forward).parameters
         kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if target is not None:
+            kwargs["decoder_input_ids"] = target
+            if "decoder_attention_mask" in params:
+                kwargs["decoder_attention_mask"] = torch.ones_like(target)
         if "use_cache" in params:
             kwargs["use_cache"] = False
         base(**kwargs)
-    elif type(model).__name__ == "Transformer" and hasattr(model, "encode"):
-        model(ids, ids)  # encoder-decoder: the same tokens on both sides
+    elif is_seq2seq(model):
+        model(ids, target if target is not None else ids)
     else:
         model(ids)
 
@@ -212,23 +229,24 @@ def _id_labels(tokenizer: Any, ids: list[int]) -> list[str]:
     return out
 
 
-def _ids_from(token_ids: Any) -> list[int]:
+def _ids_from(token_ids: Any, name: str = "text_or_token_ids") -> list[int]:
+    ids_name = "token_ids" if name == "text_or_token_ids" else name
     if isinstance(token_ids, Tensor):
         if token_ids.dim() == 2 and token_ids.shape[0] == 1:
             token_ids = token_ids[0]
         if token_ids.dim() != 1 or token_ids.dtype not in (torch.long, torch.int, torch.int16):
             raise ValueError(
-                f"token_ids must be an integer tensor (N,) or (1, N), got dtype "
+                f"{ids_name} must be an integer tensor (N,) or (1, N), got dtype "
                 f"{token_ids.dtype} shape {tuple(token_ids.shape)}"
             )
         return [int(i) for i in token_ids.tolist()]
     try:
         ids = list(token_ids)
     except TypeError:
-        raise TypeError("text_or_token_ids must be a str, a sequence of ints or an integer "
+        raise TypeError(f"{name} must be a str, a sequence of ints or an integer "
                         f"tensor, got {type(token_ids).__name__}") from None
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise TypeError("token_ids must be a sequence of ints")
+        raise TypeError(f"{ids_name} must be a sequence of ints")
     return ids
 
 
@@ -271,8 +289,11 @@ class _Progress:
 
 def trace(
     model: Any,
-    text_or_token_ids: str | Sequence[int] | Tensor,
+    text_or_token_ids: str | Sequence[int] | Tensor | None = None,
     *,
+    target: str | Sequence[int] | Tensor | None = None,
+    image: Any = None,
+    audio: Any = None,
     tokenizer: Any = None,
     qkv: bool = True,
     context: bool = False,
@@ -280,7 +301,8 @@ def trace(
     merge_pieces: bool = True,
     max_memory: int | str | None = None,
     progress: bool = False,
-) -> AttentionTrace:
+    max_new_tokens: int = MAX_NEW_TOKENS,
+) -> AttentionTrace | StackedTrace:
     """Run one input through ``model`` under :func:`~attnlab.tracing.capture.capture`.
 
     Args:
@@ -290,21 +312,37 @@ def trace(
             ``tokenizer`` for text).
         text_or_token_ids: text (tokenized by the model's tokenizer, special tokens added)
             or token ids (N,) / (1, N), each in the model's vocabulary (checked when the
-            model states its size).
+            model states its size). For an encoder–decoder model: the source.
+        target: encoder–decoder models only: the target the decoder reads, as text
+            (tokenized as the model's target, after its decoder start token) or token ids
+            (fed to the decoder as they are). ``None``: the model's own greedy generation
+            from the source (at most ``max_new_tokens`` new tokens; ``meta["target_from"]``
+            says ``"generated"``).
+        image: an image (a path or a PIL image) for a vision transformer, instead of text;
+            audio: a 16 kHz mono WAV file for a speech model, whose text is ``target`` (see
+            :mod:`attnlab.tracing.media`).
         tokenizer: overrides the loaded model's tokenizer.
         qkv: keep per-head q, k, v and the log-sum-exp (O(N·d) per head; weights are
             computed on demand). ``False`` keeps dense weights instead (short inputs).
         context: also keep each head's output (L, H, N, dv).
         truncate: cut an input longer than the model's limit to the limit (recorded in
             ``meta["truncated_from"]``); without it such an input raises ``ValueError``.
-        merge_pieces: merge byte pieces of one character (see the module docstring).
+        merge_pieces: merge byte pieces of one character (see the module docstring;
+            one-stack models: an encoder–decoder trace keeps the pieces, each labelled by
+            its own bytes, so that its stacks' labels agree).
         max_memory: refuse, before the model runs, an input whose trace would need more
             memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.tracing.budget`).
         progress: show a progress bar per layer on stderr.
+        max_new_tokens: the longest generation when an encoder–decoder model gets no
+            ``target``.
 
     Returns:
         an :class:`AttentionTrace` (batch of one) whose ``meta`` holds the model's
-        description, the layer names, ``unknown_fraction`` and any merge.
+        description, the layer names, ``unknown_fraction`` and any merge; for an
+        encoder–decoder model a :class:`~attnlab.tracing.stacks.StackedTrace` of its
+        ``"encoder"``, ``"decoder"`` and ``"cross"`` stacks (source tokens label the
+        encoder and the cross-attention's columns, target tokens the decoder and the
+        cross-attention's rows).
 
     >>> import torch
     >>> from attnlab.nn.transformer import GPT, GPTConfig
@@ -315,8 +353,26 @@ def trace(
     >>> t.weights_rows(0, 1, [0])  # the first token can only see itself
     tensor([[1., 0., 0., 0.]])
     """
+    if image is not None or audio is not None:  # an image or a sound: attnlab.tracing.media
+        from attnlab.tracing.media import trace_media
+
+        return trace_media(model, text_or_token_ids, image=image, audio=audio, target=target,
+                           tokenizer=tokenizer, qkv=qkv, context=context, truncate=truncate,
+                           max_memory=max_memory, max_new_tokens=max_new_tokens)
+    if text_or_token_ids is None:
+        raise TypeError("trace needs text_or_token_ids (text or token ids), image= or audio=")
     loaded = _resolve(model, tokenizer)
     tok = tokenizer if tokenizer is not None else loaded.tokenizer
+    net = loaded.model
+    seq2seq = is_seq2seq(net)
+    if target is not None and not seq2seq:
+        raise ValueError(
+            f"target is for encoder–decoder models (a source and a target text); "
+            f"{loaded.name} has one attention stack and reads one text: put all of it in "
+            "text_or_token_ids and leave target out")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 1):
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     info: dict[str, Any]
     text = None
     if isinstance(text_or_token_ids, str):
@@ -332,10 +388,8 @@ def trace(
         ids = _ids_from(text_or_token_ids)
         if not ids:
             raise ValueError("token_ids is empty; give at least one token")
-        labels = (_id_labels(tok, ids) if hasattr(tok, "convert_ids_to_tokens")
-                  else list(tok.decode_tokens(ids)) if hasattr(tok, "decode_tokens")
-                  else [str(i) for i in ids])
-        info = {"ids": ids, "labels": labels, "groups": [[i] for i in range(len(ids))]}
+        info = {"ids": ids, "labels": _labels_of_ids(tok, ids),
+                "groups": [[i] for i in range(len(ids))]}
     ids = info["ids"]
     meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
                                            if isinstance(v, (str, int, float, bool, type(None)))}}
@@ -352,14 +406,27 @@ def trace(
         info["labels"] = info["labels"][:limit]
         info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
                           if g]
-    _check_ids(ids, _vocab_size(loaded.model), loaded.name)
-    if max_memory is not None:
-        check_trace_budget(loaded, len(ids), max_memory, what="text", keep_weights=not qkv,
-                           keep_context=context)
+    vocab = _vocab_size(net)
+    _check_ids(ids, vocab, loaded.name)
     if "unknown_fraction" in info:
         meta["unknown_fraction"] = info["unknown_fraction"]
     x = torch.tensor([ids], dtype=torch.long)
-    net = loaded.model
+    tgt: dict[str, Any] | None = None
+    if seq2seq:
+        meta["model_info"]["encoder_decoder"] = True
+        tgt = _target(loaded, tok, target, x, limit, max_new_tokens, truncate)
+        _check_ids(tgt["ids"], vocab, f"{loaded.name} (target)")
+        info["labels"] = _piece_labels(info, tok)
+        meta["target_from"] = tgt["from"]
+        if "truncated_from" in tgt:
+            meta["target_truncated_from"] = tgt["truncated_from"]
+    if max_memory is not None:
+        # an encoder–decoder model keeps the source once (encoder) and the target twice
+        # (decoder and cross rows): counted as that many tokens of one stack
+        n = len(ids) + (2 * len(tgt["ids"]) if tgt is not None else 0)
+        check_trace_budget(loaded, n, max_memory, what="text", keep_weights=not qkv,
+                           keep_context=context)
+    y = None if tgt is None else torch.tensor([tgt["ids"]], dtype=torch.long)
     was_training = net.training
     net.eval()
     bar = _Progress(getattr(loaded, "num_layers", None), loaded.name) if progress else None
@@ -368,15 +435,115 @@ def trace(
             if bar is not None:
                 cap.on_record = bar.advance
                 with bar:
-                    _forward(net, x)
+                    _forward(net, x, y)
             else:
-                _forward(net, x)
+                _forward(net, x, y)
     finally:
         net.train(was_training)
+    if tgt is not None:
+        t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
+                      target_tokens=tgt["labels"], target_ids=tgt["ids"],
+                      target=tgt["text"], meta=meta, release=True)
+        if not isinstance(t, StackedTrace):
+            raise ValueError(
+                f"{loaded.name} is an encoder–decoder model but only its {t.stack!r} "
+                "attention was recorded; attnlab could not tell its encoder, decoder and "
+                "cross-attention apart")
+        return t
     t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
                   meta=meta, release=True)
     groups = info["groups"]
-    if merge_pieces and any(len(g) > 1 for g in groups):
+    if (isinstance(t, AttentionTrace) and merge_pieces and any(len(g) > 1 for g in groups)):
         t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],
                            rule=MERGE_RULE)
     return t
+
+
+# -- the target of an encoder–decoder model -------------------------------------------------
+
+
+def _labels_of_ids(tok: Any, ids: list[int]) -> list[str]:
+    """Labels of token ids: the tokenizer's (see :func:`_id_labels`), else the ids."""
+    if hasattr(tok, "convert_ids_to_tokens"):
+        return _id_labels(tok, ids)
+    if hasattr(tok, "decode_tokens"):
+        return list(tok.decode_tokens(ids))
+    return [str(i) for i in ids]
+
+
+def _piece_labels(info: dict[str, Any], tok: Any) -> list[str]:
+    """The source labels when pieces stay apart: a piece that shares its character with
+    others is labelled by its own bytes (:func:`_id_labels`), not the whole character."""
+    labels = list(info["labels"])
+    for g in info["groups"]:
+        if len(g) > 1:
+            for i, label in zip(g, _labels_of_ids(tok, [info["ids"][i] for i in g])):
+                labels[i] = label
+    return labels
+
+
+def _start_id(net: nn.Module) -> int:
+    """The decoder start token of a Hugging Face encoder–decoder model: its
+    ``decoder_start_token_id``, else its ``bos_token_id``, else its ``pad_token_id`` (T5),
+    from its generation config or its config."""
+    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        for holder in (getattr(net, "generation_config", None), net.config):
+            v = getattr(holder, name, None) if holder is not None else None
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+    raise ValueError(f"{type(net).__name__} states no decoder_start_token_id; give target as "
+                     "token ids, its first one the decoder's start")
+
+
+def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_tokens: int,
+            truncate: bool) -> dict[str, Any]:
+    """The decoder's input: ``ids``, ``labels``, ``text`` and where it came from
+    (``"given"``, ``"generated"``, or ``"source"`` for attnlab's Transformer, which has no
+    generation of its own, given no target)."""
+    net = loaded.model
+    hf = is_hf_model(net)
+    out: dict[str, Any] = {}
+    if target is None:
+        if not hf:
+            ids, text, origin = x[0].tolist(), None, "source"
+        else:
+            if not (hasattr(net, "generate") and callable(getattr(net, "can_generate", None))
+                    and net.can_generate()):
+                raise ValueError(
+                    f"target is needed: {loaded.name} ({type(net).__name__}) has no "
+                    "language-model head to generate a target with; pass target=... (text "
+                    "or token ids), or load the model with its generation head")
+            with torch.no_grad():
+                gen = net.generate(input_ids=x, attention_mask=torch.ones_like(x),
+                                   max_new_tokens=max_new_tokens, do_sample=False,
+                                   num_beams=1)
+            ids = [int(i) for i in gen[0].tolist()]
+            text = (tok.decode(ids, skip_special_tokens=True) if hasattr(tok, "decode")
+                    else None)
+            origin = "generated"
+    elif isinstance(target, str):
+        text = check_text(target, "target")
+        if tok is None or not callable(tok):
+            raise ValueError(f"target text needs a tokenizer and {loaded.name} has none: "
+                             "pass tokenizer=..., or give the target as token ids")
+        if not hf:
+            raise ValueError(f"target text needs a Hugging Face tokenizer; give {loaded.name} "
+                             "the target as token ids")
+        ids = [_start_id(net)] + list(tok(text_target=text)["input_ids"])
+        origin = "given"
+    else:
+        ids = _ids_from(target, "target")
+        if not ids:
+            raise ValueError("target is empty; give at least one token")
+        text, origin = None, "given"
+    if len(ids) > limit:
+        if not truncate:
+            raise ValueError(
+                f"the target is {len(ids)} tokens but {loaded.name} accepts at most {limit}; "
+                f"shorten it or pass truncate=True (CLI: --truncate) to keep the first "
+                f"{limit}")
+        out["truncated_from"] = len(ids)
+        ids = ids[:limit]
+    out.update({"ids": ids, "labels": _labels_of_ids(tok, ids), "text": text,
+                "from": origin})
+    return out

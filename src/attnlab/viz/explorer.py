@@ -5,7 +5,16 @@ the page compact arrays; the page (``viz/static/explorer.js``, hand-written, inl
 seven linked views: model (layers × heads), head (arcs), matrix (heatmap), QK (the
 softmax(q·k·scale / T) of one query, recomputed live from q and k), geometry (queries and
 keys in one 2-D projection), positional (the sinusoidal table and its rotations) and
-diagnostics (the sortable head table of :mod:`attnlab.analysis`).
+diagnostics (the sortable head table of :mod:`attnlab.analysis`), and for an image trace an
+eighth, the image view (the picture with the chosen query patch's attention over the patch
+grid, prefix tokens listed apart).
+
+An input may be a ``StackedTrace`` (encoder self-, decoder self- and cross-attention of an
+encoder–decoder or speech model): the page then has a stack selector, and every view works
+on the stack chosen, with its own queries and keys — cross-attention has the target tokens as
+rows and the source tokens (or time positions) as columns; its QK and geometry views use the
+cross stack's own q and k, and the diagnostics leave out the scores that compare query and
+key positions (:data:`POSITION_SCORES`), which mean nothing across two texts.
 
 Every weight comes from the trace's on-demand methods (``head_weights`` for short inputs,
 rows by tiles through the diagnostics' pass for long ones); nothing here asks for the dense
@@ -51,8 +60,8 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -65,12 +74,22 @@ from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["VIEWS", "Explorer", "ExplorerConfig", "json_for_html", "static_asset", "explore",
-           "decode_blob", "block_spans", "coarsen_pooled", "qk_row_probs"]
+__all__ = ["VIEWS", "IMAGE_VIEW", "STACK_NAMES", "Explorer", "ExplorerConfig", "json_for_html",
+           "static_asset", "explore", "decode_blob", "block_spans", "coarsen_pooled",
+           "qk_row_probs", "input_stacks", "image_input", "is_cross", "POSITION_SCORES"]
 
 FORMAT_VERSION = 2
 _STATIC = Path(__file__).with_name("static")
 VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
+#: The view that overlays a query patch's attention on the image (image traces only).
+IMAGE_VIEW = "image"
+#: Attention stacks in the order the stack selector lists them (then any other name).
+STACK_NAMES = ("self", "encoder", "decoder", "cross")
+#: Diagnostics that compare a query's position with its keys' (previous, own token,
+#: distance, repeats): they mean nothing when queries and keys are different sequences.
+POSITION_SCORES = ("previous", "diagonal", "distance", "duplicate", "induction",
+                   "repeat_induction")
+_POSITION_ROLES = ("previous-token", "self", "induction")
 
 
 @dataclass(frozen=True)
@@ -97,8 +116,9 @@ class ExplorerConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"ExplorerConfig.{name} must be an int >= 0, got {v!r}")
-        if self.view not in VIEWS:
-            raise ValueError(f"ExplorerConfig.view must be one of {VIEWS}, got {self.view!r}")
+        if self.view not in VIEWS + (IMAGE_VIEW,):
+            raise ValueError(f"ExplorerConfig.view must be one of {VIEWS + (IMAGE_VIEW,)}, "
+                             f"got {self.view!r}")
 
 
 # --------------------------------------------------------------------------------------
@@ -291,6 +311,118 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------
+# inputs: one trace, or several attention stacks of one input; images
+# --------------------------------------------------------------------------------------
+
+
+def _stacked_class() -> type | None:
+    try:
+        from attnlab.tracing.stacks import StackedTrace
+    except ImportError:  # a tracing package without several-stack traces
+        return None
+    return StackedTrace
+
+
+def _is_stacked(obj: Any) -> bool:
+    cls = _stacked_class()
+    if cls is not None and isinstance(obj, cls):
+        return True
+    return (isinstance(obj, Mapping) and len(obj) > 0
+            and all(isinstance(v, AttentionTrace) for v in obj.values()))
+
+
+def _stack_name(trace: AttentionTrace) -> str:
+    return str(getattr(trace, "stack", None) or "self")
+
+
+def input_stacks(obj: Any) -> tuple[dict[str, Any], list[tuple[str, AttentionTrace]]]:
+    """What the explorer shows of one input: ``(about, [(stack name, trace), ...])``.
+
+    ``obj`` is an :class:`AttentionTrace` (one stack, named by its ``stack``, ``"self"`` by
+    default) or a ``StackedTrace`` / mapping name → AttentionTrace (encoder, decoder and
+    cross-attention of one input, in the order given). ``about`` holds the model, the text,
+    the target text and ``meta["input"]`` (what kind of input: text, image, audio).
+
+    >>> w = torch.softmax(torch.randn(1, 1, 2, 3), -1)
+    >>> cross = AttentionTrace(tokens=["x", "y"], key_tokens=list("abc"), weights=w)
+    >>> about, stacks = input_stacks({"cross": cross})
+    >>> [name for name, _ in stacks], about["model"]
+    (['cross'], '')
+    """
+    if isinstance(obj, AttentionTrace):
+        return ({"model": obj.model, "text": obj.text, "target": None,
+                 "input": obj.meta.get("input")}, [(_stack_name(obj), obj)])
+    if not _is_stacked(obj):
+        raise TypeError(f"each input must be an AttentionTrace or a StackedTrace (a mapping "
+                        f"of stack name to AttentionTrace), got {type(obj).__name__}")
+    stacks = [(str(name), t) for name, t in obj.items()]
+    first = stacks[0][1]
+    meta = getattr(obj, "meta", None) or {}
+    return ({"model": str(getattr(obj, "model", "") or first.model),
+             "text": getattr(obj, "text", None) if hasattr(obj, "text") else first.text,
+             "target": getattr(obj, "target", None), "input": meta.get("input")}, stacks)
+
+
+def is_cross(trace: AttentionTrace) -> bool:
+    """True when the queries and keys of ``trace`` are different sequences (cross-attention:
+    the stack is ``"cross"``, or the key tokens do not end with the query tokens), so
+    scores that compare a query's position with its keys' do not apply.
+
+    >>> w = torch.softmax(torch.randn(1, 1, 2, 3), -1)
+    >>> is_cross(AttentionTrace(tokens=["x", "y"], key_tokens=list("abc"), weights=w))
+    True
+    >>> is_cross(AttentionTrace(tokens=["b", "c"], key_tokens=list("abc"), weights=w))
+    False
+    """
+    if _stack_name(trace) == "cross":
+        return True
+    keys = trace.key_tokens
+    return keys is not None and list(keys[len(keys) - len(trace.tokens):]) != trace.tokens
+
+
+def image_input(trace: AttentionTrace) -> dict[str, Any] | None:
+    """The image a vision trace saw, checked against its tokens, as the page draws it:
+    ``{"grid": [rows, cols], "prefix": n, "patch_size", "image_size", "png", "path",
+    "prefix_tokens"}``; ``None`` for a trace of anything else.
+
+    ``trace.meta["input"]`` must say ``kind == "image"``; the patches are the tokens after
+    the ``prefix`` ones, row-major, ``rows × cols`` of them, queries and keys alike.
+    ``ValueError`` (naming the field) when the description does not fit the trace.
+    """
+    info = trace.meta.get("input")
+    if not isinstance(info, Mapping) or info.get("kind") != "image":
+        return None
+
+    def bad(field: str, want: str, got: object) -> ValueError:
+        return ValueError(f"trace.meta['input']['{field}'] must be {want}, got {got!r}")
+
+    grid, prefix, png = info.get("grid"), info.get("prefix", 0), info.get("image_png")
+    if (not isinstance(grid, Sequence) or len(grid) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in grid)):
+        raise bad("grid", "[rows, cols] of positive ints", grid)
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+        raise bad("prefix", "an int >= 0", prefix)
+    n = prefix + grid[0] * grid[1]
+    if trace.seq_len != n or trace.key_len != n:
+        raise bad("grid", f"a grid whose patches plus the prefix ({prefix}) are the trace's "
+                  f"{trace.seq_len} queries and {trace.key_len} keys", grid)
+    if not isinstance(png, str):
+        raise bad("image_png", "a base64 PNG", type(png).__name__)
+    try:
+        head = base64.b64decode(png[:24], validate=True)
+    except ValueError:
+        head = b""
+    if not head.startswith(b"\x89PNG"):
+        raise bad("image_png", "a base64 PNG", png[:16] + "…")
+    size = info.get("image_size")
+    return {"grid": [int(grid[0]), int(grid[1])], "prefix": prefix,
+            "patch_size": info.get("patch_size"),
+            "image_size": None if size is None else [int(x) for x in size],
+            "png": png, "path": str(info.get("path") or ""),
+            "prefix_tokens": list(trace.tokens[:prefix])}
+
+
+# --------------------------------------------------------------------------------------
 # what Python computes for the page
 # --------------------------------------------------------------------------------------
 
@@ -298,13 +430,23 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
 def _diagnostics(trace: AttentionTrace, progress: bool) -> tuple[dict[str, Any], Tensor, int]:
     """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
     the pooled maps its one pass over the weights made, with their block size: the page's
-    maps come from that same pass, so every weight is computed once."""
+    maps come from that same pass, so every weight is computed once.
+
+    For cross-attention (:func:`is_cross`) the scores and roles that compare positions of
+    queries and keys (:data:`POSITION_SCORES`) are left out: the two are different texts.
+    """
     from attnlab.analysis import diagnose
 
     diag = diagnose(trace, progress=progress)
     rows = diag.rows()
+    cross = is_cross(trace)
     for r in rows:
-        r["roles"] = ", ".join(r["roles"])
+        roles = r["roles"]
+        if cross:
+            roles = [x for x in roles if x not in _POSITION_ROLES]
+            for name in POSITION_SCORES:
+                r.pop(name, None)
+        r["roles"] = ", ".join(roles)
     columns = list(rows[0]) if rows else []
     block = int(diag.meta.get("similarity_block", 0))
     return {"columns": columns, "rows": rows}, diag.pooled, block
@@ -406,20 +548,62 @@ def _maps_blob(maps: Tensor, budget: int) -> dict[str, Any]:
     return encode_blob(maps, "u16" if maps.numel() * 2 <= budget else "u8", gz=True)
 
 
+def _row_col_blocks(trace: AttentionTrace, cfg: ExplorerConfig) -> tuple[int, int]:
+    """The finest block sizes of a pooled page, (rows, columns): one size for both when the
+    queries are the keys; for cross-attention each side its own, so that a short target
+    over a long source keeps one row per target token."""
+    lq, lk = trace.seq_len, trace.key_len
+    if not is_cross(trace):
+        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
+        return finest, finest
+    return math.ceil(lq / cfg.pooled_blocks), math.ceil(lk / cfg.pooled_blocks)
+
+
+def _pooled_maps(trace: AttentionTrace, row_block: int, col_block: int) -> Tensor:
+    """(L, H, nq, nk) pooled maps in blocks of ``row_block`` queries × ``col_block`` keys:
+    the mean over a block's queries of the sum over its keys (rows still sum to 1), one
+    head at a time, tiles of rows (never a dense head larger than a tile).
+
+    >>> w = torch.softmax(torch.randn(1, 1, 3, 5), -1)
+    >>> t = AttentionTrace(tokens=list("xyz"), key_tokens=list("abcde"), weights=w)
+    >>> p = _pooled_maps(t, 1, 2)
+    >>> p.shape, bool(torch.allclose(p[0, 0, 1, 2], w[0, 0, 1, 4].double()))
+    (torch.Size([1, 1, 3, 3]), True)
+    """
+    nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
+    rows, cols = block_spans(lq, row_block), block_spans(lk, col_block)
+    col_of = torch.arange(lk) // col_block
+    counts = torch.tensor([b - a for a, b in rows], dtype=torch.float64)
+    out = torch.zeros(nl, nh, len(rows), len(cols), dtype=torch.float64)
+    for layer in range(nl):
+        for head in range(nh):
+            for r0, r1, w in trace.iter_row_tiles(layer, head):
+                by_key = torch.zeros(r1 - r0, len(cols), dtype=torch.float64)
+                by_key.index_add_(1, col_of, w.double())
+                out[layer, head].index_add_(0, torch.arange(r0, r1) // row_block, by_key)
+    return out / counts[:, None]
+
+
 def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Tensor,
-                base: int
+                base: int, col_base: int | None = None
                 ) -> tuple[dict[str, Any], list[tuple[int, int]], list[tuple[int, int]]]:
     """Pooled maps of every head at the finest block size whose encoding fits ``room`` bytes.
 
     ``maps`` (L, H, nq, nk) are pooled in blocks of ``base`` tokens (the diagnostics' pass
     made them); they are coarsened exactly (:func:`coarsen_pooled`) to at most
     ``pooled_blocks`` blocks a side, then further, each size tried in uint16 then uint8,
-    until the base64 text fits.
+    until the base64 text fits. With ``col_base``, ``maps`` are already at the finest
+    blocks, ``base`` queries × ``col_base`` keys (cross-attention), and only the further
+    coarsening applies.
     """
     lq, lk = trace.seq_len, trace.key_len
-    finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
-    maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
-                                      block_spans(lk, base), math.ceil(finest / base))
+    if col_base is not None:
+        rows, cols = block_spans(lq, base), block_spans(lk, col_base)
+        maps = maps.float()
+    else:
+        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
+        maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
+                                          block_spans(lk, base), math.ceil(finest / base))
     while True:
         for dtype in ("u16", "u8"):
             blob = encode_blob(maps, dtype, gz=True)
@@ -436,7 +620,9 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
     keys = trace.key_tokens
     pooled = max(lq, lk) > cfg.max_tokens
     shape = _shape_payload(trace)
+    image = image_input(trace)
     payload: dict[str, Any] = {
+        "stack": _stack_name(trace), "cross": is_cross(trace), "image": image,
         "model": trace.model, "text": (trace.text or "")[:200], "causal": bool(trace.causal),
         "L": nl, "H": nh, "H_kv": trace.num_kv_heads, "Lq": lq, "Lk": lk,
         "d": trace.head_dim, "scale": shape.pop("scale"), "shape": shape,
@@ -465,29 +651,40 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
                     "rows": [_block_label(trace.tokens, a, b) for a, b in rows],
                     "cols": [_block_label(keys, a, b) for a, b in cols]}
 
-        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)  # the most labels there can be
-        labels = blocks(block_spans(lq, finest), block_spans(lk, finest))
+        rb, cb = _row_col_blocks(trace, cfg)
+        labels = blocks(block_spans(lq, rb), block_spans(lk, cb))  # the most there can be
         other = _nbytes(json_for_html(payload)) + _nbytes(json_for_html(labels)) + 200
-        blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0), given_maps,
-                                       given_block)
-        payload.update({"block": rows[0][1] - rows[0][0], "weights": blob, **blocks(rows, cols)})
+        if rb == cb:
+            blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0), given_maps,
+                                           given_block)
+        else:
+            blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0),
+                                           _pooled_maps(trace, rb, cb), rb, cb)
+        payload.update({"block": rows[0][1] - rows[0][0], "col_block": cols[0][1] - cols[0][0],
+                        "weights": blob, **blocks(rows, cols)})
     else:
         if given_block == 1 and tuple(given_maps.shape) == (nl, nh, lq, lk):
             maps = given_maps.float()  # blocks of one token: the exact weights, same pass
         else:
             maps = torch.stack([torch.stack([trace.head_weights(l_, h).float()
                                              for h in range(nh)]) for l_ in range(nl)])
-        payload.update({"block": 1, "weights": _maps_blob(maps, cfg.weights_budget),
+        payload.update({"block": 1, "col_block": 1,
+                        "weights": _maps_blob(maps, cfg.weights_budget),
                         "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
     payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]
     return payload
 
 
-def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | None = None,
-            truncate: bool = False, progress: bool = False) -> Explorer:
+def explore(model: Any, texts: str | Sequence[str], *,
+            target: str | Sequence[str | None] | None = None,
+            config: ExplorerConfig | None = None, truncate: bool = False,
+            progress: bool = False) -> Explorer:
     """Trace each text through ``model`` (a name, path or loaded model) into one Explorer.
 
     The model is loaded once (:func:`attnlab.models.load` keeps it per process).
+    ``target``: for an encoder–decoder model, the target text of each text (one str for a
+    single text, or one str or None per text; None: the model's own generation); each
+    input is then a ``StackedTrace`` with its stack selector.
     ``progress``: progress bars on stderr while tracing and while the page's one pass over
     the weights runs (the page is built here, so that ``save`` only writes it).
     """
@@ -497,11 +694,19 @@ def explore(model: Any, texts: str | Sequence[str], *, config: ExplorerConfig | 
         texts = [texts]
     if not texts:
         raise ValueError("texts must hold at least one text, got none")
+    targets = [target] if target is None or isinstance(target, str) else list(target)
+    if len(targets) == 1 and len(texts) > 1 and targets[0] is None:
+        targets = targets * len(texts)
+    if len(targets) != len(texts) or not all(x is None or isinstance(x, str) for x in targets):
+        raise ValueError(f"target must be one str or None per text ({len(texts)}), got "
+                         f"{target!r}")
     if isinstance(model, (str, os.PathLike)):
         from attnlab.models import load
 
         model = load(model, progress=False)
-    traces = [trace(model, t, truncate=truncate, progress=progress) for t in texts]
+    traces = [trace(model, t, truncate=truncate, progress=progress) if g is None else
+              trace(model, t, target=g, truncate=truncate, progress=progress)
+              for t, g in zip(texts, targets)]
     ex = Explorer(traces, config=config)
     ex.payload(progress=progress)
     return ex
@@ -528,37 +733,55 @@ def static_asset(name: str) -> str:
 
 
 class Explorer:
-    """An interactive view of one or more traces (e.g. two sentences on one model).
+    """An interactive view of one or more inputs (e.g. two sentences on one model).
+
+    Each input is an :class:`AttentionTrace` or a ``StackedTrace`` (encoder self-, decoder
+    self- and cross-attention of one input), which the page shows with a stack selector;
+    cross-attention has the target tokens as rows and the source tokens as columns. An
+    image trace (``meta["input"]["kind"] == "image"``) adds the image view: the image with
+    the chosen query's attention over its patches. Several traces on one page share the
+    ``qk_budget`` and ``weights_budget`` of :class:`ExplorerConfig`.
 
     ``to_html()`` is a self-contained fragment (CSS, JS and data inline; ids from ``uid``),
     shown inline in Jupyter through ``_repr_html_``; ``save(path)`` writes a whole page.
-    Nothing in either makes a network request. ``api`` (one URL prefix per trace, or None)
-    is set by the server only: the page then fetches exact rows and tiles from it.
+    Nothing in either makes a network request. ``api`` (one URL prefix per trace, one per
+    stack of a several-stack input, or None) is set by the server only: the page then
+    fetches exact rows and tiles from it.
     """
 
-    def __init__(self, traces: AttentionTrace | Sequence[AttentionTrace], *,
+    def __init__(self, traces: Any, *,
                  config: ExplorerConfig | None = None, uid: str | None = None,
                  layer: int = 0, head: int = 0,
-                 api: Sequence[str | None] | None = None) -> None:
-        if isinstance(traces, AttentionTrace):
+                 api: Sequence[str | None] | None = None, stack: str | None = None) -> None:
+        if isinstance(traces, AttentionTrace) or _is_stacked(traces):
             traces = [traces]
-        traces = list(traces)
-        if not traces or not all(isinstance(t, AttentionTrace) for t in traces):
-            got = [type(t).__name__ for t in traces]
-            raise TypeError(f"traces must be an AttentionTrace or a non-empty list of them, "
-                            f"got {got}")
-        self.traces = traces
+        items = list(traces) if isinstance(traces, Sequence) else []
+        ok = [isinstance(t, AttentionTrace) or _is_stacked(t) for t in items]
+        if not items or not all(ok):
+            got = [type(t).__name__ for t in items] or type(traces).__name__
+            raise TypeError(f"traces must be an AttentionTrace, a StackedTrace or a non-empty "
+                            f"list of them, got {got}")
+        #: one entry per input: (about, [(stack name, trace), ...]) (see input_stacks)
+        self.inputs = [input_stacks(t) for t in items]
+        #: every stack of every input, in page order (what ``api`` gives one prefix each)
+        self.traces = [t for _, stacks in self.inputs for _, t in stacks]
         self.config = config or ExplorerConfig()
         if not isinstance(self.config, ExplorerConfig):
             raise TypeError(f"config must be an ExplorerConfig, got {type(config).__name__}")
-        t0 = traces[0]
+        names = [name for name, _ in self.inputs[0][1]]
+        if stack is not None and stack not in names:
+            raise ValueError(f"stack must be one of the first input's stacks {names}, got "
+                             f"{stack!r}")
+        #: the stack the page opens on (of the first input)
+        self.stack = stack if stack is not None else names[0]
+        t0 = self.inputs[0][1][names.index(self.stack)][1]
         if not (0 <= layer < t0.num_layers and 0 <= head < t0.num_heads):
             raise ValueError(f"layer, head must lie in [0, {t0.num_layers}) x [0, "
                              f"{t0.num_heads}), got ({layer}, {head})")
-        api = [None] * len(traces) if api is None else list(api)
-        if len(api) != len(traces) or not all(a is None or isinstance(a, str) for a in api):
-            raise ValueError(f"api must hold one URL prefix (str or None) per trace "
-                             f"({len(traces)}), got {api!r}")
+        api = [None] * len(self.traces) if api is None else list(api)
+        if len(api) != len(self.traces) or not all(a is None or isinstance(a, str) for a in api):
+            raise ValueError(f"api must hold one URL prefix (str or None) per trace, one per "
+                             f"stack of a several-stack input ({len(self.traces)}), got {api!r}")
         self.layer, self.head, self.api = layer, head, api
         self.uid = uid or f"ax-{uuid.uuid4().hex[:12]}"
         self._payload: dict[str, Any] | None = None
@@ -573,19 +796,41 @@ class Explorer:
             cfg = self.config
             fixed = _nbytes(static_asset("explorer.js")) + _nbytes(static_asset("explorer.css"))
             pe = _pe_payload(cfg.pe_positions, cfg.pe_dim)
+            n = len(self.traces)  # several traces share the q/k and weights budgets
+            each = replace(cfg, qk_budget=cfg.qk_budget // n,
+                           weights_budget=cfg.weights_budget // n)
+            inputs, t_index = [], 0
+            for about, stacks in self.inputs:
+                media = about["input"] if isinstance(about["input"], Mapping) else None
+                media = None if media is None else {
+                    k: v for k, v in media.items() if k != "image_png"}
+                inputs.append({"model": about["model"], "text": (about["text"] or "")[:200],
+                               "target": None if about["target"] is None
+                               else str(about["target"])[:200], "media": media,
+                               "stacks": [{"name": name, "t": t_index + n}
+                                          for n, (name, _) in enumerate(stacks)]})
+                t_index += len(stacks)
             room = (cfg.page_budget - fixed - _PAGE_FRAME - _nbytes(json_for_html(pe))
-                    ) // len(self.traces)
+                    - _nbytes(json_for_html(inputs))) // len(self.traces)
             self._payload = {
                 "format_version": FORMAT_VERSION,
                 "uid": self.uid,
                 "view": cfg.view,
-                "layer": self.layer, "head": self.head,
-                "traces": [_trace_payload(t, cfg, (self.layer, self.head), a, room, progress)
+                "layer": self.layer, "head": self.head, "stack": self.stack,
+                "inputs": inputs,
+                "traces": [_trace_payload(t, each, self._first_head(t), a, room, progress)
                            for t, a in zip(self.traces, self.api)],
                 "pe": pe,
             }
         self._payload["uid"] = self.uid
         return self._payload
+
+    def _first_head(self, trace: AttentionTrace) -> tuple[int, int]:
+        """The head whose q/k a page keeps first: the one it opens on, where ``trace`` has
+        it (stacks differ in layers and heads), else (0, 0)."""
+        if self.layer < trace.num_layers and self.head < trace.num_heads:
+            return self.layer, self.head
+        return 0, 0
 
     def to_html(self) -> str:
         """The fragment: ``<div id=uid>`` + data + inline CSS and JS + a boot call."""
@@ -608,8 +853,8 @@ class Explorer:
     def to_page(self, title: str | None = None, *, connect_self: bool = False) -> str:
         """A whole HTML document around :meth:`to_html` (strict CSP: nothing external;
         ``connect_self`` lets the page fetch from the server that sent it)."""
-        t0 = self.traces[0]
-        title = title or f"attnlab explorer · {t0.model or 'trace'}"
+        model = self.inputs[0][0]["model"]
+        title = title or f"attnlab explorer · {model or 'trace'}"
         connect = " connect-src 'self';" if connect_self else ""
         return (
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

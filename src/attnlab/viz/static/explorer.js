@@ -1,6 +1,11 @@
-/* attnlab explorer: seven linked views of one attention trace. Hand-written, no
- * dependencies, no network. Data come from <script type="application/json" id="UID-data">
- * written by attnlab.viz.explorer; every view is one <svg> so that it exports as SVG/PNG.
+/* attnlab explorer: seven linked views of one attention trace (eight for an image: the
+ * image view). Hand-written, no dependencies, no network. Data come from
+ * <script type="application/json" id="UID-data"> written by attnlab.viz.explorer; every
+ * view is one <svg> so that it exports as SVG/PNG.
+ *
+ * An input may hold several attention stacks (encoder self-, decoder self- and
+ * cross-attention): a stack selector chooses one; cross-attention has the target tokens as
+ * rows (queries) and the source tokens as columns (keys).
  *
  * Short inputs carry every weight and the q/k of the heads that fit. Long inputs carry
  * pooled maps (mean over a block's queries of the sum over its keys) and a token strip;
@@ -11,6 +16,7 @@
   if (window.AttnlabExplorer) return;
   var SVGNS = "http://www.w3.org/2000/svg";
   var VIEWS = ["model", "head", "matrix", "qk", "geometry", "positional", "diagnostics"];
+  var IMAGE_VIEW = "image";
 
   var I18N = {
     en: {
@@ -36,6 +42,8 @@
       distance: "distance", duplicate: "duplicate", induction: "induction",
       pooled: "Long input: maps are pooled in blocks of {b} tokens (mean over a block's " +
         "queries of the sum over its keys; rows still sum to 1).",
+      pooledRC: "Long input: maps are pooled in blocks of {r} × {c} (queries × keys; mean over a " +
+        "block's queries of the sum over its keys; rows still sum to 1).",
       hoverTok: "Hover a token to isolate its attention; click it to choose the query.",
       clickHead: "Click a head to open it.",
       queries: "queries", keys: "keys",
@@ -60,7 +68,24 @@
       clickBlock: "Click a block for its exact weights.",
       nTokens: "{n} tokens", pos: "pos",
       "role:sink": "sink", "role:previous-token": "previous-token", "role:induction": "induction",
-      "role:self": "self"
+      "role:self": "self",
+      stack: "Stack", "stack:self": "Self-attention", "stack:encoder": "Encoder self-attention",
+      "stack:decoder": "Decoder self-attention", "stack:cross": "Cross-attention",
+      crossInfo: "rows: target tokens (queries) · columns: the source (keys)",
+      crossDiag: "Cross-attention: the queries (target) and keys (source) are different " +
+        "texts, so the scores that compare their positions (previous, self, distance, " +
+        "duplicate, induction) do not apply and are left out.",
+      image: "Image",
+      imageNote: "Click a patch to make it the query: the overlay shows the query's attention " +
+        "over the patches (colour and opacity ∝ weight ÷ the row's largest patch weight: " +
+        "blue little, red the most). " +
+        "Prefix tokens are listed apart.",
+      imageLong: "This image has {n} tokens, more than the page keeps every weight for " +
+        "(ExplorerConfig.max_tokens = {m}): open the trace with `attnlab serve --trace FILE` " +
+        "for exact rows.",
+      prefixTokens: "prefix tokens", patches: "patches", onPatches: "on the patches",
+      patchMax: "largest patch weight", grid: "grid", audio: "audio", seconds: "{s} s",
+      frame: "{s} s per encoder position"
     },
     zh: {
       model: "模型", head: "注意力头", matrix: "矩阵", qk: "QK", geometry: "几何",
@@ -80,6 +105,7 @@
       noqkBias: "此追踪用稠密偏置塑造分数：QK 视图由服务器计算（`attnlab serve --trace FILE`）。",
       distance: "距离", duplicate: "重复词元", induction: "归纳",
       pooled: "长输入：矩阵按每块 {b} 个词元分块池化（对块内查询取平均、对块内键求和；每行之和仍为 1）。",
+      pooledRC: "长输入：矩阵按 {r} × {c}（查询 × 键）分块池化（对块内查询取平均、对块内键求和；每行之和仍为 1）。",
       hoverTok: "悬停在词元上以单独显示它的注意力；点击以选为查询。",
       clickHead: "点击一个头以打开它。",
       queries: "查询", keys: "键",
@@ -103,7 +129,20 @@
       clickBlock: "点击一个块查看它的精确权重。",
       nTokens: "{n} 个词元", pos: "位置",
       "role:sink": "汇聚", "role:previous-token": "前一个词元", "role:induction": "归纳",
-      "role:self": "自身"
+      "role:self": "自身",
+      stack: "注意力栈", "stack:self": "自注意力", "stack:encoder": "编码器自注意力",
+      "stack:decoder": "解码器自注意力", "stack:cross": "交叉注意力",
+      crossInfo: "行：目标词元（查询）· 列：源（键）",
+      crossDiag: "交叉注意力：查询（目标）与键（源）是两段不同的文本，比较两者位置的分数" +
+        "（前一个、自身、距离、重复、归纳）不适用，故不列出。",
+      image: "图像",
+      imageNote: "点击一个图块，把它选为查询：叠加层显示该查询在各图块上的注意力" +
+        "（颜色与不透明度 ∝ 权重 ÷ 该行图块上的最大权重：蓝色最少，红色最多）。前缀词元单独列出。",
+      imageLong: "此图像有 {n} 个词元，超过页面保存全部权重的上限（ExplorerConfig.max_tokens = " +
+        "{m}）：请用 `attnlab serve --trace FILE` 打开此追踪以查看精确的行。",
+      prefixTokens: "前缀词元", patches: "图块", onPatches: "落在图块上",
+      patchMax: "图块上的最大权重", grid: "网格", audio: "音频", seconds: "{s} 秒",
+      frame: "每个编码器位置 {s} 秒"
     }
   };
 
@@ -194,6 +233,14 @@
     return v >= 0 ? [255 - 222 * v, 255 - 142 * v, 255 - 74 * v]
       : [255 + 77 * v, 255 + 180 * v, 255 + 175 * v];
   }
+  /* Heat over a picture: cold (dark blue) for little weight to hot (dark red) for the most. */
+  var HEAT = [[49, 54, 149], [69, 117, 180], [171, 217, 233], [254, 224, 144], [244, 109, 67],
+    [165, 0, 38]];
+  function heat(v) {
+    v = clamp(v, 0, 1) * (HEAT.length - 1);
+    var i = Math.min(Math.floor(v), HEAT.length - 2), f = v - i, a = HEAT[i], b = HEAT[i + 1];
+    return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+  }
   function headColor(hd, H) { return "hsl(" + Math.round(360 * hd / Math.max(H, 1)) + ",65%,42%)"; }
   /* A colour map as a table of 256 RGB triples over [lo, hi]: one lookup per pixel. */
   function lut(fn, lo, hi) {
@@ -256,7 +303,15 @@
     this.pending = {};
     var docLang = document.documentElement.getAttribute("data-lang");
     var nav = (navigator.language || "en").toLowerCase().indexOf("zh") === 0 ? "zh" : "en";
-    this.s = {t: 0, layer: data.layer, head: data.head, view: data.view, query: 0,
+    if (!data.inputs) {  // one input per trace, each one stack
+      data.inputs = data.traces.map(function (tr, i) {
+        return {model: tr.model, text: tr.text, target: null, media: null,
+          stacks: [{name: tr.stack || "self", t: i}]};
+      });
+    }
+    var first = data.inputs[0].stacks.filter(function (x) { return x.name === data.stack; })[0];
+    this.s = {t: (first || data.inputs[0].stacks[0]).t, input: 0, layer: data.layer, head: data.head,
+      view: data.view, query: 0,
       scale: null, temp: 1, lang: docLang || nav, sortKey: "layer", sortDir: 1, pos: 8, off: 4,
       block: 0, tile: null};
     var self = this;
@@ -365,16 +420,21 @@
     root.innerHTML = "";
     root.setAttribute("lang", this.s.lang);
     var bar = h("div", {"class": "ax-bar"}, root);
-    if (this.data.traces.length > 1) {
+    if (this.data.inputs.length > 1) {
       h("label", {"data-i18n": "input"}, bar, this.t("input"));
       var inp = h("select", {"class": "ax-input", "aria-label": "input"}, bar);
-      this.data.traces.forEach(function (tr, i) {
-        h("option", {value: i}, inp, (i + 1) + ": " + (tr.text || tr.tokens.slice(0, 40).join(" ")).slice(0, 40));
+      this.data.inputs.forEach(function (it, i) {
+        var tr = self.data.traces[it.stacks[0].t];
+        var text = (it.text || tr.text || tr.tokens.slice(0, 40).join(" ")) +
+          (it.target ? " → " + it.target : "");
+        h("option", {value: i}, inp, (i + 1) + ": " + text.slice(0, 40));
       });
       inp.addEventListener("change", function () {
-        self.s.t = +inp.value; self.s.query = 0; self.s.block = 0; self.s.tile = null; self.refresh();
+        self.s.input = +inp.value;
+        self.setStack(self.data.inputs[self.s.input].stacks[0].t);
       });
     }
+    this.stackBox = h("span", {"class": "ax-stackbox"}, bar);
     h("label", {"data-i18n": "layer"}, bar, this.t("layer"));
     this.selLayer = h("select", {"class": "ax-layer", "aria-label": "layer"}, bar);
     h("label", {"data-i18n": "head"}, bar, this.t("head"));
@@ -394,7 +454,7 @@
     lang.addEventListener("click", function () { self.setLang(self.s.lang === "zh" ? "en" : "zh"); });
     var tabs = h("div", {"class": "ax-tabs", role: "tablist"}, root);
     this.tabs = {};
-    VIEWS.forEach(function (v) {
+    VIEWS.concat([IMAGE_VIEW]).forEach(function (v) {
       var b = h("button", {type: "button", role: "tab", "class": "ax-tab", "data-view": v,
         "data-i18n": v}, tabs, self.t(v));
       b.addEventListener("click", function () { self.show(v); });
@@ -409,9 +469,33 @@
     this.refresh();
   };
 
+  /* Show stack t (a trace of the current input): a new set of queries and keys. */
+  Explorer.prototype.setStack = function (t) {
+    this.s.t = t; this.s.query = 0; this.s.block = 0; this.s.tile = null;
+    this.refresh();
+  };
+
+  /* The stack selector of the current input (only when it holds several stacks). */
+  Explorer.prototype.fillStacks = function () {
+    var self = this, box = this.stackBox, stacks = this.data.inputs[this.s.input].stacks;
+    box.innerHTML = "";
+    if (stacks.length < 2) return;
+    h("label", {"data-i18n": "stack"}, box, this.t("stack"));
+    var sel = h("select", {"class": "ax-stack", "aria-label": "stack"}, box);
+    stacks.forEach(function (st) {
+      h("option", {value: st.t, "data-stack": st.name, "data-i18n": "stack:" + st.name}, sel,
+        self.t("stack:" + st.name));
+    });
+    sel.value = this.s.t;
+    sel.addEventListener("change", function () { self.setStack(+sel.value); });
+  };
+
   /* Long inputs choose the query with a number box (a <select> of 8,000 options is slow). */
   Explorer.prototype.refresh = function () {
     var m = this.cur().meta, self = this;
+    this.fillStacks();
+    this.tabs[IMAGE_VIEW].style.display = m.image ? "" : "none";
+    if (this.s.view === IMAGE_VIEW && !m.image) this.s.view = "model";
     this.s.layer = clamp(this.s.layer, 0, m.L - 1);
     this.s.head = clamp(this.s.head, 0, m.H - 1);
     this.s.query = clamp(this.s.query, 0, m.Lq - 1);
@@ -474,12 +558,22 @@
     this.controls.innerHTML = "";
     this.stage.innerHTML = "";
     this.hideTip();
-    var info = (m.model ? m.model + " · " : "") + m.L + "×" + m.H + " · " + this.t("nTokens", {n: m.Lq});
+    var inp = this.data.inputs[s.input], media = inp.media;
+    var info = (m.model ? m.model + " · " : "") + (inp.stacks.length > 1 ? this.t("stack:" + m.stack) + " · " : "") +
+      m.L + "×" + m.H + " · " + this.t("nTokens", {n: m.Lq});
+    if (m.Lk !== m.Lq || m.cross) info += " × " + this.t("nTokens", {n: m.Lk});
+    if (m.cross) info += " · " + this.t("crossInfo");
+    if (media && media.kind === "audio" && isFinite(media.seconds))
+      info += " · " + this.t("audio") + " " + this.t("seconds", {s: fmt(+media.seconds, 2)}) +
+        (isFinite(media.frame_seconds) ? ", " + this.t("frame", {s: fmt(+media.frame_seconds, 3)}) : "");
+    if (m.image) info += " · " + this.t("grid") + " " + m.image.grid[0] + "×" + m.image.grid[1];
     if (s.view !== "model" && s.view !== "positional" && s.view !== "diagnostics")
       info += " · " + this.t("layer") + " " + s.layer + " · " + this.t("head") + " " + s.head;
     this.info.textContent = info;
+    this.root.setAttribute("data-stack", m.stack || "self");
     if (m.pooled && s.view !== "qk" && s.view !== "positional")
-      h("div", {"class": "ax-note ax-pooled"}, this.controls, this.t("pooled", {b: m.block}));
+      h("div", {"class": "ax-note ax-pooled"}, this.controls, m.col_block && m.col_block !== m.block
+        ? this.t("pooledRC", {r: m.block, c: m.col_block}) : this.t("pooled", {b: m.block}));
     this.renderStrip();
     this["view_" + s.view]();
     this.root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
@@ -565,8 +659,13 @@
     note.textContent = this.t("rowOf") + " " + st.query + " “" + m.tokens[st.query] + "” · " +
       this.t("topKeys") + ": ";
     (ex.top_indices || []).forEach(function (kj, n) {
-      var a = h("a", {href: "#", "class": "ax-topkey", "data-key": kj}, note,
-        m.key_tokens[kj] + " (" + kj + ") " + fmt(ex.top_values[n], 3));
+      var text = m.key_tokens[kj] + " (" + kj + ") " + fmt(ex.top_values[n], 3);
+      if (m.cross) {  // keys of another text: nothing on the strip to go to
+        h("span", {"class": "ax-topkey", "data-key": kj}, note, text);
+        note.appendChild(document.createTextNode(" "));
+        return;
+      }
+      var a = h("a", {href: "#", "class": "ax-topkey", "data-key": kj}, note, text);
       a.addEventListener("click", function (e) {
         e.preventDefault(); self.s.block = self.blockOf(kj); self.render();
       });
@@ -1055,6 +1154,101 @@
     this.place(svg);
   };
 
+  // -- image view: the query's attention over the image's patches -----------------------
+  /* The exact weights of the current query row over every key: from the page (short
+   * inputs) or the server (long ones); null when neither has it, undefined while loading. */
+  Explorer.prototype.queryRow = function () {
+    var m = this.cur().meta, st = this.s, row, j;
+    if (!m.pooled) {
+      row = new Float64Array(m.Lk);
+      for (j = 0; j < m.Lk; j++) row[j] = this.w(st.layer, st.head, st.query, j);
+      return row;
+    }
+    if (!m.api) return null;
+    var ex = this.exactRow();
+    if (ex === undefined || ex === null) return ex;
+    if (ex.error) return ex;
+    return ex.weights;
+  };
+
+  Explorer.prototype.view_image = function () {
+    var self = this, m = this.cur().meta, im = m.image, st = this.s;
+    var rows = im.grid[0], cols = im.grid[1], np = im.prefix, q = st.query;
+    h("div", {"class": "ax-note"}, this.controls, this.t("imageNote"));
+    var row = this.queryRow();
+    if (row === null) {
+      h("div", {"class": "ax-note ax-noimage"}, this.controls,
+        this.t("imageLong", {n: m.Lq, m: m.max_tokens}));
+      return;
+    }
+    if (row === undefined) { h("div", {"class": "ax-note"}, this.controls, this.t("loading")); return; }
+    if (row.error) {
+      h("div", {"class": "ax-note ax-bad"}, this.controls, this.t("fetchError") + row.error);
+      return;
+    }
+    var ih = im.image_size ? im.image_size[0] : rows * (im.patch_size || 16);
+    var iw = im.image_size ? im.image_size[1] : cols * (im.patch_size || 16);
+    var k = 448 / Math.max(ih, iw), W = iw * k, H = ih * k, pad = 10, side = 230;
+    var svg = svgRoot(pad + W + 24 + side, Math.max(pad + H + 30, pad + 60 + 20 * np + 90), "image");
+    svg.setAttribute("data-row", st.layer + ":" + st.head + ":" + q);
+    s("image", {x: pad, y: pad, width: W, height: H, href: "data:image/png;base64," + im.png,
+      preserveAspectRatio: "none", "class": "ax-photo",
+      style: k >= 2 ? "image-rendering:pixelated" : ""}, svg);
+    var pw = W / cols, ph = H / rows, mx = 0, onPatches = 0, j;
+    for (j = np; j < m.Lk; j++) { mx = Math.max(mx, row[j]); onPatches += row[j]; }
+    var g = s("g", {"class": "ax-overlay"}, svg);
+    for (var r = 0; r < rows; r++) for (var c = 0; c < cols; c++) {
+      var key = np + r * cols + c, v = row[key], a = mx > 0 ? v / mx : 0;
+      var rect = s("rect", {x: (pad + c * pw).toFixed(2), y: (pad + r * ph).toFixed(2),
+        width: pw.toFixed(2), height: ph.toFixed(2), fill: css(heat(a)),
+        "fill-opacity": (0.2 + 0.6 * a).toFixed(4), stroke: key === q ? "#111" : "none",
+        "stroke-width": key === q ? 2.5 : 0, "class": "ax-patch" + (key === q ? " ax-qpatch" : ""),
+        "data-key": key, "data-r": r, "data-c": c, "data-w": String(v)}, g);
+      s("title", {}, rect, m.key_tokens[key] + ": " + fmt(v, 5));
+    }
+    s("rect", {x: pad, y: pad, width: W, height: H, fill: "none", stroke: "#c9cfdd"}, svg);
+    // the legend and the prefix tokens, apart from the grid
+    var x0 = pad + W + 24, y = pad + 14;
+    s("text", {x: x0, y: y, "font-weight": 600}, svg, this.t("query") + " " + q + ": ");
+    s("text", {x: x0 + 90, y: y, "class": "ax-tok ax-sel"}, svg, m.tokens[q]);
+    y += 22;
+    s("text", {x: x0, y: y, fill: "#5b6478"}, svg, this.t("patchMax") + " = " + fmt(mx, 4));
+    for (j = 0; j < 20; j++)  // the colour scale, 0 … the largest patch weight
+      s("rect", {x: x0 + j * 8, y: y + 6, width: 8, height: 8, fill: css(heat(j / 19)),
+        "fill-opacity": (0.2 + 0.6 * j / 19).toFixed(3)}, svg);
+    s("text", {x: x0, y: y + 26, "font-size": 10, fill: "#5b6478"}, svg, "0");
+    s("text", {x: x0 + 160, y: y + 26, "font-size": 10, fill: "#5b6478", "text-anchor": "end"}, svg, fmt(mx, 3));
+    y += 30;
+    y += 18;
+    s("text", {x: x0, y: y, fill: "#5b6478", "class": "ax-onpatches", "data-w": String(onPatches)},
+      svg, this.t("onPatches") + ": " + fmt(onPatches, 4));
+    if (np > 0) {
+      y += 28;
+      s("text", {x: x0, y: y, "font-weight": 600}, svg, this.t("prefixTokens"));
+      for (j = 0; j < np; j++) {
+        y += 20;
+        var pg = s("g", {"class": "ax-prefix" + (j === q ? " ax-qprefix" : ""), "data-key": j,
+          "data-w": String(row[j]), style: "cursor:pointer"}, svg);
+        s("rect", {x: x0 - 4, y: y - 14, width: side - 10, height: 19, fill: "#fff",
+          "fill-opacity": 0}, pg);  // the whole line answers a click
+        s("text", {x: x0, y: y, "class": "ax-tok" + (j === q ? " ax-sel" : "")}, pg, m.key_tokens[j]);
+        s("rect", {x: x0 + 70, y: y - 10, width: (100 * row[j]).toFixed(2), height: 11,
+          fill: css(heat(1)), "fill-opacity": 0.8}, pg);
+        s("text", {x: x0 + 176, y: y, "class": "ax-num"}, pg, fmt(row[j], 4));
+      }
+    }
+    svg.addEventListener("click", function (e) {
+      var t = e.target.closest(".ax-patch, .ax-prefix");
+      if (t) self.setQuery(+t.getAttribute("data-key"));
+    });
+    svg.addEventListener("mouseover", function (e) {
+      var t = e.target.closest(".ax-patch");
+      if (t) self.showTip(e, m.key_tokens[+t.getAttribute("data-key")] + ": " + fmt(+t.getAttribute("data-w"), 5));
+    });
+    svg.addEventListener("mouseout", function () { self.hideTip(); });
+    this.place(svg);
+  };
+
   // -- positional view: sinusoidal table and its rotations ------------------------------
   Explorer.prototype.view_positional = function () {
     var self = this, pe = this.data.pe, n = pe.n, d = pe.d, P = this.pe;
@@ -1137,6 +1331,7 @@
   Explorer.prototype.view_diagnostics = function () {
     var self = this, m = this.cur().meta;
     h("div", {"class": "ax-note"}, this.controls, this.t("diagNote"));
+    if (m.cross) h("div", {"class": "ax-note ax-crossdiag"}, this.controls, this.t("crossDiag"));
     var keys = m.diagnostics.columns, rows = m.diagnostics.rows.slice();
     var sk = this.s.sortKey, dir = this.s.sortDir;
     function cmp(x, y) { return typeof x === "string" ? x.localeCompare(y) : x - y; }
@@ -1241,5 +1436,5 @@
       return ex;
     });
   }
-  window.AttnlabExplorer = {mount: mount, mountData: mountData, views: VIEWS};
+  window.AttnlabExplorer = {mount: mount, mountData: mountData, views: VIEWS.concat([IMAGE_VIEW])};
 })();

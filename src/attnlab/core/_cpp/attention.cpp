@@ -1,0 +1,557 @@
+// attnlab's CPU attention kernel: exact softmax attention that writes its weights once.
+//
+// Built on first use by attnlab.core._kernel (torch.utils.cpp_extension, one translation
+// unit, -O3; the vector width is chosen from the CPU torch reports, see _kernel.py) and
+// registered as torch.ops.attnlab_kernel.{forward, backward}.
+//
+// Layout: q (outer, H_kv, G, Lq, d), k (outer, H_kv, Lk, d), v (outer, H_kv, Lk, dv), with
+// any strides but 1 along the last dim (broadcast dims have stride 0: nothing is copied);
+// G query heads share one key/value head. The mask, if any, is (outer, H_kv, G, Lq, Lk),
+// likewise strided: bool (true = may attend) or of q's dtype (added; -inf blocks even a
+// NaN score). Weights and logsumexp are contiguous (outer, H_kv, G, Lq, ·).
+//
+// Forward, one task per (query head, block of rows), in parallel (at::parallel_for):
+//   S = scale · Q_t Kᵀ            one GEMM into a per-thread buffer (rows x c, in cache);
+//                                 c = the keys the tile's last row may see under causal
+//   mask, causal                  -inf where blocked
+//   m = rowmax S, E = exp(S − m)  vectorised (at::vec), l = Σ E
+//   weights = E / l               written once, straight to the output (streaming stores)
+//   out = (E V) / l               one GEMM while E is still in cache
+//   lse = m + log l
+// A row with no allowed key gives weights 0, out 0, lse -inf; a row whose scores hold NaN
+// (or +inf) gives NaN, as softmax does. Values that are non-finite are passed zeroed
+// (v_clean) plus the raw v and a per-key flag: a row that gives such a value weight > 0
+// gets the non-finite result, every other row stays exact.
+//
+// Backward through the saved weights P (same tiles; dK, dV accumulate per thread):
+//   dV += Pᵀ dO,  dP = dO Vᵀ (+ dW),  dS = P ∘ (dP − rowsum(P ∘ dP) + dlse),
+//   dQ = scale · dS K,  dK += scale · dSᵀ Q
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <torch/library.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>
+#endif
+
+extern "C" {
+void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+            const float* alpha, const float* a, const int* lda, const float* b,
+            const int* ldb, const float* beta, float* c, const int* ldc);
+void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+            const double* alpha, const double* a, const int* lda, const double* b,
+            const int* ldb, const double* beta, double* c, const int* ldc);
+}
+
+namespace {
+
+using at::vec::Vectorized;
+
+// Row-major C (M x N) = alpha · op(A) (M x K) · op(B) (K x N) + beta · C. The column-major
+// BLAS sees every row-major matrix transposed, so it computes Cᵀ = op(B)ᵀ op(A)ᵀ.
+template <typename T>
+inline void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                    int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  const char cta = tb ? 'T' : 'N', ctb = ta ? 'T' : 'N';
+  const int m = (int)N, n = (int)M, k = (int)K, la = (int)ldb, lb = (int)lda, lc = (int)ldc;
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_(&cta, &ctb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  } else {
+    dgemm_(&cta, &ctb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  }
+}
+
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+
+// max over s[0:L) with NaN propagation
+template <typename T>
+inline T row_max(const T* s, int64_t L) {
+  using V = Vectorized<T>;
+  T m = -std::numeric_limits<T>::infinity();
+  bool nan = false;
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    V vm(m);
+    for (; j + V::size() <= L; j += V::size()) vm = at::vec::maximum(vm, V::loadu(s + j));
+    T lanes[V::size()];
+    vm.store(lanes);
+    for (int64_t i = 0; i < V::size(); ++i) {
+      if (std::isnan(lanes[i])) nan = true;
+      else if (lanes[i] > m) m = lanes[i];
+    }
+  }
+  for (; j < L; ++j) {
+    if (std::isnan(s[j])) nan = true;
+    else if (s[j] > m) m = s[j];
+  }
+  return nan ? std::numeric_limits<T>::quiet_NaN() : m;
+}
+
+// s[0:L) <- exp(s - m); returns the sum
+template <typename T>
+inline T row_exp(T* s, int64_t L, T m) {
+  int64_t j = 0;
+  T sum = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    using V = Vectorized<float>;
+    V vm(m), acc(0.f);
+    for (; j + V::size() <= L; j += V::size()) {
+      V e = (V::loadu(s + j) - vm).exp_u20();
+      e.store(s + j);
+      acc = acc + e;
+    }
+    float lanes[V::size()];
+    acc.store(lanes);
+    for (int64_t i = 0; i < V::size(); ++i) sum += lanes[i];
+  }
+  for (; j < L; ++j) {
+    s[j] = std::exp(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+
+// w[0:L) = e[0:L) * inv, w[L:n) = 0; streaming stores when aligned (the weights are written
+// once and read by nobody here: no reason to pull their lines into the cache)
+template <typename T>
+inline void write_row(T* w, const T* e, int64_t L, int64_t n, T inv, bool zeroed) {
+  if (zeroed) n = L;  // the tail is already 0
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    using V = Vectorized<float>;
+    V vi(inv);
+#if defined(CPU_CAPABILITY_AVX512)
+    if ((reinterpret_cast<uintptr_t>(w) & 63) == 0) {
+      for (; j + 16 <= L; j += 16) _mm512_stream_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(e + j), vi));
+      for (; j < L; ++j) w[j] = e[j] * inv;
+      for (; j < n && (reinterpret_cast<uintptr_t>(w + j) & 63); ++j) w[j] = 0.f;
+      const __m512 z = _mm512_setzero_ps();
+      for (; j + 16 <= n; j += 16) _mm512_stream_ps(w + j, z);
+      for (; j < n; ++j) w[j] = 0.f;
+      return;
+    }
+#elif defined(CPU_CAPABILITY_AVX2)
+    if ((reinterpret_cast<uintptr_t>(w) & 31) == 0) {
+      for (; j + 8 <= L; j += 8) _mm256_stream_ps(w + j, _mm256_mul_ps(_mm256_loadu_ps(e + j), vi));
+      for (; j < L; ++j) w[j] = e[j] * inv;
+      for (; j < n && (reinterpret_cast<uintptr_t>(w + j) & 31); ++j) w[j] = 0.f;
+      const __m256 z = _mm256_setzero_ps();
+      for (; j + 8 <= n; j += 8) _mm256_stream_ps(w + j, z);
+      for (; j < n; ++j) w[j] = 0.f;
+      return;
+    }
+#endif
+    for (; j + V::size() <= L; j += V::size()) (V::loadu(e + j) * vi).store(w + j);
+  }
+  for (; j < L; ++j) w[j] = e[j] * inv;
+  for (; j < n; ++j) w[j] = T(0);
+}
+
+inline void fence() {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  _mm_sfence();
+#endif
+}
+
+// A large output in fresh anonymous memory advised onto 2 MiB pages: the weights are the
+// one N²-sized write, and 4 KiB page faults (each zeroing its page) would cost as much as
+// writing them. The memory arrives zeroed (*zeroed = true), so blocked tails need no store.
+at::Tensor big_empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool* zeroed) {
+  *zeroed = false;
+  int64_t numel = 1;
+  for (auto s : sizes) numel *= s;
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  constexpr size_t huge = size_t(2) << 20;
+  if (bytes < 4 * huge) return at::empty(sizes, options);
+  const size_t total = bytes + huge;
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return at::empty(sizes, options);
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + huge - 1) & ~(huge - 1);
+  madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);
+  *zeroed = true;
+  return at::from_blob(
+      reinterpret_cast<void*>(start), sizes,
+      [base, total](void*) { munmap(base, total); }, options);
+}
+
+// Tasks go head by head (a thread's consecutive tiles reuse K and V from cache); within a
+// head the row blocks go 0, T-1, 1, T-2, ... so that every contiguous range of tasks (one
+// per thread) mixes short causal rows with long ones
+inline int64_t zigzag(int64_t t, int64_t n) { return (t & 1) ? n - 1 - t / 2 : t / 2; }
+
+// Strided views: element (o, h, [g,] r, x) of a tensor lives at
+// base + o·s[0] + h·s[1] + [g·s[2] +] r·s[-2] + x (unit stride along the last dim).
+template <typename T>
+struct View {
+  T* p = nullptr;
+  int64_t s[4] = {0, 0, 0, 0};  // outer, H_kv, (G,) rows
+  int nd = 0;                   // 4: (outer, H_kv, G, rows, x); 3: (outer, H_kv, rows, x)
+  View() = default;
+  View(const at::Tensor& t) : p(const_cast<T*>(t.data_ptr<T>())), nd(int(t.dim()) - 1) {
+    for (int i = 0; i < nd; ++i) s[i] = t.stride(i);
+  }
+  int64_t ld() const { return s[nd - 1]; }
+  // (outer o, key head hk, group g) -> the first row
+  T* at(int64_t o, int64_t hk, int64_t g = 0) const {
+    return p + o * s[0] + hk * s[1] + (nd == 4 ? g * s[2] : 0);
+  }
+};
+
+struct Geometry {
+  int64_t outer, H_kv, G, Lq, Lk, d, dv, rows, blocks, offset;
+  bool causal;
+  int64_t heads() const { return outer * H_kv * G; }
+  // keys row r may see: [0, visible(r))
+  int64_t visible(int64_t r) const {
+    if (!causal) return Lk;
+    return std::max<int64_t>(0, std::min<int64_t>(Lk, r + offset + 1));
+  }
+};
+
+Geometry geometry(const at::Tensor& q, const at::Tensor& v, bool causal, int64_t tile_rows) {
+  Geometry g;
+  g.outer = q.size(0);
+  g.H_kv = q.size(1);
+  g.G = q.size(2);
+  g.Lq = q.size(3);
+  g.d = q.size(4);
+  g.Lk = v.size(2);
+  g.dv = v.size(3);
+  g.causal = causal;
+  g.offset = g.Lk - g.Lq;
+  int64_t rows = tile_rows;
+  if (rows <= 0) {  // about 1 MiB of scores per tile: in L2 through both GEMMs, and tall
+                    // enough that the GEMM's packing of K is spread over many rows
+    rows = (int64_t(1) << 20) / (std::max<int64_t>(g.Lk, 1) * q.element_size());
+    rows = std::clamp<int64_t>(rows, 16, 256);
+  }
+  g.rows = std::max<int64_t>(1, std::min(rows, std::max<int64_t>(g.Lq, 1)));
+  g.blocks = (g.Lq + g.rows - 1) / g.rows;
+  return g;
+}
+
+void check_unit(const at::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.dim() == dim, "attnlab kernel: ", name, " must have ", dim, " dims");
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "attnlab kernel: ", name,
+              " needs unit stride along its last dim");
+}
+
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_unit(q, "q", 5);
+  check_unit(k, "k", 4);
+  check_unit(v, "v", 4);
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+              "attnlab kernel: one dtype");
+  TORCH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && v.size(0) == q.size(0) &&
+                  v.size(1) == q.size(1) && k.size(3) == q.size(4) && v.size(2) == k.size(2),
+              "attnlab kernel: shapes do not match");
+}
+
+template <typename T>
+void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const c10::optional<at::Tensor>& mask, const c10::optional<at::Tensor>& v_raw,
+                  const c10::optional<at::Tensor>& bad_keys, const Geometry& g, double scale_d,
+                  at::Tensor& out, at::Tensor& weights, at::Tensor& lse, bool want_lse,
+                  bool zeroed) {
+  const T scale = static_cast<T>(scale_d);
+  const View<T> Q(q), K(k), V(v), O(out);
+  T* wp = weights.data_ptr<T>();  // contiguous (heads, Lq, Lk)
+  T* lp = want_lse ? lse.data_ptr<T>() : nullptr;  // contiguous (heads, Lq)
+  const bool has_mask = mask.has_value();
+  const bool bool_mask = has_mask && mask->scalar_type() == at::kBool;
+  const char* mbase = has_mask ? static_cast<const char*>(mask->data_ptr()) : nullptr;
+  int64_t ms[4] = {0, 0, 0, 0};
+  if (has_mask)
+    for (int i = 0; i < 4; ++i) ms[i] = mask->stride(i) * mask->element_size();
+  const T* vraw = v_raw.has_value() ? v_raw->data_ptr<T>() : nullptr;  // contiguous
+  const bool* badp = bad_keys.has_value() ? bad_keys->data_ptr<bool>() : nullptr;
+  const int64_t heads = g.heads(), tasks = heads * g.blocks;
+
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> buf(static_cast<size_t>(g.rows * g.Lk + 16));
+    std::vector<T> invs(static_cast<size_t>(g.rows));
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t hq = t / g.blocks, blk = zigzag(t % g.blocks, g.blocks);
+      const int64_t i = hq / g.G, gi = hq % g.G, o = i / g.H_kv, hk = i % g.H_kv;
+      const int64_t r0 = blk * g.rows, r1 = std::min(g.Lq, r0 + g.rows), rows = r1 - r0;
+      const int64_t c = g.visible(r1 - 1);  // keys some row of the tile may see
+      const T* qt = Q.at(o, hk, gi) + r0 * Q.ld();
+      const T* ki = K.at(o, hk);
+      const T* vi = V.at(o, hk);
+      T* ot = O.at(o, hk, gi) + r0 * O.ld();
+      T* wt = wp + ((hq * g.Lq) + r0) * g.Lk;
+      if (c == 0) {  // no row of this tile may see a key
+        for (int64_t r = 0; r < rows; ++r) {
+          std::fill(ot + r * O.ld(), ot + r * O.ld() + g.dv, T(0));
+          if (!zeroed) std::fill(wt + r * g.Lk, wt + (r + 1) * g.Lk, T(0));
+          if (lp) lp[hq * g.Lq + r0 + r] = -std::numeric_limits<T>::infinity();
+        }
+        continue;
+      }
+      T* s = buf.data();
+      gemm_rm<T>(false, true, rows, c, g.d, scale, qt, Q.ld(), ki, K.ld(), T(0), s, c);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* sr = s + r * c;
+        const int64_t L = std::min(c, g.visible(r0 + r));
+        if (has_mask) {
+          const char* mrow = mbase + o * ms[0] + hk * ms[1] + gi * ms[2] + (r0 + r) * ms[3];
+          if (bool_mask) {
+            const bool* mb = reinterpret_cast<const bool*>(mrow);
+            for (int64_t j = 0; j < L; ++j) sr[j] = mb[j] ? sr[j] : T(kNegInfF);
+          } else {
+            const T* mf = reinterpret_cast<const T*>(mrow);
+            for (int64_t j = 0; j < L; ++j)
+              sr[j] = std::isinf(mf[j]) && mf[j] < 0 ? mf[j] : sr[j] + mf[j];
+          }
+        }
+        const T m = row_max<T>(sr, L);
+        T inv, row_lse;
+        if (m == -std::numeric_limits<T>::infinity()) {  // no allowed key
+          std::fill(sr, sr + c, T(0));
+          inv = T(0);
+          row_lse = m;
+        } else if (!std::isfinite(m)) {  // NaN or +inf among the scores: softmax gives NaN
+          std::fill(sr, sr + L, std::numeric_limits<T>::quiet_NaN());
+          std::fill(sr + L, sr + c, T(0));
+          inv = T(1);
+          row_lse = std::numeric_limits<T>::quiet_NaN();
+        } else {
+          const T sum = row_exp<T>(sr, L, m);
+          std::fill(sr + L, sr + c, T(0));
+          inv = T(1) / sum;
+          row_lse = m + std::log(sum);
+        }
+        write_row<T>(wt + r * g.Lk, sr, L, g.Lk, inv, zeroed);
+        if (lp) lp[hq * g.Lq + r0 + r] = row_lse;
+        invs[r] = inv;
+      }
+      // out = (E V) / l
+      gemm_rm<T>(false, false, rows, g.dv, c, T(1), s, c, vi, V.ld(), T(0), ot, O.ld());
+      for (int64_t r = 0; r < rows; ++r) {
+        const T inv = invs[r];
+        T* orow = ot + r * O.ld();
+        for (int64_t x = 0; x < g.dv; ++x) orow[x] *= inv;
+        if (badp) {  // non-finite values this row gives weight > 0: their true product
+          const int64_t L = std::min(c, g.visible(r0 + r));
+          const T* sr = s + r * c;
+          for (int64_t j = 0; j < L; ++j) {
+            if (!badp[i * g.Lk + j] || !(sr[j] > T(0))) continue;
+            const T p = sr[j] * inv;
+            const T* vr = vraw + (i * g.Lk + j) * g.dv;
+            for (int64_t x = 0; x < g.dv; ++x)
+              if (!std::isfinite(vr[x])) orow[x] += p * vr[x];
+          }
+        }
+      }
+    }
+    fence();
+  });
+}
+
+// q (outer, H_kv, G, Lq, d), k (outer, H_kv, Lk, d), v (outer, H_kv, Lk, dv), strided.
+// out has q's layout when heads_inner (rows outside heads, as a (B, L, H, d) projection
+// split into heads has), else is contiguous; weights and lse are contiguous.
+std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const c10::optional<at::Tensor>& mask,
+                                const c10::optional<at::Tensor>& v_raw,
+                                const c10::optional<at::Tensor>& bad_keys, bool causal,
+                                double scale, bool want_lse, int64_t tile_rows,
+                                bool heads_inner) {
+  check_inputs(q, k, v);
+  const Geometry g = geometry(q, v, causal, tile_rows);
+  if (mask.has_value()) {
+    TORCH_CHECK(mask->dim() == 5 && (mask->size(4) <= 1 || mask->stride(4) == 1) &&
+                    mask->size(0) == g.outer && mask->size(1) == g.H_kv &&
+                    mask->size(2) == g.G && mask->size(3) == g.Lq && mask->size(4) == g.Lk,
+                "attnlab kernel: mask must be (outer, H_kv, G, Lq, Lk), unit stride along keys");
+    TORCH_CHECK(mask->scalar_type() == at::kBool || mask->scalar_type() == q.scalar_type(),
+                "attnlab kernel: mask must be bool or of q's dtype");
+  }
+  TORCH_CHECK(!v_raw.has_value() || (v_raw->is_contiguous() && bad_keys.has_value() &&
+                                     bad_keys->is_contiguous()),
+              "attnlab kernel: v_raw and bad_keys must be contiguous");
+  at::Tensor out = heads_inner
+                       ? at::empty({g.outer, g.Lq, g.H_kv, g.G, g.dv}, q.options())
+                             .permute({0, 2, 3, 1, 4})
+                       : at::empty({g.outer, g.H_kv, g.G, g.Lq, g.dv}, q.options());
+  bool zeroed = false;
+  at::Tensor weights = big_empty({g.outer, g.H_kv, g.G, g.Lq, g.Lk}, q.options(), &zeroed);
+  at::Tensor lse = at::empty({g.outer, g.H_kv, g.G, want_lse ? g.Lq : 0}, q.options());
+  if (g.Lq == 0 || g.heads() == 0) return {out, weights, lse};
+  if (g.Lk == 0) {
+    out.zero_();
+    if (want_lse) lse.fill_(-std::numeric_limits<double>::infinity());
+    return {out, weights, lse};
+  }
+  AT_DISPATCH_SWITCH(q.scalar_type(), "attnlab_kernel_forward",
+                     AT_DISPATCH_CASE(at::kFloat, [&] {
+                       forward_impl<float>(q, k, v, mask, v_raw, bad_keys, g, scale, out,
+                                           weights, lse, want_lse, zeroed);
+                     }) AT_DISPATCH_CASE(at::kDouble, [&] {
+                       forward_impl<double>(q, k, v, mask, v_raw, bad_keys, g, scale, out,
+                                            weights, lse, want_lse, zeroed);
+                     }));
+  return {out, weights, lse};
+}
+
+template <typename T>
+inline T dot(const T* a, const T* b, int64_t n) {
+  using V = Vectorized<T>;
+  V acc(T(0));
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size())
+    acc = at::vec::fmadd(V::loadu(a + j), V::loadu(b + j), acc);
+  T lanes[V::size()];
+  acc.store(lanes);
+  T sum = 0;
+  for (int64_t i = 0; i < V::size(); ++i) sum += lanes[i];
+  for (; j < n; ++j) sum += a[j] * b[j];
+  return sum;
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& weights, const c10::optional<at::Tensor>& d_out,
+                   const c10::optional<at::Tensor>& d_weights,
+                   const c10::optional<at::Tensor>& d_lse, const Geometry& g, double scale_d,
+                   at::Tensor& dq, at::Tensor& dk_parts, at::Tensor& dv_parts) {
+  const T scale = static_cast<T>(scale_d);
+  const View<T> Q(q), K(k), V(v);
+  View<T> DO;
+  if (d_out.has_value()) DO = View<T>(*d_out);
+  const T* wp = weights.data_ptr<T>();
+  const T* dwp = d_weights.has_value() ? d_weights->data_ptr<T>() : nullptr;  // contiguous
+  const T* dlp = d_lse.has_value() ? d_lse->data_ptr<T>() : nullptr;          // contiguous
+  T* dqp = dq.data_ptr<T>();  // contiguous (heads, Lq, d)
+  T* dkp = dk_parts.data_ptr<T>();
+  T* dvp = dv_parts.data_ptr<T>();
+  const int64_t heads = g.heads(), tasks = heads * g.blocks;
+  const int64_t slots = dk_parts.size(0);
+  const int64_t n_kv = g.outer * g.H_kv;
+  const int64_t dk_slot = n_kv * g.Lk * g.d, dv_slot = n_kv * g.Lk * g.dv;
+
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t slot = std::min<int64_t>(at::get_thread_num(), slots - 1);
+    std::vector<T> buf(static_cast<size_t>(g.rows * g.Lk + 16));
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t hq = t / g.blocks, blk = zigzag(t % g.blocks, g.blocks);
+      const int64_t i = hq / g.G, gi = hq % g.G, o = i / g.H_kv, hk = i % g.H_kv;
+      const int64_t r0 = blk * g.rows, r1 = std::min(g.Lq, r0 + g.rows), rows = r1 - r0;
+      const int64_t c = g.visible(r1 - 1);
+      T* dqt = dqp + (hq * g.Lq + r0) * g.d;
+      if (c == 0) {
+        std::fill(dqt, dqt + rows * g.d, T(0));
+        continue;
+      }
+      const T* pt = wp + (hq * g.Lq + r0) * g.Lk;  // P (rows x c), ld Lk
+      const T* qt = Q.at(o, hk, gi) + r0 * Q.ld();
+      const T* ki = K.at(o, hk);
+      const T* vi = V.at(o, hk);
+      T* dki = dkp + slot * dk_slot + i * g.Lk * g.d;
+      T* dvi = dvp + slot * dv_slot + i * g.Lk * g.dv;
+      T* ds = buf.data();  // dP, then dS (rows x c)
+      if (DO.p) {
+        const T* dot_ = DO.at(o, hk, gi) + r0 * DO.ld();
+        gemm_rm<T>(true, false, c, g.dv, rows, T(1), pt, g.Lk, dot_, DO.ld(), T(1), dvi, g.dv);
+        gemm_rm<T>(false, true, rows, c, g.dv, T(1), dot_, DO.ld(), vi, V.ld(), T(0), ds, c);
+      } else {
+        std::fill(ds, ds + rows * c, T(0));
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* dr = ds + r * c;
+        const T* pr = pt + r * g.Lk;
+        if (dwp) {
+          const T* dw = dwp + (hq * g.Lq + r0 + r) * g.Lk;
+          for (int64_t j = 0; j < c; ++j) dr[j] += dw[j];
+        }
+        const T sub = dot<T>(pr, dr, c) - (dlp ? dlp[hq * g.Lq + r0 + r] : T(0));
+        for (int64_t j = 0; j < c; ++j) dr[j] = pr[j] * (dr[j] - sub);
+      }
+      gemm_rm<T>(false, false, rows, g.d, c, scale, ds, c, ki, K.ld(), T(0), dqt, g.d);
+      gemm_rm<T>(true, false, c, g.d, rows, scale, ds, c, qt, Q.ld(), T(1), dki, g.d);
+    }
+  });
+}
+
+// Gradients of q (contiguous, q's shape), k and v (contiguous, (outer, H_kv, Lk, ·)).
+std::vector<at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& weights,
+                                 const c10::optional<at::Tensor>& d_out,
+                                 const c10::optional<at::Tensor>& d_weights,
+                                 const c10::optional<at::Tensor>& d_lse, bool causal,
+                                 double scale, int64_t tile_rows) {
+  check_inputs(q, k, v);
+  TORCH_CHECK(weights.is_contiguous() && weights.scalar_type() == q.scalar_type(),
+              "attnlab kernel: weights must be contiguous, of q's dtype");
+  if (d_out.has_value()) check_unit(*d_out, "d_out", 5);
+  for (const auto* t : {&d_out, &d_weights, &d_lse})
+    TORCH_CHECK(!t->has_value() || (*t)->scalar_type() == q.scalar_type(),
+                "attnlab kernel: gradients must be of q's dtype");
+  TORCH_CHECK(!d_weights.has_value() || d_weights->is_contiguous(),
+              "attnlab kernel: d_weights must be contiguous");
+  TORCH_CHECK(!d_lse.has_value() || d_lse->is_contiguous(),
+              "attnlab kernel: d_lse must be contiguous");
+  const Geometry g = geometry(q, v, causal, tile_rows);
+  const int64_t slots =
+      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), g.heads() * g.blocks));
+  at::Tensor dq = at::empty({g.outer, g.H_kv, g.G, g.Lq, g.d}, q.options());
+  at::Tensor dk_parts = at::zeros({slots, g.outer, g.H_kv, g.Lk, g.d}, q.options());
+  at::Tensor dv_parts = at::zeros({slots, g.outer, g.H_kv, g.Lk, g.dv}, q.options());
+  if (g.Lq > 0 && g.Lk > 0 && g.heads() > 0) {
+    AT_DISPATCH_SWITCH(q.scalar_type(), "attnlab_kernel_backward",
+                       AT_DISPATCH_CASE(at::kFloat, [&] {
+                         backward_impl<float>(q, k, v, weights, d_out, d_weights, d_lse, g,
+                                              scale, dq, dk_parts, dv_parts);
+                       }) AT_DISPATCH_CASE(at::kDouble, [&] {
+                         backward_impl<double>(q, k, v, weights, d_out, d_weights, d_lse, g,
+                                               scale, dq, dk_parts, dv_parts);
+                       }));
+  } else {
+    dq.zero_();
+  }
+  at::Tensor dk = slots == 1 ? dk_parts[0] : dk_parts.sum(0);
+  at::Tensor dv = slots == 1 ? dv_parts[0] : dv_parts.sum(0);
+  return {dq, dk, dv};
+}
+
+// how the kernel was compiled: the vector ISA at::vec uses here
+std::string capability() {
+#if defined(CPU_CAPABILITY_AVX512)
+  return "AVX512";
+#elif defined(CPU_CAPABILITY_AVX2)
+  return "AVX2";
+#else
+  return "DEFAULT";
+#endif
+}
+
+}  // namespace
+
+TORCH_LIBRARY(attnlab_kernel, m) {
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? v_raw, Tensor? bad_keys, "
+        "bool causal, float scale, bool want_lse, int tile_rows, bool heads_inner) -> Tensor[]");
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor weights, Tensor? d_out, "
+        "Tensor? d_weights, Tensor? d_lse, bool causal, float scale, int tile_rows) -> Tensor[]");
+  m.def("capability() -> str", &capability);
+}
+
+TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
+  m.impl("forward", &forward);
+  m.impl("backward", &backward);
+}

@@ -1,0 +1,894 @@
+"""Images and sounds as inputs of a trace: vision transformers and Whisper-like speech models.
+
+``trace(model, image=PATH_OR_PIL)`` runs one image through a Hugging Face vision transformer
+and returns an :class:`~attnlab.tracing.attention.AttentionTrace` (stack ``"self"``) whose
+tokens are the model's prefix tokens (``"[CLS]"``, ``"[DIST]"``, ``"[REG0]"``…) then one
+token per patch labelled ``"r{row}c{col}"`` (0-based, row-major). The image is prepared by
+the model folder's own image processor (``preprocessor_config.json``) when it has one, else
+resized to the config's ``image_size`` (bilinear) and normalised with the ImageNet mean and
+standard deviation; ``meta["input"]["preprocess"]`` says which, and
+``meta["input"]["image_png"]`` holds the image exactly as the model saw it (the pixel values
+un-normalised back to 0–255), as a base64 PNG.
+
+``trace(model, audio=PATH, target=None)`` runs one 16 kHz mono 16-bit PCM WAV file (read
+with the standard library's :mod:`wave`) through a Whisper-like speech model and returns a
+:class:`~attnlab.tracing.stacks.StackedTrace`: the encoder's self-attention over time
+positions labelled by their start (``"0.00s"``, ``"0.02s"``…), the decoder's self-attention
+over its text tokens, and the cross-attention from those tokens to the time positions. The
+log-mel features come from the folder's feature extractor, else a ``WhisperFeatureExtractor``
+built from the config. Whisper pads every input to its full window (30 s: 1500 encoder
+positions) and refuses a shorter one, so the trace keeps every position;
+``meta["input"]["real_positions"]`` says how many hold the sound. The decoder's tokens are
+``target`` (text, tokenized by the model's tokenizer, or token ids), or else the model's
+own greedy choice, token by token from its start token (``meta["target_from"]``).
+
+Families are listed in :data:`VISION_FAMILIES` (traced exactly: the weights equal the
+model's own ``output_attentions``), :data:`REFUSED_FAMILIES` (refused with the reason) and
+:data:`SPEECH_FAMILIES`.
+
+>>> import numpy as np
+>>> from PIL import Image
+>>> from transformers import ViTConfig, ViTModel
+>>> vit = ViTModel(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+...                          intermediate_size=32, image_size=16, patch_size=8))
+>>> t = trace_image(vit, Image.fromarray(np.zeros((20, 30, 3), np.uint8)))
+>>> t.tokens, t.meta["input"]["grid"]
+(['[CLS]', 'r0c0', 'r0c1', 'r1c0', 'r1c1'], [2, 2])
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import io
+import math
+import os
+import re
+import warnings
+import wave
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.capture import Capture, capture
+from attnlab.tracing.stacks import StackedTrace
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES", "SAMPLE_RATE",
+           "SPEECH_FAMILIES", "TINY_VISION", "TINY_WHISPER", "VISION_FAMILIES",
+           "check_media_family", "image_inputs", "read_image", "read_wav", "time_labels",
+           "tiny_media_model", "trace_audio", "trace_image", "trace_media"]
+
+#: The ImageNet mean and standard deviation (RGB) used when a model folder has no image
+#: processor of its own.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: The only sample rate a speech trace reads (Whisper's).
+SAMPLE_RATE = 16000
+#: Tokens the model's own greedy generation adds at most when no target is given.
+MAX_NEW_TOKENS = 8
+
+
+def _cls(_config: Any) -> list[str]:
+    return ["[CLS]"]
+
+
+def _cls_registers(config: Any) -> list[str]:
+    n = int(getattr(config, "num_register_tokens", 0) or 0)
+    return ["[CLS]", *(f"[REG{i}]" for i in range(n))]
+
+
+#: Vision families traced exactly, each with the tokens its encoder puts before the patches
+#: (a function of the config), in the model's own order.
+VISION_FAMILIES: dict[str, Callable[[Any], list[str]]] = {
+    "vit": _cls,
+    "vit_msn": _cls,
+    "deit": lambda _c: ["[CLS]", "[DIST]"],
+    "beit": _cls,
+    "data2vec-vision": _cls,  # refused by capture: its attention is computed inline
+    "dinov2": _cls,
+    "dinov2_with_registers": _cls_registers,
+    "dinov3_vit": _cls_registers,
+    "clip_vision_model": _cls,
+    "siglip_vision_model": lambda _c: [],
+    "ijepa": lambda _c: [],
+}
+#: Vision families refused, with the reason.
+REFUSED_FAMILIES: dict[str, str] = {
+    **dict.fromkeys(
+        ("swin", "swinv2", "donut-swin", "maskformer-swin", "swin2sr"),
+        "windowed attention: each layer attends within shifted windows of patches (one "
+        "attention map per window), not one map over the image"),
+    **dict.fromkeys(("dinat", "nat"), "neighbourhood attention: each patch attends to a "
+                    "window around it, computed outside the attention interface"),
+    **dict.fromkeys(("pvt", "pvt_v2", "segformer", "glpn"),
+                    "spatial-reduction attention: keys and values are pooled patches, "
+                    "not the patches"),
+    "vit_mae": "random masking: the encoder sees a random quarter of the patches on each "
+               "call",
+    **dict.fromkeys(("hiera", "levit", "mobilevit", "mobilevitv2", "efficientformer"),
+                    "hierarchical or convolutional stages: attention over pooled or "
+                    "reshaped feature maps, not over the image's patches"),
+    **dict.fromkeys(("convnext", "convnextv2", "resnet", "regnet", "efficientnet",
+                     "mobilenet_v1", "mobilenet_v2", "poolformer", "focalnet", "van",
+                     "bit", "dinov3_convnext", "textnet", "timm_backbone"),
+                    "no attention: a convolutional (or pooling) network has no attention "
+                    "to trace"),
+}
+#: Speech families traced exactly (encoder, decoder and cross-attention).
+SPEECH_FAMILIES = ("whisper",)
+#: The model classes that wrap a vision tower (``.vision_model``) with a text model.
+_TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+
+
+# -- reading files ----------------------------------------------------------------------------
+
+
+def _path(value: Any, name: str, what: str) -> Path:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path to {what}, got {type(value).__name__}")
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"{name} must be a path to {what}, got {str(path)!r}: "
+                         f"{'a directory' if path.is_dir() else 'no such file'}")
+    return path
+
+
+def read_image(image: Any, name: str = "image") -> Any:
+    """``image`` (a path to any file Pillow reads, PNG and JPEG included, or a PIL image) as
+    an RGB PIL image, turned upright by its EXIF orientation.
+
+    Raises ``TypeError`` for another kind of value and ``ValueError`` naming ``name`` for a
+    missing or unreadable file.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if isinstance(image, Image.Image):
+        img = image
+    else:
+        if not isinstance(image, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a path to an image file or a PIL image, got "
+                            f"{type(image).__name__}")
+        path = _path(image, name, "an image file (PNG, JPEG, ...)")
+        try:
+            with Image.open(path) as opened:
+                img = ImageOps.exif_transpose(opened)
+                img.load()
+        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+            raise ValueError(f"{name} must be an image file Pillow can read (PNG, JPEG, ...), "
+                             f"got {path.name!r}: {exc}") from None
+    if img.width < 1 or img.height < 1:
+        raise ValueError(f"{name} is empty ({img.width}x{img.height} pixels)")
+    return img.convert("RGB")
+
+
+def read_wav(audio: Any, name: str = "audio") -> np.ndarray:
+    """The samples of a 16 kHz mono 16-bit PCM WAV file as float32 in [-1, 1).
+
+    Anything else (another rate, more than one channel, 8-, 24- or 32-bit samples, a file
+    that is not a WAV, an empty one) raises ``ValueError`` naming ``name``, what is expected
+    and what the file holds.
+    """
+    path = _path(audio, name, "a 16 kHz mono 16-bit PCM WAV file")
+    want = f"{name} must be a {SAMPLE_RATE // 1000} kHz mono 16-bit PCM WAV file"
+    try:
+        with wave.open(str(path), "rb") as w:
+            channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
+            frames = w.readframes(w.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise ValueError(f"{want}, got {path.name!r}: not a PCM WAV file ({exc})") from None
+    problems = []
+    if rate != SAMPLE_RATE:
+        problems.append(f"{rate} Hz")
+    if channels != 1:
+        problems.append(f"{channels} channels")
+    if width != 2:
+        problems.append(f"{8 * width}-bit samples")
+    if problems:
+        raise ValueError(f"{want}, got {path.name!r} with {', '.join(problems)}; convert it, "
+                         "e.g. ffmpeg -i IN -ar 16000 -ac 1 -c:a pcm_s16le OUT.wav")
+    samples = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
+    if samples.size == 0:
+        raise ValueError(f"{want} holding some sound, got {path.name!r} with no samples")
+    return samples
+
+
+def _samples(audio: Any) -> np.ndarray:
+    """A WAV file's samples (:func:`read_wav`), or a 1-D float array of them, checked."""
+    if not isinstance(audio, np.ndarray):
+        if not isinstance(audio, (str, os.PathLike)):
+            raise TypeError(f"audio must be a path to a 16 kHz mono 16-bit PCM WAV file or a "
+                            f"1-D float array of samples, got {type(audio).__name__}")
+        return read_wav(audio)
+    if audio.ndim != 1 or audio.dtype.kind != "f" or audio.size == 0:
+        raise ValueError(f"audio as an array must be 1-D float samples at {SAMPLE_RATE} Hz, "
+                         f"got dtype {audio.dtype} shape {audio.shape}")
+    if not np.isfinite(audio).all() or np.abs(audio).max() > 1.0:
+        raise ValueError("audio as an array must hold finite samples in [-1, 1], got values "
+                         f"in [{np.nanmin(audio):.3g}, {np.nanmax(audio):.3g}]")
+    return audio.astype(np.float32)
+
+
+# -- the model --------------------------------------------------------------------------------
+
+
+def _unpack(model: Any) -> tuple[nn.Module, str, str | None, dict[str, Any], Any]:
+    """(module, name, folder, model_info, tokenizer) of a loaded model or a module."""
+    if isinstance(model, nn.Module):
+        cfg = getattr(model, "config", None)
+        folder = getattr(cfg, "_name_or_path", None) or None
+        return model, type(model).__name__, folder, {}, None
+    inner = getattr(model, "model", None)
+    if isinstance(inner, nn.Module):
+        describe = getattr(model, "describe", None)
+        info = describe() if callable(describe) else {}
+        info = {k: v for k, v in info.items()
+                if isinstance(v, (str, int, float, bool, type(None)))}
+        folder = getattr(model, "path", None) or getattr(
+            getattr(inner, "config", None), "_name_or_path", None) or None
+        return (inner, str(getattr(model, "name", type(inner).__name__)), folder, info,
+                getattr(model, "tokenizer", None))
+    raise TypeError("model must be a loaded model (attnlab.models.load(...)) or a Hugging Face "
+                    f"torch.nn.Module, got {type(model).__name__}")
+
+
+def _family(module: nn.Module) -> str:
+    return str(getattr(getattr(module, "config", None), "model_type", "") or "")
+
+
+def _vision_tower(net: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """The module that turns pixels into patch tokens, and its family."""
+    family = _family(net)
+    if not family:
+        raise ValueError(f"image= needs a Hugging Face vision transformer; {name} "
+                         f"({type(net).__name__}) has no config.model_type")
+    if family in _TOWER_FAMILIES and isinstance(getattr(net, "vision_model", None), nn.Module):
+        net = net.vision_model
+        family = _family(net) or _TOWER_FAMILIES[family]
+    else:  # a classifier (ViTForImageClassification ...): its base model, when it has one
+        inner = getattr(net, "base_model", None)
+        if inner is not net and isinstance(inner, nn.Module) and _takes_pixels(inner):
+            net = inner
+    if family in REFUSED_FAMILIES:
+        raise ValueError(f"{name} ({family}) cannot be traced from an image: "
+                         f"{REFUSED_FAMILIES[family]}")
+    if family not in VISION_FAMILIES:
+        raise ValueError(f"image= needs a vision transformer of a family attnlab traces "
+                         f"({', '.join(sorted(VISION_FAMILIES))}); {name} is {family!r}")
+    if not _takes_pixels(net):
+        raise ValueError(f"image= needs a model that takes pixel_values; {name} "
+                         f"({type(net).__name__}) does not")
+    return net, family
+
+
+def _takes_pixels(module: nn.Module) -> bool:
+    try:
+        return "pixel_values" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _folder_file(folder: str | None, filename: str) -> Path | None:
+    if not folder:
+        return None
+    path = Path(folder) / filename
+    return path if path.is_file() else None
+
+
+def _quiet() -> Any:
+    """Silence transformers' logging and Python warnings while a processor is made."""
+    import transformers
+
+    class _Ctx:
+        def __enter__(self) -> None:
+            self.level = transformers.logging.get_verbosity()
+            transformers.logging.set_verbosity_error()
+            self.warn = warnings.catch_warnings()
+            self.warn.__enter__()
+            warnings.simplefilter("ignore")
+
+        def __exit__(self, *exc: object) -> None:
+            self.warn.__exit__(*exc)
+            transformers.logging.set_verbosity(self.level)
+
+    return _Ctx()
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    raise ValueError(f"the model's config.{name} must be an int or a pair, got {value!r}")
+
+
+# -- images -----------------------------------------------------------------------------------
+
+
+def image_inputs(tower: nn.Module, img: Any, folder: str | None
+                 ) -> tuple[Tensor, np.ndarray, str]:
+    """(pixel values (1, 3, H, W), the image as the model sees it (H, W, 3) uint8, how it
+    was prepared) for an RGB PIL image and a vision ``tower``.
+
+    The folder's ``preprocessor_config.json`` is used when there is one (its processor
+    resizes, crops and normalises); the pixels the model sees are then un-normalised back
+    to 0–255 with its mean, standard deviation and rescale factor. Otherwise the image is
+    resized to the config's ``image_size`` (bilinear) and normalised with
+    :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`.
+    """
+    from PIL import Image
+
+    config = tower.config
+    pre = _folder_file(folder, "preprocessor_config.json")
+    if pre is not None:
+        from transformers import AutoImageProcessor
+
+        try:
+            with _quiet():
+                proc = AutoImageProcessor.from_pretrained(pre.parent, local_files_only=True)
+                pixels = proc(images=img, return_tensors="pt")["pixel_values"].float()
+        except Exception as exc:
+            raise ValueError(f"{pre}: the model's image processor cannot prepare the image "
+                             f"({type(exc).__name__}: {exc})") from None
+        x = pixels[0].clone()
+        if getattr(proc, "do_normalize", False):
+            mean = torch.tensor(_channels(proc.image_mean, x.shape[0]))[:, None, None]
+            std = torch.tensor(_channels(proc.image_std, x.shape[0]))[:, None, None]
+            x = x * std + mean
+        if getattr(proc, "do_rescale", False):
+            x = x / float(proc.rescale_factor)
+        seen = x.permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
+        how = f"the model's image processor ({type(proc).__name__}, {pre.name})"
+        return pixels, seen, how
+    h, w = _pair(getattr(config, "image_size", None), "image_size")
+    resized = img.resize((w, h), Image.Resampling.BILINEAR)
+    seen = np.asarray(resized, dtype=np.uint8).copy()
+    x = torch.from_numpy(seen).float().div(255.0).permute(2, 0, 1)
+    mean = torch.tensor(IMAGENET_MEAN)[:, None, None]
+    std = torch.tensor(IMAGENET_STD)[:, None, None]
+    pixels = ((x - mean) / std)[None]
+    how = (f"resized to the config's image_size {h}x{w} (bilinear), ImageNet mean and "
+           "standard deviation (the model folder has no preprocessor_config.json)")
+    return pixels, seen, how
+
+
+def _channels(values: Any, n: int) -> list[float]:
+    vals = [float(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    return vals * n if len(vals) == 1 else vals
+
+
+def _png_base64(pixels: np.ndarray) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _record_filter(cap: Capture, keep: Callable[[str], bool]) -> Capture:
+    """A capture holding only the records whose module name ``keep`` accepts."""
+    sub = Capture(cap.root, cap.qkv, cap.context)
+    sub.records = [r for r in cap.records if keep(r.name)]
+    return sub
+
+
+def _one(t: Any) -> AttentionTrace:
+    if isinstance(t, StackedTrace):
+        if len(t) != 1:
+            raise ValueError(f"expected one attention stack, got {', '.join(t.names)}")
+        return next(iter(t.values()))
+    return t
+
+
+def _restack(t: AttentionTrace, stack: str, *, tokens: list[str],
+             key_tokens: list[str] | None = None, token_ids: list[int] | None = None,
+             text: str | None = None, meta: dict[str, Any] | None = None,
+             model: str = "") -> AttentionTrace:
+    """The same tensors and score shapes, labelled as one stack of a model."""
+    dense = None if t.has_qk else t.weights
+    return AttentionTrace(tokens, weights=dense, q=t.q, k=t.k, v=t.v, lse=t.lse,
+                          context=t.context, shapes=list(t.shapes), model=model or t.model,
+                          token_ids=token_ids, key_tokens=key_tokens, text=text,
+                          meta={**t.meta, **(meta or {})}, stack=stack)
+
+
+def trace_image(model: Any, image: Any, *, qkv: bool = True, context: bool = False,
+                max_memory: int | str | None = None) -> AttentionTrace:
+    """One image through a vision transformer (see the module docstring).
+
+    Args:
+        model: a loaded model (``attnlab.models.load(folder)``) or a Hugging Face module of
+            a family in :data:`VISION_FAMILIES` (a classifier's base model and CLIP/SigLIP's
+            vision tower are used).
+        image: a path to an image file (PNG, JPEG, anything Pillow reads) or a PIL image.
+        qkv, context, max_memory: as :func:`attnlab.tracing.tracer.trace`.
+
+    Returns:
+        an :class:`AttentionTrace` (stack ``"self"``): tokens the prefix tokens then the
+        patches ``"r{row}c{col}"``; ``meta["input"]`` as the module docstring says.
+    """
+    net, name, folder, info, _tok = _unpack(model)
+    tower, family = _vision_tower(net, name)
+    img = read_image(image)
+    pixels, seen, how = image_inputs(tower, img, folder)
+    ph, pw = _pair(getattr(tower.config, "patch_size", None), "patch_size")
+    rows, cols = pixels.shape[-2] // ph, pixels.shape[-1] // pw
+    prefix = VISION_FAMILIES[family](tower.config)
+    tokens = prefix + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
+    if max_memory is not None:
+        from attnlab.tracing.budget import check_trace_budget
+
+        check_trace_budget(tower, len(tokens), max_memory, what="image",
+                           keep_weights=not qkv, keep_context=context)
+    was_training = tower.training
+    tower.eval()
+    try:
+        with torch.no_grad(), capture(tower, qkv=qkv, context=context) as cap:
+            tower(pixel_values=pixels)
+    except ValueError as exc:
+        if "no attention module" in str(exc):
+            raise ValueError(f"{name} ({family}) has no attention module attnlab can read: "
+                             "nothing to trace") from None
+        raise
+    finally:
+        tower.train(was_training)
+    first = cap.records[0] if cap.records else None
+    if first is None or first.batch != 1 or first.dims[1:] != (len(tokens), len(tokens)):
+        got = "nothing" if first is None else (
+            f"{first.batch} map(s) of {first.dims[1]}x{first.dims[2]} positions")
+        raise ValueError(
+            f"{name} ({family}) attends over {got}, not the {len(prefix)} prefix token(s) and "
+            f"{rows}x{cols} patches of its image; refused rather than mislabelled")
+    source = str(getattr(image, "filename", "") or "") if not isinstance(
+        image, (str, os.PathLike)) else str(image)
+    meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
+                            "family": family}
+    meta["input"] = {"kind": "image", "grid": [rows, cols], "prefix": len(prefix),
+                     "patch_size": ph if ph == pw else [ph, pw],
+                     "image_size": [int(pixels.shape[-2]), int(pixels.shape[-1])],
+                     "image_png": _png_base64(seen), "path": Path(source).name if source else "",
+                     "preprocess": how}
+    t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
+    if t.stack != "self":
+        t = _restack(t, "self", tokens=tokens)
+    return t
+
+
+# -- sound ------------------------------------------------------------------------------------
+
+
+def time_labels(n: int, frame_seconds: float) -> list[str]:
+    """``n`` labels of time positions: the start of each, in seconds (``"0.02s"``).
+
+    >>> time_labels(3, 0.02)
+    ['0.00s', '0.02s', '0.04s']
+    """
+    digits = max(2, -math.floor(math.log10(frame_seconds)) if frame_seconds < 1 else 0)
+    return [f"{i * frame_seconds:.{digits}f}s" for i in range(n)]
+
+
+def _speech_model(net: nn.Module, name: str) -> tuple[nn.Module, str]:
+    family = _family(net)
+    if family not in SPEECH_FAMILIES:
+        raise ValueError(f"audio= needs a speech model of a family attnlab traces "
+                         f"({', '.join(SPEECH_FAMILIES)}); {name} is {family or 'not one'!r}")
+    return net, family
+
+
+def _feature_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
+    from transformers import WhisperFeatureExtractor
+
+    pre = _folder_file(folder, "preprocessor_config.json")
+    if pre is not None:
+        try:
+            with _quiet():
+                fe = WhisperFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
+        except Exception as exc:
+            raise ValueError(f"{pre}: not a usable Whisper feature extractor "
+                             f"({type(exc).__name__}: {exc})") from None
+        return fe, f"the model's feature extractor ({pre.name})"
+    hop = 160
+    frames = 2 * int(config.max_source_positions)  # two convolutions, the second of stride 2
+    seconds = frames * hop / SAMPLE_RATE
+    with _quiet():
+        fe = WhisperFeatureExtractor(feature_size=int(config.num_mel_bins),
+                                     sampling_rate=SAMPLE_RATE, hop_length=hop,
+                                     chunk_length=seconds)
+    fe.n_samples = frames * hop
+    fe.nb_max_frames = frames
+    return fe, (f"WhisperFeatureExtractor built from the config ({config.num_mel_bins} mel "
+                f"bins, {seconds:g} s window; the folder has no preprocessor_config.json)")
+
+
+def _target_ids(target: Any, tokenizer: Any, start: int, name: str) -> tuple[list[int], str]:
+    """The decoder's input ids for a target text or token ids, and the text."""
+    if isinstance(target, str):
+        if not target.strip():
+            raise ValueError("target must be a non-empty text or token ids, got an empty text")
+        if tokenizer is None:
+            raise ValueError(f"target text needs a tokenizer and {name} has none: give the "
+                             "target as token ids (their labels are then the ids)")
+        ids = list(tokenizer(target, add_special_tokens=True)["input_ids"])
+        if not ids or ids[0] != start:
+            ids = [start, *ids]
+        return ids, target
+    if isinstance(target, Tensor):
+        target = target.reshape(-1).tolist()
+    try:
+        ids = list(target)
+    except TypeError:
+        raise TypeError(f"target must be a str, a sequence of ints or None, got "
+                        f"{type(target).__name__}") from None
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TypeError("target must be a non-empty sequence of ints (token ids) or a str")
+    if ids[0] != start:
+        ids = [start, *ids]
+    return ids, ""
+
+
+def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    if tokenizer is None or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        return [str(i) for i in ids]
+    out = []
+    for i in ids:
+        text = tokenizer.decode([i])
+        out.append(text if text and "\ufffd" not in text else str(
+            tokenizer.convert_ids_to_tokens(i) or i))
+    return out
+
+
+def _next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any]] | None:
+    """``step(encoded, ids, past) -> (logits of the next token, past)``: the model's own
+    head, or (a base model without one) the decoder's token embedding when the config ties
+    the head to it, as the model with a head computes; None otherwise. ``past`` is the
+    model's key/value cache (the cross-attention's keys and values computed once)."""
+    head = getattr(net, "proj_out", None)
+    embed = getattr(net.get_decoder(), "embed_tokens", None)
+    if not isinstance(head, nn.Module):
+        if not (getattr(config, "tie_word_embeddings", False)
+                and isinstance(embed, nn.Embedding)):
+            return None
+
+    # the cache's keyword: ``cache`` from transformers 5.2x, ``past_key_values`` before
+    name = "cache" if "cache" in inspect.signature(net.forward).parameters else (
+        "past_key_values")
+
+    def step(encoded: Any, ids: Tensor, past: Any) -> tuple[Tensor, Any]:
+        new = ids if past is None else ids[:, -1:]
+        out = net(encoder_outputs=encoded, decoder_input_ids=new, use_cache=True,
+                  **{name: past})
+        past = getattr(out, name, None)
+        if isinstance(head, nn.Module):
+            return out.logits[0, -1], past
+        return out.last_hidden_state[0, -1] @ embed.weight.T, past
+
+    return step
+
+
+def _greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
+            eos: int | None, vocab: int, max_new_tokens: int) -> list[int]:
+    """The model's greedy choice token by token from ``start`` (no suppressed or forced
+    tokens), stopping after its end token or ``max_new_tokens``."""
+    ids, past = [start], None
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits, past = step(encoded, torch.tensor([ids]), past)
+            ids.append(int(logits[:vocab].argmax()))
+            if eos is not None and ids[-1] == eos:
+                break
+    return ids
+
+
+def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = None,
+                qkv: bool = True, context: bool = False, truncate: bool = False,
+                max_new_tokens: int = MAX_NEW_TOKENS) -> StackedTrace:
+    """One WAV file through a Whisper-like speech model (see the module docstring).
+
+    Args:
+        model: a loaded model or a Hugging Face module of a family in
+            :data:`SPEECH_FAMILIES` (``WhisperForConditionalGeneration``, or
+            ``WhisperModel``: without a target it generates through the token embedding
+            its config ties the head to).
+        audio: a path to a 16 kHz mono 16-bit PCM WAV file, or its samples: a 1-D float
+            array at 16 kHz, in [-1, 1].
+        target: the decoder's text (tokenized with special tokens) or token ids (the start
+            token is put first when missing); None: the model's greedy generation.
+        tokenizer: overrides the loaded model's tokenizer.
+        qkv, context: as :func:`attnlab.tracing.tracer.trace`.
+        truncate: keep the first window of a longer sound (else ``ValueError``).
+        max_new_tokens: at most this many generated tokens when no target is given (and no
+            more than the decoder's positions hold).
+
+    Returns:
+        a :class:`StackedTrace` with stacks ``encoder``, ``decoder`` and ``cross``.
+    """
+    net, name, folder, info, tok = _unpack(model)
+    net, family = _speech_model(net, name)
+    tok = tokenizer if tokenizer is not None else tok
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 1):
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    samples = _samples(audio)
+    config = net.config
+    fe, how = _feature_extractor(config, folder)
+    seconds = samples.size / SAMPLE_RATE
+    window = fe.n_samples / SAMPLE_RATE
+    meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
+                            "family": family}
+    if samples.size > fe.n_samples:
+        if not truncate:
+            raise ValueError(f"audio is {seconds:.2f} s but {name} hears at most {window:g} s "
+                             "at once; cut it, or pass truncate=True (CLI: --truncate) to "
+                             f"keep the first {window:g} s")
+        meta["truncated_from_seconds"] = round(seconds, 4)
+        samples = samples[:fe.n_samples]
+        seconds = window
+    features = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    positions = int(config.max_source_positions)
+    frame_seconds = fe.hop_length * (features.shape[-1] // positions) / SAMPLE_RATE
+    start = getattr(config, "decoder_start_token_id", None)
+    if not isinstance(start, int):
+        raise ValueError(f"{name} has no decoder_start_token_id in its config")
+    encoder = net.get_encoder()
+    was_training = net.training
+    net.eval()
+    try:
+        if target is None:
+            logits_of = _next_logits(net, config)
+            if logits_of is None:
+                raise ValueError(f"{name} ({type(net).__name__}) has no language-model head "
+                                 "to generate with (and its config ties none to the token "
+                                 "embedding); give target=..., or load it as "
+                                 "WhisperForConditionalGeneration")
+            with torch.no_grad():
+                encoded = encoder(input_features=features)
+            eos = getattr(config, "eos_token_id", None)
+            room = int(getattr(config, "max_target_positions", 1 << 30)) - 1
+            ids = _greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
+                          int(config.vocab_size), min(max_new_tokens, room))
+            target_text = tok.decode(ids[1:], skip_special_tokens=True) if tok else ""
+            meta["target_from"] = "generated"
+        else:
+            ids, target_text = _target_ids(target, tok, start, name)
+            meta["target_from"] = "given"
+        limit = int(getattr(config, "max_target_positions", 1 << 30))
+        if len(ids) > limit:
+            raise ValueError(f"target is {len(ids)} tokens but {name}'s decoder takes at most "
+                             f"{limit}")
+        vocab = int(config.vocab_size)
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"target holds ids in [{min(ids)}, {max(ids)}], outside the "
+                             f"vocabulary [0, {vocab}) of {name}")
+        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
+            base = getattr(net, "model", net)
+            base(input_features=features, decoder_input_ids=torch.tensor([ids]),
+                 use_cache=False)
+    finally:
+        net.train(was_training)
+    times = time_labels(positions, frame_seconds)
+    labels = _labels(tok, ids)
+    real = min(positions, math.ceil(seconds / frame_seconds - 1e-9))
+    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
+                     "frame_seconds": frame_seconds,
+                     "path": "" if isinstance(audio, np.ndarray) else Path(audio).name,
+                     "positions": positions, "real_positions": real,
+                     "window_seconds": window, "preprocess": how,
+                     "padding": f"{name} pads every input to its {window:g} s window and "
+                                "refuses a shorter one, so all its positions are kept; "
+                                f"the first {real} hold the sound"}
+    cross = re.compile(r"(^|\.)(encoder_attn|crossattention|cross_attn)(\.|$)")
+    parts = {
+        "encoder": _record_filter(cap, lambda n: ".encoder." in f".{n}."),
+        "decoder": _record_filter(cap, lambda n: ".decoder." in f".{n}."
+                                  and not cross.search(n)),
+        "cross": _record_filter(cap, lambda n: bool(cross.search(n))),
+    }
+    stacks: dict[str, AttentionTrace] = {}
+    for stack, sub in parts.items():
+        if not sub.records:
+            raise ValueError(f"{name}: no {stack} attention was recorded; refused rather "
+                             "than incomplete")
+        rows = times if stack == "encoder" else labels
+        keys = times if stack == "cross" else None
+        t = _one(sub.trace(tokens=rows, key_tokens=keys, model=name, release=True))
+        if len(t.meta.get("layer_names", [])) != len(sub.records) and t.meta.get("skipped"):
+            raise ValueError(f"{name}: the {stack} layers differ in shape "
+                             f"({t.meta['skipped']}); refused rather than incomplete")
+        stacks[stack] = _restack(t, stack, tokens=rows, key_tokens=keys,
+                                 token_ids=None if stack == "encoder" else ids)
+    cap.records = []
+    return StackedTrace(stacks, model=name, text=None, target=target_text or None, meta=meta)
+
+
+# -- dispatch ---------------------------------------------------------------------------------
+
+
+def trace_media(model: Any, text_or_token_ids: Any = None, *, image: Any = None,
+                audio: Any = None, target: Any = None, tokenizer: Any = None, qkv: bool = True,
+                context: bool = False, truncate: bool = False,
+                max_memory: int | str | None = None,
+                max_new_tokens: int = MAX_NEW_TOKENS) -> AttentionTrace | StackedTrace:
+    """What :func:`attnlab.tracing.tracer.trace` does with ``image=`` or ``audio=``."""
+    if image is not None and audio is not None:
+        raise ValueError("give image= or audio=, not both")
+    if text_or_token_ids is not None:
+        kind = "image" if image is not None else "audio"
+        raise ValueError(f"give text_or_token_ids or {kind}=, not both (a speech model's "
+                         "text is target=)")
+    if image is not None:
+        if target is not None:
+            raise ValueError("target= is for encoder–decoder and speech models, not image=")
+        return trace_image(model, image, qkv=qkv, context=context, max_memory=max_memory)
+    return trace_audio(model, audio, target=target, tokenizer=tokenizer, qkv=qkv,
+                       context=context, truncate=truncate, max_new_tokens=max_new_tokens)
+
+
+# -- the support matrix -----------------------------------------------------------------------
+
+#: The sizes of every tiny vision model the support matrix checks (fields its config has):
+#: a 32 x 32 image in 8 x 8 patches (a 4 x 4 grid), 2 layers, 4 heads.
+TINY_VISION: dict[str, Any] = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+    image_size=32, patch_size=8, initializer_range=0.2, num_register_tokens=2,
+    use_relative_position_bias=True)
+_TINY_TEXT: dict[str, Any] = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=48, vocab_size=64)
+#: The tiny Whisper the support matrix checks: 2 + 2 layers, a 1 s window (50 positions).
+TINY_WHISPER: dict[str, Any] = dict(
+    vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_mel_bins=80,
+    max_source_positions=50, max_target_positions=32, decoder_start_token_id=1,
+    eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2)
+
+
+def _kwargs_for(config_cls: Any, values: dict[str, Any]) -> dict[str, Any]:
+    base = config_cls()
+    return {k: v for k, v in values.items() if hasattr(base, k)}
+
+
+def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
+    """The tiny random model (eager attention, eval mode) of a family in
+    :data:`VISION_FAMILIES` (or the two-tower ``clip`` / ``siglip``) or
+    :data:`SPEECH_FAMILIES` that the support matrix checks."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    if family not in VISION_FAMILIES and family not in _TOWER_FAMILIES and (
+            family not in SPEECH_FAMILIES):
+        raise ValueError(f"family must be one of {sorted([*VISION_FAMILIES, *_TOWER_FAMILIES])}"
+                         f" or {list(SPEECH_FAMILIES)}, got {family!r}")
+    cls = CONFIG_MAPPING[family]
+    if family in SPEECH_FAMILIES:
+        config = cls(**TINY_WHISPER, attn_implementation="eager")
+        model_cls = transformers.WhisperForConditionalGeneration
+    elif family in _TOWER_FAMILIES:
+        vision_cls = CONFIG_MAPPING[_TOWER_FAMILIES[family]]
+        config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
+                     attn_implementation="eager")
+        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+    else:
+        config = cls(**_kwargs_for(cls, TINY_VISION), attn_implementation="eager")
+        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model_cls(config).eval()
+
+
+def _compare(t: AttentionTrace, maps: Sequence[Tensor]) -> dict[str, float]:
+    """The trace's weights against the model's own maps (one (1, H, Lq, Lk) per layer), and
+    weights rebuilt from q and k alone (the log-sum-exp too) against the trace's."""
+    from attnlab.core.scores import row_logsumexp
+    from attnlab.core.weights import shaped_weights
+
+    want = torch.stack([m[0].float() for m in maps])
+    got = t.weights
+    if tuple(got.shape) != tuple(want.shape):
+        raise ValueError(f"the trace holds weights {tuple(got.shape)}, the model's own maps "
+                         f"are {tuple(want.shape)}")
+    rec = 0.0
+    group = t.num_heads // t.num_kv_heads
+    for layer in range(t.num_layers):
+        shape = t.score_shape(layer)
+        lse = row_logsumexp(t.q[layer], t.k[layer], shape)
+        w = shaped_weights(t.q[layer], t.k[layer].repeat_interleave(group, 0), lse, shape,
+                           rows=range(t.seq_len), head=list(range(t.num_heads)),
+                           lq=t.seq_len, lk=t.key_len)
+        rec = max(rec, float((w - got[layer]).abs().max()))
+    return {"weights": float((got - want).abs().max()), "recomputed": rec}
+
+
+def _test_image() -> Any:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    return Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8))
+
+
+def _test_sound(seconds: float = 0.5) -> np.ndarray:
+    n = int(seconds * SAMPLE_RATE)
+    t = np.arange(n) / SAMPLE_RATE
+    noise = np.random.default_rng(0).standard_normal(n)
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * noise).clip(-1, 1).astype(np.float32)
+
+
+def check_media_family(family: str, kind: str, seq_len: int = 0, seed: int = 0) -> Any:
+    """One row of the support matrix (:class:`attnlab.tracing.support.FamilyResult`) for a
+    vision or speech family: checked on its tiny model (:func:`tiny_media_model`) against
+    the model's own eager ``output_attentions`` (every stack for speech), or refused with
+    the reason (:data:`REFUSED_FAMILIES`), or not yet. ``seq_len`` is unused (an image
+    has 16 patches; a sound 0.5 s in a 1 s window)."""
+    from attnlab.tracing.adapters._base import UnreadableAttentionError
+    from attnlab.tracing.support import EXACT_TOL, NOT_YET, RECOMPUTE_TOL, FamilyResult
+
+    def res(status: str, reason: str = "", **kw: Any) -> Any:
+        return FamilyResult(family, kind, status, reason, **kw)
+
+    if family in REFUSED_FAMILIES:
+        why = REFUSED_FAMILIES[family]
+        return res("no attention" if why.startswith("no attention") else "refused",
+                   why if why.startswith("no attention") else f"refused: {why}")
+    known = family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in SPEECH_FAMILIES
+    if not known:
+        what = "audio input is traced for Whisper" if kind == "speech" else (
+            "image input is traced for ViT-like families (a class token, registers and a "
+            "grid of patches)")
+        return res("not yet", f"{NOT_YET.get(kind, 'not yet')}: not checked ({what})")
+    try:
+        model = tiny_media_model(family, seed)
+    except Exception as exc:
+        return res("not built", f"not built: its tiny model fails offline ({type(exc).__name__}:"
+                   f" {' '.join(str(exc).split())[:160]})")
+    info: dict[str, Any] = {"model_class": type(model).__name__}
+    try:
+        if family in SPEECH_FAMILIES:
+            sound = _test_sound()
+            got = trace_audio(model, sound, target=[5, 9, 17, 2])
+            fe, _ = _feature_extractor(model.config, None)
+            features = fe(sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
+                "input_features"]
+            with torch.no_grad():
+                out = model(input_features=features, decoder_input_ids=torch.tensor(
+                    [[1, 5, 9, 17, 2]]), output_attentions=True)
+            pairs = [(got[n], m) for n, m in (("encoder", out.encoder_attentions),
+                                              ("decoder", out.decoder_attentions),
+                                              ("cross", out.cross_attentions))]
+        else:
+            img = _test_image()
+            got1 = trace_image(model, img)
+            tower, _ = _vision_tower(model, family)
+            pixels, _, _ = image_inputs(tower, img, None)
+            with torch.no_grad():
+                maps = tower(pixel_values=pixels, output_attentions=True).attentions
+            pairs = [(got1, maps)]
+    except UnreadableAttentionError as exc:
+        return res("refused", f"refused: {exc}", **info)
+    except Exception as exc:
+        return res("wrong", f"wrong: tracing fails ({type(exc).__name__}: "
+                   f"{' '.join(str(exc).split())[:160]})", **info)
+    worst = {"weights": 0.0, "recomputed": 0.0}
+    problems = []
+    for t, maps in pairs:
+        if len(maps) != t.num_layers:
+            problems.append(f"{t.stack}: {t.num_layers} layers traced, the model returns "
+                            f"{len(maps)} maps")
+            continue
+        errs = _compare(t, maps)
+        worst = {k: max(worst[k], errs[k]) for k in worst}
+    if worst["weights"] > EXACT_TOL:
+        problems.append(f"weights differ from output_attentions by {worst['weights']:.2e}")
+    if worst["recomputed"] > RECOMPUTE_TOL:
+        problems.append(f"weights recomputed from q and k differ by {worst['recomputed']:.2e}")
+    first = pairs[0][0]
+    stacks = ", ".join(f"{t.stack} {t.seq_len}x{t.key_len}" for t, _ in pairs)
+    info.update(layers=first.num_layers, heads=first.num_heads,
+                max_weight_error=worst["weights"], max_recompute_error=worst["recomputed"],
+                features=[("audio: " if family in SPEECH_FAMILIES else "image: ") + stacks])
+    if problems:
+        return res("wrong", "wrong: " + "; ".join(problems), **info)
+    return res("exact", "", **info)

@@ -1,0 +1,255 @@
+"""StackedTrace: the attention stacks of an encoder–decoder model, kept apart, in one object.
+
+An encoder–decoder model attends three ways: the encoder's self-attention over the source
+tokens, the decoder's (causal) self-attention over the target tokens, and the decoder's
+cross-attention from the target tokens to the source tokens. A :class:`StackedTrace` holds
+one :class:`~attnlab.tracing.attention.AttentionTrace` per stack, each with its own
+layers, heads, tokens and score shapes, as an ordered mapping::
+
+    "encoder"   rows and columns: source tokens
+    "decoder"   rows and columns: target tokens
+    "cross"     rows: target tokens (``tokens``), columns: source tokens (``key_tokens``)
+
+in that order, whichever stacks the model has (a ``nn.TransformerDecoder`` alone has a
+decoder and a cross stack). Each stack's ``stack`` attribute is its name. The labels agree
+across stacks: the cross stack's rows are the decoder's tokens and its columns the
+encoder's, checked when the trace is made.
+
+A :class:`StackedTrace` is saved as one safetensors file (format ``attnlab.StackedTrace``,
+:data:`~attnlab.tracing.attention.FORMAT_VERSION` 4 on): each stack's tensors under a
+``<stack>/`` prefix, and its metadata, as an :class:`AttentionTrace` file holds it, under
+``stacks.<stack>``. :func:`load_trace` reads either kind of file.
+
+>>> import torch
+>>> from attnlab.tracing.attention import AttentionTrace
+>>> w = lambda lq, lk: torch.softmax(torch.randn(1, 2, lq, lk), -1)
+>>> st = StackedTrace({
+...     "encoder": AttentionTrace(list("abc"), weights=w(3, 3), stack="encoder"),
+...     "decoder": AttentionTrace(["x", "y"], weights=w(2, 2), stack="decoder"),
+...     "cross": AttentionTrace(["x", "y"], key_tokens=list("abc"), weights=w(2, 3),
+...                             stack="cross")}, model="toy", text="abc", target="xy")
+>>> st.names, st["cross"].seq_len, st["cross"].key_len
+(('encoder', 'decoder', 'cross'), 2, 3)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from attnlab.tracing.attention import (
+    _FORMAT,
+    _STACKED_FORMAT,
+    FORMAT_VERSION,
+    AttentionTrace,
+    TraceFormatError,
+    _bad,
+    _check_fields,
+    _check_format,
+    _check_manifest,
+    _finish,
+    _open_file,
+    _write_file,
+)
+
+__all__ = ["STACK_ORDER", "StackedTrace", "load_trace"]
+
+#: The stacks a :class:`StackedTrace` may hold, in the order it keeps them.
+STACK_ORDER = ("encoder", "decoder", "cross")
+#: The first format_version that holds several stacks in one file.
+_FIRST_STACKED_VERSION = 4
+
+
+def _labels_of_keys(t: AttentionTrace) -> list[str]:
+    return t.key_tokens if t.key_tokens is not None else t.tokens
+
+
+class StackedTrace(Mapping[str, AttentionTrace]):
+    """The attention stacks of one input through an encoder–decoder model (see the module
+    docstring): an ordered, read-only mapping name -> :class:`AttentionTrace`.
+
+    Args:
+        stacks: name -> trace, names among :data:`STACK_ORDER` (at least one); each
+            trace's ``stack`` must be its name. Kept in the order of :data:`STACK_ORDER`.
+        model: the model's name (default: the first stack's ``model``).
+        text: the source text; ``target``: the target text (given or generated).
+        meta: anything else (JSON-ready): e.g. ``{"target_from": "generated"}``.
+
+    Raises ``TypeError`` / ``ValueError`` naming the stack when a trace is not an
+    :class:`AttentionTrace`, is labelled with another stack, or when the labels disagree
+    across stacks (cross rows must be the decoder's tokens, cross columns the encoder's).
+    """
+
+    def __init__(self, stacks: Mapping[str, AttentionTrace], *, model: str = "",
+                 text: str | None = None, target: str | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
+        if not isinstance(stacks, Mapping):
+            raise TypeError(f"stacks must be a mapping of stack name -> AttentionTrace, got "
+                            f"{type(stacks).__name__}")
+        unknown = [n for n in stacks if n not in STACK_ORDER]
+        if unknown or not stacks:
+            raise ValueError(f"stacks must be named among {', '.join(STACK_ORDER)} (at least "
+                             f"one), got {list(stacks) or 'none'}")
+        for name, t in stacks.items():
+            if not isinstance(t, AttentionTrace):
+                raise TypeError(f"stacks[{name!r}] must be an AttentionTrace, got "
+                                f"{type(t).__name__}")
+            if t.stack != name:
+                raise ValueError(f"stacks[{name!r}] is a trace of stack {t.stack!r}; make it "
+                                 f"with AttentionTrace(..., stack={name!r})")
+        self._stacks = {n: stacks[n] for n in STACK_ORDER if n in stacks}
+        cross = self._stacks.get("cross")
+        if cross is not None:
+            for side, other, got in (("decoder", "rows", cross.tokens),
+                                     ("encoder", "columns", _labels_of_keys(cross))):
+                t = self._stacks.get(side)
+                if t is not None and t.tokens != got:
+                    raise ValueError(
+                        f"the cross stack's {other} must be the {side} stack's tokens "
+                        f"({t.seq_len}: {_short(t.tokens)}), got {len(got)}: {_short(got)}")
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(f"meta must be a dict or None, got {type(meta).__name__}")
+        for field, value in (("text", text), ("target", target)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{field} must be a str or None, got {type(value).__name__}")
+        first = next(iter(self._stacks.values()))
+        self.model = str(model) or first.model
+        self.text = text
+        self.target = target
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    # -- the mapping ----------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The stacks held, in order (a subset of :data:`STACK_ORDER`)."""
+        return tuple(self._stacks)
+
+    def __getitem__(self, name: str) -> AttentionTrace:
+        try:
+            return self._stacks[name]
+        except (KeyError, TypeError):
+            raise KeyError(f"no stack {name!r} in this trace; it holds "
+                           f"{', '.join(self._stacks)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stacks)
+
+    def __len__(self) -> int:
+        return len(self._stacks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._stacks
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}: {t.num_layers} layers x {t.num_heads} heads, "
+                          f"{t.seq_len}x{t.key_len}" for n, t in self._stacks.items())
+        return f"StackedTrace(model={self.model!r}, {parts})"
+
+    # -- files ----------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write one ``.safetensors`` file atomically: each stack's tensors under a
+        ``<stack>/`` prefix, its metadata (with the sha256 of each tensor) under
+        ``stacks.<stack>``; read it back with :meth:`load` or :func:`load_trace`."""
+        meta: dict[str, Any] = {"format": _STACKED_FORMAT, "format_version": FORMAT_VERSION,
+                                "model": self.model, "text": self.text,
+                                "target": self.target, "meta": self.meta, "stacks": {}}
+        tensors = {}
+        for name, t in self._stacks.items():
+            part, own = t._file_part()
+            meta["stacks"][name] = part
+            tensors.update({f"{name}/{n}": x for n, x in own.items()})
+        return _write_file(Path(path), meta, tensors)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> StackedTrace:
+        """Read a file written by :meth:`save`, checking everything as
+        :meth:`AttentionTrace.load` does, stack by stack (errors name the stack and the
+        field or tensor). A one-stack file is refused with a :class:`TraceFormatError`
+        saying to read it with :meth:`AttentionTrace.load` or :func:`load_trace`."""
+        path = Path(path)
+        parts: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+
+        def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
+            if meta.get("format") == _FORMAT:
+                raise TraceFormatError(
+                    f"{path} holds one AttentionTrace, not several stacks; read it with "
+                    "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
+            _check_format(path, meta, _STACKED_FORMAT, _FIRST_STACKED_VERSION)
+            for field, types, want in (("model", (str,), "a str"),
+                                       ("text", (str, type(None)), "null or a str"),
+                                       ("target", (str, type(None)), "null or a str"),
+                                       ("meta", (dict, type(None)), "a JSON object")):
+                if not isinstance(meta.get(field), types):
+                    raise _bad(path, field, want, meta.get(field))
+            stacks = meta.get("stacks")
+            if (not isinstance(stacks, dict) or not stacks
+                    or any(n not in STACK_ORDER for n in stacks)):
+                raise _bad(path, "stacks", f"a JSON object of stacks named among "
+                           f"{', '.join(STACK_ORDER)}", stacks)
+            stray = [n for n in info if n.split("/", 1)[0] not in stacks or "/" not in n]
+            if stray:
+                raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
+                                       "the metadata lists")
+            for name, sub in stacks.items():
+                where = f"{path} [stack {name!r}]"
+                if not isinstance(sub, dict):
+                    raise _bad(path, f"stacks.{name}", "a JSON object", sub)
+                _check_fields(where, sub, meta["format_version"])
+                if sub.get("stack") != name:
+                    raise _bad(where, "stack", repr(name), sub.get("stack"))
+                prefix = f"{name}/"
+                own = {n[len(prefix):]: v for n, v in info.items() if n.startswith(prefix)}
+                _check_manifest(where, {**sub, "format_version": meta["format_version"]},
+                                own)
+                parts[name] = (where, sub, own)
+
+        meta, tensors = _open_file(path, check)
+        traces = {}
+        for name, (where, sub, _own) in parts.items():
+            prefix = f"{name}/"
+            own = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
+            traces[name] = _finish(where, sub, own, meta["format_version"])
+        try:
+            return cls(traces, model=meta["model"], text=meta.get("text"),
+                       target=meta.get("target"), meta=meta.get("meta") or {})
+        except (ValueError, TypeError) as exc:
+            raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
+
+
+def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
+    """Read a trace file of either kind: an :class:`AttentionTrace` (one stack, any
+    format version) or a :class:`StackedTrace` (several stacks), as the file says.
+
+    >>> import tempfile, torch
+    >>> t = AttentionTrace(["a", "b"], weights=torch.full((1, 1, 2, 2), 0.5))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     type(load_trace(t.save(Path(d) / "t.safetensors"))).__name__
+    'AttentionTrace'
+    """
+    path = Path(path)
+    kind: list[str] = []
+
+    def peek(meta: dict[str, Any], _info: dict[str, Any]) -> None:
+        kind.append(str(meta.get("format")))
+        raise _Peeked
+
+    try:
+        _open_file(path, peek)
+    except _Peeked:
+        pass
+    if kind and kind[0] == _STACKED_FORMAT:
+        return StackedTrace.load(path)
+    return AttentionTrace.load(path)
+
+
+class _Peeked(TraceFormatError):
+    """Stops reading a file once its format is known."""
+
+
+def _short(labels: list[str], n: int = 6) -> str:
+    shown = ", ".join(repr(x) for x in labels[:n])
+    return f"[{shown}{', ...' if len(labels) > n else ''}]"

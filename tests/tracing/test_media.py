@@ -1,0 +1,397 @@
+"""Images and sounds as inputs: vision transformers and Whisper traced exactly.
+
+Every family is checked on a tiny random model against its own eager ``output_attentions``
+on inputs prepared independently here (PIL resize + ImageNet normalisation; the Whisper
+feature extractor), weights recomputed from q and k, labels and ``meta["input"]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import warnings
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import transformers  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from attnlab.core.scores import row_logsumexp  # noqa: E402
+from attnlab.core.weights import shaped_weights  # noqa: E402
+from attnlab.tracing import trace  # noqa: E402
+from attnlab.tracing.adapters._base import UnreadableAttentionError  # noqa: E402
+from attnlab.tracing.media import IMAGENET_MEAN, IMAGENET_STD, read_wav  # noqa: E402
+from attnlab.tracing.stacks import StackedTrace, load_trace  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+EXACT = 1e-6
+RECOMPUTE = 1e-5
+SIZE, PATCH = 32, 8  # a 4 x 4 grid of patches
+_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+            image_size=SIZE, patch_size=PATCH, initializer_range=0.2,
+            attn_implementation="eager")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _build(config_cls, model_cls, **extra):
+    base = config_cls()
+    kw = {k: v for k, v in _VIT.items() if hasattr(base, k) or k == "attn_implementation"}
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model_cls(config_cls(**kw, **extra)).eval()
+
+
+def _png(tmp_path: Path, h: int = 40, w: int = 52, name: str = "cat.png") -> Path:
+    rng = np.random.default_rng(1)
+    path = tmp_path / name
+    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def _imagenet_pixels(path: Path, size: int = SIZE) -> tuple[torch.Tensor, np.ndarray]:
+    seen = np.asarray(Image.open(path).convert("RGB").resize((size, size),
+                                                             Image.Resampling.BILINEAR))
+    x = torch.from_numpy(seen.copy()).float().div(255).permute(2, 0, 1)
+    mean, std = torch.tensor(IMAGENET_MEAN)[:, None, None], torch.tensor(IMAGENET_STD)[:, None,
+                                                                                        None]
+    return ((x - mean) / std)[None], seen
+
+
+def _eager(tower, pixels):
+    with torch.no_grad():
+        return [a[0] for a in tower(pixel_values=pixels, output_attentions=True).attentions]
+
+
+def _recompute_error(t) -> float:
+    """Largest difference between the trace's weights and weights rebuilt from q and k
+    alone (the log-sum-exp recomputed too) under the recorded score shapes."""
+    got = t.weights
+    group = t.num_heads // t.num_kv_heads
+    err = 0.0
+    for layer in range(t.num_layers):
+        shape = t.score_shape(layer)
+        lse = row_logsumexp(t.q[layer], t.k[layer], shape)
+        w = shaped_weights(t.q[layer], t.k[layer].repeat_interleave(group, 0), lse, shape,
+                           rows=range(t.seq_len), head=list(range(t.num_heads)),
+                           lq=t.seq_len, lk=t.key_len)
+        err = max(err, float((w - got[layer]).abs().max()))
+    return err
+
+
+def _weight_error(t, maps) -> float:
+    want = torch.stack([m.float() for m in maps])
+    assert tuple(t.weights.shape) == tuple(want.shape)
+    return float((t.weights - want).abs().max())
+
+
+# -- vision -----------------------------------------------------------------------------------
+
+VISION = {
+    "vit": (transformers.ViTConfig, transformers.ViTModel, {}, ["[CLS]"]),
+    "vit_msn": (transformers.ViTMSNConfig, transformers.ViTMSNModel, {}, ["[CLS]"]),
+    "deit": (transformers.DeiTConfig, transformers.DeiTModel, {}, ["[CLS]", "[DIST]"]),
+    "beit": (transformers.BeitConfig, transformers.BeitModel,
+             {"use_relative_position_bias": True}, ["[CLS]"]),
+    "dinov2": (transformers.Dinov2Config, transformers.Dinov2Model, {}, ["[CLS]"]),
+    "dinov2_with_registers": (transformers.Dinov2WithRegistersConfig,
+                              transformers.Dinov2WithRegistersModel,
+                              {"num_register_tokens": 3}, ["[CLS]", "[REG0]", "[REG1]", "[REG2]"]),
+    "dinov3_vit": (transformers.DINOv3ViTConfig, transformers.DINOv3ViTModel,
+                   {"num_register_tokens": 2}, ["[CLS]", "[REG0]", "[REG1]"]),
+    "clip_vision_model": (transformers.CLIPVisionConfig, transformers.CLIPVisionModel, {},
+                          ["[CLS]"]),
+    "siglip_vision_model": (transformers.SiglipVisionConfig, transformers.SiglipVisionModel,
+                            {}, []),
+    "ijepa": (transformers.IJepaConfig, transformers.IJepaModel, {}, []),
+}
+PATCHES = [f"r{r}c{c}" for r in range(SIZE // PATCH) for c in range(SIZE // PATCH)]
+
+
+@pytest.mark.parametrize("family", list(VISION))
+def test_vision_family_exact(family, tmp_path):
+    config_cls, model_cls, extra, prefix = VISION[family]
+    model = _build(config_cls, model_cls, **extra)
+    path = _png(tmp_path)
+    t = trace(model, image=path)
+    pixels, seen = _imagenet_pixels(path)
+    tower = getattr(model, "vision_model", model)
+    maps = _eager(tower, pixels)
+    assert t.stack == "self" and t.num_layers == len(maps) == 2 and not t.causal
+    assert t.tokens == prefix + PATCHES
+    assert _weight_error(t, maps) <= EXACT
+    assert _recompute_error(t) <= RECOMPUTE
+    info = t.meta["input"]
+    assert info["kind"] == "image" and info["grid"] == [4, 4] and info["prefix"] == len(prefix)
+    assert info["patch_size"] == PATCH and info["image_size"] == [SIZE, SIZE]
+    assert info["path"] == "cat.png" and "ImageNet" in info["preprocess"]
+    png = np.asarray(Image.open(io.BytesIO(base64.b64decode(info["image_png"]))))
+    assert png.shape == (SIZE, SIZE, 3) and np.array_equal(png, seen)
+    assert t.meta["family"] == family
+
+
+def test_vision_wrong_preparation_is_caught(tmp_path):
+    """The comparison can fail: the same image normalised otherwise (mean 0.5, std 0.5, as
+    ViT's own processor does) gives other weights than the trace made with ImageNet's."""
+    model = _build(transformers.ViTConfig, transformers.ViTModel)
+    path = _png(tmp_path)
+    t = trace(model, image=path)
+    _, seen = _imagenet_pixels(path)
+    x = torch.from_numpy(seen.copy()).float().div(255).permute(2, 0, 1)
+    wrong = ((x - 0.5) / 0.5)[None]
+    assert _weight_error(t, _eager(model, wrong)) > 1e-3
+
+
+def test_vision_tower_of_a_two_tower_model(tmp_path):
+    config = transformers.CLIPConfig(
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                         intermediate_size=48, vocab_size=64),
+        vision_config={k: v for k, v in _VIT.items() if k != "attn_implementation"},
+        projection_dim=16, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.CLIPModel(config).eval()
+    path = _png(tmp_path)
+    t = trace(model, image=Image.open(path))
+    pixels, _ = _imagenet_pixels(path)
+    assert t.tokens == ["[CLS]", *PATCHES]
+    assert _weight_error(t, _eager(model.vision_model, pixels)) <= EXACT
+
+
+def test_vision_folder_processor_and_classifier(tmp_path):
+    """A folder with preprocessor_config.json: its processor prepares the image (mean 0.5,
+    std 0.5, size 32 from a larger image); the PNG is what the model saw; a classifier's
+    base model is traced. Loaded through attnlab.models.load, the folder's own path."""
+    from attnlab.models import load
+
+    model = _build(transformers.ViTConfig, transformers.ViTForImageClassification)
+    folder = tmp_path / "vit"
+    model.save_pretrained(folder)
+    proc = transformers.ViTImageProcessor(size={"height": SIZE, "width": SIZE})
+    proc.save_pretrained(folder)
+    model = transformers.ViTForImageClassification.from_pretrained(
+        folder, attn_implementation="eager").eval()
+    path = _png(tmp_path, 64, 48, name="dog.jpg.png")
+    t = trace(model, image=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded_proc = transformers.AutoImageProcessor.from_pretrained(folder)
+        pixels = loaded_proc(images=Image.open(path).convert("RGB"),
+                             return_tensors="pt")["pixel_values"]
+    assert "image processor" in t.meta["input"]["preprocess"]
+    assert _weight_error(t, _eager(model.vit, pixels)) <= EXACT
+    png = np.asarray(Image.open(io.BytesIO(base64.b64decode(t.meta["input"]["image_png"]))))
+    unnorm = ((pixels[0] * 0.5 + 0.5) * 255).round().clamp(0, 255).byte().permute(1, 2, 0)
+    assert np.array_equal(png, unnorm.numpy())
+    expect = np.asarray(Image.open(path).convert("RGB").resize((SIZE, SIZE),
+                                                               Image.Resampling.BILINEAR))
+    assert np.abs(png.astype(int) - expect.astype(int)).max() <= 1
+    # the same folder through attnlab.models.load: AutoModel gives the base ViTModel
+    loaded = load(folder)
+    t2 = trace(loaded, image=path)
+    assert t2.tokens == t.tokens and "image processor" in t2.meta["input"]["preprocess"]
+    assert torch.allclose(t2.weights, t.weights, atol=1e-6)
+
+
+def test_vision_trace_saves_and_loads(tmp_path):
+    model = _build(transformers.DeiTConfig, transformers.DeiTModel)
+    t = trace(model, image=_png(tmp_path))
+    back = load_trace(t.save(tmp_path / "img.safetensors"))
+    assert back.tokens == t.tokens and back.meta["input"] == t.meta["input"]
+    assert torch.equal(back.weights, t.weights)
+
+
+def test_vision_refusals(tmp_path):
+    path = _png(tmp_path)
+    swin = transformers.SwinModel(transformers.SwinConfig(
+        embed_dim=16, depths=[2], num_heads=[2], image_size=SIZE, patch_size=4, window_size=4,
+        attn_implementation="eager")).eval()
+    with pytest.raises(ValueError, match="swin.*windowed attention"):
+        trace(swin, image=path)
+    convnext = transformers.ConvNextModel(transformers.ConvNextConfig(
+        hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=SIZE)).eval()
+    with pytest.raises(ValueError, match="convnext.*no attention"):
+        trace(convnext, image=path)
+    d2v = _build(transformers.Data2VecVisionConfig, transformers.Data2VecVisionModel)
+    with pytest.raises(UnreadableAttentionError, match="Data2VecVisionSelfAttention"):
+        trace(d2v, image=path)
+    bert = transformers.BertModel(transformers.BertConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+        vocab_size=32)).eval()
+    with pytest.raises(ValueError, match="image= needs a vision transformer.*'bert'"):
+        trace(bert, image=path)
+
+
+def test_image_argument_errors(tmp_path):
+    model = _build(transformers.ViTConfig, transformers.ViTModel)
+    with pytest.raises(ValueError, match="image must be a path to an image file.*no such"):
+        trace(model, image=tmp_path / "missing.png")
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    with pytest.raises(ValueError, match="image must be an image file Pillow can read.*notes"):
+        trace(model, image=bad)
+    with pytest.raises(TypeError, match="image must be a path .* got int"):
+        trace(model, image=3)
+    with pytest.raises(ValueError, match="not both"):
+        trace(model, "text", image=_png(tmp_path))
+    with pytest.raises(TypeError, match="image= or audio="):
+        trace(model)
+
+
+# -- speech -----------------------------------------------------------------------------------
+
+POSITIONS = 50  # a 1 s window: 100 mel frames, 50 encoder positions of 0.02 s
+
+
+def _whisper(cls=transformers.WhisperForConditionalGeneration):
+    config = transformers.WhisperConfig(
+        vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_mel_bins=80,
+        max_source_positions=POSITIONS, max_target_positions=32, decoder_start_token_id=1,
+        eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2,
+        attn_implementation="eager")
+    torch.manual_seed(0)
+    return cls(config).eval()
+
+
+def _wav(path: Path, seconds: float = 0.5, rate: int = 16000, channels: int = 1,
+         width: int = 2) -> Path:
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    x = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * np.random.default_rng(0).standard_normal(n)
+    if width == 2:
+        data = (x * 32767).astype("<i2")
+    else:
+        data = ((x + 1) * 127).astype(np.uint8)
+    data = np.repeat(data[:, None], channels, axis=1)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(data.tobytes())
+    return path
+
+
+def _features(path: Path) -> torch.Tensor:
+    fe = transformers.WhisperFeatureExtractor(feature_size=80, sampling_rate=16000,
+                                              hop_length=160, chunk_length=1)
+    return fe(read_wav(path), sampling_rate=16000, return_tensors="pt")["input_features"]
+
+
+def test_whisper_exact_with_target(tmp_path):
+    model = _whisper()
+    wav = _wav(tmp_path / "hello.wav")
+    st = trace(model, audio=wav, target=[5, 9, 17, 2])
+    assert isinstance(st, StackedTrace) and st.names == ("encoder", "decoder", "cross")
+    ids = [1, 5, 9, 17, 2]
+    with torch.no_grad():
+        out = model(input_features=_features(wav), decoder_input_ids=torch.tensor([ids]),
+                    output_attentions=True)
+    times = [f"{0.02 * i:.2f}s" for i in range(POSITIONS)]
+    for name, maps in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+                       ("cross", out.cross_attentions)):
+        t = st[name]
+        assert t.stack == name and t.num_layers == 2
+        assert _weight_error(t, [m[0] for m in maps]) <= EXACT, name
+        assert _recompute_error(t) <= RECOMPUTE, name
+    assert st["encoder"].tokens == times and not st["encoder"].causal
+    assert st["decoder"].tokens == [str(i) for i in ids] and st["decoder"].causal
+    assert st["cross"].tokens == st["decoder"].tokens and st["cross"].key_tokens == times
+    info = st.meta["input"]
+    assert info["kind"] == "audio" and info["sample_rate"] == 16000
+    assert info["seconds"] == 0.5 and info["frame_seconds"] == 0.02
+    assert info["path"] == "hello.wav" and info["real_positions"] == 25
+    assert info["positions"] == POSITIONS and st.meta["target_from"] == "given"
+    # the comparison can fail: another decoder input gives other cross-attention
+    with torch.no_grad():
+        other = model(input_features=_features(wav), decoder_input_ids=torch.tensor([[1, 6, 9,
+                                                                                       17, 2]]),
+                      output_attentions=True)
+    assert _weight_error(st["cross"], [m[0] for m in other.cross_attentions]) > 1e-3
+
+
+def test_whisper_generates_greedily(tmp_path):
+    model = _whisper()
+    wav = _wav(tmp_path / "a.wav")
+    st = trace(model, audio=wav)
+    assert st.meta["target_from"] == "generated"
+    ids = st["decoder"].token_ids
+    assert ids[0] == 1 and 2 <= len(ids) <= 32  # at most the decoder's 32 positions
+    assert len(trace(model, audio=wav, max_new_tokens=3)["decoder"].token_ids) <= 4
+    with torch.no_grad():
+        logits = model(input_features=_features(wav), decoder_input_ids=torch.tensor([ids]),
+                       use_cache=False).logits[0]
+    assert ids[1:] == logits[:-1].argmax(-1).tolist()  # each token is the greedy choice
+    back = load_trace(st.save(tmp_path / "speech.safetensors"))
+    assert isinstance(back, StackedTrace) and back.meta["input"] == st.meta["input"]
+    assert torch.equal(back["cross"].weights, st["cross"].weights)
+
+
+def test_whisper_base_model_generates_through_tied_embedding(tmp_path):
+    """A WhisperModel (what AutoModel loads) has no head: greedy generation goes through the
+    token embedding the config ties the head to, and chooses what the model with its head
+    chooses; untied, it needs a target."""
+    full = _whisper()
+    base = _whisper(transformers.WhisperModel)
+    base.load_state_dict(full.model.state_dict())
+    wav = _wav(tmp_path / "a.wav")
+    got = trace(base, audio=wav)
+    assert got["decoder"].token_ids == trace(full, audio=wav)["decoder"].token_ids
+    base.config.tie_word_embeddings = False
+    with pytest.raises(ValueError, match="no language-model head.*target="):
+        trace(base, audio=wav)
+    st = trace(base, audio=wav, target=[3, 4])
+    assert st["decoder"].tokens == ["1", "3", "4"]
+    with pytest.raises(ValueError, match="target text needs a tokenizer"):
+        trace(base, audio=wav, target="hello")
+    with pytest.raises(ValueError, match=r"target holds ids in \[1, 500\]"):
+        trace(base, audio=wav, target=[500])
+
+
+def test_whisper_long_audio(tmp_path):
+    model = _whisper()
+    wav = _wav(tmp_path / "long.wav", seconds=1.5)
+    with pytest.raises(ValueError, match="audio is 1.50 s but .* at most 1 s.*truncate"):
+        trace(model, audio=wav, target=[3])
+    st = trace(model, audio=wav, target=[3], truncate=True)
+    assert st.meta["truncated_from_seconds"] == 1.5 and st.meta["input"]["real_positions"] == 50
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(channels=2), "mono 16-bit PCM WAV file, got 'x.wav' with 2 channels"),
+    (dict(rate=44100), "16 kHz .* got 'x.wav' with 44100 Hz"),
+    (dict(width=1), "got 'x.wav' with 8-bit samples"),
+    (dict(seconds=0), "holding some sound, got 'x.wav' with no samples"),
+])
+def test_wav_errors(tmp_path, kwargs, match):
+    wav = _wav(tmp_path / "x.wav", **kwargs)
+    with pytest.raises(ValueError, match=match):
+        trace(_whisper(), audio=wav)
+
+
+def test_audio_argument_errors(tmp_path):
+    model = _whisper()
+    text = tmp_path / "x.wav"
+    text.write_text("RIFF? no")
+    with pytest.raises(ValueError, match="audio must be a 16 kHz mono 16-bit PCM WAV file, "
+                                         "got 'x.wav': not a PCM WAV file"):
+        trace(model, audio=text)
+    with pytest.raises(ValueError, match="audio must be a path .* no such file"):
+        trace(model, audio=tmp_path / "none.wav")
+    with pytest.raises(TypeError, match="audio must be a path .* got list"):
+        trace(model, audio=[0.0, 0.1])
+    vit = _build(transformers.ViTConfig, transformers.ViTModel)
+    with pytest.raises(ValueError, match="audio= needs a speech model .* 'vit'"):
+        trace(vit, audio=_wav(tmp_path / "a.wav"))

@@ -101,22 +101,22 @@ def _code(src: str) -> str:
 
 
 SETUP = '''\
-LANG = "{lang}"  # "en" or "zh": the language of this notebook's figures and messages
 %matplotlib inline
-import math
+import math  # noqa: F401 (the setup is the same in every part; not every part uses all)
 import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the real models load offline
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import matplotlib.pyplot as plt
 import torch
 
-import attnlab
-from attnlab.experiments import run
+import attnlab  # noqa: F401
+from attnlab.experiments import run  # noqa: F401
 from attnlab.experiments.registry import catalog
 from attnlab.i18n import COMMON, translate_figure
 from attnlab.viz.figures import cjk_font
 
+LANG = "{lang}"  # "en" or "zh": the language of this notebook's figures and messages
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the real models load offline
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.manual_seed(0)
 if LANG == "zh" and cjk_font():
     plt.rcParams["font.family"] = ["DejaVu Sans", cjk_font()]
@@ -159,7 +159,7 @@ P01 = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
     Code("""
         X = torch.randn(5, 8)  # N = 5 tokens, d = 8
         attn = attnlab.SelfAttention(embed_dim=8, num_heads=2)
-        W_q = attn.W_q.weight  # nn.Linear stores W^Q transposed: (out, in) = (8, 8)
+        W_q = attn.W_q.weight.detach()  # nn.Linear stores W^Q transposed: (out, in) = (8, 8)
         Q = X @ W_q.T
         print(tuple(Q.shape), torch.allclose(Q, attn.W_q(X)))
         """),
@@ -224,6 +224,7 @@ P01 = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         ax.set_aspect("equal")
         ax.set_title(T("projection onto span(w)", "投影到 span(w)"))
         ax.legend(loc="lower right")
+        plt.show()
         """),
     Text("""
         **Three different subspaces — how different?** The article says the projections let
@@ -258,8 +259,8 @@ P01 = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
             assert tuple(ex1_q1.shape) == (5, d_k), T("shape should be (N, d_k)",
                                                       "形状应为 (N, d_k)")
             assert torch.allclose(ex1_q1, captured["q"][0, 1], atol=1e-6), T(
-                "not head 1's queries (compare attn.hook_q)", "不是第 1 个头的 query（对照
-                 attn.hook_q）")
+                "not head 1's queries (compare attn.hook_q)",
+                "不是第 1 个头的 query（对照 attn.hook_q）")
             print(T("right: these are head 1's queries", "正确：这就是第 1 个头的 query"))
             """,
         wrong="ex1_q1 = X @ W_q[:d_k].T"),
@@ -373,6 +374,7 @@ P02 = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argumen
         ax.set_xlabel("d_k")
         ax.set_title(T("variance of the scores", "分数的方差"))
         ax.legend()
+        plt.show()
         """),
     Text("""
         attnlab's experiment `qk-variance` makes the same measurement with many more pairs,
@@ -538,6 +540,7 @@ P03 = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         ax.set_aspect("equal")
         ax.set_title(T("outputs stay in the convex hull", "输出始终在凸包内"))
         ax.legend(loc="lower left", fontsize=8)
+        plt.show()
         """),
     Text("""
         attnlab also returns each row's **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$: any weight
@@ -1493,19 +1496,27 @@ P09 = Part(9, "real_models", "Real models", "真实模型", (
         print(t.tokens)
         """),
     Text("""
-        One head, drawn as a heatmap (row = query, column = key). Layer 4's heads include
-        several that link the pronoun *it* with what it refers to; the figure shows head 0 of
-        layer 4 (change `L`, `Hd` and rerun).
+        *It* refers to *the animal*. Which of the 72 heads links them? The trace gives row
+        *it* of every head on demand; we take the head that puts the most weight from *it* on
+        *animal* and draw it as a heatmap (row = query, column = key). Set `L`, `Hd` to any
+        other head and rerun.
         """, """
-        一个头的热力图（行 = query，列 = key）。第 4 层中有几个头把代词 *it* 与它所指的词联系起来；
-        图中是第 4 层第 0 个头（修改 `L`、`Hd` 再运行一次）。
+        *it* 指的是 *the animal*。72 个头中哪一个把它们联系起来？trace 可以按需给出每个头中 *it*
+        那一行；我们取从 *it* 到 *animal* 权重最大的头，画成热力图（行 = query，列 = key）。把 `L`、
+        `Hd` 设为其他任何头，再运行一次。
         """),
     Code("""
-        L, Hd = 4, 0
+        i_it, i_animal = t.tokens.index("it"), t.tokens.index("animal")
+        to_animal = torch.tensor([[float(t.weights_rows(layer, head, [i_it])[0, i_animal])
+                                   for head in range(t.num_heads)]
+                                  for layer in range(t.num_layers)])
+        L, Hd = divmod(int(to_animal.argmax()), t.num_heads)
+        print(T(f"layer {L}, head {Hd}: weight from 'it' on 'animal' =",
+                f"第 {L} 层第 {Hd} 个头：'it' 对 'animal' 的权重 ="),
+              round(float(to_animal[L, Hd]), 3))
         figures.heatmap(t, L, Hd, lang=LANG)
         """),
     Code("""
-        i_it = t.tokens.index("it")
         values, keys = t.topk(L, Hd, i_it, 3)
         print(T("'it' attends most to:", "'it' 最关注："),
               [(t.tokens[int(j)], round(float(p), 3)) for p, j in zip(values, keys)])
@@ -1597,17 +1608,17 @@ P10 = Part(10, "training_a_head", "Training a head", "训练一个头", (
         「梯度下降会驱使它们收敛到不同的表征子空间」. Let us watch heads specialise. The
         *induction* task repeats a random segment, `<bos> s1..sn s1..sn s1..`: to predict the
         next token the model must find the earlier occurrence of the current token and copy
-        what followed it. A two-layer attnlab `GPT` learns it with two cooperating heads: a
-        **previous-token head** in layer 0 and an **induction head** in layer 1. The run below
-        is tiny (a few seconds on a CPU); `attnlab train --task induction` is the full one.
+        what followed it. The known solution takes two cooperating heads in a two-layer
+        attnlab `GPT`: a **previous-token head** in layer 0 and an **induction head** in layer
+        1. The run below is tiny (200 steps, seconds on a CPU); `attnlab train --task
+        induction` is the full one (600 steps).
         """, """
-        文章 000 说，由于各个头从不同的权重出发，「梯度下降会驱使它们收敛到不同的表征子空间」。我们
-        来
-        看头如何分工。*induction*（归纳）任务重复一段随机序列 `<bos> s1..sn s1..sn s1..`：要预测下一
-        个
-        词，模型必须找到当前词上一次出现的位置，并复制紧随其后的词。一个两层的 attnlab `GPT` 靠两个
-        协作的头学会它：第 0 层的**前一词头**和第 1 层的**归纳头**。下面的训练很小（CPU 上几秒钟）；
-        完整的训练是 `attnlab train --task induction`。
+        文章 000 说，由于各个头从不同的权重出发，「梯度下降会驱使它们收敛到不同的表征子空间」。
+        我们来看头如何分工。*induction*（归纳）任务重复一段随机序列
+        `<bos> s1..sn s1..sn s1..`：要预测下一个词，模型必须找到当前词上一次出现的位置，
+        并复制紧随其后的词。已知的解法需要两层 attnlab `GPT` 中两个协作的头：
+        第 0 层的**前一词头**和第 1 层的**归纳头**。下面的训练很小（200 步，CPU 上几秒钟）；
+        完整的训练是 `attnlab train --task induction`（600 步）。
         """),
     Code("""
         import tempfile
@@ -1631,16 +1642,18 @@ P10 = Part(10, "training_a_head", "Training a head", "训练一个头", (
         ax.set_xlabel(T("step", "步数"))
         ax.set_ylabel(T("training loss", "训练损失"))
         ax.set_title(T("induction task", "归纳任务"))
+        plt.show()
         """),
     Text("""
         **Look at the heads.** The run folder loads like any model (`models.load`); we
         trace one sequence of the task, with a period of 8, and draw the two heads the run
-        found. The previous-token head is a line just below the diagonal; the induction head
-        a line one period back, shifted by one.
+        found. A previous-token head puts its weight on the line just below the diagonal
+        (key $i - 1$); an induction head on the line one period back, shifted by one (key
+        $i - 8 + 1$).
         """, """
         **看看这些头。** 训练目录可以像任何模型一样加载（`models.load`）；我们对任务中周期为 8 的
-        一个序列做 trace，并画出训练找到的两个头。前一词头是对角线正下方的一条线；归纳头是往回一个
-        周期再错开一位的一条线。
+        一个序列做 trace，并画出训练找到的两个头。前一词头把权重放在对角线正下方的一条线上（key
+        $i - 1$）；归纳头放在往回一个周期再错开一位的一条线上（key $i - 8 + 1$）。
         """),
     Code("""
         from attnlab import models
@@ -1660,11 +1673,14 @@ P10 = Part(10, "training_a_head", "Training a head", "训练一个头", (
         """),
     Text("""
         The heads are found by scores: `attnlab.analysis` computes TransformerLens's
-        definitions for every head in one pass over the trace (no N × N memory).
+        definitions for every head in one pass over the trace (no N × N memory). In a run this
+        short the roles are shared rather than clean: compare the heads of each layer below,
+        then train longer (`steps=600`, the task's default) and compare again.
         """, """
         这些头是按分数找出来的：`attnlab.analysis` 在对 trace 的一次遍历中为每个头计算
          TransformerLens
-        的定义（不需要 N × N 的内存）。
+        的定义（不需要 N × N 的内存）。训练这么短时，各个角色是由几个头分担的，还不够干净：比较下面
+        每一层的各个头，再训练得更久一些（`steps=600`，任务的默认值）后重新比较。
         """),
     Code("""
         s = head_scores(tt, token_ids=ids)

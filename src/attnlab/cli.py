@@ -63,6 +63,41 @@ def _add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False) ->
                    "512MiB (default: half of this machine's memory)")
 
 
+def _add_target_arguments(p: argparse.ArgumentParser) -> None:
+    """--target / --target-file: the text an encoder–decoder model's decoder reads."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--target", metavar="TEXT", default=None,
+                   help="encoder-decoder models (T5, BART, Marian, ...): the target text the "
+                   "decoder reads, --text being the source (default: the model's own greedy "
+                   "generation)")
+    g.add_argument("--target-file", metavar="PATH", default=None,
+                   help="read the target text from a UTF-8 file")
+
+
+def _target_text(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(the target text or None, the argument it came from); --target-file is read into
+    ``args.target``."""
+    from attnlab.tracing.budget import check_text
+
+    if getattr(args, "target_file", None) is not None:
+        args.target = _read_text_file(args.target_file, "--target-file")
+        arg = "--target-file"
+    else:
+        arg = "--target"
+    target = getattr(args, "target", None)
+    if target is not None:
+        check_text(target, arg)
+    return target, arg
+
+
+def _target_error(exc: ValueError, target: str | None, arg: str) -> UsageError:
+    """A tracer's refusal about the target as one line naming the argument."""
+    msg = _one_line(exc)
+    if target is not None and msg.startswith("target"):
+        return UsageError(f"{arg}: {msg}")
+    return UsageError(msg)
+
+
 def _read_text_file(path: str, arg: str = "--text-file") -> str:
     """The UTF-8 text of ``path`` (a byte-order mark is dropped); UsageError otherwise."""
     try:
@@ -210,6 +245,13 @@ def _media_trace(args: argparse.Namespace, job: _ModelRun, **kw: object) -> obje
     return t
 
 
+def _is_seq2seq(loaded: object) -> bool:
+    """Whether a loaded model is an encoder–decoder one (several attention stacks)."""
+    from attnlab.tracing.tracer import is_seq2seq
+
+    return is_seq2seq(getattr(loaded, "model", None))
+
+
 def _blocks(model: object, num_layers: int) -> list:
     """The model's list of transformer blocks: the first ModuleList of ``num_layers``."""
     from torch import nn
@@ -320,9 +362,12 @@ def _explore(sub: argparse._SubParsersAction) -> None:
         help="write the interactive attention explorer for a text as one HTML file",
         description="Trace TEXT (and TEXT2) through a model and write a self-contained HTML "
         "explorer (no network request of any kind): model, head, matrix, QK, geometry, "
-        "positional and diagnostics views, in English and Chinese.",
+        "positional and diagnostics views, in English and Chinese; an encoder-decoder model "
+        "(source --text, --target or its own generation) with a stack selector (encoder, "
+        "decoder, cross-attention), an image with the image view.",
     )
     _add_model_run_arguments(p, media=True)
+    _add_target_arguments(p)
     p.add_argument("--text2", default=None, help="a second text, shown as a second input")
     p.add_argument("--out", required=True, metavar="FILE.html", help="output file")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -334,6 +379,7 @@ def _explore(sub: argparse._SubParsersAction) -> None:
 
         _check_out(args.out, (".html", ".htm"))
         job = _ModelRun(args)
+        target, target_arg = _target_text(args)
         if args.image is not None or args.audio is not None:
             if args.text2 is not None:
                 raise UsageError("--text2 goes with --text: give one --image or --audio alone")
@@ -349,11 +395,13 @@ def _explore(sub: argparse._SubParsersAction) -> None:
             loaded = job.load()
             for t, a in texts:
                 job.admit(loaded, t, a)
-            target = getattr(args, "target", None)  # encoder–decoder models: --text's target
             targets = None if target is None else [target] + [None] * (len(texts) - 1)
-            with job.layers(loaded, "tracing"):
-                ex = explore(loaded, [t for t, _ in texts], target=targets,
-                             truncate=args.truncate)
+            try:  # encoder–decoder models: --target is --text's target
+                with job.layers(loaded, "tracing"):
+                    ex = explore(loaded, [t for t, _ in texts], target=targets,
+                                 truncate=args.truncate)
+            except ValueError as exc:
+                raise _target_error(exc, target, target_arg) from exc
         path = _save(lambda: ex.save(args.out), args.out)
         size = path.stat().st_size
         stats = job.stats()
@@ -427,9 +475,12 @@ def _trace(sub: argparse._SubParsersAction) -> None:
         "trace",
         help="capture the attention of one text through a model and save it",
         description="Run TEXT through MODEL (minilm, smollm2, a Hugging Face folder or a "
-        "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata).",
+        "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata); "
+        "an encoder-decoder model (source --text, --target or its own generation) writes "
+        "its encoder, decoder and cross-attention stacks apart in one file.",
     )
     _add_model_run_arguments(p, media=True)
+    _add_target_arguments(p)
     p.add_argument("--out", required=True, metavar="FILE", help="e.g. trace.safetensors")
     p.add_argument("--no-qkv", action="store_true",
                    help="keep dense weights instead of q, k, v and the log-sum-exp (short "
@@ -446,6 +497,7 @@ def _trace(sub: argparse._SubParsersAction) -> None:
 
         _check_out(args.out)
         job = _ModelRun(args)
+        target, target_arg = _target_text(args)
         if args.image is not None or args.audio is not None:
             mt = _media_trace(args, job, qkv=not args.no_qkv, context=args.context)
             path = _save(lambda: mt.save(args.out), args.out)
@@ -461,12 +513,23 @@ def _trace(sub: argparse._SubParsersAction) -> None:
         text, arg = job.text()
         loaded = job.load()
         job.admit(loaded, text, arg, keep_weights=args.no_qkv, keep_context=args.context)
-        with job.layers(loaded, "tracing"):
-            t = trace(loaded, text, qkv=not args.no_qkv, context=args.context,
-                      truncate=args.truncate, merge_pieces=not args.keep_pieces,
-                      max_memory=job.budget)
+        kw = {} if target is None else {"target": target}
+        try:
+            with job.layers(loaded, "tracing"):
+                t = trace(loaded, text, qkv=not args.no_qkv, context=args.context,
+                          truncate=args.truncate, merge_pieces=not args.keep_pieces,
+                          max_memory=job.budget, **kw)
+        except ValueError as exc:
+            raise _target_error(exc, target, target_arg) from exc
         path = _save(lambda: t.save(args.out), args.out)
-        if args.json:
+        if args.json and hasattr(t, "names"):  # a StackedTrace: each stack apart
+            _emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
+                        "target": t.target, "target_from": t.meta.get("target_from"),
+                        "stacks": {n: {"layers": x.num_layers, "heads": x.num_heads,
+                                       "causal": x.causal, "queries": x.seq_len,
+                                       "keys": x.key_len} for n, x in t.items()},
+                        **job.stats()})
+        elif args.json:
             _emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
                         "layers": t.num_layers, "heads": t.num_heads, "causal": t.causal,
                         **job.stats()})
@@ -514,9 +577,12 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
         help="name the sink, previous-token and induction heads of a model",
         description="Trace TEXT through MODEL and score every head: entropy, max weight, "
         "sink mass, previous-token, self and (causal models, on a repeated random token "
-        "sequence) induction scores, redundancy and clusters.",
+        "sequence) induction scores, redundancy and clusters. An encoder-decoder model is "
+        "scored stack by stack (encoder, decoder, cross-attention; cross-attention without "
+        "the scores that need queries and keys from one sequence).",
     )
     _add_model_run_arguments(p)
+    _add_target_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random induction sequence")
     p.add_argument("--definition", metavar="NAME", default=None,
                    help="score every head by one definition only, e.g. tl-induction-mul, "
@@ -537,8 +603,32 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
                              f"names: {', '.join(DEFINITIONS)}")
         job = _ModelRun(args)
         text, arg = job.text()
+        target, target_arg = _target_text(args)
         loaded = job.load()
         job.admit(loaded, text, arg)
+        seq2seq = _is_seq2seq(loaded)
+        if target is not None and not seq2seq:
+            raise UsageError(f"{target_arg}: a target is for encoder-decoder models (a "
+                             f"source and a target text); {loaded.name} has one attention "
+                             "stack and reads one text: put all of it in --text")
+        if seq2seq:
+            if args.definition is not None:
+                raise UsageError(f"--definition: the literature's definitions score the heads "
+                                 f"of one-stack models; {loaded.name} is an encoder-decoder "
+                                 "model (leave --definition out to score each stack)")
+            try:
+                with job.layers(loaded, "tracing and scoring heads"):
+                    d = diagnose_model(loaded, text, seed=args.seed, truncate=args.truncate,
+                                       target=target)
+            except ValueError as exc:
+                raise _target_error(exc, target, target_arg) from exc
+            if args.json:
+                _emit_json({**d.to_json(), "definitions": None, "run": job.stats()})
+            else:
+                out = Console()
+                for table in d.tables():
+                    out.print(table)
+            return 0
         if args.definition is not None:
             with job.layers(loaded, f"scoring heads: {args.definition}"):
                 got = compute_definitions(loaded, text, [args.definition], seed=args.seed,

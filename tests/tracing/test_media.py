@@ -395,3 +395,56 @@ def test_audio_argument_errors(tmp_path):
     vit = _build(transformers.ViTConfig, transformers.ViTModel)
     with pytest.raises(ValueError, match="audio= needs a speech model .* 'vit'"):
         trace(vit, audio=_wav(tmp_path / "a.wav"))
+
+
+# -- speech encoders ------------------------------------------------------------------------
+
+
+def _wav2vec2(**extra):
+    config = transformers.Wav2Vec2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, initializer_range=0.2, vocab_size=32,
+        attn_implementation="eager", **extra)
+    torch.manual_seed(0)
+    return transformers.Wav2Vec2ForCTC(config).eval()
+
+
+def test_speech_encoder_exact(tmp_path):
+    model = _wav2vec2()
+    wav = _wav(tmp_path / "w.wav", seconds=0.1)
+    t = trace(model, audio=wav)
+    x = torch.from_numpy(read_wav(wav).astype(np.float64))
+    values = ((x - x.mean()) / torch.sqrt(x.var(unbiased=False) + 1e-7)).float()[None]
+    with torch.no_grad():
+        maps = [a[0] for a in model.wav2vec2(input_values=values,
+                                             output_attentions=True).attentions]
+    assert t.stack == "self" and t.num_layers == 2 and not t.causal and t.seq_len == 159
+    assert _weight_error(t, maps) <= EXACT and _recompute_error(t) <= RECOMPUTE
+    assert t.tokens[:3] == ["0.000000s", "0.000625s", "0.001250s"]  # a frame every 10 samples
+    info = t.meta["input"]
+    assert info["kind"] == "audio" and info["frame_seconds"] == 10 / 16000
+    assert info["positions"] == 159 and info["path"] == "w.wav" and "defaults" in info["preprocess"]
+    # the comparison can fail: the raw waveform (not normalised) gives other weights
+    with torch.no_grad():
+        raw = [a[0] for a in model.wav2vec2(input_values=x.float()[None],
+                                            output_attentions=True).attentions]
+    assert _weight_error(t, raw) > 10 * EXACT
+    with pytest.raises(ValueError, match="target= is for speech models with a decoder"):
+        trace(model, audio=wav, target=[1, 2])
+
+
+def test_speech_encoder_folder_feature_extractor(tmp_path):
+    model = _wav2vec2()
+    folder = tmp_path / "w2v"
+    model.save_pretrained(folder)
+    transformers.Wav2Vec2FeatureExtractor(do_normalize=False).save_pretrained(folder)
+    model = transformers.Wav2Vec2ForCTC.from_pretrained(folder,
+                                                        attn_implementation="eager").eval()
+    wav = _wav(tmp_path / "w.wav", seconds=0.1)
+    t = trace(model, audio=wav)
+    assert "the model's feature extractor" in t.meta["input"]["preprocess"]
+    with torch.no_grad():
+        maps = [a[0] for a in model.wav2vec2(input_values=torch.from_numpy(read_wav(wav))[None],
+                                             output_attentions=True).attentions]
+    assert _weight_error(t, maps) <= EXACT

@@ -14,7 +14,8 @@ import attnlab.tracing.support as support  # noqa: E402
 KINDS = dict(support.families())
 MEDIA = [f for f, k in KINDS.items() if k in ("vision", "speech")]
 EXACT = ("vit", "vit_msn", "deit", "beit", "dinov2", "dinov2_with_registers", "dinov3_vit",
-         "clip", "siglip", "siglip_vision_model", "ijepa", "whisper")
+         "clip", "siglip", "siglip_vision_model", "ijepa", "whisper", "wav2vec2", "hubert",
+         "data2vec-audio", "sew", "unispeech", "unispeech-sat", "wav2vec2-conformer")
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +39,15 @@ def test_media_rows(rows):
     for f in ("swin", "swinv2", "vit_mae", "pvt"):
         assert rows[f].status == "refused", (f, rows[f].reason)
     assert "windowed" in rows["swin"].reason
-    assert rows["data2vec-vision"].status == "refused"
-    assert "Data2VecVisionSelfAttention" in rows["data2vec-vision"].reason
+    for f, cls in (("data2vec-vision", "Data2VecVisionSelfAttention"),
+                   ("wavlm", "WavLMAttention"), ("sew-d", "DisentangledSelfAttention")):
+        assert rows[f].status == "refused" and cls in rows[f].reason, rows[f].reason
+    assert rows["wav2vec2"].features == ["audio: self 159x159"]
+    assert rows["sew"].features == ["audio: self 79x79"]  # frames squeezed by 2
     for f in ("convnext", "resnet"):
         assert rows[f].status == "no attention"
-    assert "traced for Whisper" in rows["wav2vec2"].reason
+    assert "traced for Whisper" in rows["speech_to_text"].reason
+    assert rows["yolos"].status == "not yet" and "ViT-like" in rows["yolos"].reason
 
 
 def test_the_check_tells_a_wrong_trace(monkeypatch):

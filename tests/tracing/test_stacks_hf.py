@@ -193,3 +193,21 @@ def test_merged_self_and_cross_attention_is_refused_by_name():
     assert r.status == "refused" and "T5Gemma2MergedAttention" in r.reason
     with pytest.raises(UnreadableAttentionError, match="merged self- and cross-attention"):
         trace(support.tiny_model("t5gemma2"), [5, 6, 7, 8], target=[0, 9])
+
+
+def test_long_cross_attention_is_still_checked_against_eager(monkeypatch):
+    """Cross-attention longer than the checked prefix is checked on its first queries and
+    keys (no rule ties a query to a key position), as self-attention is."""
+    import attnlab.tracing.adapters.huggingface as hf
+
+    seen = []
+    real = hf._prefix_kwargs
+    monkeypatch.setattr(hf, "_prefix_kwargs", lambda kw, lq, lk, nq, nk: (
+        seen.append((lq, lk, nq, nk)), real(kw, lq, lk, nq, nk))[1])
+    config = support.tiny_config("bart", "encoder-decoder")
+    config.max_position_embeddings = 128
+    torch.manual_seed(0)
+    model = transformers.BartModel(config).eval()
+    src, tgt = [5 + i % 80 for i in range(100)], [2] + list(range(5, 65))  # 100 and 61
+    st = trace(model, src, target=tgt)
+    assert (61, 100, 32, 32) in seen and st["cross"].key_len == 100

@@ -147,12 +147,13 @@ def test_cross_qk_and_geometry_use_the_cross_stacks_q_and_k(stacked):
 def test_cross_diagnostics_leave_out_position_scores_and_others_keep_them(stacked):
     data = page_data(Explorer(stacked, uid="ax-s2s"))
     enc, dec, cross = (data["traces"][i]["diagnostics"]["columns"] for i in range(3))
-    for name in ("previous", "diagonal", "distance"):
+    for name in ("sink", "previous", "diagonal", "distance"):
         assert name in enc and name in dec and name not in cross
     assert not set(cross) & set(POSITION_SCORES)
-    assert {"entropy", "max_weight", "sink", "roles"} <= set(cross)
+    assert {"entropy", "max_weight", "redundancy", "roles"} <= set(cross)
     roles = [r["roles"] for r in data["traces"][2]["diagnostics"]["rows"]]
-    assert not any(x in r for r in roles for x in ("previous-token", "self", "induction"))
+    assert not any(x in r for r in roles for x in ("sink", "previous-token", "self",
+                                                    "induction"))
 
 
 def test_is_cross_tells_cross_attention_from_a_decoder_with_cached_keys():
@@ -188,9 +189,9 @@ def test_several_traces_share_the_page_budget():
     long_source = [f"s{i}" for i in range(600)]  # a long encoder input: pooled maps
     big = stacked_trace(source=long_source)
     cfg = ExplorerConfig(page_budget=1_500_000)
-    page = Explorer(big, config=cfg, uid="ax-big").to_html()
-    assert len(page.encode()) <= cfg.page_budget
-    data = page_data(Explorer(big, config=cfg, uid="ax-big"))
+    ex = Explorer(big, config=cfg, uid="ax-big")
+    assert len(ex.to_page().encode()) <= cfg.page_budget
+    data = page_data(ex)
     assert data["traces"][0]["pooled"] and data["traces"][2]["pooled"]
     assert not data["traces"][1]["pooled"]  # the short target keeps every weight
     # q/k of short stacks share qk_budget: three stacks hold no more than one would
@@ -301,3 +302,26 @@ def test_the_page_opens_on_the_stack_asked_for(stacked):
         Explorer(stacked, stack="self")
     with pytest.raises(ValueError, match=r"layer, head must lie in \[0, 2\) x \[0, 3\)"):
         Explorer(stacked, layer=2)  # the encoder, where the page opens, has 2 layers
+
+
+def test_explore_command_takes_a_target_for_an_encoder_decoder_folder(tmp_path, capsys):
+    from attnlab.cli import main
+    from attnlab.report import architectures as arch
+
+    folder = tmp_path / "bart"
+    arch.tiny_bart().save_pretrained(folder)
+    arch.word_tokenizer().save_pretrained(folder)
+    out = tmp_path / "bart.html"
+    rc = main(["explore", "--model", str(folder), "--text", "the cat sat", "--target",
+               "die katze saß", "--out", str(out), "--json"])
+    assert rc == 0, capsys.readouterr().err
+    info = json.loads(capsys.readouterr().out)
+    assert info["tokens"] == [3, 4, 4]  # encoder, decoder (start token + 3), cross rows
+    html = out.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="(ax-[0-9a-f]+)-data">(.*?)</script>', html, re.S)[2])
+    assert [s["name"] for s in data["inputs"][0]["stacks"]] == ["encoder", "decoder", "cross"]
+    assert data["traces"][2]["key_tokens"] == ["the", "cat", "sat"]
+    assert data["inputs"][0]["target"] == "die katze saß"
+    rc = main(["explore", "--model", str(folder), "--text", "the cat", "--target", "\u200b",
+               "--out", str(out), "--quiet"])
+    assert rc == 2 and "--target has no visible character" in capsys.readouterr().err

@@ -167,3 +167,22 @@ def test_a_pooled_image_page_without_a_server_says_why_it_has_no_overlay(page, i
     assert "more than the page keeps every weight for" in page.text_content(".ax-noimage")
     page.click(".ax-lang")
     assert "超过页面保存全部权重的上限" in page.text_content(".ax-noimage")
+
+
+def test_inputs_of_different_kinds_on_one_page(page, img, stacked, tmp_path):
+    path = Explorer([img, stacked], uid="ax-mix").save(tmp_path / "mix.html")
+    _open(page, path)
+    options = _texts(page, ".ax-input option")
+    assert options[0] == "1: Image stripes.png"
+    assert options[1].startswith("2: ▁The ▁cat") and "→" in options[1]
+    assert page.locator(".ax-stack").count() == 0  # one stack: no selector
+    assert page.locator(".ax-tab[data-view=image]").is_visible()
+    page.select_option(".ax-input", "1")
+    assert _texts(page, ".ax-stack option")[2] == "Cross-attention"
+    assert page.locator(".ax-tab[data-view=image]").is_hidden()
+    assert _root(page, "data-stack") == "encoder"
+    page.select_option(".ax-stack", label="Cross-attention")
+    page.click(".ax-tab[data-view=matrix]")
+    assert _texts(page, ".ax-tok[data-col]") == SOURCE
+    page.select_option(".ax-input", "0")
+    assert _root(page, "data-stack") == "self" and page.locator(".ax-stack").count() == 0

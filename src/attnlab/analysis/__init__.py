@@ -10,6 +10,7 @@ a trace's weights and context follow from its q, k and v.
 from attnlab.analysis.heads import (
     ROLES,
     HeadDiagnostics,
+    StackedDiagnostics,
     Thresholds,
     cluster_heads,
     diagnose,
@@ -20,6 +21,7 @@ from attnlab.analysis.heads import (
 from attnlab.analysis.recompute import recompute_errors
 from attnlab.analysis.scores import SCORE_NAMES, head_scores, pattern_similarity
 
-__all__ = ["ROLES", "SCORE_NAMES", "HeadDiagnostics", "Thresholds", "cluster_heads",
+__all__ = ["ROLES", "SCORE_NAMES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
+           "cluster_heads",
            "diagnose", "diagnose_model", "head_scores", "induction_trace",
            "pattern_similarity", "recompute_errors", "repeated_random_tokens"]

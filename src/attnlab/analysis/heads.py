@@ -10,6 +10,12 @@ Redundancy: cosine similarity of the heads' (pooled) patterns, see
 :func:`attnlab.analysis.scores.pattern_similarity`; heads are clustered by average
 linkage, merging while the mean similarity between two clusters is >= the threshold.
 Everything is computed in one streamed pass per trace (O(tile x N) memory per head).
+
+An encoder–decoder trace (:class:`attnlab.tracing.stacks.StackedTrace`) is diagnosed stack
+by stack (:class:`StackedDiagnostics`): the encoder's and the decoder's self-attention with
+every score, cross-attention with the scores that do not place a query among the keys
+(entropy, max weight): the others (:data:`POSITIONAL_SCORES`) need queries and keys from
+one sequence, and are listed as skipped in its ``meta["skipped_scores"]`` with the reason.
 """
 
 from __future__ import annotations
@@ -30,8 +36,17 @@ from attnlab.analysis.scores import (
     _scores_from_sums,
 )
 
-__all__ = ["ROLES", "HeadDiagnostics", "Thresholds", "cluster_heads", "diagnose",
-           "diagnose_model", "induction_trace", "repeated_random_tokens"]
+__all__ = ["POSITIONAL_SCORES", "ROLES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
+           "cluster_heads", "diagnose", "diagnose_model", "induction_trace",
+           "repeated_random_tokens"]
+
+#: Scores that place query ``i`` at key position ``i + Lk − Lq`` (the first key, the
+#: previous or same token, distances, earlier copies): defined when queries and keys are one
+#: sequence, so cross-attention (target queries over source keys) leaves them out.
+POSITIONAL_SCORES = ("sink", "previous", "diagonal", "distance", "duplicate", "induction")
+#: Why cross-attention leaves out :data:`POSITIONAL_SCORES`.
+CROSS_SKIPPED = ("needs queries and keys from one sequence; cross-attention's queries are "
+                 "target tokens and its keys source tokens")
 
 
 @dataclass(frozen=True)
@@ -190,7 +205,9 @@ class HeadDiagnostics:
         most distinctive head for each score."""
         from rich.table import Table
 
-        roles = Table(title=f"{self.model}: head roles ({self.num_layers} layers x "
+        stack = self.meta.get("stack")
+        where = f", {stack} stack" if stack not in (None, "self") else ""
+        roles = Table(title=f"{self.model}{where}: head roles ({self.num_layers} layers x "
                       f"{self.num_heads} heads, {len(self.tokens)} tokens)")
         roles.add_column("role")
         roles.add_column("heads", justify="right")
@@ -205,6 +222,10 @@ class HeadDiagnostics:
         roles.caption = (f"{n_clusters} clusters of heads at similarity >= "
                          f"{self.thresholds.cluster_similarity}; most redundant head "
                          f"{float(red.max()):.2f}")
+        skipped = self.meta.get("skipped_scores")
+        if skipped:
+            reasons = sorted(set(skipped.values()))
+            roles.caption += (f"; skipped: {', '.join(skipped)} ({'; '.join(reasons)})")
         heads = Table(title="most distinctive head per score")
         for col in ("score", "layer.head", "value", "mean over heads"):
             heads.add_column(col, justify="right" if col != "score" else "left")
@@ -273,11 +294,13 @@ def _progress(show: bool, what: str) -> Iterator[Callable[[int, int], Any] | Non
 def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
              start: int | None = None, thresholds: Thresholds | None = None,
              tile_rows: int | None = None, max_blocks: int = 256,
-             progress: bool = False) -> HeadDiagnostics:
+             progress: bool = False) -> HeadDiagnostics | StackedDiagnostics:
     """Diagnose every head of ``trace`` in one streamed pass.
 
     Args:
-        trace: an :class:`attnlab.tracing.AttentionTrace` of any text.
+        trace: an :class:`attnlab.tracing.AttentionTrace` of any text, or a
+            :class:`attnlab.tracing.stacks.StackedTrace` (diagnosed stack by stack: a
+            :class:`StackedDiagnostics`; cross-attention without the positional scores).
         induction: optional trace of a repeated random sequence from the same model,
             ``prefix (start tokens) + r + r`` with ``r`` of ``period`` distinct tokens
             (made by :func:`induction_trace`, which records ``period`` and ``start`` in its
@@ -298,6 +321,17 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     >>> [(l, h) for l, h, _ in d.roles()["previous-token"]], round(d.top("previous")[0][2], 4)
     ([(0, 0)], 0.8)
     """
+    from attnlab.tracing.stacks import StackedTrace
+
+    if isinstance(trace, StackedTrace):
+        if induction is not None:
+            raise ValueError("induction is for a one-stack (decoder) trace; an "
+                             "encoder–decoder trace is diagnosed stack by stack without it")
+        return StackedDiagnostics(
+            model=trace.model, meta={"text": trace.text, "target": trace.target},
+            stacks={name: diagnose(t, thresholds=thresholds, tile_rows=tile_rows,
+                                   max_blocks=max_blocks, progress=progress)
+                    for name, t in trace.items()})
     _check_trace(trace)
     if induction is not None:
         _check_trace(induction)
@@ -310,6 +344,14 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
                                        on_tile=on_tile)
     scores = _scores_from_sums(sums, with_ids)
     meta: dict[str, Any] = {"similarity_block": block}
+    stack = getattr(trace, "stack", "self")
+    if stack != "self":
+        meta["stack"] = stack
+    if stack == "cross":
+        if induction is not None:
+            raise ValueError("induction needs a self-attention trace, got cross-attention")
+        meta["skipped_scores"] = {k: CROSS_SKIPPED for k in POSITIONAL_SCORES}
+        scores = {k: v for k, v in scores.items() if k not in POSITIONAL_SCORES}
     if induction is not None:
         shape = (induction.num_layers, induction.num_heads)
         if shape != (trace.num_layers, trace.num_heads):
@@ -329,6 +371,33 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
                            tokens=list(trace.tokens), scores=scores, similarity=sim,
                            clusters=cluster_heads(sim, th.cluster_similarity),
                            thresholds=th, meta=meta, pooled=pooled)
+
+
+@dataclass
+class StackedDiagnostics:
+    """The :class:`HeadDiagnostics` of each stack of an encoder–decoder trace (``encoder``,
+    ``decoder``, ``cross``, in that order); cross-attention's positional scores skipped
+    (see the module docstring)."""
+
+    model: str
+    stacks: dict[str, HeadDiagnostics]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, stack: str) -> HeadDiagnostics:
+        try:
+            return self.stacks[stack]
+        except KeyError:
+            raise KeyError(f"no stack {stack!r}; diagnosed: {', '.join(self.stacks)}"
+                           ) from None
+
+    def tables(self, top: int = 5) -> list[Any]:
+        """The tables of :meth:`HeadDiagnostics.tables`, stack by stack (titles name it)."""
+        return [t for d in self.stacks.values() for t in d.tables(top)]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"model", "stacks": {name: HeadDiagnostics.to_json()}, "meta"}``."""
+        return {"model": self.model, "stacks": {n: d.to_json() for n, d in self.stacks.items()},
+                "meta": self.meta}
 
 
 def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int = 0,
@@ -400,7 +469,8 @@ def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
 
 def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
                    thresholds: Thresholds | None = None, truncate: bool = False,
-                   tile_rows: int | None = None, progress: bool = False) -> HeadDiagnostics:
+                   tile_rows: int | None = None, progress: bool = False,
+                   target: str | None = None) -> HeadDiagnostics | StackedDiagnostics:
     """Trace ``text`` through an already-loaded ``model`` and diagnose it; for a causal
     model, also trace a repeated random sequence (:func:`induction_trace`) for the
     induction role.
@@ -408,11 +478,19 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     ``model`` is duck-typed like :class:`attnlab.models.LoadedModel`; loading by name is
     the caller's (``attnlab.models.load``). Byte pieces are not merged, so the scores are
     those of the model's own tokens. ``progress`` shows the tracing and scoring on stderr.
+    An encoder–decoder model is traced with ``text`` as its source and ``target`` (or its
+    own generation) and diagnosed stack by stack (:class:`StackedDiagnostics`).
     """
     _check_loaded(model)
     from attnlab.tracing.tracer import trace as run_trace
 
-    main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress)
+    kw = {} if target is None else {"target": target}
+    main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress,
+                     **kw)
+    if not hasattr(main, "weights_rows"):  # a StackedTrace
+        d = diagnose(main, thresholds=thresholds, tile_rows=tile_rows, progress=progress)
+        d.meta.update(seed=seed, target_from=main.meta.get("target_from"))
+        return d
     ind = induction_trace(model, period=period, seed=seed) if model.causal else None
     d = diagnose(main, induction=ind, thresholds=thresholds, tile_rows=tile_rows,
                  progress=progress)

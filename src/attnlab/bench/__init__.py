@@ -37,6 +37,16 @@ key                                     value
                                         (``long_probe.query_rows`` queries)
 ``chunked_n32k_time_vs_sdpa``           chunked / torch SDPA time, same probe
 ``fused_frac_peak_n4096``               fused GFLOP/s / GEMM GFLOP/s at N = 4096
+``mha_weights_vs_torch_min``            the smallest ``mha_weights_vs_torch`` of one cell
+                                        (forward, N ≥ 1024)
+``weights_vs_naive_min``                the smallest naive / explicit (weights returned)
+                                        of one forward cell with N ≥ 2048
+``explicit_fwd_bwd_vs_naive_min``       the smallest naive / explicit of one
+                                        forward+backward cell with N ≥ 1024
+``explicit_grad_max_err``               largest |explicit − naive| gradient entry over
+                                        the forward+backward cells
+``load_avg``                            {start, end}: the 1/5/15-minute load averages
+``kernel``                              :func:`attnlab.core.functional.kernel_status`
 ``gemm_gflops``                         {device: best GEMM rate seen}
 ``long_probe``                          {n, query_rows, seconds, peak_mb, error}
 ``machine``                             {cpu, cores, torch_threads, torch, python,
@@ -49,7 +59,8 @@ key                                     value
 ``targets``                             {key: {value, target, met}} for :data:`TARGETS`
 ======================================  ==================================================
 
-A ratio or measurement that could not be made is ``null``.
+A ratio or measurement that could not be made is ``null`` (the ``_min`` keys need cells
+of their sizes and mode: ``--sizes 1024 2048 4096 --backward`` measures all of them).
 
 >>> BenchConfig().sizes
 (256, 1024, 4096)

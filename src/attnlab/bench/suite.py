@@ -14,9 +14,11 @@ from torch import Tensor
 
 from attnlab._proc import IsolatedCallError, call_isolated
 from attnlab.bench.config import BenchConfig
-from attnlab.bench.contenders import attention_contenders, mha_contenders
+from attnlab.bench.contenders import attention_contenders, mha_contenders, naive_attention
 from attnlab.bench.memory import METHOD
 from attnlab.bench.timing import attention_flops, fwd_bwd, interleaved, measure_gemm_gflops
+from attnlab.core.functional import kernel_status, scaled_dot_product_attention
+from attnlab.core.masks import causal as causal_mask
 
 __all__ = ["FORMAT_VERSION", "TARGETS", "run_bench", "summarize"]
 
@@ -30,6 +32,11 @@ TARGETS: list[tuple[str, float, str]] = [
     ("chunked_peak_mb_n32k", 1024.0, "<="),
     ("chunked_n32k_time_vs_sdpa", 2.5, "<="),
     ("fused_frac_peak_n4096", 0.8, ">="),
+    # with weights: each cell on its own, not a mean
+    ("mha_weights_vs_torch_min", 1.5, ">="),  # N >= 1024, forward
+    ("weights_vs_naive_min", 2.5, ">="),  # explicit vs naive, N >= 2048, forward
+    ("explicit_fwd_bwd_vs_naive_min", 1.2, ">="),  # N >= 1024, forward + backward
+    ("explicit_grad_max_err", 1e-4, "<="),  # |explicit grad - naive grad|, fwd+bwd cells
 ]
 
 #: A step of the run: (step number from 1, number of steps, what it is about to do).
@@ -53,8 +60,26 @@ def _machine() -> dict[str, Any]:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
-            "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "load_avg_1m": _load()[0] if _load() else None,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _load() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages (how busy the shared machine was)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def grad_error(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> float:
+    """Largest |explicit − naive| over the gradients of q, k, v (upstream: a fixed random
+    gradient of the output), the naive code's autograd being the judge."""
+    mask = causal_mask(q.shape[-2], device=q.device) if causal else None
+    g_out = torch.randn(q.shape[:-1] + v.shape[-1:], generator=torch.Generator().manual_seed(1))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        want = torch.autograd.grad((naive_attention(*leaves, mask)[0] * g_out).sum(), leaves)
+        out = scaled_dot_product_attention(*leaves, causal=causal, return_weights=True)[0]
+        got = torch.autograd.grad((out * g_out).sum(), leaves)
+    return max(float((a - b).abs().max()) for a, b in zip(got, want))
 
 
 def _peak(config: BenchConfig, **spec: Any) -> dict[str, Any]:
@@ -73,6 +98,9 @@ def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
     say = on_step or (lambda i, total, text: None)
     rows: list[dict[str, Any]] = []
     machine = _machine()
+    load_start = _load()
+    kernel = kernel_status(build=True)  # a first build is not timed with the kernels
+    grad_errors: list[float] = []
     modes = ["fwd", "fwd+bwd"] if cfg.backward else ["fwd"]
     plan = [(dev, n, c, m) for dev in cfg.devices for n in cfg.sizes for c in cfg.causal
             for m in modes]
@@ -115,6 +143,8 @@ def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
         fns["_gemm"] = lambda ab=gemm[dev]: torch.mm(*ab)
         with torch.enable_grad() if grad else torch.no_grad():
             secs = interleaved(fns, cfg.repeats, dev)
+        if grad and dev == "cpu" and {"naive", "explicit"} <= fns.keys():
+            grad_errors.append(grad_error(q, k, v, causal))
         cell_peak = 2 * cfg.gemm_n**3 / secs.pop("_gemm") / 1e9
         cell_peaks.setdefault(dev, []).append(cell_peak)
         flops = attention_flops(n, cfg, causal, mode)
@@ -141,7 +171,9 @@ def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
                  only=["chunked", "torch_sdpa"])
     # the GEMM rate: the best of the standalone and the per-cell measurements
     peaks = {dev: max([p, *cell_peaks.get(dev, [])]) for dev, p in peaks.items()}
-    return summarize(cfg, machine, peaks, rows, long)
+    extra = {"load_avg": {"start": load_start, "end": _load()}, "kernel": kernel,
+             "explicit_grad_max_err": max(grad_errors) if grad_errors else None}
+    return summarize(cfg, machine, peaks, rows, long, extra)
 
 
 def _ratio_cells(rows: list[dict[str, Any]], ours: str, theirs: str, min_n: int = 1024
@@ -158,9 +190,23 @@ def _ratio_cells(rows: list[dict[str, Any]], ours: str, theirs: str, min_n: int 
     return [t[theirs] / t[ours] for t in big.values()]
 
 
+def _cell_min(rows: list[dict[str, Any]], ours: str, theirs: str, mode: str, min_n: int
+              ) -> float | None:
+    """The smallest speed-up ``theirs / ours`` over the CPU cells of ``mode`` with N >=
+    ``min_n`` (causal or not); None when no such cell was measured."""
+    by: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["device"] == "cpu" and r["mode"] == mode and r["n"] >= min_n:
+            by.setdefault((r["n"], r["causal"]), {})[r["contender"]] = r["ms"]
+    ratios = [t[theirs] / t[ours] for t in by.values() if ours in t and theirs in t]
+    return min(ratios) if ratios else None
+
+
 def summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float],
-              rows: list[dict[str, Any]], long: dict[str, Any]) -> dict[str, Any]:
+              rows: list[dict[str, Any]], long: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The result object from the measured rows (the keys :mod:`attnlab.bench` lists)."""
+    extra = extra or {}
     cpu_rows = [r for r in rows if r["device"] == "cpu"]
     frac4096 = [r["frac_peak"] for r in cpu_rows if r["contender"] == "fused"
                 and r["n"] == 4096 and not r["causal"] and r["mode"] == "fwd"]
@@ -176,18 +222,26 @@ def summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float]
         "chunked_n32k_time_vs_sdpa": (secs["chunked"] / secs["torch_sdpa"]
                                       if {"chunked", "torch_sdpa"} <= secs.keys() else None),
         "fused_frac_peak_n4096": frac4096[0] if frac4096 else None,
+        "mha_weights_vs_torch_min": _cell_min(cpu_rows, "attnlab_mha", "torch_mha", "fwd", 1024),
+        "weights_vs_naive_min": _cell_min(cpu_rows, "explicit", "naive", "fwd", 2048),
+        "explicit_fwd_bwd_vs_naive_min": _cell_min(cpu_rows, "explicit", "naive", "fwd+bwd",
+                                                   1024),
+        "explicit_grad_max_err": extra.get("explicit_grad_max_err"),
         "gemm_gflops": {dev: round(p, 2) for dev, p in peaks.items()},
         "long_probe": {"n": cfg.long_n, "query_rows": cfg.long_rows or cfg.long_n,
                        "seconds": secs, "peak_mb": long.get("peak_mb"),
                        "error": long.get("error")},
         "machine": machine,
+        "load_avg": extra.get("load_avg"),
+        "kernel": extra.get("kernel"),
         "config": cfg.to_json(),
         "memory_method": METHOD,
         "results": rows,
     }
     for key, val in out.items():  # JSON has no NaN: what could not be measured is null
-        if isinstance(val, float):
-            out[key] = round(val, 3) if math.isfinite(val) else None
+        if isinstance(val, float):  # 3 decimals; an error bound keeps 3 significant digits
+            keep = float(f"{val:.3g}") if key.endswith("_err") else round(val, 3)
+            out[key] = keep if math.isfinite(val) else None
     targets = {}
     for key, target, op in TARGETS:
         val = out.get(key)

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["kernel_status", "ENV_DISABLE", "ENV_DIR"]
+__all__ = ["kernel_status", "release_memory", "ENV_DISABLE", "ENV_DIR"]
 
 #: Set to 1 (or anything but "" and "0") to never build or load the kernel.
 ENV_DISABLE = "ATTNLAB_NO_KERNEL"
@@ -178,6 +178,19 @@ def kernel_status(build: bool = False) -> dict[str, Any]:
             "capability": ops.capability() if ops is not None else None,
             "build_seconds": _state["build_seconds"], "cache_dir": _state["cache_dir"],
             "flags": _state["flags"], "source": _state["source"]}
+
+
+def release_memory() -> int:
+    """Unmap the freed weights buffer the kernel keeps for reuse; returns its bytes (0 if
+    none, or if the kernel is not loaded).
+
+    The kernel keeps one such buffer, the most recently freed weights of at least 8 MiB,
+    so that the next call of about that size writes into memory that is already mapped
+    instead of having the OS zero fresh pages (as long as the rest of the kernel at
+    N = 4096). It is marked ``MADV_FREE``: the OS takes its pages back under pressure.
+    """
+    ops = _state["ops"]
+    return int(ops.release_memory()) if ops is not None else 0
 
 
 def _reset_for_tests() -> None:

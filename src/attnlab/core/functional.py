@@ -27,7 +27,9 @@ Backends (``backend=``)::
 
     "fused"     torch's kernel (F.scaled_dot_product_attention; for the logsumexp, its CPU
                 flash kernel), O(N·d) memory, never weights
-    "explicit"  scores and weights materialised tile by tile (attnlab.core.explicit)
+    "explicit"  scores and weights materialised tile by tile (attnlab.core.explicit): on
+                CPU float32/float64, attnlab's compiled kernel when it is built
+                (:func:`kernel_status`, :func:`why_not_kernel`), else PyTorch tiles
     "chunked"   FlashAttention's online softmax in PyTorch, O(N·d) memory, exact
                 logsumexp (attnlab.core.chunked)
     "linear"    elu+1 linear attention: a different function (attnlab.core.linear)
@@ -47,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.core._kernel import kernel_status
 from attnlab.core._tiles import (
     _all_finite,
     _check_dropout,
@@ -59,7 +62,7 @@ from attnlab.core._tiles import (
     default_scale,
 )
 from attnlab.core.chunked import _chunked, _weights_from_lse
-from attnlab.core.explicit import _explicit
+from attnlab.core.explicit import _explicit, _why_not_kernel
 from attnlab.core.linear import _linear
 from attnlab.core.masks import to_additive
 
@@ -68,6 +71,8 @@ __all__ = [
     "BACKENDS",
     "default_scale",
     "why_not_fused",
+    "why_not_kernel",
+    "kernel_status",
 ]
 
 BACKENDS = ("auto", "fused", "explicit", "chunked", "linear")
@@ -144,6 +149,33 @@ def why_not_fused(
     return _why_not_fused(q, k, v, mask, _check_flag("causal", causal),
                           _check_flag("return_weights", return_weights),
                           _check_flag("return_lse", return_lse), _check_dropout(dropout_p))
+
+
+def why_not_kernel(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+    build: bool = True,
+) -> str | None:
+    """Why the explicit path (weights returned) would not run attnlab's compiled CPU kernel
+    here, or None if it would. ``build=True`` (default) builds the kernel first if this
+    process has not tried yet (about a minute the first time on a machine, then cached);
+    ``build=False`` never does. :func:`kernel_status` tells how the kernel stands.
+
+    >>> q = k = v = torch.randn(1, 1, 4, 8)
+    >>> why_not_kernel(q.half(), k.half(), v.half(), build=False)
+    'the kernel takes float32 and float64 (got torch.float16)'
+    >>> why_not_kernel(q, k, v, dropout_p=0.1, build=False)
+    'the kernel has no dropout'
+    """
+    batch, _ = _check_qkv(q, k, v)
+    if mask is not None:
+        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
+    return _why_not_kernel(q, mask, _check_dropout(dropout_p),
+                           build=_check_flag("build", build))
 
 
 def _fused(

@@ -131,8 +131,8 @@ def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[s
     config = dict(
         vocab_size=int(v["decoder/embeddings/weight"].shape[0]), d_model=d,
         encoder_layers=enc, decoder_layers=dec,
-        encoder_attention_heads=int(v["encoder/num_heads"]),
-        decoder_attention_heads=int(v["decoder/num_heads"]),
+        encoder_attention_heads=int(v["encoder/num_heads"].item()),
+        decoder_attention_heads=int(v["decoder/num_heads"].item()),
         encoder_ffn_dim=int(v["encoder/layer_0/ffn/linear_0/weight"].shape[0]),
         decoder_ffn_dim=int(v["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
         num_mel_bins=int(v["encoder/conv1/weight"].shape[1]),
@@ -195,6 +195,12 @@ def whisper_from_ct2(folder: str | os.PathLike[str], *, eos_token_id: int = 5025
         raise ValueError(f"{folder / 'model.bin'}: a CTranslate2 WhisperSpec expected, got "
                          f"{spec!r}")
     kwargs, state = whisper_state_dict(variables)
+    for arg, value in (("eos_token_id", eos_token_id),
+                       ("decoder_start_token_id", decoder_start_token_id)):
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                0 <= value < kwargs["vocab_size"]):
+            raise ValueError(f"{arg} must be a token id below the model's vocabulary size "
+                             f"{kwargs['vocab_size']}, got {value!r}")
     config = transformers.WhisperConfig(
         **kwargs, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
         bos_token_id=decoder_start_token_id, decoder_start_token_id=decoder_start_token_id,

@@ -6,8 +6,12 @@ log-sum-exp of each row of scores and the
 :class:`~attnlab.core.scores.ScoreShape` that shaped them: O(N·d) per head, never the
 N x N weights. ``cap.trace()`` stacks the records into an
 :class:`~attnlab.tracing.attention.AttentionTrace`, which computes any weight exactly on
-demand. With ``qkv=False`` the records hold dense weights (B, H, Lq, Lk) instead (short
-inputs); with ``context=True`` they also keep each head's output (B, H, Lq, dv).
+demand; for a model of several attention stacks (``nn.Transformer``,
+``nn.TransformerDecoder``, attnlab's ``Transformer``, Hugging Face encoder–decoder models)
+into a :class:`~attnlab.tracing.stacks.StackedTrace` of its encoder, decoder and
+cross-attention stacks, told apart by :func:`stack_table`. With ``qkv=False`` the records
+hold dense weights (B, H, Lq, Lk) instead (short inputs); with ``context=True`` they also
+keep each head's output (B, H, Lq, dv).
 
 Each kind of model is read by an adapter (:mod:`attnlab.tracing.adapters`): attnlab modules
 through their hook points, ``torch.nn.MultiheadAttention`` through a forward pre-hook that

@@ -58,8 +58,9 @@ from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture import Capture, capture
 from attnlab.tracing.stacks import StackedTrace
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES", "SAMPLE_RATE",
-           "SPEECH_FAMILIES", "TINY_VISION", "TINY_WHISPER", "VISION_FAMILIES",
+__all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES",
+           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_VISION",
+           "TINY_WHISPER", "VISION_FAMILIES",
            "check_media_family", "image_inputs", "read_image", "read_wav", "time_labels",
            "tiny_media_model", "trace_audio", "trace_image", "trace_media"]
 
@@ -121,6 +122,11 @@ REFUSED_FAMILIES: dict[str, str] = {
 }
 #: Speech families traced exactly (encoder, decoder and cross-attention).
 SPEECH_FAMILIES = ("whisper",)
+#: Speech encoders read from the waveform (CTC and self-supervised models): one stack of
+#: self-attention over frames. WavLM and SEW-D compute their attention inline: capture
+#: refuses them, naming the module.
+AUDIO_ENCODER_FAMILIES = ("wav2vec2", "hubert", "data2vec-audio", "sew", "unispeech",
+                          "unispeech-sat", "wav2vec2-conformer", "wavlm", "sew-d")
 #: The model classes that wrap a vision tower (``.vision_model``) with a text model.
 _TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
 
@@ -466,17 +472,82 @@ def time_labels(n: int, frame_seconds: float) -> list[str]:
 
     >>> time_labels(3, 0.02)
     ['0.00s', '0.02s', '0.04s']
+    >>> time_labels(3, 0.00125)
+    ['0.00000s', '0.00125s', '0.00250s']
     """
-    digits = max(2, -math.floor(math.log10(frame_seconds)) if frame_seconds < 1 else 0)
+    digits = next((d for d in range(2, 7) if abs(round(frame_seconds, d) - frame_seconds)
+                   < 1e-12), 6)  # enough digits for every label to be exact (0.02 s: 2)
     return [f"{i * frame_seconds:.{digits}f}s" for i in range(n)]
 
 
 def _speech_model(net: nn.Module, name: str) -> tuple[nn.Module, str]:
     family = _family(net)
-    if family not in SPEECH_FAMILIES:
+    if family not in SPEECH_FAMILIES and family not in AUDIO_ENCODER_FAMILIES:
         raise ValueError(f"audio= needs a speech model of a family attnlab traces "
-                         f"({', '.join(SPEECH_FAMILIES)}); {name} is {family or 'not one'!r}")
+                         f"({', '.join((*SPEECH_FAMILIES, *AUDIO_ENCODER_FAMILIES))}); {name} "
+                         f"is {family or 'not one'!r}")
+    if family in AUDIO_ENCODER_FAMILIES:
+        inner = getattr(net, "base_model", None)  # a CTC or classification head: its encoder
+        if inner is not net and isinstance(inner, nn.Module) and _family(inner) == family:
+            net = inner
     return net, family
+
+
+def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | None,
+                         info: dict[str, Any], samples: np.ndarray, source: str, *,
+                         qkv: bool, context: bool,
+                         max_memory: int | str | None) -> AttentionTrace:
+    """A speech encoder's self-attention over the frames of a waveform (one stack)."""
+    from transformers import AutoFeatureExtractor, Wav2Vec2FeatureExtractor
+
+    pre = _folder_file(folder, "preprocessor_config.json")
+    with _quiet():
+        if pre is not None:
+            try:
+                fe = AutoFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
+            except Exception as exc:
+                raise ValueError(f"{pre}: not a usable feature extractor "
+                                 f"({type(exc).__name__}: {exc})") from None
+            how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
+        else:
+            fe = Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)
+            how = ("Wav2Vec2FeatureExtractor defaults (waveform normalised to zero mean and "
+                   "unit variance; the folder has no preprocessor_config.json)")
+        values = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_values"]
+    config = net.config
+    stride = int(np.prod(config.conv_stride)) * int(getattr(config, "squeeze_factor", 1) or 1)
+    frames = int(net._get_feat_extract_output_lengths(values.shape[-1]))
+    frames //= int(getattr(config, "squeeze_factor", 1) or 1)
+    if frames < 1:
+        raise ValueError(f"audio is {samples.size / SAMPLE_RATE:.4f} s: too short for {name}, "
+                         f"which needs at least {sum(config.conv_kernel)} samples")
+    if max_memory is not None:
+        from attnlab.tracing.budget import check_trace_budget
+
+        check_trace_budget(net, frames, max_memory, what="audio", keep_weights=not qkv,
+                           keep_context=context)
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
+            net(input_values=values)
+    finally:
+        net.train(was_training)
+    first = cap.records[0] if cap.records else None
+    if first is None or first.batch != 1 or first.dims[1:] != (frames, frames):
+        got = "nothing" if first is None else f"{first.dims[1]}x{first.dims[2]} positions"
+        raise ValueError(f"{name} ({family}) attends over {got}, not the {frames} frames of "
+                         "its waveform; refused rather than mislabelled")
+    frame_seconds = stride / SAMPLE_RATE
+    meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
+                            "family": family}
+    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE,
+                     "seconds": round(samples.size / SAMPLE_RATE, 6),
+                     "frame_seconds": frame_seconds, "path": source, "positions": frames,
+                     "real_positions": frames, "preprocess": how}
+    tokens = time_labels(frames, frame_seconds)
+    t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
+    return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
 
 
 def _feature_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
@@ -585,8 +656,12 @@ def _greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
 
 def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = None,
                 qkv: bool = True, context: bool = False, truncate: bool = False,
-                max_new_tokens: int = MAX_NEW_TOKENS) -> StackedTrace:
-    """One WAV file through a Whisper-like speech model (see the module docstring).
+                max_new_tokens: int = MAX_NEW_TOKENS,
+                max_memory: int | str | None = None) -> StackedTrace | AttentionTrace:
+    """One WAV file through a Whisper-like speech model (see the module docstring), or
+    through a speech encoder of :data:`AUDIO_ENCODER_FAMILIES` (wav2vec 2.0, HuBERT, ...):
+    then an :class:`AttentionTrace` (stack ``"self"``) over the frames, labelled by their
+    start like Whisper's encoder positions.
 
     Args:
         model: a loaded model or a Hugging Face module of a family in
@@ -613,6 +688,13 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
             max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     samples = _samples(audio)
+    if family in AUDIO_ENCODER_FAMILIES:
+        if target is not None:
+            raise ValueError(f"target= is for speech models with a decoder "
+                             f"({', '.join(SPEECH_FAMILIES)}); {name} ({family}) has none")
+        source = "" if isinstance(audio, np.ndarray) else Path(audio).name
+        return _trace_audio_encoder(net, family, name, folder, info, samples, source, qkv=qkv,
+                                    context=context, max_memory=max_memory)
     config = net.config
     fe, how = _feature_extractor(config, folder)
     seconds = samples.size / SAMPLE_RATE
@@ -724,7 +806,8 @@ def trace_media(model: Any, text_or_token_ids: Any = None, *, image: Any = None,
             raise ValueError("target= is for encoder–decoder and speech models, not image=")
         return trace_image(model, image, qkv=qkv, context=context, max_memory=max_memory)
     return trace_audio(model, audio, target=target, tokenizer=tokenizer, qkv=qkv,
-                       context=context, truncate=truncate, max_new_tokens=max_new_tokens)
+                       context=context, truncate=truncate, max_new_tokens=max_new_tokens,
+                       max_memory=max_memory)
 
 
 # -- the support matrix -----------------------------------------------------------------------
@@ -745,6 +828,14 @@ TINY_WHISPER: dict[str, Any] = dict(
     eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2)
 
 
+#: The tiny speech encoders the support matrix checks: two convolutions of stride 5 and 2
+#: (a frame every 10 samples), 2 layers, 4 heads; 0.1 s of sound is 159 frames.
+TINY_AUDIO_ENCODER: dict[str, Any] = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+    conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=4, initializer_range=0.2)
+
+
 def _kwargs_for(config_cls: Any, values: dict[str, Any]) -> dict[str, Any]:
     base = config_cls()
     return {k: v for k, v in values.items() if hasattr(base, k)}
@@ -758,12 +849,14 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    if family not in VISION_FAMILIES and family not in _TOWER_FAMILIES and (
-            family not in SPEECH_FAMILIES):
-        raise ValueError(f"family must be one of {sorted([*VISION_FAMILIES, *_TOWER_FAMILIES])}"
-                         f" or {list(SPEECH_FAMILIES)}, got {family!r}")
+    known = [*VISION_FAMILIES, *_TOWER_FAMILIES, *SPEECH_FAMILIES, *AUDIO_ENCODER_FAMILIES]
+    if family not in known:
+        raise ValueError(f"family must be one of {sorted(known)}, got {family!r}")
     cls = CONFIG_MAPPING[family]
-    if family in SPEECH_FAMILIES:
+    if family in AUDIO_ENCODER_FAMILIES:
+        config = cls(**_kwargs_for(cls, TINY_AUDIO_ENCODER), attn_implementation="eager")
+        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+    elif family in SPEECH_FAMILIES:
         config = cls(**TINY_WHISPER, attn_implementation="eager")
         model_cls = transformers.WhisperForConditionalGeneration
     elif family in _TOWER_FAMILIES:
@@ -817,28 +910,31 @@ def _test_sound(seconds: float = 0.5) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * noise).clip(-1, 1).astype(np.float32)
 
 
-def check_media_family(family: str, kind: str, seq_len: int = 0, seed: int = 0) -> Any:
-    """One row of the support matrix (:class:`attnlab.tracing.support.FamilyResult`) for a
-    vision or speech family: checked on its tiny model (:func:`tiny_media_model`) against
-    the model's own eager ``output_attentions`` (every stack for speech), or refused with
-    the reason (:data:`REFUSED_FAMILIES`), or not yet. ``seq_len`` is unused (an image
-    has 16 patches; a sound 0.5 s in a 1 s window)."""
+def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_tol: float,
+                       not_yet: str, seed: int = 0) -> dict[str, Any]:
+    """One row of the support matrix for a vision or speech family, as the fields of
+    :class:`attnlab.tracing.support.FamilyResult`: checked on its tiny model
+    (:func:`tiny_media_model`: an image of 16 patches; 0.5 s of sound in a 1 s window)
+    against the model's own eager ``output_attentions`` (every stack for speech) within
+    ``exact_tol``, weights recomputed from q and k within ``recompute_tol``; or refused with
+    the reason (:data:`REFUSED_FAMILIES`); or ``not_yet`` (the kind's reason)."""
     from attnlab.tracing.adapters._base import UnreadableAttentionError
-    from attnlab.tracing.support import EXACT_TOL, NOT_YET, RECOMPUTE_TOL, FamilyResult
 
-    def res(status: str, reason: str = "", **kw: Any) -> Any:
-        return FamilyResult(family, kind, status, reason, **kw)
+    def res(status: str, reason: str = "", **kw: Any) -> dict[str, Any]:
+        return {"family": family, "kind": kind, "status": status, "reason": reason, **kw}
 
     if family in REFUSED_FAMILIES:
         why = REFUSED_FAMILIES[family]
         return res("no attention" if why.startswith("no attention") else "refused",
                    why if why.startswith("no attention") else f"refused: {why}")
-    known = family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in SPEECH_FAMILIES
+    known = (family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in SPEECH_FAMILIES
+             or family in AUDIO_ENCODER_FAMILIES)
     if not known:
-        what = "audio input is traced for Whisper" if kind == "speech" else (
+        what = ("audio input is traced for Whisper and wav2vec 2.0-like encoders"
+                if kind == "speech" else (
             "image input is traced for ViT-like families (a class token, registers and a "
-            "grid of patches)")
-        return res("not yet", f"{NOT_YET.get(kind, 'not yet')}: not checked ({what})")
+            "grid of patches)"))
+        return res("not yet", f"{not_yet}: not checked ({what})")
     try:
         model = tiny_media_model(family, seed)
     except Exception as exc:
@@ -846,7 +942,18 @@ def check_media_family(family: str, kind: str, seq_len: int = 0, seed: int = 0) 
                    f" {' '.join(str(exc).split())[:160]})")
     info: dict[str, Any] = {"model_class": type(model).__name__}
     try:
-        if family in SPEECH_FAMILIES:
+        if family in AUDIO_ENCODER_FAMILIES:
+            from transformers import Wav2Vec2FeatureExtractor
+
+            sound = _test_sound(0.1)
+            got1 = trace_audio(model, sound)
+            tower, _ = _speech_model(model, family)
+            values = Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)(
+                sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_values"]
+            with torch.no_grad():
+                maps = tower(input_values=values, output_attentions=True).attentions
+            pairs = [(got1, maps)]
+        elif family in SPEECH_FAMILIES:
             sound = _test_sound()
             got = trace_audio(model, sound, target=[5, 9, 17, 2])
             fe, _ = _feature_extractor(model.config, None)
@@ -880,15 +987,15 @@ def check_media_family(family: str, kind: str, seq_len: int = 0, seed: int = 0) 
             continue
         errs = _compare(t, maps)
         worst = {k: max(worst[k], errs[k]) for k in worst}
-    if worst["weights"] > EXACT_TOL:
+    if worst["weights"] > exact_tol:
         problems.append(f"weights differ from output_attentions by {worst['weights']:.2e}")
-    if worst["recomputed"] > RECOMPUTE_TOL:
+    if worst["recomputed"] > recompute_tol:
         problems.append(f"weights recomputed from q and k differ by {worst['recomputed']:.2e}")
     first = pairs[0][0]
     stacks = ", ".join(f"{t.stack} {t.seq_len}x{t.key_len}" for t, _ in pairs)
     info.update(layers=first.num_layers, heads=first.num_heads,
                 max_weight_error=worst["weights"], max_recompute_error=worst["recomputed"],
-                features=[("audio: " if family in SPEECH_FAMILIES else "image: ") + stacks])
+                features=[("image: " if kind == "vision" else "audio: ") + stacks])
     if problems:
         return res("wrong", "wrong: " + "; ".join(problems), **info)
     return res("exact", "", **info)

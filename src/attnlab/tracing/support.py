@@ -3,8 +3,9 @@
 Every family of the installed transformers is listed, from its auto mappings
 (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` and ``MODEL_MAPPING_NAMES``), and sorted by kind with
 the task mappings. Each kind with a checker in :data:`CHECKERS` is checked (text decoders,
-text encoders, text encoder–decoders); the other kinds (vision, speech, multimodal,
-time series) are listed as ``not yet`` with that reason.
+text encoders, text encoder–decoders here; vision and speech models through
+:mod:`attnlab.tracing.media`); the other kinds (multimodal, time series, other) are listed
+as ``not yet`` with that reason.
 
 Each text family is checked on a tiny random model built offline from its config class
 (:func:`tiny_config`: 2 layers, hidden size 32, 4 heads over 2 key/value heads, vocabulary
@@ -696,16 +697,18 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
     return res("exact", "", **info)
 
 
-#: How each kind of family is checked: kind -> ``checker(family, kind, seq_len, seed)``
-#: returning a :class:`FamilyResult`. A kind without a checker is listed as ``not yet``
-#: with its :data:`NOT_YET` reason; supporting a new kind is one entry here.
 def _check_media(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
     """Vision and speech families: :func:`attnlab.tracing.media.check_media_family`."""
     from attnlab.tracing.media import check_media_family
 
-    return check_media_family(family, kind, seq_len, seed)
+    return FamilyResult(**check_media_family(family, kind, exact_tol=EXACT_TOL,
+                                             recompute_tol=RECOMPUTE_TOL,
+                                             not_yet=NOT_YET[kind], seed=seed))
 
 
+#: How each kind of family is checked: kind -> ``checker(family, kind, seq_len, seed)``
+#: returning a :class:`FamilyResult`. A kind without a checker is listed as ``not yet``
+#: with its :data:`NOT_YET` reason; supporting a new kind is one entry here.
 CHECKERS: dict[str, Callable[[str, str, int, int], FamilyResult]] = {
     "decoder": _check,
     "encoder": _check,

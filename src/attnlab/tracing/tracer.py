@@ -12,6 +12,13 @@ the tokenizer's offsets) are merged into one token whose weights are **summed ov
 and averaged over queries** (rows still sum to 1). The trace keeps the pieces' q, k, v and
 applies the merge on demand; it is recorded in ``trace.meta["merged"]``. Pass
 ``merge_pieces=False`` to see the pieces.
+
+An encoder–decoder model (Hugging Face ``config.is_encoder_decoder``: T5, BART, Marian,
+...; attnlab's ``Transformer``) reads a source and a target: ``trace(model, source,
+target=...)`` runs one forward pass with the target as the decoder's input (after its start
+token) and returns a :class:`~attnlab.tracing.stacks.StackedTrace` of the encoder, decoder
+and cross-attention stacks; without a target, the model's own greedy generation is the
+target (``meta["target_from"] == "generated"``).
 """
 
 from __future__ import annotations
@@ -429,7 +436,8 @@ def trace(
     y = None if tgt is None else torch.tensor([tgt["ids"]], dtype=torch.long)
     was_training = net.training
     net.eval()
-    bar = _Progress(getattr(loaded, "num_layers", None), loaded.name) if progress else None
+    calls = None if seq2seq else getattr(loaded, "num_layers", None)  # 3 stacks: unknown
+    bar = _Progress(calls, loaded.name) if progress else None
     try:
         with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
             if bar is not None:

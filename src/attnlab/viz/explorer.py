@@ -85,11 +85,12 @@ VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics
 IMAGE_VIEW = "image"
 #: Attention stacks in the order the stack selector lists them (then any other name).
 STACK_NAMES = ("self", "encoder", "decoder", "cross")
-#: Diagnostics that compare a query's position with its keys' (previous, own token,
-#: distance, repeats): they mean nothing when queries and keys are different sequences.
-POSITION_SCORES = ("previous", "diagonal", "distance", "duplicate", "induction",
+#: Diagnostics that read a query's position against its keys' (first token, previous, own
+#: token, distance, repeats): they mean nothing when queries and keys are different
+#: sequences (cross-attention), so the explorer leaves them out there.
+POSITION_SCORES = ("sink", "previous", "diagonal", "distance", "duplicate", "induction",
                    "repeat_induction")
-_POSITION_ROLES = ("previous-token", "self", "induction")
+_POSITION_ROLES = ("sink", "previous-token", "self", "induction")
 
 
 @dataclass(frozen=True)

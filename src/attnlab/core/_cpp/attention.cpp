@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
@@ -169,25 +170,79 @@ inline void fence() {
 #endif
 }
 
-// A large output in fresh anonymous memory advised onto 2 MiB pages: the weights are the
-// one N²-sized write, and 4 KiB page faults (each zeroing its page) would cost as much as
-// writing them. The memory arrives zeroed (*zeroed = true), so blocked tails need no store.
+// Large outputs (the weights) live in anonymous memory advised onto 2 MiB pages: the
+// weights are the one N²-sized write, and 4 KiB page faults would cost as much as writing
+// them. Fresh pages come zeroed by the OS, which is itself a full pass over the memory (at
+// N = 4096 as long as the rest of the kernel), so the most recently freed block is kept
+// (one block; marked MADV_FREE, so the OS may take its pages back under memory pressure)
+// and reused by the next output of about its size. release_memory() unmaps it.
+struct Block {
+  void* base = nullptr;
+  size_t total = 0;  // the mapping
+  void* start = nullptr;
+  size_t cap = 0;  // the 2 MiB-aligned usable part
+};
+std::mutex g_block_mu;
+Block g_block;
+
+constexpr size_t kHuge = size_t(2) << 20;
+
+void unmap(const Block& b) {
+  if (b.base) munmap(b.base, b.total);
+}
+
+void keep_or_unmap(const Block& b) {
+  Block old;
+  {
+    std::lock_guard<std::mutex> lock(g_block_mu);
+    old = g_block;
+    madvise(b.start, b.cap, MADV_FREE);
+    g_block = b;
+  }
+  unmap(old);
+}
+
+int64_t release_memory() {
+  Block old;
+  {
+    std::lock_guard<std::mutex> lock(g_block_mu);
+    old = g_block;
+    g_block = Block();
+  }
+  unmap(old);
+  return static_cast<int64_t>(old.total);
+}
+
+// *zeroed: the memory is known to hold zeros (fresh from the OS)
 at::Tensor big_empty(at::IntArrayRef sizes, const at::TensorOptions& options, bool* zeroed) {
   *zeroed = false;
   int64_t numel = 1;
   for (auto s : sizes) numel *= s;
   const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
-  constexpr size_t huge = size_t(2) << 20;
-  if (bytes < 4 * huge) return at::empty(sizes, options);
-  const size_t total = bytes + huge;
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return at::empty(sizes, options);
-  const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + huge - 1) & ~(huge - 1);
-  madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);
-  *zeroed = true;
-  return at::from_blob(
-      reinterpret_cast<void*>(start), sizes,
-      [base, total](void*) { munmap(base, total); }, options);
+  if (bytes < 4 * kHuge) return at::empty(sizes, options);
+  Block b, stale;
+  {
+    std::lock_guard<std::mutex> lock(g_block_mu);
+    if (g_block.base && g_block.cap >= bytes && g_block.cap <= 2 * bytes + kHuge) {
+      b = g_block;  // reuse: already mapped, contents arbitrary
+      g_block = Block();
+    } else if (g_block.base) {
+      stale = g_block;  // does not fit: give it back before mapping more
+      g_block = Block();
+    }
+  }
+  unmap(stale);
+  if (!b.base) {
+    const size_t cap = (bytes + kHuge - 1) & ~(kHuge - 1);
+    const size_t total = cap + kHuge;
+    void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return at::empty(sizes, options);
+    const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~(kHuge - 1);
+    madvise(reinterpret_cast<void*>(start), cap, MADV_HUGEPAGE);
+    b = Block{base, total, reinterpret_cast<void*>(start), cap};
+    *zeroed = true;
+  }
+  return at::from_blob(b.start, sizes, [b](void*) { keep_or_unmap(b); }, options);
 }
 
 // Tasks go head by head (a thread's consecutive tiles reuse K and V from cache); within a
@@ -549,6 +604,7 @@ TORCH_LIBRARY(attnlab_kernel, m) {
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor weights, Tensor? d_out, "
         "Tensor? d_weights, Tensor? d_lse, bool causal, float scale, int tile_rows) -> Tensor[]");
   m.def("capability() -> str", &capability);
+  m.def("release_memory() -> int", &release_memory);
 }
 
 TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {

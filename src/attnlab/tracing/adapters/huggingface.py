@@ -469,6 +469,10 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
         nq = nk = min(lq, CHECK_TOKENS)
     elif lq * lk <= 4 * CHECK_TOKENS ** 2:
         nq, nk = lq, lk
+    elif not rule.causal and rule.window is None:
+        # cross-attention (no rule ties a query to a key position): the first queries over
+        # the first keys is a smaller attention of the same kind, read the same way
+        nq, nk = min(lq, CHECK_TOKENS), min(lk, CHECK_TOKENS)
     else:
         return
     q, k, v = query[:, :, :nq], key[:, :, :nk], value[:, :, :nk]

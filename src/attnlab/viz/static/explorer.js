@@ -73,8 +73,8 @@
       "stack:decoder": "Decoder self-attention", "stack:cross": "Cross-attention",
       crossInfo: "rows: target tokens (queries) · columns: the source (keys)",
       crossDiag: "Cross-attention: the queries (target) and keys (source) are different " +
-        "texts, so the scores that compare their positions (previous, self, distance, " +
-        "duplicate, induction) do not apply and are left out.",
+        "texts, so the scores that compare their positions (first token, previous, self, " +
+        "distance, duplicate, induction) do not apply and are left out.",
       image: "Image",
       imageNote: "Click a patch to make it the query: the overlay shows the query's attention " +
         "over the patches (colour and opacity ∝ weight ÷ the row's largest patch weight: " +
@@ -134,7 +134,7 @@
       "stack:decoder": "解码器自注意力", "stack:cross": "交叉注意力",
       crossInfo: "行：目标词元（查询）· 列：源（键）",
       crossDiag: "交叉注意力：查询（目标）与键（源）是两段不同的文本，比较两者位置的分数" +
-        "（前一个、自身、距离、重复、归纳）不适用，故不列出。",
+        "（首词元、前一个、自身、距离、重复、归纳）不适用，故不列出。",
       image: "图像",
       imageNote: "点击一个图块，把它选为查询：叠加层显示该查询在各图块上的注意力" +
         "（颜色与不透明度 ∝ 权重 ÷ 该行图块上的最大权重：蓝色最少，红色最多）。前缀词元单独列出。",
@@ -425,7 +425,9 @@
       var inp = h("select", {"class": "ax-input", "aria-label": "input"}, bar);
       this.data.inputs.forEach(function (it, i) {
         var tr = self.data.traces[it.stacks[0].t];
-        var text = (it.text || tr.text || tr.tokens.slice(0, 40).join(" ")) +
+        var media = it.media && it.media.kind && it.media.kind !== "text"
+          ? self.t(it.media.kind) + (it.media.path ? " " + it.media.path : "") : null;
+        var text = (media || it.text || tr.text || tr.tokens.slice(0, 40).join(" ")) +
           (it.target ? " → " + it.target : "");
         h("option", {value: i}, inp, (i + 1) + ": " + text.slice(0, 40));
       });

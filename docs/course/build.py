@@ -1301,7 +1301,7 @@ P07 = Part(7, "masks", "Masks", "掩码", (
             mha = attnlab.MultiHeadAttention(embed_dim=8, num_heads=2)
             xb = torch.randn(2, 5, 8)
             outb, wb = mha(xb, key_mask=ex2_key_mask, need_weights=True)
-            assert float(wb[0, :, :, 3:].abs().max()) == 0, T(
+            assert float(wb[0, :, :, 3:].detach().abs().max()) == 0, T(
                 "padded keys must get weight 0", "填充的 key 权重必须为 0")
             alone, _ = mha(xb[:1, :3])  # the short sequence without padding
             assert torch.allclose(outb[0, :3], alone[0], atol=1e-6), T(
@@ -1358,14 +1358,14 @@ P08 = Part(8, "modules", "The modules", "模块", (
         twin = mha.to_torch()  # nn.MultiheadAttention(batch_first=True), same weights
         ref, ref_w = twin(x, x, x, need_weights=True, average_attn_weights=False)
         print(T("to_torch: max |out - torch| =", "to_torch：max |out - torch| ="),
-              float((out - ref).abs().max()), float((w - ref_w).abs().max()))
+              float((out - ref).detach().abs().max()), float((w - ref_w).detach().abs().max()))
 
         m = nn.MultiheadAttention(64, 8, batch_first=True)
         a = attnlab.MultiHeadAttention.from_torch(m)
         print(T("fused weight = torch's in_proj_weight:", "融合权重 = torch 的 in_proj_weight："),
               torch.equal(a.qkv_proj.weight, m.in_proj_weight))
         print(T("from_torch: max |out - torch| =", "from_torch：max |out - torch| ="),
-              float((a(x)[0] - m(x, x, x)[0]).abs().max()))
+              float((a(x)[0] - m(x, x, x)[0]).detach().abs().max()))
         """),
     Text("""
         **Article 000's listing runs**, and equals `SelfAttention` once the weights are
@@ -1387,7 +1387,7 @@ P08 = Part(8, "modules", "The modules", "模块", (
         sa.load_state_dict(pure.state_dict())
         (o1, w1), (o2, w2) = pure(x), sa(x)
         print(T("article 000 vs SelfAttention:", "文章 000 与 SelfAttention："),
-              float((o1 - o2).abs().max()), float((w1 - w2).abs().max()))
+              float((o1 - o2).detach().abs().max()), float((w1 - w2).detach().abs().max()))
         """),
     Text("""
         **Grouped-query attention** (`num_kv_heads`): groups of query heads share one

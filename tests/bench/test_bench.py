@@ -116,3 +116,50 @@ def test_flop_count_convention():
     assert full == 4 * 8 * 1024 * 1024 * 64
     assert attention_flops(1024, cfg, causal=True, mode="fwd") == full / 2
     assert attention_flops(1024, cfg, causal=False, mode="fwd+bwd") == 3.5 * full
+
+
+def _row(n, causal, mode, contender, ms):
+    return {"device": "cpu", "n": n, "causal": causal, "mode": mode, "contender": contender,
+            "ms": ms, "gflops": None, "frac_peak": None, "cell_gemm_gflops": 1.0,
+            "peak_mb": None}
+
+
+def test_per_cell_targets_take_the_worst_cell_of_their_sizes():
+    from attnlab.bench.suite import summarize
+
+    rows = [_row(1024, False, "fwd", "naive", 30.0), _row(1024, False, "fwd", "explicit", 10.0),
+            _row(2048, False, "fwd", "naive", 90.0), _row(2048, False, "fwd", "explicit", 30.0),
+            _row(2048, True, "fwd", "naive", 80.0), _row(2048, True, "fwd", "explicit", 20.0),
+            _row(4096, False, "fwd", "naive", 400.0), _row(4096, False, "fwd", "explicit", 200.0),
+            _row(1024, True, "fwd+bwd", "naive", 12.0), _row(1024, True, "fwd+bwd", "explicit", 10.0),
+            _row(1024, False, "fwd", "torch_mha", 16.0), _row(1024, False, "fwd", "attnlab_mha", 8.0),
+            _row(4096, False, "fwd", "torch_mha", 70.0), _row(4096, False, "fwd", "attnlab_mha", 50.0)]
+    long = {"seconds": {}, "peak_mb": {}}
+    res = summarize(BenchConfig(sizes=(1024,), devices=("cpu",)), {}, {"cpu": 1.0}, rows, long,
+                    {"explicit_grad_max_err": 3.14159e-6, "load_avg": {"start": [1, 2, 3]}})
+    assert res["weights_vs_naive_min"] == 2.0  # N = 4096; the 3x at N = 1024 does not count
+    assert res["mha_weights_vs_torch_min"] == 1.4
+    assert res["explicit_fwd_bwd_vs_naive_min"] == 1.2
+    assert res["explicit_grad_max_err"] == 3.14e-6  # significant digits, not 0.0
+    t = res["targets"]
+    assert t["weights_vs_naive_min"]["met"] is False and t["mha_weights_vs_torch_min"]["met"] is False
+    assert t["explicit_fwd_bwd_vs_naive_min"]["met"] is True
+    assert t["explicit_grad_max_err"]["met"] is True
+    assert res["load_avg"] == {"start": [1, 2, 3]}
+    rows = [r for r in rows if r["mode"] == "fwd"]  # no backward measured: not "met", null
+    res = summarize(BenchConfig(sizes=(1024,), devices=("cpu",)), {}, {"cpu": 1.0}, rows, long)
+    assert res["explicit_fwd_bwd_vs_naive_min"] is None
+    assert res["targets"]["explicit_fwd_bwd_vs_naive_min"]["met"] is None
+
+
+def test_gradient_check_compares_with_the_naive_code(monkeypatch):
+    import attnlab.bench.suite as suite
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 24, 8, generator=g) for _ in range(3))
+    for causal in (False, True):
+        assert suite.grad_error(q, k, v, causal) <= 1e-5
+    real = suite.scaled_dot_product_attention
+    monkeypatch.setattr(suite, "scaled_dot_product_attention",
+                        lambda *a, **kw: real(*a, **dict(kw, scale=1.0)))  # a wrong variant
+    assert suite.grad_error(q, k, v, True) > 1e-3

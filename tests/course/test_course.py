@@ -129,7 +129,9 @@ def kernel(tmp_path_factory):
             cell = nbformat.v4.new_code_cell("import sys; print(sys.executable)")
             nb.cells.append(cell)
             client.execute_cell(cell, 0)
-            assert cell.outputs[0]["text"].strip() == sys.executable  # this .venv's kernel
+            assert cell.outputs[0]["text"].strip() == sys.executable, (
+                "the python3 kernel must run this environment's Python (its ipykernel); "
+                f"it runs {cell.outputs[0]['text'].strip()}")
             yield client
 
 

@@ -211,3 +211,26 @@ def test_long_cross_attention_is_still_checked_against_eager(monkeypatch):
     src, tgt = [5 + i % 80 for i in range(100)], [2] + list(range(5, 65))  # 100 and 61
     st = trace(model, src, target=tgt)
     assert (61, 100, 32, 32) in seen and st["cross"].key_len == 100
+
+
+def test_a_composed_encoder_decoder_model_keeps_its_stacks_apart():
+    """EncoderDecoderModel (bert2bert): BERT's attention module serves the encoder, the
+    decoder and cross-attention; the call with the encoder's states is cross-attention."""
+    enc = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=48)
+    dec = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=3,
+                                  num_attention_heads=4, intermediate_size=48,
+                                  is_decoder=True, add_cross_attention=True)
+    config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    config.decoder_start_token_id, config.pad_token_id = 1, 0
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.EncoderDecoderModel(config=config).eval()
+    model.config._attn_implementation = "eager"
+    src, tgt = torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([[1, 10, 11]])
+    st = trace(model, src[0].tolist(), target=tgt[0].tolist())
+    own = _own_maps(model, src, tgt)
+    assert {n: t.num_layers for n, t in st.items()} == {"encoder": 2, "decoder": 3, "cross": 3}
+    for name, t in st.items():
+        assert float((t.weights - own[name][0]).abs().max()) <= support.EXACT_TOL, name

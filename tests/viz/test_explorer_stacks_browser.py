@@ -186,3 +186,7 @@ def test_inputs_of_different_kinds_on_one_page(page, img, stacked, tmp_path):
     assert _texts(page, ".ax-tok[data-col]") == SOURCE
     page.select_option(".ax-input", "0")
     assert _root(page, "data-stack") == "self" and page.locator(".ax-stack").count() == 0
+    page.click(".ax-lang")  # the input selector follows the language too
+    assert _texts(page, ".ax-input option")[0] == "1: 图像 stripes.png"
+    page.click(".ax-lang")
+    assert _texts(page, ".ax-input option")[0] == "1: Image stripes.png"

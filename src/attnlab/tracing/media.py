@@ -97,6 +97,20 @@ VISION_FAMILIES: dict[str, Callable[[Any], list[str]]] = {
     "clip_vision_model": _cls,
     "siglip_vision_model": lambda _c: [],
     "ijepa": lambda _c: [],
+    "chinese_clip_vision_model": _cls,
+    "altclip_vision_model": _cls,
+    "metaclip_2_vision_model": _cls,
+    "owlvit_vision_model": _cls,
+    "owlv2_vision_model": _cls,
+    "clipseg_vision_model": _cls,
+    "blip_vision_model": _cls,  # refused by capture: its attention is computed inline
+    "blip_2_vision_model": _cls,
+    "mlcd_vision_model": _cls,
+    "aimv2_vision_model": lambda _c: [],
+    "tipsv2_vision_model": _cls_registers,
+    "dpt": _cls,
+    "pixio": lambda c: [f"[CLS{i}]" for i in range(int(getattr(c, "n_cls_tokens", 1)))],
+    "vitdet": lambda _c: [],  # refused by capture: its attention is computed inline
 }
 #: Vision families refused, with the reason.
 REFUSED_FAMILIES: dict[str, str] = {
@@ -128,7 +142,14 @@ SPEECH_FAMILIES = ("whisper",)
 AUDIO_ENCODER_FAMILIES = ("wav2vec2", "hubert", "data2vec-audio", "sew", "unispeech",
                           "unispeech-sat", "wav2vec2-conformer", "wavlm", "sew-d")
 #: The model classes that wrap a vision tower (``.vision_model``) with a text model.
-_TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+_TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model",
+                   "chinese_clip": "chinese_clip_vision_model",
+                   "altclip": "altclip_vision_model", "metaclip_2": "metaclip_2_vision_model",
+                   "owlvit": "owlvit_vision_model", "owlv2": "owlv2_vision_model",
+                   "clipseg": "clipseg_vision_model", "blip": "blip_vision_model",
+                   "blip-2": "blip_2_vision_model"}
+#: Families whose model is a vision family under another name.
+_SAME_AS = {"mlcd": "mlcd_vision_model", "tipsv2": "tipsv2_vision_model"}
 
 
 # -- reading files ----------------------------------------------------------------------------
@@ -252,8 +273,10 @@ def _vision_tower(net: nn.Module, name: str) -> tuple[nn.Module, str]:
     if not family:
         raise ValueError(f"image= needs a Hugging Face vision transformer; {name} "
                          f"({type(net).__name__}) has no config.model_type")
-    if family in _TOWER_FAMILIES and isinstance(getattr(net, "vision_model", None), nn.Module):
-        net = net.vision_model
+    tower = getattr(net, "vision_model", None)  # a text-image model: its vision tower
+    if family not in VISION_FAMILIES and isinstance(tower, nn.Module) and (
+            _family(tower) in VISION_FAMILIES or family in _TOWER_FAMILIES):
+        net = tower
         family = _family(net) or _TOWER_FAMILIES[family]
     else:  # a classifier (ViTForImageClassification ...): its base model, when it has one
         inner = getattr(net, "base_model", None)
@@ -842,14 +865,15 @@ def _kwargs_for(config_cls: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
-    """The tiny random model (eager attention, eval mode) of a family in
-    :data:`VISION_FAMILIES` (or the two-tower ``clip`` / ``siglip``) or
-    :data:`SPEECH_FAMILIES` that the support matrix checks."""
+    """The tiny random model (eager attention, eval mode) that the support matrix checks,
+    of a family in :data:`VISION_FAMILIES` (or a text-image model whose vision tower is
+    one), :data:`SPEECH_FAMILIES` or :data:`AUDIO_ENCODER_FAMILIES`."""
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    known = [*VISION_FAMILIES, *_TOWER_FAMILIES, *SPEECH_FAMILIES, *AUDIO_ENCODER_FAMILIES]
+    known = [*VISION_FAMILIES, *_TOWER_FAMILIES, *_SAME_AS, *SPEECH_FAMILIES,
+             *AUDIO_ENCODER_FAMILIES]
     if family not in known:
         raise ValueError(f"family must be one of {sorted(known)}, got {family!r}")
     cls = CONFIG_MAPPING[family]
@@ -860,7 +884,7 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
         config = cls(**TINY_WHISPER, attn_implementation="eager")
         model_cls = transformers.WhisperForConditionalGeneration
     elif family in _TOWER_FAMILIES:
-        vision_cls = CONFIG_MAPPING[_TOWER_FAMILIES[family]]
+        vision_cls = type(cls().vision_config)
         config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
                      attn_implementation="eager")
         model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
@@ -927,8 +951,8 @@ def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_to
         why = REFUSED_FAMILIES[family]
         return res("no attention" if why.startswith("no attention") else "refused",
                    why if why.startswith("no attention") else f"refused: {why}")
-    known = (family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in SPEECH_FAMILIES
-             or family in AUDIO_ENCODER_FAMILIES)
+    known = (family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in _SAME_AS
+             or family in SPEECH_FAMILIES or family in AUDIO_ENCODER_FAMILIES)
     if not known:
         what = ("audio input is traced for Whisper and wav2vec 2.0-like encoders"
                 if kind == "speech" else (

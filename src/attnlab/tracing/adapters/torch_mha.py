@@ -1,4 +1,6 @@
-"""Reading ``torch.nn.MultiheadAttention`` (also inside ``nn.TransformerEncoder``).
+"""Reading ``torch.nn.MultiheadAttention`` (also inside ``nn.TransformerEncoder``,
+``nn.TransformerDecoder`` and ``nn.Transformer``, whose encoder self-, decoder self- and
+cross-attention calls :func:`attnlab.tracing.capture.stack_table` keeps apart).
 
 A forward pre-hook computes the per-head q, k, v from the module's own projection weights
 and the log-sum-exp of each row from q and k in tiles of rows (O(tile · N) memory); the

@@ -424,12 +424,7 @@
       h("label", {"data-i18n": "input"}, bar, this.t("input"));
       var inp = h("select", {"class": "ax-input", "aria-label": "input"}, bar);
       this.data.inputs.forEach(function (it, i) {
-        var tr = self.data.traces[it.stacks[0].t];
-        var media = it.media && it.media.kind && it.media.kind !== "text"
-          ? self.t(it.media.kind) + (it.media.path ? " " + it.media.path : "") : null;
-        var text = (media || it.text || tr.text || tr.tokens.slice(0, 40).join(" ")) +
-          (it.target ? " → " + it.target : "");
-        h("option", {value: i}, inp, (i + 1) + ": " + text.slice(0, 40));
+        h("option", {value: i}, inp, self.inputLabel(i));
       });
       inp.addEventListener("change", function () {
         self.s.input = +inp.value;
@@ -527,12 +522,25 @@
     this.render();
   };
 
+  /* The label of input i in the input selector, in the page's current language. */
+  Explorer.prototype.inputLabel = function (i) {
+    var it = this.data.inputs[i], tr = this.data.traces[it.stacks[0].t];
+    var media = it.media && it.media.kind && it.media.kind !== "text"
+      ? this.t(it.media.kind) + (it.media.path ? " " + it.media.path : "") : null;
+    var text = (media || it.text || tr.text || tr.tokens.slice(0, 40).join(" ")) +
+      (it.target ? " → " + it.target : "");
+    return (i + 1) + ": " + text.slice(0, 40);
+  };
+
   Explorer.prototype.setLang = function (lang) {
     var self = this;
     this.s.lang = lang;
     this.root.setAttribute("lang", lang);
     this.root.querySelectorAll("[data-i18n]").forEach(function (e) {
       e.textContent = self.t(e.getAttribute("data-i18n"));
+    });
+    this.root.querySelectorAll("select.ax-input option").forEach(function (o) {
+      o.textContent = self.inputLabel(+o.value);
     });
     this.render();
   };

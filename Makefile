@@ -31,7 +31,7 @@ report: $(STAMP)
 	$(VENV)/bin/attnlab report --out $(REPORT_DIR)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs
 
 test: $(STAMP) lint
 	$(PY) -m pytest

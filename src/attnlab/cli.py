@@ -218,7 +218,6 @@ def _media_trace(args: argparse.Namespace, job: _ModelRun, **kw: object) -> obje
     AttentionTrace (image) or a StackedTrace (audio); bad input is one line naming the
     argument."""
     from attnlab.tracing import trace
-
     from attnlab.tracing.media import read_image, read_wav
 
     arg, path = ("--image", args.image) if args.image is not None else ("--audio", args.audio)
@@ -228,17 +227,17 @@ def _media_trace(args: argparse.Namespace, job: _ModelRun, **kw: object) -> obje
         raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
     loaded = job.load()
     key = "image" if arg == "--image" else "audio"
-    target = getattr(args, "target", None)
+    target, targ = _target_text(args)  # a speech model's text (--target or --target-file)
     if target is not None:
         kw["target"] = target
     try:
         with job.layers(loaded, "tracing"):
             t = trace(loaded, **{key: path}, truncate=args.truncate, max_memory=job.budget,
                       **kw)
-    except TypeError as exc:
-        raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
-    except ValueError as exc:  # UnreadableAttentionError and MemoryBudgetError included
-        raise UsageError(f"{arg} {path}: {_one_line(exc)}") from exc
+    except (TypeError, ValueError) as exc:  # UnreadableAttentionError, MemoryBudgetError too
+        where = targ if target is not None and str(exc).startswith("target") else (
+            f"{arg} {path}")
+        raise UsageError(f"{where}: {_one_line(exc)}") from exc
     first = t if not hasattr(t, "names") else t[t.names[0]]
     job.tokens_given.append(first.seq_len)
     job.tokens_kept.append(first.seq_len)

@@ -410,3 +410,50 @@ def test_a_fresh_cache_builds_once_and_reports_the_time(tmp_path):
     third = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
                                       capture_output=True, text=True, timeout=300).stdout)
     assert not third["available"] and "no-such-compiler" in third["reason"]
+
+
+@pytest.mark.parametrize("shape_kw", [
+    dict(causal=True), dict(causal=False), dict(causal=True, window=5), dict(window=7),
+    dict(causal=True, key_mask="mask"), dict(causal=True, sinks="sinks")])
+def test_weights_from_the_logsumexp_equal_the_pytorch_path(shape_kw, monkeypatch):
+    from attnlab.core.scores import ScoreShape, row_logsumexp
+    from attnlab.core.weights import shaped_weights
+
+    g = torch.Generator().manual_seed(10)
+    h, lq, lk, d = 2, 23, 4133, 8  # keys over one kernel tile, not a multiple of it
+    q, k = torch.randn(h, lq, d, generator=g), torch.randn(h, lk, d, generator=g)
+    kw = dict(shape_kw)
+    if kw.get("key_mask") == "mask":
+        kw["key_mask"] = torch.rand(lk, generator=g) > 0.3
+    if kw.get("sinks") == "sinks":
+        kw["sinks"] = torch.randn(h, generator=g)
+    shape = ScoreShape(scale=0.4, **kw)
+    lse = row_logsumexp(q, k, shape)
+    lse[0, 3] = -math.inf  # a row that sees nothing
+    cases = [dict(rows=range(lq), cols=None, head=0, sel=(slice(None), slice(None))),
+             dict(rows=[0, 5, 22, 3], cols=range(100, 4133), head=1,
+                  sel=([0, 5, 22, 3], slice(100, 4133))),
+             dict(rows=[7], cols=[9, 2, 40], head=0, sel=([7], [9, 2, 40]))]  # unordered keys
+    for case in cases:
+        rows, cols, sel = case["rows"], case["cols"], case["sel"]
+        for heads in (0, [0, 1]):
+            q_rows = q[heads][..., sel[0], :]
+            k_cols = k[heads][..., sel[1], :]
+            lse_rows = lse[heads][..., sel[0]]
+            args = (q_rows, k_cols, lse_rows, shape)
+            kw2 = dict(rows=rows, cols=cols, head=heads, lq=lq, lk=lk)
+            fast = shaped_weights(*args, **kw2)
+            with monkeypatch.context() as m:
+                m.setattr(_kernel, "get", lambda: None)
+                slow = shaped_weights(*args, **kw2)
+            assert fast.shape == slow.shape and fast.dtype == slow.dtype == torch.float32
+            assert _err(fast, slow) <= 1e-6
+            assert torch.equal(fast == 0, slow == 0)  # hidden keys exactly 0, the rest not
+    # whole rows from the lse sum to 1 (exp(-inf) rows to 0): the lse is the formula's
+    full = shaped_weights(q[1], k[1], lse[1], shape, rows=range(lq), lq=lq, lk=lk)
+    total = torch.ones(lq)
+    if shape.sinks is not None:  # the sink takes its share of each row
+        total = total - torch.exp(shape.sinks[1] - lse[1])
+    assert _err(full.sum(-1), total) <= 1e-5
+    wrong = shaped_weights(q[1], k[1], lse[1] - 1.0, shape, rows=range(lq), lq=lq, lk=lk)
+    assert _err(wrong.sum(-1), full.sum(-1)) > 1.0  # a wrong lse shows

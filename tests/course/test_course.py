@@ -28,7 +28,6 @@ def _load_build():
 build = _load_build()
 CASES = [(part, lang) for part in build.PARTS for lang in build.LANGS]
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_TIMES: dict[str, float] = {}
 
 
 def _missing_model_packages() -> list[str]:
@@ -43,7 +42,12 @@ def test_every_part_has_both_languages_and_two_or_three_exercises():
         keys = [e.key for e in build.exercises(part)]
         assert len(set(keys)) == len(keys), part.stem
     files = sorted(p.relative_to(COURSE).as_posix() for p in COURSE.glob("*/*.ipynb"))
-    assert files == sorted(p.relative_to(COURSE).as_posix() for p in build.expected_files())
+    assert files == sorted(p.relative_to(COURSE).as_posix() for p in build.expected_files()
+                           if p.suffix == ".ipynb")
+    readme = COURSE / "README.md"
+    assert readme.read_text(encoding="utf-8") == build.index(), "run python docs/course/build.py"
+    for f in files:
+        assert f"]({f})" in build.index(), f
 
 
 @pytest.mark.parametrize("part,lang", CASES, ids=[f"{lang}-{p.stem}" for p, lang in CASES])
@@ -112,8 +116,7 @@ def kernel(tmp_path_factory):
     import and define everything it uses. Sharing the kernel saves starting Python and
     importing torch twenty times, which would exceed the suite's time budget.
     """
-    nbformat = pytest.importorskip("nbformat")
-    pytest.importorskip("nbclient")
+    import nbformat  # the `course` extra (in `dev`): missing it is an error, not a skip
     from nbclient import NotebookClient
 
     env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
@@ -161,7 +164,6 @@ def _execute(part, lang, client):
                                                       str(info.value)[-400:])
         _run(client, build._code(ex.answer))
         _run(client, build._code(ex.check))  # the right answer passes again
-    _TIMES[f"{lang}/{part.stem}"] = elapsed
     return elapsed
 
 
@@ -172,18 +174,9 @@ NOTEBOOK_CASES = [pytest.param(part, lang, id=f"{lang}-{part.stem}",
 
 
 @pytest.mark.parametrize("part,lang", NOTEBOOK_CASES)
-def test_notebook_runs_and_its_checks_reject_wrong_answers(part, lang, kernel):
+def test_notebook_runs_and_its_checks_reject_wrong_answers(part, lang, kernel, record_property):
     if part.needs_models and (missing := _missing_model_packages()):
         pytest.skip(f"{part.stem} needs the model packages, not installed: {missing} "
                     f"(make setup installs them)")
     elapsed = _execute(part, lang, kernel)
-    print(f"{lang}/{part.stem}: {elapsed:.1f} s")
-
-
-def test_report_run_times():
-    """Prints each notebook's run time (of the tests above in this session) and the total."""
-    if not _TIMES:
-        pytest.skip("no notebook ran in this session")
-    for name, seconds in sorted(_TIMES.items()):
-        print(f"{name}: {seconds:.1f} s")
-    print(f"total: {sum(_TIMES.values()):.1f} s over {len(_TIMES)} notebooks")
+    record_property("notebook_seconds", elapsed)  # listed at the end (tests/course/conftest.py)

@@ -448,3 +448,25 @@ def test_speech_encoder_folder_feature_extractor(tmp_path):
         maps = [a[0] for a in model.wav2vec2(input_values=torch.from_numpy(read_wav(wav))[None],
                                              output_attentions=True).attentions]
     assert _weight_error(t, maps) <= EXACT
+
+
+def test_memory_budget_is_checked_before_the_model_runs(tmp_path):
+    from attnlab.tracing.budget import MemoryBudgetError
+
+    vit = _build(transformers.ViTConfig, transformers.ViTModel)
+    with pytest.raises(MemoryBudgetError, match="image: 17 tokens"):
+        trace(vit, image=_png(tmp_path), max_memory="1KB")
+    with pytest.raises(MemoryBudgetError, match="audio: 54 tokens"):  # 50 positions + 4 ids
+        trace(_whisper(), audio=_wav(tmp_path / "a.wav"), target=[5, 6, 7], max_memory="1KB")
+    with pytest.raises(MemoryBudgetError, match="audio: 159 tokens"):
+        trace(_wav2vec2(), audio=_wav(tmp_path / "b.wav", seconds=0.1), max_memory="1KB")
+    assert trace(vit, image=_png(tmp_path), max_memory="1GB").seq_len == 17
+
+
+def test_a_model_that_cannot_run_on_the_prepared_image(tmp_path):
+    folder = tmp_path / "vit"
+    _build(transformers.ViTConfig, transformers.ViTModel).save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": 48, "width": 48}).save_pretrained(folder)
+    model = transformers.ViTModel.from_pretrained(folder, attn_implementation="eager")
+    with pytest.raises(ValueError, match="ViTModel cannot run on the 48x48 image it was given"):
+        trace(model, image=_png(tmp_path))

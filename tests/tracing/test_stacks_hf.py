@@ -234,3 +234,24 @@ def test_a_composed_encoder_decoder_model_keeps_its_stacks_apart():
     assert {n: t.num_layers for n, t in st.items()} == {"encoder": 2, "decoder": 3, "cross": 3}
     for name, t in st.items():
         assert float((t.weights - own[name][0]).abs().max()) <= support.EXACT_TOL, name
+
+
+def test_an_encoder_decoder_model_inside_another_module_is_told_apart():
+    class Wrapper(torch.nn.Module):  # e.g. a user's own model around a Hugging Face one
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kw):
+            return self.inner(**kw)
+
+    model = Wrapper(support.tiny_model("bart")).eval()
+    src, tgt = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[2, 9, 10]])
+    with torch.no_grad(), capture(model) as cap:
+        model(input_ids=src, decoder_input_ids=tgt, use_cache=False)
+    st = cap.trace()
+    assert isinstance(st, StackedTrace) and st.names == ("encoder", "decoder", "cross")
+    own = _own_maps(model.inner, src, tgt)
+    for name, t in st.items():
+        assert t.meta["layer_names"][0].startswith("inner.")
+        assert float((t.weights - own[name][0]).abs().max()) <= support.EXACT_TOL, name

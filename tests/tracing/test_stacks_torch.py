@@ -59,7 +59,8 @@ def test_nn_transformer_keeps_three_stacks_each_exact(norm_first):
     causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
     args = dict(tgt_mask=causal, src_key_padding_mask=pad, memory_key_padding_mask=pad,
                 tgt_is_causal=True)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():  # torch's nested-tensor fast path
+        warnings.simplefilter("ignore", UserWarning)
         plain = model(src, tgt, **args)
     seen, handles = _calls(model)
     try:
@@ -149,3 +150,23 @@ def test_attnlab_transformer_is_traced_as_three_stacks():
     assert st["decoder"].causal and st["cross"].token_ids == [5, 6, 7]
     same = trace(model, [1, 2, 3])  # no generation of its own: the source on both sides
     assert same.meta["target_from"] == "source" and same["decoder"].token_ids == [1, 2, 3]
+
+
+def test_attnlab_transformer_reads_a_target_text_with_its_own_tokenizer():
+    from attnlab.nn.transformer import Transformer, TransformerConfig
+
+    class Chars:  # a character tokenizer, as attnlab's trained runs have
+        def encode(self, text):
+            return [" abcdefg".index(c) for c in text]
+
+        def decode_tokens(self, ids):
+            return [" abcdefg"[i] for i in ids]
+
+    model = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=8, embed_dim=8,
+                                          num_heads=2, num_encoder_layers=1,
+                                          num_decoder_layers=1, ff_dim=16)).eval()
+    st = trace(model, "abc", target="gde", tokenizer=Chars())
+    assert st.text == "abc" and st.target == "gde" and st.meta["target_from"] == "given"
+    assert st["encoder"].tokens == list("abc") and st["cross"].key_tokens == list("abc")
+    assert st["decoder"].tokens == st["cross"].tokens == list("gde")
+    assert st["decoder"].token_ids == [7, 4, 5]

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnlab.core import _kernel
 from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
 from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
 from attnlab.core.masks import causal as causal_mask
-from attnlab.core.scores import ScoreShape
+from attnlab.core.scores import ScoreShape, _as_positions
 
 __all__ = ["attention_weights", "pooled_attention_map", "shaped_weights"]
 
@@ -225,14 +226,25 @@ def pooled_attention_map(
     sums = q.new_zeros(n, gq, gk)
     triangles: dict = {}
     h = slice(0, n)
+    # plain float32 maps: the compiled kernel's one pass (GEMM tile, mask, subtract, exp)
+    ops = _kernel.get() if mask is None and q.dtype == torch.float32 == k.dtype \
+        and q.device.type == "cpu" else None
+    if ops is not None:
+        q3, k3 = q3.contiguous(), k3.contiguous()
+        lse_k = lse.reshape(n, lq).float().contiguous()
     with torch.no_grad():
         for r0 in range(0, lq, tr):
             r1 = min(lq, r0 + tr)
             for c0 in range(0, lk, tc):
                 c1 = min(lk, c0 + tc)
-                s = _scores(q3, k3, tiles, h, r0, r1, c0, c1, causal, lk - lq, float(scale),
-                            triangles)
-                p = s.sub_(lse3[:, r0:r1]).exp_()  # (n, rows, cols)
+                if ops is not None:
+                    p = ops.exp_rows(q3[:, r0:r1].contiguous(), k3[:, c0:c1].contiguous(),
+                                     lse_k[:, r0:r1].contiguous(), torch.arange(r0, r1), c0,
+                                     lq, lk, causal, 0, None, float(scale))
+                else:
+                    s = _scores(q3, k3, tiles, h, r0, r1, c0, c1, causal, lk - lq,
+                                float(scale), triangles)
+                    p = s.sub_(lse3[:, r0:r1]).exp_()  # (n, rows, cols)
                 pr, pc = (-(r1 - r0)) % bq, (-(c1 - c0)) % bk
                 if pr or pc:
                     p = torch.nn.functional.pad(p, (0, pc, 0, pr))
@@ -270,6 +282,45 @@ def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShap
         got = tuple(lse_rows.shape) if isinstance(lse_rows, Tensor) else type(lse_rows).__name__
         raise ValueError(f"lse_rows must have shape {tuple(q_rows.shape[:-1])} (one per row of "
                          f"q_rows), got {got}")
+    fast = _kernel_rows(q_rows, k, lse_rows, shape, rows, cols, lq, lk)
+    if fast is not None:
+        return fast
     s = shape.scores(q_rows, k, rows=rows, cols=cols, head=head, lq=lq, lk=lk)
     lse = lse_rows.float()
     return s.sub_(lse.masked_fill(lse == float("-inf"), float("inf"))[..., None]).exp_()
+
+
+def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
+                 rows: Sequence[int] | Tensor | range, cols: Sequence[int] | Tensor | range
+                 | None, lq: int, lk: int) -> Tensor | None:
+    """:func:`shaped_weights` on the compiled kernel (one pass: GEMM tile, mask, subtract,
+    exp) for plain shapes (scale, causal, window, key mask, sinks) over contiguous keys on
+    the CPU; None where it does not apply, or the kernel is not there."""
+    if (shape.softcap is not None or shape.alibi_slopes is not None or shape.bias is not None
+            or q_rows.device.type != "cpu" or q_rows.dim() not in (2, 3)
+            or k.dim() != q_rows.dim() or q_rows.shape[-1] != k.shape[-1]
+            or (q_rows.dim() == 3 and k.shape[0] != q_rows.shape[0])):
+        return None  # (shape errors are reported by the PyTorch path)
+    ops = _kernel.get()
+    if ops is None:
+        return None
+    r = _as_positions("rows", rows, lq, q_rows.device)
+    col0, n_cols = 0, lk
+    if cols is not None:
+        c = _as_positions("cols", cols, lk, k.device)
+        n_cols = c.shape[0]
+        col0 = int(c[0]) if n_cols else 0
+        if n_cols and not torch.equal(c, torch.arange(col0, col0 + n_cols)):
+            return None  # keys out of order: the PyTorch path
+    if r.shape[0] != q_rows.shape[-2] or k.shape[-2] != n_cols:
+        return None
+    km = None
+    if shape.key_mask is not None:
+        km = shape.key_mask.to(torch.bool)[col0:col0 + n_cols].contiguous()
+    one = q_rows.dim() == 2
+    q3 = (q_rows[None] if one else q_rows).float().contiguous()
+    k3 = (k[None] if one else k).float().contiguous()
+    lse = (lse_rows[None] if one else lse_rows).float().contiguous()
+    out = ops.exp_rows(q3, k3, lse, r.contiguous(), col0, lq, lk, shape.causal,
+                       shape.window or 0, km, float(shape.scale))
+    return out[0] if one else out

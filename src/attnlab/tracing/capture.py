@@ -292,11 +292,12 @@ def stack_table(root: nn.Module) -> dict[str, str]:
     * ``torch.nn`` and attnlab layers: a ``TransformerEncoderLayer``'s ``self_attn`` is the
       encoder's; a ``TransformerDecoderLayer``'s ``self_attn`` the decoder's, its
       ``multihead_attn`` (attnlab: ``cross_attn``) cross-attention.
-    * Hugging Face (``config.is_encoder_decoder``): every module inside
-      ``get_encoder()`` is the encoder's, inside ``get_decoder()`` the decoder's, except
-      those a decoder layer names as its cross-attention (``encoder_attn``,
-      ``EncDecAttention``, ...). While capturing, a decoder module called with the
-      encoder's states (:data:`CROSS_ARGUMENTS`) is also counted as cross-attention.
+    * Hugging Face (``config.is_encoder_decoder``, ``root`` or a model inside it): every
+      module inside ``get_encoder()`` is the encoder's, inside ``get_decoder()`` the
+      decoder's, except those a decoder layer names as its cross-attention
+      (``encoder_attn``, ``EncDecAttention``, ...). While capturing, a decoder module
+      called with the encoder's states (:data:`CROSS_ARGUMENTS`) is also counted as
+      cross-attention.
     """
     from attnlab.nn.transformer import TransformerDecoderLayer as OwnDecoderLayer
     from attnlab.nn.transformer import TransformerEncoderLayer as OwnEncoderLayer
@@ -319,16 +320,17 @@ def stack_table(root: nn.Module) -> dict[str, str]:
         elif isinstance(m, OwnDecoderLayer):
             put(m.self_attn, "decoder")
             put(m.cross_attn, "cross")
-    if is_hf_model(root) and getattr(root.config, "is_encoder_decoder", False):
-        parts = {}
+    for hf in root.modules():  # the model itself, or one inside it
+        if not (is_hf_model(hf) and getattr(hf.config, "is_encoder_decoder", False)):
+            continue
         for side in ("encoder", "decoder"):
             try:
-                parts[side] = getattr(root, f"get_{side}")()
+                part = getattr(hf, f"get_{side}")()
             except (AttributeError, NotImplementedError, TypeError):
-                parts[side] = None
-        for side, part in parts.items():
-            if isinstance(part, nn.Module) and part is not root:
+                part = None
+            if isinstance(part, nn.Module) and part is not hf:
                 put(part, side)
+    if table:
         for name, stack in list(table.items()):
             if stack == "decoder" and _CROSS_NAMES & set(name.split(".")):
                 table[name] = "cross"
@@ -424,7 +426,8 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
     try:
         for mods in matched.values():
             for m in mods:
-                if cap._stacks.get(cap.name_of(m)) == "decoder" and is_hf_model(module):
+                if cap._stacks.get(cap.name_of(m)) == "decoder" and type(
+                        m).__module__.startswith("transformers."):
                     handles.append(_watch_cross(cap, m))
         for i, mods in matched.items():
             handles.extend(ADAPTERS[i].attach(cap, mods))

@@ -20,11 +20,15 @@ built from the config. Whisper pads every input to its full window (30 s: 1500 e
 positions) and refuses a shorter one, so the trace keeps every position;
 ``meta["input"]["real_positions"]`` says how many hold the sound. The decoder's tokens are
 ``target`` (text, tokenized by the model's tokenizer, or token ids), or else the model's
-own greedy choice, token by token from its start token (``meta["target_from"]``).
+own greedy choice, token by token from its start token (``meta["target_from"]``). A speech
+encoder without a decoder (wav2vec 2.0, HuBERT, data2vec-audio, SEW, UniSpeech, ...:
+:data:`AUDIO_ENCODER_FAMILIES`) gives one stack over its frames, labelled the same way.
 
 Families are listed in :data:`VISION_FAMILIES` (traced exactly: the weights equal the
-model's own ``output_attentions``), :data:`REFUSED_FAMILIES` (refused with the reason) and
-:data:`SPEECH_FAMILIES`.
+model's own ``output_attentions``; a text-image model's vision tower is traced),
+:data:`REFUSED_FAMILIES` (refused with the reason), :data:`SPEECH_FAMILIES` and
+:data:`AUDIO_ENCODER_FAMILIES`; :func:`check_media_family` is their row of the support
+matrix (:mod:`attnlab.tracing.support`).
 
 >>> import numpy as np
 >>> from PIL import Image
@@ -39,6 +43,7 @@ model's own ``output_attentions``), :data:`REFUSED_FAMILIES` (refused with the r
 from __future__ import annotations
 
 import base64
+import contextlib
 import inspect
 import io
 import math
@@ -46,7 +51,7 @@ import os
 import re
 import warnings
 import wave
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +152,9 @@ _TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model",
                    "altclip": "altclip_vision_model", "metaclip_2": "metaclip_2_vision_model",
                    "owlvit": "owlvit_vision_model", "owlv2": "owlv2_vision_model",
                    "clipseg": "clipseg_vision_model", "blip": "blip_vision_model",
-                   "blip-2": "blip_2_vision_model"}
+                   "blip-2": "blip_2_vision_model", "tipsv2": "tipsv2_vision_model"}
 #: Families whose model is a vision family under another name.
-_SAME_AS = {"mlcd": "mlcd_vision_model", "tipsv2": "tipsv2_vision_model"}
+_SAME_AS = {"mlcd": "mlcd_vision_model"}
 
 
 # -- reading files ----------------------------------------------------------------------------
@@ -294,6 +299,21 @@ def _vision_tower(net: nn.Module, name: str) -> tuple[nn.Module, str]:
     return net, family
 
 
+def _run(module: nn.Module, name: str, what: str, **inputs: Any) -> Any:
+    """``module(**inputs)`` without gradients; a failure inside the model (other than
+    attnlab's own refusal) becomes one ``ValueError`` naming the model and its input."""
+    from attnlab.tracing.adapters._base import UnreadableAttentionError
+
+    try:
+        with torch.no_grad():
+            return module(**inputs)
+    except UnreadableAttentionError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{name} cannot run on {what} ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]})") from exc
+
+
 def _takes_pixels(module: nn.Module) -> bool:
     try:
         return "pixel_values" in inspect.signature(module.forward).parameters
@@ -308,23 +328,19 @@ def _folder_file(folder: str | None, filename: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _quiet() -> Any:
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
     """Silence transformers' logging and Python warnings while a processor is made."""
     import transformers
 
-    class _Ctx:
-        def __enter__(self) -> None:
-            self.level = transformers.logging.get_verbosity()
-            transformers.logging.set_verbosity_error()
-            self.warn = warnings.catch_warnings()
-            self.warn.__enter__()
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-
-        def __exit__(self, *exc: object) -> None:
-            self.warn.__exit__(*exc)
-            transformers.logging.set_verbosity(self.level)
-
-    return _Ctx()
+            yield
+    finally:
+        transformers.logging.set_verbosity(level)
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -456,8 +472,9 @@ def trace_image(model: Any, image: Any, *, qkv: bool = True, context: bool = Fal
     was_training = tower.training
     tower.eval()
     try:
-        with torch.no_grad(), capture(tower, qkv=qkv, context=context) as cap:
-            tower(pixel_values=pixels)
+        with capture(tower, qkv=qkv, context=context) as cap:
+            _run(tower, name, f"the {pixels.shape[-2]}x{pixels.shape[-1]} image it was given",
+                 pixel_values=pixels)
     except ValueError as exc:
         if "no attention module" in str(exc):
             raise ValueError(f"{name} ({family}) has no attention module attnlab can read: "
@@ -552,8 +569,8 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
     was_training = net.training
     net.eval()
     try:
-        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
-            net(input_values=values)
+        with capture(net, qkv=qkv, context=context) as cap:
+            _run(net, name, f"a waveform of {values.shape[-1]} samples", input_values=values)
     finally:
         net.train(was_training)
     first = cap.records[0] if cap.records else None
@@ -768,9 +785,15 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
         if min(ids) < 0 or max(ids) >= vocab:
             raise ValueError(f"target holds ids in [{min(ids)}, {max(ids)}], outside the "
                              f"vocabulary [0, {vocab}) of {name}")
-        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
-            base = getattr(net, "model", net)
-            base(input_features=features, decoder_input_ids=torch.tensor([ids]),
+        if max_memory is not None:  # the encoder's positions dominate what the trace keeps
+            from attnlab.tracing.budget import check_trace_budget
+
+            check_trace_budget(net, positions + len(ids), max_memory, what="audio",
+                               keep_weights=not qkv, keep_context=context)
+        with capture(net, qkv=qkv, context=context) as cap:
+            _run(getattr(net, "model", net), name,
+                 f"log-mel features {tuple(features.shape)} and {len(ids)} decoder tokens",
+                 input_features=features, decoder_input_ids=torch.tensor([ids]),
                  use_cache=False)
     finally:
         net.train(was_training)
@@ -885,8 +908,11 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
         model_cls = transformers.WhisperForConditionalGeneration
     elif family in _TOWER_FAMILIES:
         vision_cls = type(cls().vision_config)
+        extra = {"qformer_config": dict(hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=4, intermediate_size=48,
+                                        encoder_hidden_size=32)} if family == "blip-2" else {}
         config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
-                     attn_implementation="eager")
+                     attn_implementation="eager", **extra)
         model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
     else:
         config = cls(**_kwargs_for(cls, TINY_VISION), attn_implementation="eager")

@@ -531,13 +531,16 @@ def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_t
             origin = "generated"
     elif isinstance(target, str):
         text = check_text(target, "target")
-        if tok is None or not callable(tok):
+        if tok is None:
             raise ValueError(f"target text needs a tokenizer and {loaded.name} has none: "
                              "pass tokenizer=..., or give the target as token ids")
-        if not hf:
-            raise ValueError(f"target text needs a Hugging Face tokenizer; give {loaded.name} "
-                             "the target as token ids")
-        ids = [_start_id(net)] + list(tok(text_target=text)["input_ids"])
+        if hf:
+            ids = [_start_id(net)] + list(tok(text_target=text)["input_ids"])
+        elif hasattr(tok, "encode"):  # attnlab's own tokenizer: the ids as they are
+            ids = list(tok.encode(text))
+        else:
+            raise ValueError(f"target text needs a tokenizer with encode(); give "
+                             f"{loaded.name} the target as token ids")
         origin = "given"
     else:
         ids = _ids_from(target, "target")

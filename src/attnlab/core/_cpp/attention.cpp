@@ -585,6 +585,88 @@ std::vector<at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const
   return {dq, dk, dv};
 }
 
+// Weights on demand from the logsumexp (attnlab.core.weights.shaped_weights, plain shapes):
+// P = exp(scale · q kᵀ − lse) for rows at positions `rows` and keys [col0, col0 + C), 0
+// where causal / window / key_mask hides a key or lse is -inf. q (h, R, d), k (h, C, d),
+// lse (h, R) float32, contiguous. Tiles of rows x keys: one GEMM into a per-thread buffer,
+// then mask, subtract and exp (vectorised) on the way out.
+at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
+                    const at::Tensor& rows, int64_t col0, int64_t lq, int64_t lk, bool causal,
+                    int64_t window, const c10::optional<at::Tensor>& key_mask, double scale_d) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && lse.dim() == 2 && rows.dim() == 1,
+              "attnlab kernel: exp_rows takes q (h, R, d), k (h, C, d), lse (h, R), rows (R)");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && lse.is_contiguous() &&
+                  rows.is_contiguous(), "attnlab kernel: exp_rows needs contiguous inputs");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  lse.scalar_type() == at::kFloat && rows.scalar_type() == at::kLong,
+              "attnlab kernel: exp_rows takes float32 q, k, lse and int64 rows");
+  const int64_t h = q.size(0), R = q.size(1), d = q.size(2), C = k.size(1);
+  TORCH_CHECK(k.size(0) == h && k.size(2) == d && lse.size(0) == h && lse.size(1) == R &&
+                  rows.size(0) == R, "attnlab kernel: exp_rows shapes do not match");
+  const bool* km = nullptr;
+  if (key_mask.has_value()) {
+    TORCH_CHECK(key_mask->scalar_type() == at::kBool && key_mask->is_contiguous() &&
+                    key_mask->dim() == 1 && key_mask->size(0) == C,
+                "attnlab kernel: key_mask must be a contiguous bool (C,)");
+    km = key_mask->data_ptr<bool>();
+  }
+  bool zeroed = false;
+  at::Tensor out = big_empty({h, R, C}, q.options(), &zeroed);
+  if (h == 0 || R == 0 || C == 0) return out;
+  const float scale = static_cast<float>(scale_d);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* lp = lse.data_ptr<float>();
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  const int64_t tc = std::min<int64_t>(C, 4096);
+  const int64_t tr = std::min<int64_t>(R, std::max<int64_t>(16, (int64_t(1) << 18) / tc));
+  const int64_t nr = (R + tr - 1) / tr, nc = (C + tc - 1) / tc;
+  at::parallel_for(0, h * nc * nr, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(static_cast<size_t>(tr * tc + 16));
+    for (int64_t t = begin; t < end; ++t) {  // head, then key block, then row block
+      const int64_t hh = t / (nc * nr), cb = (t / nr) % nc, rb = t % nr;
+      const int64_t r0 = rb * tr, rows_t = std::min(R, r0 + tr) - r0;
+      const int64_t c0 = cb * tc, cols_t = std::min(C, c0 + tc) - c0;
+      float* s = buf.data();
+      gemm_rm<float>(false, true, rows_t, cols_t, d, scale, qp + (hh * R + r0) * d, d,
+                     kp + (hh * C + c0) * d, d, 0.f, s, cols_t);
+      for (int64_t r = 0; r < rows_t; ++r) {
+        float* sr = s + r * cols_t;
+        const int64_t pos = rp[r0 + r] + (lk - lq);
+        int64_t lo = 0, hi = lk;  // visible absolute keys [lo, hi)
+        if (causal) hi = pos + 1;
+        if (window > 0) {
+          lo = std::max(lo, pos - window + 1);
+          hi = std::min(hi, pos + window);
+        }
+        const int64_t a = std::clamp<int64_t>(lo - col0 - c0, 0, cols_t);
+        const int64_t b = std::clamp<int64_t>(hi - col0 - c0, a, cols_t);
+        const float l = lp[hh * R + r0 + r];
+        std::fill(sr, sr + a, 0.f);
+        std::fill(sr + b, sr + cols_t, 0.f);
+        if (l == -std::numeric_limits<float>::infinity()) {
+          std::fill(sr + a, sr + b, 0.f);
+        } else {
+          bool nan = std::isnan(l);
+          for (int64_t j = a; j < b; ++j) nan |= std::isnan(sr[j]);
+          if (nan) {  // NaN stays NaN, as exp gives it
+            for (int64_t j = a; j < b; ++j) sr[j] = std::exp(sr[j] - l);
+          } else {
+            row_exp<float>(sr + a, b - a, l);
+          }
+          if (km)
+            for (int64_t j = a; j < b; ++j)
+              if (!km[c0 + j]) sr[j] = 0.f;
+        }
+        write_row<float>(op + (hh * R + r0 + r) * C + c0, sr, cols_t, cols_t, 1.f, false);
+      }
+    }
+    fence();
+  });
+  return out;
+}
+
 // how the kernel was compiled: the vector ISA at::vec uses here
 std::string capability() {
 #if defined(CPU_CAPABILITY_AVX512)
@@ -605,9 +687,12 @@ TORCH_LIBRARY(attnlab_kernel, m) {
         "Tensor? d_weights, Tensor? d_lse, bool causal, float scale, int tile_rows) -> Tensor[]");
   m.def("capability() -> str", &capability);
   m.def("release_memory() -> int", &release_memory);
+  m.def("exp_rows(Tensor q, Tensor k, Tensor lse, Tensor rows, int col0, int lq, int lk, "
+        "bool causal, int window, Tensor? key_mask, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+  m.impl("exp_rows", &exp_rows);
 }

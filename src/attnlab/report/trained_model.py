@@ -1,8 +1,10 @@
 """The report's "trained model" section: train the induction model (or reuse it), show its
-training curve, and the previous-token and induction heads found by their scores.
+training curve, and the previous-token and induction heads found by their scores; then the
+same for the associative-recall task and its lookup head.
 
-The run lives in ``<report dir>/trained-induction/``: a finished run with the same config is
-reused, a killed one is resumed, anything else is trained afresh
+The runs live in ``<report dir>/trained-induction/`` and ``<report dir>/trained-assoc-recall/``:
+a finished run with the same config is reused, a killed one is resumed, anything else is
+trained afresh
 (:func:`attnlab.train.summary.ensure_run`). Tables and figures are shown in English and in
 Chinese (:data:`ZH`).
 """
@@ -26,9 +28,10 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.summary import RunSummary, ensure_run, summarize_run
 from attnlab.train.trainer import plot_metrics
 
-__all__ = ["RUN_NAME", "build", "section_for", "ZH"]
+__all__ = ["RUN_NAME", "LOOKUP_RUN_NAME", "build", "section_for", "lookup_part", "ZH"]
 
 RUN_NAME = "trained-induction"
+LOOKUP_RUN_NAME = "trained-assoc-recall"
 
 #: Chinese for the checks of :func:`attnlab.train.summary.summarize_run` and the figures.
 ZH: dict[str, str] = {
@@ -52,6 +55,16 @@ ZH: dict[str, str] = {
     "key": "键",
     "query": "查询",
     "<bos>": "<bos>",  # the task's start token, shown as the model reads it
+    # the associative-recall run
+    "held-out accuracy on the recalled value >= {}": "留出集上回忆出的值的准确率 ≥ {}",
+    "lookup head found (attention from the query key to the value after its earlier "
+    "occurrence >= {}, >= {}x median)":
+        "找到查找头（查询键对其先前出现之后那个值的注意力 ≥ {}，且 ≥ 中位数的 {} 倍）",
+    "lookup head: layer {} head {} (score {})": "查找头：第 {} 层第 {} 个头（分数 {}）",
+    "query → value": "查询 → 值",
+    "query → key": "查询 → 键",
+    "attention weight": "注意力权重",
+    "position": "位置",
 }
 
 
@@ -127,8 +140,76 @@ def section_for(s: RunSummary) -> Section:
                    rows=list(s.checks))
 
 
+def _lookup_figure(s: RunSummary) -> Any:
+    """The lookup head's attention from the query position (the last) over one held-out
+    sequence, its key and value marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layer, head, score = s.lookup.best_value
+    tokens = s.example_tokens
+    row = s.example_weights[layer, head, -1].numpy()
+    fig, ax = plt.subplots(figsize=(7.5, 2.8))
+    ax.bar(range(len(tokens)), row, color="#3558b0")
+    ax.set_xticks(range(len(tokens)), tokens, fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("position")
+    ax.set_ylabel("attention weight")
+    ax.set_title(f"lookup head: layer {layer} head {head} (score {score:.2f})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def lookup_part(s: RunSummary) -> tuple[str, list[tuple[str, str, bool]], bool]:
+    """The associative-recall run's part of the section: (HTML, check rows, passed)."""
+    if s.lookup is None:
+        raise ValueError(f"lookup_part needs an assoc-recall run, got task {s.config.task!r}")
+    config, lookup = s.config, s.lookup
+    command = f"attnlab train --task {config.task}"
+    catalog = {**ZH, command: command}
+    rows = [[f"L{layer}H{head}", float(lookup.value[layer, head]),
+             float(lookup.key[layer, head])]
+            for layer in range(lookup.value.shape[0]) for head in range(lookup.value.shape[1])]
+    html = "".join([
+        f"<h3>{bilingual('Associative recall: a lookup head', '联想回忆：查找头', tag='span')}"
+        "</h3>",
+        bilingual(
+            "The sequence lists key–value pairs and ends with one of the keys; the model must "
+            "answer with its value. The GPT reads each token with the previous token's "
+            "embedding added (a token shift), so one head can do the lookup: from the query key "
+            "to the value that followed that key earlier.",
+            "序列先列出若干“键—值”对，最后给出其中一个键；模型要答出它的值。这里的 GPT 在每个"
+            "词元上加了前一个词元的嵌入（词元平移），于是一个头就能完成查找：从查询的键看向"
+            "先前紧跟在同一个键之后的那个值。"),
+        table(["check", "value", "result"], [list(c) for c in s.checks], passed_col=2,
+              catalog=catalog),
+        f"<p class='muted'><code>{escape(command)} --out DIR</code> &middot; "
+        + bilingual(f"{config.steps} steps, {config.num_layers} layers x {config.num_heads} "
+                    f"heads, dim {config.embed_dim}", f"{config.steps} 步，{config.num_layers} "
+                    f"层 × {config.num_heads} 个头，维度 {config.embed_dim}", tag="span")
+        + "</p>",
+        figure(_lookup_figure(s),
+               "The lookup head's attention from the query key (the last position) over one "
+               "held-out sequence: almost all of it on the value that followed the same key.",
+               "查找头从查询键（最后一个位置）出发、在一条留出序列上的注意力：几乎全部落在"
+               "先前紧跟同一个键的那个值上。", svg=True, catalog=catalog),
+        table([BiText("head", "头"), BiText("query → value", "查询 → 值"),
+               BiText("query → key", "查询 → 键")], rows),
+    ])
+    return html, list(s.checks), s.passed
+
+
 def build(ctx: ReportContext) -> Section:
-    """Train (or reuse) the induction run under ``ctx.out_dir`` and show what it found."""
+    """Train (or reuse) the induction and the associative-recall runs under ``ctx.out_dir``
+    and show what they found."""
     run_dir = Path(ctx.out_dir) / RUN_NAME
     ensure_run(run_dir, TrainConfig.for_task("induction", seed=ctx.seed), ctx.progress)
-    return section_for(summarize_run(run_dir, seed=ctx.seed))
+    section = section_for(summarize_run(run_dir, seed=ctx.seed))
+    lookup_dir = Path(ctx.out_dir) / LOOKUP_RUN_NAME
+    ensure_run(lookup_dir, TrainConfig.for_task("assoc-recall", seed=ctx.seed), ctx.progress)
+    html, rows, passed = lookup_part(summarize_run(lookup_dir, seed=ctx.seed))
+    return Section(id=section.id, title=section.title, title_zh=section.title_zh,
+                   html=section.html + html, passed=section.passed and passed,
+                   rows=section.rows + rows)

@@ -30,14 +30,18 @@ from attnlab.nn import (
     TransformerDecoderLayer,
     TransformerEncoderLayer,
 )
-from attnlab.tracing import AttentionTrace, capture
+from attnlab.tracing import AttentionTrace, StackedTrace, capture, load_trace
 from attnlab.viz.explorer import Explorer
 
 __version__ = "0.1.0"
 
 
-def trace(model: Any, text_or_token_ids: Any, **kwargs: Any) -> AttentionTrace:
+def trace(model: Any, text_or_token_ids: Any = None, **kwargs: Any
+          ) -> AttentionTrace | StackedTrace:
     """Load ``model`` if it is a name or a folder, then trace one input through it.
+
+    An encoder–decoder model gives a :class:`~attnlab.tracing.StackedTrace` (encoder,
+    decoder and cross-attention); any other model an :class:`AttentionTrace`.
 
     A convenience over :func:`attnlab.models.load` and :func:`attnlab.tracing.tracer.trace`
     (which takes an already-loaded model and accepts the same keyword arguments).
@@ -71,7 +75,9 @@ __all__ = [
     "TransformerDecoderLayer",
     "TransformerEncoderLayer",
     "AttentionTrace",
+    "StackedTrace",
     "capture",
+    "load_trace",
     "trace",
     "masks",
     "positional",

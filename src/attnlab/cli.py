@@ -551,14 +551,25 @@ def _plot(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", choices=kinds, default="heatmap")
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--head", type=int, default=0)
+    p.add_argument("--stack", default=None, metavar="NAME",
+                   help="the stack of an encoder–decoder trace: encoder, decoder or cross "
+                        "(required for such a trace)")
     p.add_argument("--out", required=True, metavar="PNG_OR_SVG")
 
     def run(args: argparse.Namespace) -> int:
-        from attnlab.tracing import AttentionTrace
+        from attnlab.tracing import StackedTrace, load_trace
         from attnlab.viz.figures import plot, save_figure
 
         _check_out(args.out, (".png", ".svg"))
-        t = AttentionTrace.load(args.file)
+        t = load_trace(args.file)
+        if isinstance(t, StackedTrace):
+            if args.stack not in t:
+                raise UsageError(f"--stack must be one of {', '.join(t.names)} for this "
+                                 f"encoder–decoder trace, got {args.stack!r}")
+            t = t[args.stack]
+        elif args.stack is not None and args.stack != t.stack:
+            raise UsageError(f"--stack: this trace holds one stack ({t.stack!r}), "
+                             f"got {args.stack!r}")
         try:
             fig = plot(t, args.kind, args.layer, args.head)
         except IndexError as exc:

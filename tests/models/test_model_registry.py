@@ -144,3 +144,22 @@ def test_a_broken_model_folder_is_one_clear_error(tmp_path, how, message):
         models.load(d, reuse=False)
     assert str(d) in str(info.value) and "\n" not in str(info.value)
     assert info.value.__cause__ is not None  # the library's own error, for ATTNLAB_DEBUG
+
+
+def test_encoder_decoder_folder_loads_with_its_head_and_generates_a_target(tmp_path):
+    """A folder whose config says encoder–decoder loads with the language-model head, so a
+    trace without a target generates one (the bare model could not)."""
+    tf = pytest.importorskip("transformers")
+    from attnlab.tracing import StackedTrace
+
+    torch.manual_seed(0)
+    cfg = tf.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2,
+                        encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=32)
+    tf.BartForConditionalGeneration(cfg).save_pretrained(tmp_path / "bart")
+    loaded = models.load(tmp_path / "bart", reuse=False)
+    assert type(loaded.model).__name__ == "BartForConditionalGeneration"
+    t = trace(loaded, [0, 5, 6, 7, 2], max_new_tokens=4)
+    assert isinstance(t, StackedTrace) and t.meta["target_from"] == "generated"
+    assert t["encoder"].seq_len == 5 and t["cross"].key_len == 5
+    assert 1 <= t["decoder"].seq_len <= 5  # the decoder start token and at most 4 more

@@ -196,7 +196,7 @@ def test_round_trip_keeps_everything(tmp_path):
     assert torch.equal(back.weights, t.weights) and torch.equal(back.v, t.v)
     header = json.loads(path.read_bytes()[8: 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]])
     meta = json.loads(header["__metadata__"]["attnlab"])
-    assert meta["format_version"] == FORMAT_VERSION == 3
+    assert meta["format_version"] == FORMAT_VERSION == 4
     assert "shapes.1.key_mask" not in header  # the same key mask is stored once
     # the file holds q, k, v, lse: O(N·d), never (N, N) weights
     assert "weights" not in header and header["k"]["shape"] == [L, HKV, N, D]
@@ -288,7 +288,7 @@ def test_v1_files_still_load(tmp_path):
     ("token_ids", [1, "2", 3], "'token_ids' must be null or a list of ints"),
     ("scale", float("inf"), "'scale' must be null or a finite float"),
     ("meta", [1], "'meta' must be a JSON object"),
-    ("format_version", 4, "format_version 4"),
+    ("format_version", 5, "format_version 5"),
     ("causal", "yes", "'causal' must be a bool"),
 ])
 def test_bad_metadata_is_refused_naming_the_field(tmp_path, field, value, message):

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab import cli
 from attnlab.tracing import AttentionTrace
@@ -251,3 +252,20 @@ def test_explore_json_and_a_trained_run(bert_dir, tmp_path, capsys):
     rc, _, err = _run(capsys, "explore", "--model", str(bert_dir), "--text", "the cat",
                       "--text2", "\u200b", "--out", str(out), "--quiet")
     assert rc == 2 and "--text2 has no visible character" in err
+
+
+def test_plot_picks_a_stack_of_an_encoder_decoder_trace(tmp_path, capsys):
+    from attnlab.nn.transformer import Transformer, TransformerConfig
+    from attnlab.tracing.tracer import trace
+
+    torch.manual_seed(0)
+    ed = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=6, embed_dim=8,
+                                       num_heads=2, num_encoder_layers=1,
+                                       num_decoder_layers=1, ff_dim=16)).eval()
+    path = trace(ed, [1, 5, 3], target=[0, 4]).save(tmp_path / "ed.safetensors")
+    png = tmp_path / "cross.png"
+    assert cli.main(["plot", str(path), "--stack", "cross", "--out", str(png)]) == 0
+    assert png.stat().st_size > 0
+    assert cli.main(["plot", str(path), "--out", str(tmp_path / "x.png")]) == 2
+    assert "--stack must be one of encoder, decoder, cross" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()

@@ -96,7 +96,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_by_name():
                                        num_decoder_layers=1, ff_dim=16)).eval()
     with pytest.raises(ValueError, match=r"\[0, 6\)"):  # both sides read the ids
         trace(ed, [1, 7])
-    assert trace(ed, [1, 5]).seq_len == 2
+    assert trace(ed, [1, 5])["encoder"].seq_len == 2
     transformers = pytest.importorskip("transformers")
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

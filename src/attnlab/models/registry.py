@@ -248,6 +248,19 @@ def _load_smollm2(progress: bool) -> LoadedModel:
                      "source_sha256": SMOLLM2_SHA256, "license": "Apache-2.0"})
 
 
+def _auto_class(tf: Any, config: Any, causal: bool) -> Any:
+    """The auto class that loads a folder with what tracing needs: the language-model head
+    for a decoder (and for an encoder–decoder, to generate a target when none is given),
+    the bare model otherwise."""
+    if causal:
+        return tf.AutoModelForCausalLM
+    if getattr(config, "is_encoder_decoder", False):
+        for auto in (tf.AutoModelForSeq2SeqLM, tf.AutoModelForSpeechSeq2Seq):
+            if type(config) in auto._model_mapping:
+                return auto
+    return tf.AutoModel
+
+
 def _is_attnlab_run(path: Path) -> bool:
     try:
         from attnlab.train.checkpoint import is_run_dir
@@ -291,7 +304,7 @@ def _load_path(path: Path, progress: bool) -> LoadedModel:
         raise ModelNotAvailableError(
             f"{path / 'config.json'}: not a usable model config ({_cause(exc)})") from exc
     causal = is_causal_config(config)
-    auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
+    auto = _auto_class(tf, config, causal)
     try:
         model = auto.from_pretrained(path, local_files_only=True, attn_implementation="eager")
     except Exception as exc:

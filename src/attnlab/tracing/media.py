@@ -64,7 +64,8 @@ from attnlab.tracing.capture import Capture, capture
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES",
-           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_VISION",
+           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_SPEECH_SEQ2SEQ",
+           "TINY_VISION",
            "TINY_WHISPER", "VISION_FAMILIES",
            "check_media_family", "image_inputs", "read_image", "read_wav", "time_labels",
            "tiny_media_model", "trace_audio", "trace_image", "trace_media"]
@@ -140,7 +141,7 @@ REFUSED_FAMILIES: dict[str, str] = {
                     "to trace"),
 }
 #: Speech families traced exactly (encoder, decoder and cross-attention).
-SPEECH_FAMILIES = ("whisper",)
+SPEECH_FAMILIES = ("whisper", "moonshine", "speech_to_text")
 #: Speech encoders read from the waveform (CTC and self-supervised models): one stack of
 #: self-attention over frames. WavLM and SEW-D compute their attention inline: capture
 #: refuses them, naming the module.
@@ -590,7 +591,7 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
     return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
 
 
-def _feature_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
+def _whisper_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
     from transformers import WhisperFeatureExtractor
 
     pre = _folder_file(folder, "preprocessor_config.json")
@@ -613,6 +614,69 @@ def _feature_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
     fe.nb_max_frames = frames
     return fe, (f"WhisperFeatureExtractor built from the config ({config.num_mel_bins} mel "
                 f"bins, {seconds:g} s window; the folder has no preprocessor_config.json)")
+
+
+class _SpeechInput:
+    """What a speech encoder–decoder reads: its encoder's input, how long one encoder
+    position lasts, its window (Whisper) and how the input was prepared."""
+
+    def __init__(self, net: nn.Module, family: str, folder: str | None, samples: np.ndarray,
+                 name: str, truncate: bool) -> None:
+        config = net.config
+        self.seconds = samples.size / SAMPLE_RATE
+        self.window: float | None = None
+        self.truncated_from: float | None = None
+        if family == "whisper":
+            fe, self.how = _whisper_extractor(config, folder)
+            self.window = fe.n_samples / SAMPLE_RATE
+            if samples.size > fe.n_samples:
+                if not truncate:
+                    raise ValueError(
+                        f"audio is {self.seconds:.2f} s but {name} hears at most "
+                        f"{self.window:g} s at once; cut it, or pass truncate=True (CLI: "
+                        f"--truncate) to keep the first {self.window:g} s")
+                self.truncated_from = round(self.seconds, 4)
+                samples = samples[:fe.n_samples]
+                self.seconds = self.window
+            x = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+            self.kwargs = {"input_features": x}
+            self.frame_seconds = fe.hop_length * (x.shape[-1] // int(
+                config.max_source_positions)) / SAMPLE_RATE
+            return
+        from transformers import AutoFeatureExtractor, Speech2TextFeatureExtractor
+
+        pre = _folder_file(folder, "preprocessor_config.json")
+        try:
+            with _quiet():
+                if pre is not None:
+                    fe = AutoFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
+                    self.how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
+                elif family == "speech_to_text":
+                    fe = Speech2TextFeatureExtractor(
+                        feature_size=int(config.input_feat_per_channel))
+                    self.how = ("Speech2TextFeatureExtractor defaults (80 log-mel filter banks "
+                                "every 10 ms; the folder has no preprocessor_config.json)")
+                else:
+                    fe = None
+                    self.how = ("the waveform as it is (the folder has no "
+                                "preprocessor_config.json)")
+                if family == "speech_to_text":
+                    x = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
+                        "input_features"]
+                    self.kwargs = {"input_features": x}
+                    hop = int(getattr(fe, "sampling_rate", SAMPLE_RATE) * 0.01)
+                    self.frame_seconds = hop * 2 ** int(config.num_conv_layers) / SAMPLE_RATE
+                else:  # moonshine: the waveform, three convolutions of stride 64, 3 and 2
+                    x = (torch.from_numpy(samples)[None] if fe is None else fe(
+                        samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
+                        "input_values"])
+                    self.kwargs = {"input_values": x}
+                    self.frame_seconds = 64 * 3 * 2 / SAMPLE_RATE
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
+                             f"({type(exc).__name__}: {exc})") from None
 
 
 def _target_ids(target: Any, tokenizer: Any, start: int, name: str) -> tuple[list[int], str]:
@@ -657,7 +721,7 @@ def _next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any
     head, or (a base model without one) the decoder's token embedding when the config ties
     the head to it, as the model with a head computes; None otherwise. ``past`` is the
     model's key/value cache (the cross-attention's keys and values computed once)."""
-    head = getattr(net, "proj_out", None)
+    head = net.get_output_embeddings()
     embed = getattr(net.get_decoder(), "embed_tokens", None)
     if not isinstance(head, nn.Module):
         if not (getattr(config, "tie_word_embeddings", False)
@@ -736,25 +800,16 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
         return _trace_audio_encoder(net, family, name, folder, info, samples, source, qkv=qkv,
                                     context=context, max_memory=max_memory)
     config = net.config
-    fe, how = _feature_extractor(config, folder)
-    seconds = samples.size / SAMPLE_RATE
-    window = fe.n_samples / SAMPLE_RATE
+    inp = _SpeechInput(net, family, folder, samples, name, truncate)
     meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
                             "family": family}
-    if samples.size > fe.n_samples:
-        if not truncate:
-            raise ValueError(f"audio is {seconds:.2f} s but {name} hears at most {window:g} s "
-                             "at once; cut it, or pass truncate=True (CLI: --truncate) to "
-                             f"keep the first {window:g} s")
-        meta["truncated_from_seconds"] = round(seconds, 4)
-        samples = samples[:fe.n_samples]
-        seconds = window
-    features = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-    positions = int(config.max_source_positions)
-    frame_seconds = fe.hop_length * (features.shape[-1] // positions) / SAMPLE_RATE
+    if inp.truncated_from is not None:
+        meta["truncated_from_seconds"] = inp.truncated_from
     start = getattr(config, "decoder_start_token_id", None)
     if not isinstance(start, int):
         raise ValueError(f"{name} has no decoder_start_token_id in its config")
+    limit = next((int(v) for v in (getattr(config, a, None) for a in (
+        "max_target_positions", "max_position_embeddings")) if isinstance(v, int)), 1 << 30)
     encoder = net.get_encoder()
     was_training = net.training
     net.eval()
@@ -764,20 +819,17 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
             if logits_of is None:
                 raise ValueError(f"{name} ({type(net).__name__}) has no language-model head "
                                  "to generate with (and its config ties none to the token "
-                                 "embedding); give target=..., or load it as "
-                                 "WhisperForConditionalGeneration")
-            with torch.no_grad():
-                encoded = encoder(input_features=features)
+                                 "embedding); give target=..., or load it with its head "
+                                 "(...ForConditionalGeneration)")
+            encoded = _run(encoder, name, "its audio", **inp.kwargs)
             eos = getattr(config, "eos_token_id", None)
-            room = int(getattr(config, "max_target_positions", 1 << 30)) - 1
             ids = _greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
-                          int(config.vocab_size), min(max_new_tokens, room))
+                          int(config.vocab_size), min(max_new_tokens, limit - 1))
             target_text = tok.decode(ids[1:], skip_special_tokens=True) if tok else ""
             meta["target_from"] = "generated"
         else:
             ids, target_text = _target_ids(target, tok, start, name)
             meta["target_from"] = "given"
-        limit = int(getattr(config, "max_target_positions", 1 << 30))
         if len(ids) > limit:
             raise ValueError(f"target is {len(ids)} tokens but {name}'s decoder takes at most "
                              f"{limit}")
@@ -788,26 +840,31 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
         if max_memory is not None:  # the encoder's positions dominate what the trace keeps
             from attnlab.tracing.budget import check_trace_budget
 
-            check_trace_budget(net, positions + len(ids), max_memory, what="audio",
+            frames = math.ceil((inp.window or inp.seconds) / inp.frame_seconds - 1e-9)
+            check_trace_budget(net, frames + len(ids), max_memory, what="audio",
                                keep_weights=not qkv, keep_context=context)
         with capture(net, qkv=qkv, context=context) as cap:
-            _run(getattr(net, "model", net), name,
-                 f"log-mel features {tuple(features.shape)} and {len(ids)} decoder tokens",
-                 input_features=features, decoder_input_ids=torch.tensor([ids]),
-                 use_cache=False)
+            _run(getattr(net, "model", net), name, f"its audio and {len(ids)} decoder tokens",
+                 **inp.kwargs, decoder_input_ids=torch.tensor([ids]), use_cache=False)
     finally:
         net.train(was_training)
-    times = time_labels(positions, frame_seconds)
+    enc = [r for r in cap.records if ".encoder." in f".{r.name}."]
+    if not enc:
+        raise ValueError(f"{name}: no encoder attention was recorded; refused rather than "
+                         "incomplete")
+    positions = enc[0].dims[1]
+    times = time_labels(positions, inp.frame_seconds)
     labels = _labels(tok, ids)
-    real = min(positions, math.ceil(seconds / frame_seconds - 1e-9))
-    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
-                     "frame_seconds": frame_seconds,
+    real = min(positions, math.ceil(inp.seconds / inp.frame_seconds - 1e-9))
+    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE,
+                     "seconds": round(inp.seconds, 6), "frame_seconds": inp.frame_seconds,
                      "path": "" if isinstance(audio, np.ndarray) else Path(audio).name,
-                     "positions": positions, "real_positions": real,
-                     "window_seconds": window, "preprocess": how,
-                     "padding": f"{name} pads every input to its {window:g} s window and "
-                                "refuses a shorter one, so all its positions are kept; "
-                                f"the first {real} hold the sound"}
+                     "positions": positions, "real_positions": real, "preprocess": inp.how}
+    if inp.window is not None:
+        meta["input"]["window_seconds"] = inp.window
+        meta["input"]["padding"] = (
+            f"{name} pads every input to its {inp.window:g} s window and refuses a shorter "
+            f"one, so all its positions are kept; the first {real} hold the sound")
     cross = re.compile(r"(^|\.)(encoder_attn|crossattention|cross_attn)(\.|$)")
     parts = {
         "encoder": _record_filter(cap, lambda n: ".encoder." in f".{n}."),
@@ -872,6 +929,16 @@ TINY_WHISPER: dict[str, Any] = dict(
     decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_mel_bins=80,
     max_source_positions=50, max_target_positions=32, decoder_start_token_id=1,
     eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2)
+#: The other tiny speech encoder–decoders (fields their configs have): 2 + 2 layers, 4 heads
+#: and small convolutions.
+TINY_SPEECH_SEQ2SEQ: dict[str, Any] = dict(
+    vocab_size=96, hidden_size=32, d_model=32, intermediate_size=48, encoder_layers=2,
+    decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=48, decoder_ffn_dim=48, encoder_num_hidden_layers=2,
+    decoder_num_hidden_layers=2, encoder_num_attention_heads=4, decoder_num_attention_heads=4,
+    encoder_num_key_value_heads=4, decoder_num_key_value_heads=4, conv_channels=32,
+    decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2,
+    initializer_range=0.2)
 
 
 #: The tiny speech encoders the support matrix checks: two convolutions of stride 5 and 2
@@ -893,7 +960,10 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
     one), :data:`SPEECH_FAMILIES` or :data:`AUDIO_ENCODER_FAMILIES`."""
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+        MODEL_MAPPING_NAMES,
+    )
 
     known = [*VISION_FAMILIES, *_TOWER_FAMILIES, *_SAME_AS, *SPEECH_FAMILIES,
              *AUDIO_ENCODER_FAMILIES]
@@ -904,8 +974,9 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
         config = cls(**_kwargs_for(cls, TINY_AUDIO_ENCODER), attn_implementation="eager")
         model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
     elif family in SPEECH_FAMILIES:
-        config = cls(**TINY_WHISPER, attn_implementation="eager")
-        model_cls = transformers.WhisperForConditionalGeneration
+        values = TINY_WHISPER if family == "whisper" else _kwargs_for(cls, TINY_SPEECH_SEQ2SEQ)
+        config = cls(**values, attn_implementation="eager")
+        model_cls = getattr(transformers, MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[family])
     elif family in _TOWER_FAMILIES:
         vision_cls = type(cls().vision_config)
         extra = {"qformer_config": dict(hidden_size=32, num_hidden_layers=1,
@@ -1006,12 +1077,10 @@ def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_to
         elif family in SPEECH_FAMILIES:
             sound = _test_sound()
             got = trace_audio(model, sound, target=[5, 9, 17, 2])
-            fe, _ = _feature_extractor(model.config, None)
-            features = fe(sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
-                "input_features"]
+            inputs = _SpeechInput(model, family, None, sound, family, False).kwargs
             with torch.no_grad():
-                out = model(input_features=features, decoder_input_ids=torch.tensor(
-                    [[1, 5, 9, 17, 2]]), output_attentions=True)
+                out = model(**inputs, decoder_input_ids=torch.tensor([[1, 5, 9, 17, 2]]),
+                            output_attentions=True)
             pairs = [(got[n], m) for n, m in (("encoder", out.encoder_attentions),
                                               ("decoder", out.decoder_attentions),
                                               ("cross", out.cross_attentions))]

@@ -22,7 +22,7 @@ import attnlab.core.explicit as explicit
 from attnlab.core import _kernel
 from attnlab.core.functional import kernel_status, why_not_kernel
 
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 HAVE_COMPILER = shutil.which(os.environ.get("CXX") or "c++") is not None
 
 

@@ -470,3 +470,44 @@ def test_a_model_that_cannot_run_on_the_prepared_image(tmp_path):
     model = transformers.ViTModel.from_pretrained(folder, attn_implementation="eager")
     with pytest.raises(ValueError, match="ViTModel cannot run on the 48x48 image it was given"):
         trace(model, image=_png(tmp_path))
+
+
+def test_moonshine_reads_the_waveform_without_a_window(tmp_path):
+    """Moonshine hears the waveform itself, of any length: its encoder positions (one per
+    384 samples, 0.024 s) all hold the sound, and it generates greedily too."""
+    from attnlab.tracing.media import tiny_media_model
+
+    model = tiny_media_model("moonshine")
+    wav = _wav(tmp_path / "m.wav", seconds=0.5)
+    st = trace(model, audio=wav, target=[5, 6, 2])
+    with torch.no_grad():
+        out = model(input_values=torch.from_numpy(read_wav(wav))[None],
+                    decoder_input_ids=torch.tensor([[1, 5, 6, 2]]), output_attentions=True)
+    for name, maps in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
+                       ("cross", out.cross_attentions)):
+        assert _weight_error(st[name], [m[0] for m in maps]) <= EXACT, name
+        assert _recompute_error(st[name]) <= RECOMPUTE, name
+    info = st.meta["input"]
+    assert info["positions"] == info["real_positions"] == 19 and "window_seconds" not in info
+    assert st["encoder"].tokens[:2] == ["0.000s", "0.024s"] and st["decoder"].causal
+    gen = trace(model, audio=wav, max_new_tokens=4)
+    ids = gen["decoder"].token_ids
+    with torch.no_grad():
+        logits = model(input_values=torch.from_numpy(read_wav(wav))[None],
+                       decoder_input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+    assert ids[1:] == logits[:-1].argmax(-1).tolist()
+
+
+def test_spectrogram_patches_are_labelled_by_band_and_time(tmp_path):
+    from attnlab.tracing.media import tiny_media_model
+
+    model = tiny_media_model("audio-spectrogram-transformer")  # 32 bins x 64 frames, stride 8
+    wav = _wav(tmp_path / "a.wav", seconds=0.3)
+    t = trace(model, audio=wav)
+    fe = transformers.ASTFeatureExtractor(num_mel_bins=32, max_length=64)
+    values = fe(read_wav(wav), sampling_rate=16000, return_tensors="pt")["input_values"]
+    with torch.no_grad():
+        maps = [a[0] for a in model(input_values=values, output_attentions=True).attentions]
+    assert _weight_error(t, maps) <= EXACT and _recompute_error(t) <= RECOMPUTE
+    assert t.tokens[:4] == ["[CLS]", "[DIST]", "f0@0.00s", "f0@0.08s"]
+    assert t.tokens[-1] == "f2@0.48s" and t.meta["input"]["grid"] == [3, 7]

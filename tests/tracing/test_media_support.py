@@ -17,7 +17,8 @@ EXACT = ("vit", "vit_msn", "deit", "beit", "dinov2", "dinov2_with_registers", "d
          "clip", "siglip", "siglip_vision_model", "ijepa", "whisper", "wav2vec2", "hubert",
          "data2vec-audio", "sew", "unispeech", "unispeech-sat", "wav2vec2-conformer",
          "chinese_clip", "altclip", "metaclip_2", "owlvit", "owlv2", "clipseg", "blip-2", "mlcd",
-         "aimv2_vision_model", "tipsv2", "dpt", "pixio")
+         "aimv2_vision_model", "tipsv2", "dpt", "pixio", "moonshine", "speech_to_text",
+         "parakeet_ctc", "wav2vec2-bert", "audio-spectrogram-transformer")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,10 @@ def test_media_rows(rows):
     assert rows["sew"].features == ["audio: self 79x79"]  # frames squeezed by 2
     for f in ("convnext", "resnet"):
         assert rows[f].status == "no attention"
-    assert "traced for Whisper" in rows["speech_to_text"].reason
+    assert "traced for Whisper" in rows["parakeet_tdt"].reason
+    assert rows["parakeet_ctc"].features == ["audio: self 13x13"]  # 1 s, a position per 80 ms
+    assert rows["audio-spectrogram-transformer"].features == ["audio: self 23x23"]  # 2 + 3x7
+    assert rows["speech_to_text"].features == ["audio: encoder 12x12, decoder 5x5, cross 5x12"]
     assert rows["yolos"].status == "not yet" and "ViT-like" in rows["yolos"].reason
 
 

@@ -270,10 +270,9 @@ def _why_not_kernel(q: Tensor, mask: Tensor | None, dropout_p: float, build: boo
         return "the kernel has no dropout"
     if (torch.is_grad_enabled() and mask is not None and mask.requires_grad):
         return "the mask requires grad (the kernel does not differentiate it)"
-    if build:
-        _kernel.get()
-    status = _kernel.kernel_status()
-    return None if status["available"] else f"the kernel is unavailable: {status['reason']}"
+    if (_kernel.get() if build else _kernel._state["ops"]) is not None:
+        return None
+    return f"the kernel is unavailable: {_kernel.kernel_status()['reason']}"
 
 
 def _five(t: Tensor, full: tuple[int, ...], h_kv: int, group: int) -> Tensor:

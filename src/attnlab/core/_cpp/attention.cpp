@@ -629,10 +629,8 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       const int64_t r0 = rb * tr, rows_t = std::min(R, r0 + tr) - r0;
       const int64_t c0 = cb * tc, cols_t = std::min(C, c0 + tc) - c0;
       float* s = buf.data();
-      gemm_rm<float>(false, true, rows_t, cols_t, d, scale, qp + (hh * R + r0) * d, d,
-                     kp + (hh * C + c0) * d, d, 0.f, s, cols_t);
-      for (int64_t r = 0; r < rows_t; ++r) {
-        float* sr = s + r * cols_t;
+      // the keys of this tile each row may see: [a, b) (causal / window), none if a == b
+      auto span = [&](int64_t r, int64_t* a, int64_t* b) {
         const int64_t pos = rp[r0 + r] + (lk - lq);
         int64_t lo = 0, hi = lk;  // visible absolute keys [lo, hi)
         if (causal) hi = pos + 1;
@@ -640,8 +638,28 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
           lo = std::max(lo, pos - window + 1);
           hi = std::min(hi, pos + window);
         }
-        const int64_t a = std::clamp<int64_t>(lo - col0 - c0, 0, cols_t);
-        const int64_t b = std::clamp<int64_t>(hi - col0 - c0, a, cols_t);
+        *a = std::clamp<int64_t>(lo - col0 - c0, 0, cols_t);
+        *b = std::clamp<int64_t>(hi - col0 - c0, *a, cols_t);
+      };
+      bool any = false;
+      for (int64_t r = 0; r < rows_t && !any; ++r) {
+        int64_t a, b;
+        span(r, &a, &b);
+        any = b > a;
+      }
+      if (!any) {  // every key of the tile hidden from every row: zeros, no GEMM
+        for (int64_t r = 0; r < rows_t; ++r) {
+          float* w = op + (hh * R + r0 + r) * C + c0;
+          std::fill(w, w + cols_t, 0.f);
+        }
+        continue;
+      }
+      gemm_rm<float>(false, true, rows_t, cols_t, d, scale, qp + (hh * R + r0) * d, d,
+                     kp + (hh * C + c0) * d, d, 0.f, s, cols_t);
+      for (int64_t r = 0; r < rows_t; ++r) {
+        float* sr = s + r * cols_t;
+        int64_t a, b;
+        span(r, &a, &b);
         const float l = lp[hh * R + r0 + r];
         std::fill(sr, sr + a, 0.f);
         std::fill(sr + b, sr + cols_t, 0.f);

@@ -1007,7 +1007,11 @@ def _support(sub: argparse._SubParsersAction) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print only JSON on stdout")
     out.add_argument("--markdown", action="store_true",
-                     help="print only the matrix as a Markdown table (for the README)")
+                     help="print only the matrix as a Markdown table, one row per family "
+                          "(docs/support.md)")
+    out.add_argument("--summary", action="store_true",
+                     help="print only the matrix in brief as Markdown, one row per status "
+                          "and kind (the README's table)")
 
     def run(args: argparse.Namespace) -> int:
         from attnlab.tracing import support
@@ -1017,6 +1021,8 @@ def _support(sub: argparse._SubParsersAction) -> None:
             _emit_json(support.to_json(results))
         elif args.markdown:
             sys.stdout.write(support.to_markdown(results))
+        elif args.summary:
+            sys.stdout.write(support.to_summary(results))
         else:
             for r in results:
                 print(f"{r.family:28} {r.kind:16} {r.status:13} {r.detail()}")

@@ -280,11 +280,10 @@ def _five(t: Tensor, full: tuple[int, ...], h_kv: int, group: int) -> Tensor:
     (broadcast dims as 0 strides) unless its outer dims cannot merge or its last dim is
     not unit-strided, then a copy."""
     rows, x = full[-2:]
-    if t.dim() and t.shape[-1] == x and x > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
-    if t.dim() and t.shape[-1] != x:  # broadcast along the last dim: give it unit stride
+    t = t.reshape((1,) * (len(full) - t.dim()) + tuple(t.shape))
+    if x > 1 and (t.shape[-1] != x or t.stride(-1) != 1):  # unit stride along the last dim
         t = t.expand(*t.shape[:-1], x).contiguous()
-    t = t.reshape((1,) * (len(full) - t.dim()) + tuple(t.shape)).expand(full)
+    t = t.expand(full)
     shape = (math.prod(full[:-3]), h_kv, group, rows, x)
     try:
         return t.view(shape)

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.core._kernel import kernel_status
+from attnlab.core._kernel import release_memory as release_kernel_memory
 from attnlab.core._tiles import (
     _all_finite,
     _check_dropout,
@@ -73,6 +74,7 @@ __all__ = [
     "why_not_fused",
     "why_not_kernel",
     "kernel_status",
+    "release_kernel_memory",
 ]
 
 BACKENDS = ("auto", "fused", "explicit", "chunked", "linear")

@@ -47,8 +47,8 @@ class LoadedModel:
     """A model ready for :func:`attnlab.tracing.tracer.trace`, with what the tracer needs to know.
 
     ``kind`` is ``"hf-encoder"``, ``"hf-causal"``, ``"hf-encoder-decoder"`` or ``"attnlab"``.
-    ``tokenizer`` is a Hugging Face tokenizer, or for trained attnlab runs an object with ``encode(text)`` and
-    ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means grouped-query attention.
+    ``tokenizer`` is a Hugging Face tokenizer, or for trained attnlab runs an object with
+    ``encode(text)`` and ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means grouped-query attention.
     """
 
     name: str

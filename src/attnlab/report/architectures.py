@@ -669,15 +669,14 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         f"报告目录下的 {SPOKEN_WAV}。Whisper 把每个输入补齐到 30 秒的窗口：{n} 个编码器位置，"
         f"每个 {fs * 1000:.0f} 毫秒，前 {r.real_positions} 个含有声音。以模型自己的贪心转写"
         f"作为解码器的文本进行追踪，检查与绘制共用 {seconds:.1f} 秒。")
-    body += (f'<p><audio controls preload="none" src="{escape(SPOKEN_WAV)}"></audio></p>')
     peaks = " · ".join(f"{w.strip()} {t:.2f}s" for w, t in zip(r.words, r.peak_seconds))
     rows = [
-        (BiText("sentence spoken (espeak-ng)", "朗读的句子（espeak-ng）"), SPOKEN, None),
+        (BiText("sentence spoken (espeak-ng)", "朗读的句子（espeak-ng）"), SPOKEN, "–"),
         (BiText("Whisper's transcription (greedy; the same words expected)",
                 "Whisper 的转写（贪心解码；应为同样的词）"), r.transcript,
          _normalised(r.transcript) == SPOKEN),
         (BiText("each word's cross-attention peak (mean over layers and heads)",
-                "每个词的交叉注意力峰值（对各层各头取平均）"), peaks, None),
+                "每个词的交叉注意力峰值（对各层各头取平均）"), peaks, "–"),
         (BiText(f"Spearman ρ, word order vs peak time: the speech (≥ {ALIGN_MIN})",
                 f"斯皮尔曼 ρ，词序与峰值时刻：原语音（≥ {ALIGN_MIN}）"),
          f"{r.rho:.3f}", r.rho >= ALIGN_MIN),

@@ -64,10 +64,9 @@ from attnlab.tracing.adapters._base import UnreadableAttentionError
 
 __all__ = ["CHECKERS", "EXACT_TOL", "NOT_YET", "RECOMPUTE_TOL", "SEQ_LEN", "STATUSES",
            "TARGET_LEN", "WINDOW", "FamilyResult", "check_family", "checked_families",
-           "compare_trace", "counts",
-           "eager_maps", "eager_stack_maps", "families",
-           "judge", "support_matrix", "text_families", "tiny_config", "tiny_model", "to_json",
-           "to_markdown"]
+           "compare_trace", "counts", "eager_maps", "eager_stack_maps", "families", "judge",
+           "support_matrix", "text_families", "tiny_config", "tiny_model", "to_json",
+           "to_markdown", "to_summary"]
 
 #: The largest difference between the trace's weights and the model's ``output_attentions``
 #: for a family to count as exact (float32 rounding of ``exp(s − lse)`` against softmax).
@@ -778,4 +777,35 @@ def to_markdown(results: list[FamilyResult]) -> str:
     for r in sorted(results, key=lambda r: (order[r.status], r.kind, r.family)):
         detail = r.detail().replace("|", "\\|")
         lines.append(f"| {r.family} | {r.kind} | {r.status} | {detail} |")
+    return "\n".join(lines) + "\n"
+
+
+#: Statuses whose families :func:`to_summary` lists by name (the others by count per kind).
+_NAMED = ("exact", "refused", "no attention")
+
+
+def to_summary(results: list[FamilyResult]) -> str:
+    """The matrix in brief, as Markdown (the README's table): one row per status and kind,
+    naming the families where they are exact, refused or have no attention, counting them
+    per kind otherwise (each family's reason is in :func:`to_markdown`)."""
+    import transformers
+
+    order = {s: i for i, s in enumerate(STATUSES)}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(results, key=lambda r: (order[r.status], r.kind, r.family)):
+        groups.setdefault((r.status, r.kind), []).append(r.family)
+    lines = [f"Transformers {transformers.__version__}, {len(results)} families "
+             "(`attnlab support --summary`):", "", "| status | kind | families |",
+             "|---|---|---|"]
+    for status in STATUSES:
+        keys = [k for k in groups if k[0] == status]
+        if not keys:
+            continue
+        if status in _NAMED:
+            lines += [f"| {status} | {kind} ({len(groups[status, kind])}) | "
+                      f"{', '.join(groups[status, kind])} |" for _, kind in keys]
+        else:
+            total = sum(len(groups[k]) for k in keys)
+            per_kind = ", ".join(f"{kind} {len(groups[status, kind])}" for _, kind in keys)
+            lines.append(f"| {status} | all ({total}) | {per_kind} |")
     return "\n".join(lines) + "\n"

@@ -48,7 +48,8 @@ class LoadedModel:
 
     ``kind`` is ``"hf-encoder"``, ``"hf-causal"``, ``"hf-encoder-decoder"`` or ``"attnlab"``.
     ``tokenizer`` is a Hugging Face tokenizer, or for trained attnlab runs an object with
-    ``encode(text)`` and ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means grouped-query attention.
+    ``encode(text)`` and ``decode_tokens(ids)``. ``num_kv_heads < num_heads`` means
+    grouped-query attention.
     """
 
     name: str

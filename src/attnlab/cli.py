@@ -46,7 +46,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False) -> None:
     p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
-                   help="minilm, smollm2, a Hugging Face model folder or a trained run")
+                   help="minilm, smollm2, whisper-tiny-en, a Hugging Face model folder or a "
+                        "trained run")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text", help="the input text")
     g.add_argument("--text-file", metavar="PATH", help="read the input text from a UTF-8 file")
@@ -473,8 +474,9 @@ def _trace(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trace",
         help="capture the attention of one text through a model and save it",
-        description="Run TEXT through MODEL (minilm, smollm2, a Hugging Face folder or a "
-        "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata); "
+        description="Run TEXT through MODEL (minilm, smollm2, whisper-tiny-en, a Hugging Face "
+        "folder or a trained attnlab run) and write its AttentionTrace (safetensors + JSON "
+        "metadata); "
         "an encoder-decoder model (source --text, --target or its own generation) writes "
         "its encoder, decoder and cross-attention stacks apart in one file.",
     )
@@ -901,7 +903,8 @@ def _survey(sub: argparse._SubParsersAction) -> None:
         "--rdzv_endpoint (or --master_addr/--master_port).",
     )
     p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
-                   help="minilm, smollm2, a Hugging Face model folder or a trained run")
+                   help="minilm, smollm2, whisper-tiny-en, a Hugging Face model folder or a "
+                        "trained run")
     p.add_argument("--texts", metavar="FILE", default=None,
                    help="a .txt file (one text a line) or .jsonl (a \"text\" field a line); "
                    "default: the paragraphs of attnlab's own docstrings, written to "

@@ -21,8 +21,12 @@ def core_graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
                 sub = node.module.removeprefix("attnlab.core").lstrip(".")
                 deps.update([sub] if sub else [a.name for a in node.names])
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                # an import of attnlab inside a function would hide an edge of the graph;
+                # a third-party module loaded on first use (the compiler toolchain) does not
                 lazy += [f"{path.name}:{n.lineno}" for n in ast.walk(node)
-                         if isinstance(n, ast.Import | ast.ImportFrom)]
+                         if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(
+                             "attnlab") or isinstance(n, ast.Import) and any(
+                             a.name.startswith("attnlab") for a in n.names)]
     graph.pop("__init__", None)
     return graph, lazy
 

@@ -14,7 +14,7 @@ from attnlab.tracing.tracer import trace
 
 
 def test_unknown_name_and_bad_arguments_name_the_fix(tmp_path):
-    with pytest.raises(ValueError, match=r"known model name \(minilm, smollm2\)"):
+    with pytest.raises(ValueError, match=r"known model name \(minilm, smollm2, whisper-tiny-en\)"):
         models.load("gpt-17")
     with pytest.raises(ValueError, match="empty"):
         models.load("  ")

@@ -27,6 +27,7 @@ machine that runs it, checked at run time, never ``-march=native``.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import sys
@@ -140,7 +141,29 @@ def _load() -> None:
         _build(final, flags)
         _state["build_seconds"] = round(time.perf_counter() - t0, 1)
         _state["source"] = "built"
+    _register_flops(torch.ops.attnlab_kernel)
     _state["ops"] = torch.ops.attnlab_kernel
+
+
+def _register_flops(ops: Any) -> None:
+    """Tell ``torch.utils.flop_counter`` what the kernel's ops compute, as it counts torch's
+    own attention: every (query, key) pair, masked or not — 2·d for the score and 2·dv for
+    its share of the output forward, twice that backward (dS·K, dSᵀ·Q, Pᵀ·dO, dO·Vᵀ)."""
+    from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+    def pairs(q_shape: Any, k_shape: Any) -> int:  # q (..., Lq, d), k (..., Lk, d)
+        return math.prod(q_shape[:-1]) * k_shape[-2]
+
+    if ops.forward in flop_registry:  # a second load in one process (tests reset the state)
+        return
+
+    @register_flop_formula(ops.forward)
+    def _forward(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+        return 2 * pairs(q_shape, k_shape) * (q_shape[-1] + v_shape[-1])
+
+    @register_flop_formula(ops.backward)
+    def _backward(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+        return 4 * pairs(q_shape, k_shape) * (q_shape[-1] + v_shape[-1])
 
 
 def get() -> Any | None:

@@ -44,10 +44,12 @@ attend a NaN gets NaN, as the formula says.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.core._kernel import kernel_status
 from attnlab.core._kernel import release_memory as release_kernel_memory
@@ -74,6 +76,7 @@ __all__ = [
     "why_not_fused",
     "why_not_kernel",
     "kernel_status",
+    "count_flops",
     "release_kernel_memory",
 ]
 
@@ -351,3 +354,22 @@ def scaled_dot_product_attention(
                                       group=group, return_lse=return_lse)
     res = (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
     return res[0] if len(res) == 1 else res
+
+
+def count_flops(fn: Any, *args: Any, **kwargs: Any) -> int:
+    """The FLOPs of ``fn(*args, **kwargs)`` (run without gradients) as
+    ``torch.utils.flop_counter`` counts them: every matmul, torch's attention kernels, and
+    the compiled kernel's ops (each (query, key) pair, masked or not, as torch counts its
+    own attention). The kernel is loaded first, since the counter reads its table of
+    formulas when it is made.
+
+    >>> q = k = v = torch.randn(1, 2, 8, 4)   # (B, H, N, d): 2·8·8 (query, key) pairs
+    >>> count_flops(scaled_dot_product_attention, q, k, v, return_weights=True)
+    2048
+    >>> 2 * (2 * 8 * 8) * (4 + 4)             # 2·d for q·k, 2·dv for the output, per pair
+    2048
+    """
+    kernel_status(build=True)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        fn(*args, **kwargs)
+    return int(fc.get_total_flops())

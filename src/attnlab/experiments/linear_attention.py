@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.functional import count_flops, scaled_dot_product_attention
 from attnlab.core.linear import linear_attention
 
 from ._common import check_ge, check_le, fit_exponent, label_axes, new_figure, seeded
@@ -104,11 +104,7 @@ def _softmax_causal(q: Tensor, k: Tensor, v: Tensor, weights: bool = False) -> o
 
 
 def _flops(fn: Callable[..., object], *args: object) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
-        fn(*args)
-    return fc.get_total_flops()
+    return count_flops(fn, *args)
 
 
 def _seconds(fn: Callable[..., object], *args: object) -> float:

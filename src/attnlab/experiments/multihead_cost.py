@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import FlopCounterMode
 
+from attnlab.core.functional import count_flops
 from attnlab.nn import GPT, GPTConfig, MultiHeadAttention
 from attnlab.train.tasks import get_task
 
@@ -181,9 +181,8 @@ def _count(embed_dim: int, heads: int, n: int, batch: int
     mha = MultiHeadAttention(embed_dim, heads)
     params = sum(p.numel() for p in mha.parameters())
     x = torch.randn(batch, n, embed_dim)
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
-        mha(x, need_weights=True)  # the explicit path: every matmul is visible
-    return params, fc.get_total_flops(), mha
+    flops = count_flops(mha, x, need_weights=True)  # the explicit path: every op counted
+    return params, flops, mha
 
 
 def run(

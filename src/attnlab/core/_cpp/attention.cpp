@@ -113,7 +113,7 @@ inline T row_exp(T* s, int64_t L, T m) {
     using V = Vectorized<float>;
     V vm(m), acc(0.f);
     for (; j + V::size() <= L; j += V::size()) {
-      V e = (V::loadu(s + j) - vm).exp_u20();
+      V e = (V::loadu(s + j) - vm).exp();  // Sleef, within 1 ulp (exp_u20 is 20 ulp)
       e.store(s + j);
       acc = acc + e;
     }
@@ -654,8 +654,11 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
         }
         continue;
       }
-      gemm_rm<float>(false, true, rows_t, cols_t, d, scale, qp + (hh * R + r0) * d, d,
+      // q·k first, then the scale, rounded as torch's (q @ kᵀ) * scale rounds it: the
+      // stored lse was computed that way, and exp(s − lse) is only as exact as the two agree
+      gemm_rm<float>(false, true, rows_t, cols_t, d, 1.f, qp + (hh * R + r0) * d, d,
                      kp + (hh * C + c0) * d, d, 0.f, s, cols_t);
+      for (int64_t i = 0; i < rows_t * cols_t; ++i) s[i] *= scale;
       for (int64_t r = 0; r < rows_t; ++r) {
         float* sr = s + r * cols_t;
         int64_t a, b;

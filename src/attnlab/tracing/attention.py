@@ -536,8 +536,13 @@ class AttentionTrace:
         for r0 in range(0, lq, step):
             r1 = min(lq, r0 + step)
             w = self._tile(layer, head, torch.arange(r0, r1), None)  # (R, Lk)
-            w = F.pad(w, (0, nbk * b - lk))
-            colsum = w.view(r1 - r0, nbk, b).sum(-1, dtype=torch.float64)  # keys summed
+            # keys summed block by block in float32 (b terms each; no copy of the tile),
+            # the last, shorter block apart; only the (R, nbk) sums become float64
+            full = lk // b * b
+            colsum = torch.empty(r1 - r0, nbk, dtype=torch.float64)
+            colsum[:, : lk // b] = w[:, :full].reshape(r1 - r0, lk // b, b).sum(-1)
+            if full < lk:
+                colsum[:, -1] = w[:, full:].sum(-1)
             nb = -(-(r1 - r0) // b)
             colsum = F.pad(colsum, (0, 0, 0, nb * b - (r1 - r0)))
             acc[r0 // b: r0 // b + nb] += colsum.view(nb, b, nbk).sum(1)

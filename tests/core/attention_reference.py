@@ -24,3 +24,34 @@ def reference(q, k, v, mask=None, causal=False, scale=None):
     w = torch.softmax(s.masked_fill(dead, 0), -1).masked_fill(dead, 0)
     lse = torch.logsumexp(s.masked_fill(dead, 0), -1).masked_fill(dead.squeeze(-1), -math.inf)
     return w @ v, w, lse
+
+
+def make_mask(kind, b, h, lq, lk, g, dtype=torch.float32):
+    """A mask of one kind for (b, h, lq, lk) attention, drawn from ``g``: ``none``, ``bool``
+    (with a fully-masked row), ``bool-bcast`` (lq, lk), ``row`` (whole rows on or off,
+    broadcast along the keys), ``float`` (additive, with a fully-masked row) or ``key``
+    (padding of random lengths)."""
+    from attnlab.core.masks import padding
+
+    if kind == "none":
+        return None
+    if kind == "bool":
+        m = torch.rand(b, h, lq, lk, generator=g) > 0.5
+        m[..., 0, :] = False  # a fully-masked row
+        return m
+    if kind == "bool-bcast":
+        return torch.rand(lq, lk, generator=g) > 0.4
+    if kind == "row":  # (..., Lq, 1): whole rows on or off, broadcast along the keys
+        m = torch.rand(b, 1, lq, 1, generator=g) > 0.3
+        m[:, :, 0] = False
+        return m
+    if kind == "float":
+        m = torch.randn(b, 1, lq, lk, generator=g, dtype=dtype)
+        m = m.masked_fill(torch.rand(b, 1, lq, lk, generator=g) > 0.7, -math.inf)
+        m[:, :, -1] = -math.inf  # a fully-masked row
+        return m
+    if kind == "key":
+        lengths = torch.randint(0, lk + 1, (b,), generator=g)
+        return padding(lengths, lk)[:, None, None, :]
+    raise AssertionError(kind)
+

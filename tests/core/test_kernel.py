@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from attention_reference import reference  # tests/core/attention_reference.py
+from attention_reference import make_mask, reference  # tests/core/attention_reference.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,30 +35,6 @@ def kernel():
             pytest.fail(f"a compiler is here but the kernel is not: {kernel_status()}")
         pytest.skip(f"no kernel: {kernel_status()['reason']}")
     return ops
-
-
-def make_mask(kind, b, h, lq, lk, g):
-    if kind == "none":
-        return None
-    if kind == "bool":
-        m = torch.rand(b, h, lq, lk, generator=g) > 0.5
-        m[..., 0, :] = False  # a fully-masked row
-        return m
-    if kind == "bool-bcast":
-        return torch.rand(lq, lk, generator=g) > 0.4
-    if kind == "row":  # (..., Lq, 1): whole rows on or off, broadcast along the keys
-        m = torch.rand(b, 1, lq, 1, generator=g) > 0.3
-        m[:, :, 0] = False
-        return m
-    if kind == "float":
-        m = torch.randn(b, 1, lq, lk, generator=g)
-        m = m.masked_fill(torch.rand(b, 1, lq, lk, generator=g) > 0.7, -math.inf)
-        m[:, :, -1] = -math.inf  # a fully-masked row
-        return m
-    if kind == "key":
-        lengths = torch.randint(0, lk + 1, (b,), generator=g)
-        return attnlab.masks.padding(lengths, lk)[:, None, None, :]
-    raise AssertionError(kind)
 
 
 KINDS = ["none", "bool", "bool-bcast", "row", "float", "key"]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attention_reference import reference  # tests/core/attention_reference.py
+from attention_reference import make_mask, reference  # tests/core/attention_reference.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,26 +22,6 @@ from attnlab.core.masks import padding
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 SOFTMAX_BACKENDS = ["auto", "fused", "explicit", "chunked"]
-
-
-def make_mask(kind, b, h, lq, lk, g):
-    if kind == "none":
-        return None
-    if kind == "bool":
-        m = torch.rand(b, h, lq, lk, generator=g) > 0.5
-        m[..., 0, :] = False  # a fully-masked row
-        return m
-    if kind == "bool-bcast":
-        return torch.rand(lq, lk, generator=g) > 0.4
-    if kind == "float":
-        m = torch.randn(b, 1, lq, lk, generator=g)
-        m = m.masked_fill(torch.rand(b, 1, lq, lk, generator=g) > 0.7, -math.inf)
-        m[:, :, -1] = -math.inf  # a fully-masked row
-        return m
-    if kind == "key":
-        lengths = torch.randint(0, lk + 1, (b,), generator=g)
-        return padding(lengths, lk)[:, None, None, :]
-    raise AssertionError(kind)
 
 
 KINDS = ["none", "bool", "bool-bcast", "float", "key"]

@@ -397,6 +397,17 @@ def test_audio_argument_errors(tmp_path):
         trace(vit, audio=_wav(tmp_path / "a.wav"))
 
 
+def test_text_or_token_ids_for_a_vision_or_speech_model_name_the_input_it_reads():
+    """Token ids given to a model that reads an image or a sound: one message naming what
+    to give instead, before the model runs (not transformers' own error from inside it)."""
+    vit = _build(transformers.ViTConfig, transformers.ViTModel)
+    with pytest.raises(ValueError, match=r"reads pixel_values \(an image\).*give image="):
+        trace(vit, [1, 2, 3])
+    for model in (_whisper(), _wav2vec2()):
+        with pytest.raises(ValueError, match=r"reads input_(features|values).*give audio="):
+            trace(model, [1, 2, 3])
+
+
 # -- speech encoders ------------------------------------------------------------------------
 
 

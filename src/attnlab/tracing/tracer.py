@@ -294,6 +294,11 @@ class _Progress:
 # -- trace ------------------------------------------------------------------------------------
 
 
+#: What a model whose ``main_input_name`` is one of these reads instead of token ids.
+_MEDIA_INPUTS = {"pixel_values": "an image", "input_features": "a sound (log-mel features)",
+                 "input_values": "a sound (waveform samples)"}
+
+
 def trace(
     model: Any,
     text_or_token_ids: str | Sequence[int] | Tensor | None = None,
@@ -371,6 +376,12 @@ def trace(
     loaded = _resolve(model, tokenizer)
     tok = tokenizer if tokenizer is not None else loaded.tokenizer
     net = loaded.model
+    reads = getattr(net, "main_input_name", "input_ids")
+    if reads in _MEDIA_INPUTS:  # a vision or speech model given text or token ids
+        raise ValueError(
+            f"text_or_token_ids: {loaded.name} reads {reads} ({_MEDIA_INPUTS[reads]}), not "
+            f"text or token ids: give {'image' if reads == 'pixel_values' else 'audio'}= "
+            f"(--{'image' if reads == 'pixel_values' else 'audio'} FILE) instead")
     seq2seq = is_seq2seq(net)
     if target is not None and not seq2seq:
         raise ValueError(

@@ -61,11 +61,11 @@ def test_the_matrix_counts_and_the_families_that_matter(matrix):
     assert "sink logits" in exact["gpt_oss"].features
     assert "scale ≠ 1/√d" in exact["gemma2"].features  # query_pre_attn_scalar
     # inline softmax with ALiBi: read through their own route, slopes kept per head
-    for f in ("bloom", "mpt", "falcon"):
+    for f in ("bloom", "mpt", "falcon", "gpt_neo"):
         assert f in exact, (f, matrix[f].reason)
     assert "ALiBi" in exact["bloom"].features and "ALiBi" in exact["mpt"].features
     # other modules that compute their softmax inline are refused, by name
-    for f, cls in (("gpt_neo", "GPTNeoSelfAttention"), ("deberta-v2", "DisentangledSelfAttention"),
+    for f, cls in (("deberta-v2", "DisentangledSelfAttention"),
                    ("xlnet", "XLNetRelativeAttention")):
         assert matrix[f].status == "refused" and cls in matrix[f].reason
         assert "no eager_attention_forward" in matrix[f].reason
@@ -81,7 +81,7 @@ def test_the_encoder_decoder_families_that_matter(matrix):
     assert all(f"{s}: additive bias" in t5.features for s in ("encoder", "decoder", "cross"))
     assert "encoder 2 + decoder 2 + cross 2 layers" in t5.detail()
     # modules that compute their softmax inline, or merge self- and cross-attention: refused
-    for f, cls in (("prophetnet", "ProphetNetAttention"), ("fsmt", "Attention"),
+    for f, cls in (("prophetnet", "ProphetNetAttention"),
                    ("led", "LEDEncoderSelfAttention"), ("longt5", "LongT5LocalAttention"),
                    ("t5gemma2", "T5Gemma2MergedAttention")):
         assert matrix[f].status == "refused" and cls in matrix[f].reason, (f, matrix[f].reason)
@@ -168,10 +168,10 @@ def test_a_model_that_changes_its_mask_needs_the_dense_mask(monkeypatch):
 
 
 def test_an_inline_softmax_without_a_route_is_refused_before_the_model_runs():
-    model = support.tiny_model("gpt_neo")
+    model = support.tiny_model("xlnet")
     ran = []
     model.register_forward_pre_hook(lambda *a: ran.append(1))
-    with pytest.raises(UnreadableAttentionError, match=r"GPTNeoSelfAttention computes its "
+    with pytest.raises(UnreadableAttentionError, match=r"XLNetRelativeAttention computes its "
                        r"attention inline .* \[2 modules\]"):
         with capture(model):
             model(torch.tensor([[1, 2, 3]]))
@@ -231,11 +231,11 @@ def test_capture_marks_causal_models_causal():
 
 def test_markdown_and_json_are_made_from_the_results(matrix):
     not_yet = next(n for n, k in support.families() if k not in support.CHECKERS)
-    results = [matrix["llama"], matrix["gpt_neo"], support.check_family(not_yet),
+    results = [matrix["llama"], matrix["xlnet"], support.check_family(not_yet),
                matrix["t5"]]
     md = support.to_markdown(results)
     assert "| llama | decoder | exact | max \\|Δw\\|" in md
-    assert "| gpt_neo | decoder | refused | refused: GPTNeoModel" in md
+    assert "| xlnet | decoder | refused | refused: XLNetModel" in md
     assert "| t5 | encoder-decoder | exact |" in md
     assert "2 exact, 1 refused, 1 not yet" in md
     doc = support.to_json(results)

@@ -1,19 +1,30 @@
 """Reading Hugging Face attention modules that compute their softmax inline (BLOOM, MPT,
-Falcon).
+Falcon, GPT-Neo, GPT-NeoX-Japanese, XGLM, OpenAI GPT, FSMT, MVP, TrOCR).
 
 These modules have no attention interface to take over: their ``forward`` multiplies q and
 k, adds an ALiBi bias and the mask, and takes the softmax itself. A forward pre-hook reads
-the call's arguments (hidden states, ALiBi bias, mask) and recomputes q, k and v with the
-module's own projection, exactly as its ``forward`` does; the ALiBi bias becomes one slope
+the call's arguments (hidden states, the encoder's states for cross-attention, ALiBi bias,
+mask) and recomputes q, k and v with the module's own projections, exactly as its
+``forward`` does; a causal or local window the module keeps in a buffer of its own is
+compared with attnlab's rule and becomes a ``causal`` flag and a ``window``; the ALiBi bias
+becomes one slope
 per head (it is ``slope_h · j`` up to a constant per row, which no softmax sees) and the
 mask a causal rule with a key mask, so the record stays O(N·d); a bias or a mask no rule
 describes is kept as it is (a (H, 1, Lk) bias, or a dense mask for short inputs). The
 log-sum-exp of each row is computed from q and k in tiles of rows. The module runs
 untouched; a forward hook then compares the weights it returns with attnlab's on the first
 rows and raises :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` if they
-differ, so a module read wrongly is refused, never traced wrongly.
+differ, so a module read wrongly is refused, never traced wrongly. A module that returns its
+weights only when asked (``output_attentions``) is asked for the call, and the weights are
+taken out of its output again when its caller did not ask.
 
-Each module class has a reader (:data:`READERS`); supporting another inline module is one
+The encoder–decoder families (FSMT, MVP) need nothing more: capture tells their encoder,
+decoder and cross-attention modules apart by module path
+(:func:`attnlab.tracing.capture.stack_table`), and a cross-attention call's keys are the
+encoder's states the reader projects.
+
+Each module class has a reader (:data:`READERS`, keyed by the class's module and name:
+OpenAI GPT and FSMT both call theirs ``Attention``); supporting another inline module is one
 more reader.
 """
 
@@ -40,23 +51,25 @@ from attnlab.tracing.adapters._base import (
     detached,
 )
 
-__all__ = ["ADAPTER", "READERS"]
+__all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "READERS"]
 
 #: Rows of each call whose weights are compared with the module's own.
 CHECK_ROWS = 32
 
 
-def _visible_rule(visible: Tensor) -> tuple[bool, Tensor] | None:
-    """(causal, key mask (B, Lk)) when ``visible`` (B, Lq, Lk) is exactly that rule."""
+def _visible_rule(visible: Tensor, window: int | None = None) -> tuple[bool, Tensor] | None:
+    """(causal, key mask (B, Lk)) when ``visible`` (B, Lq, Lk) is exactly that rule (within
+    ``window`` when one is given)."""
     b, lq, lk = visible.shape
     rows = torch.arange(lq, device=visible.device)
-    tri = ScoreShape(scale=1.0, causal=True).visible(rows, None, lq=lq, lk=lk)
-    keys = visible[:, -1, :]
-    if torch.equal(visible, tri[None] & keys[:, None, :]):
-        return True, keys
-    keys = visible[:, 0, :]
-    if torch.equal(visible, keys[:, None, :].expand(b, lq, lk)):
-        return False, keys
+    keys = visible.any(1)  # a key some row sees is a real one
+    for causal in (True, False):
+        rule = ScoreShape(scale=1.0, causal=causal, window=window).visible(
+            rows, None, lq=lq, lk=lk)
+        want = keys[:, None, :].expand(b, lq, lk) if rule is None else rule[None] & keys[
+            :, None, :]
+        if torch.equal(visible, want):
+            return causal, keys
     return None
 
 
@@ -82,6 +95,8 @@ def _no_past(module: nn.Module, cache: Any) -> None:
     if cache is None:
         return
     layer = getattr(module, "layer_idx", None)
+    if layer is None:
+        layer = getattr(module, "layer_id", None)  # GPT-Neo's name for it
     try:
         seen = cache.get_seq_length(layer) if layer is not None else cache.get_seq_length()
     except Exception:  # a cache that cannot say: assume it holds keys
@@ -90,6 +105,47 @@ def _no_past(module: nn.Module, cache: Any) -> None:
         raise UnreadableAttentionError(
             f"{type(module).__name__} is called with keys from a KV cache; attnlab reads it "
             "without one (trace the whole text at once)")
+
+
+def _no_past_kv(module: nn.Module, cache: Any, cross: bool) -> None:
+    """:func:`_no_past` for a module that keeps self- and cross-attention keys in an
+    ``EncoderDecoderCache``: a cross-attention call that would reuse the cached encoder keys
+    is refused too."""
+    if cache is None:
+        return
+    if hasattr(cache, "self_attention_cache") and hasattr(cache, "is_updated"):
+        if cross:
+            if cache.is_updated.get(getattr(module, "layer_idx", None)):
+                raise UnreadableAttentionError(
+                    f"{type(module).__name__} is called with keys from a KV cache; attnlab "
+                    "reads it without one (trace the whole text at once)")
+            return
+        cache = cache.self_attention_cache
+    _no_past(module, cache)
+
+
+def _heads(x: Tensor, heads: int) -> Tensor:
+    """(B, L, H·d) -> (B, H, L, d)."""
+    b, n, _ = x.shape
+    return x.reshape(b, n, heads, -1).transpose(1, 2)
+
+
+def _seen(module: nn.Module, mask: Tensor | None, b: int, lq: int, lk: int) -> Tensor | None:
+    """Which keys an additive float mask broadcastable to (B, 1, Lq, Lk) leaves visible,
+    (B, Lq, Lk) bool; None without a mask."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool:
+        seen = mask
+    else:
+        seen = mask > torch.finfo(mask.dtype).min / 2
+    while seen.dim() < 4:
+        seen = seen[None]
+    if seen.shape[1] != 1:
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} gets an attention mask of shape {tuple(mask.shape)} "
+            "that hides other keys in each head")
+    return seen[:, 0].expand(b, lq, lk)
 
 
 def _bloom(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
@@ -175,15 +231,147 @@ def _falcon(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": scale, "alibi": extra, "visible": visible}
 
 
-#: Module class name -> reader of a call's q, k, v, scale, ALiBi bias and visible keys.
+def _own_rule(module: nn.Module, own: Tensor, window: int | None) -> Tensor:
+    """The keys the module's own causal buffer ``own`` (Lq, Lk, nonzero = visible) lets each
+    row see, checked to be attnlab's causal rule (within ``window``)."""
+    lq, lk = own.shape
+    seen = own.bool() if own.dtype != torch.bool else own
+    rule = ScoreShape(scale=1.0, causal=True, window=window).visible(
+        torch.arange(lq, device=own.device), None, lq=lq, lk=lk)
+    if not torch.equal(seen, rule) or (own.dtype != torch.bool and not bool(
+            ((own == 0) | (own == 1)).all())):
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} keeps a causal mask that is not attnlab's causal rule"
+            + ("" if window is None else f" with a window of {window}"))
+    return seen
+
+
+def _gpt_neo(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """GPTNeoSelfAttention: scores ``q·k`` (no scaling), the causal mask of its own buffer
+    (a local window on its ``local`` layers), then the model's mask added."""
+    _no_past(module, a.get("layer_past"))
+    h = a["hidden_states"]
+    q, k, v = (_heads(p(h), module.num_heads)
+               for p in (module.q_proj, module.k_proj, module.v_proj))
+    b, _, lq, _ = q.shape
+    lk = k.shape[2]
+    window = None
+    if module.attention_type == "local":
+        window = int(module.config.window_size)
+    elif module.attention_type != "global":
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} has attention type {module.attention_type!r}, not "
+            "'global' or 'local'")
+    own = _own_rule(module, module.bias[0, 0, lk - lq: lk, :lk], window)
+    seen = _seen(module, a.get("attention_mask"), b, lq, lk)
+    visible = own[None].expand(b, lq, lk) if seen is None else own[None] & seen
+    return {"q": q.float(), "k": k.float(), "v": v, "scale": 1.0, "visible": visible,
+            "window": window}
+
+
+def _openai(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI GPT's Attention: fused q, k, v (Conv1D); scores ``q·k`` (over √d when built
+    with ``scale``), the causal mask of its own buffer (``-1e4`` on hidden keys), the
+    model's mask added."""
+    x = a["x"]
+    query, key, value = module.c_attn(x).split(module.split_size, dim=2)
+    q, k, v = (_heads(t, module.n_head) for t in (query, key, value))
+    b, _, lq, d = q.shape
+    lk = k.shape[2]
+    own = _own_rule(module, module.bias[0, 0, :lq, :lk], None)
+    seen = _seen(module, a.get("attention_mask"), b, lq, lk)
+    visible = own[None].expand(b, lq, lk) if seen is None else own[None] & seen
+    scale = 1.0 / math.sqrt(d) if module.scale else 1.0
+    return {"q": q, "k": k, "v": v, "scale": scale, "visible": visible}
+
+
+def _gpt_neox_japanese(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """GPTNeoXJapaneseAttention: fused q, k, v per head; rotary positions on the first
+    ``rotary_ndims`` of each head; scores ``q·k / norm_factor`` plus the model's mask."""
+    _no_past(module, a.get("layer_past"))
+    h = a["hidden_states"]
+    b, n, _ = h.shape
+    d = module.head_size
+    qkv = module.query_key_value(h).view(b, n, module.num_attention_heads, 3 * d)
+    q, k, v = (qkv[..., i * d: (i + 1) * d].permute(0, 2, 1, 3) for i in range(3))
+    rot = module.rotary_ndims
+    rotate = sys.modules[type(module).__module__].apply_rotary_pos_emb
+    cos, sin = a["position_embeddings"]
+    qr, kr = rotate(q[..., :rot], k[..., :rot], cos, sin)
+    q = torch.cat((qr, q[..., rot:]), dim=-1)
+    k = torch.cat((kr, k[..., rot:]), dim=-1)
+    return {"q": q, "k": k, "v": v, "scale": 1.0 / float(module.norm_factor),
+            "visible": _seen(module, a.get("attention_mask"), b, n, n)}
+
+
+def _bart_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """XGLMAttention, MvpAttention, TrOCRAttention (the BART-style module): scores
+    ``q·k · scaling`` plus the model's additive mask; keys and values from the encoder's
+    states (``key_value_states``) in cross-attention."""
+    kv = a.get("key_value_states")
+    _no_past_kv(module, a.get("cache"), kv is not None)
+    if a.get("attn_prompt") is not None:
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} prepends prompt keys of its own (use_prompt); attnlab "
+            "reads keys that are the input's tokens")
+    h = a["hidden_states"]
+    src = h if kv is None else kv
+    q = _heads(module.q_proj(h), module.num_heads)
+    k = _heads(module.k_proj(src), module.num_heads)
+    v = _heads(module.v_proj(src), module.num_heads)
+    b, _, lq, _ = q.shape
+    return {"q": q, "k": k, "v": v, "scale": float(module.scaling),
+            "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
+
+
+def _fsmt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """FSMT's Attention: (L, B, D) inputs; scores ``q·k · scaling`` plus the causal
+    ``attn_mask`` (Lq, Lk) of the decoder, keys where ``key_padding_mask`` is True hidden;
+    keys and values from ``key`` (the encoder's states) in cross-attention."""
+    cross = bool(module.encoder_decoder_attention)
+    _no_past_kv(module, a.get("layer_state"), cross)
+    query = a["query"]
+    src = a["key"] if cross else query
+    lq, b, _ = query.shape
+    q, k, v = (_heads(t.transpose(0, 1), module.num_heads) for t in (
+        module.q_proj(query), module.k_proj(src), module.v_proj(src)))
+    lk = k.shape[2]
+    visible = torch.ones(b, lq, lk, dtype=torch.bool, device=q.device)
+    m = a.get("attn_mask")
+    if m is not None:
+        visible = visible & _seen(module, m, b, lq, lk)
+    pad = a.get("key_padding_mask")
+    if pad is not None and pad.dim() != 0:
+        visible = visible & ~pad.bool()[:, None, :]
+    return {"q": q, "k": k, "v": v, "scale": float(module.scaling), "visible": visible}
+
+
+_HF = "transformers.models."
+#: ``module.ClassName`` -> reader of a call's q, k, v, scale and visible keys (and, where the
+#: module has them, ALiBi bias and window).
 READERS: dict[str, Callable[[nn.Module, dict[str, Any]], dict[str, Any]]] = {
-    "BloomAttention": _bloom,
-    "MptAttention": _mpt,
-    "FalconAttention": _falcon,
+    _HF + "bloom.modeling_bloom.BloomAttention": _bloom,
+    _HF + "mpt.modeling_mpt.MptAttention": _mpt,
+    _HF + "falcon.modeling_falcon.FalconAttention": _falcon,
+    _HF + "gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention": _gpt_neo,
+    _HF + "xglm.modeling_xglm.XGLMAttention": _bart_like,
+    _HF + "gpt_neox_japanese.modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention":
+        _gpt_neox_japanese,
+    _HF + "openai.modeling_openai.Attention": _openai,
+    _HF + "fsmt.modeling_fsmt.Attention": _fsmt,
+    _HF + "mvp.modeling_mvp.MvpAttention": _bart_like,
+    _HF + "trocr.modeling_trocr.TrOCRAttention": _bart_like,
 }
-_MODULES = {"BloomAttention": "transformers.models.bloom.modeling_bloom",
-            "MptAttention": "transformers.models.mpt.modeling_mpt",
-            "FalconAttention": "transformers.models.falcon.modeling_falcon"}
+
+#: The modules of :data:`READERS` that return their weights only when called with
+#: ``output_attentions=True``.
+ASKED_FOR_WEIGHTS = frozenset({
+    _HF + "openai.modeling_openai.Attention", _HF + "fsmt.modeling_fsmt.Attention",
+    _HF + "mvp.modeling_mvp.MvpAttention", _HF + "trocr.modeling_trocr.TrOCRAttention"})
+
+
+def _key(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
@@ -191,9 +379,10 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
     q, k = read["q"], read["k"]
     b, _, lq, _ = q.shape
     lk = k.shape[2]
-    alibi = read["alibi"]
+    alibi = read.get("alibi")
     vis = read["visible"]
-    rule = None if vis is None else _visible_rule(vis)
+    window = read.get("window")
+    rule = None if vis is None else _visible_rule(vis, window)
     out = []
     for bi in range(b):
         slopes, bias = None, None
@@ -206,6 +395,7 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
             kw["bias"] = dense
         elif rule is not None:
             kw["causal"] = rule[0]
+            kw["window"] = window
             keys = rule[1][bi].cpu()
             kw["key_mask"] = None if bool(keys.all()) else keys
         if slopes is not None:
@@ -221,16 +411,16 @@ class _InlineAdapter:
     name = "inline"
 
     def matches(self, module: nn.Module) -> bool:
-        cls = type(module)
-        return cls.__name__ in READERS and cls.__module__ == _MODULES.get(cls.__name__)
+        return _key(type(module)) in READERS
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
         def attach_one(m: nn.Module) -> list[Handle]:
             sig = inspect.signature(m.forward)
-            reader = READERS[type(m).__name__]
-            pending: list[tuple[AttentionRecord, Tensor, Tensor, Tensor]] = []
+            reader = READERS[_key(type(m))]
+            ask = _key(type(m)) in ASKED_FOR_WEIGHTS
+            pending: list[tuple[AttentionRecord, Tensor, Tensor, Tensor, bool]] = []
 
-            def pre(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            def pre(mod: nn.Module, args: tuple, kwargs: dict) -> Any:
                 bound = sig.bind_partial(*args, **kwargs)
                 with torch.no_grad():
                     read = reader(mod, dict(bound.arguments))
@@ -247,15 +437,26 @@ class _InlineAdapter:
                                           shapes=shapes, weights=w)
                 if cap.context:  # each head's output: its weights times its values
                     rec.context = w @ v.repeat_interleave(w.shape[1] // v.shape[1], dim=1)
-                pending.append((rec, q, k, lse))
+                asked = bool(bound.arguments.get("output_attentions"))
+                pending.append((rec, q, k, lse, asked))
+                if ask and not asked:  # the module returns its weights only when asked
+                    bound.arguments["output_attentions"] = True
+                    return bound.args, bound.kwargs
+                return None
 
-            def post(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            def post(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
                 if not pending:
-                    return
-                rec, q, k, lse = pending.pop()
-                theirs = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+                    return None
+                rec, q, k, lse, asked = pending.pop()
+                listed = isinstance(output, (tuple, list))
+                theirs = output[1] if listed and len(output) > 1 else None
                 _check(mod, rec, q, k, lse, theirs)
                 cap.add(rec)
+                if ask and not asked and listed and len(output) > 1:  # as the caller asked
+                    if isinstance(output, list):  # a list grows by the weights when asked
+                        return [output[0], *output[2:]]
+                    return (output[0], None, *output[2:])
+                return None
 
             return [m.register_forward_pre_hook(pre, with_kwargs=True),
                     m.register_forward_hook(post, with_kwargs=True)]

@@ -1,0 +1,146 @@
+"""The inline-softmax readers added for GPT-Neo, GPT-NeoX-Japanese, XGLM, OpenAI GPT, FSMT,
+MVP and TrOCR (attnlab.tracing.adapters.inline): each family exact in the support matrix,
+local windows and padding read as rules, the model's own outputs unchanged by capture, and a
+wrong reading (scale, window, mask) refused by the check against the module's own weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attnlab.tracing.adapters.inline as inline  # noqa: E402
+import attnlab.tracing.support as support  # noqa: E402
+from attnlab.tracing import UnreadableAttentionError, capture, trace  # noqa: E402
+
+_HF = "transformers.models."
+#: family -> the reader's key in READERS
+NEW = {
+    "gpt_neo": _HF + "gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention",
+    "xglm": _HF + "xglm.modeling_xglm.XGLMAttention",
+    "gpt_neox_japanese": _HF + "gpt_neox_japanese.modeling_gpt_neox_japanese"
+                               ".GPTNeoXJapaneseAttention",
+    "openai-gpt": _HF + "openai.modeling_openai.Attention",
+    "fsmt": _HF + "fsmt.modeling_fsmt.Attention",
+    "mvp": _HF + "mvp.modeling_mvp.MvpAttention",
+    "trocr": _HF + "trocr.modeling_trocr.TrOCRAttention",
+}
+
+
+@pytest.mark.parametrize("family", sorted(NEW))
+def test_each_family_is_exact(family):
+    r = support.check_family(family)
+    assert r.status == "exact", r.reason
+    assert r.max_weight_error <= support.EXACT_TOL
+    assert r.max_recompute_error <= support.RECOMPUTE_TOL
+    if r.kind == "encoder-decoder":
+        assert r.stacks == {"encoder": 2, "decoder": 2, "cross": 2}
+
+
+def _trace_ids(family):
+    model = support.tiny_model(family)
+    ids = list(range(5, 5 + support.SEQ_LEN))
+    if dict(support.families())[family] == "encoder-decoder":
+        return lambda: trace(model, ids, target=list(range(7, 7 + support.TARGET_LEN)))
+    return lambda: trace(model, ids)
+
+
+def _scaled(read, factor):
+    def wrong(module, a):
+        out = read(module, a)
+        return {**out, "scale": out["scale"] * factor}
+    return wrong
+
+
+@pytest.mark.parametrize("family", sorted(NEW))
+def test_a_wrong_scale_is_refused(monkeypatch, family):
+    run = _trace_ids(family)
+    run()  # read rightly: traced
+    monkeypatch.setitem(inline.READERS, NEW[family], _scaled(inline.READERS[NEW[family]], 1.5))
+    with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+        run()
+
+
+def test_gpt_neo_local_layers_keep_their_window_and_a_window_left_out_is_refused(monkeypatch):
+    model = support.tiny_model("gpt_neo")  # layer 0 global, layer 1 local (window 4)
+    t = trace(model, list(range(5, 17)))
+    assert [s.window for s in t.shapes] == [None, support.WINDOW]
+    assert all(s.causal and s.scale == 1.0 for s in t.shapes)
+    real = inline.READERS[NEW["gpt_neo"]]
+
+    def no_window(module, a):
+        out = real(module, a)
+        # the local layer's own rule read as plain causal: the window lost
+        return {**out, "window": None, "visible": torch.ones_like(out["visible"]).tril()}
+
+    monkeypatch.setitem(inline.READERS, NEW["gpt_neo"], no_window)
+    with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+        trace(model, list(range(5, 17)))
+
+
+def test_a_causal_buffer_that_is_not_the_rule_is_refused():
+    model = support.tiny_model("gpt_neo")
+    local = model.h[1].attn.attention  # its buffer made plain causal: no longer the window
+    local.bias = torch.ones_like(local.bias).tril()
+    with pytest.raises(UnreadableAttentionError, match="not attnlab's causal rule with a window"):
+        trace(model, list(range(5, 17)))
+
+
+def test_fsmt_without_its_causal_mask_is_refused(monkeypatch):
+    real = inline.READERS[NEW["fsmt"]]
+    monkeypatch.setitem(inline.READERS, NEW["fsmt"],
+                        lambda module, a: real(module, {**a, "attn_mask": None}))
+    with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+        _trace_ids("fsmt")()
+
+
+@pytest.mark.parametrize("family", ["xglm", "gpt_neo", "openai-gpt", "gpt_neox_japanese"])
+def test_padding_is_a_key_mask(family):
+    """Left padding in a batch: every real row exact against the model's own maps."""
+    model = support.tiny_model(family)
+    ids = torch.randint(3, 80, (2, 10), generator=torch.Generator().manual_seed(1))
+    att = torch.ones_like(ids)
+    att[1, :3] = 0
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=att, output_attentions=True).attentions
+        with capture(model) as cap:
+            model(input_ids=ids, attention_mask=att)
+    for b, rows in ((0, slice(None)), (1, slice(3, None))):
+        t = cap.trace(b)
+        want = torch.stack([a[b] for a in ref])[:, :, rows]
+        assert float((t.weights[:, :, rows] - want).abs().max()) <= support.EXACT_TOL
+    assert cap.trace(1).shapes[0].key_mask.tolist() == [False] * 3 + [True] * 7
+
+
+@pytest.mark.parametrize("family", ["openai-gpt", "mvp", "trocr"])
+def test_capture_leaves_the_models_output_as_it_was(family):
+    """Modules asked for their weights only for attnlab's check hand them back as before:
+    a model run without output_attentions returns none, and the same hidden states."""
+    model = support.tiny_model(family)
+    ids = torch.tensor([list(range(5, 15))])
+    kw = {"decoder_input_ids": ids[:, :6]} if family == "mvp" else {}
+    with torch.no_grad():
+        plain = model(input_ids=ids, **kw)
+        with capture(model):
+            hooked = model(input_ids=ids, **kw)
+    assert torch.equal(plain.last_hidden_state if family != "trocr" else plain.logits,
+                       hooked.last_hidden_state if family != "trocr" else hooked.logits)
+    for name in ("attentions", "decoder_attentions", "cross_attentions"):
+        assert getattr(hooked, name, None) == getattr(plain, name, None)
+
+
+def test_a_kv_cache_with_keys_is_refused():
+    model = support.tiny_model("xglm")
+    ids = torch.tensor([list(range(5, 15))])
+    with torch.no_grad():
+        past = model(input_ids=ids, use_cache=True).past_key_values
+        with pytest.raises(UnreadableAttentionError, match="KV cache"), capture(model):
+            model(input_ids=torch.tensor([[20]]), cache=past, use_cache=True)
+
+
+def test_mvp_prompt_keys_are_refused(monkeypatch):
+    monkeypatch.setitem(support._OVERRIDES, "mvp", {"use_prompt": True, "prompt_length": 3,
+                                                    "prompt_mid_dim": 16})
+    r = support.check_family("mvp")
+    assert r.status == "refused" and "prompt keys" in r.reason, r.reason

@@ -1,7 +1,9 @@
 """The inline-softmax readers added for GPT-Neo, GPT-NeoX-Japanese, XGLM, OpenAI GPT, FSMT,
-MVP and TrOCR (attnlab.tracing.adapters.inline): each family exact in the support matrix,
-local windows and padding read as rules, the model's own outputs unchanged by capture, and a
-wrong reading (scale, window, mask) refused by the check against the module's own weights."""
+MVP, TrOCR and the encoders XLM, FlauBERT, Megatron-BERT, RemBERT, TAPAS, RoFormer, MPNet and
+I-BERT (attnlab.tracing.adapters.inline): each family exact in the support matrix, local
+windows and padding read as rules, the model's own outputs unchanged by capture, and a wrong
+reading (scale, window, mask, rotation, bias) refused by the check against the module's own
+weights."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 import attnlab.tracing.adapters.inline as inline  # noqa: E402
 import attnlab.tracing.support as support  # noqa: E402
 from attnlab.tracing import UnreadableAttentionError, capture, trace  # noqa: E402
+from attnlab.tracing.adapters._base import dense_weights  # noqa: E402
 
 _HF = "transformers.models."
 #: family -> the reader's key in READERS
@@ -25,6 +28,14 @@ NEW = {
     "fsmt": _HF + "fsmt.modeling_fsmt.Attention",
     "mvp": _HF + "mvp.modeling_mvp.MvpAttention",
     "trocr": _HF + "trocr.modeling_trocr.TrOCRAttention",
+    "xlm": _HF + "xlm.modeling_xlm.MultiHeadAttention",
+    "flaubert": _HF + "flaubert.modeling_flaubert.MultiHeadAttention",
+    "megatron-bert": _HF + "megatron_bert.modeling_megatron_bert.MegatronBertSelfAttention",
+    "rembert": _HF + "rembert.modeling_rembert.RemBertSelfAttention",
+    "tapas": _HF + "tapas.modeling_tapas.TapasSelfAttention",
+    "roformer": _HF + "roformer.modeling_roformer.RoFormerSelfAttention",
+    "mpnet": _HF + "mpnet.modeling_mpnet.MPNetSelfAttention",
+    "ibert": _HF + "ibert.modeling_ibert.IBertSelfAttention",
 }
 
 
@@ -95,7 +106,8 @@ def test_fsmt_without_its_causal_mask_is_refused(monkeypatch):
         _trace_ids("fsmt")()
 
 
-@pytest.mark.parametrize("family", ["xglm", "gpt_neo", "openai-gpt", "gpt_neox_japanese"])
+@pytest.mark.parametrize("family", ["xglm", "gpt_neo", "openai-gpt", "gpt_neox_japanese",
+                                    "xlm", "megatron-bert", "roformer", "mpnet", "ibert"])
 def test_padding_is_a_key_mask(family):
     """Left padding in a batch: every real row exact against the model's own maps."""
     model = support.tiny_model(family)
@@ -113,7 +125,8 @@ def test_padding_is_a_key_mask(family):
     assert cap.trace(1).shapes[0].key_mask.tolist() == [False] * 3 + [True] * 7
 
 
-@pytest.mark.parametrize("family", ["openai-gpt", "mvp", "trocr"])
+@pytest.mark.parametrize("family", ["openai-gpt", "mvp", "trocr", "xlm", "tapas", "mpnet",
+                                    "ibert"])
 def test_capture_leaves_the_models_output_as_it_was(family):
     """Modules asked for their weights only for attnlab's check hand them back as before:
     a model run without output_attentions returns none, and the same hidden states."""
@@ -144,3 +157,51 @@ def test_mvp_prompt_keys_are_refused(monkeypatch):
                                                     "prompt_mid_dim": 16})
     r = support.check_family("mvp")
     assert r.status == "refused" and "prompt keys" in r.reason, r.reason
+
+
+def test_roformer_q_and_k_read_before_their_rotation_are_refused(monkeypatch):
+    """RoFormer rotates q and k inline: a reading that leaves the rotation out is refused."""
+    monkeypatch.setitem(inline.READERS, NEW["roformer"], inline._bert_like)
+    with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+        _trace_ids("roformer")()
+
+
+def test_mpnet_keeps_its_relative_position_bias_and_leaving_it_out_is_refused(monkeypatch):
+    t = _trace_ids("mpnet")()
+    n = support.SEQ_LEN
+    assert all(s.bias is not None and tuple(s.bias.shape) == (s.bias.shape[0], n, n)
+               for s in t.shapes)
+    real = inline.READERS[NEW["mpnet"]]
+    monkeypatch.setitem(inline.READERS, NEW["mpnet"],
+                        lambda module, a: {**real(module, a), "bias": None})
+    with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
+        _trace_ids("mpnet")()
+
+
+def test_ibert_in_integer_only_mode_is_refused(monkeypatch):
+    monkeypatch.setitem(support._OVERRIDES, "ibert", {"quant_mode": True})
+    r = support.check_family("ibert")
+    assert r.status == "refused" and "integer-only mode" in r.reason, r.reason
+
+
+def test_roformer_as_a_decoder_reads_causal_self_and_unrotated_cross_attention():
+    """A RoFormer decoder with cross-attention: self-attention causal and rotated, the
+    cross-attention's keys the encoder's states (no rotation), both exact."""
+    cfg = transformers.RoFormerConfig(
+        vocab_size=99, hidden_size=32, embedding_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=37, is_decoder=True,
+        add_cross_attention=True, attn_implementation="eager")
+    model = transformers.RoFormerModel(cfg).eval()
+    ids = torch.tensor([list(range(5, 11))])
+    enc = torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(input_ids=ids, encoder_hidden_states=enc, use_cache=False,
+                    output_attentions=True)
+        with capture(model) as cap:
+            model(input_ids=ids, encoder_hidden_states=enc, use_cache=False)
+    own = [a for pair in zip(ref.attentions, ref.cross_attentions, strict=True) for a in pair]
+    assert [r.shapes[0].causal for r in cap.records] == [True, False, True, False]
+    for rec, want in zip(cap.records, own, strict=True):
+        w = dense_weights(rec.q, rec.k, rec.lse, rec.shapes)
+        assert w.shape == want.shape
+        assert float((w - want).abs().max()) <= support.EXACT_TOL

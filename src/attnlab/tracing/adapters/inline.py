@@ -1,5 +1,6 @@
 """Reading Hugging Face attention modules that compute their softmax inline (BLOOM, MPT,
-Falcon, GPT-Neo, GPT-NeoX-Japanese, XGLM, OpenAI GPT, FSMT, MVP, TrOCR).
+Falcon, GPT-Neo, GPT-NeoX-Japanese, XGLM, OpenAI GPT, FSMT, MVP, TrOCR; the encoders XLM,
+FlauBERT, Megatron-BERT, RemBERT, TAPAS, RoFormer, MPNet and I-BERT).
 
 These modules have no attention interface to take over: their ``forward`` multiplies q and
 k, adds an ALiBi bias and the mask, and takes the softmax itself. A forward pre-hook reads
@@ -10,13 +11,16 @@ compared with attnlab's rule and becomes a ``causal`` flag and a ``window``; the
 becomes one slope
 per head (it is ``slope_h · j`` up to a constant per row, which no softmax sees) and the
 mask a causal rule with a key mask, so the record stays O(N·d); a bias or a mask no rule
-describes is kept as it is (a (H, 1, Lk) bias, or a dense mask for short inputs). The
+describes is kept as it is (a (H, 1, Lk) bias, or a dense mask for short inputs), and so is
+a model's own additive bias per head (MPNet's relative positions, (H, Lq, Lk)); rotary
+positions applied inline (RoFormer) are in the q and k recorded. The
 log-sum-exp of each row is computed from q and k in tiles of rows. The module runs
 untouched; a forward hook then compares the weights it returns with attnlab's on the first
 rows and raises :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` if they
 differ, so a module read wrongly is refused, never traced wrongly. A module that returns its
 weights only when asked (``output_attentions``) is asked for the call, and the weights are
-taken out of its output again when its caller did not ask.
+taken out of its output again when its caller did not ask (:data:`OUTPUTS` knows the
+modules whose output is not ``(output, weights, ...)``).
 
 The encoder–decoder families (FSMT, MVP) need nothing more: capture tells their encoder,
 decoder and cross-attention modules apart by module path
@@ -51,7 +55,7 @@ from attnlab.tracing.adapters._base import (
     detached,
 )
 
-__all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "READERS"]
+__all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS"]
 
 #: Rows of each call whose weights are compared with the module's own.
 CHECK_ROWS = 32
@@ -346,6 +350,91 @@ def _fsmt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": float(module.scaling), "visible": visible}
 
 
+def _bert_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """The BERT-style self-attention of Megatron-BERT, RemBERT and TAPAS: scores
+    ``q·k / √d`` plus the model's additive mask; keys and values from the encoder's states
+    (``encoder_hidden_states``) in cross-attention."""
+    kv = a.get("encoder_hidden_states")
+    _no_past_kv(module, a.get("cache"), kv is not None)
+    h = a["hidden_states"]
+    src = h if kv is None else kv
+    heads = module.num_attention_heads
+    q = _heads(module.query(h), heads)
+    k, v = _heads(module.key(src), heads), _heads(module.value(src), heads)
+    b, _, lq, d = q.shape
+    return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d),
+            "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
+
+
+def _roformer(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """RoFormerSelfAttention: :func:`_bert_like` with rotary positions (``sinusoidal_pos``)
+    applied by the module's own rotation to q and k (and to v when ``rotary_value``) in
+    self-attention; q and k are recorded after the rotation."""
+    read = _bert_like(module, a)
+    pos = a.get("sinusoidal_pos")
+    if a.get("encoder_hidden_states") is None and pos is not None:
+        rotate = module.apply_rotary_position_embeddings
+        if module.rotary_value:
+            read["q"], read["k"], read["v"] = rotate(pos, read["q"], read["k"], read["v"])
+        else:
+            read["q"], read["k"] = rotate(pos, read["q"], read["k"])
+    return read
+
+
+def _mpnet(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """MPNetSelfAttention: scores ``q·k / √d`` plus the model's relative position bias
+    (one additive (Lq, Lk) term per head, kept as it is) plus the model's additive mask."""
+    h = a["hidden_states"]
+    heads = module.num_attention_heads
+    q, k, v = (_heads(p(h), heads) for p in (module.q, module.k, module.v))
+    b, _, lq, d = q.shape
+    pb = a.get("position_bias")
+    bias = None
+    if pb is not None:
+        bias = pb.detach().float()
+        while bias.dim() < 4:
+            bias = bias[None]
+    return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d), "bias": bias,
+            "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
+
+
+def _xlm(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """XLM's and FlauBERT's MultiHeadAttention: scores ``(q / √d)·k``; ``mask`` (B, Lk) or
+    (B, Lq, Lk) hides the keys where it is 0; keys and values from ``kv`` when given."""
+    kv = a.get("kv")
+    _no_past_kv(module, a.get("cache"), kv is not None)
+    h = a["input"]
+    src = h if kv is None else kv
+    q, k, v = (_heads(p(x), module.n_heads) for p, x in (
+        (module.q_lin, h), (module.k_lin, src), (module.v_lin, src)))
+    b, _, lq, d = q.shape
+    lk = k.shape[2]
+    m = a.get("mask")
+    visible = None
+    if m is not None:
+        seen = m != 0
+        if seen.dim() == 2:
+            seen = seen[:, None, :]
+        visible = seen.expand(b, lq, lk)
+    return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d), "visible": visible}
+
+
+def _ibert(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+    """IBertSelfAttention outside its integer-only mode: its quantising layers are then
+    plain linear maps and identities, and the scores ``q·k / √d`` plus the model's mask go
+    through a float softmax. With ``quant_mode`` (integer softmax) it is refused."""
+    if any(getattr(m, "quant_mode", False) for m in module.modules()):
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} runs in integer-only mode (quant_mode): its integer "
+            "softmax approximates the weights attnlab computes")
+    h = a["hidden_states"]
+    heads = module.num_attention_heads
+    q, k, v = (_heads(p(h, None)[0], heads) for p in (module.query, module.key, module.value))
+    b, _, lq, d = q.shape
+    return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d),
+            "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
+
+
 _HF = "transformers.models."
 #: ``module.ClassName`` -> reader of a call's q, k, v, scale and visible keys (and, where the
 #: module has them, ALiBi bias and window).
@@ -361,13 +450,43 @@ READERS: dict[str, Callable[[nn.Module, dict[str, Any]], dict[str, Any]]] = {
     _HF + "fsmt.modeling_fsmt.Attention": _fsmt,
     _HF + "mvp.modeling_mvp.MvpAttention": _bart_like,
     _HF + "trocr.modeling_trocr.TrOCRAttention": _bart_like,
+    _HF + "xlm.modeling_xlm.MultiHeadAttention": _xlm,
+    _HF + "flaubert.modeling_flaubert.MultiHeadAttention": _xlm,
+    _HF + "megatron_bert.modeling_megatron_bert.MegatronBertSelfAttention": _bert_like,
+    _HF + "rembert.modeling_rembert.RemBertSelfAttention": _bert_like,
+    _HF + "tapas.modeling_tapas.TapasSelfAttention": _bert_like,
+    _HF + "roformer.modeling_roformer.RoFormerSelfAttention": _roformer,
+    _HF + "mpnet.modeling_mpnet.MPNetSelfAttention": _mpnet,
+    _HF + "ibert.modeling_ibert.IBertSelfAttention": _ibert,
 }
 
 #: The modules of :data:`READERS` that return their weights only when called with
 #: ``output_attentions=True``.
 ASKED_FOR_WEIGHTS = frozenset({
     _HF + "openai.modeling_openai.Attention", _HF + "fsmt.modeling_fsmt.Attention",
-    _HF + "mvp.modeling_mvp.MvpAttention", _HF + "trocr.modeling_trocr.TrOCRAttention"})
+    _HF + "mvp.modeling_mvp.MvpAttention", _HF + "trocr.modeling_trocr.TrOCRAttention",
+    _HF + "xlm.modeling_xlm.MultiHeadAttention",
+    _HF + "flaubert.modeling_flaubert.MultiHeadAttention",
+    _HF + "tapas.modeling_tapas.TapasSelfAttention",
+    _HF + "mpnet.modeling_mpnet.MPNetSelfAttention",
+    _HF + "ibert.modeling_ibert.IBertSelfAttention"})
+
+
+def _ibert_weights(output: Any) -> Any:
+    """I-BERT returns ``((context, weights), (scales...))``: the weights when asked."""
+    outs = output[0] if isinstance(output, tuple) and output else ()
+    return outs[1] if isinstance(outs, tuple) and len(outs) > 1 else None
+
+
+def _ibert_unask(output: Any) -> Any:
+    return (output[0][:1], output[1][:1])
+
+
+#: ``module.ClassName`` -> (the module's own weights in its output, its output without them)
+#: for the modules whose output is not ``(output, weights, ...)``.
+OUTPUTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    _HF + "ibert.modeling_ibert.IBertSelfAttention": (_ibert_weights, _ibert_unask),
+}
 
 
 def _key(cls: type) -> str:
@@ -403,6 +522,10 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
         elif bias is not None:
             extra = bias[0].cpu()  # (H, 1, Lk)
             kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
+        if read.get("bias") is not None:  # a model's own additive term, kept as it is
+            own = read["bias"]
+            extra = own[0 if own.shape[0] == 1 else bi].cpu()  # (H, Lq|1, Lk)
+            kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
         out.append(ScoreShape(**kw))
     return out
 
@@ -418,6 +541,7 @@ class _InlineAdapter:
             sig = inspect.signature(m.forward)
             reader = READERS[_key(type(m))]
             ask = _key(type(m)) in ASKED_FOR_WEIGHTS
+            own = OUTPUTS.get(_key(type(m)))
             pending: list[tuple[AttentionRecord, Tensor, Tensor, Tensor, bool]] = []
 
             def pre(mod: nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -448,6 +572,10 @@ class _InlineAdapter:
                 if not pending:
                     return None
                 rec, q, k, lse, asked = pending.pop()
+                if own is not None:  # an output of its own shape
+                    _check(mod, rec, q, k, lse, own[0](output))
+                    cap.add(rec)
+                    return own[1](output) if ask and not asked else None
                 listed = isinstance(output, (tuple, list))
                 theirs = output[1] if listed and len(output) > 1 else None
                 _check(mod, rec, q, k, lse, theirs)

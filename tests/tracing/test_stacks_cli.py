@@ -5,10 +5,10 @@ one stack is refused naming the argument."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
+from word_tokenizer import word_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -16,21 +16,7 @@ import attnlab.tracing.support as support  # noqa: E402
 from attnlab.cli import main  # noqa: E402
 from attnlab.tracing import StackedTrace, load_trace  # noqa: E402
 
-
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-
-    words = ["<s>", "<pad>", "</s>", "<unk>"] + [f"w{i}" for i in range(60)] + list(
-        "abcdefghijklmnopqrstuvwxyz")
-    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    t.pre_tokenizer = pre_tokenizers.Whitespace()
-    t.post_processor = processors.TemplateProcessing(single="$A </s>",
-                                                     special_tokens=[("</s>", 2)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.PreTrainedTokenizerFast(
-            tokenizer_object=t, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-            unk_token="<unk>")
+_tokenizer = word_tokenizer  # tests/tracing/word_tokenizer.py
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from word_tokenizer import word_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -30,22 +31,7 @@ OUTPUTS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions",
            "cross": "cross_attentions"}
 
 
-def _tokenizer():
-    """A word-level fast tokenizer (offline): ``a``..``z``, ``w0``..``w59``, ``</s>`` after
-    each text."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-
-    words = ["<s>", "<pad>", "</s>", "<unk>"] + [f"w{i}" for i in range(60)] + list(
-        "abcdefghijklmnopqrstuvwxyz")
-    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    t.pre_tokenizer = pre_tokenizers.Whitespace()
-    t.post_processor = processors.TemplateProcessing(single="$A </s>",
-                                                     special_tokens=[("</s>", 2)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.PreTrainedTokenizerFast(
-            tokenizer_object=t, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-            unk_token="<unk>")
+_tokenizer = word_tokenizer  # tests/tracing/word_tokenizer.py
 
 
 def _lm(family: str):

@@ -120,6 +120,8 @@ def test_grouped_query_heads_share_one_stored_k():
 @pytest.mark.parametrize("rule", [
     {}, {"window": 3}, {"softcap": 2.0}, {"alibi_slopes": torch.tensor([0.5, 0.25, 0.1, 0.05])},
     {"key_mask": torch.tensor([True] * 9 + [False] * 3), "causal": False},
+    {"sinks": torch.tensor([2.5, 12.0, 4.0, 0.5])},  # a learned logit per head
+    {"sinks": torch.linspace(6, 12, 48).view(4, 12)},  # one per head and query row
 ])
 def test_qk_view_arithmetic_is_the_traces_attention_under_each_shaping(rule):
     t = synthetic_trace(12, layers=1, heads=4, d=8, **rule)

@@ -384,3 +384,25 @@ def test_served_qk_view_works_for_any_query_at_any_length(page, long_trace, serv
     assert _qk_probs(page) == pytest.approx(python[keys].tolist(), abs=1e-9)
     assert _qk_probs(page) != pytest.approx(shown, abs=1e-3)
     page.screenshot(path=str(artifacts_dir / "explorer-served-qk.png"))
+
+
+@pytest.mark.parametrize("sinks", [torch.tensor([2.5, 12.0, 4.0, 0.5]),
+                                   torch.linspace(6, 12, 48).view(4, 12)],
+                         ids=["per-head", "per-row"])
+def test_qk_view_gives_the_sink_its_share(page, tmp_path, sinks):
+    """A model with learned sink logits: the live QK view's row is the trace's own weights
+    (the sink's share goes to no key), and at another temperature Python's arithmetic."""
+    t = synthetic_trace(12, layers=1, heads=4, d=8, sinks=sinks)
+    path = Explorer(t, uid="ax-sink").save(tmp_path / "sink.html")
+    _open(page, path)
+    page.select_option(".ax-head", "1")
+    page.select_option(".ax-query", "9")
+    page.click(".ax-tab[data-view=qk]")
+    got = _qk_probs(page)
+    want = t.weights_rows(0, 1, [9])[0]
+    assert got == pytest.approx(want.tolist(), abs=1e-6)
+    assert sum(got) < 0.96  # the sink took its share: the keys' weights sum below 1
+    _slide(page, ".ax-temp", 1.7)
+    python = qk_row_probs(t.q[0, 1, 9][None], t.k[0, 1], t.score_shape(0), rows=[9], lq=12,
+                          lk=12, head=1, temperature=1.7)[0].tolist()
+    assert _qk_probs(page) == pytest.approx(python, abs=1e-9)

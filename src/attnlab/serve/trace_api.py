@@ -46,7 +46,13 @@ from torch import Tensor
 
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace, load_trace
-from attnlab.viz.explorer import Explorer, ExplorerConfig, encode_blob, json_for_html
+from attnlab.viz.explorer import (
+    Explorer,
+    ExplorerConfig,
+    encode_blob,
+    json_for_html,
+    sink_logits,
+)
 
 __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",
            "rows_data", "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS",
@@ -335,8 +341,9 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
 
     ``dots`` = q·k of every key (float64, unscaled), ``allowed`` = the keys the score
     shaping lets the query see, ``bias`` = the additive part of the shaped score (ALiBi,
-    dense bias; None when there is none) and ``softcap``: the page recomputes
-    ``softmax((f(scale·dots) + bias) / T)`` for any scale and temperature; ``weights`` =
+    dense bias; None when there is none), ``softcap`` and ``sink`` (the head's learned
+    sink logit for this query, or None): the page recomputes ``softmax((f(scale·dots) +
+    bias) / T)``, the sink joining the softmax, for any scale and temperature; ``weights`` =
     the exact row at the model's scale (the trace's ``weights_rows``); ``keys`` = the
     ``top`` strongest keys (and the query's own position), with their ``k`` vectors.
     """
@@ -374,8 +381,10 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     strongest = torch.topk(w, min(top, lk)).indices.tolist()
     own = query + (lk - lq)
     keys = sorted(set(strongest) | ({own} if 0 <= own < lk and bool(allowed[own]) else set()))
+    sink = sink_logits(shape, head, torch.tensor([query]))
     return {"layer": layer, "head": head, "query": query, "scale": shape.scale,
-            "softcap": shape.softcap, "q": encode_blob(q.float(), "f32"),
+            "softcap": shape.softcap, "sink": None if sink is None else float(sink[0]),
+            "q": encode_blob(q.float(), "f32"),
             "dots": encode_blob(dots, "f64"), "allowed": encode_blob(allowed, "b8"),
             "bias": None if bias is None else encode_blob(bias, "f64"),
             "weights": encode_blob(w, "f32"), "keys": keys,

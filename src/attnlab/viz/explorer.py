@@ -76,7 +76,8 @@ from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["VIEWS", "IMAGE_VIEW", "STACK_NAMES", "Explorer", "ExplorerConfig", "json_for_html",
            "static_asset", "explore", "decode_blob", "block_spans", "coarsen_pooled",
-           "qk_row_probs", "input_stacks", "image_input", "is_cross", "POSITION_SCORES"]
+           "qk_row_probs", "sink_logits", "input_stacks", "image_input", "is_cross",
+           "POSITION_SCORES"]
 
 FORMAT_VERSION = 2
 _STATIC = Path(__file__).with_name("static")
@@ -257,8 +258,9 @@ def qk_row_probs(q_rows: Tensor, k: Tensor, shape: ScoreShape, *, rows: Sequence
     """(R, Lk) float64 softmax rows as the QK view computes them, at any scale and temperature.
 
     ``z = scale·q·k`` (float64), soft-capped, ALiBi and dense bias added, hidden keys at
-    −∞, divided by ``temperature``. At the trace's own scale and temperature 1 this is the
-    model's attention (the trace's ``weights_rows``) to float32 rounding.
+    −∞, divided by ``temperature``; a learned sink logit (divided by ``temperature`` too)
+    joins the softmax and takes its share away from every key. At the trace's own scale and
+    temperature 1 this is the model's attention (the trace's ``weights_rows``) to float32 rounding.
 
     >>> s = ScoreShape(scale=0.5, causal=True)
     >>> p = qk_row_probs(torch.eye(2), torch.eye(2), s, rows=[0, 1], lq=2, lk=2)
@@ -281,8 +283,21 @@ def qk_row_probs(q_rows: Tensor, k: Tensor, shape: ScoreShape, *, rows: Sequence
     z = z / temperature
     if keep is not None:
         z = z.masked_fill(~keep, float("-inf"))
+    sink = sink_logits(shape, head, r)
+    if sink is not None:  # a learned logit joins the softmax, its share goes to no key
+        z = torch.cat([z, sink.double()[:, None] / temperature], dim=-1)
+        return torch.softmax(z, dim=-1)[:, :-1]
     p = torch.softmax(z, dim=-1)
     return torch.nan_to_num(p, nan=0.0)  # a row with no visible key: zeros
+
+
+def sink_logits(shape: ScoreShape, head: int, rows: Tensor) -> Tensor | None:
+    """(R,) the sink logit of ``head`` for each query row (one per head, or one per head
+    and row), or None when the model has none."""
+    if shape.sinks is None:
+        return None
+    s = shape.sinks[head]
+    return s.expand(rows.shape[0]) if s.dim() == 0 else s[rows]
 
 
 def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
@@ -291,7 +306,7 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
     if not shapes:  # dense weights only: the page has no q/k to shape anyway
         return {"scale": [trace.scale] * trace.num_layers, "causal": bool(trace.causal),
                 "window": None, "softcap": None, "alibi": None, "key_mask": None,
-                "bias": False}
+                "bias": False, "sinks": None}
     km = shapes[0].key_mask
     if any((s.key_mask is None) != (km is None) or
            (km is not None and not torch.equal(s.key_mask, km)) for s in shapes):
@@ -308,6 +323,9 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
         "alibi": alibi[0],
         "key_mask": None if km is None else encode_blob(km, "b8", gz=True),
         "bias": any(s.bias is not None for s in shapes),
+        # per layer: one logit per head, or per head and query row
+        "sinks": None if all(s.sinks is None for s in shapes) else [
+            None if s.sinks is None else s.sinks.double().tolist() for s in shapes],
     }
 
 

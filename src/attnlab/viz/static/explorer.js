@@ -277,9 +277,12 @@
   // -- score shaping: what the trace's ScoreShape does, for one query row ---------------
   /* Probabilities of one query row at (scale, temp): z_j = scale·dot_j, soft-capped if the
    * model caps, plus the additive bias (ALiBi), masked keys at −∞, divided by temp,
-   * softmax in float64. src: {dots, ok, bias, softcap}. */
+   * softmax in float64; a learned sink logit (src.sink, divided by temp too) joins the
+   * softmax and takes its share from every key. src: {dots, ok, bias, softcap, sink}. */
   function softmaxRow(src, scale, temp) {
     var n = src.dots.length, z = new Float64Array(n), p = new Float64Array(n), mx = -Infinity, j;
+    var zs = (src.sink === null || src.sink === undefined) ? null : src.sink / temp;
+    if (zs !== null) mx = zs;
     for (j = 0; j < n; j++) {
       if (!src.ok[j]) { z[j] = -Infinity; continue; }
       var v = scale * src.dots[j];
@@ -288,7 +291,7 @@
       z[j] = v / temp;
       if (z[j] > mx) mx = z[j];
     }
-    var sum = 0;
+    var sum = zs !== null ? Math.exp(zs - mx) : 0;
     for (j = 0; j < n; j++) { p[j] = src.ok[j] ? Math.exp(z[j] - mx) : 0; sum += p[j]; }
     for (j = 0; j < n; j++) p[j] = sum > 0 ? p[j] / sum : 0;
     return {z: z, p: p};
@@ -932,7 +935,9 @@
       bias = new Float64Array(n);
       for (j = 0; j < n; j++) bias[j] = -sh.alibi[hd] * (i + off - j);
     }
-    return {ok: ok, bias: bias, softcap: sh.softcap ? sh.softcap[l] : null};
+    var sk = sh.sinks ? sh.sinks[l] : null, sink = null;
+    if (sk) sink = Array.isArray(sk[hd]) ? sk[hd][i] : sk[hd];
+    return {ok: ok, bias: bias, softcap: sh.softcap ? sh.softcap[l] : null, sink: sink};
   };
 
   /* What the QK view draws for query i: {q, dots, ok, bias, softcap, keys (shown),
@@ -948,7 +953,8 @@
       keys.push(j);
     }
     var sh = this.shapeRow(i, hd), self = this;
-    return {q: q, dots: dots, ok: sh.ok, bias: sh.bias, softcap: sh.softcap, keys: keys,
+    return {q: q, dots: dots, ok: sh.ok, bias: sh.bias, softcap: sh.softcap, sink: sh.sink,
+      keys: keys,
       kvec: function (j2) { return T.k.subarray((kn * m.Lk + j2) * d, (kn * m.Lk + j2 + 1) * d); },
       captured: m.pooled ? null : function (j2) { return self.w(self.s.layer, hd, i, j2); },
       note: m.qk.dtype === "f32" ? this.t("stored32") : this.t("stored16") + fmt(m.qk.storage_error[n], 6)};
@@ -960,7 +966,7 @@
     if (!d || d.error) return d;
     var D = this.cur().meta.d;
     return {q: d.q, dots: d.dots, ok: d.allowed, bias: d.bias || null, softcap: d.softcap,
-      keys: d.keys, scale0: d.scale,
+      sink: d.sink === undefined ? null : d.sink, keys: d.keys, scale0: d.scale,
       kvec: function (j2) { var n = d.keys.indexOf(j2); return d.k.subarray(n * D, (n + 1) * D); },
       captured: function (j2) { return d.weights[j2]; }, note: this.t("fromServer")};
   };

@@ -53,6 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.core._kernel import kernel_status
 from attnlab.core._kernel import release_memory as release_kernel_memory
+from attnlab.core._layout import aligned
 from attnlab.core._tiles import (
     _all_finite,
     _check_dropout,
@@ -314,6 +315,7 @@ def scaled_dot_product_attention(
     True
     """
     batch, group = _check_qkv(q, k, v)
+    q, k, v = aligned(q), aligned(k), aligned(v)  # rounding independent of placement
     lq, lk = q.shape[-2], k.shape[-2]
     if mask is not None:
         _check_mask(mask, (*batch, lq, lk), q.device)

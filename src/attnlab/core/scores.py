@@ -52,6 +52,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.core._layout import aligned
+
 __all__ = ["ScoreShape", "row_logsumexp", "attend", "row_tiles", "TILE_BYTES", "TENSOR_FIELDS"]
 
 #: The tensor parameters of a :class:`ScoreShape`, in the order a trace file lists them.
@@ -279,6 +281,7 @@ class ScoreShape:
                 f"k has {k.shape[-2]} keys, expected {lk if c is None else c.shape[0]}"
                 f" ({'all Lk keys' if c is None else 'one per col'})"
             )
+        q_rows, k = aligned(q_rows), aligned(k)  # rounding independent of placement
         return self._scores(q_rows, k, r, c, heads if nd == 3 else int(heads[0]), lq, lk)
 
     def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None,
@@ -414,6 +417,7 @@ def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,
     True
     """
     h, _ = _check_heads(q, k, None)
+    q, k = aligned(q), aligned(k)  # rounding independent of where the bytes live
     lse = torch.full((h, q.shape[1]), float("-inf"), device=q.device)
     for hd, r0, r1, _c0, _c1, s in _tiles(q, k, shape, tile_rows):
         if s.shape[1] or shape.sinks is not None:
@@ -431,6 +435,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, shape: ScoreShape, *,
     ALiBi slopes, a dense bias, sinks); memory is one tile of scores beyond the inputs.
     """
     h, group = _check_heads(q, k, v)
+    q, k, v = aligned(q), aligned(k), aligned(v)  # rounding independent of placement
     lq = q.shape[1]
     out = torch.zeros(h, lq, v.shape[-1], device=q.device)
     lse = torch.full((h, lq), float("-inf"), device=q.device)

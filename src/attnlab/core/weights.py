@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core import _kernel
+from attnlab.core._layout import aligned
 from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
 from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
 from attnlab.core.masks import causal as causal_mask
@@ -131,6 +132,7 @@ def attention_weights(
         ``(..., len(heads), len(rows), Lk)``: dims are kept even for an int selector.
     """
     _check_qk_lse(q, k, lse)
+    q, k = aligned(q), aligned(k)  # rounding independent of where the bytes live
     if scale is None:
         scale = default_scale(q.shape[-1])
     lq, lk = q.shape[-2], k.shape[-2]
@@ -193,6 +195,8 @@ def pooled_attention_map(
         raise TypeError(f"v_or_lse must be a torch.Tensor, got {type(v_or_lse).__name__}")
     if scale is None and isinstance(q, Tensor):
         scale = default_scale(q.shape[-1])
+    if isinstance(q, Tensor) and isinstance(k, Tensor):
+        q, k = aligned(q), aligned(k)  # rounding independent of where the bytes live
     if isinstance(q, Tensor) and v_or_lse.dim() == q.dim():  # values: get the lse first
         with torch.no_grad():
             lse = _chunked(q, k, v_or_lse, mask, causal, float(scale))[1]
@@ -282,6 +286,8 @@ def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShap
         got = tuple(lse_rows.shape) if isinstance(lse_rows, Tensor) else type(lse_rows).__name__
         raise ValueError(f"lse_rows must have shape {tuple(q_rows.shape[:-1])} (one per row of "
                          f"q_rows), got {got}")
+    if isinstance(q_rows, Tensor) and isinstance(k, Tensor):
+        q_rows, k = aligned(q_rows), aligned(k)  # rounding independent of placement
     fast = _kernel_rows(q_rows, k, lse_rows, shape, rows, cols, lq, lk)
     if fast is not None:
         return fast
@@ -318,8 +324,8 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
     if shape.key_mask is not None:
         km = shape.key_mask.to(torch.bool)[col0:col0 + n_cols].contiguous()
     one = q_rows.dim() == 2
-    q3 = (q_rows[None] if one else q_rows).float().contiguous()
-    k3 = (k[None] if one else k).float().contiguous()
+    q3 = aligned((q_rows[None] if one else q_rows).float().contiguous())
+    k3 = aligned((k[None] if one else k).float().contiguous())
     lse = (lse_rows[None] if one else lse_rows).float().contiguous()
     out = ops.exp_rows(q3, k3, lse, r.contiguous(), col0, lq, lk, shape.causal,
                        shape.window or 0, km, float(shape.scale))

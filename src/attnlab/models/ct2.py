@@ -125,7 +125,9 @@ def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[s
     def t(name: str) -> Any:
         if name not in v:
             raise ValueError(f"the CTranslate2 Whisper model has no variable {name!r}")
-        return torch.from_numpy(np.asarray(v[name], dtype=np.float32).copy())
+        # a torch allocation (64-byte aligned, as any model's own weights): NumPy's buffers
+        # start at 16-byte boundaries, and a GEMM may round differently there
+        return torch.tensor(np.asarray(v[name], dtype=np.float32))
 
     d = int(v["decoder/embeddings/weight"].shape[1])
     enc, dec = _layers(v, "encoder"), _layers(v, "decoder")

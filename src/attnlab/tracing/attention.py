@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab._io import atomic_open
+from attnlab.core._layout import aligned
 from attnlab.core.functional import default_scale
 from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
@@ -789,6 +790,9 @@ def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
                 raise TraceFormatError(
                     f"{where}: tensor {name!r} does not match the sha256 the metadata "
                     "states (the file is corrupt)")
+    # each tensor on a 64-byte boundary, as a freshly computed one (the bytes as hashed): the
+    # weights on demand are then the same bits whether the trace was computed or read
+    tensors = {name: aligned(t) for name, t in tensors.items()}
     try:
         trace = _from_v1(meta, tensors) if version == 1 else _from_v2(meta, tensors)
     except (KeyError, ValueError, TypeError) as exc:

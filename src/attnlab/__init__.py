@@ -10,28 +10,37 @@ mathematics computed, drawn and checked.
 [0.0, 0.0, 0.0]
 """
 
-import os
-from typing import Any
+from __future__ import annotations
 
-from attnlab import masks, positional
-from attnlab.core.chunked import chunked_attention
-from attnlab.core.functional import scaled_dot_product_attention
-from attnlab.core.linear import linear_attention
-from attnlab.core.weights import attention_weights, pooled_attention_map
-from attnlab.nn import (
-    GPT,
-    GPTConfig,
-    HookPoint,
-    KVCache,
-    MultiHeadAttention,
-    SelfAttention,
-    Transformer,
-    TransformerConfig,
-    TransformerDecoderLayer,
-    TransformerEncoderLayer,
-)
-from attnlab.tracing import AttentionTrace, StackedTrace, capture, load_trace
-from attnlab.viz.explorer import Explorer
+import os
+from typing import TYPE_CHECKING, Any
+
+from attnlab._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the names below are imported on first use (PEP 562)
+    from attnlab.tracing import AttentionTrace, StackedTrace
+
+#: The public API: name -> the module it lives in. Nothing is imported until a name is
+#: used, so ``import attnlab`` (and ``attnlab --help``) does not load torch.
+_LAZY: dict[str, str] = {
+    "masks": "attnlab.masks",
+    "positional": "attnlab.positional",
+    "chunked_attention": "attnlab.core.chunked",
+    "scaled_dot_product_attention": "attnlab.core.functional",
+    "linear_attention": "attnlab.core.linear",
+    "attention_weights": "attnlab.core.weights",
+    "pooled_attention_map": "attnlab.core.weights",
+    **{name: "attnlab.nn" for name in (
+        "GPT", "GPTConfig", "HookPoint", "KVCache", "MultiHeadAttention", "SelfAttention",
+        "Transformer", "TransformerConfig", "TransformerDecoderLayer",
+        "TransformerEncoderLayer")},
+    **{name: "attnlab.tracing" for name in (
+        "AttentionTrace", "StackedTrace", "capture", "load_trace")},
+    "Explorer": "attnlab.viz.explorer",
+}
+
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 
 __version__ = "0.1.0"
 

@@ -666,7 +666,7 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
 
 @_command
 def _train(sub: argparse._SubParsersAction) -> None:
-    from attnlab.train.trainer import add_arguments
+    from attnlab.train.config import add_arguments
 
     p = sub.add_parser(
         "train",

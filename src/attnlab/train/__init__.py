@@ -7,11 +7,19 @@ reports which heads became the previous-token and induction heads (for ``assoc-r
 the lookup heads).
 """
 
-from attnlab.train.checkpoint import CheckpointError, RunTokenizer, is_run_dir, load_run
-from attnlab.train.config import TrainConfig
-from attnlab.train.heads import HeadScores, LookupScores, score_heads, score_lookup_heads
-from attnlab.train.tasks import TASKS, Task, get_task
-from attnlab.train.trainer import TrainResult, evaluate, train
+from attnlab._lazy import lazy_exports
+
+#: name -> the module that defines it, imported on first use (no torch for ``--help``)
+_LAZY = {
+    **dict.fromkeys(("CheckpointError", "RunTokenizer", "is_run_dir", "load_run"),
+                    "attnlab.train.checkpoint"),
+    "TrainConfig": "attnlab.train.config",
+    **dict.fromkeys(("HeadScores", "LookupScores", "score_heads", "score_lookup_heads"),
+                    "attnlab.train.heads"),
+    **dict.fromkeys(("TASKS", "Task", "get_task"), "attnlab.train.tasks"),
+    **dict.fromkeys(("TrainResult", "evaluate", "train"), "attnlab.train.trainer"),
+}
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 
 __all__ = [
     "TASKS",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from attnlab.train.trainer import add_arguments
+    from attnlab.train.config import add_arguments
 
     parser = add_arguments(argparse.ArgumentParser(
         prog="python -m attnlab.train",

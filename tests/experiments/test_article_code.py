@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from articles import SKIP_WHY, article_text
 from zh_helpers import untranslated
 
 from attnlab.experiments import _common
@@ -16,7 +17,6 @@ from attnlab.experiments import article_code as ac
 from attnlab.nn import MultiHeadAttention
 
 ROOT = Path(__file__).resolve().parents[2]
-SEEDS = ROOT.parent / "shared" / "seeds"
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,10 @@ def _row(r, start):
 
 @pytest.mark.parametrize("article", ["000", "001"])
 def test_listing_is_verbatim_from_the_article(article):
-    found = sorted(SEEDS.glob(f"{article}_*.txt"))
-    if not found:
+    text = article_text(article)
+    if text is None:
         # justified: the articles' text is not in the repository (only beside a checkout)
-        pytest.skip(f"the article {article} is not next to this checkout ({SEEDS})")
-    text = found[0].read_text(encoding="utf-8")
+        pytest.skip(SKIP_WHY)
     listing = ac.listing_source(article)
     assert listing.startswith("import torch\n") and listing.rstrip("\n") in text
 

@@ -4,11 +4,10 @@ saying why none can), verdicts computed both ways, its JSON, its command and its
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
+from articles import SKIP_WHY, article_text
 
 from attnlab.cli import main
 from attnlab.experiments import EXPERIMENTS, Check, Result
@@ -28,16 +27,9 @@ HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _articles() -> dict[str, str] | None:
-    """article number -> text, from $ATTNLAB_ARTICLES or shared/seeds beside the checkout."""
-    raw = os.environ.get("ATTNLAB_ARTICLES", "").strip()
-    here = Path(__file__).resolve()
-    folders = [Path(raw)] if raw else [here.parents[3] / "shared" / "seeds",
-                                       Path.cwd().parent / "shared" / "seeds"]
-    for d in folders:
-        found = {a: sorted(d.glob(f"{a}_*.txt")) for a in inv.ARTICLES} if d.is_dir() else {}
-        if found and all(found.values()):
-            return {a: files[0].read_text(encoding="utf-8") for a, files in found.items()}
-    return None
+    """article number -> text (:mod:`articles`), or None when they are not here."""
+    texts = {a: article_text(a) for a in inv.ARTICLES}
+    return texts if all(t is not None for t in texts.values()) else None
 
 
 def _zh(text: str) -> bool:
@@ -71,8 +63,7 @@ def test_every_quote_is_verbatim_in_its_article():
     texts = _articles()
     if texts is None:
         # justified: the articles' text is not in the repository (only beside a checkout)
-        pytest.skip("the articles are not here: set ATTNLAB_ARTICLES to the folder holding "
-                    "000_*.txt and 001_*.txt (default: shared/seeds beside the checkout)")
+        pytest.skip(SKIP_WHY)
     missing = [c.id for c in CLAIMS if c.quote_zh not in texts[c.article]]
     assert not missing, f"quotes not found verbatim in their article: {missing}"
 

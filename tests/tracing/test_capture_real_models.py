@@ -5,13 +5,13 @@ the captured model is touched."""
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
 from attnlab import models
 from attnlab.core.scores import ScoreShape
+from attnlab.report.long_text import long_text
 from attnlab.tracing import AttentionTrace, capture
 from attnlab.tracing.tracer import trace
 
@@ -19,8 +19,6 @@ pytestmark = pytest.mark.models
 
 SENTENCE = "The animal didn't cross the street because it was too tired"
 CHINESE = "注意力机制是深度学习的核心"
-ARTICLE = sorted(Path(__file__).resolve().parents[2].joinpath("..", "shared", "seeds").glob(
-    "000_*.txt"))
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +32,10 @@ def smollm2():
 
 
 def _text(tokens_wanted: int) -> str:
-    if ARTICLE:
-        return ARTICLE[0].read_text(encoding="utf-8")[: tokens_wanted]
-    return " ".join([SENTENCE] * (tokens_wanted // 12 + 1))
+    """About ``tokens_wanted`` characters of Chinese prose (attnlab's course, Chinese half):
+    at least as many SmolLM2 tokens as characters."""
+    text = long_text({}).text
+    return text[text.index("# 01 · 向量"):][:tokens_wanted]
 
 
 def _eager(loaded, ids: list[int], **kw):

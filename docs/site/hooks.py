@@ -10,13 +10,27 @@
   as ``make report`` writes it), it is copied into the site under ``report/`` and the
   report page embeds it (the link to it is checked like any other); otherwise the page
   says how to build it.
+* The course's notebooks are committed without outputs; each page is rendered from an
+  executed copy (``docs/course/execute.py``: the runner ``tests/course`` uses, whose copies
+  it reuses when they are current), so the pages show their figures, tables and explorers.
+  The setup cell (tagged ``setup``) is folded away in a ``<details>``.
+* Formulas are MathML, converted when the site is built (``attnlab._mathml``): no script,
+  no font and no request. In Markdown pages the ``$...$`` and ``$$...$$`` outside code are
+  set aside before Markdown reads them (so that ``_`` or ``\\`` in TeX stay TeX) and put
+  back as MathML; in every page's HTML (the notebooks, the API pages) a text outside
+  ``<code>``, ``<pre>``, ``<script>`` and ``<style>`` that holds one is converted too.
+  Nothing loads MathJax (the notebook template's loader is removed).
 """
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
+import logging
 import os
 import re
+import sys
 from pathlib import Path
 
 from mkdocs.structure.files import File, Files
@@ -25,6 +39,7 @@ from mkdocs.structure.files import File, Files
 TOP_PAGES = {"README.md": "index.md", "DESIGN.md": "design.md", "CHANGELOG.md": "changelog.md"}
 COURSE_LANGS = (("en", "English"), ("zh", "中文"))
 REPORT_ENV = "ATTNLAB_REPORT_DIR"
+log = logging.getLogger("mkdocs.hooks.attnlab")
 _LINK = re.compile(r"(\]\(|<img [^>]*src=\"|<a [^>]*href=\")([^)\"\s]+)")
 
 
@@ -153,6 +168,211 @@ def on_files(files: Files, config) -> Files:
     if (built / "index.html").is_file():  # a self-contained page: its HTML files are all
         for page in sorted(built.glob("*.html")):
             files.append(File.generated(config, f"report/{page.name}", abs_src_path=str(page)))
+    _use_executed_notebooks(files, config)
     return files
 
 
+
+
+# ---------------------------------------------------------------- the executed notebooks
+
+
+def _course_runner(docs_dir: Path):
+    """``docs/course/execute.py`` of the site being built, as a module."""
+    path = docs_dir / "course" / "execute.py"
+    spec = importlib.util.spec_from_file_location("attnlab_course_execute", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _use_executed_notebooks(files: Files, config) -> None:
+    docs_dir = Path(config["docs_dir"])
+    course = [f for f in files if f.src_uri.startswith("course/")
+              and f.src_uri.endswith(".ipynb") and f.abs_src_path]
+    if not course:
+        return
+    runner = _course_runner(docs_dir)
+    copies = runner.ensure([Path(f.abs_src_path) for f in course],
+                           cache=_repo_root(config) / "build" / "course-executed",
+                           log=lambda line: log.info(line))
+    for f in course:
+        f.abs_src_path = str(copies[Path(f.abs_src_path)])
+
+
+# ---------------------------------------------------------------- the setup cell, folded
+
+_SETUP_CELL = re.compile(r'<div class="jp-Cell [^"]*\bcelltag_setup\b[^"]*"[^>]*>\s*'
+                         r'(?=<div class="jp-Cell-inputWrapper")')
+_DIV = re.compile(r"<(/?)div\b[^>]*>")
+SETUP_SUMMARY = {"en": "Setup: imports and helpers (the same in every part)",
+                 "zh": "准备：导入与辅助函数（每一部分都相同）"}
+
+
+def fold_setup_cell(page_html: str, lang: str = "en") -> str:
+    """The input of the notebook's setup cell (tagged ``setup``) inside a closed
+    ``<details>``; its outputs, if any, stay visible.
+
+    >>> cell = ('<div class="jp-Cell jp-CodeCell celltag_setup" id="c1">'
+    ...         '<div class="jp-Cell-inputWrapper"><div>import torch</div></div>'
+    ...         '<div class="jp-Cell-outputWrapper">out</div></div>')
+    >>> folded = fold_setup_cell(cell)
+    >>> folded.index("<details") < folded.index("import torch") < folded.index("</details>")
+    True
+    >>> folded.index("</details>") < folded.index("out</div>")
+    True
+    >>> fold_setup_cell("<p>no setup cell</p>")
+    '<p>no setup cell</p>'
+    """
+    m = _SETUP_CELL.search(page_html)
+    if not m:
+        return page_html
+    start, depth = m.end(), 0
+    for tag in _DIV.finditer(page_html, start):
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            end = tag.end()
+            break
+    else:
+        return page_html
+    summary = SETUP_SUMMARY.get(lang, SETUP_SUMMARY["en"])
+    return (page_html[:start] + f'<details class="attnlab-setup"><summary>{summary}</summary>'
+            + page_html[start:end] + "</details>" + page_html[end:])
+
+
+_MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+
+
+def drop_mathjax(page_html: str) -> str:
+    """The notebook template's MathJax loader and configuration, removed: the formulas are
+    MathML already, and the loader would be a request (or an empty ``<script src="">``).
+
+    >>> drop_mathjax('a<!-- Load mathjax --><script src=""></script>'
+    ...              '<!-- End of mathjax configuration -->b')
+    'ab'
+    """
+    return _MATHJAX.sub("", page_html)
+
+
+# ---------------------------------------------------------------- formulas as MathML
+
+_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})[^\n]*\n.*?^\1\2[ \t]*$", re.S | re.M)
+_CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
+_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$\w])\$(?![\s$])(.+?)(?<![\s\\$])\$(?![\w$])", re.S)
+_TOKEN = re.compile(r"ATTNLABMATH(\d+)X")
+_SKIP_TAGS = {"code", "pre", "script", "style", "math", "textarea", "svg", "kbd", "samp"}
+_TAG = re.compile(r"<!--.*?-->|<(/?)([A-Za-z][\w-]*)\b[^>]*?(/?)>", re.S)
+
+
+def _to_mathml(tex: str, display: bool) -> str:
+    from attnlab._mathml import to_mathml
+
+    return to_mathml(tex, display)
+
+
+def protect_math(markdown: str, store: list[str]) -> str:
+    """Each ``$...$`` and ``$$...$$`` of a Markdown text outside code, replaced by a token
+    that Markdown leaves alone; ``store`` receives its MathML (see :func:`restore_math`).
+
+    >>> store = []
+    >>> protect_math("a $x_1$ b `$y$`\n```sh\n$ make\n```\n", store)
+    'a ATTNLABMATH0X b `$y$`\n```sh\n$ make\n```\n'
+    >>> store[0].startswith("<math") and "x_1" in store[0]
+    True
+    """
+    def math(m: re.Match) -> str:
+        display = m.group(1) is not None
+        store.append(_to_mathml(m.group(1) if display else m.group(2), display))
+        return f"ATTNLABMATH{len(store) - 1}X"
+
+    def prose(text: str) -> str:
+        out, last = [], 0
+        for code in _CODE_SPAN.finditer(text):
+            out.append(_MATH.sub(math, text[last:code.start()]))
+            out.append(code.group(0))
+            last = code.end()
+        out.append(_MATH.sub(math, text[last:]))
+        return "".join(out)
+
+    out, last = [], 0
+    for fence in _FENCE.finditer(markdown):
+        out.append(prose(markdown[last:fence.start()]))
+        out.append(fence.group(0))
+        last = fence.end()
+    out.append(prose(markdown[last:]))
+    return "".join(out)
+
+
+def restore_math(page_html: str, store: list[str]) -> str:
+    """The tokens of :func:`protect_math`, replaced by their MathML."""
+    return _TOKEN.sub(lambda m: store[int(m.group(1))], page_html) if store else page_html
+
+
+def math_in_html(page_html: str) -> str:
+    """Every text of an HTML page outside code, scripts and styles that holds ``$...$``
+    or ``$$...$$``, with its formulas as MathML.
+
+    >>> math_in_html('<p>the scale $1/\\sqrt{d_k}$ &amp; more</p><code>$x$</code>')
+    ... # doctest: +ELLIPSIS
+    '<p>the scale <math ...>...</math> &amp; more</p><code>$x$</code>'
+    >>> math_in_html("<pre>$ make docs</pre><p>costs 5 $</p>")
+    '<pre>$ make docs</pre><p>costs 5 $</p>'
+    """
+    out, pos, skip, depth = [], 0, None, 0
+
+    def text(segment: str) -> str:
+        if skip is not None or "$" not in segment:
+            return segment
+        raw = html.unescape(segment)
+        if not _MATH.search(raw):
+            return segment
+        parts, last = [], 0
+        for m in _MATH.finditer(raw):
+            parts.append(html.escape(raw[last:m.start()], quote=False))
+            display = m.group(1) is not None
+            parts.append(_to_mathml(m.group(1) if display else m.group(2), display))
+            last = m.end()
+        parts.append(html.escape(raw[last:], quote=False))
+        return "".join(parts)
+
+    for tag in _TAG.finditer(page_html):
+        out.append(text(page_html[pos:tag.start()]))
+        out.append(tag.group(0))
+        pos = tag.end()
+        name = (tag.group(2) or "").lower()
+        if not name or tag.group(3):  # a comment, or a self-closing tag
+            continue
+        if skip is None and name in _SKIP_TAGS and not tag.group(1):
+            skip, depth = name, 1
+        elif skip == name:
+            depth += -1 if tag.group(1) else 1
+            if depth == 0:
+                skip = None
+    out.append(text(page_html[pos:]))
+    return "".join(out)
+
+
+_MATH_STORES: dict[str, list[str]] = {}
+
+
+def _is_notebook(page) -> bool:
+    return page.file.src_uri.endswith(".ipynb")
+
+
+def on_page_markdown(markdown: str, page, config, files):
+    if _is_notebook(page):
+        return markdown
+    store: list[str] = []
+    markdown = protect_math(markdown, store)
+    _MATH_STORES[page.file.src_uri] = store
+    return markdown
+
+
+def on_page_content(page_html: str, page, config, files):
+    page_html = math_in_html(page_html)
+    page_html = restore_math(page_html, _MATH_STORES.pop(page.file.src_uri, []))
+    if _is_notebook(page):
+        lang = page.file.src_uri.split("/")[1] if page.file.src_uri.count("/") > 1 else "en"
+        page_html = fold_setup_cell(drop_mathjax(page_html), lang)
+    return page_html

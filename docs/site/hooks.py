@@ -261,6 +261,8 @@ _FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})[^\n]*\n.*?^\1\2[ \t]*$", re.S | re.
 _CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
 _MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$\w])\$(?![\s$])(.+?)(?<![\s\\$])\$(?![\w$])", re.S)
 _TOKEN = re.compile(r"ATTNLABMATH(\d+)X")
+# the articles quote a formula of theirs alone between corner brackets, without `$`
+_QUOTED = re.compile(r"(?<=「)([^」\n$]+)(?=」)")
 _SKIP_TAGS = {"code", "pre", "script", "style", "math", "textarea", "svg", "kbd", "samp"}
 _TAG = re.compile(r"<!--.*?-->|<(/?)([A-Za-z][\w-]*)\b[^>]*?(/?)>", re.S)
 
@@ -272,7 +274,7 @@ def _to_mathml(tex: str, display: bool) -> str:
 
 
 def protect_math(markdown: str, store: list[str]) -> str:
-    """Each ``$...$`` and ``$$...$$`` of a Markdown text outside code, replaced by a token
+    r"""Each ``$...$`` and ``$$...$$`` of a Markdown text outside code, replaced by a token
     that Markdown leaves alone; ``store`` receives its MathML (see :func:`restore_math`).
 
     >>> store = []
@@ -280,19 +282,32 @@ def protect_math(markdown: str, store: list[str]) -> str:
     'a ATTNLABMATH0X b `$y$`\n```sh\n$ make\n```\n'
     >>> store[0].startswith("<math") and "x_1" in store[0]
     True
+    >>> protect_math("「\\frac{a}{b}」 and 「词 \\frac」", store)
+    '「ATTNLABMATH1X」 and 「词 \\frac」'
     """
+    from attnlab._mathml import is_formula
+
     def math(m: re.Match) -> str:
         display = m.group(1) is not None
         store.append(_to_mathml(m.group(1) if display else m.group(2), display))
         return f"ATTNLABMATH{len(store) - 1}X"
 
+    def quoted(m: re.Match) -> str:
+        if not is_formula(m.group(1)):
+            return m.group(0)
+        store.append(_to_mathml(m.group(1), False))
+        return f"ATTNLABMATH{len(store) - 1}X"
+
+    def formulas(text: str) -> str:
+        return _QUOTED.sub(quoted, _MATH.sub(math, text))
+
     def prose(text: str) -> str:
         out, last = [], 0
         for code in _CODE_SPAN.finditer(text):
-            out.append(_MATH.sub(math, text[last:code.start()]))
+            out.append(formulas(text[last:code.start()]))
             out.append(code.group(0))
             last = code.end()
-        out.append(_MATH.sub(math, text[last:]))
+        out.append(formulas(text[last:]))
         return "".join(out)
 
     out, last = [], 0
@@ -310,30 +325,43 @@ def restore_math(page_html: str, store: list[str]) -> str:
 
 
 def math_in_html(page_html: str) -> str:
-    """Every text of an HTML page outside code, scripts and styles that holds ``$...$``
+    r"""Every text of an HTML page outside code, scripts and styles that holds ``$...$``
     or ``$$...$$``, with its formulas as MathML.
 
     >>> math_in_html('<p>the scale $1/\\sqrt{d_k}$ &amp; more</p><code>$x$</code>')
     ... # doctest: +ELLIPSIS
     '<p>the scale <math ...>...</math> &amp; more</p><code>$x$</code>'
+    >>> math_in_html("<td>「\\sqrt{d}」</td>")  # doctest: +ELLIPSIS
+    '<td>「<math ...>...</math>」</td>'
     >>> math_in_html("<pre>$ make docs</pre><p>costs 5 $</p>")
     '<pre>$ make docs</pre><p>costs 5 $</p>'
     """
+    from attnlab._mathml import is_formula
+
     out, pos, skip, depth = [], 0, None, 0
 
+    def plain(raw: str) -> str:  # escaped, a formula quoted alone converted
+        parts, last = [], 0
+        for m in _QUOTED.finditer(raw):
+            if is_formula(m.group(1)):
+                parts += [html.escape(raw[last:m.start()], quote=False),
+                          _to_mathml(m.group(1), False)]
+                last = m.end()
+        return "".join(parts) + html.escape(raw[last:], quote=False)
+
     def text(segment: str) -> str:
-        if skip is not None or "$" not in segment:
+        if skip is not None or ("$" not in segment and "\\" not in segment):
             return segment
         raw = html.unescape(segment)
-        if not _MATH.search(raw):
+        if not _MATH.search(raw) and not any(is_formula(q) for q in _QUOTED.findall(raw)):
             return segment
         parts, last = [], 0
         for m in _MATH.finditer(raw):
-            parts.append(html.escape(raw[last:m.start()], quote=False))
+            parts.append(plain(raw[last:m.start()]))
             display = m.group(1) is not None
             parts.append(_to_mathml(m.group(1) if display else m.group(2), display))
             last = m.end()
-        parts.append(html.escape(raw[last:], quote=False))
+        parts.append(plain(raw[last:]))
         return "".join(parts)
 
     for tag in _TAG.finditer(page_html):

@@ -192,3 +192,75 @@ def test_site_helpers_doctests(module):
     spec.loader.exec_module(mod)
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ------------------------------------------------------------------ offline, in a browser
+
+# the pages a reader opens first, and a course part with figures, formulas and an explorer,
+# in both languages
+BROWSED = ("index", "claims", "course/index", "course/en/02_dot_product_and_scaling",
+           "course/zh/02_dot_product_and_scaling", "course/en/09_real_models")
+
+
+def test_no_page_names_anything_outside_the_site(built):
+    """No script, style sheet, font or frame of any page comes from outside the site (the
+    `offline` plugin's unpkg.com shim is vendored; nothing loads MathJax)."""
+    site, _ = built
+    outside = {}
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        found = re.findall(r'<(?:script|link|iframe|img)\b[^>]*\b(?:src|href)="(https?:[^"]*)"',
+                           text) + re.findall(r"unpkg\.com|cdn\.jsdelivr|mathjax\.org", text)
+        if found:
+            outside[page.relative_to(site).as_posix()] = sorted(set(found))
+    assert not outside
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", BROWSED)
+def test_page_opens_offline_with_math_and_figures(built, browser, name):
+    """Each page from file:// in Chromium: every request outside build/site refused and
+    recorded (none may be made), formulas as MathML, no raw TeX in the visible text outside
+    code; a course page shows its outputs' figures and folds its setup cell."""
+    from attnlab._mathml import has_raw_tex
+
+    site, _ = built
+    root = site.resolve().as_uri() + "/"
+    outside, errors = [], []
+
+    def on_route(route):
+        url = route.request.url
+        if url.startswith(root) or url.startswith(("data:", "blob:", "about:")):
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    context = browser.new_context()
+    try:
+        context.route("**/*", on_route)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(root + name + ".html", wait_until="load")
+        page.wait_for_timeout(300)  # the search worker starts after load
+        math = page.locator("math").count()
+        # what a reader sees, code blocks left out: their `$` are shell prompts
+        page.add_style_tag(content="code, pre, .highlight { display: none !important }")
+        visible = page.inner_text("body")
+        if name.startswith("course/") and name != "course/index":
+            figures = page.evaluate(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output img')]"
+                ".filter(i => i.naturalWidth > 0).length")
+            assert figures >= 1
+            assert math >= 1
+            setup = page.locator("details.attnlab-setup")
+            assert setup.count() == 1 and setup.get_attribute("open") is None
+            assert "import torch" not in visible  # folded away
+        if name in ("claims",):
+            assert math >= 1
+    finally:
+        context.close()
+    assert not outside, f"{name} requested outside the site: {outside}"
+    assert not has_raw_tex(visible), [line for line in visible.splitlines()
+                                      if has_raw_tex(line)][:5]
+    assert not errors, errors

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,20 @@ def _load_build():
 
 
 build = _load_build()
+
+
+def _load_runner():
+    """docs/course/execute.py: the runner the reference site uses too (it keeps what runs
+    here, so `make docs` after the tests runs no notebook again)."""
+    spec = importlib.util.spec_from_file_location("attnlab_course_execute",
+                                                  COURSE / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load_runner()
 CASES = [(part, lang) for part in build.PARTS for lang in build.LANGS]
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
@@ -122,52 +135,29 @@ def test_the_chinese_check_rejects_english():
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    """One python3 kernel (this environment's ipykernel) for the notebooks of this module.
+    """One python3 kernel (this environment's ipykernel: the runner checks it) for the
+    notebooks of this module.
 
     Each notebook starts from ``%reset -f`` (an empty namespace, no open figure): it must
     import and define everything it uses. Sharing the kernel saves starting Python and
     importing torch twenty times, which would exceed the suite's time budget.
     """
-    import nbformat  # the `course` extra (in `dev`): missing it is an error, not a skip
-    from nbclient import NotebookClient
+    import nbformat  # noqa: F401 (the `course` extra, in `dev`: missing it is an error)
 
-    env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
-    with pytest.MonkeyPatch.context() as mp:
-        for var, value in env.items():
-            mp.setenv(var, value)
-        nb = nbformat.v4.new_notebook()
-        client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(tmp_path_factory.mktemp(
-                                    "course"))}})
-        with client.setup_kernel():
-            cell = nbformat.v4.new_code_cell("import sys; print(sys.executable)")
-            nb.cells.append(cell)
-            client.execute_cell(cell, 0)
-            assert cell.outputs[0]["text"].strip() == sys.executable, (
-                "the python3 kernel must run this environment's Python (its ipykernel); "
-                f"it runs {cell.outputs[0]['text'].strip()}")
-            yield client
+    with runner.kernel(tmp_path_factory.mktemp("course")) as client:
+        yield client
 
 
 def _run(client, source: str):
-    import nbformat
-
-    cell = nbformat.v4.new_code_cell(source)
-    client.nb.cells.append(cell)
-    client.execute_cell(cell, len(client.nb.cells) - 1)  # CellExecutionError on any error
-    return cell
+    return runner.run_cell(client, source)  # CellExecutionError on any error
 
 
 def _execute(part, lang, client):
     from nbclient.exceptions import CellExecutionError
 
-    _run(client, "import matplotlib.pyplot as _plt\n_plt.close('all')\n%reset -f")
-    t0 = time.perf_counter()
-    for cell in build.notebook(part, lang)["cells"]:
-        if cell["cell_type"] == "code":
-            _run(client, cell["source"])
-    elapsed = time.perf_counter() - t0
+    executed, elapsed = runner.execute(client, build.notebook(part, lang))
+    # the run's outputs, for the reference site (docs/site/hooks.py shows them)
+    runner.store(build.path_of(part, lang), executed)
     for ex in build.exercises(part):
         _run(client, build._code(ex.wrong))
         with pytest.raises(CellExecutionError) as info:

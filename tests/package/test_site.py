@@ -23,9 +23,11 @@ MKDOCS = Path(sys.executable).parent / "mkdocs"
 PACKAGES = ("core", "nn", "tracing", "analysis", "train", "models", "experiments", "viz",
             "report", "serve", "bench")
 # pages besides the API reference and the notebooks: README (home), DESIGN, CHANGELOG, the
-# generated claims and support pages, the course index, the report page, the reference index
-PAGES = ("index", "design", "changelog", "claims", "support", "course/index", "report",
-         "site/reference")
+# guide, the generated claims and support pages, the families page (its summary table is
+# generated), the benchmark records, the architecture, the course index, the report page,
+# the reference index
+PAGES = ("index", "design", "changelog", "guide", "claims", "families", "support",
+         "benchmarks", "architecture", "course/index", "report", "site/reference")
 BUILD_TARGET_S = 60.0
 
 pytestmark = pytest.mark.slow

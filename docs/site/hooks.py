@@ -116,9 +116,11 @@ def _course_index(docs_dir: Path) -> str:
         "The two articles as a course, one notebook per part, in English and in Chinese. "
         "Each uses attnlab's own API, draws its figures inline and ends with exercises "
         "whose answers are checked. Open them from `docs/course/` in Jupyter to change a "
-        "number and run them again; the pages below show them without their outputs.", "",
+        "number and run them again; the pages below show them with their outputs, run on the "
+        "code this site was built from.", "",
         "两篇文章改写成的课程：每一部分一个笔记本，中英文各一套。"
-        "每个笔记本都使用 attnlab 自己的 API，图直接画在笔记本里，最后附有可以核对答案的练习。", "",
+        "每个笔记本都使用 attnlab 自己的 API，图直接画在笔记本里，最后附有可以核对答案的练习；"
+        "下面的页面显示笔记本在构建本站所用代码上运行的输出。", "",
     ]
     for lang, label in COURSE_LANGS:
         lines += [f"## {label}", ""]

@@ -67,3 +67,25 @@ def test_import_attnlab_is_light_and_its_names_resolve():
         assert getattr(train, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         attnlab.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["attnlab", "attnlab.train"])
+def test_the_type_checking_imports_name_exactly_the_lazy_ones(package):
+    """The names type checkers and the API reference see (``if TYPE_CHECKING:`` imports)
+    are the run-time lazy table, module for module."""
+    import ast
+    import importlib
+
+    module = importlib.import_module(package)
+    tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            mod = node.module
+            seen[alias.name] = mod if f"{mod}.{alias.name}" not in module._LAZY.values() \
+                else f"{mod}.{alias.name}"
+    assert seen == dict(module._LAZY)
+    assert sorted(seen) == sorted(n for n in module.__all__ if n != "trace")

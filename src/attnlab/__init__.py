@@ -17,8 +17,26 @@ from typing import TYPE_CHECKING, Any
 
 from attnlab._lazy import lazy_exports
 
-if TYPE_CHECKING:  # the names below are imported on first use (PEP 562)
-    from attnlab.tracing import AttentionTrace, StackedTrace
+if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY below
+    from attnlab import masks, positional
+    from attnlab.core.chunked import chunked_attention
+    from attnlab.core.functional import scaled_dot_product_attention
+    from attnlab.core.linear import linear_attention
+    from attnlab.core.weights import attention_weights, pooled_attention_map
+    from attnlab.nn import (
+        GPT,
+        GPTConfig,
+        HookPoint,
+        KVCache,
+        MultiHeadAttention,
+        SelfAttention,
+        Transformer,
+        TransformerConfig,
+        TransformerDecoderLayer,
+        TransformerEncoderLayer,
+    )
+    from attnlab.tracing import AttentionTrace, StackedTrace, capture, load_trace
+    from attnlab.viz.explorer import Explorer
 
 #: The public API: name -> the module it lives in. Nothing is imported until a name is
 #: used, so ``import attnlab`` (and ``attnlab --help``) does not load torch.

@@ -7,7 +7,16 @@ reports which heads became the previous-token and induction heads (for ``assoc-r
 the lookup heads).
 """
 
+from typing import TYPE_CHECKING
+
 from attnlab._lazy import lazy_exports
+
+if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY below
+    from attnlab.train.checkpoint import CheckpointError, RunTokenizer, is_run_dir, load_run
+    from attnlab.train.config import TrainConfig
+    from attnlab.train.heads import HeadScores, LookupScores, score_heads, score_lookup_heads
+    from attnlab.train.tasks import TASKS, Task, get_task
+    from attnlab.train.trainer import TrainResult, evaluate, train
 
 #: name -> the module that defines it, imported on first use (no torch for ``--help``)
 _LAZY = {

@@ -1014,7 +1014,7 @@ def _support(sub: argparse._SubParsersAction) -> None:
                           "(docs/support.md)")
     out.add_argument("--summary", action="store_true",
                      help="print only the matrix in brief as Markdown, one row per status "
-                          "and kind (the README's table)")
+                          "and kind (the table of docs/families.md)")
 
     def run(args: argparse.Namespace) -> int:
         from attnlab.tracing import support

@@ -26,7 +26,7 @@ def _default_devices() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What to measure. The defaults are the README table, about two minutes on two quiet
+    """What to measure. The defaults are the table of docs/benchmarks.md, about two minutes on two quiet
     cores (forward only; ``backward=True`` and longer ``sizes`` for more)."""
 
     sizes: tuple[int, ...] = (256, 1024, 4096)  # N: from cache-sized to where N² dominates

@@ -24,7 +24,7 @@ __all__ = ["FORMAT_VERSION", "TARGETS", "run_bench", "summarize"]
 
 FORMAT_VERSION = 1
 
-#: (key, target, direction): what the README promises.
+#: (key, target, direction): what docs/benchmarks.md promises.
 TARGETS: list[tuple[str, float, str]] = [
     ("fused_vs_sdpa", 0.95, ">="),
     ("explicit_vs_naive", 1.5, ">="),

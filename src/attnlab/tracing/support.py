@@ -785,8 +785,8 @@ _NAMED = ("exact", "refused", "no attention")
 
 
 def to_summary(results: list[FamilyResult]) -> str:
-    """The matrix in brief, as Markdown (the README's table): one row per status and kind,
-    naming the families where they are exact, refused or have no attention, counting them
+    """The matrix in brief, as Markdown (the table of docs/families.md): one row per status
+    and kind, naming the families where they are exact, refused or have no attention, counting them
     per kind otherwise (each family's reason is in :func:`to_markdown`)."""
     import transformers
 

@@ -26,8 +26,8 @@ def _default_devices() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What to measure. The defaults are the table of docs/benchmarks.md, about two minutes on two quiet
-    cores (forward only; ``backward=True`` and longer ``sizes`` for more)."""
+    """What to measure. The defaults are the table of docs/benchmarks.md, about two minutes
+    on two quiet cores (forward only; ``backward=True`` and longer ``sizes`` for more)."""
 
     sizes: tuple[int, ...] = (256, 1024, 4096)  # N: from cache-sized to where N² dominates
     batch: int = 1  # B = 1: the latency case; heads give the parallel work

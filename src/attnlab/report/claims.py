@@ -28,7 +28,7 @@ from attnlab.experiments.claims import (
 )
 from attnlab.experiments.registry import EXPERIMENTS, catalog
 from attnlab.i18n import merge, translate
-from attnlab.report.html import ReportContext, Section, bilingual, escape
+from attnlab.report.html import ReportContext, Section, bilingual, escape, text
 
 __all__ = ["build", "experiment_results", "section_for"]
 
@@ -73,9 +73,9 @@ def _numbers_html(m: Measurement, zh: bool, *, name: bool = True) -> str:
         if zh:
             q = q_zh or translate(q, cat) or q
             expected = translate(expected, cat) or expected
-            items.append(f"{escape(q)}：{escape(fmt_num(value))}（理论 {escape(expected)}）")
+            items.append(f"{text(q)}：{escape(fmt_num(value))}（理论 {text(expected)}）")
         else:
-            items.append(f"{escape(q)}: {escape(fmt_num(value))} (expected {escape(expected)})")
+            items.append(f"{text(q)}: {escape(fmt_num(value))} (expected {text(expected)})")
     if not name:
         return "; ".join(items)
     head = f"<code>{escape(m.experiment)}</code>"
@@ -105,15 +105,15 @@ def _claims_table(vs: Sequence[ClaimVerdict], zh: bool) -> str:
         notes = [_numbers_html(m, zh) for m in v.measurements]
         if c.conditions_en:
             label = "<em>条件</em>：" if zh else "<em>conditions</em>: "
-            notes.append(label + escape(c.conditions_zh if zh else c.conditions_en))
+            notes.append(label + text(c.conditions_zh if zh else c.conditions_en))
         if not c.testable:
-            notes.append(escape(c.not_testable_zh if zh else c.not_testable_en))
+            notes.append(text(c.not_testable_zh if zh else c.not_testable_en))
         kind = escape(ZH[c.kind] if zh else c.kind)
         article = f"文章 {c.article}" if zh else f"article {c.article}"
         rows.append([
             f'<code>{escape(c.id)}</code><br><span class="muted">{article} · {kind}</span>',
-            f'<span class="muted" lang="zh">「{escape(c.quote_zh)}」</span><br>'
-            f"{escape(c.claim_zh if zh else c.claim_en)}",
+            f'<span class="muted" lang="zh">「{text(c.quote_zh)}」</span><br>'
+            f"{text(c.claim_zh if zh else c.claim_en)}",
             _experiments_html(c.covered_by), _verdict_html(v.verdict, zh), "<br>".join(notes)])
     return _table(headers, (14, 36, 14, 10, 26), rows)
 
@@ -126,7 +126,7 @@ def _extensions_table(es: Sequence[ExtensionVerdict], zh: bool) -> str:
         word = ZH[e.verdict] if zh else e.verdict
         colour = COLOURS["holds" if e.measurement.holds else "does not hold"]
         rows.append([_experiments_html([e.extension.experiment]),
-                     escape(e.extension.what_zh if zh else e.extension.what_en),
+                     text(e.extension.what_zh if zh else e.extension.what_en),
                      f'<strong style="color:{colour}">{escape(word)}</strong>',
                      _numbers_html(e.measurement, zh, name=False)])
     return _table(headers, (14, 40, 10, 36), rows)

@@ -1,6 +1,13 @@
 """The pieces every report section is made of: :class:`Section`, :class:`ReportContext`, and
 small helpers for HTML fragments. Every string is escaped here.
 
+Formulas are mathematics on the page: every text a reader sees (:func:`both`,
+:func:`bilingual`, :func:`table` headers and cells, captions; :func:`text` for a
+section's own fragments) goes through :func:`attnlab._mathml.html_with_math`, which
+escapes it and turns its ``$...$`` / ``$$...$$`` segments, or a text that is one bare
+formula, into MathML (rendered by the browser, offline). :func:`escape` stays plain
+HTML escaping, for attributes and code.
+
 Everything a reader sees comes in English and Chinese (the page shows one at a time):
 :func:`bilingual` for prose, :func:`table` translates its headers and string cells with a
 catalog (:mod:`attnlab.i18n`; its :data:`~attnlab.i18n.COMMON` words always), and
@@ -12,6 +19,8 @@ catalog (:mod:`attnlab.i18n`; its :data:`~attnlab.i18n.COMMON` words always), an
 >>> "<td>&lt;b&gt;</td>" in html_table
 True
 >>> '<span class="en">pass</span><span class="zh" lang="zh">通过</span>' in html_table
+True
+>>> text("a $x$ < b").startswith("a <math") and "&lt; b" in text("a $x$ < b")
 True
 """
 
@@ -25,12 +34,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from attnlab._mathml import MathError, html_with_math
 from attnlab.i18n import figure_texts, merge, translate, translate_figure
 
 __all__ = ["ReportContext", "Section", "BiText", "table", "fmt", "figure", "figure_to_data_uri",
-           "figure_to_svg", "bilingual", "both", "escape"]
+           "figure_to_svg", "bilingual", "both", "escape", "text"]
 
 escape = html.escape
+
+
+def text(s: str) -> str:
+    """A text a reader sees, as HTML: escaped, its formulas as MathML
+    (:func:`attnlab._mathml.html_with_math`). A formula the converter cannot read is shown
+    escaped as written (the page still builds; the browser tests catch raw TeX)."""
+    try:
+        return html_with_math(s)
+    except MathError:
+        return escape(s)
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -65,15 +85,15 @@ def both(en: str, zh: str | None) -> str:
     'N = 4'
     """
     if zh is None or zh == en:
-        return escape(en)
-    return f'<span class="en">{escape(en)}</span><span class="zh" lang="zh">{escape(zh)}</span>'
+        return text(en)
+    return f'<span class="en">{text(en)}</span><span class="zh" lang="zh">{text(zh)}</span>'
 
 
 def _cell_html(v: Any, catalog: Mapping[str, str]) -> str:
     if isinstance(v, BiText):
         return both(v.en, v.zh)
-    text = fmt(v)
-    return both(text, translate(text, catalog))
+    shown = fmt(v)
+    return both(shown, translate(shown, catalog))
 
 
 def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]],
@@ -103,8 +123,8 @@ def table(headers: Sequence[Any], rows: Iterable[Sequence[Any]],
 def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:
     """The same text in English and Chinese; the page shows one at a time."""
     c = f" {cls}" if cls else ""
-    return (f'<{tag} class="en{c}">{escape(en)}</{tag}>'
-            f'<{tag} class="zh{c}" lang="zh">{escape(zh)}</{tag}>')
+    return (f'<{tag} class="en{c}">{text(en)}</{tag}>'
+            f'<{tag} class="zh{c}" lang="zh">{text(zh)}</{tag}>')
 
 
 def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:

@@ -3,7 +3,13 @@
 A section builder is a function ``(ctx: ReportContext) -> Section | list[Section]``;
 :data:`PROVIDERS` names them in page order (part name -> ``"module:function"``) so that each
 part imports only when built. The page has no external resource of any kind (no CDN, no
-fonts, no network); figures are inline SVG or data URIs.
+fonts, no network); figures are inline SVG or data URIs; formulas are MathML.
+
+The page opens with its status, its size (the exact bytes of the written page) and how long
+it took to build, then a grouped table of contents (:data:`GROUPS`, the experiments by
+:data:`EXPERIMENT_THEMES`), every entry with its section's badge. A slim sticky bar keeps
+the language switch and the groups at hand; a jump to an anchor leaves the section's
+title below it (``scroll-padding-top`` is the bar's height).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any
 from attnlab._io import atomic_write_text
 from attnlab.report.html import ReportContext, Section
 
-__all__ = ["PROVIDERS", "ReportResult", "build_report", "render_page"]
+__all__ = ["PROVIDERS", "ReportResult", "build_report", "render_page", "GROUPS",
+           "EXPERIMENT_THEMES", "group_of", "status_of"]
 
 #: Section builders in page order: part name -> ``"module:function"``.
 PROVIDERS: dict[str, str] = {
@@ -34,6 +41,73 @@ PROVIDERS: dict[str, str] = {
     "survey": "attnlab.report.survey:build",
     "trained": "attnlab.report.trained_model:build",
 }
+
+
+#: The table of contents' groups in page order: key, English, Chinese. A section belongs
+#: to the group its id names (:func:`group_of`); experiments to their theme.
+GROUPS: list[tuple[str, str, str]] = [
+    ("claims", "Claims", "论断"),
+    ("parity", "Parity with PyTorch", "与 PyTorch 的一致性"),
+    ("experiments", "Experiments", "实验"),
+    ("explorer", "Explorer", "浏览器"),
+    ("real-models", "Real models", "真实模型"),
+    ("architectures", "Architectures", "架构"),
+    ("long-contexts", "Long contexts", "长上下文"),
+    ("survey", "Survey", "头的普查"),
+    ("trained", "Trained models", "训练的模型"),
+    ("other", "Other", "其他"),
+]
+
+#: The experiments by theme (registry names; :mod:`attnlab.experiments.registry`): key,
+#: English, Chinese, names. An experiment named in none goes to the last theme, "more".
+EXPERIMENT_THEMES: list[tuple[str, str, str, tuple[str, ...]]] = [
+    ("geometry", "Geometry & scaling", "几何与缩放",
+     ("qk-variance", "dot-product-geometry", "softmax-saturation")),
+    ("softmax", "Softmax & weights", "softmax 与权重",
+     ("convex-combination", "kernel-smoothing", "learned-kernel", "dynamic-graph",
+      "contextualisation")),
+    ("heads", "Heads & projections", "多头与投影",
+     ("multihead-cost", "one-relation-per-head", "qkv-roles", "wo-fusion", "fused-qkv-speed")),
+    ("positions", "Positions", "位置",
+     ("pe-relative-position", "rope-relative", "pe-frequency-roles",
+      "relative-position-learned")),
+    ("masks", "Masks & modules", "掩码与模块", ("masking", "linear-attention", "article-code")),
+    ("training", "Training", "训练", ("scaling-training", "init-scale")),
+    ("more", "More experiments", "其他实验", ()),
+]
+
+_PREFIXES = {"claims": "claims", "parity": "parity", "exp-": "experiments",
+             "explorer": "explorer", "real-models": "real-models",
+             "architectures": "architectures", "long-contexts": "long-contexts",
+             "survey": "survey", "trained": "trained"}
+
+
+def group_of(section_id: str) -> tuple[str, str | None]:
+    """The TOC group of a section id, and the experiment theme for an experiment.
+
+    >>> group_of("exp-masking"), group_of("survey-smollm2"), group_of("trained-model")
+    (('experiments', 'masks'), ('survey', None), ('trained', None))
+    >>> group_of("exp-new-one"), group_of("notes")
+    (('experiments', 'more'), ('other', None))
+    """
+    for prefix, group in _PREFIXES.items():
+        if section_id.startswith(prefix):
+            if group != "experiments":
+                return group, None
+            name = section_id[len(prefix):]
+            theme = next((k for k, _, _, names in EXPERIMENT_THEMES if name in names), "more")
+            return group, theme
+    return "other", None
+
+
+def status_of(s: Section) -> str:
+    """A section's badge as a word: ``pass``, ``finding`` (passed; the claim does not hold,
+    as expected), ``fail``, or ``info`` (a section that only shows things)."""
+    if s.passed is None:
+        return "info"
+    if s.passed:
+        return "finding" if s.finding else "pass"
+    return "fail"
 
 
 @dataclass
@@ -81,15 +155,36 @@ _CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font: 15px/1.55 system-ui, -apple-system, "Segoe UI", "Noto Sans",
        "PingFang SC", "Microsoft YaHei", sans-serif; color:var(--fg); background:var(--bg); }
-header { padding: 28px 32px 12px; border-bottom:1px solid var(--line); background:var(--card); }
+html { --bar-h: 42px; scroll-padding-top: calc(var(--bar-h) + 8px); }
+header { padding: 24px 32px 12px; border-bottom:1px solid var(--line); background:var(--card); }
 header h1 { margin:0 0 4px; font-size:26px; }
-header p { margin:0; color:var(--muted); }
-nav { position:sticky; top:0; background:var(--card); border-bottom:1px solid var(--line);
-      padding:8px 32px; display:flex; flex-wrap:wrap; gap:6px 14px; z-index:5; font-size:13px; }
-nav a { color:var(--accent); text-decoration:none; }
+header p { margin:2px 0 0; color:var(--muted); }
+#bar { position:sticky; top:0; height:var(--bar-h); background:var(--card);
+       border-bottom:1px solid var(--line); padding:0 32px; display:flex; align-items:center;
+       gap:14px; z-index:5; font-size:13px; white-space:nowrap; overflow-x:auto; }
+#bar a { color:var(--accent); text-decoration:none; }
+#bar .home { font-weight:700; color:var(--fg); }
 main { max-width: 1180px; margin: 0 auto; padding: 16px 32px 64px; }
-section.card { background:var(--card); border:1px solid var(--line); border-radius:10px;
-               padding: 18px 22px; margin: 18px 0; }
+section.card, nav.toc { background:var(--card); border:1px solid var(--line); border-radius:10px;
+               padding: 18px 22px; margin: 18px 0; scroll-margin-top: calc(var(--bar-h) + 8px); }
+nav.toc h2 { margin:0 0 8px; font-size:20px; }
+.toc-grid { display:grid; grid-template-columns: repeat(auto-fill, minmax(250px, 1fr));
+            gap: 10px 18px; }
+.toc-group { border-left:3px solid var(--line); padding: 2px 0 2px 10px; }
+.toc-group h3 { margin:0 0 3px; font-size:13px; color:var(--muted); display:flex; gap:6px;
+                align-items:center; flex-wrap:wrap; }
+.toc-group ul { list-style:none; margin:0; padding:0; font-size:13px; line-height:1.45; }
+.toc-group li { display:flex; gap:6px; align-items:baseline; }
+.toc-group li a { color:var(--accent); text-decoration:none; overflow-wrap:anywhere; }
+.toc-group li a:hover { text-decoration:underline; }
+.dot { flex:none; display:inline-block; min-width:1.4em; text-align:center; font-size:11px;
+       font-weight:700; border-radius:99px; color:#fff; padding:0 4px; }
+.dot.pass { background:var(--pass); } .dot.fail { background:var(--fail); }
+.dot.finding { background:#a15c00; } .dot.info { background:#c4c9d6; }
+.toc-group.has-fail { border-left-color:var(--fail); }
+.toc-group.all-pass { border-left-color:var(--pass); }
+.toc-legend { font-size:12px; color:var(--muted); margin:6px 0 0; }
+math[display="block"] { margin: 4px 0; }
 section.card h2 { margin: 0 0 10px; font-size:20px; display:flex; gap:10px; align-items:center; }
 .badge { font-size:12px; font-weight:700; padding:2px 8px; border-radius:99px; color:#fff; }
 .badge.pass { background:var(--pass); } .badge.fail { background:var(--fail); }
@@ -118,29 +213,159 @@ _JS = """
   if (b) b.addEventListener('click', function(){
     root.setAttribute('data-lang', root.getAttribute('data-lang') === 'zh' ? 'en' : 'zh');
   });
+  // the sticky bar's real height (it may differ from the CSS default): anchors land below it
+  var bar = document.getElementById('bar');
+  function fit(){ if (bar) root.style.setProperty('--bar-h', bar.offsetHeight + 'px'); }
+  fit(); window.addEventListener('resize', fit);
 })();
 """
 
 
+_DOT = {"pass": ("✓", "pass", "通过"), "finding": ("!", "finding: the claim does not hold",
+                                                  "发现：论断不成立"),
+        "fail": ("✗", "FAIL", "失败"), "info": ("–", "shows, no verdict", "展示，无结论")}
+
+
+def _dot(status: str) -> str:
+    mark, en, zh = _DOT[status]
+    return (f'<span class="dot {status}" title="{en}" aria-label="{en}">{mark}</span>')
+
+
+def _short_title(s: Section) -> tuple[str, str]:
+    """A TOC entry's text: an experiment by its name (its group says it is one)."""
+    if s.id.startswith("exp-") and s.title.startswith("Experiment: "):
+        name = s.title[len("Experiment: "):]
+        return name, name
+    return s.title, s.title_zh
+
+
+def _group_status(statuses: list[str]) -> str:
+    judged = [x for x in statuses if x != "info"]
+    if "fail" in judged:
+        return "has-fail"
+    return "all-pass" if judged else "info"
+
+
+def _toc(sections: list[Section]) -> str:
+    """The grouped table of contents: one block per group (the experiments one per theme),
+    each entry a link with its section's badge."""
+    esc = html.escape
+    blocks: dict[tuple[str, str | None], list[Section]] = {}
+    for s in sections:
+        blocks.setdefault(group_of(s.id), []).append(s)
+    names = {k: (en, zh) for k, en, zh in GROUPS}
+    themes = {k: (en, zh) for k, en, zh, _ in EXPERIMENT_THEMES}
+    group_order = [k for k, _, _ in GROUPS]
+    theme_order = [k for k, _, _, _ in EXPERIMENT_THEMES]
+    first_seen = {key: i for i, key in reversed(list(enumerate(
+        group_of(s.id) for s in sections)))}
+    keys = sorted(blocks, key=lambda k: (group_order.index(k[0]),
+                                         theme_order.index(k[1]) if k[1] else -1,
+                                         first_seen[k]))
+    out = []
+    for group, theme in keys:
+        members = blocks[(group, theme)]
+        en, zh = names[group]
+        if theme is not None:
+            ten, tzh = themes[theme]
+            en, zh = f"{en}: {ten}", f"{zh}：{tzh}"
+        statuses = [status_of(s) for s in members]
+        n_judged = sum(x != "info" for x in statuses)
+        n_ok = sum(x in ("pass", "finding") for x in statuses)
+        count = f'<span class="muted">{n_ok}/{n_judged}</span>' if n_judged else ""
+        items = []
+        for s, st in zip(members, statuses):
+            ten, tzh = _short_title(s)
+            label = (esc(ten) if ten == tzh else
+                     f'<span class="en">{esc(ten)}</span><span class="zh" lang="zh">{esc(tzh)}'
+                     "</span>")
+            items.append(f'<li>{_dot(st)}<a href="#{esc(s.id)}" data-status="{st}">{label}</a>'
+                         "</li>")
+        gid = group if theme is None else f"{group}-{theme}"
+        out.append(
+            f'<div class="toc-group {_group_status(statuses)}" data-group="{esc(gid)}">'
+            f'<h3><span class="en">{esc(en)}</span><span class="zh" lang="zh">{esc(zh)}</span>'
+            f"{count}</h3><ul>{''.join(items)}</ul></div>")
+    legend = ("✓ pass · ! finding (the claim does not hold, as the experiment expected) · "
+              "✗ fail · – no verdict (the section shows things)")
+    legend_zh = "✓ 通过 · ! 发现（论断不成立，与实验的预期一致）· ✗ 失败 · – 无结论（该部分只作展示）"
+    return ('<nav class="toc" id="toc" aria-label="Contents">'
+            '<h2><span class="en">Contents</span><span class="zh" lang="zh">目录</span></h2>'
+            f'<div class="toc-grid">{"".join(out)}</div>'
+            f'<p class="toc-legend"><span class="en">{esc(legend)}</span>'
+            f'<span class="zh" lang="zh">{esc(legend_zh)}</span></p></nav>')
+
+
+def _bar(sections: list[Section], title: str, title_zh: str) -> str:
+    """The sticky bar: the title (to the top), the contents, each group's first section, and
+    the language switch."""
+    esc = html.escape
+    names = {k: (en, zh) for k, en, zh in GROUPS}
+    links, seen = [], set()
+    for s in sections:
+        group = group_of(s.id)[0]
+        if group in seen:
+            continue
+        seen.add(group)
+        en, zh = names[group]
+        links.append(f'<a href="#{esc(s.id)}"><span class="en">{esc(en)}</span>'
+                     f'<span class="zh" lang="zh">{esc(zh)}</span></a>')
+    return (f'<nav id="bar" aria-label="Sections"><a class="home" href="#top">'
+            f'<span class="en">{esc(title)}</span><span class="zh" lang="zh">{esc(title_zh)}'
+            '</span></a><a href="#toc"><span class="en">Contents</span>'
+            '<span class="zh" lang="zh">目录</span></a>'
+            f'{"".join(links)}<button id="lang" type="button">English / 中文</button></nav>')
+
+
+_SIZE = "\x00ATTNLAB-PAGE-BYTES\x00"
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _with_size(page: str) -> str:
+    """``page`` with its own size in bytes (UTF-8) where :data:`_SIZE` stands: the number
+    written is the exact size of the page returned (a fixed point: the number's own digits
+    count)."""
+    def fill(n: int) -> str:
+        return page.replace(_SIZE, f"{_human_bytes(n)} ({n:,} bytes)".replace(",", "\u2009"))
+
+    n = len(fill(0).encode("utf-8"))
+    for _ in range(8):
+        m = len(fill(n).encode("utf-8"))
+        if m == n:
+            return fill(n)
+        n = m
+    raise AssertionError("the page's size does not settle")  # pragma: no cover
+
+
 def render_page(sections: list[Section], *, title: str = "attnlab report",
-                title_zh: str = "attnlab 报告", generated: str | None = None) -> str:
-    """The whole page as one HTML string (no external resource)."""
+                title_zh: str = "attnlab 报告", generated: str | None = None,
+                build_seconds: float | None = None) -> str:
+    """The whole page as one HTML string (no external resource): the status, the page's
+    exact size and (``build_seconds``) how long the build took, the grouped table of
+    contents, the sections."""
     esc = html.escape
     n_pass = sum(s.passed is True for s in sections)
+    n_find = sum(s.passed is True and s.finding for s in sections)
     n_fail = sum(s.passed is False for s in sections)
-    nav = "".join(
-        f'<a href="#{esc(s.id)}"><span class="en">{esc(s.title)}</span>'
-        f'<span class="zh">{esc(s.title_zh)}</span></a>'
-        for s in sections
-    )
     body = "".join(
-        f'<section class="card" id="{esc(s.id)}" data-passed="{s.passed}">'
+        f'<section class="card" id="{esc(s.id)}" data-passed="{s.passed}" '
+        f'data-status="{status_of(s)}">'
         f'<h2><span class="en">{esc(s.title)}</span><span class="zh">{esc(s.title_zh)}</span>'
         f"{_badge(s.passed, s.finding)}</h2>{s.html}</section>"
         for s in sections
     )
     gen = esc(generated or time.strftime("%Y-%m-%d %H:%M:%S"))
-    return f"""<!DOCTYPE html>
+    took_en = took_zh = ""
+    if build_seconds is not None:
+        took_en = f" · built in {build_seconds:.1f} s"
+        took_zh = f" · 构建用时 {build_seconds:.1f} 秒"
+    page = f"""<!DOCTYPE html>
 <html lang="en" data-lang="en">
 <head>
 <meta charset="utf-8">
@@ -151,20 +376,24 @@ def render_page(sections: list[Section], *, title: str = "attnlab report",
 <style>{_CSS}</style>
 </head>
 <body>
-<header>
+<header id="top">
 <h1><span class="en">{esc(title)}</span><span class="zh">{esc(title_zh)}</span></h1>
 <p><span class="en">Every claim computed on real numbers, with the verdict the numbers give.
-</span><span class="zh">每个论断都在真实数值上计算，并给出数值所支持的结论。</span>
-&nbsp;·&nbsp; <span class="en">{n_pass} pass, {n_fail} fail</span>
-<span class="zh">{n_pass} 项通过，{n_fail} 项失败</span>
+</span><span class="zh">每个论断都在真实数值上计算，并给出数值所支持的结论。</span></p>
+<p id="status"><span class="en">{len(sections)} sections: {n_pass} pass ({n_find} of them
+findings), {n_fail} fail</span><span class="zh">共 {len(sections)} 个部分：{n_pass} 项通过（其中
+{n_find} 项为发现），{n_fail} 项失败</span></p>
+<p id="build"><span class="en">page size <span class="page-bytes">{_SIZE}</span>{took_en}
+</span><span class="zh">页面大小 <span class="page-bytes">{_SIZE}</span>{took_zh}</span>
 &nbsp;·&nbsp; {gen}</p>
 </header>
-<nav>{nav}<button id="lang" type="button">English / 中文</button></nav>
-<main>{body}</main>
+{_bar(sections, title, title_zh)}
+<main>{_toc(sections)}{body}</main>
 <script>{_JS}</script>
 </body>
 </html>
 """
+    return _with_size(page)
 
 
 def _print_summary(sections: list[Section], console: Any, path: Path) -> None:
@@ -207,6 +436,7 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
             raise ValueError(f"--only: unknown part(s) {unknown}; the parts are {list(PROVIDERS)}")
     if providers is None:
         providers = [spec for key, spec in PROVIDERS.items() if only is None or key in only]
+    started = time.perf_counter()
     loaded = [_load_provider(p) for p in providers]
     console = Console(stderr=True, quiet=quiet)
     sections: list[Section] = []
@@ -225,7 +455,8 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
                 sections.append(s)
             progress.advance(task)
     path = out / "index.html"
-    atomic_write_text(path, render_page(sections))
+    atomic_write_text(path, render_page(sections,
+                                        build_seconds=time.perf_counter() - started))
     atomic_write_text(out / "summary.json",
                       json.dumps(ReportResult(path, sections).to_json(), indent=2))
     if not quiet:

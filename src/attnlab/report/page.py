@@ -185,6 +185,7 @@ nav.toc h2 { margin:0 0 8px; font-size:20px; }
 .toc-group.all-pass { border-left-color:var(--pass); }
 .toc-legend { font-size:12px; color:var(--muted); margin:6px 0 0; }
 math[display="block"] { margin: 4px 0; }
+table.data math[display="block"] { display: inline math; math-style: normal; margin: 0 2px; }
 section.card h2 { margin: 0 0 10px; font-size:20px; display:flex; gap:10px; align-items:center; }
 .badge { font-size:12px; font-weight:700; padding:2px 8px; border-radius:99px; color:#fff; }
 .badge.pass { background:var(--pass); } .badge.fail { background:var(--fail); }

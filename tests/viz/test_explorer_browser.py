@@ -175,6 +175,25 @@ def test_positional_view_rotation_matches_the_table(page, toy):
     assert err < 1e-5  # float32 table: M_k·PE[pos] equals PE[pos+k]
 
 
+@pytest.mark.parametrize("lang", ["en-US", "zh-CN"])
+def test_the_explorers_formulas_are_mathml_rendered_in_python(page, toy, lang):
+    from attnlab._mathml import has_raw_tex
+    from attnlab.viz.explorer import MATH_TEXTS, math_payload
+
+    _, path = toy
+    _open(page, path, lang)
+    page.click(".ax-tab[data-view=positional]")
+    note = page.locator(".ax-pe-note")
+    assert note.locator("math").count() >= 5 and note.locator("msub").count() >= 3
+    assert note.locator("math").count() == math_payload()[lang[:2]]["peNote"].count("<math")
+    assert page.locator(".ax-pe-err-label math").count() == 1
+    text = page.evaluate("""() => { const c = document.querySelector('.attnlab-explorer')
+        .cloneNode(true); c.querySelectorAll('math, code, pre').forEach(e => e.remove());
+        document.body.appendChild(c); const t = c.innerText; c.remove(); return t; }""")
+    assert text.strip() and not has_raw_tex(text)
+    assert has_raw_tex(MATH_TEXTS["peNote"][0])  # the source is TeX: unconverted, it shows
+
+
 def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
     t, path = toy
     _open(page, path)

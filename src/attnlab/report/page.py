@@ -289,7 +289,8 @@ def _toc(sections: list[Section]) -> str:
             f"{count}</h3><ul>{''.join(items)}</ul></div>")
     legend = ("✓ pass · ! finding (the claim does not hold, as the experiment expected) · "
               "✗ fail · – no verdict (the section shows things)")
-    legend_zh = "✓ 通过 · ! 发现（论断不成立，与实验的预期一致）· ✗ 失败 · – 无结论（该部分只作展示）"
+    legend_zh = ("✓ 通过 · ! 发现（论断不成立，与实验的预期一致）· ✗ 失败 · "
+                 "– 无结论（该部分只作展示）")
     return ('<nav class="toc" id="toc" aria-label="Contents">'
             '<h2><span class="en">Contents</span><span class="zh" lang="zh">目录</span></h2>'
             f'<div class="toc-grid">{"".join(out)}</div>'

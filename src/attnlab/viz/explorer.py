@@ -738,6 +738,37 @@ def _pe_payload(n: int, d: int) -> dict[str, Any]:
             "table": encode_blob(sinusoidal_table(n, d), "f32", gz=True)}
 
 
+#: The explorer's formulas (TeX in ``$...$``), rendered as MathML here, in Python, and shown
+#: by the page as given (``payload()["math"]``: language -> key -> HTML); the page's own
+#: plain text for a key is its fallback.
+_PE = r"\mathrm{PE}_{\mathrm{pos}}"
+_PEK = r"\mathrm{PE}_{\mathrm{pos}+k}"
+MATH_TEXTS: dict[str, tuple[str, str]] = {
+    "peNote": (
+        f"${_PEK} = M_k \\, {_PE}$: each $(\\sin, \\cos)$ pair turns by $\\omega_i k$. "
+        f"Dot: ${_PE}$; arrow: $M_k \\, {_PE}$; ring: ${_PEK}$ from the table.",
+        f"${_PEK} = M_k \\, {_PE}$：每一对 $(\\sin, \\cos)$ 转过 $\\omega_i k$。"
+        f"圆点：${_PE}$；箭头：$M_k \\, {_PE}$；圆环：表中的 ${_PEK}$。"),
+    "maxErr": (f"$\\max |M_k \\, {_PE} - {_PEK}|$ = ", f"最大 $|M_k \\, {_PE} - {_PEK}|$ = "),
+}
+
+
+@cache
+def math_payload() -> dict[str, dict[str, str]]:
+    """:data:`MATH_TEXTS` as HTML with MathML, per language (``{"en": {...}, "zh": {...}}``).
+
+    >>> math_payload()["en"]["maxErr"].startswith("<math")
+    True
+    """
+    from attnlab._mathml import html_with_math
+
+    def render(text: str) -> str:  # HTML knows <math>: the namespace URL is not needed
+        return html_with_math(text).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+
+    return {lang: {k: render(texts[i]) for k, texts in MATH_TEXTS.items()}
+            for i, lang in enumerate(("en", "zh"))}
+
+
 @cache
 def static_asset(name: str) -> str:
     """The text of ``viz/static/NAME`` (the explorer's JS and CSS)."""
@@ -830,7 +861,8 @@ class Explorer:
                                           for n, (name, _) in enumerate(stacks)]})
                 t_index += len(stacks)
             room = (cfg.page_budget - fixed - _PAGE_FRAME - _nbytes(json_for_html(pe))
-                    - _nbytes(json_for_html(inputs))) // len(self.traces)
+                    - _nbytes(json_for_html(inputs))
+                    - _nbytes(json_for_html(math_payload()))) // len(self.traces)
             self._payload = {
                 "format_version": FORMAT_VERSION,
                 "uid": self.uid,
@@ -840,6 +872,7 @@ class Explorer:
                 "traces": [_trace_payload(t, each, self._first_head(t), a, room, progress)
                            for t, a in zip(self.traces, self.api)],
                 "pe": pe,
+                "math": math_payload(),
             }
         self._payload["uid"] = self.uid
         return self._payload

@@ -332,6 +332,15 @@
     return text;
   };
 
+  /* Fill element e with the formula text `key`: the MathML Python rendered for this
+   * language (data.math, escaped there), or the plain text of I18N where there is none. */
+  Explorer.prototype.math = function (e, key) {
+    var m = this.data.math && this.data.math[this.s.lang];
+    if (m && m[key]) e.innerHTML = m[key];
+    else e.textContent = this.t(key);
+    return e;
+  };
+
   /* Whitespace-only tokens get a visible mark; the text itself is never altered. */
   function label(t) { return /^\s*$/.test(t) ? "␣" + t.replace(/ /g, "") : t; }
 
@@ -1269,7 +1278,7 @@
   Explorer.prototype.view_positional = function () {
     var self = this, pe = this.data.pe, n = pe.n, d = pe.d, P = this.pe;
     var ctl = this.controls;
-    h("div", {"class": "ax-note"}, ctl, this.t("peNote"));
+    this.math(h("div", {"class": "ax-note ax-pe-note"}, ctl), "peNote");
     this.s.pos = clamp(this.s.pos, 0, n - 1);
     this.s.off = clamp(this.s.off, 0, n - 1 - this.s.pos);
     function slider(lab, cls, max, value) {
@@ -1282,7 +1291,9 @@
     }
     var ps = slider(this.t("pos"), "ax-pos", n - 1, this.s.pos);
     var ks = slider(this.t("offset"), "ax-off", n - 1, this.s.off);
-    var errOut = h("div", {"class": "ax-note ax-pe-err"}, ctl, "");
+    var errOut = h("div", {"class": "ax-note ax-pe-err"}, ctl);
+    this.math(h("span", {"class": "ax-pe-err-label"}, errOut), "maxErr");
+    var errValue = h("span", {"class": "ax-pe-err-value"}, errOut, "");
     var cw = 4, chh = 2, lw = 40, top = 24;
     var mapW = d * cw, mapH = n * chh;
     var npair = Math.min(8, d / 2), rad = 44, gx = lw + mapW + 40;
@@ -1328,7 +1339,7 @@
         q.ring.setAttribute("cy", q.cy - rad * P[(pos + k) * d + 2 * q.pi]);
         q.ang.textContent = "ω·k = " + (phi * 180 / Math.PI % 360).toFixed(1) + "°";
       });
-      errOut.textContent = self.t("maxErr") + maxErr.toExponential(2);
+      errValue.textContent = maxErr.toExponential(2);
       errOut.setAttribute("data-err", String(maxErr));
       ps.nextSibling.textContent = pos; ks.nextSibling.textContent = k;
     }

@@ -22,6 +22,7 @@ from attnlab.experiments.claims import (
     Evidence,
     verdicts,
 )
+from attnlab.report.html import text as html_text
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 
@@ -300,7 +301,8 @@ def test_report_opens_with_the_inventory_from_the_shared_cache(tmp_path, monkeyp
     assert '<div class="en">' in html and '<div class="zh" lang="zh">' in html
     assert "不成立" in html and "无法检验" in html and "does not hold" in html
     assert section.COLOURS["does not hold"] in html and 'href="#exp-convex-combination"' in html
-    assert "「" + inv.claim("000-convex-combination").quote_zh in html
+    quote = inv.claim("000-convex-combination").quote_zh  # it holds $A_{i,j}$: MathML
+    assert "「" + html_text(quote) in html and "<math" in html_text(quote)
     ctx.cache["experiments"] = [r for r in ctx.cache["experiments"]
                                 if r.name not in bad] + [
         _result("convex-combination", checks=_checks_for("convex-combination"))]

@@ -50,7 +50,9 @@ def to_mathml(tex: str, display: bool = False) -> str:
         out = convert(tex.strip(), display="block" if display else "inline")
     except Exception as exc:  # the converter raises several types on bad TeX
         raise MathError(f"cannot convert the formula {tex!r} to MathML ({exc})") from None
-    # an annotation keeps the source for copy and for readers that do not render MathML
+    # HTML knows <math> without its namespace URL (attnlab's pages name no URL); the
+    # alttext keeps the source for copy and for readers that do not render MathML
+    out = out.replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
     return out.replace('display="inline">', f'display="inline" alttext="{html.escape(tex)}">'
                        ).replace('display="block">',
                                  f'display="block" alttext="{html.escape(tex)}">')

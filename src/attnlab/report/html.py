@@ -47,8 +47,8 @@ def text(s: str) -> str:
     """A text a reader sees, as HTML: escaped, its formulas as MathML
     (:func:`attnlab._mathml.html_with_math`). A formula the converter cannot read is shown
     escaped as written (the page still builds; the browser tests catch raw TeX)."""
-    try:  # HTML knows <math>: the namespace URL is not needed (the page names no URL)
-        return html_with_math(s).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+    try:
+        return html_with_math(s)
     except MathError:
         return escape(s)
 

@@ -762,10 +762,7 @@ def math_payload() -> dict[str, dict[str, str]]:
     """
     from attnlab._mathml import html_with_math
 
-    def render(text: str) -> str:  # HTML knows <math>: the namespace URL is not needed
-        return html_with_math(text).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
-
-    return {lang: {k: render(texts[i]) for k, texts in MATH_TEXTS.items()}
+    return {lang: {k: html_with_math(texts[i]) for k, texts in MATH_TEXTS.items()}
             for i, lang in enumerate(("en", "zh"))}
 
 

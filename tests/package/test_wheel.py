@@ -113,7 +113,7 @@ def test_wheel_metadata_declares_the_extras(dist):
     meta = _metadata(dist)
     assert {"models", "serve", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
     req = _requires(meta)
-    assert req[""] == {"torch", "numpy", "safetensors", "matplotlib", "rich"}
+    assert req[""] == {"torch", "numpy", "safetensors", "matplotlib", "rich", "latex2mathml"}
     assert {"transformers", "tokenizers", "gguf"} <= req["models"]
     assert req["serve"] == {"fastapi", "uvicorn"}
     assert {"mkdocs", "mkdocs-material", "mkdocstrings", "mkdocs-jupyter"} <= req["docs"]

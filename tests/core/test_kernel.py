@@ -31,7 +31,7 @@ def kernel():
     """The kernel, built or loaded once for this module (skipped without a compiler)."""
     ops = _kernel.get()
     if ops is None:
-        if HAVE_COMPILER and not os.environ.get(_kernel.ENV_DISABLE):
+        if HAVE_COMPILER and not _kernel._disabled():
             pytest.fail(f"a compiler is here but the kernel is not: {kernel_status()}")
         # justified: no compiler, or ATTNLAB_NO_KERNEL=1 asks for the PyTorch path (whose
         # results the rest of the suite checks); with a compiler and no opt-out it fails

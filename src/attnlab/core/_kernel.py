@@ -11,9 +11,18 @@ cores), into ``$XDG_CACHE_HOME/attnlab`` (``~/.cache/attnlab`` by default; the
 source's hash, torch's version and the compiler flags; later processes load the cached
 library in milliseconds.
 
-No compiler, a failed build, a cache that cannot be written, or ``ATTNLAB_NO_KERNEL=1``:
-attnlab takes its pure-PyTorch path, with the same results, and :func:`kernel_status`
-says why. Nothing raises.
+No compiler, a failed build, a cache that cannot be written, or ``ATTNLAB_NO_KERNEL=1``
+(also ``true``, ``yes``, ``on``; ``0``, ``false``, ``no``, ``off`` or empty keep the kernel;
+any other value is a ValueError): attnlab takes its pure-PyTorch path, with the same
+results, and :func:`kernel_status` says why.
+
+The cache cannot take a process down: the build writes the library's size and sha256
+beside it (``attnlab_kernel.json``, written after the library is complete, in the build's
+private folder, which gets the final name only when whole), and a library is loaded only
+when it matches them. One that does not (a killed build, a full disk, a cache from before
+the manifest) is rebuilt, or, when it cannot be, skipped with one line on stderr; so are a
+library that will not load and a cache folder that is a file or cannot be written (each said
+once per process, with what to do).
 
 Flags: ``-O3`` plus the widest vector ISA that torch itself uses on this CPU
 (``torch.backends.cpu.get_cpu_capability()``: AVX512, AVX2, or none) — the ISA of the
@@ -27,10 +36,12 @@ machine that runs it, checked at run time, never ``-march=native``.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,21 +51,40 @@ import torch
 
 __all__ = ["kernel_status", "release_memory", "ENV_DISABLE", "ENV_DIR"]
 
-#: Set to 1 (or anything but "" and "0") to never build or load the kernel.
+#: Set to 1/true/yes/on to never build or load the kernel (0/false/no/off/empty: use it).
 ENV_DISABLE = "ATTNLAB_NO_KERNEL"
 #: Where the built kernel is cached (default ``$XDG_CACHE_HOME/attnlab``).
 ENV_DIR = "ATTNLAB_KERNEL_DIR"
 
 _SOURCE = Path(__file__).parent / "_cpp" / "attention.cpp"
 _NAME = "attnlab_kernel"
+_MANIFEST = f"{_NAME}.json"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"tried": False, "ops": None, "reason": None, "build_seconds": None,
                           "cache_dir": None, "flags": None, "source": None}
 
 
+_said: set[str] = set()  # the stderr lines this process has written (each once)
+
+
 def _disabled() -> bool:
-    return os.environ.get(ENV_DISABLE, "") not in ("", "0")
+    raw = os.environ.get(ENV_DISABLE, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{ENV_DISABLE} must be one of 1/true/yes/on (no kernel) or "
+                     f"0/false/no/off/empty (use the kernel), got {raw!r}")
+
+
+def _say(line: str) -> None:
+    """One line on stderr, once per process."""
+    if line not in _said:
+        _said.add(line)
+        print(f"attnlab: {line}", file=sys.stderr, flush=True)
 
 
 def _cache_root() -> Path:
@@ -62,6 +92,32 @@ def _cache_root() -> Path:
         return Path(os.environ[ENV_DIR])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "attnlab"
+
+
+def _root_name(root: Path) -> str:
+    """How a message names the cache root: by the variable when it was set."""
+    if os.environ.get(ENV_DIR):
+        return f"{ENV_DIR}={root}"
+    return f"the kernel cache {root} (set {ENV_DIR} to use another folder)"
+
+
+def _unusable_root(root: Path) -> str | None:
+    """Why a build cannot be written under ``root`` (None if it can)."""
+    where = _root_name(root)
+    fix = f"point {ENV_DIR} at a writable folder, or unset it"
+    try:
+        if root.exists() and not root.is_dir():
+            return f"{where} is not a folder (it is a file); {fix}"
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{where} cannot be created or entered ({exc.strerror or exc}); {fix}"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{where} is not writable ({exc.strerror or exc}); {fix}"
+    return None
 
 
 def _isa_flags() -> list[str]:
@@ -90,9 +146,53 @@ def _library(directory: Path) -> Path:
     return directory / f"{_NAME}.so"
 
 
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_manifest(directory: Path) -> None:
+    """The library's size and sha256 beside it, written atomically (a temporary name, then
+    renamed), after the library is complete."""
+    lib = _library(directory)
+    data = json.dumps({"size": lib.stat().st_size, "sha256": _digest(lib)})
+    tmp = directory / f".{_MANIFEST}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / _MANIFEST)
+
+
+def _check(directory: Path) -> str | None:
+    """Why the library in ``directory`` must not be loaded (None: it matches its manifest).
+    A truncated library is never mapped: loading one kills the process with SIGBUS."""
+    lib, manifest = _library(directory), directory / _MANIFEST
+    try:
+        want = json.loads(manifest.read_text(encoding="utf-8"))
+        size, digest = int(want["size"]), str(want["sha256"])
+    except FileNotFoundError:
+        return f"it has no manifest ({manifest.name})"
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return f"its manifest {manifest.name} is unreadable ({type(exc).__name__})"
+    try:
+        have = lib.stat().st_size
+        if have != size:
+            return f"it is {have} bytes, its manifest says {size}"
+        if _digest(lib) != digest:
+            return "its sha256 differs from its manifest's"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    return None
+
+
 def _build(final: Path, flags: list[str]) -> None:
-    """Compile into a private directory, load it, then move it into place atomically (a
-    process that finds ``final`` finds a whole library)."""
+    """Compile into a private directory, load it, write the manifest, then move the
+    directory into place atomically (a process that finds ``final`` finds a whole library
+    and its manifest). A ``final`` that holds a library failing its check is replaced."""
     from torch.utils.cpp_extension import load
 
     work = final.with_name(f"{final.name}.build-{os.getpid()}")
@@ -102,12 +202,34 @@ def _build(final: Path, flags: list[str]) -> None:
         load(name=_NAME, sources=[str(_SOURCE)], extra_cflags=flags,
              extra_ldflags=["-fopenmp"], build_directory=str(work), is_python_module=False,
              verbose=False)
+        _write_manifest(work)
         try:
             os.replace(work, final)
-        except OSError:  # another process finished first: its copy is as good
-            pass
+        except OSError:  # final exists: another process's good copy, or the damaged one
+            if final.is_dir() and _check(final) is None:
+                return
+            aside = final.with_name(f"{final.name}.bad-{os.getpid()}")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+            try:
+                os.replace(work, final)
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _no_build_reason() -> str | None:
+    """Why this machine cannot compile the kernel (None if it can)."""
+    compiler = os.environ.get("CXX") or "c++"
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler!r} not on PATH)"
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # noqa: F401  (the pip package puts one on sys.path's bin)
+        except ImportError:
+            return "ninja not found (torch.utils.cpp_extension needs it)"
+    return None
 
 
 def _load() -> None:
@@ -120,27 +242,49 @@ def _load() -> None:
     flags = _flags()
     _state["flags"] = flags
     source = _SOURCE.read_bytes()
-    final = _cache_root() / f"kernel-{_key(source, flags)}"
+    root = _cache_root()
+    final = root / f"kernel-{_key(source, flags)}"
     _state["cache_dir"] = str(final)
     lib = _library(final)
-    if lib.is_file():
-        torch.ops.load_library(str(lib))
-        _state["source"] = "cache"
-    else:
-        compiler = os.environ.get("CXX") or "c++"
-        if shutil.which(compiler) is None:
-            _state["reason"] = f"no C++ compiler ({compiler!r} not on PATH)"
-            return
-        if shutil.which("ninja") is None:
+    damaged = None
+    try:
+        present = lib.exists()
+    except OSError:  # a root that cannot be entered: _unusable_root says so below
+        present = False
+    if present:
+        damaged = _check(final)
+        if damaged is None:
             try:
-                import ninja  # noqa: F401  (the pip package puts one on sys.path's bin)
-            except ImportError:
-                _state["reason"] = "ninja not found (torch.utils.cpp_extension needs it)"
+                torch.ops.load_library(str(lib))
+            except Exception as exc:  # noqa: BLE001  (a library that will not load)
+                msg = str(exc).strip().splitlines()
+                _state["reason"] = (f"the cached kernel {lib} cannot load "
+                                    f"({type(exc).__name__}: {msg[-1] if msg else ''})")[:500]
+                _say(f"cannot load the cached kernel {lib} ({type(exc).__name__}); delete "
+                     f"the folder {final} to rebuild it; using the PyTorch path")
                 return
-        t0 = time.perf_counter()
-        _build(final, flags)
-        _state["build_seconds"] = round(time.perf_counter() - t0, 1)
-        _state["source"] = "built"
+            _state["source"] = "cache"
+            _register_flops(torch.ops.attnlab_kernel)
+            _state["ops"] = torch.ops.attnlab_kernel
+            return
+    bad_root = _unusable_root(root)
+    if bad_root is not None:
+        _state["reason"] = bad_root
+        _say(f"{bad_root}; using the PyTorch path")
+        return
+    no_build = _no_build_reason()
+    if no_build is not None:
+        _state["reason"] = no_build
+        if damaged is not None:
+            _state["reason"] = (f"the cached kernel {lib} fails its check ({damaged}) and "
+                                f"cannot be rebuilt: {no_build}")
+            _say(f"{_state['reason']}; delete the folder {final} (it is rebuilt where a "
+                 f"compiler is); using the PyTorch path")
+        return
+    t0 = time.perf_counter()
+    _build(final, flags)
+    _state["build_seconds"] = round(time.perf_counter() - t0, 1)
+    _state["source"] = "built"
     _register_flops(torch.ops.attnlab_kernel)
     _state["ops"] = torch.ops.attnlab_kernel
 
@@ -170,6 +314,7 @@ def get() -> Any | None:
     """``torch.ops.attnlab_kernel`` (building it on first use), or None when unavailable."""
     if _state["tried"]:
         return _state["ops"]
+    _disabled()  # a value it does not take raises here, not into the fallback's reason
     with _lock:
         if not _state["tried"]:
             try:

@@ -33,9 +33,11 @@ __all__ = [
     "atomic_open",
     "atomic_write_bytes",
     "atomic_write_text",
+    "FolderBusyError",
     "check_output_dir",
     "check_output_file",
     "is_temp_of",
+    "lock_folder",
     "remove_stale_temps",
 ]
 
@@ -199,3 +201,66 @@ def check_output_dir(path: str | os.PathLike[str], *, arg: str = "path") -> Path
         return p
     _check_parent_chain(p, arg)
     return p
+
+
+# -- one writer per output folder ------------------------------------------------------------
+
+
+class FolderBusyError(ValueError):
+    """Another live process holds the lock of an output folder (the message names its pid)."""
+
+
+_HELD: dict[str, int] = {}  # lock file -> how many blocks of this process hold it
+
+
+@contextlib.contextmanager
+def lock_folder(folder: str | os.PathLike[str], *, name: str = "writer", wait: bool = False,
+                arg: str = "--out") -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (created if needed) while the block runs.
+
+    The lock is ``flock`` on ``folder/.attnlab-lock-NAME``, which holds the holder's pid: the
+    kernel releases it when the holder ends, however it ends, so a lock file left by a
+    killed process is taken over at once (there is no stale lock to clear by hand). Another
+    live holder raises :class:`FolderBusyError` naming ``arg``, the folder and its pid; with
+    ``wait`` the call blocks until the holder is done instead. Within one process the lock
+    is reentrant (a command that locks its folder may call a function that locks it too).
+
+    >>> import subprocess, sys, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with lock_folder(d), lock_folder(d):  # reentrant in one process
+    ...     code = "from attnlab._io import lock_folder as f\\nwith f(%r): pass" % d
+    ...     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    >>> "another attnlab process (pid" in r.stderr and "--wait" in r.stderr
+    True
+    """
+    import fcntl
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".attnlab-lock-{name}"
+    key = str(path.resolve())
+    if _HELD.get(key):
+        _HELD[key] += 1
+        try:
+            yield folder
+        finally:
+            _HELD[key] -= 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise FolderBusyError(
+                f"{arg} {folder}: another attnlab process (pid {holder}) is writing this "
+                f"folder; wait for it to end, or run again with --wait") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        _HELD[key] = 1
+        try:
+            yield folder
+        finally:
+            del _HELD[key]
+    finally:
+        os.close(fd)  # releases the lock

@@ -925,6 +925,9 @@ def _survey(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="torch threads per process (default 1, as torchrun sets: on a "
                    "shared or busy CPU more threads per process often run slower)")
+    p.add_argument("--wait", action="store_true",
+                   help="if another survey is writing --out, wait for it to end (default: "
+                   "refuse at once, naming its pid)")
     p.add_argument("--restart", action="store_true",
                    help="discard the state saved in DIR and start over")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -936,7 +939,7 @@ def _survey(sub: argparse._SubParsersAction) -> None:
 
         from rich.console import Console
 
-        from attnlab._io import atomic_write_text, check_output_dir
+        from attnlab._io import atomic_write_text, check_output_dir, lock_folder
         from attnlab.analysis.survey import Corpus, SurveyConfig, builtin_corpus, survey
 
         rank = int(os.environ.get("RANK", "0"))
@@ -948,47 +951,52 @@ def _survey(sub: argparse._SubParsersAction) -> None:
                                  f"{2 if flag == '--max-tokens' else 1}, got {value}")
         check_output_dir(args.out, arg="--out")
         out = Path(args.out)
-        if args.texts is not None:
-            corpus = Corpus(args.texts, what="--texts")
-            corpus.scan()  # every line checked before the model loads
-        else:
-            texts = builtin_corpus()
-            corpus = Corpus.of(texts, name="attnlab docstrings")
-            if rank == 0:
-                _save(lambda: atomic_write_text(out / "corpus.txt", "\n".join(texts) + "\n"),
-                      args.out)
-        cfg = SurveyConfig(batch_size=args.batch_size, max_tokens=args.max_tokens,
-                           checkpoint_every=args.checkpoint_every, probes=not args.no_probes)
-        quiet = args.quiet or args.json or rank != 0
-        console = Console(stderr=True, quiet=quiet)
-        with console.status(f"loading {args.model}"):
-            from attnlab.models import load
+        # one survey writes --out at a time: refused (or waited for) before the model loads
+        # (under torchrun, survey() locks each rank and the ranks agree)
+        single = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+        with (lock_folder(out, name="survey-rank-0", wait=args.wait) if single
+              else contextlib.nullcontext()):
+            if args.texts is not None:
+                corpus = Corpus(args.texts, what="--texts")
+                corpus.scan()  # every line checked before the model loads
+            else:
+                texts = builtin_corpus()
+                corpus = Corpus.of(texts, name="attnlab docstrings")
+                if rank == 0:
+                    _save(lambda: atomic_write_text(out / "corpus.txt", "\n".join(texts) + "\n"),
+                          args.out)
+            cfg = SurveyConfig(batch_size=args.batch_size, max_tokens=args.max_tokens,
+                               checkpoint_every=args.checkpoint_every, probes=not args.no_probes)
+            quiet = args.quiet or args.json or rank != 0
+            console = Console(stderr=True, quiet=quiet)
+            with console.status(f"loading {args.model}"):
+                from attnlab.models import load
 
-            try:
-                loaded = load(args.model, progress=not quiet)
-            except (ValueError, TypeError, OSError) as exc:
-                raise UsageError(f"--model {args.model}: {_one_line(exc)}") from exc
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+                try:
+                    loaded = load(args.model, progress=not quiet)
+                except (ValueError, TypeError, OSError) as exc:
+                    raise UsageError(f"--model {args.model}: {_one_line(exc)}") from exc
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        with Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
-                      console=console, disable=quiet) as bar:
-            task = bar.add_task("survey", total=None)
-            result = survey(loaded, corpus, out, config=cfg, device=args.device,
-                            restart=args.restart, threads=args.threads,
-                            on_batch=lambda d, t: bar.update(task, completed=d, total=t))
-        if rank != 0:
+            with Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
+                          console=console, disable=quiet) as bar:
+                task = bar.add_task("survey", total=None)
+                result = survey(loaded, corpus, out, config=cfg, device=args.device,
+                                restart=args.restart, threads=args.threads, wait=args.wait,
+                                on_batch=lambda d, t: bar.update(task, completed=d, total=t))
+            if rank != 0:
+                return 0
+            from attnlab.report.survey import write_page
+
+            page = _save(lambda: write_page(result.to_json(), out / "index.html"), args.out)
+            head = result.headline()
+            if args.json:
+                _emit_json({"survey": str(out / "survey.json"), "page": str(page), **head})
+            elif not args.quiet:
+                from attnlab.report.survey import headline_text
+
+                Console().print(headline_text(head), highlight=False, markup=False)
             return 0
-        from attnlab.report.survey import write_page
-
-        page = _save(lambda: write_page(result.to_json(), out / "index.html"), args.out)
-        head = result.headline()
-        if args.json:
-            _emit_json({"survey": str(out / "survey.json"), "page": str(page), **head})
-        elif not args.quiet:
-            from attnlab.report.survey import headline_text
-
-            Console().print(headline_text(head), highlight=False, markup=False)
-        return 0
 
     p.set_defaults(func=run)
 

@@ -18,6 +18,7 @@ import torch
 from survey_helpers import WORDS, tiny_gpt, tiny_hf, write_corpus
 
 from attnlab import cli
+from attnlab._io import FolderBusyError
 from attnlab.analysis import literature as lit
 from attnlab.analysis.survey import (
     ROLES,
@@ -406,3 +407,61 @@ def test_every_visible_string_of_the_survey_page_has_chinese(gpt, tmp_path):
     keys = list(page.PROVIDERS)
     assert keys.index("survey") == keys.index("long-contexts") + 1
     assert page.PROVIDERS["survey"] == "attnlab.report.survey:build"
+
+
+def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path):
+    """One writer per --out: a second run is refused at once naming the first's pid (its
+    result would otherwise overwrite the first's), or with ``wait`` runs once the first is
+    done; a lock left by a killed process is taken over."""
+    corpus = write_corpus(tmp_path / "c.txt", 300, lo=1, hi=60)
+    other = write_corpus(tmp_path / "d.txt", 20, lo=1, hi=30)
+    out = tmp_path / "shared-out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, HELPERS, str(corpus), str(out), "2", "1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state = out / "state" / "rank-0-of-1.safetensors"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not state.is_file() and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    cfg = SurveyConfig(batch_size=2, checkpoint_every=1, probes=False)
+    with pytest.raises(FolderBusyError, match=rf"--out {out}: .*pid {proc.pid}\b.*--wait"):
+        survey(gpt, Corpus(other), out, config=cfg, device="cpu")
+    assert proc.poll() is None  # the first run goes on, untouched
+    waited = survey(gpt, Corpus(corpus), out, config=cfg, device="cpu", wait=True)
+    assert proc.wait(timeout=60) == 0  # the waiting run started only after the first ended
+    first = json.loads((out / "survey.json").read_text())
+    assert _max_diff(first, waited.to_json()) == 0.0 and waited.to_json()["texts"] == 300
+    # a holder killed while it holds the lock: the next run takes the lock over
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from attnlab._io import lock_folder\n"
+        "with lock_folder(sys.argv[1], name='survey-rank-0'):\n"
+        "    print('held', flush=True); time.sleep(600)"), str(out)], stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    with pytest.raises(FolderBusyError, match=f"pid {holder.pid}"):
+        survey(gpt, Corpus(corpus), out, config=cfg, device="cpu")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert (out / ".attnlab-lock-survey-rank-0").is_file()  # left behind, but not held
+    again = survey(gpt, Corpus(corpus), out, config=cfg, device="cpu")
+    assert _max_diff(first, again.to_json()) == 0.0
+
+
+def test_cli_survey_on_a_busy_folder_is_one_line_naming_the_holder(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "c.txt", 4, lo=1, hi=10)
+    out = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from attnlab._io import lock_folder\n"
+        "with lock_folder(sys.argv[1], name='survey-rank-0'):\n"
+        "    print('held', flush=True); time.sleep(600)"), str(out)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        # refused before the model is loaded: this model name is never looked up
+        code = cli.main(["survey", "--model", "nowhere-model-not-loaded", "--texts",
+                         str(corpus), "--out", str(out)])
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"pid {holder.pid}" in err and "--wait" in err and "--out" in err

@@ -44,6 +44,7 @@ rank 0 writes the result.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import math
@@ -58,7 +59,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab._io import atomic_write_bytes, atomic_write_text, remove_stale_temps
+from attnlab._io import (
+    FolderBusyError,
+    atomic_write_bytes,
+    atomic_write_text,
+    lock_folder,
+    remove_stale_temps,
+)
 from attnlab.analysis.heads import Thresholds
 from attnlab.analysis.literature import (
     EPSILON,
@@ -625,7 +632,7 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
            config: SurveyConfig | None = None, device: str = "auto",
            on_batch: Callable[[int, int], Any] | None = None,
            write_result: bool = True, restart: bool = False,
-           threads: int | None = None) -> SurveyResult:
+           threads: int | None = None, wait: bool = False) -> SurveyResult:
     """Survey every head of ``model`` (already loaded, like
     :class:`attnlab.models.LoadedModel`) over ``corpus``; state under ``out_dir/state``
     and, from rank 0, the result in ``out_dir/survey.json``.
@@ -639,6 +646,12 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     ``restart`` discards this process's saved state first. ``threads``: torch threads for
     the run (restored after; default: as they are). Every process returns the same
     reduced result; the probes are rank 0's alone.
+
+    One run writes ``out_dir`` at a time: each process locks its rank in the folder
+    (:func:`attnlab._io.lock_folder`; every run has a rank 0, so two runs always meet), and
+    a second run is refused before it reads or writes anything (:class:`attnlab._io
+    .FolderBusyError`, naming the holder's pid) or, with ``wait``, waits for the first to
+    end. Under torchrun the ranks agree: if one is refused, all are.
     """
     _check_loaded(model)
     cfg = config or SurveyConfig()
@@ -656,14 +669,40 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     try:
         if threads is not None:
             torch.set_num_threads(threads)
-        return _survey(model, corpus, Path(out_dir), cfg, rank, world, backend, dev,
-                       on_batch, write_result, restart, count, digest, t0)
+        with _locked(Path(out_dir), rank, world, dev, wait):
+            return _survey(model, corpus, Path(out_dir), cfg, rank, world, backend, dev,
+                           on_batch, write_result, restart, count, digest, t0)
     finally:
         torch.set_num_threads(before)
         if joined:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _locked(out: Path, rank: int, world: int, dev: torch.device, wait: bool
+            ) -> Iterator[None]:
+    """This rank's lock of ``out`` for the run; under torchrun every rank learns whether
+    all got theirs, and all refuse if one did not (no rank is left waiting in a
+    collective)."""
+    with contextlib.ExitStack() as stack:
+        refused: FolderBusyError | None = None
+        try:
+            stack.enter_context(lock_folder(out, name=f"survey-rank-{rank}", wait=wait))
+        except FolderBusyError as exc:
+            refused = exc
+        if world > 1:
+            import torch.distributed as dist
+
+            flag = torch.tensor([0 if refused is None else 1], device=dev)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if refused is None and int(flag):
+                refused = FolderBusyError(f"--out {out}: another attnlab process is writing "
+                                          "this folder (another rank was refused its lock)")
+        if refused is not None:
+            raise refused
+        yield
 
 
 def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int, world: int,

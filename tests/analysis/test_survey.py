@@ -465,3 +465,40 @@ def test_cli_survey_on_a_busy_folder_is_one_line_naming_the_holder(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert f"pid {holder.pid}" in err and "--wait" in err and "--out" in err
+
+
+class _Counting:
+    """A tokenizer wrapper that records the length of every text it is given."""
+
+    def __init__(self, tok):
+        self.tok, self.seen = tok, []
+        self.bos_token_id = getattr(tok, "bos_token_id", None)
+        self.convert_ids_to_tokens = tok.convert_ids_to_tokens
+
+    def __call__(self, text, **kw):
+        self.seen.append(len(text))
+        return self.tok(text, **kw)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", ["smollm2", "minilm"])
+def test_a_long_line_is_cut_before_tokenizing_and_keeps_the_same_ids(name):
+    """Byte-level BPE (SmolLM2) and WordPiece (MiniLM), English and Chinese: the ids kept
+    from a prefix equal the whole text's, and a 10 MB line is never tokenized whole."""
+    from attnlab import models
+    from attnlab.analysis.literature import literature_ids
+    from attnlab.analysis.survey import CHARS_PER_TOKEN, first_ids
+    from attnlab.report.long_text import long_text
+
+    tok = models.load(name, progress=False).tokenizer
+    course = long_text({}).text
+    zh = course[course.index("# 01 · 向量"):]
+    for text in (course[:20_000], zh[:20_000], "word " * 3000, "注意力" * 2000):
+        full = literature_ids(tok, text)
+        for n in (2, 16, 64, 500):
+            assert first_ids(tok, text, n) == (full[:n], len(full) > n), (text[:20], n)
+    huge = ("the attention weights " * 500_000)[:10_000_000]  # one 10 MB line
+    counting = _Counting(tok)
+    ids, longer = first_ids(counting, huge, 64)
+    assert longer and ids == literature_ids(tok, huge[:100_000])[:64]
+    assert max(counting.seen) <= 4 * CHARS_PER_TOKEN * 64 + 100  # never the 10 MB

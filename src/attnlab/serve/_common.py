@@ -1,6 +1,7 @@
 """What every attnlab server app shares: its limits (:class:`ServeConfig`), the ``Host``
-allow-list against DNS rebinding, and one JSON error shape ``{"error": ...}`` for every
-status."""
+allow-list against DNS rebinding, the refusal of cross-site requests (an ``Origin`` that is
+not the server's own: 403; a JSON endpoint's body that is not ``application/json``: 415; no
+CORS header is ever sent), and one JSON error shape ``{"error": ...}`` for every status."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-__all__ = ["LOCAL_HOSTS", "ServeConfig", "allowed_hosts_for", "error", "install_guards"]
+__all__ = ["LOCAL_HOSTS", "ServeConfig", "allowed_hosts_for", "error", "install_guards",
+           "json_content_type_error"]
 
 #: Host names every server answers to (plus the address it is bound to).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -62,6 +64,51 @@ def _host_name(header: str) -> str:
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_key(scheme: str, netloc: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of an origin, default ports filled in; None if it has none."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return scheme.lower(), parts.hostname.lower(), port or _DEFAULT_PORTS.get(scheme.lower())
+
+
+def _foreign_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether an ``Origin`` header names another site than ``scheme://host`` (this server,
+    as the request's ``Host`` header names it). ``null`` and anything unparsable count."""
+    from urllib.parse import urlsplit
+
+    o = origin.strip()
+    try:
+        parts = urlsplit(o)
+    except ValueError:
+        return True
+    if not parts.scheme or parts.path or parts.query or parts.fragment:
+        return True
+    mine = _origin_key(scheme, host.strip())
+    return mine is None or _origin_key(parts.scheme, parts.netloc) != mine
+
+
+def json_content_type_error(request: Request) -> str | None:
+    """Why a JSON endpoint refuses this request's ``Content-Type`` (None: it is
+    ``application/json``, with or without parameters). A page on any site can send
+    ``text/plain`` or a form without a preflight; it cannot send ``application/json``."""
+    raw = request.headers.get("content-type")
+    media = (raw or "").split(";", 1)[0].strip().lower()
+    if media == "application/json":
+        return None
+    got = repr(raw) if raw is not None else "none"
+    return f"Content-Type must be application/json, got {got}"
+
+
 def allowed_hosts_for(bound: str | None, extra: tuple[str, ...] = ()) -> frozenset[str]:
     """The ``Host`` names a server bound to ``bound`` answers: :data:`LOCAL_HOSTS`, the
     bound address unless it is a wildcard (0.0.0.0, ::), and ``extra``."""
@@ -79,7 +126,9 @@ def allowed_hosts_for(bound: str | None, extra: tuple[str, ...] = ()) -> frozens
 
 def install_guards(app: Any, hosts: frozenset[str]) -> None:
     """What every attnlab server app has: the ``Host`` allow-list (``hosts``, see
-    :func:`allowed_hosts`) and one JSON error shape ``{"error": ...}`` for every status
+    :func:`allowed_hosts`), a 403 for a request whose ``Origin`` is another site's (same-
+    origin requests and requests without ``Origin``, like curl's, pass) and one JSON error
+    shape ``{"error": ...}`` for every status
     (422 validation, 404, 405, any other HTTP error, and 500 for a crash)."""
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException
@@ -91,6 +140,11 @@ def install_guards(app: Any, hosts: frozenset[str]) -> None:
             return error(400, f"Host header {header!r} is not allowed; this server answers "
                                f"to {', '.join(sorted(hosts))} (serve --allow-host NAME adds "
                                f"one)")
+        origin = request.headers.get("origin")
+        if origin is not None and _foreign_origin(origin, request.url.scheme, header):
+            own = f"{request.url.scheme}://{header}"
+            return error(403, f"Origin {origin!r} is not this server's own ({own}); "
+                              f"requests from other sites are refused (no CORS)")
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)

@@ -12,12 +12,17 @@ Endpoints::
     GET  /healthz        {"status": "ok", ...}
     GET  /openapi.json   the schema (FastAPI)
 
-Every refusal, whatever its status (400 bad body, 404, 405, 413 too long or over the memory
-budget, 422 invalid request, 500), is a JSON body ``{"error": "what is wrong"}``.
+Every refusal, whatever its status (400 bad body, 403 another site's ``Origin``, 404, 405,
+413 too long or over the memory budget, 415 a body that is not ``application/json``, 422
+invalid request, 500), is a JSON body ``{"error": "what is wrong"}``.
 
 Before a model runs, a request is checked in this order, none of it under the inference
 lock: the ``Host`` header (only local names, the bound address and ``allowed_hosts``: a
-page on another site cannot reach the server through DNS rebinding), the body (size, UTF-8,
+page on another site cannot reach the server through DNS rebinding), the ``Origin`` header
+when there is one (only the server's own: 403 for any other site's page; no CORS header is
+ever sent, so a preflight grants nothing), the ``Content-Type`` (``application/json`` only:
+the ``text/plain`` and form bodies a page on any site can send without a preflight get
+415), the body (size, UTF-8,
 JSON, nesting), the fields, each text (visible characters, valid Unicode), its length in
 characters (a cheap first filter), its length in **tokens** against the model's limit, and
 the memory its traces would need (:func:`attnlab.tracing.budget.estimate_trace_bytes`)
@@ -39,7 +44,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
-from attnlab.serve._common import ServeConfig, allowed_hosts_for, install_guards
+from attnlab.serve._common import (
+    ServeConfig,
+    allowed_hosts_for,
+    install_guards,
+    json_content_type_error,
+)
 from attnlab.serve._common import error as _error
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import (
@@ -186,6 +196,9 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
     async def explore(request: Request) -> Any:
         from starlette.concurrency import run_in_threadpool
 
+        wrong_type = json_content_type_error(request)
+        if wrong_type is not None:
+            return _error(415, wrong_type)
         try:
             body = await _read_body(request, max_body)
             req = _parse_body(body)

@@ -157,7 +157,7 @@ import torch.nn.functional as F
 
 spec = json.load(open(sys.argv[1], encoding="utf-8"))
 torch.set_num_threads(1)
-tensors = torch.load(spec["tensors"]) if spec.get("tensors") else {}
+tensors = torch.load(spec["tensors"], weights_only=True) if spec.get("tensors") else {}
 softmax = F.softmax
 seen = []
 
@@ -277,7 +277,7 @@ def run_listings(
                     last = (stderr.strip().splitlines() or ["no error output"])[-1]
                     raise RuntimeError(f"the listing driver failed (exit status "
                                        f"{proc.returncode}): {last[:300]}")
-                done.append((json.loads(lines[-1]), torch.load(out_path)))
+                done.append((json.loads(lines[-1]), torch.load(out_path, weights_only=True)))
         finally:
             for proc, _ in procs:
                 if proc.poll() is None:

@@ -173,12 +173,23 @@ class _ModelRun:
                                  f"{limit}; shorten it or pass --truncate to keep the first "
                                  f"{limit}")
             kept = limit
-            print(f"attnlab {self.args.command}: {arg} truncated: kept {kept} of {n} tokens "
-                  f"({loaded.name} accepts at most {limit})", file=sys.stderr, flush=True)
+            self.announce_cut(arg, kept, n, loaded)
         check_trace_budget(loaded, kept, self.budget, what=arg, **keep)
         self.tokens_given.append(n)
         self.tokens_kept.append(kept)
         return kept
+
+    def announce_cut(self, arg: str, kept: int, given: int, loaded: object) -> None:
+        """Every cut --truncate makes, one line on stderr naming the argument."""
+        print(f"attnlab {self.args.command}: {arg} truncated: kept {kept} of {given} tokens "
+              f"({loaded.name} accepts at most {int(loaded.max_length)})", file=sys.stderr,
+              flush=True)
+
+    def announce_target_cut(self, meta: dict, kept: int, arg: str, loaded: object) -> None:
+        """The target's cut, as the source's (``meta["target_truncated_from"]``)."""
+        given = meta.get("target_truncated_from")
+        if given is not None:
+            self.announce_cut(arg, kept, int(given), loaded)
 
     @contextlib.contextmanager
     def layers(self, loaded: object, what: str):
@@ -522,6 +533,8 @@ def _trace(sub: argparse._SubParsersAction) -> None:
                           max_memory=job.budget, **kw)
         except ValueError as exc:
             raise _target_error(exc, target, target_arg) from exc
+        if hasattr(t, "names"):
+            job.announce_target_cut(t.meta, t["decoder"].seq_len, target_arg, loaded)
         path = _save(lambda: t.save(args.out), args.out)
         if args.json and hasattr(t, "names"):  # a StackedTrace: each stack apart
             _emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
@@ -634,6 +647,7 @@ def _diagnose(sub: argparse._SubParsersAction) -> None:
                                        target=target)
             except ValueError as exc:
                 raise _target_error(exc, target, target_arg) from exc
+            job.announce_target_cut(d.meta, d.meta.get("target_tokens", 0), target_arg, loaded)
             if args.json:
                 _emit_json({**d.to_json(), "definitions": None, "run": job.stats()})
             else:

@@ -100,3 +100,25 @@ def test_diagnose_of_a_stacked_trace_skips_positional_scores_for_cross():
     assert torch.allclose(d["cross"].scores["entropy"], want, atol=1e-5)
     with pytest.raises(KeyError, match="diagnosed: encoder, decoder, cross"):
         d["self"]
+
+
+@pytest.mark.parametrize("command", ["trace", "diagnose"])
+def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
+        command, folders, tmp_path, capsys):
+    from attnlab.models import load
+
+    limit = int(load(folders["bart"]).max_length)
+    words = " ".join(["x", "y", "z"] * limit)  # past the decoder's limit
+    target = tmp_path / "target.txt"
+    target.write_text(words, encoding="utf-8")
+    out = {"trace": ["--out", str(tmp_path / "t.safetensors")], "diagnose": []}[command]
+    base = [command, "--model", folders["bart"], "--text", "a b c d", *out]
+    for flag, value in (("--target", words), ("--target-file", str(target))):
+        assert main([*base, flag, value]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+        assert err.startswith(f"attnlab {command}: error: {flag}: target is ") and \
+            f"at most {limit}" in err and "--truncate" in err, err
+    assert main([*base, "--target", words, "--truncate"]) == 0
+    err = capsys.readouterr().err
+    given = 3 * limit + 2  # the words, the decoder's start token and </s>
+    assert f"--target truncated: kept {limit} of {given} tokens" in err, err

@@ -490,6 +490,9 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     if not hasattr(main, "weights_rows"):  # a StackedTrace
         d = diagnose(main, thresholds=thresholds, tile_rows=tile_rows, progress=progress)
         d.meta.update(seed=seed, target_from=main.meta.get("target_from"))
+        if "target_truncated_from" in main.meta:
+            d.meta["target_truncated_from"] = main.meta["target_truncated_from"]
+            d.meta["target_tokens"] = main["decoder"].seq_len
         return d
     ind = induction_trace(model, period=period, seed=seed) if model.causal else None
     d = diagnose(main, induction=ind, thresholds=thresholds, tile_rows=tile_rows,

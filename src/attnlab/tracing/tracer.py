@@ -561,7 +561,7 @@ def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_t
     if len(ids) > limit:
         if not truncate:
             raise ValueError(
-                f"the target is {len(ids)} tokens but {loaded.name} accepts at most {limit}; "
+                f"target is {len(ids)} tokens but {loaded.name} accepts at most {limit}; "
                 f"shorten it or pass truncate=True (CLI: --truncate) to keep the first "
                 f"{limit}")
         out["truncated_from"] = len(ids)

@@ -522,3 +522,42 @@ def test_spectrogram_patches_are_labelled_by_band_and_time(tmp_path):
     assert _weight_error(t, maps) <= EXACT and _recompute_error(t) <= RECOMPUTE
     assert t.tokens[:4] == ["[CLS]", "[DIST]", "f0@0.00s", "f0@0.08s"]
     assert t.tokens[-1] == "f2@0.48s" and t.meta["input"]["grid"] == [3, 7]
+
+
+def _lie(wav: Path, data_bytes: int) -> Path:
+    """Rewrite the size of the WAV's data chunk (bytes 40-43 of the canonical header)."""
+    raw = bytearray(wav.read_bytes())
+    assert raw[36:40] == b"data"
+    raw[40:44] = data_bytes.to_bytes(4, "little")
+    wav.write_bytes(bytes(raw))
+    return wav
+
+
+def test_a_wav_header_that_lies_is_refused_before_its_claim_is_allocated(tmp_path):
+    """A 1 s file whose header declares ~37 hours is refused from the header and the file's
+    size, before anything is read; one that claims a few frames more than it holds is
+    refused after reading what it holds (a second at a time), naming the argument."""
+    import resource
+    import subprocess
+    import sys
+
+    wav = _lie(_wav(tmp_path / "hours.wav", seconds=1.0), 4_200_000_000)
+    with pytest.raises(ValueError, match=r"audio must be .* 'hours.wav' whose header declares "
+                                         r"2,100,000,000 frames \(131,250.0 s.*truncated or "
+                                         r"its header is wrong"):
+        read_wav(wav)
+    # under a 1 GiB address-space cap (the claim is 4.2 GB): a one-line refusal, no
+    # MemoryError
+    code = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({1 << 30}, {1 << 30}))\n"
+            f"from attnlab.tracing.media import read_wav\n"
+            f"try:\n    read_wav({str(wav)!r})\nexcept ValueError as e:\n    print('refused')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.strip() == "refused", r.stderr[-2000:]
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # untouched
+    short = _wav(tmp_path / "short.wav", seconds=0.5)
+    _lie(short, 2 * 8000 + 40)  # 20 frames more than the 8,000 it holds, within its size
+    with pytest.raises(ValueError, match=r"'short.wav' whose header declares 8,020 frames but "
+                                         r"which holds 8,000"):
+        read_wav(short)
+    assert read_wav(_wav(tmp_path / "fine.wav", seconds=0.5)).shape == (8000,)

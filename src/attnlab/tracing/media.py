@@ -216,12 +216,35 @@ def read_wav(audio: Any, name: str = "audio") -> np.ndarray:
     """
     path = _path(audio, name, "a 16 kHz mono 16-bit PCM WAV file")
     want = f"{name} must be a {SAMPLE_RATE // 1000} kHz mono 16-bit PCM WAV file"
+    size = path.stat().st_size
     try:
         with wave.open(str(path), "rb") as w:
             channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
-            frames = w.readframes(w.getnframes())
+            declared = w.getnframes()
+            # the header's frame count is checked against the file before anything is read
+            # (a header may claim hours for a file of a second), then the samples are read
+            # a second at a time: memory follows what the file holds, not what it claims
+            if declared * channels * width > size:
+                raise ValueError(
+                    f"{want}, got {path.name!r} whose header declares {declared:,} frames "
+                    f"({declared / max(rate, 1):,.1f} s, {declared * channels * width:,} "
+                    f"bytes) in a file of {size:,} bytes: the file is truncated or its header "
+                    "is wrong")
+            parts, got = [], 0
+            step = max(1, rate)
+            while got < declared:
+                chunk = w.readframes(min(step, declared - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk) // max(1, channels * width)
+            frames = b"".join(parts)
     except (wave.Error, EOFError) as exc:
         raise ValueError(f"{want}, got {path.name!r}: not a PCM WAV file ({exc})") from None
+    if got < declared:
+        raise ValueError(f"{want}, got {path.name!r} whose header declares {declared:,} frames "
+                         f"but which holds {got:,}: the file is truncated or its header is "
+                         "wrong")
     problems = []
     if rate != SAMPLE_RATE:
         problems.append(f"{rate} Hz")

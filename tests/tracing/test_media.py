@@ -561,3 +561,61 @@ def test_a_wav_header_that_lies_is_refused_before_its_claim_is_allocated(tmp_pat
                                          r"which holds 8,000"):
         read_wav(short)
     assert read_wav(_wav(tmp_path / "fine.wav", seconds=0.5)).shape == (8000,)
+
+
+def _declared_png(path: Path, w: int, h: int, rows: int, depth: int = 8) -> Path:
+    """A grayscale PNG whose header declares w x h pixels and whose data holds ``rows``."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    raw = b"".join(b"\0" + bytes(w * depth // 8) for _ in range(rows))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n"
+                     + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return path
+
+
+def test_images_that_lie_are_refused_from_their_header_in_one_line(tmp_path, recwarn):
+    from attnlab.tracing.media import MAX_IMAGE_PIXELS, read_image
+
+    with pytest.raises(ValueError, match=r"image 'big.png' declares 12000x12000 pixels "
+                                         r"\(144,000,000\); attnlab reads images of at most"):
+        read_image(_declared_png(tmp_path / "big.png", 12000, 12000, 1))
+    with pytest.raises(ValueError, match=rf"image 'bomb.png': attnlab reads images of at most "
+                                         rf"{MAX_IMAGE_PIXELS:,} pixels"):
+        read_image(_declared_png(tmp_path / "bomb.png", 30000, 30000, 1))
+    with pytest.raises(ValueError, match=r"image 'short.png': its pixel data ends early "
+                                         r"\(201 of the 40,200 bytes .*truncated"):
+        read_image(_declared_png(tmp_path / "short.png", 200, 200, 1))
+    assert read_image(_declared_png(tmp_path / "whole.png", 200, 200, 200)).size == (200, 200)
+    assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]
+
+
+def test_16_bit_and_float_images_are_scaled_and_the_rule_recorded(tmp_path):
+    from PIL import Image
+
+    from attnlab.tracing.media import read_image
+
+    ramp = (np.arange(64 * 64, dtype=np.float64).reshape(64, 64) / (64 * 64 - 1))
+    sixteen = tmp_path / "g16.png"
+    Image.fromarray(np.rint(ramp * 65535).astype(np.uint16)).save(sixteen)
+    img = read_image(sixteen)
+    got = np.asarray(img)[..., 0].astype(np.float64)
+    assert np.abs(got - np.rint(ramp * 255)).max() <= 1  # scaled, not clipped to white
+    assert (got == 255).mean() < 0.01 and "scaled 0–65535 to 0–255" in \
+        img.info["attnlab_conversion"]
+    f = read_image(Image.fromarray(ramp.astype(np.float32), "F"))
+    assert np.abs(np.asarray(f)[..., 0] - np.rint(ramp * 255)).max() <= 1  # not truncated to 0
+    assert f.info["attnlab_conversion"] == "F: scaled [0, 1] to 0–255"
+    with pytest.raises(ValueError, match=r"image is a float image \(mode F\) with values in "
+                                         r"\[0, 2\]"):
+        read_image(Image.fromarray((2 * ramp).astype(np.float32), "F"))
+    plain = read_image(Image.fromarray(np.zeros((4, 4, 3), np.uint8)))
+    assert "attnlab_conversion" not in plain.info
+    # and the trace records what was done
+    vit = _build(transformers.ViTConfig, transformers.ViTModel)
+    t = trace(vit, image=sixteen)
+    assert t.meta["input"]["conversion"].startswith("I")

@@ -179,14 +179,92 @@ def _path(value: Any, name: str, what: str) -> Path:
     return path
 
 
+#: The largest image attnlab reads, in pixels (its header is checked before any pixel is
+#: decoded): 64 megapixels, more than any camera's; a model sees a few hundred patches.
+MAX_IMAGE_PIXELS = 64_000_000
+
+
+def _to_rgb(img: Any, name: str) -> tuple[Any, str | None]:
+    """``img`` as 8-bit RGB, and the rule applied when it was not 8-bit (None otherwise).
+
+    16-bit and 32-bit integer images are scaled by their range (65,535 → 255, not clipped);
+    float images (mode ``F``) must hold values in [0, 1], scaled to 0–255 (else refused);
+    palette, alpha, grayscale and CMYK images are converted as Pillow does (alpha dropped).
+    """
+    from PIL import Image
+
+    mode = img.mode
+    if mode.startswith("I;16") or mode == "I":
+        a = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if mode.startswith("I;16") or a.max(initial=0) <= 65535 else a.max()
+        if a.min(initial=0) < 0:
+            raise ValueError(f"{name} has negative {mode} pixel values (min {a.min():g}); "
+                             "attnlab reads integer images of 0..65535")
+        out = np.rint(a * (255.0 / top)).astype(np.uint8)
+        return Image.fromarray(out, "L").convert("RGB"), f"{mode}: scaled 0–{top:g} to 0–255"
+    if mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        if not np.isfinite(a).all() or a.min(initial=0) < 0 or a.max(initial=0) > 1:
+            raise ValueError(f"{name} is a float image (mode F) with values in "
+                             f"[{np.nanmin(a):g}, {np.nanmax(a):g}]; attnlab reads float "
+                             "images of values in [0, 1]")
+        out = np.rint(a * 255.0).astype(np.uint8)
+        return Image.fromarray(out, "L").convert("RGB"), "F: scaled [0, 1] to 0–255"
+    return img.convert("RGB"), None
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # by colour type
+
+
+def _png_data_missing(path: Path) -> str | None:
+    """Why a (non-interlaced) PNG file's pixel data is short of what its header declares,
+    or None when it is whole (or not a PNG, or interlaced). Decompressed in pieces and
+    counted, never held: memory stays that of one piece."""
+    import struct
+    import zlib
+
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return None
+        expected = None
+        inflate, got = zlib.decompressobj(), 0
+        while True:
+            head = f.read(8)
+            if len(head) < 8:
+                break
+            length, kind = struct.unpack(">I4s", head)
+            data = f.read(length)
+            f.read(4)  # the CRC (Pillow checks it)
+            if kind == b"IHDR" and len(data) >= 13:
+                w, h, depth, colour, _c, _f, interlace = struct.unpack(">IIBBBBB", data[:13])
+                if interlace or colour not in _PNG_CHANNELS:
+                    return None
+                expected = h * (1 + -(-w * _PNG_CHANNELS[colour] * depth // 8))
+            elif kind == b"IDAT" and expected is not None:
+                buf = data
+                while buf and got <= expected:
+                    got += len(inflate.decompress(buf, 1 << 20))
+                    buf = inflate.unconsumed_tail
+            elif kind == b"IEND":
+                break
+    if expected is None or got >= expected:
+        return None
+    return (f"its pixel data ends early ({got:,} of the {expected:,} bytes its header "
+            "declares): the file is truncated")
+
+
 def read_image(image: Any, name: str = "image") -> Any:
     """``image`` (a path to any file Pillow reads, PNG and JPEG included, or a PIL image) as
     an RGB PIL image, turned upright by its EXIF orientation.
 
-    Raises ``TypeError`` for another kind of value and ``ValueError`` naming ``name`` for a
-    missing or unreadable file.
+    Its declared size is checked before any pixel is decoded (at most
+    :data:`MAX_IMAGE_PIXELS`); a file whose data ends early is refused; 16-bit, 32-bit and
+    float images are scaled to 8 bits by :func:`_to_rgb`'s rule, which is recorded in the
+    returned image's ``info["attnlab_conversion"]`` (and so in the trace's
+    ``meta["input"]["conversion"]``). Raises ``TypeError`` for another kind of value and
+    ``ValueError`` naming ``name`` for a missing, unreadable, truncated or oversized file.
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
     if isinstance(image, Image.Image):
         img = image
@@ -196,15 +274,35 @@ def read_image(image: Any, name: str = "image") -> Any:
                             f"{type(image).__name__}")
         path = _path(image, name, "an image file (PNG, JPEG, ...)")
         try:
-            with Image.open(path) as opened:
+            with warnings.catch_warnings():  # the size is checked below, by attnlab's limit
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                opened = Image.open(path)
+            with opened:
+                w, h = opened.size
+                if w * h > MAX_IMAGE_PIXELS:
+                    raise ValueError(
+                        f"{name} {path.name!r} declares {w}x{h} pixels ({w * h:,}); attnlab "
+                        f"reads images of at most {MAX_IMAGE_PIXELS:,} pixels (resize it)")
+                if ImageFile.LOAD_TRUNCATED_IMAGES:  # another library's setting: not ours
+                    raise ValueError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: attnlab "
+                                     "will not read images whose data may be missing")
+                short = _png_data_missing(path) if opened.format == "PNG" else None
+                if short is not None:
+                    raise ValueError(f"{name} {path.name!r}: {short}")
                 img = ImageOps.exif_transpose(opened)
                 img.load()
+        except Image.DecompressionBombError as exc:  # far past the limit: Pillow's refusal
+            raise ValueError(f"{name} {path.name!r}: attnlab reads images of at most "
+                             f"{MAX_IMAGE_PIXELS:,} pixels (resize it); Pillow: {exc}") from None
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise ValueError(f"{name} must be an image file Pillow can read (PNG, JPEG, ...), "
                              f"got {path.name!r}: {exc}") from None
     if img.width < 1 or img.height < 1:
         raise ValueError(f"{name} is empty ({img.width}x{img.height} pixels)")
-    return img.convert("RGB")
+    rgb, rule = _to_rgb(img, name)
+    if rule is not None:
+        rgb.info["attnlab_conversion"] = rule
+    return rgb
 
 
 def read_wav(audio: Any, name: str = "audio") -> np.ndarray:
@@ -530,6 +628,8 @@ def trace_image(model: Any, image: Any, *, qkv: bool = True, context: bool = Fal
                      "image_size": [int(pixels.shape[-2]), int(pixels.shape[-1])],
                      "image_png": _png_base64(seen), "path": Path(source).name if source else "",
                      "preprocess": how}
+    if img.info.get("attnlab_conversion"):
+        meta["input"]["conversion"] = img.info["attnlab_conversion"]
     t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
     if t.stack != "self":
         t = _restack(t, "self", tokens=tokens)

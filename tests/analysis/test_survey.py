@@ -409,6 +409,16 @@ def test_every_visible_string_of_the_survey_page_has_chinese(gpt, tmp_path):
     assert page.PROVIDERS["survey"] == "attnlab.report.survey:build"
 
 
+def _hold_lock(out: Path) -> subprocess.Popen:
+    """Another process holding rank 0's survey lock of ``out`` (until killed)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from attnlab._io import lock_folder\n"
+        "with lock_folder(sys.argv[1], name='survey-rank-0'):\n"
+        "    print('held', flush=True); time.sleep(600)"), str(out)], stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    return holder
+
+
 def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path):
     """One writer per --out: a second run is refused at once naming the first's pid (its
     result would otherwise overwrite the first's), or with ``wait`` runs once the first is
@@ -433,11 +443,7 @@ def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path)
     first = json.loads((out / "survey.json").read_text())
     assert _max_diff(first, waited.to_json()) == 0.0 and waited.to_json()["texts"] == 300
     # a holder killed while it holds the lock: the next run takes the lock over
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from attnlab._io import lock_folder\n"
-        "with lock_folder(sys.argv[1], name='survey-rank-0'):\n"
-        "    print('held', flush=True); time.sleep(600)"), str(out)], stdout=subprocess.PIPE)
-    assert holder.stdout.readline().strip() == b"held"
+    holder = _hold_lock(out)
     with pytest.raises(FolderBusyError, match=f"pid {holder.pid}"):
         survey(gpt, Corpus(corpus), out, config=cfg, device="cpu")
     holder.send_signal(signal.SIGKILL)
@@ -450,12 +456,8 @@ def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path)
 def test_cli_survey_on_a_busy_folder_is_one_line_naming_the_holder(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "c.txt", 4, lo=1, hi=10)
     out = tmp_path / "busy"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from attnlab._io import lock_folder\n"
-        "with lock_folder(sys.argv[1], name='survey-rank-0'):\n"
-        "    print('held', flush=True); time.sleep(600)"), str(out)], stdout=subprocess.PIPE)
+    holder = _hold_lock(out)
     try:
-        assert holder.stdout.readline().strip() == b"held"
         # refused before the model is loaded: this model name is never looked up
         code = cli.main(["survey", "--model", "nowhere-model-not-loaded", "--texts",
                          str(corpus), "--out", str(out)])

@@ -156,7 +156,9 @@ def test_the_top_states_the_exact_size_and_the_build_time(quick):
     page = path.read_text(encoding="utf-8")
     n = path.stat().st_size
     stated = re.findall(r'class="page-bytes">[^<]*\(([\d\u2009]+) bytes\)', page)
-    assert stated and {int(x.replace("\u2009", "")) for x in stated} == {n}
+    stated_zh = re.findall(r'class="page-bytes">[^<]*（([\d\u2009]+) 字节）', page)
+    assert stated and stated_zh
+    assert {int(x.replace("\u2009", "")) for x in stated + stated_zh} == {n}
     built = re.search(r"built in ([\d.]+) s", page)
     assert built and 0 < float(built.group(1)) <= seconds + 0.05
     head = page[:page.index('<nav class="toc"')]

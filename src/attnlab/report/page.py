@@ -320,6 +320,7 @@ def _bar(sections: list[Section], title: str, title_zh: str) -> str:
 
 
 _SIZE = "\x00ATTNLAB-PAGE-BYTES\x00"
+_SIZE_ZH = "\x00ATTNLAB-PAGE-BYTES-ZH\x00"
 
 
 def _human_bytes(n: int) -> str:
@@ -334,7 +335,9 @@ def _with_size(page: str) -> str:
     written is the exact size of the page returned (a fixed point: the number's own digits
     count)."""
     def fill(n: int) -> str:
-        return page.replace(_SIZE, f"{_human_bytes(n)} ({n:,} bytes)".replace(",", "\u2009"))
+        exact = f"{n:,}".replace(",", "\u2009")
+        return page.replace(_SIZE, f"{_human_bytes(n)} ({exact} bytes)").replace(
+            _SIZE_ZH, f"{n / 1e6:.1f} MB（{exact} 字节）")
 
     n = len(fill(0).encode("utf-8"))
     for _ in range(8):
@@ -386,7 +389,7 @@ def render_page(sections: list[Section], *, title: str = "attnlab report",
 findings), {n_fail} fail</span><span class="zh">共 {len(sections)} 个部分：{n_pass} 项通过（其中
 {n_find} 项为发现），{n_fail} 项失败</span></p>
 <p id="build"><span class="en">page size <span class="page-bytes">{_SIZE}</span>{took_en}
-</span><span class="zh">页面大小 <span class="page-bytes">{_SIZE}</span>{took_zh}</span>
+</span><span class="zh">页面大小 <span class="page-bytes">{_SIZE_ZH}</span>{took_zh}</span>
 &nbsp;·&nbsp; {gen}</p>
 </header>
 {_bar(sections, title, title_zh)}

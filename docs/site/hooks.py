@@ -261,7 +261,6 @@ def drop_mathjax(page_html: str) -> str:
 
 _FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})[^\n]*\n.*?^\1\2[ \t]*$", re.S | re.M)
 _CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
-_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$\w])\$(?![\s$])(.+?)(?<![\s\\$])\$(?![\w$])", re.S)
 _TOKEN = re.compile(r"ATTNLABMATH(\d+)X")
 # the articles quote a formula of theirs alone between corner brackets, without `$`
 _QUOTED = re.compile(r"(?<=「)([^」\n$]+)(?=」)")
@@ -287,7 +286,7 @@ def protect_math(markdown: str, store: list[str]) -> str:
     >>> protect_math("「\\frac{a}{b}」 and 「词 \\frac」", store)
     '「ATTNLABMATH1X」 and 「词 \\frac」'
     """
-    from attnlab._mathml import is_formula
+    from attnlab._mathml import SEGMENT, is_formula
 
     def math(m: re.Match) -> str:
         display = m.group(1) is not None
@@ -301,23 +300,23 @@ def protect_math(markdown: str, store: list[str]) -> str:
         return f"ATTNLABMATH{len(store) - 1}X"
 
     def formulas(text: str) -> str:
-        return _QUOTED.sub(quoted, _MATH.sub(math, text))
+        return _QUOTED.sub(quoted, SEGMENT.sub(math, text))
 
-    def prose(text: str) -> str:
-        out, last = [], 0
-        for code in _CODE_SPAN.finditer(text):
-            out.append(formulas(text[last:code.start()]))
-            out.append(code.group(0))
-            last = code.end()
-        out.append(formulas(text[last:]))
-        return "".join(out)
+    def prose(text: str) -> str:  # outside inline code spans
+        return _outside(_CODE_SPAN, text, formulas)
 
+    return _outside(_FENCE, markdown, prose)  # outside fenced code blocks
+
+
+def _outside(pattern: re.Pattern, text: str, fn) -> str:
+    """``text`` with ``fn`` applied to every stretch between matches of ``pattern`` (the
+    matches kept as they are)."""
     out, last = [], 0
-    for fence in _FENCE.finditer(markdown):
-        out.append(prose(markdown[last:fence.start()]))
-        out.append(fence.group(0))
-        last = fence.end()
-    out.append(prose(markdown[last:]))
+    for m in pattern.finditer(text):
+        out.append(fn(text[last:m.start()]))
+        out.append(m.group(0))
+        last = m.end()
+    out.append(fn(text[last:]))
     return "".join(out)
 
 
@@ -338,7 +337,7 @@ def math_in_html(page_html: str) -> str:
     >>> math_in_html("<pre>$ make docs</pre><p>costs 5 $</p>")
     '<pre>$ make docs</pre><p>costs 5 $</p>'
     """
-    from attnlab._mathml import is_formula
+    from attnlab._mathml import SEGMENT, is_formula
 
     out, pos, skip, depth = [], 0, None, 0
 
@@ -355,10 +354,10 @@ def math_in_html(page_html: str) -> str:
         if skip is not None or ("$" not in segment and "\\" not in segment):
             return segment
         raw = html.unescape(segment)
-        if not _MATH.search(raw) and not any(is_formula(q) for q in _QUOTED.findall(raw)):
+        if not SEGMENT.search(raw) and not any(is_formula(q) for q in _QUOTED.findall(raw)):
             return segment
         parts, last = [], 0
-        for m in _MATH.finditer(raw):
+        for m in SEGMENT.finditer(raw):
             parts.append(plain(raw[last:m.start()]))
             display = m.group(1) is not None
             parts.append(_to_mathml(m.group(1) if display else m.group(2), display))

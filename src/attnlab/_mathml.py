@@ -28,9 +28,14 @@ import html
 import re
 from functools import lru_cache
 
-__all__ = ["to_mathml", "html_with_math", "is_formula", "has_raw_tex", "MathError"]
+__all__ = ["SEGMENT", "to_mathml", "html_with_math", "is_formula", "has_raw_tex", "MathError"]
 
-_SEGMENT = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$", re.S)
+#: A formula in a text: ``$$display$$`` (group 1) or ``$inline$`` (group 2); an inline one
+#: has no word just outside its dollars and no space just inside ("$5 and $6" is none).
+SEGMENT = re.compile(r"\$\$(.+?)\$\$|(?<![\\$\w])\$(?![\s$])(.+?)(?<![\s\\$])\$(?![\w$])",
+                     re.S)
+# what a reader would take for TeX source: any $...$ at all (the check is the looser one)
+_ANY_SEGMENT = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$", re.S)
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 
@@ -70,7 +75,7 @@ def html_with_math(text: str) -> str:
     if is_formula(text):
         return to_mathml(text, display=True)
     out, last = [], 0
-    for m in _SEGMENT.finditer(text):
+    for m in SEGMENT.finditer(text):
         out.append(html.escape(text[last:m.start()]))
         tex, display = (m.group(1), True) if m.group(1) is not None else (m.group(2), False)
         out.append(to_mathml(tex, display))
@@ -86,4 +91,4 @@ def has_raw_tex(visible_text: str) -> bool:
     >>> has_raw_tex("softmax(QKᵀ/√d_k)"), has_raw_tex(r"$QK^T$"), has_raw_tex(r"\\sqrt{d}")
     (False, True, True)
     """
-    return bool(_SEGMENT.search(visible_text) or _COMMAND.search(visible_text))
+    return bool(_ANY_SEGMENT.search(visible_text) or _COMMAND.search(visible_text))

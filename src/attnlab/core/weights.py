@@ -324,8 +324,8 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
     if shape.key_mask is not None:
         km = shape.key_mask.to(torch.bool)[col0:col0 + n_cols].contiguous()
     one = q_rows.dim() == 2
-    q3 = aligned((q_rows[None] if one else q_rows).float().contiguous())
-    k3 = aligned((k[None] if one else k).float().contiguous())
+    q3 = (q_rows[None] if one else q_rows).float().contiguous()  # aligned by the caller
+    k3 = (k[None] if one else k).float().contiguous()
     lse = (lse_rows[None] if one else lse_rows).float().contiguous()
     out = ops.exp_rows(q3, k3, lse, r.contiguous(), col0, lq, lk, shape.causal,
                        shape.window or 0, km, float(shape.scale))

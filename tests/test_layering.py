@@ -2,7 +2,7 @@
 
 Layers, low to high (DESIGN.md, "The house")::
 
-    _io, _proc, i18n, _mathml, _lazy → core → nn (+ masks.py, positional.py) → tracing
+    _io, _proc, i18n, _mathml, _lazy, _text, _dist → core → nn (+ masks.py, positional.py) → tracing
         → analysis → train → models → experiments → viz → report | serve | bench
         → cli (+ __main__.py)
 
@@ -34,7 +34,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnlab"
 
 #: Top-level name inside ``attnlab`` -> layer (higher may import lower, never the reverse).
 LAYERS: dict[str, int] = {
-    "_io": 0, "_proc": 0, "i18n": 0, "_mathml": 0, "_lazy": 0,
+    "_io": 0, "_proc": 0, "i18n": 0, "_mathml": 0, "_lazy": 0, "_text": 0, "_dist": 0,
     "core": 1,
     "nn": 2, "masks": 2, "positional": 2,
     "tracing": 3,

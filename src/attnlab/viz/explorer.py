@@ -73,6 +73,7 @@ from torch import Tensor
 from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.viz.assets import static_asset
 
 __all__ = ["VIEWS", "IMAGE_VIEW", "STACK_NAMES", "Explorer", "ExplorerConfig", "json_for_html",
            "static_asset", "explore", "decode_blob", "block_spans", "coarsen_pooled",
@@ -80,7 +81,6 @@ __all__ = ["VIEWS", "IMAGE_VIEW", "STACK_NAMES", "Explorer", "ExplorerConfig", "
            "POSITION_SCORES"]
 
 FORMAT_VERSION = 2
-_STATIC = Path(__file__).with_name("static")
 VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
 #: The view that overlays a query patch's attention on the image (image traces only).
 IMAGE_VIEW = "image"
@@ -764,14 +764,6 @@ def math_payload() -> dict[str, dict[str, str]]:
 
     return {lang: {k: html_with_math(texts[i]) for k, texts in MATH_TEXTS.items()}
             for i, lang in enumerate(("en", "zh"))}
-
-
-@cache
-def static_asset(name: str) -> str:
-    """The text of ``viz/static/NAME`` (the explorer's JS and CSS)."""
-    if name not in ("explorer.js", "explorer.css"):
-        raise ValueError(f"name must be 'explorer.js' or 'explorer.css', got {name!r}")
-    return (_STATIC / name).read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------

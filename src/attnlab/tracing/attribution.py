@@ -1,0 +1,275 @@
+"""What attention moves, read exactly from a trace: rollout over layers, and a query·key
+score taken apart by positional frequency and by geometry.
+
+**Rollout** (Abnar & Zuidema 2020, residual-adjusted): each layer's mixing is
+``Â_l = ½·A_l + ½·I`` with ``A_l`` the mean of the layer's heads, and the attribution of
+output row ``i`` to input ``j`` is row ``i`` of ``Â_L ··· Â_2 Â_1``. :func:`rollout_rows`
+computes chosen rows as vector–matrix products, last layer first, over tiles of exact
+weight rows recomputed from q and k — never an N × N matrix, so one row of SmolLM2 at
+8,192 tokens needs O(tile · N) memory. In a causal stack only rows up to the last asked row
+are ever visited. Rows whose softmax gives a share to a learned sink sum to less than one;
+rollout keeps that deficit (it is attention that went to no token).
+
+**The score decomposed.** ``scale · q_i·k_j`` is a sum over the head's dimensions; RoPE
+rotates q and k in pairs of dimensions, one frequency per pair, so the score is exactly the
+sum of one term per pair, each ``scale·|q_p||k_p|·cos(φ_p + (i−j)·θ_p)``. Which dimensions
+pair up depends on the model: ``"half"`` (dimension ``a`` with ``a + r/2``, Llama, Mistral,
+Qwen, SmolLM2, GPT-NeoX: ``rotate_half``) or ``"interleaved"`` (``2a`` with ``2a + 1``, GPT-J,
+CodeGen). The layout is read from ``trace.meta["positional"]`` when the capture recorded it
+(``{"kind": "rope", "pairing", "rotary_dim", "base"}``), else given as ``pairing=``; without
+either, the pairs are consecutive dimensions and are labelled so. :func:`score_parts` gives
+one pair's decomposition and the geometric one (``|q||k|cos θ``, article 000's angle);
+:func:`band_lift` gives, per head, how much each band lifts the attended keys above the
+average visible key (summed over rows, weighted by the exact attention) — the bands that
+carry the head's pattern.
+
+>>> import torch
+>>> from attnlab.core.scores import ScoreShape, row_logsumexp
+>>> g = torch.Generator().manual_seed(0)
+>>> q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
+>>> shape = ScoreShape(scale=0.5, causal=True)
+>>> lse = torch.stack([row_logsumexp(q[0], k[0], shape)])
+>>> t = AttentionTrace(list("abcdef"), q=q, k=k, lse=lse, shapes=shape)
+>>> r = rollout_rows(t, [5])
+>>> r.shape, round(float(r.sum()), 6)
+(torch.Size([1, 6]), 1.0)
+>>> p = score_parts(t, 0, 1, 5, 2, pairing="half")
+>>> abs(sum(b["value"] for b in p["bands"]) - p["score"]) < 1e-6
+True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.core.scores import TILE_BYTES
+from attnlab.tracing.attention import AttentionTrace
+
+__all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
+           "ROLLOUT_MAX_DENSE"]
+
+#: The RoPE layouts: which dimensions rotate together (see the module docstring).
+PAIRINGS = ("half", "interleaved", "adjacent")
+
+#: The longest input :func:`rollout` gives whole (an (N, N) float64 matrix: 128 MiB at 4,096).
+ROLLOUT_MAX_DENSE = 4096
+
+
+def _check_trace(trace: Any, what: str) -> None:
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace (one stack), got "
+                        f"{type(trace).__name__}; pass one stack of a StackedTrace, e.g. "
+                        f"trace['decoder']")
+    if what == "rollout" and (trace.stack == "cross" or trace.seq_len != trace.key_len):
+        raise ValueError(f"rollout composes a stack's layers, so rows and keys must be the same "
+                         f"tokens; this trace is {trace.stack!r} with {trace.seq_len} queries "
+                         f"and {trace.key_len} keys")
+
+
+def _rows(trace: AttentionTrace, rows: Any, name: str = "rows") -> Tensor:
+    return trace._select(name, rows, trace.seq_len)
+
+
+def rollout_rows(trace: AttentionTrace, rows: Any, *, value_weighted: bool = False,
+                 tile_rows: int | None = None) -> Tensor:
+    """Residual-adjusted rollout of output ``rows`` (int, range, slice or sequence): a
+    float64 (len(rows), N) tensor, row ``i`` being ``e_iᵀ Â_L ··· Â_1`` with
+    ``Â_l = ½·mean_h A_l,h + ½·I`` (see the module docstring).
+
+    ``tile_rows`` bounds the weight rows recomputed at once (default: about 8 MiB per head's
+    tile). ``value_weighted`` is the Kobayashi variant and needs each head's output
+    projection, which traces do not record yet: asking for it is refused, not approximated.
+    """
+    _check_trace(trace, "rollout")
+    if value_weighted:
+        raise ValueError("value_weighted=True needs each head's output projection (W_O) in "
+                         "the trace, which this trace does not record; use "
+                         "value_weighted=False")
+    picked = _rows(trace, rows)
+    n, nh = trace.seq_len, trace.num_heads
+    step = trace._tile_rows(tile_rows, TILE_BYTES)
+    r = torch.zeros(picked.shape[0], n, dtype=torch.float64)
+    r[torch.arange(picked.shape[0]), picked] = 1.0
+    for layer in reversed(range(trace.num_layers)):
+        # In a causal stack r only ever reaches keys at or before the last asked row.
+        live = torch.nonzero(r.abs().sum(0) > 0).flatten()
+        top = int(live.max()) + 1 if live.numel() else 0
+        mixed = torch.zeros_like(r)
+        for r0 in range(0, top, step):
+            r1 = min(top, r0 + step)
+            coef = r[:, r0:r1]
+            if not bool(coef.any()):
+                continue
+            tile = torch.zeros(r1 - r0, n, dtype=torch.float64)
+            for head in range(nh):
+                tile += trace.weights_rows(layer, head, range(r0, r1)).double()
+            mixed += coef @ (tile / nh)
+        r = 0.5 * mixed + 0.5 * r
+    return r
+
+
+def rollout(trace: AttentionTrace, *, tile_rows: int | None = None) -> Tensor:
+    """The whole (N, N) float64 rollout matrix, for inputs of at most
+    :data:`ROLLOUT_MAX_DENSE` tokens (longer ones: :func:`rollout_rows` for the rows you
+    need)."""
+    _check_trace(trace, "rollout")
+    if trace.seq_len > ROLLOUT_MAX_DENSE:
+        raise ValueError(f"rollout of the whole matrix holds N x N float64 values; this trace "
+                         f"has {trace.seq_len} tokens, more than {ROLLOUT_MAX_DENSE}: ask "
+                         f"rollout_rows for the rows you need")
+    return rollout_rows(trace, range(trace.seq_len), tile_rows=tile_rows)
+
+
+# ----------------------------------------------------------------------------------------
+# the score decomposed
+# ----------------------------------------------------------------------------------------
+
+
+def _layout(trace: AttentionTrace, pairing: str | None) -> dict[str, Any]:
+    """The positional layout: the recorded one, else ``pairing`` given, else adjacent."""
+    d = trace.head_dim
+    if d is None:
+        raise ValueError("the score's parts need q and k; this trace holds weights only")
+    recorded = trace.meta.get("positional") if isinstance(trace.meta, dict) else None
+    if pairing is not None:
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+        base = recorded.get("base") if isinstance(recorded, dict) else None
+        rot = recorded.get("rotary_dim", d) if isinstance(recorded, dict) else d
+        return {"kind": "rope" if pairing != "adjacent" else "none", "pairing": pairing,
+                "rotary_dim": int(rot or d), "base": base, "source": "argument"}
+    if isinstance(recorded, dict) and recorded.get("pairing") in PAIRINGS:
+        return {"kind": recorded.get("kind", "rope"), "pairing": recorded["pairing"],
+                "rotary_dim": int(recorded.get("rotary_dim") or d),
+                "base": recorded.get("base"), "source": "trace"}
+    return {"kind": "none", "pairing": "adjacent", "rotary_dim": d, "base": None,
+            "source": "none recorded: consecutive dimensions"}
+
+
+def band_pairs(head_dim: int, pairing: str, rotary_dim: int | None = None
+               ) -> list[tuple[int, ...]]:
+    """The dimensions of each band: one pair per RoPE frequency (in the model's own
+    pairing) over the first ``rotary_dim`` dimensions, then the unrotated dimensions in
+    consecutive pairs (the last alone if their number is odd).
+
+    >>> band_pairs(8, "half")
+    [(0, 4), (1, 5), (2, 6), (3, 7)]
+    >>> band_pairs(8, "interleaved", 4)
+    [(0, 1), (2, 3), (4, 5), (6, 7)]
+    >>> band_pairs(6, "half", 4)
+    [(0, 2), (1, 3), (4, 5)]
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    r = head_dim if rotary_dim is None else int(rotary_dim)
+    if not 0 <= r <= head_dim or r % 2:
+        raise ValueError(f"rotary_dim must be an even number in [0, {head_dim}], got {r}")
+    if pairing == "half":
+        pairs: list[tuple[int, ...]] = [(a, a + r // 2) for a in range(r // 2)]
+    else:
+        pairs = [(a, a + 1) for a in range(0, r, 2)]
+    rest = list(range(r, head_dim))
+    pairs += [tuple(rest[i:i + 2]) for i in range(0, len(rest), 2)]
+    return pairs
+
+
+def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
+    r = layout["rotary_dim"]
+    pairs = band_pairs(d, layout["pairing"], r)
+    base = layout.get("base")
+    out = []
+    for p, dims in enumerate(pairs):
+        rotated = layout["kind"] == "rope" and p < r // 2
+        freq = base ** (-2.0 * p / r) if rotated and base else None
+        out.append({"dims": list(dims), "rotated": rotated, "freq": freq,
+                    "wavelength": 2 * math.pi / freq if freq else None})
+    return out
+
+
+def _pieces_only(trace: AttentionTrace, what: str) -> None:
+    if trace.groups is not None:
+        raise ValueError(f"{what} is computed per piece, and this trace merges pieces into "
+                         f"tokens ({trace.seq_len} tokens of {trace._pieces_q} pieces); trace "
+                         f"again without merging")
+
+
+def score_parts(trace: AttentionTrace, layer: int, head: int, i: int, j: int, *,
+                pairing: str | None = None) -> dict[str, Any]:
+    """Query ``i``'s score for key ``j`` in one head, taken apart.
+
+    Returns ``score`` (``scale·q_i·k_j``, float32 as the model computes it), ``shaped``
+    (the score the softmax sees, after soft-cap, ALiBi and masks), ``bands`` (one entry per
+    band, see :func:`band_pairs`: ``dims``, ``value``, ``freq``, ``wavelength``, ``rotated``;
+    their values sum to ``score`` to float32 rounding), ``q_norm``, ``k_norm``, ``cos`` and
+    ``angle_deg`` (``score = scale·q_norm·k_norm·cos``), ``scale`` and the ``layout`` used.
+    """
+    if trace.q is None or trace.k is None:
+        raise ValueError("the score's parts need q and k; this trace holds weights only")
+    _pieces_only(trace, "score_parts")
+    layer, head = trace._layer(layer), trace._head(head)
+    qi = int(trace._select("i", i, trace.seq_len)[0])
+    kj = int(trace._select("j", j, trace.key_len)[0])
+    shape = trace.score_shape(layer)
+    q = trace.q[layer, head, qi].float()
+    k = trace.k[layer, trace.kv_head(head), kj].float()
+    d = q.shape[0]
+    layout = _layout(trace, pairing)
+    scale = float(shape.scale)
+    score = float(scale * torch.dot(q, k))
+    prod = scale * q.double() * k.double()
+    bands = _bands(layout, d)
+    for b in bands:
+        b["value"] = float(prod[b["dims"]].sum())
+    qn, kn = float(q.double().norm()), float(k.double().norm())
+    cos = float(torch.dot(q.double(), k.double()) / (qn * kn)) if qn and kn else 0.0
+    shaped = float(shape.scores(q[None], k[None], rows=torch.tensor([qi]),
+                                cols=torch.tensor([kj]), head=head, lq=trace.seq_len,
+                                lk=trace.key_len)[0, 0])
+    return {"layer": layer, "head": head, "i": qi, "j": kj, "score": score, "shaped": shaped,
+            "scale": scale, "bands": bands, "q_norm": qn, "k_norm": kn, "cos": cos,
+            "angle_deg": math.degrees(math.acos(max(-1.0, min(1.0, cos)))),
+            "layout": layout}
+
+
+def band_lift(trace: AttentionTrace, layer: int, head: int, *, rows: Any = None,
+              pairing: str | None = None, tile_rows: int | None = None) -> dict[str, Any]:
+    """Which bands carry a head's pattern: for each band, summed over ``rows`` (default all),
+    ``Σ_j α_ij·part_ij − (Σ_j α_ij)·mean_{j visible} part_ij`` — how much the band raises
+    the keys the head attends to above the average key the row may see. The bands' lifts
+    sum to the head's whole ``lift`` (the same with the whole score); ``share`` is each
+    band's fraction of it. Exact weights, tiles of rows; O(tile · N) memory."""
+    if trace.q is None or trace.k is None:
+        raise ValueError("band_lift needs q and k; this trace holds weights only")
+    _pieces_only(trace, "band_lift")
+    layer, head = trace._layer(layer), trace._head(head)
+    picked = _rows(trace, slice(None) if rows is None else rows)
+    shape = trace.score_shape(layer)
+    q_all = trace.q[layer, head].double()
+    k = trace.k[layer, trace.kv_head(head)].double()
+    lq, lk = trace.seq_len, trace.key_len
+    d = k.shape[1]
+    per_dim = torch.zeros(d, dtype=torch.float64)
+    step = trace._tile_rows(tile_rows, TILE_BYTES)
+    for s in range(0, picked.shape[0], step):
+        rows_t = picked[s:s + step]
+        alpha = trace.weights_rows(layer, head, rows_t).double()  # (T, Lk)
+        vis = shape.visible(rows_t, None, lq=lq, lk=lk)
+        vis = torch.ones(rows_t.shape[0], lk, dtype=torch.bool) if vis is None else vis
+        count = vis.sum(1, keepdim=True).clamp_min(1).double()
+        kbar = (vis.double() @ k) / count  # (T, d): the mean visible key
+        mass = alpha.sum(1, keepdim=True)
+        q = q_all.index_select(0, rows_t)
+        per_dim += (q * (alpha @ k - mass * kbar)).sum(0)
+    per_dim *= float(shape.scale)
+    layout = _layout(trace, pairing)
+    bands = _bands(layout, d)
+    total = float(per_dim.sum())
+    for b in bands:
+        b["lift"] = float(per_dim[b["dims"]].sum())
+        b["share"] = b["lift"] / total if total else 0.0
+    return {"layer": layer, "head": head, "rows": int(picked.shape[0]), "lift": total,
+            "bands": bands, "layout": layout}

@@ -1,0 +1,22 @@
+/* The last part: mounting an explorer on a page, and the one global it defines:
+ * window.AttnlabExplorer = {mount(uid), mountData(root, payload), scoreRow(shape, o)}
+ * (scoreRow: core.js's score shaping of one query row, for tests against Python). */
+function mount(uid) {
+  var root = document.getElementById(uid), src = document.getElementById(uid + "-data");
+  if (!root || !src || root.__attnlab) return root && root.__attnlab;
+  var data = JSON.parse(src.textContent);
+  return mountData(root, data);
+}
+function mountData(root, data) {
+  var ex = new Explorer(root, data);
+  root.__attnlab = ex;
+  var t0 = performance.now();
+  return ex.load().then(function () {
+    root.setAttribute("data-load-ms", (performance.now() - t0).toFixed(1));
+    ex.build();
+    root.setAttribute("data-ready", "1");
+    root.setAttribute("data-first-render-ms", (performance.now() - t0).toFixed(1));
+    return ex;
+  });
+}
+window.AttnlabExplorer = {mount: mount, mountData: mountData, scoreRow: scoreRow};

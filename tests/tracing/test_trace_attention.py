@@ -14,7 +14,7 @@ import torch
 import attnlab.tracing.attention as attention_mod
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.tracing import FORMAT_VERSION, AttentionTrace, TraceFormatError
+from attnlab.tracing import FORMAT_VERSION, AttentionTrace, TraceFormatError, trace_file
 
 L, H, HKV, N, D = 2, 4, 2, 11, 8
 
@@ -340,7 +340,7 @@ def _resave(src, dst, edit, *, digests=True):
     meta = json.loads(header["attnlab"])
     if digests:
         for name, x in tensors.items():
-            meta["tensors"][name]["sha256"] = attention_mod._sha256(x.contiguous())
+            meta["tensors"][name]["sha256"] = trace_file._sha256(x.contiguous())
     save_file(tensors, str(dst), metadata={"attnlab": json.dumps(meta)})
     return dst
 

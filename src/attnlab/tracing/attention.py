@@ -29,13 +29,10 @@ Merged tokens (e.g. the byte pieces of one Chinese character, see
 applied on demand: a merged weight is **summed over the key pieces and averaged over the
 query pieces**, so rows still sum to 1.
 
-Files are safetensors (no pickle) with the JSON metadata under the header key
-``"attnlab"`` and a ``format_version`` (:data:`FORMAT_VERSION` = 4, which added the
-:attr:`~AttentionTrace.stack` a trace belongs to and files of several stacks, see
-:mod:`attnlab.tracing.stacks`; version 3 added sink logits and windows without ``causal``;
-files of versions 2 and 3 load unchanged, as stack ``"self"``, and version-1 files, which
-held dense weights, still load). What is read is checked against the metadata; a bad file
-raises :class:`TraceFormatError` naming the field.
+Files (:meth:`~AttentionTrace.save`, :meth:`~AttentionTrace.load`) are safetensors, format
+version :data:`FORMAT_VERSION`, written, checked and upgraded by
+:mod:`attnlab.tracing.trace_file`; a bad file raises :class:`TraceFormatError` naming the
+field.
 
 >>> import torch
 >>> from attnlab.core.scores import ScoreShape, row_logsumexp
@@ -54,54 +51,33 @@ raises :class:`TraceFormatError` naming the field.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab._io import atomic_open
-from attnlab.core._layout import aligned
 from attnlab.core.functional import default_scale
-from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
+from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
+from attnlab.tracing import _pooling, trace_file
+from attnlab.tracing._names import STACKS, TRACE_TENSORS
+from attnlab.tracing.trace_file import FORMAT_VERSION, TraceFormatError
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES",
            "STACKS"]
 
-#: Version of the file layout :meth:`AttentionTrace.save` writes.
-FORMAT_VERSION = 4
-#: The attention stacks a trace can belong to: ``"self"`` (a model with one stack),
-#: ``"encoder"`` (encoder self-attention), ``"decoder"`` (decoder self-attention),
-#: ``"cross"`` (decoder queries over encoder keys).
-STACKS = ("self", "encoder", "decoder", "cross")
 #: The most bytes :attr:`AttentionTrace.weights` may build (float32, all layers and heads).
 DENSE_BUDGET_BYTES = 1 << 30
 
-_FORMAT = "attnlab.AttentionTrace"
-_STACKED_FORMAT = "attnlab.StackedTrace"  # several stacks in one file (attnlab.tracing.stacks)
-_STORED = ("weights", "q", "k", "v", "lse", "context")
-_SHAPE_TENSORS = TENSOR_FIELDS
-_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-           torch.float64: "F64", torch.bool: "BOOL", torch.int64: "I64", torch.int32: "I32",
-           torch.uint8: "U8"}
 #: Bytes of float32 weights one tile of :meth:`AttentionTrace.pooled` holds: a whole head
 #: is visited, so fewer, larger tiles pay less per-operation overhead.
 _POOL_TILE_BYTES = 32 << 20
 _ON_DEMAND = ("weights_rows, weights_tile, pooled, topk, head_weights, iter_row_tiles")
 
 Selector = int | slice | range | Sequence[int] | Tensor
-
-
-class TraceFormatError(ValueError):
-    """A file that is not a readable attnlab trace (corrupt, foreign, inconsistent, too new)."""
 
 
 def _shape_of(t: Tensor | None) -> tuple[int, ...] | str:
@@ -185,7 +161,7 @@ class AttentionTrace:
         self.text = text
         self.meta = dict(meta or {})
         self.token_ids = None if token_ids is None else [int(i) for i in token_ids]
-        for name, t in zip(_STORED, (weights, q, k, v, lse, context)):
+        for name, t in zip(TRACE_TENSORS, (weights, q, k, v, lse, context)):
             if t is not None and not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a tensor or None, got {type(t).__name__}")
         self._weights = weights
@@ -474,32 +450,6 @@ class AttentionTrace:
             out[r0:r1] = tile
         return out
 
-    def _spans(self, blocks: int | Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor, Tensor,
-                                                                       Tensor]:
-        """(row starts, row stops, col starts, col stops) of the pooled blocks."""
-        lq, lk = self.seq_len, self.key_len
-        if isinstance(blocks, int) and not isinstance(blocks, bool):
-            if blocks < 1:
-                raise ValueError(f"blocks must be a positive int or a list of (start, stop) "
-                                 f"spans, got {blocks}")
-            rs = torch.arange(0, lq, blocks)
-            cs = torch.arange(0, lk, blocks)
-            return rs, (rs + blocks).clamp_max(lq), cs, (cs + blocks).clamp_max(lk)
-        try:
-            spans = [(int(a), int(b)) for a, b in blocks]
-        except (TypeError, ValueError):
-            raise TypeError(f"blocks must be a positive int or a list of (start, stop) spans, "
-                            f"got {blocks!r}") from None
-        if lq != lk:
-            raise ValueError(f"spans need Lq == Lk (self-attention), got {lq} and {lk}")
-        bad = [s for s in spans if not 0 <= s[0] < s[1] <= lq]
-        if not spans or bad:
-            raise ValueError(f"spans must be non-empty (start, stop) with 0 <= start < stop <= "
-                             f"{lq}, got {bad or spans}")
-        st = torch.tensor([a for a, _ in spans])
-        en = torch.tensor([b for _, b in spans])
-        return st, en, st, en
-
     def pooled(self, layer: int, head: int, blocks: int | Sequence[tuple[int, int]]
                ) -> Tensor:
         """The pooled map of one head: each block is the mean over its queries of the sum
@@ -507,49 +457,19 @@ class AttentionTrace:
 
         ``blocks``: an int block size (the last block may be shorter), or a list of
         ``(start, stop)`` token spans used for both queries and keys. Computed by tiles of
-        rows in O(tile · Lk) memory; returns float32 (n_row_blocks, n_col_blocks).
+        rows in O(tile · Lk) memory (:mod:`attnlab.tracing._pooling`); returns float32
+        (n_row_blocks, n_col_blocks).
         """
         layer, head = self._layer(layer), self._head(head)
-        if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1:
-            return self._pooled_blocks(layer, head, blocks)
-        rs, re, cs, ce = self._spans(blocks)
-        acc = torch.zeros(rs.shape[0], cs.shape[0], dtype=torch.float64)
-        lo_row, hi_row = int(rs.min()), int(re.max())
         step = self._tile_rows(None, _POOL_TILE_BYTES)
-        for r0 in range(lo_row, hi_row, step):
-            r1 = min(hi_row, r0 + step)
-            w = self._tile(layer, head, torch.arange(r0, r1), None).double()  # (R, Lk)
-            ccum = F.pad(w.cumsum(1), (1, 0))  # (R, Lk + 1)
-            colsum = ccum[:, ce] - ccum[:, cs]  # (R, n_col_blocks): keys summed
-            rcum = F.pad(colsum.cumsum(0), (0, 0, 1, 0))
-            lo = (rs - r0).clamp(0, r1 - r0)
-            hi = (re - r0).clamp(0, r1 - r0)
-            acc += rcum[hi] - rcum[lo]
-        return (acc / (re - rs).to(acc.dtype)[:, None]).float()  # queries averaged
 
-    def _pooled_blocks(self, layer: int, head: int, b: int) -> Tensor:
-        """:meth:`pooled` with equal blocks of ``b`` tokens: tiles of whole row blocks,
-        keys summed block by block in one reshape."""
-        lq, lk = self.seq_len, self.key_len
-        nbq, nbk = -(-lq // b), -(-lk // b)
-        acc = torch.zeros(nbq, nbk, dtype=torch.float64)
-        step = max(1, self._tile_rows(None, _POOL_TILE_BYTES) // b) * b
-        for r0 in range(0, lq, step):
-            r1 = min(lq, r0 + step)
-            w = self._tile(layer, head, torch.arange(r0, r1), None)  # (R, Lk)
-            # keys summed block by block in float32 (b terms each; no copy of the tile),
-            # the last, shorter block apart; only the (R, nbk) sums become float64
-            full = lk // b * b
-            colsum = torch.empty(r1 - r0, nbk, dtype=torch.float64)
-            colsum[:, : lk // b] = w[:, :full].reshape(r1 - r0, lk // b, b).sum(-1)
-            if full < lk:
-                colsum[:, -1] = w[:, full:].sum(-1)
-            nb = -(-(r1 - r0) // b)
-            colsum = F.pad(colsum, (0, 0, 0, nb * b - (r1 - r0)))
-            acc[r0 // b: r0 // b + nb] += colsum.view(nb, b, nbk).sum(1)
-        rows_in = torch.full((nbq,), float(b), dtype=torch.float64)
-        rows_in[-1] = lq - b * (nbq - 1)
-        return (acc / rows_in[:, None]).float()  # queries averaged
+        def tile(r0: int, r1: int) -> Tensor:
+            return self._tile(layer, head, torch.arange(r0, r1), None)
+
+        if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1:
+            return _pooling.pooled_blocks(tile, self.seq_len, self.key_len, blocks, step)
+        return _pooling.pooled_spans(tile, *_pooling.spans(blocks, self.seq_len, self.key_len),
+                                     step)
 
     @property
     def weights(self) -> Tensor:
@@ -639,53 +559,20 @@ class AttentionTrace:
 
     # -- files ----------------------------------------------------------------------------
 
-    def _tensors_and_shapes(self) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
-        tensors: dict[str, Tensor] = {}
-        for name in _STORED:
-            t = self._weights if name == "weights" else getattr(self, name)
-            if t is not None:
-                tensors[name] = t.detach().to("cpu").contiguous()
-        shapes: list[dict[str, Any]] = []
-        for i, s in enumerate(self._shapes):
-            entry: dict[str, Any] = s.describe()
-            for field, t in s.tensors().items():
-                ref = None
-                for j in range(i):  # the same tensor as an earlier layer's: stored once
-                    prev = getattr(self._shapes[j], field)
-                    if prev is not None and prev.shape == t.shape and torch.equal(prev, t):
-                        ref = shapes[j][field]
-                        break
-                if ref is None:
-                    ref = f"shapes.{i}.{field}"
-                    tensors[ref] = t.detach().to("cpu").contiguous()
-                entry[field] = ref
-            for field in _SHAPE_TENSORS:
-                entry.setdefault(field, None)
-            shapes.append(entry)
-        return tensors, shapes
-
-    def _file_part(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
-        """This trace's metadata (all but ``format`` and ``format_version``) and tensors, as
-        a file holds them (a several-stack file holds one such part per stack)."""
-        tensors, shapes = self._tensors_and_shapes()
-        for name, t in tensors.items():
-            if t.dtype not in _DTYPES:
-                raise ValueError(f"{name} has dtype {t.dtype}, which a trace file cannot hold")
-        meta = {
-            "stack": self.stack, "tokens": self.tokens, "key_tokens": self.key_tokens,
-            "token_ids": self.token_ids, "model": self.model, "causal": self._causal,
-            "text": self.text, "meta": self.meta, "groups": self.groups, "shapes": shapes,
-            "tensors": {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
-                            "sha256": _sha256(t)} for n, t in tensors.items()},
-        }
-        return meta, tensors
+    def _file_fields(self) -> dict[str, Any]:
+        """What a trace file holds of this trace: its constructor's arguments
+        (:mod:`attnlab.tracing.trace_file` writes them)."""
+        return {"stack": self.stack, "tokens": self.tokens, "key_tokens": self.key_tokens,
+                "token_ids": self.token_ids, "model": self.model, "causal": self._causal,
+                "text": self.text, "meta": self.meta, "groups": self.groups,
+                "shapes": self._shapes, "weights": self._weights, "q": self.q, "k": self.k,
+                "v": self.v, "lse": self.lse, "context": self.context}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy); the
-        metadata holds each tensor's sha256, which :meth:`load` verifies."""
-        meta, tensors = self._file_part()
-        return _write_file(Path(path), {"format": _FORMAT, "format_version": FORMAT_VERSION,
-                                        **meta}, tensors)
+        metadata holds each tensor's sha256, which :meth:`load` verifies (the format:
+        :mod:`attnlab.tracing.trace_file`)."""
+        return trace_file.save_one(path, self._file_fields())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AttentionTrace:
@@ -701,22 +588,7 @@ class AttentionTrace:
         .save`) is refused with a :class:`TraceFormatError` saying to read it with
         :func:`attnlab.tracing.load_trace` or ``StackedTrace.load``.
         """
-        path = Path(path)
-
-        def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
-            if meta.get("format") == _STACKED_FORMAT:
-                stacks = meta.get("stacks")
-                names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
-                raise TraceFormatError(
-                    f"{path} holds several attention stacks ({names}), not one "
-                    "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
-                    "attnlab.tracing.StackedTrace.load(path)")
-            _check_format(path, meta, _FORMAT, 1)
-            _check_fields(path, meta, meta["format_version"])
-            _check_manifest(path, meta, info)
-
-        meta, tensors = _open_file(path, check)
-        return _finish(path, meta, tensors, meta["format_version"])
+        return trace_file.load_one(path, cls)
 
     def __repr__(self) -> str:
         kind = "q, k, lse" if self._weights is None else "dense weights"
@@ -726,293 +598,3 @@ class AttentionTrace:
         return (f"AttentionTrace({stack}model={self.model!r}, layers={self.num_layers}, "
                 f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, tokens={self.seq_len}, "
                 f"causal={self.causal}, kind={kind!r}, with={extra}{merged})")
-
-
-# -- writing and reading files ------------------------------------------------------------
-
-
-def _write_file(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
-    """A safetensors file at ``path`` (atomically): ``meta`` as JSON under the header key
-    ``"attnlab"``, then the tensors' bytes in order, each written straight from its tensor."""
-    header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
-                                                                      ensure_ascii=False)}}
-    offset = 0
-    for name, t in tensors.items():
-        n = t.numel() * t.element_size()
-        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header, ensure_ascii=False).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as safetensors writes it
-    with atomic_open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for t in tensors.values():
-            if t.numel():
-                f.write(t.reshape(-1).view(torch.uint8).numpy().data)
-    return path
-
-
-def _open_file(path: Path, check: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """(the attnlab metadata, the tensors) of the file at ``path``; ``check(meta, info)``
-    (info: name -> (dtype, shape)) runs before any tensor is read and raises
-    :class:`TraceFormatError` on what it refuses. Bytes that are not safetensors raise
-    :class:`TraceFormatError` too."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise FileNotFoundError(f"no trace file at {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
-                    for n in f.keys()}
-            meta = _parse_json(path, header.get("attnlab"))
-            check(meta, info)
-            tensors = {n: f.get_tensor(n) for n in f.keys()}
-    except TraceFormatError:
-        raise
-    except Exception as exc:  # safetensors raises several types for bad bytes
-        raise TraceFormatError(f"{path} is not a safetensors file ({exc})") from None
-    return meta, tensors
-
-
-def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
-            version: int) -> AttentionTrace:
-    """The trace of checked metadata and its tensors: sha256 verified (version 2 on), built,
-    values checked. ``where`` names the file (and stack) in errors."""
-    if version >= 2:
-        for name, t in tensors.items():
-            digest = meta["tensors"][name].get("sha256")
-            if not isinstance(digest, str):
-                raise _bad(where, f"tensors.{name}.sha256", "the sha256 of the tensor", digest)
-            if digest != _sha256(t):
-                raise TraceFormatError(
-                    f"{where}: tensor {name!r} does not match the sha256 the metadata "
-                    "states (the file is corrupt)")
-    # each tensor on a 64-byte boundary, as a freshly computed one (the bytes as hashed): the
-    # weights on demand are then the same bits whether the trace was computed or read
-    tensors = {name: aligned(t) for name, t in tensors.items()}
-    try:
-        trace = _from_v1(meta, tensors) if version == 1 else _from_v2(meta, tensors)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
-    _check_values(where, trace)
-    return trace
-
-
-def _sha256(t: Tensor) -> str:
-    """The sha256 of a contiguous CPU tensor's bytes, as they stand in the file."""
-    data = t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else b""
-    return hashlib.sha256(data).hexdigest()
-
-
-def _check_values(path: Path | str, t: AttentionTrace) -> None:
-    """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
-    an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
-    not a distribution per row."""
-    def bad(name: str, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{path}: tensor {name!r} {what}")
-
-    for name in ("q", "k", "v", "context"):
-        x = getattr(t, name)
-        if x is not None and not bool(torch.isfinite(x).all()):
-            raise bad(name, "holds NaN or infinite values")
-    for i, s in enumerate(t.shapes):
-        for field in ("alibi_slopes", "sinks"):
-            x = getattr(s, field)
-            if x is not None and not bool(torch.isfinite(x).all()):
-                raise bad(f"shapes.{i}.{field}", "holds NaN or infinite values")
-        if s.bias is not None and bool((s.bias.isnan() | (s.bias == math.inf)).any()):
-            raise bad(f"shapes.{i}.bias", "holds NaN or +inf (only -inf hides a key)")
-    if t.lse is not None:
-        _check_lse(t, bad)
-    w = t._weights
-    if w is not None:
-        tol = 1e-4 + torch.finfo(w.dtype).eps  # float32 sums; rounding of the stored values
-        for layer in range(w.shape[0]):
-            wl = w[layer].double()
-            if not bool(torch.isfinite(wl).all()) or bool((wl < 0).any()):
-                raise bad("weights", f"holds NaN, infinite or negative values (layer {layer})")
-            sums = wl.sum(-1)
-            sink = bool(t.shapes) and t.shapes[layer].sinks is not None
-            ok = (sums <= 1 + tol) if sink else ((sums - 1).abs() <= tol).logical_or(sums == 0)
-            if not bool(ok.all()):
-                raise bad("weights", f"has rows that do not sum to 1 (layer {layer})")
-
-
-def _check_lse(t: AttentionTrace, bad: Any) -> None:
-    """``lse`` is finite, or ``-inf`` on exactly the rows whose shaped scores are all
-    ``-inf`` (a row that sees no key)."""
-    lse = t.lse
-    if bool((lse.isnan() | (lse == math.inf)).any()):
-        raise bad("lse", "holds NaN or +inf")
-    if t.q is None or t.k is None:
-        return
-    nq, nk = t._pieces_q, t._pieces_k
-    step = max(1, TILE_BYTES // max(1, 4 * nk))
-    for layer, head in (lse == -math.inf).any(-1).nonzero().tolist():
-        empty = (lse[layer, head] == -math.inf).nonzero()[:, 0]
-        for rows in empty.split(step):
-            s = t._shapes[layer].scores(t.q[layer, head, rows], t.k[layer, t.kv_head(head)],
-                                        rows=rows, head=head, lq=nq, lk=nk)
-            if bool((s > -math.inf).any()):
-                raise bad("lse", f"is -inf on a row that sees keys (layer {layer}, head "
-                          f"{head})")
-
-
-def _bad(path: Path | str, field: str, want: str, got: object) -> TraceFormatError:
-    shown = repr(got)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return TraceFormatError(f"{path}: field {field!r} must be {want}, got {shown}")
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _parse_json(path: Path, raw: str | None) -> dict[str, Any]:
-    """The attnlab metadata of a safetensors header, as a JSON object."""
-    if raw is None:
-        raise TraceFormatError(f"{path} is a safetensors file but not an attnlab trace")
-    try:
-        meta = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(f"{path}: corrupt attnlab metadata ({exc})") from None
-    if not isinstance(meta, dict):
-        raise _bad(path, "attnlab", "a JSON object", meta)
-    return meta
-
-
-def _check_format(path: Path, meta: dict[str, Any], fmt: str, oldest: int) -> None:
-    """The file holds ``fmt`` at a format_version this attnlab reads (``oldest`` on)."""
-    if meta.get("format") != fmt:
-        what = "an AttentionTrace" if fmt == _FORMAT else "a StackedTrace"
-        raise TraceFormatError(f"{path} holds {meta.get('format')!r}, not {what}")
-    version = meta.get("format_version")
-    if not _is_int(version) or not oldest <= version <= FORMAT_VERSION:
-        raise TraceFormatError(
-            f"{path} has format_version {version!r}; this attnlab reads {oldest} to "
-            f"{FORMAT_VERSION} for {fmt}")
-
-
-def _check_fields(path: Path | str, meta: dict[str, Any], version: int) -> None:
-    """The fields of one trace's metadata have the types ``version`` of the format states."""
-    tokens = meta.get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise _bad(path, "tokens", "a list of str", tokens)
-    kt = meta.get("key_tokens")
-    if kt is not None and (not isinstance(kt, list) or not all(isinstance(t, str) for t in kt)):
-        raise _bad(path, "key_tokens", "null or a list of str", kt)
-    ids = meta.get("token_ids")
-    if ids is not None and (not isinstance(ids, list) or not all(_is_int(i) for i in ids)):
-        raise _bad(path, "token_ids", "null or a list of ints", ids)
-    for field, types, want in (("model", (str,), "a str"), ("causal", (bool,), "a bool"),
-                               ("text", (str, type(None)), "null or a str"),
-                               ("meta", (dict, type(None)), "a JSON object")):
-        if field in meta and not isinstance(meta[field], types):
-            raise _bad(path, field, want, meta[field])
-    if version == 1:
-        scale = meta.get("scale")
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                                  or not math.isfinite(scale)):
-            raise _bad(path, "scale", "null or a finite float", scale)
-        return
-    if version >= 4 and meta.get("stack") not in STACKS:
-        raise _bad(path, "stack", f"one of {', '.join(STACKS)}", meta.get("stack"))
-    groups = meta.get("groups")
-    if groups is not None and (not isinstance(groups, list) or not all(
-            isinstance(g, list) and all(_is_int(i) for i in g) for g in groups)):
-        raise _bad(path, "groups", "null or a list of lists of ints", groups)
-    shapes = meta.get("shapes")
-    if not isinstance(shapes, list):
-        raise _bad(path, "shapes", "a list (one entry per layer)", shapes)
-    for i, s in enumerate(shapes):
-        f = f"shapes[{i}]"
-        if not isinstance(s, dict):
-            raise _bad(path, f, "a JSON object", s)
-        sc = s.get("scale")
-        if isinstance(sc, bool) or not isinstance(sc, (int, float)) or not math.isfinite(sc):
-            raise _bad(path, f"{f}.scale", "a finite float", sc)
-        if not isinstance(s.get("causal"), bool):
-            raise _bad(path, f"{f}.causal", "a bool", s.get("causal"))
-        if s.get("window") is not None and not _is_int(s["window"]):
-            raise _bad(path, f"{f}.window", "null or an int", s["window"])
-        if version < 3 and (s.get("sinks") is not None or (s.get("window") is not None
-                                                            and not s["causal"])):
-            raise TraceFormatError(
-                f"{path}: field {f!r} has sinks or a window without causal, which only "
-                f"format_version 3 holds (and later ones), but the file says {version}")
-        cap = s.get("softcap")
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
-                                or not math.isfinite(cap)):
-            raise _bad(path, f"{f}.softcap", "null or a finite float", cap)
-        for field in _SHAPE_TENSORS:
-            if s.get(field) is not None and not isinstance(s[field], str):
-                raise _bad(path, f"{f}.{field}", "null or a tensor name", s[field])
-    manifest = meta.get("tensors")
-    if not isinstance(manifest, dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("dtype"), str)
-            and isinstance(v.get("shape"), list) for v in manifest.values()):
-        raise _bad(path, "tensors", "a map of name -> {dtype, shape}", manifest)
-
-
-def _check_manifest(path: Path | str, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
-                    ) -> None:
-    """Every tensor present with the shape and dtype the metadata states, no others."""
-    if meta["format_version"] == 1:
-        expect = {n: None for n in info}
-        if "weights" not in info:
-            raise TraceFormatError(f"{path} has no 'weights' tensor")
-        unknown = set(info) - {"weights", "q", "k", "v", "scores", "context"}
-    else:
-        expect = meta["tensors"]
-        unknown = set(info) ^ set(expect)
-    if unknown:
-        raise TraceFormatError(
-            f"{path}: tensors {sorted(unknown)} are not the ones the metadata lists")
-    for name, (dtype, shape) in info.items():
-        want = expect.get(name)
-        if want is not None and (want["dtype"] != dtype or want["shape"] != shape):
-            raise TraceFormatError(
-                f"{path}: tensor {name!r} is {dtype} {shape}, the metadata says "
-                f"{want['dtype']} {want['shape']}"
-            )
-        if name in _STORED or name == "scores":
-            if dtype not in ("F32", "F16", "BF16", "F64") or len(shape) != (
-                    3 if name == "lse" else 4):
-                raise TraceFormatError(
-                    f"{path}: tensor {name!r} must be a float tensor with "
-                    f"{3 if name == 'lse' else 4} dims, got {dtype} {shape}")
-
-
-def _from_v1(meta: dict[str, Any], tensors: dict[str, Tensor]) -> AttentionTrace:
-    """A version-1 file: dense weights (already merged), q/k/v/context repeated per head."""
-    return AttentionTrace(
-        tokens=meta["tokens"], weights=tensors["weights"], q=tensors.get("q"),
-        k=tensors.get("k"), v=tensors.get("v"), context=tensors.get("context"),
-        scale=meta.get("scale"), causal=bool(meta.get("causal", False)),
-        model=meta.get("model", ""), token_ids=meta.get("token_ids"),
-        key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
-    )
-
-
-def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> AttentionTrace:
-    shapes = []
-    for i, s in enumerate(meta["shapes"]):
-        try:
-            shapes.append(ScoreShape(
-                scale=s["scale"], causal=s["causal"], window=s.get("window"),
-                softcap=s.get("softcap"),
-                **{f: tensors[s[f]] for f in _SHAPE_TENSORS if s.get(f) is not None}))
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"shapes[{i}]: {exc}") from None
-    stored = {n: tensors.get(n) for n in _STORED}
-    return AttentionTrace(
-        tokens=meta["tokens"], **stored, shapes=shapes or None,
-        causal=None if shapes else bool(meta.get("causal", False)),
-        model=meta.get("model", ""), token_ids=meta.get("token_ids"),
-        key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
-        groups=meta.get("groups"), stack=meta.get("stack", "self"),
-    )

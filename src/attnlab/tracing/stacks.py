@@ -39,27 +39,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.tracing.attention import (
-    _FORMAT,
-    _STACKED_FORMAT,
-    FORMAT_VERSION,
-    AttentionTrace,
-    TraceFormatError,
-    _bad,
-    _check_fields,
-    _check_format,
-    _check_manifest,
-    _finish,
-    _open_file,
-    _write_file,
-)
+from attnlab.tracing import trace_file
+from attnlab.tracing._names import STACK_ORDER
+from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["STACK_ORDER", "StackedTrace", "load_trace"]
-
-#: The stacks a :class:`StackedTrace` may hold, in the order it keeps them.
-STACK_ORDER = ("encoder", "decoder", "cross")
-#: The first format_version that holds several stacks in one file.
-_FIRST_STACKED_VERSION = 4
 
 
 def _labels_of_keys(t: AttentionTrace) -> list[str]:
@@ -153,71 +137,20 @@ class StackedTrace(Mapping[str, AttentionTrace]):
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write one ``.safetensors`` file atomically: each stack's tensors under a
         ``<stack>/`` prefix, its metadata (with the sha256 of each tensor) under
-        ``stacks.<stack>``; read it back with :meth:`load` or :func:`load_trace`."""
-        meta: dict[str, Any] = {"format": _STACKED_FORMAT, "format_version": FORMAT_VERSION,
-                                "model": self.model, "text": self.text,
-                                "target": self.target, "meta": self.meta, "stacks": {}}
-        tensors = {}
-        for name, t in self._stacks.items():
-            part, own = t._file_part()
-            meta["stacks"][name] = part
-            tensors.update({f"{name}/{n}": x for n, x in own.items()})
-        return _write_file(Path(path), meta, tensors)
+        ``stacks.<stack>``; read it back with :meth:`load` or :func:`load_trace` (the
+        format: :mod:`attnlab.tracing.trace_file`)."""
+        return trace_file.save_stacked(
+            path, {name: t._file_fields() for name, t in self._stacks.items()},
+            model=self.model, text=self.text, target=self.target, meta=self.meta)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> StackedTrace:
         """Read a file written by :meth:`save`, checking everything as
         :meth:`AttentionTrace.load` does, stack by stack (errors name the stack and the
-        field or tensor). A one-stack file is refused with a :class:`TraceFormatError`
-        saying to read it with :meth:`AttentionTrace.load` or :func:`load_trace`."""
-        path = Path(path)
-        parts: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
-
-        def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
-            if meta.get("format") == _FORMAT:
-                raise TraceFormatError(
-                    f"{path} holds one AttentionTrace, not several stacks; read it with "
-                    "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
-            _check_format(path, meta, _STACKED_FORMAT, _FIRST_STACKED_VERSION)
-            for field, types, want in (("model", (str,), "a str"),
-                                       ("text", (str, type(None)), "null or a str"),
-                                       ("target", (str, type(None)), "null or a str"),
-                                       ("meta", (dict, type(None)), "a JSON object")):
-                if not isinstance(meta.get(field), types):
-                    raise _bad(path, field, want, meta.get(field))
-            stacks = meta.get("stacks")
-            if (not isinstance(stacks, dict) or not stacks
-                    or any(n not in STACK_ORDER for n in stacks)):
-                raise _bad(path, "stacks", f"a JSON object of stacks named among "
-                           f"{', '.join(STACK_ORDER)}", stacks)
-            stray = [n for n in info if n.split("/", 1)[0] not in stacks or "/" not in n]
-            if stray:
-                raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
-                                       "the metadata lists")
-            for name, sub in stacks.items():
-                where = f"{path} [stack {name!r}]"
-                if not isinstance(sub, dict):
-                    raise _bad(path, f"stacks.{name}", "a JSON object", sub)
-                _check_fields(where, sub, meta["format_version"])
-                if sub.get("stack") != name:
-                    raise _bad(where, "stack", repr(name), sub.get("stack"))
-                prefix = f"{name}/"
-                own = {n[len(prefix):]: v for n, v in info.items() if n.startswith(prefix)}
-                _check_manifest(where, {**sub, "format_version": meta["format_version"]},
-                                own)
-                parts[name] = (where, sub, own)
-
-        meta, tensors = _open_file(path, check)
-        traces = {}
-        for name, (where, sub, _own) in parts.items():
-            prefix = f"{name}/"
-            own = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
-            traces[name] = _finish(where, sub, own, meta["format_version"])
-        try:
-            return cls(traces, model=meta["model"], text=meta.get("text"),
-                       target=meta.get("target"), meta=meta.get("meta") or {})
-        except (ValueError, TypeError) as exc:
-            raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
+        field or tensor). A one-stack file is refused with a
+        :class:`~attnlab.tracing.attention.TraceFormatError` saying to read it with
+        :meth:`AttentionTrace.load` or :func:`load_trace`."""
+        return trace_file.load_stacked(path, AttentionTrace, cls)
 
 
 def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
@@ -230,24 +163,9 @@ def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
     ...     type(load_trace(t.save(Path(d) / "t.safetensors"))).__name__
     'AttentionTrace'
     """
-    path = Path(path)
-    kind: list[str] = []
-
-    def peek(meta: dict[str, Any], _info: dict[str, Any]) -> None:
-        kind.append(str(meta.get("format")))
-        raise _Peeked
-
-    try:
-        _open_file(path, peek)
-    except _Peeked:
-        pass
-    if kind and kind[0] == _STACKED_FORMAT:
+    if trace_file.file_format(path) == trace_file.SEVERAL_STACKS:
         return StackedTrace.load(path)
     return AttentionTrace.load(path)
-
-
-class _Peeked(TraceFormatError):
-    """Stops reading a file once its format is known."""
 
 
 def _short(labels: list[str], n: int = 6) -> str:

@@ -1,0 +1,563 @@
+"""The trace file format: writing, reading, validating and upgrading attnlab's trace files.
+
+A trace file is a safetensors file (no pickle) whose header holds attnlab's JSON metadata
+under the key ``"attnlab"``, with a ``format`` and a ``format_version``
+(:data:`FORMAT_VERSION`):
+
+* ``"attnlab.AttentionTrace"``: one :class:`~attnlab.tracing.attention.AttentionTrace`.
+  Its metadata holds the labels (``tokens``, ``key_tokens``, ``token_ids``, ``text``),
+  ``model``, ``causal``, ``meta``, ``groups``, ``stack``, one entry per layer under
+  ``shapes`` (the :class:`~attnlab.core.scores.ScoreShape`: numbers inline, its tensors by
+  name, a tensor equal to an earlier layer's stored once) and under ``tensors`` each
+  tensor's dtype, shape and sha256.
+* ``"attnlab.StackedTrace"`` (version 4 on): a
+  :class:`~attnlab.tracing.stacks.StackedTrace`: ``model``, ``text``, ``target``, ``meta``
+  and under ``stacks.<stack>`` one trace's metadata as above, its tensors under a
+  ``<stack>/`` prefix.
+
+The versions: 1 held dense weights (q, k, v repeated per head); 2 held q, k, v and each
+row's log-sum-exp, the score shape per layer and each tensor's sha256; 3 added sink logits
+and windows without ``causal``; 4 added the ``stack`` of a trace and files of several
+stacks. Every version this attnlab reads loads as today's trace: versions 2 and 3 as stack
+``"self"``, version 1 as a dense trace. A new version is one reader in
+:data:`_READERS` (metadata and tensors -> the trace's constructor arguments), its field
+checks in :func:`_check_fields`, and :data:`FORMAT_VERSION` raised.
+
+Everything read is checked before it is used, and a bad file raises
+:class:`TraceFormatError` naming the file, the stack and the field or tensor at fault.
+Writing goes through :func:`attnlab._io.atomic_open`, tensor by tensor (no second copy).
+
+>>> import tempfile, torch
+>>> from attnlab.tracing.attention import AttentionTrace
+>>> t = AttentionTrace(["a", "b"], weights=torch.full((1, 1, 2, 2), 0.5))
+>>> with tempfile.TemporaryDirectory() as d:
+...     path = t.save(Path(d) / "t.safetensors")
+...     kind, back = file_format(path), load_one(path, AttentionTrace)
+>>> kind, back.tokens, back.weights.sum().item()
+('attnlab.AttentionTrace', ['a', 'b'], 2.0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab._io import atomic_open
+from attnlab._text import one_line
+from attnlab.core._layout import aligned
+from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
+from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
+
+__all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "TraceFormatError", "file_format",
+           "load_one", "load_stacked", "save_one", "save_stacked"]
+
+#: Version of the file layout :func:`save_one` and :func:`save_stacked` write.
+FORMAT_VERSION = 4
+#: The ``format`` of a file of one trace, and of a file of several stacks.
+ONE_STACK = "attnlab.AttentionTrace"
+SEVERAL_STACKS = "attnlab.StackedTrace"
+#: The oldest format_version read, for each format.
+_OLDEST = {ONE_STACK: 1, SEVERAL_STACKS: 4}
+_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+           torch.float64: "F64", torch.bool: "BOOL", torch.int64: "I64", torch.int32: "I32",
+           torch.uint8: "U8"}
+
+#: What a reader of a file is given to build a trace: the constructor's keyword arguments.
+Build = Callable[..., Any]
+
+
+class TraceFormatError(ValueError):
+    """A file that is not a readable attnlab trace (corrupt, foreign, inconsistent, too new)."""
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def save_one(path: str | Path, fields: Mapping[str, Any]) -> Path:
+    """Write one trace (``fields``: its constructor's arguments, as
+    ``AttentionTrace._file_fields()`` gives them) to ``path``, atomically."""
+    meta, tensors = _file_part(fields)
+    return _write_file(Path(path), {"format": ONE_STACK, "format_version": FORMAT_VERSION,
+                                    **meta}, tensors)
+
+
+def save_stacked(path: str | Path, stacks: Mapping[str, Mapping[str, Any]], *, model: str,
+                 text: str | None, target: str | None, meta: dict[str, Any]) -> Path:
+    """Write several stacks (name -> one trace's fields, as for :func:`save_one`) to one
+    file at ``path``, atomically: each stack's tensors under a ``<stack>/`` prefix."""
+    head: dict[str, Any] = {"format": SEVERAL_STACKS, "format_version": FORMAT_VERSION,
+                            "model": model, "text": text, "target": target, "meta": meta,
+                            "stacks": {}}
+    tensors = {}
+    for name, fields in stacks.items():
+        part, own = _file_part(fields)
+        head["stacks"][name] = part
+        tensors.update({f"{name}/{n}": x for n, x in own.items()})
+    return _write_file(Path(path), head, tensors)
+
+
+def _file_part(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """One trace's metadata (all but ``format`` and ``format_version``) and tensors, as a
+    file holds them (a file of several stacks holds one such part per stack)."""
+    tensors: dict[str, Tensor] = {}
+    for name in TRACE_TENSORS:
+        t = fields.get(name)
+        if t is not None:
+            tensors[name] = t.detach().to("cpu").contiguous()
+    shapes = _shape_entries(fields["shapes"], tensors)
+    for name, t in tensors.items():
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"{name} has dtype {t.dtype}, which a trace file cannot hold")
+    meta = {
+        "stack": fields["stack"], "tokens": fields["tokens"],
+        "key_tokens": fields["key_tokens"], "token_ids": fields["token_ids"],
+        "model": fields["model"], "causal": fields["causal"], "text": fields["text"],
+        "meta": fields["meta"], "groups": fields["groups"], "shapes": shapes,
+        "tensors": {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                        "sha256": _sha256(t)} for n, t in tensors.items()},
+    }
+    return meta, tensors
+
+
+def _shape_entries(shapes: tuple[ScoreShape, ...], tensors: dict[str, Tensor]
+                   ) -> list[dict[str, Any]]:
+    """One JSON entry per layer's score shape; its tensors added to ``tensors`` under
+    ``shapes.<layer>.<field>``, a tensor equal to an earlier layer's stored once."""
+    entries: list[dict[str, Any]] = []
+    for i, s in enumerate(shapes):
+        entry: dict[str, Any] = s.describe()
+        for field, t in s.tensors().items():
+            ref = None
+            for j in range(i):  # the same tensor as an earlier layer's: stored once
+                prev = getattr(shapes[j], field)
+                if prev is not None and prev.shape == t.shape and torch.equal(prev, t):
+                    ref = entries[j][field]
+                    break
+            if ref is None:
+                ref = f"shapes.{i}.{field}"
+                tensors[ref] = t.detach().to("cpu").contiguous()
+            entry[field] = ref
+        for field in TENSOR_FIELDS:
+            entry.setdefault(field, None)
+        entries.append(entry)
+    return entries
+
+
+def _write_file(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+    """A safetensors file at ``path`` (atomically): ``meta`` as JSON under the header key
+    ``"attnlab"``, then the tensors' bytes in order, each written straight from its tensor."""
+    header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
+                                                                      ensure_ascii=False)}}
+    offset = 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as safetensors writes it
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for t in tensors.values():
+            if t.numel():
+                f.write(t.reshape(-1).view(torch.uint8).numpy().data)
+    return path
+
+
+def _sha256(t: Tensor) -> str:
+    """The sha256 of a contiguous CPU tensor's bytes, as they stand in the file."""
+    data = t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else b""
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def file_format(path: str | Path) -> str:
+    """The ``format`` a trace file states (:data:`ONE_STACK`, :data:`SEVERAL_STACKS` or
+    whatever else it holds), read from its header alone. Raises ``FileNotFoundError`` or
+    :class:`TraceFormatError` (not safetensors, no or corrupt attnlab metadata)."""
+    kind: list[str] = []
+
+    def peek(meta: dict[str, Any], _info: dict[str, Any]) -> None:
+        kind.append(str(meta.get("format")))
+        raise _Peeked
+
+    try:
+        _open_file(Path(path), peek)
+    except _Peeked:
+        pass
+    return kind[0]
+
+
+def load_one(path: str | Path, build: Build) -> Any:
+    """The trace of a one-trace file (format version 1 to :data:`FORMAT_VERSION`), made by
+    ``build(**constructor arguments)`` after every check (see
+    :meth:`attnlab.tracing.attention.AttentionTrace.load`). A file of several stacks is
+    refused, saying how to read it."""
+    path = Path(path)
+
+    def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
+        if meta.get("format") == SEVERAL_STACKS:
+            stacks = meta.get("stacks")
+            names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
+            raise TraceFormatError(
+                f"{path} holds several attention stacks ({names}), not one "
+                "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
+                "attnlab.tracing.StackedTrace.load(path)")
+        _check_format(path, meta, ONE_STACK)
+        _check_fields(path, meta, meta["format_version"])
+        _check_manifest(path, meta, info)
+
+    meta, tensors = _open_file(path, check)
+    return _finish(path, meta, tensors, meta["format_version"], build)
+
+
+def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
+    """The stacks of a file of several stacks, each trace made by ``build`` as in
+    :func:`load_one` and checked as it is (errors name the stack), then
+    ``build_stacked(traces, model=, text=, target=, meta=)``. A one-trace file is refused,
+    saying how to read it."""
+    path = Path(path)
+    parts: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
+        if meta.get("format") == ONE_STACK:
+            raise TraceFormatError(
+                f"{path} holds one AttentionTrace, not several stacks; read it with "
+                "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
+        _check_format(path, meta, SEVERAL_STACKS)
+        for field, types, want in (("model", (str,), "a str"),
+                                   ("text", (str, type(None)), "null or a str"),
+                                   ("target", (str, type(None)), "null or a str"),
+                                   ("meta", (dict, type(None)), "a JSON object")):
+            if not isinstance(meta.get(field), types):
+                raise _bad(path, field, want, meta.get(field))
+        stacks = meta.get("stacks")
+        if (not isinstance(stacks, dict) or not stacks
+                or any(n not in STACK_ORDER for n in stacks)):
+            raise _bad(path, "stacks", f"a JSON object of stacks named among "
+                       f"{', '.join(STACK_ORDER)}", stacks)
+        stray = [n for n in info if n.split("/", 1)[0] not in stacks or "/" not in n]
+        if stray:
+            raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
+                                   "the metadata lists")
+        for name, sub in stacks.items():
+            where = f"{path} [stack {name!r}]"
+            if not isinstance(sub, dict):
+                raise _bad(path, f"stacks.{name}", "a JSON object", sub)
+            _check_fields(where, sub, meta["format_version"])
+            if sub.get("stack") != name:
+                raise _bad(where, "stack", repr(name), sub.get("stack"))
+            own = _unprefixed(info, name)
+            _check_manifest(where, {**sub, "format_version": meta["format_version"]}, own)
+            parts[name] = (where, sub)
+
+    meta, tensors = _open_file(path, check)
+    traces = {name: _finish(where, sub, _unprefixed(tensors, name), meta["format_version"],
+                            build)
+              for name, (where, sub) in parts.items()}
+    try:
+        return build_stacked(traces, model=meta["model"], text=meta.get("text"),
+                             target=meta.get("target"), meta=meta.get("meta") or {})
+    except (ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
+
+
+def _unprefixed(items: dict[str, Any], stack: str) -> dict[str, Any]:
+    """The entries of one stack (names under ``<stack>/``), the prefix taken off."""
+    prefix = f"{stack}/"
+    return {n[len(prefix):]: v for n, v in items.items() if n.startswith(prefix)}
+
+
+class _Peeked(TraceFormatError):
+    """Stops reading a file once its format is known."""
+
+
+def _open_file(path: Path, check: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(the attnlab metadata, the tensors) of the file at ``path``; ``check(meta, info)``
+    (info: name -> (dtype, shape)) runs before any tensor is read and raises
+    :class:`TraceFormatError` on what it refuses. Bytes that are not safetensors raise
+    :class:`TraceFormatError` too."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no trace file at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
+                    for n in f.keys()}
+            meta = _parse_json(path, header.get("attnlab"))
+            check(meta, info)
+            tensors = {n: f.get_tensor(n) for n in f.keys()}
+    except TraceFormatError:
+        raise
+    except Exception as exc:  # safetensors raises several types for bad bytes
+        raise TraceFormatError(f"{path} is not a safetensors file ({one_line(exc)})") from None
+    return meta, tensors
+
+
+def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
+            version: int, build: Build) -> Any:
+    """The trace of checked metadata and its tensors: sha256 verified (version 2 on),
+    upgraded to the constructor's arguments, built, values checked. ``where`` names the
+    file (and stack) in errors."""
+    if version >= 2:
+        for name, t in tensors.items():
+            digest = meta["tensors"][name].get("sha256")
+            if not isinstance(digest, str):
+                raise _bad(where, f"tensors.{name}.sha256", "the sha256 of the tensor", digest)
+            if digest != _sha256(t):
+                raise TraceFormatError(
+                    f"{where}: tensor {name!r} does not match the sha256 the metadata "
+                    "states (the file is corrupt)")
+    # each tensor on a 64-byte boundary, as a freshly computed one (the bytes as hashed): the
+    # weights on demand are then the same bits whether the trace was computed or read
+    tensors = {name: aligned(t) for name, t in tensors.items()}
+    try:
+        trace = build(**_READERS[version](meta, tensors))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
+    _check_values(where, tensors, trace.shapes)
+    return trace
+
+
+# -- upgrading: each version's metadata and tensors -> the constructor's arguments ---------
+
+
+def _from_v1(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]:
+    """A version-1 file: dense weights (already merged), q/k/v/context repeated per head."""
+    return dict(
+        tokens=meta["tokens"], weights=tensors["weights"], q=tensors.get("q"),
+        k=tensors.get("k"), v=tensors.get("v"), context=tensors.get("context"),
+        scale=meta.get("scale"), causal=bool(meta.get("causal", False)),
+        model=meta.get("model", ""), token_ids=meta.get("token_ids"),
+        key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
+    )
+
+
+def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]:
+    """A file of version 2 to 4: the stored tensors and one score shape per layer (versions
+    2 and 3 have no ``stack``: ``"self"``)."""
+    shapes = []
+    for i, s in enumerate(meta["shapes"]):
+        try:
+            shapes.append(ScoreShape(
+                scale=s["scale"], causal=s["causal"], window=s.get("window"),
+                softcap=s.get("softcap"),
+                **{f: tensors[s[f]] for f in TENSOR_FIELDS if s.get(f) is not None}))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"shapes[{i}]: {exc}") from None
+    stored = {n: tensors.get(n) for n in TRACE_TENSORS}
+    return dict(
+        tokens=meta["tokens"], **stored, shapes=shapes or None,
+        causal=None if shapes else bool(meta.get("causal", False)),
+        model=meta.get("model", ""), token_ids=meta.get("token_ids"),
+        key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
+        groups=meta.get("groups"), stack=meta.get("stack", "self"),
+    )
+
+
+#: format_version -> the reader of its metadata and tensors.
+_READERS: dict[int, Callable[[dict[str, Any], dict[str, Tensor]], dict[str, Any]]] = {
+    1: _from_v1, 2: _from_v2, 3: _from_v2, 4: _from_v2}
+
+
+# -- validating ---------------------------------------------------------------------------
+
+
+def _bad(path: Path | str, field: str, want: str, got: object) -> TraceFormatError:
+    shown = repr(got)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return TraceFormatError(f"{path}: field {field!r} must be {want}, got {shown}")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_json(path: Path, raw: str | None) -> dict[str, Any]:
+    """The attnlab metadata of a safetensors header, as a JSON object."""
+    if raw is None:
+        raise TraceFormatError(f"{path} is a safetensors file but not an attnlab trace")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{path}: corrupt attnlab metadata ({exc})") from None
+    if not isinstance(meta, dict):
+        raise _bad(path, "attnlab", "a JSON object", meta)
+    return meta
+
+
+def _check_format(path: Path, meta: dict[str, Any], fmt: str) -> None:
+    """The file holds ``fmt`` at a format_version this attnlab reads."""
+    if meta.get("format") != fmt:
+        what = "an AttentionTrace" if fmt == ONE_STACK else "a StackedTrace"
+        raise TraceFormatError(f"{path} holds {meta.get('format')!r}, not {what}")
+    version, oldest = meta.get("format_version"), _OLDEST[fmt]
+    if not _is_int(version) or not oldest <= version <= FORMAT_VERSION:
+        raise TraceFormatError(
+            f"{path} has format_version {version!r}; this attnlab reads {oldest} to "
+            f"{FORMAT_VERSION} for {fmt}")
+
+
+def _check_fields(path: Path | str, meta: dict[str, Any], version: int) -> None:
+    """The fields of one trace's metadata have the types ``version`` of the format states."""
+    tokens = meta.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise _bad(path, "tokens", "a list of str", tokens)
+    kt = meta.get("key_tokens")
+    if kt is not None and (not isinstance(kt, list) or not all(isinstance(t, str) for t in kt)):
+        raise _bad(path, "key_tokens", "null or a list of str", kt)
+    ids = meta.get("token_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(_is_int(i) for i in ids)):
+        raise _bad(path, "token_ids", "null or a list of ints", ids)
+    for field, types, want in (("model", (str,), "a str"), ("causal", (bool,), "a bool"),
+                               ("text", (str, type(None)), "null or a str"),
+                               ("meta", (dict, type(None)), "a JSON object")):
+        if field in meta and not isinstance(meta[field], types):
+            raise _bad(path, field, want, meta[field])
+    if version == 1:
+        scale = meta.get("scale")
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                                  or not math.isfinite(scale)):
+            raise _bad(path, "scale", "null or a finite float", scale)
+        return
+    if version >= 4 and meta.get("stack") not in STACKS:
+        raise _bad(path, "stack", f"one of {', '.join(STACKS)}", meta.get("stack"))
+    groups = meta.get("groups")
+    if groups is not None and (not isinstance(groups, list) or not all(
+            isinstance(g, list) and all(_is_int(i) for i in g) for g in groups)):
+        raise _bad(path, "groups", "null or a list of lists of ints", groups)
+    shapes = meta.get("shapes")
+    if not isinstance(shapes, list):
+        raise _bad(path, "shapes", "a list (one entry per layer)", shapes)
+    for i, s in enumerate(shapes):
+        _check_shape_entry(path, f"shapes[{i}]", s, version)
+    manifest = meta.get("tensors")
+    if not isinstance(manifest, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("dtype"), str)
+            and isinstance(v.get("shape"), list) for v in manifest.values()):
+        raise _bad(path, "tensors", "a map of name -> {dtype, shape}", manifest)
+
+
+def _check_shape_entry(path: Path | str, f: str, s: object, version: int) -> None:
+    """One layer's score shape entry (``f``: its field name) as ``version`` holds it."""
+    if not isinstance(s, dict):
+        raise _bad(path, f, "a JSON object", s)
+    sc = s.get("scale")
+    if isinstance(sc, bool) or not isinstance(sc, (int, float)) or not math.isfinite(sc):
+        raise _bad(path, f"{f}.scale", "a finite float", sc)
+    if not isinstance(s.get("causal"), bool):
+        raise _bad(path, f"{f}.causal", "a bool", s.get("causal"))
+    if s.get("window") is not None and not _is_int(s["window"]):
+        raise _bad(path, f"{f}.window", "null or an int", s["window"])
+    if version < 3 and (s.get("sinks") is not None or (s.get("window") is not None
+                                                        and not s["causal"])):
+        raise TraceFormatError(
+            f"{path}: field {f!r} has sinks or a window without causal, which only "
+            f"format_version 3 holds (and later ones), but the file says {version}")
+    cap = s.get("softcap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                            or not math.isfinite(cap)):
+        raise _bad(path, f"{f}.softcap", "null or a finite float", cap)
+    for field in TENSOR_FIELDS:
+        if s.get(field) is not None and not isinstance(s[field], str):
+            raise _bad(path, f"{f}.{field}", "null or a tensor name", s[field])
+
+
+def _check_manifest(path: Path | str, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
+                    ) -> None:
+    """Every tensor present with the shape and dtype the metadata states, no others."""
+    if meta["format_version"] == 1:
+        expect = {n: None for n in info}
+        if "weights" not in info:
+            raise TraceFormatError(f"{path} has no 'weights' tensor")
+        unknown = set(info) - {"weights", "q", "k", "v", "scores", "context"}
+    else:
+        expect = meta["tensors"]
+        unknown = set(info) ^ set(expect)
+    if unknown:
+        raise TraceFormatError(
+            f"{path}: tensors {sorted(unknown)} are not the ones the metadata lists")
+    for name, (dtype, shape) in info.items():
+        want = expect.get(name)
+        if want is not None and (want["dtype"] != dtype or want["shape"] != shape):
+            raise TraceFormatError(
+                f"{path}: tensor {name!r} is {dtype} {shape}, the metadata says "
+                f"{want['dtype']} {want['shape']}"
+            )
+        if name in TRACE_TENSORS or name == "scores":
+            if dtype not in ("F32", "F16", "BF16", "F64") or len(shape) != (
+                    3 if name == "lse" else 4):
+                raise TraceFormatError(
+                    f"{path}: tensor {name!r} must be a float tensor with "
+                    f"{3 if name == 'lse' else 4} dims, got {dtype} {shape}")
+
+
+def _check_values(path: Path | str, tensors: dict[str, Tensor],
+                  shapes: tuple[ScoreShape, ...]) -> None:
+    """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
+    an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
+    not a distribution per row. ``shapes``: the built trace's score shapes."""
+    def bad(name: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{path}: tensor {name!r} {what}")
+
+    for name in ("q", "k", "v", "context"):
+        x = tensors.get(name)
+        if x is not None and not bool(torch.isfinite(x).all()):
+            raise bad(name, "holds NaN or infinite values")
+    for i, s in enumerate(shapes):
+        for field in ("alibi_slopes", "sinks"):
+            x = getattr(s, field)
+            if x is not None and not bool(torch.isfinite(x).all()):
+                raise bad(f"shapes.{i}.{field}", "holds NaN or infinite values")
+        if s.bias is not None and bool((s.bias.isnan() | (s.bias == math.inf)).any()):
+            raise bad(f"shapes.{i}.bias", "holds NaN or +inf (only -inf hides a key)")
+    lse = tensors.get("lse")
+    if lse is not None:
+        _check_lse(lse, tensors.get("q"), tensors.get("k"), shapes, bad)
+    w = tensors.get("weights")
+    if w is not None:
+        tol = 1e-4 + torch.finfo(w.dtype).eps  # float32 sums; rounding of the stored values
+        for layer in range(w.shape[0]):
+            wl = w[layer].double()
+            if not bool(torch.isfinite(wl).all()) or bool((wl < 0).any()):
+                raise bad("weights", f"holds NaN, infinite or negative values (layer {layer})")
+            sums = wl.sum(-1)
+            sink = bool(shapes) and shapes[layer].sinks is not None
+            ok = (sums <= 1 + tol) if sink else ((sums - 1).abs() <= tol).logical_or(sums == 0)
+            if not bool(ok.all()):
+                raise bad("weights", f"has rows that do not sum to 1 (layer {layer})")
+
+
+def _check_lse(lse: Tensor, q: Tensor | None, k: Tensor | None,
+               shapes: tuple[ScoreShape, ...], bad: Any) -> None:
+    """``lse`` is finite, or ``-inf`` on exactly the rows whose shaped scores are all
+    ``-inf`` (a row that sees no key)."""
+    if bool((lse.isnan() | (lse == math.inf)).any()):
+        raise bad("lse", "holds NaN or +inf")
+    if q is None or k is None:
+        return
+    nq, nk = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]  # query head h reads key head h // group
+    step = max(1, TILE_BYTES // max(1, 4 * nk))
+    for layer, head in (lse == -math.inf).any(-1).nonzero().tolist():
+        empty = (lse[layer, head] == -math.inf).nonzero()[:, 0]
+        for rows in empty.split(step):
+            s = shapes[layer].scores(q[layer, head, rows], k[layer, head // group],
+                                     rows=rows, head=head, lq=nq, lk=nk)
+            if bool((s > -math.inf).any()):
+                raise bad("lse", f"is -inf on a row that sees keys (layer {layer}, head "
+                          f"{head})")

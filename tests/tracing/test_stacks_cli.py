@@ -109,6 +109,7 @@ def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
 
     limit = int(load(folders["bart"]).max_length)
     words = " ".join(["x", "y", "z"] * limit)  # past the decoder's limit
+    given = 3 * limit + 2  # the words, the decoder's start token and </s>
     target = tmp_path / "target.txt"
     target.write_text(words, encoding="utf-8")
     out = {"trace": ["--out", str(tmp_path / "t.safetensors")], "diagnose": []}[command]
@@ -116,9 +117,8 @@ def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
     for flag, value in (("--target", words), ("--target-file", str(target))):
         assert main([*base, flag, value]) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
-        assert err.startswith(f"attnlab {command}: error: {flag}: target is ") and \
-            f"at most {limit}" in err and "--truncate" in err, err
+        assert err.startswith(f"attnlab {command}: error: {flag}: target: {given} tokens") \
+            and f"at most {limit}" in err and "--truncate" in err, err
     assert main([*base, "--target", words, "--truncate"]) == 0
     err = capsys.readouterr().err
-    given = 3 * limit + 2  # the words, the decoder's start token and </s>
     assert f"--target truncated: kept {limit} of {given} tokens" in err, err

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 import attnlab.tracing.support as support  # noqa: E402
 from attnlab.models import load  # noqa: E402
 from attnlab.tracing import trace  # noqa: E402
-from attnlab.tracing.tracer import _id_labels  # noqa: E402
+from attnlab.tracing.decode import id_labels as _id_labels  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])

@@ -21,10 +21,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_IMAGE_PIXELS", "SAMPLE_RATE", "read_image", "read_wav"]
+__all__ = ["MAX_IMAGE_PIXELS", "SAMPLE_RATE", "TRUNCATE_HINT", "read_image", "read_wav"]
 
 #: The only sample rate a speech trace reads (every supported speech model's).
 SAMPLE_RATE = 16000
+#: How a caller of the Python API (and of the command) keeps the first part of an input
+#: longer than the model accepts.
+TRUNCATE_HINT = "truncate=True (CLI: --truncate)"
 
 
 def _path(value: Any, name: str, what: str) -> Path:

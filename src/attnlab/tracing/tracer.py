@@ -32,12 +32,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab._text import too_long
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
 from attnlab.tracing.adapters.huggingface import is_hf_model
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import check_text, check_trace_budget
 from attnlab.tracing.capture import capture
+from attnlab.tracing.decode import (
+    check_ids,
+    fit_target,
+    generate,
+    generated_text,
+    id_labels,
+    ids_from,
+    start_id,
+    target_ids,
+)
+from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["trace", "is_seq2seq", "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
@@ -104,8 +116,9 @@ def is_seq2seq(model: nn.Module) -> bool:
     ``is_encoder_decoder``, or attnlab's :class:`~attnlab.nn.transformer.Transformer`."""
     if is_hf_model(model):
         return bool(getattr(model.config, "is_encoder_decoder", False))
-    return type(model).__name__ == "Transformer" and hasattr(model, "encode") and hasattr(
-        model, "decode")
+    from attnlab.nn.transformer import Transformer
+
+    return isinstance(model, Transformer)
 
 
 def _forward(model: nn.Module, ids: Tensor, target: Tensor | None = None) -> None:
@@ -141,13 +154,6 @@ def _vocab_size(model: nn.Module) -> int | None:
                                                 "tgt_vocab_size")]
     sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
     return min(sizes) if sizes else None
-
-
-def _check_ids(ids: list[int], vocab: int | None, name: str) -> None:
-    lo, hi = min(ids, default=0), max(ids, default=0)
-    if lo < 0 or (vocab is not None and hi >= vocab):
-        where = f"the vocabulary [0, {vocab}) of {name}" if vocab is not None else "[0, ...)"
-        raise ValueError(f"token_ids holds ids in [{lo}, {hi}], outside {where}")
 
 
 # -- the text ---------------------------------------------------------------------------------
@@ -199,62 +205,6 @@ def _encode_plain(tokenizer: Any, text: str) -> dict[str, Any]:
     labels = (list(tokenizer.decode_tokens(ids)) if hasattr(tokenizer, "decode_tokens")
               else [str(i) for i in ids])
     return {"ids": ids, "labels": labels, "groups": [[i] for i in range(len(ids))]}
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet back to bytes (printable stand-ins for all 256)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
-    chars, n = list(keep), 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(keep, chars)}
-
-
-def _id_labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Readable labels of single ids: the decoded text, or the bytes in hex when a token
-    holds only part of a character (never U+FFFD or byte-level mojibake); the id itself
-    when the tokenizer does not know it (no piece, or an empty one)."""
-    pieces = tokenizer.convert_ids_to_tokens(ids)
-    dec = None
-    out = []
-    for i, piece in zip(ids, pieces):
-        if not piece:
-            out.append(str(i))
-            continue
-        text = tokenizer.decode([i])
-        if "\ufffd" in text:
-            dec = dec or _byte_decoder()
-            if all(c in dec for c in piece):
-                text = "".join(f"\\x{dec[c]:02x}" for c in piece)
-            else:
-                text = str(piece)
-        out.append(text)
-    return out
-
-
-def _ids_from(token_ids: Any, name: str = "text_or_token_ids") -> list[int]:
-    ids_name = "token_ids" if name == "text_or_token_ids" else name
-    if isinstance(token_ids, Tensor):
-        if token_ids.dim() == 2 and token_ids.shape[0] == 1:
-            token_ids = token_ids[0]
-        if token_ids.dim() != 1 or token_ids.dtype not in (torch.long, torch.int, torch.int16):
-            raise ValueError(
-                f"{ids_name} must be an integer tensor (N,) or (1, N), got dtype "
-                f"{token_ids.dtype} shape {tuple(token_ids.shape)}"
-            )
-        return [int(i) for i in token_ids.tolist()]
-    try:
-        ids = list(token_ids)
-    except TypeError:
-        raise TypeError(f"{name} must be a str, a sequence of ints or an integer "
-                        f"tensor, got {type(token_ids).__name__}") from None
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise TypeError(f"{ids_name} must be a sequence of ints")
-    return ids
 
 
 def _group_label(info: dict[str, Any], g: list[int], text: str | None) -> str:
@@ -403,10 +353,10 @@ def trace(
         info = (_encode_hf(tok, text, loaded.name) if callable(tok) and hasattr(
             tok, "convert_ids_to_tokens") else _encode_plain(tok, text))
     else:
-        ids = _ids_from(text_or_token_ids)
+        ids = ids_from(text_or_token_ids)
         if not ids:
             raise ValueError("token_ids is empty; give at least one token")
-        info = {"ids": ids, "labels": _labels_of_ids(tok, ids),
+        info = {"ids": ids, "labels": id_labels(tok, ids),
                 "groups": [[i] for i in range(len(ids))]}
     ids = info["ids"]
     meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
@@ -414,18 +364,15 @@ def trace(
     limit = int(loaded.max_length)
     if len(ids) > limit:
         if not truncate:
-            raise ValueError(
-                f"the input is {len(ids)} tokens but {loaded.name} accepts at most "
-                f"{limit}; shorten it or pass truncate=True (CLI: --truncate) "
-                f"to keep the first {limit}"
-            )
+            raise ValueError(too_long("text" if text is not None else "token_ids", len(ids),
+                                      limit, "tokens", flag=TRUNCATE_HINT))
         meta["truncated_from"] = len(ids)
         ids = ids[:limit]
         info["labels"] = info["labels"][:limit]
         info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
                           if g]
     vocab = _vocab_size(net)
-    _check_ids(ids, vocab, loaded.name)
+    check_ids(ids, vocab, loaded.name)
     if "unknown_fraction" in info:
         meta["unknown_fraction"] = info["unknown_fraction"]
     x = torch.tensor([ids], dtype=torch.long)
@@ -433,7 +380,7 @@ def trace(
     if seq2seq:
         meta["model_info"]["encoder_decoder"] = True
         tgt = _target(loaded, tok, target, x, limit, max_new_tokens, truncate)
-        _check_ids(tgt["ids"], vocab, f"{loaded.name} (target)")
+        check_ids(tgt["ids"], vocab, loaded.name, "target")
         info["labels"] = _piece_labels(info, tok)
         meta["target_from"] = tgt["from"]
         if "truncated_from" in tgt:
@@ -481,37 +428,16 @@ def trace(
 # -- the target of an encoder–decoder model -------------------------------------------------
 
 
-def _labels_of_ids(tok: Any, ids: list[int]) -> list[str]:
-    """Labels of token ids: the tokenizer's (see :func:`_id_labels`), else the ids."""
-    if hasattr(tok, "convert_ids_to_tokens"):
-        return _id_labels(tok, ids)
-    if hasattr(tok, "decode_tokens"):
-        return list(tok.decode_tokens(ids))
-    return [str(i) for i in ids]
-
-
 def _piece_labels(info: dict[str, Any], tok: Any) -> list[str]:
     """The source labels when pieces stay apart: a piece that shares its character with
-    others is labelled by its own bytes (:func:`_id_labels`), not the whole character."""
+    others is labelled by its own bytes (:func:`~attnlab.tracing.decode.id_labels`), not
+    the whole character."""
     labels = list(info["labels"])
     for g in info["groups"]:
         if len(g) > 1:
-            for i, label in zip(g, _labels_of_ids(tok, [info["ids"][i] for i in g])):
+            for i, label in zip(g, id_labels(tok, [info["ids"][i] for i in g])):
                 labels[i] = label
     return labels
-
-
-def _start_id(net: nn.Module) -> int:
-    """The decoder start token of a Hugging Face encoder–decoder model: its
-    ``decoder_start_token_id``, else its ``bos_token_id``, else its ``pad_token_id`` (T5),
-    from its generation config or its config."""
-    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
-        for holder in (getattr(net, "generation_config", None), net.config):
-            v = getattr(holder, name, None) if holder is not None else None
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
-    raise ValueError(f"{type(net).__name__} states no decoder_start_token_id; give target as "
-                     "token ids, its first one the decoder's start")
 
 
 def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_tokens: int,
@@ -521,51 +447,17 @@ def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_t
     generation of its own, given no target)."""
     net = loaded.model
     hf = is_hf_model(net)
-    out: dict[str, Any] = {}
     if target is None:
         if not hf:
             ids, text, origin = x[0].tolist(), None, "source"
         else:
-            if not (hasattr(net, "generate") and callable(getattr(net, "can_generate", None))
-                    and net.can_generate()):
-                raise ValueError(
-                    f"target is needed: {loaded.name} ({type(net).__name__}) has no "
-                    "language-model head to generate a target with; pass target=... (text "
-                    "or token ids), or load the model with its generation head")
-            with torch.no_grad():
-                gen = net.generate(input_ids=x, attention_mask=torch.ones_like(x),
-                                   max_new_tokens=max_new_tokens, do_sample=False,
-                                   num_beams=1)
-            ids = [int(i) for i in gen[0].tolist()]
-            text = (tok.decode(ids, skip_special_tokens=True) if hasattr(tok, "decode")
-                    else None)
-            origin = "generated"
-    elif isinstance(target, str):
-        text = check_text(target, "target")
-        if tok is None:
-            raise ValueError(f"target text needs a tokenizer and {loaded.name} has none: "
-                             "pass tokenizer=..., or give the target as token ids")
-        if hf:
-            ids = [_start_id(net)] + list(tok(text_target=text)["input_ids"])
-        elif hasattr(tok, "encode"):  # attnlab's own tokenizer: the ids as they are
-            ids = list(tok.encode(text))
-        else:
-            raise ValueError(f"target text needs a tokenizer with encode(); give "
-                             f"{loaded.name} the target as token ids")
-        origin = "given"
+            ids = generate(net, loaded.name, x, max_new_tokens)
+            text, origin = generated_text(tok, ids), "generated"
     else:
-        ids = _ids_from(target, "target")
-        if not ids:
-            raise ValueError("target is empty; give at least one token")
-        text, origin = None, "given"
-    if len(ids) > limit:
-        if not truncate:
-            raise ValueError(
-                f"target is {len(ids)} tokens but {loaded.name} accepts at most {limit}; "
-                f"shorten it or pass truncate=True (CLI: --truncate) to keep the first "
-                f"{limit}")
-        out["truncated_from"] = len(ids)
-        ids = ids[:limit]
-    out.update({"ids": ids, "labels": _labels_of_ids(tok, ids), "text": text,
-                "from": origin})
+        ids, text = target_ids(target, tok, start=start_id(net) if hf else None,
+                               name=loaded.name)
+        origin = "given"
+    ids, cut_from = fit_target(ids, limit, truncate=truncate)
+    out: dict[str, Any] = {} if cut_from is None else {"truncated_from": cut_from}
+    out.update({"ids": ids, "labels": id_labels(tok, ids), "text": text, "from": origin})
     return out

@@ -1,0 +1,231 @@
+"""The decoder's side of an encoder–decoder trace: the target's token ids (from a text or
+from ids, checked against the decoder's length and vocabulary), their labels, and the
+model's own greedy choice when no target is given.
+
+Both tracers use it: text models (:mod:`attnlab.tracing.tracer`, through the model's
+``generate`` and its generation rules) and speech models (:mod:`attnlab.tracing.media`,
+through :func:`greedy`: the plain argmax, token by token, no forced or suppressed tokens).
+
+>>> ids_from([3, 4])
+[3, 4]
+>>> id_labels(None, [3, 4])
+['3', '4']
+>>> fit_target([1, 2, 3], 2, truncate=True)
+([1, 2], 3)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab._text import too_long
+from attnlab.tracing.budget import check_text
+from attnlab.tracing.inputs import TRUNCATE_HINT
+
+__all__ = ["check_ids", "fit_target", "generate", "generated_text", "greedy", "id_labels",
+           "ids_from", "needs_target", "next_logits", "start_id", "target_ids"]
+
+
+# -- ids and their labels ---------------------------------------------------------------------
+
+
+def ids_from(token_ids: Any, name: str = "text_or_token_ids") -> list[int]:
+    """Token ids from a sequence of ints or an integer tensor (N,) / (1, N); ``TypeError`` or
+    ``ValueError`` naming ``name`` (``token_ids`` for ``text_or_token_ids``) otherwise."""
+    ids_name = "token_ids" if name == "text_or_token_ids" else name
+    if isinstance(token_ids, Tensor):
+        if token_ids.dim() == 2 and token_ids.shape[0] == 1:
+            token_ids = token_ids[0]
+        if token_ids.dim() != 1 or token_ids.dtype not in (torch.long, torch.int, torch.int16):
+            raise ValueError(
+                f"{ids_name} must be an integer tensor (N,) or (1, N), got dtype "
+                f"{token_ids.dtype} shape {tuple(token_ids.shape)}"
+            )
+        return [int(i) for i in token_ids.tolist()]
+    try:
+        ids = list(token_ids)
+    except TypeError:
+        raise TypeError(f"{name} must be a str, a sequence of ints or an integer "
+                        f"tensor, got {type(token_ids).__name__}") from None
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TypeError(f"{ids_name} must be a sequence of ints")
+    return ids
+
+
+def check_ids(ids: list[int], vocab: int | None, name: str, arg: str = "token_ids") -> None:
+    """``ValueError`` naming ``arg`` when an id is negative or outside the vocabulary
+    ``[0, vocab)`` of the model ``name`` (only negative ids when ``vocab`` is None)."""
+    lo, hi = min(ids, default=0), max(ids, default=0)
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        where = f"the vocabulary [0, {vocab}) of {name}" if vocab is not None else "[0, ...)"
+        raise ValueError(f"{arg} holds ids in [{lo}, {hi}], outside {where}")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet back to bytes (printable stand-ins for all 256)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+def id_labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Readable labels of single ids: the decoded text, or the bytes in hex when a token
+    holds only part of a character (never U+FFFD or byte-level mojibake), or the piece when
+    the id decodes to nothing; the id itself when the tokenizer does not know it (no piece,
+    or an empty one) or there is no tokenizer. attnlab's own tokenizers label by
+    ``decode_tokens``."""
+    if not hasattr(tokenizer, "convert_ids_to_tokens"):
+        if hasattr(tokenizer, "decode_tokens"):
+            return list(tokenizer.decode_tokens(ids))
+        return [str(i) for i in ids]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    dec = None
+    out = []
+    for i, piece in zip(ids, pieces):
+        if not piece:
+            out.append(str(i))
+            continue
+        text = tokenizer.decode([i])
+        if "\ufffd" in text:
+            dec = dec or _byte_decoder()
+            if all(c in dec for c in piece):
+                text = "".join(f"\\x{dec[c]:02x}" for c in piece)
+            else:
+                text = str(piece)
+        out.append(text or str(piece))
+    return out
+
+
+# -- the target ------------------------------------------------------------------------------
+
+
+def start_id(net: nn.Module) -> int:
+    """The decoder start token of a Hugging Face encoder–decoder model: its
+    ``decoder_start_token_id``, else its ``bos_token_id``, else its ``pad_token_id`` (T5),
+    from its generation config or its config."""
+    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        for holder in (getattr(net, "generation_config", None), net.config):
+            v = getattr(holder, name, None) if holder is not None else None
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+    raise ValueError(f"{type(net).__name__} states no decoder_start_token_id; give target as "
+                     "token ids, its first one the decoder's start")
+
+
+def target_ids(target: Any, tokenizer: Any, *, start: int | None, name: str
+               ) -> tuple[list[int], str | None]:
+    """The decoder's ids for ``target`` and its text (None for ids).
+
+    A text is tokenized as the model's target (``tokenizer(text_target=...)``) after the
+    decoder's ``start`` token (put first when the tokenizer does not); with ``start`` None
+    (attnlab's own models) by ``tokenizer.encode``, as it is. Ids are returned as given.
+    """
+    if isinstance(target, str):
+        text = check_text(target, "target")
+        if tokenizer is None:
+            raise ValueError(f"target text needs a tokenizer and {name} has none: pass "
+                             "tokenizer=..., or give the target as token ids (their labels "
+                             "are then the ids)")
+        if start is not None and callable(tokenizer):
+            ids = list(tokenizer(text_target=text)["input_ids"])
+            return (ids if ids and ids[0] == start else [start, *ids]), text
+        if hasattr(tokenizer, "encode"):  # attnlab's own tokenizer: the ids as they are
+            return list(tokenizer.encode(text)), text
+        raise ValueError(f"target text needs a tokenizer with encode(); give {name} the "
+                         "target as token ids")
+    ids = ids_from(target, "target")
+    if not ids:
+        raise ValueError("target is empty; give at least one token")
+    return ids, None
+
+
+def fit_target(ids: list[int], limit: int, *, truncate: bool) -> tuple[list[int], int | None]:
+    """``ids`` within the decoder's ``limit`` positions, and the length it was cut from
+    (None when it was not cut); ``ValueError`` naming ``target`` when it is longer and
+    ``truncate`` is false."""
+    if len(ids) <= limit:
+        return ids, None
+    if not truncate:
+        raise ValueError(too_long("target", len(ids), limit, "tokens", flag=TRUNCATE_HINT))
+    return ids[:limit], len(ids)
+
+
+def generated_text(tokenizer: Any, ids: list[int]) -> str | None:
+    """The text of generated ids (special tokens skipped), None without a tokenizer."""
+    return tokenizer.decode(ids, skip_special_tokens=True) if hasattr(
+        tokenizer, "decode") else None
+
+
+# -- the model's own choice -------------------------------------------------------------------
+
+
+def needs_target(name: str, net: nn.Module, why: str = "") -> ValueError:
+    """The refusal of a model that cannot choose a target itself."""
+    return ValueError(f"target is needed: {name} ({type(net).__name__}) has no language-model "
+                      f"head to generate a target with{why}; pass target=... (text or token "
+                      "ids), or load the model with its head (...ForConditionalGeneration)")
+
+
+def generate(net: nn.Module, name: str, input_ids: Tensor, max_new_tokens: int) -> list[int]:
+    """The model's greedy target for a source under its own generation rules (Hugging
+    Face's ``generate``: one beam, no sampling; its forced and banned tokens applied)."""
+    if not (hasattr(net, "generate") and callable(getattr(net, "can_generate", None))
+            and net.can_generate()):
+        raise needs_target(name, net)
+    with torch.no_grad():
+        gen = net.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                           max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+    return [int(i) for i in gen[0].tolist()]
+
+
+def next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any]] | None:
+    """``step(encoded, ids, past) -> (logits of the next token, past)``: the model's own
+    head, or (a base model without one) the decoder's token embedding when the config ties
+    the head to it, as the model with a head computes; None otherwise. ``past`` is the
+    model's key/value cache (the cross-attention's keys and values computed once)."""
+    head = net.get_output_embeddings()
+    embed = getattr(net.get_decoder(), "embed_tokens", None)
+    if not isinstance(head, nn.Module):
+        if not (getattr(config, "tie_word_embeddings", False)
+                and isinstance(embed, nn.Embedding)):
+            return None
+
+    # the cache's keyword: ``cache`` from transformers 5.2x, ``past_key_values`` before
+    name = "cache" if "cache" in inspect.signature(net.forward).parameters else (
+        "past_key_values")
+
+    def step(encoded: Any, ids: Tensor, past: Any) -> tuple[Tensor, Any]:
+        new = ids if past is None else ids[:, -1:]
+        out = net(encoder_outputs=encoded, decoder_input_ids=new, use_cache=True,
+                  **{name: past})
+        past = getattr(out, name, None)
+        if isinstance(head, nn.Module):
+            return out.logits[0, -1], past
+        return out.last_hidden_state[0, -1] @ embed.weight.T, past
+
+    return step
+
+
+def greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
+           eos: int | None, vocab: int, max_new_tokens: int) -> list[int]:
+    """The model's greedy choice token by token from ``start`` (no suppressed or forced
+    tokens), stopping after its end token or ``max_new_tokens``."""
+    ids, past = [start], None
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits, past = step(encoded, torch.tensor([ids]), past)
+            ids.append(int(logits[:vocab].argmax()))
+            if eos is not None and ids[-1] == eos:
+                break
+    return ids

@@ -117,17 +117,22 @@ def _ok(x: float) -> bool:
     return math.isfinite(x)
 
 
-def check_le(name: str, value: float, bound: float, *, support: bool = False) -> Check:
+def check_le(name: str, value: float, bound: float, *, id: str,
+             support: bool = False) -> Check:
+    """A check that ``value`` ≤ ``bound``; ``id`` is its stable id (:attr:`Check.id`)."""
     return Check(name, float(value), f"≤ {fmt_num(bound)}", _ok(value) and value <= bound,
-                 support)
+                 support, id)
 
 
-def check_ge(name: str, value: float, bound: float, *, support: bool = False) -> Check:
+def check_ge(name: str, value: float, bound: float, *, id: str,
+             support: bool = False) -> Check:
+    """A check that ``value`` ≥ ``bound``; ``id`` is its stable id (:attr:`Check.id`)."""
     return Check(name, float(value), f"≥ {fmt_num(bound)}", _ok(value) and value >= bound,
-                 support)
+                 support, id)
 
 
-def check_between(name: str, value: float, lo: float, hi: float, *,
+def check_between(name: str, value: float, lo: float, hi: float, *, id: str,
                   support: bool = False) -> Check:
+    """A check that ``lo`` ≤ ``value`` ≤ ``hi``; ``id`` is its stable id."""
     return Check(name, float(value), f"in [{fmt_num(lo)}, {fmt_num(hi)}]",
-                 _ok(value) and lo <= value <= hi, support)
+                 _ok(value) and lo <= value <= hi, support, id)

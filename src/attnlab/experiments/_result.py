@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "Check", "RELATIONS", "ORIGINS", "VERDICTS", "fmt_num"]
+__all__ = ["Result", "Check", "RELATIONS", "ORIGINS", "VERDICTS", "CHECK_ID", "fmt_num",
+           "relation_holds"]
 
 
 def fmt_num(x: float) -> str:
@@ -17,6 +19,7 @@ def fmt_num(x: float) -> str:
     if abs(x) < 1e-3 or abs(x) >= 1e5:
         return f"{x:.2e}"
     return f"{x:.3g}"
+
 
 #: How ``measured`` is compared with ``expected``:
 #: ``"=="``  |measured − expected| <= tolerance
@@ -30,6 +33,26 @@ ORIGINS = ("article", "attnlab")
 #: What the numbers say of a claim (:attr:`Result.verdict`).
 VERDICTS = ("holds", "does not hold")
 
+#: What a check id looks like: a short lowercase slug (letters, digits, ``-`` and ``.``).
+CHECK_ID = re.compile(r"[a-z0-9]+(?:[-.][a-z0-9]+)*")
+
+
+def relation_holds(measured: float, relation: str, expected: float, tolerance: float) -> bool:
+    """``measured`` stands in ``relation`` (:data:`RELATIONS`) to ``expected`` within
+    ``tolerance``; a NaN or infinite ``measured`` never does.
+
+    >>> relation_holds(1.02, "==", 1.0, 0.05), relation_holds(2.0, "<=", 1.0, 0.5)
+    (True, False)
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    m, e, t = float(measured), float(expected), float(tolerance)
+    if not math.isfinite(m):
+        return False
+    if relation == "==":
+        return abs(m - e) <= t
+    return m <= e + t if relation == "<=" else m >= e - t
+
 
 @dataclass(frozen=True)
 class Check:
@@ -39,6 +62,11 @@ class Check:
     A ``support`` check is attnlab's own expectation whatever the verdict (its code is
     right, its corrected version runs, its measurement is sound): failing one is a defect
     even when the claim is expected not to hold.
+
+    ``id`` is the check's stable name for code (:data:`CHECK_ID`, unique within its
+    experiment, written explicitly where the check is made): the claim inventory's evidence
+    names checks by id, so the human-readable ``name`` can be reworded freely. A check
+    without an id cannot be named as evidence.
     """
 
     name: str
@@ -46,6 +74,12 @@ class Check:
     expected: str  # as a human reads it, e.g. "≤ 1e-12"
     passed: bool
     support: bool = False
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.id and not CHECK_ID.fullmatch(self.id):
+            raise ValueError(f"check {self.name!r}: id must be a lowercase slug (letters, "
+                             f"digits, '-' and '.'), got {self.id!r}")
 
 
 @dataclass
@@ -100,17 +134,29 @@ class Result:
         if not self.expect_holds and not self.expect_why:
             raise ValueError(f"{self.name}: an experiment that expects its claim not to "
                              "hold must say why (expect_why)")
+        ids = [c.id for c in self.checks if c.id]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"{self.name}: check ids must be unique within an experiment, "
+                             f"repeated: {repeated}")
         self.measured = float(self.measured)
-        m, e, t = self.measured, float(self.expected), float(self.tolerance)
-        if not math.isfinite(m):
-            head = False
-        elif self.relation == "==":
-            head = abs(m - e) <= t
-        elif self.relation == "<=":
-            head = m <= e + t
-        else:
-            head = m >= e - t
-        self.holds = bool(head and all(c.passed for c in self.checks if not c.support))
+        self.holds = bool(self.headline_holds
+                          and all(c.passed for c in self.checks if not c.support))
+
+    @property
+    def headline_holds(self) -> bool:
+        """The headline relation alone: ``measured`` against ``expected`` within
+        ``tolerance`` (:attr:`holds` also requires every claim check)."""
+        return relation_holds(self.measured, self.relation, self.expected, self.tolerance)
+
+    def check(self, id_: str) -> Check:
+        """The check whose id is ``id_``; ValueError naming this result's check ids
+        otherwise."""
+        for c in self.checks:
+            if c.id and c.id == id_:
+                return c
+        ids = ", ".join(c.id for c in self.checks if c.id) or "none"
+        raise ValueError(f"{self.name}: no check has the id {id_!r} (its check ids: {ids})")
 
     @property
     def passed(self) -> bool:
@@ -162,8 +208,8 @@ class Result:
             "origin": self.origin,
             "passed": self.passed,
             "checks": [
-                {"name": c.name, "value": num(c.value), "expected": c.expected,
-                 "passed": c.passed, "support": c.support}
+                {"id": c.id, "name": c.name, "value": num(c.value),
+                 "expected": c.expected, "passed": c.passed, "support": c.support}
                 for c in self.checks
             ],
             "seconds": round(self.seconds, 3),

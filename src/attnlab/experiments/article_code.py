@@ -474,28 +474,28 @@ def run(
     failing = int(fails0) + int(fails1)
     checks = [
         check_ge("000 as printed: its own __main__ test runs (1 = yes)",
-                 float(not _failed(main0)), 1),
+                 float(not _failed(main0)), 1, id="printed-000-main-runs"),
         check_le("000 as printed vs attnlab SelfAttention, same weights: max |output error|",
-                 err0_out, TOLERANCE),
+                 err0_out, TOLERANCE, id="printed-000-output"),
         check_le("000 as printed vs attnlab SelfAttention: max |weights error|",
-                 err0_w, TOLERANCE),
+                 err0_w, TOLERANCE, id="printed-000-weights"),
         check_le(f"001 with the {len(fixes_001)} fixes vs attnlab MultiHeadAttention: "
                  "max |output error| (no mask, causal, padding)", err1_fixed, TOLERANCE,
-                 support=True),
+                 support=True, id="fixed-001-output"),
         check_le("einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|",
-                 err_einsum, EINSUM_TOLERANCE, support=True),
+                 err_einsum, EINSUM_TOLERANCE, support=True, id="einsum"),
         check_ge("tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab "
-                 "(1 = all True)", float(rows_ok), 1, support=True),
+                 "(1 = all True)", float(rows_ok), 1, support=True, id="tip-row-sums"),
         check_ge("tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 "
                  "and attnlab, causal and padding masks (1 = all True)", float(mask_ok), 1,
-                 support=True),
+                 support=True, id="tip-mask"),
         check_ge("the two tips flag weights normalised over the wrong axis and weights "
                  "computed without the mask (1 = both flagged)",
-                 float(rows_catches and mask_catches), 1, support=True),
+                 float(rows_catches and mask_catches), 1, support=True, id="tips-catch"),
         check_ge("tip: view after transpose raises RuntimeError (1 = raised)",
-                 float(view_raised), 1, support=True),
+                 float(view_raised), 1, support=True, id="view-after-transpose-raises"),
         check_le("reshape vs contiguous().view after transpose: max |difference|",
-                 view_same, 0.0, support=True),
+                 view_same, 0.0, support=True, id="reshape-equals-contiguous"),
     ]
 
     rows: list[list[Any]] = []

@@ -179,15 +179,16 @@ def run(
     order_gap = float((article[:, a0:a1] - alone[:, :n]).abs().max()
                       / alone[:, :n].abs().max())
     checks = [
-        check_le("layer 0 (embeddings): |mean lean fruit − company|", abs(float(shift[0])), 1e-6),
+        check_le("layer 0 (embeddings): |mean lean fruit − company|", abs(float(shift[0])), 1e-6,
+                 id="embeddings-same"),
         check_ge(f"layer {top}: min lean over fruit contexts − max lean over company contexts",
-                 float(separation[top]), 1e-3),
+                 float(separation[top]), 1e-3, id="contexts-separate"),
         check_ge(f"layer {top}: fruit contexts closer to {anchors[0]} than to {anchors[1]}: "
-                 "min lean", float(lf[:, top].min()), 1e-3),
+                 "min lean", float(lf[:, top].min()), 1e-3, id="fruit-closer"),
         check_le(f"layer {top}: company contexts closer to {anchors[1]} than to {anchors[0]}: "
-                 "max lean", float(lc[:, top].max()), -1e-3),
+                 "max lean", float(lc[:, top].max()), -1e-3, id="company-closer"),
         check_le(f"causal order: {WORD} in 「{ARTICLE_ORDER}」 vs 「{WORD}」 alone, every layer: "
-                 "max |difference| / max |state|", order_gap, 1e-5),
+                 "max |difference| / max |state|", order_gap, 1e-5, id="causal-order"),
     ]
     rows = [[layer, float(lf[:, layer].mean()), float(lc[:, layer].mean()),
              float(shift[layer]), float(separation[layer])] for layer in range(top + 1)]

@@ -78,9 +78,9 @@ def run(
     outside = float(torch.maximum(lo - out, out - hi).clamp_min(0).max())
     fast_err = float((fused - out).abs().max())
     checks = [
-        check_le("most negative weight (as −w)", negative, 0.0),
-        check_le("max |row sum − 1|", row_sum, 1e-12),
-        check_le("max |fused output − weights @ V|", fast_err, 1e-12),
+        check_le("most negative weight (as −w)", negative, 0.0, id="no-negative-weight"),
+        check_le("max |row sum − 1|", row_sum, 1e-12, id="row-sum"),
+        check_le("max |fused output − weights @ V|", fast_err, 1e-12, id="fused-output"),
     ]
     rows = [[c.name, c.value] for c in checks] + [["max distance outside [min V, max V]",
                                                    outside]]

@@ -111,7 +111,8 @@ def run(
         ratios.append((angle_part + norm_part) / var_s)
         rows.append([h, var_s, angle_part, norm_part, ratios[-1],
                      float(torch.rad2deg(theta[h]).mean())])
-    checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2)
+    checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2,
+                            id=f"head-{h}-variance-split")
               for h, r in enumerate(ratios)]
     fig = _figure(q, k, s, n, c) if plot else None
     return Result(

@@ -84,11 +84,12 @@ def run(
         _, w_other = mha(other, need_weights=True, average_weights=True)
     w = w[0]
     checks = [
-        check_ge("smallest edge weight (complete graph: all > 0)", float(w.min()), 1e-12),
-        check_le("max |row sum − 1|", float((w.sum(-1) - 1).abs().max()), 1e-12),
+        check_ge("smallest edge weight (complete graph: all > 0)", float(w.min()), 1e-12,
+                 id="complete-graph"),
+        check_le("max |row sum − 1|", float((w.sum(-1) - 1).abs().max()), 1e-12, id="row-sum"),
         check_ge("max |A(X) − A(X′)| for another input X′ (weights depend on input)",
-                 float((w - w_other[0]).abs().max()), 1e-2),
-        check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2),
+                 float((w - w_other[0]).abs().max()), 1e-2, id="input-dependent"),
+        check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2, id="pe-breaks-symmetry"),
     ]
     rows = [[c.name, c.value] for c in checks]
     rows.append(["without PE: max |f(PX) − P f(X)|", equiv_err])

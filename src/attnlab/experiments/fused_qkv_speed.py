@@ -260,8 +260,9 @@ def run(
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) \
         if all(r > 0 for r in ratios) else float("nan")
     checks = [
-        check_le("fused and separate give the same q, k, v: max |difference|", max_diff, 1e-5),
-        check_le("|FLOPs(fused) − FLOPs(separate)|", float(flops_gap), 0.0),
+        check_le("fused and separate give the same q, k, v: max |difference|", max_diff, 1e-5,
+                 id="same-qkv"),
+        check_le("|FLOPs(fused) − FLOPs(separate)|", float(flops_gap), 0.0, id="same-flops"),
     ]
     rows: list[list[Any]] = []
     for c in cases:

@@ -216,15 +216,16 @@ def run(
     ratio_u = final["xavier_uniform_", tip_gain] / final["xavier_uniform_", baseline_gain]
     checks = [
         check_ge(f"xavier_normal_ gain {tip_gain}: initial entropy / log N", ent_n[i_tip],
-                 1 - 1e-4, support=True),
+                 1 - 1e-4, support=True, id="normal-near-uniform"),
         check_ge(f"xavier_uniform_ gain {tip_gain}: initial entropy / log N", ent_u[i_tip],
-                 1 - 1e-4, support=True),
-        check_le(f"normalised entropy at gain {gains[-1]}", ent_u[-1], 0.5, support=True),
+                 1 - 1e-4, support=True, id="uniform-near-uniform"),
+        check_le(f"normalised entropy at gain {gains[-1]}", ent_u[-1], 0.5, support=True,
+                 id="entropy-at-largest-gain"),
         check_le("entropy never rises with the gain (max increase)",
                  max([b - a for e in (ent_u, ent_n) for a, b in zip(e, e[1:])] + [0.0]), 1e-9,
-                 support=True),
+                 support=True, id="entropy-monotone"),
         check_le(f"xavier_uniform_: final loss, gain {tip_gain} / gain {baseline_gain}",
-                 ratio_u, 0.9),
+                 ratio_u, 0.9, id="final-loss-ratio"),
     ]
     c = train_config
     fig = _figure(gains, init, curves, n, tip_gain, tail) if plot else None

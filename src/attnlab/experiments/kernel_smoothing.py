@@ -109,7 +109,7 @@ def run(
         gauss = torch.softmax(-dist2 / (2 * tau), dim=-1)
         gauss_err = float((w - gauss).abs().max())
     checks = [check_le("equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|",
-                       gauss_err, 1e-12)]
+                       gauss_err, 1e-12, id="gaussian-equal-norms")]
     fig = _figure(xi, yi, x, curves, sigmas) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,

@@ -215,13 +215,13 @@ def run(
     big = max(range(len(spreads)), key=lambda i: spreads[i])
     checks = [
         check_le("max |attention output − NW estimate with exp(q·k/√d)| (fp64)", nw_err,
-                 1e-12),
+                 1e-12, id="nw-estimate"),
         check_le("max |q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d (fp64)", float(ident),
-                 1e-12),
+                 1e-12, id="polarisation"),
         check_le("equal key norms: max over queries of TV(softmax weights, Gaussian weights)",
-                 dev[0], 1e-12),
+                 dev[0], 1e-12, id="gaussian-equal-norms"),
         check_ge(f"key norms spread ±{spreads[big]:.0%}: max over queries of TV(softmax "
-                 "weights, Gaussian weights)", dev[big], 0.1),
+                 "weights, Gaussian weights)", dev[big], 0.1, id="gaussian-spread-norms"),
     ]
     fig = _figure(phi, truth, pred_g, pred_l, w_q, w_k, spreads, dev) if plot else None
     return Result(

@@ -161,11 +161,14 @@ def run(
     e_lin, e_soft = fit_exponent(lengths, t_lin), fit_exponent(lengths, t_soft)
     ef_lin, ef_soft = fit_exponent(flop_lengths, f_lin), fit_exponent(flop_lengths, f_soft)
     checks = [
-        check_le("max |attnlab parallel form − textbook formula| (fp64)", theory_err, 1e-12),
+        check_le("max |attnlab parallel form − textbook formula| (fp64)", theory_err, 1e-12,
+                 id="textbook-formula"),
         check_le("max |backend='linear' (chunked scan) − parallel form| (fp64)", fast_err,
-                 1e-10),
-        check_le("FLOP exponent of linear attention (FLOPs ∝ N^e, counted)", ef_lin, 1.05),
-        check_ge("FLOP exponent of softmax attention (counted)", ef_soft, 1.8),
+                 1e-10, id="chunked-scan"),
+        check_le("FLOP exponent of linear attention (FLOPs ∝ N^e, counted)", ef_lin, 1.05,
+                 id="linear-flop-exponent"),
+        check_ge("FLOP exponent of softmax attention (counted)", ef_soft, 1.8,
+                 id="softmax-flop-exponent"),
     ]
     rows = [[n, "", "", 1e3 * a, 1e3 * b, b / a] for n, a, b in zip(lengths, t_lin, t_soft)]
     rows = [[n, fl, fs, "", "", ""] for n, fl, fs in zip(flop_lengths, f_lin, f_soft)] + rows

@@ -95,11 +95,14 @@ def run(
             nan_free &= bool(torch.isfinite(out).all())
             dead_out = max(dead_out, float(out[:, :, 3].abs().max()))
     checks = [
-        check_le("max |weight| on masked positions (random bool mask)", masked_w, 0.0),
-        check_le("fully-masked row: max |output| (fused and explicit)", dead_out, 0.0),
+        check_le("max |weight| on masked positions (random bool mask)", masked_w, 0.0,
+                 id="masked-weight-zero"),
+        check_le("fully-masked row: max |output| (fused and explicit)", dead_out, 0.0,
+                 id="dead-row-zero"),
         check_le("fully-masked row: outputs contain NaN/inf (1 = yes)", float(not nan_free),
-                 0.0),
-        check_ge("min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)", past, 1e-6),
+                 0.0, id="dead-row-finite"),
+        check_ge("min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)", past, 1e-6,
+                 id="past-reaches"),
     ]
     rows = [[c.name, c.value] for c in checks]
     rows += [["max Σ|∂out_t/∂x_s| over s > t (future)", leak]]

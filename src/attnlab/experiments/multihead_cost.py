@@ -231,17 +231,18 @@ def run(
     change = (dq + dk) / 2
 
     support = [  # what holds, and what makes the test sound: a failure is a defect
-        check_le(f"|params(h={heads}) − params(h=1)|", abs(ph - p1), 0, support=True),
+        check_le(f"|params(h={heads}) − params(h=1)|", abs(ph - p1), 0, support=True, id="params"),
         check_le(f"|FLOPs(h={heads}) − FLOPs(h=1)| / FLOPs", abs(fh - f1) / f1, 0.0,
-                 support=True),
+                 support=True, id="flops"),
         check_le("|counted FLOPs − 8NE² − 4N²E| / FLOPs", abs(f1 - theory) / theory, 0.0,
-                 support=True),
+                 support=True, id="flops-formula"),
     ] + [check_ge(f"{t}: lowest held-out accuracy over seeds",
-                  min(r["acc"] for r in runs if r["task"] == t), c.min_accuracy, support=True)
+                  min(r["acc"] for r in runs if r["task"] == t), c.min_accuracy, support=True,
+                  id=f"{t}-accuracy")
          for t in c.tasks]
     checks = support + [
-        check_ge("W_q: mean principal angle, trained − init (°)", dq, 1.0),
-        check_ge("W_k: mean principal angle, trained − init (°)", dk, 1.0),
+        check_ge("W_q: mean principal angle, trained − init (°)", dq, 1.0, id="wq-angle-change"),
+        check_ge("W_k: mean principal angle, trained − init (°)", dk, 1.0, id="wk-angle-change"),
     ]
     rows: list[list] = [
         ["parameters", p1, ph], ["FLOPs (counted)", f1, fh],

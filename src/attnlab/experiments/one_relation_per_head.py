@@ -157,7 +157,8 @@ def run(
         out.append((task, steps, one, many))
     gaps = [many["acc"] - one["acc"] for _, _, one, many in out]
     support = [check_ge(f"{t.kind}: held-out accuracy, {c.heads} heads", m["acc"],
-                        c.min_accuracy, support=True) for t, _, _, m in out]
+                        c.min_accuracy, support=True,
+                        id=f"{t.kind}-accuracy") for t, _, _, m in out]
     rows: list[list] = []
     for task, steps, one, many in out:
         r0, r1 = task.relations

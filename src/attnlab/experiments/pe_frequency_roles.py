@@ -164,11 +164,12 @@ def run(
                      float(err_far[sl].mean())])
     high, low = rows[0], rows[-1]
     checks = [
-        check_le(f"highest-frequency quarter: relative error at Δ = {near}", high[4], 0.25),
+        check_le(f"highest-frequency quarter: relative error at Δ = {near}", high[4], 0.25,
+                 id="high-near"),
         check_ge(f"highest-frequency quarter: relative error at Δ = {far} (aliasing)",
-                 high[5], 0.5),
+                 high[5], 0.5, id="high-far-aliasing"),
         check_ge(f"lowest-frequency quarter: relative error at Δ = {near} (below the noise)",
-                 low[4], 1.0),
+                 low[4], 1.0, id="low-near"),
     ]
     fig = _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter) \
         if plot else None

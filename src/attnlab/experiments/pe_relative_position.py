@@ -105,12 +105,14 @@ def run(
     ratio_err = float((ratio / 10000 ** (2 / embed_dim) - 1).abs().max())
     largest = 2 * math.pi * 10000 ** (1 - 2 / embed_dim)  # the last pair, i = d/2 − 1
     checks = [
-        check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9),
-        check_le("|first wavelength − 2π|", abs(float(wl[0]) - 2 * math.pi), 1e-12),
+        check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9,
+                 id="dot-depends-on-offset"),
+        check_le("|first wavelength − 2π|", abs(float(wl[0]) - 2 * math.pi), 1e-12,
+                 id="first-wavelength"),
         check_le("max relative deviation of wavelength ratio from 10000^(2/d)", ratio_err,
-                 1e-12),
+                 1e-12, id="wavelength-ratio"),
         check_le("|last wavelength / (2π·10000^(1−2/d)) − 1|",
-                 abs(float(wl[-1]) / largest - 1), 1e-12),
+                 abs(float(wl[-1]) / largest - 1), 1e-12, id="last-wavelength"),
     ]
     fig = _figure(pe, wl, dots, embed_dim) if plot else None
     return Result(

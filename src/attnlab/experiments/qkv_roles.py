@@ -197,15 +197,17 @@ def run(
     pu, pt = res[("previous (cyclic)", False)], res[("previous (cyclic)", True)]
     checks = [
         check_le("tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)",
-                 max(st["asym_max"], pt["asym_max"]), 1e-6),
+                 max(st["asym_max"], pt["asym_max"]), 1e-6, id="tied-symmetric"),
         check_le("tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ 0)",
-                 st["mutual_max"], 1e-6),
-        check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su["mutual_mean"], 2.0),
-        check_ge("untied: attention on the partner, swap", su["on_partner"], 0.8),
+                 st["mutual_max"], 1e-6, id="tied-no-mutual"),
+        check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su["mutual_mean"], 2.0,
+                 id="untied-mutual"),
+        check_ge("untied: attention on the partner, swap", su["on_partner"], 0.8,
+                 id="untied-partner"),
         check_ge("untied: held-out accuracy, previous (cyclic)", pu["acc"], 0.95,
-                 support=True),
+                 support=True, id="untied-accuracy"),
         check_ge("held-out accuracy, previous (cyclic): untied − tied", pu["acc"] - pt["acc"],
-                 0.03),
+                 0.03, id="untied-beats-tied"),
     ]
     rows = []
     for t, a, b in (("swap", su, st), ("previous (cyclic)", pu, pt)):

@@ -217,14 +217,17 @@ def run(
     main = results[positions, "positions"]
     base = results["learned", "positions"]
     checks = [
-        check_ge(f"accuracy on the trained positions < {p}", main[0][0], 0.95),
-        check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95),
-        check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5),
+        check_ge(f"accuracy on the trained positions < {p}", main[0][0], 0.95,
+                 id="trained-positions"),
+        check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95,
+                 id="peak-unseen"),
+        check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5,
+                 id="absolute-fails-unseen"),
     ]
     if mixed:
         checks.append(check_between("token + position in q, k: accuracy on unseen positions "
                                     "(partial)", results["sinusoidal", "mixed"][3][0], 0.3,
-                                    0.95))
+                                    0.95, id="mixed-partial"))
     fig = _figure(models, c, seed, positions) if plot else None
     mixed_en = mixed_zh = ""
     if mixed:

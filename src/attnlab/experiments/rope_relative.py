@@ -84,7 +84,7 @@ def run(
         if off in (-64, -16, -4, -1, 0, 1, 4, 16, 64):
             rows.append([-off, float(diag.mean()), float(diag.min()), float(diag.max()), s])
     norm_err = float(((rq.norm(dim=-1) - q.norm()).abs().max()) / q.norm())
-    checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5)]
+    checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5, id="norm-kept")]
     fig = _figure(scores, by_offset) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH, origin="attnlab",  # attnlab's addition, not the articles'

@@ -128,7 +128,8 @@ def run(
     end_u = sum(unscaled[-tail:]) / tail
     ratio = end_s / end_u
     chance = math.log(config.n_keys)
-    checks = [check_le("final loss, scaled / chance log(n_keys)", end_s / chance, 0.5)]
+    checks = [check_le("final loss, scaled / chance log(n_keys)", end_s / chance, 0.5,
+                       id="scaled-vs-chance")]
     rows = [["scaled 1/√d_k", scaled[0], end_s], ["unscaled", unscaled[0], end_u]]
     fig = _figure(scaled, unscaled, chance, config) if plot else None
     return Result(

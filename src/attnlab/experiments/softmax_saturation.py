@@ -205,24 +205,27 @@ def run(
     flat = [max(x[i] for x in sc) - min(x[i] for x in sc) for i in range(3)]
     log_n = math.log(keys)
     checks = [
-        check_le("unscaled entropy at the largest d_k (nats)", un[-1][1], 0.05 * log_n),
+        check_le("unscaled entropy at the largest d_k (nats)", un[-1][1], 0.05 * log_n,
+                 id="unscaled-entropy"),
         check_le("unscaled Jacobian norm at largest d_k / at smallest", un[-1][2] / un[0][2],
-                 0.2),
-        check_le("scaled: spread of mean max weight over d_k", flat[0], 0.05),
-        check_le("scaled: spread of mean entropy over d_k / log N", flat[1] / log_n, 0.05),
+                 0.2, id="unscaled-jacobian"),
+        check_le("scaled: spread of mean max weight over d_k", flat[0], 0.05,
+                 id="scaled-max-weight-flat"),
+        check_le("scaled: spread of mean entropy over d_k / log N", flat[1] / log_n, 0.05,
+                 id="scaled-entropy-flat"),
         check_le("scaled: spread of Jacobian norm over d_k / its mean", flat[2] /
-                 (sum(x[2] for x in sc) / len(sc)), 0.1),
-        check_le("max |diag(p) − ppᵀ − autograd| (fp64)", jac_err, 1e-12),
+                 (sum(x[2] for x in sc) / len(sc)), 0.1, id="scaled-jacobian-flat"),
+        check_le("max |diag(p) − ppᵀ − autograd| (fp64)", jac_err, 1e-12, id="jacobian-formula"),
         check_le("unscaled gradient vanishes: median row ‖∂L/∂s‖ at largest d_k / at smallest",
-                 gu[-1]["s_med"] / gu[0]["s_med"], 1e-2),
+                 gu[-1]["s_med"] / gu[0]["s_med"], 1e-2, id="gradient-vanishes-scores"),
         check_le("unscaled gradient vanishes: median row ‖∂L/∂W_q‖ at largest d_k / at "
-                 "smallest", gu[-1]["w_med"] / gu[0]["w_med"], 1e-2),
+                 "smallest", gu[-1]["w_med"] / gu[0]["w_med"], 1e-2, id="gradient-vanishes-wq"),
         check_le("no explosion through the softmax: largest row ‖∂L/∂s‖ at largest d_k / at "
-                 "smallest, unscaled", gu[-1]["s_max"] / gu[0]["s_max"], 2.0),
+                 "smallest, unscaled", gu[-1]["s_max"] / gu[0]["s_max"], 2.0, id="no-explosion"),
         check_le("saturated rows' share of the unscaled W_q gradient at the largest d_k",
-                 gu[-1]["sat_share"], 0.2),
+                 gu[-1]["sat_share"], 0.2, id="saturated-share"),
         check_le("batch ‖∂L/∂W_q‖ from Σ (q_r·q_r')(g_r·g_r') vs autograd, relative (fp64)",
-                 wq_err, 1e-12),
+                 wq_err, 1e-12, id="wq-gradient-formula"),
     ]
     growth = gu[-1]["w_batch"] / gsc[-1]["w_batch"]
     fig = _figure(dims, un, sc, log_n, gu, gsc) if plot else None

@@ -172,10 +172,11 @@ def run(
     controls = [train_model(v, seed, c) for v in ("block-diagonal", "identity")]
     e, h = c.embed_dim, c.heads
     checks = [
-        check_ge("trained W^O: rank (of E)", main["rank"], e),
-        check_le("concatenation recovered from W^O·concat: relative error", main["recon"], 1e-3),
+        check_ge("trained W^O: rank (of E)", main["rank"], e, id="wo-full-rank"),
+        check_le("concatenation recovered from W^O·concat: relative error", main["recon"], 1e-3,
+                 id="concat-recovered"),
         check_ge("held-out accuracy, the task needs both heads", main["acc"], 0.95,
-                 support=True),
+                 support=True, id="accuracy"),
     ]
     rows: list[list] = [
         ["held-out accuracy", main["acc"]] + [r["acc"] for r in controls],

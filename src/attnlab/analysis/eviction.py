@@ -1,0 +1,227 @@
+"""KV-cache eviction measured exactly on a trace: what each standard policy would keep of a
+causal model's cache, and how much of the attention that later queries pay it loses.
+
+The setting is the one every eviction press uses: a context of ``C`` tokens is read
+(prefill), the cache is cut to a budget, and the model goes on with the later tokens. A
+causal trace of ``N`` tokens holds both parts: its first ``C`` rows are the prefill (they
+see only context keys), rows ``[C, N)`` are the later queries. Each policy scores every
+context key per layer and KV head from the prefill alone, exactly as it would in a
+kernel, and keeps the best ``round(budget · C)``:
+
+- ``h2o`` (Zhang et al. 2023, heavy hitters): the attention each key received, summed over
+  every prefill query;
+- ``snapkv`` (Li et al. 2024): the attention of the last ``window`` prefill queries, averaged
+  over a ``pool``-wide window of keys; the observation window itself is always kept;
+- ``tova`` (Oren et al. 2024): the attention of the last prefill query;
+- ``streaming`` (Xiao et al. 2023, StreamingLLM): the first ``sinks`` keys and the most recent;
+- ``knorm`` (Devoto et al. 2024): the keys of smallest norm;
+- ``random``: a seeded random choice — the control every policy must beat;
+- ``oracle``: the keys the later queries actually attend to most (not realisable: it reads
+  the future; the bound no policy can pass).
+
+Scores of the query heads that share a KV head are averaged (the cache is per KV head).
+The measure is exact: for every later query row and head, the share of its attention that
+fell on evicted keys (``lost``), from exact weight rows recomputed in tiles — O(tile · N)
+memory at any length. The change in the model's loss with only the kept keys needs a
+forward pass per policy and budget and is not part of this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnlab.tracing.attention import AttentionTrace
+
+__all__ = ["POLICIES", "CONTROLS", "EvictionResult", "key_scores", "evict", "kept_keys"]
+
+#: The realisable policies, in the order tables show them.
+POLICIES = ("h2o", "snapkv", "tova", "streaming", "knorm")
+#: The two references every policy is read against: a random choice and the oracle.
+CONTROLS = ("random", "oracle")
+
+_ROW_BYTES = 8 << 20  # about 8 MiB of float32 weight rows per tile
+
+
+def _check(trace: Any, context: int | None) -> tuple[AttentionTrace, int]:
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace (one stack), got "
+                        f"{type(trace).__name__}")
+    if not trace.causal or trace.seq_len != trace.key_len:
+        raise ValueError("eviction is measured on a causal self-attention trace (a decoder's "
+                         f"cache); this one is stack {trace.stack!r}, causal={trace.causal}")
+    if trace.groups is not None:
+        raise ValueError("eviction is per piece of the cache; this trace merges pieces into "
+                         "tokens: trace again without merging")
+    if trace.q is None or trace.k is None:
+        raise ValueError("eviction scores need the trace's q and k (knorm reads the keys)")
+    n = trace.seq_len
+    c = n - max(1, n // 8) if context is None else context
+    if isinstance(c, bool) or not isinstance(c, int) or not 2 <= c < n:
+        raise ValueError(f"context must be an int in [2, {n - 1}] (the prefill's length; the "
+                         f"rows after it are the later queries), got {context!r}")
+    return trace, c
+
+
+def _tile(n: int) -> int:
+    return max(1, _ROW_BYTES // (4 * max(1, n)))
+
+
+def _head_sums(trace: AttentionTrace, layer: int, head: int, c: int, window: int
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(h2o, snapkv-window, tova, future) column sums over context keys, float64 (C,)."""
+    h2o = torch.zeros(c, dtype=torch.float64)
+    snap = torch.zeros(c, dtype=torch.float64)
+    step = _tile(trace.key_len)
+    w0 = c - window
+    for r0 in range(0, c, step):
+        r1 = min(c, r0 + step)
+        w = trace.weights_rows(layer, head, range(r0, r1))[:, :c].double()
+        h2o += w.sum(0)
+        if r1 > w0:
+            snap += w[max(0, w0 - r0):].sum(0)
+    tova = trace.weights_rows(layer, head, c - 1)[0, :c].double()
+    return h2o, snap, tova, _future(trace, layer, head, c)
+
+
+def _future(trace: AttentionTrace, layer: int, head: int, c: int) -> Tensor:
+    """The later rows' mean attention (C,) on each context key of one head."""
+    step = _tile(trace.key_len)
+    out = torch.zeros(c, dtype=torch.float64)
+    for r0 in range(c, trace.seq_len, step):
+        r1 = min(trace.seq_len, r0 + step)
+        out += trace.weights_rows(layer, head, range(r0, r1))[:, :c].double().sum(0)
+    return out / (trace.seq_len - c)
+
+
+def key_scores(trace: AttentionTrace, layer: int, kv_head: int, policy: str, *,
+               context: int | None = None, window: int = 64, pool: int = 5, sinks: int = 4,
+               seed: int = 0) -> Tensor:
+    """One policy's score (C,) of each context key of one layer and KV head (higher =
+    kept first); ``context`` defaults to all but the last eighth of the trace."""
+    trace, c = _check(trace, context)
+    if policy not in POLICIES + CONTROLS:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES + CONTROLS)}, got "
+                         f"{policy!r}")
+    return _scores(trace, trace._layer(layer), kv_head, c, window, pool, sinks, seed)[0][policy]
+
+
+def _group(trace: AttentionTrace, kv_head: int) -> list[int]:
+    if isinstance(kv_head, bool) or not isinstance(kv_head, int) or not (
+            0 <= kv_head < trace.num_kv_heads):
+        raise IndexError(f"kv_head must be an int in [0, {trace.num_kv_heads}), got {kv_head!r}")
+    return [h for h in range(trace.num_heads) if trace.kv_head(h) == kv_head]
+
+
+def _check_knobs(c: int, window: int, pool: int, sinks: int) -> None:
+    for name, v, lo in (("window", window, 1), ("pool", pool, 1), ("sinks", sinks, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    if window >= c:
+        raise ValueError(f"window must be shorter than the context ({c} tokens), got {window}")
+    if pool % 2 == 0:
+        raise ValueError(f"pool must be odd (a centred window of keys), got {pool}")
+
+
+def _scores(trace: AttentionTrace, layer: int, kv_head: int, c: int, window: int, pool: int,
+            sinks: int, seed: int) -> tuple[dict[str, Tensor], dict[int, Tensor]]:
+    """(each policy's key scores, each query head's later attention per key)."""
+    _check_knobs(c, window, pool, sinks)
+    heads = _group(trace, kv_head)
+    parts = [_head_sums(trace, layer, h, c, window) for h in heads]
+    h2o, snap, tova, future = (torch.stack(x).mean(0) for x in zip(*parts))
+    later = {h: part[3] for h, part in zip(heads, parts)}
+    pos = torch.arange(c, dtype=torch.float64)
+    snap = F.avg_pool1d(snap[None, None], pool, stride=1, padding=pool // 2,
+                        count_include_pad=False)[0, 0]
+    snap[c - window:] = float("inf")  # the observation window stays
+    streaming = pos.clone()
+    streaming[:sinks] = float("inf")
+    norms = trace.k[layer, kv_head, :c].double().norm(dim=-1)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + layer * 1009 + kv_head)
+    return {"h2o": h2o, "snapkv": snap, "tova": tova, "streaming": streaming,
+            "knorm": -norms, "random": torch.rand(c, generator=gen, dtype=torch.float64),
+            "oracle": future}, later
+
+
+def kept_keys(scores: Tensor, budget: float) -> Tensor:
+    """Bool (C,): the ``round(budget · C)`` keys of highest score (at least one; ties by
+    position, the earlier first)."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
+        raise ValueError(f"budget must be a fraction in (0, 1], got {budget!r}")
+    c = scores.shape[0]
+    n = min(c, max(1, round(budget * c)))
+    order = torch.argsort(scores, descending=True, stable=True)
+    keep = torch.zeros(c, dtype=torch.bool)
+    keep[order[:n]] = True
+    return keep
+
+
+@dataclass
+class EvictionResult:
+    """``lost[policy][budget]``: (L, H) float64, the mean share of a later query's attention
+    that fell on evicted keys, per layer and query head."""
+
+    context: int
+    later: int
+    budgets: tuple[float, ...]
+    policies: tuple[str, ...]
+    lost: dict[str, dict[float, Tensor]]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def mean(self, policy: str, budget: float) -> float:
+        return float(self.lost[policy][budget].mean())
+
+    def worst(self, policy: str, budget: float) -> tuple[int, int, float]:
+        t = self.lost[policy][budget]
+        i = int(t.argmax())
+        return i // t.shape[1], i % t.shape[1], float(t.flatten()[i])
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per policy: the mean and the worst head's loss at each budget."""
+        rows = []
+        for p in self.policies:
+            row: dict[str, Any] = {"policy": p}
+            for b in self.budgets:
+                layer, head, worst = self.worst(p, b)
+                row[f"lost@{b:g}"] = self.mean(p, b)
+                row[f"worst@{b:g}"] = {"layer": layer, "head": head, "lost": worst}
+            rows.append(row)
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context": self.context, "later": self.later, "budgets": list(self.budgets),
+                "settings": self.settings, "table": self.table(),
+                "lost": {p: {f"{b:g}": self.lost[p][b].tolist() for b in self.budgets}
+                         for p in self.policies}}
+
+
+def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), *,
+          context: int | None = None, policies: tuple[str, ...] = POLICIES + CONTROLS,
+          window: int = 64, pool: int = 5, sinks: int = 4, seed: int = 0) -> EvictionResult:
+    """Every policy at every budget over every layer and head of ``trace`` (see the module
+    docstring): the share of the later queries' attention each one loses."""
+    trace, c = _check(trace, context)
+    unknown = [p for p in policies if p not in POLICIES + CONTROLS]
+    if unknown or not policies:
+        raise ValueError(f"policies must be among {', '.join(POLICIES + CONTROLS)}, got "
+                         f"{list(policies)!r}")
+    for b in budgets:
+        kept_keys(torch.zeros(1), b)  # the budget's own check
+    nl, nh = trace.num_layers, trace.num_heads
+    lost = {p: {b: torch.zeros(nl, nh, dtype=torch.float64) for b in budgets} for p in policies}
+    for layer in range(nl):
+        for g in range(trace.num_kv_heads):
+            sc, later = _scores(trace, layer, g, c, window, pool, sinks, seed)
+            for p in policies:
+                for b in budgets:
+                    gone = (~kept_keys(sc[p], b)).double()
+                    for h, seen in later.items():
+                        lost[p][b][layer, h] = seen @ gone
+    return EvictionResult(c, trace.seq_len - c, tuple(budgets), tuple(policies), lost,
+                          {"window": window, "pool": pool, "sinks": sinks, "seed": seed})
+

@@ -1,0 +1,142 @@
+"""KV-cache eviction (attnlab.analysis.eviction) against policies written out densely
+here, on the model's own eager attention maps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.analysis.eviction import CONTROLS, POLICIES, evict, key_scores, kept_keys
+from attnlab.core.scores import ScoreShape, row_logsumexp
+from attnlab.tracing import trace
+from attnlab.tracing.attention import AttentionTrace
+
+transformers = pytest.importorskip("transformers")
+
+N, C, WINDOW = 300, 240, 16
+
+
+@pytest.fixture(scope="module")
+def model_and_ids():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    cfg._attn_implementation = "eager"
+    ids = torch.randint(1, 97, (N,), generator=torch.Generator().manual_seed(2)).tolist()
+    return transformers.LlamaForCausalLM(cfg).eval(), ids
+
+
+@pytest.fixture(scope="module")
+def traced(model_and_ids):
+    model, ids = model_and_ids
+    return trace(model, ids)
+
+
+@pytest.fixture(scope="module")
+def maps(model_and_ids):
+    model, ids = model_and_ids
+    with torch.no_grad():
+        return [a[0].double() for a in model(torch.tensor([ids]),
+                                              output_attentions=True).attentions]
+
+
+def _dense_scores(maps, traced, layer, g):
+    """Each policy written out from the dense (H, N, N) maps of the model itself."""
+    heads = [h for h in range(traced.num_heads) if traced.kv_head(h) == g]
+    a = maps[layer][heads][:, :, :C]  # (G, N, C)
+    snap = a[:, C - WINDOW:C].sum(1).mean(0)
+    snap = F.avg_pool1d(snap[None, None], 5, stride=1, padding=2,
+                        count_include_pad=False)[0, 0]
+    snap[C - WINDOW:] = float("inf")
+    stream = torch.arange(C, dtype=torch.float64)
+    stream[:4] = float("inf")
+    return {
+        "h2o": a[:, :C].sum(1).mean(0),
+        "snapkv": snap,
+        "tova": a[:, C - 1].mean(0),
+        "streaming": stream,
+        "knorm": -traced.k[layer, g, :C].double().norm(dim=-1),
+        "oracle": a[:, C:].mean(1).mean(0),
+    }, heads
+
+
+def test_every_policy_equals_its_dense_definition(traced, maps):
+    got = evict(traced, (0.1, 0.25, 0.5), context=C, window=WINDOW)
+    assert got.context == C and got.later == N - C
+    for layer in range(traced.num_layers):
+        for g in range(traced.num_kv_heads):
+            ref, heads = _dense_scores(maps, traced, layer, g)
+            for p, scores in ref.items():
+                mine = key_scores(traced, layer, g, p, context=C, window=WINDOW)
+                finite = torch.isfinite(scores)
+                assert torch.equal(finite, torch.isfinite(mine)), p
+                assert torch.allclose(mine[finite], scores[finite], atol=1e-7, rtol=1e-6), p
+                for b in got.budgets:
+                    keep = kept_keys(scores, b)
+                    for h in heads:
+                        lost = float(maps[layer][h, C:, :C][:, ~keep].sum(1).mean())
+                        assert got.lost[p][b][layer, h] == pytest.approx(lost, abs=1e-6), p
+
+
+def test_the_controls_bound_every_policy(traced):
+    got = evict(traced, (0.1, 0.25, 0.5, 1.0), context=C, window=WINDOW)
+    for b in got.budgets:
+        oracle = got.mean("oracle", b)
+        for p in POLICIES + ("random",):
+            assert oracle <= got.mean(p, b) + 1e-12, (p, b)
+    for p in POLICIES + CONTROLS:
+        assert got.mean(p, 1.0) == pytest.approx(0.0, abs=1e-12)
+        means = [got.mean(p, b) for b in got.budgets]
+        assert all(x >= y - 1e-12 for x, y in zip(means, means[1:])), p  # nested kept sets
+
+
+def test_the_measure_tells_a_heavy_hitter_policy_from_a_random_one():
+    """Every query attends to the same few keys: H2O and the oracle keep them, a random
+    choice and StreamingLLM (which keeps sinks and the most recent) lose that mass."""
+    n, c, d = 200, 160, 8
+    g = torch.Generator().manual_seed(4)
+    u = torch.zeros(d)
+    u[0] = 1.0
+    k = 0.1 * torch.randn(n, d, generator=g)
+    heavy = torch.tensor([20, 57, 90, 133])
+    k[heavy] += 8.0 * u
+    q = 0.1 * torch.randn(n, d, generator=g) + u
+    shape = ScoreShape(scale=1.0, causal=True)
+    qq, kk = q[None, None], k[None, None]
+    t = AttentionTrace([str(i) for i in range(n)], q=qq, k=kk,
+                       lse=row_logsumexp(qq[0], kk[0], shape)[None], shapes=shape)
+    got = evict(t, (0.05,), context=c, window=8)
+    assert got.mean("h2o", 0.05) < 0.05 and got.mean("oracle", 0.05) < 0.05
+    assert got.mean("random", 0.05) > 0.5 and got.mean("streaming", 0.05) > 0.5
+
+
+def test_a_wrong_measure_is_caught(traced, maps):
+    """Counting the kept keys' mass as lost (an inverted mask) is far from the result."""
+    got = evict(traced, (0.25,), context=C, window=WINDOW, policies=("h2o",))
+    ref, heads = _dense_scores(maps, traced, 0, 0)
+    keep = kept_keys(ref["h2o"], 0.25)
+    inverted = float(maps[0][heads[0], C:, :C][:, keep].sum(1).mean())
+    assert abs(got.lost["h2o"][0.25][0, heads[0]] - inverted) > 0.05
+
+
+def test_bad_settings_are_refused_naming_the_argument(traced):
+    with pytest.raises(ValueError, match="context must be an int"):
+        evict(traced, context=N)
+    with pytest.raises(ValueError, match="policies must be among"):
+        evict(traced, policies=("lru",))
+    with pytest.raises(ValueError, match="budget must be a fraction"):
+        evict(traced, (0.0,))
+    with pytest.raises(ValueError, match="pool must be odd"):
+        evict(traced, pool=4)
+    with pytest.raises(ValueError, match="window must be shorter"):
+        evict(traced, context=10, window=64)
+    with pytest.raises(IndexError, match="kv_head"):
+        key_scores(traced, 0, 5, "h2o")
+    q = torch.randn(1, 1, 6, 4)
+    shape = ScoreShape(scale=0.5)
+    enc = AttentionTrace(list("abcdef"), q=q, k=q, lse=row_logsumexp(q[0], q[0], shape)[None],
+                         shapes=shape)
+    with pytest.raises(ValueError, match="causal self-attention"):
+        evict(enc)

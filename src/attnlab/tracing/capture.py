@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
-from attnlab.tracing.adapters.huggingface import is_hf_model, unreadable_reason
+from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 
@@ -426,8 +426,7 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
     try:
         for mods in matched.values():
             for m in mods:
-                if cap._stacks.get(cap.name_of(m)) == "decoder" and type(
-                        m).__module__.startswith("transformers."):
+                if cap._stacks.get(cap.name_of(m)) == "decoder" and is_hf_module(m):
                     handles.append(_watch_cross(cap, m))
         for i, mods in matched.items():
             handles.extend(ADAPTERS[i].attach(cap, mods))

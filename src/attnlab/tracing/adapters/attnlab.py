@@ -22,6 +22,7 @@ from attnlab.core.masks import causal as causal_mask
 from attnlab.core.masks import to_additive
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.nn.attention import MultiHeadAttention, SelfAttention
+from attnlab.nn.transformer import GPT
 from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
@@ -35,7 +36,9 @@ __all__ = ["ADAPTER", "describe_model"]
 
 
 def describe_model(model: nn.Module) -> dict[str, Any]:
-    """causal/layers/heads/max_length of a model built from attnlab attention modules.
+    """causal/layers/heads/max_length of a model built from attnlab attention modules
+    (causal: a :class:`~attnlab.nn.transformer.GPT`, or a model whose ``config.causal`` is
+    true).
 
     Raises ``TypeError`` when ``model`` holds no attnlab attention module.
     """
@@ -44,7 +47,7 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
         raise TypeError(f"{type(model).__name__} contains no attnlab attention module")
     first = attns[0]
     config = getattr(model, "config", None)
-    causal = type(model).__name__ == "GPT" or bool(getattr(config, "causal", False))
+    causal = isinstance(model, GPT) or bool(getattr(config, "causal", False))
     max_length = int(getattr(config, "block_size", None) or getattr(config, "max_len", 0)
                      or 1 << 20)
     return {"causal": causal, "num_layers": len(attns), "num_heads": first.num_heads,

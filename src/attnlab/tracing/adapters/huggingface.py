@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab._text import one_line
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine, from_torch_key_padding_mask
 from attnlab.core.scores import ScoreShape, row_tiles
@@ -67,7 +68,7 @@ from attnlab.tracing.adapters._base import (
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
            "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION", "describe_model", "is_causal_config",
-           "is_hf_model", "max_length", "unreadable_reason"]
+           "is_hf_model", "is_hf_module", "max_length", "unreadable_reason"]
 
 #: The name under which attnlab registers its attention and mask functions.
 IMPLEMENTATION = "attnlab"
@@ -87,6 +88,12 @@ _LAST = "_attnlab_last"  # on an observed module: the q, k and mask of its last 
 def is_hf_model(model: object) -> bool:
     """A Hugging Face model: it has a ``config`` with a ``model_type``."""
     return hasattr(model, "config") and hasattr(model.config, "model_type")
+
+
+def is_hf_module(module: object) -> bool:
+    """A module whose class is one of transformers' own (defined in a ``transformers.``
+    module)."""
+    return type(module).__module__.startswith("transformers.")
 
 
 def is_causal_config(config: Any) -> bool:
@@ -501,7 +508,7 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     except Exception as exc:
         raise UnreadableAttentionError(
             f"{name}: its eager_attention_forward fails on the call's own inputs, so attnlab "
-            f"cannot check its reading ({type(exc).__name__}: {exc})") from exc
+            f"cannot check its reading ({type(exc).__name__}: {one_line(exc)})") from exc
     with torch.no_grad():
         out, lse = _eager_order(q, k, v, rule, km, dense, 0.0, sinks)
     shapes = _shapes(rule.scale, rule.causal, rule.window, km, rule.softcap, dense, sinks, b)
@@ -619,7 +626,7 @@ def unreadable_reason(module: nn.Module) -> str | None:
     modeling file and checks its reading against that file's ``eager_attention_forward``;
     a module whose file has neither computes its softmax inline, out of reach."""
     cls = type(module)
-    if not cls.__module__.startswith("transformers.") or not cls.__name__.endswith("Attention"):
+    if not is_hf_module(module) or not cls.__name__.endswith("Attention"):
         return None
     if ADAPTER.matches(module):
         return None

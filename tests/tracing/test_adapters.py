@@ -43,3 +43,28 @@ def test_transformers_modules_are_told_by_their_defining_module():
     assert is_hf_module(Foreign()) is True
     assert is_hf_module(Lookalike()) is False
     assert is_hf_module(nn.MultiheadAttention(8, 2)) is False
+
+
+def test_a_config_that_refuses_a_read_counts_it_as_absent():
+    from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
+    from attnlab.tracing.budget import first_int, model_shape
+
+    class Config:
+        model_type = "toy"
+        architectures = ["ToyForCausalLM"]
+        hidden_size = 32
+        num_attention_heads = 4
+        num_hidden_layers = 3
+        max_position_embeddings = 64
+
+        @property
+        def num_key_value_heads(self):  # kept per layer: no global value
+            raise ValueError("num_key_value_heads is set per layer")
+
+    class Toy(nn.Module):
+        config = Config()
+
+    assert first_int(Config(), "num_key_value_heads", "num_attention_heads") == 4
+    d = describe_hf(Toy())
+    assert (d["num_heads"], d["num_kv_heads"], d["head_dim"], d["num_layers"]) == (4, 4, 8, 3)
+    assert model_shape(Toy()).num_kv_heads == 4

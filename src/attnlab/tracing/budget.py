@@ -64,6 +64,7 @@ __all__ = [
     "count_tokens",
     "default_budget",
     "estimate_trace_bytes",
+    "first_int",
     "format_bytes",
     "max_tokens_within",
     "model_shape",
@@ -188,25 +189,35 @@ class ModelShape:
                 raise ValueError(f"ModelShape.{name} must be an int >= 0, got {v!r}")
 
 
-def _first(obj: Any, *names: str) -> Any:
+def first_int(obj: Any, *names: str) -> int | None:
+    """The first of ``names`` that ``obj`` (an object or a dict: a model, a module, a
+    config) holds as an int > 0, else None; a read the object refuses (a config that
+    keeps the value per layer) counts as absent.
+
+    >>> first_int({"n_head": 0, "num_heads": 4}, "n_head", "num_heads"), first_int({}, "x")
+    (4, None)
+    """
     for n in names:
-        v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+        try:
+            v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+        except Exception:  # configs that refuse a global read of a per-layer value
+            v = None
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
 
 
 def _from_config(cfg: Any, *, hf: bool) -> ModelShape:
-    layers = _first(cfg, "num_hidden_layers", "num_layers", "n_layer", "n_layers")
-    heads = _first(cfg, "num_attention_heads", "num_heads", "n_head", "n_heads")
-    hidden = _first(cfg, "hidden_size", "embed_dim", "d_model", "n_embd", "dim")
+    layers = first_int(cfg, "num_hidden_layers", "num_layers", "n_layer", "n_layers")
+    heads = first_int(cfg, "num_attention_heads", "num_heads", "n_head", "n_heads")
+    hidden = first_int(cfg, "hidden_size", "embed_dim", "d_model", "n_embd", "dim")
     if layers is None or heads is None or hidden is None:
         raise TypeError(f"cannot read layers, heads and hidden size from a "
                         f"{type(cfg).__name__}; give a ModelShape")
-    kv = _first(cfg, "num_key_value_heads", "num_kv_heads") or heads
-    head_dim = _first(cfg, "head_dim") or hidden // heads
-    ff = _first(cfg, "intermediate_size", "ff_dim", "n_inner", "ffn_dim") or 4 * hidden
-    vocab = _first(cfg, "vocab_size") or 0
+    kv = first_int(cfg, "num_key_value_heads", "num_kv_heads") or heads
+    head_dim = first_int(cfg, "head_dim") or hidden // heads
+    ff = first_int(cfg, "intermediate_size", "ff_dim", "n_inner", "ffn_dim") or 4 * hidden
+    vocab = first_int(cfg, "vocab_size") or 0
     return ModelShape(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                       hidden_size=hidden, ff_size=ff, vocab_size=vocab, logits=vocab > 0,
                       n2_mask=hf)
@@ -226,15 +237,15 @@ def _from_module(module: Any) -> ModelShape:
                 shape = _replace(shape, logits=has_head and shape.vocab_size > 0)
             return shape
     attns = [m for m in module.modules()
-             if _first(m, "num_heads") and _first(m, "head_dim") and hasattr(m, "scale")]
+             if first_int(m, "num_heads") and first_int(m, "head_dim") and hasattr(m, "scale")]
     if not attns:
         raise TypeError(f"{type(module).__name__} has no attention module attnlab knows; "
                         f"give a ModelShape")
     a = attns[0]
     heads, d = a.num_heads, a.head_dim
-    hidden = _first(a, "embed_dim") or heads * d
+    hidden = first_int(a, "embed_dim") or heads * d
     return ModelShape(num_layers=len(attns), num_heads=heads,
-                      num_kv_heads=_first(a, "num_kv_heads") or heads, head_dim=d,
+                      num_kv_heads=first_int(a, "num_kv_heads") or heads, head_dim=d,
                       hidden_size=hidden, ff_size=4 * hidden, vocab_size=0, logits=False)
 
 
@@ -251,17 +262,17 @@ def model_shape(model_like: Any) -> ModelShape:
     if isinstance(model_like, ModelShape):
         return model_like
     inner = getattr(model_like, "model", None)
-    if inner is not None and hasattr(inner, "modules") and _first(model_like, "num_layers"):
+    if inner is not None and hasattr(inner, "modules") and first_int(model_like, "num_layers"):
         try:
             base = _from_module(inner)
         except TypeError:
             base = None
-        heads = _first(model_like, "num_heads") or (base.num_heads if base else 1)
-        d = _first(model_like, "head_dim") or (base.head_dim if base else 1)
+        heads = first_int(model_like, "num_heads") or (base.num_heads if base else 1)
+        d = first_int(model_like, "head_dim") or (base.head_dim if base else 1)
         hidden = base.hidden_size if base else heads * d
         return ModelShape(
             num_layers=model_like.num_layers, num_heads=heads,
-            num_kv_heads=(_first(model_like, "num_kv_heads")
+            num_kv_heads=(first_int(model_like, "num_kv_heads")
                           or (base.num_kv_heads if base else heads)), head_dim=d,
             hidden_size=hidden, ff_size=base.ff_size if base else 4 * hidden,
             vocab_size=base.vocab_size if base else 0,

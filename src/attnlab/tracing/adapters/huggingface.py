@@ -65,6 +65,7 @@ from attnlab.tracing.adapters._base import (
     dense_weights,
     detached,
 )
+from attnlab.tracing.budget import first_int
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
            "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION", "describe_model", "is_causal_config",
@@ -135,14 +136,7 @@ def describe_model(model: nn.Module, tokenizer: Any = None,
     c = model.config
 
     def num(*names: str) -> int:
-        for n in names:
-            try:
-                v = getattr(c, n, None)
-            except Exception:  # configs that refuse a global read of a per-layer value
-                v = None
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-        return 0
+        return first_int(c, *names) or 0
 
     heads = num("num_attention_heads", "n_head")
     hidden = num("hidden_size", "n_embd", "d_model")

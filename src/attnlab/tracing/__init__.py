@@ -9,6 +9,9 @@
 * :class:`StackedTrace` / :func:`load_trace` (:mod:`attnlab.tracing.stacks`): the encoder,
   decoder and cross-attention stacks of an encoder–decoder model, kept apart; reading a
   trace file of either kind.
+* :data:`FORMAT_VERSION` / :class:`TraceFormatError` (:mod:`attnlab.tracing.trace_file`):
+  the trace file format, written, read, checked and upgraded from older versions in one
+  module.
 """
 
 from attnlab.tracing.attention import FORMAT_VERSION, AttentionTrace, TraceFormatError

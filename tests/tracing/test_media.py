@@ -486,7 +486,7 @@ def test_a_model_that_cannot_run_on_the_prepared_image(tmp_path):
 def test_moonshine_reads_the_waveform_without_a_window(tmp_path):
     """Moonshine hears the waveform itself, of any length: its encoder positions (one per
     384 samples, 0.024 s) all hold the sound, and it generates greedily too."""
-    from attnlab.tracing.media import tiny_media_model
+    from attnlab.tracing.tiny import tiny_media_model
 
     model = tiny_media_model("moonshine")
     wav = _wav(tmp_path / "m.wav", seconds=0.5)
@@ -510,7 +510,7 @@ def test_moonshine_reads_the_waveform_without_a_window(tmp_path):
 
 
 def test_spectrogram_patches_are_labelled_by_band_and_time(tmp_path):
-    from attnlab.tracing.media import tiny_media_model
+    from attnlab.tracing.tiny import tiny_media_model
 
     model = tiny_media_model("audio-spectrogram-transformer")  # 32 bins x 64 frames, stride 8
     wav = _wav(tmp_path / "a.wav", seconds=0.3)

@@ -32,8 +32,8 @@ and patches of its spectrogram labelled by frequency band and start (``"f2@0.40s
 Families are listed in :data:`VISION_FAMILIES` (traced exactly: the weights equal the
 model's own ``output_attentions``; a text-image model's vision tower is traced),
 :data:`REFUSED_FAMILIES` (refused with the reason), :data:`SPEECH_FAMILIES` and
-:data:`AUDIO_ENCODER_FAMILIES`; :func:`check_media_family` is their row of the support
-matrix (:mod:`attnlab.tracing.support`).
+:data:`AUDIO_ENCODER_FAMILIES`; :func:`attnlab.tracing.support.check_media_family` is their
+row of the support matrix, on the tiny models of :mod:`attnlab.tracing.tiny`.
 
 >>> import numpy as np
 >>> from PIL import Image
@@ -55,7 +55,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +75,8 @@ from attnlab.tracing.inputs import (  # noqa: F401 (MAX_IMAGE_PIXELS: importable
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_FAMILIES",
-           "SAMPLE_RATE", "SPEECH_FAMILIES", "TINY_AUDIO_ENCODER", "TINY_SPECTROGRAM",
-           "TINY_SPEECH_SEQ2SEQ", "TINY_VISION", "TINY_WHISPER", "VISION_FAMILIES",
-           "check_media_family", "image_inputs", "read_image", "read_wav", "time_labels",
-           "tiny_media_model", "trace_audio", "trace_image", "trace_media"]
+           "SAMPLE_RATE", "SPEECH_FAMILIES", "VISION_FAMILIES", "image_inputs", "read_image",
+           "read_wav", "time_labels", "trace_audio", "trace_image", "trace_media"]
 
 #: The ImageNet mean and standard deviation (RGB) used when a model folder has no image
 #: processor of its own.
@@ -926,224 +924,3 @@ def trace_media(model: Any, text_or_token_ids: Any = None, *, image: Any = None,
     return trace_audio(model, audio, target=target, tokenizer=tokenizer, qkv=qkv,
                        context=context, truncate=truncate, max_new_tokens=max_new_tokens,
                        max_memory=max_memory)
-
-
-# -- the support matrix -----------------------------------------------------------------------
-
-#: The sizes of every tiny vision model the support matrix checks (fields its config has):
-#: a 32 x 32 image in 8 x 8 patches (a 4 x 4 grid), 2 layers, 4 heads.
-TINY_VISION: dict[str, Any] = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-    image_size=32, patch_size=8, initializer_range=0.2, num_register_tokens=2,
-    use_relative_position_bias=True)
-_TINY_TEXT: dict[str, Any] = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                  intermediate_size=48, vocab_size=64)
-#: The tiny Whisper the support matrix checks: 2 + 2 layers, a 1 s window (50 positions).
-TINY_WHISPER: dict[str, Any] = dict(
-    vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-    decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_mel_bins=80,
-    max_source_positions=50, max_target_positions=32, decoder_start_token_id=1,
-    eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2)
-#: The other tiny speech encoder–decoders (fields their configs have): 2 + 2 layers, 4 heads
-#: and small convolutions.
-TINY_SPEECH_SEQ2SEQ: dict[str, Any] = dict(
-    vocab_size=96, hidden_size=32, d_model=32, intermediate_size=48, encoder_layers=2,
-    decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=48, decoder_ffn_dim=48, encoder_num_hidden_layers=2,
-    decoder_num_hidden_layers=2, encoder_num_attention_heads=4, decoder_num_attention_heads=4,
-    encoder_num_key_value_heads=4, decoder_num_key_value_heads=4, conv_channels=32,
-    decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2,
-    initializer_range=0.2)
-
-
-#: The tiny speech encoders the support matrix checks: two convolutions of stride 5 and 2
-#: (a frame every 10 samples), 2 layers, 4 heads; 0.1 s of sound is 159 frames.
-TINY_AUDIO_ENCODER: dict[str, Any] = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-    conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
-    num_conv_pos_embedding_groups=4, initializer_range=0.2)
-#: The tiny Audio Spectrogram Transformer besides: 32 mel bins x 64 frames in 16 x 16
-#: patches of stride 8 (3 x 7 of them).
-TINY_SPECTROGRAM: dict[str, Any] = dict(num_mel_bins=32, max_length=64, patch_size=16,
-                                        frequency_stride=8, time_stride=8)
-
-
-def _kwargs_for(config_cls: Any, values: dict[str, Any]) -> dict[str, Any]:
-    base = config_cls()
-    return {k: v for k, v in values.items() if hasattr(base, k)}
-
-
-def tiny_media_model(family: str, seed: int = 0) -> nn.Module:
-    """The tiny random model (eager attention, eval mode) that the support matrix checks,
-    of a family in :data:`VISION_FAMILIES` (or a text-image model whose vision tower is
-    one), :data:`SPEECH_FAMILIES` or :data:`AUDIO_ENCODER_FAMILIES`."""
-    import transformers
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
-        MODEL_MAPPING_NAMES,
-    )
-
-    known = [*VISION_FAMILIES, *_TOWER_FAMILIES, *_SAME_AS, *SPEECH_FAMILIES,
-             *AUDIO_ENCODER_FAMILIES]
-    if family not in known:
-        raise ValueError(f"family must be one of {sorted(known)}, got {family!r}")
-    with _quiet():  # tiny configs leave some special token ids outside the vocabulary
-        cls = CONFIG_MAPPING[family]
-        if family in AUDIO_ENCODER_FAMILIES:
-            inner = getattr(cls(), "encoder_config", None)  # Parakeet: an encoder config
-            values = {**TINY_AUDIO_ENCODER, **(
-                TINY_SPECTROGRAM if family == "audio-spectrogram-transformer" else {})}
-            config = (cls(**_kwargs_for(cls, values), attn_implementation="eager")
-                      if inner is None else cls(encoder_config=_kwargs_for(
-                          type(inner), TINY_AUDIO_ENCODER), attn_implementation="eager"))
-            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-        elif family in SPEECH_FAMILIES:
-            values = TINY_WHISPER if family == "whisper" else _kwargs_for(cls, TINY_SPEECH_SEQ2SEQ)
-            config = cls(**values, attn_implementation="eager")
-            model_cls = getattr(transformers, MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[family])
-        elif family in _TOWER_FAMILIES:
-            vision_cls = type(cls().vision_config)
-            extra = {"qformer_config": dict(hidden_size=32, num_hidden_layers=1,
-                                            num_attention_heads=4, intermediate_size=48,
-                                            encoder_hidden_size=32)} if family == "blip-2" else {}
-            config = cls(text_config=_TINY_TEXT, vision_config=_kwargs_for(vision_cls, TINY_VISION),
-                         attn_implementation="eager", **extra)
-            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-        else:
-            config = cls(**_kwargs_for(cls, TINY_VISION), attn_implementation="eager")
-            model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
-        torch.manual_seed(seed)
-        return model_cls(config).eval()
-
-
-def _compare(t: AttentionTrace, maps: Sequence[Tensor]) -> dict[str, float]:
-    """The trace's weights against the model's own maps (one (1, H, Lq, Lk) per layer), and
-    weights rebuilt from q and k alone (the log-sum-exp too) against the trace's."""
-    from attnlab.core.scores import row_logsumexp
-    from attnlab.core.weights import shaped_weights
-
-    want = torch.stack([m[0].float() for m in maps])
-    got = t.weights
-    if tuple(got.shape) != tuple(want.shape):
-        raise ValueError(f"the trace holds weights {tuple(got.shape)}, the model's own maps "
-                         f"are {tuple(want.shape)}")
-    rec = 0.0
-    group = t.num_heads // t.num_kv_heads
-    for layer in range(t.num_layers):
-        shape = t.score_shape(layer)
-        lse = row_logsumexp(t.q[layer], t.k[layer], shape)
-        w = shaped_weights(t.q[layer], t.k[layer].repeat_interleave(group, 0), lse, shape,
-                           rows=range(t.seq_len), head=list(range(t.num_heads)),
-                           lq=t.seq_len, lk=t.key_len)
-        rec = max(rec, float((w - got[layer]).abs().max()))
-    return {"weights": float((got - want).abs().max()), "recomputed": rec}
-
-
-def _test_image() -> Any:
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    return Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8))
-
-
-def _test_sound(seconds: float = 0.5) -> np.ndarray:
-    n = int(seconds * SAMPLE_RATE)
-    t = np.arange(n) / SAMPLE_RATE
-    noise = np.random.default_rng(0).standard_normal(n)
-    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * noise).clip(-1, 1).astype(np.float32)
-
-
-def check_media_family(family: str, kind: str, *, exact_tol: float, recompute_tol: float,
-                       not_yet: str, seed: int = 0) -> dict[str, Any]:
-    """One row of the support matrix for a vision or speech family, as the fields of
-    :class:`attnlab.tracing.support.FamilyResult`: checked on its tiny model
-    (:func:`tiny_media_model`: an image of 16 patches; 0.5 s of sound in a 1 s window)
-    against the model's own eager ``output_attentions`` (every stack for speech) within
-    ``exact_tol``, weights recomputed from q and k within ``recompute_tol``; or refused with
-    the reason (:data:`REFUSED_FAMILIES`); or ``not_yet`` (the kind's reason)."""
-    from attnlab.tracing.adapters._base import UnreadableAttentionError
-
-    def res(status: str, reason: str = "", **kw: Any) -> dict[str, Any]:
-        return {"family": family, "kind": kind, "status": status, "reason": reason, **kw}
-
-    if family in REFUSED_FAMILIES:
-        why = REFUSED_FAMILIES[family]
-        return res("no attention" if why.startswith("no attention") else "refused",
-                   why if why.startswith("no attention") else f"refused: {why}")
-    known = (family in VISION_FAMILIES or family in _TOWER_FAMILIES or family in _SAME_AS
-             or family in SPEECH_FAMILIES or family in AUDIO_ENCODER_FAMILIES)
-    if not known:
-        what = ("audio input is traced for Whisper, Moonshine, Speech2Text and the speech "
-                "encoders of wav2vec 2.0's kind" if kind == "speech" else (
-            "image input is traced for ViT-like families (a class token, registers and a "
-            "grid of patches)"))
-        return res("not yet", f"{not_yet}: not checked ({what})")
-    try:
-        model = tiny_media_model(family, seed)
-    except Exception as exc:
-        return res("not built", f"not built: its tiny model fails offline ({type(exc).__name__}:"
-                   f" {' '.join(str(exc).split())[:160]})")
-    info: dict[str, Any] = {"model_class": type(model).__name__}
-    try:
-        if family in AUDIO_ENCODER_FAMILIES:
-            import transformers
-
-            sound = _test_sound(0.1 if family not in _FEATURE_ENCODERS else 1.0)
-            got1 = trace_audio(model, sound)
-            tower, _ = _speech_model(model, family)
-            name = _FEATURE_ENCODERS.get(family, "Wav2Vec2FeatureExtractor")
-            key = "input_features" if family in _FEATURE_ENCODERS else "input_values"
-            with _quiet():
-                fe = (transformers.ASTFeatureExtractor(
-                    num_mel_bins=tower.config.num_mel_bins, max_length=tower.config.max_length)
-                    if family == "audio-spectrogram-transformer" else getattr(transformers,
-                                                                             name)())
-                inputs = {key: fe(sound, sampling_rate=SAMPLE_RATE, return_tensors="pt")[key]}
-            with torch.no_grad():
-                maps = tower(**inputs, output_attentions=True).attentions
-            pairs = [(got1, maps)]
-        elif family in SPEECH_FAMILIES:
-            sound = _test_sound()
-            got = trace_audio(model, sound, target=[5, 9, 17, 2])
-            inputs = _SpeechInput(model, family, None, sound, family, False).kwargs
-            with torch.no_grad():
-                out = model(**inputs, decoder_input_ids=torch.tensor([[1, 5, 9, 17, 2]]),
-                            output_attentions=True)
-            pairs = [(got[n], m) for n, m in (("encoder", out.encoder_attentions),
-                                              ("decoder", out.decoder_attentions),
-                                              ("cross", out.cross_attentions))]
-        else:
-            img = _test_image()
-            got1 = trace_image(model, img)
-            tower, _ = _vision_tower(model, family)
-            pixels, _, _ = image_inputs(tower, img, None)
-            with torch.no_grad():
-                maps = tower(pixel_values=pixels, output_attentions=True).attentions
-            pairs = [(got1, maps)]
-    except UnreadableAttentionError as exc:
-        return res("refused", f"refused: {exc}", **info)
-    except Exception as exc:
-        return res("wrong", f"wrong: tracing fails ({type(exc).__name__}: "
-                   f"{' '.join(str(exc).split())[:160]})", **info)
-    worst = {"weights": 0.0, "recomputed": 0.0}
-    problems = []
-    for t, maps in pairs:
-        if len(maps) != t.num_layers:
-            problems.append(f"{t.stack}: {t.num_layers} layers traced, the model returns "
-                            f"{len(maps)} maps")
-            continue
-        errs = _compare(t, maps)
-        worst = {k: max(worst[k], errs[k]) for k in worst}
-    if worst["weights"] > exact_tol:
-        problems.append(f"weights differ from output_attentions by {worst['weights']:.2e}")
-    if worst["recomputed"] > recompute_tol:
-        problems.append(f"weights recomputed from q and k differ by {worst['recomputed']:.2e}")
-    first = pairs[0][0]
-    stacks = ", ".join(f"{t.stack} {t.seq_len}x{t.key_len}" for t, _ in pairs)
-    info.update(layers=first.num_layers, heads=first.num_heads,
-                max_weight_error=worst["weights"], max_recompute_error=worst["recomputed"],
-                features=[("image: " if kind == "vision" else "audio: ") + stacks])
-    if problems:
-        return res("wrong", "wrong: " + "; ".join(problems), **info)
-    return res("exact", "", **info)

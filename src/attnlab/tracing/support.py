@@ -1,26 +1,24 @@
 """Which Hugging Face architecture families attnlab traces exactly: the support matrix.
 
-Every family of the installed transformers is listed, from its auto mappings
-(``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` and ``MODEL_MAPPING_NAMES``), and sorted by kind with
-the task mappings. Each kind with a checker in :data:`CHECKERS` is checked (text decoders,
-text encoders, text encoder–decoders here; vision and speech models through
-:mod:`attnlab.tracing.media`); the other kinds (multimodal, time series, other) are listed
-as ``not yet`` with that reason.
+Every family of the installed transformers is listed with its kind
+(:func:`attnlab.tracing.families.families`). Each kind with a checker in :data:`CHECKERS` is
+checked (text decoders, text encoders, text encoder–decoders, vision and speech models); the
+other kinds (multimodal, time series, other) are listed as ``not yet`` with that reason.
 
-Each text family is checked on a tiny random model built offline from its config class
-(:func:`tiny_config`: 2 layers, hidden size 32, 4 heads over 2 key/value heads, vocabulary
-96, a sliding window of 4 and a soft-cap of 2 where the family has them, so that over 12
-tokens they matter, and weights drawn large enough that attention is far from uniform).
-:func:`check_family` runs 12 token ids through the model twice: once with
-``attn_implementation="eager"`` and ``output_attentions=True`` (the reference), once through
-:func:`attnlab.tracing.tracer.trace`, and compares:
+Each family is checked on its tiny random model, built offline from its config class
+(:func:`attnlab.tracing.tiny.tiny_model`: for text 2 layers, hidden size 32, 4 heads over 2
+key/value heads, vocabulary 96, a sliding window of 4 and a soft-cap of 2 where the family
+has them, so that over 12 tokens they matter, and weights drawn large enough that attention
+is far from uniform). :func:`check_family` runs 12 token ids through a text model twice:
+once with ``attn_implementation="eager"`` and ``output_attentions=True`` (the reference),
+once through :func:`attnlab.tracing.tracer.trace`, and compares them with
+:func:`attnlab.tracing.verify.check_stack` (the one comparison the report uses too):
 
 * the trace's weights with the model's own attention maps: ``exact`` needs a difference of
   at most :data:`EXACT_TOL` (float32 rounding: attnlab computes ``exp(s − lse)`` where eager
   divides by a sum, so up to a few 1e-7 remain), layer by layer, head by head;
-* the weights recomputed from the trace's q and k alone (:func:`attnlab.core.scores
-  .row_logsumexp` and :func:`attnlab.core.weights.shaped_weights` under the recorded
-  :class:`~attnlab.core.scores.ScoreShape`) with the trace's: at most :data:`RECOMPUTE_TOL`;
+* the weights recomputed from the trace's q and k alone with the trace's: at most
+  :data:`RECOMPUTE_TOL`;
 * the layer count (the trace has as many layers as the model returns attention maps), the
   causal flag (decoders causal, encoders not) and the labels (token ids without a
   tokenizer are labelled by their ids).
@@ -30,7 +28,9 @@ ids) is traced with ``trace(model, source, target=target)`` and each stack of th
 :class:`~attnlab.tracing.stacks.StackedTrace` is checked the same way against the model's
 own ``encoder_attentions``, ``decoder_attentions`` and ``cross_attentions``: the encoder
 bidirectional, the decoder causal, cross-attention rows labelled with the target ids and
-its columns with the source ids (:func:`eager_stack_maps`, :func:`judge`).
+its columns with the source ids (:func:`eager_stack_maps`, :func:`judge`). A vision or
+speech family is traced on an image of 16 patches or 0.5 s of sound
+(:func:`check_media_family`) and each stack checked the same way.
 
 A family is ``exact`` when all of this holds; ``refused`` when attnlab raises
 :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` (the reason names the
@@ -49,101 +49,37 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from attnlab.core.scores import row_logsumexp
-from attnlab.core.weights import shaped_weights
 from attnlab.tracing.adapters._base import UnreadableAttentionError
+from attnlab.tracing.families import families, text_families
+from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family values, here too)
+    _OVERRIDES,
+    _TINY,
+    WINDOW,
+    NotBuiltError,
+    _cause,
+    text_model,
+    tiny_config,
+    tiny_model,
+)
+from attnlab.tracing.verify import EXACT_TOL, RECOMPUTE_TOL, check_stack, worst
 
 __all__ = ["CHECKERS", "EXACT_TOL", "NOT_YET", "RECOMPUTE_TOL", "SEQ_LEN", "STATUSES",
-           "TARGET_LEN", "WINDOW", "FamilyResult", "check_family", "checked_families",
-           "compare_trace", "counts", "eager_maps", "eager_stack_maps", "families", "judge",
-           "support_matrix", "text_families", "tiny_config", "tiny_model", "to_json",
-           "to_markdown", "to_summary"]
+           "TARGET_LEN", "WINDOW", "FamilyResult", "check_family", "check_media_family",
+           "checked_families", "compare_trace", "counts", "eager_maps", "eager_stack_maps",
+           "families", "judge", "support_matrix", "text_families", "tiny_config", "tiny_model",
+           "to_json", "to_markdown", "to_summary"]
 
-#: The largest difference between the trace's weights and the model's ``output_attentions``
-#: for a family to count as exact (float32 rounding of ``exp(s − lse)`` against softmax).
-EXACT_TOL = 1e-6
-#: The largest difference between weights recomputed from q and k and the trace's.
-RECOMPUTE_TOL = 1e-5
 #: Tokens run through each tiny model; longer than :data:`WINDOW`, so windows matter.
 SEQ_LEN = 12
-#: The sliding window given to every family that has one.
-WINDOW = 4
 #: The statuses a family can have, best first.
 STATUSES = ("exact", "refused", "no attention", "not built", "not yet", "wrong")
-#: The most parameters a tiny model may have (a config field left large is refused).
-_MAX_PARAMS = 3_000_000
-
-#: The values every tiny config gets, for each field its config class has (by name or
-#: through the class's ``attribute_map``).
-_TINY: dict[str, Any] = dict(
-    vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-    sliding_window=WINDOW, local_attention=2 * WINDOW, moe_intermediate_size=16,
-    num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
-    n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16,
-    q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
-    swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8,
-    shared_expert_intermediate_size=16, type_vocab_size=2, embedding_size=32, n_inner=48,
-    ffn_dim=48, d_ff=48, attention_dropout=0.0, attention_probs_dropout_prob=0.0,
-    attn_pdrop=0.0, hidden_dropout_prob=0.0, max_window_layers=0,
-    # weights large enough that attention is far from uniform and a soft-cap of 2 bites
-    initializer_range=0.12, attn_logit_softcapping=2.0,
-)
-#: The values an encoder–decoder family's tiny config also gets (2 + 2 layers, 4 heads on
-#: both sides), for each field its config class has.
-_TINY_SEQ2SEQ: dict[str, Any] = dict(
-    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-    decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_layers=2,
-    num_decoder_layers=2, num_heads=4, d_kv=8, num_encoder_layers=2,
-    num_encoder_attention_heads=4, num_decoder_attention_heads=4, decoder_ffn_embed_dim=48,
-    encoder_ffn_embed_dim=48, src_vocab_size=96, tgt_vocab_size=96, dropout=0.0,
-    activation_dropout=0.0, dropout_rate=0.0, max_length=64,
-)
-#: The model class checked where the family's base model needs more than text.
-_SEQ2SEQ_CLASSES = {"seamless_m4t": "SeamlessM4TForTextToText",
-                    "seamless_m4t_v2": "SeamlessM4Tv2ForTextToText"}
-#: Family-specific values where the common ones do not make a valid tiny model.
-_OVERRIDES: dict[str, dict[str, Any]] = {
-    "codegen": {"rotary_dim": 4},
-    "gptj": {"rotary_dim": 4},
-    "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": WINDOW},
-    "esmc": {"num_key_value_heads": 4},
-    "zaya": {"num_experts_per_tok": 1},
-    # hybrids: one state-space (or linear-attention) layer and one attention layer
-    "bamba": {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1,
-              "attn_layer_indices": [1]},
-    "granitemoehybrid": {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1,
-                         "layer_types": ["mamba", "attention"]},
-    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
-              "expert_layer_offset": 1},
-    "nemotron_h": {"layers_block_type": ["linear_attention", "full_attention"]},
-    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
-    "reformer": {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [4, 16]},
-}
-
-_VISION = ("IMAGE_CLASSIFICATION", "IMAGE", "BACKBONE", "DEPTH_ESTIMATION", "OBJECT_DETECTION",
-           "SEMANTIC_SEGMENTATION", "UNIVERSAL_SEGMENTATION", "INSTANCE_SEGMENTATION",
-           "MASKED_IMAGE_MODELING", "VIDEO_CLASSIFICATION", "ZERO_SHOT_IMAGE_CLASSIFICATION",
-           "ZERO_SHOT_OBJECT_DETECTION", "MASK_GENERATION", "KEYPOINT_DETECTION",
-           "KEYPOINT_MATCHING", "IMAGE_SEGMENTATION", "IMAGE_MATTING", "IMAGE_TO_IMAGE",
-           "POSE_ESTIMATION", "NORMAL_ESTIMATION", "POINTMAP_ESTIMATION",
-           "TABLE_RECOGNITION", "CAUSAL_IMAGE_MODELING")
-_MULTIMODAL = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "DOCUMENT_QUESTION_ANSWERING",
-               "VISUAL_QUESTION_ANSWERING", "TEXT_RECOGNITION", "RETRIEVAL")
-_SPEECH = ("AUDIO_CLASSIFICATION", "AUDIO_FRAME_CLASSIFICATION", "AUDIO_XVECTOR", "CTC",
-           "SPEECH_SEQ_2_SEQ", "TEXT_TO_SPECTROGRAM", "TEXT_TO_WAVEFORM", "RNNT", "TDT")
-_SERIES = ("TIME_SERIES_CLASSIFICATION", "TIME_SERIES_PREDICTION", "TIME_SERIES_REGRESSION")
-_ENCODER = ("MASKED_LM", "TEXT_ENCODING", "SEQUENCE_CLASSIFICATION", "TOKEN_CLASSIFICATION",
-            "QUESTION_ANSWERING", "MULTIPLE_CHOICE", "NEXT_SENTENCE_PREDICTION")
 #: The reason given for each kind that is listed but not checked.
 NOT_YET = {
     "speech": "not yet: speech or audio input",
@@ -192,188 +128,9 @@ class FamilyResult:
 # -- the families -----------------------------------------------------------------------------
 
 
-def _mappings() -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import transformers
-        import transformers.models.auto.modeling_auto as auto
-    except ImportError:
-        raise ValueError("the support matrix needs transformers; install it with: "
-                         "pip install 'attnlab[models]'") from None
-
-    transformers.logging.set_verbosity_error()
-    return auto
-
-
-def _names(auto: Any, tasks: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for t in tasks:
-        out |= set(getattr(auto, f"MODEL_FOR_{t}_MAPPING_NAMES", {}))
-    return out
-
-
-def families() -> list[tuple[str, str]]:
-    """Every family (model type) of the installed transformers with a base or causal-LM
-    model, and its kind: ``decoder``, ``encoder``, ``encoder-decoder`` (checked), or
-    ``speech``, ``vision``, ``multimodal``, ``time series``, ``other`` (see
-    :data:`CHECKERS`), sorted. A sequence-to-sequence family whose config is not an
-    encoder–decoder one (a speech or audio language model) counts as speech or
-    multimodal."""
-    return list(_families())
-
-
-@functools.lru_cache(maxsize=1)
-def _families() -> tuple[tuple[str, str], ...]:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    auto = _mappings()
-    causal = set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    everything = causal | set(auto.MODEL_MAPPING_NAMES)
-    s2s = _names(auto, ("SEQ_TO_SEQ_CAUSAL_LM",))
-    speech, vision = _names(auto, _SPEECH), _names(auto, _VISION)
-    multimodal, series = _names(auto, _MULTIMODAL), _names(auto, _SERIES)
-    encoder = _names(auto, _ENCODER)
-    out = []
-    for name in sorted(everything):
-        if name in s2s and _is_encoder_decoder(CONFIG_MAPPING, name):
-            kind = "encoder-decoder"
-        elif name in speech:
-            kind = "speech"
-        elif name in vision:
-            kind = "vision"
-        elif name in multimodal:
-            kind = "multimodal"
-        elif name in series:
-            kind = "time series"
-        elif name in encoder and (name in _names(auto, ("MASKED_LM", "TEXT_ENCODING"))
-                                  or name not in causal):
-            kind = "encoder"
-        elif name in causal:
-            kind = "decoder"
-        elif name in s2s:  # audio language models without a speech task mapping
-            kind = "multimodal"
-        else:
-            kind = "other"
-        out.append((name, kind))
-    return tuple(out)
-
-
-def _is_encoder_decoder(configs: Any, family: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return bool(getattr(configs[family](), "is_encoder_decoder", False))
-    except Exception:  # a config that cannot be made without arguments
-        return False
-
-
-def text_families() -> list[str]:
-    """The text families :func:`check_family` checks: decoders, encoders and
-    encoder–decoders."""
-    return [n for n, k in families() if k in ("decoder", "encoder", "encoder-decoder")]
-
-
 def checked_families() -> list[str]:
     """Every family whose kind has a checker in :data:`CHECKERS`."""
     return [n for n, k in families() if k in CHECKERS]
-
-
-# -- a tiny model -----------------------------------------------------------------------------
-
-
-def tiny_config(family: str, kind: str = "") -> Any:
-    """A 2-layer config of ``family`` with small sizes (see the module docstring), eager
-    attention, token ids below the vocabulary size; per-layer lists (layer types) cut to
-    two entries that keep the kinds the family mixes (e.g. one sliding, one full layer);
-    ``kind="decoder"`` sets ``is_decoder`` where the config has it; an encoder–decoder
-    config made of an encoder and a decoder config (``sub_configs``) gets tiny ones."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    cls = CONFIG_MAPPING[family]
-    kw = _tiny_kwargs(cls, kind)
-    if kind == "encoder-decoder":
-        kw.update(_tiny_parts(cls, kind))
-    kw.update(_OVERRIDES.get(family, {}))
-    kw["attn_implementation"] = "eager"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return cls(**kw)
-
-
-def _tiny_parts(cls: Any, kind: str, depth: int = 2) -> dict[str, Any]:
-    """Tiny configs for the parts (``sub_configs``) of a composite config, and theirs."""
-    out: dict[str, Any] = {}
-    default = None
-    for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
-        if isinstance(sub, type) and sub.__name__ == "AutoConfig":  # the default's own class
-            if default is None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    default = cls()
-            sub = type(getattr(default, name, None))
-            if not hasattr(sub, "model_type"):
-                continue
-        if isinstance(sub, type) and depth > 0:
-            kw = {**_tiny_kwargs(sub, kind), **_tiny_parts(sub, kind, depth - 1)}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out[name] = sub(**kw)
-    return out
-
-
-def _tiny_kwargs(cls: Any, kind: str) -> dict[str, Any]:
-    """The small values :func:`tiny_config` gives the config class ``cls``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        base = cls()
-    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    amap = getattr(cls, "attribute_map", None) or {}
-    kw: dict[str, Any] = {}
-    tiny = {**_TINY, **_TINY_SEQ2SEQ} if kind == "encoder-decoder" else _TINY
-    for k, v in tiny.items():
-        name = amap.get(k, k)
-        if name in fields:
-            kw[name] = v
-    for name in fields:
-        val = getattr(base, name, None)
-        if name.endswith("_token_id"):
-            if isinstance(val, int) and not isinstance(val, bool) and val >= _TINY[
-                    "vocab_size"] - 8:
-                kw[name] = 0
-            elif isinstance(val, list):
-                kw[name] = [0]
-    layers = getattr(base, "num_hidden_layers", None)
-    for name in fields:
-        val = getattr(base, name, None)
-        if isinstance(val, list) and layers and len(val) == layers and name not in kw:
-            firsts = {}
-            for x in val:
-                firsts.setdefault(str(x), x)
-            kw[name] = (list(firsts.values()) + [val[0]] * 2)[:2]
-    if "kv_lora_rank" in fields:  # latent attention: every query head has its own key
-        kw[amap.get("num_key_value_heads", "num_key_value_heads")] = _TINY["num_attention_heads"]
-    if kind == "decoder" and "is_decoder" in fields:
-        kw["is_decoder"] = True
-    return kw
-
-
-def _model_class(family: str, kind: str) -> Any:
-    import transformers
-
-    auto = _mappings()
-    name = _SEQ2SEQ_CLASSES.get(family) or auto.MODEL_MAPPING_NAMES.get(family)
-    if name is None or (kind == "decoder" and family not in auto.MODEL_MAPPING_NAMES):
-        name = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[family]
-    if isinstance(name, (list, tuple)):
-        name = name[0]
-    return getattr(transformers, name)
-
-
-def _cause(exc: BaseException, limit: int = 160) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return f"{type(exc).__name__}: {text}"
 
 
 def _features(trace: Any) -> list[str]:
@@ -408,39 +165,18 @@ def _features(trace: Any) -> list[str]:
 def compare_trace(trace: Any, reference: list[torch.Tensor]) -> dict[str, Any]:
     """The trace's weights against the model's own attention maps (one (1, H, Lq, Lk)
     tensor per layer): ``{"weights": max |Δ|, "recomputed": max |Δ| of the weights rebuilt from q
-    and k under the recorded shapes, "compared": "" or how}``.
+    and k under the recorded shapes, "compared": "" or how}``, as
+    :func:`attnlab.tracing.verify.check_stack` measures them (its sink rule included).
+    ``ValueError`` when the trace and the maps differ in layers, heads or positions."""
+    check = check_stack(trace, reference, recompute=True)
+    if not check.shape_ok:
+        raise ValueError(check.problems[-1])
+    return _errors(check)
 
-    Models that return the softmax before a sink logit's share (and scale their output
-    instead) are compared with the trace's rows renormalised (``compared`` says so)."""
-    shapes = sorted({tuple(r.shape) for r in reference})
-    if len(shapes) != 1:
-        raise ValueError(f"the model's own maps differ in shape between layers ({shapes}); "
-                         "a trace stacks layers of one shape")
-    want = torch.stack([r[0].float() for r in reference])  # (L, H, N, N)
-    got = trace.weights
-    if tuple(got.shape) != tuple(want.shape):
-        raise ValueError(f"the trace holds weights {tuple(got.shape)} (layers, heads, queries, "
-                         f"keys), the model's own maps are {tuple(want.shape)}")
-    err = float((got - want).abs().max())
-    compared = ""
-    if err > EXACT_TOL and any(s.sinks is not None for s in trace.shapes):
-        share = got.sum(-1, keepdim=True)
-        renorm = got / share.masked_fill(share == 0, 1.0)
-        err2 = float((renorm - want).abs().max())
-        if err2 < err:
-            err, compared = err2, ("rows renormalised: the model returns its softmax before "
-                                   "the sink's share")
-    rec = 0.0
-    nq, nk = trace.q.shape[2], trace.k.shape[2]
-    group = trace.num_heads // trace.num_kv_heads
-    for layer in range(trace.num_layers):
-        shape = trace.score_shape(layer)
-        k = trace.k[layer].repeat_interleave(group, dim=0)
-        lse = row_logsumexp(trace.q[layer], trace.k[layer], shape)
-        w = shaped_weights(trace.q[layer], k, lse, shape, rows=range(nq),
-                           head=list(range(trace.num_heads)), lq=nq, lk=nk)
-        rec = max(rec, float((w - got[layer]).abs().max()))
-    return {"weights": err, "recomputed": rec, "compared": compared}
+
+def _errors(check: Any) -> dict[str, Any]:
+    return {"weights": check.weights_error, "recomputed": check.recompute_error,
+            "compared": check.compared}
 
 
 def check_family(family: str, *, seq_len: int = SEQ_LEN, seed: int = 0) -> FamilyResult:
@@ -459,64 +195,20 @@ def check_family(family: str, *, seq_len: int = SEQ_LEN, seed: int = 0) -> Famil
     torch.set_num_threads(1)  # tiny matrices: one thread is many times faster than several
     try:
         result = checker(family, kind, seq_len, seed)
+    except NotBuiltError as exc:
+        result = FamilyResult(family, kind, "not built", str(exc))
     finally:
         torch.set_num_threads(threads)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 
 
-class _NotBuilt(Exception):
-    """A tiny model that cannot be made offline (the message is the matrix's reason)."""
-
-
-def _build(family: str, kind: str, seed: int) -> Any:
-    try:
-        config = tiny_config(family, kind)
-        cls = _model_class(family, kind)
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            probe = cls(config)
-        n_params = sum(p.numel() for p in probe.parameters())
-        big = max(probe.named_parameters(), key=lambda kv: kv[1].numel())[0] if (
-            n_params > _MAX_PARAMS) else ""
-        del probe
-        if n_params <= _MAX_PARAMS:
-            torch.manual_seed(seed)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return cls(config).eval()
-    except Exception as exc:
-        raise _NotBuilt(f"not built: its tiny config or model fails offline "
-                        f"({_cause(exc)})") from exc
-    raise _NotBuilt(f"not built: the smallest config attnlab makes still has "
-                    f"{n_params / 1e6:.0f}M parameters (largest: {big})")
-
-
-def tiny_model(family: str, seed: int = 0) -> Any:
-    """The tiny random model of a text ``family`` that :func:`check_family` checks (eval
-    mode, eager attention; the base model of an encoder–decoder family, without its
-    language-model head); ``ValueError`` when it cannot be built offline."""
-    kind = dict(families()).get(family)
-    if kind not in ("decoder", "encoder", "encoder-decoder"):
-        raise ValueError(f"family must be a text decoder, encoder or encoder–decoder of the "
-                         f"installed transformers, got {family!r} ({kind or 'unknown'})")
-    try:
-        return _build(family, kind, seed)
-    except _NotBuilt as exc:
-        raise ValueError(f"{family}: {exc}") from None
-
-
 def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
     from attnlab.tracing.tracer import trace as run_trace
 
-    def res(status: str, reason: str = "", **kw: Any) -> FamilyResult:
-        return FamilyResult(family, kind, status, reason, **kw)
-
-    try:
-        model = _build(family, kind, seed)
-    except _NotBuilt as exc:
-        return res("not built", str(exc))
+    model = text_model(family, kind, seed)  # NotBuiltError: check_family's "not built"
     name = type(model).__name__
+    res = functools.partial(FamilyResult, family, kind)
     ids = torch.randint(3, _TINY["vocab_size"] - 8, (1, seq_len),
                         generator=torch.Generator().manual_seed(seed))
     try:
@@ -552,29 +244,21 @@ def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
 
 def judge(trace: Any, maps: list[torch.Tensor], ids: list[int],
           key_ids: list[int] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(:func:`compare_trace`'s errors, the problems found): weights beyond
-    :data:`EXACT_TOL`, recomputed weights beyond :data:`RECOMPUTE_TOL`, a layer whose causal
-    flag disagrees with the model's own maps (a causal layer's maps are zero above the
-    diagonal; random weights make them nonzero everywhere else), labels that are not the
-    token ids (and, for cross-attention, key labels that are not ``key_ids``). No problems
-    means exact. Raises ``ValueError`` when the trace and the maps do not even have the
-    same layers and heads."""
-    errors = compare_trace(trace, maps)
-    problems = []
-    if errors["weights"] > EXACT_TOL:
-        problems.append(f"weights differ from output_attentions by {errors['weights']:.2e}")
-    if errors["recomputed"] > RECOMPUTE_TOL:
-        problems.append(f"weights recomputed from q and k differ by {errors['recomputed']:.2e}")
-    for layer, (shape, m) in enumerate(zip(trace.shapes, maps)):
-        upper = bool((m[0].triu(1) != 0).any())  # whether a query sees later keys
-        if shape.bias is None and shape.causal == upper:
-            problems.append(f"layer {layer} is marked causal={shape.causal} but its maps "
-                            f"{'do' if upper else 'do not'} reach later keys")
+    """(:func:`compare_trace`'s errors, the problems found): those of
+    :func:`attnlab.tracing.verify.check_stack` (weights beyond :data:`EXACT_TOL`, recomputed
+    weights beyond :data:`RECOMPUTE_TOL`, a layer whose causal flag disagrees with the
+    model's own maps), labels that are not the token ids (and, for cross-attention, key
+    labels that are not ``key_ids``). No problems means exact. Raises ``ValueError`` when
+    the trace and the maps do not even have the same layers and heads."""
+    check = check_stack(trace, maps, recompute=True)
+    if not check.shape_ok:
+        raise ValueError(check.problems[-1])
+    problems = list(check.problems)
     if trace.tokens != [str(i) for i in ids] or trace.token_ids != list(ids):
         problems.append("labels are not the token ids")
     if key_ids is not None and (trace.key_tokens or trace.tokens) != [str(i) for i in key_ids]:
         problems.append("key labels are not the source token ids")
-    return errors, problems
+    return _errors(check), problems
 
 
 def eager_maps(model: Any, ids: torch.Tensor) -> list[Any]:
@@ -633,14 +317,9 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
     from attnlab.tracing.stacks import StackedTrace
     from attnlab.tracing.tracer import trace as run_trace
 
-    def res(status: str, reason: str = "", **kw: Any) -> FamilyResult:
-        return FamilyResult(family, kind, status, reason, **kw)
-
-    try:
-        model = _build(family, kind, seed)
-    except _NotBuilt as exc:
-        return res("not built", str(exc))
+    model = text_model(family, kind, seed)  # NotBuiltError: check_family's "not built"
     name = type(model).__name__
+    res = functools.partial(FamilyResult, family, kind)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, _TINY["vocab_size"] - 8, (1, seq_len), generator=g)
     target = torch.randint(3, _TINY["vocab_size"] - 8, (1, TARGET_LEN), generator=g)
@@ -664,7 +343,7 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
                                 heads=t[t.names[0]].num_heads,
                                 stacks={n: x.num_layers for n, x in t.items()})
     problems: list[str] = []
-    worst = {"weights": 0.0, "recomputed": 0.0}
+    largest = {"weights": 0.0, "recomputed": 0.0}
     compared: list[str] = []
     features: list[str] = []
     for stack, (q_ids, k_ids) in rows.items():
@@ -684,25 +363,121 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
         if any(s.causal != want_causal and s.bias is None for s in t[stack].shapes):
             found.append(f"marked causal={not want_causal}")
         problems += [f"{stack}: {p}" for p in found]
-        for key in worst:
-            worst[key] = max(worst[key], errors[key])
+        for key in largest:
+            largest[key] = max(largest[key], errors[key])
         if errors["compared"]:
             compared.append(f"{stack}: {errors['compared']}")
         features += [f"{stack}: {f}" for f in _features(t[stack])]
-    info.update(max_weight_error=worst["weights"], max_recompute_error=worst["recomputed"],
-                compared="; ".join(compared), features=features)
+    info.update(max_weight_error=largest["weights"],
+                max_recompute_error=largest["recomputed"], compared="; ".join(compared),
+                features=features)
     if problems:
         return res("wrong", "wrong: " + "; ".join(problems), **info)
     return res("exact", "", **info)
 
 
-def _check_media(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
-    """Vision and speech families: :func:`attnlab.tracing.media.check_media_family`."""
-    from attnlab.tracing.media import check_media_family
+def _test_image() -> Any:
+    """A 52 x 40 image of seeded noise."""
+    import numpy as np
+    from PIL import Image
 
-    return FamilyResult(**check_media_family(family, kind, exact_tol=EXACT_TOL,
-                                             recompute_tol=RECOMPUTE_TOL,
-                                             not_yet=NOT_YET[kind], seed=seed))
+    rng = np.random.default_rng(0)
+    return Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8))
+
+
+def _test_sound(seconds: float = 0.5) -> Any:
+    """``seconds`` of a 440 Hz tone in seeded noise at 16 kHz, float32."""
+    import numpy as np
+
+    from attnlab.tracing.media import SAMPLE_RATE
+
+    n = int(seconds * SAMPLE_RATE)
+    t = np.arange(n) / SAMPLE_RATE
+    noise = np.random.default_rng(0).standard_normal(n)
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * noise).clip(-1, 1).astype(np.float32)
+
+
+def _media_pairs(model: Any, family: str) -> list[tuple[Any, Any]]:
+    """(each stack of the trace of the family's tiny model, the model's own maps for it)."""
+    import transformers
+
+    from attnlab.tracing import media
+
+    if family in media.AUDIO_ENCODER_FAMILIES:
+        sound = _test_sound(0.1 if family not in media._FEATURE_ENCODERS else 1.0)
+        got = media.trace_audio(model, sound)
+        tower, _ = media._speech_model(model, family)
+        name = media._FEATURE_ENCODERS.get(family, "Wav2Vec2FeatureExtractor")
+        key = "input_features" if family in media._FEATURE_ENCODERS else "input_values"
+        with media._quiet():
+            fe = (transformers.ASTFeatureExtractor(
+                num_mel_bins=tower.config.num_mel_bins, max_length=tower.config.max_length)
+                if family == "audio-spectrogram-transformer" else getattr(transformers, name)())
+            inputs = {key: fe(sound, sampling_rate=media.SAMPLE_RATE, return_tensors="pt")[key]}
+        with torch.no_grad():
+            return [(got, tower(**inputs, output_attentions=True).attentions)]
+    if family in media.SPEECH_FAMILIES:
+        sound = _test_sound()
+        st = media.trace_audio(model, sound, target=[5, 9, 17, 2])
+        inputs = media._SpeechInput(model, family, None, sound, family, False).kwargs
+        with torch.no_grad():
+            out = model(**inputs, decoder_input_ids=torch.tensor([[1, 5, 9, 17, 2]]),
+                        output_attentions=True)
+        return [(st["encoder"], out.encoder_attentions), (st["decoder"], out.decoder_attentions),
+                (st["cross"], out.cross_attentions)]
+    img = _test_image()
+    got = media.trace_image(model, img)
+    tower, _ = media._vision_tower(model, family)
+    pixels, _, _ = media.image_inputs(tower, img, None)
+    with torch.no_grad():
+        return [(got, tower(pixel_values=pixels, output_attentions=True).attentions)]
+
+
+def check_media_family(family: str, kind: str, seq_len: int = SEQ_LEN, seed: int = 0
+                       ) -> FamilyResult:
+    """The support matrix's row of a vision or speech family: checked on its tiny model
+    (:func:`attnlab.tracing.tiny.tiny_media_model`: an image of 16 patches; 0.5 s of sound
+    in a 1 s window) against the model's own eager ``output_attentions``, every stack by
+    :func:`attnlab.tracing.verify.check_stack`; or refused with the reason
+    (:data:`attnlab.tracing.media.REFUSED_FAMILIES`); or ``not yet`` (the kind's reason).
+    ``seq_len`` is not used (the input's size is the model's)."""
+    from attnlab.tracing.media import REFUSED_FAMILIES
+    from attnlab.tracing.tiny import media_families, tiny_media_model
+
+    res = functools.partial(FamilyResult, family, kind)
+    if family in REFUSED_FAMILIES:
+        why = REFUSED_FAMILIES[family]
+        return res("no attention" if why.startswith("no attention") else "refused",
+                   why if why.startswith("no attention") else f"refused: {why}")
+    if family not in media_families():
+        what = ("audio input is traced for Whisper, Moonshine, Speech2Text and the speech "
+                "encoders of wav2vec 2.0's kind" if kind == "speech" else (
+                    "image input is traced for ViT-like families (a class token, registers "
+                    "and a grid of patches)"))
+        return res("not yet", f"{NOT_YET[kind]}: not checked ({what})")
+    try:
+        model = tiny_media_model(family, seed)
+    except Exception as exc:
+        return res("not built", f"not built: its tiny model fails offline ({_cause(exc)})")
+    res = functools.partial(res, model_class=type(model).__name__)
+    try:
+        pairs = _media_pairs(model, family)
+    except UnreadableAttentionError as exc:
+        return res("refused", f"refused: {exc}")
+    except Exception as exc:
+        return res("wrong", f"wrong: tracing fails ({_cause(exc)})")
+    checks = [check_stack(t, maps, recompute=True) for t, maps in pairs]
+    problems = [p if len(checks) == 1 else f"{c.stack}: {p}" for c in checks for p in c.problems]
+    largest = worst(checks)
+    first = pairs[0][0]
+    stacks = ", ".join(f"{t.stack} {t.seq_len}x{t.key_len}" for t, _ in pairs)
+    info = dict(layers=first.num_layers, heads=first.num_heads,
+                max_weight_error=largest["weights"], max_recompute_error=largest["recomputed"],
+                compared="; ".join(f"{c.stack}: {c.compared}" for c in checks if c.compared),
+                features=[("image: " if kind == "vision" else "audio: ") + stacks])
+    if problems:
+        return res("wrong", "wrong: " + "; ".join(problems), **info)
+    return res("exact", "", **info)
 
 
 #: How each kind of family is checked: kind -> ``checker(family, kind, seq_len, seed)``
@@ -712,8 +487,8 @@ CHECKERS: dict[str, Callable[[str, str, int, int], FamilyResult]] = {
     "decoder": _check,
     "encoder": _check,
     "encoder-decoder": _check_seq2seq,
-    "vision": _check_media,
-    "speech": _check_media,
+    "vision": check_media_family,
+    "speech": check_media_family,
 }
 
 

@@ -166,11 +166,11 @@ def test_real_models_name_their_heads():
 
 
 def test_progress_reports_every_tile_and_changes_nothing():
-    from attnlab.analysis.scores import _scan
+    from attnlab.analysis.scores import scan
 
     w = torch.softmax(torch.randn(2, 2, 30, 30), -1)
     seen = []
-    _scan(RowsOnlyTrace(w), tile_rows=8, on_tile=lambda done, total: seen.append((done, total)))
+    scan(RowsOnlyTrace(w), tile_rows=8, on_tile=lambda done, total: seen.append((done, total)))
     assert seen == [(8, 30), (16, 30), (24, 30), (30, 30)]
     quiet, shown = diagnose(RowsOnlyTrace(w)), diagnose(RowsOnlyTrace(w), progress=True)
     assert all(torch.equal(quiet.scores[k], shown.scores[k]) for k in quiet.scores)

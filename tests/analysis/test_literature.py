@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from oracles import own_scores
 from survey_helpers import tiny_gpt, tiny_hf
 
 from attnlab import cli
@@ -246,7 +247,7 @@ def test_own_scores_are_the_streamed_head_scores():
     t = AttentionTrace(tokens=[str(i) for i in TOKENS.tolist()], weights=a,
                        token_ids=TOKENS.tolist())
     streamed = head_scores(t, tile_rows=3)
-    dense = lit.own_scores(a, TOKENS)
+    dense = own_scores(a, TOKENS)
     assert set(dense) == set(streamed)
     for k in dense:
         assert torch.allclose(dense[k], streamed[k], atol=1e-6), k

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from oracles import own_scores
 from survey_helpers import WORDS, tiny_gpt, tiny_hf, write_corpus
 
 from attnlab import cli
@@ -125,7 +126,7 @@ def _reference(model, texts, cfg):
     for text in texts:
         ids = model.tokenizer.encode(text)[:cfg.max_tokens]
         (a,) = lit.attention_patterns(model, [ids])  # (L, H, n, n)
-        vals = lit.own_scores(a, ids)
+        vals = own_scores(a, ids)
         for name, ref in (("previous", lit.previous_token_pattern(len(ids))),
                           ("duplicate", lit.duplicate_token_pattern(ids)),
                           ("induction", lit.induction_pattern(ids))):
@@ -178,7 +179,7 @@ def _per_text(model, texts, cfg, score):
         if score in ("duplicate", "induction") and not lit.duplicate_token_pattern(ids).any():
             continue
         (a,) = lit.attention_patterns(model, [ids])
-        vals = lit.own_scores(a, ids)
+        vals = own_scores(a, ids)
         vals["gu-sink"] = lit.token_importance(a, causal=True)[..., 0]
         out.append(vals[score])
     return torch.stack(out)
@@ -221,8 +222,10 @@ def test_without_the_key_mask_a_batch_would_differ(bert, tmp_path, monkeypatch):
     corpus = Corpus(write_corpus(tmp_path / "c.txt", 6, lo=1, hi=40))
     cfg = dict(max_tokens=64, probes=False)
     one = survey(bert, corpus, tmp_path / "one", config=SurveyConfig(batch_size=1, **cfg))
-    real = lit._forward
-    monkeypatch.setattr(lit, "_forward",
+    from attnlab.tracing import runner
+
+    real = runner.forward
+    monkeypatch.setattr(runner, "forward",
                         lambda model, ids, mask: real(model, ids, torch.ones_like(mask)))
     leaky = survey(bert, corpus, tmp_path / "leaky", config=SurveyConfig(batch_size=6, **cfg))
     assert _max_diff(one.to_json(), leaky.to_json()) > 1e-3

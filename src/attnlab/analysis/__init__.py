@@ -2,9 +2,14 @@
 
 :mod:`attnlab.analysis.scores`: the per-head scores (entropy, maximum weight, sink mass,
 previous-token, self, duplicate-token and induction scores, mean attention distance) and
-the heads' pattern similarity. :mod:`attnlab.analysis.heads`: :func:`diagnose`, the roles
-heads earn, clusters of redundant heads. :mod:`attnlab.analysis.recompute`: the check that
-a trace's weights and context follow from its q, k and v.
+the heads' pattern similarity, streamed over a trace; their arithmetic, the sums of a tile
+of weights, is :mod:`attnlab.analysis.sums` (the survey's too). :mod:`attnlab.analysis
+.heads`: :func:`diagnose`, the roles heads earn, clusters of redundant heads.
+:mod:`attnlab.analysis.recompute`: the check that a trace's weights and context follow
+from its q, k and v. :mod:`attnlab.analysis.literature` (with
+:mod:`attnlab.analysis.detection`): the scores as the literature defines them;
+:mod:`attnlab.analysis.survey` (with :mod:`~attnlab.analysis.corpus` and
+:mod:`~attnlab.analysis.survey_result`): per-head statistics over a corpus.
 """
 
 from attnlab.analysis.heads import (

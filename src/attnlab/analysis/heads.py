@@ -28,17 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.analysis.scores import (
-    _check_trace,
-    _cosine,
-    _pool_block,
-    _scan,
-    _scores_from_sums,
-)
+from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, scan
+from attnlab.analysis.sums import scores_from_sums
+from attnlab.tracing.runner import check_loaded
 
 __all__ = ["POSITIONAL_SCORES", "ROLES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
            "cluster_heads", "diagnose", "diagnose_model", "induction_trace",
-           "repeated_random_tokens"]
+           "repeat_induction", "repeated_random_tokens"]
 
 #: Scores that place query ``i`` at key position ``i + Lk − Lq`` (the first key, the
 #: previous or same token, distances, earlier copies): defined when queries and keys are one
@@ -276,6 +272,22 @@ def _repeat_spec(induction: Any, period: int | None, start: int | None) -> tuple
     return period, start
 
 
+def repeat_induction(induction: Any, *, period: int | None = None, start: int | None = None,
+                     tile_rows: int | None = None) -> tuple[Tensor, dict[str, int]]:
+    """attnlab's ``repeat_induction``: TransformerLens's ``induction_head`` score over the
+    rows of the second copy of a repeated random sequence (``prefix + r + r``, the trace
+    of :func:`induction_trace`, or ``period``/``start`` given); (L, H) float64 and
+    ``{"period", "start", "tokens"}``."""
+    period, start = _repeat_spec(induction, period, start)
+    ids = getattr(induction, "token_ids", None)
+    if ids is None or len(ids) != induction.key_len:
+        ids = _repeat_ids(start, period, induction.key_len)
+    sums, _, _ = scan(induction, queries=range(start + period, start + 2 * period),
+                      token_ids=ids, tile_rows=tile_rows)
+    return (scores_from_sums(sums, True)["induction"],
+            {"period": period, "start": start, "tokens": induction.seq_len})
+
+
 @contextlib.contextmanager
 def _progress(show: bool, what: str) -> Iterator[Callable[[int, int], Any] | None]:
     """A rich progress bar on stderr, advanced by ``(done, total)`` calls; None if not
@@ -332,17 +344,17 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
             stacks={name: diagnose(t, thresholds=thresholds, tile_rows=tile_rows,
                                    max_blocks=max_blocks, progress=progress)
                     for name, t in trace.items()})
-    _check_trace(trace)
+    check_trace(trace)
     if induction is not None:
-        _check_trace(induction)
+        check_trace(induction)
     th = thresholds or Thresholds()
     if not isinstance(th, Thresholds):
         raise TypeError(f"thresholds must be a Thresholds, got {type(th).__name__}")
-    block = _pool_block(trace.seq_len, trace.key_len, max_blocks)
+    block = pool_block(trace.seq_len, trace.key_len, max_blocks)
     with _progress(progress, "scoring heads (query rows)") as on_tile:
-        sums, pooled, with_ids = _scan(trace, tile_rows=tile_rows, pool_block=block,
-                                       on_tile=on_tile)
-    scores = _scores_from_sums(sums, with_ids)
+        sums, pooled, with_ids = scan(trace, tile_rows=tile_rows, pool_block=block,
+                                      on_tile=on_tile)
+    scores = scores_from_sums(sums, with_ids)
     meta: dict[str, Any] = {"similarity_block": block}
     stack = getattr(trace, "stack", "self")
     if stack != "self":
@@ -357,16 +369,9 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         if shape != (trace.num_layers, trace.num_heads):
             raise ValueError(f"induction trace has (L, H)={shape}, trace has "
                              f"{(trace.num_layers, trace.num_heads)}: not the same model")
-        period, start = _repeat_spec(induction, period, start)
-        ids = getattr(induction, "token_ids", None)
-        if ids is None or len(ids) != induction.key_len:
-            ids = _repeat_ids(start, period, induction.key_len)
-        ind_sums, _, _ = _scan(induction, queries=range(start + period, start + 2 * period),
-                               token_ids=ids, tile_rows=tile_rows)
-        scores["repeat_induction"] = _scores_from_sums(ind_sums, True)["induction"]
-        meta["induction"] = {"period": period, "start": start,
-                             "tokens": induction.seq_len}
-    sim = _cosine(pooled)
+        scores["repeat_induction"], meta["induction"] = repeat_induction(
+            induction, period=period, start=start, tile_rows=tile_rows)
+    sim = pattern_cosine(pooled)
     return HeadDiagnostics(model=str(getattr(trace, "model", "") or ""),
                            tokens=list(trace.tokens), scores=scores, similarity=sim,
                            clusters=cluster_heads(sim, th.cluster_similarity),
@@ -417,18 +422,8 @@ def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int
     return list(prefix) + r + r
 
 
+#: What :func:`induction_trace` and :func:`diagnose_model` read of a loaded model.
 _LOADED = ("model", "tokenizer", "name", "causal", "max_length")
-
-
-def _check_loaded(model: Any, needs: tuple[str, ...] = _LOADED) -> None:
-    """Refuse anything but an already-loaded model that has every attribute in ``needs``."""
-    missing = [a for a in needs if not hasattr(model, a)]
-    if missing:
-        raise TypeError(
-            "model must be an already-loaded model (as attnlab.models.load gives: with "
-            f"{', '.join(needs)}), got {type(model).__name__}"
-            + (" (load it by name first)" if isinstance(model, str) else
-               f" without {', '.join(missing)}"))
 
 
 def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
@@ -441,7 +436,7 @@ def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
     cut to fit the model. The trace's ``meta["repeated_random"]`` records ``period``,
     ``start`` (prefix length) and ``seed`` for :func:`diagnose`.
     """
-    _check_loaded(model)
+    check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
     if not model.causal:
@@ -481,7 +476,7 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     An encoder–decoder model is traced with ``text`` as its source and ``target`` (or its
     own generation) and diagnosed stack by stack (:class:`StackedDiagnostics`).
     """
-    _check_loaded(model)
+    check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
     kw = {} if target is None else {"target": target}

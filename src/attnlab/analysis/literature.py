@@ -20,321 +20,62 @@ Sources, as read:
   (ICLR 2025, arXiv:2410.10781): token importance, the sink criterion with ε = 0.3,
   Sink%.
 
-Every function comes in the form that takes attention patterns — dense tensors
-``(..., N, N)``, rows summing to 1, query ``i`` and key ``j`` both positions in one
-sequence — which is how the sources state them, and, where a model is needed, in a form
-that takes an already-loaded model (duck-typed like :class:`attnlab.models.LoadedModel`)
-and builds the inputs the source uses. :func:`text_scores` computes the text-based scores
-from an :class:`~attnlab.tracing.AttentionTrace` streamed over tiles of rows (no N x N
-tensor), for long texts. Everything is computed in float64 from float32 weights.
+Every score comes in the form that takes attention patterns — dense tensors
+``(..., N, N)``, rows summing to 1, which is how the sources state them
+(:mod:`attnlab.analysis.detection`, re-exported here) — and, where a model is needed, in a
+form that takes an already-loaded model (duck-typed like
+:class:`attnlab.models.LoadedModel`) and builds the inputs the source uses, run as padded
+batches by :func:`attnlab.tracing.runner.for_each_layer`. :func:`text_scores` computes the
+text-based scores from an :class:`~attnlab.tracing.AttentionTrace` streamed over tiles of
+rows (no N x N tensor), for long texts, with the sums of :mod:`attnlab.analysis.sums`:
+where a literature score is one of attnlab's (TransformerLens's ``"mul"`` measure is
+attnlab's share of mass), it is computed by attnlab's code, not restated. Everything is
+computed in float64 from float32 weights.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.analysis.heads import _check_loaded as _check_loaded_as
-from attnlab.analysis.scores import _SUMS, _scan, _scores_from_sums
-from attnlab.core.weights import shaped_weights
-from attnlab.tracing.adapters.huggingface import is_hf_model
-from attnlab.tracing.capture import capture
+from attnlab._text import too_long
+from attnlab.analysis.detection import (
+    EPSILON,
+    ERROR_MEASURES,
+    HEAD_NAMES,
+    abs_from_sums,
+    demo_induction_stripe,
+    detection_pattern,
+    duplicate_token_pattern,
+    head_similarity,
+    induction_pattern,
+    prefix_matching_score,
+    previous_token_pattern,
+    sink_percent,
+    token_importance,
+)
+from attnlab.analysis.heads import induction_trace, repeat_induction
+from attnlab.analysis.scores import head_scores, scan
+from attnlab.analysis.sums import SUMS, Occurrences, scores_from_sums
+from attnlab.tracing.runner import attention_patterns, check_loaded, for_each_layer, vocab_size
+from attnlab.tracing.tracer import trace as run_trace
 
 __all__ = [
-    "DEFINITIONS", "EPSILON", "HEAD_NAMES", "Definition", "attention_patterns",
-    "compute_definitions", "demo_induction_score", "demo_induction_stripe", "detect_head",
-    "detection_pattern", "duplicate_token_pattern", "for_each_layer", "gu_sink_rate",
-    "head_similarity", "induction_pattern", "literature_ids", "own_scores",
-    "prefix_matching", "prefix_matching_score", "previous_token_pattern", "sink_percent",
-    "text_scores", "token_importance",
+    "DEFINITIONS", "EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "Definition",
+    "abs_from_sums", "attention_patterns", "compute_definitions", "demo_induction_score",
+    "demo_induction_stripe", "detect_head", "detection_pattern", "duplicate_token_pattern",
+    "for_each_layer", "gu_sink_rate", "head_similarity", "induction_pattern",
+    "literature_ids", "prefix_matching", "prefix_matching_score", "previous_token_pattern",
+    "sink_percent", "text_scores", "token_importance",
 ]
 
-#: TransformerLens's named detection patterns.
-HEAD_NAMES = ("previous_token_head", "duplicate_token_head", "induction_head")
-ERROR_MEASURES = ("mul", "abs")
-#: Gu et al.'s threshold: a head has an attention sink when the first token's importance
-#: exceeds it.
-EPSILON = 0.3
-
-
 # --------------------------------------------------------------------------------------
-# TransformerLens head detector: detection patterns and the similarity score
+# the inputs the sources use
 # --------------------------------------------------------------------------------------
-
-
-def previous_token_pattern(n: int) -> Tensor:
-    """TransformerLens ``get_previous_token_head_detection_pattern``: (n, n) float32 with
-    ones at ``(i, i - 1)`` for ``i >= 1`` (the diagonal just below the main one), zeros
-    elsewhere.
-
-    >>> previous_token_pattern(3).tolist()
-    [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
-    """
-    _check_length(n)
-    p = torch.zeros(n, n)
-    p[1:, :-1] = torch.eye(n - 1)
-    return torch.tril(p)
-
-
-def duplicate_token_pattern(tokens: Sequence[int] | Tensor) -> Tensor:
-    """TransformerLens ``get_duplicate_token_head_detection_pattern``: (n, n) float32 with
-    ones at ``(i, j)`` for ``j < i`` and ``x_j = x_i`` (earlier copies of the query's
-    token; the diagonal is zeroed, the upper triangle dropped).
-
-    >>> duplicate_token_pattern([5, 7, 5]).tolist()
-    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-    """
-    t = _ids_tensor(tokens)
-    eq = (t[None, :] == t[:, None]).float()
-    eq.fill_diagonal_(0.0)
-    return torch.tril(eq)
-
-
-def induction_pattern(tokens: Sequence[int] | Tensor) -> Tensor:
-    """TransformerLens ``get_induction_head_detection_pattern``: the duplicate pattern
-    shifted one key to the right (first column zero, lower triangle kept): ones at
-    ``(i, j)`` for ``1 <= j <= i`` and ``x_{j-1} = x_i``, the token right after an earlier
-    copy of the query's token.
-
-    >>> induction_pattern([5, 7, 5]).tolist()
-    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
-    """
-    dup = duplicate_token_pattern(tokens)
-    out = torch.zeros_like(dup)
-    out[:, 1:] = dup[:, :-1]
-    return torch.tril(out)
-
-
-def detection_pattern(name: str, tokens: Sequence[int] | Tensor) -> Tensor:
-    """The named TransformerLens detection pattern (one of :data:`HEAD_NAMES`) for
-    ``tokens``."""
-    if name == "previous_token_head":
-        return previous_token_pattern(len(_ids_tensor(tokens)))
-    if name == "duplicate_token_head":
-        return duplicate_token_pattern(tokens)
-    if name == "induction_head":
-        return induction_pattern(tokens)
-    raise ValueError(f"detection_pattern must be one of {', '.join(HEAD_NAMES)}, got {name!r}")
-
-
-def head_similarity(patterns: Tensor, detection: Tensor, *, error_measure: str = "mul",
-                    exclude_bos: bool = False, exclude_current_token: bool = False,
-                    round_abs: bool = True) -> Tensor:
-    """TransformerLens ``compute_head_attention_similarity_score`` for every pattern of
-    ``patterns`` (..., N, N) against one ``detection`` pattern (N, N); float64 (...).
-
-    * ``"mul"``: ``sum(A * P) / sum(A)``, where ``exclude_bos`` first zeroes the attention
-      to key 0 and ``exclude_current_token`` the diagonal (of A, so the denominator
-      changes too): the share of the head's attention that falls on the pattern.
-    * ``"abs"``: ``1 - round(sum|A - P| / N, 3)`` (TransformerLens writes it
-      ``1 - round(mean|A - P| * N, 3)``), with the exclusions zeroing those entries of
-      ``|A - P|``; 1 is a perfect match, -1 a perfect mismatch. TransformerLens asserts
-      that ``|A - P|`` is lower triangular (a causal pattern): a pattern with weight above
-      the diagonal is refused here too. ``round_abs=False`` skips the rounding to 3
-      decimals (for averaging many texts without rounding each).
-
-    >>> a = torch.tensor([[1.0, 0.0], [0.25, 0.75]])
-    >>> p = previous_token_pattern(2)
-    >>> head_similarity(a, p).item(), head_similarity(a, p, error_measure="abs").item()
-    (0.125, -0.25)
-    """
-    if error_measure not in ERROR_MEASURES:
-        raise ValueError(f"error_measure must be one of {', '.join(ERROR_MEASURES)}, got "
-                         f"{error_measure!r}")
-    if not isinstance(patterns, Tensor) or patterns.dim() < 2 or (
-            patterns.shape[-1] != patterns.shape[-2]):
-        got = tuple(patterns.shape) if isinstance(patterns, Tensor) else type(patterns).__name__
-        raise ValueError(f"patterns must be square attention patterns (..., N, N), got {got}")
-    n = patterns.shape[-1]
-    if not isinstance(detection, Tensor) or tuple(detection.shape) != (n, n):
-        got = tuple(detection.shape) if isinstance(detection, Tensor) else type(detection)
-        raise ValueError(f"detection must be an ({n}, {n}) pattern, got {got}")
-    if bool((detection.triu(1) != 0).any()):
-        raise ValueError("detection must be lower triangular (TransformerLens refuses a "
-                         "detection pattern with entries above the diagonal)")
-    a = patterns.double()
-    p = detection.double()
-    if error_measure == "mul":
-        if exclude_bos or exclude_current_token:
-            a = a.clone()
-            if exclude_bos:
-                a[..., :, 0] = 0.0
-            if exclude_current_token:
-                a.diagonal(dim1=-2, dim2=-1).zero_()
-        return (a * p).sum((-2, -1)) / a.sum((-2, -1))
-    diff = (a - p).abs()
-    if bool((diff.triu(1) != 0).any()):
-        raise ValueError("the 'abs' error measure needs causal (lower-triangular) attention "
-                         "patterns: TransformerLens asserts |A - P| is lower triangular; "
-                         "use error_measure='mul' for a bidirectional model")
-    if exclude_bos:
-        diff[..., :, 0] = 0.0
-    if exclude_current_token:
-        diff.diagonal(dim1=-2, dim2=-1).zero_()
-    raw = diff.sum((-2, -1)) / n
-    if not round_abs:
-        return 1.0 - raw
-    return torch.tensor([1.0 - round(v, 3) for v in raw.flatten().tolist()],
-                        dtype=torch.float64).reshape(raw.shape)
-
-
-# --------------------------------------------------------------------------------------
-# Gu et al.: token importance, the sink criterion, Sink%
-# --------------------------------------------------------------------------------------
-
-
-def token_importance(patterns: Tensor, *, causal: bool) -> Tensor:
-    """Gu et al. (2025), eq. of the attention-sink metric: the importance of key ``k``,
-    ``alpha_k = (1 / |Q_k|) * sum_{i in Q_k} A_ik``, where ``Q_k`` are the queries that can
-    see key ``k``: ``i >= k`` when causal (``1 / (T - k + 1) * sum_{i=k}^{T}`` in the
-    paper's 1-based notation), every query otherwise. ``patterns`` (..., N, N) ->
-    float64 (..., N).
-
-    >>> a = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
-    >>> token_importance(a, causal=True).tolist()
-    [0.75, 0.5]
-    """
-    _check_square("patterns", patterns)
-    n = patterns.shape[-1]
-    seen_by = (n - torch.arange(n)).double() if causal else torch.full((n,), float(n),
-                                                                         dtype=torch.float64)
-    return patterns.double().sum(-2) / seen_by
-
-
-def sink_percent(importance_first: Tensor, *, epsilon: float = EPSILON) -> float:
-    """Gu et al.'s Sink%: 100 x the share of (sample, layer, head) whose first-token
-    importance ``alpha_1`` exceeds ``epsilon`` (strictly), from ``importance_first`` of any
-    shape (e.g. (samples, L, H)).
-
-    >>> sink_percent(torch.tensor([[0.9, 0.3], [0.31, 0.0]], dtype=torch.float64))
-    50.0
-    """
-    if importance_first.numel() == 0:
-        raise ValueError("importance_first is empty: no (sample, layer, head) to count")
-    return float((importance_first.double() > epsilon).double().mean()) * 100.0
-
-
-# --------------------------------------------------------------------------------------
-# Repeated random tokens: the TransformerLens demo, Olsson et al.'s prefix matching
-# --------------------------------------------------------------------------------------
-
-
-def demo_induction_stripe(patterns: Tensor, seq_len: int) -> Tensor:
-    """TransformerLens main demo, ``induction_score_hook``: the mean of the attention
-    pattern's diagonal at offset ``1 - seq_len`` (query ``i`` to key ``i - seq_len + 1``,
-    for ``i = seq_len - 1 ... 2 seq_len - 1``: ``seq_len + 1`` entries) of patterns
-    (..., 2 seq_len, 2 seq_len) of a sequence repeated twice; float64 (...). The demo
-    averages this over its batch as well (:func:`demo_induction_score`).
-
-    >>> demo_induction_stripe(torch.eye(4), 2).item()  # the identity has no stripe at -1
-    0.0
-    """
-    _check_square("patterns", patterns)
-    if patterns.shape[-1] != 2 * seq_len:
-        raise ValueError(f"patterns must be of a sequence of {seq_len} tokens repeated twice "
-                         f"({2 * seq_len} tokens), got {patterns.shape[-1]}")
-    return patterns.double().diagonal(offset=1 - seq_len, dim1=-2, dim2=-1).mean(-1)
-
-
-def prefix_matching_score(patterns: Tensor, *, period: int, repeats: int = 2,
-                          start: int = 0) -> Tensor:
-    """Olsson et al. (2022), prefix matching: on ``start`` prefix tokens followed by a
-    sequence of ``period`` distinct tokens repeated ``repeats`` times, the attention each
-    token of a later repeat pays to the tokens right after its earlier occurrences,
-    ``sum_{c < r} A[i, start + c * period + t + 1]`` for the query ``i`` at offset ``t`` of
-    repeat ``r >= 1``, averaged over those queries; float64 (...).
-
-    Unlike the TransformerLens demo stripe it scores only the queries of the later
-    repeats, and counts every earlier occurrence when there are more than two repeats.
-
-    >>> a = torch.zeros(4, 4); a[:, 0] = 1.0; a[2, 1] = 1.0; a[2, 0] = 0.0
-    >>> prefix_matching_score(a, period=2).item()  # row 2 on key 1; row 3 on key 0
-    0.5
-    """
-    _check_square("patterns", patterns)
-    n = patterns.shape[-1]
-    if period < 1 or repeats < 2 or start < 0 or start + period * repeats > n:
-        raise ValueError(f"period={period}, repeats={repeats}, start={start} need period "
-                         f">= 1, repeats >= 2 and start + period * repeats <= N = {n}")
-    rows, cols = [], []
-    for r in range(1, repeats):
-        for t in range(period):
-            i = start + r * period + t
-            for c in range(r):
-                rows.append(i)
-                cols.append(start + c * period + t + 1)
-    a = patterns.double()
-    hit = a[..., torch.tensor(rows), torch.tensor(cols)].sum(-1)
-    return hit / ((repeats - 1) * period)
-
-
-# --------------------------------------------------------------------------------------
-# attnlab's own scores, on dense patterns (the same definitions as analysis.scores)
-# --------------------------------------------------------------------------------------
-
-
-def own_scores(patterns: Tensor, token_ids: Sequence[int] | Tensor | None = None
-               ) -> dict[str, Tensor]:
-    """attnlab's scores of :mod:`attnlab.analysis.scores` (same names, same definitions)
-    on dense self-attention patterns (..., N, N): name -> float64 (...).
-
-    With ``m_i`` the mass of row ``i`` and ``M = sum_i m_i``: ``entropy`` = mean row
-    entropy in nats ``sum_i -sum_j A log A / M``; ``max_weight`` = ``sum_i max_j A_ij / M``;
-    ``sink`` = attention on key 0 over the rows ``i >= 1``, divided by their mass;
-    ``previous`` / ``diagonal`` = mass fraction on ``j = i - 1`` / ``j = i``; ``distance``
-    = ``sum_ij A_ij |i - j| / M``; ``duplicate`` / ``induction`` (with ``token_ids``) =
-    mass fraction on TransformerLens's duplicate / induction patterns. ``previous``,
-    ``duplicate`` and ``induction`` are the TransformerLens ``"mul"`` scores.
-
-    >>> s = own_scores(torch.eye(3))
-    >>> s["diagonal"].item(), s["entropy"].item(), s["distance"].item()
-    (1.0, 0.0, 0.0)
-    """
-    _check_square("patterns", patterns)
-    n = patterns.shape[-1]
-    a = patterns.double()
-    m = a.sum(-1)
-    mass = m.sum(-1)
-    pos = torch.arange(n)
-    plogp = torch.where(a > 0, a * a.clamp_min(1e-300).log(), torch.zeros((), dtype=a.dtype))
-
-    def ratio(num: Tensor, den: Tensor) -> Tensor:
-        return torch.where(den > 0, num / den.clamp_min(1e-300), torch.zeros_like(num))
-
-    out = {
-        "entropy": ratio(-plogp.sum((-2, -1)), mass) + 0.0,
-        "max_weight": ratio(a.amax(-1).sum(-1), mass),
-        "sink": ratio(a[..., 1:, 0].sum(-1), m[..., 1:].sum(-1)),
-        "previous": ratio(a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1), mass),
-        "diagonal": ratio(a.diagonal(dim1=-2, dim2=-1).sum(-1), mass),
-        "distance": ratio((a * (pos[:, None] - pos[None, :]).abs().double()).sum((-2, -1)),
-                          mass),
-    }
-    if token_ids is not None:
-        ids = _ids_tensor(token_ids)
-        if ids.numel() != n:
-            raise ValueError(f"token_ids must give one id per position ({n}), got "
-                             f"{ids.numel()}")
-        out["duplicate"] = ratio((a * duplicate_token_pattern(ids).double()).sum((-2, -1)),
-                                 mass)
-        out["induction"] = ratio((a * induction_pattern(ids).double()).sum((-2, -1)), mass)
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# running a loaded model: the inputs the sources use, and its dense patterns
-# --------------------------------------------------------------------------------------
-
-_LOADED = ("model", "tokenizer", "name", "causal", "num_layers", "max_length")
-
-
-def _check_loaded(model: Any) -> None:
-    _check_loaded_as(model, _LOADED)
 
 
 def literature_ids(tokenizer: Any, text: str) -> list[int]:
@@ -351,118 +92,6 @@ def literature_ids(tokenizer: Any, text: str) -> list[int]:
     if isinstance(bos, int):
         return [bos] + [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
     return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
-
-
-def _vocab_size(model: Any) -> int | None:
-    net = model.model
-    if is_hf_model(net):
-        emb = net.get_input_embeddings()
-        n = getattr(emb, "num_embeddings", None)
-        return n if isinstance(n, int) else None
-    n = getattr(getattr(net, "config", None), "vocab_size", None)
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
-
-
-def _forward(model: Any, ids: Tensor, mask: Tensor) -> None:
-    net = model.model
-    if is_hf_model(net):
-        base = getattr(net, "base_model", net)  # no vocabulary logits
-        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask.long()}
-        if "use_cache" in inspect.signature(base.forward).parameters:
-            kwargs["use_cache"] = False
-        base(**kwargs)
-        return
-    if type(net).__name__ == "Transformer" and hasattr(net, "encode"):
-        raise TypeError(f"model {model.name!r} is an encoder-decoder: give a decoder-only or "
-                        "an encoder model")
-    if not bool(mask.all()) and not model.causal:
-        raise ValueError(f"model {model.name!r} takes no padding mask and is not causal: "
-                         "give inputs of one length per batch")
-    net(ids)  # causal: the padding on the right is never seen by the real tokens
-
-
-def _dense(record: Any) -> Tensor:
-    """(B, H, Lq, Lk) float32 weights ``exp(s - lse)`` of a captured record, every head of
-    a batch element in one call (grouped key/value heads read by index, not copied per
-    head)."""
-    q, k, lse = record.q, record.k, record.lse
-    b, h, lq, _ = q.shape
-    lk = k.shape[2]
-    kv = torch.arange(h) // (h // k.shape[1])
-    heads = list(range(h))
-    rows = torch.arange(lq)
-    out = torch.empty(b, h, lq, lk)
-    for bi in range(b):
-        out[bi] = shaped_weights(q[bi], k[bi, kv], lse[bi], record.shapes[bi], rows=rows,
-                                 head=heads, lq=lq, lk=lk)
-    return out
-
-
-def for_each_layer(model: Any, batch: Sequence[Sequence[int]],
-                   on_layer: Callable[[int, Tensor], Any]) -> None:
-    """Run ``batch`` (token id lists, any lengths) through ``model`` in one forward pass,
-    padded on the right with the padding hidden by the key mask, and call
-    ``on_layer(layer, weights)`` with each layer's dense weights (B, H, N, N) float32 on
-    the CPU as the layer runs: only one layer's weights exist at a time. Input ``b``'s own
-    pattern is ``weights[b, :, :n_b, :n_b]`` (the key mask makes the padded keys 0 and the
-    real rows sum to 1)."""
-    _check_loaded(model)
-    if not batch or any(len(x) == 0 for x in batch):
-        raise ValueError("batch must hold at least one non-empty list of token ids")
-    vocab = _vocab_size(model)
-    lo = min(min(x) for x in batch)
-    hi = max(max(x) for x in batch)
-    if lo < 0 or (vocab is not None and hi >= vocab):
-        raise ValueError(f"token ids in [{lo}, {hi}] lie outside the vocabulary [0, {vocab}) "
-                         f"of {model.name}")
-    n = max(len(x) for x in batch)
-    if n > int(model.max_length):
-        raise ValueError(f"an input of {n} tokens is longer than {model.name} accepts "
-                         f"({model.max_length})")
-    pad = getattr(model.tokenizer, "pad_token_id", None)
-    pad = pad if isinstance(pad, int) and 0 <= pad < (vocab or pad + 1) else 0
-    ids = torch.full((len(batch), n), pad, dtype=torch.long)
-    mask = torch.zeros(len(batch), n, dtype=torch.bool)
-    for b, x in enumerate(batch):
-        ids[b, :len(x)] = torch.tensor(list(x), dtype=torch.long)
-        mask[b, :len(x)] = True
-    net = model.model
-    try:
-        device = next(net.parameters()).device
-    except StopIteration:
-        device = torch.device("cpu")
-    seen = [0]
-    was_training = net.training
-    net.eval()
-    try:
-        with torch.no_grad(), capture(net, qkv=True) as cap:
-            def take(record: Any) -> None:
-                cap.records.clear()  # nothing kept: the caller reduces each layer
-                if record.dims[1:] == (n, n):
-                    on_layer(seen[0], _dense(record))
-                    seen[0] += 1
-
-            cap.on_record = take
-            _forward(model, ids.to(device), mask.to(device))
-    finally:
-        net.train(was_training)
-    if seen[0] != int(model.num_layers):
-        raise ValueError(f"{model.name}: {seen[0]} self-attention layers ran, the model "
-                         f"declares {model.num_layers}")
-
-
-def attention_patterns(model: Any, batch: Sequence[Sequence[int]]) -> list[Tensor]:
-    """The dense patterns (L, H, n_b, n_b) float32 of each input of ``batch``, run as one
-    padded batch (:func:`for_each_layer`). Short inputs only: L x H x N² floats each."""
-    lengths = [len(x) for x in batch]
-    layers: list[list[Tensor]] = [[] for _ in batch]
-
-    def keep(layer: int, w: Tensor) -> None:
-        for b, n in enumerate(lengths):
-            layers[b].append(w[b, :, :n, :n].clone())
-
-    for_each_layer(model, batch, keep)
-    return [torch.stack(ls) for ls in layers]
 
 
 # --------------------------------------------------------------------------------------
@@ -487,7 +116,7 @@ def detect_head(model: Any, seq: str | Sequence[str], detection: str | Tensor, *
     exclusions whatever was asked; here each string is scored with the arguments given
     (the same numbers for ``"mul"`` without exclusions).
     """
-    _check_loaded(model)
+    check_loaded(model)
     if isinstance(seq, (list, tuple)):
         if not seq:
             raise ValueError("seq is an empty list: give at least one string")
@@ -515,7 +144,7 @@ def _id_pool(model: Any, low: int, high: int) -> tuple[Tensor | None, list[int],
     proportions of the vocabulary ``V``, ``[V // 10, V)`` (TransformerLens's 1,000-10,000
     is 10 % to 100 % of 10,000) without the tokenizer's special ids. Returns (pool or
     None, [lo, hi), scaled)."""
-    vocab = _vocab_size(model)
+    vocab = vocab_size(model)
     if vocab is None or vocab >= high:
         return None, [low, high], False
     lo = vocab // 10
@@ -540,7 +169,7 @@ def demo_induction_score(model: Any, *, batch: int = 10, seq_len: int = 50,
     ``seq_len`` cut to half the model's context when ``2 seq_len`` exceeds it. ``seed`` seeds a
     ``torch.Generator`` (the demo uses the global generator).
     """
-    _check_loaded(model)
+    check_loaded(model)
     pool, span, scaled_ids = _id_pool(model, low, high)
     n = min(seq_len, int(model.max_length) // 2)
     if n < 2:
@@ -569,7 +198,7 @@ def prefix_matching(model: Any, *, period: int = 25, repeats: int = 4, batch: in
     returned info says) repeated ``repeats`` times; :func:`prefix_matching_score` averaged over the
     batch. Returns (L, H) float64 and what was used. The sizes are attnlab's defaults, not
     the paper's: any can be given."""
-    _check_loaded(model)
+    check_loaded(model)
     pool, span, scaled = _id_pool(model, low, high)
     if pool is None:
         pool = torch.arange(low, high)
@@ -601,7 +230,7 @@ def gu_sink_rate(model: Any, texts: Sequence[str], *, tokens: int = 64,
     (:func:`token_importance`) in every layer and head, and the share with importance
     above ``epsilon``. Returns ``{"sink_percent", "per_head" (L, H share of samples),
     "importance" (L, H mean alpha_1), "samples", "skipped"}``."""
-    _check_loaded(model)
+    check_loaded(model)
     inputs = []
     skipped = 0
     for t in texts:
@@ -648,26 +277,18 @@ def text_scores(trace: Any, *, tile_rows: int | None = None) -> dict[str, Tensor
     if ids is None or len(ids) != n:
         raise ValueError("text_scores needs the trace's token ids (trace token ids, or a "
                          "text with its tokenizer)")
-    sums, _, _ = _scan(trace, token_ids=ids, tile_rows=tile_rows)
-    s = dict(zip(_SUMS, sums.unbind(-1)))
-    own = _scores_from_sums(sums, True)
+    sums, _, _ = scan(trace, token_ids=ids, tile_rows=tile_rows)
+    s = dict(zip(SUMS, sums.unbind(-1)))
+    own = scores_from_sums(sums, True)
     out = {"tl-previous-mul": own["previous"], "tl-duplicate-mul": own["duplicate"],
            "tl-induction-mul": own["induction"]}
     if trace.causal:
-        dup = int(duplicate_token_pattern(ids).sum())
-        sizes = {"previous": n - 1, "duplicate": dup, "induction": dup}
-        for key, size in sizes.items():
-            raw = (s["mass"] - 2.0 * s[key] + size) / n
-            out[f"tl-{key}-abs"] = torch.tensor([1.0 - round(v, 3) for v in
-                                                 raw.flatten().tolist()],
-                                                dtype=torch.float64).reshape(raw.shape)
-    seen = float(n)  # every query sees key 0: itself when causal, all keys otherwise
-    alpha = torch.zeros(trace.num_layers, trace.num_heads, dtype=torch.float64)
-    for layer in range(trace.num_layers):
-        for head in range(trace.num_heads):
-            col = trace.weights_tile(layer, head, range(n), range(1))
-            alpha[layer, head] = col.double().sum() / seen
-    out["gu-sink"] = alpha
+        dup = float(Occurrences(torch.as_tensor(ids)).rank.sum())  # ones of the pattern
+        for key, size in (("previous", n - 1), ("duplicate", dup), ("induction", dup)):
+            out[f"tl-{key}-abs"] = abs_from_sums(s["mass"], s[key], size, n)
+    # every query sees key 0 (itself when causal, all keys otherwise): alpha_1 is the
+    # first token's mass over the N queries
+    out["gu-sink"] = s["first"] / n
     return out
 
 
@@ -752,30 +373,6 @@ DEFINITIONS: dict[str, Definition] = {d.name: d for d in (
 )}
 
 
-# --------------------------------------------------------------------------------------
-# small checks
-# --------------------------------------------------------------------------------------
-
-
-def _check_length(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-
-
-def _check_square(name: str, t: Any) -> None:
-    if not isinstance(t, Tensor) or t.dim() < 2 or t.shape[-1] != t.shape[-2]:
-        got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-        raise ValueError(f"{name} must be square attention patterns (..., N, N), got {got}")
-
-
-def _ids_tensor(tokens: Sequence[int] | Tensor) -> Tensor:
-    t = torch.as_tensor(tokens).flatten()
-    if t.numel() == 0 or t.is_floating_point():
-        raise ValueError(f"tokens must be a non-empty sequence of token ids, got {tokens!r}")
-    return t.long()
-
-
-
 def compute_definitions(model: Any, text: str, names: Sequence[str] | None = None, *,
                         seed: int = 0, truncate: bool = False,
                         own: dict[str, Tensor] | None = None) -> dict[str, dict[str, Any]]:
@@ -790,11 +387,7 @@ def compute_definitions(model: Any, text: str, names: Sequence[str] | None = Non
     or taken from ``own`` (name -> (L, H), e.g. :class:`HeadDiagnostics` scores); the
     probes on generated random tokens (``seed``).
     """
-    _check_loaded(model)
-    from attnlab.analysis.heads import diagnose, induction_trace
-    from attnlab.analysis.scores import head_scores
-    from attnlab.tracing.tracer import trace as run_trace
-
+    check_loaded(model)
     wanted = list(DEFINITIONS) if names is None else list(names)
     unknown = [n for n in wanted if n not in DEFINITIONS]
     if unknown:
@@ -808,10 +401,8 @@ def compute_definitions(model: Any, text: str, names: Sequence[str] | None = Non
         limit = int(model.max_length)
         if len(ids) > limit:
             if not truncate:
-                raise ValueError(
-                    f"the text is {len(ids)} tokens as TransformerLens feeds it (BOS first); "
-                    f"{model.name} accepts at most {limit}: shorten it, or truncate (CLI: "
-                    f"--truncate) to keep the first {limit}")
+                raise ValueError(too_long("text", len(ids), limit,
+                                          "tokens as TransformerLens feeds it (BOS first)"))
             ids = ids[:limit]
         t = run_trace(model, ids)
         got = text_scores(t)
@@ -834,11 +425,8 @@ def compute_definitions(model: Any, text: str, names: Sequence[str] | None = Non
         elif not model.causal:
             out["repeat_induction"] = {"unavailable": "needs a causal model"}
         else:
-            ind = induction_trace(model, seed=seed)
-            t = run_trace(model, text, truncate=truncate, merge_pieces=False)
-            d = diagnose(t, induction=ind)
-            out["repeat_induction"] = {"scores": d.scores["repeat_induction"],
-                                       "info": d.meta.get("induction", {})}
+            s, info = repeat_induction(induction_trace(model, seed=seed))
+            out["repeat_induction"] = {"scores": s, "info": info}
     if "tl-demo-induction" in wanted:
         s, info = demo_induction_score(model, seed=seed)
         out["tl-demo-induction"] = {"scores": s, "info": info}

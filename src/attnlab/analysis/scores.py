@@ -4,7 +4,8 @@ Every score is computed in one pass over the query rows of a trace, a tile of ro
 time, from the trace's on-demand weights (``trace.weights_rows``): the memory is
 O(tile_rows x Lk) for one head at a time, and ``trace.weights`` (dense) is never used.
 The same code serves traces that keep q, k and the log-sum-exp and traces that keep dense
-weights.
+weights; its arithmetic (each tile's sums, the scores from them) is
+:mod:`attnlab.analysis.sums`, the one the survey uses on its batches too.
 
 Notation: a head's weights ``W`` (Lq x Lk), rows summing to 1 (0 for a fully masked row);
 query ``i`` sits at key position ``p_i = i + Lk - Lq`` (bottom-right alignment: ``p_i = i``
@@ -52,6 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
 from attnlab.core.scores import row_tiles
 
 __all__ = ["SCORE_NAMES", "head_scores", "pattern_similarity"]
@@ -60,13 +62,9 @@ __all__ = ["SCORE_NAMES", "head_scores", "pattern_similarity"]
 SCORE_NAMES = ("entropy", "max_weight", "sink", "previous", "diagonal", "distance",
                "duplicate", "induction")
 
-# accumulated sums per head, in this order
-_SUMS = ("mass", "entropy", "max_weight", "sink", "sink_mass", "previous", "diagonal",
-         "distance", "duplicate", "induction")
-_TINY = torch.finfo(torch.float32).tiny
 
-
-def _check_trace(trace: Any) -> None:
+def check_trace(trace: Any) -> None:
+    """Refuse anything but a trace with on-demand weights (an ``AttentionTrace``)."""
     need = ("weights_rows", "num_layers", "num_heads", "seq_len", "key_len")
     missing = [n for n in need if not hasattr(trace, n)]
     if missing:
@@ -104,69 +102,6 @@ def _key_ids(trace: Any, token_ids: Sequence[int] | Tensor | None) -> Tensor | N
     return ids
 
 
-class _Occurrences:
-    """Where each token occurred before: ``ids`` sorted stably by id, so the earlier
-    occurrences of the token at position p are ``pos[start[p] : start[p] + rank[p]]``."""
-
-    def __init__(self, ids: Tensor) -> None:
-        order = torch.sort(ids, stable=True).indices  # positions, grouped by id, in order
-        self.pos = order
-        self.start = torch.searchsorted(ids[order], ids)  # (Lk,) first slot of p's id
-        slot = torch.empty_like(order)
-        slot[order] = torch.arange(ids.numel())
-        self.rank = slot - self.start  # (Lk,) how many times p's token occurred before p
-
-    def earlier(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        """(row, key) pairs: for each query row at key position ``pos[row]``, every earlier
-        key holding the same token."""
-        count = self.rank[pos]  # (T,)
-        rows = torch.repeat_interleave(torch.arange(pos.numel()), count)
-        first = torch.repeat_interleave(self.start[pos], count)
-        within = torch.arange(rows.numel()) - torch.repeat_interleave(count.cumsum(0) - count,
-                                                                      count)
-        return rows, self.pos[first + within]
-
-
-class _Tile:
-    """What one tile of query rows ``[r0, r1)`` needs, shared by every head: the rows' key
-    positions, flat indices of the single-key targets (first, previous and own token) and
-    of the token-matching pairs, and the pooling of rows into query blocks."""
-
-    def __init__(self, r0: int, r1: int, off: int, lk: int, occ: _Occurrences | None,
-                 pool_block: int | None, stride: int | None = None) -> None:
-        # ``stride``: the width of the tiles of weights this tile will be given (all Lk keys
-        # by default; up to the last row's own position for a causal trace)
-        lk_flat = lk if stride is None else stride
-        rows = torch.arange(r1 - r0)
-        pos = torch.arange(r0, r1) + off  # (T,) key position of each query
-        self.pos = pos
-        self.pos64 = pos.double()
-        self.first_ahead = int(pos.min()) + 1  # no key before this one is ahead of any row
-        self.last_key = min(int(pos.max()) + 1, lk)  # keys from here on are ahead of all rows
-        keys64 = torch.arange(lk, dtype=torch.float64)
-        self.mass_and_key = torch.stack([torch.ones_like(keys64), keys64], dim=1)  # (Lk, 2)
-        later = rows[pos >= 1]  # rows that have a previous token
-        self.later = later
-        self.sink = later * lk_flat  # flat index of (row, key 0)
-        self.prev = later * lk_flat + pos[later] - 1
-        self.own = rows * lk_flat + pos
-        self.duplicate: Tensor | None = None
-        self.induction: Tensor | None = None
-        if occ is not None:
-            # duplicate: earlier keys j < p_i with x_j = x_{p_i}; induction: the key after
-            # each of them, j + 1 <= p_i
-            r, j = occ.earlier(pos)
-            self.duplicate = r * lk_flat + j
-            self.induction = self.duplicate + 1
-        self.pool_rows: Tensor | None = None
-        if pool_block is not None:
-            qb = torch.arange(r0, r1) // pool_block
-            self.qblock0 = int(qb[0])
-            # (query blocks met, T) one-hot: summing rows into blocks is a small matmul
-            self.pool_rows = (qb[None, :] == torch.arange(self.qblock0, int(qb[-1]) + 1)[:, None]
-                              ).float()
-
-
 def _block_sums(x: Tensor, block: int) -> Tensor:
     """(T, C) -> (T, ceil(C / block)): row sums over blocks of ``block`` columns (the last
     block may be shorter)."""
@@ -176,48 +111,6 @@ def _block_sums(x: Tensor, block: int) -> Tensor:
     if full < c:
         parts.append(x[:, full:].sum(-1, keepdim=True))
     return torch.cat(parts, dim=-1)
-
-
-def _tile_sums(w: Tensor, t: _Tile, pool_block: int | None) -> tuple[Tensor, Tensor | None]:
-    """Float64 sums (len(_SUMS),) of one head over one tile of weights ``w`` (T, Lk), and
-    the tile's weights summed into the query blocks it meets and the key blocks from the
-    first key on (or None)."""
-    f64 = torch.float64
-    zero = torch.zeros((), dtype=f64)
-    # keys after the last row's position hold no weight in a causal tile: skip them (zeros
-    # add nothing to any sum below), after checking that they are zeros indeed
-    c1 = t.last_key
-    if c1 < w.shape[1] and float(w[:, c1:].amax()) != 0.0:
-        c1 = w.shape[1]
-    region = w[:, :c1]
-    w64 = region.double()  # (T, C)
-    mj = w64 @ t.mass_and_key[:c1]  # (T, 2): row mass, sum_j j W_ij
-    m = mj[:, 0]
-    # sum_j W_ij |p_i - j| = sum_j W_ij (p_i - j) + 2 sum_{j > p_i} W_ij (j - p_i)
-    dist = (t.pos64 * m - mj[:, 1]).sum()
-    a = t.first_ahead
-    if a < c1:
-        ahead = (t.mass_and_key[a:c1, 1][None, :] - t.pos64[:, None]).clamp_min_(0.0)
-        dist = dist + 2.0 * (w64[:, a:] * ahead).sum()
-    flat = w.reshape(-1)
-    sums = torch.stack([
-        m.sum(),
-        # float32 products summed per row, rows summed in float64: the mean over rows is
-        # exact to ~1e-8 (a float64 log costs tens of times more)
-        -(region * region.clamp_min(_TINY).log()).sum(-1).double().sum(),
-        region.amax(-1).sum(dtype=f64),
-        flat[t.sink].sum(dtype=f64),
-        m[t.later].sum(),
-        flat[t.prev].sum(dtype=f64),
-        flat[t.own].sum(dtype=f64),
-        dist,
-        flat[t.duplicate].sum(dtype=f64) if t.duplicate is not None else zero,
-        flat[t.induction].sum(dtype=f64) if t.induction is not None else zero,
-    ])
-    pooled = None
-    if pool_block is not None:  # (query blocks met, key blocks up to the last key used)
-        pooled = t.pool_rows @ _block_sums(region, pool_block)
-    return sums, pooled
 
 
 def _causal_everywhere(trace: Any) -> bool:
@@ -233,24 +126,25 @@ def _causal_everywhere(trace: Any) -> bool:
         return False
 
 
-def _scan(trace: Any, *, queries: range | slice | None = None,
-          token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
-          pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None
-          ) -> tuple[Tensor, Tensor | None, bool]:
+def scan(trace: Any, *, queries: range | slice | None = None,
+         token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
+         pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None
+         ) -> tuple[Tensor, Tensor | None, bool]:
     """One pass over the query rows of every head.
 
-    Returns the sums (L, H, len(_SUMS)) in float64, the pooled patterns (L, H, nq, nk)
-    in float32 with blocks of ``pool_block`` rows/keys (or None), and whether token ids were
-    used.
+    Returns the sums (L, H, len(:data:`~attnlab.analysis.sums.SUMS`)) in float64 (turned
+    into scores by :func:`~attnlab.analysis.sums.scores_from_sums`), the pooled patterns
+    (L, H, nq, nk) in float32 with blocks of ``pool_block`` rows/keys (or None), and
+    whether token ids were used.
     ``on_tile(rows_done, rows_total)`` is called after each tile of rows (progress).
     """
-    _check_trace(trace)
+    check_trace(trace)
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
     rows = _query_range(queries, lq)
     ids = _key_ids(trace, token_ids)
-    occ = None if ids is None else _Occurrences(ids)
+    occ = None if ids is None else [Occurrences(ids)]
     off = lk - lq
-    sums = torch.zeros(nl, nh, len(_SUMS), dtype=torch.float64)
+    sums = torch.zeros(nl, nh, len(SUMS), dtype=torch.float64)
     pooled = None
     if pool_block is not None:
         nq, nk = -(-lq // pool_block), -(-lk // pool_block)
@@ -261,9 +155,13 @@ def _scan(trace: Any, *, queries: range | slice | None = None,
         r0, r1 = rows.start + t0, rows.start + t1
         # a causal tile's keys after its last row's position hold no weight: not computed
         width = min(r1 + off, lk) if causal else lk
-        tile = _Tile(r0, r1, off, lk, occ, pool_block, stride=width)
+        tile = TileTargets(r0, r1, off, lk, occ, stride=width)
         if pooled is not None:
-            counts[tile.qblock0:tile.qblock0 + tile.pool_rows.shape[0]] += tile.pool_rows.sum(1)
+            qb = torch.arange(r0, r1) // pool_block
+            q0 = int(qb[0])
+            # (query blocks met, T) one-hot: summing rows into blocks is a small matmul
+            pool_rows = (qb[None, :] == torch.arange(q0, int(qb[-1]) + 1)[:, None]).float()
+            counts[q0:q0 + pool_rows.shape[0]] += pool_rows.sum(1)
         for layer in range(nl):
             for head in range(nh):
                 if causal:
@@ -271,38 +169,17 @@ def _scan(trace: Any, *, queries: range | slice | None = None,
                 else:
                     w = trace.weights_rows(layer, head, range(r0, r1))  # (T, Lk)
                 w = w.float()
-                tile_sums, tile_pooled = _tile_sums(w, tile, pool_block)
-                sums[layer, head] += tile_sums
-                if tile_pooled is not None:
-                    q0, (nqb, nkb) = tile.qblock0, tile_pooled.shape
-                    pooled[layer, head, q0:q0 + nqb, :nkb] += tile_pooled
+                sums[layer, head] += tile_sums(w, tile)
+                if pooled is not None:
+                    # (query blocks met, key blocks of the tile's width)
+                    part = pool_rows @ _block_sums(w, pool_block)
+                    nqb, nkb = part.shape
+                    pooled[layer, head, q0:q0 + nqb, :nkb] += part
         if on_tile is not None:
             on_tile(t1, len(rows))
     if pooled is not None:
         pooled /= counts.clamp_min(1.0)[:, None]  # mean over each block's queries
     return sums, pooled, ids is not None
-
-
-def _ratio(num: Tensor, den: Tensor) -> Tensor:
-    """num / den, 0 where den is 0 (no rows to score)."""
-    return torch.where(den > 0, num / den.clamp_min(1e-300), torch.zeros_like(num))
-
-
-def _scores_from_sums(sums: Tensor, with_ids: bool) -> dict[str, Tensor]:
-    s = dict(zip(_SUMS, sums.unbind(-1)))
-    mass = s["mass"]
-    out = {
-        "entropy": _ratio(s["entropy"], mass) + 0.0,  # + 0.0: no -0.0
-        "max_weight": _ratio(s["max_weight"], mass),
-        "sink": _ratio(s["sink"], s["sink_mass"]),
-        "previous": _ratio(s["previous"], mass),
-        "diagonal": _ratio(s["diagonal"], mass),
-        "distance": _ratio(s["distance"], mass),
-    }
-    if with_ids:
-        out["duplicate"] = _ratio(s["duplicate"], mass)
-        out["induction"] = _ratio(s["induction"], mass)
-    return out
 
 
 def head_scores(trace: Any, *, queries: range | slice | None = None,
@@ -327,18 +204,21 @@ def head_scores(trace: Any, *, queries: range | slice | None = None,
     >>> s["diagonal"].item(), s["previous"].item(), s["entropy"].item(), s["duplicate"].item()
     (1.0, 0.0, 0.0, 0.0)
     """
-    sums, _, with_ids = _scan(trace, queries=queries, token_ids=token_ids,
-                              tile_rows=tile_rows)
-    return _scores_from_sums(sums, with_ids)
+    sums, _, with_ids = scan(trace, queries=queries, token_ids=token_ids,
+                             tile_rows=tile_rows)
+    return scores_from_sums(sums, with_ids)
 
 
-def _pool_block(lq: int, lk: int, max_blocks: int) -> int:
+def pool_block(lq: int, lk: int, max_blocks: int) -> int:
+    """The side of the square blocks that pool an (lq, lk) pattern to at most
+    ``max_blocks`` a side."""
     if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
         raise ValueError(f"max_blocks must be a positive int, got {max_blocks!r}")
     return max(1, -(-max(lq, lk) // max_blocks))
 
 
-def _cosine(pooled: Tensor) -> Tensor:
+def pattern_cosine(pooled: Tensor) -> Tensor:
+    """(L·H, L·H) cosine similarity of pooled patterns (L, H, nq, nk)."""
     flat = pooled.reshape(pooled.shape[0] * pooled.shape[1], -1).double()  # (L·H, nq·nk)
     flat = flat / flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return (flat @ flat.T).float()
@@ -354,7 +234,7 @@ def pattern_similarity(trace: Any, *, max_blocks: int = 256,
     most ``max_blocks`` x ``max_blocks`` blocks: the memory per head stays
     O(max_blocks²) whatever the length.
     """
-    _check_trace(trace)
-    block = _pool_block(trace.seq_len, trace.key_len, max_blocks)
-    _, pooled, _ = _scan(trace, tile_rows=tile_rows, pool_block=block)
-    return _cosine(pooled)
+    check_trace(trace)
+    block = pool_block(trace.seq_len, trace.key_len, max_blocks)
+    _, pooled, _ = scan(trace, tile_rows=tile_rows, pool_block=block)
+    return pattern_cosine(pooled)

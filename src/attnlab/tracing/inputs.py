@@ -14,14 +14,20 @@ Depends on numpy, Pillow (imported when an image is read) and the standard libra
 from __future__ import annotations
 
 import os
+import struct
 import warnings
 import wave
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_IMAGE_PIXELS", "SAMPLE_RATE", "TRUNCATE_HINT", "read_image", "read_wav"]
+from attnlab._text import one_line, too_long
+
+__all__ = ["MAX_IMAGE_PIXELS", "SAMPLE_RATE", "TRUNCATE_HINT", "WavHeader", "read_audio",
+           "read_image", "read_wav", "wav_header"]
 
 #: The only sample rate a speech trace reads (every supported speech model's).
 SAMPLE_RATE = 16000
@@ -81,9 +87,6 @@ def _png_data_missing(path: Path) -> str | None:
     """Why a (non-interlaced) PNG file's pixel data is short of what its header declares,
     or None when it is whole (or not a PNG, or interlaced). Decompressed in pieces and
     counted, never held: memory stays that of one piece."""
-    import struct
-    import zlib
-
     with open(path, "rb") as f:
         if f.read(8) != b"\x89PNG\r\n\x1a\n":
             return None
@@ -112,6 +115,21 @@ def _png_data_missing(path: Path) -> str | None:
         return None
     return (f"its pixel data ends early ({got:,} of the {expected:,} bytes its header "
             "declares): the file is truncated")
+
+
+def _undecodable(name: str, path: Path, exc: BaseException) -> str:
+    """Why Pillow could not decode a file it identified, as one line naming ``name``."""
+    why = one_line(exc)
+    kind = path.suffix.lstrip(".").upper() or "image"
+    if isinstance(exc, zlib.error):  # attnlab's own count of a PNG's pixel data
+        return f"{name} {path.name!r}: its compressed pixel data is damaged ({why})"
+    if "truncated" in why.lower() or isinstance(exc, (EOFError, struct.error)):
+        return (f"{name} {path.name!r}: its data ends early ({kind}: {why}): the file is "
+                "truncated")
+    if isinstance(exc, PermissionError) or not os.access(path, os.R_OK):
+        return f"{name} {path.name!r}: the file cannot be read ({why})"
+    return (f"{name} {path.name!r}: Pillow cannot decode its {kind} data ({why}): the file "
+            "is truncated or damaged")
 
 
 def read_image(image: Any, name: str = "image") -> Any:
@@ -155,9 +173,11 @@ def read_image(image: Any, name: str = "image") -> Any:
         except Image.DecompressionBombError as exc:  # far past the limit: Pillow's refusal
             raise ValueError(f"{name} {path.name!r}: attnlab reads images of at most "
                              f"{MAX_IMAGE_PIXELS:,} pixels (resize it); Pillow: {exc}") from None
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        except UnidentifiedImageError as exc:
             raise ValueError(f"{name} must be an image file Pillow can read (PNG, JPEG, ...), "
-                             f"got {path.name!r}: {exc}") from None
+                             f"got {path.name!r}: {one_line(exc)}") from None
+        except (OSError, SyntaxError, struct.error, EOFError, zlib.error) as exc:
+            raise ValueError(_undecodable(name, path, exc)) from None
     if img.width < 1 or img.height < 1:
         raise ValueError(f"{name} is empty ({img.width}x{img.height} pixels)")
     rgb, rule = _to_rgb(img, name)
@@ -166,44 +186,54 @@ def read_image(image: Any, name: str = "image") -> Any:
     return rgb
 
 
-def read_wav(audio: Any, name: str = "audio") -> np.ndarray:
-    """The samples of a 16 kHz mono 16-bit PCM WAV file as float32 in [-1, 1).
+@dataclass(frozen=True)
+class WavHeader:
+    """What a WAV file's header says, checked against the file: nothing of its samples read."""
 
-    Anything else (another rate, more than one channel, 8-, 24- or 32-bit samples, a file
-    that is not a WAV, an empty one) raises ``ValueError`` naming ``name``, what is expected
+    path: Path
+    frames: int
+    rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.rate
+
+
+def _want(name: str) -> str:
+    return f"{name} must be a {SAMPLE_RATE // 1000} kHz mono 16-bit PCM WAV file"
+
+
+def wav_header(audio: Any, name: str = "audio") -> WavHeader:
+    """The header of a 16 kHz mono 16-bit PCM WAV file, checked, reading no sample.
+
+    The frame count it declares is checked against the file's size (a header may claim
+    hours for a file of a second); another rate, more than one channel, other samples than
+    16-bit, a file that is not a WAV (random bytes, a header cut short, an empty file), a
+    directory or an unreadable file raise ``ValueError`` naming ``name``, what is expected
     and what the file holds.
     """
     path = _path(audio, name, "a 16 kHz mono 16-bit PCM WAV file")
-    want = f"{name} must be a {SAMPLE_RATE // 1000} kHz mono 16-bit PCM WAV file"
-    size = path.stat().st_size
+    want = _want(name)
     try:
+        size = path.stat().st_size
         with wave.open(str(path), "rb") as w:
             channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
             declared = w.getnframes()
-            # the header's frame count is checked against the file before anything is read
-            # (a header may claim hours for a file of a second), then the samples are read
-            # a second at a time: memory follows what the file holds, not what it claims
-            if declared * channels * width > size:
-                raise ValueError(
-                    f"{want}, got {path.name!r} whose header declares {declared:,} frames "
-                    f"({declared / max(rate, 1):,.1f} s, {declared * channels * width:,} "
-                    f"bytes) in a file of {size:,} bytes: the file is truncated or its header "
-                    "is wrong")
-            parts, got = [], 0
-            step = max(1, rate)
-            while got < declared:
-                chunk = w.readframes(min(step, declared - got))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                got += len(chunk) // max(1, channels * width)
-            frames = b"".join(parts)
-    except (wave.Error, EOFError) as exc:
-        raise ValueError(f"{want}, got {path.name!r}: not a PCM WAV file ({exc})") from None
-    if got < declared:
-        raise ValueError(f"{want}, got {path.name!r} whose header declares {declared:,} frames "
-                         f"but which holds {got:,}: the file is truncated or its header is "
-                         "wrong")
+    except RuntimeError:  # the standard library's wave, seeking past a chunk's end
+        raise ValueError(f"{want}, got {path.name!r}: not a PCM WAV file (a chunk runs past "
+                         "the end of the file)") from None
+    except (wave.Error, EOFError, struct.error) as exc:
+        raise ValueError(f"{want}, got {path.name!r}: not a PCM WAV file "
+                         f"({one_line(exc)})") from None
+    except OSError as exc:
+        raise ValueError(f"{want}, got {path.name!r}: it cannot be read "
+                         f"({one_line(exc)})") from None
+    if declared * channels * width > size:
+        raise ValueError(
+            f"{want}, got {path.name!r} whose header declares {declared:,} frames "
+            f"({declared / max(rate, 1):,.1f} s, {declared * channels * width:,} "
+            f"bytes) in a file of {size:,} bytes: the file is truncated or its header "
+            "is wrong")
     problems = []
     if rate != SAMPLE_RATE:
         problems.append(f"{rate} Hz")
@@ -214,23 +244,84 @@ def read_wav(audio: Any, name: str = "audio") -> np.ndarray:
     if problems:
         raise ValueError(f"{want}, got {path.name!r} with {', '.join(problems)}; convert it, "
                          "e.g. ffmpeg -i IN -ar 16000 -ac 1 -c:a pcm_s16le OUT.wav")
-    samples = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
-    if samples.size == 0:
+    if declared == 0:
         raise ValueError(f"{want} holding some sound, got {path.name!r} with no samples")
+    return WavHeader(path, declared, rate)
+
+
+def read_wav(audio: Any, name: str = "audio", *, max_frames: int | None = None
+             ) -> np.ndarray:
+    """The samples of a 16 kHz mono 16-bit PCM WAV file as float32 in [-1, 1): all of
+    them, or the first ``max_frames``; the rest of the file is never read.
+
+    The header is checked first (:func:`wav_header`), then the samples are read a second
+    at a time: memory follows what is read, not what the file claims. A file that holds
+    fewer frames than its header declares raises ``ValueError`` naming ``name``.
+    """
+    head = wav_header(audio, name)
+    wanted = head.frames if max_frames is None else min(head.frames, max(0, int(max_frames)))
+    parts, got = [], 0
+    try:
+        with wave.open(str(head.path), "rb") as w:
+            while got < wanted:
+                chunk = w.readframes(min(head.rate, wanted - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk) // 2
+    except (wave.Error, EOFError, struct.error, OSError, RuntimeError) as exc:
+        raise ValueError(f"{_want(name)}, got {head.path.name!r}: its samples cannot be read "
+                         f"({one_line(exc)})") from None
+    if got < wanted:
+        raise ValueError(f"{_want(name)}, got {head.path.name!r} whose header declares "
+                         f"{head.frames:,} frames but which holds {got:,}: the file is "
+                         "truncated or its header is wrong")
+    samples = np.frombuffer(b"".join(parts), dtype="<i2").astype(np.float32) / 32768.0
+    if samples.size == 0:
+        raise ValueError(f"{_want(name)} holding some sound, got {head.path.name!r} with no "
+                         "samples")
     return samples
 
 
+def read_audio(audio: Any, name: str = "audio", *, most: int | None = None,
+               truncate: bool = False) -> tuple[np.ndarray, float | None]:
+    """The samples a model hears of ``audio`` (a path to a WAV file, :func:`read_wav`, or a
+    1-D float array of samples at 16 kHz in [-1, 1]), and the seconds it lasted when it was
+    cut (None when it was not).
+
+    ``most``: the most samples the model hears (None: no limit). A longer sound is refused
+    from its header alone (``ValueError`` naming ``name``, its duration and the most
+    accepted) unless ``truncate``: then only its first ``most`` samples are read.
+    """
+    if isinstance(audio, np.ndarray):
+        samples = _checked_array(audio, name)
+        total = samples.size
+    elif isinstance(audio, (str, os.PathLike)):
+        samples, total = None, wav_header(audio, name).frames
+    else:
+        raise TypeError(f"{name} must be a path to a 16 kHz mono 16-bit PCM WAV file or a "
+                        f"1-D float array of samples, got {type(audio).__name__}")
+    cut = most is not None and total > most
+    if cut and not truncate:
+        raise ValueError(too_long(name, f"{total / SAMPLE_RATE:,.2f}",
+                                  f"{most / SAMPLE_RATE:g} s", "s", flag=TRUNCATE_HINT))
+    if samples is None:
+        samples = read_wav(audio, name, max_frames=most if cut else None)
+    elif cut:
+        samples = samples[:most]
+    return samples, (round(total / SAMPLE_RATE, 4) if cut else None)
+
+
 def _samples(audio: Any) -> np.ndarray:
-    """A WAV file's samples (:func:`read_wav`), or a 1-D float array of them, checked."""
-    if not isinstance(audio, np.ndarray):
-        if not isinstance(audio, (str, os.PathLike)):
-            raise TypeError(f"audio must be a path to a 16 kHz mono 16-bit PCM WAV file or a "
-                            f"1-D float array of samples, got {type(audio).__name__}")
-        return read_wav(audio)
+    """A WAV file's samples or a 1-D float array of them, checked (:func:`read_audio`)."""
+    return read_audio(audio)[0]
+
+
+def _checked_array(audio: np.ndarray, name: str) -> np.ndarray:
     if audio.ndim != 1 or audio.dtype.kind != "f" or audio.size == 0:
-        raise ValueError(f"audio as an array must be 1-D float samples at {SAMPLE_RATE} Hz, "
+        raise ValueError(f"{name} as an array must be 1-D float samples at {SAMPLE_RATE} Hz, "
                          f"got dtype {audio.dtype} shape {audio.shape}")
     if not np.isfinite(audio).all() or np.abs(audio).max() > 1.0:
-        raise ValueError("audio as an array must hold finite samples in [-1, 1], got values "
+        raise ValueError(f"{name} as an array must hold finite samples in [-1, 1], got values "
                          f"in [{np.nanmin(audio):.3g}, {np.nanmax(audio):.3g}]")
     return audio.astype(np.float32)

@@ -2,9 +2,9 @@
 
 Layers, low to high (DESIGN.md, "The house")::
 
-    _io, _proc, i18n, _mathml, _lazy, _text, _dist → core → nn (+ masks.py, positional.py) → tracing
-        → analysis → train → models → experiments → viz → report | serve | bench
-        → cli (+ __main__.py)
+    _io, _proc, i18n, _mathml, _lazy, _text, _dist, _options → _cli | core
+        → nn (+ masks.py, positional.py) → tracing → analysis → train → models → experiments
+        → viz → report | serve | bench → commands → cli (+ __main__.py)
 
 A module imports its own package and lower layers only. Reported:
 
@@ -35,7 +35,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnlab"
 #: Top-level name inside ``attnlab`` -> layer (higher may import lower, never the reverse).
 LAYERS: dict[str, int] = {
     "_io": 0, "_proc": 0, "i18n": 0, "_mathml": 0, "_lazy": 0, "_text": 0, "_dist": 0,
-    "core": 1,
+    "_options": 0,
+    "core": 1, "_cli": 1,
     "nn": 2, "masks": 2, "positional": 2,
     "tracing": 3,
     "analysis": 4,
@@ -44,7 +45,8 @@ LAYERS: dict[str, int] = {
     "experiments": 7,
     "viz": 8,
     "report": 9, "serve": 9, "bench": 9,
-    "cli": 10, "__main__": 10,
+    "commands": 10,
+    "cli": 11, "__main__": 11,
 }
 #: Names that belong to another name's package: ``python -m attnlab`` is the cli.
 UNITS: dict[str, str] = {"__main__": "cli"}

@@ -1,8 +1,10 @@
 """``TrainConfig``: everything a training run depends on, frozen, checked on creation.
 
-One argument builder, :func:`add_arguments`, serves both ``attnlab train`` and
-``python -m attnlab.train`` / ``torchrun -m attnlab.train``, and :func:`config_from_args`
-turns the parsed values into a config (task defaults fill what was not given).
+Its command-line options are built from the fields (:mod:`attnlab._options`): one table,
+:data:`OPTIONS`, gives each option's help and :data:`FLAGS` the flags that are not the
+field's name; :func:`add_arguments` serves both ``attnlab train`` and ``python -m
+attnlab.train`` / ``torchrun -m attnlab.train``, and :func:`config_from_args` turns the
+parsed values into a config (the task's defaults fill what was not given).
 
 >>> c = TrainConfig.for_task("induction", steps=10)
 >>> c.steps, c.task, c.head_dim
@@ -21,12 +23,40 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnlab._options import add_dataclass_options, flag_of
+from attnlab._options import config_from_args as _config_from_args
 from attnlab.train.tasks import get_task, task_names
 
 if TYPE_CHECKING:  # the model's config is imported where it is built: no torch for --help
     from attnlab.nn.transformer import GPTConfig
 
-__all__ = ["TrainConfig", "add_arguments", "config_from_args", "RESUME_MAY_CHANGE"]
+__all__ = ["FLAGS", "OPTIONS", "RESUME_MAY_CHANGE", "TrainConfig", "add_arguments",
+           "config_from_args"]
+
+#: The flags that are not ``--`` and the field's name.
+FLAGS = {"num_layers": "--layers", "num_heads": "--heads", "embed_dim": "--dim"}
+
+#: The fields ``attnlab train`` sets, with each option's help (a field's default is added).
+OPTIONS = {
+    "steps": "optimizer steps in total (default: the task's)",
+    "num_layers": "transformer blocks",
+    "num_heads": "attention heads per block",
+    "embed_dim": "embedding size, divisible by --heads",
+    "batch_size": "global batch, split over processes",
+    "lr": "AdamW learning rate (default: the task's)",
+    "seed": "seed of the init and of every batch",
+    "checkpoint_every": "steps between checkpoints",
+    "log_every": "steps between metrics lines",
+    "threads": "torch threads per process",
+    "token_shift": "add a learned embedding of the previous token to each position's input "
+                   "(default: the task's; on for assoc-recall)",
+}
+
+
+def _named(field: str) -> str:
+    """How a message names a field: ``--layers (num_layers)``, or the bare name of a field
+    that has no option."""
+    return f"{flag_of(field, FLAGS)} ({field})" if field in OPTIONS else field
 
 #: Fields added after runs were first written, with the value those runs had.
 _ADDED_LATER: dict[str, Any] = {"token_shift": False}
@@ -65,27 +95,24 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         get_task(self.task)
-        for name, flag in [("steps", "--steps"), ("num_layers", "--layers"),
-                           ("num_heads", "--heads"), ("embed_dim", "--dim"),
-                           ("batch_size", "--batch-size"),
-                           ("checkpoint_every", "--checkpoint-every"),
-                           ("log_every", "--log-every"), ("eval_batches", "eval_batches"),
-                           ("threads", "--threads")]:
+        for name in ("steps", "num_layers", "num_heads", "embed_dim", "batch_size",
+                     "checkpoint_every", "log_every", "eval_batches", "threads"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{flag} ({name}) must be a positive integer, got {v!r}")
+                raise ValueError(f"{_named(name)} must be a positive integer, got {v!r}")
         if self.positional not in ("rope", "learned"):
             raise ValueError(f"positional must be 'rope' or 'learned', got {self.positional!r}")
         if self.embed_dim % self.num_heads:
-            raise ValueError(f"--dim (embed_dim={self.embed_dim}) must be divisible by --heads "
+            raise ValueError(f"{flag_of('embed_dim', FLAGS)} (embed_dim={self.embed_dim}) must "
+                             f"be divisible by {flag_of('num_heads', FLAGS)} "
                              f"(num_heads={self.num_heads})")
         if self.positional == "rope" and self.head_dim % 2:
             raise ValueError(f"positional 'rope' needs an even head_dim (--dim / --heads), got "
                              f"{self.embed_dim} / {self.num_heads} = {self.head_dim}")
-        for name, flag in [("lr", "--lr"), ("grad_clip", "grad_clip")]:
+        for name in ("lr", "grad_clip"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{flag} ({name}) must be a positive finite number, got {v!r}")
+                raise ValueError(f"{_named(name)} must be a positive finite number, got {v!r}")
         if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
@@ -94,7 +121,7 @@ class TrainConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
         if not isinstance(self.token_shift, bool):
-            raise ValueError(f"--token-shift (token_shift) must be True or False, got "
+            raise ValueError(f"{_named('token_shift')} must be True or False, got "
                              f"{self.token_shift!r}")
 
     @classmethod
@@ -160,30 +187,20 @@ class TrainConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The training arguments, shared by ``attnlab train`` and ``-m attnlab.train`` (no
-    torch is imported: ``--help`` prints at once)."""
-    p.add_argument("--task", required=True, metavar="TASK",
-                   help=f"one of: {', '.join(task_names())}")
+    """The training arguments, shared by ``attnlab train`` and ``-m attnlab.train``: the
+    config's :data:`OPTIONS` (no default of their own: the task's fill what is not given)
+    and how the run goes (no torch is imported: ``--help`` prints at once)."""
+    add_dataclass_options(p, TrainConfig, help={"task": f"one of: {', '.join(task_names())}"},
+                          metavars={"task": "TASK"}, required=("task",))
     p.add_argument("--out", required=True, metavar="DIR",
                    help="run directory: config.json, checkpoint.safetensors, metrics.jsonl, "
                    "training.png")
-    p.add_argument("--steps", type=int, help="optimizer steps in total (default: the task's)")
-    p.add_argument("--layers", type=int, help="transformer blocks (default 2)")
-    p.add_argument("--heads", type=int, help="attention heads per block (default 4)")
-    p.add_argument("--dim", type=int, help="embedding size, divisible by --heads (default 64)")
-    p.add_argument("--batch-size", type=int, help="global batch, split over processes "
-                   "(default 64)")
-    p.add_argument("--lr", type=float, help="AdamW learning rate (default: the task's)")
-    p.add_argument("--seed", type=int, help="seed of the init and of every batch (default 0)")
-    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints "
-                   "(default 200)")
-    p.add_argument("--log-every", type=int, help="steps between metrics lines (default 25)")
-    p.add_argument("--threads", type=int, help="torch threads per process (default 1)")
-    p.add_argument("--token-shift", action=argparse.BooleanOptionalAction, default=None,
-                   help="add a learned embedding of the previous token to each position's "
-                   "input (default: the task's; on for assoc-recall)")
+    add_dataclass_options(p, TrainConfig, help=OPTIONS, flags=FLAGS, given_only=True)
     p.add_argument("--resume", action="store_true",
                    help="continue from DIR/checkpoint.safetensors up to --steps")
+    p.add_argument("--wait", action="store_true",
+                   help="if another training is writing DIR, wait for it to end (default: "
+                   "refuse at once, naming its pid)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
     p.add_argument("--force", action="store_true",
@@ -194,10 +211,5 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig.for_task(
-        args.task, steps=args.steps, num_layers=args.layers, num_heads=args.heads,
-        embed_dim=args.dim,
-        batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, log_every=args.log_every, threads=args.threads,
-        token_shift=getattr(args, "token_shift", None),
-    )
+    """The run's config: the task's defaults, with each option given."""
+    return _config_from_args(TrainConfig, args, flags=FLAGS, build=TrainConfig.for_task)

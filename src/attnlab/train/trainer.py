@@ -8,7 +8,10 @@ same run on 1 or N processes follows the same trajectory up to float rounding.
 
 The learning rate is a linear warmup then a constant, a function of the step alone, so a
 run stopped at step N and resumed reaches step 2N with the weights an uninterrupted run
-has, bit for bit on the same machine. Only rank 0 writes files or shows progress.
+has, bit for bit on the same machine. Only rank 0 writes files or shows progress, and
+only while it holds the run folder's lock (:func:`attnlab._io.lock_folder`): a second
+training into the same folder is refused at once, naming the first's pid, or waits for it
+(``wait=True``, ``--wait``).
 
 >>> import tempfile
 >>> from attnlab.train.config import TrainConfig, add_arguments
@@ -21,10 +24,12 @@ has, bit for bit on the same machine. Only rank 0 writes files or shows progress
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab._io import atomic_write_bytes, check_output_dir, is_temp_of
+from attnlab._dist import join, leave
+from attnlab._io import atomic_write_bytes, check_output_dir, is_temp_of, lock_folder
 from attnlab.train.checkpoint import (
     CHECKPOINT_NAME,
     METRICS_NAME,
@@ -51,6 +57,10 @@ from attnlab.train.tasks import Batch, Task, get_task
 
 __all__ = ["TrainResult", "add_arguments", "evaluate", "plot_metrics", "prepare_run_dir",
            "read_metrics", "train"]
+
+#: The name of the run folder's lock (``lock_folder`` keeps it in ``.attnlab-lock-train``).
+LOCK_NAME = "train"
+_LOCK_FILE = f".attnlab-lock-{LOCK_NAME}"
 
 
 @dataclass
@@ -101,12 +111,9 @@ def prepare_run_dir(out: str | os.PathLike[str], *, resume: bool, force: bool = 
     ``attnlab train``); a run that already holds a checkpoint needs ``resume``. A non-empty
     folder that is not an attnlab run is refused unless ``force``, and even then a file
     there under one of the names attnlab writes (:data:`RUN_FILES`) is never overwritten.
-    With ``resume``, a checkpoint must be there.
+    With ``resume``, a checkpoint must be there. The run's lock file is not a foreign entry.
     """
-    path = check_output_dir(out, arg="--out")
-    if resume and not (path / CHECKPOINT_NAME).is_file():
-        raise ValueError(f"--resume: no checkpoint at {path / CHECKPOINT_NAME}; train "
-                         f"without --resume first")
+    path = _check_out(out, resume=resume)
     first_rank = os.environ.get("RANK", "0") == "0"  # the others start after rank 0 wrote
     if first_rank and path.is_dir():
         _check_not_foreign(path, out, resume=resume, force=force)
@@ -128,12 +135,49 @@ def prepare_run_dir(out: str | os.PathLike[str], *, resume: bool, force: bool = 
     return path
 
 
+def _check_out(out: str | os.PathLike[str], *, resume: bool) -> Path:
+    """What :func:`prepare_run_dir` checks before it creates anything."""
+    path = check_output_dir(out, arg="--out")
+    if resume and not (path / CHECKPOINT_NAME).is_file():
+        raise ValueError(f"--resume: no checkpoint at {path / CHECKPOINT_NAME}; train "
+                         f"without --resume first")
+    return path
+
+
+@contextlib.contextmanager
+def _run_lock(out: str | os.PathLike[str], *, resume: bool, wait: bool) -> Iterator[None]:
+    """Rank 0 holds ``out``'s lock while the block runs (other ranks write nothing), and
+    removes the lock file at the end, while still holding it, so that a finished run's
+    folder holds only its files (a killed run's lock file stays; the next run takes it
+    over). A run that locked a file another had just removed finds another pid in the
+    file now at that name, and locks again."""
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    _check_out(out, resume=resume)  # refused before the folder is made
+    lock = Path(out) / _LOCK_FILE
+    for _ in range(100):
+        with lock_folder(out, name=LOCK_NAME, wait=wait):
+            try:
+                mine = lock.read_text(encoding="ascii").strip() == str(os.getpid())
+            except FileNotFoundError:
+                mine = False
+            if not mine:
+                continue
+            try:
+                yield
+            finally:
+                lock.unlink(missing_ok=True)
+            return
+    raise OSError(f"--out {out}: could not take the folder's lock ({lock} keeps changing)")
+
+
 def _check_not_foreign(path: Path, out: Any, *, resume: bool, force: bool) -> None:
     """Refuse a folder holding files attnlab did not write (see :func:`prepare_run_dir`)."""
     if is_run_config(path):
         return  # an attnlab run: its RUN_FILES are attnlab's own
-    entries = sorted(p.name for p in path.iterdir()
-                     if not any(is_temp_of(p, n) for n in RUN_FILES))
+    entries = sorted(p.name for p in path.iterdir() if p.name != _LOCK_FILE
+                     and not any(is_temp_of(p, n) for n in RUN_FILES))
     ours = {CHECKPOINT_NAME} if resume else set()  # a checkpoint is verified when loaded
     clash = [n for n in RUN_FILES if n in entries and n not in ours]
     if clash:
@@ -146,33 +190,6 @@ def _check_not_foreign(path: Path, out: Any, *, resume: bool, force: bool) -> No
         raise ValueError(f"--out {out}: is not empty ({len(others)} entries: {shown}) and is "
                          f"not an attnlab run; choose a new or empty directory, or pass --force "
                          f"to write attnlab's files beside them")
-
-
-def _dist() -> tuple[int, int, bool]:
-    """(rank, world, initialized_here): joins the process group when run under torchrun."""
-    import torch.distributed as dist
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, False
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), False
-    dist.init_process_group("nccl" if _gpu_per_rank(world) else "gloo")
-    return dist.get_rank(), dist.get_world_size(), True
-
-
-def _gpu_per_rank(world: int) -> bool:
-    """nccl and one GPU per process when this node has a GPU for each local process."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    return torch.cuda.is_available() and torch.cuda.device_count() >= local
-
-
-def _device(world: int) -> torch.device:
-    if world > 1 and _gpu_per_rank(world):
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device("cpu")
 
 
 # --------------------------------------------------------------------------------------
@@ -314,7 +331,8 @@ def _progress(quiet: bool):
 
 
 def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = False,
-          force: bool = False, quiet: bool = False, progress: Any = None) -> TrainResult:
+          force: bool = False, quiet: bool = False, progress: Any = None,
+          wait: bool = False) -> TrainResult:
     """Train ``config`` into the run directory ``out`` (see the module docstring).
 
     ``out``: a new or empty folder, or an attnlab run (``resume`` to continue its
@@ -323,31 +341,34 @@ def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = Fa
 
     ``progress``: an existing rich ``Progress`` to add a task to (the report uses this);
     otherwise one is created on stderr unless ``quiet``. Under ``torchrun`` (``WORLD_SIZE``
-    > 1) the process group is joined here and left at the end.
+    > 1) the process group is joined here (nccl when this node has a GPU for each local
+    process, gloo otherwise) and left at the end.
+
+    One training writes ``out`` at a time: another one's is refused with
+    :class:`~attnlab._io.FolderBusyError` naming ``--out`` and its pid, or, with ``wait``,
+    waited for.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    run_dir = prepare_run_dir(out, resume=resume, force=force)
-    task = get_task(config.task)
-    rank, world, owns_group = _dist()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
-        return _train(config, task, run_dir, resume, quiet, progress, rank, world)
-    finally:
-        torch.set_num_threads(threads)
-        if owns_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+    with _run_lock(out, resume=resume, wait=wait):
+        run_dir = prepare_run_dir(out, resume=resume, force=force)
+        task = get_task(config.task)
+        group = join("auto")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(config.threads)
+        try:
+            return _train(config, task, run_dir, resume, quiet, progress, group.rank,
+                          group.world, group.device)
+        finally:
+            torch.set_num_threads(threads)
+            leave(group)
 
 
 def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: bool,
-           progress: Any, rank: int, world: int) -> TrainResult:
+           progress: Any, rank: int, world: int, device: torch.device) -> TrainResult:
     if config.batch_size % world:
         raise ValueError(f"--batch-size {config.batch_size} must be divisible by the number "
                          f"of processes ({world})")
-    device = _device(world)
     torch.manual_seed(config.seed)
     model = build_model(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
@@ -462,12 +483,3 @@ def _find_heads(model: nn.Module, task: Task, config: TrainConfig,
         return scorer(model.eval(), idx).to_json()
     finally:
         model.train()
-
-
-def run_from_args(args: Any) -> TrainResult:
-    """What ``attnlab train`` and ``python -m attnlab.train`` do with their parsed args."""
-    from attnlab.train.config import config_from_args
-
-    config = config_from_args(args)
-    return train(config, args.out, resume=args.resume, force=getattr(args, "force", False),
-                 quiet=args.quiet or args.json)

@@ -1,0 +1,71 @@
+"""``attnlab explore``: the interactive attention explorer of one or two inputs, written
+as one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
+
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+
+HELP = "write the interactive attention explorer for a text as one HTML file"
+DESCRIPTION = (
+    "Trace TEXT (and TEXT2) through a model and write a self-contained HTML explorer (no "
+    "network request of any kind): model, head, matrix, QK, geometry, positional and "
+    "diagnostics views, in English and Chinese; an encoder-decoder model (source --text, "
+    "--target or its own generation) with a stack selector (encoder, decoder, "
+    "cross-attention), an image with the image view.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_run_arguments(p, media=True)
+    add_target_arguments(p)
+    p.add_argument("--text2", default=None, help="a second text, shown as a second input")
+    p.add_argument("--out", required=True, metavar="FILE.html", help="output file")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true",
+                   help="print path, bytes, tokens, seconds and peak memory as JSON")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from attnlab._cli import UsageError, check_out, emit_json, save
+    from attnlab.commands.model_run import ModelRun, target_error, target_text
+    from attnlab.viz.explorer import Explorer, explore
+
+    check_out(args.out, (".html", ".htm"))
+    job = ModelRun(args)
+    target, target_arg = target_text(args)
+    if args.image is not None or args.audio is not None:
+        if args.text2 is not None:
+            raise UsageError("--text2 goes with --text: give one --image or --audio alone")
+        ex = Explorer([job.media_trace()])
+        ex.payload()
+    else:
+        text, arg = job.text()
+        texts = [(text, arg)]
+        if args.text2 is not None:
+            from attnlab.tracing.budget import check_text
+
+            texts.append((check_text(args.text2, "--text2"), "--text2"))
+        loaded = job.load()
+        for t, a in texts:
+            job.admit(loaded, t, a)
+        targets = None if target is None else [target] + [None] * (len(texts) - 1)
+        try:  # encoder–decoder models: --target is --text's target
+            with job.layers(loaded, "tracing"):
+                ex = explore(loaded, [t for t, _ in texts], target=targets,
+                             truncate=args.truncate)
+        except ValueError as exc:
+            raise target_error(exc, target, target_arg) from exc
+    path = save(lambda: ex.save(args.out), args.out)
+    size = path.stat().st_size
+    stats = job.stats()
+    info = {"path": str(path), "bytes": size, "model": ex.traces[0].model,
+            **stats, "tokens": [t.seq_len for t in ex.traces]}
+    if args.json:
+        emit_json(info)
+    else:
+        job.console.print(f"wrote {path} ({size / 1e6:.2f} MB, tokens {info['tokens']}, "
+                          f"{stats['seconds']:.1f} s)")
+    return 0

@@ -1,0 +1,232 @@
+"""What every command that runs a model on one input shares (trace, diagnose, explore):
+its options (``--model``, ``--text``/``--text-file``/``--image``/``--audio``,
+``--truncate``, ``--max-memory``, ``--target``/``--target-file``) and :class:`ModelRun`,
+which reads the text, loads the model, admits the input's tokens against the model's limit
+and the memory budget before anything runs, announces every cut on stderr, shows progress
+per layer and measures time and peak memory for ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from typing import Any
+
+from attnlab._cli import UsageError, read_text_file
+from attnlab._text import one_line, too_long
+
+__all__ = ["ModelRun", "add_model_run_arguments", "add_target_arguments", "blocks",
+           "target_error", "target_text"]
+
+
+def add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False) -> None:
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
+                   help="minilm, smollm2, whisper-tiny-en, a Hugging Face model folder or a "
+                        "trained run")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--text", help="the input text")
+    g.add_argument("--text-file", metavar="PATH", help="read the input text from a UTF-8 file")
+    if media:  # attnlab.tracing.media: vision transformers and speech models
+        g.add_argument("--image", metavar="FILE", help="an image (PNG, JPEG, ...) for a "
+                       "vision transformer (ViT, DeiT, BEiT, DINOv2, CLIP/SigLIP vision, ...)")
+        g.add_argument("--audio", metavar="FILE", help="a 16 kHz mono 16-bit WAV file for a "
+                       "speech model (Whisper); its text is --target or the model's own")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut a text longer than the model's limit instead of refusing it "
+                   "(announced on stderr)")
+    p.add_argument("--max-memory", metavar="SIZE", default=None,
+                   help="refuse an input whose trace would need more memory, e.g. 4GB or "
+                   "512MiB (default: half of this machine's memory)")
+
+
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
+    """--target / --target-file: the text an encoder–decoder model's decoder reads."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--target", metavar="TEXT", default=None,
+                   help="encoder-decoder models (T5, BART, Marian, ...): the target text the "
+                   "decoder reads, --text being the source (default: the model's own greedy "
+                   "generation)")
+    g.add_argument("--target-file", metavar="PATH", default=None,
+                   help="read the target text from a UTF-8 file")
+
+
+def target_text(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(the target text or None, the argument it came from); --target-file is read into
+    ``args.target``."""
+    from attnlab.tracing.budget import check_text
+
+    if getattr(args, "target_file", None) is not None:
+        args.target = read_text_file(args.target_file, "--target-file")
+        arg = "--target-file"
+    else:
+        arg = "--target"
+    target = getattr(args, "target", None)
+    if target is not None:
+        check_text(target, arg)
+    return target, arg
+
+
+def target_error(exc: ValueError, target: str | None, arg: str) -> UsageError:
+    """A tracer's refusal about the target as one line naming the argument."""
+    msg = one_line(exc)
+    if target is not None and msg.startswith("target"):
+        return UsageError(f"{arg}: {msg}")
+    return UsageError(msg)
+
+
+def blocks(model: Any, num_layers: int) -> list:
+    """The model's list of transformer blocks: the first ModuleList of ``num_layers``."""
+    from torch import nn
+
+    if num_layers < 1 or not isinstance(model, nn.Module):
+        return []
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m) == num_layers:
+            return list(m)
+    return []
+
+
+class ModelRun:
+    """One command's run of a model: reads the text, loads the model, checks the input's
+    tokens against the model's limit and the memory budget before tracing, shows progress
+    per layer on stderr, and measures time and peak memory for ``--json``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from rich.console import Console
+
+        from attnlab.tracing.budget import default_budget, parse_memory
+
+        self.args = args
+        self.quiet = bool(args.quiet or args.json)
+        self.console = Console(stderr=True, quiet=self.quiet)
+        self.budget = (parse_memory(args.max_memory) if args.max_memory is not None
+                       else default_budget())
+        self.tokens_given: list[int] = []
+        self.tokens_kept: list[int] = []
+        self.t0 = time.perf_counter()
+
+    def text(self) -> tuple[str, str]:
+        """(text, the argument it came from), checked for at least one visible character."""
+        from attnlab.tracing.budget import check_text
+
+        if self.args.text_file is not None:
+            arg, text = "--text-file", read_text_file(self.args.text_file)
+        else:
+            arg, text = "--text", self.args.text
+        check_text(text, arg)
+        return text, arg
+
+    def load(self) -> Any:
+        from attnlab.models import load
+
+        with self.console.status(f"loading {self.args.model}"):
+            try:
+                return load(self.args.model, progress=not self.quiet)
+            except (ValueError, TypeError, OSError) as exc:
+                raise UsageError(f"--model {self.args.model}: {one_line(exc)}") from exc
+
+    def admit(self, loaded: Any, text: str, arg: str, **keep: bool) -> int:
+        """Count ``text``'s tokens; refuse or announce a cut; check the memory budget."""
+        from attnlab.tracing.budget import check_trace_budget, count_tokens
+
+        try:
+            n = count_tokens(loaded.tokenizer, text)
+        except ValueError as exc:  # e.g. a symbol a trained run's vocabulary lacks
+            raise UsageError(f"{arg}: {one_line(exc)}") from exc
+        limit = int(loaded.max_length)
+        kept = n
+        if n > limit:
+            if not self.args.truncate:
+                raise UsageError(too_long(arg, n, limit, "tokens"))
+            kept = limit
+            self.announce_cut(arg, kept, n, loaded)
+        check_trace_budget(loaded, kept, self.budget, what=arg, **keep)
+        self.tokens_given.append(n)
+        self.tokens_kept.append(kept)
+        return kept
+
+    def announce_cut(self, arg: str, kept: int, given: int, loaded: Any) -> None:
+        """Every cut --truncate makes, one line on stderr naming the argument."""
+        print(f"attnlab {self.args.command}: {arg} truncated: kept {kept} of {given} tokens "
+              f"({loaded.name} accepts at most {int(loaded.max_length)})", file=sys.stderr,
+              flush=True)
+
+    def announce_target_cut(self, meta: dict, kept: int, arg: str, loaded: Any) -> None:
+        """The target's cut, as the source's (``meta["target_truncated_from"]``)."""
+        given = meta.get("target_truncated_from")
+        if given is not None:
+            self.announce_cut(arg, kept, int(given), loaded)
+
+    @contextlib.contextmanager
+    def layers(self, loaded: Any, what: str):
+        """A progress bar advanced by each of the model's blocks (stderr; --quiet hides)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        found = blocks(loaded.model, int(loaded.num_layers))
+        with Progress(TextColumn(f"{what}: layer"), BarColumn(), MofNCompleteColumn(),
+                      console=self.console, disable=self.quiet or not found) as bar:
+            task = bar.add_task(what, total=len(found))
+            done = [0]
+
+            def hook(*_: object) -> None:
+                done[0] += 1
+                bar.update(task, completed=(done[0] - 1) % len(found) + 1)
+
+            handles = [b.register_forward_hook(hook) for b in found]
+            try:
+                yield
+            finally:
+                for h in handles:
+                    h.remove()
+
+    def media_trace(self, **kw: Any) -> Any:
+        """The trace of ``--image`` or ``--audio`` through the loaded ``--model``: an
+        AttentionTrace (image) or a StackedTrace (audio); bad input is one line naming the
+        argument."""
+        from attnlab.tracing import trace
+        from attnlab.tracing.media import read_image, read_wav
+
+        args = self.args
+        arg, path = ("--image", args.image) if args.image is not None else ("--audio",
+                                                                              args.audio)
+        try:  # a bad file is refused before the model loads
+            (read_image if arg == "--image" else read_wav)(path)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{arg} {path}: {one_line(exc)}") from exc
+        loaded = self.load()
+        key = "image" if arg == "--image" else "audio"
+        target, targ = target_text(args)  # a speech model's text (--target or --target-file)
+        if target is not None:
+            kw["target"] = target
+        try:
+            with self.layers(loaded, "tracing"):
+                t = trace(loaded, **{key: path}, truncate=args.truncate,
+                          max_memory=self.budget, **kw)
+        except (TypeError, ValueError) as exc:  # UnreadableAttentionError, MemoryBudgetError
+            where = targ if target is not None and str(exc).startswith("target") else (
+                f"{arg} {path}")
+            raise UsageError(f"{where}: {one_line(exc)}") from exc
+        first = t[t.names[0]] if is_stacked(t) else t
+        self.tokens_given.append(first.seq_len)
+        self.tokens_kept.append(first.seq_len)
+        return t
+
+    def stats(self) -> dict[str, object]:
+        """Tokens, seconds and peak memory (the process's maximum resident set)."""
+        from attnlab._proc import peak_rss_bytes
+
+        return {"tokens": self.tokens_kept[0] if len(self.tokens_kept) == 1
+                else self.tokens_kept,
+                "tokens_given": self.tokens_given[0] if len(self.tokens_given) == 1
+                else self.tokens_given,
+                "seconds": round(time.perf_counter() - self.t0, 3),
+                "peak_memory_bytes": peak_rss_bytes()}
+
+
+def is_stacked(trace: Any) -> bool:
+    """Whether a trace is an encoder–decoder model's StackedTrace (several stacks)."""
+    from attnlab.tracing import StackedTrace
+
+    return isinstance(trace, StackedTrace)

@@ -1,0 +1,30 @@
+"""``attnlab report``: every check, written as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+
+HELP = "run every check and write a self-contained HTML report"
+DESCRIPTION = ("Compute the parity checks and experiments, and write DIR/index.html "
+               "(self-contained: no network request of any kind).")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="report", help="output directory (default: report)")
+    p.add_argument("--only", action="append", default=None, metavar="PART",
+                   help="build only this part: claims, parity, experiments, explorer, "
+                   "real-models, architectures, long-contexts, survey, trained (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from attnlab._cli import emit_json
+    from attnlab.report import build_report
+
+    result = build_report(args.out, only=args.only, quiet=args.quiet or args.json)
+    if args.json:
+        emit_json(result.to_json())
+    return 0 if result.passed else 1

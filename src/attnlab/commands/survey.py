@@ -1,0 +1,144 @@
+"""``attnlab survey``: every head of a model scored over a corpus, resumable, under
+torchrun data-parallel; writes DIR/survey.json and its page DIR/index.html.
+
+The settings are ``analysis.survey.SurveyConfig``'s fields (:data:`OPTIONS`): their
+defaults and checks are the dataclass's. Its module loads torch, so ``--help`` does not
+import it: the values are typed and checked when the survey runs (the help texts' defaults
+are SurveyConfig's, which a test keeps so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+
+from attnlab._options import add_dataclass_options, positive_int
+
+__all__ = ["DESCRIPTION", "HELP", "OPTIONS", "add_arguments", "run_from_args"]
+
+HELP = "score every head over a corpus: means, histograms, roles, Sink%% (resumable)"
+DESCRIPTION = (
+    "Run a corpus through MODEL a batch at a time and aggregate, per head, every score "
+    "(attnlab's, TransformerLens's head detector, Gu et al.'s sink), the share of texts in "
+    "which each head plays each role and the attention by relative distance; write "
+    "DIR/survey.json and the page DIR/index.html. The state is saved atomically every few "
+    "batches: run the same command again to resume. Under `torchrun --nproc_per_node=N -m "
+    "attnlab survey ...` the batches are shared among N processes (gloo on CPU, nccl on GPU) "
+    "and the sums reduced with torch.distributed; across machines add torchrun's --nnodes, "
+    "--node_rank and --rdzv_endpoint (or --master_addr/--master_port).")
+
+#: SurveyConfig's fields as options, with their help.
+OPTIONS = {
+    "batch_size": "texts per forward pass (default 8)",
+    "max_tokens": "keep each text's first N tokens, BOS included (default 64: Gu et al.'s "
+                  "input length)",
+    "checkpoint_every": "save the state every this many batches (default 16)",
+    "bins": "histogram bins per score (default 20)",
+    "max_distance": "relative distances profiled one by one; farther ones share a bin on "
+                    "each side (default 32)",
+    "sink_tokens": "input length of Gu et al.'s sink count (default 64)",
+    "epsilon": "Gu et al.'s sink threshold (default 0.3)",
+    "seed": "seed of the random-token probes (default 0)",
+    "probes": "skip the random-token probes (TransformerLens demo induction score, Olsson "
+              "et al. prefix matching)",
+}
+FLAGS = {"probes": "--no-probes"}
+METAVARS = {"batch_size": "N", "max_tokens": "N", "checkpoint_every": "BATCHES", "bins": "N",
+            "max_distance": "N", "sink_tokens": "N", "epsilon": "P", "seed": "N"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
+                   help="minilm, smollm2, whisper-tiny-en, a Hugging Face model folder or a "
+                        "trained run")
+    p.add_argument("--texts", metavar="FILE", default=None,
+                   help="a .txt file (one text a line) or .jsonl (a \"text\" field a line); "
+                   "default: the paragraphs of attnlab's own docstrings, written to "
+                   "DIR/corpus.txt")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_dataclass_options(p, None, help=OPTIONS, flags=FLAGS, metavars=METAVARS)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: a GPU per process under torchrun when there are enough")
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="torch threads per process (default 1, as torchrun sets: on a "
+                   "shared or busy CPU more threads per process often run slower)")
+    p.add_argument("--wait", action="store_true",
+                   help="if another survey is writing --out, wait for it to end (default: "
+                   "refuse at once, naming its pid)")
+    p.add_argument("--restart", action="store_true",
+                   help="discard the state saved in DIR and start over")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true",
+                   help="print the headline numbers as JSON (rank 0)")
+
+
+def _corpus(args: argparse.Namespace, rank: int):
+    """--texts, every line checked before the model loads; or attnlab's docstrings, which
+    rank 0 writes to DIR/corpus.txt."""
+    from pathlib import Path
+
+    from attnlab._cli import save
+    from attnlab._io import atomic_write_text
+    from attnlab.analysis.survey import Corpus, builtin_corpus
+
+    if args.texts is not None:
+        corpus = Corpus(args.texts, what="--texts")
+        corpus.scan()
+        return corpus
+    texts = builtin_corpus()
+    if rank == 0:
+        save(lambda: atomic_write_text(Path(args.out) / "corpus.txt", "\n".join(texts) + "\n"),
+             args.out)
+    return Corpus.of(texts, name="attnlab docstrings")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from attnlab._cli import UsageError, emit_json, save
+    from attnlab._io import check_output_dir, lock_folder
+    from attnlab._options import config_from_args
+    from attnlab._text import one_line
+    from attnlab.analysis.survey import SurveyConfig, survey
+
+    cfg = config_from_args(SurveyConfig, args, flags=FLAGS)
+    rank = int(os.environ.get("RANK", "0"))
+    check_output_dir(args.out, arg="--out")
+    out = Path(args.out)
+    # one survey writes --out at a time: refused (or waited for) before the model loads
+    # (under torchrun, survey() locks each rank and the ranks agree)
+    single = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+    with (lock_folder(out, name="survey-rank-0", wait=args.wait) if single
+          else contextlib.nullcontext()):
+        corpus = _corpus(args, rank)
+        quiet = args.quiet or args.json or rank != 0
+        console = Console(stderr=True, quiet=quiet)
+        with console.status(f"loading {args.model}"):
+            from attnlab.models import load
+
+            try:
+                loaded = load(args.model, progress=not quiet)
+            except (ValueError, TypeError, OSError) as exc:
+                raise UsageError(f"--model {args.model}: {one_line(exc)}") from exc
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
+                      console=console, disable=quiet) as bar:
+            task = bar.add_task("survey", total=None)
+            result = survey(loaded, corpus, out, config=cfg, device=args.device,
+                            restart=args.restart, threads=args.threads, wait=args.wait,
+                            on_batch=lambda d, t: bar.update(task, completed=d, total=t))
+        if rank != 0:
+            return 0
+        from attnlab.report.survey import headline_text, write_page
+
+        page = save(lambda: write_page(result.to_json(), out / "index.html"), args.out)
+        head = result.headline()
+        if args.json:
+            emit_json({"survey": str(out / "survey.json"), "page": str(page), **head})
+        elif not args.quiet:
+            Console().print(headline_text(head), highlight=False, markup=False)
+        return 0

@@ -410,3 +410,15 @@ def test_diagnose_refuses_an_unknown_definition_before_loading(capsys):
     err = capsys.readouterr().err
     assert "--definition: unknown definition 'induction-ish'" in err
     assert "tl-demo-induction" in err and "olsson-prefix-matching" in err
+
+
+def test_the_runner_refuses_an_encoder_decoder_model():
+    from types import SimpleNamespace
+
+    from attnlab.nn.transformer import Transformer, TransformerConfig
+
+    net = Transformer(TransformerConfig(embed_dim=8, num_heads=2, ff_dim=16))
+    model = SimpleNamespace(model=net, tokenizer=None, name="seq2seq", causal=False,
+                            num_layers=2, max_length=16)
+    with pytest.raises(TypeError, match="'seq2seq' is an encoder-decoder"):
+        lit.for_each_layer(model, [[1, 2, 3]], lambda layer, w: None)

@@ -296,3 +296,34 @@ def test_dense_weight_traces_work_the_same():
     t = AttentionTrace(tokens=[str(i) for i in ids.tolist()], weights=w,
                        token_ids=ids.tolist())
     assert _max_diff(head_scores(t), _dense(w, ids)) < TOL
+
+
+def test_a_padded_batch_of_sums_is_each_sequence_alone():
+    """The survey's use of the one arithmetic: a padded batch (B, H, N, N) with each
+    sequence's length and ids gives, per sequence, the sums of its own n x n pattern (the
+    padded rows hold weight, and are left out); the scores equal the dense definitions."""
+    from oracles import own_scores
+
+    from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
+
+    lengths = [5, 9, 7]
+    n = max(lengths)
+    g = torch.Generator().manual_seed(4)
+    ids = [torch.randint(4, (m,), generator=g) for m in lengths]
+    w = torch.softmax(torch.randn(3, 2, n, n, generator=g) * 2, -1).double()  # rows to pad too
+    for b, m in enumerate(lengths):
+        w[b, :, :m, m:] = 0.0  # the key mask: real rows never see the padding
+        w[b, :, :m, :m] /= w[b, :, :m, :m].sum(-1, keepdim=True)
+    got = tile_sums(w, TileTargets(0, n, 0, n, [Occurrences(x) for x in ids], lengths=lengths))
+    assert got.shape == (3, 2, len(SUMS))
+    for b, m in enumerate(lengths):
+        alone = tile_sums(w[b:b + 1, :, :m, :m], TileTargets(0, m, 0, m, [Occurrences(ids[b])]))
+        assert torch.allclose(got[b], alone[0], atol=1e-12), b
+        scores = scores_from_sums(got[b], True)
+        ref = own_scores(w[b, :, :m, :m], ids[b])
+        assert _max_diff(scores, ref) < 1e-12, b
+        s = dict(zip(SUMS, got[b].unbind(-1)))
+        assert torch.allclose(s["first"], w[b, :, :m, 0].sum(-1), atol=1e-12)
+    # without the lengths the padded rows would count: the check above has teeth
+    leaky = tile_sums(w, TileTargets(0, n, 0, n, [Occurrences(x) for x in ids]))
+    assert float((leaky[0] - got[0]).abs().max()) > 1e-3

@@ -62,23 +62,14 @@ from torch import Tensor
 
 from attnlab._dist import join, leave
 from attnlab._io import FolderBusyError, atomic_write_text, lock_folder
+from attnlab.analysis import survey_result
 from attnlab.analysis._survey_state import STATE_DIR, resume, state_path, write_state
 from attnlab.analysis.corpus import CHARS_PER_TOKEN, Corpus, builtin_corpus, first_ids
 from attnlab.analysis.detection import abs_from_sums
 from attnlab.analysis.heads import induction_trace, repeat_induction
 from attnlab.analysis.literature import demo_induction_score, prefix_matching
 from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
-from attnlab.analysis.survey_result import (
-    FORMAT,
-    NEEDS_REPEAT,
-    ROLES,
-    SCORES,
-    SurveyConfig,
-    SurveyResult,
-    SurveySums,
-    score_names,
-    score_ranges,
-)
+from attnlab.analysis.survey_result import ROLES, SCORES, SurveyConfig, SurveyResult, SurveySums
 from attnlab.tracing.runner import check_loaded, for_each_layer
 
 __all__ = ["CHARS_PER_TOKEN", "RESULT_NAME", "ROLES", "SCORES", "STATE_DIR", "Corpus",
@@ -173,7 +164,7 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
     if dev.type == "cuda":
         model.model.to(dev)
     causal = bool(model.causal)
-    names = score_names(causal)
+    names = survey_result.score_names(causal)
     nl, nh = int(model.num_layers), int(model.num_heads)
     sums = SurveySums(nl, nh, names, cfg)
     fingerprint = hashlib.sha256(json.dumps(
@@ -188,7 +179,8 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
         for k, v in saved.items():
             sums.t[k] = v.to(torch.float64)
         resumed_from = start
-    meta = {"fingerprint": fingerprint, "rank": rank, "world": world, "format": FORMAT}
+    meta = {"fingerprint": fingerprint, "rank": rank, "world": world,
+            "format": survey_result.FORMAT}
 
     def save(next_batch: int, finished: bool) -> None:
         write_state(path, sums.t, {**meta, "next_batch": next_batch, "done": finished})
@@ -337,9 +329,9 @@ def _run_batch(model: Any, texts: list[str], cfg: SurveyConfig, names: list[str]
     if not items:
         return
     bt = _Batch(items, cfg, causal)
-    ranges = score_ranges(names, cfg)
+    ranges = survey_result.score_ranges(names, cfg)
     lo, width = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
-    needs_repeat = torch.tensor([s in NEEDS_REPEAT for s in names])
+    needs_repeat = torch.tensor([s in survey_result.NEEDS_REPEAT for s in names])
     use = (~needs_repeat[None, :] | bt.repeat[:, None]).double()  # (B, S) score defined
     role_cols = [names.index(score) if score in names else -1
                  for score, _, _ in ROLES.values()]

@@ -247,9 +247,10 @@ class ScoreShape:
         return keep
 
     def scores(self, q_rows: Tensor, k: Tensor, *, rows: _Index, cols: _Index | None = None,
-               head: int | Sequence[int] = 0, lq: int, lk: int) -> Tensor:
-        """Shaped scores in float32, ``-inf`` where a key is hidden: (R, C) for one head,
-        (h, R, C) for several.
+               head: int | Sequence[int] = 0, lq: int, lk: int, scale: float | None = None,
+               dtype: torch.dtype = torch.float32) -> Tensor:
+        """Shaped scores, ``-inf`` where a key is hidden: (R, C) for one head, (h, R, C) for
+        several; float32 unless ``dtype`` says otherwise.
 
         Args:
             q_rows: (R, d) the queries of ``rows``; or (h, R, d) for ``h`` heads at once.
@@ -259,6 +260,14 @@ class ScoreShape:
             head: the query head (selects the ALiBi slope and the bias); a sequence of
                 ``h`` heads with 3-D inputs.
             lq, lk: the full lengths (for the bottom-right alignment).
+            scale: multiplies ``q·k`` instead of :attr:`scale` (the explorer's QK view turns
+                it); the soft-cap, ALiBi and bias apply after it as always.
+            dtype: the floating dtype the scores are computed in (float64 for the explorer).
+
+        >>> s = ScoreShape(scale=1.0, softcap=2.0, alibi_slopes=torch.tensor([0.5]))
+        >>> s.scores(torch.ones(1, 1), torch.ones(2, 1), rows=[0], lq=1, lk=2, scale=4.0,
+        ...          dtype=torch.float64)  # 2·tanh(4/2) − 0.5·(1 − j)
+        tensor([[1.4281, 1.9281]], dtype=torch.float64)
         """
         if not isinstance(q_rows, Tensor) or not isinstance(k, Tensor):
             raise TypeError("q_rows and k must be tensors")
@@ -281,33 +290,26 @@ class ScoreShape:
                 f"k has {k.shape[-2]} keys, expected {lk if c is None else c.shape[0]}"
                 f" ({'all Lk keys' if c is None else 'one per col'})"
             )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        scale = self.scale if scale is None else _finite("scale", scale)
         q_rows, k = aligned(q_rows), aligned(k)  # rounding independent of placement
-        return self._scores(q_rows, k, r, c, heads if nd == 3 else int(heads[0]), lq, lk)
+        return self._scores(q_rows, k, r, c, heads if nd == 3 else int(heads[0]), lq, lk,
+                            scale=scale, dtype=dtype)
 
     def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None,
-                head: int | Tensor, lq: int, lk: int) -> Tensor:
+                head: int | Tensor, lq: int, lk: int, *, scale: float | None = None,
+                dtype: torch.dtype = torch.float32) -> Tensor:
         """:meth:`scores` on checked arguments (r, c: long tensors; ``head`` an int for 2-D
         inputs, a (h,) long tensor for 3-D ones)."""
-        s = torch.matmul(q_rows.float(), k.float().transpose(-2, -1)).mul_(self.scale)
+        scale = self.scale if scale is None else scale
+        s = torch.matmul(q_rows.to(dtype), k.to(dtype).transpose(-2, -1)).mul_(scale)
         if self.softcap is not None:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.alibi_slopes is not None:
-            pos_q = (r + (lk - lq))[:, None]
-            pos_k = (torch.arange(lk, device=s.device) if c is None else c)[None, :]
-            slope = self.alibi_slopes.to(s.device, s.dtype)[head]
-            if s.dim() == 3:
-                slope = slope[:, None, None]
-            s = s.sub_((pos_q - pos_k).to(s.dtype) * slope)
+            s = s.sub_(self._alibi(r, c, head, lq, lk, s.dim() == 3, s.dtype))
         if self.bias is not None:
-            b = self.bias  # (H|1, Lq|1, Lk|1)
-            if b.shape[0] > 1:
-                b = b[head]  # (Lq|1, Lk|1), or (h, Lq|1, Lk|1) for several heads
-            elif s.dim() == 2:
-                b = b[0]
-            b = b.index_select(-2, r) if b.shape[-2] > 1 else b
-            if c is not None and b.shape[-1] > 1:
-                b = b.index_select(-1, c)
-            s = s.add_(b.to(s.dtype))
+            s = s.add_(self._bias(r, c, head, s.dim() == 3, s.dtype))
         band = self._causal_band(r, c, lq=lq, lk=lk)
         if band is not None:  # only the columns some row may not see are masked
             j0 = band
@@ -318,6 +320,103 @@ class ScoreShape:
         if keep is not None:
             s = s.masked_fill_(~keep, float("-inf"))
         return s
+
+    def _alibi(self, r: Tensor, c: Tensor | None, head: int | Tensor, lq: int, lk: int,
+               several: bool, dtype: torch.dtype) -> Tensor:
+        """``slope_h · (p_i − j)`` (R, C), or (h, R, C) for ``several`` heads: the ALiBi
+        distance penalty that :meth:`scores` subtracts."""
+        pos_q = (r + (lk - lq))[:, None]
+        pos_k = (torch.arange(lk, device=r.device) if c is None else c)[None, :]
+        slope = self.alibi_slopes.to(r.device, dtype)[head]
+        if several:
+            slope = slope[:, None, None]
+        return (pos_q - pos_k).to(dtype) * slope
+
+    def _bias(self, r: Tensor, c: Tensor | None, head: int | Tensor, several: bool,
+              dtype: torch.dtype) -> Tensor:
+        """The dense bias of rows ``r`` and keys ``c`` (all keys when None), broadcastable
+        to (R, C), or to (h, R, C) for ``several`` heads."""
+        b = self.bias  # (H|1, Lq|1, Lk|1)
+        if b.shape[0] > 1:
+            b = b[head]  # (Lq|1, Lk|1), or (h, Lq|1, Lk|1) for several heads
+        elif not several:
+            b = b[0]
+        b = b.index_select(-2, r.to(b.device)) if b.shape[-2] > 1 else b
+        if c is not None and b.shape[-1] > 1:
+            b = b.index_select(-1, c.to(b.device))
+        return b.to(r.device, dtype)
+
+    # -- one head's rows, as the explorer shows them ----------------------------------------
+
+    def additive(self, rows: _Index, *, head: int = 0, lq: int, lk: int,
+                 dtype: torch.dtype = torch.float64) -> Tensor | None:
+        """(R, Lk) what :meth:`scores` adds after the soft-cap for ``rows`` of one head:
+        ``−slope_h · (p_i − j)`` plus the dense bias (``-inf`` where the bias hides a key);
+        None when the shape has neither. A page that recomputes a row from ``q·k`` at its
+        own scale adds this to ``softcap · tanh(scale · q·k / softcap)``.
+
+        >>> ScoreShape(scale=1.0, alibi_slopes=torch.tensor([0.5, 0.25])).additive(
+        ...     [2], head=1, lq=3, lk=3)
+        tensor([[-0.5000, -0.2500,  0.0000]], dtype=torch.float64)
+        >>> ScoreShape(scale=1.0).additive([0], lq=1, lk=1) is None
+        True
+        """
+        if self.alibi_slopes is None and self.bias is None:
+            return None
+        r = _as_positions("rows", rows, lq, torch.device("cpu"))
+        out = torch.zeros(r.shape[0], lk, dtype=dtype)
+        if self.alibi_slopes is not None:
+            out = out.sub_(self._alibi(r, None, head, lq, lk, False, dtype))
+        if self.bias is not None:
+            out = out.add_(self._bias(r, None, head, False, dtype))
+        return out
+
+    def sink_logits(self, rows: _Index, *, head: int = 0) -> Tensor | None:
+        """(R,) the learned sink logit of ``head`` for each query row (one per head, or one
+        per head and row), or None when the shape has no sinks.
+
+        >>> ScoreShape(scale=1.0, sinks=torch.tensor([0.5, 2.0])).sink_logits([0, 3], head=1)
+        tensor([2., 2.])
+        """
+        if self.sinks is None:
+            return None
+        s = self.sinks[head]
+        if s.dim() == 0:
+            return s.expand(len(rows))
+        return s[_as_positions("rows", rows, s.shape[0], s.device)]
+
+    def probs(self, q_rows: Tensor, k: Tensor, *, rows: _Index, head: int = 0, lq: int,
+              lk: int, scale: float | None = None, temperature: float = 1.0,
+              dtype: torch.dtype = torch.float64) -> Tensor:
+        """(R, Lk) the softmax rows of one head's ``rows`` over every key, at any ``scale``
+        (default :attr:`scale`) and ``temperature``, computed in ``dtype`` (float64).
+
+        The :meth:`scores` (capped, ALiBi and bias added, hidden keys ``-inf``) are divided
+        by ``temperature``; a learned sink logit, divided by ``temperature`` too, joins each
+        row's softmax and is then dropped, so the row sums to less than 1, as in the model.
+        A row with no visible key (and no sink) is all zeros. At :attr:`scale` and
+        temperature 1 this is the model's attention, ``exp(s − lse)``.
+
+        >>> s = ScoreShape(scale=0.5, causal=True)
+        >>> p = s.probs(torch.eye(2), torch.eye(2), rows=[0, 1], lq=2, lk=2)
+        >>> [round(x, 6) for x in p[1].tolist()], p[0].tolist()  # sigmoid(0.5); causal row 0
+        ([0.377541, 0.622459], [1.0, 0.0])
+        >>> sunk = ScoreShape(scale=1.0, sinks=torch.tensor([0.0]))
+        >>> sunk.probs(torch.zeros(1, 1), torch.zeros(1, 1), rows=[0], lq=1, lk=1).item()
+        0.5
+        """
+        temperature = _finite("temperature", temperature, positive=True)
+        if isinstance(head, bool) or not isinstance(head, int):
+            raise TypeError(f"head must be an int, got {type(head).__name__}")
+        if q_rows.dim() != 2:
+            raise ValueError(f"q_rows must be (R, d) for one head, got {tuple(q_rows.shape)}")
+        z = self.scores(q_rows, k, rows=rows, head=head, lq=lq, lk=lk, scale=scale,
+                        dtype=dtype).div_(temperature)
+        sink = self.sink_logits(rows, head=head)
+        if sink is not None:  # one more logit in the softmax, whose share goes to no key
+            z = torch.cat([z, sink.to(z.device, dtype)[:, None] / temperature], dim=-1)
+            return torch.softmax(z, dim=-1)[:, :-1]
+        return torch.nan_to_num(torch.softmax(z, dim=-1), nan=0.0)  # no visible key: zeros
 
     def logsumexp(self, s: Tensor, head: int | Sequence[int] | Tensor = 0,
                   rows: _Index | None = None) -> Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from attnlab.models import ModelNotAvailableError, load
 from attnlab.report.html import ReportContext, Section, bilingual
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.explorer import Explorer, explore, qk_row_probs
+from attnlab.viz.explorer import Explorer, explore
 
 __all__ = ["build", "section_for", "qk_view_error", "REPORT_TEXT", "QK_TOL"]
 
@@ -19,8 +19,10 @@ MODEL = "MiniLM (all-MiniLM-L6-v2)"
 
 def qk_view_error(trace: AttentionTrace) -> float:
     """max |QK view − weights| over every row of every head: the explorer's QK view
-    (:func:`attnlab.viz.explorer.qk_row_probs` from the captured q and k and each layer's
-    score shape, in float64) against the trace's own weights (``weights_rows``). NaN when
+    (:meth:`ScoreShape.probs <attnlab.core.scores.ScoreShape.probs>` of each layer's score
+    shape from the captured q and k, in float64, as
+    :func:`attnlab.viz.explorer.qk_row_probs` computes it) against the trace's own weights
+    (``weights_rows``). NaN when
     the view has nothing to recompute from (no q and k, or merged tokens)."""
     if not trace.has_qk or trace.groups is not None or not trace.shapes:
         return float("nan")
@@ -30,8 +32,8 @@ def qk_view_error(trace: AttentionTrace) -> float:
     for layer in range(trace.num_layers):
         shape = trace.score_shape(layer)
         for head in range(trace.num_heads):
-            p = qk_row_probs(trace.q[layer, head], trace.k[layer, trace.kv_head(head)], shape,
-                             rows=rows, lq=lq, lk=lk, head=head)
+            p = shape.probs(trace.q[layer, head], trace.k[layer, trace.kv_head(head)],
+                            rows=rows, head=head, lq=lq, lk=lk)
             w = trace.weights_rows(layer, head, rows).double()
             err = max(err, float((p - w).abs().max()))
     return err

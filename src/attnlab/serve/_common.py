@@ -1,7 +1,8 @@
 """What every attnlab server app shares: its limits (:class:`ServeConfig`), the ``Host``
 allow-list against DNS rebinding, the refusal of cross-site requests (an ``Origin`` that is
 not the server's own: 403; a JSON endpoint's body that is not ``application/json``: 415; no
-CORS header is ever sent), and one JSON error shape ``{"error": ...}`` for every status."""
+CORS header is ever sent), one JSON error shape ``{"error": ...}`` for every status, and
+the one exception a request is refused with (:class:`Refused`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-__all__ = ["LOCAL_HOSTS", "ServeConfig", "allowed_hosts_for", "error", "install_guards",
-           "json_content_type_error"]
+__all__ = ["LOCAL_HOSTS", "Refused", "ServeConfig", "allowed_hosts_for", "error",
+           "install_guards", "json_content_type_error"]
 
 #: Host names every server answers to (plus the address it is bound to).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -49,7 +50,26 @@ class ServeConfig:
                              f"{self.allowed_hosts!r}")
 
 
+class Refused(Exception):
+    """A request a server will not answer: the HTTP ``status`` and the ``message`` of its
+    JSON body ``{"error": message}`` (:meth:`response`).
+
+    >>> exc = Refused(413, "body is over 10 bytes")
+    >>> exc.status, exc.message, str(exc)
+    (413, 'body is over 10 bytes', 'body is over 10 bytes')
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+    def response(self) -> Any:
+        """The JSON response that says why (:func:`error`)."""
+        return error(self.status, self.message)
+
+
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:
+    """A JSON response ``{"error": message}`` with ``status``."""
     from fastapi.responses import JSONResponse
 
     return JSONResponse(status_code=status, content={"error": message},

@@ -44,7 +44,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from attnlab._text import one_line
 from attnlab.serve._common import (
+    Refused,
     ServeConfig,
     allowed_hosts_for,
     install_guards,
@@ -60,7 +62,10 @@ from attnlab.tracing.budget import (
     format_bytes,
     model_shape,
 )
-from attnlab.viz.explorer import Explorer, ExplorerConfig, json_for_html, static_asset
+from attnlab.viz.assets import static_asset
+from attnlab.viz.codec import json_for_html
+from attnlab.viz.explorer import Explorer
+from attnlab.viz.payload import ExplorerConfig
 
 __all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
 
@@ -107,14 +112,6 @@ def model_tracer(name: str) -> ModelTracer:
     return ModelTracer(load(name, progress=False))
 
 
-class _Refused(Exception):
-    """A request refused before any model runs: its status and message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def _depth(obj: Any) -> int:
     if isinstance(obj, dict):
         return 1 + max((_depth(v) for v in obj.values()), default=0)
@@ -127,18 +124,18 @@ def _parse_body(body: bytes) -> ExploreRequest:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Refused(400, f"body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
+        raise Refused(400, f"body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
                             f"{exc.start})") from None
     try:
         obj = json.loads(text)
     except RecursionError:
-        raise _Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} "
+        raise Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} "
                             f"levels)") from None
     except json.JSONDecodeError as exc:
-        raise _Refused(422, f"invalid request: body: JSON decode error ({exc.msg} at "
+        raise Refused(422, f"invalid request: body: JSON decode error ({exc.msg} at "
                             f"character {exc.pos})") from None
     if _depth(obj) > MAX_JSON_DEPTH:
-        raise _Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} levels)")
+        raise Refused(400, f"body nests JSON too deeply (at most {MAX_JSON_DEPTH} levels)")
     try:
         return ExploreRequest.model_validate(obj)
     except ValidationError as exc:
@@ -146,7 +143,7 @@ def _parse_body(body: bytes) -> ExploreRequest:
         for e in exc.errors():
             where = ".".join(str(x) for x in e.get("loc", ())) or "body"
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
-        raise _Refused(422, "invalid request: " + "; ".join(parts)) from None
+        raise Refused(422, "invalid request: " + "; ".join(parts)) from None
 
 
 def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
@@ -203,8 +200,8 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
             body = await _read_body(request, max_body)
             req = _parse_body(body)
             tracer, texts, need = _admit(req, tracers, names, max_chars, budget)
-        except _Refused as exc:
-            return _error(exc.status, str(exc))
+        except Refused as exc:
+            return exc.response()
         return await run_in_threadpool(_run, tracer, texts, need)
 
     def _run(tracer: Tracer, texts: list[str], need: int) -> Any:
@@ -215,7 +212,7 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
                     for text in texts:
                         traces.append(tracer(text))
             except ValueError as exc:  # the model refuses this input
-                return _error(422, " ".join(str(exc).split()))
+                return _error(422, one_line(exc))
             # exact rows on demand: one id per trace, per stack of an encoder–decoder input
             api = [store.api_url(tid) for t in traces for tid in store.add_input(t)]
             return Explorer(traces, config=cfg, api=api).payload()
@@ -234,12 +231,12 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
 async def _read_body(request: Any, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > limit):
-        raise _Refused(413, f"body is {length} bytes; the limit is {limit}")
+        raise Refused(413, f"body is {length} bytes; the limit is {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _Refused(413, f"body is over {limit} bytes")
+            raise Refused(413, f"body is over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -262,9 +259,9 @@ def _limits(tracer: Any, budget: int) -> dict[str, Any]:
 
 def _admit(req: ExploreRequest, tracers: Mapping[str, Tracer], names: list[str],
            max_chars: int, budget: int) -> tuple[Tracer, list[str], int]:
-    """The tracer, the texts and the bytes they need, or :class:`_Refused`."""
+    """The tracer, the texts and the bytes they need, or :class:`Refused`."""
     if req.model not in tracers:
-        raise _Refused(404, f"unknown model {req.model!r}; this server has {names}")
+        raise Refused(404, f"unknown model {req.model!r}; this server has {names}")
     tracer = tracers[req.model]
     texts = [req.text] + ([req.text2] if req.text2 is not None else [])
     fields = ("text", "text2")
@@ -273,9 +270,9 @@ def _admit(req: ExploreRequest, tracers: Mapping[str, Tracer], names: list[str],
             check_text(text, field)
         except ValueError as exc:
             status = 400 if "surrogate" in str(exc) else 422
-            raise _Refused(status, str(exc)) from None
+            raise Refused(status, one_line(exc)) from None
         if len(text) > max_chars:
-            raise _Refused(413, f"{field} has {len(text)} characters; the limit is {max_chars}")
+            raise Refused(413, f"{field} has {len(text)} characters; the limit is {max_chars}")
     need = 0
     count = getattr(tracer, "count_tokens", None)
     estimate = getattr(tracer, "estimate", None)
@@ -285,13 +282,13 @@ def _admit(req: ExploreRequest, tracers: Mapping[str, Tracer], names: list[str],
         try:
             n = count(text)
         except ValueError as exc:
-            raise _Refused(422, f"{field}: {' '.join(str(exc).split())}") from None
+            raise Refused(422, f"{field}: {one_line(exc)}") from None
         limit = getattr(tracer, "max_length", None)
         if limit is not None and n > limit:
-            raise _Refused(413, f"{field} has {n} tokens; {req.model} accepts at most {limit}")
+            raise Refused(413, f"{field} has {n} tokens; {req.model} accepts at most {limit}")
         need += estimate(n) if estimate is not None else 0
     if need > budget:
-        raise _Refused(413, f"the texts need about {format_bytes(need)} of memory, above this "
+        raise Refused(413, f"the texts need about {format_bytes(need)} of memory, above this "
                             f"server's budget of {format_bytes(budget)} (serve --max-memory); "
                             f"give shorter texts")
     return tracer, texts, need
@@ -419,7 +416,7 @@ def run(models: list[str], config: ServeConfig | None = None, *, quiet: bool = F
         try:
             tracers[name] = model_tracer(name)
         except (ValueError, TypeError, OSError) as exc:
-            raise ValueError(f"--model {name}: {' '.join(str(exc).split())}") from exc
+            raise ValueError(f"--model {name}: {one_line(exc)}") from exc
     app = create_app(tracers, max_chars=config.max_chars, max_memory=config.max_memory,
                      allowed_hosts=config.allowed_hosts, host=config.host)
     if not quiet:

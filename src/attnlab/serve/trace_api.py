@@ -24,7 +24,7 @@ reads weights)::
     GET /traces/{tid}                    the explorer page of a trace (fetches from here)
 
 Arrays come as ``{"dtype", "gz", "shape", "b64"}`` (little-endian bytes in base64, what the
-page decodes; :func:`attnlab.viz.explorer.decode_blob` in Python), or as plain JSON lists
+page decodes; :func:`attnlab.viz.codec.decode_blob` in Python), or as plain JSON lists
 with ``encoding=list``. Every refusal is a 4xx JSON body ``{"error": "what is wrong"}``.
 Every weight is float32 and exact (the trace's ``weights_rows`` / ``weights_tile`` /
 ``pooled`` / ``topk``); nothing computes more than the rows or tile asked for, except
@@ -44,15 +44,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.serve._common import Refused, error
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace, load_trace
-from attnlab.viz.explorer import (
-    Explorer,
-    ExplorerConfig,
-    encode_blob,
-    json_for_html,
-    sink_logits,
-)
+from attnlab.viz.codec import encode_blob, json_for_html
+from attnlab.viz.explorer import Explorer
+from attnlab.viz.payload import ExplorerConfig
 
 __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",
            "rows_data", "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS",
@@ -62,14 +59,6 @@ MAX_ROWS = 256  # rows of one /rows request: 256 × 8,192 keys = 8 MB of float32
 MAX_TILE = 1 << 20  # weights in one /tile request (4 MB of float32)
 MAX_POOLED_BLOCKS = 512  # blocks per side of one /pooled request
 MAX_TOP = 256  # keys of one /topk or /qk request
-
-
-class _Refusal(Exception):
-    """A request this server will not answer: status and message for the JSON body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 def trace_bytes(trace: AttentionTrace) -> int:
@@ -213,7 +202,7 @@ class TraceStore:
 
 def _index(name: str, value: int, n: int) -> int:
     if not 0 <= value < n:
-        raise _Refusal(422, f"{name} must be in [0, {n}), got {value}")
+        raise Refused(422, f"{name} must be in [0, {n}), got {value}")
     return value
 
 
@@ -226,9 +215,9 @@ def _span(name: str, text: str, n: int) -> range:
         a = int(parts[0]) if parts[0].strip() else 0
         b = int(parts[1]) if parts[1].strip() else n
     except ValueError:
-        raise _Refusal(422, f"{name} must be a span 'start:stop', got {text!r}") from None
+        raise Refused(422, f"{name} must be a span 'start:stop', got {text!r}") from None
     if not 0 <= a < b <= n:
-        raise _Refusal(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
+        raise Refused(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
     return range(a, b)
 
 
@@ -240,14 +229,14 @@ def _queries(text: str, n: int) -> list[int]:
         try:
             out = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise _Refusal(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
+            raise Refused(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
                                 f"{text!r}") from None
         if not out:
-            raise _Refusal(422, "queries is empty")
+            raise Refused(422, "queries is empty")
         for i in out:
             _index("queries", i, n)
     if len(out) > MAX_ROWS:
-        raise _Refusal(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
+        raise Refused(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
     return out
 
 
@@ -263,7 +252,7 @@ def _array(t: Tensor, dtype: str, encoding: str) -> Any:
 
 def _encoding(encoding: str) -> str:
     if encoding not in ("b64", "list"):
-        raise _Refusal(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
+        raise Refused(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
     return encoding
 
 
@@ -285,7 +274,7 @@ def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: in
     layer, head = _head(t, layer, head)
     qs = _queries(queries, t.seq_len)
     if not 0 <= top <= MAX_TOP:
-        raise _Refusal(422, f"top must be in [0, {MAX_TOP}], got {top}")
+        raise Refused(422, f"top must be in [0, {MAX_TOP}], got {top}")
     w = t.weights_rows(layer, head, qs).float()  # (R, Lk)
     out: dict[str, Any] = {"layer": layer, "head": head, "queries": qs,
                            "weights": _array(w, "f32", _encoding(encoding))}
@@ -301,7 +290,7 @@ def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
     layer, head = _head(t, layer, head)
     r, c = _span("rows", rows, t.seq_len), _span("cols", cols, t.key_len)
     if len(r) * len(c) > MAX_TILE:
-        raise _Refusal(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
+        raise Refused(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
     w = t.weights_tile(layer, head, r, c).float()
     return {"layer": layer, "head": head, "rows": [r.start, r.stop], "cols": [c.start, c.stop],
             "weights": _array(w, "f32", _encoding(encoding))}
@@ -314,7 +303,7 @@ def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
     n = max(t.seq_len, t.key_len)
     least = -(-n // MAX_POOLED_BLOCKS)
     if not least <= block <= n:
-        raise _Refusal(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
+        raise Refused(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
                             f"{MAX_POOLED_BLOCKS} blocks a side), got {block}")
     p = t.pooled(layer, head, block).float()
     return {"layer": layer, "head": head, "block": block,
@@ -326,7 +315,7 @@ def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> d
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
     if not 1 <= k <= MAX_TOP:
-        raise _Refusal(422, f"k must be in [1, {MAX_TOP}], got {k}")
+        raise Refused(422, f"k must be in [1, {MAX_TOP}], got {k}")
     vals, idx = t.topk(layer, head, query, min(k, t.key_len))
     keys = t.key_tokens if t.key_tokens is not None else t.tokens
     idx_list = [int(i) for i in idx]
@@ -350,9 +339,9 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
     if not 1 <= top <= MAX_TOP:
-        raise _Refusal(422, f"top must be in [1, {MAX_TOP}], got {top}")
+        raise Refused(422, f"top must be in [1, {MAX_TOP}], got {top}")
     if not t.has_qk or t.groups is not None:
-        raise _Refusal(409, "the QK view needs this trace's q and k per token: it keeps "
+        raise Refused(409, "the QK view needs this trace's q and k per token: it keeps "
                             + ("none (made without qkv)" if not t.has_qk else
                                "those of the byte pieces it merged"))
     lq, lk = t.seq_len, t.key_len
@@ -362,26 +351,16 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     k = t.k[layer, g]  # (Lk, d)
     dots = k.double() @ q  # (Lk,)
     shaped = shape.scores(t.q[layer, head, query][None], k, rows=[query], head=head,
-                          lq=lq, lk=lk)[0].double()  # (Lk,) float32 -> float64
+                          lq=lq, lk=lk)[0]  # (Lk,) float32, -inf where hidden
     allowed = torch.isfinite(shaped)
-    base = dots * shape.scale
-    if shape.softcap is not None:
-        base = torch.tanh(base / shape.softcap) * shape.softcap
-    bias = None
-    if shape.alibi_slopes is not None or shape.bias is not None:
-        bias = torch.zeros(lk, dtype=torch.float64)
-        if shape.alibi_slopes is not None:
-            pos = query + (lk - lq)
-            bias -= float(shape.alibi_slopes[head]) * (pos - torch.arange(lk)).double()
-        if shape.bias is not None:
-            b = shape.bias[head if shape.bias.shape[0] > 1 else 0]
-            b = b[query if b.shape[0] > 1 else 0]
-            bias += b.double().expand(lk).masked_fill(~allowed, 0.0)
+    bias = shape.additive([query], head=head, lq=lq, lk=lk)  # ALiBi and dense bias
+    if bias is not None:  # hidden keys (a bias of -inf among them) carry 0: JSON-safe
+        bias = bias[0].masked_fill(~allowed, 0.0)
     w = t.weights_rows(layer, head, [query])[0].float()  # (Lk,)
     strongest = torch.topk(w, min(top, lk)).indices.tolist()
     own = query + (lk - lq)
     keys = sorted(set(strongest) | ({own} if 0 <= own < lk and bool(allowed[own]) else set()))
-    sink = sink_logits(shape, head, torch.tensor([query]))
+    sink = shape.sink_logits([query], head=head)
     return {"layer": layer, "head": head, "query": query, "scale": shape.scale,
             "softcap": shape.softcap, "sink": None if sink is None else float(sink[0]),
             "q": encode_blob(q.float(), "f32"),
@@ -396,12 +375,6 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
 # --------------------------------------------------------------------------------------
 
 
-def _error(status: int, message: str) -> Any:
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse(status_code=status, content={"error": message})
-
-
 def trace_router(store: TraceStore) -> Any:
     """A FastAPI ``APIRouter`` serving the traces of ``store`` (endpoints: module docstring)."""
     from fastapi import APIRouter
@@ -413,9 +386,9 @@ def trace_router(store: TraceStore) -> Any:
         try:
             return fn(store.get(tid), *args, **kwargs)
         except KeyError as exc:
-            return _error(404, str(exc.args[0]))
-        except _Refusal as exc:
-            return _error(exc.status, exc.message)
+            return error(404, str(exc.args[0]))
+        except Refused as exc:
+            return exc.response()
 
     @router.get("/api/traces")
     def traces() -> dict[str, Any]:
@@ -461,7 +434,7 @@ def trace_router(store: TraceStore) -> Any:
         try:
             ex = store.explorer(tid)
         except KeyError as exc:
-            return _error(404, str(exc.args[0]))
+            return error(404, str(exc.args[0]))
         return HTMLResponse(ex.to_page(connect_self=True))
 
     return router

@@ -1,0 +1,309 @@
+"""What Python computes for the explorer page, within its budgets: the data of each trace
+(weights exact or pooled, q and k, the geometry, the diagnostics, the score-shaping rules),
+the sinusoidal table and the formulas, assembled into the one JSON payload the page reads
+(:func:`page_payload`; its encoding: :mod:`attnlab.viz.explorer`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.core.positional import frequencies, sinusoidal_table
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.viz.assets import static_asset
+from attnlab.viz.codec import QUANTIZATION_ERROR, encode_blob, json_for_html, nbytes
+from attnlab.viz.inputs import POSITION_ROLES, POSITION_SCORES, image_input, is_cross, stack_name
+from attnlab.viz.pooling import block_label, block_spans, coarsen_pooled, pooled_maps
+from attnlab.viz.qk import qk_heads, qk_payload
+
+__all__ = ["FORMAT_VERSION", "VIEWS", "IMAGE_VIEW", "ExplorerConfig", "page_payload",
+           "math_payload", "MATH_TEXTS"]
+
+#: The version of the page's data (module docstring of :mod:`attnlab.viz.explorer`).
+FORMAT_VERSION = 2
+#: The views of the page, in the order its tabs list them.
+VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
+#: The view that overlays a query patch's attention on the image (image traces only).
+IMAGE_VIEW = "image"
+
+
+@dataclass(frozen=True)
+class ExplorerConfig:
+    """How much of a trace goes into the page."""
+
+    max_tokens: int = 256  # up to this many tokens the page holds every weight; above: pooled
+    pooled_blocks: int = 128  # pooled maps have at most this many blocks per side
+    page_budget: int = 3_000_000  # bytes of the whole page: long inputs get coarser blocks
+    qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
+    weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
+    pe_positions: int = 128  # rows of the sinusoidal table in the positional view
+    pe_dim: int = 64  # embed_dim of that table: 32 (sin, cos) pairs
+    view: str = "model"  # the view the page opens on
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "pooled_blocks", "pe_positions", "pe_dim"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+                raise ValueError(f"ExplorerConfig.{name} must be an int >= 2, got {v!r}")
+        if self.pe_dim % 2:
+            raise ValueError(f"ExplorerConfig.pe_dim must be even, got {self.pe_dim}")
+        for name in ("qk_budget", "weights_budget", "page_budget"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"ExplorerConfig.{name} must be an int >= 0, got {v!r}")
+        if self.view not in VIEWS + (IMAGE_VIEW,):
+            raise ValueError(f"ExplorerConfig.view must be one of {VIEWS + (IMAGE_VIEW,)}, "
+                             f"got {self.view!r}")
+
+
+def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
+    """The score-shaping rules per layer, as the page applies them (one row at a time)."""
+    shapes = trace.shapes
+    if not shapes:  # dense weights only: the page has no q/k to shape anyway
+        return {"scale": [trace.scale] * trace.num_layers, "causal": bool(trace.causal),
+                "window": None, "softcap": None, "alibi": None, "key_mask": None,
+                "bias": False, "sinks": None}
+    km = shapes[0].key_mask
+    if any((s.key_mask is None) != (km is None) or
+           (km is not None and not torch.equal(s.key_mask, km)) for s in shapes):
+        raise ValueError("the explorer needs one key_mask for all layers of a trace")
+    alibi = [None if s.alibi_slopes is None else [float(x) for x in s.alibi_slopes]
+             for s in shapes]
+    if any(a != alibi[0] for a in alibi):
+        raise ValueError("the explorer needs the same ALiBi slopes in every layer")
+    return {
+        "scale": [s.scale for s in shapes],
+        "causal": bool(shapes[0].causal),
+        "window": [s.window for s in shapes] if any(s.window for s in shapes) else None,
+        "softcap": [s.softcap for s in shapes] if any(s.softcap for s in shapes) else None,
+        "alibi": alibi[0],
+        "key_mask": None if km is None else encode_blob(km, "b8", gz=True),
+        "bias": any(s.bias is not None for s in shapes),
+        # per layer: one logit per head, or per head and query row
+        "sinks": None if all(s.sinks is None for s in shapes) else [
+            None if s.sinks is None else s.sinks.double().tolist() for s in shapes],
+    }
+
+
+# --------------------------------------------------------------------------------------
+# what Python computes for the page
+# --------------------------------------------------------------------------------------
+
+
+def _diagnostics(trace: AttentionTrace, progress: bool) -> tuple[dict[str, Any], Tensor, int]:
+    """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
+    the pooled maps its one pass over the weights made, with their block size: the page's
+    maps come from that same pass, so every weight is computed once.
+
+    For cross-attention (:func:`is_cross`) the scores and roles that compare positions of
+    queries and keys (:data:`POSITION_SCORES`) are left out: the two are different texts.
+    """
+    from attnlab.analysis import diagnose
+
+    diag = diagnose(trace, progress=progress)
+    rows = diag.rows()
+    cross = is_cross(trace)
+    for r in rows:
+        roles = r["roles"]
+        if cross:
+            roles = [x for x in roles if x not in POSITION_ROLES]
+            for name in POSITION_SCORES:
+                r.pop(name, None)
+        r["roles"] = ", ".join(roles)
+    columns = list(rows[0]) if rows else []
+    block = int(diag.meta.get("similarity_block", 0))
+    return {"columns": columns, "rows": rows}, diag.pooled, block
+
+
+_PAGE_FRAME = 2000  # bytes of the page around the data, CSS and JS (head, CSP, wrappers)
+
+
+def _maps_blob(maps: Tensor, budget: int) -> dict[str, Any]:
+    return encode_blob(maps, "u16" if maps.numel() * 2 <= budget else "u8", gz=True)
+
+
+def _row_col_blocks(trace: AttentionTrace, cfg: ExplorerConfig) -> tuple[int, int]:
+    """The finest block sizes of a pooled page, (rows, columns): one size for both when the
+    queries are the keys; for cross-attention each side its own, so that a short target
+    over a long source keeps one row per target token."""
+    lq, lk = trace.seq_len, trace.key_len
+    if not is_cross(trace):
+        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
+        return finest, finest
+    return math.ceil(lq / cfg.pooled_blocks), math.ceil(lk / cfg.pooled_blocks)
+
+
+def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Tensor,
+                base: int, col_base: int | None = None
+                ) -> tuple[dict[str, Any], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Pooled maps of every head at the finest block size whose encoding fits ``room`` bytes.
+
+    ``maps`` (L, H, nq, nk) are pooled in blocks of ``base`` tokens (the diagnostics' pass
+    made them); they are coarsened exactly (:func:`coarsen_pooled`) to at most
+    ``pooled_blocks`` blocks a side, then further, each size tried in uint16 then uint8,
+    until the base64 text fits. With ``col_base``, ``maps`` are already at the finest
+    blocks, ``base`` queries × ``col_base`` keys (cross-attention), and only the further
+    coarsening applies.
+    """
+    lq, lk = trace.seq_len, trace.key_len
+    if col_base is not None:
+        rows, cols = block_spans(lq, base), block_spans(lk, col_base)
+        maps = maps.float()
+    else:
+        finest = math.ceil(max(lq, lk) / cfg.pooled_blocks)
+        maps, rows, cols = coarsen_pooled(maps.float(), block_spans(lq, base),
+                                          block_spans(lk, base), math.ceil(finest / base))
+    while True:
+        for dtype in ("u16", "u8"):
+            blob = encode_blob(maps, dtype, gz=True)
+            if len(blob["b64"]) <= room:
+                return blob, rows, cols
+        if len(rows) <= 2 and len(cols) <= 2:
+            return blob, rows, cols  # the smallest map there is; the page says how big it is
+        maps, rows, cols = coarsen_pooled(maps, rows, cols, 2)
+
+
+def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
+                   api: str | None, room: int, progress: bool = False) -> dict:
+    nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
+    keys = trace.key_tokens
+    pooled = max(lq, lk) > cfg.max_tokens
+    shape = _shape_payload(trace)
+    image = image_input(trace)
+    payload: dict[str, Any] = {
+        "stack": stack_name(trace), "cross": is_cross(trace), "image": image,
+        "model": trace.model, "text": (trace.text or "")[:200], "causal": bool(trace.causal),
+        "L": nl, "H": nh, "H_kv": trace.num_kv_heads, "Lq": lq, "Lk": lk,
+        "d": trace.head_dim, "scale": shape.pop("scale"), "shape": shape,
+        "tokens": list(trace.tokens), "key_tokens": None if keys is None else list(keys),
+        "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
+        "diagnostics": None, "qk": None, "qk_missing": None,
+    }
+    payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress)
+    if trace.groups is not None:  # q and k belong to the pieces, not to these tokens
+        payload["qk_missing"] = "merged"
+    elif not trace.has_qk:
+        payload["qk_missing"] = "none"
+    elif pooled:
+        payload["qk_missing"] = "long"
+    elif shape["bias"]:
+        payload["qk_missing"] = "bias"
+    else:
+        heads, dtype = qk_heads(trace, cfg.qk_budget, first)
+        payload["qk"] = qk_payload(trace, heads, dtype)
+        payload["qk_missing"] = "budget"
+    if pooled:
+        keys = keys if keys is not None else trace.tokens
+
+        def blocks(rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> dict:
+            return {"row_blocks": [list(r) for r in rows], "col_blocks": [list(c) for c in cols],
+                    "rows": [block_label(trace.tokens, a, b) for a, b in rows],
+                    "cols": [block_label(keys, a, b) for a, b in cols]}
+
+        rb, cb = _row_col_blocks(trace, cfg)
+        labels = blocks(block_spans(lq, rb), block_spans(lk, cb))  # the most there can be
+        other = nbytes(json_for_html(payload)) + nbytes(json_for_html(labels)) + 200
+        if rb == cb:
+            blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0), given_maps,
+                                           given_block)
+        else:
+            blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0),
+                                           pooled_maps(trace, rb, cb), rb, cb)
+        payload.update({"block": rows[0][1] - rows[0][0], "col_block": cols[0][1] - cols[0][0],
+                        "weights": blob, **blocks(rows, cols)})
+    else:
+        if given_block == 1 and tuple(given_maps.shape) == (nl, nh, lq, lk):
+            maps = given_maps.float()  # blocks of one token: the exact weights, same pass
+        else:
+            maps = torch.stack([torch.stack([trace.head_weights(l_, h).float()
+                                             for h in range(nh)]) for l_ in range(nl)])
+        payload.update({"block": 1, "col_block": 1,
+                        "weights": _maps_blob(maps, cfg.weights_budget),
+                        "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
+    payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]
+    return payload
+
+
+@cache
+def _pe_payload(n: int, d: int) -> dict[str, Any]:
+    """The sinusoidal table for the positional view (the same for every page: cached)."""
+    return {"n": n, "d": d, "omega": frequencies(d).tolist(),
+            "table": encode_blob(sinusoidal_table(n, d), "f32", gz=True)}
+
+
+#: The explorer's formulas (TeX in ``$...$``), rendered as MathML here, in Python, and shown
+#: by the page as given (``payload()["math"]``: language -> key -> HTML); the page's own
+#: plain text for a key is its fallback.
+_PE = r"\mathrm{PE}_{\mathrm{pos}}"
+_PEK = r"\mathrm{PE}_{\mathrm{pos}+k}"
+MATH_TEXTS: dict[str, tuple[str, str]] = {
+    "peNote": (
+        f"${_PEK} = M_k \\, {_PE}$: each $(\\sin, \\cos)$ pair turns by $\\omega_i k$. "
+        f"Dot: ${_PE}$; arrow: $M_k \\, {_PE}$; ring: ${_PEK}$ from the table.",
+        f"${_PEK} = M_k \\, {_PE}$：每一对 $(\\sin, \\cos)$ 转过 $\\omega_i k$。"
+        f"圆点：${_PE}$；箭头：$M_k \\, {_PE}$；圆环：表中的 ${_PEK}$。"),
+    "maxErr": (f"$\\max |M_k \\, {_PE} - {_PEK}|$ = ", f"最大 $|M_k \\, {_PE} - {_PEK}|$ = "),
+}
+
+
+@cache
+def math_payload() -> dict[str, dict[str, str]]:
+    """:data:`MATH_TEXTS` as HTML with MathML, per language (``{"en": {...}, "zh": {...}}``).
+
+    >>> math_payload()["en"]["maxErr"].startswith("<math")
+    True
+    """
+    from attnlab._mathml import html_with_math
+
+    return {lang: {k: html_with_math(texts[i]) for k, texts in MATH_TEXTS.items()}
+            for i, lang in enumerate(("en", "zh"))}
+
+
+
+def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, AttentionTrace]]]],
+                 cfg: ExplorerConfig, *, uid: str, layer: int, head: int, stack: str,
+                 firsts: Sequence[tuple[int, int]], api: Sequence[str | None],
+                 progress: bool = False) -> dict[str, Any]:
+    """Everything the page receives, as a JSON-ready dict.
+
+    ``inputs`` are :func:`attnlab.viz.inputs.input_stacks` of each input; every stack of
+    every input is one trace of the page, in order, each with its first head (``firsts``,
+    whose q/k are kept first) and its ``api`` URL prefix (None: nothing to fetch). The
+    traces share ``cfg``'s ``qk_budget`` and ``weights_budget``, and the page stays within
+    ``page_budget`` bytes with the page's CSS and JS, the sinusoidal table and the formulas.
+    """
+    traces = [t for _, stacks in inputs for _, t in stacks]
+    fixed = nbytes(static_asset("explorer.js")) + nbytes(static_asset("explorer.css"))
+    pe = _pe_payload(cfg.pe_positions, cfg.pe_dim)
+    n = len(traces)  # several traces share the q/k and weights budgets
+    each = replace(cfg, qk_budget=cfg.qk_budget // n, weights_budget=cfg.weights_budget // n)
+    about_inputs, t_index = [], 0
+    for about, stacks in inputs:
+        media = about["input"] if isinstance(about["input"], Mapping) else None
+        media = None if media is None else {k: v for k, v in media.items() if k != "image_png"}
+        about_inputs.append({"model": about["model"], "text": (about["text"] or "")[:200],
+                             "target": None if about["target"] is None
+                             else str(about["target"])[:200], "media": media,
+                             "stacks": [{"name": name, "t": t_index + i}
+                                        for i, (name, _) in enumerate(stacks)]})
+        t_index += len(stacks)
+    room = (cfg.page_budget - fixed - _PAGE_FRAME - nbytes(json_for_html(pe))
+            - nbytes(json_for_html(about_inputs))
+            - nbytes(json_for_html(math_payload()))) // n
+    return {
+        "format_version": FORMAT_VERSION,
+        "uid": uid,
+        "view": cfg.view,
+        "layer": layer, "head": head, "stack": stack,
+        "inputs": about_inputs,
+        "traces": [_trace_payload(t, each, first, a, room, progress)
+                   for t, first, a in zip(traces, firsts, api)],
+        "pe": pe,
+        "math": math_payload(),
+    }

@@ -369,8 +369,8 @@ def test_cli_survey_writes_the_result_and_its_page(llama_dir, tmp_path, capsys):
     (["--texts", "MISSING"], "--texts MISSING: no such file"),
     (["--texts", "EMPTY"], "holds no text"),
     (["--texts", "BAD"], "line 2 is not valid JSON"),
-    (["--texts", "EMPTY", "--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
-    (["--texts", "EMPTY", "--max-tokens", "1"], "--max-tokens must be an integer >= 2, got 1"),
+    (["--texts", "EMPTY", "--batch-size", "0"], "--batch-size must be a positive int, got 0"),
+    (["--texts", "EMPTY", "--max-tokens", "1"], "--max-tokens must be >= 2, got 1"),
 ])
 def test_cli_survey_bad_input_is_one_line(args, message, tmp_path, capsys):
     files = {"MISSING": tmp_path / "missing.txt", "EMPTY": tmp_path / "empty.txt",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from articles import SKIP_WHY, article_text
+from experiment_sizes import result_of
 
 from attnlab.cli import main
 from attnlab.experiments import EXPERIMENTS, Check, Result
@@ -22,9 +24,11 @@ from attnlab.experiments.claims import (
     Evidence,
     verdicts,
 )
+from attnlab.report.claims_markdown import markdown, page
 from attnlab.report.html import text as html_text
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
+DOC = Path(__file__).resolve().parents[2] / "docs" / "claims.md"
 
 
 def _articles() -> dict[str, str] | None:
@@ -143,17 +147,60 @@ def test_conditions_and_not_testable_verdicts():
     assert v.verdict == "not testable" and v.measurements == ()
 
 
-def test_evidence_parts_select_the_headline_or_named_checks():
-    r = _result("toy", 0.0, checks=[Check("norm part", 2.0, "≤ 1", False),
-                                    Check("angle part", 0.1, "≤ 1", True)])
+def test_evidence_parts_select_the_headline_or_checks_by_id():
+    r = _result("toy", 0.0, checks=[Check("norm part", 2.0, "≤ 1", False, id="norm"),
+                                    Check("angle part", 0.1, "≤ 1", True, id="angle")])
     assert not r.holds
     assert verdicts([r], [_claim(Evidence("toy", HEADLINE))])[0].verdict == "holds"
     assert verdicts([r], [_claim(Evidence("toy", "angle"))])[0].verdict == "holds"
     (v,) = verdicts([r], [_claim(Evidence("toy", "norm"))])
     assert v.verdict == "does not hold" and v.measurements[0].values == (2.0,)
-    assert verdicts([r], [_claim(Evidence("toy", "part"))])[0].verdict == "does not hold"
-    with pytest.raises(ValueError, match="no check of its result has 'length'"):
-        verdicts([r], [_claim(Evidence("toy", "length"))])
+    (v,) = verdicts([r], [_claim(Evidence("toy", "angle,norm"))])
+    assert v.verdict == "does not hold" and v.measurements[0].values == (0.1, 2.0)
+    # a text of the checks' names is no id: it selects nothing, loudly
+    with pytest.raises(ValueError, match="no check has the id 'part'.*angle"):
+        verdicts([r], [_claim(Evidence("toy", "part"))])
+
+
+def test_a_typo_in_an_evidence_id_fails_loudly():
+    r = _result("toy", 0.0, checks=[Check("angle part", 0.1, "≤ 1", True, id="angle")])
+    with pytest.raises(ValueError, match=r"toy:angel: toy: no check has the id 'angel' "
+                                         r"\(its check ids: angle\)"):
+        verdicts([r], [_claim(Evidence("toy", "angel"))])
+    with pytest.raises(ValueError, match="no check has the id 'angle'"):  # a check without id
+        verdicts([_result("toy", checks=[Check("angle part", 0.1, "≤ 1", True)])],
+                 [_claim(Evidence("toy", "angle"))])
+    for bad in ("Angle", "angle part", "angle,,norm", "angle,angle"):
+        with pytest.raises(ValueError, match="part"):
+            Evidence("toy", bad)
+    with pytest.raises(ValueError, match="lowercase slug"):
+        Check("angle part", 0.1, "≤ 1", True, id="Angle part")
+    with pytest.raises(ValueError, match="unique.*'angle'"):
+        _result("toy", checks=[Check("a", 0.0, "≤ 1", True, id="angle"),
+                               Check("b", 0.0, "≤ 1", True, id="angle")])
+
+
+def test_renaming_a_check_keeps_its_evidence():
+    c = _claim(*inv.evidence("toy:angle"))
+    before = _result("toy", checks=[Check("angle part", 0.1, "≤ 1", True, id="angle"),
+                                    Check("norm part", 2.0, "≤ 1", False, id="norm")])
+    after = _result("toy", checks=[Check("norm share of Var(score)", 2.0, "≤ 1", False,
+                                         id="norm"),
+                                   Check("the angle's share, renamed", 0.1, "≤ 1", True,
+                                         id="angle")])
+    (v0,) = verdicts([before], [c])
+    (v1,) = verdicts([after], [c])
+    assert v0.verdict == v1.verdict == "holds"
+    assert v0.measurements[0].values == v1.measurements[0].values == (0.1,)
+    assert v1.measurements[0].quantities == ("the angle's share, renamed",)
+
+
+def test_every_real_check_has_a_unique_id_and_the_inventory_names_real_ids(fast_results):
+    for r in _available(fast_results):
+        ids = [c.id for c in r.checks]
+        assert all(ids) and len(set(ids)) == len(ids), (r.name, ids)
+        missing = [i for i in inv.check_ids(r.name) if i not in ids]
+        assert not missing, f"{r.name}: the inventory names check ids it lacks: {missing}"
 
 
 def test_evidence_against_refutes_the_claim_when_the_experiment_holds():
@@ -208,8 +255,52 @@ def test_the_real_results_decide_every_claim(fast_results):
     assert all(v.measurements or not v.claim.testable for v in vs)
     exts = inv.extension_verdicts(results)
     assert [e.extension for e in exts] == list(EXTENSIONS)
-    md = inv.markdown(vs, exts)
+    md = markdown(vs, exts)
     assert md.count("\n| `") == len(decidable) + len(EXTENSIONS)
+
+
+def _masked(text: str) -> str:
+    """``text`` with the numbers of each table row's last cell (what was measured, which
+    depends on the sizes and the machine) blanked; every other character kept."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            cells = re.split(r"(?<!\\)\|", line)  # "", cell, ..., cell, ""
+            cells[-2] = re.sub(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", cells[-2])
+            line = "|".join(cells)
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_docs_claims_md_is_the_generated_page(fast_results):
+    """docs/claims.md is page() of the inventory's verdicts: regenerated here from the
+    experiments at test sizes, it equals the committed file in every cell (the verdicts and
+    the counts included) but the measured numbers."""
+    for name in EXPERIMENTS:
+        result_of(fast_results, name)  # the page needs every experiment
+    results = _available(fast_results)
+    generated = page(verdicts(results), inv.extension_verdicts(results))
+    committed = DOC.read_text(encoding="utf-8")
+    want, got = _masked(generated).splitlines(), _masked(committed).splitlines()
+    stale = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
+                 None if len(want) == len(got) else min(len(want), len(got)))
+    assert stale is None, (
+        f"docs/claims.md is stale from line {stale + 1}: regenerate it with "
+        f"`python -m attnlab.report.claims_markdown`\n"
+        f"committed: {got[stale] if stale < len(got) else '(end)'}\n"
+        f"generated: {want[stale] if stale < len(want) else '(end)'}")
+    n = inv.counts(verdicts(results))
+    assert committed.startswith("# The two articles, claim by claim\n")
+    assert f"{len(CLAIMS)} items. Verdicts: holds {n['holds']}," in committed
+
+
+def test_the_page_masks_only_the_measured_numbers():
+    row = ("| `000-x` | 000 | claim | 「d_k 64」 | d 128 | `toy` | **holds** | "
+           "toy: a: 0.5 (expected ≤ 1e-06) |")
+    assert _masked(row) == ("| `000-x` | 000 | claim | 「d_k 64」 | d 128 | `toy` | **holds** | "
+                            "toy: a: # (expected ≤ #) |")
+    assert _masked(row.replace("**holds**", "**does not hold**")) != _masked(row)
+    assert _masked("# Title 2") == "# Title 2"
 
 
 def test_extensions_are_the_experiments_of_origin_attnlab(fast_results):
@@ -271,10 +362,8 @@ def test_cli_unknown_claim_is_a_usage_error(capsys):
 
 
 def _checks_for(name: str) -> list[Check]:
-    """One passing check for each part of ``name`` the inventory selects."""
-    parts = {e.part for c in CLAIMS for e in c.evidence if e.experiment == name}
-    parts |= {e.part for e in EXTENSIONS if e.experiment == name}
-    return [Check(p, 0.0, "≤ 1", True) for p in sorted(parts - {"", HEADLINE})]
+    """One passing check for each check id of ``name`` the inventory reads."""
+    return [Check(i, 0.0, "≤ 1", True, id=i) for i in inv.check_ids(name)]
 
 
 def test_report_opens_with_the_inventory_from_the_shared_cache(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.experiments import EXPERIMENTS, Check, Result
-from attnlab.experiments.claims import CLAIMS, EXTENSIONS, HEADLINE
+from attnlab.experiments.claims import check_ids
 from attnlab.report import claims as claims_part
 from attnlab.report import experiments as experiments_part
 from attnlab.report import explorer as explorer_part
@@ -29,10 +29,8 @@ OTHERS = {"real-models": True, "architectures": True, "long-contexts": None,
 
 
 def _checks_for(name: str) -> list[Check]:
-    """One passing check for each part of ``name`` the inventory selects."""
-    parts = {e.part for c in CLAIMS for e in c.evidence if e.experiment == name}
-    parts |= {e.part for e in EXTENSIONS if e.experiment == name}
-    return [Check(p, 0.0, "≤ 1", True) for p in sorted(parts - {"", HEADLINE})]
+    """One passing check for each check id of ``name`` the inventory reads."""
+    return [Check(i, 0.0, "≤ 1", True, id=i) for i in check_ids(name)]
 
 
 def _result(name: str) -> Result:

@@ -1,0 +1,468 @@
+"""The inventory's text for article 000 (the geometry and linear algebra of attention,
+with the ``PureSelfAttention`` listing):
+《拆解 Transformer：从几何与线性代数视角看透注意力机制的数学本质》.
+
+Every claim, code listing and recommendation in reading order, as
+:class:`~attnlab.experiments.claim_types.Claim` records (pure data; the verdicts are
+:mod:`attnlab.experiments.claims`). The two conditions shared with article 001
+(``IID_*``: the variance argument's assumptions; ``NORM_*``: the score is a cosine only for
+unit vectors) are stated here once.
+"""
+
+from __future__ import annotations
+
+from .claim_types import Claim, evidence
+
+__all__ = ["CLAIMS_000", "IID_EN", "IID_ZH", "NORM_EN", "NORM_ZH"]
+
+IID_EN = ("Only when the components of q and k are independent with mean 0 and variance 1; "
+           "with mean μ each product has variance 1 + 2μ² (measured), and trained q, k are "
+           "neither independent nor unit-variance.")
+IID_ZH = ("仅当 q、k 的各分量相互独立、均值为 0、方差为 1 时成立；若均值为 μ，每个乘积的方差变为 "
+           "1 + 2μ²（实测），而训练后的 q、k 既不独立，方差也不为 1。")
+NORM_EN = ("The score is the cosine only for unit vectors: q·k = |q||k|cos θ, and the lengths "
+            "carry part of the score's spread (measured per head).")
+NORM_ZH = ("只有单位向量的点积才等于夹角余弦：q·k = |q||k|cos θ，分数的波动有一部分来自向量长度"
+            "（逐头实测）。")
+
+#: Article 000's claims, code listings and recommendations, in reading order.
+CLAIMS_000: tuple[Claim, ...] = (
+    Claim(
+        "000-transformer-history", "000", "claim",
+        "自 2017 年 Google 发布那篇著名的《Attention is All You Need》论文以来",
+        "Since Google's 2017 paper 'Attention is All You Need', the Transformer has swept "
+        "deep learning (BERT, GPT, ViT, LLMs) and become the cornerstone of modern AI.",
+        "自 2017 年《Attention is All You Need》发表以来，Transformer 席卷了整个深度学习领域"
+        "（BERT、GPT、ViT、大语言模型），成为现代人工智能的基石。",
+        not_testable_en="A historical statement about the field; no computation decides it.",
+        not_testable_zh="这是关于该领域发展史的陈述，无法用计算来判定。",
+    ),
+    Claim(
+        "000-attention-formula", "000", "code",
+        r"\text{Attention}(Q, K, V) = \text{softmax}\left(\frac{QK^T}{\sqrt{d_k}}\right)V",
+        "Attention is softmax(QKᵀ/√d_k)·V: attnlab's attention computes exactly this "
+        "(its scores are read back and its default scale is 1/√d_k), and the article's own "
+        "listing of the formula equals attnlab's module with the same weights.",
+        "注意力即 softmax(QKᵀ/√d_k)·V：attnlab 的注意力正是按此计算的（读回其分数，默认缩放为 "
+        "1/√d_k），文章给出的实现与使用相同权重的 attnlab 模块结果相等。",
+        evidence("qk-variance:headline", "article-code:printed-000-output,printed-000-weights"),
+    ),
+    Claim(
+        "000-qkv-retrieval", "000", "claim",
+        "借鉴了数据库检索的概念",
+        "Q, K and V borrow from database retrieval: a query is matched against every key and "
+        "the values are returned weighted by the match; trained on associative recall "
+        "(fetch the value stored under a key), one attention head learns exactly this lookup.",
+        "Q、K、V 借鉴了数据库检索：查询与每个键比对，按匹配程度加权取回值；在关联回忆任务"
+        "（取回某个键下存放的值）上训练，单个注意力头确实学会了这种检索。",
+        evidence("scaling-training:scaled-vs-chance"),
+    ),
+    Claim(
+        "000-higher-score-more-weight", "000", "claim",
+        "比对得分越高的词，其 $V$ （实际内容）就会被分配更大的权重",
+        "The higher a key's score against the query, the larger the weight its value gets: "
+        "softmax weights are exp(score) normalised, a strictly increasing function of the "
+        "score (attention is kernel smoothing with the kernel exp(q·k)).",
+        "键与查询的得分越高，其值向量分到的权重越大：softmax 权重是归一化后的 exp(分数)，"
+        "是分数的严格增函数（注意力就是以 exp(q·k) 为核的核平滑）。",
+        evidence("learned-kernel:nw-estimate"),
+    ),
+    Claim(
+        "000-qkv-subspaces", "000", "claim",
+        "通过三个不同的矩阵，模型允许词在三个不同的几何空间中表达不同的角色",
+        "W^Q, W^K and W^V project each token into three different subspaces, so that it can "
+        "play different roles as query, key and value: with W_Q ≠ W_K the score of i on j "
+        "differs from that of j on i (the score matrix is not symmetric).",
+        "W^Q、W^K、W^V 把每个词投影到三个不同的子空间，使它作为查询、键、值时扮演不同角色："
+        "W_Q ≠ W_K 时，i 对 j 的分数不同于 j 对 i 的分数（分数矩阵不对称）。",
+        evidence("qkv-roles"),
+    ),
+    Claim(
+        "000-score-is-dot-product", "000", "claim",
+        "的每一列（上下文词的 Key 向量）的点积",
+        "Entry (i, j) of QKᵀ is the dot product of query i with key j (checked on the scores "
+        "attnlab computes for queries and keys projected by an untrained attention layer).",
+        "QKᵀ 的第 (i, j) 个元素就是第 i 个查询与第 j 个键的点积"
+        "（在未经训练的注意力层投影得到的查询与键上，以 attnlab 计算出的分数检验）。",
+        evidence("dot-product-geometry:headline"),
+    ),
+    Claim(
+        "000-dot-product-cosine", "000", "claim",
+        r"\vec{a} \cdot \vec{b} = \|\vec{a}\| \|\vec{b}\| \cos\theta",
+        "The dot product is |a||b|cos θ, with θ the angle between the vectors (θ measured "
+        "without using the dot product).",
+        "点积等于 |a||b|cos θ，θ 为两向量的夹角（θ 的测量不借助点积）。",
+        evidence("dot-product-geometry:headline"),
+    ),
+    Claim(
+        "000-direction-similarity", "000", "claim",
+        "抛开向量长度不看，点积的核心意义在于衡量两个向量在方向上的相似度",
+        "Leaving lengths aside, the dot product measures how similar two directions are: the "
+        "smaller the angle, the larger the score.",
+        "抛开向量长度，点积衡量的是两个方向的相似度：夹角越小，分数越大。",
+        evidence("dot-product-geometry"),
+        conditions_en=NORM_EN, conditions_zh=NORM_ZH,
+    ),
+    Claim(
+        "000-orthogonal-unrelated", "000", "claim",
+        "夹角接近 90 度（正交），点积趋近于 0，说明两者毫无关系",
+        "When query and key are orthogonal (θ ≈ 90°), their dot product is near 0: the "
+        "two are unrelated.",
+        "查询与键正交（θ ≈ 90°）时，点积接近 0，说明两者毫无关系。",
+        evidence("dot-product-geometry:headline"),
+        conditions_en="'Unrelated' only as a score: softmax still gives a key of score 0 the "
+                      "weight exp(0)/Σ_j exp(s_j), more than any key with a negative score; "
+                      "zero weight needs a score of −∞ (a mask).",
+        conditions_zh="“毫无关系”只是就分数而言：softmax 仍会给分数为 0 的键分配 "
+                      "exp(0)/Σ_j exp(s_j) 的权重，比任何分数为负的键都多；权重为 0 需要分数为"
+                      "负无穷（掩码）。",
+    ),
+    Claim(
+        "000-global-similarity-graph", "000", "claim",
+        "实际上是构建了一个全局相似度图",
+        "QKᵀ builds a global similarity graph: entry (i, j) is the weight of the edge from "
+        "token i to token j, for every pair.",
+        "QKᵀ 构建了一个全局相似度图：第 (i, j) 个元素是从第 i 个词到第 j 个词那条边的权重，"
+        "每一对词之间都有边。",
+        evidence("dynamic-graph"),
+    ),
+    Claim(
+        "000-qk-mean-zero", "000", "claim",
+        "的数学期望为 0",
+        "For q, k with independent components of mean 0 and variance 1, E[q·k] = 0.",
+        "当 q、k 的各分量独立、均值为 0、方差为 1 时，E[q·k] = 0。",
+        evidence("qk-variance:mu-0-mean,mu-0.5-mean,mu-0.5-variance"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-qk-variance-dk", "000", "claim",
+        "但方差会随着维度 $d_k$ 的增大而线性增大（即为 $d_k$ ）",
+        "Under the same assumptions, Var(q·k) grows linearly with d_k: it equals d_k.",
+        "在同样的假设下，Var(q·k) 随 d_k 线性增长：恰为 d_k。",
+        evidence("qk-variance"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-large-scores", "000", "claim",
+        "点积的结果会变得非常大，导致不同词之间的得分差异极其悬殊",
+        "When d_k is large (64 or 128), the raw scores spread widely (standard deviation √d_k) "
+        "and the differences between keys become extreme.",
+        "当 d_k 很大（如 64 或 128）时，未缩放的分数分布很宽（标准差为 √d_k），"
+        "不同键之间的得分差异极其悬殊。",
+        evidence("qk-variance", "softmax-saturation:headline"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-softmax-one-hot", "000", "claim",
+        "使得 Softmax 的输出趋近于 One-Hot 分布",
+        "Fed such unscaled scores, softmax approaches a one-hot distribution: the largest "
+        "weight tends to 1, the entropy to 0.",
+        "把这样未缩放的分数送入 softmax，输出趋近 one-hot 分布：最大权重趋于 1，熵趋于 0。",
+        evidence("softmax-saturation"),
+    ),
+    Claim(
+        "000-gradient-vanishes", "000", "claim",
+        "梯度会变得非常趋近于 0（梯度消失），导致模型无法有效更新参数",
+        "In that regime the softmax gradient tends to 0 (it vanishes) and the model cannot "
+        "update its parameters effectively: trained without the scale, a model with a large "
+        "head dimension learns much worse.",
+        "在这种情况下 softmax 的梯度趋于 0（梯度消失），模型无法有效更新参数：不做缩放时，"
+        "头维度较大的模型训练效果明显更差。",
+        evidence("softmax-saturation:gradient-vanishes-scores,gradient-vanishes-wq",
+                 "scaling-training"),
+    ),
+    Claim(
+        "000-scale-variance-one", "000", "claim",
+        "强行将点积的方差拉回 1",
+        "Dividing by √d_k is a variance normalisation: it brings the score variance back to 1.",
+        "除以 √d_k 相当于一次方差归一化：把分数的方差拉回到 1。",
+        evidence("qk-variance"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-scale-any-dimension", "000", "claim",
+        "保证了无论特征维度多高，Softmax 都能工作在一个梯度稳定的非线性敏感区",
+        "With the scale, softmax works in the same sensitive, stable-gradient regime whatever "
+        "the dimension: its largest weight, entropy and Jacobian stay flat in d_k.",
+        "缩放之后，无论维度多高，softmax 都工作在同一个梯度稳定的敏感区："
+        "最大权重、熵和雅可比矩阵都不随 d_k 变化。",
+        evidence("softmax-saturation"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-probability-matrix", "000", "claim",
+        "概率转移矩阵",
+        "After the softmax, A is an N × N probability (row-stochastic) matrix: every entry is "
+        "non-negative and every row sums to 1.",
+        "softmax 之后，A 是一个 N × N 的概率转移（行随机）矩阵：每个元素非负，每行之和为 1。",
+        evidence("convex-combination"),
+    ),
+    Claim(
+        "000-convex-combination", "000", "claim",
+        "这是一个向量的凸组合（因为 $A_{i,j}$ 加起来等于 1）",
+        "Output_i = Σ_j A_ij V_j is a convex combination of the values, a weighted centroid: "
+        "every output lies in the convex hull of the value vectors (this needs the weights to "
+        "be non-negative as well as to sum to 1; softmax gives both).",
+        "Output_i = Σ_j A_ij V_j 是值向量的凸组合，即加权重心：每个输出都落在值向量的凸包内"
+        "（这既需要权重之和为 1，也需要权重非负；softmax 两者兼具）。",
+        evidence("convex-combination"),
+    ),
+    Claim(
+        "000-apple-context", "000", "claim",
+        "比如“苹果”这个词，如果周围有“吃”字",
+        "Attention contextualises a word: the output vector of 苹果 (apple) moves towards the "
+        "fruit meaning next to 吃 (eat) and towards the tech-company meaning next to 发布会 "
+        "(product launch).",
+        "注意力使词的表示语境化：在“吃”旁边，“苹果”的输出向量偏向“水果”的语义；"
+        "在“发布会”旁边，则偏向“科技公司”的语义。",
+        evidence("contextualisation"),
+        conditions_en="Measured on a real pretrained model (SmolLM2) with a handful of "
+                      "sentences and reference words, not on every model or context.",
+        conditions_zh="在真实的预训练模型（SmolLM2）上用少量句子和参照词测得，"
+                      "并非对所有模型和语境都成立。",
+    ),
+    Claim(
+        "000-multihead-formula", "000", "code",
+        r"\text{MultiHead}(Q, K, V) = \text{Concat}(\text{head}_1, \dots, \text{head}_h) W^O",
+        "Multi-head attention concatenates the heads' outputs and multiplies by W^O; "
+        "the articles' listings (000 as printed, 001 once corrected) compute exactly this, "
+        "equal to attnlab's modules with the same weights.",
+        "多头注意力把各头的输出拼接起来再乘以 W^O；两篇文章的代码（000 按原样、001 修正后）"
+        "都正是这样计算的，与使用相同权重的 attnlab 模块结果相等。",
+        evidence("article-code:printed-000-output,printed-000-weights",
+                 "article-code:fixed-001-output"),
+    ),
+    Claim(
+        "000-one-relation-per-head", "000", "claim",
+        "它只能学到一种关系模式",
+        "A single attention head can learn only one relation pattern: a task that needs two "
+        "relations at once is solved by two heads but not by one head of the same total size.",
+        "单个注意力头只能学到一种关系模式：需要同时用到两种关系的任务，两个头能学会，"
+        "而总维度相同的单个头学不会。",
+        evidence("one-relation-per-head"),
+    ),
+    Claim(
+        "000-orthogonal-subspaces", "000", "claim",
+        "将高维语义空间正交分解为多个低秩子空间",
+        "Multi-head attention decomposes the semantic space orthogonally into low-rank "
+        "subspaces, one per head. attnlab tests a consequence: heads start from random "
+        "subspaces about 63° apart, so training would have to push them apart, towards 90°; "
+        "it measures the change of the mean principal angle between the heads' W_q and W_k "
+        "subspaces during training.",
+        "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个。attnlab 检验它的一个推论："
+        "各头从彼此相距约 63° 的随机子空间出发，训练必须把它们推开、趋向 90°；"
+        "因此测量训练前后各头 W_q、W_k 子空间之间平均主夹角的变化。",
+        evidence("multihead-cost:headline"),
+    ),
+    Claim(
+        "000-head-low-dim-subspace", "000", "claim",
+        "每个观察者都被强制投影到一个特定的低维子空间中",
+        "Each head reads the input through its own d/h-dimensional subspace (its slice of "
+        "W^Q, W^K, W^V), and h heads together cost what one head of size d costs.",
+        "每个头都通过自己的 d/h 维子空间（W^Q、W^K、W^V 中属于它的切片）读取输入，"
+        "h 个头合起来的代价与一个 d 维的头相同。",
+        evidence("multihead-cost:params"),
+    ),
+    Claim(
+        "000-head-examples", "000", "claim",
+        "Head 3 可能专注于寻找句号，以便断句",
+        "In an 8-head model, head 1 might compute subject–verb relations, head 2 "
+        "adjective–noun modification, head 3 might look for full stops to split sentences.",
+        "在 8 个头的模型里，头 1 可能专门计算主谓关系，头 2 计算形容词修饰名词的关系，"
+        "头 3 可能专注于寻找句号以便断句。",
+        not_testable_en="Hypothetical examples ('may'): they name no model and no head, and "
+                        "deciding syntactic roles such as subject–verb needs annotated parses.",
+        not_testable_zh="这是假设性的举例（“可能”）：没有指明模型和头，而判定主谓等句法关系"
+                        "需要带句法标注的语料。",
+    ),
+    Claim(
+        "000-gradient-descent-diversifies", "000", "claim",
+        "梯度下降会驱使它们收敛到不同的表征子空间",
+        "Because the heads' W matrices are initialised differently, gradient descent drives "
+        "them to converge to different representation subspaces: the mean principal angle "
+        "between the heads' W_q and W_k subspaces should grow during training.",
+        "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间："
+        "各头 W_q、W_k 子空间之间的平均主夹角应当在训练中增大。",
+        evidence("multihead-cost:headline"),
+    ),
+    Claim(
+        "000-wo-lossless", "000", "claim",
+        "实现了信息的无损多视角融合",
+        "Concatenating the heads and projecting with W^O fuses the views without loss of "
+        "information.",
+        "把各头拼接后经 W^O 投影回原维度，实现了信息的无损多视角融合。",
+        evidence("wo-fusion"),
+        conditions_en="Lossless only when W^O is invertible (full rank): then the heads' "
+                      "outputs can be recovered from the fused output; a rank-deficient W^O "
+                      "loses information.",
+        conditions_zh="仅当 W^O 可逆（满秩）时才无损：此时能从融合后的输出恢复各头的输出；"
+                      "秩亏的 W^O 会丢失信息。",
+    ),
+    Claim(
+        "000-multihead-no-extra-cost", "000", "claim",
+        "多头注意力不仅没有增加计算复杂度（总维度不变）",
+        "With d_k = d_model / h, multi-head attention costs the same as one head of size "
+        "d_model: the same parameters and the same FLOPs.",
+        "取 d_k = d_model / h 时，多头注意力与一个 d_model 维的单头代价相同：参数量相同，"
+        "FLOPs 也相同。",
+        evidence("multihead-cost:params", "multihead-cost:flops,flops-formula"),
+    ),
+    Claim(
+        "000-multihead-efficiency", "000", "claim",
+        "极大提升了模型的参数效率和非线性表达能力",
+        "Splitting into heads greatly improves parameter efficiency and expressiveness: at "
+        "the same parameter count, h heads express relations one head cannot.",
+        "切分成多个头极大提升了参数效率和表达能力：参数量相同，多个头能表达单个头表达不了的关系。",
+        evidence("multihead-cost:params", "one-relation-per-head"),
+        conditions_en="Shown on a task that needs two relations at once; 'greatly' and "
+                      "'nonlinear expressiveness' have no measure in the article.",
+        conditions_zh="在一个同时需要两种关系的任务上得到验证；文中的“极大”和“非线性表达能力”"
+                      "没有给出度量。",
+    ),
+    Claim(
+        "000-listing-pure-self-attention", "000", "code",
+        "class PureSelfAttention(nn.Module):",
+        "Article 000's PureSelfAttention listing runs as printed (its own __main__ test too) "
+        "and computes the same outputs and weights as attnlab's SelfAttention with the same "
+        "weights.",
+        "文章 000 的 PureSelfAttention 代码可按原样运行（包括它自带的 __main__ 测试），"
+        "其输出和权重与使用相同权重的 attnlab SelfAttention 相等。",
+        evidence("article-code:printed-000-main-runs,printed-000-output,printed-000-weights"),
+    ),
+    Claim(
+        "000-listing-weights-sum-to-one", "000", "code",
+        "它对所有词的注意力权重之和应该为 1",
+        "The listing's test prints the sum of one row of attention weights, which must be 1.",
+        "代码的测试部分打印一行注意力权重之和，它应当为 1。",
+        evidence("article-code:printed-000-main-runs,printed-000-output,printed-000-weights",
+                 "convex-combination:row-sum"),
+    ),
+    Claim(
+        "000-scale-comment", "000", "code",
+        "这是防止梯度消失的关键数学步骤",
+        "The listing's comment: dividing the scores by √(head_dim) is the key step that "
+        "prevents vanishing gradients.",
+        "代码注释：把分数除以 √(head_dim) 是防止梯度消失的关键数学步骤。",
+        evidence("softmax-saturation", "scaling-training"),
+    ),
+    Claim(
+        "000-matmul-is-qkt", "000", "code",
+        "这一行，完美对应了我们上文讨论的",
+        "The line scores = torch.matmul(Q, K.transpose(-2, -1)) is exactly the QKᵀ of the "
+        "formula: the listing's scores and weights equal attnlab's with the same weights.",
+        "scores = torch.matmul(Q, K.transpose(-2, -1)) 这一行正对应公式中的 QKᵀ："
+        "代码算出的分数与权重和使用相同权重的 attnlab 相等。",
+        evidence("article-code:printed-000-output,printed-000-weights"),
+    ),
+    Claim(
+        "000-view-transpose-split", "000", "code",
+        "正是多头机制在代码层面“切分高维空间”的具体体现",
+        "view and transpose are how the code splits the space into heads: head i gets the "
+        "i-th slice of d/h dimensions, and the split-then-merge listing equals attnlab's "
+        "multi-head attention.",
+        "view 与 transpose 就是代码层面“切分高维空间”的方式：第 i 个头得到第 i 段 d/h 维，"
+        "先切分再合并的实现与 attnlab 的多头注意力相等。",
+        evidence("article-code:printed-000-main-runs,printed-000-output,printed-000-weights",
+                 "multihead-cost:params"),
+    ),
+    Claim(
+        "000-dynamic-graph", "000", "claim",
+        "Transformer 构建的是一个全连接图，并且图上的权重是随着输入样本的不同而实时计算出来的",
+        "Self-attention is message passing on a complete graph whose edge weights are computed "
+        "from each input: every edge has weight > 0 and another input gives other weights.",
+        "自注意力是在一个完全图上传递信息，边权由每个输入实时算出：每条边的权重都大于 0，"
+        "换一个输入，权重也随之改变。",
+        evidence("dynamic-graph"),
+    ),
+    Claim(
+        "000-gnn-fixed-topology", "000", "claim",
+        "不同于传统的图神经网络（GNN）依靠固定的拓扑图进行消息传递",
+        "Unlike traditional graph neural networks, which pass messages on a fixed topology.",
+        "与传统图神经网络（GNN）依靠固定拓扑图传递消息不同。",
+        not_testable_en="A statement about other architectures (and not true of all of them: "
+                        "graph attention networks compute input-dependent weights too); attnlab "
+                        "implements no GNN.",
+        not_testable_zh="这是关于其他架构的陈述（且并非对所有 GNN 都成立：图注意力网络的权重也"
+                        "随输入而变）；attnlab 不实现 GNN。",
+    ),
+    Claim(
+        "000-neighbour-aggregation", "000", "claim",
+        "Self-Attention 本质上完成了一次“动态邻居聚合”",
+        "Self-attention performs a dynamic neighbourhood aggregation; without positions it "
+        "treats the tokens as a set (permutation-equivariant), like aggregation on a graph.",
+        "自注意力本质上完成了一次“动态邻居聚合”；不加位置信息时它把词看作集合"
+        "（对置换等变），就像图上的聚合一样。",
+        evidence("dynamic-graph"),
+    ),
+    Claim(
+        "000-kernel-smoothing", "000", "claim",
+        "Transformer 注意力机制在数学本质上就是一个可学习的核平滑方法",
+        "Attention is, mathematically, a learnable kernel smoother: the Nadaraya–Watson "
+        "estimator Σ K(x, x_i) y_i / Σ K(x, x_j).",
+        "注意力在数学上就是一种可学习的核平滑方法：即 Nadaraya–Watson 估计 "
+        "Σ K(x, x_i) y_i / Σ K(x, x_j)。",
+        evidence("kernel-smoothing", "learned-kernel:nw-estimate"),
+    ),
+    Claim(
+        "000-learned-similarity-kernel", "000", "claim",
+        "自适应地学习出了一个“语义相似度核函数”",
+        "Instead of a fixed Euclidean or Gaussian kernel, W^Q and W^K learn a similarity "
+        "kernel from data: softmax attention is Nadaraya–Watson regression with the kernel "
+        "exp(q·k), and training W^Q, W^K changes that kernel.",
+        "注意力不用固定的欧氏距离或高斯核，而是由 W^Q 和 W^K 从数据中学出一个相似度核函数："
+        "softmax 注意力就是以 exp(q·k) 为核的 Nadaraya–Watson 回归，训练 W^Q、W^K 会改变这个核。",
+        evidence("learned-kernel"),
+    ),
+    Claim(
+        "000-summary-orthogonal-roles", "000", "claim",
+        "线性投影：让词在多个正交子空间中扮演不同角色",
+        "Summary: the linear projections let each word play different roles in several "
+        "orthogonal subspaces (different roles: qkv-roles; orthogonality, through the change "
+        "of the heads' principal angles in training: multihead-cost).",
+        "总结：线性投影让词在多个正交子空间中扮演不同角色（不同角色见 qkv-roles；"
+        "正交性通过训练前后各头主夹角的变化检验，见 multihead-cost）。",
+        evidence("qkv-roles", "multihead-cost:headline"),
+    ),
+    Claim(
+        "000-summary-cosine", "000", "claim",
+        "本质是在计算高维向量之间的夹角余弦，衡量语义相似度",
+        "Summary: QKᵀ computes the cosine of the angle between high-dimensional vectors, a "
+        "measure of semantic similarity.",
+        "总结：QKᵀ 本质上是在计算高维向量之间的夹角余弦，衡量语义相似度。",
+        evidence("dot-product-geometry"),
+        conditions_en=NORM_EN, conditions_zh=NORM_ZH,
+    ),
+    Claim(
+        "000-summary-collective-wisdom", "000", "claim",
+        "类似多个独立观察者的集体智慧，捕捉多粒度的复杂关系",
+        "Summary: multi-head attention is like the collective wisdom of several independent "
+        "observers, capturing relations at several granularities.",
+        "总结：多头机制类似多个独立观察者的集体智慧，能捕捉多粒度的复杂关系。",
+        not_testable_en="A metaphor: 'collective wisdom' and 'granularity' have no measurable "
+                        "definition (the testable parts are 000-one-relation-per-head and "
+                        "000-head-low-dim-subspace).",
+        not_testable_zh="这是比喻：“集体智慧”“多粒度”都没有可测量的定义（其中可检验的部分见 "
+                        "000-one-relation-per-head 和 000-head-low-dim-subspace）。",
+    ),
+    Claim(
+        "000-next-generation", "000", "claim",
+        "再去学习 Mamba、RWKV、Linear Attention 等下一代非 Transformer 架构时",
+        "With this understanding one sees at a glance which mathematical bottleneck of the "
+        "Transformer Mamba, RWKV or Linear Attention optimises.",
+        "理解了这些，再学习 Mamba、RWKV、Linear Attention 等架构时，就能一眼看透它们优化的是 "
+        "Transformer 的哪个数学瓶颈。",
+        not_testable_en="A statement about the reader and about other architectures; attnlab's "
+                        "own linear-attention experiment measures one such bottleneck "
+                        "(quadratic cost), which the article does not state.",
+        not_testable_zh="这是关于读者和其他架构的陈述；attnlab 自己的 linear-attention 实验测量了"
+                        "其中一个瓶颈（平方复杂度），但文章并未给出这一论断。",
+    ),
+    Claim(
+        "000-math-scalpel", "000", "claim",
+        "数学，永远是揭开 AI 黑盒最锐利的那把手术刀",
+        "Mathematics is always the sharpest scalpel for opening the AI black box.",
+        "数学永远是揭开 AI 黑盒最锐利的手术刀。",
+        not_testable_en="An opinion and a metaphor.",
+        not_testable_zh="这是观点与比喻。",
+    ),
+)

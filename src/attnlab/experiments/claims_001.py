@@ -1,0 +1,312 @@
+"""The inventory's text for article 001 (positional encoding, the ``MultiHeadAttention``
+listing and practical tips): 《3Blue1Brown Transformer 入门指南：从数学原理到 PyTorch 实现》.
+
+Every claim, code listing and recommendation in reading order, as
+:class:`~attnlab.experiments.claim_types.Claim` records (pure data; the verdicts are
+:mod:`attnlab.experiments.claims`).
+"""
+
+from __future__ import annotations
+
+from .claim_types import Claim, evidence
+from .claims_000 import IID_EN, IID_ZH, NORM_EN, NORM_ZH
+
+__all__ = ["CLAIMS_001"]
+
+#: Article 001's claims, code listings and recommendations, in reading order.
+CLAIMS_001: tuple[Claim, ...] = (
+    Claim(
+        "001-geometric-meaning", "001", "claim",
+        "才发现原来这些操作背后都有直观的几何意义",
+        "The author found, through 3Blue1Brown's videos, that these operations have an "
+        "intuitive geometric meaning.",
+        "作者通过 3Blue1Brown 的视频发现，这些操作背后都有直观的几何意义。",
+        not_testable_en="A personal experience; the geometric statements themselves are "
+                        "inventoried separately.",
+        not_testable_zh="这是个人经历；其中具体的几何论断另行列出。",
+    ),
+    Claim(
+        "001-positions-needed", "001", "claim",
+        "传统 RNN 通过时间步记录位置信息，而 Transformer 的位置编码公式看起来有点神秘",
+        "An RNN records position through its time steps; a Transformer needs a positional "
+        "encoding: attention alone is permutation-equivariant (it sees a set), and adding the "
+        "sinusoidal encoding breaks that.",
+        "RNN 通过时间步记录位置，Transformer 则需要位置编码：单靠注意力对输入的置换等变"
+        "（看到的是集合），加入正弦位置编码后不再等变。",
+        evidence("dynamic-graph"),
+    ),
+    Claim(
+        "001-pe-formula", "001", "code",
+        r"PE_{(pos,2i)} = \sin\left(\frac{pos}{10000^{2i/d_{\text{model}}}}\right)",
+        "The sinusoidal encoding PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) (and cos at "
+        "2i + 1), as attnlab's table computes it.",
+        "正弦位置编码 PE(pos, 2i) = sin(pos / 10000^(2i/d_model))（2i + 1 维为 cos），"
+        "attnlab 的位置编码表按此计算。",
+        evidence("pe-relative-position"),
+    ),
+    Claim(
+        "001-wavelengths-exponential", "001", "claim",
+        "使得不同维度 $i$ 的波长呈指数增长",
+        "The factor 10000^(2i/d_model) makes the wavelengths grow exponentially with i, from "
+        "2π to almost 10000·2π.",
+        "因子 10000^(2i/d_model) 使波长随 i 指数增长，从 2π 一直到接近 10000·2π。",
+        evidence("pe-relative-position:first-wavelength,wavelength-ratio,last-wavelength"),
+    ),
+    Claim(
+        "001-frequency-roles", "001", "claim",
+        "低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置",
+        "Low frequencies (long wavelengths) capture long-range dependencies, high frequencies "
+        "(short wavelengths) record local position.",
+        "低频（长波长）捕获长距离依赖，高频（短波长）记录局部位置。",
+        evidence("pe-frequency-roles"),
+        conditions_en="Shown for what one (sin, cos) pair can tell about an offset, decoded "
+                      "from its phase under a small readout noise; not a statement about which "
+                      "dimensions a trained model uses.",
+        conditions_zh="所检验的是单个 (sin, cos) 维度对在少量读出噪声下从相位差能解码出多少偏移"
+                      "信息，而不是训练后的模型实际使用哪些维度。",
+    ),
+    Claim(
+        "001-pe-linear-shift", "001", "claim",
+        "能表示为 $PE_{pos}$ 的线性组合",
+        "By the angle-sum formulas, PE[pos + k] is a linear function of PE[pos]: one rotation "
+        "M_k, the same for every pos.",
+        "由三角函数的和角公式，PE[pos + k] 是 PE[pos] 的线性函数：对所有 pos 都是同一个旋转 M_k。",
+        evidence("pe-relative-position"),
+    ),
+    Claim(
+        "001-relative-position-learned", "001", "claim",
+        "这正是模型能学到相对位置的关键",
+        "This linearity is the key that lets a model learn relative positions: a model given "
+        "sinusoidal encodings learns a task defined by an offset.",
+        "这种线性关系正是模型能学到相对位置的关键：使用正弦位置编码的模型能学会由相对偏移定义的"
+        "任务。",
+        evidence("relative-position-learned"),
+        conditions_en="Measured with queries and keys that read only the positional encoding; "
+                      "when they read token + position (the usual input), the trained model "
+                      "generalises to unseen positions only in part (also measured).",
+        conditions_zh="在查询和键只读取位置编码时测得；若读取“词元 + 位置”（通常的输入），"
+                      "训练后的模型只能部分推广到未见过的位置（同样实测）。",
+    ),
+    Claim(
+        "001-dot-product-cosine", "001", "claim",
+        "本质上是在计算向量夹角余弦值（相似度）",
+        "Each query–key dot product essentially computes the cosine of the angle between them "
+        "(a similarity).",
+        "每个查询与键的点积，本质上是在计算两者夹角的余弦（相似度）。",
+        evidence("dot-product-geometry"),
+        conditions_en=NORM_EN, conditions_zh=NORM_ZH,
+    ),
+    Claim(
+        "001-scale-prevents-saturation", "001", "claim",
+        "缩放因子 $\\sqrt{d_k}$ 防止点积结果过大导致 softmax 饱和",
+        "The √d_k scale keeps the dot products from growing so large that softmax saturates.",
+        "缩放因子 √d_k 防止点积过大而导致 softmax 饱和。",
+        evidence("softmax-saturation"),
+    ),
+    Claim(
+        "001-light-intensity", "001", "claim",
+        "你会看到类似「光照强度」的分布，亮的区域就是模型聚焦的位置",
+        "Visualised, the attention weights look like a distribution of light intensity; the "
+        "bright regions are where the model focuses.",
+        "可视化注意力权重时，会看到类似“光照强度”的分布，亮的区域就是模型聚焦的位置。",
+        not_testable_en="A visual metaphor for a heat map; 'focus' is not defined beyond the "
+                        "weights themselves.",
+        not_testable_zh="这是对热力图的视觉比喻；“聚焦”除了权重本身之外没有别的定义。",
+    ),
+    Claim(
+        "001-listing-multi-head-attention", "001", "code",
+        "class MultiHeadAttention(nn.Module):",
+        "Article 001's MultiHeadAttention listing runs as printed and computes multi-head "
+        "attention.",
+        "文章 001 的 MultiHeadAttention 代码可按原样运行，并正确计算多头注意力。",
+        evidence("article-code:headline"),
+    ),
+    Claim(
+        "001-listing-corrected", "001", "code",
+        "先看最核心的 MultiHeadAttention 类（已精简非关键代码）",
+        "Once its defects are fixed (the `if mask` swallowed by a comment, n_heads and d_model "
+        "never set, k and v never split into heads), the listing equals attnlab's "
+        "MultiHeadAttention with the same weights, with and without masks.",
+        "修正其缺陷之后（`if mask` 被注释吞掉、从未设置 n_heads 和 d_model、k 和 v 没有切分成"
+        "多个头），该代码与使用相同权重的 attnlab MultiHeadAttention 结果相等，无论是否使用掩码。",
+        evidence("article-code:fixed-001-output"),
+        conditions_en="Only after the fixes attnlab lists; as printed it does not run.",
+        conditions_zh="仅在 attnlab 列出的修正之后成立；按原样它无法运行。",
+    ),
+    Claim(
+        "001-einsum-one-line", "001", "code",
+        "一句搞定多头矩阵乘法，避免手动 permute 维度",
+        "torch.einsum('bhqd,bhkd->bhqk', q, k) does the multi-head matrix product in one line, "
+        "without permuting dimensions by hand; the einsum formulation equals attnlab's "
+        "multi-head attention.",
+        "torch.einsum('bhqd,bhkd->bhqk', q, k) 一句完成多头矩阵乘法，无需手动 permute 维度；"
+        "einsum 写法与 attnlab 的多头注意力结果相等。",
+        evidence("article-code:einsum"),
+    ),
+    Claim(
+        "001-fused-qkv-faster", "001", "claim",
+        "一次性计算 QKV，比分开三次计算更快",
+        "Computing Q, K, V with one nn.Linear(d_model, 3·d_model) is faster than three "
+        "separate projections.",
+        "用一个 nn.Linear(d_model, 3·d_model) 一次性计算 Q、K、V，比分开三次投影更快。",
+        evidence("fused-qkv-speed:headline"),
+    ),
+    Claim(
+        "001-fused-qkv-same", "001", "code",
+        "self.qkv_proj = nn.Linear(d_model, 3*d_model)",
+        "One fused projection with the three weights stacked gives the same q, k, v as three "
+        "separate projections, with the same FLOPs.",
+        "把三个权重堆叠成一个融合投影，得到的 q、k、v 与分开三次投影相同，FLOPs 也相同。",
+        evidence("fused-qkv-speed:same-qkv", "fused-qkv-speed:same-flops"),
+    ),
+    Claim(
+        "001-contiguous-before-view", "001", "claim",
+        "转置操作后必须调用以保证内存连续性，否则 view 会报错",
+        "After a transpose, contiguous() must be called before view, otherwise view raises an "
+        "error.",
+        "转置之后必须先调用 contiguous() 保证内存连续，否则 view 会报错。",
+        evidence("article-code:view-after-transpose-raises,reshape-equals-contiguous",
+                 "article-code:reshape-equals-contiguous"),
+        conditions_en="view raises for the (B, H, L, d) → (B, L, H·d) merge measured here; "
+                      "reshape does the same without the call.",
+        conditions_zh="此处实测的 (B, H, L, d) → (B, L, H·d) 合并中 view 会报错；"
+                      "用 reshape 则无需这一调用。",
+    ),
+    Claim(
+        "001-large-dk-saturation", "001", "claim",
+        "的值可能非常大，导致 softmax 进入饱和区",
+        "When d_k is large, the values of QKᵀ can be very large and push softmax into its "
+        "saturated region.",
+        "当 d_k 较大时，QKᵀ 的值可能非常大，使 softmax 进入饱和区。",
+        evidence("softmax-saturation:headline"),
+    ),
+    Claim(
+        "001-gradient-explosion", "001", "claim",
+        "梯度爆炸问题",
+        "Large unscaled scores cause exploding gradients (the section is titled 'the gradient "
+        "explosion problem'); attnlab measures that the softmax gradient vanishes instead.",
+        "未缩放的大分数会导致梯度爆炸（该节标题为“梯度爆炸问题”）；attnlab 实测的结果却是 "
+        "softmax 的梯度趋于消失。",
+        evidence("!softmax-saturation:no-explosion",
+                 "!softmax-saturation:gradient-vanishes-scores,gradient-vanishes-wq"),
+    ),
+    Claim(
+        "001-always-scale", "001", "recommendation",
+        "一定要用缩放因子 $1/\\sqrt{d_k}$",
+        "Always use the 1/√d_k scale: trained with it, a model with a large head dimension "
+        "learns; without it, it does not.",
+        "一定要用缩放因子 1/√d_k：使用它时，头维度较大的模型能学会任务；不使用则学不会。",
+        evidence("scaling-training", "softmax-saturation"),
+    ),
+    Claim(
+        "001-small-init-uniform", "001", "code",
+        "nn.init.xavier_normal_(layer.weight, gain=0.02)",
+        "With the projections initialised by xavier_normal_ (or xavier_uniform_) at gain 0.02, "
+        "the initial attention is near-uniform instead of saturated, and the initial entropy "
+        "falls as the gain grows.",
+        "用 xavier_normal_（或 xavier_uniform_）以增益 0.02 初始化投影矩阵时，初始注意力接近均匀"
+        "而不是饱和；增益越大，初始熵越低。",
+        evidence("init-scale:normal-near-uniform,uniform-near-uniform",
+                 "init-scale:entropy-monotone", "init-scale:entropy-at-largest-gain"),
+    ),
+    Claim(
+        "001-small-init", "001", "recommendation",
+        "初始化时适当调小线性层的权重",
+        "Against large scores and saturation, initialise the linear layers smaller (e.g. "
+        "xavier_normal_ with gain 0.02): trained on associative recall from the same "
+        "directions and batches, the model should then reach a lower loss than with the "
+        "default gain 1.0.",
+        "为避免分数过大、softmax 饱和，初始化时适当调小线性层的权重（如 xavier_normal_ 取增益 "
+        "0.02）：在关联回忆任务上从相同的初始方向、用相同批次训练，模型的最终损失应低于默认增益 "
+        "1.0。",
+        evidence("init-scale:headline", "init-scale:final-loss-ratio"),
+    ),
+    Claim(
+        "001-check-row-sums", "001", "recommendation",
+        "每行的注意力权重求和是否为 1",
+        "When debugging, check that each row of attention weights sums to 1 "
+        "(torch.allclose(attn.sum(dim=-1), ...)); the check holds on correct weights and "
+        "flags weights normalised over the wrong axis.",
+        "调试时检查每行注意力权重之和是否为 1（torch.allclose(attn.sum(dim=-1), ...)）："
+        "正确的权重能通过检查，沿错误维度归一化的权重会被发现。",
+        evidence("article-code:tip-row-sums", "article-code:tips-catch"),
+    ),
+    Claim(
+        "001-check-mask", "001", "recommendation",
+        "掩码位置的值是否真的是负无穷",
+        "When debugging, check the masked positions with attn.masked_fill(mask==0, 0).sum() == "
+        "attn.sum(); the check holds on correctly masked weights and flags weights computed "
+        "without the mask.",
+        "调试时用 attn.masked_fill(mask==0, 0).sum() == attn.sum() 检查掩码位置："
+        "正确遮蔽的权重能通过检查，未加掩码算出的权重会被发现。",
+        evidence("article-code:tip-mask", "article-code:tips-catch"),
+        conditions_en="The printed check compares weights after the softmax, where masked "
+                      "positions are exactly 0, not −∞; the scores before it are −∞.",
+        conditions_zh="文中的检查比较的是 softmax 之后的权重，被遮蔽位置恰为 0 而不是负无穷；"
+                      "softmax 之前的分数才是负无穷。",
+    ),
+    Claim(
+        "001-mask-minus-infinity", "001", "code",
+        "scores = scores.masked_fill(mask == 0, float('-inf'))",
+        "Setting the masked scores to −∞ before the softmax gives the masked positions a "
+        "weight of exactly 0, and with a causal mask no gradient flows from the future.",
+        "在 softmax 之前把被遮蔽的分数设为负无穷，被遮蔽位置的权重恰好为 0；"
+        "使用因果掩码时，未来位置不会传回梯度。",
+        evidence("masking:masked-weight-zero", "masking:headline"),
+    ),
+    Claim(
+        "001-variance-dk", "001", "claim",
+        "的方差就是 $d_k$",
+        "For q, k with i.i.d. components of mean 0 and variance 1, Var(q·k) = d_k.",
+        "当 q、k 的各分量独立同分布、均值为 0、方差为 1 时，Var(q·k) = d_k。",
+        evidence("qk-variance"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "001-scale-stabilises", "001", "claim",
+        "缩放 $1/\\sqrt{d_k}$ 正好使方差回归到 1，保持梯度稳定性",
+        "Scaling by 1/√d_k brings the variance back to exactly 1 and keeps the gradients "
+        "stable.",
+        "乘以 1/√d_k 正好使方差回到 1，保持梯度稳定。",
+        evidence("qk-variance", "softmax-saturation"),
+        conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "001-heatmap-code", "001", "code",
+        "plt.matshow(attn[0,0].detach().numpy(), cmap='Reds')",
+        "A heat map of the first head's attention matrix (plt.matshow of attn[0, 0]).",
+        "绘制第一个头的注意力矩阵热力图（对 attn[0, 0] 调用 plt.matshow）。",
+        not_testable_en="A plotting snippet with nothing to compute: it draws whatever attn "
+                        "holds (attn is local to the listing's forward, which never returns it).",
+        not_testable_zh="这是一段绘图代码，没有可计算的内容：它画出 attn 中的任何内容"
+                        "（而 attn 是代码 forward 内部的局部变量，从未被返回）。",
+    ),
+    Claim(
+        "001-debug-small-data", "001", "recommendation",
+        "先用小规模数据调试注意力机制",
+        "Debug the attention mechanism on small data first.",
+        "先用小规模数据调试注意力机制。",
+        not_testable_en="Workflow advice; no measurement decides it.",
+        not_testable_zh="这是关于工作流程的建议，无法用测量来判定。",
+    ),
+    Claim(
+        "001-use-einsum", "001", "recommendation",
+        "善用 einsum 处理复杂张量运算",
+        "Use einsum for complex tensor operations: the einsum formulation of multi-head "
+        "attention equals attnlab's.",
+        "善用 einsum 处理复杂张量运算：多头注意力的 einsum 写法与 attnlab 的结果相等。",
+        evidence("article-code:einsum"),
+    ),
+    Claim(
+        "001-use-nn-transformer", "001", "recommendation",
+        "官方 nn.Transformer 已经高度优化，生产环境建议直接使用",
+        "The official nn.Transformer is highly optimised; use it directly in production.",
+        "官方 nn.Transformer 已经高度优化，生产环境建议直接使用。",
+        not_testable_en="Advice about production use: fused-qkv-speed times torch's encoder "
+                        "layer against attnlab's and the corrected listing's for information, "
+                        "but what production should use is not a measurement.",
+        not_testable_zh="这是关于生产环境的建议：fused-qkv-speed 实验把 torch 的编码器层与 "
+                        "attnlab 的以及修正后的文章代码计时对比，仅供参考；生产中该用什么，"
+                        "不是测量能判定的。",
+    ),
+)

@@ -48,29 +48,49 @@ row of the support matrix, on the tiny models of :mod:`attnlab.tracing.tiny`.
 from __future__ import annotations
 
 import base64
-import contextlib
 import inspect
 import io
 import math
 import os
 import re
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
+from attnlab._text import one_line
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture import Capture, capture
+from attnlab.tracing.decode import (
+    check_ids,
+    fit_target,
+    generated_text,
+    greedy,
+    id_labels,
+    needs_target,
+    next_logits,
+    start_id,
+    target_ids,
+)
 from attnlab.tracing.inputs import (  # noqa: F401 (MAX_IMAGE_PIXELS: importable here too)
     MAX_IMAGE_PIXELS,
     SAMPLE_RATE,
-    _samples,
+    read_audio,
     read_image,
     read_wav,
+)
+from attnlab.tracing.preprocess import (  # noqa: F401 (the ImageNet statistics: here too)
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    SpeechInput,
+    folder_file,
+    image_inputs,
+    pair,
+    quiet,
+    whisper_extractor,
 )
 from attnlab.tracing.stacks import StackedTrace
 
@@ -78,10 +98,6 @@ __all__ = ["AUDIO_ENCODER_FAMILIES", "IMAGENET_MEAN", "IMAGENET_STD", "REFUSED_F
            "SAMPLE_RATE", "SPEECH_FAMILIES", "VISION_FAMILIES", "image_inputs", "read_image",
            "read_wav", "time_labels", "trace_audio", "trace_image", "trace_media"]
 
-#: The ImageNet mean and standard deviation (RGB) used when a model folder has no image
-#: processor of its own.
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 #: Tokens the model's own greedy generation adds at most when no target is given.
 MAX_NEW_TOKENS = 8
 
@@ -234,7 +250,7 @@ def _run(module: nn.Module, name: str, what: str, **inputs: Any) -> Any:
         raise
     except Exception as exc:
         raise ValueError(f"{name} cannot run on {what} ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:300]})") from exc
+                         f"{one_line(exc, 300)})") from exc
 
 
 def _takes_pixels(module: nn.Module) -> bool:
@@ -244,89 +260,7 @@ def _takes_pixels(module: nn.Module) -> bool:
         return False
 
 
-def _folder_file(folder: str | None, filename: str) -> Path | None:
-    if not folder:
-        return None
-    path = Path(folder) / filename
-    return path if path.is_file() else None
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence transformers' logging and Python warnings while a processor is made."""
-    import transformers
-
-    level = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        transformers.logging.set_verbosity(level)
-
-
-def _pair(value: Any, name: str) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, value
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        return int(value[0]), int(value[1])
-    raise ValueError(f"the model's config.{name} must be an int or a pair, got {value!r}")
-
-
 # -- images -----------------------------------------------------------------------------------
-
-
-def image_inputs(tower: nn.Module, img: Any, folder: str | None
-                 ) -> tuple[Tensor, np.ndarray, str]:
-    """(pixel values (1, 3, H, W), the image as the model sees it (H, W, 3) uint8, how it
-    was prepared) for an RGB PIL image and a vision ``tower``.
-
-    The folder's ``preprocessor_config.json`` is used when there is one (its processor
-    resizes, crops and normalises); the pixels the model sees are then un-normalised back
-    to 0–255 with its mean, standard deviation and rescale factor. Otherwise the image is
-    resized to the config's ``image_size`` (bilinear) and normalised with
-    :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`.
-    """
-    from PIL import Image
-
-    config = tower.config
-    pre = _folder_file(folder, "preprocessor_config.json")
-    if pre is not None:
-        from transformers import AutoImageProcessor
-
-        try:
-            with _quiet():
-                proc = AutoImageProcessor.from_pretrained(pre.parent, local_files_only=True)
-                pixels = proc(images=img, return_tensors="pt")["pixel_values"].float()
-        except Exception as exc:
-            raise ValueError(f"{pre}: the model's image processor cannot prepare the image "
-                             f"({type(exc).__name__}: {exc})") from None
-        x = pixels[0].clone()
-        if getattr(proc, "do_normalize", False):
-            mean = torch.tensor(_channels(proc.image_mean, x.shape[0]))[:, None, None]
-            std = torch.tensor(_channels(proc.image_std, x.shape[0]))[:, None, None]
-            x = x * std + mean
-        if getattr(proc, "do_rescale", False):
-            x = x / float(proc.rescale_factor)
-        seen = x.permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy()
-        how = f"the model's image processor ({type(proc).__name__}, {pre.name})"
-        return pixels, seen, how
-    h, w = _pair(getattr(config, "image_size", None), "image_size")
-    resized = img.resize((w, h), Image.Resampling.BILINEAR)
-    seen = np.asarray(resized, dtype=np.uint8).copy()
-    x = torch.from_numpy(seen).float().div(255.0).permute(2, 0, 1)
-    mean = torch.tensor(IMAGENET_MEAN)[:, None, None]
-    std = torch.tensor(IMAGENET_STD)[:, None, None]
-    pixels = ((x - mean) / std)[None]
-    how = (f"resized to the config's image_size {h}x{w} (bilinear), ImageNet mean and "
-           "standard deviation (the model folder has no preprocessor_config.json)")
-    return pixels, seen, how
-
-
-def _channels(values: Any, n: int) -> list[float]:
-    vals = [float(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
-    return vals * n if len(vals) == 1 else vals
 
 
 def _png_base64(pixels: np.ndarray) -> str:
@@ -383,7 +317,7 @@ def trace_image(model: Any, image: Any, *, qkv: bool = True, context: bool = Fal
     tower, family = _vision_tower(net, name)
     img = read_image(image)
     pixels, seen, how = image_inputs(tower, img, folder)
-    ph, pw = _pair(getattr(tower.config, "patch_size", None), "patch_size")
+    ph, pw = pair(getattr(tower.config, "patch_size", None), "patch_size")
     rows, cols = pixels.shape[-2] // ph, pixels.shape[-1] // pw
     prefix = VISION_FAMILIES[family](tower.config)
     tokens = prefix + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
@@ -465,20 +399,17 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
     """A speech encoder's self-attention over the frames of a waveform (one stack)."""
     import transformers
 
-    pre = _folder_file(folder, "preprocessor_config.json")
+    pre = folder_file(folder, "preprocessor_config.json")
     config = net.config
-    if family == "audio-spectrogram-transformer":
-        return _trace_spectrogram(net, name, pre, info, samples, source, qkv=qkv,
-                                  context=context, max_memory=max_memory)
     features = _FEATURE_ENCODERS.get(family)
-    with _quiet():
+    with quiet():
         if pre is not None:
             try:
                 fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
                                                                        local_files_only=True)
             except Exception as exc:
                 raise ValueError(f"{pre}: not a usable feature extractor "
-                                 f"({type(exc).__name__}: {exc})") from None
+                                 f"({type(exc).__name__}: {one_line(exc)})") from None
             how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
         elif features is not None:
             fe = getattr(transformers, features)()
@@ -491,7 +422,7 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
             prepared = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
         except Exception as exc:
             raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
-                             f"({type(exc).__name__}: {exc})") from None
+                             f"({type(exc).__name__}: {one_line(exc)})") from None
     frames: int | None
     if features is not None:  # filter banks every 10 ms, subsampled by the encoder
         inputs = {"input_features": prepared["input_features"]}
@@ -543,176 +474,16 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
     return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
 
 
-def _whisper_extractor(config: Any, folder: str | None) -> tuple[Any, str]:
-    from transformers import WhisperFeatureExtractor
-
-    pre = _folder_file(folder, "preprocessor_config.json")
-    if pre is not None:
-        try:
-            with _quiet():
-                fe = WhisperFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
-        except Exception as exc:
-            raise ValueError(f"{pre}: not a usable Whisper feature extractor "
-                             f"({type(exc).__name__}: {exc})") from None
-        return fe, f"the model's feature extractor ({pre.name})"
-    hop = 160
-    frames = 2 * int(config.max_source_positions)  # two convolutions, the second of stride 2
-    seconds = frames * hop / SAMPLE_RATE
-    with _quiet():
-        fe = WhisperFeatureExtractor(feature_size=int(config.num_mel_bins),
-                                     sampling_rate=SAMPLE_RATE, hop_length=hop,
-                                     chunk_length=seconds)
-    fe.n_samples = frames * hop
-    fe.nb_max_frames = frames
-    return fe, (f"WhisperFeatureExtractor built from the config ({config.num_mel_bins} mel "
-                f"bins, {seconds:g} s window; the folder has no preprocessor_config.json)")
-
-
-class _SpeechInput:
-    """What a speech encoder–decoder reads: its encoder's input, how long one encoder
-    position lasts, its window (Whisper) and how the input was prepared."""
-
-    def __init__(self, net: nn.Module, family: str, folder: str | None, samples: np.ndarray,
-                 name: str, truncate: bool) -> None:
-        config = net.config
-        self.seconds = samples.size / SAMPLE_RATE
-        self.window: float | None = None
-        self.truncated_from: float | None = None
-        if family == "whisper":
-            fe, self.how = _whisper_extractor(config, folder)
-            self.window = fe.n_samples / SAMPLE_RATE
-            if samples.size > fe.n_samples:
-                if not truncate:
-                    raise ValueError(
-                        f"audio is {self.seconds:.2f} s but {name} hears at most "
-                        f"{self.window:g} s at once; cut it, or pass truncate=True (CLI: "
-                        f"--truncate) to keep the first {self.window:g} s")
-                self.truncated_from = round(self.seconds, 4)
-                samples = samples[:fe.n_samples]
-                self.seconds = self.window
-            x = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-            self.kwargs = {"input_features": x}
-            self.frame_seconds = fe.hop_length * (x.shape[-1] // int(
-                config.max_source_positions)) / SAMPLE_RATE
-            return
-        from transformers import AutoFeatureExtractor, Speech2TextFeatureExtractor
-
-        pre = _folder_file(folder, "preprocessor_config.json")
-        try:
-            with _quiet():
-                if pre is not None:
-                    fe = AutoFeatureExtractor.from_pretrained(pre.parent, local_files_only=True)
-                    self.how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
-                elif family == "speech_to_text":
-                    fe = Speech2TextFeatureExtractor(
-                        feature_size=int(config.input_feat_per_channel))
-                    self.how = ("Speech2TextFeatureExtractor defaults (80 log-mel filter banks "
-                                "every 10 ms; the folder has no preprocessor_config.json)")
-                else:
-                    fe = None
-                    self.how = ("the waveform as it is (the folder has no "
-                                "preprocessor_config.json)")
-                if family == "speech_to_text":
-                    x = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
-                        "input_features"]
-                    self.kwargs = {"input_features": x}
-                    hop = int(getattr(fe, "sampling_rate", SAMPLE_RATE) * 0.01)
-                    self.frame_seconds = hop * 2 ** int(config.num_conv_layers) / SAMPLE_RATE
-                else:  # moonshine: the waveform, three convolutions of stride 64, 3 and 2
-                    x = (torch.from_numpy(samples)[None] if fe is None else fe(
-                        samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")[
-                        "input_values"])
-                    self.kwargs = {"input_values": x}
-                    self.frame_seconds = 64 * 3 * 2 / SAMPLE_RATE
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
-                             f"({type(exc).__name__}: {exc})") from None
-
-
-def _target_ids(target: Any, tokenizer: Any, start: int, name: str) -> tuple[list[int], str]:
-    """The decoder's input ids for a target text or token ids, and the text."""
-    if isinstance(target, str):
-        if not target.strip():
-            raise ValueError("target must be a non-empty text or token ids, got an empty text")
-        if tokenizer is None:
-            raise ValueError(f"target text needs a tokenizer and {name} has none: give the "
-                             "target as token ids (their labels are then the ids)")
-        ids = list(tokenizer(target, add_special_tokens=True)["input_ids"])
-        if not ids or ids[0] != start:
-            ids = [start, *ids]
-        return ids, target
-    if isinstance(target, Tensor):
-        target = target.reshape(-1).tolist()
-    try:
-        ids = list(target)
-    except TypeError:
-        raise TypeError(f"target must be a str, a sequence of ints or None, got "
-                        f"{type(target).__name__}") from None
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise TypeError("target must be a non-empty sequence of ints (token ids) or a str")
-    if ids[0] != start:
-        ids = [start, *ids]
-    return ids, ""
-
-
-def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    if tokenizer is None or not hasattr(tokenizer, "convert_ids_to_tokens"):
-        return [str(i) for i in ids]
-    out = []
-    for i in ids:
-        text = tokenizer.decode([i])
-        out.append(text if text and "\ufffd" not in text else str(
-            tokenizer.convert_ids_to_tokens(i) or i))
-    return out
-
-
-def _next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any]] | None:
-    """``step(encoded, ids, past) -> (logits of the next token, past)``: the model's own
-    head, or (a base model without one) the decoder's token embedding when the config ties
-    the head to it, as the model with a head computes; None otherwise. ``past`` is the
-    model's key/value cache (the cross-attention's keys and values computed once)."""
-    head = net.get_output_embeddings()
-    embed = getattr(net.get_decoder(), "embed_tokens", None)
-    if not isinstance(head, nn.Module):
-        if not (getattr(config, "tie_word_embeddings", False)
-                and isinstance(embed, nn.Embedding)):
-            return None
-
-    # the cache's keyword: ``cache`` from transformers 5.2x, ``past_key_values`` before
-    name = "cache" if "cache" in inspect.signature(net.forward).parameters else (
-        "past_key_values")
-
-    def step(encoded: Any, ids: Tensor, past: Any) -> tuple[Tensor, Any]:
-        new = ids if past is None else ids[:, -1:]
-        out = net(encoder_outputs=encoded, decoder_input_ids=new, use_cache=True,
-                  **{name: past})
-        past = getattr(out, name, None)
-        if isinstance(head, nn.Module):
-            return out.logits[0, -1], past
-        return out.last_hidden_state[0, -1] @ embed.weight.T, past
-
-    return step
-
-
-def _greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
-            eos: int | None, vocab: int, max_new_tokens: int) -> list[int]:
-    """The model's greedy choice token by token from ``start`` (no suppressed or forced
-    tokens), stopping after its end token or ``max_new_tokens``."""
-    ids, past = [start], None
-    with torch.no_grad():
-        for _ in range(max_new_tokens):
-            logits, past = step(encoded, torch.tensor([ids]), past)
-            ids.append(int(logits[:vocab].argmax()))
-            if eos is not None and ids[-1] == eos:
-                break
-    return ids
+def _spectrogram_samples(config: Any) -> int:
+    """The samples the Audio Spectrogram Transformer's window hears (``max_length`` frames
+    of 25 ms every 10 ms), and a second more: what is read of a longer sound."""
+    return (int(config.max_length) - 1) * 160 + 400 + SAMPLE_RATE
 
 
 def _trace_spectrogram(net: nn.Module, name: str, pre: Path | None, info: dict[str, Any],
                        samples: np.ndarray, source: str, *, qkv: bool, context: bool,
-                       max_memory: int | str | None) -> AttentionTrace:
+                       max_memory: int | str | None,
+                       seconds: float | None = None) -> AttentionTrace:
     """The Audio Spectrogram Transformer: its log-mel spectrogram (a frame every 10 ms,
     padded or cut to ``config.max_length`` frames) in overlapping patches, as an image of
     frequency bands (rows) by time (columns) behind ``[CLS]`` and ``[DIST]``; a patch is
@@ -720,7 +491,7 @@ def _trace_spectrogram(net: nn.Module, name: str, pre: Path | None, info: dict[s
     import transformers
 
     config = net.config
-    with _quiet():
+    with quiet():
         if pre is not None:
             fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
                                                                    local_files_only=True)
@@ -753,7 +524,7 @@ def _trace_spectrogram(net: nn.Module, name: str, pre: Path | None, info: dict[s
     if first is None or first.batch != 1 or first.dims[1:] != (len(tokens), len(tokens)):
         raise ValueError(f"{name} does not attend over the 2 + {rows}x{cols} patches of its "
                          "spectrogram; refused rather than mislabelled")
-    seconds = samples.size / SAMPLE_RATE
+    seconds = samples.size / SAMPLE_RATE if seconds is None else seconds
     window = int(config.max_length) / 100
     meta: dict[str, Any] = {"model_info": info or {"name": name}, "family": _family(net)}
     meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
@@ -804,23 +575,32 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
             max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    samples = _samples(audio)
     if family in AUDIO_ENCODER_FAMILIES:
         if target is not None:
             raise ValueError(f"target= is for speech models with a decoder "
                              f"({', '.join(SPEECH_FAMILIES)}); {name} ({family}) has none")
         source = "" if isinstance(audio, np.ndarray) else Path(audio).name
+        if family == "audio-spectrogram-transformer":  # it hears its window, cut or padded
+            samples, _cut = read_audio(audio, most=_spectrogram_samples(net.config),
+                                       truncate=True)
+            seconds = _cut if _cut is not None else samples.size / SAMPLE_RATE
+            return _trace_spectrogram(net, name, folder_file(folder, "preprocessor_config.json"),
+                                      info, samples, source, qkv=qkv, context=context,
+                                      max_memory=max_memory, seconds=seconds)
+        samples, _ = read_audio(audio)
         return _trace_audio_encoder(net, family, name, folder, info, samples, source, qkv=qkv,
                                     context=context, max_memory=max_memory)
     config = net.config
-    inp = _SpeechInput(net, family, folder, samples, name, truncate)
+    window = (whisper_extractor(config, folder)[0].n_samples if family == "whisper"
+              else None)  # the samples Whisper hears; the others hear all of the sound
+    samples, cut_from = read_audio(audio, most=window, truncate=truncate)
+    inp = SpeechInput(net, family, folder, samples, name, truncate)
     meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
                             "family": family}
-    if inp.truncated_from is not None:
-        meta["truncated_from_seconds"] = inp.truncated_from
-    start = getattr(config, "decoder_start_token_id", None)
-    if not isinstance(start, int):
-        raise ValueError(f"{name} has no decoder_start_token_id in its config")
+    if cut_from is not None or inp.truncated_from is not None:
+        meta["truncated_from_seconds"] = cut_from if cut_from is not None else (
+            inp.truncated_from)
+    start = start_id(net)
     limit = next((int(v) for v in (getattr(config, a, None) for a in (
         "max_target_positions", "max_position_embeddings")) if isinstance(v, int)), 1 << 30)
     encoder = net.get_encoder()
@@ -828,28 +608,24 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
     net.eval()
     try:
         if target is None:
-            logits_of = _next_logits(net, config)
+            logits_of = next_logits(net, config)
             if logits_of is None:
-                raise ValueError(f"{name} ({type(net).__name__}) has no language-model head "
-                                 "to generate with (and its config ties none to the token "
-                                 "embedding); give target=..., or load it with its head "
-                                 "(...ForConditionalGeneration)")
+                raise needs_target(name, net, " (and its config ties none to the token "
+                                   "embedding)")
             encoded = _run(encoder, name, "its audio", **inp.kwargs)
             eos = getattr(config, "eos_token_id", None)
-            ids = _greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
-                          int(config.vocab_size), min(max_new_tokens, limit - 1))
-            target_text = tok.decode(ids[1:], skip_special_tokens=True) if tok else ""
+            ids = greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
+                         int(config.vocab_size), min(max_new_tokens, limit - 1))
+            target_text = generated_text(tok, ids)
             meta["target_from"] = "generated"
         else:
-            ids, target_text = _target_ids(target, tok, start, name)
+            ids, target_text = target_ids(target, tok, start=start, name=name)
+            ids = ids if ids[0] == start else [start, *ids]
             meta["target_from"] = "given"
-        if len(ids) > limit:
-            raise ValueError(f"target is {len(ids)} tokens but {name}'s decoder takes at most "
-                             f"{limit}")
-        vocab = int(config.vocab_size)
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise ValueError(f"target holds ids in [{min(ids)}, {max(ids)}], outside the "
-                             f"vocabulary [0, {vocab}) of {name}")
+        ids, target_cut = fit_target(ids, limit, truncate=truncate)
+        if target_cut is not None:
+            meta["target_truncated_from"] = target_cut
+        check_ids(ids, int(config.vocab_size), name, "target")
         if max_memory is not None:  # the encoder's positions dominate what the trace keeps
             from attnlab.tracing.budget import check_trace_budget
 
@@ -867,7 +643,7 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
                          "incomplete")
     positions = enc[0].dims[1]
     times = time_labels(positions, inp.frame_seconds)
-    labels = _labels(tok, ids)
+    labels = id_labels(tok, ids)
     real = min(positions, math.ceil(inp.seconds / inp.frame_seconds - 1e-9))
     meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE,
                      "seconds": round(inp.seconds, 6), "frame_seconds": inp.frame_seconds,
@@ -924,3 +700,7 @@ def trace_media(model: Any, text_or_token_ids: Any = None, *, image: Any = None,
     return trace_audio(model, audio, target=target, tokenizer=tokenizer, qkv=qkv,
                        context=context, truncate=truncate, max_new_tokens=max_new_tokens,
                        max_memory=max_memory)
+
+
+# the names tracing.support and tracing.tiny use
+_SpeechInput, _quiet = SpeechInput, quiet

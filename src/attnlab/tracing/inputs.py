@@ -312,11 +312,6 @@ def read_audio(audio: Any, name: str = "audio", *, most: int | None = None,
     return samples, (round(total / SAMPLE_RATE, 4) if cut else None)
 
 
-def _samples(audio: Any) -> np.ndarray:
-    """A WAV file's samples or a 1-D float array of them, checked (:func:`read_audio`)."""
-    return read_audio(audio)[0]
-
-
 def _checked_array(audio: np.ndarray, name: str) -> np.ndarray:
     if audio.ndim != 1 or audio.dtype.kind != "f" or audio.size == 0:
         raise ValueError(f"{name} as an array must be 1-D float samples at {SAMPLE_RATE} Hz, "

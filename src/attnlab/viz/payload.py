@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core.positional import frequencies, sinusoidal_table
+from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import QUANTIZATION_ERROR, encode_blob, json_for_html, nbytes
@@ -23,7 +24,7 @@ from attnlab.viz.pooling import block_label, block_spans, coarsen_pooled, pooled
 from attnlab.viz.qk import qk_heads, qk_payload
 
 __all__ = ["FORMAT_VERSION", "VIEWS", "IMAGE_VIEW", "ExplorerConfig", "page_payload",
-           "math_payload", "MATH_TEXTS"]
+           "shapes_payload", "math_payload", "MATH_TEXTS"]
 
 #: The version of the page's data (module docstring of :mod:`attnlab.viz.explorer`).
 FORMAT_VERSION = 2
@@ -64,11 +65,25 @@ class ExplorerConfig:
 
 def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
     """The score-shaping rules per layer, as the page applies them (one row at a time)."""
-    shapes = trace.shapes
-    if not shapes:  # dense weights only: the page has no q/k to shape anyway
+    if not trace.shapes:  # dense weights only: the page has no q/k to shape anyway
         return {"scale": [trace.scale] * trace.num_layers, "causal": bool(trace.causal),
                 "window": None, "softcap": None, "alibi": None, "key_mask": None,
                 "bias": False, "sinks": None}
+    return shapes_payload(trace.shapes)
+
+
+def shapes_payload(shapes: Sequence[ScoreShape]) -> dict[str, Any]:
+    """The score shaping of each layer (``shapes``, one :class:`ScoreShape` a layer) as the
+    page reads it: ``scale`` per layer; ``causal``; ``window`` and ``softcap`` per layer or
+    None; ``alibi`` one slope per head or None; ``key_mask`` a ``b8`` blob or None;
+    ``bias`` whether any layer has a dense bias (the page then does not recompute rows);
+    ``sinks`` per layer None or one logit per head (or per head and query row).
+
+    >>> shapes_payload([ScoreShape(scale=0.5, causal=True, window=4)])["window"]
+    [4]
+    """
+    if not shapes:
+        raise ValueError("shapes must hold one ScoreShape per layer, got none")
     km = shapes[0].key_mask
     if any((s.key_mask is None) != (km is None) or
            (km is not None and not torch.equal(s.key_mask, km)) for s in shapes):

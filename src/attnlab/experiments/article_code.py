@@ -4,12 +4,13 @@ Article 000 prints ``PureSelfAttention`` with its own ``__main__`` test; article
 a ``MultiHeadAttention`` (defaults ``d_model=512, n_heads=8``) with no test. attnlab ships
 both listings verbatim (``listings/*.py.txt``: text, so that no tool imports, lints or
 byte-compiles code that may not compile) and runs each in a fresh interpreter
-(``sys.executable``), never in attnlab's own process. A small driver there compiles the
-listing, runs its ``__main__`` block (000), builds the class with attnlab's weights
-(``load_state_dict(strict=True)``), calls ``forward`` on a (2, 10, 512) input, with and
-without a mask (article 001's convention: ``mask == 0`` is blocked), and records the first
-exception with its line in the listing. It records the attention weights by wrapping
-``torch.nn.functional.softmax`` while ``forward`` runs (the listings are not changed).
+(``sys.executable``, :func:`.article_listings.run_listings`), never in attnlab's own
+process. A small driver there compiles the listing, runs its ``__main__`` block (000),
+builds the class with attnlab's weights (``load_state_dict(strict=True)``), calls
+``forward`` on a (2, 10, 512) input, with and without a mask (article 001's convention:
+``mask == 0`` is blocked), and records the first exception with its line in the listing. It
+records the attention weights by wrapping ``torch.nn.functional.softmax`` while ``forward``
+runs (the listings are not changed).
 
 Article 001's listing is then corrected one :class:`Edit` at a time, each run again, until
 it runs; the corrected listing (and 000's, which runs as printed) must equal attnlab's
@@ -24,17 +25,8 @@ and each tip is shown able to catch what it is meant to catch. Finally 001's tip
 from __future__ import annotations
 
 import copy
-import difflib
-import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +36,17 @@ from attnlab.nn import MultiHeadAttention, SelfAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
 from ._result import Result, fmt_num
+from .article_listings import (
+    DEDENT_001,
+    FIXES_001,
+    LISTINGS,
+    Edit,
+    Listing,
+    apply_edits,
+    diff_lines,
+    listing_source,
+    run_listings,
+)
 
 NAME = "article-code"
 CLAIM = ("The articles' PyTorch listings run as printed and compute multi-head attention "
@@ -61,229 +64,6 @@ EMBED_DIM, HEADS, BATCH, SEQ = 512, 8, 2, 10
 TOLERANCE = 1e-6
 #: fp64 agreement between :func:`einsum_attention` and attnlab's module.
 EINSUM_TOLERANCE = 1e-12
-
-
-@dataclass(frozen=True)
-class Edit:
-    """Replace ``old`` (which must occur exactly once) by ``new``; ``why`` says what it fixes."""
-
-    old: str
-    new: str
-    why: str
-    why_zh: str = ""
-
-
-@dataclass(frozen=True)
-class Listing:
-    """One article's listing: its file, the class it defines and the arguments to build it."""
-
-    article: str  # "000" or "001"
-    filename: str  # under listings/
-    cls: str
-    takes_mask: bool  # forward(x, mask=None)
-
-
-LISTINGS = {
-    "000": Listing("000", "000_pure_self_attention.py.txt", "PureSelfAttention", False),
-    "001": Listing("001", "001_multi_head_attention.py.txt", "MultiHeadAttention", True),
-}
-
-#: The fewest edits after which article 001's listing runs, in the order its failures
-#: appear (each is found by running the listing with the edits before it).
-FIXES_001: tuple[Edit, ...] = (
-    Edit("        # 3. 掩码处理（解码器需要）if mask is not None:\n",
-         "        # 3. 掩码处理（解码器需要）\n        if mask is not None:\n",
-         "put `if mask is not None:` on its own line (it is inside the comment)",
-         "把 `if mask is not None:` 单独放一行（原文把它写进了注释）"),
-    Edit("        self.d_k = d_model // n_heads\n",
-         "        self.d_k = d_model // n_heads\n        self.d_model = d_model\n"
-         "        self.n_heads = n_heads\n",
-         "set self.d_model and self.n_heads (used in forward, never set)",
-         "设置 self.d_model 和 self.n_heads（forward 中使用，但从未赋值）"),
-    Edit("        q = q.view(batch_size, -1, self.n_heads, self.d_k).transpose(1, 2)\n",
-         "        q = q.view(batch_size, -1, self.n_heads, self.d_k).transpose(1, 2)\n"
-         "        k = k.view(batch_size, -1, self.n_heads, self.d_k).transpose(1, 2)\n"
-         "        v = v.view(batch_size, -1, self.n_heads, self.d_k).transpose(1, 2)\n",
-         "split k and v into heads like q", "像 q 一样把 k 和 v 切分成多个头"),
-)
-
-#: The other reading of 001's comment line: dedent the masked_fill line instead of
-#: restoring the ``if`` (with the other two fixes): the masking then runs unconditionally.
-DEDENT_001: tuple[Edit, ...] = (
-    Edit("            scores = scores.masked_fill(mask == 0, float('-inf'))\n",
-         "        scores = scores.masked_fill(mask == 0, float('-inf'))\n",
-         "dedent the masked_fill line (the `if` stays in the comment)",
-         "取消 masked_fill 一行的缩进（`if` 仍留在注释里）"),
-    *FIXES_001[1:],
-)
-
-
-def listing_source(article: str) -> str:
-    """The listing of article ``"000"`` or ``"001"``, verbatim as the article prints it."""
-    if article not in LISTINGS:
-        raise ValueError(f"article must be one of {sorted(LISTINGS)}, got {article!r}")
-    path = resources.files("attnlab.experiments").joinpath("listings", LISTINGS[article].filename)
-    return path.read_text(encoding="utf-8")
-
-
-def apply_edits(source: str, edits: Sequence[Edit]) -> str:
-    """``source`` with each edit applied in turn; an edit whose ``old`` text does not occur
-    exactly once raises ``ValueError``."""
-    for e in edits:
-        count = source.count(e.old)
-        if count != 1:
-            raise ValueError(f"edit {e.why!r}: its text must occur exactly once in the "
-                             f"listing, found {count} times: {e.old!r}")
-        source = source.replace(e.old, e.new)
-    return source
-
-
-def diff_lines(before: str, after: str) -> list[str]:
-    """The changed lines, ``-`` removed and ``+`` added (a unified diff without context)."""
-    out = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0):
-        if line.startswith(("---", "+++", "@@")):
-            continue
-        out.append(line.rstrip())
-    return out
-
-
-# -- the driver: runs in a fresh interpreter, imports nothing of attnlab ---------------------
-
-_DRIVER = r'''
-import contextlib, io, json, sys, traceback
-import torch
-import torch.nn.functional as F
-
-spec = json.load(open(sys.argv[1], encoding="utf-8"))
-torch.set_num_threads(1)
-tensors = torch.load(spec["tensors"], weights_only=True) if spec.get("tensors") else {}
-softmax = F.softmax
-seen = []
-
-
-def recording_softmax(*args, **kwargs):
-    y = softmax(*args, **kwargs)
-    seen.append(y.detach())
-    return y
-
-
-def error(exc, run):
-    lines = run["source"].splitlines()
-    line = None
-    if isinstance(exc, SyntaxError):
-        line, message = exc.lineno, exc.msg
-    else:
-        for frame in traceback.extract_tb(exc.__traceback__):
-            if frame.filename == run["filename"]:
-                line = frame.lineno
-        message = str(exc)
-    text = lines[line - 1].strip() if line and 0 < line <= len(lines) else ""
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    return {"type": type(exc).__name__, "message": first, "line": line, "text": text}
-
-
-results, saved = [], {}
-for i, run in enumerate(spec["runs"]):
-    res = {"label": run["label"], "error": None, "stdout": "", "calls": []}
-    results.append(res)
-    torch.manual_seed(spec["seed"])
-    ns = {"__name__": "__main__" if run.get("main") else "article_listing",
-          "__file__": run["filename"]}
-    buf = io.StringIO()
-    try:
-        code = compile(run["source"], run["filename"], "exec")
-        with contextlib.redirect_stdout(buf):
-            exec(code, ns)
-        if run.get("harness"):
-            exec(compile(run["harness"], "<harness>", "exec"), ns)
-            res["value"] = ns[run["measure"]](tensors)
-        if run.get("cls"):
-            module = ns[run["cls"]](*run.get("args", []))
-            prefix = run.get("state")
-            if prefix:
-                module.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
-                                        if k.startswith(prefix)}, strict=True)
-            module.eval()
-    except Exception as exc:
-        res["error"] = error(exc, run)
-        res["stdout"] = buf.getvalue()
-        continue
-    res["stdout"] = buf.getvalue()
-    for j, (x_name, mask_name) in enumerate(run.get("calls", [])):
-        call = {"error": None}
-        res["calls"].append(call)
-        args = [tensors[x_name]] + ([] if mask_name is None else [tensors[mask_name]])
-        del seen[:]
-        F.softmax = recording_softmax
-        try:
-            with torch.no_grad():
-                y = module(*args)
-        except Exception as exc:
-            call["error"] = error(exc, run)
-            continue
-        finally:
-            F.softmax = softmax
-        saved[f"{i}/{j}/out"] = (y[0] if isinstance(y, tuple) else y).detach()
-        if seen:
-            saved[f"{i}/{j}/attn"] = seen[-1]
-torch.save(saved, spec["out"])
-print(json.dumps(results))
-'''
-
-
-def run_listings(
-    jobs: Sequence[tuple[Sequence[dict[str, Any]], dict[str, Tensor]]],
-    *,
-    seed: int = 0,
-    timeout: float = 120.0,
-) -> list[tuple[list[dict[str, Any]], dict[str, Tensor]]]:
-    """Run each job ``(runs, tensors)`` in its own fresh interpreter, all at once.
-
-    A run is a dict: ``label``, ``source`` (the listing's text), ``filename`` (how the
-    listing names itself in tracebacks), optional ``main`` (execute the ``__main__`` block,
-    capturing stdout), ``cls`` and ``args`` (build the class), ``state`` (a key prefix in
-    ``tensors``: ``load_state_dict(strict=True)`` of those entries) and ``calls``
-    (``[(input name, mask name or None), ...]`` -> ``forward(x[, mask])``). Returns per job
-    the runs' records (``error`` = ``{type, message, line, text}`` or None, ``stdout``,
-    ``calls``: each with its ``error``, and ``value``: what ``ns[measure](tensors)`` returned
-    when the run has a ``harness``, source executed after the listing in its namespace) and
-    the tensors they produced, named
-    ``"{run}/{call}/out"`` and ``"{run}/{call}/attn"`` (the last softmax of the call).
-    """
-    with tempfile.TemporaryDirectory(prefix="attnlab-listing-") as tmp:
-        procs = []
-        for n, (runs, tensors) in enumerate(jobs):
-            spec_path = Path(tmp, f"spec{n}.json")
-            tensor_path, out_path = Path(tmp, f"in{n}.pt"), Path(tmp, f"out{n}.pt")
-            torch.save(dict(tensors), tensor_path)
-            spec_path.write_text(json.dumps({"runs": list(runs), "seed": seed,
-                                             "tensors": str(tensor_path),
-                                             "out": str(out_path)}), encoding="utf-8")
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-            procs.append((subprocess.Popen(
-                [sys.executable, "-c", _DRIVER, str(spec_path)], cwd=tmp, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out_path))
-        done = []
-        try:
-            for proc, out_path in procs:
-                try:
-                    stdout, stderr = proc.communicate(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    raise RuntimeError(f"the listing driver ran past the {timeout:.0f} s "
-                                       "timeout") from None
-                lines = stdout.strip().splitlines()
-                if proc.returncode != 0 or not lines:
-                    last = (stderr.strip().splitlines() or ["no error output"])[-1]
-                    raise RuntimeError(f"the listing driver failed (exit status "
-                                       f"{proc.returncode}): {last[:300]}")
-                done.append((json.loads(lines[-1]), torch.load(out_path, weights_only=True)))
-        finally:
-            for proc, _ in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    return done
 
 
 # -- the einsum formulation ------------------------------------------------------------------

@@ -40,7 +40,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.nn import TransformerEncoderLayer
 
-from . import article_code
+from . import article_listings
 from ._common import check_le, new_figure, seeded
 from ._result import Result, fmt_num
 
@@ -310,11 +310,12 @@ def _time_article_layer(rounds: int, repeats: int, seed: int) -> dict[str, float
     """Article 001's corrected MultiHeadAttention in an encoder layer vs torch's layer,
     both timed in one fresh interpreter."""
     b, n, e, h, ff = LAYER_SIZE
-    src = article_code.apply_edits(article_code.listing_source("001"), article_code.FIXES_001)
+    src = article_listings.apply_edits(article_listings.listing_source("001"),
+                                         article_listings.FIXES_001)
     job = [{"label": "001 corrected, timed", "source": src,
             "filename": "001_multi_head_attention.py",
             "harness": _layer_harness(b, n, e, h, ff, rounds, repeats), "measure": "measure"}]
-    ((rec,), _), = article_code.run_listings([(job, {})], seed=seed)
+    ((rec,), _), = article_listings.run_listings([(job, {})], seed=seed)
     if rec["error"] is not None:
         raise RuntimeError(f"timing article 001's layer failed: {rec['error']}")
     return rec["value"]

@@ -86,6 +86,7 @@ from attnlab.tracing.preprocess import (  # noqa: F401 (the ImageNet statistics:
     IMAGENET_MEAN,
     IMAGENET_STD,
     SpeechInput,
+    encoder_features,
     folder_file,
     image_inputs,
     pair,
@@ -397,32 +398,9 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
                          qkv: bool, context: bool,
                          max_memory: int | str | None) -> AttentionTrace:
     """A speech encoder's self-attention over the frames of a waveform (one stack)."""
-    import transformers
-
-    pre = folder_file(folder, "preprocessor_config.json")
     config = net.config
     features = _FEATURE_ENCODERS.get(family)
-    with quiet():
-        if pre is not None:
-            try:
-                fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
-                                                                       local_files_only=True)
-            except Exception as exc:
-                raise ValueError(f"{pre}: not a usable feature extractor "
-                                 f"({type(exc).__name__}: {one_line(exc)})") from None
-            how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
-        elif features is not None:
-            fe = getattr(transformers, features)()
-            how = f"{features} defaults (the folder has no preprocessor_config.json)"
-        else:
-            fe = transformers.Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)
-            how = ("Wav2Vec2FeatureExtractor defaults (waveform normalised to zero mean and "
-                   "unit variance; the folder has no preprocessor_config.json)")
-        try:
-            prepared = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
-        except Exception as exc:
-            raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
-                             f"({type(exc).__name__}: {one_line(exc)})") from None
+    fe, prepared, how = encoder_features(folder, features, samples, name)
     frames: int | None
     if features is not None:  # filter banks every 10 ms, subsampled by the encoder
         inputs = {"input_features": prepared["input_features"]}

@@ -22,8 +22,8 @@ from torch import Tensor, nn
 from attnlab._text import one_line, too_long
 from attnlab.tracing.inputs import SAMPLE_RATE, TRUNCATE_HINT
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "SpeechInput", "folder_file", "image_inputs",
-           "pair", "quiet", "whisper_extractor"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "SpeechInput", "encoder_features", "folder_file",
+           "image_inputs", "pair", "quiet", "whisper_extractor"]
 
 #: The ImageNet mean and standard deviation (RGB) used when a model folder has no image
 #: processor of its own.
@@ -197,3 +197,35 @@ class SpeechInput:
         except Exception as exc:
             raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
                              f"({type(exc).__name__}: {one_line(exc)})") from None
+
+
+def encoder_features(folder: str | None, default: str | None, samples: np.ndarray, name: str
+                     ) -> tuple[Any, Any, str]:
+    """(feature extractor, its output, how) for a speech encoder without a decoder: the
+    folder's own extractor, else ``default`` (the name of a transformers extractor of filter
+    banks), else the waveform normalised by ``Wav2Vec2FeatureExtractor``."""
+    import transformers
+
+    pre = folder_file(folder, "preprocessor_config.json")
+    with quiet():
+        if pre is not None:
+            try:
+                fe = transformers.AutoFeatureExtractor.from_pretrained(pre.parent,
+                                                                       local_files_only=True)
+            except Exception as exc:
+                raise ValueError(f"{pre}: not a usable feature extractor "
+                                 f"({type(exc).__name__}: {one_line(exc)})") from None
+            how = f"the model's feature extractor ({type(fe).__name__}, {pre.name})"
+        elif default is not None:
+            fe = getattr(transformers, default)()
+            how = f"{default} defaults (the folder has no preprocessor_config.json)"
+        else:
+            fe = transformers.Wav2Vec2FeatureExtractor(sampling_rate=SAMPLE_RATE)
+            how = ("Wav2Vec2FeatureExtractor defaults (waveform normalised to zero mean and "
+                   "unit variance; the folder has no preprocessor_config.json)")
+        try:
+            prepared = fe(samples, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        except Exception as exc:
+            raise ValueError(f"{name}: its feature extractor cannot prepare the audio "
+                             f"({type(exc).__name__}: {one_line(exc)})") from None
+    return fe, prepared, how

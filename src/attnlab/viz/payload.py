@@ -315,6 +315,7 @@ def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, Attentio
         "format_version": FORMAT_VERSION,
         "uid": uid,
         "view": cfg.view,
+        "views": [*VIEWS, IMAGE_VIEW],  # the tabs in order (the image one shown for images)
         "layer": layer, "head": head, "stack": stack,
         "inputs": about_inputs,
         "traces": [_trace_payload(t, each, first, a, room, progress)

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnlab._proc import IsolatedCallError, call_isolated, peak_rss_bytes
+
+if TYPE_CHECKING:
+    from attnlab.tracing.tiny import tiny_llama
 
 __all__ = ["KINDS", "MODELS", "job_ids", "run_isolated", "run_job", "tiny_llama"]
 
@@ -48,17 +51,14 @@ def job_ids(tokenizer: Any, text: str | None, n: int) -> list[int]:
     return first_tokens(tokenizer, long_text({ARTICLES_ENV: text} if text else {}).text, n)
 
 
-def tiny_llama(seed: int = 0, max_length: int = 4096) -> Any:
-    """A random-weight Llama (2 layers, 4 heads sharing 2 key/value heads of 8, eager
-    attention) for quick runs of the measurement machinery."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def __getattr__(name: str) -> Any:
+    """``tiny_llama`` (:func:`attnlab.tracing.tiny.tiny_llama`, the random-weight Llama of
+    ``"tiny-llama"``), imported on first use: this module loads no torch until a job runs."""
+    if name == "tiny_llama":
+        from attnlab.tracing.tiny import tiny_llama
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=max_length)
-    return LlamaForCausalLM._from_config(cfg, attn_implementation="eager").eval()
+        return tiny_llama
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_job(job: Any) -> dict[str, Any]:
@@ -86,6 +86,8 @@ def _model_and_ids(job: dict[str, Any]) -> tuple[Any, Any, list[int]]:
         loaded = load("smollm2", progress=False)
         return loaded, loaded.model, job_ids(loaded.tokenizer, job.get("text"), n)
     import torch
+
+    from attnlab.tracing.tiny import tiny_llama
 
     model = tiny_llama(max_length=max(n, 16))
     g = torch.Generator().manual_seed(n)

@@ -24,8 +24,9 @@ position and the time of its cross-attention peak (:func:`alignment`) must reach
 espeak-ng or the package the case fails and says how to install them.
 
 For every stack the part checks that the weights attnlab computes from what it captured
-equal the model's own ``output_attentions`` (eager attention, the same inputs), that the
-explorer's QK view (softmax of q·kᵀ recomputed from the captured q and k) gives the same
+equal the model's own ``output_attentions`` (eager attention, the same inputs) and the
+weights recomputed from the captured q and k (:func:`attnlab.tracing.verify.check_stack`,
+the rule the support matrix uses), that the explorer's QK view (softmax of q·kᵀ recomputed from the captured q and k) gives the same
 weights, and how many layers, heads, queries and keys the stack has. The pictures show each
 architecture's attention *structure* (which stacks, which tokens are queries and which are
 keys, the decoder's causal mask, the patch grid, the time positions) — with random weights
@@ -34,10 +35,10 @@ they show nothing learned.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 import time
-import wave
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnlab._text import one_line
+from attnlab.analysis.alignment import (
+    alignment,
+    best_aligned_head,
+    peak_positions,
+    spearman,
+    word_rows,
+)
+from attnlab.report._inputs import SOURCE, SPEECH_TARGET, TARGET, VOCAB, draw_image, word_tokenizer
+from attnlab.report._speech import (
+    SAMPLE_RATE,
+    SpeechUnavailableError,
+    chirp,
+    resample,
+    speak,
+    write_wav,
+)
 from attnlab.report.explorer import qk_view_error
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, escape, fmt, table
+from attnlab.tracing import tiny
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.verify import EXACT_TOL, check_stack
 from attnlab.viz.explorer import Explorer, ExplorerConfig
 
 __all__ = ["build", "WEIGHTS_TOL", "QK_TOL", "SOURCE", "TARGET", "SPEECH_TARGET", "VOCAB",
@@ -58,19 +78,20 @@ __all__ = ["build", "WEIGHTS_TOL", "QK_TOL", "SOURCE", "TARGET", "SPEECH_TARGET"
            "word_rows", "peak_positions", "best_aligned_head", "alignment", "shown_stacks",
            "RealSpeech", "real_speech_part"]
 
-#: weights from the capture against the model's eager softmax: float32 rounding apart
-WEIGHTS_TOL = 1e-5
+#: weights from the capture against the model's eager softmax: the one rule of
+#: :mod:`attnlab.tracing.verify` (this, scaled up where a row's |log-sum-exp| passes
+#: ``attnlab.tracing.verify.LSE_SCALE``), the support matrix's too
+WEIGHTS_TOL = EXACT_TOL
 #: the QK view's float64 recomputation from the captured q and k against the weights
 QK_TOL = 1e-4
-SOURCE = "the cat sat on the mat because it was tired"
-TARGET = "die katze saß auf der matte weil sie müde war"
-SPEECH_TARGET = "a tone rising from low to high"
-#: the word-level vocabulary of the tokenizer made here (ids in this order)
-VOCAB = ("<pad> <s> </s> <unk> " + SOURCE + " " + TARGET + " " + SPEECH_TARGET).split()
-SAMPLE_RATE = 16000
-#: the standard deviation of the random weights: ten times the usual 0.02, so that the
-#: heads' scores spread and their patterns differ (at 0.02 every head is near uniform)
-INIT_STD = 0.2
+#: the standard deviation of the tiny models' random weights (:data:`attnlab.tracing.tiny
+#: .INIT_STD`): ten times the usual 0.02, so that the heads' scores spread and their
+#: patterns differ (at 0.02 every head is near uniform)
+INIT_STD = tiny.INIT_STD
+#: the tiny random models, built by :mod:`attnlab.tracing.tiny`, over :data:`VOCAB`
+tiny_bart = functools.partial(tiny.tiny_bart, vocab_size=len(VOCAB))
+tiny_whisper = functools.partial(tiny.tiny_whisper, vocab_size=len(VOCAB))
+tiny_vit = tiny.tiny_vit
 
 _ZH = {
     "model": "模型", "stack": "注意力栈", "layers × heads": "层 × 头",
@@ -86,136 +107,18 @@ _STACK = {"self": BiText("self-attention", "自注意力"),
 
 
 # --------------------------------------------------------------------------------------
-# inputs made here: a tokenizer, an image, a sound
-# --------------------------------------------------------------------------------------
-
-
-def word_tokenizer() -> Any:
-    """A ``PreTrainedTokenizerFast`` over :data:`VOCAB`, splitting on whitespace (no special
-    tokens added), so that the traces are labelled with words.
-
-    >>> tok = word_tokenizer()
-    >>> tok("the cat sat")["input_ids"], tok.convert_ids_to_tokens([5])
-    ([4, 5, 6], ['cat'])
-    """
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab: dict[str, int] = {}
-    for w in VOCAB:
-        vocab.setdefault(w, len(vocab))
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>", unk_token="<unk>")
-
-
-def draw_image(size: int = 96) -> Any:
-    """A picture with structure (a PIL RGB image, ``size`` × ``size``): vertical stripes
-    across the top, a red disc at the lower right, a green triangle at the lower left.
-
-    >>> im = draw_image(48)
-    >>> im.size, im.getpixel((47, 47)) != im.getpixel((0, 0))
-    ((48, 48), True)
-    """
-    from PIL import Image, ImageDraw
-
-    s = size / 96
-    img = Image.new("RGB", (size, size), (250, 245, 230))
-    d = ImageDraw.Draw(img)
-    for x in range(0, 96, 12):
-        d.rectangle([x * s, 0, (x + 5) * s, 40 * s], fill=(40, 90, 200))
-    d.ellipse([50 * s, 50 * s, 90 * s, 90 * s], fill=(220, 60, 40))
-    d.polygon([(5 * s, 90 * s), (27 * s, 50 * s), (46 * s, 90 * s)], fill=(40, 160, 70))
-    return img
-
-
-def chirp(seconds: float = 1.0, f0: float = 200.0, f1: float = 3000.0,
-          rate: int = SAMPLE_RATE) -> np.ndarray:
-    """A linear chirp from ``f0`` to ``f1`` Hz over ``seconds``, amplitude 0.5, float64.
-
-    >>> x = chirp(0.01)
-    >>> x.shape, round(float(abs(x).max()), 2) <= 0.5
-    ((160,), True)
-    """
-    t = np.arange(int(round(seconds * rate))) / rate
-    return 0.5 * np.sin(2 * np.pi * (f0 * t + (f1 - f0) / (2 * seconds) * t ** 2))
-
-
-def write_wav(path: str | Path, samples: np.ndarray, rate: int = SAMPLE_RATE) -> Path:
-    """``samples`` in [-1, 1] as a mono 16-bit PCM WAV file at ``rate`` (atomically)."""
-    from attnlab._io import atomic_open
-
-    pcm = (np.clip(samples, -1, 1) * 32767).round().astype("<i2").tobytes()
-    path = Path(path)
-    with atomic_open(path, "wb") as f, wave.open(f, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm)
-    return path
-
-
-# --------------------------------------------------------------------------------------
-# tiny random models
-# --------------------------------------------------------------------------------------
-
-
-def _eager(config: Any) -> Any:
-    config._attn_implementation = "eager"  # the softmax output_attentions returns
-    return config
-
-
-def tiny_bart(seed: int = 0) -> Any:
-    """A BART with 2 encoder and 2 decoder layers of 4 heads, d_model 32, random weights."""
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    torch.manual_seed(seed)
-    cfg = _eager(BartConfig(
-        vocab_size=len(VOCAB), d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=32, pad_token_id=0, bos_token_id=1,
-        eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
-        init_std=INIT_STD))
-    return BartForConditionalGeneration(cfg).eval()
-
-
-def tiny_vit(seed: int = 0) -> Any:
-    """A ViT with 2 layers of 4 heads, 48 × 48 images in 8 × 8 patches (6 × 6 grid)."""
-    from transformers import ViTConfig, ViTModel
-
-    torch.manual_seed(seed)
-    cfg = _eager(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, image_size=48, patch_size=8,
-                           initializer_range=INIT_STD))
-    return ViTModel(cfg, add_pooling_layer=False).eval()
-
-
-def tiny_whisper(seed: int = 0) -> Any:
-    """A Whisper with 2 encoder and 2 decoder layers of 4 heads, 80 mel bins and 50 encoder
-    positions (a 1 s window), over :data:`VOCAB`."""
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
-
-    torch.manual_seed(seed)
-    cfg = _eager(WhisperConfig(
-        vocab_size=len(VOCAB), d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, num_mel_bins=80, max_source_positions=50,
-        max_target_positions=16, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0, suppress_tokens=[], begin_suppress_tokens=[], init_std=INIT_STD))
-    return WhisperForConditionalGeneration(cfg).eval()
-
-
-# --------------------------------------------------------------------------------------
 # checks
 # --------------------------------------------------------------------------------------
 
 
 class Checked:
-    """One stack's checks: sizes and the two errors (NaN when not measured).
+    """One stack's checks as the part shows them: :func:`attnlab.tracing.verify.check_stack`
+    (``check``: the sizes, the weights against the model's ``output_attentions``, the
+    weights recomputed from q and k, the causal flags; the support matrix's rule) and the
+    explorer's QK view (``qk_error``, NaN when not measured).
 
     ``reference`` is the model's ``output_attentions`` for the stack: one (L, H, Lq, Lk)
-    tensor, or one (1, H, Lq, Lk) tensor per layer. Compared head by head in float64, so
+    tensor, or one (1, H, Lq, Lk) tensor per layer, compared head by head in float64, so
     that a 1500-position encoder never needs every layer's weights at once. ``qk=False``
     leaves the QK view's recomputation out (NaN).
     """
@@ -223,23 +126,18 @@ class Checked:
     def __init__(self, name: str, trace: AttentionTrace, reference: Any, *,
                  qk: bool = True) -> None:
         self.name = name
-        self.layers, self.heads = trace.num_layers, trace.num_heads
-        self.queries, self.keys = trace.seq_len, trace.key_len
-        layers = [r[0] if r.dim() == 4 else r for r in reference]  # each (H, Lq, Lk)
-        want = (trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len)
-        self.shape_ok = (len(layers) == want[0]
-                         and all(tuple(r.shape) == want[1:] for r in layers))
-        self.weights_error = float("inf")
-        if self.shape_ok:
-            self.weights_error = max(
-                float((trace.head_weights(layer, h).double() - ref[h].double()).abs().max())
-                for layer, ref in enumerate(layers) for h in range(trace.num_heads))
+        self.check = check_stack(trace, reference, stack=name)
+        self.layers, self.heads = self.check.layers, self.check.heads
+        self.queries, self.keys = self.check.queries, self.check.keys
+        self.shape_ok = self.check.shape_ok
+        self.weights_error, self.weights_tol = self.check.weights_error, self.check.weights_tol
+        self.recompute_error = self.check.recompute_error
         self.qk_error = qk_view_error(trace) if qk else float("nan")
 
     @property
     def passed(self) -> bool:
         qk_ok = math.isnan(self.qk_error) or self.qk_error <= QK_TOL
-        return self.shape_ok and self.weights_error <= WEIGHTS_TOL and qk_ok
+        return self.check.passed and qk_ok
 
 
 def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any], *,
@@ -262,7 +160,7 @@ def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any], *
         if layers is None:
             raise ValueError(f"reference has no attention for stack {name!r}; it holds "
                              f"{sorted(reference)}")
-        out.append(Checked(name, t, [x.detach() for x in layers], qk=qk))
+        out.append(Checked(name, t, layers, qk=qk))
     return out
 
 
@@ -351,161 +249,6 @@ ALIGN_MIN = 0.8
 SHOWN_AFTER = 25
 #: the registered name of the real speech model
 REAL_SPEECH = "whisper-tiny-en"
-
-
-class SpeechUnavailableError(RuntimeError):
-    """What the real speech case needs (espeak-ng, the model package) is not installed;
-    the message says how to install it."""
-
-
-def resample(x: np.ndarray, rate_from: int, rate_to: int) -> np.ndarray:
-    """``x`` (1-D, sampled at ``rate_from`` Hz) at ``rate_to`` Hz, band-limited, with numpy's
-    FFT: the real spectrum is cut (or zero-padded) to the new length's bins and inverted at
-    that length (the method of ``scipy.signal.resample``), so that nothing at or above the
-    new Nyquist frequency folds back as an alias. The signal is treated as periodic, which
-    holds for speech that starts and ends in silence.
-
-    >>> t = np.arange(22050) / 22050
-    >>> y = resample(np.sin(2 * np.pi * 440 * t), 22050, 16000)
-    >>> y.shape, bool(np.abs(y - np.sin(2 * np.pi * 440 * np.arange(16000) / 16000)).max()
-    ...                    < 1e-6)
-    ((16000,), True)
-    """
-    for name, r in (("rate_from", rate_from), ("rate_to", rate_to)):
-        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-            raise ValueError(f"{name} must be a positive int (Hz), got {r!r}")
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"x must be 1-D samples, got shape {x.shape}")
-    n = int(round(x.size * rate_to / rate_from))
-    spec = np.fft.rfft(x)
-    keep = n // 2 + 1
-    out = np.zeros(keep, dtype=complex)
-    m = min(keep, spec.size)
-    out[:m] = spec[:m]
-    if n % 2 == 0 and n < x.size:  # a tone at exactly the new Nyquist frequency is ambiguous
-        out[-1] = 0
-    return np.fft.irfft(out, n) * (n / x.size)
-
-
-def _wav_bytes(data: bytes) -> tuple[int, np.ndarray]:
-    """(sample rate, float64 samples) of mono 16-bit PCM WAV bytes; espeak-ng writing to a
-    pipe leaves the sizes in the header unset, so the data chunk runs to the end."""
-    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise ValueError("espeak-ng did not write a WAV file")
-    at, rate, fmt_ok = 12, 0, False
-    while at + 8 <= len(data):
-        kind, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
-        body = data[at + 8:]
-        if kind == b"fmt ":
-            channels = int.from_bytes(body[2:4], "little")
-            rate = int.from_bytes(body[4:8], "little")
-            bits = int.from_bytes(body[14:16], "little")
-            fmt_ok = channels == 1 and bits == 16
-        elif kind == b"data":
-            if not fmt_ok:
-                raise ValueError("espeak-ng wrote a WAV file that is not mono 16-bit PCM")
-            pcm = body[:min(size, len(body)) // 2 * 2]
-            return rate, np.frombuffer(pcm, "<i2").astype(np.float64) / 32768.0
-        at += 8 + size + (size & 1)
-    raise ValueError("espeak-ng wrote a WAV file without a data chunk")
-
-
-def speak(text: str, path: str | Path) -> tuple[Path, int]:
-    """``text`` spoken by espeak-ng (Debian's ``espeak-ng``, its default English voice),
-    resampled from espeak-ng's rate (22,050 Hz) to 16 kHz with :func:`resample` and written
-    to ``path`` as a 16 kHz mono 16-bit WAV file. Returns (the path, espeak-ng's rate).
-
-    Raises :class:`SpeechUnavailableError` with the install line when espeak-ng is missing.
-    """
-    import shutil
-    import subprocess
-
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"text must be a non-empty str, got {text!r}")
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise SpeechUnavailableError(
-            "espeak-ng is not installed; install it with: apt-get install espeak-ng   (or: "
-            "make setup)")
-    run = subprocess.run([exe, "--stdout", text], capture_output=True, timeout=60)
-    if run.returncode != 0:
-        raise SpeechUnavailableError(f"espeak-ng failed ({run.returncode}): "
-                                     f"{run.stderr.decode(errors='replace').strip()[:200]}")
-    rate, x = _wav_bytes(run.stdout)
-    y = resample(x, rate, SAMPLE_RATE)
-    peak = float(np.abs(y).max())
-    if peak > 1.0:  # the band limit can overshoot a full-scale sample by a little
-        y = y / peak
-    return write_wav(path, y), rate
-
-
-def spearman(a: Any, b: Any) -> float:
-    """Spearman's rank correlation of two equal-length sequences (ties share their mean
-    rank); NaN when either is constant.
-
-    >>> spearman([1, 2, 3, 4], [10, 20, 15, 40]), spearman([1, 2, 3], [3, 2, 1])
-    (0.8, -1.0)
-    """
-    def ranks(v: Any) -> np.ndarray:
-        v = np.asarray(v, dtype=np.float64)
-        order = np.argsort(v, kind="stable")
-        r = np.empty(v.size)
-        r[order] = np.arange(v.size)
-        for value in np.unique(v):
-            same = v == value
-            r[same] = r[same].mean()
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    if ra.size != rb.size or ra.size < 2:
-        raise ValueError(f"spearman needs two sequences of the same length >= 2, got "
-                         f"{ra.size} and {rb.size}")
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return round(float(np.corrcoef(ra, rb)[0, 1]), 12)
-
-
-def word_rows(tokens: list[str]) -> list[int]:
-    """The decoder rows that are words: a letter in the label, not a special token."""
-    return [i for i, t in enumerate(tokens)
-            if any(c.isalpha() for c in t) and not t.strip().startswith("<|")]
-
-
-def peak_positions(cross: AttentionTrace, rows: list[int]) -> list[int]:
-    """For each decoder row in ``rows``: the encoder position with the most
-    cross-attention, averaged over every layer and head (no head is picked)."""
-    mean = sum(cross.head_weights(layer, h)[rows].double()
-               for layer in range(cross.num_layers) for h in range(cross.num_heads))
-    return [int(i) for i in torch.as_tensor(mean).argmax(-1)]
-
-
-def best_aligned_head(cross: AttentionTrace) -> tuple[int, int, float]:
-    """(layer, head, ρ) of the head whose own cross-attention peaks follow the words best
-    (Spearman ρ as :func:`alignment`, per head; ties go to the head with the most weight on
-    its peaks): the head the explorer opens on."""
-    rows = word_rows(cross.tokens)
-    best: tuple[float, float, int, int] | None = None
-    for layer in range(cross.num_layers):
-        for h in range(cross.num_heads):
-            w = cross.head_weights(layer, h)[rows]
-            rho = spearman(range(len(rows)), w.argmax(-1).tolist())
-            key = (-1.0 if math.isnan(rho) else rho, float(w.max(-1).values.mean()), layer, h)
-            if best is None or key[:2] > best[:2]:
-                best = key
-    assert best is not None
-    return best[2], best[3], best[0]
-
-
-def alignment(cross: AttentionTrace) -> tuple[float, list[str], list[int]]:
-    """(Spearman ρ between each word's position in the transcript and the time of its
-    cross-attention peak, the words, the peaks' encoder positions)."""
-    rows = word_rows(cross.tokens)
-    if len(rows) < 3:
-        raise ValueError(f"the transcript has {len(rows)} words; the alignment needs 3 or "
-                         "more")
-    peaks = peak_positions(cross, rows)
-    return spearman(range(len(rows)), peaks), [cross.tokens[i] for i in rows], peaks
 
 
 def shown_stacks(st: Any, keep: int) -> Any:
@@ -746,6 +489,11 @@ def _stacks_table(checks: list[Checked]) -> str:
     return table(head, rows, passed_col=5, catalog=_ZH)
 
 
+def _error(c: Checked) -> str:
+    """A stack's weights error and the tolerance it was held to, for the summary row."""
+    return f"{c.weights_error:.1e} (tolerance {c.weights_tol:.1e})"
+
+
 def real_speech_part(ctx: ReportContext) -> tuple[str, list[tuple[str, str, bool | None]], bool]:
     """The real Whisper tiny.en case: (its HTML, its summary rows, passed). What it needs
     missing (espeak-ng, the model package) makes it a failed case that says how to install
@@ -773,8 +521,8 @@ def real_speech_part(ctx: ReportContext) -> tuple[str, list[tuple[str, str, bool
         (f"{key}: transcription", r.transcript[:80], heard),
         (f"{key}: alignment ρ speech / shuffled", f"{r.rho:.3f} / {r.rho_shuffled:.3f}",
          r.aligned)]
-    rows += [(f"{key} {c.name}: weights = output_attentions", f"{c.weights_error:.1e}",
-              c.passed) for c in r.checks]
+    rows += [(f"{key} {c.name}: weights = output_attentions", _error(c), c.passed)
+             for c in r.checks]
     ok = heard and r.aligned and all(c.passed for c in r.checks)
     return _real_speech_html(r, ex, seconds), rows, ok
 
@@ -801,7 +549,7 @@ def build(ctx: ReportContext) -> Section:
             ex.payload()
         except (ValueError, TypeError, NotImplementedError, RuntimeError) as exc:
             ok = False
-            msg = f"{type(exc).__name__}: {exc}"
+            msg = f"{type(exc).__name__}: {one_line(exc)}"
             ctx.log(f"architectures: {key} failed ({msg})")
             parts.append(f'<h3><span class="en">{escape(title)}</span><span class="zh" '
                          f'lang="zh">{escape(title_zh)}</span></h3>')
@@ -812,7 +560,7 @@ def build(ctx: ReportContext) -> Section:
         parts.append(_case_html(title, title_zh, what, checks, ex, seconds))
         for c in checks:
             ok = ok and c.passed
-            rows.append((f"{key} {c.name}: weights = output_attentions",
-                         f"{c.weights_error:.1e}", c.passed))
+            rows.append((f"{key} {c.name}: weights = output_attentions", _error(c),
+                         c.passed))
     return Section("architectures", "Architectures: encoder–decoder, vision, speech",
                    "架构：编码器–解码器、视觉、语音", "".join(parts), passed=ok, rows=rows)

@@ -25,8 +25,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-
 from attnlab._text import one_line
 from attnlab.tracing.families import TEXT_KINDS, families, mappings
 
@@ -152,6 +150,8 @@ def _eager(cls: Any, values: dict[str, Any]) -> Any:
 def _seeded(model_cls: Any, config: Any, seed: int, **kwargs: Any) -> Any:
     """``model_cls(config)`` with weights drawn after ``torch.manual_seed(seed)``, in eval
     mode."""
+    import torch
+
     with _quiet():
         torch.manual_seed(seed)
         return model_cls(config, **kwargs).eval()
@@ -265,6 +265,8 @@ def text_model(family: str, kind: str, seed: int = 0) -> Any:
     ``encoder-decoder``): its base model from :func:`tiny_config` (the sequence-to-sequence
     class where the base model needs more than text), seeded, eval mode;
     :class:`NotBuiltError` when it cannot be made offline or would exceed 3M parameters."""
+    import torch
+
     try:
         config = tiny_config(family, kind)
         cls = _model_class(family, kind)

@@ -131,7 +131,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "的数学期望为 0",
         "For q, k with independent components of mean 0 and variance 1, E[q·k] = 0.",
         "当 q、k 的各分量独立、均值为 0、方差为 1 时，E[q·k] = 0。",
-        evidence("qk-variance:mu-0-mean,mu-0.5-mean,mu-0.5-variance"),
+        evidence("qk-variance:centred-mean,mu-0.5-mean,mu-0.5-variance"),
         conditions_en=IID_EN, conditions_zh=IID_ZH,
     ),
     Claim(

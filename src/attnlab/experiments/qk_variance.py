@@ -140,6 +140,11 @@ def real_model_rows(name: str = "minilm", text: str = REAL_TEXT
     return rows, series, d_k
 
 
+def _mu_id(mu: float) -> str:
+    """The check ids' name of a mean: ``mu-0.5``, ``mu-1``, ``mu-minus-1``."""
+    return f"mu-{'minus-' if mu < 0 else ''}{abs(mu):g}".replace("e-", "e-minus-").replace("+", "")
+
+
 def run(
     seed: int = 0,
     *,
@@ -217,9 +222,10 @@ def run(
             mean_se = math.sqrt(d_k * (2 * mu**2 / m + 1 / m**2) / groups)
             mu_checks += [
                 check_le(f"μ = {mu}: |E[q·k] − d_k μ²| / its standard error",
-                         abs(mean_raw - mean_th) / mean_se, 5.0, id=f"mu-{mu}-mean"),
+                         abs(mean_raw - mean_th) / mean_se, 5.0, id=f"{_mu_id(mu)}-mean"),
                 check_le(f"μ = {mu}: relative error of Var(q·k) and Var(q·k/√d_k) against "
-                         "d_k(1 + 2μ²) and 1 + 2μ²", rel, 6 * se_rel, id=f"mu-{mu}-variance"),
+                         "d_k(1 + 2μ²) and 1 + 2μ²", rel, 6 * se_rel,
+                         id=f"{_mu_id(mu)}-variance"),
             ]
             rms, var, _ = _moments(q, k)
             rows.append([f"independent, mean μ = {mu}, variance 1", d_k, rms, var, mean_raw,
@@ -236,7 +242,7 @@ def run(
     measured = max(raw_rel + scaled_rel)
     tolerance = 6 * max(std_errs)
     checks = [check_le("μ = 0: max over d_k of |E[q·k]| / its standard error", max(mean_z),
-                       5.0, id="mu-0-mean"), *mu_checks]
+                       5.0, id="centred-mean"), *mu_checks]
     fig = _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model,
                   real_note) if plot else None
     real_en = real_zh = ""

@@ -75,6 +75,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, emit_json
     from attnlab.experiments import claims as inventory
     from attnlab.experiments import run_all
+    from attnlab.report.claims_markdown import markdown
 
     try:
         chosen = ([inventory.claim(i) for i in dict.fromkeys(args.only)]
@@ -91,7 +92,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(inventory.to_json(verdicts, extensions))
     elif args.markdown:
-        sys.stdout.write(inventory.markdown(verdicts, extensions))
+        sys.stdout.write(markdown(verdicts, extensions))
     else:
         _print_claims(verdicts, extensions, results)
     return 0 if all(r.passed for r in results) else 1

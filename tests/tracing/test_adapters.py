@@ -3,6 +3,7 @@ by where their class is defined."""
 
 from __future__ import annotations
 
+import pytest
 from torch import nn
 
 from attnlab.nn.attention import MultiHeadAttention
@@ -68,3 +69,29 @@ def test_a_config_that_refuses_a_read_counts_it_as_absent():
     d = describe_hf(Toy())
     assert (d["num_heads"], d["num_kv_heads"], d["head_dim"], d["num_layers"]) == (4, 4, 8, 3)
     assert model_shape(Toy()).num_kv_heads == 4
+
+
+def test_the_hugging_face_attach_is_all_or_nothing():
+    pytest.importorskip("transformers")
+    from attnlab.tracing.adapters.huggingface import _OBSERVERS, ADAPTER
+
+    class Config:
+        _attn_implementation_internal = "eager"
+
+    class Frozen:  # a config that refuses to be routed
+        @property
+        def _attn_implementation_internal(self):
+            return "sdpa"
+
+    a, b = nn.Linear(1, 1), nn.Linear(1, 1)
+    a.config, b.config = Config(), Frozen()
+    cap = object()
+    with pytest.raises(AttributeError):
+        ADAPTER.attach(cap, [a, b])
+    assert _OBSERVERS not in a.__dict__ and _OBSERVERS not in b.__dict__
+    assert a.config._attn_implementation_internal == "eager"
+    handles = ADAPTER.attach(cap, [a])
+    assert a.__dict__[_OBSERVERS] == [cap] and a.config._attn_implementation_internal != "eager"
+    for h in reversed(handles):
+        h.remove()
+    assert _OBSERVERS not in a.__dict__ and a.config._attn_implementation_internal == "eager"

@@ -22,6 +22,7 @@ from attnlab.tracing import (  # noqa: E402
     StackedTrace,
     UnreadableAttentionError,
     capture,
+    families,
     load_trace,
     trace,
 )
@@ -37,7 +38,7 @@ _tokenizer = word_tokenizer  # tests/tracing/word_tokenizer.py
 def _lm(family: str):
     """The tiny model of ``family`` with its language-model head (it can generate)."""
     config = support.tiny_config(family, "encoder-decoder")
-    auto = support._mappings()
+    auto = families.mappings()
     cls = getattr(transformers, auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES[family])
     torch.manual_seed(0)
     return cls(config).eval()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -14,6 +14,8 @@ from attnlab.core.weights import shaped_weights
 
 __all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "UnreadableAttentionError",
            "attach_each", "dense_weights"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,14 +86,14 @@ class Restore:
             undo()
 
 
-def attach_each(modules: list[nn.Module], attach_one: Callable[[nn.Module], list[Handle]]
-                ) -> list[Handle]:
-    """``attach_one(m)`` for every module, all or nothing: when one fails, the handles
-    already made are removed (last first) and the error propagates."""
+def attach_each(items: Sequence[T], attach_one: Callable[[T], list[Handle]]) -> list[Handle]:
+    """``attach_one(item)`` for every item (a module, or any step that returns handles),
+    all or nothing: when one fails, the handles already made are removed (last first) and
+    the error propagates."""
     handles: list[Handle] = []
     try:
-        for m in modules:
-            handles.extend(attach_one(m))
+        for item in items:
+            handles.extend(attach_one(item))
     except BaseException:
         for hnd in reversed(handles):
             hnd.remove()

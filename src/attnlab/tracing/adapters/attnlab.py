@@ -31,6 +31,7 @@ from attnlab.tracing.adapters._base import (
     attach_each,
     detached,
 )
+from attnlab.tracing.adapters._batch import batch_item, key_mask_of
 
 __all__ = ["ADAPTER", "describe_model"]
 
@@ -58,12 +59,9 @@ def describe_model(model: nn.Module) -> dict[str, Any]:
 def _bias(mask: Tensor, bi: int) -> Tensor:
     """Batch element ``bi`` of a module-level mask as a (H|1, Lq|1, Lk|1) float bias."""
     if mask.dim() == 2:
-        m = mask[None]
-    elif mask.dim() == 3:  # (B, Lq, Lk)
-        m = mask[bi if mask.shape[0] > 1 else 0][None]
-    else:  # (B, H, Lq, Lk)
-        m = mask[bi if mask.shape[0] > 1 else 0]
-    return to_additive(m.detach().cpu(), torch.float32)
+        return to_additive(mask.detach().cpu()[None], torch.float32)
+    m = batch_item(mask, bi)  # from (B|1, Lq, Lk) or (B|1, H, Lq, Lk)
+    return to_additive(m[None] if mask.dim() == 3 else m, torch.float32)
 
 
 def _shapes(module: nn.Module, call: dict[str, Any], b: int, lq: int, lk: int
@@ -78,13 +76,9 @@ def _shapes(module: nn.Module, call: dict[str, Any], b: int, lq: int, lk: int
             mask, causal = None, True
     shapes = []
     for bi in range(b):
-        km = None
-        if key_mask is not None:
-            km = key_mask[bi].detach().cpu().bool()
-            km = None if bool(km.all()) else km
         shapes.append(ScoreShape(
-            scale=float(module.scale), causal=causal, window=window, key_mask=km,
-            bias=None if mask is None else _bias(mask, bi)))
+            scale=float(module.scale), causal=causal, window=window,
+            key_mask=key_mask_of(key_mask, bi), bias=None if mask is None else _bias(mask, bi)))
     return shapes
 
 

@@ -45,6 +45,7 @@ that :mod:`attnlab.models` and the tracer share them.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from typing import Any
@@ -62,9 +63,11 @@ from attnlab.tracing.adapters._base import (
     Restore,
     Sink,
     UnreadableAttentionError,
+    attach_each,
     dense_weights,
     detached,
 )
+from attnlab.tracing.adapters._batch import batch_item, key_mask_of
 from attnlab.tracing.budget import first_int
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
@@ -310,17 +313,13 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
         bias = d.masked_fill(d <= torch.finfo(d.dtype).min / 2, float("-inf"))
     out = []
     for bi in range(b):
-        sk = None
-        if sinks is not None:  # (B|1, H, Lq|1) -> (H,) or (H, Lq)
-            sk = sinks[bi if sinks.shape[0] > 1 else 0].detach().cpu().float()
+        sk = batch_item(sinks, bi)
+        if sk is not None:  # (B|1, H, Lq|1) -> (H,) or (H, Lq)
+            sk = sk.float()
             sk = sk[:, 0] if sk.shape[1] == 1 else sk
-        km = None
-        if key_mask is not None:
-            km = key_mask[bi if key_mask.shape[0] > 1 else 0].detach().cpu()
-            km = None if bool(km.all()) else km
-        bb = None if bias is None else bias[bi if bias.shape[0] > 1 else 0]
-        out.append(ScoreShape(scale=scale, causal=causal, window=window, key_mask=km,
-                              softcap=softcap, bias=bb, sinks=sk))
+        out.append(ScoreShape(scale=scale, causal=causal, window=window,
+                              key_mask=key_mask_of(key_mask, bi), softcap=softcap,
+                              bias=batch_item(bias, bi), sinks=sk))
     return out
 
 
@@ -653,24 +652,24 @@ class _HuggingFaceAdapter:
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
         _register()
         _STATE.compact = False
-        handles: list[Handle] = []
-        try:
-            for m in modules:
-                observers = m.__dict__.setdefault(_OBSERVERS, [])
-                observers.append(cap)
-                handles.append(Restore(lambda m=m: _unobserve(m, cap)))
-            configs = {id(m.config): m.config for m in modules}
-            for c in configs.values():
-                before = c._attn_implementation_internal
-                c._attn_implementation_internal = IMPLEMENTATION
-                handles.append(Restore(
-                    lambda c=c, before=before: setattr(c, "_attn_implementation_internal",
-                                                       before)))
-        except BaseException:
-            for hnd in reversed(handles):
-                hnd.remove()
-            raise
-        return handles
+        configs = {id(m.config): m.config for m in modules}
+        # each module observed by cap, then each config routed to attnlab: all or nothing
+        steps = ([functools.partial(_observe, m, cap) for m in modules]
+                 + [functools.partial(_route, c) for c in configs.values()])
+        return attach_each(steps, lambda step: [step()])
+
+
+def _observe(m: nn.Module, cap: Sink) -> Handle:
+    """``cap`` among the observers of ``m`` (until the handle is removed)."""
+    m.__dict__.setdefault(_OBSERVERS, []).append(cap)
+    return Restore(lambda: _unobserve(m, cap))
+
+
+def _route(config: Any) -> Handle:
+    """``config``'s attention implementation set to attnlab's (until the handle is removed)."""
+    before = config._attn_implementation_internal
+    config._attn_implementation_internal = IMPLEMENTATION
+    return Restore(lambda: setattr(config, "_attn_implementation_internal", before))
 
 
 def _unobserve(m: nn.Module, cap: Sink) -> None:

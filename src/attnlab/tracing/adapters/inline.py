@@ -54,6 +54,7 @@ from attnlab.tracing.adapters._base import (
     dense_weights,
     detached,
 )
+from attnlab.tracing.adapters._batch import batch_item, key_mask_of
 
 __all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS"]
 
@@ -515,16 +516,14 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
         elif rule is not None:
             kw["causal"] = rule[0]
             kw["window"] = window
-            keys = rule[1][bi].cpu()
-            kw["key_mask"] = None if bool(keys.all()) else keys
+            kw["key_mask"] = key_mask_of(rule[1], bi)
         if slopes is not None:
             kw["alibi_slopes"] = slopes
         elif bias is not None:
             extra = bias[0].cpu()  # (H, 1, Lk)
             kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
         if read.get("bias") is not None:  # a model's own additive term, kept as it is
-            own = read["bias"]
-            extra = own[0 if own.shape[0] == 1 else bi].cpu()  # (H, Lq|1, Lk)
+            extra = batch_item(read["bias"], bi)  # (H, Lq|1, Lk)
             kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
         out.append(ScoreShape(**kw))
     return out

@@ -36,6 +36,7 @@ from attnlab.tracing.adapters._base import (
     attach_each,
     dense_weights,
 )
+from attnlab.tracing.adapters._batch import batch_item, key_mask_of
 
 __all__ = ["ADAPTER"]
 
@@ -88,10 +89,8 @@ def _shapes(m: nn.MultiheadAttention, call: dict[str, Any], b: int, lq: int, lk:
         key_mask = key_mask[None] if key_mask.dim() == 1 else key_mask
     shapes = []
     for bi in range(b):
-        km = None if key_mask is None else key_mask[bi if key_mask.shape[0] > 1 else 0]
-        km = None if km is None or bool(km.all()) else km
-        bb = None if bias is None else bias[bi if bias.shape[0] > 1 else 0]
-        shapes.append(ScoreShape(scale=scale, causal=causal, key_mask=km, bias=bb))
+        shapes.append(ScoreShape(scale=scale, causal=causal, key_mask=key_mask_of(key_mask, bi),
+                                 bias=batch_item(bias, bi)))
     return shapes
 
 

@@ -13,8 +13,14 @@ import torch
 pytest.importorskip("transformers")
 
 from attnlab.core.scores import ScoreShape  # noqa: E402
-from attnlab.tracing import AttentionTrace, StackedTrace, trace  # noqa: E402
-from attnlab.tracing import support, tiny, verify  # noqa: E402
+from attnlab.tracing import (  # noqa: E402
+    AttentionTrace,
+    StackedTrace,
+    support,
+    tiny,
+    trace,
+    verify,
+)
 
 
 def _traced(family: str):

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from attnlab.models import ModelNotAvailableError, load
 
-from ._common import check_ge, check_le, new_figure, seeded
+from ._common import check_ge, check_le, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "contextualisation"
@@ -233,13 +233,10 @@ def _figure(lf: Tensor, lc: Tensor, anchors: tuple[str, str]):
             ax.plot(layers, r.tolist(), color=color, lw=0.6, alpha=0.4)
         ax.plot(layers, rows.mean(0).tolist(), color=color, lw=2, label=label)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_xlabel("layer (0 = embeddings)")
     names = {"水果": "fruit", "科技公司": "tech company"}
     a, b = (names.get(x, x) for x in anchors)
-    ax.set_ylabel(f"cos(apple, {a}) − cos(apple, {b})")
-    ax.set_title("SmolLM2: where the word 'apple' leans, layer by layer", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
+    label_axes(ax, "layer (0 = embeddings)", f"cos(apple, {a}) − cos(apple, {b})",
+               "SmolLM2: where the word 'apple' leans, layer by layer")
     return fig
 
 

@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnlab.nn import TransformerEncoderLayer
 
 from . import article_listings
-from ._common import check_le, new_figure, seeded
+from ._common import check_le, label_axes, new_figure, seeded
 from ._result import Result, fmt_num
 
 NAME = "fused-qkv-speed"
@@ -330,11 +330,8 @@ def _figure(cases):
     ax.axhline(1.0, color="k", lw=1, label="equal time")
     ax.axhline(MARGIN, color="k", ls=":", lw=1, label="threshold of the geometric mean")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlabel("size B×N×E")
-    ax.set_ylabel("time ratio separate / fused")
-    ax.set_title("Three E→E projections vs one E→3E projection (one CPU thread)", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
+    label_axes(ax, "size B×N×E", "time ratio separate / fused",
+               "Three E→E projections vs one E→3E projection (one CPU thread)")
     return fig
 
 

@@ -292,24 +292,18 @@ def _figure(dims, un, sc, log_n, gu, gsc):
         ax.semilogx(dims, [x[i] for x in sc], "s-", color=blue, label="scaled q·k/√d_k")
         if i == 1:
             ax.axhline(log_n, color="k", ls=":", lw=1, label="uniform (log N)")
-    ax = axes[3]
-    ax.loglog(dims, [x["s_med"] for x in gu], "o-", color=red, label="median, unscaled")
-    ax.loglog(dims, [x["s_max"] for x in gu], "o--", color=red, alpha=0.6,
-              label="largest, unscaled")
-    ax.loglog(dims, [x["s_med"] for x in gsc], "s-", color=blue, label="median, scaled")
-    ax.loglog(dims, [x["s_max"] for x in gsc], "s--", color=blue, alpha=0.6,
-              label="largest, scaled")
-    titles.append("Gradient to the scores, per row")
-    ylabels.append("‖∂L/∂s‖ (log scale)")
-    ax = axes[4]
-    ax.loglog(dims, [x["w_med"] for x in gu], "o-", color=red, label="median row, unscaled")
-    ax.loglog(dims, [x["w_batch"] for x in gu], "o--", color=red, alpha=0.6,
-              label="whole batch, unscaled")
-    ax.loglog(dims, [x["w_med"] for x in gsc], "s-", color=blue, label="median row, scaled")
-    ax.loglog(dims, [x["w_batch"] for x in gsc], "s--", color=blue, alpha=0.6,
-              label="whole batch, scaled")
-    titles.append("Gradient to W_q")
-    ylabels.append("‖∂L/∂W_q‖ (log scale)")
+    panels = (("s_med", "s_max", "median", "largest", "Gradient to the scores, per row",
+               "‖∂L/∂s‖ (log scale)"),
+              ("w_med", "w_batch", "median row", "whole batch", "Gradient to W_q",
+               "‖∂L/∂W_q‖ (log scale)"))
+    for ax, (mid, top, mid_label, top_label, title, ylabel) in zip(axes[3:5], panels):
+        for runs, marker, color, kind in ((gu, "o", red, "unscaled"), (gsc, "s", blue, "scaled")):
+            ax.loglog(dims, [x[mid] for x in runs], f"{marker}-", color=color,
+                      label=f"{mid_label}, {kind}")
+            ax.loglog(dims, [x[top] for x in runs], f"{marker}--", color=color, alpha=0.6,
+                      label=f"{top_label}, {kind}")
+        titles.append(title)
+        ylabels.append(ylabel)
     ax = axes[5]
     ax.semilogx(dims, [x["sat"] for x in gu], "o-", color=red,
                 label=f"rows saturated (max w > {SATURATED})")

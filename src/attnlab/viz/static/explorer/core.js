@@ -153,6 +153,8 @@ function heatImage(get, rows, cols, map) {
 /* Which keys query row i may see and what is added to its scores, by `sh` (a trace's
  * payload.shape: causal, window[layer], alibi[head], sinks[layer][head], softcap[layer]):
  * {ok: 1 per visible key, bias: ALiBi's −slope·distance or null, softcap, sink logit}.
+ * A window w keeps the keys less than w positions from the query's, on both sides (a
+ * causal shape hides the later ones anyway).
  * lq queries sit at the last lq of the lk key positions; km: the decoded key mask or null. */
 function shapeRow(sh, l, hd, i, lq, lk, km) {
   sh = sh || {};
@@ -161,7 +163,7 @@ function shapeRow(sh, l, hd, i, lq, lk, km) {
   for (j = 0; j < lk; j++) {
     var yes = !km || km[j];
     if (sh.causal && j > i + off) yes = false;
-    if (win && j <= i + off - win) yes = false;
+    if (win && Math.abs(i + off - j) >= win) yes = false;  // a window hides both sides
     ok[j] = yes ? 1 : 0;
   }
   if (sh.alibi) {

@@ -1,6 +1,7 @@
 /* The last part: mounting an explorer on a page, and the one global it defines:
- * window.AttnlabExplorer = {mount(uid), mountData(root, payload), scoreRow(shape, o)}
- * (scoreRow: core.js's score shaping of one query row, for tests against Python). */
+ * window.AttnlabExplorer = {mount(uid), mountData(root, payload), scoreRow(shape, o),
+ * softmaxRow(src, scale, temp)}; the last two are core.js's score shaping of one query
+ * row (from the page's own q and k; from the server's answer), for tests against Python. */
 function mount(uid) {
   var root = document.getElementById(uid), src = document.getElementById(uid + "-data");
   if (!root || !src || root.__attnlab) return root && root.__attnlab;
@@ -19,4 +20,5 @@ function mountData(root, data) {
     return ex;
   });
 }
-window.AttnlabExplorer = {mount: mount, mountData: mountData, scoreRow: scoreRow};
+window.AttnlabExplorer = {mount: mount, mountData: mountData, scoreRow: scoreRow,
+  softmaxRow: softmaxRow};

@@ -19,11 +19,15 @@ The versions: 1 held dense weights (q, k, v repeated per head); 2 held q, k, v a
 row's log-sum-exp, the score shape per layer and each tensor's sha256; 3 added sink logits
 and windows without ``causal``; 4 added the ``stack`` of a trace and files of several
 stacks. Every version this attnlab reads loads as today's trace: versions 2 and 3 as stack
-``"self"``, version 1 as a dense trace. A new version is one reader in
-:data:`_READERS` (metadata and tensors -> the trace's constructor arguments), its field
-checks in :func:`_check_fields`, and :data:`FORMAT_VERSION` raised.
+``"self"``, version 1 as a dense trace.
 
-Everything read is checked before it is used, and a bad file raises
+Reading goes in stages: the header alone (``_read_header``: the metadata and each
+tensor's dtype and shape), its checks (``_check_one`` / ``_check_stacked``, before any
+tensor is read), the tensors (``_read_tensors``), then ``_finish``: each tensor's sha256,
+the version's reader in ``_READERS`` (metadata and tensors -> the trace's constructor
+arguments) and the checks of the values. A new version is one reader there, its field
+checks in ``_check_fields``, and :data:`FORMAT_VERSION` raised; one whose tensors are read
+lazily replaces the ``_read_tensors`` stage for its files. A bad file raises
 :class:`TraceFormatError` naming the file, the stack and the field or tensor at fault.
 Writing goes through :func:`attnlab._io.atomic_open`, tensor by tensor (no second copy).
 
@@ -186,17 +190,8 @@ def file_format(path: str | Path) -> str:
     """The ``format`` a trace file states (:data:`ONE_STACK`, :data:`SEVERAL_STACKS` or
     whatever else it holds), read from its header alone. Raises ``FileNotFoundError`` or
     :class:`TraceFormatError` (not safetensors, no or corrupt attnlab metadata)."""
-    kind: list[str] = []
-
-    def peek(meta: dict[str, Any], _info: dict[str, Any]) -> None:
-        kind.append(str(meta.get("format")))
-        raise _Peeked
-
-    try:
-        _open_file(Path(path), peek)
-    except _Peeked:
-        pass
-    return kind[0]
+    meta, _info = _read_header(Path(path))
+    return str(meta.get("format"))
 
 
 def load_one(path: str | Path, build: Build) -> Any:
@@ -205,21 +200,9 @@ def load_one(path: str | Path, build: Build) -> Any:
     :meth:`attnlab.tracing.attention.AttentionTrace.load`). A file of several stacks is
     refused, saying how to read it."""
     path = Path(path)
-
-    def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
-        if meta.get("format") == SEVERAL_STACKS:
-            stacks = meta.get("stacks")
-            names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
-            raise TraceFormatError(
-                f"{path} holds several attention stacks ({names}), not one "
-                "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
-                "attnlab.tracing.StackedTrace.load(path)")
-        _check_format(path, meta, ONE_STACK)
-        _check_fields(path, meta, meta["format_version"])
-        _check_manifest(path, meta, info)
-
-    meta, tensors = _open_file(path, check)
-    return _finish(path, meta, tensors, meta["format_version"], build)
+    meta, info = _read_header(path)
+    _check_one(path, meta, info)
+    return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
 
 
 def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
@@ -228,41 +211,9 @@ def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
     ``build_stacked(traces, model=, text=, target=, meta=)``. A one-trace file is refused,
     saying how to read it."""
     path = Path(path)
-    parts: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    def check(meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]) -> None:
-        if meta.get("format") == ONE_STACK:
-            raise TraceFormatError(
-                f"{path} holds one AttentionTrace, not several stacks; read it with "
-                "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
-        _check_format(path, meta, SEVERAL_STACKS)
-        for field, types, want in (("model", (str,), "a str"),
-                                   ("text", (str, type(None)), "null or a str"),
-                                   ("target", (str, type(None)), "null or a str"),
-                                   ("meta", (dict, type(None)), "a JSON object")):
-            if not isinstance(meta.get(field), types):
-                raise _bad(path, field, want, meta.get(field))
-        stacks = meta.get("stacks")
-        if (not isinstance(stacks, dict) or not stacks
-                or any(n not in STACK_ORDER for n in stacks)):
-            raise _bad(path, "stacks", f"a JSON object of stacks named among "
-                       f"{', '.join(STACK_ORDER)}", stacks)
-        stray = [n for n in info if n.split("/", 1)[0] not in stacks or "/" not in n]
-        if stray:
-            raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
-                                   "the metadata lists")
-        for name, sub in stacks.items():
-            where = f"{path} [stack {name!r}]"
-            if not isinstance(sub, dict):
-                raise _bad(path, f"stacks.{name}", "a JSON object", sub)
-            _check_fields(where, sub, meta["format_version"])
-            if sub.get("stack") != name:
-                raise _bad(where, "stack", repr(name), sub.get("stack"))
-            own = _unprefixed(info, name)
-            _check_manifest(where, {**sub, "format_version": meta["format_version"]}, own)
-            parts[name] = (where, sub)
-
-    meta, tensors = _open_file(path, check)
+    meta, info = _read_header(path)
+    parts = _check_stacked(path, meta, info)
+    tensors = _read_tensors(path)
     traces = {name: _finish(where, sub, _unprefixed(tensors, name), meta["format_version"],
                             build)
               for name, (where, sub) in parts.items()}
@@ -279,15 +230,10 @@ def _unprefixed(items: dict[str, Any], stack: str) -> dict[str, Any]:
     return {n[len(prefix):]: v for n, v in items.items() if n.startswith(prefix)}
 
 
-class _Peeked(TraceFormatError):
-    """Stops reading a file once its format is known."""
-
-
-def _open_file(path: Path, check: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """(the attnlab metadata, the tensors) of the file at ``path``; ``check(meta, info)``
-    (info: name -> (dtype, shape)) runs before any tensor is read and raises
-    :class:`TraceFormatError` on what it refuses. Bytes that are not safetensors raise
-    :class:`TraceFormatError` too."""
+def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, list[int]]]]:
+    """(the attnlab metadata, name -> (dtype, shape) of each tensor) of the file at
+    ``path``, no tensor read. Bytes that are not safetensors, or a header without attnlab's
+    JSON metadata, raise :class:`TraceFormatError`; a missing file ``FileNotFoundError``."""
     from safetensors import safe_open
 
     if not path.is_file():
@@ -297,14 +243,20 @@ def _open_file(path: Path, check: Any) -> tuple[dict[str, Any], dict[str, Tensor
             header = f.metadata() or {}
             info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
                     for n in f.keys()}
-            meta = _parse_json(path, header.get("attnlab"))
-            check(meta, info)
-            tensors = {n: f.get_tensor(n) for n in f.keys()}
-    except TraceFormatError:
-        raise
     except Exception as exc:  # safetensors raises several types for bad bytes
         raise TraceFormatError(f"{path} is not a safetensors file ({one_line(exc)})") from None
-    return meta, tensors
+    return _parse_json(path, header.get("attnlab")), info
+
+
+def _read_tensors(path: Path) -> dict[str, Tensor]:
+    """Every tensor of the file at ``path`` (its header already checked), read whole."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {n: f.get_tensor(n) for n in f.keys()}
+    except Exception as exc:  # safetensors raises several types for bad bytes
+        raise TraceFormatError(f"{path} is not a safetensors file ({one_line(exc)})") from None
 
 
 def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
@@ -410,6 +362,59 @@ def _check_format(path: Path, meta: dict[str, Any], fmt: str) -> None:
         raise TraceFormatError(
             f"{path} has format_version {version!r}; this attnlab reads {oldest} to "
             f"{FORMAT_VERSION} for {fmt}")
+
+
+def _check_one(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
+               ) -> None:
+    """The header of a one-trace file, before any tensor is read."""
+    if meta.get("format") == SEVERAL_STACKS:
+        stacks = meta.get("stacks")
+        names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
+        raise TraceFormatError(
+            f"{path} holds several attention stacks ({names}), not one "
+            "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
+            "attnlab.tracing.StackedTrace.load(path)")
+    _check_format(path, meta, ONE_STACK)
+    _check_fields(path, meta, meta["format_version"])
+    _check_manifest(path, meta, info)
+
+
+def _check_stacked(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
+                   ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The header of a file of several stacks, before any tensor is read: stack name ->
+    (how errors name it, its metadata)."""
+    if meta.get("format") == ONE_STACK:
+        raise TraceFormatError(
+            f"{path} holds one AttentionTrace, not several stacks; read it with "
+            "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
+    _check_format(path, meta, SEVERAL_STACKS)
+    for field, types, want in (("model", (str,), "a str"),
+                               ("text", (str, type(None)), "null or a str"),
+                               ("target", (str, type(None)), "null or a str"),
+                               ("meta", (dict, type(None)), "a JSON object")):
+        if not isinstance(meta.get(field), types):
+            raise _bad(path, field, want, meta.get(field))
+    stacks = meta.get("stacks")
+    if (not isinstance(stacks, dict) or not stacks
+            or any(n not in STACK_ORDER for n in stacks)):
+        raise _bad(path, "stacks", f"a JSON object of stacks named among "
+                   f"{', '.join(STACK_ORDER)}", stacks)
+    stray = [n for n in info if n.split("/", 1)[0] not in stacks or "/" not in n]
+    if stray:
+        raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
+                               "the metadata lists")
+    parts = {}
+    for name, sub in stacks.items():
+        where = f"{path} [stack {name!r}]"
+        if not isinstance(sub, dict):
+            raise _bad(path, f"stacks.{name}", "a JSON object", sub)
+        _check_fields(where, sub, meta["format_version"])
+        if sub.get("stack") != name:
+            raise _bad(where, "stack", repr(name), sub.get("stack"))
+        own = _unprefixed(info, name)
+        _check_manifest(where, {**sub, "format_version": meta["format_version"]}, own)
+        parts[name] = (where, sub)
+    return parts
 
 
 def _check_fields(path: Path | str, meta: dict[str, Any], version: int) -> None:

@@ -77,8 +77,6 @@ __all__ = ["CHARS_PER_TOKEN", "RESULT_NAME", "ROLES", "SCORES", "STATE_DIR", "Co
            "survey"]
 
 RESULT_NAME = "survey.json"
-#: The former name of :class:`SurveySums` (``attnlab.report.survey`` reads it).
-_Sums = SurveySums
 
 
 def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,

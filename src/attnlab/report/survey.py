@@ -337,12 +337,12 @@ def _headline(data: dict[str, Any]) -> dict[str, Any]:
     """SurveyResult.headline() recomputed from the JSON (the page has only the JSON)."""
     import torch
 
-    from attnlab.analysis.survey import SurveyConfig, SurveyResult, _Sums
+    from attnlab.analysis.survey_result import SurveyConfig, SurveyResult, SurveySums
 
     cfg = SurveyConfig(**data["config"])
     names = list(data["scores"])
     nl, nh = data["num_layers"], data["num_heads"]
-    sums = _Sums(nl, nh, names, cfg).t
+    sums = SurveySums(nl, nh, names, cfg).t
     for i, s in enumerate(names):
         e = data["scores"][s]
         sums["score_texts"][i] = e["texts"]

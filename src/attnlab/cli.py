@@ -1,8 +1,8 @@
 """The ``attnlab`` command. Thin: it builds the parser from the commands and dispatches.
 
 Each command is one module (:mod:`attnlab.commands`, and :mod:`attnlab.train.command`)
-with ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)`` and ``run_from_args(args) ->
-int``. Bad input is one line on stderr and exit code 2, naming the argument and the cause
+whose docstring is the command's description, with ``HELP`` (its line in ``attnlab
+--help``), ``add_arguments(parser)`` and ``run_from_args(args) -> int``. Bad input is one line on stderr and exit code 2, naming the argument and the cause
 (a model folder that cannot be read, an ``--out`` that cannot be written, a text too long
 for the memory budget, ...); set ``ATTNLAB_DEBUG=1`` for the traceback.
 ``python -m attnlab`` is the same program.
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"attnlab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
-        p = sub.add_parser(name, help=command.HELP, description=command.DESCRIPTION)
+        p = sub.add_parser(name, help=command.HELP, description=command.__doc__)
         command.add_arguments(p)
         p.set_defaults(func=command.run_from_args)
     return parser

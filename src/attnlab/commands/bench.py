@@ -1,18 +1,17 @@
-"""``attnlab bench``: every attention backend timed against its rival."""
+"""Fused vs torch SDPA, explicit-with-weights vs the naive code and vs
+nn.MultiheadAttention(need_weights=True), chunked and linear vs softmax; measured
+interleaved in one process, median of repeats, against the measured GEMM rate. The default
+run (forward, N = 256 1024 4096; chunked and torch SDPA at N = 32768 keys on 4096 query
+rows) takes about two minutes on two quiet cores and prints the whole table.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "time every attention backend against its rival (ratios, GFLOP/s, memory)"
-DESCRIPTION = (
-    "Fused vs torch SDPA, explicit-with-weights vs the naive code and vs "
-    "nn.MultiheadAttention(need_weights=True), chunked and linear vs softmax; measured "
-    "interleaved in one process, median of repeats, against the measured GEMM rate. The "
-    "default run (forward, N = 256 1024 4096; chunked and torch SDPA at N = 32768 keys on "
-    "4096 query rows) takes about two minutes on two quiet cores and prints the whole table.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,19 +1,18 @@
-"""``attnlab claims``: the claim inventory with the verdicts its experiments give now."""
+"""The claim inventory: each claim, code listing and recommendation of the two articles with a
+verbatim quote, the experiments whose numbers decide it (run now, without figures) and the
+verdict they give: holds, holds under stated conditions, does not hold, or not testable
+(with the reason). attnlab's own extensions are listed apart. Exit 1 only when an experiment
+gives a verdict other than the one it expected (a defect); a claim that does not hold is a
+result, exit 0.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "every claim of the two articles, the experiments that decide it, its verdict"
-DESCRIPTION = (
-    "The claim inventory: each claim, code listing and recommendation of the two articles "
-    "with a verbatim quote, the experiments whose numbers decide it (run now, without "
-    "figures) and the verdict they give: holds, holds under stated conditions, does not "
-    "hold, or not testable (with the reason). attnlab's own extensions are listed apart. "
-    "Exit 1 only when an experiment gives a verdict other than the one it expected (a "
-    "defect); a claim that does not hold is a result, exit 0.")
 
 _COLOUR = {"holds": "green", "holds under stated conditions": "cyan",
            "does not hold": "yellow", "not testable": "dim"}

@@ -1,8 +1,8 @@
-"""``attnlab diagnose``: score every head of a model on one text and name its roles.
-
-A one-stack model gets attnlab's scores (and, with ``--json``, the literature's
-definitions beside them) or one definition's layer x head table (``--definition``); an
-encoder–decoder model is scored stack by stack.
+"""Trace TEXT through MODEL and score every head: entropy, max weight, sink mass,
+previous-token, self and (causal models, on a repeated random token sequence) induction
+scores, redundancy and clusters. An encoder-decoder model is scored stack by stack (encoder,
+decoder, cross-attention; cross-attention without the scores that need queries and keys from
+one sequence).
 """
 
 from __future__ import annotations
@@ -12,15 +12,9 @@ from typing import Any
 
 from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "definitions_json", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "definitions_json", "run_from_args"]
 
 HELP = "name the sink, previous-token and induction heads of a model"
-DESCRIPTION = (
-    "Trace TEXT through MODEL and score every head: entropy, max weight, sink mass, "
-    "previous-token, self and (causal models, on a repeated random token sequence) induction "
-    "scores, redundancy and clusters. An encoder-decoder model is scored stack by stack "
-    "(encoder, decoder, cross-attention; cross-attention without the scores that need "
-    "queries and keys from one sequence).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,6 +74,7 @@ def _print_definition(name: str, got: dict, model: str, as_json: bool, stats: di
 
 
 def _print_tables(d: Any) -> None:
+    """attnlab's scores of every head as rich tables on stdout (each stack apart)."""
     from rich.console import Console
 
     out = Console()

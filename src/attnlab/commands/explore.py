@@ -1,5 +1,9 @@
-"""``attnlab explore``: the interactive attention explorer of one or two inputs, written
-as one self-contained HTML file."""
+"""Trace TEXT (and TEXT2) through a model and write a self-contained HTML explorer (no network
+request of any kind): model, head, matrix, QK, geometry, positional and diagnostics views,
+in English and Chinese; an encoder-decoder model (source --text, --target or its own
+generation) with a stack selector (encoder, decoder, cross-attention), an image with the
+image view.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,9 @@ import argparse
 
 from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "write the interactive attention explorer for a text as one HTML file"
-DESCRIPTION = (
-    "Trace TEXT (and TEXT2) through a model and write a self-contained HTML explorer (no "
-    "network request of any kind): model, head, matrix, QK, geometry, positional and "
-    "diagnostics views, in English and Chinese; an encoder-decoder model (source --text, "
-    "--target or its own generation) with a stack selector (encoder, decoder, "
-    "cross-attention), an image with the image view.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

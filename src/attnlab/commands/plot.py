@@ -1,13 +1,13 @@
-"""``attnlab plot``: one figure of a saved trace, as PNG or SVG."""
+"""Draw one figure of a trace written by `attnlab trace` as PNG or SVG.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "KINDS", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "KINDS", "add_arguments", "run_from_args"]
 
 HELP = "draw a saved trace: heatmap, grid, arcs, qk or decomposition"
-DESCRIPTION = "Draw one figure of a trace written by `attnlab trace` as PNG or SVG."
 
 #: attnlab.viz.figures.KINDS, named here so that --help imports no matplotlib (a test
 #: keeps the two equal)

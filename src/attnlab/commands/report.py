@@ -1,14 +1,14 @@
-"""``attnlab report``: every check, written as one self-contained HTML page."""
+"""Compute the parity checks and experiments, and write DIR/index.html (self-contained: no
+network request of any kind).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "run every check and write a self-contained HTML report"
-DESCRIPTION = ("Compute the parity checks and experiments, and write DIR/index.html "
-               "(self-contained: no network request of any kind).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

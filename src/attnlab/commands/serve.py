@@ -1,16 +1,15 @@
-"""``attnlab serve``: the explorer served live on this machine (models or saved traces)."""
+"""A local web server (FastAPI + uvicorn) that loads each model once and answers with the
+explorer. Binds 127.0.0.1 unless --host says otherwise, and answers only requests addressed
+to a local name or the bound address (--allow-host adds names).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "serve the explorer locally: type a text, pick a model, explore it live"
-DESCRIPTION = (
-    "A local web server (FastAPI + uvicorn) that loads each model once and answers with the "
-    "explorer. Binds 127.0.0.1 unless --host says otherwise, and answers only requests "
-    "addressed to a local name or the bound address (--allow-host adds names).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

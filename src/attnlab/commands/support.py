@@ -1,18 +1,17 @@
-"""``attnlab support``: which Hugging Face architecture families attnlab traces exactly."""
+"""The support matrix: every model family of the installed transformers; each text decoder,
+encoder and encoder-decoder is built as a tiny random model and its trace (encoder, decoder
+and cross-attention stacks apart) checked against the model's own eager attention (exact,
+refused with the reason, no attention, not built); other kinds are listed as not yet. Exit 1
+if a family is traced wrongly (a defect).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "which Hugging Face architecture families attnlab traces exactly"
-DESCRIPTION = (
-    "The support matrix: every model family of the installed transformers; each text "
-    "decoder, encoder and encoder-decoder is built as a tiny random model and its trace "
-    "(encoder, decoder and cross-attention stacks apart) checked against the model's own "
-    "eager attention (exact, refused with the reason, no attention, not built); other kinds "
-    "are listed as not yet. Exit 1 if a family is traced wrongly (a defect).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

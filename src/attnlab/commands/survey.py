@@ -1,10 +1,11 @@
-"""``attnlab survey``: every head of a model scored over a corpus, resumable, under
-torchrun data-parallel; writes DIR/survey.json and its page DIR/index.html.
-
-The settings are ``analysis.survey.SurveyConfig``'s fields (:data:`OPTIONS`): their
-defaults and checks are the dataclass's. Its module loads torch, so ``--help`` does not
-import it: the values are typed and checked when the survey runs (the help texts' defaults
-are SurveyConfig's, which a test keeps so).
+"""Run a corpus through MODEL a batch at a time and aggregate, per head, every score
+(attnlab's, TransformerLens's head detector, Gu et al.'s sink), the share of texts in which
+each head plays each role and the attention by relative distance; write DIR/survey.json and
+the page DIR/index.html. The state is saved atomically every few batches: run the same
+command again to resume. Under `torchrun --nproc_per_node=N -m attnlab survey ...` the
+batches are shared among N processes (gloo on CPU, nccl on GPU) and the sums reduced with
+torch.distributed; across machines add torchrun's --nnodes, --node_rank and --rdzv_endpoint
+(or --master_addr/--master_port).
 """
 
 from __future__ import annotations
@@ -15,20 +16,14 @@ import os
 
 from attnlab._options import add_dataclass_options, positive_int
 
-__all__ = ["DESCRIPTION", "HELP", "OPTIONS", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "OPTIONS", "add_arguments", "run_from_args"]
 
 HELP = "score every head over a corpus: means, histograms, roles, Sink%% (resumable)"
-DESCRIPTION = (
-    "Run a corpus through MODEL a batch at a time and aggregate, per head, every score "
-    "(attnlab's, TransformerLens's head detector, Gu et al.'s sink), the share of texts in "
-    "which each head plays each role and the attention by relative distance; write "
-    "DIR/survey.json and the page DIR/index.html. The state is saved atomically every few "
-    "batches: run the same command again to resume. Under `torchrun --nproc_per_node=N -m "
-    "attnlab survey ...` the batches are shared among N processes (gloo on CPU, nccl on GPU) "
-    "and the sums reduced with torch.distributed; across machines add torchrun's --nnodes, "
-    "--node_rank and --rdzv_endpoint (or --master_addr/--master_port).")
 
-#: SurveyConfig's fields as options, with their help.
+#: SurveyConfig's fields as options, with their help. Their defaults and checks are the
+#: dataclass's; its module loads torch, so ``--help`` does not import it: the values are
+#: typed and checked when the survey runs, and the defaults the help texts state are
+#: SurveyConfig's (tests/test_options.py keeps them so).
 OPTIONS = {
     "batch_size": "texts per forward pass (default 8)",
     "max_tokens": "keep each text's first N tokens, BOS included (default 64: Gu et al.'s "

@@ -1,4 +1,8 @@
-"""``attnlab trace``: capture the attention of one input through a model and save it."""
+"""Run TEXT through MODEL (minilm, smollm2, whisper-tiny-en, a Hugging Face folder or a trained
+attnlab run) and write its AttentionTrace (safetensors + JSON metadata); an encoder-decoder
+model (source --text, --target or its own generation) writes its encoder, decoder and
+cross-attention stacks apart in one file.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,9 @@ import argparse
 
 from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "capture the attention of one text through a model and save it"
-DESCRIPTION = (
-    "Run TEXT through MODEL (minilm, smollm2, whisper-tiny-en, a Hugging Face folder or a "
-    "trained attnlab run) and write its AttentionTrace (safetensors + JSON metadata); an "
-    "encoder-decoder model (source --text, --target or its own generation) writes its "
-    "encoder, decoder and cross-attention stacks apart in one file.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

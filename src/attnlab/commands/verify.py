@@ -1,17 +1,15 @@
-"""``attnlab verify``: every mathematical experiment run, measured against its theory."""
+"""Compute every claim of the articles on real numbers (qk-variance, softmax-saturation, ...),
+print measured vs expected and the verdict. A claim the numbers refute, as its experiment
+expected, is a finding (exit 0); a verdict other than the one expected is a defect (exit 1).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "run the mathematical experiments and check each against the theory"
-DESCRIPTION = (
-    "Compute every claim of the articles on real numbers (qk-variance, softmax-saturation, "
-    "...), print measured vs expected and the verdict. A claim the numbers refute, as its "
-    "experiment expected, is a finding (exit 0); a verdict other than the one expected is a "
-    "defect (exit 1).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,8 +1,8 @@
-"""``attnlab train`` and ``python -m attnlab.train``: one training run from the command line.
-
-The options are :func:`attnlab.train.config.add_arguments` (built from ``TrainConfig``'s
-fields); :func:`run_from_args` trains and prints the summary (JSON with ``--json``, on
-rank 0 only under torchrun). Nothing here imports torch until the run starts.
+"""Train attnlab's GPT on copy, reverse, sort, induction, assoc-recall or modular-add; write
+DIR/config.json, checkpoint.safetensors, metrics.jsonl and training.png. Resumable
+(--resume); under `torchrun -m attnlab.train` it runs DDP. DIR must be new, empty or an
+attnlab run: attnlab never overwrites a file it did not write; one training writes DIR at a
+time.
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 
+# the options are TrainConfig's (attnlab.train.config, beside the fields), shared with
+# ``python -m attnlab.train``; nothing here imports torch until the run starts
 from attnlab.train.config import add_arguments
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run_from_args"]
+__all__ = ["HELP", "add_arguments", "run_from_args"]
 
 HELP = "train a tiny GPT on a synthetic task and find its specialized heads"
-DESCRIPTION = (
-    "Train attnlab's GPT on copy, reverse, sort, induction, assoc-recall or modular-add; "
-    "write DIR/config.json, checkpoint.safetensors, metrics.jsonl and training.png. "
-    "Resumable (--resume); under `torchrun -m attnlab.train` it runs DDP. DIR must be new, "
-    "empty or an attnlab run: attnlab never overwrites a file it did not write; one "
-    "training writes DIR at a time.")
 
 
 def run_from_args(args: argparse.Namespace) -> int:

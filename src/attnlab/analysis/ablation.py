@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.analysis.alignment import spearman
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import rollout_rows
 
-__all__ = ["IMPORTANCES", "Ablation", "ablate_keys", "importances", "rank_agreement",
-           "spearman_rank"]
+__all__ = ["IMPORTANCES", "Ablation", "ablate_keys", "importances", "rank_agreement"]
 
 IMPORTANCES = ("weights", "last_layer", "rollout", "accumulated", "random")
 
@@ -150,29 +150,12 @@ def importances(trace: AttentionTrace, targets: Sequence[int], keys: Sequence[in
             "random": torch.rand(len(kk), generator=gen, dtype=torch.float64)}
 
 
-def spearman_rank(x: Tensor) -> Tensor:
-    """Ranks 1..n of ``x`` with ties given their average rank (float64)."""
-    x = x.double().flatten()
-    order = torch.argsort(x, stable=True)
-    ranks = torch.empty_like(x)
-    ranks[order] = torch.arange(1, x.numel() + 1, dtype=torch.float64)
-    for v in torch.unique(x):
-        tied = x == v
-        if int(tied.sum()) > 1:
-            ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def rank_agreement(effect: Tensor, scores: dict[str, Tensor]) -> dict[str, float]:
-    """Spearman's ρ of each importance with the measured effect (Pearson's r of the ranks,
-    ties averaged); NaN when either side is constant."""
-    re = spearman_rank(effect)
+    """Spearman's ρ (:func:`attnlab.analysis.alignment.spearman`: ties share their mean
+    rank) of each importance with the measured effect; NaN when either side is constant."""
     out = {}
     for name, s in scores.items():
         if s.numel() != effect.numel():
             raise ValueError(f"{name}: {s.numel()} scores for {effect.numel()} keys")
-        rs = spearman_rank(s)
-        a, b = re - re.mean(), rs - rs.mean()
-        den = float(a.norm() * b.norm())
-        out[name] = float((a @ b) / den) if den else float("nan")
+        out[name] = spearman(effect.tolist(), s.tolist())
     return out

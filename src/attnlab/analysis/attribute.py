@@ -1,0 +1,94 @@
+"""The attribution study of one text through one causal model: attention-based importances
+against the measured effect of removing each token (:mod:`attnlab.analysis.ablation`), and
+every KV-cache eviction policy at every budget (:mod:`attnlab.analysis.eviction`), as one
+JSON-ready mapping (what ``attnlab attribute --json`` prints).
+
+The ablation study costs one forward pass per ablated key, so it runs on the first
+``ablation_tokens`` tokens of the text (the rows of a causal trace before position ``n`` are
+the trace of those ``n`` tokens, so no second trace is made) and on at most ``max_keys``
+keys spread evenly; the eviction measure reads the whole trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
+from attnlab.analysis.eviction import evict
+from attnlab.tracing.attention import AttentionTrace
+
+__all__ = ["attribute", "prefix"]
+
+
+def prefix(trace: AttentionTrace, n: int) -> AttentionTrace:
+    """The trace of the first ``n`` tokens of a causal trace, read from it (rows and keys
+    before ``n`` do not depend on what follows in a causal model)."""
+    if not trace.causal or trace.seq_len != trace.key_len or trace.groups is not None:
+        raise ValueError("a prefix is read from a causal self-attention trace of pieces")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= trace.seq_len:
+        raise ValueError(f"n must be an int in [1, {trace.seq_len}], got {n!r}")
+    if n == trace.seq_len:
+        return trace
+    if any(s.key_mask is not None or s.bias is not None
+           or (s.sinks is not None and s.sinks.dim() > 1) for s in trace.shapes):
+        raise ValueError("this trace's score shapes hold per-position tensors (a key mask, a "
+                         "bias, per-row sinks): trace the prefix itself")
+    cut = {name: None if t is None else t[:, :, :n].contiguous()
+           for name, t in (("q", trace.q), ("k", trace.k), ("v", trace.v), ("lse", trace.lse),
+                           ("context", trace.context))}
+    return AttentionTrace(trace.tokens[:n], shapes=list(trace.shapes), model=trace.model,
+                          token_ids=None if trace.token_ids is None else trace.token_ids[:n],
+                          meta={**trace.meta, "prefix_of": trace.seq_len}, **cut)
+
+
+def _spread(top: int, most: int) -> list[int]:
+    if top <= most:
+        return list(range(top))
+    return sorted({round(i * (top - 1) / (most - 1)) for i in range(most)})
+
+
+def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
+              eviction: bool = True, ablation_tokens: int = 512, max_keys: int = 128,
+              targets: Sequence[int] | None = None, budgets: Sequence[float] = (0.1, 0.25, 0.5),
+              context: int | None = None, batch: int | None = None, seed: int = 0
+              ) -> dict[str, Any]:
+    """The study (see the module docstring) of ``trace``, the trace of ``model`` (a causal
+    Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``."""
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+    if trace.token_ids is None:
+        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
+    for name, v, lo in (("ablation_tokens", ablation_tokens, 3), ("max_keys", max_keys, 2)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    out: dict[str, Any] = {"model": trace.model, "tokens": trace.seq_len}
+    if ablation:
+        t0 = time.perf_counter()
+        n = min(trace.seq_len, ablation_tokens)
+        short = prefix(trace, n)
+        rows = list(range((3 * n) // 4, n - 1)) if targets is None else list(targets)
+        if not rows:
+            raise ValueError(f"the ablation needs target rows; {n} tokens leave none")
+        keys = _spread(max(rows) + 1, max_keys)
+        ab = ablate_keys(model, short.token_ids, targets=rows, keys=keys, batch=batch)
+        imp = importances(short, rows, keys, seed=seed)
+        rho = rank_agreement(ab.effect, imp)
+        rho_abs = rank_agreement(ab.effect.abs(), imp)
+        real = {k: v for k, v in rho.items() if k != "random" and v == v}
+        out["ablation"] = {
+            "tokens": n, "targets": [rows[0], rows[-1]], "num_targets": len(rows),
+            "keys": len(keys), "clean_loss": ab.clean,
+            "effect": {"mean": float(ab.effect.mean()), "max": float(ab.effect.max()),
+                       "argmax_key": keys[int(ab.effect.argmax())]},
+            "rho": rho, "rho_abs": rho_abs, "importances": list(IMPORTANCES),
+            "best": max(real, key=real.get) if real else None,
+            "seconds": round(time.perf_counter() - t0, 2)}
+    if eviction:
+        t0 = time.perf_counter()
+        ev = evict(trace, tuple(budgets), context=context, seed=seed)
+        out["eviction"] = {**{k: v for k, v in ev.to_json().items() if k != "lost"},
+                           "seconds": round(time.perf_counter() - t0, 2)}
+    return out
+

@@ -291,6 +291,25 @@ def test_explore_traces_an_encoder_decoder_model_with_its_targets():
         explore(bart, [arch.SOURCE, "the cat"], target=[arch.TARGET])
 
 
+def test_explore_says_which_targets_it_cut_for_the_caller_to_announce(stacked):
+    from attnlab.models.registry import LoadedModel
+    from attnlab.report import architectures as arch
+    from attnlab.viz.explorer import explore
+
+    bart = LoadedModel(name="tiny-bart", kind="hf-encoder", model=arch.tiny_bart(),
+                       tokenizer=arch.word_tokenizer(), causal=False, num_layers=2,
+                       num_heads=4, num_kv_heads=4, head_dim=8, max_length=6)
+    long_target = " ".join(["die katze"] * 6)
+    ex = explore(bart, ["the cat sat", "the cat"], target=[long_target, "die katze"],
+                 truncate=True)
+    (i, kept, given), = ex.target_cuts()  # the first input's target only
+    assert (i, kept) == (0, 6) and given > kept
+    assert ex.inputs[0][1][1][1].seq_len == kept  # the decoder holds what was kept
+    assert Explorer(stacked).target_cuts() == []  # nothing cut
+    with pytest.raises(ValueError, match="6"):  # without truncate: refused, naming the limit
+        explore(bart, ["the cat sat"], target=[long_target])
+
+
 def test_the_page_opens_on_the_stack_asked_for(stacked):
     data = page_data(Explorer(stacked, uid="ax-s", stack="cross", layer=2, head=1))
     assert data["stack"] == "cross" and (data["layer"], data["head"]) == (2, 1)

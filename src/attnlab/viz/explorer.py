@@ -171,6 +171,27 @@ class Explorer:
         self._payload["uid"] = self.uid
         return self._payload
 
+    def target_cuts(self) -> list[tuple[int, int, int]]:
+        """``(input, kept, given)`` for each input whose target text was cut to fit the model
+        (an encoder–decoder input traced with ``truncate=True``): the input's index, the
+        target tokens kept (the decoder's) and the tokens the target had. What a caller
+        announces, as ``attnlab trace`` does (:func:`explore` itself prints nothing).
+
+        >>> w = torch.softmax(torch.randn(1, 1, 2, 2), -1)
+        >>> Explorer(AttentionTrace(tokens=["a", "b"], weights=w)).target_cuts()
+        []
+        """
+        cuts = []
+        for i, (about, stacks) in enumerate(self.inputs):
+            given = about.get("target_truncated_from")
+            if given is None:
+                continue
+            rows = dict(stacks)
+            kept = next((rows[n].seq_len for n in ("decoder", "cross") if n in rows),
+                        stacks[-1][1].seq_len)
+            cuts.append((i, kept, int(given)))
+        return cuts
+
     def _first_head(self, trace: AttentionTrace) -> tuple[int, int]:
         """The head whose q/k a page keeps first: the one it opens on, where ``trace`` has
         it (stacks differ in layers and heads), else (0, 0)."""
@@ -239,6 +260,9 @@ def explore(model: Any, texts: str | Sequence[str], *,
     input is then a ``StackedTrace`` with its stack selector.
     ``progress``: progress bars on stderr while tracing and while the page's one pass over
     the weights runs (the page is built here, so that ``save`` only writes it).
+    ``truncate``: cut a text (and a target) longer than the model accepts instead of
+    refusing it; :meth:`Explorer.target_cuts` says which targets were cut, for the caller to
+    announce.
     """
     from attnlab.tracing.tracer import trace
 

@@ -45,7 +45,8 @@ def input_stacks(obj: Any) -> tuple[dict[str, Any], list[tuple[str, AttentionTra
     ``obj`` is an :class:`AttentionTrace` (one stack, named by its ``stack``, ``"self"`` by
     default) or a ``StackedTrace`` / mapping name → AttentionTrace (encoder, decoder and
     cross-attention of one input, in the order given). ``about`` holds the model, the text,
-    the target text and ``meta["input"]`` (what kind of input: text, image, audio).
+    the target text, ``meta["input"]`` (what kind of input: text, image, audio) and
+    ``target_truncated_from`` (the target's tokens before ``truncate`` cut it, else None).
 
     >>> w = torch.softmax(torch.randn(1, 1, 2, 3), -1)
     >>> cross = AttentionTrace(tokens=["x", "y"], key_tokens=list("abc"), weights=w)
@@ -55,7 +56,8 @@ def input_stacks(obj: Any) -> tuple[dict[str, Any], list[tuple[str, AttentionTra
     """
     if isinstance(obj, AttentionTrace):
         return ({"model": obj.model, "text": obj.text, "target": None,
-                 "input": obj.meta.get("input")}, [(stack_name(obj), obj)])
+                 "input": obj.meta.get("input"), "target_truncated_from": None},
+                [(stack_name(obj), obj)])
     if not is_stacked(obj):
         raise TypeError(f"each input must be an AttentionTrace or a StackedTrace (a mapping "
                         f"of stack name to AttentionTrace), got {type(obj).__name__}")
@@ -64,7 +66,8 @@ def input_stacks(obj: Any) -> tuple[dict[str, Any], list[tuple[str, AttentionTra
     meta = getattr(obj, "meta", None) or {}
     return ({"model": str(getattr(obj, "model", "") or first.model),
              "text": getattr(obj, "text", None) if hasattr(obj, "text") else first.text,
-             "target": getattr(obj, "target", None), "input": meta.get("input")}, stacks)
+             "target": getattr(obj, "target", None), "input": meta.get("input"),
+             "target_truncated_from": meta.get("target_truncated_from")}, stacks)
 
 
 def is_cross(trace: AttentionTrace) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from attnlab._cli import UsageError, run_command
 from attnlab.commands import (
+    attribute,
     bench,
     claims,
     diagnose,
@@ -34,7 +35,7 @@ __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
 #: Every command by name, in the order ``attnlab --help`` lists them.
 COMMANDS = {"report": report, "explore": explore, "serve": serve, "trace": trace,
             "plot": plot, "diagnose": diagnose, "train": train, "verify": verify,
-            "claims": claims, "bench": bench, "survey": survey, "support": support}
+            "claims": claims, "bench": bench, "survey": survey, "support": support, "attribute": attribute}
 
 
 def _version() -> str:

@@ -125,4 +125,4 @@ def test_target_text_without_a_tokenizer_names_target(whisper_dir, tmp_path, cap
     rc, _, err = _run(capsys, "trace", "--model", str(whisper_dir), "--audio",
                       str(_wav(tmp_path / "s.wav")), "--target", "hello",
                       "--out", str(tmp_path / "t.safetensors"))
-    assert rc == 2 and "--target: target text needs a tokenizer" in err, err
+    assert rc == 2 and "--target text needs a tokenizer" in err, err

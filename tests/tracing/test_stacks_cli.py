@@ -53,7 +53,7 @@ def test_a_target_for_a_model_of_one_stack_is_refused_naming_it(folders, tmp_pat
     rc = main(["trace", "--model", folders["llama"], "--text", "a b c", "--target", "x",
                "--out", str(tmp_path / "t.safetensors")])
     err = capsys.readouterr().err
-    assert rc == 2 and "--target: target is for encoder–decoder models" in err
+    assert rc == 2 and "--target is for encoder–decoder models" in err
     assert "one attention stack" in err and "Traceback" not in err
     rc = main(["diagnose", "--model", folders["llama"], "--text", "a b c", "--target", "x"])
     err = capsys.readouterr().err
@@ -117,7 +117,7 @@ def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
     for flag, value in (("--target", words), ("--target-file", str(target))):
         assert main([*base, flag, value]) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
-        assert err.startswith(f"attnlab {command}: error: {flag}: target: {given} tokens") \
+        assert err.startswith(f"attnlab {command}: error: {flag}: {given} tokens") \
             and f"at most {limit}" in err and "--truncate" in err, err
     assert main([*base, "--target", words, "--truncate"]) == 0
     err = capsys.readouterr().err

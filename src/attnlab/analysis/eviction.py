@@ -98,12 +98,18 @@ def _future(trace: AttentionTrace, layer: int, head: int, c: int) -> Tensor:
     return out / (trace.seq_len - c)
 
 
+def _window(window: int | None, c: int) -> int:
+    return min(64, max(1, c // 8)) if window is None else window
+
+
 def key_scores(trace: AttentionTrace, layer: int, kv_head: int, policy: str, *,
-               context: int | None = None, window: int = 64, pool: int = 5, sinks: int = 4,
-               seed: int = 0) -> Tensor:
+               context: int | None = None, window: int | None = None, pool: int = 5,
+               sinks: int = 4, seed: int = 0) -> Tensor:
     """One policy's score (C,) of each context key of one layer and KV head (higher =
-    kept first); ``context`` defaults to all but the last eighth of the trace."""
+    kept first); ``context`` defaults to all but the last eighth of the trace, ``window``
+    as :func:`evict`'s."""
     trace, c = _check(trace, context)
+    window = _window(window, c)
     if policy not in POLICIES + CONTROLS:
         raise ValueError(f"policy must be one of {', '.join(POLICIES + CONTROLS)}, got "
                          f"{policy!r}")
@@ -202,10 +208,13 @@ class EvictionResult:
 
 def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), *,
           context: int | None = None, policies: tuple[str, ...] = POLICIES + CONTROLS,
-          window: int = 64, pool: int = 5, sinks: int = 4, seed: int = 0) -> EvictionResult:
+          window: int | None = None, pool: int = 5, sinks: int = 4, seed: int = 0
+          ) -> EvictionResult:
     """Every policy at every budget over every layer and head of ``trace`` (see the module
-    docstring): the share of the later queries' attention each one loses."""
+    docstring): the share of the later queries' attention each one loses. SnapKV's
+    ``window`` defaults to 64 queries (kvpress's), or an eighth of a shorter context."""
     trace, c = _check(trace, context)
+    window = _window(window, c)
     unknown = [p for p in policies if p not in POLICIES + CONTROLS]
     if unknown or not policies:
         raise ValueError(f"policies must be among {', '.join(POLICIES + CONTROLS)}, got "

@@ -71,8 +71,8 @@ def target_text(args: argparse.Namespace) -> tuple[str | None, str]:
 def target_error(exc: ValueError, target: str | None, arg: str) -> UsageError:
     """A tracer's refusal about the target as one line naming the argument."""
     msg = one_line(exc)
-    if target is not None and msg.startswith("target"):
-        return UsageError(f"{arg}: {msg}")
+    if target is not None and msg.startswith("target"):  # the argument's own name for it
+        return UsageError(arg + msg[len("target"):])
     return UsageError(msg)
 
 
@@ -186,13 +186,13 @@ class ModelRun:
         AttentionTrace (image) or a StackedTrace (audio); bad input is one line naming the
         argument."""
         from attnlab.tracing import trace
-        from attnlab.tracing.media import read_image, read_wav
+        from attnlab.tracing.inputs import read_image, wav_header
 
         args = self.args
         arg, path = ("--image", args.image) if args.image is not None else ("--audio",
                                                                               args.audio)
-        try:  # a bad file is refused before the model loads
-            (read_image if arg == "--image" else read_wav)(path)
+        try:  # a bad file is refused before the model loads (a WAV by its header alone)
+            (read_image if arg == "--image" else wav_header)(path)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{arg} {path}: {one_line(exc)}") from exc
         loaded = self.load()
@@ -205,9 +205,9 @@ class ModelRun:
                 t = trace(loaded, **{key: path}, truncate=args.truncate,
                           max_memory=self.budget, **kw)
         except (TypeError, ValueError) as exc:  # UnreadableAttentionError, MemoryBudgetError
-            where = targ if target is not None and str(exc).startswith("target") else (
-                f"{arg} {path}")
-            raise UsageError(f"{where}: {one_line(exc)}") from exc
+            if target is not None and str(exc).startswith("target"):
+                raise target_error(exc, target, targ) from exc
+            raise UsageError(f"{arg} {path}: {one_line(exc)}") from exc
         first = t[t.names[0]] if is_stacked(t) else t
         self.tokens_given.append(first.seq_len)
         self.tokens_kept.append(first.seq_len)

@@ -121,9 +121,10 @@ def test_every_survey_config_field_is_an_option_whose_help_states_its_default():
     assert set(survey.OPTIONS) == set(fields)
     actions = {a.dest: a for a in _subparser("survey")._actions}
     for name, default in fields.items():
-        assert actions[name].default is None  # SurveyConfig's default stands
         if isinstance(default, bool):
+            assert actions[name].default is None  # a switch: SurveyConfig's default stands
             continue
+        assert actions[name].default == default  # the dataclass's own default
         stated = re.search(r"\(default ([^:)]+)", actions[name].help)
         assert stated and stated.group(1) == str(default), (name, actions[name].help)
     args = _subparser("survey").parse_args(["--model", "m", "--out", "o"])

@@ -12,21 +12,33 @@ from its q, k and v. :mod:`attnlab.analysis.literature` (with
 :mod:`~attnlab.analysis.survey_result`): per-head statistics over a corpus.
 """
 
-from attnlab.analysis.heads import (
-    ROLES,
-    HeadDiagnostics,
-    StackedDiagnostics,
-    Thresholds,
-    cluster_heads,
-    diagnose,
-    diagnose_model,
-    induction_trace,
-    repeated_random_tokens,
-)
-from attnlab.analysis.recompute import recompute_errors
-from attnlab.analysis.scores import SCORE_NAMES, head_scores, pattern_similarity
+from typing import TYPE_CHECKING
 
-__all__ = ["ROLES", "SCORE_NAMES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
-           "cluster_heads",
-           "diagnose", "diagnose_model", "head_scores", "induction_trace",
-           "pattern_similarity", "recompute_errors", "repeated_random_tokens"]
+from attnlab._lazy import lazy_exports
+
+_NAMES = {
+    **dict.fromkeys(("ROLES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
+                     "cluster_heads", "diagnose", "diagnose_model", "induction_trace",
+                     "repeated_random_tokens"), "attnlab.analysis.heads"),
+    "recompute_errors": "attnlab.analysis.recompute",
+    **dict.fromkeys(("SCORE_NAMES", "head_scores", "pattern_similarity"),
+                    "attnlab.analysis.scores"),
+}
+
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_exports(globals(), _NAMES)
+
+if TYPE_CHECKING:  # for type checkers; at run time the names come on first use
+    from attnlab.analysis.heads import (
+        ROLES,
+        HeadDiagnostics,
+        StackedDiagnostics,
+        Thresholds,
+        cluster_heads,
+        diagnose,
+        diagnose_model,
+        induction_trace,
+        repeated_random_tokens,
+    )
+    from attnlab.analysis.recompute import recompute_errors
+    from attnlab.analysis.scores import SCORE_NAMES, head_scores, pattern_similarity

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.analysis.survey_config import EPSILON as _EPSILON
+
 __all__ = ["EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "abs_from_sums",
            "demo_induction_stripe", "detection_pattern", "duplicate_token_pattern",
            "head_similarity", "induction_pattern", "prefix_matching_score",
@@ -33,9 +35,8 @@ __all__ = ["EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "abs_from_sums",
 #: TransformerLens's named detection patterns.
 HEAD_NAMES = ("previous_token_head", "duplicate_token_head", "induction_head")
 ERROR_MEASURES = ("mul", "abs")
-#: Gu et al.'s threshold: a head has an attention sink when the first token's importance
-#: exceeds it.
-EPSILON = 0.3
+#: Gu et al.'s threshold (defined with the survey's settings, which import no torch).
+EPSILON = _EPSILON
 
 
 # --------------------------------------------------------------------------------------

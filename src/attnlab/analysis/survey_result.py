@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from attnlab.analysis.detection import EPSILON
+from attnlab.analysis.survey_config import SurveyConfig
 from attnlab.analysis.heads import Thresholds
 
 __all__ = ["FORMAT", "NEEDS_REPEAT", "ROLES", "SCORES", "VERSION", "SurveyConfig",
@@ -51,45 +52,6 @@ ROLES: dict[str, tuple[str, float, bool]] = {
 #: What a survey's JSON and state files say they are.
 FORMAT = "attnlab.survey"
 VERSION = 1
-
-
-@dataclass(frozen=True)
-class SurveyConfig:
-    """How a survey runs. ``max_tokens``: each text is cut to its first tokens (after the
-    BOS); ``batch_size`` texts a forward pass; ``bins`` histogram bins per score;
-    ``max_distance`` the relative distances profiled one by one; ``sink_tokens`` and
-    ``epsilon``: Gu et al.'s input length and threshold; ``checkpoint_every`` batches
-    between state writes (per process); ``probes`` also computes the TransformerLens demo
-    induction score and Olsson et al.'s prefix matching (random tokens, once, by rank 0);
-    ``seed`` seeds them."""
-
-    batch_size: int = 8
-    max_tokens: int = 64
-    bins: int = 20
-    max_distance: int = 32
-    sink_tokens: int = 64
-    epsilon: float = EPSILON
-    checkpoint_every: int = 16
-    probes: bool = True
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "max_tokens", "bins", "max_distance", "sink_tokens",
-                     "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.max_tokens < 2:
-            raise ValueError(f"max_tokens must be >= 2, got {self.max_tokens}")
-        if not 0.0 <= float(self.epsilon) < 1.0:
-            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
-
-    def fingerprint_fields(self) -> dict[str, Any]:
-        """What a resumed state must share (``checkpoint_every`` and ``probes`` may change)."""
-        d = asdict(self)
-        d.pop("checkpoint_every")
-        d.pop("probes")
-        return d
 
 
 def score_names(causal: bool) -> list[str]:

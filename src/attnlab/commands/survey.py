@@ -15,26 +15,25 @@ import contextlib
 import os
 
 from attnlab._options import add_dataclass_options, positive_int
+from attnlab.analysis.survey_config import SurveyConfig
 
 __all__ = ["HELP", "OPTIONS", "add_arguments", "run_from_args"]
 
 HELP = "score every head over a corpus: means, histograms, roles, Sink%% (resumable)"
 
-#: SurveyConfig's fields as options, with their help. Their defaults and checks are the
-#: dataclass's; its module loads torch, so ``--help`` does not import it: the values are
-#: typed and checked when the survey runs, and the defaults the help texts state are
-#: SurveyConfig's (tests/test_options.py keeps them so).
+#: SurveyConfig's fields as options, with their help; their types, defaults and checks are
+#: the dataclass's (its module imports no torch, so ``--help`` stays instant).
 OPTIONS = {
-    "batch_size": "texts per forward pass (default 8)",
-    "max_tokens": "keep each text's first N tokens, BOS included (default 64: Gu et al.'s "
-                  "input length)",
-    "checkpoint_every": "save the state every this many batches (default 16)",
-    "bins": "histogram bins per score (default 20)",
+    "batch_size": "texts per forward pass",
+    "max_tokens": "keep each text's first N tokens, BOS included (Gu et al.'s input "
+                  "length is 64)",
+    "checkpoint_every": "save the state every this many batches",
+    "bins": "histogram bins per score",
     "max_distance": "relative distances profiled one by one; farther ones share a bin on "
-                    "each side (default 32)",
-    "sink_tokens": "input length of Gu et al.'s sink count (default 64)",
-    "epsilon": "Gu et al.'s sink threshold (default 0.3)",
-    "seed": "seed of the random-token probes (default 0)",
+                    "each side",
+    "sink_tokens": "input length of Gu et al.'s sink count",
+    "epsilon": "Gu et al.'s sink threshold",
+    "seed": "seed of the random-token probes",
     "probes": "skip the random-token probes (TransformerLens demo induction score, Olsson "
               "et al. prefix matching)",
 }
@@ -52,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "default: the paragraphs of attnlab's own docstrings, written to "
                    "DIR/corpus.txt")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    add_dataclass_options(p, None, help=OPTIONS, flags=FLAGS, metavars=METAVARS)
+    add_dataclass_options(p, SurveyConfig, help=OPTIONS, flags=FLAGS, metavars=METAVARS)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: a GPU per process under torchrun when there are enough")
     p.add_argument("--threads", type=positive_int, default=1, metavar="N",
@@ -97,7 +96,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._io import check_output_dir, lock_folder
     from attnlab._options import config_from_args
     from attnlab._text import one_line
-    from attnlab.analysis.survey import SurveyConfig, survey
+    from attnlab.analysis.survey import survey
 
     cfg = config_from_args(SurveyConfig, args, flags=FLAGS)
     rank = int(os.environ.get("RANK", "0"))

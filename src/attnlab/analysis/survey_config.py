@@ -1,0 +1,55 @@
+"""How a survey runs (:class:`SurveyConfig`), and Gu et al.'s sink threshold.
+
+Imports no torch: ``attnlab survey --help`` builds its options from this dataclass (its
+fields, defaults and checks are the options'), and the survey itself reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["EPSILON", "SurveyConfig"]
+
+#: Gu et al.'s threshold: a head has an attention sink when the first token's importance
+#: exceeds it.
+EPSILON = 0.3
+
+
+@dataclass(frozen=True)
+class SurveyConfig:
+    """How a survey runs. ``max_tokens``: each text is cut to its first tokens (after the
+    BOS); ``batch_size`` texts a forward pass; ``bins`` histogram bins per score;
+    ``max_distance`` the relative distances profiled one by one; ``sink_tokens`` and
+    ``epsilon``: Gu et al.'s input length and threshold; ``checkpoint_every`` batches
+    between state writes (per process); ``probes`` also computes the TransformerLens demo
+    induction score and Olsson et al.'s prefix matching (random tokens, once, by rank 0);
+    ``seed`` seeds them."""
+
+    batch_size: int = 8
+    max_tokens: int = 64
+    bins: int = 20
+    max_distance: int = 32
+    sink_tokens: int = 64
+    epsilon: float = EPSILON
+    checkpoint_every: int = 16
+    probes: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "bins", "max_distance", "sink_tokens",
+                     "checkpoint_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.max_tokens < 2:
+            raise ValueError(f"max_tokens must be >= 2, got {self.max_tokens}")
+        if not 0.0 <= float(self.epsilon) < 1.0:
+            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What a resumed state must share (``checkpoint_every`` and ``probes`` may change)."""
+        d = asdict(self)
+        d.pop("checkpoint_every")
+        d.pop("probes")
+        return d

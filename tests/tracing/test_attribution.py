@@ -13,7 +13,7 @@ from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.tracing import trace
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import (band_lift, band_pairs, rollout, rollout_rows,
-                                         score_parts)
+                                         score_parts, value_weighted_rows)
 
 transformers = pytest.importorskip("transformers")
 
@@ -81,8 +81,12 @@ def test_a_rollout_without_the_residual_is_caught(traced, eager_maps):
 
 
 def test_rollout_refuses_what_it_cannot_compose(traced):
+    bare = AttentionTrace(traced.tokens, q=traced.q, k=traced.k, v=traced.v, lse=traced.lse,
+                          shapes=list(traced.shapes))
     with pytest.raises(ValueError, match="output projection"):
-        rollout_rows(traced, [3], value_weighted=True)
+        rollout_rows(bare, [3], value_weighted=True)
+    with pytest.raises(ValueError, match="output projection"):
+        bare.value_weighted_rows(0, 0, [1])
     with pytest.raises(IndexError, match="rows"):
         rollout_rows(traced, [N])
     with pytest.raises(TypeError, match="AttentionTrace"):
@@ -217,3 +221,73 @@ def test_weights_only_traces_and_bad_layouts_are_refused_with_the_reason():
         band_pairs(4, "spiral")
     with pytest.raises(ValueError, match="rotary_dim"):
         band_pairs(4, "half", 3)
+
+
+# -- value-weighted attention -------------------------------------------------------------
+
+
+def _moved_dense(llama, traced, layer):
+    """(H, N, E) float64: v_j · W_O^h from the model's own o_proj weight, sliced here."""
+    w = llama.model.layers[layer].self_attn.o_proj.weight.detach().double()  # (E, H·d)
+    d = traced.v.shape[-1]
+    return torch.stack([traced.v[layer, traced.kv_head(h)].double()
+                        @ w[:, h * d:(h + 1) * d].T for h in range(traced.num_heads)])
+
+
+def test_the_contributions_sum_to_what_enters_the_residual_stream(llama, ids, traced,
+                                                                  eager_maps):
+    """Σ_h Σ_j α^h_ij v_j W_O^h is the o_proj output the model computed (no bias here)."""
+    seen = {}
+    layer = 1
+    hook = llama.model.layers[layer].self_attn.o_proj.register_forward_hook(
+        lambda m, i, o: seen.update(out=o.detach()[0].double()))
+    try:
+        with torch.no_grad():
+            llama(torch.tensor([ids]))
+    finally:
+        hook.remove()
+    moved = _moved_dense(llama, traced, layer)
+    alpha = eager_maps[layer].double()  # (H, N, N)
+    total = torch.einsum("hik,hke->ie", alpha, moved)
+    assert torch.allclose(total, seen["out"], atol=1e-5)
+    assert traced.meta["positional"]["pairing"] == "half"
+    inv = llama.model.rotary_emb.inv_freq
+    assert traced.meta["positional"]["freqs"] == pytest.approx(inv.tolist(), rel=1e-7)
+
+
+def test_value_weighted_rows_equal_their_dense_definition(llama, traced, eager_maps):
+    layer, rows = 2, [0, 9, 100, N - 1]
+    moved = _moved_dense(llama, traced, layer)
+    alpha = eager_maps[layer].double()
+    for h in (0, 3):
+        ref = alpha[h, rows] * moved[h].norm(dim=-1)
+        got = traced.value_weighted_rows(layer, h, rows)
+        assert torch.allclose(got.double(), ref, atol=1e-5, rtol=1e-4)
+        wrong = alpha[h, rows] * moved[(h + 1) % 4].norm(dim=-1)  # another head's W_O slice
+        assert float((got.double() - wrong).abs().max()) > 1e-3
+    ref_all = torch.einsum("hik,hke->ike", alpha[:, rows], moved).norm(dim=-1)
+    got_all = value_weighted_rows(traced, layer, None, rows)
+    assert torch.allclose(got_all.double(), ref_all, atol=1e-5, rtol=1e-4)
+    # a weight is not an importance: the norm of the sum differs from the mean weight's order
+    assert not torch.equal(got_all.argsort(dim=-1), alpha[:, rows].mean(0).argsort(dim=-1))
+
+
+def test_value_weighted_rollout_equals_its_dense_product(llama, traced, eager_maps):
+    n = N
+    out = torch.eye(n, dtype=torch.float64)
+    for layer, a in enumerate(eager_maps):
+        m = torch.einsum("hik,hke->ike", a.double(), _moved_dense(llama, traced, layer))
+        m = m.norm(dim=-1)
+        m = m / m.sum(1, keepdim=True)
+        out = (0.5 * m + 0.5 * torch.eye(n, dtype=torch.float64)) @ out
+    rows = [5, N - 1]
+    got = traced.rollout_rows(rows, value_weighted=True)
+    assert torch.allclose(got, out[rows], atol=1e-6)
+    assert float((got - rollout_rows(traced, rows)).abs().max()) > 1e-4  # not the plain one
+
+
+def test_the_projection_and_the_layout_survive_a_file(traced, tmp_path):
+    back = AttentionTrace.load(traced.save(tmp_path / "t.safetensors"))
+    assert torch.equal(back.out_proj, traced.out_proj)
+    assert back.meta["positional"] == traced.meta["positional"]
+    assert back.score_parts(1, 2, 50, 7) == traced.score_parts(1, 2, 50, 7)

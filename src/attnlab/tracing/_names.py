@@ -5,7 +5,7 @@
 >>> STACK_ORDER
 ('encoder', 'decoder', 'cross')
 >>> TRACE_TENSORS
-('weights', 'q', 'k', 'v', 'lse', 'context')
+('weights', 'q', 'k', 'v', 'lse', 'context', 'out_proj')
 """
 
 from __future__ import annotations
@@ -21,4 +21,4 @@ STACKS = ("self", "encoder", "decoder", "cross")
 STACK_ORDER = tuple(s for s in STACKS if s != "self")
 #: The tensors an :class:`~attnlab.tracing.attention.AttentionTrace` holds (each optional),
 #: in the order a trace file stores them (its score shapes' tensors follow).
-TRACE_TENSORS = ("weights", "q", "k", "v", "lse", "context")
+TRACE_TENSORS = ("weights", "q", "k", "v", "lse", "context", "out_proj")

@@ -9,6 +9,7 @@ A trace keeps what *determines* attention, not its N x N image. Per layer and he
     v        (L, H_kv, Lk, dv)  values (optional)
     lse      (L, H, Lq)         log-sum-exp of each row of shaped scores
     context  (L, H, Lq, dv)     per-head outputs (optional)
+    out_proj (L, H, dv, E)      each head's slice of the output projection (optional)
 
 and, per layer, the :class:`~attnlab.core.scores.ScoreShape` (scale, causal, window, key
 mask, soft-cap, ALiBi slopes, sink logits; a dense bias only when no rule describes the
@@ -108,7 +109,8 @@ class AttentionTrace:
     Args:
         tokens: the query tokens' labels (after any merge: one per group).
         weights: dense (L, H, Lq, Lk) weights, for traces without q and k.
-        q, k, v, lse, context: the per-head tensors (shapes in the module docstring).
+        q, k, v, lse, context, out_proj: the per-head tensors (shapes in the module
+            docstring).
         shapes: one :class:`ScoreShape`, or one per layer; default
             ``ScoreShape(scale, causal)``.
         scale, causal: shorthand for ``shapes`` (``scale`` defaults to
@@ -138,6 +140,7 @@ class AttentionTrace:
         v: Tensor | None = None,
         lse: Tensor | None = None,
         context: Tensor | None = None,
+        out_proj: Tensor | None = None,
         shapes: ScoreShape | Sequence[ScoreShape] | None = None,
         scale: float | None = None,
         causal: bool | None = None,
@@ -161,11 +164,12 @@ class AttentionTrace:
         self.text = text
         self.meta = dict(meta or {})
         self.token_ids = None if token_ids is None else [int(i) for i in token_ids]
-        for name, t in zip(TRACE_TENSORS, (weights, q, k, v, lse, context)):
+        for name, t in zip(TRACE_TENSORS, (weights, q, k, v, lse, context, out_proj)):
             if t is not None and not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a tensor or None, got {type(t).__name__}")
         self._weights = weights
         self.q, self.k, self.v, self.lse, self.context = q, k, v, lse, context
+        self.out_proj = out_proj
         self._dense: Tensor | None = None  # lazily built weights
         if weights is None and (q is None or k is None or lse is None):
             missing = [n for n, t in (("q", q), ("k", k), ("lse", lse)) if t is None]
@@ -232,6 +236,11 @@ class AttentionTrace:
         c = self.context
         if c is not None and (c.dim() != 4 or tuple(c.shape[:3]) != (nl, nh, nq)):
             raise ValueError(f"context must have shape ({nl}, {nh}, {nq}, dv), got {_shape_of(c)}")
+        o, dv = self.out_proj, None if self.v is None else self.v.shape[3]
+        if o is not None and (self.v is None or o.dim() != 4 or tuple(o.shape[:3]) != (
+                nl, nh, dv)):
+            raise ValueError(f"out_proj needs v and must have shape ({nl}, {nh}, dv, E), got "
+                             f"{_shape_of(o)}")
         return nl, nh, nq, nk
 
     def _make_shapes(self, shapes: Any, scale: float | None, causal: bool | None, nl: int,
@@ -553,9 +562,34 @@ class AttentionTrace:
                           "piece_ids": before.get("piece_ids", self.token_ids)}
         return AttentionTrace(
             tokens=list(labels), weights=self._weights, q=self.q, k=self.k, v=self.v,
-            lse=self.lse, context=self.context, shapes=self._shapes or None,
+            lse=self.lse, context=self.context, out_proj=self.out_proj,
+            shapes=self._shapes or None,
             causal=None if self._shapes else self._causal, model=self.model, token_ids=None,
             text=self.text, meta=meta, groups=merged, stack=self.stack)
+
+    # -- what attention moves (attnlab.tracing.attribution) --------------------------------
+
+    def value_weighted_rows(self, layer: int, head: int | None, rows: Selector) -> Tensor:
+        """``α_ij · ‖v_j W_O^h‖`` of query ``rows`` (``head=None``: the norm of the sum over
+        heads), (len(rows), Lk); see :func:`attnlab.tracing.attribution.value_weighted_rows`."""
+        from attnlab.tracing.attribution import value_weighted_rows
+
+        return value_weighted_rows(self, layer, head, rows)
+
+    def rollout_rows(self, rows: Selector, value_weighted: bool = False) -> Tensor:
+        """Residual-adjusted rollout of output ``rows``, (len(rows), Lk) float64; see
+        :func:`attnlab.tracing.attribution.rollout_rows`."""
+        from attnlab.tracing.attribution import rollout_rows
+
+        return rollout_rows(self, rows, value_weighted=value_weighted)
+
+    def score_parts(self, layer: int, head: int, i: int, j: int, *,
+                    pairing: str | None = None) -> dict[str, Any]:
+        """Query ``i``'s score for key ``j`` taken apart by RoPE band and by angle; see
+        :func:`attnlab.tracing.attribution.score_parts`."""
+        from attnlab.tracing.attribution import score_parts
+
+        return score_parts(self, layer, head, i, j, pairing=pairing)
 
     # -- files ----------------------------------------------------------------------------
 
@@ -566,7 +600,8 @@ class AttentionTrace:
                 "token_ids": self.token_ids, "model": self.model, "causal": self._causal,
                 "text": self.text, "meta": self.meta, "groups": self.groups,
                 "shapes": self._shapes, "weights": self._weights, "q": self.q, "k": self.k,
-                "v": self.v, "lse": self.lse, "context": self.context}
+                "v": self.v, "lse": self.lse, "context": self.context,
+                "out_proj": self.out_proj}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a ``.safetensors`` file atomically, tensor by tensor (no second copy); the
@@ -592,7 +627,7 @@ class AttentionTrace:
 
     def __repr__(self) -> str:
         kind = "q, k, lse" if self._weights is None else "dense weights"
-        extra = [n for n in ("v", "context") if getattr(self, n) is not None]
+        extra = [n for n in ("v", "context", "out_proj") if getattr(self, n) is not None]
         merged = f", merged={len(self.groups)} groups" if self.groups is not None else ""
         stack = "" if self.stack == "self" else f"stack={self.stack!r}, "
         return (f"AttentionTrace({stack}model={self.model!r}, layers={self.num_layers}, "

@@ -1,5 +1,10 @@
-"""What attention moves, read exactly from a trace: rollout over layers, and a query·key
-score taken apart by positional frequency and by geometry.
+"""What attention moves, read exactly from a trace: value-weighted attention, rollout over
+layers, and a query·key score taken apart by positional frequency and by geometry.
+
+**Value-weighted attention** (Kobayashi et al. 2020): key ``j`` adds ``α_ij · v_j W_O^h``
+to query ``i``'s residual stream through head ``h``; a large weight can move a small
+vector. :func:`value_weighted_rows` gives the norms per head, or of the sum over heads,
+from the trace's v and its heads' slices of the output projection (``out_proj``).
 
 **Rollout** (Abnar & Zuidema 2020, residual-adjusted): each layer's mixing is
 ``Â_l = ½·A_l + ½·I`` with ``A_l`` the mean of the layer's heads, and the attribution of
@@ -16,7 +21,8 @@ sum of one term per pair, each ``scale·|q_p||k_p|·cos(φ_p + (i−j)·θ_p)``.
 pair up depends on the model: ``"half"`` (dimension ``a`` with ``a + r/2``, Llama, Mistral,
 Qwen, SmolLM2, GPT-NeoX: ``rotate_half``) or ``"interleaved"`` (``2a`` with ``2a + 1``, GPT-J,
 CodeGen). The layout is read from ``trace.meta["positional"]`` when the capture recorded it
-(``{"kind": "rope", "pairing", "rotary_dim", "base"}``), else given as ``pairing=``; without
+(``{"kind": "rope", "pairing", "rotary_dim", "freqs", "base"}``, see
+:func:`attnlab.tracing.model_parts.rope_layout`), else given as ``pairing=``; without
 either, the pairs are consecutive dimensions and are labelled so. :func:`score_parts` gives
 one pair's decomposition and the geometric one (``|q||k|cos θ``, article 000's angle);
 :func:`band_lift` gives, per head, how much each band lifts the attended keys above the
@@ -41,6 +47,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -50,7 +57,7 @@ from attnlab.core.scores import TILE_BYTES
 from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
-           "ROLLOUT_MAX_DENSE"]
+           "ROLLOUT_MAX_DENSE", "value_weighted_rows"]
 
 #: The RoPE layouts: which dimensions rotate together (see the module docstring).
 PAIRINGS = ("half", "interleaved", "adjacent")
@@ -81,14 +88,14 @@ def rollout_rows(trace: AttentionTrace, rows: Any, *, value_weighted: bool = Fal
     ``Â_l = ½·mean_h A_l,h + ½·I`` (see the module docstring).
 
     ``tile_rows`` bounds the weight rows recomputed at once (default: about 8 MiB per head's
-    tile). ``value_weighted`` is the Kobayashi variant and needs each head's output
-    projection, which traces do not record yet: asking for it is refused, not approximated.
+    tile). ``value_weighted=True`` mixes each layer by the norms of what the keys move
+    instead of the weights (Kobayashi et al. 2020): ``A_l[i, j] = ‖Σ_h α^h_ij v_j W_O^h‖``,
+    each row normalised to sum 1 — exact, and costlier (each row is (N, E) vectors summed
+    over heads).
     """
     _check_trace(trace, "rollout")
     if value_weighted:
-        raise ValueError("value_weighted=True needs each head's output projection (W_O) in "
-                         "the trace, which this trace does not record; use "
-                         "value_weighted=False")
+        _need_values(trace, "value-weighted rollout")
     picked = _rows(trace, rows)
     n, nh = trace.seq_len, trace.num_heads
     step = trace._tile_rows(tile_rows, TILE_BYTES)
@@ -104,12 +111,56 @@ def rollout_rows(trace: AttentionTrace, rows: Any, *, value_weighted: bool = Fal
             coef = r[:, r0:r1]
             if not bool(coef.any()):
                 continue
-            tile = torch.zeros(r1 - r0, n, dtype=torch.float64)
-            for head in range(nh):
-                tile += trace.weights_rows(layer, head, range(r0, r1)).double()
-            mixed += coef @ (tile / nh)
+            if value_weighted:
+                tile = value_weighted_rows(trace, layer, None, range(r0, r1)).double()
+                tile = tile / tile.sum(1, keepdim=True).clamp_min(1e-300)
+            else:
+                tile = torch.zeros(r1 - r0, n, dtype=torch.float64)
+                for head in range(nh):
+                    tile += trace.weights_rows(layer, head, range(r0, r1)).double()
+                tile /= nh
+            mixed += coef @ tile
         r = 0.5 * mixed + 0.5 * r
     return r
+
+
+def _need_values(trace: AttentionTrace, what: str) -> None:
+    if trace.v is None or trace.out_proj is None:
+        missing = "v" if trace.v is None else "each head's output projection (out_proj)"
+        raise ValueError(f"{what} needs the trace's {missing}: trace with q, k and v from a "
+                         f"model whose attention module holds its output projection "
+                         f"(o_proj, out_proj, c_proj, dense, ...)")
+    _pieces_only(trace, what)
+
+
+def _moved(trace: AttentionTrace, layer: int, heads: Sequence[int]) -> Tensor:
+    """(len(heads), Lk, E) float32: ``v_j W_O^h``, what key ``j`` moves through head ``h``."""
+    return torch.stack([trace.v[layer, trace.kv_head(h)].float() @ trace.out_proj[layer, h]
+                        for h in heads])
+
+
+def value_weighted_rows(trace: AttentionTrace, layer: int, head: int | None, rows: Any
+                        ) -> Tensor:
+    """(len(rows), Lk) float32: ``α_ij · ‖v_j W_O^h‖`` for one head, or with ``head=None``
+    ``‖Σ_h α^h_ij v_j W_O^h‖``, the norm of what key ``j`` adds to query ``i``'s residual
+    stream through the whole layer (Kobayashi et al. 2020). Summed over ``j`` (as vectors)
+    the contributions are the attention output that enters the residual stream, less the
+    projection's bias."""
+    _need_values(trace, "value-weighted attention")
+    layer = trace._layer(layer)
+    picked = _rows(trace, rows)
+    if head is not None:
+        h = trace._head(head)
+        return trace.weights_rows(layer, h, picked) * _moved(trace, layer, [h])[0].norm(dim=-1)
+    heads = list(range(trace.num_heads))
+    moved = _moved(trace, layer, heads)  # (H, Lk, E)
+    out = torch.empty(picked.shape[0], trace.key_len)
+    step = max(1, TILE_BYTES // (4 * moved.shape[1] * moved.shape[2]))
+    for s in range(0, picked.shape[0], step):
+        part = picked[s:s + step]
+        alpha = torch.stack([trace.weights_rows(layer, h, part) for h in heads])  # (H, T, Lk)
+        out[s:s + step] = torch.einsum("htk,hke->tke", alpha, moved).norm(dim=-1)
+    return out
 
 
 def rollout(trace: AttentionTrace, *, tile_rows: int | None = None) -> Tensor:
@@ -138,16 +189,17 @@ def _layout(trace: AttentionTrace, pairing: str | None) -> dict[str, Any]:
     if pairing is not None:
         if pairing not in PAIRINGS:
             raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
-        base = recorded.get("base") if isinstance(recorded, dict) else None
-        rot = recorded.get("rotary_dim", d) if isinstance(recorded, dict) else d
+        rec = recorded if isinstance(recorded, dict) else {}
         return {"kind": "rope" if pairing != "adjacent" else "none", "pairing": pairing,
-                "rotary_dim": int(rot or d), "base": base, "source": "argument"}
+                "rotary_dim": int(rec.get("rotary_dim") or d), "base": rec.get("base"),
+                "freqs": rec.get("freqs"), "source": "argument"}
     if isinstance(recorded, dict) and recorded.get("pairing") in PAIRINGS:
         return {"kind": recorded.get("kind", "rope"), "pairing": recorded["pairing"],
                 "rotary_dim": int(recorded.get("rotary_dim") or d),
-                "base": recorded.get("base"), "source": "trace"}
+                "base": recorded.get("base"), "freqs": recorded.get("freqs"),
+                "source": "trace"}
     return {"kind": "none", "pairing": "adjacent", "rotary_dim": d, "base": None,
-            "source": "none recorded: consecutive dimensions"}
+            "freqs": None, "source": "none recorded: consecutive dimensions"}
 
 
 def band_pairs(head_dim: int, pairing: str, rotary_dim: int | None = None
@@ -180,11 +232,14 @@ def band_pairs(head_dim: int, pairing: str, rotary_dim: int | None = None
 def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
     r = layout["rotary_dim"]
     pairs = band_pairs(d, layout["pairing"], r)
-    base = layout.get("base")
+    base, freqs = layout.get("base"), layout.get("freqs")
     out = []
     for p, dims in enumerate(pairs):
         rotated = layout["kind"] == "rope" and p < r // 2
-        freq = base ** (-2.0 * p / r) if rotated and base else None
+        if rotated and freqs and p < len(freqs):  # the model's own (scaled) frequencies
+            freq = float(freqs[p])
+        else:
+            freq = base ** (-2.0 * p / r) if rotated and base else None
         out.append({"dims": list(dims), "rotated": rotated, "freq": freq,
                     "wavelength": 2 * math.pi / freq if freq else None})
     return out

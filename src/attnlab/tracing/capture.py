@@ -52,6 +52,7 @@ from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.model_parts import output_projections, rope_layout
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 
 __all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture", "stack_table"]
@@ -174,7 +175,7 @@ class Capture:
                 tokens, token_ids, text = target_tokens, target_ids, target
             return _one_stack(records, name, bi, release, tokens=tokens, model=model,
                               token_ids=token_ids, text=text, key_tokens=key_tokens,
-                              meta=meta)
+                              meta=meta, root=self.root)
         if "encoder" not in by_stack and target_tokens is None:
             target_tokens, target_ids, target = tokens, token_ids, text
         stacks: dict[str, AttentionTrace] = {}
@@ -194,7 +195,7 @@ class Capture:
             if name == "cross" and "encoder" in stacks:
                 self._check_cross(records, stacks["encoder"].seq_len)
             stacks[name] = _one_stack(records, name, bi, release, model=model, meta=meta,
-                                      **labels)
+                                      root=self.root, **labels)
         if by_stack:  # calls outside every stack of an encoder–decoder model
             extra = [r.name for rs in by_stack.values() for r in rs]
             first = next(iter(stacks.values()))
@@ -224,20 +225,28 @@ class Capture:
 def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: bool, *,
                tokens: list[str] | None, model: str, token_ids: list[int] | None,
                text: str | None, key_tokens: list[str] | None,
-               meta: dict[str, Any] | None) -> AttentionTrace:
+               meta: dict[str, Any] | None, root: nn.Module | None = None) -> AttentionTrace:
     """The records of one stack as an :class:`AttentionTrace`: the calls with the (H, Lq,
     Lk) of the first one, stacked as layers; the others named in ``meta["skipped"]``."""
     first = records[0]
     kept = [r for r in records if r.dims == first.dims]
     skipped = [r.name for r in records if r.dims != first.dims]
     dense = first.weights is not None
-    _, lq, lk = first.dims
+    heads, lq, lk = first.dims
     if key_tokens is None and (lk != lq or stack == "cross"):
         key_tokens = [str(j) for j in range(lk)]
     names = ("weights", "context") if dense else ("q", "k", "v", "lse", "context")
     stacked = {n: _stack(kept, n, bi, release) for n in names}
     shapes = [r.shapes[bi] for r in kept]
     info: dict[str, Any] = {"layer_names": [r.name for r in kept], "source": first.source}
+    if root is not None:
+        v = stacked.get("v")
+        if v is not None:
+            stacked["out_proj"] = output_projections(root, info["layer_names"], heads,
+                                                     v.shape[-1])
+        layout = rope_layout(root) if stack != "cross" else None
+        if layout is not None:
+            info["positional"] = layout
     if skipped:
         info["skipped"] = skipped
     info.update(meta or {})

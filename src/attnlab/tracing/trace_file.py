@@ -519,7 +519,7 @@ def _check_values(path: Path | str, tensors: dict[str, Tensor],
     def bad(name: str, what: str) -> TraceFormatError:
         return TraceFormatError(f"{path}: tensor {name!r} {what}")
 
-    for name in ("q", "k", "v", "context"):
+    for name in ("q", "k", "v", "context", "out_proj"):
         x = tensors.get(name)
         if x is not None and not bool(torch.isfinite(x).all()):
             raise bad(name, "holds NaN or infinite values")

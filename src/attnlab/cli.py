@@ -2,8 +2,8 @@
 
 Each command is one module (:mod:`attnlab.commands`, and :mod:`attnlab.train.command`)
 whose docstring is the command's description, with ``HELP`` (its line in ``attnlab
---help``), ``add_arguments(parser)`` and ``run_from_args(args) -> int``. Bad input is one line on stderr and exit code 2, naming the argument and the cause
-(a model folder that cannot be read, an ``--out`` that cannot be written, a text too long
+--help``), ``add_arguments(parser)`` and ``run_from_args(args) -> int``. Bad input is one
+line on stderr and exit code 2, naming the argument and the cause (a model folder that cannot be read, an ``--out`` that cannot be written, a text too long
 for the memory budget, ...); set ``ATTNLAB_DEBUG=1`` for the traceback.
 ``python -m attnlab`` is the same program.
 """
@@ -35,7 +35,8 @@ __all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
 #: Every command by name, in the order ``attnlab --help`` lists them.
 COMMANDS = {"report": report, "explore": explore, "serve": serve, "trace": trace,
             "plot": plot, "diagnose": diagnose, "train": train, "verify": verify,
-            "claims": claims, "bench": bench, "survey": survey, "support": support, "attribute": attribute}
+            "claims": claims, "bench": bench, "survey": survey, "support": support,
+            "attribute": attribute}
 
 
 def _version() -> str:

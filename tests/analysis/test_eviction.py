@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.analysis.eviction import CONTROLS, POLICIES, evict, key_scores, kept_keys
+from attnlab.analysis.eviction import CONTROLS, POLICIES, evict, kept_keys, key_scores
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.tracing import trace
 from attnlab.tracing.attention import AttentionTrace

@@ -12,8 +12,14 @@ import torch
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.tracing import trace
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.tracing.attribution import (band_lift, band_pairs, rollout, rollout_rows,
-                                         score_parts, value_weighted_rows)
+from attnlab.tracing.attribution import (
+    band_lift,
+    band_pairs,
+    rollout,
+    rollout_rows,
+    score_parts,
+    value_weighted_rows,
+)
 
 transformers = pytest.importorskip("transformers")
 

@@ -25,7 +25,9 @@ _NAMES = {
                     "attnlab.analysis.scores"),
 }
 
-__all__ = sorted(_NAMES)
+__all__ = ["ROLES", "SCORE_NAMES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
+           "cluster_heads", "diagnose", "diagnose_model", "head_scores", "induction_trace",
+           "pattern_similarity", "recompute_errors", "repeated_random_tokens"]
 __getattr__, __dir__ = lazy_exports(globals(), _NAMES)
 
 if TYPE_CHECKING:  # for type checkers; at run time the names come on first use

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from attnlab.analysis.detection import EPSILON
-from attnlab.analysis.survey_config import SurveyConfig
 from attnlab.analysis.heads import Thresholds
+from attnlab.analysis.survey_config import SurveyConfig
 
 __all__ = ["FORMAT", "NEEDS_REPEAT", "ROLES", "SCORES", "VERSION", "SurveyConfig",
            "SurveyResult", "SurveySums", "score_names", "score_ranges"]

@@ -31,6 +31,7 @@ carry the head's pattern.
 
 >>> import torch
 >>> from attnlab.core.scores import ScoreShape, row_logsumexp
+>>> from attnlab.tracing.attention import AttentionTrace
 >>> g = torch.Generator().manual_seed(0)
 >>> q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
 >>> shape = ScoreShape(scale=0.5, causal=True)
@@ -54,10 +55,13 @@ import torch
 from torch import Tensor
 
 from attnlab.core.scores import TILE_BYTES
-from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
            "ROLLOUT_MAX_DENSE", "value_weighted_rows"]
+
+#: One stack's trace (:class:`attnlab.tracing.attention.AttentionTrace`), read by its query
+#: API; this module does not import the class, whose own methods call it.
+Trace = Any
 
 #: The RoPE layouts: which dimensions rotate together (see the module docstring).
 PAIRINGS = ("half", "interleaved", "adjacent")
@@ -67,7 +71,9 @@ ROLLOUT_MAX_DENSE = 4096
 
 
 def _check_trace(trace: Any, what: str) -> None:
-    if not isinstance(trace, AttentionTrace):
+    # One stack, read by its query API (this module is what AttentionTrace's own
+    # value_weighted_rows, rollout_rows and score_parts call, so it does not import it).
+    if not callable(getattr(trace, "weights_rows", None)) or hasattr(trace, "names"):
         raise TypeError(f"trace must be an AttentionTrace (one stack), got "
                         f"{type(trace).__name__}; pass one stack of a StackedTrace, e.g. "
                         f"trace['decoder']")
@@ -77,11 +83,11 @@ def _check_trace(trace: Any, what: str) -> None:
                          f"and {trace.key_len} keys")
 
 
-def _rows(trace: AttentionTrace, rows: Any, name: str = "rows") -> Tensor:
+def _rows(trace: Trace, rows: Any, name: str = "rows") -> Tensor:
     return trace._select(name, rows, trace.seq_len)
 
 
-def rollout_rows(trace: AttentionTrace, rows: Any, *, value_weighted: bool = False,
+def rollout_rows(trace: Trace, rows: Any, *, value_weighted: bool = False,
                  tile_rows: int | None = None) -> Tensor:
     """Residual-adjusted rollout of output ``rows`` (int, range, slice or sequence): a
     float64 (len(rows), N) tensor, row ``i`` being ``e_iᵀ Â_L ··· Â_1`` with
@@ -124,7 +130,7 @@ def rollout_rows(trace: AttentionTrace, rows: Any, *, value_weighted: bool = Fal
     return r
 
 
-def _need_values(trace: AttentionTrace, what: str) -> None:
+def _need_values(trace: Trace, what: str) -> None:
     if trace.v is None or trace.out_proj is None:
         missing = "v" if trace.v is None else "each head's output projection (out_proj)"
         raise ValueError(f"{what} needs the trace's {missing}: trace with q, k and v from a "
@@ -133,13 +139,13 @@ def _need_values(trace: AttentionTrace, what: str) -> None:
     _pieces_only(trace, what)
 
 
-def _moved(trace: AttentionTrace, layer: int, heads: Sequence[int]) -> Tensor:
+def _moved(trace: Trace, layer: int, heads: Sequence[int]) -> Tensor:
     """(len(heads), Lk, E) float32: ``v_j W_O^h``, what key ``j`` moves through head ``h``."""
     return torch.stack([trace.v[layer, trace.kv_head(h)].float() @ trace.out_proj[layer, h]
                         for h in heads])
 
 
-def value_weighted_rows(trace: AttentionTrace, layer: int, head: int | None, rows: Any
+def value_weighted_rows(trace: Trace, layer: int, head: int | None, rows: Any
                         ) -> Tensor:
     """(len(rows), Lk) float32: ``α_ij · ‖v_j W_O^h‖`` for one head, or with ``head=None``
     ``‖Σ_h α^h_ij v_j W_O^h‖``, the norm of what key ``j`` adds to query ``i``'s residual
@@ -163,7 +169,7 @@ def value_weighted_rows(trace: AttentionTrace, layer: int, head: int | None, row
     return out
 
 
-def rollout(trace: AttentionTrace, *, tile_rows: int | None = None) -> Tensor:
+def rollout(trace: Trace, *, tile_rows: int | None = None) -> Tensor:
     """The whole (N, N) float64 rollout matrix, for inputs of at most
     :data:`ROLLOUT_MAX_DENSE` tokens (longer ones: :func:`rollout_rows` for the rows you
     need)."""
@@ -180,7 +186,7 @@ def rollout(trace: AttentionTrace, *, tile_rows: int | None = None) -> Tensor:
 # ----------------------------------------------------------------------------------------
 
 
-def _layout(trace: AttentionTrace, pairing: str | None) -> dict[str, Any]:
+def _layout(trace: Trace, pairing: str | None) -> dict[str, Any]:
     """The positional layout: the recorded one, else ``pairing`` given, else adjacent."""
     d = trace.head_dim
     if d is None:
@@ -245,14 +251,14 @@ def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
     return out
 
 
-def _pieces_only(trace: AttentionTrace, what: str) -> None:
+def _pieces_only(trace: Trace, what: str) -> None:
     if trace.groups is not None:
         raise ValueError(f"{what} is computed per piece, and this trace merges pieces into "
                          f"tokens ({trace.seq_len} tokens of {trace._pieces_q} pieces); trace "
                          f"again without merging")
 
 
-def score_parts(trace: AttentionTrace, layer: int, head: int, i: int, j: int, *,
+def score_parts(trace: Trace, layer: int, head: int, i: int, j: int, *,
                 pairing: str | None = None) -> dict[str, Any]:
     """Query ``i``'s score for key ``j`` in one head, taken apart.
 
@@ -290,7 +296,7 @@ def score_parts(trace: AttentionTrace, layer: int, head: int, i: int, j: int, *,
             "layout": layout}
 
 
-def band_lift(trace: AttentionTrace, layer: int, head: int, *, rows: Any = None,
+def band_lift(trace: Trace, layer: int, head: int, *, rows: Any = None,
               pairing: str | None = None, tile_rows: int | None = None) -> dict[str, Any]:
     """Which bands carry a head's pattern: for each band, summed over ``rows`` (default all),
     ``Σ_j α_ij·part_ij − (Σ_j α_ij)·mean_{j visible} part_ij`` — how much the band raises

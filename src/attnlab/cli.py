@@ -3,8 +3,9 @@
 Each command is one module (:mod:`attnlab.commands`, and :mod:`attnlab.train.command`)
 whose docstring is the command's description, with ``HELP`` (its line in ``attnlab
 --help``), ``add_arguments(parser)`` and ``run_from_args(args) -> int``. Bad input is one
-line on stderr and exit code 2, naming the argument and the cause (a model folder that cannot be read, an ``--out`` that cannot be written, a text too long
-for the memory budget, ...); set ``ATTNLAB_DEBUG=1`` for the traceback.
+line on stderr and exit code 2, naming the argument and the cause (a model folder that
+cannot be read, an ``--out`` that cannot be written, a text too long for the memory
+budget, ...); set ``ATTNLAB_DEBUG=1`` for the traceback.
 ``python -m attnlab`` is the same program.
 """
 

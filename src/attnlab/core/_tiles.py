@@ -163,9 +163,29 @@ def _check_mask(
             )
 
 
+def _check_inputs(q: object, k: object, v: object, mask: object
+                  ) -> tuple[tuple[int, ...], int]:
+    """:func:`_check_qkv`, then ``mask`` (unless None) against the scores' shape and q's
+    device: the tensors every entry point takes. Returns ``(batch, group)``."""
+    batch, group = _check_qkv(q, k, v)
+    if mask is not None:
+        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
+    return batch, group
+
+
 # --------------------------------------------------------------------------------------
 # layout and whole masks
 # --------------------------------------------------------------------------------------
+
+
+def _kv_batch(batch: tuple[int, ...], group: int) -> tuple[int, ...]:
+    """The batch dims of k and v: ``batch`` with H / G heads last."""
+    return batch if group == 1 else (*batch[:-1], batch[-1] // group)
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums are kept in: float32 for half precision, else ``dtype`` itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _flatten(
@@ -174,7 +194,7 @@ def _flatten(
     """q4 (n_kv, G, Lq, d), k3 (n_kv, Lk, d), v3 (n_kv, Lk, dv): views where possible."""
     lq, d = q.shape[-2:]
     lk = k.shape[-2]
-    kv_batch = batch if group == 1 else (*batch[:-1], batch[-1] // group)
+    kv_batch = _kv_batch(batch, group)
     n_kv = math.prod(kv_batch)
     q4 = q.expand(*batch, lq, d).reshape(n_kv, group, lq, d)
     k3 = k.expand(*kv_batch, lk, d).reshape(n_kv, lk, d)
@@ -203,6 +223,24 @@ def _merged_mask(
     return merged
 
 
+def _masked_scores(q4: Tensor, k3: Tensor, merged: Tensor | None, scale: float,
+                   batch: tuple[int, ...], refill: bool = True) -> Tensor:
+    """Every score ``scale · Q Kᵀ + M`` (..., H, Lq, Lk) with plain (differentiable) ops,
+    from q4 (n_kv, G, Lq, d), k3 (n_kv, Lk, d) and a :func:`_merged_mask`; the G query heads
+    of a key head are one GEMM. A score a bool mask blocks is -inf; one a float mask blocks
+    is set to -inf again when ``refill`` (see :func:`_keys_undo_mask`)."""
+    n_kv, group, lq, d = q4.shape
+    lk = k3.shape[-2]
+    s = torch.matmul(q4.reshape(n_kv, group * lq, d), k3.transpose(1, 2))
+    s = (s * scale).view(*batch, lq, lk)  # (..., H, Lq, Lk)
+    if merged is None:
+        return s
+    if merged.dtype == torch.bool:
+        return s.masked_fill(~merged, -math.inf)
+    s = s + merged
+    return s.masked_fill(merged == -math.inf, -math.inf) if refill else s
+
+
 def _dead_rows(mask: Tensor | None) -> Tensor | None:
     """Bool (..., Lq, 1): rows where no key may be attended, or None when there are none."""
     if mask is None:
@@ -218,6 +256,12 @@ def _all_finite(t: Tensor) -> bool:
     """No NaN/inf in t. One reduction, no temporary: a NaN or inf anywhere makes the sum
     non-finite; only then (or on overflow) is each entry checked."""
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
+def _keys_undo_mask(mask: Tensor | None, k3: Tensor) -> bool:
+    """Whether NaN/inf in a key could undo a blocked score: a float mask blocks by adding
+    -inf, which a NaN or +inf score turns back into NaN."""
+    return mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
 
 
 def _finite_split(t: Tensor) -> tuple[Tensor, Tensor | None]:

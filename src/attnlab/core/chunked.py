@@ -37,18 +37,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.core._tiles import (
-    _all_finite,
     _check_dropout,
     _check_flag,
-    _check_mask,
+    _check_inputs,
     _check_qkv,
     _check_scale,
     _finite_split,
     _flatten,
     _fold,
+    _keys_undo_mask,
+    _masked_scores,
     _MaskTiles,
     _merged_mask,
     _scores,
+    _work_dtype,
 )
 
 __all__ = ["chunked_attention"]
@@ -183,6 +185,21 @@ class _ChunkedAttention(torch.autograd.Function):
         return dq, dk, dv, *nothing
 
 
+def _why_not_chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     dropout_p: float) -> str | None:
+    """Why the chunked path cannot take these inputs, or None: its backward treats the mask
+    as a constant and has no dropout."""
+    if mask is not None and mask.requires_grad and torch.is_grad_enabled():
+        return ("the chunked backend treats mask as a constant; got a mask that requires grad "
+                "(use backend='explicit')")
+    if dropout_p > 0.0 and torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad
+    ):
+        return ("the chunked backend has no dropout in its backward; got "
+                f"dropout_p={dropout_p} with inputs that require grad")
+    return None
+
+
 def _chunked(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, scale: float,
     dropout_p: float = 0.0, block_q: int | None = None, block_k: int | None = None, *,
@@ -194,19 +211,13 @@ def _chunked(
         batch, group = _check_qkv(q, k, v)
     lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     dtype = q.dtype
-    if mask is not None and mask.requires_grad and torch.is_grad_enabled():
-        raise ValueError("the chunked backend treats mask as a constant; got a mask that "
-                         "requires grad (use backend='explicit')")
-    if dropout_p > 0.0 and torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad
-    ):
-        raise ValueError("the chunked backend has no dropout in its backward; got "
-                         f"dropout_p={dropout_p} with inputs that require grad")
-    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    why = _why_not_chunked(q, k, v, mask, dropout_p)
+    if why is not None:
+        raise ValueError(why)
+    work = _work_dtype(dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)  # running sums in >= fp32, as FlashAttention
     q4, k3, v3 = _flatten(q, k, v, batch, group)
-    # a float mask blocks by adding -inf, which NaN/inf in a key's score would undo
-    k_bad = mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
+    k_bad = _keys_undo_mask(mask, k3)
     tiles = _MaskTiles(mask, batch, work)
     bq, bk = _blocks(math.prod(batch), lq, lk, q.element_size(), block_q, block_k)
     out, lse = _ChunkedAttention.apply(q4, k3, v3, tiles, causal, scale, bq, bk, dropout_p,
@@ -225,15 +236,8 @@ def _weights_from_lse(
     lq, lk = q.shape[-2], k.shape[-2]
     work = lse.dtype
     q4, k3, _ = _flatten(q.to(work), k.to(work), None, batch, group)
-    n, _, _, d = q4.shape
-    s = torch.matmul(q4.reshape(n, group * lq, d), k3.transpose(1, 2))
-    s = (s * scale).view(*batch, lq, lk)  # (..., H, Lq, Lk)
-    merged = _merged_mask(mask, causal, lq, lk, work, q.device)
-    if merged is not None:
-        if merged.dtype == torch.bool:
-            s = s.masked_fill(~merged, -math.inf)
-        else:
-            s = (s + merged).masked_fill(merged == -math.inf, -math.inf)
+    s = _masked_scores(q4, k3, _merged_mask(mask, causal, lq, lk, work, q.device), scale,
+                       batch)
     lse_safe = lse.masked_fill(lse == -math.inf, math.inf)
     return torch.exp(s - lse_safe.unsqueeze(-1)).to(q.dtype)
 
@@ -268,10 +272,8 @@ def chunked_attention(
         ``out (..., H, Lq, dv)`` and ``lse (..., H, Lq)``, the logsumexp of each row's
         scores (float32 for half-precision inputs, whose running sums are kept in float32).
     """
-    batch, group = _check_qkv(q, k, v)
+    batch, group = _check_inputs(q, k, v, mask)
     causal = _check_flag("causal", causal)
-    if mask is not None:
-        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
     scale = _check_scale(scale, q.shape[-1])
     dropout_p = _check_dropout(dropout_p)
     for name, b in (("block_q", block_q), ("block_k", block_k)):

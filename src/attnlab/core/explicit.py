@@ -44,14 +44,16 @@ from torch import Tensor
 
 from attnlab.core import _kernel
 from attnlab.core._tiles import (
-    _all_finite,
     _finite_split,
     _flatten,
     _fold,
+    _keys_undo_mask,
+    _masked_scores,
     _MaskTiles,
     _merged_mask,
     _scores,
     _tile_grid,
+    _work_dtype,
 )
 
 __all__: list[str] = []
@@ -77,8 +79,8 @@ def _explicit_forward(
     n_kv, group, lq, _ = q4.shape
     lk, dv = v3.shape[-2:]
     dtype = q4.dtype
-    low = dtype in (torch.float16, torch.bfloat16)
-    work = torch.float32 if low else dtype
+    work = _work_dtype(dtype)
+    low = work != dtype  # half precision: each tile in float32
     q4, k3, v3 = q4.to(work), k3.to(work), v3.to(work)
     weights = q4.new_empty(n_kv, group, lq, lk, dtype=dtype)  # (n_kv, G, Lq, Lk)
     out = q4.new_empty(n_kv, group, lq, dv)  # (n_kv, G, Lq, dv)
@@ -215,19 +217,10 @@ def _explicit_reference(
     k_bad: bool,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The formula with plain autograd ops: for dropout in training and learned masks."""
-    n_kv, group, lq, d = q4.shape
+    n_kv, group, lq, _ = q4.shape
     lk, dv = v3.shape[-2:]
     merged = _merged_mask(mask, causal, lq, lk, q4.dtype, q4.device)
-    # the G query heads of a key head are one GEMM: (n_kv, G·Lq, d) @ (n_kv, d, Lk)
-    scores = torch.matmul(q4.reshape(n_kv, group * lq, d), k3.transpose(1, 2))
-    scores = (scores * scale).view(*batch, lq, lk)  # (..., H, Lq, Lk)
-    if merged is not None:
-        if merged.dtype == torch.bool:
-            scores = scores.masked_fill(~merged, -math.inf)
-        else:
-            scores = scores + merged
-            if k_bad:
-                scores = scores.masked_fill(merged == -math.inf, -math.inf)
+    scores = _masked_scores(q4, k3, merged, scale, batch, refill=k_bad)  # (..., H, Lq, Lk)
     dead = scores.detach().amax(dim=-1, keepdim=True) == -math.inf  # (..., Lq, 1)
     any_dead = bool(dead.any())
     if any_dead:
@@ -386,13 +379,11 @@ def _explicit(
     if _why_not_kernel(q, mask, dropout_p) is None:
         return _explicit_kernel(q, k, v, mask, causal, scale, batch, group, return_lse, grad)
     q4, k3, v3 = _flatten(q, k, v, batch, group)
-    # a float mask blocks by adding -inf, which NaN/inf in a key's score would undo
-    k_bad = mask is not None and mask.dtype != torch.bool and not _all_finite(k3)
+    k_bad = _keys_undo_mask(mask, k3)
     if grad and (dropout_p > 0.0 or (mask is not None and mask.requires_grad)):
         return _explicit_reference(q4, k3, v3, mask, causal, scale, dropout_p, batch,
                                    return_lse, k_bad)
-    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    tiles = _MaskTiles(mask, batch, work)
+    tiles = _MaskTiles(mask, batch, _work_dtype(q.dtype))
     if grad:
         out, weights, lse = _ExplicitAttention.apply(q4, k3, v3, tiles, causal, scale,
                                                      return_lse, k_bad)

@@ -58,14 +58,14 @@ from attnlab.core._tiles import (
     _all_finite,
     _check_dropout,
     _check_flag,
-    _check_mask,
-    _check_qkv,
+    _check_inputs,
     _check_scale,
     _dead_rows,
+    _kv_batch,
     _merged_mask,
     default_scale,
 )
-from attnlab.core.chunked import _chunked, _weights_from_lse
+from attnlab.core.chunked import _chunked, _weights_from_lse, _why_not_chunked
 from attnlab.core.explicit import _explicit, _why_not_kernel
 from attnlab.core.linear import _linear
 from attnlab.core.masks import to_additive
@@ -149,9 +149,7 @@ def why_not_fused(
     >>> why_not_fused(q, k, v[..., :4], return_lse=True)
     "the logsumexp was requested, and torch's CPU flash kernel needs dv == d (got dv=4, d=8)"
     """
-    batch, _ = _check_qkv(q, k, v)
-    if mask is not None:
-        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
+    _check_inputs(q, k, v, mask)
     return _why_not_fused(q, k, v, mask, _check_flag("causal", causal),
                           _check_flag("return_weights", return_weights),
                           _check_flag("return_lse", return_lse), _check_dropout(dropout_p))
@@ -177,9 +175,7 @@ def why_not_kernel(
     >>> why_not_kernel(q, k, v, dropout_p=0.1, build=False)
     'the kernel has no dropout'
     """
-    batch, _ = _check_qkv(q, k, v)
-    if mask is not None:
-        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
+    _check_inputs(q, k, v, mask)
     return _why_not_kernel(q, mask, _check_dropout(dropout_p),
                            build=_check_flag("build", build))
 
@@ -200,7 +196,7 @@ def _fused(
     """torch's kernels -> (out, lse or None); ``return_lse`` only where
     :func:`_why_not_fused_lse` allows it."""
     lq, lk = q.shape[-2], k.shape[-2]
-    kv_batch = batch if group == 1 else (*batch[:-1], batch[-1] // group)
+    kv_batch = _kv_batch(batch, group)
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*kv_batch, *k.shape[-2:])
     v = v.expand(*kv_batch, *v.shape[-2:])
@@ -246,15 +242,6 @@ def _fused(
 # --------------------------------------------------------------------------------------
 # the dispatcher
 # --------------------------------------------------------------------------------------
-
-
-def _chunked_can(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> bool:
-    """The chunked path takes neither a mask that requires grad nor dropout under grad."""
-    if not torch.is_grad_enabled():
-        return True
-    if mask is not None and mask.requires_grad:
-        return False
-    return dropout_p == 0.0 or not any(t.requires_grad for t in (q, k, v))
 
 
 def scaled_dot_product_attention(
@@ -314,11 +301,8 @@ def scaled_dot_product_attention(
     >>> bool(torch.allclose(lse, ref, atol=1e-5))
     True
     """
-    batch, group = _check_qkv(q, k, v)
+    batch, group = _check_inputs(q, k, v, mask)
     q, k, v = aligned(q), aligned(k), aligned(v)  # rounding independent of placement
-    lq, lk = q.shape[-2], k.shape[-2]
-    if mask is not None:
-        _check_mask(mask, (*batch, lq, lk), q.device)
     causal = _check_flag("causal", causal)
     return_weights = _check_flag("return_weights", return_weights)
     return_lse = _check_flag("return_lse", return_lse)
@@ -341,7 +325,7 @@ def scaled_dot_product_attention(
         q, k, v, mask, causal, return_weights, return_lse, dropout_p
     ) is not None:
         exact_lse = backend == "fused" or (return_lse and not return_weights)
-        backend = "chunked" if exact_lse and _chunked_can(q, k, v, mask, dropout_p) \
+        backend = "chunked" if exact_lse and _why_not_chunked(q, k, v, mask, dropout_p) is None \
             else "explicit"
     if backend in ("auto", "fused"):
         out, lse = _fused(q, k, v, mask, causal, scale, dropout_p, batch=batch, group=group,

@@ -41,10 +41,10 @@ from torch import Tensor
 from attnlab.core._tiles import (
     _all_finite,
     _check_flag,
-    _check_mask,
-    _check_qkv,
+    _check_inputs,
     _finite_split,
     _flatten,
+    _kv_batch,
 )
 from attnlab.core.masks import causal as causal_mask
 
@@ -175,7 +175,7 @@ def _linear(
         return (out, w) if return_weights else out
     factor = None
     if m is not None:
-        kv_batch = batch if group == 1 else (*batch[:-1], batch[-1] // group)
+        kv_batch = _kv_batch(batch, group)
         m = m if m.dtype == torch.bool else torch.exp(m.to(q.dtype))
         factor = m.to(q.dtype).expand(*kv_batch, 1, lk).reshape(fk3.shape[0], lk, 1)
     out = _recurrent(fq4, fk3, v3, factor, causal, chunk)  # (n_kv, G, Lq, dv)
@@ -208,11 +208,9 @@ def linear_attention(
         ``out (..., H, Lq, dv)``, or ``(out, weights)``. An empty sequence gives an empty
         output (``Lq = 0``) or zeros (``Lk = 0``: no key to attend).
     """
-    batch, group = _check_qkv(q, k, v)
+    batch, group = _check_inputs(q, k, v, mask)
     causal = _check_flag("causal", causal)
     return_weights = _check_flag("return_weights", return_weights)
-    if mask is not None:
-        _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:

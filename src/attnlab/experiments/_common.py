@@ -34,6 +34,12 @@ ZH: dict[str, str] = {
     "mean max weight": "平均最大权重",
     "training step": "训练步数",
     "chance": "随机水平",
+    "layer": "层",
+    "chance = log {}": "随机水平 = log {}",
+    "at initialisation": "初始化时",
+    "cross-entropy at scored positions (nats)": "计分位置上的交叉熵（奈特）",
+    "task: quantity": "任务：量",
+    "held-out accuracy": "留出集准确率",
 }
 
 

@@ -54,6 +54,96 @@ CLAIM = ("The articles' PyTorch listings run as printed and compute multi-head a
 CLAIM_ZH = ("两篇文章给出的 PyTorch 代码清单可按原样运行，并正确计算多头注意力"
             "（与使用相同权重的 attnlab 模块输出一致，差异在浮点舍入以内）。")
 
+#: English -> Chinese for every string a reader sees (check names, table, figure).
+ZH: dict[str, str] = {
+    # checks
+    "000 as printed: its own __main__ test runs (1 = yes)":
+        "000 按原样：其自带的 __main__ 测试可运行（1 = 是）",
+    "000 as printed vs attnlab SelfAttention, same weights: max |output error|":
+        "000 按原样 vs attnlab SelfAttention（相同权重）：输出最大绝对误差",
+    "000 as printed vs attnlab SelfAttention: max |weights error|":
+        "000 按原样 vs attnlab SelfAttention：注意力权重最大绝对误差",
+    "{} with the {} fixes vs attnlab MultiHeadAttention: max |output error| (no mask, "
+    "causal, padding)":
+        "{} 经 {} 处修正后 vs attnlab MultiHeadAttention：输出最大绝对误差（无掩码、因果掩码、"
+        "填充掩码）",
+    "einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|":
+        "einsum 写法 vs attnlab MultiHeadAttention（fp64）：输出最大绝对误差",
+    "tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab (1 = all True)":
+        "调试技巧：在修正后的 001 与 attnlab 上 torch.allclose(attn.sum(-1), 1)（1 = 全部为 True）",
+    "tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 and attnlab, "
+    "causal and padding masks (1 = all True)":
+        "调试技巧：在修正后的 001 与 attnlab 上，因果掩码和填充掩码下 "
+        "attn.masked_fill(mask==0, 0).sum() == attn.sum()（1 = 全部为 True）",
+    "the two tips flag weights normalised over the wrong axis and weights computed without "
+    "the mask (1 = both flagged)":
+        "两条调试技巧能分别发现沿错误维度归一化的权重和未加掩码算出的权重（1 = 两者都被发现）",
+    "tip: view after transpose raises RuntimeError (1 = raised)":
+        "调试技巧：transpose 之后直接 view 抛出 RuntimeError（1 = 抛出）",
+    "reshape vs contiguous().view after transpose: max |difference|":
+        "transpose 之后 reshape 与 contiguous().view 的最大绝对差",
+    # table
+    "run": "运行",
+    "result": "结果",
+    "line of the listing run": "所运行代码清单中的行号",
+    "message or measurement": "报错信息或测量值",
+    "runs": "运行成功",
+    "IndentationError": "IndentationError（缩进错误）",
+    "AttributeError": "AttributeError（属性错误）",
+    "RuntimeError": "RuntimeError（运行时错误）",
+    "TypeError": "TypeError（类型错误）",
+    "no error": "无报错",
+    "000 as printed, run as __main__ (its own test)":
+        "000 按原样，作为 __main__ 运行（其自带测试）",
+    "{} as printed, driven: PureSelfAttention({}, {}) on ({}, {}, {})":
+        "{} 按原样，由驱动程序调用：PureSelfAttention({}, {})，输入 ({}, {}, {})",
+    "{} as printed: MultiHeadAttention({}, {}) on ({}, {}, {})":
+        "{} 按原样：MultiHeadAttention({}, {})，输入 ({}, {}, {})",
+    "001, other reading: masked_fill dedented (runs unconditionally), forward(x) without a mask":
+        "001 的另一种读法：把 masked_fill 一行取消缩进（无条件执行），不带掩码调用 forward(x)",
+    "fix {} diff": "修正 {} 的改动",
+    "max |out − attnlab SelfAttention| = {}": "与 attnlab SelfAttention 输出的最大绝对差 = {}",
+    "max |out − attnlab MultiHeadAttention| = {} (no mask, causal, padding)":
+        "与 attnlab MultiHeadAttention 输出的最大绝对差 = {}（无掩码、因果掩码、填充掩码）",
+    "unexpected indent": "意外的缩进（unexpected indent）",
+    "'MultiHeadAttention' object has no attribute 'n_heads'":
+        "'MultiHeadAttention' 对象没有属性 'n_heads'",
+    "einsum(): the number of subscripts in the equation ({}) does not match the number of "
+    "dimensions ({}) for operand {} and no ellipsis was given":
+        "einsum()：方程中的下标个数（{}）与维数（{}）不一致（第 {} 个操作数），且未使用省略号",
+    "masked_fill() received an invalid combination of arguments - got (bool, float), but "
+    "expected one of:":
+        "masked_fill() 收到了无效的参数组合：得到 (bool, float)，但期望以下之一：",
+    "Sum of attention weights for token {}: {}": "词元 {} 的注意力权重之和：{}",
+    "view after transpose, (B, H, L, d) = ({}, {}, {}, {})":
+        "transpose 之后直接 view，(B, H, L, d) = ({}, {}, {}, {})",
+    "view size is not compatible with input tensor's size and stride (at least one dimension "
+    "spans across two contiguous subspaces)":
+        "view 的形状与输入张量的尺寸和步长不兼容（至少有一个维度跨越了两个连续子空间）",
+    "reshape / contiguous().view after transpose": "transpose 之后 reshape / contiguous().view",
+    "max |difference| = {}": "最大绝对差 = {}",
+    "view after transpose, one head (H = {}): ({}, {}, {}, {})":
+        "transpose 之后直接 view，单个头（H = {}）：({}, {}, {}, {})",
+    "view after transpose, one token (L = {}): ({}, {}, {}, {})":
+        "transpose 之后直接 view，单个词元（L = {}）：({}, {}, {}, {})",
+    # figure
+    "000 output": "000 输出",
+    "000 weights": "000 权重",
+    "001 fixed": "001 修正后",
+    "einsum fp64": "einsum（fp64）",
+    "max |error| vs attnlab": "与 attnlab 的最大绝对误差",
+    "tolerance": "容差",
+    "did not run": "未能运行",
+    "listing run (same weights as attnlab)": "代码清单运行（与 attnlab 相同权重）",
+    "max |error| (an exact 0 at the floor)": "最大绝对误差（恰为 0 时画在底部）",
+    "Listings against attnlab's modules": "代码清单与 attnlab 模块的对比",
+    "Corrected {} listing: head {}, causal mask": "修正后的 {} 代码清单：第 {} 个头，因果掩码",
+    "Corrected 001 listing": "修正后的 001 代码清单",
+    "the corrected listing did not run": "修正后的代码清单无法运行",
+    "key position": "键位置",
+    "query position": "查询位置",
+}
+
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "Edit", "Listing", "LISTINGS", "FIXES_001",
            "DEDENT_001", "listing_source", "apply_edits", "diff_lines", "run_listings",
            "einsum_attention", "run"]
@@ -406,98 +496,6 @@ def _figure(agree_checks, attn):
     ax1.set_xlabel("key position")
     ax1.set_ylabel("query position")
     return fig
-
-
-#: English -> Chinese for every string a reader sees (check names, table, figure).
-ZH: dict[str, str] = {
-    # checks
-    "000 as printed: its own __main__ test runs (1 = yes)":
-        "000 按原样：其自带的 __main__ 测试可运行（1 = 是）",
-    "000 as printed vs attnlab SelfAttention, same weights: max |output error|":
-        "000 按原样 vs attnlab SelfAttention（相同权重）：输出最大绝对误差",
-    "000 as printed vs attnlab SelfAttention: max |weights error|":
-        "000 按原样 vs attnlab SelfAttention：注意力权重最大绝对误差",
-    "{} with the {} fixes vs attnlab MultiHeadAttention: max |output error| (no mask, "
-    "causal, padding)":
-        "{} 经 {} 处修正后 vs attnlab MultiHeadAttention：输出最大绝对误差（无掩码、因果掩码、"
-        "填充掩码）",
-    "einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|":
-        "einsum 写法 vs attnlab MultiHeadAttention（fp64）：输出最大绝对误差",
-    "tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab (1 = all True)":
-        "调试技巧：在修正后的 001 与 attnlab 上 torch.allclose(attn.sum(-1), 1)（1 = 全部为 True）",
-    "tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 and attnlab, "
-    "causal and padding masks (1 = all True)":
-        "调试技巧：在修正后的 001 与 attnlab 上，因果掩码和填充掩码下 "
-        "attn.masked_fill(mask==0, 0).sum() == attn.sum()（1 = 全部为 True）",
-    "the two tips flag weights normalised over the wrong axis and weights computed without "
-    "the mask (1 = both flagged)":
-        "两条调试技巧能分别发现沿错误维度归一化的权重和未加掩码算出的权重（1 = 两者都被发现）",
-    "tip: view after transpose raises RuntimeError (1 = raised)":
-        "调试技巧：transpose 之后直接 view 抛出 RuntimeError（1 = 抛出）",
-    "reshape vs contiguous().view after transpose: max |difference|":
-        "transpose 之后 reshape 与 contiguous().view 的最大绝对差",
-    # table
-    "run": "运行",
-    "result": "结果",
-    "line of the listing run": "所运行代码清单中的行号",
-    "message or measurement": "报错信息或测量值",
-    "runs": "运行成功",
-    "IndentationError": "IndentationError（缩进错误）",
-    "AttributeError": "AttributeError（属性错误）",
-    "RuntimeError": "RuntimeError（运行时错误）",
-    "TypeError": "TypeError（类型错误）",
-    "no error": "无报错",
-    "000 as printed, run as __main__ (its own test)":
-        "000 按原样，作为 __main__ 运行（其自带测试）",
-    "{} as printed, driven: PureSelfAttention({}, {}) on ({}, {}, {})":
-        "{} 按原样，由驱动程序调用：PureSelfAttention({}, {})，输入 ({}, {}, {})",
-    "{} as printed: MultiHeadAttention({}, {}) on ({}, {}, {})":
-        "{} 按原样：MultiHeadAttention({}, {})，输入 ({}, {}, {})",
-    "001, other reading: masked_fill dedented (runs unconditionally), forward(x) without a mask":
-        "001 的另一种读法：把 masked_fill 一行取消缩进（无条件执行），不带掩码调用 forward(x)",
-    "fix {} diff": "修正 {} 的改动",
-    "max |out − attnlab SelfAttention| = {}": "与 attnlab SelfAttention 输出的最大绝对差 = {}",
-    "max |out − attnlab MultiHeadAttention| = {} (no mask, causal, padding)":
-        "与 attnlab MultiHeadAttention 输出的最大绝对差 = {}（无掩码、因果掩码、填充掩码）",
-    "unexpected indent": "意外的缩进（unexpected indent）",
-    "'MultiHeadAttention' object has no attribute 'n_heads'":
-        "'MultiHeadAttention' 对象没有属性 'n_heads'",
-    "einsum(): the number of subscripts in the equation ({}) does not match the number of "
-    "dimensions ({}) for operand {} and no ellipsis was given":
-        "einsum()：方程中的下标个数（{}）与维数（{}）不一致（第 {} 个操作数），且未使用省略号",
-    "masked_fill() received an invalid combination of arguments - got (bool, float), but "
-    "expected one of:":
-        "masked_fill() 收到了无效的参数组合：得到 (bool, float)，但期望以下之一：",
-    "Sum of attention weights for token {}: {}": "词元 {} 的注意力权重之和：{}",
-    "view after transpose, (B, H, L, d) = ({}, {}, {}, {})":
-        "transpose 之后直接 view，(B, H, L, d) = ({}, {}, {}, {})",
-    "view size is not compatible with input tensor's size and stride (at least one dimension "
-    "spans across two contiguous subspaces)":
-        "view 的形状与输入张量的尺寸和步长不兼容（至少有一个维度跨越了两个连续子空间）",
-    "reshape / contiguous().view after transpose": "transpose 之后 reshape / contiguous().view",
-    "max |difference| = {}": "最大绝对差 = {}",
-    "view after transpose, one head (H = {}): ({}, {}, {}, {})":
-        "transpose 之后直接 view，单个头（H = {}）：({}, {}, {}, {})",
-    "view after transpose, one token (L = {}): ({}, {}, {}, {})":
-        "transpose 之后直接 view，单个词元（L = {}）：({}, {}, {}, {})",
-    # figure
-    "000 output": "000 输出",
-    "000 weights": "000 权重",
-    "001 fixed": "001 修正后",
-    "einsum fp64": "einsum（fp64）",
-    "max |error| vs attnlab": "与 attnlab 的最大绝对误差",
-    "tolerance": "容差",
-    "did not run": "未能运行",
-    "listing run (same weights as attnlab)": "代码清单运行（与 attnlab 相同权重）",
-    "max |error| (an exact 0 at the floor)": "最大绝对误差（恰为 0 时画在底部）",
-    "Listings against attnlab's modules": "代码清单与 attnlab 模块的对比",
-    "attention weight": "注意力权重",
-    "Corrected {} listing: head {}, causal mask": "修正后的 {} 代码清单：第 {} 个头，因果掩码",
-    "Corrected 001 listing": "修正后的 001 代码清单",
-    "the corrected listing did not run": "修正后的代码清单无法运行",
-    "key position": "键位置",
-    "query position": "查询位置",
-}
 
 
 def _fix_labels() -> dict[str, str]:

@@ -47,6 +47,32 @@ CLAIM = ("The output vector of 苹果 moves toward 水果 when its context is ab
 CLAIM_ZH = ("“苹果”一词的输出向量：上下文与“吃”有关时向“水果”偏移，上下文是“发布会”时向"
             "“科技公司”偏移。")
 
+#: English -> Chinese for every string a reader sees (check names, table, figure).
+ZH: dict[str, str] = {
+    "layer {} (embeddings): |mean lean fruit − company|":
+        "第 {} 层（嵌入）：|水果语境与公司语境平均倾向之差|",
+    "layer {}: min lean over fruit contexts − max lean over company contexts":
+        "第 {} 层：水果语境的最小倾向 − 公司语境的最大倾向",
+    "layer {}: fruit contexts closer to 水果 than to 科技公司: min lean":
+        "第 {} 层：水果语境离“水果”比离“科技公司”更近：最小倾向",
+    "layer {}: company contexts closer to 科技公司 than to 水果: max lean":
+        "第 {} 层：公司语境离“科技公司”比离“水果”更近：最大倾向",
+    "causal order: 苹果 in 「苹果公司的发布会」 vs 「苹果」 alone, every layer: max |difference| "
+    "/ max |state|":
+        "因果顺序：「苹果公司的发布会」中的“苹果”与单独的「苹果」在各层的"
+        "最大绝对差 / 状态最大绝对值",
+    "mean lean, fruit contexts": "平均倾向，水果语境",
+    "mean lean, company contexts": "平均倾向，公司语境",
+    "fruit − company": "水果 − 公司",
+    "min fruit − max company": "水果最小值 − 公司最大值",
+    "fruit contexts (eat, wash, orchard, peel)": "水果语境（吃、洗、果园、削）",
+    "company contexts (launch event, tech news, market value)":
+        "公司语境（发布会、科技新闻、市值）",
+    "layer ({} = embeddings)": "层（{} = 嵌入）",
+    "SmolLM2: where the word 'apple' leans, layer by layer": "SmolLM2：“苹果”逐层的语义倾向",
+    "cos(apple, fruit) − cos(apple, tech company)": "cos(苹果, 水果) − cos(苹果, 科技公司)",
+}
+
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "WORD", "ANCHORS", "FRUIT", "COMPANY",
            "NEUTRAL", "word_span", "own_value_attention", "run"]
 
@@ -238,31 +264,3 @@ def _figure(lf: Tensor, lc: Tensor, anchors: tuple[str, str]):
     label_axes(ax, "layer (0 = embeddings)", f"cos(apple, {a}) − cos(apple, {b})",
                "SmolLM2: where the word 'apple' leans, layer by layer")
     return fig
-
-
-#: English -> Chinese for every string a reader sees (check names, table, figure).
-ZH: dict[str, str] = {
-    "layer {} (embeddings): |mean lean fruit − company|":
-        "第 {} 层（嵌入）：|水果语境与公司语境平均倾向之差|",
-    "layer {}: min lean over fruit contexts − max lean over company contexts":
-        "第 {} 层：水果语境的最小倾向 − 公司语境的最大倾向",
-    "layer {}: fruit contexts closer to 水果 than to 科技公司: min lean":
-        "第 {} 层：水果语境离“水果”比离“科技公司”更近：最小倾向",
-    "layer {}: company contexts closer to 科技公司 than to 水果: max lean":
-        "第 {} 层：公司语境离“科技公司”比离“水果”更近：最大倾向",
-    "causal order: 苹果 in 「苹果公司的发布会」 vs 「苹果」 alone, every layer: max |difference| "
-    "/ max |state|":
-        "因果顺序：「苹果公司的发布会」中的“苹果”与单独的「苹果」在各层的"
-        "最大绝对差 / 状态最大绝对值",
-    "layer": "层",
-    "mean lean, fruit contexts": "平均倾向，水果语境",
-    "mean lean, company contexts": "平均倾向，公司语境",
-    "fruit − company": "水果 − 公司",
-    "min fruit − max company": "水果最小值 − 公司最大值",
-    "fruit contexts (eat, wash, orchard, peel)": "水果语境（吃、洗、果园、削）",
-    "company contexts (launch event, tech news, market value)":
-        "公司语境（发布会、科技新闻、市值）",
-    "layer ({} = embeddings)": "层（{} = 嵌入）",
-    "SmolLM2: where the word 'apple' leans, layer by layer": "SmolLM2：“苹果”逐层的语义倾向",
-    "cos(apple, fruit) − cos(apple, tech company)": "cos(苹果, 水果) − cos(苹果, 科技公司)",
-}

@@ -49,6 +49,37 @@ CLAIM = ("Computing Q, K, V with one nn.Linear(d_model, 3·d_model) is faster th
          "separate projections.")
 CLAIM_ZH = "用一个 nn.Linear(d_model, 3·d_model) 一次算出 Q、K、V，比分三次投影更快。"
 
+#: English -> Chinese for every string a reader sees (check names, table, figure).
+ZH: dict[str, str] = {
+    "fused and separate give the same q, k, v: max |difference|":
+        "融合与分开投影得到的 q、k、v 相同：最大绝对差",
+    "|FLOPs(fused) − FLOPs(separate)|": "|FLOPs(融合) − FLOPs(分开)|",
+    "size": "规模",
+    "pass": "计算",
+    "fused (ms)": "融合（毫秒）",
+    "separate (ms)": "分开（毫秒）",
+    "ratio separate / fused": "时间比 分开 / 融合",
+    "B = {}, N = {}, E = {}": "B = {}，N = {}，E = {}",
+    "forward": "前向",
+    "forward+backward": "前向 + 反向",
+    "encoder layer: B = {}, N = {}, E = {}, H = {}, ff = {}":
+        "编码器层：B = {}，N = {}，E = {}，H = {}，ff = {}",
+    "torch nn.TransformerEncoderLayer | attnlab (this process), forward, eval":
+        "torch nn.TransformerEncoderLayer | attnlab（本进程），前向，eval 模式",
+    "torch nn.TransformerEncoderLayer | article 001's corrected MultiHeadAttention in the same "
+    "layer (fresh interpreter)":
+        "torch nn.TransformerEncoderLayer | 同样的层中换用文章 001 修正后的 MultiHeadAttention"
+        "（全新解释器）",
+    "load average (1 min) before | after": "负载均值（1 分钟）运行前 | 运行后",
+    "{} CPUs": "{} 个 CPU",
+    "equal time": "耗时相同",
+    "threshold of the geometric mean": "几何平均的阈值",
+    "size B×N×E": "规模 B×N×E",
+    "time ratio separate / fused": "时间比 分开 / 融合",
+    "Three E→E projections vs one E→3E projection (one CPU thread)":
+        "三个 E→E 投影 vs 一个 E→3E 投影（单个 CPU 线程）",
+}
+
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "SIZES", "project_fused", "project_separate",
            "interleaved_times", "run"]
 
@@ -333,35 +364,3 @@ def _figure(cases):
     label_axes(ax, "size B×N×E", "time ratio separate / fused",
                "Three E→E projections vs one E→3E projection (one CPU thread)")
     return fig
-
-
-#: English -> Chinese for every string a reader sees (check names, table, figure).
-ZH: dict[str, str] = {
-    "fused and separate give the same q, k, v: max |difference|":
-        "融合与分开投影得到的 q、k、v 相同：最大绝对差",
-    "|FLOPs(fused) − FLOPs(separate)|": "|FLOPs(融合) − FLOPs(分开)|",
-    "size": "规模",
-    "pass": "计算",
-    "fused (ms)": "融合（毫秒）",
-    "separate (ms)": "分开（毫秒）",
-    "ratio separate / fused": "时间比 分开 / 融合",
-    "B = {}, N = {}, E = {}": "B = {}，N = {}，E = {}",
-    "forward": "前向",
-    "forward+backward": "前向 + 反向",
-    "encoder layer: B = {}, N = {}, E = {}, H = {}, ff = {}":
-        "编码器层：B = {}，N = {}，E = {}，H = {}，ff = {}",
-    "torch nn.TransformerEncoderLayer | attnlab (this process), forward, eval":
-        "torch nn.TransformerEncoderLayer | attnlab（本进程），前向，eval 模式",
-    "torch nn.TransformerEncoderLayer | article 001's corrected MultiHeadAttention in the same "
-    "layer (fresh interpreter)":
-        "torch nn.TransformerEncoderLayer | 同样的层中换用文章 001 修正后的 MultiHeadAttention"
-        "（全新解释器）",
-    "load average (1 min) before | after": "负载均值（1 分钟）运行前 | 运行后",
-    "{} CPUs": "{} 个 CPU",
-    "equal time": "耗时相同",
-    "threshold of the geometric mean": "几何平均的阈值",
-    "size B×N×E": "规模 B×N×E",
-    "time ratio separate / fused": "时间比 分开 / 融合",
-    "Three E→E projections vs one E→3E projection (one CPU thread)":
-        "三个 E→E 投影 vs 一个 E→3E 投影（单个 CPU 线程）",
-}

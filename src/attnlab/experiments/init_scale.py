@@ -63,7 +63,6 @@ ZH: dict[str, str] = {
     # table
     "Xavier gain": "Xavier 增益",
     "entropy / log N": "熵 / log N",
-    "mean max weight": "平均最大权重",
     "uniform weight 1/N": "均匀权重 1/N",
     "score std (uniform init)": "分数标准差（均匀初始化）",
     "entropy / log N (normal init)": "熵 / log N（正态初始化）",
@@ -80,13 +79,11 @@ ZH: dict[str, str] = {
     "Initial attention entropy vs init gain": "初始注意力熵与初始化增益",
     "std of the initial scores q·k/√d_k (log scale)": "初始分数 q·k/√d_k 的标准差（对数坐标）",
     "Initial score spread ∝ g²": "初始分数的离散程度 ∝ g²",
-    "training step": "训练步数",
     "loss (nats, mean of {} steps)": "损失（nat，{} 步滑动平均）",
     "Training: small init is slower": "训练：小初始化学得更慢",
     "Training: gain {} vs {}": "训练：增益 {} 与 {}",
     "xavier_uniform_, gain {}": "xavier_uniform_，增益 {}",
     "xavier_normal_, gain {}": "xavier_normal_，增益 {}",
-    "chance = log {}": "随机水平 = log {}",
 }
 
 #: The two Xavier schemes, by the name of their torch.nn.init function.

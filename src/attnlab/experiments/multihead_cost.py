@@ -55,6 +55,56 @@ CLAIM_ZH = ("总维度不变时，多头注意力并不增加计算量；而且�
 #: The tasks a one-block GPT learns in a few hundred steps, and their Chinese names.
 TASK_ZH = {"copy": "复制", "reverse": "反转", "sort": "排序"}
 
+ZH: dict[str, str] = {
+    # table
+    "quantity (cost: E = {}, N = {}, batch {})": "量（代价：E = {}，N = {}，批大小 {}）",
+    "1 head, d = E | at initialisation": "1 个头，d = E | 初始化时",
+    "{} heads, d = E/{} | after training": "{} 个头，d = E/{} | 训练后",
+    "parameters": "参数量",
+    "FLOPs (counted)": "FLOPs（计数）",
+    "FLOPs (theory 8NE² + 4N²E per sequence)": "FLOPs（理论值，每个序列 8NE² + 4N²E）",
+    "forward time, median of {} (ms)": "前向时间，{} 次中位数（毫秒）",
+    # checks
+    "|params(h={}) − params(h={})|": "|参数量(h={}) − 参数量(h={})|",
+    "|FLOPs(h={}) − FLOPs(h={})| / FLOPs": "|FLOPs(h={}) − FLOPs(h={})| / FLOPs",
+    "|counted FLOPs − 8NE² − 4N²E| / FLOPs": "|计数 FLOPs − 8NE² − 4N²E| / FLOPs",
+    "W_q: mean principal angle, trained − init (°)": "W_q：平均主角，训练后 − 初始化（度）",
+    "W_k: mean principal angle, trained − init (°)": "W_k：平均主角，训练后 − 初始化（度）",
+    # figure
+    "after training": "训练后",
+    "training": "训练",
+    "identical initial heads": "初始完全相同的头",
+    "mean principal angle between heads (°)": "各头之间的平均主角（度）",
+    "Heads' subspaces: W_q (solid), W_k (dashed)": "各头的子空间：W_q（实线），W_k（虚线）",
+    "principal angle index (ascending)": "主角序号（升序）",
+    "principal angle (°)": "主角（度）",
+    "Heads {} and {}, W_q, seed {}": "头 {} 与头 {}，W_q，种子 {}",
+    "One-block GPTs, {} heads, seed {}": "单层 GPT，{} 个头，种子 {}",
+    "chance: log {}": "随机猜测：log {}",
+}
+for _t, _z in TASK_ZH.items():
+    ZH.update({
+        _t: f"{_z}任务",
+        f"{_t}, at init": f"{_z}，初始化时",
+        f"{_t}, trained": f"{_z}，训练后",
+        f"{_t}: lowest held-out accuracy over seeds": f"{_z}：各种子中最低的留出集准确率",
+        f"{_t}, seed {{}}: held-out accuracy": f"{_z}，种子 {{}}：留出集准确率",
+        f"{_t}, seed {{}}: mean principal angle between heads, W_q (°)":
+            f"{_z}，种子 {{}}：各头之间的平均主角，W_q（度）",
+        f"{_t}, seed {{}}: mean principal angle between heads, W_k (°)":
+            f"{_z}，种子 {{}}：各头之间的平均主角，W_k（度）",
+        f"{_t}: mean angle between heads' top {{}} singular directions of W_q (°)":
+            f"{_z}：各头 W_q 前 {{}} 个奇异方向之间的平均夹角（度）",
+        f"{_t}: attention rows, mean total variation between heads":
+            f"{_z}：各头注意力分布（逐行）之间的平均全变差距离",
+        f"{_t}, identical initial heads: mean principal angle, W_q (°)":
+            f"{_z}，初始完全相同的头：平均主角，W_q（度）",
+        f"{_t}, identical initial heads: max |W_q(head h) − W_q(head {{}})|":
+            f"{_z}，初始完全相同的头：max |W_q(头 h) − W_q(头 {{}})|",
+        f"{_t}, identical initial heads: held-out accuracy":
+            f"{_z}，初始完全相同的头：留出集准确率",
+    })
+
 
 @dataclass(frozen=True)
 class HeadsConfig:
@@ -350,57 +400,3 @@ def _figure(runs, same, c):
     label_axes(ax2, "training step", "cross-entropy at scored positions (nats)",
                f"One-block GPTs, {c.num_heads} heads, seed {runs[0]['seed']}")
     return fig
-
-
-ZH: dict[str, str] = {
-    # table
-    "quantity (cost: E = {}, N = {}, batch {})": "量（代价：E = {}，N = {}，批大小 {}）",
-    "1 head, d = E | at initialisation": "1 个头，d = E | 初始化时",
-    "{} heads, d = E/{} | after training": "{} 个头，d = E/{} | 训练后",
-    "parameters": "参数量",
-    "FLOPs (counted)": "FLOPs（计数）",
-    "FLOPs (theory 8NE² + 4N²E per sequence)": "FLOPs（理论值，每个序列 8NE² + 4N²E）",
-    "forward time, median of {} (ms)": "前向时间，{} 次中位数（毫秒）",
-    # checks
-    "|params(h={}) − params(h={})|": "|参数量(h={}) − 参数量(h={})|",
-    "|FLOPs(h={}) − FLOPs(h={})| / FLOPs": "|FLOPs(h={}) − FLOPs(h={})| / FLOPs",
-    "|counted FLOPs − 8NE² − 4N²E| / FLOPs": "|计数 FLOPs − 8NE² − 4N²E| / FLOPs",
-    "W_q: mean principal angle, trained − init (°)": "W_q：平均主角，训练后 − 初始化（度）",
-    "W_k: mean principal angle, trained − init (°)": "W_k：平均主角，训练后 − 初始化（度）",
-    # figure
-    "at initialisation": "初始化时",
-    "after training": "训练后",
-    "training": "训练",
-    "identical initial heads": "初始完全相同的头",
-    "mean principal angle between heads (°)": "各头之间的平均主角（度）",
-    "Heads' subspaces: W_q (solid), W_k (dashed)": "各头的子空间：W_q（实线），W_k（虚线）",
-    "principal angle index (ascending)": "主角序号（升序）",
-    "principal angle (°)": "主角（度）",
-    "Heads {} and {}, W_q, seed {}": "头 {} 与头 {}，W_q，种子 {}",
-    "training step": "训练步数",
-    "cross-entropy at scored positions (nats)": "计分位置上的交叉熵（奈特）",
-    "One-block GPTs, {} heads, seed {}": "单层 GPT，{} 个头，种子 {}",
-    "chance: log {}": "随机猜测：log {}",
-}
-for _t, _z in TASK_ZH.items():
-    ZH.update({
-        _t: f"{_z}任务",
-        f"{_t}, at init": f"{_z}，初始化时",
-        f"{_t}, trained": f"{_z}，训练后",
-        f"{_t}: lowest held-out accuracy over seeds": f"{_z}：各种子中最低的留出集准确率",
-        f"{_t}, seed {{}}: held-out accuracy": f"{_z}，种子 {{}}：留出集准确率",
-        f"{_t}, seed {{}}: mean principal angle between heads, W_q (°)":
-            f"{_z}，种子 {{}}：各头之间的平均主角，W_q（度）",
-        f"{_t}, seed {{}}: mean principal angle between heads, W_k (°)":
-            f"{_z}，种子 {{}}：各头之间的平均主角，W_k（度）",
-        f"{_t}: mean angle between heads' top {{}} singular directions of W_q (°)":
-            f"{_z}：各头 W_q 前 {{}} 个奇异方向之间的平均夹角（度）",
-        f"{_t}: attention rows, mean total variation between heads":
-            f"{_z}：各头注意力分布（逐行）之间的平均全变差距离",
-        f"{_t}, identical initial heads: mean principal angle, W_q (°)":
-            f"{_z}，初始完全相同的头：平均主角，W_q（度）",
-        f"{_t}, identical initial heads: max |W_q(head h) − W_q(head {{}})|":
-            f"{_z}，初始完全相同的头：max |W_q(头 h) − W_q(头 {{}})|",
-        f"{_t}, identical initial heads: held-out accuracy":
-            f"{_z}，初始完全相同的头：留出集准确率",
-    })

@@ -46,6 +46,30 @@ CLAIM_ZH = ("如果我们只用一个单头注意力，模型虽然能融合上�
 
 TASK_ZH = {"offsets": "双偏移", "marked": "前一词元与标记词元"}
 
+ZH: dict[str, str] = {
+    "1 head, d = E": "1 个头，d = E",
+    "{} heads, d = E/{}": "{} 个头，d = E/{}",
+    "1 head": "1 个头",
+    "{} heads": "{} 个头",
+    "on t − {}": "落在 t − {} 上",
+    "on the second source": "落在第二个来源上",
+    "attention mass (mean over scored queries)": "注意力质量（对计分查询取平均）",
+    "Where each head looks": "各个头看向哪里",
+}
+for _k, _z in TASK_ZH.items():
+    ZH.update({
+        _k: _z,
+        f"Task: {_k}": f"任务：{_z}",
+        f"{_k}: held-out accuracy, {{}} heads": f"{_z}：留出集准确率，{{}} 个头",
+        f"{_k}: held-out accuracy after {{}} steps": f"{_z}：训练 {{}} 步后的留出集准确率",
+        f"{_k}: relations split between heads ({{}}–{{}})":
+            f"{_z}：关系在各头之间的分工程度（{{}}–{{}}）",
+        f"{_k}: {{}} head": f"{_z}：{{}} 个头",
+        f"{_k}: head {{}} of {{}}": f"{_z}：头 {{}}（共 {{}} 个头）",
+    })
+    for _r, _rz in (("t − {}", "t − {}"), ("marked token", "标记词元")):
+        ZH[f"{_k}: attention on {_r}, head {{}}"] = f"{_z}：落在 {_rz} 上的注意力，头 {{}}"
+
 
 @dataclass(frozen=True)
 class RelationConfig:
@@ -241,30 +265,3 @@ def _figure(out, c):
     label_axes(ax, "attention mass (mean over scored queries)", "",
                "Where each head looks")
     return fig
-
-
-ZH: dict[str, str] = {
-    "task: quantity": "任务：量",
-    "1 head, d = E": "1 个头，d = E",
-    "{} heads, d = E/{}": "{} 个头，d = E/{}",
-    "1 head": "1 个头",
-    "{} heads": "{} 个头",
-    "held-out accuracy": "留出集准确率",
-    "on t − {}": "落在 t − {} 上",
-    "on the second source": "落在第二个来源上",
-    "attention mass (mean over scored queries)": "注意力质量（对计分查询取平均）",
-    "Where each head looks": "各个头看向哪里",
-}
-for _k, _z in TASK_ZH.items():
-    ZH.update({
-        _k: _z,
-        f"Task: {_k}": f"任务：{_z}",
-        f"{_k}: held-out accuracy, {{}} heads": f"{_z}：留出集准确率，{{}} 个头",
-        f"{_k}: held-out accuracy after {{}} steps": f"{_z}：训练 {{}} 步后的留出集准确率",
-        f"{_k}: relations split between heads ({{}}–{{}})":
-            f"{_z}：关系在各头之间的分工程度（{{}}–{{}}）",
-        f"{_k}: {{}} head": f"{_z}：{{}} 个头",
-        f"{_k}: head {{}} of {{}}": f"{_z}：头 {{}}（共 {{}} 个头）",
-    })
-    for _r, _rz in (("t − {}", "t − {}"), ("marked token", "标记词元")):
-        ZH[f"{_k}: attention on {_r}, head {{}}"] = f"{_z}：落在 {_rz} 上的注意力，头 {{}}"

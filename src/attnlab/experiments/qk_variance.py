@@ -83,7 +83,6 @@ ZH: dict[str, str] = {
     "theory μ²": "理论 μ²",
     "measured E[q·k]/d_k": "实测 E[q·k]/d_k",
     "Outside the condition: mean μ ≠ 0": "条件之外：均值 μ ≠ 0",
-    "layer": "层",
     "MiniLM: real q, k (d_k = {})": "MiniLM：真实的 q、k（d_k = {}）",
     "SmolLM{}: real q, k (d_k = {})": "SmolLM{}：真实的 q、k（d_k = {}）",
     "variance": "方差",

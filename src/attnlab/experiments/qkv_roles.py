@@ -48,6 +48,34 @@ CLAIM = ("A token's query, key and value features usually point in different dir
 CLAIM_ZH = ("一个词的“提问特征”、“索引特征”和“语义特征”通常不在同一个方向上。通过三个不同的矩阵，"
             "模型允许词在三个不同的几何空间中表达不同的角色。")
 
+ZH: dict[str, str] = {
+    "W_Q ≠ W_K (untied)": "W_Q ≠ W_K（未绑定）",
+    "W_Q = W_K (tied)": "W_Q = W_K（绑定）",
+    "tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)": "绑定：‖S − Sᵀ‖/‖S‖ 的最大值（分数对称）",
+    "tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ {})":
+        "绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的最大值，交换任务（Gram 上界 ≤ {}）",
+    "untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap":
+        "未绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的平均值，交换任务",
+    "untied: attention on the partner, swap": "未绑定：落在伙伴上的注意力，交换任务",
+    "untied: held-out accuracy, previous (cyclic)": "未绑定：留出集准确率，循环前一词元任务",
+    "held-out accuracy, previous (cyclic): untied − tied":
+        "留出集准确率，循环前一词元任务：未绑定 − 绑定",
+    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs":
+        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取平均",
+    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs":
+        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取最大值",
+    "Scores S, W_Q ≠ W_K (swap)": "分数矩阵 S，W_Q ≠ W_K（交换任务）",
+    "Scores S, W_Q = W_K (swap)": "分数矩阵 S，W_Q = W_K（交换任务）",
+    "score q·k·scale": "分数 q·k·缩放",
+    "swap: on partner": "交换：伙伴",
+    "swap: on itself": "交换：自身",
+    "cyclic: on previous": "循环：前一词元",
+    "cyclic: accuracy": "循环：准确率",
+    "measurement": "测量项",
+    "attention weight or accuracy": "注意力权重或准确率",
+    "What tying W_Q and W_K costs": "绑定 W_Q 与 W_K 的代价",
+}
+
 TASKS = ("swap", "previous (cyclic)")
 
 
@@ -268,34 +296,6 @@ def _figure(su, st, pu, pt):
     return fig
 
 
-ZH: dict[str, str] = {
-    "task: quantity": "任务：量",
-    "W_Q ≠ W_K (untied)": "W_Q ≠ W_K（未绑定）",
-    "W_Q = W_K (tied)": "W_Q = W_K（绑定）",
-    "tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)": "绑定：‖S − Sᵀ‖/‖S‖ 的最大值（分数对称）",
-    "tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ {})":
-        "绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的最大值，交换任务（Gram 上界 ≤ {}）",
-    "untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap":
-        "未绑定：log[(w_ip/w_ii)·(w_pi/w_pp)] 的平均值，交换任务",
-    "untied: attention on the partner, swap": "未绑定：落在伙伴上的注意力，交换任务",
-    "untied: held-out accuracy, previous (cyclic)": "未绑定：留出集准确率，循环前一词元任务",
-    "held-out accuracy, previous (cyclic): untied − tied":
-        "留出集准确率，循环前一词元任务：未绑定 − 绑定",
-    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs":
-        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取平均",
-    "swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs":
-        "交换：log[(w_ip/w_ii)·(w_pi/w_pp)]，对词元对取最大值",
-    "Scores S, W_Q ≠ W_K (swap)": "分数矩阵 S，W_Q ≠ W_K（交换任务）",
-    "Scores S, W_Q = W_K (swap)": "分数矩阵 S，W_Q = W_K（交换任务）",
-    "score q·k·scale": "分数 q·k·缩放",
-    "swap: on partner": "交换：伙伴",
-    "swap: on itself": "交换：自身",
-    "cyclic: on previous": "循环：前一词元",
-    "cyclic: accuracy": "循环：准确率",
-    "measurement": "测量项",
-    "attention weight or accuracy": "注意力权重或准确率",
-    "What tying W_Q and W_K costs": "绑定 W_Q 与 W_K 的代价",
-}
 for _t, _z in (("swap", "交换"), ("previous (cyclic)", "循环前一词元")):
     ZH.update({
         f"{_t}: held-out accuracy": f"{_z}：留出集准确率",

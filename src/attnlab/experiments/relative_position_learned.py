@@ -74,9 +74,7 @@ ZH: dict[str, str] = {
     "sinusoidal, q/k from token + position": "正弦编码，q/k 来自词元 + 位置",
     "Accuracy by window position": "不同窗口位置上的准确率",
     "query position t": "查询位置 t",
-    "key position": "键的位置",
     "Sinusoidal model: attention at unseen positions": "正弦编码模型：未见过的位置上的注意力",
-    "weight": "权重",
 }
 
 #: What a model's positions are.

@@ -41,7 +41,6 @@ ZH = {
     "cross-entropy loss (nats)": "交叉熵损失（奈特）",
     "without scaling (scale = {})": "不缩放（缩放系数 = {}）",
     "with 1/√d_k scaling": "按 1/√d_k 缩放",
-    "chance = log {}": "随机水平 = log {}",
 }
 
 

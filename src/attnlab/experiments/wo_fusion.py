@@ -42,6 +42,35 @@ CLAIM = ("Finally the W^O matrix concatenates the heads again and projects them 
          "original dimension, achieving a lossless multi-view fusion of the information.")
 CLAIM_ZH = "最后通过 W^O 矩阵再次拼接并投影回原维度，实现了信息的无损多视角融合。"
 
+ZH: dict[str, str] = {
+    "control: block-diagonal W^O": "对照：块对角 W^O",
+    "control: W^O = identity": "对照：W^O = 单位矩阵",
+    "W^O learned (attnlab)": "可学习的 W^O（attnlab）",
+    "W^O block-diagonal": "块对角 W^O",
+    "W^O = identity": "W^O = 单位矩阵",
+    "W^O without head {}": "不含头 {} 的 W^O",
+    "trained W^O: rank (of E)": "训练后 W^O 的秩（满秩为 E）",
+    "concatenation recovered from W^O·concat: relative error":
+        "由 W^O·拼接向量恢复拼接向量：相对误差",
+    "held-out accuracy, the task needs both heads": "留出集准确率（任务需要两个头）",
+    "final training loss": "最终训练损失",
+    "cross-head share of ‖W^O‖² (at init)": "‖W^O‖² 的跨头比例（初始化时）",
+    "cross-head share of ‖W^O‖² (trained)": "‖W^O‖² 的跨头比例（训练后）",
+    "rank of W^O (of {})": "W^O 的秩（共 {}）",
+    "σ_min / σ_max of W^O": "W^O 的 σ_min / σ_max",
+    "singular values above the largest at initialisation": "超过初始化时最大奇异值的奇异值个数",
+    "concatenation recovered: relative error": "拼接向量的恢复：相对误差",
+    "|W^O| entry": "|W^O| 元素",
+    "concatenated input coordinate (head blocks)": "拼接后的输入坐标（按头分块）",
+    "output coordinate": "输出坐标",
+    "Trained W^O: cross-head blocks are not zero": "训练后的 W^O：跨头块不为零",
+    "trained": "训练后",
+    "singular value index": "奇异值序号",
+    "singular value of W^O": "W^O 的奇异值",
+    "Singular values of W^O: full rank": "W^O 的奇异值：满秩",
+    "With and without W^O mixing": "有无 W^O 的跨头混合",
+}
+
 #: How the model's W^O is built: learned freely (attnlab's default), or a control.
 VARIANTS = ("learned", "block-diagonal", "identity", "drop-head-1")
 #: Each variant's name in tables and legends.
@@ -246,37 +275,3 @@ def _figure(main, controls, c):
     label_axes(ax2, "training step", "cross-entropy at scored positions (nats)",
                "With and without W^O mixing")
     return fig
-
-
-ZH: dict[str, str] = {
-    "quantity": "量",
-    "control: block-diagonal W^O": "对照：块对角 W^O",
-    "control: W^O = identity": "对照：W^O = 单位矩阵",
-    "W^O learned (attnlab)": "可学习的 W^O（attnlab）",
-    "W^O block-diagonal": "块对角 W^O",
-    "W^O = identity": "W^O = 单位矩阵",
-    "W^O without head {}": "不含头 {} 的 W^O",
-    "trained W^O: rank (of E)": "训练后 W^O 的秩（满秩为 E）",
-    "concatenation recovered from W^O·concat: relative error":
-        "由 W^O·拼接向量恢复拼接向量：相对误差",
-    "held-out accuracy, the task needs both heads": "留出集准确率（任务需要两个头）",
-    "held-out accuracy": "留出集准确率",
-    "final training loss": "最终训练损失",
-    "cross-head share of ‖W^O‖² (at init)": "‖W^O‖² 的跨头比例（初始化时）",
-    "cross-head share of ‖W^O‖² (trained)": "‖W^O‖² 的跨头比例（训练后）",
-    "rank of W^O (of {})": "W^O 的秩（共 {}）",
-    "σ_min / σ_max of W^O": "W^O 的 σ_min / σ_max",
-    "singular values above the largest at initialisation": "超过初始化时最大奇异值的奇异值个数",
-    "concatenation recovered: relative error": "拼接向量的恢复：相对误差",
-    "|W^O| entry": "|W^O| 元素",
-    "concatenated input coordinate (head blocks)": "拼接后的输入坐标（按头分块）",
-    "output coordinate": "输出坐标",
-    "Trained W^O: cross-head blocks are not zero": "训练后的 W^O：跨头块不为零",
-    "at initialisation": "初始化时",
-    "trained": "训练后",
-    "singular value index": "奇异值序号",
-    "singular value of W^O": "W^O 的奇异值",
-    "Singular values of W^O: full rank": "W^O 的奇异值：满秩",
-    "cross-entropy at scored positions (nats)": "计分位置上的交叉熵（奈特）",
-    "With and without W^O mixing": "有无 W^O 的跨头混合",
-}

@@ -28,7 +28,6 @@ PACKAGES = ("core", "nn", "tracing", "analysis", "train", "models", "experiments
 # the reference index
 PAGES = ("index", "design", "changelog", "guide", "claims", "families", "support",
          "benchmarks", "architecture", "course/index", "report", "site/reference")
-BUILD_TARGET_S = 60.0
 
 pytestmark = pytest.mark.slow
 
@@ -102,11 +101,6 @@ def test_every_page_is_built(built):
     site, _ = built
     expected = {*PAGES, *(f"site/api/{p}" for p in PACKAGES), *notebooks()}
     assert html_pages(site) == expected
-
-
-def test_build_time(built):
-    """CPU seconds of the build: its wall time on a shared machine is mostly waiting."""
-    assert built[1] < BUILD_TARGET_S
 
 
 @pytest.mark.parametrize("package", [p for p in PACKAGES if public_names(p)])

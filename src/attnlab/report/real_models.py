@@ -34,6 +34,8 @@ from attnlab.report.html import (
     table,
 )
 from attnlab.tracing.tracer import trace
+from attnlab.tracing.verify import EXACT_TOL, check_stack
+from attnlab.tracing.verify import RECOMPUTE_TOL as VERIFY_RECOMPUTE_TOL
 from attnlab.viz import figures
 
 __all__ = ["build", "MINILM_SENTENCES", "SMOLLM2_SENTENCES", "WEIGHTS_TOL", "RECOMPUTE_TOL",
@@ -48,9 +50,9 @@ SMOLLM2_SENTENCES = (
     "注意力机制让模型在每一步都能看到整句话。",
 )
 #: the trace's weights, exp(q·kᵀ·scale − lse) from what the capture recorded, against the
-#: model's eager softmax: float32 rounding apart (measured: at most 3.3e-6)
-WEIGHTS_TOL = 1e-5
-RECOMPUTE_TOL = 1e-4
+#: model's eager softmax: float32 rounding apart. The base tolerances of tracing.verify,
+#: which scales them by each trace's log-sum-exp (tracing.verify.tolerance).
+WEIGHTS_TOL, RECOMPUTE_TOL = EXACT_TOL, VERIFY_RECOMPUTE_TOL
 
 #: The head scores of :mod:`attnlab.analysis` (and the redundancy), in Chinese.
 SCORE_ZH = {
@@ -76,16 +78,16 @@ def _model_attentions(loaded: Any, token_ids: list[int]) -> torch.Tensor:
 
 def _checks(loaded: Any, text: str, rows: list, label: str, label_zh: str) -> Any:
     t = trace(loaded, text, context=True, merge_pieces=False)  # q, k, v, lse; weights on demand
-    ref = _model_attentions(loaded, t.token_ids)
-    err = float((t.weights - ref).abs().max())
+    # the one rule of tracing.verify (its tolerance grows with the rows' log-sum-exp)
+    chk = check_stack(t, _model_attentions(loaded, t.token_ids), recompute=True)
     rec = recompute_errors(t)
     rows.append((BiText(f"{label}: trace weights vs output_attentions",
                         f"{label_zh}：追踪的权重与 output_attentions 之差"),
-                 err, err <= WEIGHTS_TOL))
+                 chk.weights_error, chk.weights_error <= chk.weights_tol))
     rows.append((BiText(f"{label}: recomputed weights", f"{label_zh}：重算的权重"),
-                 rec["weights"], rec["weights"] <= RECOMPUTE_TOL))
+                 chk.recompute_error, chk.recompute_error <= chk.recompute_tol))
     rows.append((BiText(f"{label}: recomputed context", f"{label_zh}：重算的每头输出"),
-                 rec["context"], rec["context"] <= RECOMPUTE_TOL))
+                 rec["context"], rec["context"] <= chk.recompute_tol))
     return t
 
 

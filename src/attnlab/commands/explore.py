@@ -56,6 +56,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                              truncate=args.truncate)
         except ValueError as exc:
             raise target_error(exc, target, target_arg) from exc
+        for _, kept, given in ex.target_cuts():  # --truncate's cut of the target, announced
+            job.announce_cut(target_arg, kept, given, loaded)
     path = save(lambda: ex.save(args.out), args.out)
     size = path.stat().st_size
     stats = job.stats()

@@ -1,7 +1,7 @@
 """The report's explorer section: the interactive explorer on MiniLM, inline in the page,
 with the check that its QK view (softmax(q·kᵀ·scale) recomputed from the captured q and k)
 equals the model's own weights. The explorer follows the page's language switch (its
-texts are in :mod:`attnlab.viz.static` ``explorer.js``)."""
+texts are in ``viz/static/explorer/i18n.json``)."""
 
 from __future__ import annotations
 

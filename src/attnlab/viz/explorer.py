@@ -1,7 +1,8 @@
 """The attention explorer: one self-contained HTML block built from an :class:`AttentionTrace`.
 
 Python does the arithmetic that must be exact or that would be slow in the page, and hands
-the page compact arrays; the page (``viz/static/explorer.js``, hand-written, inlined) draws
+the page compact arrays; the page (``viz/static/explorer/``, hand-written parts joined into
+one inlined script by :mod:`attnlab.viz.assets`) draws
 seven linked views: model (layers × heads), head (arcs), matrix (heatmap), QK (the
 softmax(q·k·scale / T) of one query, recomputed live from q and k), geometry (queries and
 keys in one 2-D projection), positional (the sinusoidal table and its rotations) and

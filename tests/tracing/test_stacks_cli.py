@@ -102,7 +102,7 @@ def test_diagnose_of_a_stacked_trace_skips_positional_scores_for_cross():
         d["self"]
 
 
-@pytest.mark.parametrize("command", ["trace", "diagnose"])
+@pytest.mark.parametrize("command", ["trace", "diagnose", "explore"])
 def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
         command, folders, tmp_path, capsys):
     from attnlab.models import load
@@ -112,7 +112,8 @@ def test_a_target_too_long_names_its_argument_and_its_cut_is_announced(
     given = 3 * limit + 2  # the words, the decoder's start token and </s>
     target = tmp_path / "target.txt"
     target.write_text(words, encoding="utf-8")
-    out = {"trace": ["--out", str(tmp_path / "t.safetensors")], "diagnose": []}[command]
+    out = {"trace": ["--out", str(tmp_path / "t.safetensors")], "diagnose": [],
+           "explore": ["--out", str(tmp_path / "page.html")]}[command]
     base = [command, "--model", folders["bart"], "--text", "a b c d", *out]
     for flag, value in (("--target", words), ("--target-file", str(target))):
         assert main([*base, flag, value]) == 2

@@ -1,8 +1,13 @@
-"""Checks of plain arguments shared across attnlab (ints of sizes, lengths and counts)."""
+"""Checks of plain arguments shared across attnlab (ints of sizes, lengths and counts; the
+type of a config)."""
 
 from __future__ import annotations
 
-__all__ = ["check_int"]
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
+__all__ = ["check_instance", "check_int"]
 
 
 def check_int(name: str, value: object, *, minimum: int = 0) -> int:
@@ -21,4 +26,19 @@ def check_int(name: str, value: object, *, minimum: int = 0) -> int:
         raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+def check_instance(name: str, value: object, cls: type[_T]) -> _T:
+    """``value`` if it is a ``cls``; else ``TypeError`` naming ``name``, the class expected
+    and the type received.
+
+    >>> check_instance("config", {}, int)
+    Traceback (most recent call last):
+    ...
+    TypeError: config must be an int, got dict
+    """
+    if not isinstance(value, cls):
+        article = "an" if cls.__name__[:1].upper() in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {cls.__name__}, got {type(value).__name__}")
     return value

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.core._checks import check_int
+from attnlab.core._checks import check_instance, check_int
 from attnlab.core.positional import RotaryEmbedding, SinusoidalPositionalEncoding
 from attnlab.nn.attention import (
     KVCache,
@@ -291,9 +291,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        c = self.config = config
+        c = self.config = check_instance("config", config, TransformerConfig)
         self.src_embed = nn.Embedding(c.src_vocab_size, c.embed_dim)
         self.tgt_embed = nn.Embedding(c.tgt_vocab_size, c.embed_dim)
         self.pos = SinusoidalPositionalEncoding(c.embed_dim, c.max_len, dropout=c.dropout)
@@ -411,9 +409,7 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        c = self.config = config
+        c = self.config = check_instance("config", config, GPTConfig)
         self.wte = nn.Embedding(c.vocab_size, c.embed_dim)
         self.wpe = nn.Embedding(c.block_size, c.embed_dim) if c.positional == "learned" else None
         rotary = RotaryEmbedding(c.head_dim) if c.positional == "rope" else None

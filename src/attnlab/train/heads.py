@@ -79,6 +79,20 @@ def first_repeat(ids: Sequence[int]) -> int | None:
     return None
 
 
+def _best(s: Tensor) -> tuple[int, int, float]:
+    """(layer, head, score) of the largest of per-head scores ``s`` (L, H)."""
+    i = int(s.argmax())
+    return i // s.shape[1], i % s.shape[1], float(s.flatten()[i])
+
+
+def _scores_json(s: Tensor) -> dict:
+    """Per-head scores ``s`` (L, H) as JSON: the best head (layer, head, score) and every
+    score, rounded to 4 places."""
+    layer, head, score = _best(s)
+    return {"layer": layer, "head": head, "score": round(score, 4),
+            "scores": [[round(float(v), 4) for v in r] for r in s]}
+
+
 @dataclass(frozen=True)
 class HeadScores:
     """Per-head scores, (L, H) each, and the best head of each kind as (layer, head)."""
@@ -86,28 +100,17 @@ class HeadScores:
     previous_token: Tensor
     induction: Tensor
 
-    @staticmethod
-    def _best(s: Tensor) -> tuple[int, int, float]:
-        i = int(s.argmax())
-        return i // s.shape[1], i % s.shape[1], float(s.flatten()[i])
-
     @property
     def best_previous_token(self) -> tuple[int, int, float]:
-        return self._best(self.previous_token)
+        return _best(self.previous_token)
 
     @property
     def best_induction(self) -> tuple[int, int, float]:
-        return self._best(self.induction)
+        return _best(self.induction)
 
     def to_json(self) -> dict:
-        (pl, ph, ps), (il, ih, is_) = self.best_previous_token, self.best_induction
-        return {
-            "previous_token": {"layer": pl, "head": ph, "score": round(ps, 4),
-                               "scores": [[round(float(v), 4) for v in r]
-                                          for r in self.previous_token]},
-            "induction": {"layer": il, "head": ih, "score": round(is_, 4),
-                          "scores": [[round(float(v), 4) for v in r] for r in self.induction]},
-        }
+        return {"previous_token": _scores_json(self.previous_token),
+                "induction": _scores_json(self.induction)}
 
 
 def score_traces(traces: Sequence[Any]) -> HeadScores:
@@ -145,20 +148,16 @@ class LookupScores:
     @property
     def best_value(self) -> tuple[int, int, float]:
         """(layer, head, score) of the head that puts the most attention on the value."""
-        return HeadScores._best(self.value)
+        return _best(self.value)
 
     @property
     def best_key(self) -> tuple[int, int, float]:
         """(layer, head, score) of the head that puts the most attention on the key."""
-        return HeadScores._best(self.key)
+        return _best(self.key)
 
     def to_json(self) -> dict:
-        def one(s: Tensor, best: tuple[int, int, float]) -> dict:
-            return {"layer": best[0], "head": best[1], "score": round(best[2], 4),
-                    "scores": [[round(float(v), 4) for v in r] for r in s]}
-
-        return {"query_to_value": one(self.value, self.best_value),
-                "query_to_key": one(self.key, self.best_key), "sequences": self.sequences}
+        return {"query_to_value": _scores_json(self.value),
+                "query_to_key": _scores_json(self.key), "sequences": self.sequences}
 
 
 def score_lookup_traces(traces: Sequence[Any]) -> LookupScores:

@@ -14,7 +14,7 @@ from attnlab.core.functional import scaled_dot_product_attention
 from ._result import Check, fmt_num
 
 __all__ = ["one_thread", "seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
-           "check_le", "check_ge", "check_between", "ZH"]
+           "check_le", "check_ge", "check_between", "expect_type", "ZH"]
 
 #: Chinese for the words several experiments show (tables, checks, axes); each module's own
 #: ``ZH`` adds its strings (:func:`attnlab.experiments.registry.catalog` merges the two).
@@ -117,6 +117,18 @@ def fit_exponent(ns: list[int], ts: list[float]) -> float:
     y = torch.log(torch.tensor(ts, dtype=torch.float64))
     x = x - x.mean()
     return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def expect_type(arg: str, value: object, cls: type) -> None:
+    """TypeError naming ``arg`` unless ``value`` is a ``cls`` (e.g. an experiment's config).
+
+    >>> expect_type("config", 3, float)
+    Traceback (most recent call last):
+    ...
+    TypeError: config must be a float, got int
+    """
+    if not isinstance(value, cls):
+        raise TypeError(f"{arg} must be a {cls.__name__}, got {type(value).__name__}")
 
 
 def _ok(x: float) -> bool:

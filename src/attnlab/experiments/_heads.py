@@ -1,12 +1,13 @@
 """What the head experiments share: tiny attnlab models trained for a few hundred steps,
-the attention they learned read back through attnlab's hook points, principal angles, and a
-two-relation task.
+the attention they learned read back through attnlab's hook points, principal angles, the
+loss panel, and a two-relation task.
 
 Used by ``multihead-cost``, ``one-relation-per-head``, ``qkv-roles`` and ``wo-fusion``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,10 @@ from torch import Tensor, nn
 
 from attnlab.nn import MultiHeadAttention
 
+from ._common import label_axes
+
 __all__ = ["TwoRelationTask", "train", "accuracy", "read_hooks", "relation_mass",
-           "principal_angles", "mean_pair_angle"]
+           "principal_angles", "mean_pair_angle", "plot_losses"]
 
 #: ``batch_fn(step) -> (inputs (B, N) ids, targets (B, N) ids, scored (B, N) bool)``
 BatchFn = Callable[[int], tuple[Tensor, Tensor, Tensor]]
@@ -107,6 +110,18 @@ def mean_pair_angle(parts: Sequence[Tensor]) -> float:
     angles = [float(torch.rad2deg(principal_angles(parts[i], parts[j])).mean())
               for i in range(len(parts)) for j in range(i + 1, len(parts))]
     return sum(angles) / len(angles)
+
+
+def plot_losses(ax, curves: Sequence[tuple[Sequence[float], str, str]], title: str, *,
+                chance: float | None = None) -> None:
+    """The training-loss panel: each ``(losses, colour, label)`` of :func:`train` against
+    step 1…n, a dotted line at the ``chance`` loss (``log K`` nats for K classes) when given,
+    and the axes labelled (:func:`~attnlab.experiments._common.label_axes`)."""
+    for losses, color, label in curves:
+        ax.plot(range(1, len(losses) + 1), losses, color=color, lw=1, label=label)
+    if chance is not None:
+        ax.axhline(chance, color="k", ls=":", lw=1, label=f"chance: log {round(math.exp(chance))}")
+    label_axes(ax, "training step", "cross-entropy at scored positions (nats)", title)
 
 
 @dataclass(frozen=True)

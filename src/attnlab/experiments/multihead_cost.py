@@ -41,8 +41,8 @@ from attnlab.core.functional import count_flops
 from attnlab.nn import GPT, GPTConfig, MultiHeadAttention
 from attnlab.train.tasks import get_task
 
-from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._heads import accuracy, mean_pair_angle, principal_angles, read_hooks, train
+from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
+from ._heads import accuracy, mean_pair_angle, plot_losses, principal_angles, read_hooks, train
 from ._result import Result
 
 NAME = "multihead-cost"
@@ -253,8 +253,7 @@ def run(
     W_q and W_k subspaces apart (:func:`overlap_penalty`). The separation then grows, the
     article's claim appears to hold, and the expected verdict (refuted) is missed.
     """
-    if not isinstance(config, HeadsConfig):
-        raise TypeError(f"config must be a HeadsConfig, got {type(config).__name__}")
+    expect_type("config", config, HeadsConfig)
     if not math.isfinite(separation_penalty) or separation_penalty < 0:
         raise ValueError(f"separation_penalty must be a finite float >= 0, got "
                          f"{separation_penalty!r}")
@@ -392,11 +391,8 @@ def _figure(runs, same, c):
     ax1.set_ylim(0, 90)
     label_axes(ax1, "principal angle index (ascending)", "principal angle (°)",
                f"Heads 0 and 1, W_q, seed {runs[0]['seed']}")
-    for t in c.tasks:
-        r = next(r for r in runs if r["task"] == t)
-        ax2.plot(range(1, len(r["losses"]) + 1), r["losses"], color=_COLORS[t], lw=1, label=t)
-    ax2.axhline(runs[0]["chance_loss"], color="k", ls=":", lw=1,
-                label=f"chance: log {round(math.exp(runs[0]['chance_loss']))}")
-    label_axes(ax2, "training step", "cross-entropy at scored positions (nats)",
-               f"One-block GPTs, {c.num_heads} heads, seed {runs[0]['seed']}")
+    first = [next(r for r in runs if r["task"] == t) for t in c.tasks]
+    plot_losses(ax2, [(r["losses"], _COLORS[r["task"]], r["task"]) for r in first],
+                f"One-block GPTs, {c.num_heads} heads, seed {runs[0]['seed']}",
+                chance=runs[0]["chance_loss"])
     return fig

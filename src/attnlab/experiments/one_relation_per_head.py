@@ -34,7 +34,7 @@ from torch.nn.utils import parametrize
 
 from attnlab.nn import GPT, GPTConfig
 
-from ._common import check_ge, label_axes, new_figure, seeded
+from ._common import check_ge, expect_type, label_axes, new_figure, seeded
 from ._heads import TwoRelationTask, accuracy, read_hooks, relation_mass, train
 from ._result import Result
 
@@ -169,8 +169,7 @@ def run(
     attention in every head): it shows in the relation masses, not in the verdict, since
     one head already learns both relations.
     """
-    if not isinstance(config, RelationConfig):
-        raise TypeError(f"config must be a RelationConfig, got {type(config).__name__}")
+    expect_type("config", config, RelationConfig)
     if not 0 < one_head_budget <= 1:
         raise ValueError(f"one_head_budget must be in (0, 1], got {one_head_budget!r}")
     c = config

@@ -37,7 +37,7 @@ from torch.nn.utils import parametrize
 
 from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
 
-from ._common import check_ge, check_le, label_axes, new_figure, seeded
+from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
 from ._heads import accuracy, read_hooks, train
 from ._result import Result
 
@@ -217,8 +217,7 @@ def run(
     "tied" model drifts apart in training, its scores are no longer symmetric, and the
     claim's symmetric side fails.
     """
-    if not isinstance(config, RolesConfig):
-        raise TypeError(f"config must be a RolesConfig, got {type(config).__name__}")
+    expect_type("config", config, RolesConfig)
     c = config
     res = {(t, tied): train_model(t, tied, seed, c, tie) for t in TASKS for tied in (False, True)}
     su, st = res[("swap", False)], res[("swap", True)]

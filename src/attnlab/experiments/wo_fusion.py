@@ -33,8 +33,8 @@ from torch.nn.utils import parametrize
 
 from attnlab.nn import GPT, GPTConfig
 
-from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._heads import TwoRelationTask, accuracy, read_hooks, train
+from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
+from ._heads import TwoRelationTask, accuracy, plot_losses, read_hooks, train
 from ._result import Result
 
 NAME = "wo-fusion"
@@ -192,8 +192,7 @@ def run(
     and ``wo="drop-head-1"`` (W^O ignores head 1: rank E − E/h, the concatenation cannot be
     recovered and the task, which needs both heads, is not learned).
     """
-    if not isinstance(config, FusionConfig):
-        raise TypeError(f"config must be a FusionConfig, got {type(config).__name__}")
+    expect_type("config", config, FusionConfig)
     if wo not in VARIANTS:
         raise ValueError(f"wo must be one of {VARIANTS}, got {wo!r}")
     c = config
@@ -269,9 +268,7 @@ def _figure(main, controls, c):
     ax1.semilogy(idx, main["sv"].tolist(), color="#3451b2", marker="o", ms=3, label="trained")
     label_axes(ax1, "singular value index", "singular value of W^O",
                "Singular values of W^O: full rank", log_grid=True)
-    for r, col in zip([main] + controls, ("#3451b2", "#e8a33d", "#b3261e")):
-        ax2.plot(range(1, len(r["losses"]) + 1), r["losses"], color=col, lw=1,
-                 label=VARIANT_LABEL[r["variant"]])
-    label_axes(ax2, "training step", "cross-entropy at scored positions (nats)",
-               "With and without W^O mixing")
+    plot_losses(ax2, [(r["losses"], col, VARIANT_LABEL[r["variant"]]) for r, col in
+                      zip([main] + controls, ("#3451b2", "#e8a33d", "#b3261e"))],
+                "With and without W^O mixing")
     return fig

@@ -264,3 +264,32 @@ def test_positional_accepts_the_edges():
     x = torch.randn(3, 8)
     # fractional positions (position interpolation) are meaningful: accepted
     torch.testing.assert_close(rope(x, positions=torch.tensor([0.0, 1.0, 2.0])), rope(x))
+
+
+# -- what the chunked backend cannot differentiate -------------------------------------
+
+
+def test_the_chunked_backend_refuses_what_its_backward_cannot_do():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = torch.zeros(4, 6, requires_grad=True)
+    with pytest.raises(ValueError, match="treats mask as a constant; got a mask that requires "
+                                         r"grad \(use backend='explicit'\)"):
+        sdpa(q, k, v, mask, backend="chunked")
+    with pytest.raises(ValueError, match="no dropout in its backward; got dropout_p=0.1 with "
+                                         "inputs that require grad"):
+        sdpa(q, k, v, dropout_p=0.1, backend="chunked")
+    with torch.no_grad():  # nothing to differentiate: both are taken
+        sdpa(q, k, v, mask, backend="chunked")
+        sdpa(q, k, v, dropout_p=0.1, backend="chunked")
+
+
+def test_a_logsumexp_with_a_learned_mask_takes_the_explicit_path():
+    """What the chunked backend refuses, ``backend="fused"`` sends to the explicit path."""
+    q, k, v = qkv()
+    mask = torch.randn(4, 6, requires_grad=True)
+    out, lse = sdpa(q, k, v, mask, backend="fused", return_lse=True)
+    ref_out, _, ref_lse = reference(q, k, v, mask.detach())
+    assert torch.allclose(out.double(), ref_out, atol=1e-5)
+    assert torch.allclose(lse.double(), ref_lse, atol=1e-5)
+    lse.sum().backward()
+    assert mask.grad is not None and bool(mask.grad.abs().sum() > 0)

@@ -95,6 +95,8 @@ def test_gpt_refuses_bad_input():
         model(torch.zeros(1, 3, dtype=torch.long), caches=[])
     with pytest.raises(TypeError, match="config must be a GPTConfig"):
         GPT({"vocab_size": 11})
+    with pytest.raises(TypeError, match="config must be a TransformerConfig, got GPTConfig"):
+        Transformer(GPTConfig(vocab_size=11))
 
 
 @pytest.mark.parametrize(

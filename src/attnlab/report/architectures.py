@@ -27,8 +27,8 @@ For every stack the part checks that the weights attnlab computes from what it c
 equal the model's own ``output_attentions`` (eager attention, the same inputs) and the
 weights recomputed from the captured q and k (:func:`attnlab.tracing.verify.check_stack`,
 the rule the support matrix uses), that the explorer's QK view (softmax of q·kᵀ
-recomputed from the captured q and k) gives the same weights, and how many layers, heads, queries and keys the stack has. The pictures show each
-architecture's attention *structure* (which stacks, which tokens are queries and which are
+recomputed from the captured q and k) gives the same weights, and how many layers, heads,
+queries and keys the stack has. The pictures show each architecture's attention *structure* (which stacks, which tokens are queries and which are
 keys, the decoder's causal mask, the patch grid, the time positions) — with random weights
 they show nothing learned.
 """

@@ -67,8 +67,8 @@ def families() -> list[tuple[str, str]]:
     """Every family (model type) of the installed transformers with a base or causal-LM
     model, and its kind: ``decoder``, ``encoder``, ``encoder-decoder``, ``speech``,
     ``vision``, ``multimodal``, ``time series`` or ``other``, sorted. A sequence-to-sequence
-    family whose config is not an encoder–decoder one (a speech or audio language model) counts as speech or
-    multimodal."""
+    family whose config is not an encoder–decoder one (a speech or audio language model)
+    counts as speech or multimodal."""
     return list(_families())
 
 

@@ -26,11 +26,11 @@ espeak-ng or the package the case fails and says how to install them.
 For every stack the part checks that the weights attnlab computes from what it captured
 equal the model's own ``output_attentions`` (eager attention, the same inputs) and the
 weights recomputed from the captured q and k (:func:`attnlab.tracing.verify.check_stack`,
-the rule the support matrix uses), that the explorer's QK view (softmax of q·kᵀ
-recomputed from the captured q and k) gives the same weights, and how many layers, heads,
-queries and keys the stack has. The pictures show each architecture's attention *structure* (which stacks, which tokens are queries and which are
-keys, the decoder's causal mask, the patch grid, the time positions) — with random weights
-they show nothing learned.
+the rule the support matrix uses), that the explorer's QK view (softmax of q·kᵀ recomputed
+from the captured q and k) gives the same weights, and how many layers, heads, queries and
+keys the stack has. The pictures show each architecture's attention *structure* (which
+stacks, which tokens are queries and which are keys, the decoder's causal mask, the patch
+grid, the time positions) — with random weights they show nothing learned.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ PROVIDERS = [f"quick_report:{f}" for f in ("claims", "parity", "experiments", "e
 FINDING = "multihead-cost"
 #: the section id of each other part, with its status (None: shows, no verdict)
 OTHERS = {"real-models": True, "architectures": True, "long-contexts": None,
+          "attribution": True,
           "survey": True, "survey-smollm2": True, "trained-model": True}
 
 

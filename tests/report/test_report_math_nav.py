@@ -109,7 +109,7 @@ def test_every_experiment_has_a_theme_and_every_part_a_group():
 
     groups = {k for k, _, _ in GROUPS}
     ids = {"claims", "parity", "explorer", "real-models", "architectures", "long-contexts",
-           "survey", "trained-model"}
+           "attribution", "survey", "trained-model"}
     assert {group_of(i)[0] for i in ids} <= groups and "other" not in {
         group_of(i)[0] for i in ids}
     assert len(PROVIDERS) == len(ids) + 1  # the experiments are the one part of many ids
@@ -132,7 +132,7 @@ def test_the_toc_has_every_section_with_its_badge_in_its_group(quick):
     assert entries["long-contexts"][1] == "info"
     assert entries["exp-masking"][0] == "experiments-masks"
     expected = {"claims", "parity", "explorer", "real-models", "architectures",
-                "long-contexts", "survey", "trained"}
+                "long-contexts", "attribution", "survey", "trained"}
     expected |= {f"experiments-{k}" for k, _, _, names in EXPERIMENT_THEMES if names}
     assert {g for g, _ in blocks} == expected
     # compact: a grid of groups, and no experiment link in the sticky bar

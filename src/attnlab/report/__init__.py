@@ -17,6 +17,8 @@ real-models    :mod:`attnlab.report.real_models`      MiniLM and SmolLM2 (loaded
 architectures  :mod:`attnlab.report.architectures`    an encoder–decoder, a vision and a speech
                                                       model, traced (:mod:`attnlab.tracing`)
 long-contexts  :mod:`attnlab.report.long_contexts`    SmolLM2 to 8,192 tokens, one process a point
+attribution    :mod:`attnlab.report.attribution`      SmolLM2: importance against ablation,
+                                                      KV-cache eviction, the score by band
 survey         :mod:`attnlab.report.survey`           :mod:`attnlab.analysis.survey` on SmolLM2
 trained        :mod:`attnlab.report.trained_model`    :mod:`attnlab.train.summary`
 =============  =====================================  ==========================================
@@ -27,7 +29,7 @@ nothing below it builds a :class:`Section`.
 >>> from attnlab.report import PROVIDERS
 >>> list(PROVIDERS)
 ['claims', 'parity', 'experiments', 'explorer', 'real-models', 'architectures',
- 'long-contexts', 'survey', 'trained']
+ 'long-contexts', 'attribution', 'survey', 'trained']
 """
 
 from attnlab.report.html import ReportContext, Section

@@ -38,6 +38,7 @@ PROVIDERS: dict[str, str] = {
     "real-models": "attnlab.report.real_models:build",
     "architectures": "attnlab.report.architectures:build",
     "long-contexts": "attnlab.report.long_contexts:build",
+    "attribution": "attnlab.report.attribution:build",
     "survey": "attnlab.report.survey:build",
     "trained": "attnlab.report.trained_model:build",
 }
@@ -53,6 +54,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("real-models", "Real models", "真实模型"),
     ("architectures", "Architectures", "架构"),
     ("long-contexts", "Long contexts", "长上下文"),
+    ("attribution", "Attribution", "归因"),
     ("survey", "Survey", "头的普查"),
     ("trained", "Trained models", "训练的模型"),
     ("other", "Other", "其他"),
@@ -79,7 +81,7 @@ EXPERIMENT_THEMES: list[tuple[str, str, str, tuple[str, ...]]] = [
 _PREFIXES = {"claims": "claims", "parity": "parity", "exp-": "experiments",
              "explorer": "explorer", "real-models": "real-models",
              "architectures": "architectures", "long-contexts": "long-contexts",
-             "survey": "survey", "trained": "trained"}
+             "attribution": "attribution", "survey": "survey", "trained": "trained"}
 
 
 def group_of(section_id: str) -> tuple[str, str | None]:

@@ -625,6 +625,25 @@ class AttentionTrace:
         """
         return trace_file.load_one(path, cls)
 
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> AttentionTrace:
+        """A trace file (version 2 on) opened without reading it: its tensors are
+        memory-mapped, so a row, a head or a layer costs what it reads, whatever the file's
+        size. The header and every tensor's dtype and shape are checked now; :meth:`verify`
+        checks the sha256 of every tensor and the values, as :meth:`load` does at once."""
+        return trace_file.open_one(path, cls)
+
+    def verify(self) -> AttentionTrace:
+        """For an opened trace: every check :meth:`load` makes (each tensor's sha256, the
+        values), reading the file once; raises :class:`TraceFormatError`, else returns the
+        trace."""
+        where = getattr(self, "opened_from", None)
+        if where is None:
+            raise ValueError("verify() checks a trace against the file it was opened from; "
+                             "this trace was not opened (AttentionTrace.open)")
+        trace_file.verify_one(where, self)
+        return self
+
     def __repr__(self) -> str:
         kind = "q, k, lse" if self._weights is None else "dense weights"
         extra = [n for n in ("v", "context", "out_proj") if getattr(self, n) is not None]

@@ -205,6 +205,67 @@ def load_one(path: str | Path, build: Build) -> Any:
     return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
 
 
+def open_one(path: str | Path, build: Build) -> Any:
+    """The trace of a one-trace file (version 2 on) with its tensors memory-mapped, not
+    read: the header and the manifest are checked now, each byte is read from disk when a
+    computation first touches it, and :func:`verify_one` checks the sha256 of every tensor
+    and its values (see :meth:`attnlab.tracing.attention.AttentionTrace.open`)."""
+    path = Path(path)
+    meta, info = _read_header(path)
+    _check_one(path, meta, info)
+    version = meta["format_version"]
+    if version < 2:
+        raise TraceFormatError(f"{path} is a version-1 trace (dense weights); read it with "
+                               "AttentionTrace.load")
+    tensors = _map_tensors(path)
+    try:
+        trace = build(**_READERS[version](meta, tensors))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
+    trace.opened_from = path
+    return trace
+
+
+def verify_one(path: str | Path, trace: Any) -> None:
+    """Every check :func:`load_one` makes, on an opened trace: each tensor's sha256 against
+    the file's metadata and the values (finite q, k, v; a sane log-sum-exp), reading the file
+    once, a tensor at a time. Raises :class:`TraceFormatError` naming the tensor."""
+    path = Path(path)
+    meta, _info = _read_header(path)
+    tensors = _map_tensors(path)
+    for name, t in tensors.items():
+        if meta["tensors"][name].get("sha256") != _sha256(t):
+            raise TraceFormatError(f"{path}: tensor {name!r} does not match the sha256 the "
+                                   "metadata states (the file is corrupt)")
+    _check_values(path, tensors, trace.shapes)
+
+
+_SAFETENSORS_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+def _map_tensors(path: Path) -> dict[str, Tensor]:
+    """Every tensor of a safetensors file as a view of the file mapped copy-on-write: no
+    byte is read until used, none is ever written back."""
+    import mmap
+
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    (n,) = struct.unpack("<Q", mm[:8])
+    header = json.loads(bytes(mm[8:8 + n]))
+    base = 8 + n
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+        start, end = entry["data_offsets"]
+        count = (end - start) // torch.empty(0, dtype=dtype).element_size()
+        flat = (torch.frombuffer(mm, dtype=dtype, count=count, offset=base + start) if count
+                else torch.empty(0, dtype=dtype))
+        out[name] = flat.view(entry["shape"])
+    return out
+
+
 def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
     """The stacks of a file of several stacks, each trace made by ``build`` as in
     :func:`load_one` and checked as it is (errors name the stack), then

@@ -1,0 +1,96 @@
+"""AttentionTrace.open: a trace file memory-mapped, read only where asked, checked in full by
+verify() — against AttentionTrace.load, bit for bit, and against a corrupted file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from attnlab.core.scores import ScoreShape, row_logsumexp
+from attnlab.tracing.attention import AttentionTrace, TraceFormatError
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    from attnlab.tracing import trace
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    t = trace(model, torch.randint(1, 97, (200,)).tolist())
+    return t, t.save(tmp_path_factory.mktemp("open") / "t.safetensors")
+
+
+def test_an_opened_trace_gives_the_loaded_traces_bits(saved):
+    t, path = saved
+    opened, loaded = AttentionTrace.open(path), AttentionTrace.load(path)
+    assert opened.verify() is opened
+    for layer, head, rows in [(0, 0, [0, 5, 199]), (1, 3, range(100, 140))]:
+        assert torch.equal(opened.weights_rows(layer, head, rows),
+                           loaded.weights_rows(layer, head, rows))
+    assert torch.equal(opened.pooled(1, 2, 16), loaded.pooled(1, 2, 16))
+    assert opened.meta["positional"] == t.meta["positional"]
+    assert torch.equal(opened.value_weighted_rows(1, None, [150]),
+                       loaded.value_weighted_rows(1, None, [150]))
+
+
+def test_a_corrupt_byte_is_found_by_verify_not_by_open(saved, tmp_path):
+    _, path = saved
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    start, _ = header["q"]["data_offsets"]
+    raw[8 + n + start + 7] ^= 0x40  # one bit of q
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(raw))
+    opened = AttentionTrace.open(bad)  # the header is fine
+    with pytest.raises(TraceFormatError, match="'q' does not match the sha256"):
+        opened.verify()
+    with pytest.raises(TraceFormatError, match="sha256"):
+        AttentionTrace.load(bad)
+    with pytest.raises(ValueError, match="was not opened"):
+        AttentionTrace.load(path).verify()
+
+
+def test_opening_a_large_trace_reads_only_what_is_asked(tmp_path):
+    """A 400 MB trace opened in a fresh process: one row of one head costs a few MB."""
+    g = torch.Generator().manual_seed(0)
+    nl, nh, n, d = 8, 8, 8192, 64
+    q = torch.randn(nl, nh, n, d, generator=g)
+    k = torch.randn(nl, nh, n, d, generator=g)
+    v = torch.randn(nl, nh, n, d, generator=g)
+    shape = ScoreShape(scale=0.125, causal=True)
+    lse = torch.zeros(nl, nh, n)  # exact for the layer read below
+    lse[2] = row_logsumexp(q[2], k[2], shape)
+    path = AttentionTrace([str(i) for i in range(n)], q=q, k=k, v=v, lse=lse,
+                          shapes=shape).save(tmp_path / "big.safetensors")
+    assert path.stat().st_size > 350e6
+
+    def growth(how: str) -> tuple[int, float]:
+        code = textwrap.dedent(f"""
+            import resource, torch
+            from attnlab.tracing.attention import AttentionTrace
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            t = AttentionTrace.{how}({str(path)!r})
+            row = t.weights_rows(2, 1, [{n - 1}])
+            grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+            print(grew * 1024, float(row.sum()))
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.split()
+        return int(out[0]), float(out[1])
+
+    grew, total = growth("open")
+    assert abs(total - 1.0) < 1e-4
+    assert grew < 60e6, f"opening and one row grew the process by {grew / 1e6:.0f} MB"
+    grew_load, total_load = growth("load")  # the control: load reads the whole file
+    assert grew_load > 350e6 and total_load == total

@@ -4,15 +4,16 @@ Article 000: 「比如“苹果”这个词，如果周围有“吃”字，它�
 周围有“发布会”字眼，它的输出向量就会向“科技公司”的语义空间偏移」. Measured on a real model,
 SmolLM2-135M (``attnlab.models.load("smollm2")``, offline), layer by layer.
 
-* Sentences put 苹果 after a fruit context (吃, 洗, 果园, 削) or a company context (发布会,
-  科技新闻, 市值). SmolLM2 is causal: a token sees only what comes before it, so the context
-  must precede the word (in the article's 「苹果公司的发布会」 it follows it, and 苹果's states
-  there equal those of 「苹果」 alone: also measured).
+* attnlab's example sentences put 苹果 after a fruit context (吃, 洗, 果园, 削) or a company
+  context (发布会, 科技新闻, 市值). SmolLM2 is causal: a token sees only what comes before it,
+  so the context must precede the word. The article says only that 吃 or 发布会 is around
+  (周围) the word; in attnlab's example “苹果公司的发布会” the context follows it, and 苹果's
+  states there equal those of “苹果” alone (also measured).
 * SmolLM2 reads Chinese as bytes: 苹果 is four tokens (three bytes of 苹, then 果). The word's
   state is the state at its *last* token (found from the tokenizer's character offsets),
   where a causal model has read the whole word.
-* Anchors: the states of 水果 and 科技公司 (last token, same layer) averaged over neutral
-  frames (「水果」, 「这是水果」, 「我说的是水果」 ...).
+* Anchors: the states of 水果 and 科技公司 (last token, same layer) averaged over attnlab's
+  neutral frames (“水果”, “这是水果”, “我说的是水果” ...).
 * Hidden states of such models share a large common direction, and the first token of a
   sequence carries outsized activations; every state is therefore centred by the layer's mean
   state over all tokens but the first of all sentences used, before cosines are taken.
@@ -79,15 +80,18 @@ __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "WORD", "ANCHORS", "FRUIT", "COMPA
 WORD = "苹果"
 #: (fruit anchor, company anchor)
 ANCHORS = ("水果", "科技公司")
-#: 苹果 after a fruit context; the first is article 000's 「我吃了一个苹果」.
+#: attnlab's examples of 苹果 after a fruit context; the first, “我吃了一个苹果”, puts article
+#: 000's 「吃」 before the word.
 FRUIT = ("我吃了一个苹果", "她在厨房里洗了一个红苹果", "果园里的树上结满了苹果",
          "他削了一个又甜又脆的苹果")
-#: 苹果 after a company context; the first carries article 000's 「发布会」.
+#: attnlab's examples of 苹果 after a company context; the first carries article 000's
+#: 「发布会」.
 COMPANY = ("在今天的发布会上，苹果", "手机发布会结束后，苹果", "在科技新闻里，发布会上的苹果",
            "股市收盘后，市值最高的苹果")
 #: Neutral frames for the anchors ({} is the anchor word).
 NEUTRAL = ("{}", "这是{}", "我说的是{}")
-#: Article 000's own word order: 苹果 before its context.
+#: attnlab's example with 苹果 before its context (article 000 does not say where the
+#: context stands, only that it is around the word).
 ARTICLE_ORDER = "苹果公司的发布会"
 #: Smallest difference of the mean leans (fruit − company) at the last layer.
 MIN_SHIFT = 0.05

@@ -1,4 +1,5 @@
-"""multihead-cost: h heads cost what one head costs; training does not push them apart.
+"""multihead-cost: h heads cost more than one head (only the parameters and the matmul
+FLOPs are equal); training does not push them apart.
 
 Article 000 (section 三) says two things of multi-head attention:
 「多头注意力不仅没有增加计算复杂度（总维度不变）」 and
@@ -6,8 +7,18 @@ Article 000 (section 三) says two things of multi-head attention:
 
 **Cost.** W_q, W_k, W_v, W_o are E × E whatever h is: the heads only slice them. The
 projections cost 8·N·E² FLOPs per sequence; the scores and the weighted sum cost
-h · 2·N²·(E/h) each = 4·N²·E in total, independent of h. Both are counted with
-``torch.utils.flop_counter`` on attnlab's ``MultiHeadAttention``, and timed.
+h · 2·N²·(E/h) each = 4·N²·E in total, independent of h. These two are equal *by
+construction* (the heads slice the same matrices and split d = E into h parts); they are
+counted with ``torch.utils.flop_counter`` on attnlab's ``MultiHeadAttention``, and timed.
+What the heads do not split is the N × N work: every head scales, masks and normalises its
+own N × N scores, so the softmax and the mask cost h·N² elementwise operations per
+sequence, ×h, and the weights tensor (B, h, N, N) holds h times the bytes. The full compute
+count is the matmul FLOPs plus :data:`SCORE_OPS` operations per score (scale, mask, subtract
+the row maximum, exp, divide by the row sum; the row maximum and sum reductions are not
+counted, so the excess is a lower bound), the scores counted in the weights tensor attnlab
+returns (with a causal mask, so the mask work runs). "No extra cost" is decided on that
+full count: it is larger for h heads (by a small fraction: ``SCORE_OPS``·h / (4·E) of the
+N² part) and the weights take h times the memory.
 
 **Subspaces.** Head h reads its queries through the rows of its slice W_q^h (E/h × E);
 the mean principal angle between two heads' row spaces says how different the subspaces
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -47,10 +59,18 @@ from ._result import Result
 
 NAME = "multihead-cost"
 CLAIM = ("Multi-head attention does not add computational cost (the total dimension is "
-         "unchanged), and because the heads' W matrices are initialised differently, "
-         "gradient descent drives them to converge to different representation subspaces.")
-CLAIM_ZH = ("总维度不变时，多头注意力并不增加计算量；而且由于各个头的 W 矩阵初始化不同，"
-            "梯度下降会驱使它们收敛到不同的表征子空间。")
+         "unchanged): counting every operation (the matmuls and each head's softmax and "
+         "mask) and the bytes of the attention weights, h heads cost what one head costs; "
+         "and because the heads' W matrices are initialised differently, gradient descent "
+         "drives them to converge to different representation subspaces.")
+CLAIM_ZH = ("总维度不变时，多头注意力并不增加计算量：计入全部运算（矩阵乘法以及每个头的 softmax "
+            "和掩码）和注意力权重张量的字节数，h 个头的代价与一个头相同；而且由于各个头的 W "
+            "矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间。")
+
+#: Elementwise operations counted per attention score: scale, mask, subtract the row
+#: maximum, exp, divide by the row sum (the max and sum reductions are left out: a lower
+#: bound).
+SCORE_OPS = 5
 
 #: The tasks a one-block GPT learns in a few hundred steps, and their Chinese names.
 TASK_ZH = {"copy": "复制", "reverse": "反转", "sort": "排序"}
@@ -63,6 +83,15 @@ ZH: dict[str, str] = {
     "parameters": "参数量",
     "FLOPs (counted)": "FLOPs（计数）",
     "FLOPs (theory 8NE² + 4N²E per sequence)": "FLOPs（理论值，每个序列 8NE² + 4N²E）",
+    "matmul FLOPs (counted, causal mask)": "矩阵乘法 FLOPs（计数，因果掩码）",
+    "scores (elements of the weights tensor)": "分数个数（权重张量的元素数）",
+    "softmax and mask operations ({} per score)": "softmax 与掩码运算（每个分数 {} 次）",
+    "full compute: matmul FLOPs + softmax and mask": "全部计算量：矩阵乘法 FLOPs + softmax 与掩码",
+    "attention weights tensor (bytes)": "注意力权重张量（字节）",
+    "(full compute(h={}) − full compute(h={})) / full compute(h={})":
+        "(全部计算量(h={}) − 全部计算量(h={})) / 全部计算量(h={})",
+    "weights tensor bytes: h={} / h={} − 1": "权重张量字节数：h={} / h={} − 1",
+    "|scores(h={}) − h·B·N²| (causal mask)": "|分数个数(h={}) − h·B·N²|（因果掩码）",
     "forward time, median of {} (ms)": "前向时间，{} 次中位数（毫秒）",
     # checks
     "|params(h={}) − params(h={})|": "|参数量(h={}) − 参数量(h={})|",
@@ -226,13 +255,30 @@ def train_run(task_name: str, seed: int, c: HeadsConfig, *, penalty: float = 0.0
     )
 
 
-def _count(embed_dim: int, heads: int, n: int, batch: int
-           ) -> tuple[int, int, MultiHeadAttention]:
+def softmax_mask_cost(weights: Tensor) -> tuple[int, int]:
+    """(elementwise operations, bytes) of the per-head N × N work behind ``weights``
+    (B, H, Lq, Lk): :data:`SCORE_OPS` operations per score, and the tensor's own bytes.
+
+    >>> softmax_mask_cost(torch.zeros(2, 8, 4, 4))
+    (1280, 1024)
+    """
+    return SCORE_OPS * weights.numel(), weights.numel() * weights.element_size()
+
+
+def _count(embed_dim: int, heads: int, n: int, batch: int,
+           score_cost: Callable[[Tensor], tuple[int, int]] = softmax_mask_cost) -> dict:
+    """Parameters, matmul FLOPs (no mask, the explicit path: every matmul counted), and
+    with a causal mask: matmul FLOPs, scores, softmax and mask operations, weights bytes."""
     mha = MultiHeadAttention(embed_dim, heads)
-    params = sum(p.numel() for p in mha.parameters())
     x = torch.randn(batch, n, embed_dim)
-    flops = count_flops(mha, x, need_weights=True)  # the explicit path: every op counted
-    return params, flops, mha
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    flops_masked = count_flops(mha, x, mask=mask, need_weights=True)
+    with torch.no_grad():
+        _, w = mha(x, mask=mask, need_weights=True)  # (B, h, N, N)
+    ops, nbytes = score_cost(w)
+    return dict(params=sum(p.numel() for p in mha.parameters()), module=mha,
+                flops=count_flops(mha, x, need_weights=True), flops_masked=flops_masked,
+                scores=w.numel(), ops=ops, bytes=nbytes, full=flops_masked + ops)
 
 
 def run(
@@ -244,22 +290,27 @@ def run(
     batch: int = 4,
     config: HeadsConfig = HeadsConfig(),
     separation_penalty: float = 0.0,
+    score_cost: Callable[[Tensor], tuple[int, int]] = softmax_mask_cost,
     plot: bool = True,
 ) -> Result:
     """Count and time 1 head vs ``heads`` heads; train the task models; compare the heads'
     subspaces after training with those at initialisation.
 
-    Wrong variant: ``separation_penalty`` > 0 trains with a loss term that pushes the heads'
-    W_q and W_k subspaces apart (:func:`overlap_penalty`). The separation then grows, the
-    article's claim appears to hold, and the expected verdict (refuted) is missed.
+    Wrong variants, each flipping the checks of one half of the claim:
+    ``separation_penalty`` > 0 trains with a loss term that pushes the heads' W_q and W_k
+    subspaces apart (:func:`overlap_penalty`), so the separation grows;
+    ``score_cost=lambda w: (0, 0)`` counts the matmuls only (the softmax, the mask and the
+    weights tensor left out), so the cost looks equal. With both, the article's claim
+    appears to hold and the expected verdict (refuted) is missed.
     """
     expect_type("config", config, HeadsConfig)
     if not math.isfinite(separation_penalty) or separation_penalty < 0:
         raise ValueError(f"separation_penalty must be a finite float >= 0, got "
                          f"{separation_penalty!r}")
     with seeded(seed):
-        p1, f1, m1 = _count(embed_dim, 1, n, batch)
-        ph, fh, mh = _count(embed_dim, heads, n, batch)
+        c1 = _count(embed_dim, 1, n, batch, score_cost)
+        ch = _count(embed_dim, heads, n, batch, score_cost)
+        (p1, f1, m1), (ph, fh, mh) = ((c["params"], c["flops"], c["module"]) for c in (c1, ch))
         x = torch.randn(batch, n, embed_dim)
         times: dict[int, list[float]] = {1: [], heads: []}
         with torch.no_grad():
@@ -285,17 +336,30 @@ def run(
                  support=True, id="flops"),
         check_le("|counted FLOPs − 8NE² − 4N²E| / FLOPs", abs(f1 - theory) / theory, 0.0,
                  support=True, id="flops-formula"),
+        check_le(f"|scores(h={heads}) − h·B·N²| (causal mask)",
+                 abs(ch["scores"] - heads * batch * n * n), 0, support=True, id="scores-count"),
     ] + [check_ge(f"{t}: lowest held-out accuracy over seeds",
                   min(r["acc"] for r in runs if r["task"] == t), c.min_accuracy, support=True,
                   id=f"{t}-accuracy")
          for t in c.tasks]
+    full_excess = (ch["full"] - c1["full"]) / c1["full"]
+    bytes_excess = ch["bytes"] / c1["bytes"] - 1 if c1["bytes"] else 0.0
     checks = support + [
+        check_le(f"(full compute(h={heads}) − full compute(h=1)) / full compute(h=1)",
+                 full_excess, 0.0, id="full-compute"),
+        check_le(f"weights tensor bytes: h={heads} / h=1 − 1", bytes_excess, 0.0,
+                 id="weights-bytes"),
         check_ge("W_q: mean principal angle, trained − init (°)", dq, 1.0, id="wq-angle-change"),
         check_ge("W_k: mean principal angle, trained − init (°)", dk, 1.0, id="wk-angle-change"),
     ]
     rows: list[list] = [
         ["parameters", p1, ph], ["FLOPs (counted)", f1, fh],
         ["FLOPs (theory 8NE² + 4N²E per sequence)", theory, theory],
+        ["matmul FLOPs (counted, causal mask)", c1["flops_masked"], ch["flops_masked"]],
+        ["scores (elements of the weights tensor)", c1["scores"], ch["scores"]],
+        [f"softmax and mask operations ({SCORE_OPS} per score)", c1["ops"], ch["ops"]],
+        ["full compute: matmul FLOPs + softmax and mask", c1["full"], ch["full"]],
+        ["attention weights tensor (bytes)", c1["bytes"], ch["bytes"]],
         ["forward time, median of 7 (ms)", 1e3 * t1, 1e3 * th],
     ]
     for r in runs:
@@ -331,8 +395,14 @@ def run(
                 "1 head, d = E | at initialisation",
                 f"{heads} heads, d = E/{heads} | after training"], rows),
         figure=fig,
-        caption=f"Cost: attnlab MultiHeadAttention, explicit path, counted by "
-                f"torch.utils.flop_counter; time ratio h={heads} / h=1: {th / t1:.2f} "
+        caption=f"Cost: attnlab MultiHeadAttention, explicit path, matmuls counted by "
+                f"torch.utils.flop_counter: parameters and matmul FLOPs are equal by "
+                f"construction (the heads slice the same E × E matrices). With a causal "
+                f"mask, each head's softmax and mask add {SCORE_OPS} operations per score: "
+                f"the full compute of {heads} heads is {full_excess:+.2%} that of one head, "
+                f"and the weights tensor takes {ch['bytes'] / max(c1['bytes'], 1):.0f}× the "
+                f"bytes ({ch['bytes'] / 2**20:.2f} MiB vs {c1['bytes'] / 2**20:.2f} MiB): "
+                f"more, not the same. Time ratio h={heads} / h=1: {th / t1:.2f} "
                 f"(shared machine, informative only). Subspaces: {len(runs)} one-block "
                 f"attnlab GPTs ({c.num_heads} heads, E = {c.embed_dim}), tasks "
                 f"{', '.join(c.tasks)} × {c.seeds} seeds, {c.steps} Adam steps each (lowest "
@@ -340,20 +410,33 @@ def run(
                 f"between heads by {dq:+.1f}° (W_q) and {dk:+.1f}° (W_k): it brings the heads "
                 f"closer, not apart. Heads started identical stay identical "
                 f"(max difference {same['spread']:.1e}).",
-        caption_zh=f"代价：attnlab MultiHeadAttention 显式路径，由 torch.utils.flop_counter "
-                   f"计数；时间比 h={heads} / h=1：{th / t1:.2f}（共享机器，仅供参考）。子空间："
+        caption_zh=f"代价：attnlab MultiHeadAttention 显式路径，矩阵乘法由 "
+                   f"torch.utils.flop_counter 计数：参数量和矩阵乘法 FLOPs 按构造相等（各头切分的是"
+                   f"同一组 E × E 矩阵）。加因果掩码时，每个头的 softmax 与掩码对每个分数另需 "
+                   f"{SCORE_OPS} 次运算：{heads} 个头的全部计算量比一个头多 {full_excess:+.2%}，"
+                   f"权重张量的字节数是一个头的 {ch['bytes'] / max(c1['bytes'], 1):.0f} 倍"
+                   f"（{ch['bytes'] / 2**20:.2f} MiB 对 {c1['bytes'] / 2**20:.2f} MiB）：代价更大，"
+                   f"而不是相同。时间比 h={heads} / h=1：{th / t1:.2f}（共享机器，仅供参考）。"
+                   f"子空间："
                    f"{len(runs)} 个单层 attnlab GPT（{c.num_heads} 个头，E = {c.embed_dim}），"
                    f"任务 {'、'.join(TASK_ZH[t] for t in c.tasks)} × {c.seeds} 个种子，"
                    f"各训练 {c.steps} 步 Adam（留出集准确率最低 {lo_acc:.3f}）。训练使各头之间的"
                    f"平均主角变化 {dq:+.1f}°（W_q）和 {dk:+.1f}°（W_k）：头被拉近而不是推开。"
                    f"初始完全相同的头训练后仍相同（最大差 {same['spread']:.1e}）。",
         expect_holds=False,
-        expect_why="Pilot runs (E = 64, 4 heads, 120 steps, copy and sort, 3 seeds each): the "
-                   "mean principal angle between heads' W_q falls from 63° at initialisation "
-                   "to 47–48° (copy) and 55–56° (sort) after training, W_k likewise. "
-                   "Different initialisations make the heads different; training makes "
-                   "them more alike.",
-        expect_why_zh="预实验（E = 64，4 个头，120 步，复制与排序任务各 3 个种子）：各头 W_q "
+        expect_why="Cost: only the parameters and the matmul FLOPs are equal, by "
+                   "construction; every head scales, masks and normalises its own N × N "
+                   "scores, so with E = 256, N = 128 and 8 heads the full compute is about "
+                   "+0.7 % (5 operations per score) and the weights tensor takes 8× the bytes. "
+                   "Subspaces: pilot runs (E = 64, 4 heads, 120 steps, copy and sort, 3 seeds "
+                   "each): the mean principal angle between heads' W_q falls from 63° at "
+                   "initialisation to 47–48° (copy) and 55–56° (sort) after training, W_k "
+                   "likewise. Different initialisations make the heads different; training "
+                   "makes them more alike.",
+        expect_why_zh="代价：只有参数量和矩阵乘法 FLOPs 相等，这是按构造成立的；每个头都要对自己的 "
+                      "N × N 分数做缩放、掩码和归一化，所以 E = 256、N = 128、8 个头时全部计算量"
+                      "约多 0.7%（每个分数 5 次运算），权重张量的字节数是 8 倍。子空间：预实验"
+                      "（E = 64，4 个头，120 步，复制与排序任务各 3 个种子）：各头 W_q "
                       "之间的平均主角从初始化时的 63° 降到训练后的 47–48°（复制）和 55–56°"
                       "（排序），W_k 同样如此。使各头不同的是初始化，训练反而使它们更相似。",
     )

@@ -1,5 +1,6 @@
 """softmax-saturation: unscaled scores saturate the softmax as d_k grows; the gradient
-through it vanishes (it does not explode); scaled scores don't saturate.
+through it to the scores vanishes, the gradient reaching W_q grows (the explosion);
+scaled scores don't saturate.
 
 When saturation happens: softmax of a row of scores is nearly one-hot once the gap between
 its largest and second-largest score is large against 1. For queries and keys with
@@ -20,6 +21,14 @@ linear readout u (loss L = Σ_rows u·out), and autograd through attnlab's atten
 (so q keeps independent unit-variance components, and |x| = |q|), a row's gradient with
 respect to W_q is x ∂L/∂qᵀ, of norm |q|·|∂L/∂q|, and the batch gradient is Σ_r x_r ∂L/∂q_rᵀ,
 of squared norm Σ_{r,r'} (q_r·q_r')(∂L/∂q_r·∂L/∂q_r') (checked against autograd).
+
+The explosion, measured: relative to the weight (‖W_q‖_F = √d_k), the RMS over rows of
+‖∂L/∂W_q‖ / ‖W_q‖. Scaled, every row passes an O(1) gradient and it is flat in d_k (the
+control). Unscaled, a row stays unsaturated with probability ~ d_k^(−½) and then passes a
+gradient √d_k times the scaled one, so the RMS grows ~ d_k^¼ (and the largest row's
+~ d_k^½): the explosion lives in the rare unsaturated rows, while the median row vanishes.
+Its largest value over d_k (the last d_k is noisy: few rows are left unsaturated) against
+the smallest d_k decides the article's 「梯度爆炸」.
 """
 
 from __future__ import annotations
@@ -32,25 +41,34 @@ from torch import Tensor
 
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
-from ._common import check_le, entropy, label_axes, new_figure, seeded
+from ._common import check_ge, check_le, entropy, label_axes, new_figure, seeded
 from ._result import Result
 
 NAME = "softmax-saturation"
 CLAIM = ("With N = 16 keys per row and raw scores q·k of standard deviation √d_k (independent "
          "unit-variance components), unscaled attention rows approach one-hot as d_k grows "
          "(max weight → 1, entropy → 0) and the softmax Jacobian diag(p) − ppᵀ vanishes, so "
-         "the typical row passes a vanishing gradient to its scores and to W_q — vanishing, "
-         "not the explosion article 001's heading 「梯度爆炸问题」 names; with the 1/√d_k "
-         "scale all of these stay flat in d_k.")
+         "the typical row passes a vanishing gradient to its scores and to W_q, and no row's "
+         "gradient to its scores grows; yet the gradient reaching W_q does grow, the "
+         "explosion article 001's heading 「梯度爆炸问题」 names: the RMS over rows of "
+         "‖∂L/∂W_q‖ / ‖W_q‖ rises several-fold with d_k, carried by the few rows not yet "
+         "saturated; with the 1/√d_k scale all of these stay flat in d_k.")
 CLAIM_ZH = ("每行 N = 16 个键、未缩放分数 q·k 的标准差为 √d_k（各分量独立、方差为 1）时，"
             "随着 d_k 增大，不缩放时每一行注意力权重都趋近 one-hot 分布"
             "（最大权重 → 1，熵 → 0），softmax 的雅可比矩阵 diag(p) − ppᵀ 趋于 0，"
-            "一般的一行传给分数和 W_q 的梯度随之消失——"
-            "是梯度消失，而不是文章 001 标题所说的「梯度爆炸问题」；按 1/√d_k 缩放后，"
-            "这些量都不随 d_k 变化。")
+            "一般的一行传给分数和 W_q 的梯度随之消失，任何一行传给分数的梯度都不增大；"
+            "但到达 W_q 的梯度确实增大，即文章 001 标题所说的「梯度爆炸问题」："
+            "各行 ‖∂L/∂W_q‖ / ‖W_q‖ 的均方根随 d_k 增大数倍，由少数尚未饱和的行承载；"
+            "按 1/√d_k 缩放后，这些量都不随 d_k 变化。")
 
 #: A row counts as saturated when its largest weight exceeds this.
 SATURATED = 0.99
+#: 「梯度爆炸」, measured: unscaled, the RMS over rows of ‖∂L/∂W_q‖ / ‖W_q‖_F must grow by
+#: at least this factor from the smallest d_k to the largest (theory: ∝ d_k^¼ at large
+#: d_k, carried by the rows not yet saturated) ...
+WQ_GROWTH = 4.0
+#: ... while scaled (the control) its largest and smallest over d_k stay within this factor.
+WQ_FLAT = 2.0
 
 ZH: dict[str, str] = {
     # checks
@@ -71,6 +89,13 @@ ZH: dict[str, str] = {
                 "最小 d_k 处的",
     "saturated rows' share of the unscaled W_q gradient at the largest d_k":
         "最大 d_k 处饱和行在未缩放 W_q 梯度中所占的份额",
+    "gradient explosion, unscaled: largest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k / at the "
+    "smallest d_k": "梯度爆炸（未缩放）：各 d_k 中每行 ‖∂L/∂W_q‖ / ‖W_q‖ 均方根的最大值 / 最小 "
+                    "d_k 处的值",
+    "scaled (control): largest / smallest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k":
+        "缩放（对照）：各 d_k 间每行 ‖∂L/∂W_q‖ / ‖W_q‖ 均方根的最大值 / 最小值",
+    "RMS row ‖∂L/∂W_q‖ / ‖W_q‖ (raw)": "每行 ‖∂L/∂W_q‖ / ‖W_q‖ 均方根（未缩放）",
+    "RMS row ‖∂L/∂W_q‖ / ‖W_q‖ (scaled)": "每行 ‖∂L/∂W_q‖ / ‖W_q‖ 均方根（缩放）",
     "batch ‖∂L/∂W_q‖ from Σ (q_r·q_r')(g_r·g_r') vs autograd, relative (fp64)":
         "由 Σ (q_r·q_r')(g_r·g_r') 得到的批量 ‖∂L/∂W_q‖ 与 autograd 的相对差（fp64）",
     # table
@@ -178,9 +203,10 @@ def run(
                 grads[kind].append(dict(
                     s_med=float(gs_row.median()), s_max=float(gs_row.max()),
                     w_med=float(gw_row.median()), w_batch=_batch_wq_norm(q[:, 0], g_q),
+                    w_rel=float(gw_row.square().mean().sqrt()) / math.sqrt(d_k),
                     sat=float(sat.double().mean()),
                     sat_share=float(gw_row[sat].sum() / gw_row.sum())))
-            for key in ("s_med", "w_med", "w_batch"):
+            for key in ("s_med", "w_med", "w_batch", "w_rel"):
                 extra += [grads["unscaled"][-1][key], grads["scaled"][-1][key]]
             table.append(row + extra + [grads["unscaled"][-1]["sat"]])
         # the Jacobian against autograd: d weights / d q = J_softmax · scale · K
@@ -222,6 +248,12 @@ def run(
                  "smallest", gu[-1]["w_med"] / gu[0]["w_med"], 1e-2, id="gradient-vanishes-wq"),
         check_le("no explosion through the softmax: largest row ‖∂L/∂s‖ at largest d_k / at "
                  "smallest, unscaled", gu[-1]["s_max"] / gu[0]["s_max"], 2.0, id="no-explosion"),
+        check_ge("gradient explosion, unscaled: largest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k / "
+                 "at the smallest d_k", max(x["w_rel"] for x in gu) / gu[0]["w_rel"],
+                 WQ_GROWTH, id="wq-gradient-grows-unscaled"),
+        check_le("scaled (control): largest / smallest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k",
+                 max(x["w_rel"] for x in gsc) / min(x["w_rel"] for x in gsc), WQ_FLAT,
+                 id="wq-gradient-flat-scaled"),
         check_le("saturated rows' share of the unscaled W_q gradient at the largest d_k",
                  gu[-1]["sat_share"], 0.2, id="saturated-share"),
         check_le("batch ‖∂L/∂W_q‖ from Σ (q_r·q_r')(g_r·g_r') vs autograd, relative (fp64)",
@@ -238,7 +270,8 @@ def run(
                 "entropy (scaled)", "‖J‖ (scaled)", "median row ‖∂L/∂s‖ (raw)",
                 "median row ‖∂L/∂s‖ (scaled)", "median row ‖∂L/∂W_q‖ (raw)",
                 "median row ‖∂L/∂W_q‖ (scaled)", "batch ‖∂L/∂W_q‖ (raw)",
-                "batch ‖∂L/∂W_q‖ (scaled)", "saturated rows (raw)"], table),
+                "batch ‖∂L/∂W_q‖ (scaled)", "RMS row ‖∂L/∂W_q‖ / ‖W_q‖ (raw)",
+                "RMS row ‖∂L/∂W_q‖ / ‖W_q‖ (scaled)", "saturated rows (raw)"], table),
         figure=fig,
         caption=f"{rows} query rows against {keys} keys per d_k; entropy in nats "
                 f"(uniform = log {keys} = {log_n:.2f}); ‖J‖ is the Frobenius norm; L = Σ u·out "
@@ -246,7 +279,12 @@ def run(
                 f"{SATURATED}. Unscaled, the median row's ‖∂L/∂s‖ falls from "
                 f"{gu[0]['s_med']:.3g} (d_k = {dims[0]}) to {gu[-1]['s_med']:.3g} "
                 f"(d_k = {dims[-1]}) and no row's exceeds {max(x['s_max'] for x in gu):.3g}: "
-                f"the gradient vanishes, it does not explode. What does grow is the batch "
+                f"the gradient to the scores vanishes, it does not explode. What does grow "
+                f"(the explosion) is the gradient reaching W_q: the RMS row ‖∂L/∂W_q‖ / ‖W_q‖ "
+                f"rises up to {max(x['w_rel'] for x in gu) / gu[0]['w_rel']:.3g}× its value "
+                f"at d_k = {dims[0]} unscaled, and stays within "
+                f"{max(x['w_rel'] for x in gsc) / min(x['w_rel'] for x in gsc):.3g}× scaled; "
+                f"the batch "
                 f"gradient with respect to W_q ({growth:.3g}× the scaled one at d_k = "
                 f"{dims[-1]}): it comes from the few rows not saturated (the saturated "
                 f"{gu[-1]['sat']:.0%} carry {gu[-1]['sat_share']:.1%} of it), whose scores are "
@@ -256,8 +294,14 @@ def run(
                    f"L = Σ u·out，u 为随机读出向量；最大权重超过 {SATURATED} 的行记为饱和。"
                    f"不缩放时，每行 ‖∂L/∂s‖ 的中位数从 {gu[0]['s_med']:.3g}（d_k = {dims[0]}）"
                    f"降到 {gu[-1]['s_med']:.3g}（d_k = {dims[-1]}），任何一行都不超过 "
-                   f"{max(x['s_max'] for x in gu):.3g}：梯度是消失，而不是爆炸。确实增大的是对 "
-                   f"W_q 的整批梯度（d_k = {dims[-1]} 时为缩放情形的 {growth:.3g} 倍）：它来自"
+                   f"{max(x['s_max'] for x in gu):.3g}：传给分数的梯度是消失，而不是爆炸。"
+                   f"确实增大（即梯度爆炸）的是到达 W_q 的梯度：不缩放时每行 ‖∂L/∂W_q‖ / ‖W_q‖ "
+                   f"的均方根最多增至 d_k = {dims[0]} 时的 "
+                   f"{max(x['w_rel'] for x in gu) / gu[0]['w_rel']:.3g} 倍，"
+                   f"缩放时各 d_k 间相差"
+                   f"不超过 {max(x['w_rel'] for x in gsc) / min(x['w_rel'] for x in gsc):.3g} "
+                   f"倍；对 W_q 的整批梯度（d_k = {dims[-1]} 时为缩放情形的 {growth:.3g} 倍）："
+                   f"它来自"
                    f"少数未饱和的行（占 {gu[-1]['sat']:.0%} 的饱和行只贡献其中的 "
                    f"{gu[-1]['sat_share']:.1%}），不缩放时这些行的分数对 q 的敏感度高出 √d_k 倍。",
     )

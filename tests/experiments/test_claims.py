@@ -24,7 +24,7 @@ from attnlab.experiments.claims import (
     Evidence,
     verdicts,
 )
-from attnlab.report.claims_markdown import markdown, page
+from attnlab.report.claims_markdown import TIMED_VERDICT, markdown, page
 from attnlab.report.html import text as html_text
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -289,9 +289,98 @@ def test_docs_claims_md_is_the_generated_page(fast_results):
         f"`python -m attnlab.report.claims_markdown`\n"
         f"committed: {got[stale] if stale < len(got) else '(end)'}\n"
         f"generated: {want[stale] if stale < len(want) else '(end)'}")
-    n = inv.counts(verdicts(results))
+    fixed = [v for v in verdicts(results) if not v.claim.timed]
+    n, k = inv.counts(fixed), inv.kind_counts(verdicts(results))
     assert committed.startswith("# The two articles, claim by claim\n")
-    assert f"{len(CLAIMS)} items. Verdicts: holds {n['holds']}," in committed
+    assert (f"{len(CLAIMS)} items (claim {k['claim']}, code {k['code']}, recommendation "
+            f"{k['recommendation']}, error {k['error']}). Verdicts: holds {n['holds']},"
+            in committed)
+    # a verdict that depends on timing is not fixed in the page: its cell says so
+    timed = [c.id for c in CLAIMS if c.timed]
+    assert timed == ["001-fused-qkv-faster"]
+    row = next(ln for ln in committed.splitlines() if ln.startswith(f"| `{timed[0]}` |"))
+    assert f"| {TIMED_VERDICT} |" in row and "**holds**" not in row
+    assert "measured when the report runs 1." in committed
+
+
+def test_markdown_puts_the_chinese_beside_the_english_and_leaves_timing_to_the_run():
+    timed = inv.claim("001-fused-qkv-faster")
+    err = inv.claim("000-error-projection-raises-dimension")
+    cond = inv.claim("000-apple-context")
+    results = [_result("fused-qkv-speed", 0.0),
+               _result("dot-product-geometry",
+                       checks=[Check("d_k / d", 0.25, "≤ 1", True, id="projection-no-wider")]),
+               _result("contextualisation")]
+    vs = verdicts(results, [timed, err, cond])
+    live, fixed = markdown(vs), markdown(vs, live=False)
+    assert live.startswith("| id | article | kind · 类型 | quote · 原文 | claim | 论断 |")
+    rows = {ln.split(" | ")[0][3:-1]: ln for ln in live.splitlines() if ln.startswith("| `")}
+    assert "| **holds** · 成立 |" in rows[timed.id] and timed.claim_zh in rows[timed.id]
+    assert TIMED_VERDICT not in live  # attnlab claims: computed, whatever the timing
+    frow = next(ln for ln in fixed.splitlines() if ln.startswith(f"| `{timed.id}`"))
+    assert f"| {TIMED_VERDICT} |" in frow and "**holds**" not in frow
+    assert fixed.replace(frow, "") == live.replace(rows[timed.id], "")  # only that cell
+    assert "| error · 文章的错误 |" in rows[err.id] and "**文章有误：**" in rows[err.id]
+    assert "**The article is wrong:**" in rows[err.id]
+    assert "| **does not hold** · 不成立 |" in rows[err.id]
+    assert f"条件：{cond.conditions_zh}" in rows[cond.id]
+    (v,) = verdicts([], [inv.claim("000-math-scalpel")])
+    assert "无法检验：这是观点与比喻。" in markdown([v]) and "· 无法检验 |" in markdown([v])
+
+
+def test_an_error_of_the_article_quotes_it_and_is_shown_by_evidence_against_it():
+    errors = [c for c in CLAIMS if c.kind == "error"]
+    assert len(errors) >= 3 and {c.article for c in errors} == set(inv.ARTICLES)
+    assert all(c.testable and c.evidence and all(e.against for e in c.evidence)
+               and not c.conditions_en for c in errors)
+    assert inv.ZH["error"] == inv.KIND_ZH["error"] == "文章的错误"
+    with pytest.raises(ValueError, match="against it"):
+        Claim("t-e", "000", "error", "升维", "Wrong.", "错误。", evidence=(Evidence("x"),))
+    with pytest.raises(ValueError, match="needs evidence"):
+        Claim("t-e", "000", "error", "升维", "Wrong.", "错误。", not_testable_en="no",
+              not_testable_zh="无")
+    with pytest.raises(ValueError, match="no conditions"):
+        Claim("t-e", "000", "error", "升维", "Wrong.", "错误。",
+              evidence=(Evidence("x", against=True),), conditions_en="if", conditions_zh="若")
+    with pytest.raises(TypeError, match="timed must be a bool"):
+        _claim(Evidence("x"), timed="yes")
+    with pytest.raises(ValueError, match="timed claim needs evidence"):
+        Claim("t-n", "001", "claim", "比喻", "A metaphor.", "比喻。", not_testable_en="m",
+              not_testable_zh="比", timed=True)
+    assert dict(inv.kind_counts(verdicts([], [inv.claim("000-math-scalpel")]))) == {
+        "claim": 1, "code": 0, "recommendation": 0, "error": 0}
+
+
+def test_the_projection_error_follows_its_check_both_ways():
+    """The heading 「线性投影：升维与子空间切割」 is wrong while no projection widens; a
+    result whose projection widens would make it hold."""
+    c = inv.claim("000-error-projection-raises-dimension")
+    assert c.quote_zh == "线性投影：升维与子空间切割"
+
+    def result(ratio: float) -> Result:
+        return _result("dot-product-geometry", checks=[
+            Check("d_k / d", ratio, "≤ 1", ratio <= 1, id="projection-no-wider")])
+
+    assert verdicts([result(0.25)], [c])[0].verdict == "does not hold"
+    assert verdicts([result(2.0)], [c])[0].verdict == "holds"
+
+
+def test_the_projection_check_reads_the_dimensions_both_ways():
+    import torch
+
+    from attnlab.experiments import dot_product_geometry as dpg
+    from attnlab.experiments import run
+
+    r = run("dot-product-geometry", plot=False, n_tokens=8, embed_dim=32, heads=4)
+    check = r.check("projection-no-wider")
+    assert check.passed and check.value == 8 / 32
+    x = torch.randn(2, 5, 8)
+    widened = torch.nn.Linear(8, 16)(x)  # a projection that does raise the dimension
+    assert dpg.widening(8, widened) == 2.0 and dpg.widening(8, x[..., :2], x) == 1.0
+    with pytest.raises(ValueError, match="input_dim"):
+        dpg.widening(0, x)
+    with pytest.raises(ValueError, match="at least one"):
+        dpg.widening(8)
 
 
 def test_the_page_masks_only_the_measured_numbers():

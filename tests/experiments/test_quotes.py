@@ -149,7 +149,8 @@ def _articles() -> dict[str, str] | None:
 PENDING = {
     ("init_scale.py", "当 d_k 较大时，QK^T 的值可能非常大，导致 softmax 进入饱和区"):
         "the article writes 「当 $d_k$ 较大时，$QK^T$ 的值可能非常大」",
-    ("multihead_cost.py", "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间"):
+    ("multihead_cost.py",
+     "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间"):
         "the article writes 「由于各个头的 $W$ 矩阵初始化不同」",
     ("relative_position_learned.py",
      "PE_{pos+k} 能表示为 PE_pos 的线性组合，这正是模型能学到相对位置的关键"):

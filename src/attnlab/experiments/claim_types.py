@@ -24,12 +24,17 @@ from dataclasses import dataclass
 
 from ._result import CHECK_ID
 
-__all__ = ["ARTICLES", "KINDS", "HEADLINE", "Evidence", "Claim", "Extension", "evidence"]
+__all__ = ["ARTICLES", "KINDS", "KIND_ZH", "HEADLINE", "Evidence", "Claim", "Extension",
+           "evidence"]
 
 #: The two articles, by the number their file names start with.
 ARTICLES = ("000", "001")
-#: What an inventory item is: a statement, a code listing (or a line of one), or advice.
-KINDS = ("claim", "code", "recommendation")
+#: What an inventory item is: a statement, a code listing (or a line of one), advice, or one
+#: of the article's own errors (a wrong statement, heading, label or code comment, quoted
+#: verbatim, with the check that shows what is true instead).
+KINDS = ("claim", "code", "recommendation", "error")
+#: Each kind in Chinese.
+KIND_ZH = {"claim": "论断", "code": "代码", "recommendation": "建议", "error": "文章的错误"}
 #: :attr:`Evidence.part` that selects a result's headline relation only (not its checks).
 HEADLINE = "headline"
 
@@ -91,12 +96,22 @@ def evidence(*parts: str | Evidence) -> tuple[Evidence, ...]:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim, code listing or recommendation of an article, and what decides it.
+    """One claim, code listing, recommendation or error of an article, and what decides it.
 
     ``quote_zh`` quotes the article verbatim; ``claim_en`` / ``claim_zh`` restate it as
     attnlab tests it. A claim is decided by its ``evidence``, holds only under
     ``conditions_en`` / ``conditions_zh`` when it has them, or says why no computation can
     decide it (``not_testable_en`` / ``not_testable_zh``: then it has neither).
+
+    An item of kind ``"error"`` quotes something the article gets wrong; ``claim_en`` /
+    ``claim_zh`` say what is wrong and what is true instead, and its evidence is the check
+    that shows the truth, marked *against* the quote (``"!experiment:check-id"``): the
+    verdict is ``"does not hold"`` while that check holds. It is always testable and has
+    no conditions.
+
+    ``timed``: the verdict depends on the machine's timing (a speed comparison), so a page
+    written once (``docs/claims.md``) does not fix it; it is computed each time the
+    inventory runs.
     """
 
     id: str
@@ -110,6 +125,7 @@ class Claim:
     conditions_zh: str = ""
     not_testable_en: str = ""
     not_testable_zh: str = ""
+    timed: bool = False
 
     def __post_init__(self) -> None:
         where = f"claim {self.id!r}"
@@ -134,6 +150,22 @@ class Claim:
         if not self.not_testable_en and not self.evidence:
             raise ValueError(f"{where}: a testable claim needs evidence (an experiment that "
                              "decides it), or not_testable_en saying why none can")
+        if self.kind == "error":
+            if not self.evidence:
+                raise ValueError(f"{where}: an error of the article needs evidence (the check "
+                                 "that shows what is true), not not_testable_en")
+            if not all(e.against for e in self.evidence):
+                raise ValueError(f"{where}: an error's evidence shows what is true instead of "
+                                 "the quote, so each must be against it ('!experiment:part'), "
+                                 f"got {[e.experiment for e in self.evidence if not e.against]}"
+                                 " without '!'")
+            if self.conditions_en:
+                raise ValueError(f"{where}: an error of the article has no conditions")
+        if not isinstance(self.timed, bool):
+            raise TypeError(f"{where}: timed must be a bool, got {type(self.timed).__name__}")
+        if self.timed and not self.evidence:
+            raise ValueError(f"{where}: a timed claim needs evidence (the timing that decides "
+                             "it)")
 
     @property
     def testable(self) -> bool:

@@ -17,6 +17,10 @@ support one claim and refute another (``article-code`` runs both listings;
 ``multihead-cost`` counts costs and measures subspaces). A claim that no computation can
 decide says why instead (``not_testable_en`` / ``not_testable_zh``).
 
+An item of kind ``"error"`` is one of the articles' own mistakes (a wrong heading, label or
+statement), quoted verbatim, with the check that shows what is true instead as evidence
+against the quote: its verdict ``"does not hold"`` says the numbers confirm the error.
+
 The verdicts are computed from results, never written by hand (:func:`verdicts`):
 
 * ``"not testable"`` when the claim says why no experiment can decide it;
@@ -36,7 +40,7 @@ Markdown (``attnlab claims --markdown``, ``docs/claims.md``) is
 >>> len({c.id for c in CLAIMS}) == len(CLAIMS) >= 50
 True
 >>> sorted({c.kind for c in CLAIMS})
-['claim', 'code', 'recommendation']
+['claim', 'code', 'error', 'recommendation']
 >>> claim("000-softmax-one-hot").covered_by
 ('softmax-saturation',)
 >>> check_ids("masking")
@@ -51,13 +55,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._result import Result, fmt_num
-from .claim_types import ARTICLES, HEADLINE, KINDS, Claim, Evidence, Extension, evidence
+from .claim_types import ARTICLES, HEADLINE, KIND_ZH, KINDS, Claim, Evidence, Extension, evidence
 from .claims_data import CLAIMS, EXTENSIONS
 
-__all__ = ["ARTICLES", "KINDS", "CLAIM_VERDICTS", "HEADLINE", "JSON_KEYS", "ZH", "Evidence",
-           "Claim", "Extension", "Measurement", "ClaimVerdict", "ExtensionVerdict", "CLAIMS",
-           "EXTENSIONS", "claim", "check_ids", "counts", "covering_experiments", "evidence",
-           "measure", "verdicts", "extension_verdicts", "to_json"]
+__all__ = ["ARTICLES", "KINDS", "KIND_ZH", "CLAIM_VERDICTS", "HEADLINE", "JSON_KEYS", "ZH",
+           "Evidence", "Claim", "Extension", "Measurement", "ClaimVerdict", "ExtensionVerdict",
+           "CLAIMS", "EXTENSIONS", "claim", "check_ids", "counts", "kind_counts",
+           "covering_experiments", "evidence", "measure", "verdicts", "extension_verdicts",
+           "to_json"]
 
 #: What the numbers say of an item.
 CLAIM_VERDICTS = ("holds", "holds under stated conditions", "does not hold", "not testable")
@@ -72,9 +77,7 @@ ZH: dict[str, str] = {
     "holds under stated conditions": "在所述条件下成立",
     "does not hold": "不成立",
     "not testable": "无法检验",
-    "claim": "论断",
-    "code": "代码",
-    "recommendation": "建议",
+    **KIND_ZH,
 }
 
 
@@ -282,3 +285,8 @@ def counts(claim_verdicts: Sequence[ClaimVerdict]) -> Mapping[str, int]:
     """How many claims got each verdict (every verdict listed, in :data:`CLAIM_VERDICTS`
     order)."""
     return {name: sum(v.verdict == name for v in claim_verdicts) for name in CLAIM_VERDICTS}
+
+
+def kind_counts(claim_verdicts: Sequence[ClaimVerdict]) -> Mapping[str, int]:
+    """How many items are of each kind (every kind listed, in :data:`KINDS` order)."""
+    return {kind: sum(v.claim.kind == kind for v in claim_verdicts) for kind in KINDS}

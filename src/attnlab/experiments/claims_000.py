@@ -2,7 +2,7 @@
 with the ``PureSelfAttention`` listing):
 《拆解 Transformer：从几何与线性代数视角看透注意力机制的数学本质》.
 
-Every claim, code listing and recommendation in reading order, as
+Every claim, code listing, recommendation and error of the article in reading order, as
 :class:`~attnlab.experiments.claim_types.Claim` records (pure data; the verdicts are
 :mod:`attnlab.experiments.claims`). The two conditions shared with article 001
 (``IID_*``: the variance argument's assumptions; ``NORM_*``: the score is a cosine only for
@@ -25,7 +25,7 @@ NORM_EN = ("The score is the cosine only for unit vectors: q·k = |q||k|cos θ, 
 NORM_ZH = ("只有单位向量的点积才等于夹角余弦：q·k = |q||k|cos θ，分数的波动有一部分来自向量长度"
             "（逐头实测）。")
 
-#: Article 000's claims, code listings and recommendations, in reading order.
+#: Article 000's claims, code listings, recommendations and errors, in reading order.
 CLAIMS_000: tuple[Claim, ...] = (
     Claim(
         "000-transformer-history", "000", "claim",
@@ -66,6 +66,18 @@ CLAIMS_000: tuple[Claim, ...] = (
         "键与查询的得分越高，其值向量分到的权重越大：softmax 权重是归一化后的 exp(分数)，"
         "是分数的严格增函数（注意力就是以 exp(q·k) 为核的核平滑）。",
         evidence("learned-kernel:nw-estimate"),
+    ),
+    Claim(
+        "000-error-projection-raises-dimension", "000", "error",
+        "线性投影：升维与子空间切割",
+        "The heading calls the linear projection a raising of the dimension (升维), but it "
+        "never raises it: W^Q, W^K, W^V are d × d_k with d_k = d/h ≤ d (the article's own "
+        "next lines say d × d_k), so each head's projection maps the d-dimensional input to "
+        "d/h dimensions; measured on attnlab's MultiHeadAttention, d_k / d ≤ 1.",
+        "该标题把线性投影称为“升维”，但它从不升维：W^Q、W^K、W^V 是 d × d_k 的矩阵，"
+        "d_k = d/h ≤ d（文章紧接着的正文自己也写的是 d × d_k），每个头的投影把 d 维的输入映射到 "
+        "d/h 维；在 attnlab 的 MultiHeadAttention 上实测 d_k / d ≤ 1。",
+        evidence("!dot-product-geometry:projection-no-wider"),
     ),
     Claim(
         "000-qkv-subspaces", "000", "claim",

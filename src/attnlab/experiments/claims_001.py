@@ -1,7 +1,7 @@
 """The inventory's text for article 001 (positional encoding, the ``MultiHeadAttention``
 listing and practical tips): 《3Blue1Brown Transformer 入门指南：从数学原理到 PyTorch 实现》.
 
-Every claim, code listing and recommendation in reading order, as
+Every claim, code listing, recommendation and error of the article in reading order, as
 :class:`~attnlab.experiments.claim_types.Claim` records (pure data; the verdicts are
 :mod:`attnlab.experiments.claims`).
 """
@@ -13,7 +13,7 @@ from .claims_000 import IID_EN, IID_ZH, NORM_EN, NORM_ZH
 
 __all__ = ["CLAIMS_001"]
 
-#: Article 001's claims, code listings and recommendations, in reading order.
+#: Article 001's claims, code listings, recommendations and errors, in reading order.
 CLAIMS_001: tuple[Claim, ...] = (
     Claim(
         "001-geometric-meaning", "001", "claim",
@@ -43,6 +43,18 @@ CLAIMS_001: tuple[Claim, ...] = (
         "正弦位置编码 PE(pos, 2i) = sin(pos / 10000^(2i/d_model))（2i + 1 维为 cos），"
         "attnlab 的位置编码表按此计算。",
         evidence("pe-relative-position"),
+    ),
+    Claim(
+        "001-error-wavelength-decay", "001", "error",
+        "波长衰减",
+        "The item is labelled 'wavelength decay' (波长衰减), but the wavelengths it describes "
+        "grow: the wavelength of dimension pair i is 2π·10000^(2i/d_model), from 2π up to "
+        "almost 10000·2π, each pair's 10000^(2/d_model) times the previous one's (the same "
+        "sentence says they grow exponentially); what decays with i is the frequency.",
+        "该条的标题是“波长衰减”，但它描述的波长是在增长：第 i 对维度的波长为 "
+        "2π·10000^(2i/d_model)，从 2π 增长到接近 10000·2π，每一对都是前一对的 "
+        "10000^(2/d_model) 倍（同一句话也说波长呈指数增长）；随 i 衰减的是频率。",
+        evidence("!pe-relative-position:first-wavelength,wavelength-ratio,last-wavelength"),
     ),
     Claim(
         "001-wavelengths-exponential", "001", "claim",
@@ -150,6 +162,7 @@ CLAIMS_001: tuple[Claim, ...] = (
         "separate projections.",
         "用一个 nn.Linear(d_model, 3·d_model) 一次性计算 Q、K、V，比分开三次投影更快。",
         evidence("fused-qkv-speed:headline"),
+        timed=True,
     ),
     Claim(
         "001-fused-qkv-same", "001", "code",
@@ -219,7 +232,7 @@ CLAIMS_001: tuple[Claim, ...] = (
         "为避免分数过大、softmax 饱和，初始化时适当调小线性层的权重（如 xavier_normal_ 取增益 "
         "0.02）：在关联回忆任务上从相同的初始方向、用相同批次训练，模型的最终损失应低于默认增益 "
         "1.0。",
-        evidence("init-scale:headline", "init-scale:final-loss-ratio"),
+        evidence("init-scale:headline", "init-scale:saturated-final-loss-ratio"),
     ),
     Claim(
         "001-check-row-sums", "001", "recommendation",
@@ -244,6 +257,18 @@ CLAIMS_001: tuple[Claim, ...] = (
                       "positions are exactly 0, not −∞; the scores before it are −∞.",
         conditions_zh="文中的检查比较的是 softmax 之后的权重，被遮蔽位置恰为 0 而不是负无穷；"
                       "softmax 之前的分数才是负无穷。",
+    ),
+    Claim(
+        "001-error-masked-weights-minus-infinity", "001", "error",
+        "掩码位置的值是否真的是负无穷（attn.masked_fill(mask==0,0).sum() == attn.sum()）",
+        "The tip says to check that the masked positions' values really are −∞, but the check "
+        "it prints reads attn, the weights after the softmax, where the masked positions are "
+        "exactly 0 (it tests that zeroing them changes nothing); −∞ is the score before the "
+        "softmax, and weights of −∞ would make attn.sum() −∞ and the check fail.",
+        "该技巧说要检查掩码位置的值“是否真的是负无穷”，但它给出的检查读的是 attn，即 softmax "
+        "之后的权重，被遮蔽位置的权重恰为 0（检查的是把它们置 0 不改变总和）；负无穷是 softmax "
+        "之前的分数，若权重真是负无穷，attn.sum() 为负无穷，这一检查反而不成立。",
+        evidence("!masking:masked-weight-zero"),
     ),
     Claim(
         "001-mask-minus-infinity", "001", "code",

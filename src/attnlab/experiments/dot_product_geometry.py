@@ -11,6 +11,11 @@ angle between unit vectors). Writing s = n·c with n = |q||k| and c = cos θ,
 
 splits the spread of the scores into an angle part and a norm part (article 000: the dot
 product measures direction, scaled by length).
+
+A check reads the dimensions as well: each head's projection maps the d-dimensional input
+to d_k = d/h dimensions (the last axis at ``hook_q`` / ``hook_k`` against the input's), so
+it never raises the dimension (:func:`widening` ≤ 1), whatever article 000's heading
+「线性投影：升维与子空间切割」 says.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from torch import Tensor
 from attnlab.core import positional
 from attnlab.nn import MultiHeadAttention
 
-from ._common import check_between, new_figure, scores_via_attnlab, seeded
+from ._common import check_between, check_le, new_figure, scores_via_attnlab, seeded
 from ._result import Result
 
 NAME = "dot-product-geometry"
@@ -38,6 +43,8 @@ CLAIM_ZH = ("在随机初始化（未经训练）的 attnlab MultiHeadAttention 
 ZH: dict[str, str] = {
     # checks
     "head {}: (angle part + norm part) / Var(score)": "头 {}：(夹角部分 + 长度部分) / Var(分数)",
+    "per-head projection: output dimension d_k / input dimension d (q and k)":
+        "每个头的投影：输出维度 d_k / 输入维度 d（q 与 k）",
     # table
     "head": "头",
     "Var(score)": "Var(分数)",
@@ -62,6 +69,20 @@ def stable_angle(q: Tensor, k: Tensor) -> Tensor:
     a = q / q.norm(dim=-1, keepdim=True)
     b = k / k.norm(dim=-1, keepdim=True)
     return 2 * torch.atan2((a - b).norm(dim=-1), (a + b).norm(dim=-1))
+
+
+def widening(input_dim: int, *projected: Tensor) -> float:
+    """The largest output dimension / input dimension over ``projected`` (their last axis):
+    > 1 only when a projection raises the dimension.
+
+    >>> widening(64, torch.zeros(4, 8, 16), torch.zeros(4, 8, 16))
+    0.25
+    """
+    if not isinstance(input_dim, int) or input_dim < 1:
+        raise ValueError(f"input_dim must be an int >= 1, got {input_dim!r}")
+    if not projected:
+        raise ValueError("widening needs at least one projected tensor, got none")
+    return max(t.shape[-1] for t in projected) / input_dim
 
 
 def _capture_qk(seed: int, n_tokens: int, embed_dim: int, heads: int) -> tuple[Tensor, Tensor]:
@@ -114,6 +135,9 @@ def run(
     checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2,
                             id=f"head-{h}-variance-split")
               for h, r in enumerate(ratios)]
+    checks.append(check_le("per-head projection: output dimension d_k / input dimension d "
+                           "(q and k)", widening(embed_dim, q, k), 1.0,
+                           id="projection-no-wider"))
     fig = _figure(q, k, s, n, c) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,

@@ -131,8 +131,10 @@ WRONG = {
     "dot-product-geometry": dict(
         angle_fn=lambda q, k: torch.acos((q * k).sum(-1).clamp(-1, 1)), n_tokens=16),
     "convex-combination": dict(attend=_bad_attend, batch=4),
-    # the article's claim is refuted: pushing the heads apart in training makes it "hold"
-    "multihead-cost": dict(separation_penalty=1.0, config=mhc.HeadsConfig(seeds=1), n=16),
+    # the article's claim is refuted: pushing the heads apart in training and counting the
+    # matmuls alone makes it "hold"
+    "multihead-cost": dict(separation_penalty=1.0, score_cost=lambda w: (0, 0),
+                           config=mhc.HeadsConfig(seeds=1), n=16),
     "pe-relative-position": dict(table_fn=pe.wrong_table, max_offset=8),
     "rope-relative": dict(rotate_fn=rope.additive_positions, n_positions=32),
     "kernel-smoothing": dict(equal_norm_keys=False),

@@ -84,8 +84,35 @@ def test_multihead_cost_training_brings_heads_closer(results):
 def test_multihead_cost_penalty_pushing_heads_apart_misses_the_verdict():
     r = run("multihead-cost", plot=False, separation_penalty=1.0,
             config=mhc.HeadsConfig(tasks=("copy",), seeds=1), n=16)
-    assert r.holds and not r.passed
+    assert r.check("wq-angle-change").passed and r.check("wk-angle-change").passed
     assert r.measured > 10  # the penalty, not gradient descent on the task, separates them
+    assert not r.holds  # the cost half still refutes the claim ...
+    r = run("multihead-cost", plot=False, separation_penalty=1.0,
+            score_cost=lambda w: (0, 0), config=mhc.HeadsConfig(tasks=("copy",), seeds=1),
+            n=16)
+    assert r.holds and not r.passed  # ... and with the matmuls counted alone, it "holds"
+
+
+def test_multihead_cost_counts_the_softmax_mask_and_weights(results):
+    r = results["multihead-cost"]
+    rows = _rows(r)
+    b, n, h = 4, 16, 8  # test sizes
+    assert rows["scores (elements of the weights tensor)"] == [b * n * n, b * h * n * n]
+    assert rows["softmax and mask operations (5 per score)"] == [5 * b * n * n,
+                                                                5 * b * h * n * n]
+    assert rows["attention weights tensor (bytes)"] == [4 * b * n * n, 4 * b * h * n * n]
+    one, many = rows["full compute: matmul FLOPs + softmax and mask"]
+    assert many - one == 5 * b * (h - 1) * n * n  # the only difference: h·N² per sequence
+    full, nbytes = r.check("full-compute"), r.check("weights-bytes")
+    assert not full.passed and full.value == pytest.approx((many - one) / one)
+    assert not nbytes.passed and nbytes.value == h - 1
+    assert r.check("flops").passed and r.check("params").passed  # equal by construction
+
+
+def test_multihead_cost_matmul_only_count_makes_the_cost_look_equal():
+    r = run("multihead-cost", plot=False, score_cost=lambda w: (0, 0),
+            config=mhc.HeadsConfig(tasks=("copy",), seeds=1, steps=0, min_accuracy=0.0), n=16)
+    assert r.check("full-compute").passed and r.check("weights-bytes").passed
 
 
 def test_multihead_cost_untrained_models_are_a_defect_not_a_finding():

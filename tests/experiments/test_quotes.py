@@ -143,21 +143,9 @@ def _articles() -> dict[str, str] | None:
     return texts if all(t is not None for t in texts.values()) else None
 
 
-# Quotes in modules whose text this inventory does not own, not verbatim (each drops the
-# article's $…$ around its maths); each must be fixed there, then removed from here: a
-# strict xfail fails as soon as the quote is right.
-PENDING = {
-    ("init_scale.py", "当 d_k 较大时，QK^T 的值可能非常大，导致 softmax 进入饱和区"):
-        "the article writes 「当 $d_k$ 较大时，$QK^T$ 的值可能非常大」",
-    ("multihead_cost.py",
-     "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间"):
-        "the article writes 「由于各个头的 $W$ 矩阵初始化不同」",
-    ("relative_position_learned.py",
-     "PE_{pos+k} 能表示为 PE_pos 的线性组合，这正是模型能学到相对位置的关键"):
-        "the article writes 「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合」",
-    ("wo_fusion.py", "最后通过 W^O 矩阵再次拼接并投影回原维度，实现了信息的无损多视角融合"):
-        "the article writes 「最后通过 $W^O$ 矩阵」",
-}
+# Quotes known not to be verbatim yet, (module, quote) -> why: each runs as a strict xfail,
+# which fails as soon as the quote is right (then remove it from here). None today.
+PENDING: dict[tuple[str, str], str] = {}
 
 QUOTES = all_quotes()
 

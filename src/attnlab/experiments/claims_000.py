@@ -313,11 +313,27 @@ CLAIMS_000: tuple[Claim, ...] = (
     Claim(
         "000-multihead-no-extra-cost", "000", "claim",
         "多头注意力不仅没有增加计算复杂度（总维度不变）",
-        "With d_k = d_model / h, multi-head attention costs the same as one head of size "
-        "d_model: the same parameters and the same FLOPs.",
-        "取 d_k = d_model / h 时，多头注意力与一个 d_model 维的单头代价相同：参数量相同，"
-        "FLOPs 也相同。",
+        "With d_k = d_model / h, multi-head attention does not increase the computational "
+        "complexity over one head of size d_model: the same parameters, the same matmul FLOPs, "
+        "the same order of growth O(N·E² + N²·E).",
+        "取 d_k = d_model / h 时，多头注意力相对一个 d_model 维的单头没有增加计算复杂度："
+        "参数量相同，矩阵乘法 FLOPs 相同，增长阶 O(N·E² + N²·E) 相同。",
         evidence("multihead-cost:params", "multihead-cost:flops,flops-formula"),
+        conditions_en="Holds for the complexity, the article's word, and only by construction: "
+                      "the heads slice the same E × E matrices, so the parameters and the "
+                      "matmul FLOPs are equal for any weights (no control can fail them). "
+                      "Counted exactly, the cost is not the same: each head scales, masks and "
+                      "normalises its own N × N scores, +0.68 % compute for 8 heads at "
+                      "E = 256, N = 128 (5 operations a score, a lower bound; "
+                      "multihead-cost:full-compute), and the weights tensor holds h× the "
+                      "bytes (256 KiB → 2 MiB; multihead-cost:weights-bytes).",
+        conditions_zh="对“计算复杂度”（文章的用词）成立，而且只是按构造成立：各头切分的是"
+                      "同一组 E × E 矩阵，所以参数量和矩阵乘法 FLOPs 对任何权重都相等"
+                      "（没有哪个对照能使其不成立）。精确计数时代价并不相同："
+                      "每个头都要对自己的 N × N 分数做缩放、掩码和"
+                      "归一化，E = 256、N = 128 时 8 个头的计算量多 0.68%（每个分数 5 次运算，"
+                      "为下界；multihead-cost:full-compute），权重张量的字节数是 h 倍"
+                      "（256 KiB → 2 MiB；multihead-cost:weights-bytes）。",
     ),
     Claim(
         "000-multihead-efficiency", "000", "claim",

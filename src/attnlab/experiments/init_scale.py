@@ -9,7 +9,7 @@ schemes, ``xavier_uniform_`` (attnlab's ``MultiHeadAttention(init_gain=g)``) and
 ``xavier_normal_``, on the q, k, v projections (``qkv_proj``; ``out_proj`` keeps its
 default init).
 
-Does it help training? The tip is given against softmax saturation: 「当 d_k 较大时，QK^T
+Does it help training? The tip is given against softmax saturation: 「当 $d_k$ 较大时，$QK^T$
 的值可能非常大，导致 softmax 进入饱和区」. A small model (embedding → one attnlab
 ``MultiHeadAttention`` → readout) is trained on associative recall (the ``scaling-training``
 task) from the same initial directions and the same batches, with gain 0.02 and with the

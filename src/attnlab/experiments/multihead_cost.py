@@ -3,7 +3,7 @@ FLOPs are equal); training does not push them apart.
 
 Article 000 (section 三) says two things of multi-head attention:
 「多头注意力不仅没有增加计算复杂度（总维度不变）」 and
-「由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间」.
+「由于各个头的 $W$ 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间」.
 
 **Cost.** W_q, W_k, W_v, W_o are E × E whatever h is: the heads only slice them. The
 projections cost 8·N·E² FLOPs per sequence; the scores and the weighted sum cost

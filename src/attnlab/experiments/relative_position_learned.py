@@ -1,7 +1,7 @@
 """relative-position-learned: with the sinusoidal table, attention trained at positions < P
 attends by offset at positions it never saw; learned absolute embeddings do not.
 
-Article 001: 「PE_{pos+k} 能表示为 PE_pos 的线性组合，这正是模型能学到相对位置的关键」. Since
+Article 001: 「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合，这正是模型能学到相对位置的关键」. Since
 PE[pos − k] = M_{−k}·PE[pos] with one matrix for every pos (``pe-relative-position``), a
 query projection W_q = M_{−k} (and W_k = I) scores PE[pos]·… highest at key pos − k at
 every position, seen in training or not. Whether training finds such a solution is

@@ -1,6 +1,6 @@
 """wo-fusion: what W^O does with the heads' outputs, and whether it loses anything.
 
-Article 000 (section 三): 「最后通过 W^O 矩阵再次拼接并投影回原维度，实现了信息的无损多视角融合」.
+Article 000 (section 三): 「最后通过 $W^O$ 矩阵再次拼接并投影回原维度，实现了信息的无损多视角融合」.
 
 Concatenating the h heads' outputs puts head k in its own block of coordinates; W^O (E × E)
 then writes every output coordinate from all heads. Split W^O into h × h blocks of

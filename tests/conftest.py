@@ -85,3 +85,4 @@ def page(browser):
     context.close()
     assert not outside, f"the page tried to reach the network: {outside}"
     assert not errors, f"console errors: {errors}"
+

@@ -9,6 +9,7 @@ import torch
 
 from attnlab.analysis.ablation import _mask, ablate_keys, importances, rank_agreement
 from attnlab.tracing import trace
+from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -17,12 +18,7 @@ N = 40
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    cfg._attn_implementation = "eager"
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return random_llama(vocab=61, positions=128)
 
 
 @pytest.fixture(scope="module")

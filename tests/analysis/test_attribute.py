@@ -9,17 +9,14 @@ import torch
 from attnlab.analysis.ablation import ablate_keys
 from attnlab.analysis.attribute import attribute, prefix
 from attnlab.tracing import trace
+from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return random_llama(vocab=61, positions=256, eager=False)
 
 
 @pytest.fixture(scope="module")

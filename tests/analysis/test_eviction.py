@@ -11,6 +11,7 @@ from attnlab.analysis.eviction import CONTROLS, POLICIES, evict, kept_keys, key_
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.tracing import trace
 from attnlab.tracing.attention import AttentionTrace
+from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,13 +20,8 @@ N, C, WINDOW = 300, 240, 16
 
 @pytest.fixture(scope="module")
 def model_and_ids():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    cfg._attn_implementation = "eager"
     ids = torch.randint(1, 97, (N,), generator=torch.Generator().manual_seed(2)).tolist()
-    return transformers.LlamaForCausalLM(cfg).eval(), ids
+    return random_llama(), ids
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from attnlab.tracing.attribution import (
     score_parts,
     value_weighted_rows,
 )
+from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,12 +29,7 @@ N = 256
 
 @pytest.fixture(scope="module")
 def llama():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    cfg._attn_implementation = "eager"
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return random_llama(layers=3)
 
 
 @pytest.fixture(scope="module")

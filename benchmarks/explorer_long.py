@@ -4,7 +4,8 @@
         [--trace FILE] [--save FILE] [--repeats 3] [--requests 30] [--json]
 
 1. A trace of ``--tokens`` tokens: SmolLM2-135M (30 layers x 9 heads, 3 key/value heads,
-   d = 64) on the two articles in ``../shared/seeds/`` cut to the length (``smollm2``; the
+   d = 64) on attnlab's long text (its course, or the ``*.txt`` files of
+   ``$ATTNLAB_ARTICLES``) cut to the length (``smollm2``; the
    real model, offline), or a synthetic trace of the same shape (``synthetic``: seeded
    q/k with local, sink and diffuse heads), or a saved trace (``--trace``).
 2. ``attnlab explore``'s page for it: build time, peak memory of this process, HTML bytes
@@ -34,23 +35,21 @@ import time
 import urllib.request
 from pathlib import Path
 
-SEEDS = Path(__file__).resolve().parent.parent.parent / "shared" / "seeds"
-
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def smollm2_trace(n: int):
-    """SmolLM2 on the seed articles, cut to ``n`` tokens (q, k, lse kept; pieces unmerged)."""
+    """SmolLM2 on the long text, cut to ``n`` tokens (q, k, lse kept; pieces unmerged)."""
     from attnlab.models import load
+    from attnlab.report.long_text import long_text
     from attnlab.tracing.tracer import trace
 
     loaded = load("smollm2", progress=False)
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt")))
-    ids = loaded.tokenizer(text)["input_ids"][:n]
+    ids = loaded.tokenizer(long_text().text)["input_ids"][:n]
     if len(ids) < n:
-        raise SystemExit(f"the seed articles give {len(ids)} tokens, fewer than {n}")
+        raise SystemExit(f"the long text gives {len(ids)} tokens, fewer than {n}")
     t = trace(loaded, ids, merge_pieces=False, progress=True)
     t.text = None  # ids in, no text: the page carries the tokens
     return t

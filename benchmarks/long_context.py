@@ -6,9 +6,9 @@
 Each measurement runs in a fresh process (multiprocessing, spawn), so its peak resident
 set (``ru_maxrss``) is its own, model loading included:
 
-* ``smollm2_exact``: SmolLM2 on the first ``--tokens`` tokens of the two articles in
-  ``../shared/seeds/``: max |trace rows - eager ``output_attentions``| over every layer,
-  head and row; max |logits under capture - eager logits|; seconds of each.
+* ``smollm2_exact``: SmolLM2 on the first ``--tokens`` tokens of attnlab's long text (its
+  course, or ``$ATTNLAB_ARTICLES``): max |trace rows - eager ``output_attentions``| over
+  every layer, head and row; max |logits under capture - eager logits|; seconds of each.
 * ``smollm2_trace``: the same trace alone (time, peak memory, file bytes).
 * ``gpt_trace``: an attnlab GPT (2 layers, 4 heads of 16, 2 key/value heads, RoPE) at
   ``--gpt-tokens`` tokens (target: <= 2 GB peak at 32,768 tokens).
@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
-
 
 def _peak_mib() -> float:
     import resource
@@ -41,8 +39,9 @@ def _peak_mib() -> float:
 
 
 def _smollm2_ids(loaded: Any, n: int) -> list[int]:
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt")))
-    ids = loaded.tokenizer(text)["input_ids"]
+    from attnlab.report.long_text import long_text
+
+    ids = loaded.tokenizer(long_text().text)["input_ids"]
     if len(ids) < n:
         ids = (ids * (n // len(ids) + 1))
     return ids[:n]

@@ -17,14 +17,15 @@ import argparse
 import json
 import os
 import random
-import resource
 import statistics
 import time
 from pathlib import Path
 
 
 def _peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    from attnlab._proc import peak_rss_bytes  # this process's own (VmHWM)
+
+    return peak_rss_bytes() / 1e9
 
 
 def _ms(fn, repeats: int) -> dict[str, float]:

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import random
-import resource
 import shutil
 import statistics
 import sys
@@ -37,7 +36,9 @@ from pathlib import Path
 
 
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from attnlab._proc import peak_rss_bytes  # this process's own (VmHWM)
+
+    return peak_rss_bytes() / 2**20
 
 
 def smollm2_trace(n: int):

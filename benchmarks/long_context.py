@@ -4,7 +4,7 @@
                                                [--smollm2-8k] [--json]
 
 Each measurement runs in a fresh process (multiprocessing, spawn), so its peak resident
-set (``ru_maxrss``) is its own, model loading included:
+set (``VmHWM``, :func:`attnlab._proc.peak_rss_bytes`) is its own, model loading included:
 
 * ``smollm2_exact``: SmolLM2 on the first ``--tokens`` tokens of attnlab's long text (its
   course, or ``$ATTNLAB_ARTICLES``): max |trace rows - eager ``output_attentions``| over
@@ -32,10 +32,9 @@ from typing import Any
 
 
 def _peak_mib() -> float:
-    import resource
+    from attnlab._proc import peak_rss_bytes  # this process's own (VmHWM)
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+    return peak_rss_bytes() / 2**20
 
 
 def _smollm2_ids(loaded: Any, n: int) -> list[int]:

@@ -39,7 +39,19 @@ def echo(value: Any) -> Any:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set so far, in bytes."""
+    """This process's peak resident set so far, in bytes: its own, since it started.
+
+    On Linux this is ``VmHWM`` of ``/proc/self/status``: ``getrusage``'s ``ru_maxrss``
+    survives ``execve`` and starts from the parent's resident set at ``fork``, so a fresh
+    interpreter started by a large process would report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB else
 

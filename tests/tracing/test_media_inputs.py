@@ -205,7 +205,8 @@ def test_two_hours_of_audio_are_refused_or_cut_without_reading_the_file(tmp_path
         import numpy as np
         trace(model, audio=np.zeros(16000, np.float32), target=[3])  # warm: imports, caches
         def peak():
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            from attnlab._proc import peak_rss_bytes  # this process's own peak (VmHWM)
+            return peak_rss_bytes()
         before = peak()
         try:
             trace(model, audio={str(wav)!r}, target=[3])

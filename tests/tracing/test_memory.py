@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent(f"""
     from attnlab.tracing.tracer import trace
 
     def peak_mib():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        from attnlab._proc import peak_rss_bytes  # this process's own peak (VmHWM)
+        return peak_rss_bytes() / 2**20
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

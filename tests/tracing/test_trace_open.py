@@ -77,13 +77,13 @@ def test_opening_a_large_trace_reads_only_what_is_asked(tmp_path):
 
     def growth(how: str) -> tuple[int, float]:
         code = textwrap.dedent(f"""
-            import resource, torch
+            import torch
+            from attnlab._proc import peak_rss_bytes  # this process's own peak (VmHWM)
             from attnlab.tracing.attention import AttentionTrace
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            before = peak_rss_bytes()
             t = AttentionTrace.{how}({str(path)!r})
             row = t.weights_rows(2, 1, [{n - 1}])
-            grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-            print(grew * 1024, float(row.sum()))
+            print(peak_rss_bytes() - before, float(row.sum()))
         """)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              check=True).stdout.split()

@@ -1,8 +1,9 @@
 """One point of the long-context curve, measured alone in a fresh process.
 
 A job is a small JSON object; :func:`run_job` does it in this process, :func:`run_isolated`
-in a new Python process (:func:`attnlab._proc.call_isolated`), so the peak resident set it
-reports (``ru_maxrss`` at the end) is that point's own, model loading included::
+in a new Python process (:func:`attnlab._proc.call_isolated`), so the peak resident set
+it reports (:func:`attnlab._proc.peak_rss_bytes` at the end) is that point's own, model
+loading included::
 
     {"kind": "eager" | "trace", "model": "smollm2" | "tiny-llama", "tokens": N,
      "text": null | "DIR"}

@@ -551,11 +551,11 @@ def _machine_text(doc: dict[str, Any]) -> str:
         f"Measured on {m['cpus']} CPU cores, {mem} GB of memory ({m['platform']}); load "
         f"average (1, 5, 15 min) {la0} at the start and {la1} at the end: the machine was "
         "shared, so times are this run's, not comparable between runs. Peak memory is the "
-        "whole process's resident peak (ru_maxrss), model loading included; times are the "
+        "whole process's resident peak (VmHWM), model loading included; times are the "
         "forward or the trace alone. Both runs skip the vocabulary head.",
         f"测量环境：{m['cpus']} 个 CPU 核、{mem} GB 内存（{m['platform']}）；平均负载（1、5、15 "
         f"分钟）开始时 {la0}，结束时 {la1}：机器是共享的，时间只代表这一次运行，不同运行之间不可"
-        "比较。峰值内存是整个进程的常驻峰值（ru_maxrss），包含加载模型；时间只计前向或追踪本身。"
+        "比较。峰值内存是整个进程的常驻峰值（VmHWM），包含加载模型；时间只计前向或追踪本身。"
         "两者都跳过词表输出层。", cls="muted")
 
 

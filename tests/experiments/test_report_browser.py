@@ -59,11 +59,11 @@ def test_every_experiment_section_renders(fast_results, page, artifacts_dir, tmp
 # -- the page in Chinese -------------------------------------------------------------------
 
 #: Words a Chinese page may show: names (of attnlab, models, libraries, formats, the other
-#: language, number types as in fp64 and float32) and the notation of the articles
-#: (function names, symbols, units).
+#: language, Linux's peak-memory field VmHWM, number types as in fp64 and float32) and the
+#: notation of the articles (function names, symbols, units).
 ALLOWED = {
     "attnlab", "PyTorch", "Python", "GPT", "MiniLM", "SmolLM", "Hugging", "Face", "HF",
-    "English", "Linux", "CPU", "SVG", "PNG",
+    "English", "Linux", "CPU", "SVG", "PNG", "VmHWM",
     "softmax", "QK", "RoPE", "PE", "pos", "FLOPs", "FLOP", "RNN", "elu", "NaN", "inf",
     "fp", "float", "log", "sum", "exp", "cos", "sin", "max", "min",
     "Var", "PCA", "eager", "GB", "MB", "ms",

@@ -26,7 +26,7 @@ from typing import Any
 
 from attnlab._io import atomic_write_text
 from attnlab.report.html import ReportContext, Section, bilingual, figure, fmt, table
-from attnlab.report.long_contexts import max_tokens_from_env
+from attnlab.report.long_contexts import max_tokens_from_env, strongest_heads
 from attnlab.report.long_text import long_text
 
 __all__ = ["JSON_NAME", "build", "measure", "render"]
@@ -57,13 +57,8 @@ ZH: dict[str, str] = {
 
 def _heads(loaded: Any, seed: int) -> dict[str, tuple[int, int]]:
     """The strongest induction and previous-token heads, on a repeated random sequence."""
-    from attnlab.analysis import diagnose, induction_trace
-
-    t = induction_trace(loaded, period=40, seed=seed)
-    d = diagnose(t, induction=t)
-    (li, hi, _), = d.top("repeat_induction", 1)
-    (lp, hp, _), = d.top("previous", 1)
-    return {"induction": (li, hi), "previous-token": (lp, hp)}
+    top, _ = strongest_heads(loaded, ("repeat_induction", "previous"), seed=seed)
+    return {"induction": top["repeat_induction"][:2], "previous-token": top["previous"][:2]}
 
 
 def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,

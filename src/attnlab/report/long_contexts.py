@@ -290,13 +290,22 @@ def choose_head(loaded: Any, *, seed: int = 0, period: int = 40) -> dict[str, An
     """The strongest induction head of an already-loaded causal model: the head that, on a
     repeated random sequence (:func:`attnlab.analysis.induction_trace`), puts the most
     weight on the token after the earlier copy of the current one."""
+    top, period = strongest_heads(loaded, ("repeat_induction",), seed=seed, period=period)
+    layer, head, score = top["repeat_induction"]
+    return {"layer": layer, "head": head, "score": score, "role": "induction",
+            "period": period, "seed": seed}
+
+
+def strongest_heads(loaded: Any, scores: Sequence[str], *, seed: int = 0, period: int = 40
+                    ) -> tuple[dict[str, tuple[int, int, float]], int]:
+    """({score: (layer, head, value)} of the top head by each of ``scores``, the period) of
+    one diagnosis of a repeated random sequence (:func:`attnlab.analysis.induction_trace`)."""
     from attnlab.analysis import diagnose, induction_trace
 
     t_ind = induction_trace(loaded, period=period, seed=seed)
     d = diagnose(t_ind, induction=t_ind)
-    (layer, head, score), = d.top("repeat_induction", 1)
-    return {"layer": layer, "head": head, "score": score, "role": "induction",
-            "period": t_ind.meta["repeated_random"]["period"], "seed": seed}
+    top = {name: d.top(name, 1)[0] for name in scores}
+    return top, t_ind.meta["repeated_random"]["period"]
 
 
 def induction_queries(ids: Sequence[int], *, count: int = 2, min_distance: int = 64,

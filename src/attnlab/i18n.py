@@ -51,6 +51,7 @@ COMMON: dict[str, str] = {
     "FAIL": "失败",
     "holds": "成立",
     "does not hold": "不成立",
+    "holds by construction": "按构造成立",
     "finding": "发现",
     "yes": "是",
     "no": "否",

@@ -15,6 +15,7 @@ __all__ = ["HELP", "add_arguments", "run_from_args"]
 HELP = "every claim of the two articles, the experiments that decide it, its verdict"
 
 _COLOUR = {"holds": "green", "holds under stated conditions": "cyan",
+           "holds by construction": "blue", "depends on the reading": "magenta",
            "does not hold": "yellow", "not testable": "dim"}
 
 

@@ -27,7 +27,7 @@ def _verdict(r) -> str:
     if r.finding:
         mark = "[yellow]does not hold — finding[/]"
     elif r.passed:
-        mark = "[green]holds[/]"
+        mark = f"[green]{r.verdict}[/]"
     else:
         mark = (f"[red]DEFECT: {r.verdict}, expected "
                 f"{'holds' if r.expect_holds else 'does not hold'}[/]")
@@ -46,11 +46,16 @@ def _print_results(results: list) -> None:
 
     table = Table(title="attnlab verify")
     for col, just in (("name", "left"), ("origin", "left"), ("measured", "right"),
-                      ("expected", "right"), ("verdict", "left"), ("s", "right")):
+                      ("expected", "right"), ("control", "left"), ("verdict", "left"),
+                      ("s", "right")):
         table.add_column(col, justify=just)
     for r in results:
-        table.add_row(r.name, r.origin, fmt_num(r.measured), r.expected_text, _verdict(r),
-                      f"{r.seconds:.1f}")
+        c = r.control
+        control = ("—" if c is None else
+                   f"{c.what}: {fmt_num(c.measured)} "
+                   f"({'[red]passes too[/]' if c.holds else 'fails'})")
+        table.add_row(r.name, r.origin, fmt_num(r.measured), r.expected_text, control,
+                      _verdict(r), f"{r.seconds:.1f}")
     out = Console()
     out.print(table)
     for r in results:

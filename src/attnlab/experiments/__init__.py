@@ -11,7 +11,7 @@ implementation, which the experiment must then report as failing.
 (True, True)
 """
 
-from ._result import Check, Result
+from ._result import Check, Control, Result
 from .registry import EXPERIMENTS, get, run, run_all
 
-__all__ = ["Check", "EXPERIMENTS", "Result", "get", "run", "run_all"]
+__all__ = ["Check", "Control", "EXPERIMENTS", "Result", "get", "run", "run_all"]

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from attnlab.core.functional import scaled_dot_product_attention
 
-from ._result import Check, fmt_num
+from ._result import Check, Control, fmt_num
 
 __all__ = ["one_thread", "seeded", "scores_via_attnlab", "entropy", "new_figure", "fit_exponent",
            "check_le", "check_ge", "check_between", "expect_type", "ZH"]
@@ -135,22 +135,43 @@ def _ok(x: float) -> bool:
     return math.isfinite(x)
 
 
-def check_le(name: str, value: float, bound: float, *, id: str,
-             support: bool = False) -> Check:
-    """A check that ``value`` ≤ ``bound``; ``id`` is its stable id (:attr:`Check.id`)."""
-    return Check(name, float(value), f"≤ {fmt_num(bound)}", _ok(value) and value <= bound,
-                 support, id)
+def _check(name: str, value: float, expected: str, test, *, id: str, support: bool,
+           control: Control | None, by_construction: bool) -> Check:
+    """A check of ``value`` by ``test``; with a ``control``, the same test is applied to the
+    control's value and the check passes only when the value passes and the control
+    fails."""
+    value = float(value)
+    ok = _ok(value) and test(value)
+    if control is not None:
+        if not isinstance(control, Control):
+            raise TypeError(f"check {name!r}: control must be a Control, got "
+                            f"{type(control).__name__}")
+        control = control.judged(_ok(control.measured) and test(control.measured))
+        ok = ok and not control.holds
+    return Check(name, value, expected, ok, support, id, control, by_construction)
 
 
-def check_ge(name: str, value: float, bound: float, *, id: str,
-             support: bool = False) -> Check:
-    """A check that ``value`` ≥ ``bound``; ``id`` is its stable id (:attr:`Check.id`)."""
-    return Check(name, float(value), f"≥ {fmt_num(bound)}", _ok(value) and value >= bound,
-                 support, id)
+def check_le(name: str, value: float, bound: float, *, id: str, support: bool = False,
+             control: Control | None = None, by_construction: bool = False) -> Check:
+    """A check that ``value`` ≤ ``bound``; ``id`` is its stable id (:attr:`Check.id`). With
+    a ``control`` (:class:`~attnlab.experiments.Control`), it also needs the control's value
+    to fail the same test."""
+    return _check(name, value, f"≤ {fmt_num(bound)}", lambda x: x <= bound, id=id,
+                  support=support, control=control, by_construction=by_construction)
+
+
+def check_ge(name: str, value: float, bound: float, *, id: str, support: bool = False,
+             control: Control | None = None, by_construction: bool = False) -> Check:
+    """A check that ``value`` ≥ ``bound``; ``id`` is its stable id (:attr:`Check.id`). With
+    a ``control``, it also needs the control's value to fail the same test."""
+    return _check(name, value, f"≥ {fmt_num(bound)}", lambda x: x >= bound, id=id,
+                  support=support, control=control, by_construction=by_construction)
 
 
 def check_between(name: str, value: float, lo: float, hi: float, *, id: str,
-                  support: bool = False) -> Check:
-    """A check that ``lo`` ≤ ``value`` ≤ ``hi``; ``id`` is its stable id."""
-    return Check(name, float(value), f"in [{fmt_num(lo)}, {fmt_num(hi)}]",
-                 _ok(value) and lo <= value <= hi, support, id)
+                  support: bool = False, control: Control | None = None,
+                  by_construction: bool = False) -> Check:
+    """A check that ``lo`` ≤ ``value`` ≤ ``hi``; ``id`` is its stable id. With a
+    ``control``, it also needs the control's value to fail the same test."""
+    return _check(name, value, f"in [{fmt_num(lo)}, {fmt_num(hi)}]", lambda x: lo <= x <= hi,
+                  id=id, support=support, control=control, by_construction=by_construction)

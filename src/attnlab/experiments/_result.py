@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "Check", "RELATIONS", "ORIGINS", "VERDICTS", "CHECK_ID", "fmt_num",
-           "relation_holds"]
+__all__ = ["Result", "Check", "Control", "RELATIONS", "ORIGINS", "VERDICTS", "CHECK_ID",
+           "fmt_num", "relation_holds"]
 
 
 def fmt_num(x: float) -> str:
@@ -30,8 +30,10 @@ RELATIONS = ("==", "<=", ">=")
 #: Whose claim an experiment tests: one of the two articles', or attnlab's own extension.
 ORIGINS = ("article", "attnlab")
 
-#: What the numbers say of a claim (:attr:`Result.verdict`).
-VERDICTS = ("holds", "does not hold")
+#: What the numbers say of a claim (:attr:`Result.verdict`): ``"holds by construction"``
+#: is a claim that holds as an identity or a count that no input can break
+#: (:attr:`Result.by_construction`), shown but not evidence.
+VERDICTS = ("holds", "does not hold", "holds by construction")
 
 #: What a check id looks like: a short lowercase slug (letters, digits, ``-`` and ``.``).
 CHECK_ID = re.compile(r"[a-z0-9]+(?:[-.][a-z0-9]+)*")
@@ -55,6 +57,46 @@ def relation_holds(measured: float, relation: str, expected: float, tolerance: f
 
 
 @dataclass(frozen=True)
+class Control:
+    """The same measurement on something that should *not* show the property: random or
+    untrained weights, shuffled positions or labels, a null model, or — for an identity —
+    the deliberately wrong variant the check must catch.
+
+    ``holds`` is whether the control meets the very test the measurement meets; it is
+    computed by whoever applies the test (:class:`Result` for the headline, the
+    ``check_*`` helpers for a check), never written by hand. A claim's measurement is
+    evidence only when its control fails: a threshold that a random model also meets
+    tests nothing.
+
+    >>> Control("random W^O", "随机 W^O", 0.5).to_json()["holds"]
+    False
+    """
+
+    what: str
+    what_zh: str
+    measured: float
+    holds: bool = False
+
+    def __post_init__(self) -> None:
+        for f in ("what", "what_zh"):
+            if not isinstance(getattr(self, f), str) or not getattr(self, f).strip():
+                raise ValueError(f"a control needs {f} (what it is, in "
+                                 f"{'Chinese' if f == 'what_zh' else 'English'}), got "
+                                 f"{getattr(self, f)!r}")
+        object.__setattr__(self, "measured", float(self.measured))
+        object.__setattr__(self, "holds", bool(self.holds))
+
+    def judged(self, holds: bool) -> "Control":
+        """This control with ``holds`` set by the test it was put to."""
+        return Control(self.what, self.what_zh, self.measured, bool(holds))
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measured
+        return {"what": self.what, "what_zh": self.what_zh,
+                "measured": m if math.isfinite(m) else None, "holds": self.holds}
+
+
+@dataclass(frozen=True)
 class Check:
     """A secondary check behind the headline number.
 
@@ -62,6 +104,11 @@ class Check:
     A ``support`` check is attnlab's own expectation whatever the verdict (its code is
     right, its corrected version runs, its measurement is sound): failing one is a defect
     even when the claim is expected not to hold.
+
+    ``control``: the same check on a control (:class:`Control`); the ``check_*`` helpers
+    make ``passed`` require the value to pass *and* the control to fail.
+    ``by_construction``: the check is an identity or a count that holds whatever the input
+    (it shows the code is right, not that the claim is a fact about models).
 
     ``id`` is the check's stable name for code (:data:`CHECK_ID`, unique within its
     experiment, written explicitly where the check is made): the claim inventory's evidence
@@ -75,8 +122,13 @@ class Check:
     passed: bool
     support: bool = False
     id: str = ""
+    control: Control | None = None
+    by_construction: bool = False
 
     def __post_init__(self) -> None:
+        if self.control is not None and not isinstance(self.control, Control):
+            raise TypeError(f"check {self.name!r}: control must be a Control, got "
+                            f"{type(self.control).__name__}")
         if self.id and not CHECK_ID.fullmatch(self.id):
             raise ValueError(f"check {self.name!r}: id must be a lowercase slug (letters, "
                              f"digits, '-' and '.'), got {self.id!r}")
@@ -101,6 +153,14 @@ class Result:
 
     ``origin`` is ``"article"`` for the articles' claims and ``"attnlab"`` for attnlab's
     own additions (RoPE, linear attention, the no-NaN rule ...).
+    ``control`` (:class:`Control`): the headline measurement on something that should not
+    show the property; its ``holds`` is computed here with the same relation, and
+    :attr:`holds` requires the measurement to pass *and* the control to fail.
+    ``by_construction`` / ``by_construction_zh``: why the claim holds whatever the input
+    (an identity, a count equal by construction); the verdict is then
+    ``"holds by construction"`` and the control is the wrong variant that shows the check
+    can fail.
+
     ``table`` is ``(headers, rows)``: the small set of numbers behind the claim.
     ``figure`` is a ``matplotlib.figure.Figure`` (or None when plotting was skipped).
     """
@@ -124,6 +184,9 @@ class Result:
     expect_why: str = ""
     expect_why_zh: str = ""
     origin: str = "article"
+    control: Control | None = None
+    by_construction: str = ""
+    by_construction_zh: str = ""
     holds: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -139,8 +202,18 @@ class Result:
         if repeated:
             raise ValueError(f"{self.name}: check ids must be unique within an experiment, "
                              f"repeated: {repeated}")
+        if bool(self.by_construction) != bool(self.by_construction_zh):
+            raise ValueError(f"{self.name}: by_construction needs both by_construction and "
+                             "by_construction_zh")
         self.measured = float(self.measured)
+        if self.control is not None:
+            if not isinstance(self.control, Control):
+                raise TypeError(f"{self.name}: control must be a Control, got "
+                                f"{type(self.control).__name__}")
+            self.control = self.control.judged(relation_holds(
+                self.control.measured, self.relation, self.expected, self.tolerance))
         self.holds = bool(self.headline_holds
+                          and (self.control is None or not self.control.holds)
                           and all(c.passed for c in self.checks if not c.support))
 
     @property
@@ -167,8 +240,11 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        """What the numbers say of the claim: ``"holds"`` or ``"does not hold"``."""
-        return VERDICTS[0] if self.holds else VERDICTS[1]
+        """What the numbers say of the claim: ``"holds"``, ``"does not hold"`` or ``"holds by
+        construction"`` (:attr:`by_construction`)."""
+        if not self.holds:
+            return VERDICTS[1]
+        return VERDICTS[2] if self.by_construction else VERDICTS[0]
 
     @property
     def finding(self) -> bool:
@@ -209,8 +285,13 @@ class Result:
             "passed": self.passed,
             "checks": [
                 {"id": c.id, "name": c.name, "value": num(c.value),
-                 "expected": c.expected, "passed": c.passed, "support": c.support}
+                 "expected": c.expected, "passed": c.passed, "support": c.support,
+                 "control": c.control.to_json() if c.control else None,
+                 "by_construction": c.by_construction}
                 for c in self.checks
             ],
+            "control": self.control.to_json() if self.control else None,
+            "by_construction": self.by_construction,
+            "by_construction_zh": self.by_construction_zh,
             "seconds": round(self.seconds, 3),
         }

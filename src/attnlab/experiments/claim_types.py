@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from ._result import CHECK_ID
 
-__all__ = ["ARTICLES", "KINDS", "KIND_ZH", "HEADLINE", "Evidence", "Claim", "Extension",
-           "evidence"]
+__all__ = ["ARTICLES", "KINDS", "KIND_ZH", "HEADLINE", "Evidence", "Reading", "Claim",
+           "Extension", "evidence"]
 
 #: The two articles, by the number their file names start with.
 ARTICLES = ("000", "001")
@@ -95,6 +95,28 @@ def evidence(*parts: str | Evidence) -> tuple[Evidence, ...]:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """Another way to read a sentence of the article, and the evidence that decides it.
+
+    A claim's own ``reading_en`` / ``reading_zh`` and ``evidence`` are its plain reading;
+    a :class:`Reading` in :attr:`Claim.readings` is a second one. When the readings'
+    verdicts differ, the item's verdict is ``"depends on the reading"`` and both
+    measurements are shown, rather than refuting the stronger reading.
+    """
+
+    en: str
+    zh: str
+    evidence: tuple[Evidence, ...]
+
+    def __post_init__(self) -> None:
+        if not self.en.strip() or not self.zh.strip():
+            raise ValueError(f"a reading needs en and zh, got {self.en!r} / {self.zh!r}")
+        if not self.evidence or not all(isinstance(e, Evidence) for e in self.evidence):
+            raise ValueError(f"reading {self.en!r}: evidence must be one or more Evidence "
+                             "records (see evidence())")
+
+
+@dataclass(frozen=True)
 class Claim:
     """One claim, code listing, recommendation or error of an article, and what decides it.
 
@@ -108,6 +130,11 @@ class Claim:
     that shows the truth, marked *against* the quote (``"!experiment:check-id"``): the
     verdict is ``"does not hold"`` while that check holds. It is always testable and has
     no conditions.
+
+    ``reading_en`` / ``reading_zh``: the reading of the sentence that ``evidence`` tests
+    (its plain reading; every item whose verdict is "does not hold" states it, so that a
+    refutation says what it refutes). ``readings``: other readings, each with its own
+    evidence (:class:`Reading`).
 
     ``timed``: the verdict depends on the machine's timing (a speed comparison), so a page
     written once (``docs/claims.md``) does not fix it; it is computed each time the
@@ -126,6 +153,9 @@ class Claim:
     not_testable_en: str = ""
     not_testable_zh: str = ""
     timed: bool = False
+    reading_en: str = ""
+    reading_zh: str = ""
+    readings: tuple[Reading, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"claim {self.id!r}"
@@ -161,6 +191,16 @@ class Claim:
                                  " without '!'")
             if self.conditions_en:
                 raise ValueError(f"{where}: an error of the article has no conditions")
+        if bool(self.reading_en) != bool(self.reading_zh):
+            raise ValueError(f"{where}: a reading needs both reading_en and reading_zh")
+        if not all(isinstance(r, Reading) for r in self.readings):
+            raise TypeError(f"{where}: readings must be Reading records, got "
+                            f"{[type(r).__name__ for r in self.readings]}")
+        if self.readings and not self.reading_en:
+            raise ValueError(f"{where}: a claim with other readings states its own "
+                             "(reading_en / reading_zh)")
+        if self.readings and not self.testable:
+            raise ValueError(f"{where}: a claim that is not testable has no readings")
         if not isinstance(self.timed, bool):
             raise TypeError(f"{where}: timed must be a bool, got {type(self.timed).__name__}")
         if self.timed and not self.evidence:
@@ -173,8 +213,10 @@ class Claim:
 
     @property
     def covered_by(self) -> tuple[str, ...]:
-        """The experiments whose results decide this claim, each once, in order."""
-        return tuple(dict.fromkeys(e.experiment for e in self.evidence))
+        """The experiments whose results decide this claim (all its readings), each once,
+        in order."""
+        every = list(self.evidence) + [e for r in self.readings for e in r.evidence]
+        return tuple(dict.fromkeys(e.experiment for e in every))
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,22 @@ against the quote: its verdict ``"does not hold"`` says the numbers confirm the 
 The verdicts are computed from results, never written by hand (:func:`verdicts`):
 
 * ``"not testable"`` when the claim says why no experiment can decide it;
+* ``"depends on the reading"`` when the claim has other readings (:class:`Reading`) and the
+  readings' verdicts differ (both measurements are shown);
 * ``"does not hold"`` when some evidence fails (an experiment part that does not hold, or
-  one marked ``against`` that holds: its claim is the opposite of the article's);
+  one marked ``against`` that holds: its claim is the opposite of the article's); the
+  claim states the reading it refutes (``reading_en`` / ``reading_zh``);
+* ``"holds by construction"`` when every measurement is an identity or a count that no
+  input can break (:attr:`Result.by_construction <attnlab.experiments.Result.by_construction>`):
+  the code is right, but it is not evidence about models;
 * ``"holds under stated conditions"`` when the evidence holds and the claim holds only
   under conditions (``conditions_en`` / ``conditions_zh``: e.g. the variance argument
   assumes independent unit-variance components);
 * ``"holds"`` otherwise.
+
+Every measurement carries its controls (:class:`~attnlab.experiments.Control`): the same
+number on something that should not show the property; a part holds only when its
+controls fail.
 
 :data:`EXTENSIONS` lists what attnlab measures beyond the articles (its ``origin="attnlab"``
 experiments and attnlab's own rules inside article experiments), so that every registered
@@ -55,26 +65,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._result import Result, fmt_num
-from .claim_types import ARTICLES, HEADLINE, KIND_ZH, KINDS, Claim, Evidence, Extension, evidence
+from ._result import Control
+from .claim_types import (ARTICLES, HEADLINE, KIND_ZH, KINDS, Claim, Evidence, Extension,
+                          Reading, evidence)
 from .claims_data import CLAIMS, EXTENSIONS
 
 __all__ = ["ARTICLES", "KINDS", "KIND_ZH", "CLAIM_VERDICTS", "HEADLINE", "JSON_KEYS", "ZH",
-           "Evidence", "Claim", "Extension", "Measurement", "ClaimVerdict", "ExtensionVerdict",
+           "Evidence", "Reading", "Claim", "Extension", "Measurement", "ReadingVerdict",
+           "ClaimVerdict", "ExtensionVerdict",
            "CLAIMS", "EXTENSIONS", "claim", "check_ids", "counts", "kind_counts",
            "covering_experiments", "evidence", "measure", "verdicts", "extension_verdicts",
            "to_json"]
 
 #: What the numbers say of an item.
-CLAIM_VERDICTS = ("holds", "holds under stated conditions", "does not hold", "not testable")
+CLAIM_VERDICTS = ("holds", "holds under stated conditions", "holds by construction",
+                  "depends on the reading", "does not hold", "not testable")
 #: The keys of :meth:`ClaimVerdict.to_json`, in order.
 JSON_KEYS = ("id", "article", "kind", "quote_zh", "claim_en", "claim_zh", "covered_by",
-             "conditions_en", "conditions_zh", "not_testable_en", "not_testable_zh", "verdict",
-             "verdict_zh", "measured")
+             "conditions_en", "conditions_zh", "not_testable_en", "not_testable_zh", "reading",
+             "reading_zh", "readings", "verdict", "verdict_zh", "measured")
 
 #: The inventory's own words in Chinese: verdicts and kinds.
 ZH: dict[str, str] = {
     "holds": "成立",
     "holds under stated conditions": "在所述条件下成立",
+    "holds by construction": "按构造成立",
+    "depends on the reading": "取决于如何理解",
     "does not hold": "不成立",
     "not testable": "无法检验",
     **KIND_ZH,
@@ -99,15 +115,35 @@ class Measurement:
     expected: tuple[str, ...]
     holds: bool
     passed: bool
+    controls: tuple[Control, ...] = ()
+    by_construction: bool = False
 
     @property
     def supports(self) -> bool:
         return self.holds != self.against
 
+    @property
+    def controlled(self) -> bool:
+        """The part has a control and every control fails (or it is an identity that holds
+        by construction, whose control is the wrong variant)."""
+        return bool(self.controls) and not any(c.holds for c in self.controls)
+
     def text(self) -> str:
-        """One line: ``quantity = value (expected …)`` for each number, ``; ``-joined."""
-        return "; ".join(f"{q}: {fmt_num(v)} (expected {e})"
-                         for q, v, e in zip(self.quantities, self.values, self.expected))
+        """One line: ``quantity = value (expected …)`` for each number, then each control
+        (:meth:`control_text`), ``; ``-joined."""
+        return "; ".join([f"{q}: {fmt_num(v)} (expected {e})"
+                          for q, v, e in zip(self.quantities, self.values, self.expected)]
+                         + [self.control_text(c) for c in self.controls])
+
+    @staticmethod
+    def control_text(c: Control, zh: bool = False) -> str:
+        """One control in words: what it is, its value, and whether it fails the test, as
+        it should."""
+        if zh:
+            return (f"对照（{c.what_zh}）：{fmt_num(c.measured)}，"
+                    f"{'同样满足，该测量无法区分' if c.holds else '不满足，符合预期'}")
+        return (f"control ({c.what}): {fmt_num(c.measured)}, "
+                f"{'passes too: the measurement does not tell' if c.holds else 'fails'}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +155,8 @@ class Measurement:
                         for q, v, e in zip(self.quantities, self.values, self.expected)],
             "holds": self.holds,
             "supports": self.supports,
+            "controls": [c.to_json() for c in self.controls],
+            "by_construction": self.by_construction,
         }
 
 
@@ -136,20 +174,28 @@ def measure(ev: Evidence, result: Result) -> Measurement:
         raise ValueError(f"evidence for {ev.experiment!r} given the result of "
                          f"{result.name!r}")
     if ev.part in ("", HEADLINE):
-        holds = result.holds if ev.part == "" else result.headline_holds
+        holds = result.holds if ev.part == "" else (
+            result.headline_holds and not (result.control and result.control.holds))
         m = [(result.quantity, result.quantity_zh, result.measured, result.expected_text,
               holds)]
+        controls = [result.control] + ([c.control for c in result.checks if not c.support]
+                                       if ev.part == "" else [])
+        by_construction = bool(result.by_construction)
     else:
         try:
             picked = [result.check(i) for i in ev.check_ids]
         except ValueError as exc:
             raise ValueError(f"evidence {ev.experiment}:{ev.part}: {exc}") from None
         m = [(c.name, None, c.value, c.expected, c.passed) for c in picked]
+        controls = [c.control for c in picked]
+        by_construction = all(c.by_construction for c in picked)
     return Measurement(
         experiment=ev.experiment, part=ev.part, against=ev.against,
         quantities=tuple(x[0] for x in m), quantities_zh=tuple(x[1] for x in m),
         values=tuple(float(x[2]) for x in m), expected=tuple(x[3] for x in m),
-        holds=all(x[4] for x in m), passed=result.passed)
+        holds=all(x[4] for x in m), passed=result.passed,
+        controls=tuple(c for c in controls if c is not None),
+        by_construction=by_construction)
 
 
 def claim(id_: str) -> Claim:
@@ -175,12 +221,31 @@ def check_ids(experiment: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class ReadingVerdict:
+    """What the numbers say of one other reading of a claim (:class:`Reading`)."""
+
+    reading: Reading
+    measurements: tuple[Measurement, ...]
+
+    @property
+    def holds(self) -> bool:
+        return all(m.supports for m in self.measurements)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reading": self.reading.en, "reading_zh": self.reading.zh,
+                "verdict": "holds" if self.holds else "does not hold",
+                "measured": [m.to_json() for m in self.measurements]}
+
+
+@dataclass(frozen=True)
 class ClaimVerdict:
-    """One claim and what its experiments' numbers say of it."""
+    """One claim and what its experiments' numbers say of it (``readings``: the verdict
+    of each of its other readings)."""
 
     claim: Claim
     verdict: str
     measurements: tuple[Measurement, ...]
+    readings: tuple[ReadingVerdict, ...] = ()
 
     @property
     def verdict_zh(self) -> str:
@@ -189,7 +254,8 @@ class ClaimVerdict:
     @property
     def defect(self) -> bool:
         """Some covering experiment gave a verdict other than the one it expected."""
-        return any(not m.passed for m in self.measurements)
+        return any(not m.passed for m in self.measurements
+                   + tuple(m for r in self.readings for m in r.measurements))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON with the keys :data:`JSON_KEYS`."""
@@ -199,6 +265,8 @@ class ClaimVerdict:
             "claim_en": c.claim_en, "claim_zh": c.claim_zh, "covered_by": list(c.covered_by),
             "conditions_en": c.conditions_en, "conditions_zh": c.conditions_zh,
             "not_testable_en": c.not_testable_en, "not_testable_zh": c.not_testable_zh,
+            "reading": c.reading_en, "reading_zh": c.reading_zh,
+            "readings": [r.to_json() for r in self.readings],
             "verdict": self.verdict, "verdict_zh": self.verdict_zh,
             "measured": [m.to_json() for m in self.measurements],
         }
@@ -239,8 +307,10 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
 
     ``results`` must include every experiment that covers a testable claim among ``claims``
     (ValueError names the missing ones). Rules, in order: not testable → ``"not testable"``;
-    some evidence does not support the claim → ``"does not hold"``; the claim has
-    conditions → ``"holds under stated conditions"``; else ``"holds"``.
+    the readings' verdicts differ → ``"depends on the reading"``; some evidence does not
+    support the claim → ``"does not hold"``; every measurement holds by construction →
+    ``"holds by construction"``; the claim has conditions → ``"holds under stated
+    conditions"``; else ``"holds"``.
     """
     by_name = _by_name(results)
     chosen = CLAIMS if claims is None else tuple(claims)
@@ -251,15 +321,22 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
     out = []
     for c in chosen:
         ms = tuple(measure(e, by_name[e.experiment]) for e in c.evidence)
+        rs = tuple(ReadingVerdict(r, tuple(measure(e, by_name[e.experiment])
+                                           for e in r.evidence)) for r in c.readings)
+        plain = all(m.supports for m in ms)
         if not c.testable:
             verdict = "not testable"
-        elif not all(m.supports for m in ms):
+        elif any(r.holds != plain for r in rs):
+            verdict = "depends on the reading"
+        elif not plain:
             verdict = "does not hold"
+        elif ms and all(m.by_construction for m in ms):
+            verdict = "holds by construction"
         elif c.conditions_en:
             verdict = "holds under stated conditions"
         else:
             verdict = "holds"
-        out.append(ClaimVerdict(c, verdict, ms))
+        out.append(ClaimVerdict(c, verdict, ms, rs))
     return out
 
 

@@ -34,6 +34,7 @@ __all__ = ["build", "experiment_results", "section_for"]
 
 #: Verdict -> text colour (the page's pass green and fail red, amber, muted grey).
 COLOURS = {"holds": "#137a3a", "holds under stated conditions": "#3451b2",
+           "holds by construction": "#3f6d5a", "depends on the reading": "#7a4fa0",
            "does not hold": "#a15c00", "not testable": "#5b6478"}
 
 _INTRO_EN = ("Every claim, code listing and recommendation of the two articles, quoted "
@@ -76,6 +77,7 @@ def _numbers_html(m: Measurement, zh: bool, *, name: bool = True) -> str:
             items.append(f"{text(q)}：{escape(fmt_num(value))}（理论 {text(expected)}）")
         else:
             items.append(f"{text(q)}: {escape(fmt_num(value))} (expected {text(expected)})")
+    items += [text(m.control_text(c, zh)) for c in m.controls]
     if not name:
         return "; ".join(items)
     head = f"<code>{escape(m.experiment)}</code>"
@@ -103,6 +105,15 @@ def _claims_table(vs: Sequence[ClaimVerdict], zh: bool) -> str:
     for v in vs:
         c = v.claim
         notes = [_numbers_html(m, zh) for m in v.measurements]
+        if c.reading_en:
+            label = "<em>理解</em>：" if zh else "<em>reading</em>: "
+            notes.insert(0, label + text(c.reading_zh if zh else c.reading_en))
+        for r in v.readings:
+            label = "<em>另一种理解</em>：" if zh else "<em>other reading</em>: "
+            word = ZH["holds" if r.holds else "does not hold"] if zh else (
+                "holds" if r.holds else "does not hold")
+            notes.append(label + text(r.reading.zh if zh else r.reading.en) + f" — {escape(word)}: "
+                         + "; ".join(_numbers_html(m, zh) for m in r.measurements))
         if c.conditions_en:
             label = "<em>条件</em>：" if zh else "<em>conditions</em>: "
             notes.append(label + text(c.conditions_zh if zh else c.conditions_en))

@@ -70,6 +70,10 @@ def _claim_cells(v: ClaimVerdict) -> tuple[str, str]:
     en, zh = c.claim_en, c.claim_zh
     if c.kind == "error":
         en, zh = f"**The article is wrong:** {en}", f"**文章有误：**{zh}"
+    if c.reading_zh:
+        zh += f" 理解：{c.reading_zh}"
+    for r in v.readings:
+        zh += f" 另一种理解：{r.reading.zh}（{ZH['holds' if r.holds else 'does not hold']}）"
     if c.conditions_zh:
         zh += f" 条件：{c.conditions_zh}"
     if not c.testable:
@@ -94,6 +98,14 @@ def markdown(claim_verdicts: Sequence[ClaimVerdict],
             numbers = "; ".join(f"{m.experiment}: {m.text()}"
                                 + (" (against)" if m.against else "")
                                 for m in v.measurements)
+            if c.reading_en:
+                numbers = f"Reading: {c.reading_en} — {numbers}"
+            for r in v.readings:
+                numbers += (f". Other reading: {r.reading.en} — "
+                            f"{'holds' if r.holds else 'does not hold'}: "
+                            + "; ".join(f"{m.experiment}: {m.text()}"
+                                        + (" (against)" if m.against else "")
+                                        for m in r.measurements))
             if c.conditions_en:
                 numbers += f". Conditions: {c.conditions_en}"
         else:

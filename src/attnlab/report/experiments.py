@@ -24,6 +24,7 @@ __all__ = ["build", "section_for", "ZH"]
 
 FINDING = "Finding: the claim does not hold, as this experiment stated in advance. Why: {}"
 EXPECTED_NOT = "This experiment expected the claim not to hold, because: {}"
+BY_CONSTRUCTION = "Holds by construction: {}"
 
 #: What this section itself writes around each experiment.
 ZH: dict[str, str] = {
@@ -33,7 +34,24 @@ ZH: dict[str, str] = {
     "NOT as expected": "与预期不符",
     FINDING: "发现：论断不成立，与本实验事先的预期一致。原因：{}",
     EXPECTED_NOT: "本实验事先预期论断不成立，理由：{}",
+    "control": "对照",
+    "control measured": "对照的测得值",
+    "none": "无",
+    "{} (control: {} = {}, {})": "{}（对照：{} = {}，{}）",
+    "fails, as it should": "不满足，符合预期",
+    "passes too: the measurement does not tell": "同样满足：该测量无法区分",
+    BY_CONSTRUCTION: "按构造成立：{}",
 }
+
+
+def control_text(c, zh: bool = False) -> str:
+    """A control's outcome in words: it must fail the test the measurement passes."""
+    if c is None:
+        return ZH["none"] if zh else "none"
+    word = "fails, as it should" if not c.holds else "passes too: the measurement does not tell"
+    if zh:
+        return f"{c.what_zh} = {fmt_num(c.measured)}，{ZH[word]}"
+    return f"{c.what} = {fmt_num(c.measured)}, {word}"
 
 
 def _cell(x: Any) -> Any:
@@ -61,18 +79,24 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
     expectation = "as expected" if r.passed else "NOT as expected"
     verdict = _verdict(r, cat)
     body += table(
-        ["measured quantity", "measured", "theory", "verdict", "result"],
+        ["measured quantity", "measured", "theory", "control", "verdict", "result"],
         [(BiText(r.quantity, r.quantity_zh), fmt_num(r.measured), r.expected_text,
+          BiText(control_text(r.control), control_text(r.control, zh=True)),
           BiText(f"{verdict.en} ({expectation})", f"{verdict.zh}（{cat[expectation]}）"),
-          r.passed)], passed_col=4, catalog=cat)
+          r.passed)], passed_col=5, catalog=cat)
+    if r.by_construction:
+        body += bilingual(BY_CONSTRUCTION.replace("{}", r.by_construction),
+                          ZH[BY_CONSTRUCTION].replace("{}", r.by_construction_zh), cls="claim")
     if not r.expect_holds:  # the reason stated in advance, in both languages
         why = FINDING if r.finding else EXPECTED_NOT
         body += bilingual(why.replace("{}", r.expect_why),
                           cat[why].replace("{}", r.expect_why_zh or r.expect_why), cls="claim")
     if r.checks:
-        body += table(["check", "value", "theory", "result"],
-                      [(c.name, fmt_num(c.value), c.expected, c.passed) for c in r.checks],
-                      passed_col=3, catalog=cat)
+        body += table(["check", "value", "theory", "control", "result"],
+                      [(c.name, fmt_num(c.value), c.expected,
+                        BiText(control_text(c.control), control_text(c.control, zh=True)),
+                        c.passed) for c in r.checks],
+                      passed_col=4, catalog=cat)
     if r.table is not None:
         headers, rows = r.table
         body += table(headers, [[_cell(x) for x in row] for row in rows], catalog=cat)

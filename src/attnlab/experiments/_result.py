@@ -86,7 +86,7 @@ class Control:
         object.__setattr__(self, "measured", float(self.measured))
         object.__setattr__(self, "holds", bool(self.holds))
 
-    def judged(self, holds: bool) -> "Control":
+    def judged(self, holds: bool) -> Control:
         """This control with ``holds`` set by the test it was put to."""
         return Control(self.what, self.what_zh, self.measured, bool(holds))
 

@@ -64,10 +64,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._result import Result, fmt_num
-from ._result import Control
-from .claim_types import (ARTICLES, HEADLINE, KIND_ZH, KINDS, Claim, Evidence, Extension,
-                          Reading, evidence)
+from ._result import Control, Result, fmt_num
+from .claim_types import (
+    ARTICLES,
+    HEADLINE,
+    KIND_ZH,
+    KINDS,
+    Claim,
+    Evidence,
+    Extension,
+    Reading,
+    evidence,
+)
 from .claims_data import CLAIMS, EXTENSIONS
 
 __all__ = ["ARTICLES", "KINDS", "KIND_ZH", "CLAIM_VERDICTS", "HEADLINE", "JSON_KEYS", "ZH",

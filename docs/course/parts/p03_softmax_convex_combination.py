@@ -1,0 +1,165 @@
+"""Part 3 of the course: Softmax as a convex combination.
+
+Its cells in English and in Chinese (see build.py).
+"""
+
+from cells import Code, Exercise, Part, Text  # noqa: F401
+
+# ======================================================================================
+# 03 softmax as a convex combination
+# ======================================================================================
+
+PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
+           "softmax 与凸组合", (
+    Text("""
+        The fourth step: $A = \\mathrm{softmax}(QK^T/\\sqrt{d_k})$, then
+        $\\mathrm{Output}_i = \\sum_j A_{ij} V_j$. Every row of $A$ is non-negative and sums to
+        1, so each output is 「一个向量的凸组合」 of the values, a 「加权重心计算」 (a weighted
+        centre of mass), as article 000 puts it. attnlab returns the weights on request.
+        """, """
+        第四步：$A = \\mathrm{softmax}(QK^T/\\sqrt{d_k})$，然后
+        $\\mathrm{Output}_i = \\sum_j A_{ij} V_j$。$A$ 的每一行非负且和为 1，所以每个输出都是
+        value 的「一个向量的凸组合」，即文章 000 所说的「加权重心计算」。attnlab 可以按需返回权重。
+        """),
+    Code("""
+        q = torch.randn(1, 1, 4, 8)  # (B, H, Lq, d)
+        k = torch.randn(1, 1, 6, 8)  # (B, H, Lk, d)
+        v = torch.randn(1, 1, 6, 3)  # (B, H, Lk, dv)
+        out, w = attnlab.scaled_dot_product_attention(q, k, v, return_weights=True)
+        print(T("rows sum to 1:", "每行和为 1："), torch.allclose(w.sum(-1), torch.ones(1, 1, 4)))
+        print(T("non-negative:", "非负："), bool((w >= 0).all()))
+        print(T("out = A V:", "out = A V："), torch.allclose(out, w @ v, atol=1e-6))
+        lo, hi = v.min(dim=-2, keepdim=True).values, v.max(dim=-2, keepdim=True).values
+        print(T("inside [min V, max V]:", "落在 [min V, max V] 内："),
+              bool(((out >= lo - 1e-6) & (out <= hi + 1e-6)).all()))
+        """),
+    Text("""
+        The experiment `convex-combination` measures the largest distance of any output
+        outside the box of its values over many random inputs:
+        """, """
+        实验 `convex-combination` 在大量随机输入上测量输出落在 value 包围盒之外的最大距离：
+        """),
+    Code("""
+        r = run("convex-combination")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        show(r)
+        """),
+    Text("""
+        **The scale moves the output inside the hull.** Take five values on a circle (a
+        convex pentagon) and one query, and multiply the scores by a factor $t$. As $t \\to 0$
+        the weights become uniform and the output goes to the centroid; as $t$ grows the
+        largest score wins and the output goes to one vertex. It never leaves the pentagon.
+        """, """
+        **缩放让输出在凸包内移动。** 取圆上的五个 value（一个凸五边形）和一个 query，把分数乘以
+        系数 $t$。$t \\to 0$ 时权重趋于均匀，输出趋向重心；$t$ 增大时最大的分数胜出，输出趋向某个
+        顶点。它始终不离开这个五边形。
+        """),
+    Code("""
+        angles = torch.arange(5) * 2 * math.pi / 5
+        V = torch.stack([angles.cos(), angles.sin()], dim=-1)  # (5, 2)
+        K = torch.randn(5, 8)
+        qv = torch.randn(8)
+        ts = torch.logspace(-2, 1.5, 40)
+        path = torch.stack([attnlab.scaled_dot_product_attention(
+            qv[None, None, None], K[None, None], V[None, None], scale=float(t))[0, 0, 0]
+            for t in ts])
+        fig, ax = plt.subplots(figsize=(4, 4))
+        ring = torch.cat([V, V[:1]])
+        ax.plot(ring[:, 0], ring[:, 1], "k-", lw=1)
+        ax.scatter(V[:, 0], V[:, 1], color="k", label=T("values V_j", "value V_j"))
+        ax.plot(path[:, 0], path[:, 1], "o-", ms=3, label=T("output as t grows", "t 增大时的输出"))
+        ax.set_aspect("equal")
+        ax.set_title(T("outputs stay in the convex hull", "输出始终在凸包内"))
+        ax.legend(loc="lower left", fontsize=8)
+        plt.show()
+        """),
+    Text("""
+        attnlab also returns each row's **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$: any weight
+        is then one exponential away, $A_{ij} = e^{s_{ij} - \\mathrm{lse}_i}$, which is how a
+        trace of a long input keeps every weight exactly in O(N·d) memory. Softmax does not
+        change when a constant is added to a row, so a row's scores can be shifted by their
+        maximum before exponentiating (never overflowing).
+        """, """
+        attnlab 还能返回每一行的 **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$：这样任何一个权重都只差
+        一次指数运算，$A_{ij} = e^{s_{ij} - \\mathrm{lse}_i}$——长输入的 trace 正是这样以
+        O(N·d) 的内存
+        精确保留每一个权重的。给一行分数加上同一个常数不会改变 softmax，所以可以先减去最大值再取
+        指数（永不溢出）。
+        """),
+    Code("""
+        out2, lse = attnlab.scaled_dot_product_attention(q, k, v, return_lse=True)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+        print(torch.allclose(torch.exp(scores - lse[..., None]), w, atol=1e-6))
+        print(torch.allclose(torch.softmax(scores + 100.0, dim=-1), w, atol=1e-6))
+        """),
+    Exercise("ex1", """
+        **Exercise 1.** When every score of a row is equal (for instance $q = 0$), what is the
+        output? Write it as `ex1_out` from `v` alone.
+        """, """
+        **练习 1.** 当一行的所有分数都相等时（例如 $q = 0$），输出是什么？只用 `v` 把它写成
+        `ex1_out`。
+        """,
+        answer="ex1_out = v.mean(dim=-2)  # the centroid of the values",
+        check="""
+            zero_q = torch.zeros(1, 1, 1, 8)
+            expected = attnlab.scaled_dot_product_attention(zero_q, k, v)[:, :, 0]
+            assert ex1_out.shape == expected.shape, T("shape should be (1, 1, dv)",
+                                                      "形状应为 (1, 1, dv)")
+            assert torch.allclose(ex1_out, expected, atol=1e-6), T(
+                "not what attention gives for q = 0", "与 q = 0 时注意力的输出不符")
+            print(T("right: uniform weights give the centroid", "正确：均匀权重给出重心"))
+            """,
+        wrong="ex1_out = v.sum(dim=-2)"),
+    Exercise("ex2", """
+        **Exercise 2.** Any point inside a triangle is a convex combination of its corners.
+        Find the weights `ex2_w` (3 numbers, non-negative, summing to 1) with
+        `ex2_w @ V3 == y`. The check then makes attention produce `y` from the scores
+        $\\log w$.
+        """, """
+        **练习 2.** 三角形内的任意一点都是三个顶点的凸组合。求权重 `ex2_w`（3 个非负数，和为 1），
+        使 `ex2_w @ V3 == y`。检查单元格随后会用分数 $\\log w$ 让注意力算出 `y`。
+        """,
+        answer="""
+            V3 = torch.tensor([[0.0, 0.0], [4.0, 0.0], [1.0, 3.0]], dtype=torch.float64)
+            y = torch.tensor([1.5, 1.0], dtype=torch.float64)
+            A = torch.cat([V3.T, torch.ones(1, 3, dtype=torch.float64)])  # [x; y; 1] per corner
+            ex2_w = torch.linalg.solve(A, torch.cat([y, torch.ones(1, dtype=torch.float64)]))
+            """,
+        check="""
+            assert ex2_w.shape == (3,) and bool((ex2_w >= -1e-12).all()), T(
+                "weights must be 3 non-negative numbers", "权重必须是 3 个非负数")
+            assert abs(float(ex2_w.sum()) - 1) < 1e-9, T("weights must sum to 1",
+                                                         "权重之和必须为 1")
+            assert torch.allclose(ex2_w @ V3, y), T("ex2_w @ V3 is not y", "ex2_w @ V3 不等于 y")
+            zero = torch.zeros(1, 1, 1, 2, dtype=torch.float64)
+            out_y = attnlab.scaled_dot_product_attention(
+                zero, torch.zeros(1, 1, 3, 2, dtype=torch.float64), V3[None, None],
+                ex2_w.clamp_min(1e-300).log()[None, None, None])
+            assert torch.allclose(out_y[0, 0, 0], y), "softmax(log w) V != y"
+            print(T("right: attention with scores log w outputs y",
+                    "正确：分数取 log w 时注意力输出 y"))
+            """,
+        wrong="""
+            V3 = torch.tensor([[0.0, 0.0], [4.0, 0.0], [1.0, 3.0]], dtype=torch.float64)
+            y = torch.tensor([1.5, 1.0], dtype=torch.float64)
+            ex2_w = torch.full((3,), 1 / 3, dtype=torch.float64)
+            """),
+    Exercise("ex3", """
+        **Exercise 3.** Compute each row's log-sum-exp `ex3_lse` from `scores` (above), in
+        a way that cannot overflow, and compare it with attnlab's `lse`.
+        """, """
+        **练习 3.** 由上面的 `scores` 算出每一行的 log-sum-exp `ex3_lse`，要求不会溢出，
+        并与 attnlab 的 `lse` 比较。
+        """,
+        answer="""
+            m = scores.amax(dim=-1, keepdim=True)
+            ex3_lse = (m + torch.log(torch.exp(scores - m).sum(dim=-1, keepdim=True)))[..., 0]
+            """,
+        check="""
+            assert ex3_lse.shape == lse.shape, T("one number per row", "每行一个数")
+            assert torch.allclose(ex3_lse, lse, atol=1e-5), T("not the log-sum-exp",
+                                                              "这不是 log-sum-exp")
+            print(T("right", "正确"))
+            """,
+        wrong="ex3_lse = scores.amax(dim=-1)"),
+))

@@ -1,0 +1,187 @@
+"""Part 5 of the course: Attention as a graph and as kernel smoothing.
+
+Its cells in English and in Chinese (see build.py).
+"""
+
+from cells import Code, Exercise, Part, Text  # noqa: F401
+
+# ======================================================================================
+# 05 attention as a graph and as kernel smoothing
+# ======================================================================================
+
+PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel smoothing",
+           "注意力：动态图与核平滑", (
+    Text("""
+        Article 000 ends with two abstract readings. First, a graph: tokens are nodes and
+        $QK^T$ computes the edge weights, on a fully connected graph whose weights depend on
+        the input — 「动态邻居聚合」 (dynamic neighbour aggregation). Second, Nadaraya–Watson
+        kernel regression, $\\hat y(x) = \\sum_i K(x, x_i) y_i / \\sum_j K(x, x_j)$: attention is
+        「一个可学习的核平滑方法」.
+        """, """
+        文章 000 最后给出两种抽象的解读。其一是图：词是节点，$QK^T$ 计算边的权重——这是一张全连接图，
+        其权重随输入而变，即「动态邻居聚合」。其二是 Nadaraya–Watson 核回归
+        $\\hat y(x) = \\sum_i K(x, x_i) y_i / \\sum_j K(x, x_j)$：
+        注意力是「一个可学习的核平滑方法」。
+        """),
+    Code("""
+        tokens = "the cat sat on the mat".split()
+        emb = {t: 2 * torch.randn(16) for t in sorted(set(tokens))}  # word -> embedding
+        attn = attnlab.SelfAttention(embed_dim=16, num_heads=1)
+        X = torch.stack([emb[t] for t in tokens])[None]  # (1, N, 16)
+        out, A = attn(X)
+        A = A[0, 0].detach()  # (N, N): the edge weights, row i -> column j
+
+        def draw_graph(ax, A, labels, title):
+            n = len(labels)
+            ang = torch.arange(n) * 2 * math.pi / n
+            xy = torch.stack([ang.cos(), ang.sin()], -1)
+            for i in range(n):
+                for j in range(n):
+                    if i != j and A[i, j] > 0.15:  # the stronger edges, i attends j
+                        ax.annotate("", xy=xy[j].tolist(), xytext=xy[i].tolist(),
+                                    arrowprops=dict(arrowstyle="-|>", lw=5 * float(A[i, j]),
+                                                    alpha=0.7, shrinkA=14, shrinkB=14,
+                                                    connectionstyle="arc3,rad=0.15"))
+            for (px, py), lab in zip(xy.tolist(), labels):
+                ax.text(px, py, lab, ha="center", va="center",
+                        bbox=dict(boxstyle="round", fc="w"))
+            ax.set_xlim(-1.4, 1.4)
+            ax.set_ylim(-1.4, 1.4)
+            ax.set_axis_off()
+            ax.set_title(title)
+
+        tokens2 = "the dog sat on the mat".split()
+        emb["dog"] = 2 * torch.randn(16)
+        A2 = attn(torch.stack([emb[t] for t in tokens2])[None])[1][0, 0].detach()
+        fig, axes = plt.subplots(1, 2, figsize=(8, 4))
+        draw_graph(axes[0], A, tokens, T("edges of one input", "一个输入的边"))
+        draw_graph(axes[1], A2, tokens2, T("one word changed", "换掉一个词"))
+        print(T("total variation between the two graphs:", "两张图之间的总变差："),
+              round(float(0.5 * (A - A2).abs().sum(-1).mean()), 3))
+        """),
+    Text("""
+        A graph has no order of its nodes. Without positions, self-attention is
+        **permutation-equivariant**: permuting the tokens permutes the outputs the same way,
+        $f(PX) = P f(X)$. That is why positions are needed (notebook 06).
+        """, """
+        图的节点没有顺序。没有位置信息时，自注意力是**置换等变**的：把词重新排列，输出也以同样的方式
+        重新排列，$f(PX) = P f(X)$。这就是需要位置编码的原因（第 06 节）。
+        """),
+    Code("""
+        perm = torch.randperm(len(tokens))
+        out_p, _ = attn(X[:, perm])
+        print(T("f(PX) = P f(X):", "f(PX) = P f(X)："),
+              torch.allclose(out_p, out[:, perm], atol=1e-6))
+        r = run("dynamic-graph")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        """),
+    Text("""
+        **Kernel smoothing, exactly.** The Gaussian kernel
+        $K(x, x_i) = e^{-(x - x_i)^2 / 2\\sigma^2}$ expands to
+        $e^{x x_i/\\sigma^2} \\, e^{-x_i^2/2\\sigma^2} \\, e^{-x^2/2\\sigma^2}$. The last factor is
+        the same for every $i$ and cancels in the ratio. So with the query $q = (x, 1)$, the
+        key $k_i = (x_i/\\sigma^2, -x_i^2/2\\sigma^2)$, the value $y_i$ and scale 1, attention
+        **is** Nadaraya–Watson regression, to the last bit of float64.
+        """, """
+        **精确的核平滑。** 高斯核 $K(x, x_i) = e^{-(x - x_i)^2 / 2\\sigma^2}$ 可展开为
+        $e^{x x_i/\\sigma^2} \\, e^{-x_i^2/2\\sigma^2} \\, e^{-x^2/2\\sigma^2}$。最后一个因子对所有
+         $i$
+        都相同，在比值中约掉。所以取 query $q = (x, 1)$、
+        key $k_i = (x_i/\\sigma^2, -x_i^2/2\\sigma^2)$、
+        value $y_i$、缩放系数为 1，注意力**就是** Nadaraya–Watson 回归，在 float64 下精确到最后一位
+        。
+        """),
+    Code("""
+        g = torch.Generator().manual_seed(0)
+        x_train = torch.rand(40, generator=g, dtype=torch.float64) * 6
+        y_train = torch.sin(x_train) + 0.2 * torch.randn(40, generator=g, dtype=torch.float64)
+        x_test = torch.linspace(0, 6, 200, dtype=torch.float64)
+
+        def nadaraya_watson(x, sigma):
+            K = torch.exp(-(x[:, None] - x_train[None]) ** 2 / (2 * sigma**2))
+            return (K @ y_train) / K.sum(-1)
+
+        def as_attention(x, sigma):
+            q = torch.stack([x, torch.ones_like(x)], -1)
+            k = torch.stack([x_train / sigma**2, -x_train**2 / (2 * sigma**2)], -1)
+            y = attnlab.scaled_dot_product_attention(q[None, None], k[None, None],
+                                                     y_train[None, None, :, None], scale=1.0)
+            return y[0, 0, :, 0]
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.scatter(x_train, y_train, s=10, color="k", label=T("data", "数据"))
+        for sigma in (0.1, 0.3, 1.0):
+            err = float((as_attention(x_test, sigma) - nadaraya_watson(x_test, sigma)).abs().max())
+            ax.plot(x_test, as_attention(x_test, sigma), label=f"σ = {sigma}  (|Δ| = {err:.0e})")
+        ax.set_title(T("attention = Nadaraya–Watson", "注意力 = Nadaraya–Watson"))
+        ax.legend(fontsize=8)
+        r = run("kernel-smoothing")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        """),
+    Text("""
+        The identity needs the term $-x_i^2/2\\sigma^2$ in the key: with keys of different
+        norms, a plain dot product is **not** a Gaussian kernel (the experiment's wrong
+        variant, `equal_norm_keys=False`). What attention adds is that $W^Q$ and $W^K$ are
+        learned: the experiment `learned-kernel` in the report learns a better kernel than
+        the best fixed Gaussian.
+        """, """
+        这个恒等式需要 key 里有 $-x_i^2/2\\sigma^2$ 这一项：当各 key 的范数不同时，单纯的点积**不是
+        **
+        高斯核（实验的错误变体 `equal_norm_keys=False` 正是如此）。注意力多出来的是 $W^Q$、$W^K$
+        可以学习：报告中的实验 `learned-kernel` 学到的核比最好的固定高斯核还要好。
+        """),
+    Exercise("ex1", """
+        **Exercise 1.** The same in two dimensions: write `ex1_qk(x, xs, sigma)` that returns
+        the queries (for the points `x`, M × 2) and keys (for the data points `xs`, N × 2)
+        that make attention equal the Gaussian Nadaraya–Watson estimate.
+        """, """
+        **练习 1.** 二维的情形：写出 `ex1_qk(x, xs, sigma)`，返回 query（对应点 `x`，M × 2）和 key
+        （对应数据点 `xs`，N × 2），使注意力等于高斯核的 Nadaraya–Watson 估计。
+        """,
+        answer="""
+            def ex1_qk(x, xs, sigma):
+                q = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], -1)
+                k = torch.cat([xs / sigma**2, -(xs**2).sum(-1, keepdim=True) / (2 * sigma**2)], -1)
+                return q, k
+            """,
+        check="""
+            g = torch.Generator().manual_seed(5)
+            xs = torch.randn(30, 2, generator=g, dtype=torch.float64) * 2
+            ys = torch.randn(30, 1, generator=g, dtype=torch.float64)
+            x = torch.randn(7, 2, generator=g, dtype=torch.float64)
+            for sigma in (0.5, 2.0):
+                Kx = torch.exp(-torch.cdist(x, xs) ** 2 / (2 * sigma**2))
+                expected = (Kx @ ys) / Kx.sum(-1, keepdim=True)
+                q2, k2 = ex1_qk(x, xs, sigma)
+                got = attnlab.scaled_dot_product_attention(q2[None, None], k2[None, None],
+                                                           ys[None, None], scale=1.0)[0, 0]
+                assert torch.allclose(got, expected, atol=1e-9), T(
+                    f"sigma={sigma}: not the Nadaraya-Watson estimate",
+                    f"sigma={sigma}：不是 Nadaraya-Watson 估计")
+            print(T("right", "正确"))
+            """,
+        wrong="""
+            def ex1_qk(x, xs, sigma):
+                q = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], -1)
+                k = torch.cat([xs / sigma**2, torch.zeros(len(xs), 1, dtype=xs.dtype)], -1)
+                return q, k
+            """),
+    Exercise("ex2", """
+        **Exercise 2.** In the graph of the first input, how much attention does each token
+        *receive* in total (its weighted in-degree)? Give `ex2_received` (N,).
+        """, """
+        **练习 2.** 在第一个输入的图中，每个词总共*收到*多少注意力（加权入度）？给出
+         `ex2_received`（N,）。
+        """,
+        answer="ex2_received = A.sum(dim=0)  # column sums: the weight arriving at each key",
+        check="""
+            n = len(tokens)
+            by_hand = torch.tensor([sum(float(A[i, j]) for i in range(n)) for j in range(n)])
+            assert ex2_received.shape == (n,)
+            assert torch.allclose(ex2_received.float(), by_hand, atol=1e-5), T(
+                "not the weight each token receives", "不是每个词收到的权重")
+            print(T("right; the most attended token:", "正确；收到注意力最多的词："),
+                  tokens[int(ex2_received.argmax())])
+            """,
+        wrong="ex2_received = A.sum(dim=1)"),
+))

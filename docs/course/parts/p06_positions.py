@@ -1,0 +1,175 @@
+"""Part 6 of the course: Positions: sinusoidal and RoPE.
+
+Its cells in English and in Chinese (see build.py).
+"""
+
+from cells import Code, Exercise, Part, Text  # noqa: F401
+
+# ======================================================================================
+# 06 positions: sinusoidal and RoPE
+# ======================================================================================
+
+PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦编码与 RoPE", (
+    Text("""
+        Attention alone cannot tell token order (notebook 05). Article 001 explains the
+        sinusoidal encoding $PE_{(pos,2i)} = \\sin(pos / 10000^{2i/d_{model}})$ (and cosine on
+        the odd dimensions) by two properties: wavelengths that grow geometrically with $i$
+        (「低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置」), and a relative
+        position property: 「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合」.
+        """, """
+        只靠注意力分不清词的顺序（第 05 节）。文章 001 用两条性质解释正弦位置编码
+        $PE_{(pos,2i)} = \\sin(pos / 10000^{2i/d_{model}})$（奇数维用余弦）：
+        波长随 $i$ 按几何级数增长
+        （「低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置」），以及相对位置性质：
+        「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合」。
+        """),
+    Code("""
+        from attnlab import positional
+
+        pe = positional.sinusoidal_table(64, 32)  # (positions, d_model)
+        fig, ax = plt.subplots(figsize=(6, 3))
+        im = ax.imshow(pe.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+        ax.set_xlabel(T("position", "位置"))
+        ax.set_ylabel(T("dimension", "维度"))
+        ax.set_title(T("sinusoidal encoding", "正弦位置编码"))
+        fig.colorbar(im, ax=ax)
+        omega = positional.frequencies(32)  # ω_i = 10000^(-2i/d)
+        print(T("wavelengths 2π/ω_i:", "波长 2π/ω_i："),
+              [round(float(2 * math.pi / w), 1) for w in omega[::4]])
+        """),
+    Text("""
+        **The linear combination is a rotation.** By the angle-sum formulas, each pair
+        $(\\sin \\omega_i p, \\cos \\omega_i p)$ at position $p + k$ is the pair at $p$ rotated by
+        the angle $\\omega_i k$. So $PE_{pos+k} = M_k \\, PE_{pos}$ with one block-diagonal
+        matrix $M_k$ for **every** position — `positional.relative_rotation` builds it.
+        """, """
+        **这个线性组合是一个旋转。** 由和角公式，位置 $p + k$ 处的每一对
+        $(\\sin \\omega_i p, \\cos \\omega_i p)$ 就是位置 $p$ 处的那一对旋转 $\\omega_i k$ 角。所以
+        $PE_{pos+k} = M_k \\, PE_{pos}$，其中分块对角矩阵 $M_k$ 对**所有**位置都相同——
+        `positional.relative_rotation` 构造的就是它。
+        """),
+    Code("""
+        pe64 = positional.sinusoidal_table(200, 32, dtype=torch.float64)
+        M = positional.relative_rotation(5, 32)
+        print(T("max |PE[p+5] - M PE[p]| =", "max |PE[p+5] - M PE[p]| ="),
+              float((pe64[5:] - pe64[:-5] @ M.T).abs().max()))
+        r = run("pe-relative-position")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        show(r)
+        """),
+    Text("""
+        That $M_k$ exists does not mean a model uses it: the scores see $x + PE$, mixed
+        with the content. **RoPE** (used by SmolLM2, notebook 09) puts the rotation where it
+        acts directly: it rotates $q$ and $k$ themselves by their positions, so that
+        $\\langle R_m q, R_n k \\rangle = \\langle q, R_{n-m} k \\rangle$ depends on $m - n$
+        only. attnlab's `RotaryEmbedding` uses the half-split layout of Llama (dimension $i$
+        pairs with $i + d/2$). The map of scores over $(m, n)$ is constant along diagonals:
+        """, """
+        $M_k$ 存在并不意味着模型会用到它：分数看到的是 $x + PE$，与内容混在一起。**RoPE**（SmolLM2
+        使用它，见第 09 节）把旋转放到直接起作用的地方：按位置旋转 $q$ 和 $k$ 本身，使
+        $\\langle R_m q, R_n k \\rangle = \\langle q, R_{n-m} k \\rangle$
+        只依赖于 $m - n$。attnlab 的
+        `RotaryEmbedding` 采用 Llama 的前后半分布局（第 $i$ 维与第 $i + d/2$ 维成对）。分数在
+        $(m, n)$ 上的图沿对角线不变：
+        """),
+    Code("""
+        rope = positional.RotaryEmbedding(16)
+        qr, kr = torch.randn(16), torch.randn(16)
+        pos = torch.arange(24)
+        S = rope(qr.expand(24, 16), positions=pos) @ rope(kr.expand(24, 16), positions=pos).T
+        fig, ax = plt.subplots(figsize=(3.8, 3.3))
+        im = ax.imshow(S, cmap="RdBu")
+        ax.set_xlabel(T("key position n", "key 位置 n"))
+        ax.set_ylabel(T("query position m", "query 位置 m"))
+        ax.set_title(T("⟨R_m q, R_n k⟩", "⟨R_m q, R_n k⟩"))
+        fig.colorbar(im, ax=ax)
+        r = run("rope-relative")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        """),
+    Exercise("ex1", """
+        **Exercise 1.** The wavelength of dimension pair $i$ (in positions): write
+        `ex1_wavelength(i, d)` from the formula, without `positional.frequencies`.
+        """, """
+        **练习 1.** 第 $i$ 对维度的波长（以位置计）：不用 `positional.frequencies`，直接由公式写出
+        `ex1_wavelength(i, d)`。
+        """,
+        answer="""
+            def ex1_wavelength(i, d):
+                return 2 * math.pi * 10000 ** (2 * i / d)
+            """,
+        check="""
+            p = torch.arange(200, dtype=torch.float64)
+            for i in (0, 3, 7):
+                lam = ex1_wavelength(i, 32)
+                ref = torch.sin(2 * math.pi * p / lam)
+                assert torch.allclose(pe64[:, 2 * i], ref, atol=1e-9), T(
+                    f"pair {i}: sin(2π p / λ) does not match the table",
+                    f"第 {i} 对：sin(2π p / λ) 与编码表不符")
+            print(T("right", "正确"))
+            """,
+        wrong="""
+            def ex1_wavelength(i, d):
+                return 10000 ** (2 * i / d)
+            """),
+    Exercise("ex2", """
+        **Exercise 2.** Write the 2 × 2 block `ex2_block(k, i, d)` that maps the pair
+        $(PE_{p,2i}, PE_{p,2i+1})$ to $(PE_{p+k,2i}, PE_{p+k,2i+1})$ for every $p$.
+        """, """
+        **练习 2.** 写出 2 × 2 的块 `ex2_block(k, i, d)`，对所有 $p$ 把
+        $(PE_{p,2i}, PE_{p,2i+1})$ 映到 $(PE_{p+k,2i}, PE_{p+k,2i+1})$。
+        """,
+        answer="""
+            def ex2_block(k, i, d):
+                a = k * 10000 ** (-2 * i / d)
+                return torch.tensor([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]],
+                                    dtype=torch.float64)
+            """,
+        check="""
+            for k_, i in [(1, 0), (5, 2), (40, 9)]:
+                pair = pe64[:, 2 * i:2 * i + 2]
+                got = pair[:-k_] @ ex2_block(k_, i, 32).T
+                assert torch.allclose(got, pair[k_:], atol=1e-9), T(
+                    f"k={k_}, i={i}: the block does not move positions by k",
+                    f"k={k_}, i={i}：这个块没有把位置平移 k")
+            print(T("right: a rotation by ω_i k", "正确：旋转 ω_i k 角"))
+            """,
+        wrong="""
+            def ex2_block(k, i, d):
+                a = k * 10000 ** (-2 * i / d)
+                return torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                                    dtype=torch.float64)
+            """),
+    Exercise("ex3", """
+        **Exercise 3.** RoPE by hand: `ex3_rope(x, m)` rotates the vector `x` (d,) to position
+        `m`, pairing dimension $j$ with $j + d/2$ and turning pair $j$ by $m \\theta_j$, with
+        $\\theta_j = 10000^{-2j/d}$.
+        """, """
+        **练习 3.** 手写 RoPE：`ex3_rope(x, m)` 把向量 `x`（d,）旋转到位置 `m`：第 $j$ 维与第
+        $j + d/2$ 维成对，第 $j$ 对旋转 $m \\theta_j$ 角，$\\theta_j = 10000^{-2j/d}$。
+        """,
+        answer="""
+            def ex3_rope(x, m):
+                half = x.shape[-1] // 2
+                a = m * 10000 ** (-2 * torch.arange(half, dtype=torch.float64) / x.shape[-1])
+                x1, x2 = x[:half], x[half:]
+                c, s = a.cos(), a.sin()
+                return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s]).to(x.dtype)
+            """,
+        check="""
+            xr = torch.randn(16)
+            for m in (0, 1, 7, 100):
+                ref = rope(xr[None], positions=torch.tensor([m]))[0]
+                assert torch.allclose(ex3_rope(xr, m), ref, atol=1e-4), T(
+                    f"position {m}: differs from RotaryEmbedding",
+                    f"位置 {m}：与 RotaryEmbedding 不同")
+            print(T("right", "正确"))
+            """,
+        wrong="""
+            def ex3_rope(x, m):
+                half = x.shape[-1] // 2
+                a = m * 10000 ** (-2 * torch.arange(half, dtype=torch.float64) / x.shape[-1])
+                x1, x2 = x[0::2], x[1::2]
+                c, s = a.cos(), a.sin()
+                return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s]).to(x.dtype)
+            """),
+))

@@ -1,0 +1,172 @@
+"""Part 7 of the course, Masks: its cells in English and in Chinese (see build.py)."""
+
+from cells import Code, Exercise, Part, Text  # noqa: F401
+
+# ======================================================================================
+# 07 masks
+# ======================================================================================
+
+PART = Part(7, "masks", "Masks", "掩码", (
+    Text("""
+        Article 000 leaves masks out (「剥离一切无关的模块（如 Mask 机制、Dropout）」); article 001
+        adds one line, 「掩码处理（解码器需要）」. A mask decides which keys a query may see.
+        attnlab has one convention everywhere: a bool mask is **True where a query may
+        attend**, a float mask is added to the scores, and `key_mask` (B, Lk) is True for
+        real tokens. All masks come from `attnlab.masks`.
+        """, """
+        文章 000 把掩码剥离掉了（「剥离一切无关的模块（如 Mask 机制、Dropout）」）；文章 001 加了一
+        行
+        「掩码处理（解码器需要）」。掩码决定一个 query 可以看到哪些 key。attnlab 处处只用一种约定：
+        bool 掩码在**允许关注的位置为 True**，float 掩码加到分数上，`key_mask`（B, Lk）对真实的词为
+        True。所有掩码都来自 `attnlab.masks`。
+        """),
+    Code("""
+        from attnlab import masks
+
+        n = 6
+        shown = {
+            T("causal", "因果"): masks.causal(n),
+            T("causal, window 3", "因果，窗口 3"): masks.causal(n, window=3),
+            T("padding (4 real)", "填充（4 个真实词）"): masks.key_mask_to_attn_mask(
+                masks.padding([4], n))[0, 0].expand(n, n),
+            T("causal and padding", "因果与填充"): masks.combine(
+                masks.causal(n), masks.padding([4], n)[0]),
+        }
+        fig, axes = plt.subplots(1, 4, figsize=(10, 3.2), layout="constrained")
+        for ax, (title, m) in zip(axes, shown.items()):
+            ax.imshow(m, cmap="Greys", vmin=0, vmax=1)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("key")
+        axes[0].set_ylabel("query")
+        fig.suptitle(T("black: the query may attend the key", "黑色：query 可以关注该 key"))
+        plt.show()
+        """),
+    Text("""
+        **Article 001's mask line, as printed**, does not run: the comment swallows the `if`,
+        and the indented line under it is then an error. attnlab keeps the listing as
+        published and compiles it:
+        """, """
+        **文章 001 原样印出的掩码那一行**无法运行：注释吞掉了 `if`，于是下面缩进的那一行就成了错误。
+        attnlab 保留了原样发表的代码清单，这里编译它：
+        """),
+    Code("""
+        from importlib.resources import files
+
+        listing = (files("attnlab.experiments") / "listings" / "001_multi_head_attention.py.txt")
+        source = listing.read_text(encoding="utf-8")
+        try:
+            compile(source, "001_multi_head_attention.py", "exec")
+        except SyntaxError as e:
+            print(type(e).__name__, T("at line", "位于第"), e.lineno, ":", e.text.strip())
+        print([line for line in source.splitlines() if "if mask" in line])
+        """),
+    Text("""
+        **A fully masked row.** The usual `masked_fill(-inf)` then softmax gives NaN for a row
+        whose every key is masked (0 / 0), and the NaN spreads. attnlab gives that row weight
+        0 and output 0, with log-sum-exp $-\\infty$.
+        """, """
+        **整行都被屏蔽。** 常见的 `masked_fill(-inf)` 再 softmax，对所有 key 都被屏蔽的一行会得到
+        NaN（0 / 0），而且 NaN 会扩散。attnlab 对这样的一行给出权重 0、输出 0，log-sum-exp 为
+         $-\\infty$。
+        """),
+    Code("""
+        q = torch.randn(1, 1, 3, 4)
+        k = torch.randn(1, 1, 3, 4)
+        v = torch.randn(1, 1, 3, 4)
+        m = torch.tensor([[True, True, False], [False, False, False], [True, True, True]])
+        naive = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, float("-inf")), dim=-1)
+        out, w = attnlab.scaled_dot_product_attention(q, k, v, m, return_weights=True)
+        print(T("naive row 1:", "朴素写法的第 1 行："), naive[0, 0, 1].tolist())
+        print(T("attnlab row 1:", "attnlab 的第 1 行："), w[0, 0, 1].tolist(),
+              out[0, 0, 1].tolist())
+        print(T("article 001's check, masked weights are 0:",
+                "文章 001 的检查，被屏蔽的权重为 0："),
+              bool(w.masked_fill(~m, 0).sum() == w.sum()))
+        """),
+    Text("""
+        **Causality is a statement about gradients**: with a causal mask, output $t$ does not
+        depend on any input $s > t$. The experiment `masking` measures
+        $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$ over $s > t$: exactly 0.
+        """, """
+        **因果性是关于梯度的命题**：加了因果掩码，第 $t$ 个输出不依赖任何 $s > t$ 的输入。实验
+        `masking` 测量所有 $s > t$ 上的 $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$：恰好为
+         0。
+        """),
+    Code("""
+        r = run("masking")
+        print(r.quantity, "=", r.measured, "->", r.verdict)
+        show(r)
+        """),
+    Exercise("ex1", """
+        **Exercise 1.** A *prefix-LM* mask: the first `p` tokens (the prompt) see each other
+        in both directions, every later token is causal. Build `ex1_mask` (n × n, bool) for
+        `n = 6`, `p = 3`. The check compares it with which inputs each output really depends
+        on, through the Jacobian of a `SelfAttention`.
+        """, """
+        **练习 1.** *前缀语言模型*掩码：前 `p` 个词（提示）彼此双向可见，之后的每个词都是因果的。
+        为 `n = 6`、`p = 3` 构造 `ex1_mask`（n × n，bool）。检查单元格通过 `SelfAttention` 的雅可比
+        矩阵，把它与每个输出实际依赖哪些输入进行比较。
+        """,
+        answer="""
+            n, p = 6, 3
+            ex1_mask = masks.causal(n) | (torch.arange(n) < p)[None, :]
+            """,
+        check="""
+            sa = attnlab.SelfAttention(embed_dim=4, num_heads=1)
+            xj = torch.randn(n, 4, dtype=torch.float64)
+            sa = sa.double()
+            i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+            truth = (j <= i) | ((i < p) & (j < p))  # the definition
+            assert ex1_mask.dtype == torch.bool and torch.equal(ex1_mask, truth), T(
+                "not the prefix-LM mask", "不是前缀语言模型掩码")
+            J = torch.autograd.functional.jacobian(lambda x_: sa(x_[None], ex1_mask)[0][0], xj)
+            depends = J.abs().amax(dim=(1, 3)) > 0  # out_t depends on x_s
+            assert torch.equal(depends, truth), T("dependence differs", "依赖关系不同")
+            print(T("right: each output depends exactly on what the mask allows",
+                    "正确：每个输出恰好依赖掩码允许的输入"))
+            """,
+        wrong="""
+            n, p = 6, 3
+            ex1_mask = masks.causal(n)
+            """),
+    Exercise("ex2", """
+        **Exercise 2.** Two sequences of lengths 3 and 5 are padded to 5. Build the
+        `ex2_key_mask` (2 × 5) that `MultiHeadAttention(key_mask=...)` expects.
+        """, """
+        **练习 2.** 长度为 3 和 5 的两个序列被填充到 5。构造 `MultiHeadAttention(key_mask=...)`
+        所需的 `ex2_key_mask`（2 × 5）。
+        """,
+        answer="ex2_key_mask = masks.padding([3, 5], 5)",
+        check="""
+            mha = attnlab.MultiHeadAttention(embed_dim=8, num_heads=2)
+            xb = torch.randn(2, 5, 8)
+            outb, wb = mha(xb, key_mask=ex2_key_mask, need_weights=True)
+            assert float(wb[0, :, :, 3:].detach().abs().max()) == 0, T(
+                "padded keys must get weight 0", "填充的 key 权重必须为 0")
+            alone, _ = mha(xb[:1, :3])  # the short sequence without padding
+            assert torch.allclose(outb[0, :3], alone[0], atol=1e-6), T(
+                "padding changed the real tokens' outputs", "填充改变了真实词的输出")
+            print(T("right", "正确"))
+            """,
+        wrong="ex2_key_mask = ~masks.padding([3, 5], 5)  # torch's key_padding_mask convention"),
+    Exercise("ex3", """
+        **Exercise 3.** With `masks.causal(n, window=w)`, how many keys does each query see?
+        Give `ex3_counts` (n,) for `n = 10`, `w = 4` by a formula, not from the mask.
+        """, """
+        **练习 3.** 用 `masks.causal(n, window=w)` 时，每个 query 能看到多少个 key？对 `n = 10`、
+        `w = 4`，用公式（而不是从掩码）给出 `ex3_counts`（n,）。
+        """,
+        answer="""
+            n, w = 10, 4
+            ex3_counts = torch.clamp(torch.arange(n) + 1, max=w)
+            """,
+        check="""
+            assert torch.equal(ex3_counts, masks.causal(n, window=w).sum(-1)), T(
+                "not the number of keys each query sees", "不是每个 query 看到的 key 数")
+            print(T("right", "正确"))
+            """,
+        wrong="""
+            n, w = 10, 4
+            ex3_counts = torch.full((n,), w)
+            """),
+))

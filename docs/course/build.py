@@ -1,12 +1,13 @@
 """Build the attnlab course: one source, two notebooks per part (English and Chinese).
 
-Every part is a list of cells (one module per part in `parts/`, the cell types in `cells.py`). A text cell carries its English and its Chinese; a code
-cell is shared by both languages (its only difference is the first cell's ``LANG``, which
-the figures and messages follow); an exercise is a prompt, an answer cell the learner
-fills in (a working answer is filled in, so that the notebook runs from top to bottom)
-and a check cell that asserts the answer. Each exercise also keeps a deliberately wrong
-answer (:attr:`Exercise.wrong`, not in the notebooks): the tests run it and require the
-check to fail.
+Every part is a list of cells (one module per part in ``parts/``, the cell types in
+``cells.py``). A text cell carries its English and its Chinese; a code cell is shared by
+both languages (its only difference is the first cell's ``LANG``, which the figures and
+messages follow); an exercise is a prompt, an answer cell the learner fills in (a working
+answer is filled in, so that the notebook runs from top to bottom) and a check cell that
+asserts the answer. Each exercise also keeps a deliberately wrong answer
+(:attr:`Exercise.wrong`, not in the notebooks): the tests run it and require the check to
+fail.
 
     python docs/course/build.py           # (re)write docs/course/en/*.ipynb, zh/*.ipynb
     python docs/course/build.py --check   # exit 1 if a committed notebook differs

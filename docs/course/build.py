@@ -3,14 +3,16 @@
 Every part is a list of cells (one module per part in ``parts/``, the cell types in
 ``cells.py``). A text cell carries its English and its Chinese; a code cell is shared by
 both languages (its only difference is the first cell's ``LANG``, which the figures and
-messages follow); an exercise is a prompt, an answer cell the learner fills in (a working
-answer is filled in, so that the notebook runs from top to bottom) and a check cell that
-asserts the answer. Each exercise also keeps a deliberately wrong answer
-(:attr:`Exercise.wrong`, not in the notebooks): the tests run it and require the check to
-fail.
+messages follow); an exercise is a prompt, an answer cell the learner fills in (shipped
+blank: the names to compute are ``...``) and a check cell that asserts the answer, failing
+until it is right. The reference answers are not in the notebooks: this script writes them
+into ``docs/course/solutions.md`` (:func:`solutions_text`), which the tests read back
+(:func:`read_solutions`) and run in place of the blanks. Each exercise also keeps a
+deliberately wrong answer (:attr:`Exercise.wrong`, in neither): the tests run it and
+require the check to fail, as on the blank.
 
-    python docs/course/build.py           # (re)write docs/course/en/*.ipynb, zh/*.ipynb
-    python docs/course/build.py --check   # exit 1 if a committed notebook differs
+    python docs/course/build.py           # (re)write the notebooks, README.md, solutions.md
+    python docs/course/build.py --check   # exit 1 if a committed file differs
 
 It also writes the course's prose as one text into the package
 (``src/attnlab/report/course_text.md``, :data:`LONG_TEXT`): the long text the report's
@@ -86,6 +88,7 @@ import torch
 
 import attnlab  # noqa: F401
 from attnlab.experiments import run  # noqa: F401
+from attnlab.experiments._result import fmt_num
 from attnlab.experiments.registry import catalog
 from attnlab.i18n import COMMON, translate_figure
 from attnlab.viz.figures import cjk_font
@@ -109,7 +112,40 @@ def show(result):
     if LANG == "zh":
         cat = {{**COMMON, **catalog(result.name)}}
         translate_figure(result.figure, cat, family=["DejaVu Sans", cjk_font() or "sans-serif"])
-    return result.figure'''
+    return result.figure
+
+
+def report(result):
+    """An experiment's result in this notebook's language: the quantity measured against
+    what is expected, the control (the same measurement on something that should not show
+    the property) and the verdict."""
+    zh = LANG == "zh"
+    expected = result.expected_text.replace("slack", "容差") if zh else result.expected_text
+    print(T("measured", "测量") + f": {{result.quantity_zh if zh else result.quantity}}")
+    print(f"  = {{fmt_num(result.measured)}}   " + T("expected", "预期") + f": {{expected}}")
+    c = result.control
+    if c is None:
+        print(T("control: none for this experiment", "对照：该实验没有对照"))
+    else:
+        judged = (T("passes too — the measurement does not tell", "同样满足——该测量无法区分")
+                  if c.holds else T("fails, as it should", "不满足，符合预期"))
+        print(T("control", "对照") + f": {{c.what_zh if zh else c.what}}")
+        print(f"  = {{fmt_num(c.measured)}}   {{judged}}")
+    if result.by_construction:
+        why = result.by_construction_zh if zh else result.by_construction
+        print(T("why", "原因") + f": {{why}}")
+    verdict = COMMON.get(result.verdict, result.verdict) if zh else result.verdict
+    print(T("verdict", "结论") + f": {{verdict}}")
+    if not result.passed:
+        print(T("unexpected: attnlab expected the other verdict",
+                "出乎预期：attnlab 预期的是另一个结论"))
+
+
+def answered(**answers):
+    """Fails (AssertionError) while an exercise's answer is still `...`."""
+    for name, value in answers.items():
+        assert value is not ..., T(f"{{name}} is still `...`: compute it in the cell above",
+                                   f"{{name}} 仍是 `...`：请先在上面的单元格中算出它")'''
 PARTS: tuple[Part, ...] = _load_parts()
 
 
@@ -119,11 +155,13 @@ PARTS: tuple[Part, ...] = _load_parts()
 
 _NAV = Text("""
     *attnlab course, part {n} of 10.* Run the cells from top to bottom; every number and
-    figure is computed here. The exercises at the end come with a working answer and a
-    check cell: replace the answer with your own and run the check again.
+    figure is computed here. Each exercise at the end leaves what to compute as `...`:
+    write your answer there, then run the check cell below it, which fails until the
+    answer is right (the reference answers are in `docs/course/solutions.md`).
     """, """
     *attnlab 课程，第 {n} 部分（共 10 部分）。* 从上到下运行各单元格；所有数字与图都在这里算出。
-    最后的练习附带一个可运行的答案和一个检查单元格：把答案换成你自己的，再运行检查。
+    最后的每道练习都把要算的东西留作 `...`：在那里写下你的答案，再运行下面的检查单元格——
+    答案不对时它会报错（参考答案在 `docs/course/solutions.md` 中）。
     """)
 
 
@@ -159,8 +197,10 @@ def notebook(part: Part, lang: str) -> dict:
                 md("## 练习" if lang == "zh" else "## Exercises")
                 heading = True
             md(_flow(getattr(cell, lang), lang), ("exercise-prompt",))
-            code(_code(cell.answer), ("exercise", cell.key))
-            code(_code(cell.check), ("check", cell.key))
+            code(_code(cell.blank), ("exercise", cell.key))
+            # the check fails until the answer is filled in: tools that run the notebook
+            # as shipped (nbclient, nbconvert) read the tag and go on
+            code(_code(cell.check), ("check", cell.key, "raises-exception"))
     return {"cells": cells, "metadata": {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
@@ -192,12 +232,13 @@ The two articles' argument, step by step, with attnlab doing the computation: te
 each in English and in Chinese, each ending with exercises whose answers a cell checks.
 Run them with the project's environment (`make setup`, then open a notebook with the
 `.venv` kernel); they need no network. Every notebook here is generated by `build.py` and
-stored without outputs; `tests/course` runs them all.
+stored without outputs; `tests/course` runs them all. The exercises ship blank; their
+reference answers are in [solutions.md](solutions.md).
 
 两篇文章的论证，一步一步，由 attnlab 完成计算：十个 notebook，每个都有英文版和中文版，
 每个都以练习结束，练习的答案由一个单元格检查。用项目的环境运行（先 `make setup`，再用 `.venv`
 的内核打开 notebook）；不需要网络。这里的每个 notebook 都由 `build.py` 生成，不带输出保存；
-`tests/course` 会运行全部 notebook。
+`tests/course` 会运行全部 notebook。练习以空白形式提供，参考答案见 [solutions.md](solutions.md)。
 
 | part | English | 中文 |
 |---|---|---|
@@ -223,11 +264,47 @@ def long_text() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+_SOLUTION = re.compile(r"^### (\d\d) · (\S+)\n\n```python\n(.*?)\n```$", re.M | re.S)
+
+
+def solutions_text() -> str:
+    """docs/course/solutions.md: every exercise's reference answer, part by part (the code
+    that replaces the notebook's blank answer cell)."""
+    out = ["# The attnlab course: reference answers · attnlab 课程：参考答案", "",
+           "Generated by `docs/course/build.py` (do not edit). Each answer replaces the "
+           "exercise's cell of `...`; the check cell below it then passes. `tests/course` "
+           "runs every notebook with these answers.", "",
+           "由 `docs/course/build.py` 生成（请勿手改）。每个答案替换练习中写着 `...` 的单元格，"
+           "其下的检查单元格随即通过。`tests/course` 用这些答案运行每个 notebook。", ""]
+    for part in PARTS:
+        out += [f"## {part.number:02d} · {part.title_en} · {part.title_zh}", ""]
+        for ex in exercises(part):
+            out += [f"### {part.number:02d} · {ex.key}", "", "```python", _code(ex.answer),
+                    "```", ""]
+    return "\n".join(out)
+
+
+def read_solutions(text: str) -> dict[tuple[int, str], str]:
+    """The answers of a solutions file (:func:`solutions_text`): (part number, exercise
+    key) -> the answer cell's code."""
+    found: dict[tuple[int, str], str] = {}
+    for number, key, code_ in _SOLUTION.findall(text):
+        if (int(number), key) in found:
+            raise ValueError(f"solutions: exercise {number} · {key} appears twice")
+        found[(int(number), key)] = code_
+    return found
+
+
+#: The reference answers, outside the notebooks (the tests read them back).
+SOLUTIONS = HERE / "solutions.md"
+
+
 def expected_files(root: Path | None = None) -> dict[Path, str]:
-    """Every generated path (the notebooks, README.md and the package's copy of the course
-    text) -> the text written there."""
+    """Every generated path (the notebooks, README.md, the solutions and the package's copy
+    of the course text) -> the text written there."""
     files = {path_of(p, lang, root): dumps(notebook(p, lang)) for p in PARTS for lang in LANGS}
     files[(HERE if root is None else root) / "README.md"] = index()
+    files[(HERE if root is None else root) / SOLUTIONS.name] = solutions_text()
     files[LONG_TEXT if root is None else root / LONG_TEXT.name] = long_text()
     return files
 

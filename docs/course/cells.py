@@ -25,20 +25,43 @@ class Code:
 
 @dataclass(frozen=True)
 class Exercise:
-    """A prompt, the learner's answer cell (filled with a working ``answer``) and a
-    ``check`` cell that asserts it; ``wrong`` replaces ``answer`` in the tests, where the
-    check must then fail."""
+    """A prompt, the learner's answer cell and a ``check`` cell that asserts it.
+
+    ``blank`` is the answer cell as the notebook ships it: the names to compute assigned
+    ``...`` (or a function whose body returns ``...``), with a comment saying what to
+    compute. ``answer`` is the reference answer: not in the notebooks, build.py writes it
+    into the solutions file (``docs/course/solutions.md``). ``check`` is the check cell: an
+    ``assert`` that fails (AssertionError, with a clear message) on the blank, on
+    ``wrong`` and on any wrong value, and passes on ``answer``. ``wrong`` is a deliberately
+    wrong answer, for the tests only.
+    """
 
     key: str
     en: str
     zh: str
+    blank: str
     answer: str
     check: str
     wrong: str
 
+    def __post_init__(self) -> None:
+        for name in ("key", "en", "zh", "blank", "answer", "check", "wrong"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"Exercise {self.key!r}: {name} must be a non-empty string, "
+                                 f"got {value!r}")
+        if "..." not in self.blank:
+            raise ValueError(f"Exercise {self.key!r}: blank must leave what to compute as "
+                             f"`...`, got {self.blank!r}")
+        if self.blank.strip() == self.answer.strip():
+            raise ValueError(f"Exercise {self.key!r}: blank must not be the answer")
+
 
 @dataclass(frozen=True)
 class Part:
+    """One notebook: its number, file-name slug, titles in both languages and cells;
+    ``needs_models``: it loads real models (their packages may be missing)."""
+
     number: int
     slug: str
     title_en: str

@@ -117,14 +117,34 @@ def run_cell(client, source: str):
 
 
 def execute(client, nb: dict) -> tuple[dict, float]:
-    """Run a notebook's code cells in order from an empty namespace; a copy of the notebook
-    with their outputs, and the seconds they took."""
+    """Run a notebook's code cells in order from an empty namespace, as the notebook ships;
+    a copy of the notebook with their outputs, and the seconds they took.
+
+    The exercises ship blank (their answers are ``...``), so each exercise's check cell
+    (tagged ``check``) fails: it must fail with an AssertionError, whose message is then
+    its output (what a reader sees before answering), and the run goes on. Any other error,
+    in any cell, raises nbclient's ``CellExecutionError``. The copy shows the notebook as
+    a reader gets it, without the reference answers (``tests/course`` runs those).
+    """
+    from nbclient.exceptions import CellExecutionError
+
     run_cell(client, RESET)
     out = json.loads(json.dumps(nb))
     t0 = time.perf_counter()
     for n, cell in enumerate((c for c in out["cells"] if c["cell_type"] == "code"), 1):
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        ran = run_cell(client, source)
+        if "check" in cell.get("metadata", {}).get("tags", ()):
+            try:
+                ran = run_cell(client, source)
+            except CellExecutionError as e:
+                if e.ename != "AssertionError":
+                    raise
+                ran = client.nb.cells[-1]  # the check refused the blank answer, as it must
+            else:
+                raise RuntimeError(f"cell {n}: an exercise's check passed on the blank "
+                                   "answer (it must fail until the answer is filled in)")
+        else:
+            ran = run_cell(client, source)
         cell["outputs"] = [dict(o) for o in json.loads(json.dumps(ran.outputs))]
         cell["execution_count"] = n
     return out, time.perf_counter() - t0

@@ -88,6 +88,44 @@ def test_committed_notebook_is_the_generators_output_without_outputs(part, lang)
             assert cell["outputs"] == [] and cell["execution_count"] is None, path
 
 
+def test_the_notebooks_ship_blank_exercises_and_the_solutions_file_holds_the_answers():
+    """Every exercise cell of a notebook is the blank (its answer is in no notebook), and
+    docs/course/solutions.md, read back, gives every exercise's reference answer."""
+    solutions = build.read_solutions(build.SOLUTIONS.read_text(encoding="utf-8"))
+    assert solutions == {(p.number, e.key): build._code(e.answer)
+                         for p in build.PARTS for e in build.exercises(p)}, (
+        "run python docs/course/build.py")
+    for part in build.PARTS:
+        for lang in build.LANGS:
+            cells = build.notebook(part, lang)["cells"]
+            text = "".join(c["source"] for c in cells)
+            for ex in build.exercises(part):
+                tagged = [c for c in cells if ex.key in c["metadata"].get("tags", ())]
+                assert [c["source"] for c in tagged] == [build._code(ex.blank),
+                                                         build._code(ex.check)]
+                assert "..." in tagged[0]["source"]
+                assert build._code(ex.answer) not in text, (part.stem, lang, ex.key)
+
+
+def test_read_solutions_rejects_a_repeated_exercise():
+    one = "### 01 · ex1\n\n```python\nx = 1\n```\n"
+    assert build.read_solutions(one) == {(1, "ex1"): "x = 1"}
+    with pytest.raises(ValueError, match="twice"):
+        build.read_solutions(one + "\n" + one)
+
+
+def test_an_exercise_needs_a_blank_with_dots():
+    from cells import Exercise
+
+    fields = dict(key="ex1", en="a", zh="甲", answer="x = 1", check="assert x == 1",
+                  wrong="x = 2")
+    with pytest.raises(ValueError, match="blank"):
+        Exercise(blank="x = 0", **fields)
+    with pytest.raises(ValueError, match="blank"):
+        Exercise(blank="", **fields)
+    assert Exercise(blank="x = ...  # one", **fields).blank
+
+
 def test_the_generator_check_mode_catches_a_stale_notebook(tmp_path, monkeypatch):
     part = build.PARTS[0]
     monkeypatch.setattr(build, "HERE", tmp_path)
@@ -152,20 +190,35 @@ def _run(client, source: str):
     return runner.run_cell(client, source)  # CellExecutionError on any error
 
 
-def _execute(part, lang, client):
+def _check_fails(client, ex, what):
     from nbclient.exceptions import CellExecutionError
 
+    with pytest.raises(CellExecutionError) as info:
+        _run(client, build._code(ex.check))
+    assert info.value.ename == "AssertionError", (ex.key, what, info.value.ename,
+                                                  str(info.value)[-400:])
+
+
+def _execute(part, lang, client):
+    """Run the notebook as it ships (each blank exercise's check must fail with an
+    AssertionError: the runner requires it), then each exercise in order: the wrong answer
+    (the check must fail), then the reference answer read from the solutions file (the
+    check must pass), so that every answer and check runs where the notebook with the
+    answers substituted would run it."""
+    solutions = build.read_solutions(build.SOLUTIONS.read_text(encoding="utf-8"))
     executed, elapsed = runner.execute(client, build.notebook(part, lang))
     # the run's outputs, for the reference site (docs/site/hooks.py shows them)
     runner.store(build.path_of(part, lang), executed)
+    checks = [c for c in executed["cells"] if "check" in c["metadata"].get("tags", ())]
+    assert len(checks) == len(build.exercises(part))
+    for cell in checks:  # the blank answer was refused
+        assert [o.get("ename") for o in cell["outputs"] if o["output_type"] == "error"] == [
+            "AssertionError"], cell["source"]
     for ex in build.exercises(part):
         _run(client, build._code(ex.wrong))
-        with pytest.raises(CellExecutionError) as info:
-            _run(client, build._code(ex.check))
-        assert info.value.ename == "AssertionError", (ex.key, info.value.ename,
-                                                      str(info.value)[-400:])
-        _run(client, build._code(ex.answer))
-        _run(client, build._code(ex.check))  # the right answer passes again
+        _check_fails(client, ex, "wrong")
+        _run(client, solutions[(part.number, ex.key)])
+        _run(client, build._code(ex.check))  # the reference answer passes
     return elapsed
 
 

@@ -123,8 +123,10 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         **练习 1.** 用 `X` 和 `W_q` 手工算出第 1 个头的 query `ex1_q1`（N × d_k）。
         （`W_q` 的哪几行属于第 1 个头？）
         """,
+        blank="ex1_q1 = ...  # head 1's queries, (N, d_k), from X and W_q",
         answer="ex1_q1 = X @ W_q[d_k:2 * d_k].T",
         check="""
+            answered(ex1_q1=ex1_q1)
             assert tuple(ex1_q1.shape) == (5, d_k), T("shape should be (N, d_k)",
                                                       "形状应为 (N, d_k)")
             assert torch.allclose(ex1_q1, captured["q"][0, 1], atol=1e-6), T(
@@ -140,8 +142,10 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         **练习 2.** 找一个第 0 个头的 query 看不见的向量 `ex2_x`（长度 8，非零）：
         `W_q0 @ ex2_x` = 0。提示：`torch.linalg.svd`。
         """,
+        blank="ex2_x = ...  # a non-zero vector of length 8 with W_q0 @ ex2_x = 0",
         answer="ex2_x = torch.linalg.svd(W_q0)[2][-1]  # a right singular vector beyond the rank",
         check="""
+            answered(ex2_x=ex2_x)
             assert ex2_x.shape == (8,) and float(ex2_x.norm()) > 1e-3, T(
                 "give a non-zero vector of length 8", "请给出长度为 8 的非零向量")
             assert float((W_q0 @ ex2_x).norm()) < 1e-5 * float(ex2_x.norm()), T(
@@ -156,8 +160,10 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         **练习 3.** 用公式 $P = W^T (W W^T)^{-1} W$（不用 `pinv`）写出到 `W_q0` 行空间的正交投影
         `ex3_P`（8 × 8）。
         """,
+        blank="ex3_P = ...  # (8, 8): W^T (W W^T)^-1 W for W = W_q0, without pinv",
         answer="ex3_P = W_q0.T @ torch.linalg.inv(W_q0 @ W_q0.T) @ W_q0",
         check="""
+            answered(ex3_P=ex3_P)
             assert tuple(ex3_P.shape) == (8, 8)
             assert torch.allclose(ex3_P, ex3_P.T, atol=1e-5), T("P must be symmetric", "P 必须对称")
             assert torch.allclose(ex3_P @ ex3_P, ex3_P, atol=1e-4), T("P @ P must equal P",

@@ -114,11 +114,16 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         **练习 1.** 若 $q$ 与 $k$ 的每个分量均值为 0、方差为 $\\sigma^2$（仍然独立），
         $\\mathrm{Var}(q \\cdot k)$ 是多少？补全这个函数。
         """,
+        blank="""
+            def ex1_variance(d_k, s2):
+                return ...  # Var(q·k): d_k components, each of mean 0 and variance s2
+            """,
         answer="""
             def ex1_variance(d_k, s2):
                 return d_k * s2**2
             """,
         check="""
+            answered(ex1_variance=ex1_variance(8, 1.0))
             g = torch.Generator().manual_seed(1)
             for d, s2 in [(32, 2.0), (8, 0.5)]:
                 qs = torch.randn(50_000, d, generator=g) * math.sqrt(s2)
@@ -140,11 +145,16 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         """, """
         **练习 2.** 哪个系数 `ex2_scale(d_k, s2)` 能把练习 1 中分数的方差拉回 1？
         """,
+        blank="""
+            def ex2_scale(d_k, s2):
+                return ...  # the factor that brings Var(q·k) back to 1
+            """,
         answer="""
             def ex2_scale(d_k, s2):
                 return 1 / (s2 * math.sqrt(d_k))
             """,
         check="""
+            answered(ex2_scale=ex2_scale(8, 1.0))
             g = torch.Generator().manual_seed(2)
             for d, s2 in [(64, 3.0), (16, 0.25)]:
                 qs = torch.randn(50_000, d, generator=g) * math.sqrt(s2)
@@ -165,8 +175,10 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         **练习 3.** 用点积与范数算出 `q` 和 `k`（本节开头那对 64 维向量）之间的夹角
         `ex3_deg`（单位：度）。
         """,
+        blank="ex3_deg = ...  # the angle between q and k, in degrees",
         answer="ex3_deg = math.degrees(math.acos(float(q @ k / (q.norm() * k.norm()))))",
         check="""
+            answered(ex3_deg=ex3_deg)
             along = float(k @ q) / float(q.norm())  # k's component along q
             across = float((k - along * q / q.norm()).norm())  # and across it
             assert abs(ex3_deg - math.degrees(math.atan2(across, along))) < 1e-6, T(

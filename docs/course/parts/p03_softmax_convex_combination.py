@@ -99,8 +99,10 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         **练习 1.** 当一行的所有分数都相等时（例如 $q = 0$），输出是什么？只用 `v` 把它写成
         `ex1_out`。
         """,
+        blank="ex1_out = ...  # the output for equal scores, from v alone",
         answer="ex1_out = v.mean(dim=-2)  # the centroid of the values",
         check="""
+            answered(ex1_out=ex1_out)
             zero_q = torch.zeros(1, 1, 1, 8)
             expected = attnlab.scaled_dot_product_attention(zero_q, k, v)[:, :, 0]
             assert ex1_out.shape == expected.shape, T("shape should be (1, 1, dv)",
@@ -119,6 +121,11 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         **练习 2.** 三角形内的任意一点都是三个顶点的凸组合。求权重 `ex2_w`（3 个非负数，和为 1），
         使 `ex2_w @ V3 == y`。检查单元格随后会用分数 $\\log w$ 让注意力算出 `y`。
         """,
+        blank="""
+            V3 = torch.tensor([[0.0, 0.0], [4.0, 0.0], [1.0, 3.0]], dtype=torch.float64)
+            y = torch.tensor([1.5, 1.0], dtype=torch.float64)
+            ex2_w = ...  # 3 weights, non-negative, summing to 1, with ex2_w @ V3 == y
+            """,
         answer="""
             V3 = torch.tensor([[0.0, 0.0], [4.0, 0.0], [1.0, 3.0]], dtype=torch.float64)
             y = torch.tensor([1.5, 1.0], dtype=torch.float64)
@@ -126,6 +133,7 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
             ex2_w = torch.linalg.solve(A, torch.cat([y, torch.ones(1, dtype=torch.float64)]))
             """,
         check="""
+            answered(ex2_w=ex2_w)
             assert ex2_w.shape == (3,) and bool((ex2_w >= -1e-12).all()), T(
                 "weights must be 3 non-negative numbers", "权重必须是 3 个非负数")
             assert abs(float(ex2_w.sum()) - 1) < 1e-9, T("weights must sum to 1",
@@ -151,11 +159,15 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         **练习 3.** 由上面的 `scores` 算出每一行的 log-sum-exp `ex3_lse`，要求不会溢出，
         并与 attnlab 的 `lse` 比较。
         """,
+        blank="""
+            ex3_lse = ...  # one log-sum-exp per row of scores, computed so that it cannot overflow
+            """,
         answer="""
             m = scores.amax(dim=-1, keepdim=True)
             ex3_lse = (m + torch.log(torch.exp(scores - m).sum(dim=-1, keepdim=True)))[..., 0]
             """,
         check="""
+            answered(ex3_lse=ex3_lse)
             assert ex3_lse.shape == lse.shape, T("one number per row", "每行一个数")
             assert torch.allclose(ex3_lse, lse, atol=1e-5), T("not the log-sum-exp",
                                                               "这不是 log-sum-exp")

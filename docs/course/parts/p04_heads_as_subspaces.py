@@ -112,11 +112,16 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **练习 1.** 从融合的 `qkv_proj` 中切出第 2 个头的 key 投影：权重 `ex1_Wk2`（d × E）与偏置
         `ex1_bk2`（d,）。
         """,
+        blank="""
+            ex1_Wk2 = ...  # head 2's key weight, (d, E), sliced from mha.qkv_proj.weight
+            ex1_bk2 = ...  # and its bias, (d,), from mha.qkv_proj.bias
+            """,
         answer="""
             ex1_Wk2 = mha.qkv_proj.weight[E + 2 * d:E + 3 * d]
             ex1_bk2 = mha.qkv_proj.bias[E + 2 * d:E + 3 * d]
             """,
         check="""
+            answered(ex1_Wk2=ex1_Wk2, ex1_bk2=ex1_bk2)
             assert tuple(ex1_Wk2.shape) == (d, E) and tuple(ex1_bk2.shape) == (d,)
             assert torch.allclose(x[0] @ ex1_Wk2.T + ex1_bk2, seen["k"][0, 2], atol=1e-5), T(
                 "these are not head 2's keys (see hook_k)", "这不是第 2 个头的 key（对照 hook_k）")
@@ -133,6 +138,10 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **练习 2.** 写出 `ex2_angles(A, B)`：`A` 与 `B` 的行空间之间的主角（单位：度，升序），
         它们的行不一定是标准正交的。
         """,
+        blank="""
+            def ex2_angles(A, B):
+                return ...  # the principal angles (degrees, ascending) between the row spaces
+            """,
         answer="""
             def ex2_angles(A, B):
                 qa, _ = torch.linalg.qr(A.T)
@@ -141,6 +150,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
                 return torch.rad2deg(torch.acos(cos)).sort().values
             """,
         check="""
+            answered(ex2_angles=ex2_angles(torch.eye(2), torch.eye(2)))
             t = 0.6  # span(e1, e2) against span(e1, cos t e2 + sin t e3), both given skewed
             e = torch.eye(4, dtype=torch.float64)
             u = math.cos(t) * e[1] + math.sin(t) * e[2]
@@ -163,11 +173,13 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **练习 3.** 把每个头对 `out` 的贡献（不含 `out_proj` 的偏置）写成一个由 H 个张量（N × E）
         组成的列表 `ex3_parts`。
         """,
+        blank="ex3_parts = ...  # a list of H tensors (N, E): head h's contribution to out[0]",
         answer="""
             W_O = mha.out_proj.weight  # (E, E): columns h*d:(h+1)*d meet head h
             ex3_parts = [ctx[0, h] @ W_O[:, h * d:(h + 1) * d].T for h in range(H)]
             """,
         check="""
+            answered(ex3_parts=ex3_parts)
             assert len(ex3_parts) == H, T("one part per head", "每个头一项")
             total = sum(ex3_parts) + mha.out_proj.bias
             assert torch.allclose(total, out[0], atol=1e-5), T("the parts do not add up to out",

@@ -138,6 +138,10 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         **练习 1.** 二维的情形：写出 `ex1_qk(x, xs, sigma)`，返回 query（对应点 `x`，M × 2）和 key
         （对应数据点 `xs`，N × 2），使注意力等于高斯核的 Nadaraya–Watson 估计。
         """,
+        blank="""
+            def ex1_qk(x, xs, sigma):
+                return ...  # (queries (M, 3), keys (N, 3)): attention = the Gaussian estimate
+            """,
         answer="""
             def ex1_qk(x, xs, sigma):
                 q = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], -1)
@@ -145,6 +149,7 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
                 return q, k
             """,
         check="""
+            answered(ex1_qk=ex1_qk(torch.zeros(1, 2), torch.zeros(1, 2), 1.0))
             g = torch.Generator().manual_seed(5)
             xs = torch.randn(30, 2, generator=g, dtype=torch.float64) * 2
             ys = torch.randn(30, 1, generator=g, dtype=torch.float64)
@@ -173,8 +178,12 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         **练习 2.** 在第一个输入的图中，每个词总共*收到*多少注意力（加权入度）？给出
          `ex2_received`（N,）。
         """,
+        blank="""
+            ex2_received = ...  # (N,): the attention each token receives in the first graph
+            """,
         answer="ex2_received = A.sum(dim=0)  # column sums: the weight arriving at each key",
         check="""
+            answered(ex2_received=ex2_received)
             n = len(tokens)
             by_hand = torch.tensor([sum(float(A[i, j]) for i in range(n)) for j in range(n)])
             assert ex2_received.shape == (n,)

@@ -93,11 +93,16 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         **练习 1.** 第 $i$ 对维度的波长（以位置计）：不用 `positional.frequencies`，直接由公式写出
         `ex1_wavelength(i, d)`。
         """,
+        blank="""
+            def ex1_wavelength(i, d):
+                return ...  # the wavelength, in positions, of dimension pair i
+            """,
         answer="""
             def ex1_wavelength(i, d):
                 return 2 * math.pi * 10000 ** (2 * i / d)
             """,
         check="""
+            answered(ex1_wavelength=ex1_wavelength(0, 32))
             p = torch.arange(200, dtype=torch.float64)
             for i in (0, 3, 7):
                 lam = ex1_wavelength(i, 32)
@@ -118,6 +123,10 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         **练习 2.** 写出 2 × 2 的块 `ex2_block(k, i, d)`，对所有 $p$ 把
         $(PE_{p,2i}, PE_{p,2i+1})$ 映到 $(PE_{p+k,2i}, PE_{p+k,2i+1})$。
         """,
+        blank="""
+            def ex2_block(k, i, d):
+                return ...  # the 2 x 2 block (float64) moving pair i by k positions
+            """,
         answer="""
             def ex2_block(k, i, d):
                 a = k * 10000 ** (-2 * i / d)
@@ -125,6 +134,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
                                     dtype=torch.float64)
             """,
         check="""
+            answered(ex2_block=ex2_block(1, 0, 32))
             for k_, i in [(1, 0), (5, 2), (40, 9)]:
                 pair = pe64[:, 2 * i:2 * i + 2]
                 got = pair[:-k_] @ ex2_block(k_, i, 32).T
@@ -147,6 +157,10 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         **练习 3.** 手写 RoPE：`ex3_rope(x, m)` 把向量 `x`（d,）旋转到位置 `m`：第 $j$ 维与第
         $j + d/2$ 维成对，第 $j$ 对旋转 $m \\theta_j$ 角，$\\theta_j = 10000^{-2j/d}$。
         """,
+        blank="""
+            def ex3_rope(x, m):
+                return ...  # x (d,) rotated to position m, pairing j with j + d/2
+            """,
         answer="""
             def ex3_rope(x, m):
                 half = x.shape[-1] // 2
@@ -156,6 +170,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
                 return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s]).to(x.dtype)
             """,
         check="""
+            answered(ex3_rope=ex3_rope(torch.zeros(4), 0))
             xr = torch.randn(16)
             for m in (0, 1, 7, 100):
                 ref = rope(xr[None], positions=torch.tensor([m]))[0]

@@ -107,11 +107,16 @@ PART = Part(7, "masks", "Masks", "掩码", (
         为 `n = 6`、`p = 3` 构造 `ex1_mask`（n × n，bool）。检查单元格通过 `SelfAttention` 的雅可比
         矩阵，把它与每个输出实际依赖哪些输入进行比较。
         """,
+        blank="""
+            n, p = 6, 3
+            ex1_mask = ...  # (n, n) bool: the first p tokens see each other, the rest is causal
+            """,
         answer="""
             n, p = 6, 3
             ex1_mask = masks.causal(n) | (torch.arange(n) < p)[None, :]
             """,
         check="""
+            answered(ex1_mask=ex1_mask)
             sa = attnlab.SelfAttention(embed_dim=4, num_heads=1)
             xj = torch.randn(n, 4, dtype=torch.float64)
             sa = sa.double()
@@ -136,8 +141,12 @@ PART = Part(7, "masks", "Masks", "掩码", (
         **练习 2.** 长度为 3 和 5 的两个序列被填充到 5。构造 `MultiHeadAttention(key_mask=...)`
         所需的 `ex2_key_mask`（2 × 5）。
         """,
+        blank="""
+            ex2_key_mask = ...  # (2, 5): the key mask MultiHeadAttention(key_mask=...) expects
+            """,
         answer="ex2_key_mask = masks.padding([3, 5], 5)",
         check="""
+            answered(ex2_key_mask=ex2_key_mask)
             mha = attnlab.MultiHeadAttention(embed_dim=8, num_heads=2)
             xb = torch.randn(2, 5, 8)
             outb, wb = mha(xb, key_mask=ex2_key_mask, need_weights=True)
@@ -156,11 +165,16 @@ PART = Part(7, "masks", "Masks", "掩码", (
         **练习 3.** 用 `masks.causal(n, window=w)` 时，每个 query 能看到多少个 key？对 `n = 10`、
         `w = 4`，用公式（而不是从掩码）给出 `ex3_counts`（n,）。
         """,
+        blank="""
+            n, w = 10, 4
+            ex3_counts = ...  # (n,): how many keys each query sees, by a formula
+            """,
         answer="""
             n, w = 10, 4
             ex3_counts = torch.clamp(torch.arange(n) + 1, max=w)
             """,
         check="""
+            answered(ex3_counts=ex3_counts)
             assert torch.equal(ex3_counts, masks.causal(n, window=w).sum(-1)), T(
                 "not the number of keys each query sees", "不是每个 query 看到的 key 数")
             print(T("right", "正确"))

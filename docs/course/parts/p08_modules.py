@@ -87,12 +87,17 @@ PART = Part(8, "modules", "The modules", "模块", (
         **练习 1.** 用公式算出 `MultiHeadAttention(E, H, num_kv_heads=G)`（带偏置）的参数个数：
         `ex1_params(E, H, G)`。
         """,
+        blank="""
+            def ex1_params(E, H, G):
+                return ...  # the parameter count of MultiHeadAttention(E, H, num_kv_heads=G)
+            """,
         answer="""
             def ex1_params(E, H, G):
                 kv = G * (E // H)  # the width of K and of V
                 return (E * (E + 2 * kv) + E + 2 * kv) + (E * E + E)  # qkv_proj + out_proj
             """,
         check="""
+            answered(ex1_params=ex1_params(32, 4, 4))
             for E_, H_, G_ in [(64, 8, 8), (64, 8, 2), (48, 6, 3), (32, 4, 1)]:
                 n_ = sum(p.numel() for p in attnlab.MultiHeadAttention(E_, H_, num_kv_heads=G_)
                          .parameters())
@@ -114,6 +119,11 @@ PART = Part(8, "modules", "The modules", "模块", (
         （输入形状为 (N, B, E)）。用由它构造的 attnlab 模块算出它在 `xs` 上的输出：`ex2_out`，
         形状与 torch 的相同。
         """,
+        blank="""
+            tm = nn.MultiheadAttention(32, 4)  # batch_first=False
+            xs = torch.randn(7, 3, 32)  # (N, B, E)
+            ex2_out = ...  # tm's output on xs, shaped like torch's, from an attnlab module
+            """,
         answer="""
             tm = nn.MultiheadAttention(32, 4)  # batch_first=False
             xs = torch.randn(7, 3, 32)  # (N, B, E)
@@ -121,6 +131,7 @@ PART = Part(8, "modules", "The modules", "模块", (
             ex2_out = ours(xs.transpose(0, 1))[0].transpose(0, 1)
             """,
         check="""
+            answered(ex2_out=ex2_out)
             expected = tm(xs, xs, xs)[0]
             assert ex2_out.shape == expected.shape, T(f"shape {tuple(ex2_out.shape)}, expected "
                                                       f"{tuple(expected.shape)}",

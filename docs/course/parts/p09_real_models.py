@@ -100,8 +100,10 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
          MiniLM
         的头（`L`、`Hd`）的第 `i_it` 行：`ex1_row`（N,）。
         """,
+        blank="ex1_row = ...  # (N,): row i_it of head (L, Hd), from t.q, t.k and t.scale",
         answer="ex1_row = torch.softmax(t.q[L, Hd, i_it] @ t.k[L, Hd].T * t.scale, dim=-1)",
         check="""
+            answered(ex1_row=ex1_row)
             ref = t.weights_rows(L, Hd, [i_it])[0]
             assert ex1_row.shape == ref.shape, T("one weight per key", "每个 key 一个权重")
             assert torch.allclose(ex1_row, ref, atol=1e-5), T("not the trace's weights",
@@ -117,11 +119,16 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         **练习 2.** 在 SmolLM2 中，第 7 个 query 头读取的是哪个 key/value 头？对任意头 `h` 给出
         `ex2_kv(h)`（同一组的头是连续的）。
         """,
+        blank="""
+            def ex2_kv(h):
+                return ...  # the key/value head that query head h reads
+            """,
         answer="""
             def ex2_kv(h):
                 return h // (t2.num_heads // t2.num_kv_heads)
             """,
         check="""
+            answered(ex2_kv=ex2_kv(0))
             for h in range(t2.num_heads):
                 assert ex2_kv(h) == t2.kv_head(h), T(f"head {h}: the trace says {t2.kv_head(h)}",
                                                      f"第 {h} 个头：trace 给出的是 {t2.kv_head(h)}")

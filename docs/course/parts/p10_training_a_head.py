@@ -99,11 +99,16 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         **练习 1.** 在 `ids`（`<bos>` 之后是重复三次、周期为 8 的片段）中，位于 query 位置 `i` 的
         归纳头应该关注哪个 key？对第二、第三份拷贝中的位置写出 `ex1_target(i, period)`。
         """,
+        blank="""
+            def ex1_target(i, period):
+                return ...  # the key an induction head at query i attends to
+            """,
         answer="""
             def ex1_target(i, period):
                 return i - period + 1  # the token after the previous occurrence of ids[i]
             """,
         check="""
+            answered(ex1_target=ex1_target(period + 1, period))
             rows_ = range(period + 1, len(ids))
             for i in rows_:
                 j = ex1_target(i, period)
@@ -128,11 +133,13 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         **练习 2.** 一个头的前一词分数，是落在 key `i - 1` 上的注意力质量对各行求和，再除以**全部**
         N 行（第 0 行没有前一个词，记为 0）。为前一词头手工算出它：`ex2_score`。
         """,
+        blank="ex2_score = ...  # the previous-token score of the head prev, by hand",
         answer="""
             w_prev = tt.head_weights(prev["layer"], prev["head"])
             ex2_score = float(w_prev.diagonal(-1).sum() / w_prev.shape[0])
             """,
         check="""
+            answered(ex2_score=ex2_score)
             ref = float(s["previous"][prev["layer"], prev["head"]])
             assert abs(ex2_score - ref) < 1e-5, T(f"{ex2_score:.6f}, attnlab says {ref:.6f}",
                                                    f"{ex2_score:.6f}，attnlab 给出 {ref:.6f}")

@@ -310,7 +310,10 @@ def test_markdown_puts_the_chinese_beside_the_english_and_leaves_timing_to_the_r
     results = [_result("fused-qkv-speed", 0.0),
                _result("dot-product-geometry",
                        checks=[Check("d_k / d", 0.25, "≤ 1", True, id="projection-no-wider")]),
-               _result("contextualisation")]
+               _result("contextualisation",
+                       checks=[Check(i, 0.1, "≥ 0.001", True, id=p + i) for p in ("", "mid-")
+                               for i in ("contexts-separate", "fruit-closer",
+                                         "company-closer")])]
     vs = verdicts(results, [timed, err, cond])
     live, fixed = markdown(vs), markdown(vs, live=False)
     assert live.startswith("| id | article | kind · 类型 | quote · 原文 | claim | 论断 |")
@@ -407,7 +410,9 @@ def test_cli_json_for_one_claim(capsys):
     data = json.loads(capsys.readouterr().out)
     (c,) = data["claims"]
     assert tuple(c) == JSON_KEYS and c["id"] == "001-pe-linear-shift"
-    assert c["verdict"] == "holds" and c["covered_by"] == ["pe-relative-position"]
+    # an identity of the sinusoids, shown beside a random table that fails it
+    assert c["verdict"] == "holds by construction"
+    assert c["covered_by"] == ["pe-relative-position"]
     assert c["measured"][0]["numbers"][0]["measured"] < 1e-9
 
 

@@ -33,7 +33,7 @@ CLAIMS_001: tuple[Claim, ...] = (
         "sinusoidal encoding breaks that.",
         "RNN 通过时间步记录位置，Transformer 则需要位置编码：单靠注意力对输入的置换等变"
         "（看到的是集合），加入正弦位置编码后不再等变。",
-        evidence("dynamic-graph"),
+        evidence("dynamic-graph:headline", "dynamic-graph:pe-breaks-symmetry"),
     ),
     Claim(
         "001-pe-formula", "001", "code",
@@ -55,6 +55,9 @@ CLAIMS_001: tuple[Claim, ...] = (
         "2π·10000^(2i/d_model)，从 2π 增长到接近 10000·2π，每一对都是前一对的 "
         "10000^(2/d_model) 倍（同一句话也说波长呈指数增长）；随 i 衰减的是频率。",
         evidence("!pe-relative-position:first-wavelength,wavelength-ratio,last-wavelength"),
+        reading_en="The label says that the wavelengths decay: they get shorter as the "
+                   "dimension pair index i grows.",
+        reading_zh="标题“波长衰减”的字面意思：随维度对序号 i 增大，波长衰减（变短）。",
     ),
     Claim(
         "001-wavelengths-exponential", "001", "claim",
@@ -103,9 +106,11 @@ CLAIMS_001: tuple[Claim, ...] = (
         "001-dot-product-cosine", "001", "claim",
         "本质上是在计算向量夹角余弦值（相似度）",
         "Each query–key dot product essentially computes the cosine of the angle between them "
-        "(a similarity).",
-        "每个查询与键的点积，本质上是在计算两者夹角的余弦（相似度）。",
-        evidence("dot-product-geometry"),
+        "(a similarity): up to the lengths, q·k = |q||k|cos θ, and on a trained head the angle "
+        "orders each query's scores.",
+        "每个查询与键的点积，本质上是在计算两者夹角的余弦（相似度）：差一个长度因子，"
+        "q·k = |q||k|cos θ；在训练后的头上，夹角决定每个查询的分数顺序。",
+        evidence("dot-product-geometry:headline", "dot-product-geometry:trained-angle-order"),
         conditions_en=NORM_EN, conditions_zh=NORM_ZH,
     ),
     Claim(
@@ -292,6 +297,9 @@ CLAIMS_001: tuple[Claim, ...] = (
         "之后的权重，被遮蔽位置的权重恰为 0（检查的是把它们置 0 不改变总和）；负无穷是 softmax "
         "之前的分数，若权重真是负无穷，attn.sum() 为负无穷，这一检查反而不成立。",
         evidence("!masking:masked-weight-zero"),
+        reading_en="The tip's plain reading: the values at the masked positions of attn (the "
+                   "weights its check reads) really are −∞.",
+        reading_zh="该技巧的字面意思：attn（其检查所读的权重）在掩码位置上的值真的是负无穷。",
     ),
     Claim(
         "001-mask-minus-infinity", "001", "code",

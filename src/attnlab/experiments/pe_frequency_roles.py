@@ -22,6 +22,13 @@ encoding through weights and other signals, never exactly). Then
 The pairs are grouped into quarters by index, so the claim is about the table as laid
 out (low dimensions fast, high dimensions slow); tables with shuffled or constant
 frequencies must fail.
+
+Control: every number is measured again on the table with its frequencies assigned in
+reverse order (:func:`reversed_table`: pair i turns at pair d/2 − 1 − i's frequency), the
+same pairs of dimensions carrying the other frequencies. If the roles belonged to the
+dimensions or to the decoder rather than to the frequencies, the reversed table would show
+them too; it must fail every test (its first quarter misses Δ = 1 and decodes Δ = 1000,
+its last resolves Δ = 1 and aliases at Δ = 1000).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from torch import Tensor
 from attnlab.core import positional
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "pe-frequency-roles"
 CLAIM = ("In the sinusoidal table (d = 512), decoding an offset Δ from one (sin, cos) pair's "
@@ -89,6 +96,14 @@ def shuffled_table(n_positions: int, embed_dim: int, dtype: torch.dtype = torch.
     return pe.view(n_positions, embed_dim // 2, 2)[:, perm].reshape(n_positions, embed_dim)
 
 
+def reversed_table(n_positions: int, embed_dim: int, dtype: torch.dtype = torch.float64
+                   ) -> Tensor:
+    """The sinusoidal table with its frequencies assigned in reverse order: pair i turns at
+    ω_{d/2 − 1 − i}, slow pairs first (the control)."""
+    pe = positional.sinusoidal_table(n_positions, embed_dim, dtype=dtype)
+    return pe.view(n_positions, embed_dim // 2, 2).flip(1).reshape(n_positions, embed_dim)
+
+
 def constant_table(n_positions: int, embed_dim: int, dtype: torch.dtype = torch.float64
                    ) -> Tensor:
     """Every pair at the one middle frequency 10000^(−1/2): no spread of wavelengths."""
@@ -132,13 +147,15 @@ def run(
     noise: float = 0.01,
     samples: int = 2000,
     table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
+    control_fn: Callable[..., Tensor] = reversed_table,
     plot: bool = True,
 ) -> Result:
     """Decode Δ = ``near`` and Δ = ``far`` from each pair of ``table_fn(n_positions,
     embed_dim)`` (fp64) under readout noise ``noise``; compare the first and last quarter
-    of the pairs.
+    of the pairs, and do the same on the control ``control_fn(n_positions, embed_dim)``.
 
-    Wrong variants: :func:`shuffled_table`, :func:`constant_table`.
+    Wrong variants: :func:`shuffled_table`, :func:`constant_table`; the table as its own
+    control (``control_fn=positional.sinusoidal_table``) must make the result not hold.
     """
     if far + 1 >= n_positions:
         raise ValueError(f"n_positions must exceed far + 1 = {far + 1}, got {n_positions}")
@@ -155,21 +172,25 @@ def run(
             ).norm(dim=-1).mean(0)  # (d/2,) ‖PE_i(p+1) − PE_i(p)‖ averaged over p
     pairs = embed_dim // 2
     quarter = pairs // 4
-    rows = []
-    for b in range(4):
-        sl = slice(b * quarter, (b + 1) * quarter)
-        rows.append([f"pairs {b * quarter}–{(b + 1) * quarter - 1}",
-                     float(wavelength[sl].min()), float(wavelength[sl].max()),
-                     float(step[sl].mean()), float(err_near[sl].mean()),
-                     float(err_far[sl].mean())])
+    rows = _bands(wavelength, step, err_near, err_far, quarter)
+    ctrl = control_fn(n_positions, embed_dim, dtype=torch.float64)
+    # independent noise and positions for the control; a quarter of the samples is plenty
+    # for errors that sit orders of magnitude from the thresholds
+    c_samples = max(samples // 4, 100)
+    with seeded(seed + 1) as g:
+        c_near = decode_errors(ctrl, near, noise, c_samples, g)
+        c_far = decode_errors(ctrl, far, noise, c_samples, g)
+    c_high = (float(c_near[:quarter].mean()), float(c_far[:quarter].mean()))
+    c_low = (float(c_near[-quarter:].mean()), float(c_far[-quarter:].mean()))
+    what, what_zh = _control_words(control_fn)
     high, low = rows[0], rows[-1]
     checks = [
         check_le(f"highest-frequency quarter: relative error at Δ = {near}", high[4], 0.25,
-                 id="high-near"),
+                 id="high-near", control=Control(what, what_zh, c_high[0])),
         check_ge(f"highest-frequency quarter: relative error at Δ = {far} (aliasing)",
-                 high[5], 0.5, id="high-far-aliasing"),
+                 high[5], 0.5, id="high-far-aliasing", control=Control(what, what_zh, c_high[1])),
         check_ge(f"lowest-frequency quarter: relative error at Δ = {near} (below the noise)",
-                 low[4], 1.0, id="low-near"),
+                 low[4], 1.0, id="low-near", control=Control(what, what_zh, c_low[0])),
     ]
     fig = _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter) \
         if plot else None
@@ -178,6 +199,7 @@ def run(
         quantity=f"lowest-frequency quarter: mean |Δ̂ − Δ| / Δ at Δ = {far}",
         quantity_zh=f"频率最低的四分之一：Δ = {far} 处 |Δ̂ − Δ| / Δ 的均值",
         measured=low[5], expected=0.1, tolerance=0.0, relation="<=", checks=checks,
+        control=Control(what, what_zh, c_low[1]),
         table=(["pairs", "shortest wavelength", "longest wavelength",
                 "change per position ‖ΔPE_i‖", f"relative error at Δ = {near}",
                 f"relative error at Δ = {far}"], rows),
@@ -186,12 +208,43 @@ def run(
                 f"quarters by index); for each pair, Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω over "
                 f"{samples} random p, Gaussian noise σ = {noise} on every value, ω read from "
                 f"the table's first two rows. A relative error ≥ 1 means nothing is decoded "
-                f"(as bad as answering 0).",
+                f"(as bad as answering 0). Control, {what}, over {c_samples} p: its first "
+                f"quarter errs by {c_high[0]:.3g} at Δ = {near} and {c_high[1]:.3g} at "
+                f"Δ = {far}, its last by "
+                f"{c_low[0]:.3g} and {c_low[1]:.3g}: the roles follow the frequencies.",
         caption_zh=f"共 {n_positions} 个位置、d = {embed_dim} 的位置编码表（{pairs} 个维度对，"
                    f"按序号分为四等份）；对每个维度对，在 {samples} 个随机位置 p 上计算 "
                    f"Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω，每个值加标准差 σ = {noise} 的高斯噪声，"
-                   f"ω 取自表的前两行。相对误差 ≥ 1 表示什么也解码不出（与回答 0 一样差）。",
+                   f"ω 取自表的前两行。相对误差 ≥ 1 表示什么也解码不出（与回答 0 一样差）。"
+                   f"对照（{what_zh}，{c_samples} 个 p）：其前四分之一在 Δ = {near} 处误差 "
+                   f"{c_high[0]:.3g}、"
+                   f"Δ = {far} 处 {c_high[1]:.3g}，后四分之一分别为 {c_low[0]:.3g} 和 "
+                   f"{c_low[1]:.3g}：作用随频率而定。",
     )
+
+
+def _bands(wavelength: Tensor, step: Tensor, err_near: Tensor, err_far: Tensor, quarter: int
+           ) -> list[list]:
+    """One table row per quarter of the pairs: label, shortest and longest wavelength, mean
+    change per position, mean relative error at Δ = near and at Δ = far."""
+    rows = []
+    for b in range(4):
+        sl = slice(b * quarter, (b + 1) * quarter)
+        rows.append([f"pairs {b * quarter}–{(b + 1) * quarter - 1}",
+                     float(wavelength[sl].min()), float(wavelength[sl].max()),
+                     float(step[sl].mean()), float(err_near[sl].mean()),
+                     float(err_far[sl].mean())])
+    return rows
+
+
+def _control_words(control_fn: Callable[..., Tensor]) -> tuple[str, str]:
+    """What the control table is, in English and Chinese."""
+    if control_fn is reversed_table:
+        return ("the same pairs of dimensions with the frequencies assigned in reverse order "
+                "(pair i at ω_{d/2−1−i})",
+                "同样的维度对，频率按相反顺序分配（第 i 对取 ω_{d/2−1−i}）")
+    name = getattr(control_fn, "__name__", type(control_fn).__name__)
+    return f"table {name}", f"位置编码表 {name}"
 
 
 def _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter):

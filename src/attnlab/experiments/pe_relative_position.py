@@ -8,6 +8,15 @@ For PE[pos, 2i] = sin(ω_i pos), PE[pos, 2i+1] = cos(ω_i pos) with ω_i = 10000
 * the wavelengths 2π/ω_i grow geometrically, by the factor 10000^(2/d), from 2π (i = 0)
   to 2π·10000^(1−2/d) (i = d/2 − 1): just short of 10000·2π, which the last pair would
   reach only if i ran to d/2 (article 001's 10000^(2i/d_model)).
+
+All three hold by construction (angle-sum formulas, the formula's exponent), so each is
+measured beside a control that must fail the same test: a random table of the same scale
+(an ``nn.Embedding`` at initialisation) with its *best* least-squares map M̂_k, for which no
+linear shift exists; the same table for the offset dot products; and, for the wavelengths
+(read from the table: the phase each pair turns from position 0 to 1), the two common
+slips of the exponent — pairs counted from i = 1 (:func:`off_by_one_table`, whose last
+wavelength is the 10000·2π the article names) and i/d in place of 2i/d
+(:func:`half_exponent_table`).
 """
 
 from __future__ import annotations
@@ -20,8 +29,8 @@ from torch import Tensor
 
 from attnlab.core import positional
 
-from ._common import check_le, label_axes, new_figure
-from ._result import Result
+from ._common import check_le, label_axes, new_figure, one_thread, seeded
+from ._result import Control, Result
 
 NAME = "pe-relative-position"
 CLAIM = ("For the sinusoidal table, PE[pos+k] = M_k·PE[pos] with one rotation M_k for all "
@@ -72,6 +81,72 @@ def wrong_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
     return pe.to(dtype)
 
 
+def table_from_frequencies(n: int, omega: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """(n, 2·len(omega)) table with PE[pos, 2i] = sin(ω_i pos), PE[pos, 2i+1] = cos(ω_i pos)."""
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * omega.to(torch.float64)[None, :]
+    return torch.stack([torch.sin(angle), torch.cos(angle)], -1).reshape(n, -1).to(dtype)
+
+
+def off_by_one_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Wrong: pairs counted from i = 1 (ω_i = 10000^(−2(i+1)/d)): the first wavelength is
+    2π·10000^(2/d), not 2π, and the last is 10000·2π."""
+    return table_from_frequencies(n, positional.frequencies(d) * 10000 ** (-2 / d), dtype)
+
+
+def half_exponent_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Wrong: i/d in place of 2i/d (ω_i = 10000^(−i/d)): the wavelengths grow by
+    10000^(1/d) per pair, not 10000^(2/d)."""
+    i = torch.arange(d // 2, dtype=torch.float64)
+    return table_from_frequencies(n, 10000.0 ** (-i / d), dtype)
+
+
+def random_table(n: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
+    """A learned-absolute table at initialisation: N(0, ½) entries (the sinusoidal table's
+    mean square), one independent row per position."""
+    with seeded(seed) as g:
+        return (torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(2)).to(dtype)
+
+
+def table_wavelengths(pe: Tensor) -> Tensor:
+    """(d/2,) wavelength 2π/ω_i of each (sin, cos) pair of ``pe``, ω_i read from the table:
+    the phase the pair turns from position 0 to position 1."""
+    s0, c0, s1, c1 = pe[0, 0::2], pe[0, 1::2], pe[1, 0::2], pe[1, 1::2]
+    # the signed angle from (c0, s0) to (c1, s1), in (−π, π], without subtracting phases
+    step = torch.atan2(c0 * s1 - s0 * c1, c0 * c1 + s0 * s1)
+    return 2 * math.pi / step.abs()
+
+
+def control_offsets(max_offset: int) -> list[int]:
+    """The offsets k = 1, 2, 4, … (and ``max_offset``) at which the control's maps are fit."""
+    return sorted({2**j for j in range(max_offset.bit_length()) if 2**j <= max_offset}
+                  | {max_offset})
+
+
+def best_shift_error(pe: Tensor, offsets: list[int]) -> float:
+    """max over k in ``offsets`` and over pos of |PE[pos+k] − M̂_k PE[pos]|, M̂_k the
+    least-squares linear map for that k (the best any fixed linear map does)."""
+    err = 0.0
+    with one_thread():  # small solves: one thread is fastest on a shared machine
+        for k in offsets:
+            a, b = pe[:-k], pe[k:]
+            # SVD-based, so that a rank-deficient table (slow pairs) still gets its best map
+            m_t = torch.linalg.lstsq(a, b, driver="gelsd").solution  # (d, d): b ≈ a @ M̂_kᵀ
+            err = max(err, float((b - a @ m_t).abs().max()))
+    return err
+
+
+def _spread(x: Tensor) -> float:
+    return float(x.max() - x.min())
+
+
+def _wavelength_errors(wl: Tensor, d: int) -> tuple[float, float, float]:
+    """(|first − 2π|, max |ratio / 10000^(2/d) − 1|, |last / (2π·10000^(1−2/d)) − 1|)."""
+    ratio = wl[1:] / wl[:-1]
+    return (abs(float(wl[0]) - 2 * math.pi),
+            float((ratio / 10000 ** (2 / d) - 1).abs().max()),
+            abs(float(wl[-1]) / (2 * math.pi * 10000 ** (1 - 2 / d)) - 1))
+
+
 def run(
     seed: int = 0,
     *,
@@ -79,12 +154,21 @@ def run(
     embed_dim: int = 128,
     max_offset: int = 64,
     table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
+    control_fn: Callable[..., Tensor] | None = None,
     plot: bool = True,
 ) -> Result:
     """Check all three properties on ``table_fn(n_positions, embed_dim)`` in fp64.
 
-    Wrong variant: :func:`wrong_table`. (Deterministic; ``seed`` is unused.)
+    Wrong variant: :func:`wrong_table`. Controls: ``control_fn(n_positions, embed_dim)``
+    (default :func:`random_table` with ``seed``) with its best linear maps, and the wrong
+    exponents :func:`off_by_one_table` and :func:`half_exponent_table` for the wavelengths;
+    passing ``control_fn=positional.sinusoidal_table`` (the table as its own control) must
+    make the result not hold.
     """
+    if not 0 < max_offset < n_positions - embed_dim:
+        raise ValueError(f"max_offset must be in (0, n_positions − embed_dim = "
+                         f"{n_positions - embed_dim}) so that every least-squares map is "
+                         f"determined, got {max_offset}")
     pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
     rot_err, dot_spread, rows = 0.0, 0.0, []
     dots = []
@@ -94,25 +178,38 @@ def run(
         rot_err = max(rot_err, err)
         dot = (pe[:-k] * pe[k:]).sum(-1)  # (P-k,) PE[p]·PE[p+k] for every p
         dots.append(float(dot.mean()))
-        spread = float(dot.max() - dot.min())
+        spread = _spread(dot)
         dot_spread = max(dot_spread, spread)
         if k in (1, 2, 4, 8, 16, 32, 64):
             theory = float(torch.cos(positional.frequencies(embed_dim) * k).sum())
             rows.append([k, err, float(dot.mean()), theory, spread])
-    omega = positional.frequencies(embed_dim)
-    wl = 2 * math.pi / omega  # (d/2,)
-    ratio = wl[1:] / wl[:-1]
-    ratio_err = float((ratio / 10000 ** (2 / embed_dim) - 1).abs().max())
-    largest = 2 * math.pi * 10000 ** (1 - 2 / embed_dim)  # the last pair, i = d/2 − 1
+    wl = table_wavelengths(pe)  # (d/2,) read from the table
+    first_err, ratio_err, last_err = _wavelength_errors(wl, embed_dim)
+    # controls: a table with no linear shift, and the two slips of the exponent
+    ctrl = (control_fn(n_positions, embed_dim, dtype=torch.float64) if control_fn is not None
+            else random_table(n_positions, embed_dim, seed))
+    ctrl_err = best_shift_error(ctrl, control_offsets(max_offset))
+    ctrl_spread = max(_spread((ctrl[:-k] * ctrl[k:]).sum(-1)) for k in range(1, max_offset + 1))
+    shifted = _wavelength_errors(table_wavelengths(off_by_one_table(2, embed_dim)), embed_dim)
+    halved = _wavelength_errors(table_wavelengths(half_exponent_table(2, embed_dim)),
+                                embed_dim)
+    what, what_zh = _control_words(control_fn)
     checks = [
         check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9,
-                 id="dot-depends-on-offset"),
-        check_le("|first wavelength − 2π|", abs(float(wl[0]) - 2 * math.pi), 1e-12,
-                 id="first-wavelength"),
+                 id="dot-depends-on-offset", by_construction=True,
+                 control=Control(what, what_zh, ctrl_spread)),
+        check_le("|first wavelength − 2π|", first_err, 1e-12, id="first-wavelength",
+                 by_construction=True,
+                 control=Control("pairs counted from i = 1: ω_i = 10000^(−2(i+1)/d)",
+                                 "维度对从 i = 1 起算：ω_i = 10000^(−2(i+1)/d)", shifted[0])),
         check_le("max relative deviation of wavelength ratio from 10000^(2/d)", ratio_err,
-                 1e-12, id="wavelength-ratio"),
-        check_le("|last wavelength / (2π·10000^(1−2/d)) − 1|",
-                 abs(float(wl[-1]) / largest - 1), 1e-12, id="last-wavelength"),
+                 1e-12, id="wavelength-ratio", by_construction=True,
+                 control=Control("i/d in place of 2i/d: ω_i = 10000^(−i/d)",
+                                 "用 i/d 代替 2i/d：ω_i = 10000^(−i/d)", halved[1])),
+        check_le("|last wavelength / (2π·10000^(1−2/d)) − 1|", last_err, 1e-12,
+                 id="last-wavelength", by_construction=True,
+                 control=Control("pairs counted from i = 1, so the last wavelength is 10000·2π",
+                                 "维度对从 i = 1 起算，最长波长因而为 10000·2π", shifted[2])),
     ]
     fig = _figure(pe, wl, dots, embed_dim) if plot else None
     return Result(
@@ -122,18 +219,43 @@ def run(
         quantity_zh=f"pos < {n_positions}、k ≤ {max_offset} 上 |PE[pos+k] − M_k·PE[pos]| 的"
                     "最大值（fp64）",
         measured=rot_err, expected=0.0, tolerance=1e-9, checks=checks,
+        control=Control(f"{what}, with its best least-squares map M̂_k for each k = 1, 2, 4, "
+                        f"…, {max_offset}",
+                        f"{what_zh}，对 k = 1, 2, 4, …, {max_offset} 各用其最小二乘最优映射 M̂_k",
+                        ctrl_err),
+        by_construction="The angle-sum formulas sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk "
+                        "and cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk make PE[p+k] = M_k·PE[p]"
+                        " for every p, and PE[p]·PE[p+k] = Σ cos(ω_i k); the wavelengths are "
+                        "2π·10000^(2i/d) by the formula itself.",
+        by_construction_zh="和角公式 sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk、"
+                           "cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk 使 PE[p+k] = M_k·PE[p] "
+                           "对所有 p 成立，且 PE[p]·PE[p+k] = Σ cos(ω_i k)；波长 "
+                           "2π·10000^(2i/d) 由公式本身给出。",
         table=(["offset k", "max |PE[p+k] − M_k PE[p]|", "mean PE[p]·PE[p+k]",
                 "theory Σ cos(ω_i k)", "spread over p"], rows),
         figure=fig,
         caption=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) and "
                 f"relative_rotation(k, {embed_dim}), fp64. Wavelengths: first {float(wl[0]):.4f}"
                 f" = 2π, last {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim}) (10000·2π = "
-                f"{10000 * 2 * math.pi:.1f} is not reached).",
+                f"{10000 * 2 * math.pi:.1f} is not reached). Control, {what}: off by up to "
+                f"{ctrl_err:.2f} even with its best linear map M̂_k, and its PE[p]·PE[p+k] "
+                f"varies by {ctrl_spread:.1f} over p.",
         caption_zh=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) 与 "
                    f"relative_rotation(k, {embed_dim})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
                    f"最长 {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim})（达不到 10000·2π = "
-                   f"{10000 * 2 * math.pi:.1f}）。",
+                   f"{10000 * 2 * math.pi:.1f}）。对照（{what_zh}）即使用其最优线性映射 M̂_k，"
+                   f"误差仍达 {ctrl_err:.2f}，其 PE[p]·PE[p+k] 随 p 的极差为 {ctrl_spread:.1f}。",
     )
+
+
+def _control_words(control_fn: Callable[..., Tensor] | None) -> tuple[str, str]:
+    """What the table control is, in English and Chinese."""
+    if control_fn is None:
+        return ("random table N(0, ½): a learned-absolute embedding at initialisation, at the "
+                "sinusoidal table's scale",
+                "随机表 N(0, ½)：初始化时的可学习绝对位置嵌入，尺度与正弦表相同")
+    name = getattr(control_fn, "__name__", type(control_fn).__name__)
+    return f"table {name}", f"位置编码表 {name}"
 
 
 def _figure(pe, wl, dots, embed_dim):

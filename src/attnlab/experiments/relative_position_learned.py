@@ -16,6 +16,13 @@ position embeddings (``nn.Embedding``: the rows of unseen positions are never tr
 is trained the same way. The sinusoidal model whose queries and keys read
 token + position (the standard input) is trained too: there the token content interferes
 with the positional scores, and generalisation is only partial.
+
+Controls (null models, trained or not exactly as the model they stand beside): the same
+model trained the same way on the sinusoidal rows in a fixed random order
+(``"shuffled"``: the same vectors, no linear shift between neighbouring positions) for the
+accuracy and the attention peak on unseen positions; the same model at initialisation for
+the accuracy on the trained positions and for the token + position model; the
+learned-embedding model on its own trained positions for its failure on unseen ones.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from attnlab.core import positional
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_between, check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "relative-position-learned"
 CLAIM = ("Trained to copy the token k = 3 back only on windows at absolute positions < 64, "
@@ -161,6 +168,12 @@ def train(c: OffsetConfig, positions: str, qk: str, seed: int) -> OffsetModel:
     return model
 
 
+def untrained(c: OffsetConfig, positions: str, qk: str, seed: int) -> OffsetModel:
+    """The model :func:`train` starts from (same seed, same initialisation), untrained."""
+    with seeded(seed):
+        return OffsetModel(c, positions, qk)
+
+
 @torch.no_grad()
 def evaluate(model: OffsetModel, c: OffsetConfig, lo: int, hi: int, g: torch.Generator,
              n: int = 512) -> tuple[float, float]:
@@ -183,13 +196,18 @@ def run(
     mixed: bool = True,
     plot: bool = True,
     make: Callable[[OffsetConfig, str, str, int], OffsetModel] = train,
+    control: str = "shuffled",
 ) -> Result:
-    """Train the ``positions`` model (and the learned-embedding baseline, and with ``mixed``
-    the token + position model); test on windows at positions never seen.
+    """Train the ``positions`` model (and the learned-embedding baseline, the ``control``
+    model, and with ``mixed`` the token + position model); test on windows at positions
+    never seen.
 
-    Wrong variants: ``positions="learned"`` or ``positions="shuffled"`` must fail.
+    Wrong variants: ``positions="learned"`` or ``positions="shuffled"`` must fail; so must
+    the model as its own control (``control=positions``).
     """
     c = config
+    if control not in POSITIONS:
+        raise ValueError(f"control must be one of {POSITIONS}, got {control!r}")
     if not 0 < c.offset < c.window <= c.train_positions < c.test_positions:
         raise ValueError(f"config must have 0 < offset < window <= train_positions < "
                          f"test_positions, got {c}")
@@ -199,6 +217,8 @@ def run(
         runs.append(("learned", "positions"))
     if mixed:
         runs.append(("sinusoidal", "mixed"))
+    if (control, "positions") not in runs:
+        runs.append((control, "positions"))
     results, models = {}, {}
     with torch.enable_grad():
         for pos, qk in runs:
@@ -208,24 +228,49 @@ def run(
             model.eval()
             results[pos, qk] = (evaluate(model, c, 0, p, g), evaluate(model, c, p, 2 * p, g),
                                 evaluate(model, c, 2 * p, hi, g), evaluate(model, c, p, hi, g))
+    # null models: the same ones at initialisation (no training)
+    with seeded(seed + 3) as g:
+        init_main = evaluate(untrained(c, positions, "positions", seed).eval(), c, 0, p, g)
+        init_mixed = (evaluate(untrained(c, "sinusoidal", "mixed", seed).eval(), c, p, hi, g)
+                      if mixed else None)
     names = {"sinusoidal": "sinusoidal table", "learned": "learned nn.Embedding",
              "shuffled": "shuffled sinusoidal table"}
     rows = [[names[pos], "positions only" if qk == "positions" else "token + position",
              r[0][0], r[1][0], r[2][0], r[3][1]] for (pos, qk), r in results.items()]
     main = results[positions, "positions"]
     base = results["learned", "positions"]
+    null = results[control, "positions"]
+    null_en = {"shuffled": "the same model trained the same way on the sinusoidal rows in a "
+                           "fixed random order (no linear shift between positions)",
+               "learned": "the same model trained the same way with learned absolute "
+                          "embeddings (nn.Embedding)",
+               "sinusoidal": "the same model trained the same way on the sinusoidal table"}
+    null_zh = {"shuffled": "以同样方式训练、但正弦编码表的行按固定随机顺序打乱的同一模型"
+                           "（相邻位置之间没有线性平移关系）",
+               "learned": "以同样方式训练、使用可学习绝对位置嵌入（nn.Embedding）的同一模型",
+               "sinusoidal": "以同样方式训练、使用正弦位置编码表的同一模型"}
+    trained_null = Control(null_en[control], null_zh[control], null[3][0])
     checks = [
         check_ge(f"accuracy on the trained positions < {p}", main[0][0], 0.95,
-                 id="trained-positions"),
+                 id="trained-positions",
+                 control=Control("the same model at initialisation (no training)",
+                                 "初始化时的同一模型（未训练）", init_main[0])),
         check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95,
-                 id="peak-unseen"),
+                 id="peak-unseen", control=Control(null_en[control], null_zh[control],
+                                                   null[3][1])),
         check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5,
-                 id="absolute-fails-unseen"),
+                 id="absolute-fails-unseen",
+                 control=Control(f"the learned-embedding model on its trained positions < {p}",
+                                 f"可学习嵌入模型在其训练过的位置 < {p} 上", base[0][0])),
     ]
     if mixed:
         checks.append(check_between("token + position in q, k: accuracy on unseen positions "
                                     "(partial)", results["sinusoidal", "mixed"][3][0], 0.3,
-                                    0.95, id="mixed-partial"))
+                                    0.95, id="mixed-partial",
+                                    control=Control("the token + position model at "
+                                                    "initialisation (no training)",
+                                                    "初始化时的词元 + 位置模型（未训练）",
+                                                    init_mixed[0])))
     fig = _figure(models, c, seed, positions) if plot else None
     mixed_en = mixed_zh = ""
     if mixed:
@@ -241,6 +286,7 @@ def run(
         quantity_zh=f"{ZH.get(names[positions], names[positions])}模型在未见过的位置 "
                     f"{p}–{hi - 1} 上的复制准确率",
         measured=main[3][0], expected=0.95, tolerance=0.0, relation=">=", checks=checks,
+        control=trained_null,
         table=(["positions", "q, k read", f"accuracy, trained positions < {p}",
                 f"accuracy, unseen {p}–{2 * p - 1}", f"accuracy, unseen {2 * p}–{hi - 1}",
                 f"attention peak at t − {c.offset} (unseen)"], rows),
@@ -248,11 +294,18 @@ def run(
         caption=f"Copy the token {c.offset} back; vocabulary {c.vocab} (chance "
                 f"{1 / c.vocab:.3f}); windows of {c.window} tokens; one causal head, "
                 f"E = {c.embed_dim}; Adam lr {c.lr}, batch {c.batch}, {c.steps} steps on "
-                f"windows at positions < {p}; tested on 512 windows per range." + mixed_en,
+                f"windows at positions < {p}; tested on 512 windows per range. Control, "
+                f"{null_en[control]}: accuracy {null[3][0]:.2f} on the unseen positions "
+                f"({null[0][0]:.2f} on the trained ones); at initialisation the model copies "
+                f"{init_main[0]:.2f} of the trained positions." + mixed_en,
         caption_zh=f"任务：复制 {c.offset} 个位置之前的词元；词表大小 {c.vocab}（随机水平 "
                    f"{1 / c.vocab:.3f}）；每个窗口 {c.window} 个词元；单个因果注意力头，"
                    f"E = {c.embed_dim}；Adam 学习率 {c.lr}，批大小 {c.batch}，在位置 < {p} 的"
-                   f"窗口上训练 {c.steps} 步；每个范围用 512 个窗口测试。" + mixed_zh,
+                   f"窗口上训练 {c.steps} 步；每个范围用 512 个窗口测试。"
+                   f"对照（{null_zh[control]}）："
+                   f"在未见过的位置上准确率为 {null[3][0]:.2f}（训练过的位置上为 "
+                   f"{null[0][0]:.2f}）；初始化时模型在训练过的位置上的准确率为 "
+                   f"{init_main[0]:.2f}。" + mixed_zh,
     )
 
 

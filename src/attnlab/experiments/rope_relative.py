@@ -4,6 +4,11 @@ RoPE rotates each pair of dimensions of q (at position m) by the angle m·ω_i a
 position n) by n·ω_i. Rotations compose, R_mᵀ R_n = R_{n−m}, so
 ⟨R_m q, R_n k⟩ = qᵀ R_{n−m} k: the score sees only the offset, and rotations keep |q|.
 Checked on ``attnlab.positional.RotaryEmbedding`` (half-split layout, as in Llama).
+
+Both hold by construction (rotations compose and keep lengths, whatever q and k), so the
+same measurement is made on a control that must fail it: absolute sinusoidal positions
+added to q and k (:func:`additive_positions`), which makes the score depend on m and n,
+not only on m − n.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from torch import Tensor
 from attnlab.core import positional
 
 from ._common import check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "rope-relative"
 CLAIM = "With rotary position embeddings, the score ⟨R_m q, R_n k⟩ depends only on m − n."
@@ -53,38 +58,58 @@ def additive_positions(head_dim: int) -> Rotate:
     return add
 
 
+def _scores(rotate: Rotate, q: Tensor, k: Tensor, n_positions: int) -> tuple[Tensor, Tensor]:
+    """((P, P) scores ⟨R_m q, R_n k⟩ indexed [m, n], (P, d) the rotated queries R_m q)."""
+    pos = torch.arange(n_positions)
+    rq = rotate(q.expand(n_positions, q.shape[-1]), pos)  # (P, d): R_m q
+    rk = rotate(k.expand(n_positions, k.shape[-1]), pos)  # (P, d): R_n k
+    return rq @ rk.T, rq
+
+
+def _diagonal_spread(scores: Tensor, unit: float) -> float:
+    """max over offsets of (max − min of the scores with that n − m) / ``unit``."""
+    n = scores.shape[0]
+    return max(float(d.max() - d.min()) / unit
+               for d in (torch.diagonal(scores, offset=o) for o in range(-(n - 1), n)))
+
+
 def run(
     seed: int = 0,
     *,
     head_dim: int = 64,
     n_positions: int = 128,
     rotate_fn: Callable[[int], Rotate] = attnlab_rope,
+    control_fn: Callable[[int], Rotate] = additive_positions,
     plot: bool = True,
 ) -> Result:
     """Score one q at every position m against one k at every position n.
 
-    Wrong variant: ``rotate_fn=additive_positions``. Scores are compared relative to
+    Wrong variant: ``rotate_fn=additive_positions``. Control: the same scores with
+    ``control_fn`` (default :func:`additive_positions`); ``control_fn=attnlab_rope`` (RoPE as
+    its own control) must make the result not hold. Scores are compared relative to
     |q||k|; RoPE's angles are computed in fp32, so agreement is ~1e-6, not fp64's 1e-15.
     """
     with seeded(seed) as g:
         q = torch.randn(head_dim, generator=g, dtype=torch.float64)
         k = torch.randn(head_dim, generator=g, dtype=torch.float64)
-    rotate = rotate_fn(head_dim)
-    pos = torch.arange(n_positions)
-    rq = rotate(q.expand(n_positions, head_dim), pos)  # (P, d): R_m q
-    rk = rotate(k.expand(n_positions, head_dim), pos)  # (P, d): R_n k
-    scores = rq @ rk.T  # (P, P): [m, n]
+    scores, rq = _scores(rotate_fn(head_dim), q, k, n_positions)  # [m, n]
     unit = float(q.norm() * k.norm())
-    spread, by_offset, rows = 0.0, {}, []
+    by_offset, rows = {}, []
     for off in range(-(n_positions - 1), n_positions):
         diag = torch.diagonal(scores, offset=off)  # entries with n − m = off
         by_offset[off] = float(diag.mean())
-        s = float(diag.max() - diag.min()) / unit
-        spread = max(spread, s)
         if off in (-64, -16, -4, -1, 0, 1, 4, 16, 64):
-            rows.append([-off, float(diag.mean()), float(diag.min()), float(diag.max()), s])
+            rows.append([-off, float(diag.mean()), float(diag.min()), float(diag.max()),
+                         float(diag.max() - diag.min()) / unit])
+    spread = _diagonal_spread(scores, unit)
     norm_err = float(((rq.norm(dim=-1) - q.norm()).abs().max()) / q.norm())
-    checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5, id="norm-kept")]
+    # the control: the same q, k and measurement, positions from control_fn
+    c_scores, c_rq = _scores(control_fn(head_dim), q, k, n_positions)
+    c_spread = _diagonal_spread(c_scores, unit)
+    c_norm_err = float(((c_rq.norm(dim=-1) - q.norm()).abs().max()) / q.norm())
+    what, what_zh = _control_words(control_fn)
+    checks = [check_le("max | |R_m q| − |q| | / |q|", norm_err, 1e-5, id="norm-kept",
+                       by_construction=True, control=Control(what, what_zh, c_norm_err))]
     fig = _figure(scores, by_offset) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH, origin="attnlab",  # attnlab's addition, not the articles'
@@ -92,13 +117,30 @@ def run(
         quantity_zh="⟨R_m q, R_n k⟩ 在每条对角线（m − n 固定）上的极差，对所有 m − n 取最大，"
                     "再除以 |q||k|",
         measured=spread, expected=0.0, tolerance=1e-5, checks=checks,
+        control=Control(what, what_zh, c_spread),
+        by_construction="Each pair of dimensions is turned by a 2×2 rotation; rotations compose "
+                        "(R_mᵀ R_n = R_{n−m}) and keep lengths, so ⟨R_m q, R_n k⟩ = qᵀ R_{n−m} k "
+                        "for every q and k.",
+        by_construction_zh="每对维度被一个 2×2 旋转转动；旋转可以复合（R_mᵀ R_n = R_{n−m}）且保持"
+                           "长度，所以对任意 q、k 都有 ⟨R_m q, R_n k⟩ = qᵀ R_{n−m} k。",
         table=(["m − n", "mean score", "min over m", "max over m", "spread / |q||k|"], rows),
         figure=fig,
         caption=f"attnlab RotaryEmbedding({head_dim}); one q and one k (fp64) placed at "
-                f"every pair of positions m, n < {n_positions}.",
+                f"every pair of positions m, n < {n_positions}. Control, {what}: the spread "
+                f"along a diagonal reaches {c_spread:.3g}·|q||k|.",
         caption_zh=f"attnlab 的 RoPE 实现（头维度 {head_dim}）；同一个 q 和 k（fp64）分别放在"
-                   f"所有 m, n < {n_positions} 的位置上。",
+                   f"所有 m, n < {n_positions} 的位置上。对照（{what_zh}）：沿对角线的极差达 "
+                   f"{c_spread:.3g}·|q||k|。",
     )
+
+
+def _control_words(control_fn: Callable[[int], Rotate]) -> tuple[str, str]:
+    """What the control is, in English and Chinese."""
+    if control_fn is additive_positions:
+        return ("absolute sinusoidal positions added to q and k instead of rotated in",
+                "把绝对正弦位置编码加到 q 和 k 上，而不是旋转进去")
+    name = getattr(control_fn, "__name__", type(control_fn).__name__)
+    return f"positions by {name}", f"用 {name} 加入位置"
 
 
 def _figure(scores, by_offset):

@@ -8,6 +8,8 @@ import torch
 
 from attnlab.analysis.ablation import ablate_keys
 from attnlab.analysis.attribute import attribute, prefix
+from attnlab.analysis.eviction import evict
+from attnlab.analysis.eviction_loss import eviction_losses
 from attnlab.tracing import trace
 from random_models import random_llama
 
@@ -54,6 +56,11 @@ def test_the_study_reports_the_ablation_and_the_eviction(model, ids):
     assert e["context"] == 120 - 15 and e["budgets"] == [0.25, 0.5]
     assert [r["policy"] for r in e["table"]] == ["h2o", "snapkv", "tova", "streaming",
                                                  "knorm", "random", "oracle"]
+    lo = e["loss"]  # the same numbers as eviction_losses on the same eviction result
+    ref_ev = evict(whole, (0.25, 0.5), context=105)
+    ref_lo = eviction_losses(model, ids, ref_ev, policies=("h2o",), budgets=(0.25,))
+    assert lo["delta"]["h2o"]["0.25"] == pytest.approx(ref_lo["delta"]["h2o"][0.25], abs=1e-6)
+    assert "loss" not in attribute(model, whole, ablation=False, eviction_loss=False)["eviction"]
     none = attribute(model, whole, ablation=False, eviction=False)
     assert "ablation" not in none and "eviction" not in none
     with pytest.raises(ValueError, match="max_keys must be an int"):

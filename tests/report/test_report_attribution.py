@@ -32,6 +32,9 @@ def test_the_part_shows_every_measure_in_both_languages(doc):
         shares = [abs(b["share"]) for b in role["bands"]]
         assert len(shares) == 4 and shares == sorted(shares, reverse=True)
     assert "先知" in html and "重要性" in html and "<figure>" in html
+    lo = doc["eviction"]["loss"]  # the loss with only the kept keys, every policy and budget
+    assert set(lo["delta"]) == {r["policy"] for r in doc["eviction"]["table"]}
+    assert lo["delta"]["random"]["0.1"] > 0 and "淘汰让模型付出的代价" in html
     assert any(r[0] == "random baseline (ρ)" for r in rows)
 
 
@@ -42,4 +45,7 @@ def test_an_oracle_worse_than_a_policy_fails_the_part(doc):
     assert part.render(bad)[1] is False
     nan = copy.deepcopy(doc)
     nan["ablation"]["clean_loss"] = float("nan")
+    assert part.render(nan)[1] is False
+    nan = copy.deepcopy(doc)
+    nan["eviction"]["loss"]["delta"]["h2o"]["0.1"] = float("nan")
     assert part.render(nan)[1] is False

@@ -6,7 +6,10 @@ JSON-ready mapping (what ``attnlab attribute --json`` prints).
 The ablation study costs one forward pass per ablated key, so it runs on the first
 ``ablation_tokens`` tokens of the text (the rows of a causal trace before position ``n`` are
 the trace of those ``n`` tokens, so no second trace is made) and on at most ``max_keys``
-keys spread evenly; the eviction measure reads the whole trace.
+keys spread evenly; the eviction measure reads the whole trace, and the change in the
+loss of the later tokens when the model runs on with only each policy's kept keys
+(:mod:`attnlab.analysis.eviction_loss`) costs one forward of those tokens per policy and
+budget.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
 from attnlab.analysis.eviction import evict
+from attnlab.analysis.eviction_loss import eviction_losses
+from attnlab.analysis.eviction_loss import to_json as losses_to_json
 from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["attribute", "prefix"]
@@ -52,8 +57,8 @@ def _spread(top: int, most: int) -> list[int]:
 def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
               eviction: bool = True, ablation_tokens: int = 512, max_keys: int = 128,
               targets: Sequence[int] | None = None, budgets: Sequence[float] = (0.1, 0.25, 0.5),
-              context: int | None = None, batch: int | None = None, seed: int = 0
-              ) -> dict[str, Any]:
+              context: int | None = None, batch: int | None = None, seed: int = 0,
+              eviction_loss: bool = True) -> dict[str, Any]:
     """The study (see the module docstring) of ``trace``, the trace of ``model`` (a causal
     Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``."""
     if not isinstance(trace, AttentionTrace):
@@ -90,5 +95,10 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         ev = evict(trace, tuple(budgets), context=context, seed=seed)
         out["eviction"] = {**{k: v for k, v in ev.to_json().items() if k != "lost"},
                            "seconds": round(time.perf_counter() - t0, 2)}
+        if eviction_loss:
+            t0 = time.perf_counter()
+            losses = losses_to_json(eviction_losses(model, trace.token_ids, ev))
+            out["eviction"]["loss"] = {**losses,
+                                       "seconds": round(time.perf_counter() - t0, 2)}
     return out
 

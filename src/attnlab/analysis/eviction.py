@@ -22,8 +22,9 @@ kernel, and keeps the best ``round(budget · C)``:
 Scores of the query heads that share a KV head are averaged (the cache is per KV head).
 The measure is exact: for every later query row and head, the share of its attention that
 fell on evicted keys (``lost``), from exact weight rows recomputed in tiles — O(tile · N)
-memory at any length. The change in the model's loss with only the kept keys needs a
-forward pass per policy and budget and is not part of this module.
+memory at any length. The change in the model's loss when it runs on with only the kept
+keys is :mod:`attnlab.analysis.eviction_loss` (a forward of the later tokens per policy and
+budget, the prefill's cache shared).
 """
 
 from __future__ import annotations
@@ -178,6 +179,9 @@ class EvictionResult:
     policies: tuple[str, ...]
     lost: dict[str, dict[float, Tensor]]
     settings: dict[str, Any] = field(default_factory=dict)
+    #: ``keep[policy][budget]``: bool (L, H_kv, C), the context keys each layer and KV head
+    #: keeps (what :func:`attnlab.analysis.eviction_loss.eviction_losses` runs the model with).
+    keep: dict[str, dict[float, Tensor]] = field(default_factory=dict, repr=False)
 
     def mean(self, policy: str, budget: float) -> float:
         return float(self.lost[policy][budget].mean())
@@ -223,14 +227,19 @@ def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), 
         kept_keys(torch.zeros(1), b)  # the budget's own check
     nl, nh = trace.num_layers, trace.num_heads
     lost = {p: {b: torch.zeros(nl, nh, dtype=torch.float64) for b in budgets} for p in policies}
+    keep = {p: {b: torch.zeros(nl, trace.num_kv_heads, c, dtype=torch.bool) for b in budgets}
+            for p in policies}
     for layer in range(nl):
         for g in range(trace.num_kv_heads):
             sc, later = _scores(trace, layer, g, c, window, pool, sinks, seed)
             for p in policies:
                 for b in budgets:
-                    gone = (~kept_keys(sc[p], b)).double()
+                    kept = kept_keys(sc[p], b)
+                    keep[p][b][layer, g] = kept
+                    gone = (~kept).double()
                     for h, seen in later.items():
                         lost[p][b][layer, h] = seen @ gone
     return EvictionResult(c, trace.seq_len - c, tuple(budgets), tuple(policies), lost,
-                          {"window": window, "pool": pool, "sinks": sinks, "seed": seed})
+                          {"window": window, "pool": pool, "sinks": sinks, "seed": seed},
+                          keep)
 

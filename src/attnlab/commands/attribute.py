@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "eighth of the tokens)")
     p.add_argument("--no-ablation", action="store_true", help="skip the ablation study")
     p.add_argument("--no-eviction", action="store_true", help="skip the eviction table")
+    p.add_argument("--no-eviction-loss", action="store_true",
+                   help="skip the loss with only the kept keys (a forward of the later "
+                   "tokens per policy and budget)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the whole study as JSON")
 
@@ -66,6 +69,14 @@ def _print(got: dict) -> None:
         for row in e["table"]:
             cells = "".join(f"{row[f'lost@{b:g}']:12.4f}" for b in e["budgets"])
             print(f"  {row['policy']:10s}{cells}")
+        if "loss" in e:
+            lo = e["loss"]
+            print(f"  change of the later tokens' loss with only the kept keys (full cache: "
+                  f"{lo['full']:.4f} nats)")
+            print(f"  {'policy':10s}{heads}")
+            for p, row in lo["delta"].items():
+                cells = "".join(f"{row[f'{b:g}']:+12.4f}" for b in e["budgets"])
+                print(f"  {p:10s}{cells}")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -87,7 +98,9 @@ def run_from_args(args: argparse.Namespace) -> int:
                   max_memory=job.budget)
     with job.console.status("ablating and scoring"):
         got = attribute(loaded, t, ablation=not args.no_ablation,
-                        eviction=not args.no_eviction, ablation_tokens=args.ablation_tokens,
+                        eviction=not args.no_eviction,
+                        eviction_loss=not args.no_eviction_loss,
+                        ablation_tokens=args.ablation_tokens,
                         max_keys=args.max_keys, budgets=args.budgets, context=args.context)
     if args.json:
         emit_json({**got, "run": job.stats()})

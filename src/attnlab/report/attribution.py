@@ -121,6 +121,8 @@ def _finite(doc: dict[str, Any]) -> bool:
     vals = [v for row in doc["eviction"]["table"] for k, v in row.items()
             if k.startswith("lost@")]
     vals += [doc["ablation"]["clean_loss"]]
+    if "loss" in doc["eviction"]:
+        vals += [v for row in doc["eviction"]["loss"]["delta"].values() for v in row.values()]
     return all(math.isfinite(v) for v in vals)
 
 
@@ -157,6 +159,19 @@ def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | 
     ev_rows = [(row["policy"], *[fmt(row[f"lost@{b:g}"]) for b in budgets])
                for row in e["table"]]
     parts.append(table(["policy", *[f"keep {b:g}" for b in budgets]], ev_rows, catalog=ZH))
+    if "loss" in e:
+        lo = e["loss"]
+        parts.append(bilingual(
+            f"What the eviction costs the model: the change of the later tokens' mean "
+            f"next-token loss (full cache: {fmt(lo['full'])} nats) when the model runs on from "
+            f"the prefill with only each policy's kept keys (a real forward per policy and "
+            f"budget; {lo['seconds']} s).",
+            f"淘汰让模型付出的代价：模型从预填充出发、只带着各策略保留的键继续运行时，后续词元平均"
+            f"下一词元损失的变化（完整缓存：{fmt(lo['full'])} 奈特；每种策略和预算各做一次"
+            f"真实前向，共 {lo['seconds']} 秒）。"))
+        parts.append(table(["policy", *[f"keep {b:g}" for b in budgets]],
+                           [(p, *[f"{row[f'{b:g}']:+.4f}" for b in budgets])
+                            for p, row in lo["delta"].items()], catalog=ZH))
     band_rows = []
     for role, info in doc["bands"].items():
         label = f"{role} L{info['layer']} H{info['head']}"

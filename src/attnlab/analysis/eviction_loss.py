@@ -1,0 +1,202 @@
+"""What KV-cache eviction costs the model: the change in its loss when it runs on with only
+the keys a policy kept, measured by real forward passes.
+
+The setting is that of :mod:`attnlab.analysis.eviction`: a causal model reads a context of
+``C`` tokens (the prefill, with its whole cache), the cache is cut to what a policy keeps —
+per layer and KV head, a bool (L, H_kv, C) from :attr:`EvictionResult.keep
+<attnlab.analysis.eviction.EvictionResult.keep>` — and the model goes on with the later
+tokens ``[C, N)``, which see the kept context keys and each other (causally). The loss is
+the mean next-token cross-entropy of the later rows (row ``t`` predicts token ``t + 1``).
+
+The prefill runs once; each policy and budget then runs only the ``N − C`` later tokens on
+a copy of its cache, through an attention function registered with transformers
+(``AttentionInterface``) that hides each layer's and head's evicted keys: an exact
+``-inf`` on those scores, nothing else changed. Keeping every key gives the loss of the
+full forward (tested), so a difference is the eviction's and nothing else's.
+
+A Hugging Face causal LM with a per-layer ``layer_idx`` on its attention modules (Llama,
+Qwen, Mistral, SmolLM2 …) and a dynamic cache is required.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["IMPLEMENTATION", "later_loss", "eviction_losses"]
+
+#: The name attnlab's eviction attention is registered under with transformers.
+IMPLEMENTATION = "attnlab_evict"
+
+_STATE = threading.local()
+
+
+def _attention(module: Any, query: Tensor, key: Tensor, value: Tensor,
+               attention_mask: Tensor | None, scaling: float | None = None,
+               dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
+    """Scaled dot-product attention of the later rows, each layer's and KV head's evicted
+    context keys hidden (``_STATE.keep``: bool (L, H_kv, C)); causal among the later rows.
+    query (B, H, Lq, d), key / value (B, H_kv, Lk, d) → (B, Lq, H, d)."""
+    keep: Tensor = _STATE.keep
+    layer = int(module.layer_idx)
+    b, h, lq, d = query.shape
+    hkv, lk = key.shape[1], key.shape[2]
+    c = keep.shape[-1]
+    past = lk - lq  # rows of the cache before this chunk
+    if past < c:
+        raise RuntimeError(f"the eviction attention runs after a prefill of {c} tokens; this "
+                           f"chunk sees {past} cached tokens")
+    rows = torch.arange(past, lk, device=query.device)[:, None]
+    cols = torch.arange(lk, device=query.device)[None, :]
+    allowed = (cols <= rows).expand(hkv, lq, lk).clone()  # (H_kv, Lq, Lk)
+    allowed[:, :, :c] &= keep[layer].to(query.device)[:, None, :]
+    mask = allowed.repeat_interleave(h // hkv, dim=0)[None]  # (1, H, Lq, Lk)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                         scale=scaling, enable_gqa=hkv != h)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    from transformers.modeling_utils import AttentionInterface
+
+    if AttentionInterface._global_mapping.get(IMPLEMENTATION) is not _attention:
+        AttentionInterface.register(IMPLEMENTATION, _attention)
+
+
+@contextlib.contextmanager
+def _routed(net: Any, keep: Tensor) -> Iterator[None]:
+    """``net``'s attention through :func:`_attention` with ``keep`` for the block."""
+    _register()
+    config = net.config
+    before = config._attn_implementation_internal
+    _STATE.keep = keep
+    config._attn_implementation_internal = IMPLEMENTATION
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = before
+        _STATE.keep = None
+
+
+def _net(model: Any) -> Any:
+    net = getattr(model, "model", model) if hasattr(model, "tokenizer") else model
+    if not callable(net) or not hasattr(net, "config"):
+        raise TypeError(f"model must be a Hugging Face causal language model, got "
+                        f"{type(model).__name__}")
+    if getattr(net.config, "is_encoder_decoder", False):
+        raise ValueError("eviction runs on a decoder's cache; this model is an encoder–decoder")
+    return net
+
+
+def _ids(ids: Any) -> Tensor:
+    if isinstance(ids, Tensor):
+        ids = ids.flatten().tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or len(ids) < 3:
+        raise ValueError(f"ids must be a sequence of at least 3 token ids, got {ids!r:.80}")
+    return torch.tensor([list(ids)])
+
+
+def _cache_name(net: Any) -> str:
+    """The forward's name for the cache argument (``cache`` in recent transformers,
+    ``past_key_values`` before)."""
+    import inspect
+
+    params = inspect.signature(net.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _later_nll(net: Any, x: Tensor, context: int, cache: Any) -> Tensor:
+    """The later rows' mean next-token loss, given the prefill's ``cache``."""
+    n = x.shape[1]
+    with torch.no_grad():
+        out = net(input_ids=x[:, context:], use_cache=True,
+                  position_ids=torch.arange(context, n)[None], **{_cache_name(net): cache})
+    logits = out.logits[0, :-1].float()  # rows [C, N-1) predict tokens [C+1, N)
+    return F.cross_entropy(logits, x[0, context + 1:], reduction="mean")
+
+
+def _prefill(net: Any, x: Tensor, context: int) -> Any:
+    with torch.no_grad():
+        out = net(input_ids=x[:, :context], use_cache=True)
+    return getattr(out, "cache", None) or out.past_key_values
+
+
+def _check_keep(keep: Any, net: Any, context: int) -> Tensor:
+    cfg = net.config
+    layers = cfg.num_hidden_layers
+    kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
+        got = f"{keep.dtype} tensor" if isinstance(keep, Tensor) else type(keep).__name__
+        raise TypeError(f"keep must be a bool tensor (L, H_kv, C), got {got}")
+    if tuple(keep.shape) != (layers, kv, context):
+        raise ValueError(f"keep must have shape (layers, kv heads, context) = "
+                         f"({layers}, {kv}, {context}), got {tuple(keep.shape)}")
+    return keep
+
+
+def later_loss(model: Any, ids: Any, context: int, keep: Tensor | None = None, *,
+               cache: Any = None) -> float:
+    """The mean next-token loss of the later rows ``[C, N)`` when the model runs on from a
+    prefill of ``context`` tokens with only the ``keep`` keys (bool (L, H_kv, C); None: the
+    whole cache, the model's own attention). ``cache``: the prefill's cache, reused (it is
+    copied, never changed)."""
+    net = _net(model)
+    x = _ids(ids)
+    n = x.shape[1]
+    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context < n - 1:
+        raise ValueError(f"context must be an int in [1, {n - 2}] (later tokens must remain "
+                         f"to be scored), got {context!r}")
+    base = _prefill(net, x, context) if cache is None else cache
+    run = copy.deepcopy(base)
+    if keep is None:
+        return float(_later_nll(net, x, context, run))
+    with _routed(net, _check_keep(keep, net, context)):
+        return float(_later_nll(net, x, context, run))
+
+
+def eviction_losses(model: Any, ids: Any, result: Any, *,
+                    budgets: Sequence[float] | None = None,
+                    policies: Sequence[str] | None = None) -> dict[str, Any]:
+    """The loss of the later rows with each policy's kept keys at each budget, beside the
+    loss with the whole cache: ``{"full": float, "loss": {policy: {budget: float}},
+    "delta": {policy: {budget: float}}}`` (``delta`` = loss − full). ``result`` is the
+    :class:`~attnlab.analysis.eviction.EvictionResult` of the same ids' trace; ``budgets``
+    and ``policies`` default to all of it."""
+    from attnlab.analysis.eviction import EvictionResult
+
+    if not isinstance(result, EvictionResult) or not result.keep:
+        raise TypeError("result must be the EvictionResult of evict() on these ids' trace")
+    net = _net(model)
+    x = _ids(ids)
+    c = result.context
+    if x.shape[1] != c + result.later:
+        raise ValueError(f"ids hold {x.shape[1]} tokens; the eviction result was measured on "
+                         f"{c + result.later} (context {c} + later {result.later})")
+    bs = tuple(result.budgets if budgets is None else budgets)
+    ps = tuple(result.policies if policies is None else policies)
+    missing = [f"{p}@{b:g}" for p in ps for b in bs
+               if p not in result.keep or b not in result.keep[p]]
+    if missing:
+        raise ValueError(f"the eviction result has no kept keys for {missing}")
+    cache = _prefill(net, x, c)
+    full = later_loss(net, x[0], c, cache=cache)
+    loss: dict[str, dict[float, float]] = {}
+    for p in ps:
+        loss[p] = {b: later_loss(net, x[0], c, result.keep[p][b], cache=cache) for b in bs}
+    return {"context": c, "later": result.later, "full": full, "loss": loss,
+            "delta": {p: {b: v - full for b, v in row.items()} for p, row in loss.items()}}
+
+
+def to_json(losses: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`eviction_losses` with budgets as strings (JSON keys)."""
+    return {**losses,
+            "loss": {p: {f"{b:g}": v for b, v in r.items()} for p, r in losses["loss"].items()},
+            "delta": {p: {f"{b:g}": v for b, v in r.items()}
+                      for p, r in losses["delta"].items()}}

@@ -1,0 +1,102 @@
+"""The loss with only the kept keys (attnlab.analysis.eviction_loss) against a full forward
+of the model with the same keys hidden by a dense 4-D mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.analysis.eviction import evict
+from attnlab.analysis.eviction_loss import eviction_losses, later_loss, to_json
+from attnlab.tracing import trace
+from random_models import random_llama
+
+transformers = pytest.importorskip("transformers")
+
+N, C = 96, 72
+
+
+@pytest.fixture(scope="module")
+def model_and_ids():
+    ids = torch.randint(1, 97, (N,), generator=torch.Generator().manual_seed(5)).tolist()
+    return random_llama(layers=2, heads=4, kv_heads=2), ids
+
+
+def _dense_loss(model, ids, hidden_from_later):
+    """The later rows' loss from one full forward whose 4-D mask hides ``hidden_from_later``
+    (context keys) from the rows [C, N) only: the same keys in every layer and head."""
+    allow = torch.ones(N, N, dtype=torch.bool).tril()
+    allow[C:, hidden_from_later] = False
+    mask = torch.zeros(1, 1, N, N).masked_fill_(~allow, torch.finfo(torch.float32).min)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        logits = model(input_ids=x, attention_mask=mask).logits[0].float()
+    return float(F.cross_entropy(logits[C:N - 1], x[0, C + 1:]))
+
+
+def _keep_all_but(model, hidden):
+    cfg = model.config
+    keep = torch.ones(cfg.num_hidden_layers, cfg.num_key_value_heads, C, dtype=torch.bool)
+    keep[:, :, hidden] = False
+    return keep
+
+
+def test_the_whole_cache_gives_the_full_forwards_loss(model_and_ids):
+    model, ids = model_and_ids
+    full = _dense_loss(model, ids, [])
+    assert later_loss(model, ids, C) == pytest.approx(full, abs=2e-5)
+    assert later_loss(model, ids, C, _keep_all_but(model, [])) == pytest.approx(full, abs=2e-5)
+
+
+def test_hidden_keys_equal_a_dense_mask_and_the_prefill_is_untouched(model_and_ids):
+    model, ids = model_and_ids
+    hidden = [0, 3, 10, 40, 71]
+    want = _dense_loss(model, ids, hidden)
+    got = later_loss(model, ids, C, _keep_all_but(model, hidden))
+    assert got == pytest.approx(want, abs=2e-5)
+    assert abs(got - _dense_loss(model, ids, [])) > 1e-4  # hiding keys changes the loss
+    # wrong variant: hiding the keys from the prefill rows as well gives another loss
+    allow = torch.ones(N, N, dtype=torch.bool).tril()
+    allow[:, hidden] = False
+    allow[torch.arange(N), torch.arange(N)] = True
+    mask = torch.zeros(1, 1, N, N).masked_fill_(~allow, torch.finfo(torch.float32).min)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        logits = model(input_ids=x, attention_mask=mask).logits[0].float()
+    wrong = float(F.cross_entropy(logits[C:N - 1], x[0, C + 1:]))
+    assert abs(wrong - got) > 1e-4
+
+
+def test_per_layer_and_head_keys_are_each_layers_own(model_and_ids):
+    model, ids = model_and_ids
+    keep = _keep_all_but(model, [])
+    keep[1, 0, :20] = False  # only layer 1, KV head 0
+    one = later_loss(model, ids, C, keep)
+    keep2 = _keep_all_but(model, [])
+    keep2[0, 0, :20] = False  # the same keys in layer 0 instead
+    assert abs(one - later_loss(model, ids, C, keep2)) > 1e-5
+    assert abs(one - later_loss(model, ids, C)) > 1e-5
+
+
+def test_every_policy_and_budget_from_an_eviction_result(model_and_ids):
+    model, ids = model_and_ids
+    res = evict(trace(model, ids), (0.25, 1.0), context=C)
+    out = eviction_losses(model, ids, res)
+    assert set(out["loss"]) == set(res.policies)
+    for p in res.policies:  # keeping the whole cache (budget 1) costs nothing
+        assert out["delta"][p][1.0] == pytest.approx(0.0, abs=2e-5)
+    assert any(abs(out["delta"][p][0.25]) > 1e-4 for p in res.policies)
+    assert to_json(out)["loss"]["h2o"]["0.25"] == out["loss"]["h2o"][0.25]
+
+
+def test_bad_input_is_refused_by_name(model_and_ids):
+    model, ids = model_and_ids
+    with pytest.raises(ValueError, match="context must be an int"):
+        later_loss(model, ids, N)
+    with pytest.raises(ValueError, match=r"keep must have shape \(layers, kv heads, context\)"):
+        later_loss(model, ids, C, torch.ones(2, 2, C - 1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="keep must be a bool tensor"):
+        later_loss(model, ids, C, torch.ones(2, 2, C))
+    with pytest.raises(TypeError, match="EvictionResult"):
+        eviction_losses(model, ids, {"keep": {}})

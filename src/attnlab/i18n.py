@@ -34,8 +34,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["NUMBER", "COMMON", "template", "needs_translation", "translate", "merge",
-           "missing", "figure_texts", "translate_figure"]
+__all__ = ["NUMBER", "COMMON", "GLOSSARY", "WRONG_TERMS", "template", "needs_translation",
+           "translate", "merge", "missing", "figure_texts", "translate_figure",
+           "english_words", "bare_terms", "wrong_terms", "term_problems"]
 
 #: A number inside a string: an optional sign (ASCII or the typographic minus −),
 #: digits, an optional fraction and an optional exponent.
@@ -311,3 +312,302 @@ def translate_figure(fig: Any, catalog: Mapping[str, str], *,
             if family:
                 slot.family(list(family))
     return list(left)
+
+
+# --------------------------------------------------------------------------------------
+# terms: one Chinese word per concept
+# --------------------------------------------------------------------------------------
+
+#: One Chinese term per concept: English → the Chinese every Chinese text of attnlab uses
+#: for it (the course, the explorer, the report, the experiments). A term whose Chinese is
+#: its English (softmax, Transformer) stays English in Chinese text too. The entries are the
+#: attention concepts: "value" is the value vector 值 (a number in a table is 数值, a word of
+#: :data:`COMMON`); "masked" is the verb 遮蔽 (a masked position is 被遮蔽的位置), "mask" the
+#: noun 掩码. Chinese prose uses the Chinese term; the English may follow once, in
+#: parentheses, as a gloss: 查询（query）. :func:`bare_terms` finds the rest.
+GLOSSARY: dict[str, str] = {
+    # attention itself
+    "attention": "注意力",
+    "self-attention": "自注意力",
+    "cross-attention": "交叉注意力",
+    "multi-head attention": "多头注意力",
+    "attention weight": "注意力权重",
+    "attention score": "注意力分数",
+    "weight": "权重",
+    "score": "分数",
+    "query": "查询",
+    "key": "键",
+    "value": "值",
+    "head": "头",
+    "attention head": "注意力头",
+    "induction head": "归纳头",
+    "previous-token head": "前一个词元头",
+    "induction": "归纳",
+    "softmax": "softmax",
+    "Transformer": "Transformer",
+    "temperature": "温度",
+    "scale": "缩放",
+    "dot product": "点积",
+    "entropy": "熵",
+    "saturation": "饱和",
+    "kernel": "核",
+    "convex combination": "凸组合",
+    "convex hull": "凸包",
+    # masks and positions
+    "mask": "掩码",
+    "masked": "遮蔽",
+    "causal": "因果",
+    "position": "位置",
+    "positional encoding": "位置编码",
+    # tokens, layers, models
+    "token": "词元",
+    "embedding": "嵌入",
+    "layer": "层",
+    "residual stream": "残差流",
+    "encoder": "编码器",
+    "decoder": "解码器",
+    "cache": "缓存",
+    "bias": "偏置",
+    "loss": "损失",
+    "gradient": "梯度",
+    # linear algebra
+    "matrix": "矩阵",
+    "vector": "向量",
+    "dimension": "维度",
+    "sequence": "序列",
+    "subspace": "子空间",
+    "principal angle": "主夹角",
+    "projection": "投影",
+    "null space": "零空间",
+    "rank": "秩",
+    "variance": "方差",
+    # attnlab's own words
+    "trace": "追踪",
+    "hook": "钩子",
+    "explorer": "探索器",
+    "heatmap": "热力图",
+    "claim": "论断",
+    "verdict": "结论",
+    "experiment": "实验",
+    "control": "对照",
+}
+
+#: Chinese words that name a concept of :data:`GLOSSARY` with another term: a pattern
+#: (a regular expression) → the term to write instead. 浏览器 is a web browser (网页浏览器
+#: may say so); attnlab's explorer is 探索器.
+WRONG_TERMS: dict[str, str] = {
+    "主角": "主夹角",
+    "(?<!网页)浏览器": "探索器",
+    "询问": "查询",
+    "令牌": "词元",
+    "遮罩|掩膜|蒙版": "掩码",
+    "屏蔽": "遮蔽",
+    "权值": "权重",
+    "(?<![变使显觉记])得分(?![散布])": "分数",
+    "控制组|控制实验": "对照",
+    "前一词头|前一词元头": "前一个词元头",
+}
+
+_IDEOGRAPH = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HIDE = "\x00"
+# spans that are not prose: code, math, markup, addresses, format fields
+_NOT_PROSE = re.compile(
+    r"```.*?```"                      # fenced code
+    r"|(`+).*?\1"                     # inline code
+    r"|(?<!\\)\$\$.*?(?<!\\)\$\$"     # display math
+    r"|(?<!\\)\$[^$\n]*?(?<!\\)\$"    # inline math
+    r"|\\\(.*?\\\)|\\\[.*?\\\]"       # \( … \) and \[ … \] math
+    r"|</?[A-Za-z][^<>\n]*>"          # markup
+    r"|\]\([^)\s]*\)"                 # a markdown link's target
+    r"|\b(?:https?|file)://\S+"       # addresses
+    r"|\{[^{}\s]*\}",                 # format fields: {}, {n}, {x:.2f}
+    re.S)
+#: quotations: Chinese corner brackets, curly and straight double quotes, book titles
+_QUOTE = re.compile(r"「([^「」]*)」|『([^『』]*)』|“([^“”]*)”|‘([^‘’]*)’|《([^《》]*)》"
+                    r"|\"([^\"\n]*)\"")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_ASSIGNED = re.compile(r" ?=(?!=)")     # name = …, name=…
+_ASSIGNS = re.compile(r"(?<![=!<>])= ?$")  # …=name
+_GLOSS = re.compile(r"[（(]([^（）()\n]*)[）)]")
+#: what a gloss may hold: English words, separators, hidden code or math
+_GLOSS_TEXT = re.compile(r"[\w\s\-/,，、;；'’.\x00]*", re.A)
+_RUN = frozenset("、/／")  # what a run of Chinese terms may hold besides ideographs
+
+
+def _plural(word: str) -> str:
+    if word == "matrix":
+        return "matrices"
+    if word.endswith("y") and word[-2:-1] not in "aeiou":
+        return word[:-1] + "ies"
+    if word.endswith(("s", "x", "ch", "sh")):
+        return word + "es"
+    return word + "s"
+
+
+def _norm(words: str) -> str:
+    return re.sub(r"[\s\-]+", " ", words.strip().lower())
+
+
+def _forms() -> dict[str, str]:
+    """Every written form of a term that must not stand bare (normalised) → its entry."""
+    out: dict[str, str] = {}
+    for en, zh in GLOSSARY.items():
+        if en == zh:
+            continue
+        *head, last = _norm(en).split(" ")
+        for w in (last, _plural(last)):
+            out[" ".join([*head, w])] = en
+    return out
+
+
+_FORMS = _forms()
+_TERM = re.compile(
+    r"(?<![A-Za-z0-9_])(?:"
+    + "|".join(r"[\s\-]+".join(map(re.escape, f.split(" ")))
+               for f in sorted(_FORMS, key=len, reverse=True))
+    + r")(?![A-Za-z0-9_])", re.I)
+
+
+def _mask(text: str, quotation: Callable[[str], bool] | None) -> str:
+    """``text`` with what is not the prose's own words replaced by NULs (same length, so
+    positions still point into ``text``): code, math, markup, addresses, format fields,
+    quotations that ``quotation`` exempts (all when it is None), and identifiers."""
+    out = _NOT_PROSE.sub(lambda m: _HIDE * len(m.group()), text)
+    buf = list(out)
+
+    def hide(start: int, end: int) -> None:
+        buf[start:end] = _HIDE * (end - start)
+
+    for m in _QUOTE.finditer(out):
+        inner = next(g for g in m.groups() if g is not None)
+        if quotation is None or quotation(inner):
+            hide(m.start(), m.end())
+    for m in _TOKEN.finditer(out):
+        word, s, e = m.group(), m.start(), m.end()
+        before, after = out[max(0, s - 2):s], out[e:e + 2]
+        camel = any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)
+        if ("_" in word or any(c.isdigit() for c in word) or camel
+                or after[:1] in ("(", "[") or _ASSIGNED.match(out, e)
+                or _ASSIGNS.search(out, max(0, s - 3), s)
+                or (after[:1] in (".", ":") and after[1:2].isalpha())
+                or (before[-1:] in (".", ":") and before[:1].isalnum())
+                or (before[-1:] == "-" and not before[:1].isalpha())):
+            hide(s, e)
+    return "".join(buf)
+
+
+def _run_before(text: str, end: int) -> str:
+    """The run of Chinese (ideographs, and 、 or / between terms) that ends at ``end``,
+    spaces before ``end`` skipped: what a parenthesis there glosses."""
+    i = end
+    while i > 0 and text[i - 1] == " ":
+        i -= 1
+    j = i
+    while j > 0 and (_IDEOGRAPH.match(text[j - 1]) or text[j - 1] in _RUN):
+        j -= 1
+    return text[j:i]
+
+
+def _findings(text: str, quotation: Callable[[str], bool] | None
+              ) -> Iterator[tuple[int, int, str]]:
+    """(start, end, why) for each bare glossary term of ``text``."""
+    masked = _mask(text, quotation)
+    glosses: list[tuple[int, int, str]] = []
+    for m in _GLOSS.finditer(masked):
+        run = _run_before(masked, m.start())
+        if run and _GLOSS_TEXT.fullmatch(m.group(1)):
+            glosses.append((m.start(1), m.end(1), run))
+    glossed: set[str] = set()
+    for m in _TERM.finditer(masked):
+        en = _FORMS[_norm(m.group())]
+        gloss = next((g for g in glosses if g[0] <= m.start() and m.end() <= g[1]), None)
+        if gloss is None:
+            yield m.start(), m.end(), f"write {GLOSSARY[en]}"
+        elif GLOSSARY[en] not in gloss[2]:
+            yield m.start(), m.end(), f"a gloss of {gloss[2]!r}, not of {GLOSSARY[en]}"
+        elif en in glossed:
+            yield m.start(), m.end(), f"glossed once already: write {GLOSSARY[en]}"
+        else:
+            glossed.add(en)
+
+
+def english_words(text: str, quotation: Callable[[str], bool] | None = None) -> list[str]:
+    """The English words (two letters or more) of ``text``'s prose: what is left outside
+    code, math, markup, format fields, identifiers and quotations (as in
+    :func:`bare_terms`).
+
+    >>> english_words("用 `q_proj` 与 head_dim 算出 $QK^T$ 的 scores，「Key 向量」")
+    ['scores']
+    """
+    return _WORD.findall(_mask(text, quotation).replace(_HIDE, " "))
+
+
+def bare_terms(text: str, quotation: Callable[[str], bool] | None = None) -> list[str]:
+    """The English terms of :data:`GLOSSARY` that Chinese ``text`` uses bare, as written,
+    in order: a Chinese reader must find the Chinese term there.
+
+    Not prose, so never bare: code (fenced or in backticks), ``$…$`` math, markup, link
+    targets, format fields ``{…}``, identifiers (a word with ``_`` or a digit, camelCase,
+    a call ``f(``, a keyword ``k=``, an attribute ``a.b``, an option ``--mask``), and
+    quotations (「…」, “…”, "…", 《…》: another's words, or a word mentioned as a word);
+    ``quotation``, when given, decides which quotations are exempt (it gets a quotation's
+    inside). The English may gloss its Chinese term once, in parentheses right after it:
+
+    >>> bare_terms("每个 query 与每个 key 比较。")
+    ['query', 'key']
+    >>> bare_terms("每个查询（query）与每个键（key）比较；`q_proj` 与 $W_Q$ 都是代码。")
+    []
+    >>> bare_terms("查询（query）…… 又一个查询（query）。")
+    ['query']
+    >>> bare_terms("注意力（query）"), bare_terms("查询（query 向量）")
+    (['query'], ['query'])
+    >>> bare_terms("查询、键、值（query、key、value）；Query Vectors 与 queries。")
+    ['Query', 'Vectors', 'queries']
+    >>> bare_terms("文章写道「Key 向量」；用 trace.q、head=3 或 --mask 读取。")
+    []
+    >>> bare_terms("文章写道「Key 向量」", quotation=lambda s: "Key" not in s)
+    ['Key']
+    >>> bare_terms("多头注意力（multi-head attention）算出 attention weights。")
+    ['attention weights']
+    >>> bare_terms("softmax 之后是 Transformer 的下一层。")
+    []
+    """
+    return [text[s:e] for s, e, _ in _findings(text, quotation)]
+
+
+def wrong_terms(text: str, quotation: Callable[[str], bool] | None = None) -> list[str]:
+    """The Chinese words of ``text`` that :data:`WRONG_TERMS` replaces by the glossary's
+    term, in order (code, math, identifiers and quotations excepted, as in
+    :func:`bare_terms`).
+
+    >>> wrong_terms("两个子空间的主角；在浏览器中打开；用网页浏览器打开。")
+    ['主角', '浏览器']
+    >>> wrong_terms("主夹角与注意力探索器；分数变得分散；`主角`。")
+    []
+    """
+    masked = _mask(text, quotation)
+    found = [(m.start(), m.group()) for p in WRONG_TERMS for m in re.finditer(p, masked)]
+    return [w for _, w in sorted(found)]
+
+
+def term_problems(text: str, quotation: Callable[[str], bool] | None = None,
+                  *, where: str = "") -> list[str]:
+    """Every bare English term (:func:`bare_terms`) and every wrong Chinese term
+    (:func:`wrong_terms`) of ``text``, each as a line that quotes its context and says
+    what to write instead; ``where`` starts each line.
+
+    >>> for line in term_problems("两个子空间的主角与 key", where="p04: "):
+    ...     print(line)
+    p04: 'key' in «两个子空间的主角与 key»: write 键
+    p04: '主角' in «两个子空间的主角与 key»: write 主夹角
+    """
+    def context(s: int, e: int) -> str:
+        return text[max(0, s - 20):e + 20].replace("\n", " ")
+
+    out = [f"{where}{text[s:e]!r} in «{context(s, e)}»: {why}"
+           for s, e, why in _findings(text, quotation)]
+    masked = _mask(text, quotation)
+    for pattern, right in WRONG_TERMS.items():
+        for m in re.finditer(pattern, masked):
+            out.append(f"{where}{m.group()!r} in «{context(m.start(), m.end())}»: write {right}")
+    return out

@@ -11,7 +11,7 @@ unit vectors) are stated here once.
 
 from __future__ import annotations
 
-from .claim_types import Claim, evidence
+from .claim_types import Claim, Reading, evidence
 
 __all__ = ["CLAIMS_000", "IID_EN", "IID_ZH", "NORM_EN", "NORM_ZH"]
 
@@ -227,11 +227,26 @@ CLAIMS_000: tuple[Claim, ...] = (
         "(product launch).",
         "注意力使词的表示语境化：在“吃”旁边，“苹果”的输出向量偏向“水果”的语义；"
         "在“发布会”旁边，则偏向“科技公司”的语义。",
-        evidence("contextualisation"),
+        evidence("contextualisation:contexts-separate,fruit-closer,company-closer"),
         conditions_en="Measured on a real pretrained model (SmolLM2) with a handful of "
                       "sentences and reference words, not on every model or context.",
         conditions_zh="在真实的预训练模型（SmolLM2）上用少量句子和参照词测得，"
                       "并非对所有模型和语境都成立。",
+        reading_en="The output vector is the word's vector as the model finally gives it (its "
+                   "last layer): after an eating context it is closer to 水果 than to 科技公司, "
+                   "after a product-launch context the reverse, every fruit context leaning "
+                   "more to 水果 than every company context (random weights must not).",
+        reading_zh="“输出向量”指模型最终给出的词向量（最后一层）：在与“吃”有关的语境后，它离"
+                   "“水果”比离“科技公司”更近，在“发布会”语境后则相反，而且每个水果语境都比每个"
+                   "公司语境更偏向“水果”（随机权重的网络不应如此）。",
+        readings=(Reading(
+            "The output vector is what attention outputs at each layer: the word already "
+            "leans so half-way through the network (its middle layer), not only in the "
+            "model's final output.",
+            "“输出向量”指每一层注意力的输出：在网络的中间层，这个词就已经这样偏移，"
+            "而不只是在模型的最终输出中。",
+            evidence("contextualisation:mid-contexts-separate,mid-fruit-closer,"
+                     "mid-company-closer")),),
     ),
     Claim(
         "000-multihead-formula", "000", "code",

@@ -439,7 +439,7 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         (BiText("each word's cross-attention peak (mean over layers and heads)",
                 "每个词的交叉注意力峰值（对各层各头取平均）"), peaks, "–"),
         (BiText("the head whose own peaks follow the words best (the explorer opens on it)",
-                "自身峰值最贴合词序的头（浏览器打开时显示它）"),
+                "自身峰值最贴合词序的头（探索器打开时显示它）"),
          f"L{r.best_head[0]}.H{r.best_head[1]} (ρ = {r.best_head[2]:.3f})", "–"),
         (BiText(f"Spearman ρ, word order vs peak time: the speech (≥ {ALIGN_MIN})",
                 f"斯皮尔曼 ρ，词序与峰值时刻：原语音（≥ {ALIGN_MIN}）"),
@@ -471,10 +471,10 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         "positions, so that every row still sums to 1 (the encoder's merged row: averaged "
         "over them); the explorer opens on the cross-attention, the transcript's tokens as "
         "rows and time as columns.",
-        "这里不重算编码器的 QK 视图（–）：浏览器中编码器的静音部分已合并，不提供 QK 视图。"
-        f"浏览器把 {keep * fs:.2f} 秒之后的位置（Whisper 补齐窗口用的静音）合并为一列"
+        "这里不重算编码器的 QK 视图（–）：探索器中编码器的静音部分已合并，不提供 QK 视图。"
+        f"探索器把 {keep * fs:.2f} 秒之后的位置（Whisper 补齐窗口用的静音）合并为一列"
         f"“{keep * fs:.2f}s–{n * fs:.2f}s”：权重对这些位置求和，每行之和仍为 1（编码器"
-        "合并后的那一行：对这些位置取平均）；浏览器打开时显示交叉注意力，行是转写的词元，"
+        "合并后的那一行：对这些位置取平均）；探索器打开时显示交叉注意力，行是转写的词元，"
         "列是时间。")
     return body + ex.to_html()
 

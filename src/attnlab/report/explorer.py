@@ -58,7 +58,7 @@ def section_for(ex: Explorer, text: str, *, model: str = MODEL) -> Section:
         f"(tolerance {QK_TOL:g}).",
         f"QK 视图由捕获的 q 与 k 重新计算 softmax(q·kᵀ·缩放)；在模型自己的缩放下，它与模型的"
         f"权重一致：最大 |误差| = {err:.1e}（容差 {QK_TOL:g}）。", cls="claim")
-    return Section("explorer", "Attention explorer", "注意力浏览器", body + ex.to_html(),
+    return Section("explorer", "Attention explorer", "注意力探索器", body + ex.to_html(),
                    passed=ok, rows=[("tokens", str(trace.seq_len), None),
                                     ("QK recomputation vs model weights", f"{err:.1e}", ok)])
 
@@ -70,7 +70,7 @@ def build(ctx: ReportContext) -> Section:
         loaded = load("minilm", progress=not ctx.quiet)
     except ModelNotAvailableError as exc:  # the page still builds; the section says why not
         ctx.log(f"explorer: real model unavailable ({exc})")
-        return Section("explorer", "Attention explorer", "注意力浏览器",
+        return Section("explorer", "Attention explorer", "注意力探索器",
                        bilingual(f"The real model could not be loaded: {exc}",
                                  f"无法加载真实模型：{exc}"), passed=None)
     ex = explore(loaded, REPORT_TEXT)

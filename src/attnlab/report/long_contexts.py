@@ -585,7 +585,7 @@ def _map_html(info: dict[str, Any], fig: Any) -> str:
         f"(causal). Computed on demand from q, k and the log-sum-exp in "
         f"{info['seconds']:.1f} s; the trace took {info['trace_seconds']:.0f} s.",
         f"第 {layer} 层第 {h} 个头：最强的归纳头（在重复两次的 {head['period']} 个随机词元上"
-        f"得分 {head['score']:.2f}），覆盖{info['text_zh']}的前 {info['tokens']:,} 个词元"
+        f"的分数为 {head['score']:.2f}），覆盖{info['text_zh']}的前 {info['tokens']:,} 个词元"
         f"（共 {info['text_tokens']:,} 个；模型的窗口为 {info['window']:,}）"
         f"的池化图：每块 {block} 个词元，每块取其查询的平均、键的求和（每行之和为 1，最大误差 "
         f"{info['max_row_sum_error']:.1e}）；颜色为对数刻度，白色为被（因果）掩码遮住的部分。由 q、"

@@ -50,7 +50,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("claims", "Claims", "论断"),
     ("parity", "Parity with PyTorch", "与 PyTorch 的一致性"),
     ("experiments", "Experiments", "实验"),
-    ("explorer", "Explorer", "浏览器"),
+    ("explorer", "Explorer", "探索器"),
     ("real-models", "Real models", "真实模型"),
     ("architectures", "Architectures", "架构"),
     ("long-contexts", "Long contexts", "长上下文"),

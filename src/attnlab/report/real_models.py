@@ -141,7 +141,7 @@ def _minilm(ctx: ReportContext, rows: list, parts: list[str]) -> None:
                         zh=figures.grid(t, size=0.8, highlight=hi, lang="zh")))
     parts.append(figure(figures.heatmap(t, pl, ph),
                         f"Layer {pl} head {ph}: previous-token head (score {ps:.2f}).",
-                        f"第 {pl} 层第 {ph} 个头：前一个词元头（得分 {ps:.2f}）。",
+                        f"第 {pl} 层第 {ph} 个头：前一个词元头（分数 {ps:.2f}）。",
                         zh=figures.heatmap(t, pl, ph, lang="zh")))
     parts.append(figure(figures.arcs(traces[1], sl, sh),
                         f"Second sentence, layer {sl} head {sh} as arcs (bertviz head view).",
@@ -183,11 +183,11 @@ def _smollm2(ctx: ReportContext, rows: list, parts: list[str]) -> None:
                         f"off-diagonal stripe is 'attend to the token after my earlier copy' "
                         f"(score {isc:.2f}).",
                         f"归纳头 L{il}.H{ih}，输入为重复两次的 {period} 个随机词元：那条偏移"
-                        f"的斜线就是“看向我上次出现之后的那个词元”（得分 {isc:.2f}）。",
+                        f"的斜线就是“看向我上次出现之后的那个词元”（分数 {isc:.2f}）。",
                         zh=figures.heatmap(t_ind, il, ih, annotate=False, lang="zh")))
     parts.append(figure(figures.heatmap(t_en, pl, ph),
                         f"Previous-token head L{pl}.H{ph} (score {ps:.2f}).",
-                        f"前一个词元头 L{pl}.H{ph}（得分 {ps:.2f}）。",
+                        f"前一个词元头 L{pl}.H{ph}（分数 {ps:.2f}）。",
                         zh=figures.heatmap(t_en, pl, ph, lang="zh")))
     parts.append(figure(figures.heatmap(t_zh, sl, sh),
                         f"The same model on Chinese, sink head L{sl}.H{sh}: byte pieces merged "

@@ -44,16 +44,16 @@ PROFILE_TOL = 1e-6
 LABELS: dict[str, tuple[str, str]] = {
     "entropy": ("entropy (nats)", "熵（奈特）"),
     "max_weight": ("max weight", "最大权重"),
-    "sink": ("first-token share (attnlab sink)", "首 token 占比（attnlab 汇聚）"),
-    "previous": ("previous-token (TL mul)", "前一个 token（TL mul）"),
+    "sink": ("first-token share (attnlab sink)", "首词元占比（attnlab 汇聚）"),
+    "previous": ("previous-token (TL mul)", "前一个词元（TL mul）"),
     "diagonal": ("self (diagonal)", "自身（对角线）"),
-    "distance": ("mean distance (tokens)", "平均距离（token）"),
-    "duplicate": ("duplicate-token (TL mul)", "重复 token（TL mul）"),
+    "distance": ("mean distance (tokens)", "平均距离（词元）"),
+    "duplicate": ("duplicate-token (TL mul)", "重复词元（TL mul）"),
     "induction": ("induction (TL mul)", "归纳（TL mul）"),
-    "tl-previous-abs": ("previous-token (TL abs)", "前一个 token（TL abs）"),
-    "tl-duplicate-abs": ("duplicate-token (TL abs)", "重复 token（TL abs）"),
+    "tl-previous-abs": ("previous-token (TL abs)", "前一个词元（TL abs）"),
+    "tl-duplicate-abs": ("duplicate-token (TL abs)", "重复词元（TL abs）"),
     "tl-induction-abs": ("induction (TL abs)", "归纳（TL abs）"),
-    "gu-sink": ("first-token importance (Gu)", "首 token 重要性（Gu）"),
+    "gu-sink": ("first-token importance (Gu)", "首词元重要性（Gu）"),
     "tl-demo-induction": ("TL demo induction", "TL 演示归纳分数"),
     "olsson-prefix-matching": ("prefix matching (Olsson)", "前缀匹配（Olsson）"),
     "repeat_induction": ("attnlab repeat induction", "attnlab 重复序列归纳"),
@@ -61,10 +61,10 @@ LABELS: dict[str, tuple[str, str]] = {
 #: role -> (English, Chinese)
 ROLE_NAMES: dict[str, tuple[str, str]] = {
     "sink": ("attention sink (Gu: importance > 0.3)", "注意力汇聚（Gu：重要性 > 0.3）"),
-    "previous-token": ("previous-token", "前一个 token"),
-    "duplicate-token": ("duplicate-token", "重复 token"),
+    "previous-token": ("previous-token", "前一个词元"),
+    "duplicate-token": ("duplicate-token", "重复词元"),
     "induction": ("induction (on texts with a repeated token)",
-                  "归纳（仅含重复 token 的文本）"),
+                  "归纳（仅含重复词元的文本）"),
     "self": ("self (diagonal)", "自身（对角线）"),
 }
 
@@ -76,8 +76,8 @@ ZH: dict[str, str] = {
     "heads": "头", "role": "角色", "rule": "判定规则", "strongest heads": "最强的头",
     "mean": "均值", "definition": "定义", "source": "来源", "name": "名称",
     "check": "检查项", "value": "数值", "result": "结果",
-    "computed on": "计算对象", "the texts": "语料文本", "random tokens": "随机 token",
-    "layer.head": "层.头", "relative distance i − j (tokens)": "相对距离 i − j（token）",
+    "computed on": "计算对象", "the texts": "语料文本", "random tokens": "随机词元",
+    "layer.head": "层.头", "relative distance i − j (tokens)": "相对距离 i − j（词元）",
     "head (layer × heads + head)": "头（层 × 头数 + 头序号）",
     "mean attention per query": "每个查询的平均注意力",
     "attention by relative distance, every head": "按相对距离的注意力，所有头",
@@ -93,17 +93,17 @@ ZH: dict[str, str] = {
     "corpus induction (TL mul)": "语料归纳（TL mul）",
     "corpus induction (TL abs)": "语料归纳（TL abs）",
     "share of texts with induction": "呈现归纳的文本占比",
-    "previous-token (TL mul = attnlab previous)": "前一个 token（TL mul = attnlab previous）",
+    "previous-token (TL mul = attnlab previous)": "前一个词元（TL mul = attnlab previous）",
     "self (diagonal) mean": "自身（对角线）均值",
     "share of texts with a sink": "出现汇聚的文本占比",
-    "first-token share (attnlab)": "首 token 占比（attnlab）",
+    "first-token share (attnlab)": "首词元占比（attnlab）",
     "batch of {} texts = one at a time (max |Δ mean| / range)":
         "{} 条文本一批 = 逐条计算（最大 |Δ 均值| / 取值范围）",
     "every head's distance profile sums to 1 (max |Σ − 1|)":
         "每个头的距离分布之和为 1（最大 |Σ − 1|）",
-    "Sink% (Gu et al., ε = {}, {} tokens)": "Sink%（Gu 等，ε = {}，{} 个 token）",
-    "previous-token": "前一个 token", "induction": "归纳", "sink": "汇聚",
-    "self": "自身", "duplicate-token": "重复 token",
+    "Sink% (Gu et al., ε = {}, {} tokens)": "Sink%（Gu 等，ε = {}，{} 个词元）",
+    "previous-token": "前一个词元", "induction": "归纳", "sink": "汇聚",
+    "self": "自身", "duplicate-token": "重复词元",
     "(no probe)": "（未计算探针）",
     "attnlab docstrings": "attnlab 的文档字符串",
     "every score per layer (rows) and head (columns of each block)":
@@ -321,7 +321,7 @@ def _definitions_table(data: dict[str, Any]) -> str:
         if d is None:
             continue
         on = BiText("the texts", "语料文本") if d.on == "text" else BiText("random tokens",
-                                                                       "随机 token")
+                                                                       "随机词元")
         rows.append((name, BiText(d.summary, d.summary_zh), on, d.source))
     return table([BiText("name", "名称"), BiText("definition", "定义"),
                   BiText("computed on", "计算对象"), BiText("source", "来源")], rows,
@@ -382,7 +382,7 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
         f"feeds a string), in {data['world_size']} process(es), survey {secs.get('survey')} s"
         + (f", probes {secs['probes']} s" if "probes" in secs else "") + ".",
         f"{model}（{data['num_layers']} 层 × {data['num_heads']} 个头）在语料 "
-        f"“{corpus_zh}” 的 {data['texts']} 条文本上（共 {data['tokens']} 个 token，每条"
+        f"“{corpus_zh}” 的 {data['texts']} 条文本上（共 {data['tokens']} 个词元，每条"
         f"最多 {data['config']['max_tokens']} 个，与 TransformerLens 处理字符串一样以 BOS "
         f"开头），用 {data['world_size']} 个进程，统计用时 {secs.get('survey')} 秒"
         + (f"，探针 {secs['probes']} 秒" if "probes" in secs else "") + "。", cls="claim")]
@@ -395,12 +395,12 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
             f"Sink% (Gu et al., ε = {sink['epsilon']}, {sink['tokens']}-token inputs, "
             f"{sink['samples']} samples): {sink['sink_percent']:.1f} % of (sample, layer, "
             f"head) have a first-token importance above ε.",
-            f"Sink%（Gu 等，ε = {sink['epsilon']}，{sink['tokens']} 个 token 的输入，"
+            f"Sink%（Gu 等，ε = {sink['epsilon']}，{sink['tokens']} 个词元的输入，"
             f"{sink['samples']} 个样本）：{sink['sink_percent']:.1f}% 的（样本，层，头）"
-            f"首 token 重要性超过 ε。"))
+            f"首词元重要性超过 ε。"))
     else:
         parts.append(bilingual(f"Sink%: no text has {sink['tokens']} tokens.",
-                               f"Sink%：没有文本达到 {sink['tokens']} 个 token。"))
+                               f"Sink%：没有文本达到 {sink['tokens']} 个词元。"))
     parts.append(bilingual(
         "Induction heads by TransformerLens's demo score (10 × 50 random tokens repeated "
         "twice, no BOS), beside Olsson et al.'s prefix matching, attnlab's repeat_induction "
@@ -408,9 +408,9 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
         "TransformerLens measures; the heads with a sink in most texts. The corpus means of "
         "TransformerLens's 'abs' measure average the unrounded value (TransformerLens rounds "
         "each to 3 decimals).",
-        "按 TransformerLens 演示分数（10 条 50 个随机 token 重复两次，无 BOS）排序的归纳头，"
+        "按 TransformerLens 演示分数（10 条 50 个随机词元重复两次，无 BOS）排序的归纳头，"
         "并列 Olsson 等的前缀匹配、attnlab 的 repeat_induction 以及同一批头在语料上的归纳分数；"
-        "按 TransformerLens 两种度量排序的前一个 token 头；在最多文本中出现汇聚的头。"
+        "按 TransformerLens 两种度量排序的前一个词元头；在最多文本中出现汇聚的头。"
         "TransformerLens 'abs' 度量的语料均值取未舍入的值（TransformerLens 对每个分数保留 3 位"
         "小数）。",
         cls="muted"))
@@ -419,7 +419,7 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
     parts.append(_roles_table(data))
     parts.append(figure(_heatmaps(data), "Layer × head: the corpus mean of every score, and "
                         "the random-token probes; each block is scaled to its own range, "
-                        "given under it.", "层 × 头：每个分数在语料上的均值，以及随机 token "
+                        "given under it.", "层 × 头：每个分数在语料上的均值，以及随机词元"
                         "探针；每块按自身的取值范围着色，范围标在下方。", catalog=ZH))
     parts.append(figure(_distributions(data), "Per head (rows), how a score is distributed "
                         "over the texts: a role played in every text is one bright cell.",
@@ -428,8 +428,8 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
     parts.append(figure(_profiles(data), "Attention by relative distance i − j: "
                         "previous-token heads peak at 1, self heads at 0; sink heads spread "
                         "over every distance (the first token is i tokens back from query i).",
-                        "按相对距离 i − j 的注意力：前一个 token 头在 1 处最高，自身头在 0 处；"
-                        "汇聚头分散在各个距离上（首 token 距查询 i 恰为 i 个 token）。",
+                        "按相对距离 i − j 的注意力：前一个词元头在 1 处最高，自身头在 0 处；"
+                        "汇聚头分散在各个距离上（首词元距查询 i 恰为 i 个词元）。",
                         catalog=ZH))
     parts.append("<h3>" + bilingual("Definitions", "定义", tag="span") + "</h3>")
     parts.append(_definitions_table(data))

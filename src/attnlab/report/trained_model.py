@@ -129,7 +129,7 @@ def section_for(s: RunSummary) -> Section:
                "carries the prediction. Right: the induction head: in the repeats each "
                "token looks at the token that followed its earlier occurrence (stripes "
                "parallel to the diagonal, one period back).",
-               "左：前一词元头：词元首次出现时是一条干净的“看前一个”对角线；序列开始重复后它"
+               "左：前一个词元头：词元首次出现时是一条干净的“看前一个”对角线；序列开始重复后它"
                "变得分散，由归纳头负责预测。右：归纳头：在重复段中，每个词元看它上一次出现之后"
                "的那个词元（与对角线平行、相隔一个周期的斜线）。", svg=True, catalog=catalog),
         table([BiText("head", "头"), BiText("previous-token score", "前一个词元分数"),

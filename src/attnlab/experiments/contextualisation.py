@@ -2,7 +2,9 @@
 
 Article 000: 「比如“苹果”这个词，如果周围有“吃”字，它的输出向量就会向“水果”的语义空间偏移；如果
 周围有“发布会”字眼，它的输出向量就会向“科技公司”的语义空间偏移」. Measured on a real model,
-SmolLM2-135M (``attnlab.models.load("smollm2")``, offline), layer by layer.
+SmolLM2-135M (``attnlab.models.load("smollm2")``, offline), layer by layer, and on the same
+architecture with random weights (:func:`random_weights`, built from the model's config) as
+the control.
 
 * attnlab's example sentences put 苹果 after a fruit context (吃, 洗, 果园, 削) or a company
   context (发布会, 科技新闻, 市值). SmolLM2 is causal: a token sees only what comes before it,
@@ -18,19 +20,28 @@ SmolLM2-135M (``attnlab.models.load("smollm2")``, offline), layer by layer.
   sequence carries outsized activations; every state is therefore centred by the layer's mean
   state over all tokens but the first of all sentences used, before cosines are taken.
 
-For each sentence and layer, ``lean = cos(苹果, 水果) − cos(苹果, 科技公司)``. The claim holds
-when, at the last layer, the mean lean of the fruit contexts exceeds that of the company
-contexts by at least 0.05, every fruit context leans more to 水果 than every company context,
-fruit contexts are closer to 水果 than to 科技公司 and company contexts the reverse; layer 0
-(the embeddings: the same tokens whatever the context) must show no difference at all. With
-attention replaced by each token's own value (:func:`own_value_attention`: no token sees
-another) the contexts cannot differ and the claim must fail.
+For each sentence and layer, ``lean = cos(苹果, 水果) − cos(苹果, 科技公司)``. The headline is
+the mean lean of the fruit contexts minus that of the company contexts at the last layer
+(≥ 0.05). The claim checks read each context: at the last layer every fruit context leans
+more to 水果 than every company context, fruit contexts are closer to 水果 than to 科技公司
+and company contexts the reverse. Each is measured on the random-weights control too, which
+must fail it. A few sentences share characters with an anchor (果园 with 水果, 科技新闻 with
+科技公司), and a random network, which mixes neighbouring tokens without knowing what they
+mean, already moves the *mean* lean that way: the headline's control passes, so the mean
+alone is no evidence, while the per-context checks separate the two models.
+
+The same three checks at the middle layer (``mid-…``) test a second reading: that 苹果's
+vector already leans there, half-way through the network, not only in the model's output.
+Layer 0 (the embeddings: the same tokens whatever the context) must show no difference at
+all. With attention replaced by each token's own value (:func:`own_value_attention`: no token
+sees another) the contexts cannot differ and every check fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,7 +51,7 @@ from torch import Tensor, nn
 from attnlab.models import ModelNotAvailableError, load
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result, fmt_num
 
 NAME = "contextualisation"
 CLAIM = ("The output vector of 苹果 moves toward 水果 when its context is about eating and "
@@ -58,24 +69,36 @@ ZH: dict[str, str] = {
         "第 {} 层：水果语境离“水果”比离“科技公司”更近：最小倾向",
     "layer {}: company contexts closer to 科技公司 than to 水果: max lean":
         "第 {} 层：公司语境离“科技公司”比离“水果”更近：最大倾向",
-    "causal order: 苹果 in 「苹果公司的发布会」 vs 「苹果」 alone, every layer: max |difference| "
+    "middle layer {}: min lean over fruit contexts − max lean over company contexts":
+        "中间层第 {} 层：水果语境的最小倾向 − 公司语境的最大倾向",
+    "middle layer {}: fruit contexts closer to 水果 than to 科技公司: min lean":
+        "中间层第 {} 层：水果语境离“水果”比离“科技公司”更近：最小倾向",
+    "middle layer {}: company contexts closer to 科技公司 than to 水果: max lean":
+        "中间层第 {} 层：公司语境离“科技公司”比离“水果”更近：最大倾向",
+    "causal order: 苹果 in “苹果公司的发布会” vs “苹果” alone, every layer: max |difference| "
     "/ max |state|":
-        "因果顺序：「苹果公司的发布会」中的“苹果”与单独的「苹果」在各层的"
+        "因果顺序：“苹果公司的发布会”中的“苹果”与单独的“苹果”在各层的"
         "最大绝对差 / 状态最大绝对值",
     "mean lean, fruit contexts": "平均倾向，水果语境",
     "mean lean, company contexts": "平均倾向，公司语境",
     "fruit − company": "水果 − 公司",
     "min fruit − max company": "水果最小值 − 公司最大值",
+    "fruit − company, random weights (best draw)": "水果 − 公司，随机权重（最有利的一次抽取）",
+    "min fruit − max company, random weights (best draw)":
+        "水果最小值 − 公司最大值，随机权重（最有利的一次抽取）",
     "fruit contexts (eat, wash, orchard, peel)": "水果语境（吃、洗、果园、削）",
     "company contexts (launch event, tech news, market value)":
         "公司语境（发布会、科技新闻、市值）",
+    "random weights, fruit contexts": "随机权重，水果语境",
+    "random weights, company contexts": "随机权重，公司语境",
     "layer ({} = embeddings)": "层（{} = 嵌入）",
     "SmolLM2: where the word 'apple' leans, layer by layer": "SmolLM2：“苹果”逐层的语义倾向",
     "cos(apple, fruit) − cos(apple, tech company)": "cos(苹果, 水果) − cos(苹果, 科技公司)",
 }
 
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "WORD", "ANCHORS", "FRUIT", "COMPANY",
-           "NEUTRAL", "word_span", "own_value_attention", "run"]
+           "NEUTRAL", "CONTEXT_AFTER", "MIN_SHIFT", "DRAWS", "Leans", "word_span",
+           "own_value_attention", "random_weights", "leans", "run"]
 
 WORD = "苹果"
 #: (fruit anchor, company anchor)
@@ -90,11 +113,34 @@ COMPANY = ("在今天的发布会上，苹果", "手机发布会结束后，苹�
            "股市收盘后，市值最高的苹果")
 #: Neutral frames for the anchors ({} is the anchor word).
 NEUTRAL = ("{}", "这是{}", "我说的是{}")
-#: attnlab's example with 苹果 before its context (article 000 does not say where the
-#: context stands, only that it is around the word).
-ARTICLE_ORDER = "苹果公司的发布会"
+#: attnlab's example with 苹果 before its context, “苹果公司的发布会” (the article does not
+#: say where the context stands, only that it is around the word).
+CONTEXT_AFTER = "苹果公司的发布会"
 #: Smallest difference of the mean leans (fruit − company) at the last layer.
 MIN_SHIFT = 0.05
+#: Smallest margin of the per-context checks (a lean of exactly 0 is no lean).
+MARGIN = 1e-3
+#: The random-weights control, in words.
+RANDOM = ("the same architecture with random weights (built from SmolLM2's config, normal "
+          "init of std initializer_range)",
+          "同一架构、随机权重（由 SmolLM2 的配置构建，标准差为 initializer_range 的正态初始化）")
+#: Random networks drawn for the control (seeds seed, seed + 1, ...): a test's control
+#: fails only if no draw passes it.
+DRAWS = 3
+EXPECT_WHY = (
+    "Pilot runs (8 random draws): at the last layer every fruit context leans to 水果 and "
+    "every company context to 科技公司, which no random-weights draw does; but random "
+    "weights already move the mean lean difference to 0.02–0.12 (5 draws of 8 above the "
+    "headline's 0.05: sentences share characters with an anchor, 果园 with 水果, 科技新闻 "
+    "with 科技公司), so the headline's control passes. At the middle layer 15 the contexts "
+    "do not separate: the mean lean difference is about 0.001 and every context, fruit or "
+    "company, leans to 水果.")
+EXPECT_WHY_ZH = (
+    "预实验（8 次随机抽取）：在最后一层，每个水果语境都偏向“水果”，每个公司语境都偏向"
+    "“科技公司”，没有一次随机权重的抽取做到这一点；但随机权重已经把平均倾向之差推到 "
+    "0.02–0.12（8 次中有 5 次超过标题量的 0.05：有些句子与锚点共享汉字，果园与“水果”、"
+    "科技新闻与“科技公司”），所以标题量的对照同样满足。在中间的第 15 层，两类语境并未"
+    "分开：平均倾向之差约 0.001，无论水果还是公司语境都偏向“水果”。")
 
 
 def word_span(tokenizer: Any, sentence: str, word: str) -> tuple[list[int], int, int]:
@@ -148,45 +194,85 @@ def own_value_attention(model: nn.Module) -> Iterator[None]:
             hd.remove()
 
 
-def _states(model: nn.Module, ids: list[int]) -> Tensor:
-    """Hidden states (L + 1, N, E) of one sentence: the embeddings, then every layer."""
+def random_weights(model: nn.Module, seed: int, *, into: nn.Module | None = None) -> nn.Module:
+    """The control: ``model``'s network (its base model, without the output head) built from
+    its config with random weights, in eval mode; nothing is downloaded, nothing of the
+    trained weights is used (only the buffers, the rotary frequencies, are copied).
+
+    Matrices and embeddings are drawn from N(0, ``config.initializer_range``²) (the
+    architecture's own init), norm weights are 1 and biases 0, from a generator seeded with
+    ``seed``. ``into``: a network this function built before, whose weights are drawn again
+    in place (the same result as a new one, without allocating it).
+    """
+    base = getattr(model, "model", model)
+    config = getattr(base, "config", None)
+    if config is None or not hasattr(config, "initializer_range"):
+        raise ValueError(f"model must be a Hugging Face model whose config has "
+                         f"initializer_range, got {type(model).__name__}")
+    if into is None:
+        with torch.device("meta"):
+            into = type(base)(config)
+        into.to_empty(device="cpu")
+    elif type(into) is not type(base):
+        raise TypeError(f"into must be a {type(base).__name__} built by random_weights, got "
+                        f"{type(into).__name__}")
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        for name, p in into.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, float(config.initializer_range), generator=g)
+            else:
+                p.fill_(0.0 if name.endswith("bias") else 1.0)
+        buffers = dict(base.named_buffers())
+        for name, b in into.named_buffers():
+            b.copy_(buffers[name])
+    return into.eval()
+
+
+def _states(model: nn.Module, ids: list[int]) -> Tensor:
+    """Hidden states (L + 1, N, E) of one sentence: the embeddings, then every layer (of the
+    base model: the output head, which the states do not need, is not run)."""
+    with torch.no_grad():
+        out = getattr(model, "model", model)(input_ids=torch.tensor([ids]),
+                                             output_hidden_states=True)
     return torch.stack(out.hidden_states)[:, 0].float()
 
 
-def run(
-    seed: int = 0,
-    *,
-    plot: bool = True,
-    fruit: Sequence[str] = FRUIT,
-    company: Sequence[str] = COMPANY,
-    anchors: tuple[str, str] = ANCHORS,
-    attention_patch: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
-) -> Result:
-    """Lean of 苹果 toward each anchor, per sentence and layer, on SmolLM2.
+@dataclass(frozen=True)
+class Leans:
+    """The lean of 苹果, ``cos(苹果, anchor 0) − cos(苹果, anchor 1)``, per context and layer
+    (layer 0 = embeddings), on one model.
 
-    Wrong variants: ``attention_patch=own_value_attention`` (no token sees another) or
-    swapped ``anchors``. Raises :class:`~attnlab.models.ModelNotAvailableError` when
-    SmolLM2 cannot be loaded here.
+    ``fruit`` (S_f, L + 1) and ``company`` (S_c, L + 1); ``order_gap``: max |state of 苹果
+    in :data:`CONTEXT_AFTER` − state of 苹果 alone| / max |state|, over every layer.
     """
-    try:
-        loaded = load("smollm2", progress=False)
-    except ModelNotAvailableError as exc:
-        raise ModelNotAvailableError(
-            f"the contextualisation experiment needs SmolLM2 (attnlab.models.load('smollm2')): "
-            f"{exc}") from exc
-    model, tok = loaded.model, loaded.tokenizer
+
+    fruit: Tensor
+    company: Tensor
+    order_gap: float
+
+    @property
+    def shift(self) -> Tensor:
+        """Mean lean of the fruit contexts − that of the company contexts, per layer."""
+        return self.fruit.mean(0) - self.company.mean(0)
+
+    @property
+    def separation(self) -> Tensor:
+        """Min lean over the fruit contexts − max lean over the company contexts, per layer."""
+        return self.fruit.min(0).values - self.company.max(0).values
+
+
+def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
+          company: Sequence[str] = COMPANY, anchors: tuple[str, str] = ANCHORS) -> Leans:
+    """The :class:`Leans` of 苹果 in ``fruit`` and ``company`` contexts on ``model``."""
     frames = {a: [f.format(a) for f in NEUTRAL] for a in anchors}
     sentences = [*fruit, *company, *frames[anchors[0]], *frames[anchors[1]]]
-    patch = contextlib.nullcontext() if attention_patch is None else attention_patch(model)
-    with seeded(seed), patch:
-        spans = {s: word_span(tok, s, WORD if s in (*fruit, *company) else
-                              next(a for a in anchors if s in frames[a])) for s in sentences}
-        states = {s: _states(model, spans[s][0]) for s in sentences}
-        alone = _states(model, word_span(tok, WORD, WORD)[0])
-        article_ids, a0, a1 = word_span(tok, ARTICLE_ORDER, WORD)
-        article = _states(model, article_ids)
+    spans = {s: word_span(tokenizer, s, WORD if s in (*fruit, *company) else
+                          next(a for a in anchors if s in frames[a])) for s in sentences}
+    states = {s: _states(model, spans[s][0]) for s in sentences}
+    alone = _states(model, word_span(tokenizer, WORD, WORD)[0])
+    after_ids, a0, a1 = word_span(tokenizer, CONTEXT_AFTER, WORD)
+    after = _states(model, after_ids)
     # centre: the layer's mean over all tokens but the first of all sentences
     mu = torch.cat([h[:, 1:] for h in states.values()], dim=1).mean(dim=1)  # (L + 1, E)
 
@@ -200,36 +286,138 @@ def run(
         return (F.cosine_similarity(v, anchor_vec[0], dim=-1)
                 - F.cosine_similarity(v, anchor_vec[1], dim=-1))
 
-    lf = torch.stack([lean(s) for s in fruit]).double()  # (S_f, L + 1)
-    lc = torch.stack([lean(s) for s in company]).double()
-    shift = lf.mean(0) - lc.mean(0)  # (L + 1,)
-    separation = lf.min(0).values - lc.max(0).values
-    top = shift.shape[0] - 1
     n = a1 - a0
-    order_gap = float((article[:, a0:a1] - alone[:, :n]).abs().max()
-                      / alone[:, :n].abs().max())
+    gap = float((after[:, a0:a1] - alone[:, :n]).abs().max() / alone[:, :n].abs().max())
+    return Leans(torch.stack([lean(s) for s in fruit]).double(),
+                 torch.stack([lean(s) for s in company]).double(), gap)
+
+
+@dataclass(frozen=True)
+class _Best:
+    """The control's values, per layer, most favourable to each test over the random draws
+    (a control fails only if no draw passes): the largest mean shift, separation and
+    minimum fruit lean, the smallest maximum company lean; ``mean_*``: the draws' means."""
+
+    shift: Tensor
+    separation: Tensor
+    fruit_min: Tensor
+    company_max: Tensor
+    mean_fruit: Tensor
+    mean_company: Tensor
+
+    @classmethod
+    def of(cls, draws: Sequence[Leans]) -> _Best:
+        def most(xs: list[Tensor]) -> Tensor:
+            return torch.stack(xs).max(0).values
+
+        return cls(most([d.shift for d in draws]), most([d.separation for d in draws]),
+                   most([d.fruit.min(0).values for d in draws]),
+                   -most([-d.company.max(0).values for d in draws]),
+                   torch.stack([d.fruit.mean(0) for d in draws]).mean(0),
+                   torch.stack([d.company.mean(0) for d in draws]).mean(0))
+
+
+def _context_checks(lv: Leans, best: _Best, layer: int, anchors: tuple[str, str], where: str,
+                    prefix: str, what: tuple[str, str]) -> list:
+    """The three per-context checks at ``layer``, each with the control's value."""
+    def control(x: Tensor) -> Control:
+        return Control(*what, float(x[layer]))
+
+    return [
+        check_ge(f"{where} {layer}: min lean over fruit contexts − max lean over company "
+                 "contexts", float(lv.separation[layer]), MARGIN, id=f"{prefix}contexts-separate",
+                 control=control(best.separation)),
+        check_ge(f"{where} {layer}: fruit contexts closer to {anchors[0]} than to {anchors[1]}: "
+                 "min lean", float(lv.fruit[:, layer].min()), MARGIN, id=f"{prefix}fruit-closer",
+                 control=control(best.fruit_min)),
+        check_le(f"{where} {layer}: company contexts closer to {anchors[1]} than to "
+                 f"{anchors[0]}: max lean", float(lv.company[:, layer].max()), -MARGIN,
+                 id=f"{prefix}company-closer", control=control(best.company_max)),
+    ]
+
+
+def _control_leans(model: nn.Module, tok: Any, seed: int, draws: int,
+                   control_model: Callable[[nn.Module, int], nn.Module],
+                   attention_patch: Callable[[nn.Module], contextlib.AbstractContextManager]
+                   | None, texts: tuple) -> list[Leans]:
+    """The leans on ``draws`` control networks, ``control_model(model, seed + d)`` (the
+    default :func:`random_weights` draws each into the same network)."""
+    out: list[Leans] = []
+    net = None
+    for d in range(draws):
+        net = (random_weights(model, seed + d, into=net) if control_model is random_weights
+               else control_model(model, seed + d))
+        patch = contextlib.nullcontext() if attention_patch is None else attention_patch(net)
+        with patch:
+            out.append(leans(net, tok, *texts))
+    return out
+
+
+def run(
+    seed: int = 0,
+    *,
+    plot: bool = True,
+    fruit: Sequence[str] = FRUIT,
+    company: Sequence[str] = COMPANY,
+    anchors: tuple[str, str] = ANCHORS,
+    attention_patch: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
+    control_model: Callable[[nn.Module, int], nn.Module] = random_weights,
+    draws: int = DRAWS,
+) -> Result:
+    """Lean of 苹果 toward each anchor, per sentence and layer, on SmolLM2 and on the
+    control: ``draws`` networks ``control_model(model, seed + d)`` (:func:`random_weights`),
+    each test's control value being the draw most favourable to it.
+
+    Wrong variants: ``attention_patch=own_value_attention`` (no token sees another, on every
+    network), swapped ``anchors``, or a ``control_model`` that returns the trained model.
+    Raises :class:`~attnlab.models.ModelNotAvailableError` when SmolLM2 cannot be loaded
+    here.
+    """
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be an int ≥ 1 (random networks for the control), got "
+                         f"{draws!r}")
+    try:
+        loaded = load("smollm2", progress=False)
+    except ModelNotAvailableError as exc:
+        raise ModelNotAvailableError(
+            f"the contextualisation experiment needs SmolLM2 (attnlab.models.load('smollm2')): "
+            f"{exc}") from exc
+    model, tok = loaded.model, loaded.tokenizer
+    texts = (fruit, company, anchors)
+    patch = contextlib.nullcontext() if attention_patch is None else attention_patch(model)
+    with seeded(seed):
+        with patch:
+            lv = leans(model, tok, *texts)
+        best = _Best.of(_control_leans(model, tok, seed, draws, control_model, attention_patch,
+                                       texts))
+    top = lv.shift.shape[0] - 1
+    mid = top // 2
+    shift, separation = lv.shift, lv.separation
+    what = (f"{RANDOM[0]}, the most favourable of {draws} draw{'s' if draws > 1 else ''}",
+            f"{RANDOM[1]}，{draws} 次抽取中最有利的一次")
     checks = [
         check_le("layer 0 (embeddings): |mean lean fruit − company|", abs(float(shift[0])), 1e-6,
-                 id="embeddings-same"),
-        check_ge(f"layer {top}: min lean over fruit contexts − max lean over company contexts",
-                 float(separation[top]), 1e-3, id="contexts-separate"),
-        check_ge(f"layer {top}: fruit contexts closer to {anchors[0]} than to {anchors[1]}: "
-                 "min lean", float(lf[:, top].min()), 1e-3, id="fruit-closer"),
-        check_le(f"layer {top}: company contexts closer to {anchors[1]} than to {anchors[0]}: "
-                 "max lean", float(lc[:, top].max()), -1e-3, id="company-closer"),
-        check_le(f"causal order: {WORD} in 「{ARTICLE_ORDER}」 vs 「{WORD}」 alone, every layer: "
-                 "max |difference| / max |state|", order_gap, 1e-5, id="causal-order"),
+                 id="embeddings-same", support=True,
+                 control=Control("the same measure after the first layer (layer 1)",
+                                 "第一层之后（第 1 层）的同一度量", abs(float(shift[1])))),
+        *_context_checks(lv, best, top, anchors, "layer", "", what),
+        *_context_checks(lv, best, mid, anchors, "middle layer", "mid-", what),
+        check_le(f"causal order: {WORD} in “{CONTEXT_AFTER}” vs “{WORD}” alone, every layer: "
+                 "max |difference| / max |state|", lv.order_gap, 1e-5, id="causal-order",
+                 support=True),
     ]
-    rows = [[layer, float(lf[:, layer].mean()), float(lc[:, layer].mean()),
-             float(shift[layer]), float(separation[layer])] for layer in range(top + 1)]
-    fig = _figure(lf, lc, anchors) if plot else None
-    ids = spans[fruit[0]]
+    rows = [[layer, float(lv.fruit[:, layer].mean()), float(lv.company[:, layer].mean()),
+             float(shift[layer]), float(separation[layer]), float(best.shift[layer]),
+             float(best.separation[layer])] for layer in range(top + 1)]
+    fig = _figure(lv, best, anchors) if plot else None
+    ids = word_span(tok, fruit[0], WORD)
     apart = [layer for layer in range(top + 1)
              if all(float(separation[j]) > 0 for j in range(layer, top + 1))]
     since = (f" Every fruit context leans more to {anchors[0]} than every company context "
              f"from layer {apart[0]} on." if apart else "")
     since_zh = (f"从第 {apart[0]} 层起，每个水果语境都比每个公司语境更偏向“{anchors[0]}”。"
                 if apart else "")
+    c_shift, c_sep = fmt_num(float(best.shift[top])), fmt_num(float(best.separation[top]))
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"last layer: mean lean of fruit contexts − mean lean of company contexts, "
@@ -238,30 +426,52 @@ def run(
                     f"cos({WORD}, {anchors[0]}) − cos({WORD}, {anchors[1]})",
         measured=float(shift[top]), expected=MIN_SHIFT, tolerance=0.0, relation=">=",
         checks=checks,
+        control=Control(*what, float(best.shift[top])),
+        expect_holds=False,
+        expect_why=EXPECT_WHY,
+        expect_why_zh=EXPECT_WHY_ZH,
         table=(["layer", "mean lean, fruit contexts", "mean lean, company contexts",
-                "fruit − company", "min fruit − max company"], rows),
+                "fruit − company", "min fruit − max company",
+                "fruit − company, random weights (best draw)",
+                "min fruit − max company, random weights (best draw)"], rows),
         figure=fig,
         caption=f"SmolLM2-135M, fp32, {len(fruit)} fruit and {len(company)} company contexts; "
                 f"{WORD} is {ids[2] - ids[1]} tokens, its state is its last token's; states "
                 f"centred per layer; layer {top} is after the final norm. Anchors: "
-                f"{anchors[0]}, {anchors[1]} averaged over {len(NEUTRAL)} neutral frames.{since}",
+                f"{anchors[0]}, {anchors[1]} averaged over {len(NEUTRAL)} neutral frames.{since}"
+                f" Control: the same network with random weights, {draws} draws; at layer "
+                f"{top} the most favourable draw reaches a mean lean difference of {c_shift} "
+                f"(the model: {fmt_num(float(shift[top]))}) but a min fruit − max company of "
+                f"only {c_sep} (the model: {fmt_num(float(separation[top]))}). Middle layer "
+                f"{mid}: the model's mean lean difference is {fmt_num(float(shift[mid]))}, its "
+                f"min fruit − max company {fmt_num(float(separation[mid]))}.",
         caption_zh=f"SmolLM2-135M，fp32，{len(fruit)} 个水果语境和 {len(company)} 个公司语境；"
                    f"“{WORD}”占 {ids[2] - ids[1]} 个词元，取其最后一个词元的状态；"
                    f"各层状态先中心化；第 {top} 层为最终归一化之后。锚点：{anchors[0]}、"
-                   f"{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。{since_zh}",
+                   f"{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。{since_zh}"
+                   f"对照：同一网络、随机权重，抽取 {draws} 次；在第 {top} 层，最有利的一次"
+                   f"平均倾向之差达到 {c_shift}（模型：{fmt_num(float(shift[top]))}），"
+                   f"但水果最小值 − 公司最大值只有 {c_sep}（模型："
+                   f"{fmt_num(float(separation[top]))}）。中间的第 {mid} 层：模型的平均倾向之差为 "
+                   f"{fmt_num(float(shift[mid]))}，水果最小值 − 公司最大值为 "
+                   f"{fmt_num(float(separation[mid]))}。",
     )
 
 
-def _figure(lf: Tensor, lc: Tensor, anchors: tuple[str, str]):
+def _figure(lv: Leans, best: _Best, anchors: tuple[str, str]):
     fig, (ax,) = new_figure(8.5, 3.8)
-    layers = list(range(lf.shape[1]))
+    layers = list(range(lv.fruit.shape[1]))
     # English texts in English only (the Chinese figure gets the characters from ZH)
-    for rows, color, label in ((lf, "#2e7d32", "fruit contexts (eat, wash, orchard, peel)"),
-                               (lc, "#3451b2",
+    for rows, color, label in ((lv.fruit, "#2e7d32", "fruit contexts (eat, wash, orchard, peel)"),
+                               (lv.company, "#3451b2",
                                 "company contexts (launch event, tech news, market value)")):
         for r in rows:
             ax.plot(layers, r.tolist(), color=color, lw=0.6, alpha=0.4)
         ax.plot(layers, rows.mean(0).tolist(), color=color, lw=2, label=label)
+    for mean, color, label in ((best.mean_fruit, "#2e7d32", "random weights, fruit contexts"),
+                               (best.mean_company, "#3451b2",
+                                "random weights, company contexts")):
+        ax.plot(layers, mean.tolist(), color=color, lw=1.2, ls="--", label=label)
     ax.axhline(0, color="k", lw=0.8)
     names = {"水果": "fruit", "科技公司": "tech company"}
     a, b = (names.get(x, x) for x in anchors)

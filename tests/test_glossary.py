@@ -283,6 +283,19 @@ def _experiments() -> list[tuple[str, str]]:
     return out
 
 
+@functools.cache
+def _package() -> list[tuple[str, str]]:
+    """The rest of the package's Chinese: figures (viz), the analysis's definitions, the
+    CLI; the glossary itself (i18n.py) names the wrong terms on purpose."""
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(("report/", "experiments/")) or rel == "i18n.py":
+            continue
+        out += _chinese_literals(path.read_text(encoding="utf-8"), rel)
+    return out
+
+
 SOURCES = {
     "notebook prose": _notebook_prose,
     "notebook code": _notebook_code,
@@ -290,6 +303,7 @@ SOURCES = {
     "report": _report,
     "claims": _claims,
     "experiments": _experiments,
+    "package": _package,
 }
 
 

@@ -317,20 +317,20 @@ _OWN = "attnlab.analysis.scores"
 DEFINITIONS: dict[str, Definition] = {d.name: d for d in (
     Definition("tl-previous-mul", "detect_head previous_token_head, 'mul': share of "
                "attention on the token before", "detect_head previous_token_head，'mul'："
-               "落在前一个 token 上的注意力占比", _TL, "text"),
+               "落在前一个词元上的注意力占比", _TL, "text"),
     Definition("tl-previous-abs", "detect_head previous_token_head, 'abs': "
                "1 - round(sum|A - P| / N, 3), one minus the mean row distance to the pattern",
                "detect_head previous_token_head，'abs'：1 - round(sum|A - P| / N, 3)，"
                "即 1 减去与检测模式的平均行距离", _TL, "text"),
     Definition("tl-duplicate-mul", "detect_head duplicate_token_head, 'mul': share on "
                "earlier copies of the query's token", "detect_head duplicate_token_head，"
-               "'mul'：落在查询 token 先前副本上的注意力占比", _TL, "text"),
+               "'mul'：落在查询词元的先前副本上的注意力占比", _TL, "text"),
     Definition("tl-duplicate-abs", "detect_head duplicate_token_head, 'abs': one minus "
                "the mean row distance to the pattern", "detect_head duplicate_token_head，"
                "'abs'：1 减去与检测模式的平均行距离", _TL, "text"),
     Definition("tl-induction-mul", "detect_head induction_head, 'mul': share on the "
                "tokens right after earlier copies", "detect_head induction_head，'mul'："
-               "落在先前副本之后那个 token 上的注意力占比", _TL, "text"),
+               "落在先前副本之后那个词元上的注意力占比", _TL, "text"),
     Definition("tl-induction-abs", "detect_head induction_head, 'abs': one minus the "
                "mean row distance to the pattern", "detect_head induction_head，'abs'："
                "1 减去与检测模式的平均行距离", _TL, "text"),
@@ -341,31 +341,31 @@ DEFINITIONS: dict[str, Definition] = {d.name: d for d in (
                "TransformerLens demos/Main_Demo.ipynb (4cd36aae)", "probe"),
     Definition("olsson-prefix-matching", "Olsson et al. 2022 prefix matching: attention "
                "from a repeated token to the token after its earlier occurrences",
-               "Olsson 等 2022 的前缀匹配：重复出现的 token 对其先前出现位置之后那个 token "
+               "Olsson 等 2022 的前缀匹配：重复出现的词元对其先前出现位置之后那个词元"
                "的注意力", "Olsson et al. 2022, In-context Learning and Induction Heads",
                "probe"),
     Definition("gu-sink", "Gu et al. 2025 importance of the first token: its attention "
                "summed over the queries that see it, over their number (sink when > 0.3)",
-               "Gu 等 2025 的首 token 重要性：看得见它的查询对它的注意力之和除以查询数"
+               "Gu 等 2025 的首词元重要性：看得见它的查询对它的注意力之和除以查询数"
                "（> 0.3 即为汇聚）", "Gu et al. 2025, When Attention Sink Emerges "
                "(arXiv:2410.10781)", "text"),
     Definition("entropy", "mean row entropy in nats", "每行熵的均值（奈特）", _OWN, "text"),
     Definition("max_weight", "mean largest weight of a row", "每行最大权重的均值", _OWN,
                "text"),
     Definition("sink", "share of attention on the first token, queries after it",
-               "首 token 之后的查询落在首 token 上的注意力占比", _OWN, "text"),
+               "首词元之后的查询落在首词元上的注意力占比", _OWN, "text"),
     Definition("previous", "share of attention on the token before (= TransformerLens "
-               "'mul')", "落在前一个 token 上的注意力占比（= TransformerLens 'mul'）", _OWN,
+               "'mul')", "落在前一个词元上的注意力占比（= TransformerLens 'mul'）", _OWN,
                "text"),
     Definition("diagonal", "share of attention on the query's own token (self)",
-               "落在查询自身 token 上的注意力占比（自身）", _OWN, "text"),
-    Definition("distance", "mean attention distance in tokens", "平均注意力距离（token 数）",
+               "落在查询自身词元上的注意力占比（自身）", _OWN, "text"),
+    Definition("distance", "mean attention distance in tokens", "平均注意力距离（词元数）",
                _OWN, "text"),
     Definition("duplicate", "share on earlier copies of the query's token (= "
-               "TransformerLens 'mul')", "落在查询 token 先前副本上的占比（= TransformerLens "
+               "TransformerLens 'mul')", "落在查询词元的先前副本上的占比（= TransformerLens "
                "'mul'）", _OWN, "text"),
     Definition("induction", "share on the tokens right after earlier copies (= "
-               "TransformerLens 'mul')", "落在先前副本之后那个 token 上的占比（= "
+               "TransformerLens 'mul')", "落在先前副本之后那个词元上的占比（= "
                "TransformerLens 'mul'）", _OWN, "text"),
     Definition("repeat_induction", "induction share on the second copy of a repeated "
                "random sequence (BOS + 40 distinct ids, twice)", "重复随机序列第二份上的"

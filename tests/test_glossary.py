@@ -361,46 +361,59 @@ _ENGLISH_FIELDS = {"quantity", "verdict", "claim", "caption", "expect_why",
                    "by_construction", "what"}
 
 
+def _printed(node: ast.AST) -> Iterator[str]:
+    """The English that the expression ``node`` puts on the screen when printed: its text
+    (a string, an f-string's text and the values it formats, the two sides of a ``+``,
+    both branches of a conditional) and a Result's English field; T(en, zh) and
+    ``x.f_zh if zh else x.f`` choose the language, and what a call or a subscript does
+    with a string is not printed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if _has_english(node.value):
+            yield repr(node.value)
+    elif isinstance(node, ast.JoinedStr):
+        for v in node.values:
+            yield from _printed(v.value if isinstance(v, ast.FormattedValue) else v)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        yield from _printed(node.left)
+        yield from _printed(node.right)
+    elif isinstance(node, ast.IfExp):
+        if {_field(node.body), _field(node.orelse)} not in (
+                {f, f + "_zh"} for f in _ENGLISH_FIELDS):
+            yield from _printed(node.body)
+            yield from _printed(node.orelse)
+    elif isinstance(node, ast.Attribute) and node.attr in _ENGLISH_FIELDS:
+        yield ast.unparse(node)
+
+
 def _english_printed(source: str) -> Iterator[str]:
-    """What a code cell prints in English whatever LANG is: a string argument of print()
-    with English words in it (outside T(...), identifiers and math excepted), or a
-    Result's English field."""
-    tree = _python(source)
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    """What a code cell prints in English whatever LANG is (:func:`_printed` of each
+    argument of each print())."""
+    for node in ast.walk(_python(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "print"):
-            continue
-        for arg in node.args:
-            inside_t = set()  # T(en, zh) and `x.f_zh if zh else x.f` choose the language
-            for n in ast.walk(arg):
-                if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                        and n.func.id == "T"):
-                    inside_t |= {id(x) for x in ast.walk(n)}
-                if isinstance(n, ast.IfExp) and {_field(n.body), _field(n.orelse)} in (
-                        {f, f + "_zh"} for f in _ENGLISH_FIELDS):
-                    inside_t |= {id(x) for x in ast.walk(n)}
-            for n in ast.walk(arg):
-                if id(n) in inside_t:
-                    continue
-                if isinstance(n, ast.Attribute) and n.attr in _ENGLISH_FIELDS:
-                    yield ast.unparse(n)
-                elif (isinstance(n, ast.Constant) and isinstance(n.value, str)
-                      and _has_english(n.value)):
-                    yield repr(n.value)
+            for arg in node.args:
+                yield from _printed(arg)
 
 
 def _field(node: ast.AST) -> str | None:
     return node.attr if isinstance(node, ast.Attribute) else None
 
 
+#: unit symbols read the same in Chinese
+_UNITS = {"ms", "us", "ns", "MB", "KB", "GB", "MiB", "KiB", "GiB", "Hz", "kHz", "dB"}
+
+
 def _has_english(text: str) -> bool:
-    return bool(english_words(text))
+    return any(w not in _UNITS for w in english_words(text))
 
 
 def test_printed_english_is_caught_both_ways():
     assert list(_english_printed('print(r.quantity, "=", r.measured, "->", r.verdict)')) == [
         "r.quantity", "r.verdict"]
     assert list(_english_printed('print(x, "deg")')) == ["'deg'"]
+    assert list(_english_printed('print(f"{n} heads", "a" + "key")')) == ["' heads'", "'key'"]
+    assert list(_english_printed('print(f"{x} ms", d["scores"], [s for s in t if "key" in s])'
+                                 )) == []
     assert list(_english_printed('print(T(r.quantity, r.quantity_zh), "=", r.measured)')) == []
     assert list(_english_printed('print(T("rank:", "秩："), "head_dim =", d, "Q-K:")')) == []
     assert list(_english_printed('print(f"{r.what_zh if zh else r.what}")')) == []

@@ -420,14 +420,16 @@ _NOT_PROSE = re.compile(
     r"|</?[A-Za-z][^<>\n]*>"          # markup
     r"|\]\([^)\s]*\)"                 # a markdown link's target
     r"|\b(?:https?|file)://\S+"       # addresses
-    r"|\{[^{}\s]*\}",                 # format fields: {}, {n}, {x:.2f}
-    re.S)
+    r"|\{[^{}\s]*\}"                 # format fields: {}, {n}, {x:.2f}
+    r"|\b[A-Za-z_][\w.]*\((?:[^()\n]|\([^()\n]*\))*\)"  # a call with its arguments
+    r"|\b[a-z0-9]+(?:-[a-z0-9]+){2,}\b",   # an id: multihead-cost, 000-head-low-dim
+    re.S | re.A)
 #: quotations: Chinese corner brackets, curly and straight double quotes, book titles
 _QUOTE = re.compile(r"「([^「」]*)」|『([^『』]*)』|“([^“”]*)”|‘([^‘’]*)’|《([^《》]*)》"
                     r"|\"([^\"\n]*)\"")
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_ASSIGNED = re.compile(r" ?=(?!=)")     # name = …, name=…
-_ASSIGNS = re.compile(r"(?<![=!<>])= ?$")  # …=name
+_ASSIGNED = re.compile(r" ?(?:[=!<>]=|=)")  # name = …, name=…, name == …
+_ASSIGNS = re.compile(r"= ?$")               # … = name, …=name
 _GLOSS = re.compile(r"[（(]([^（）()\n]*)[）)]")
 #: what a gloss may hold: English words, separators, hidden code or math
 _GLOSS_TEXT = re.compile(r"[\w\s\-/,，、;；'’.\x00]*", re.A)

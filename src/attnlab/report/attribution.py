@@ -51,7 +51,7 @@ ZH: dict[str, str] = {
     "the oracle loses no more than any policy": "先知的损失不超过任何策略",
     "every number finite": "每个数都是有限的",
     "best importance (ρ)": "最好的重要性（ρ）", "random baseline (ρ)": "随机基线（ρ）",
-    "induction L{} H{}": "归纳头 L{} H{}", "previous-token L{} H{}": "前一词元头 L{} H{}",
+    "induction L{} H{}": "归纳头 L{} H{}", "previous-token L{} H{}": "前一个词元头 L{} H{}",
 }
 
 

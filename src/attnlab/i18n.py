@@ -23,6 +23,14 @@ legends, annotations, colour-bar labels, categorical tick labels), and
 :func:`translate_figure` translates them in place. :data:`COMMON` holds the words the
 report itself shows (pass/FAIL, holds, measured, theory …).
 
+:data:`GLOSSARY` gives each concept its one Chinese term (query → 查询, principal angle →
+主夹角, explorer → 探索器 …) and :data:`WRONG_TERMS` the Chinese words to replace by them;
+:func:`bare_terms`, :func:`wrong_terms` and :func:`term_problems` find, in Chinese text, an
+English term used bare (not as code, math, a quotation or a gloss) and a wrong Chinese term:
+
+>>> bare_terms("每个 query 与每个键（key）比较"), wrong_terms("平均主角")
+(['query'], ['主角'])
+
 This module is on the lowest layer: it imports nothing from attnlab and nothing heavy
 (matplotlib is only touched through the figure handed in).
 """

@@ -306,7 +306,7 @@ def _progress(show: bool, what: str) -> Iterator[Callable[[int, int], Any] | Non
 def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
              start: int | None = None, thresholds: Thresholds | None = None,
              tile_rows: int | None = None, max_blocks: int = 256,
-             progress: bool = False) -> HeadDiagnostics | StackedDiagnostics:
+             progress: bool = False, group: Any = None) -> HeadDiagnostics | StackedDiagnostics:
     """Diagnose every head of ``trace`` in one streamed pass.
 
     Args:
@@ -325,6 +325,11 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         max_blocks: the similarity compares patterns pooled to at most this many blocks a
             side (exact up to that many tokens).
         progress: show a progress bar over the query rows on stderr.
+        group: a :class:`attnlab._dist.Group` (``attnlab._dist.join()`` under ``torchrun``):
+            each of its processes scans every ``world``-th head, and the sums and pooled
+            patterns are summed over the group, so every process returns the diagnostics of
+            one process, to the bit (the other heads' entries are zeros). None or a group of
+            one process: one pass over every head.
 
     >>> from attnlab.tracing.attention import AttentionTrace
     >>> prev = torch.eye(5).roll(1, 0).tril()  # every token on the one before it...
@@ -342,7 +347,7 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         return StackedDiagnostics(
             model=trace.model, meta={"text": trace.text, "target": trace.target},
             stacks={name: diagnose(t, thresholds=thresholds, tile_rows=tile_rows,
-                                   max_blocks=max_blocks, progress=progress)
+                                   max_blocks=max_blocks, progress=progress, group=group)
                     for name, t in trace.items()})
     check_trace(trace)
     if induction is not None:
@@ -351,9 +356,20 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     if not isinstance(th, Thresholds):
         raise TypeError(f"thresholds must be a Thresholds, got {type(th).__name__}")
     block = pool_block(trace.seq_len, trace.key_len, max_blocks)
+    share = None
+    if group is not None and group.distributed:
+        every = [(layer, head) for layer in range(trace.num_layers)
+                 for head in range(trace.num_heads)]
+        share = every[group.rank::group.world]
     with _progress(progress, "scoring heads (query rows)") as on_tile:
         sums, pooled, with_ids = scan(trace, tile_rows=tile_rows, pool_block=block,
-                                      on_tile=on_tile)
+                                      on_tile=on_tile, heads=share)
+    if share is not None:
+        import torch.distributed as dist
+
+        dist.all_reduce(sums)
+        if pooled is not None:
+            dist.all_reduce(pooled)
     scores = scores_from_sums(sums, with_ids)
     meta: dict[str, Any] = {"similarity_block": block}
     stack = getattr(trace, "stack", "self")

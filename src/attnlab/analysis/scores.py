@@ -73,6 +73,24 @@ def check_trace(trace: Any) -> None:
             f"{type(trace).__name__} without {', '.join(missing)}")
 
 
+def _check_heads(heads: Any, nl: int, nh: int) -> list[tuple[int, int]]:
+    """``heads`` as a list of distinct ``(layer, head)`` pairs of an (nl, nh) trace."""
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
+        raise TypeError(f"heads must be a sequence of (layer, head) pairs, got "
+                        f"{type(heads).__name__}")
+    out = []
+    for pair in heads:
+        ok = (isinstance(pair, tuple) and len(pair) == 2
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in pair))
+        if not ok or not (0 <= pair[0] < nl and 0 <= pair[1] < nh):
+            raise ValueError(f"heads must hold (layer, head) pairs with layer in [0, {nl}) and "
+                             f"head in [0, {nh}), got {pair!r}")
+        out.append(pair)
+    if len(set(out)) != len(out):
+        raise ValueError("heads must not name a (layer, head) pair twice")
+    return out
+
+
 def _query_range(queries: range | slice | None, lq: int) -> range:
     if queries is None:
         return range(lq)
@@ -128,9 +146,12 @@ def _causal_everywhere(trace: Any) -> bool:
 
 def scan(trace: Any, *, queries: range | slice | None = None,
          token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
-         pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None
+         pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None,
+         heads: Sequence[tuple[int, int]] | None = None
          ) -> tuple[Tensor, Tensor | None, bool]:
-    """One pass over the query rows of every head.
+    """One pass over the query rows of every head (or of the ``(layer, head)`` pairs in
+    ``heads``: the others' sums and pooled patterns stay zero, so that the passes of
+    processes given disjoint heads add up to the one pass, exactly).
 
     Returns the sums (L, H, len(:data:`~attnlab.analysis.sums.SUMS`)) in float64 (turned
     into scores by :func:`~attnlab.analysis.sums.scores_from_sums`), the pooled patterns
@@ -151,6 +172,9 @@ def scan(trace: Any, *, queries: range | slice | None = None,
         pooled = torch.zeros(nl, nh, nq, nk)
         counts = torch.zeros(nq)
     causal = _causal_everywhere(trace)
+    pairs = [(layer, head) for layer in range(nl) for head in range(nh)]
+    if heads is not None:
+        pairs = _check_heads(heads, nl, nh)
     for t0, t1 in row_tiles(len(rows), lk, tile_rows):
         r0, r1 = rows.start + t0, rows.start + t1
         # a causal tile's keys after its last row's position hold no weight: not computed
@@ -162,19 +186,18 @@ def scan(trace: Any, *, queries: range | slice | None = None,
             # (query blocks met, T) one-hot: summing rows into blocks is a small matmul
             pool_rows = (qb[None, :] == torch.arange(q0, int(qb[-1]) + 1)[:, None]).float()
             counts[q0:q0 + pool_rows.shape[0]] += pool_rows.sum(1)
-        for layer in range(nl):
-            for head in range(nh):
-                if causal:
-                    w = trace.weights_tile(layer, head, range(r0, r1), range(width))
-                else:
-                    w = trace.weights_rows(layer, head, range(r0, r1))  # (T, Lk)
-                w = w.float()
-                sums[layer, head] += tile_sums(w, tile)
-                if pooled is not None:
-                    # (query blocks met, key blocks of the tile's width)
-                    part = pool_rows @ _block_sums(w, pool_block)
-                    nqb, nkb = part.shape
-                    pooled[layer, head, q0:q0 + nqb, :nkb] += part
+        for layer, head in pairs:
+            if causal:
+                w = trace.weights_tile(layer, head, range(r0, r1), range(width))
+            else:
+                w = trace.weights_rows(layer, head, range(r0, r1))  # (T, Lk)
+            w = w.float()
+            sums[layer, head] += tile_sums(w, tile)
+            if pooled is not None:
+                # (query blocks met, key blocks of the tile's width)
+                part = pool_rows @ _block_sums(w, pool_block)
+                nqb, nkb = part.shape
+                pooled[layer, head, q0:q0 + nqb, :nkb] += part
         if on_tile is not None:
             on_tile(t1, len(rows))
     if pooled is not None:

@@ -3,6 +3,11 @@ previous-token, self and (causal models, on a repeated random token sequence) in
 scores, redundancy and clusters. An encoder-decoder model is scored stack by stack (encoder,
 decoder, cross-attention; cross-attention without the scores that need queries and keys from
 one sequence).
+
+With ``--trace FILE`` a saved trace is diagnosed without the model (the file is opened
+memory-mapped, its tensors' checksums verified as they are first read); under
+``torchrun --nproc_per_node=K -m attnlab diagnose --trace FILE`` the K processes split the
+heads and every one of them gets the one-process result; rank 0 prints it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ HELP = "name the sink, previous-token and induction heads of a model"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_run_arguments(p)
+    add_model_run_arguments(p, optional=True)
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="diagnose a saved trace (.safetensors, attnlab trace --out) instead of "
+                   "tracing --model on a text; no model is loaded (the induction score, which "
+                   "needs the model's own trace of a repeated random sequence, is left out)")
     add_target_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random induction sequence")
     p.add_argument("--definition", metavar="NAME", default=None,
@@ -107,6 +116,54 @@ def _seq2seq(args: argparse.Namespace, job: Any, loaded: Any, text: str,
     return 0
 
 
+def _from_trace(args: argparse.Namespace) -> int:
+    """``--trace FILE``: the saved trace diagnosed without the model, on every process of
+    a torchrun group (rank 0 prints)."""
+    import time
+
+    from attnlab import _dist
+    from attnlab._cli import UsageError, emit_json
+    from attnlab._proc import peak_rss_bytes
+    from attnlab.analysis.heads import diagnose
+    from attnlab.tracing import load_trace
+    from attnlab.tracing.attention import AttentionTrace
+    from attnlab.tracing.trace_file import TraceFormatError
+
+    given = [f for f, v in (("--model", args.model), ("--text", args.text),
+                            ("--text-file", args.text_file), ("--target", args.target),
+                            ("--target-file", args.target_file),
+                            ("--definition", args.definition)) if v is not None]
+    if given:
+        raise UsageError(f"--trace diagnoses a saved trace without the model; leave out "
+                         f"{', '.join(given)}")
+    t0 = time.perf_counter()
+    try:
+        try:
+            t = AttentionTrace.open(args.trace).verify()  # mapped; every tensor's sha256
+        except TraceFormatError as exc:
+            if "several attention stacks" not in str(exc) and "version-1" not in str(exc):
+                raise
+            t = load_trace(args.trace)  # stacks or dense weights: read whole, checked
+    except FileNotFoundError:
+        raise UsageError(f"--trace: no such file: {args.trace!r}") from None
+    except (TraceFormatError, ValueError) as exc:
+        raise UsageError(f"--trace {args.trace!r}: not a readable attnlab trace: {exc}") from None
+    group = _dist.join("cpu")
+    try:
+        d = diagnose(t, group=group, progress=not (args.quiet or args.json) and group.rank == 0)
+    finally:
+        _dist.leave(group)
+    if group.rank != 0:
+        return 0
+    stats = {"seconds": round(time.perf_counter() - t0, 3), "processes": group.world,
+             "peak_rss_bytes": peak_rss_bytes(), "trace": str(args.trace)}
+    if args.json:
+        emit_json({**d.to_json(), "definitions": None, "run": stats})
+    else:
+        _print_tables(d)
+    return 0
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, emit_json
     from attnlab.analysis import diagnose_model
@@ -114,6 +171,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab.commands.model_run import ModelRun, target_text
     from attnlab.tracing.tracer import is_seq2seq
 
+    if args.trace is not None:
+        return _from_trace(args)
+    missing = [f for f, v in (("--model", args.model),
+                              ("--text or --text-file", args.text or args.text_file))
+               if v is None]
+    if missing:
+        raise UsageError(f"diagnose needs {' and '.join(missing)} (or --trace FILE, a saved "
+                         "trace)")
     if args.definition is not None and args.definition not in DEFINITIONS:
         raise UsageError(f"--definition: unknown definition {args.definition!r}; valid "
                          f"names: {', '.join(DEFINITIONS)}")

@@ -21,11 +21,15 @@ __all__ = ["ModelRun", "add_model_run_arguments", "add_target_arguments", "block
            "target_error", "target_text"]
 
 
-def add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False) -> None:
-    p.add_argument("--model", required=True, metavar="NAME_OR_PATH",
+def add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False,
+                            optional: bool = False) -> None:
+    """--model and the input (--text / --text-file, and --image / --audio with ``media``);
+    ``optional``: neither is required (the command has another source, e.g. a saved trace,
+    and checks the combination itself)."""
+    p.add_argument("--model", required=not optional, metavar="NAME_OR_PATH",
                    help="minilm, smollm2, whisper-tiny-en, a Hugging Face model folder or a "
                         "trained run")
-    g = p.add_mutually_exclusive_group(required=True)
+    g = p.add_mutually_exclusive_group(required=not optional)
     g.add_argument("--text", help="the input text")
     g.add_argument("--text-file", metavar="PATH", help="read the input text from a UTF-8 file")
     if media:  # attnlab.tracing.media: vision transformers and speech models

@@ -118,3 +118,56 @@ def test_encoder_layer_rows_are_measured():
     assert ours[2] > 0 and ours[3] > 0 and art[2] > 0 and art[3] > 0
     assert ours[4] == pytest.approx(ours[3] / ours[2])
     assert r.table[1][-1][0] == "load average (1 min) before | after"
+
+
+# -- the controls ----------------------------------------------------------------------------
+
+
+def test_identical_implementations_time_alike_and_do_not_pass_the_threshold():
+    """The control is the same timing of the separate projections against themselves: with
+    the fake clock their ratio is exactly 1, below the margin, so a faster fused projection
+    holds."""
+    r = _run(1.0, 1.25)
+    assert r.control.measured == pytest.approx(1.0) and not r.control.holds
+    assert [row[6] for row in r.table[1][:4]] == pytest.approx([1.0] * 4)
+    assert r.holds
+
+
+def test_a_twin_that_is_not_identical_makes_the_control_pass_and_the_claim_fail():
+    """Wrong on purpose: a 'twin' 25 % faster than the separate projections passes the same
+    threshold, so the fused projection's 25 % gain is no evidence."""
+    clock = FakeClock()
+    separate = clock.costing(fq.project_separate, 1.25)
+    r = fq.run(plot=False, sizes=TINY, rounds=1, repeats=3, layers=False, clock=clock,
+               fused_fn=clock.costing(fq.project_fused, 1.0), separate_fn=separate,
+               twin_fn=clock.costing(fq.project_separate, 1.0))
+    assert r.headline_holds and r.control.holds and r.control.measured == pytest.approx(1.25)
+    assert not r.holds and not r.passed
+
+
+def test_same_qkv_and_flops_hold_by_construction_and_reject_the_wrong_variants():
+    r = _run(1.0, 1.25)
+    same, flops = r.check("same-qkv"), r.check("same-flops")
+    assert same.by_construction and flops.by_construction
+    assert same.passed and same.control.measured > 1e-2 and not same.control.holds
+    b, n, e = TINY[1]
+    # run once per output, the fused projection does 3× the multiply-adds: 2·(2·B·N·E·3E)
+    assert flops.control.measured == 2 * 2 * b * n * e * 3 * e and not flops.control.holds
+
+
+def test_the_fused_projection_run_per_output_costs_three_times_the_flops():
+    fused = torch.nn.Linear(8, 24)
+    separate = [torch.nn.Linear(8, 8) for _ in range(3)]
+    x = torch.randn(2, 5, 8)
+    assert fq._flops(lambda: fq.project_fused_per_output(x, fused, separate)) == 3 * fq._flops(
+        lambda: fq.project_fused(x, fused, separate))
+    for a, b in zip(fq.project_fused_per_output(x, fused, separate),
+                    fq.project_fused(x, fused, separate)):
+        assert torch.equal(a, b)
+
+
+def test_three_interleaved_functions_take_each_place_in_turn():
+    order: list[str] = []
+    fq.interleaved_times({n: (lambda n=n: order.append(n)) for n in "abc"}, rounds=1,
+                         repeats=3, clock=lambda: 0.0)
+    assert order == list("abc" "bca" "cab")

@@ -9,14 +9,22 @@ a large share of the time while the matrices are tiny and a few percent once the
 
 Timing on a shared machine: the clock is this thread's CPU time (``time.thread_time``: the
 time the machine gives to other processes is not counted; every op runs on this one thread),
-the two variants run interleaved (their order alternating), calls shorter than 2 ms are timed
+the variants run interleaved (their order rotating), calls shorter than 2 ms are timed
 in batches, each timing is the median of ``repeats`` samples, and the figure kept is the
 minimum of those medians over ``rounds`` (noise only ever adds time). The load average is
 reported. The claim counts as holding when the geometric mean over the (size, pass) cases of
-the time ratio separate / fused is at least 1.03. Calibration: timing the fused projection
-against itself the same way (``separate_fn=project_fused``) on 2 CPUs at a load average of 9
-gave geometric means of 0.998 and 1.013, though single cases ranged over 0.84–1.34: the mean
-of 12 cases is what noise cannot push to 1.03, not any one case.
+the time ratio separate / fused is at least 1.03 *and* the control, the same comparison of
+two identical implementations, does not reach it: the separate projections are timed a
+second time under another name, interleaved with the other two, and the geometric mean of
+separate / separate (twin) must stay below 1.03 (noise alone must not pass the threshold).
+Calibration: timing the fused projection against itself the same way on 2 CPUs at a load
+average of 9 gave geometric means of 0.998 and 1.013, though single cases ranged over
+0.84–1.34: the mean of 12 cases is what noise cannot push to 1.03, not any one case.
+
+The same q, k, v and the same FLOPs hold by construction (the fused weight is the three
+weights stacked; a matrix product's multiply-adds do not depend on how its rows are
+grouped); each is shown beside the wrong variant the same test must reject: the fused rows
+taken in the wrong order (k, q, v), and the fused projection run once for each of q, k, v.
 
 Also timed, for information (article 001: 「官方 nn.Transformer 已经高度优化，
 生产环境建议直接使用」): one ``torch.nn.TransformerEncoderLayer`` against attnlab's
@@ -42,7 +50,7 @@ from attnlab.nn import TransformerEncoderLayer
 
 from . import article_listings
 from ._common import check_le, label_axes, new_figure, seeded
-from ._result import Result, fmt_num
+from ._result import Control, Result, fmt_num
 
 NAME = "fused-qkv-speed"
 CLAIM = ("Computing Q, K, V with one nn.Linear(d_model, 3·d_model) is faster than three "
@@ -54,6 +62,9 @@ ZH: dict[str, str] = {
     "fused and separate give the same q, k, v: max |difference|":
         "融合与分开投影得到的 q、k、v 相同：最大绝对差",
     "|FLOPs(fused) − FLOPs(separate)|": "|FLOPs(融合) − FLOPs(分开)|",
+    "separate (twin) (ms)": "分开（孪生副本）（毫秒）",
+    "ratio separate / separate (twin)": "时间比 分开 / 分开（孪生副本）",
+    "control: separate / separate (twin)": "对照：分开 / 分开（孪生副本）",
     "size": "规模",
     "pass": "计算",
     "fused (ms)": "融合（毫秒）",
@@ -80,8 +91,8 @@ ZH: dict[str, str] = {
         "三个 E→E 投影 vs 一个 E→3E 投影（单个 CPU 线程）",
 }
 
-__all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "SIZES", "project_fused", "project_separate",
-           "interleaved_times", "run"]
+__all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "SIZES", "MARGIN", "project_fused",
+           "project_separate", "project_fused_per_output", "interleaved_times", "run"]
 
 #: (B, N, E): article 001's default (2, 10, 512) first, then tiny to medium projections.
 SIZES: tuple[tuple[int, int, int], ...] = (
@@ -108,6 +119,13 @@ def project_separate(x: Tensor, fused: nn.Linear, separate: Sequence[nn.Linear]
     return wq(x), wk(x), wv(x)
 
 
+def project_fused_per_output(x: Tensor, fused: nn.Linear, separate: Sequence[nn.Linear]
+                             ) -> tuple[Tensor, Tensor, Tensor]:
+    """Wrong on purpose (the FLOPs control): the fused E→3E projection run once for each of
+    q, k and v, keeping one third each time (three times the work)."""
+    return tuple(fused(x).chunk(3, dim=-1)[i] for i in range(3))
+
+
 def interleaved_times(
     fns: dict[str, Callable[[], Any]],
     *,
@@ -120,9 +138,10 @@ def interleaved_times(
     """Seconds per call of each function: min over ``rounds`` of the median of ``repeats``
     samples, each sample the time of ``number`` consecutive calls divided by ``number``.
 
-    Within a round the functions run interleaved, their order reversed every other repeat,
-    so that a slow spell of the machine hits all of them alike. ``before`` runs untimed
-    before each sample (e.g. to clear gradients).
+    Within a round the functions run interleaved, their order rotated by one each repeat
+    (two functions: reversed every other repeat), so that each takes each place in turn and
+    a slow spell of the machine hits all of them alike. ``before`` runs untimed before each
+    sample (e.g. to clear gradients).
     """
     if rounds < 1 or repeats < 1 or number < 1:
         raise ValueError(f"rounds, repeats and number must be >= 1, got rounds={rounds}, "
@@ -132,7 +151,7 @@ def interleaved_times(
     for _ in range(rounds):
         times: dict[str, list[float]] = {n: [] for n in names}
         for r in range(repeats):
-            for n in (names if r % 2 == 0 else names[::-1]):
+            for n in names[r % len(names):] + names[:r % len(names)]:
                 if before is not None:
                     before()
                 fn = fns[n]
@@ -205,10 +224,13 @@ def _time_layers(g: torch.Generator, rounds: int, repeats: int,
 
 
 def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callable,
-               separate_fn: Callable, rounds: int, repeats: int, clock: Callable[[], float]
-               ) -> tuple[dict[str, Any], dict[str, Any], float, int]:
-    """Forward and forward+backward cases at one (B, N, E); the largest |q, k, v difference|
-    between the variants, and the difference of their FLOP counts."""
+               separate_fn: Callable, twin_fn: Callable, rounds: int, repeats: int,
+               clock: Callable[[], float]
+               ) -> tuple[dict[str, Any], dict[str, Any], tuple[float, float], tuple[int, int]]:
+    """Forward and forward+backward cases at one (B, N, E), each timing fused, separate and
+    separate's twin (``twin_fn``) interleaved; (the largest |q, k, v difference| between the
+    variants, the same for the fused rows taken in the order k, q, v) and (the difference of
+    their FLOP counts, the same for :func:`project_fused_per_output`)."""
     b, n, e = size
     fused = nn.Linear(e, 3 * e)
     separate = [nn.Linear(e, e) for _ in range(3)]
@@ -222,8 +244,11 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
     with torch.no_grad():
         qkv_f, qkv_s = fused_fn(x, fused, separate), separate_fn(x, fused, separate)
     diff = max(float((a - c).abs().max()) for a, c in zip(qkv_f, qkv_s))
-    gap = abs(_flops(lambda: fused_fn(x, fused, separate))
-              - _flops(lambda: separate_fn(x, fused, separate)))
+    wrong_order = (qkv_f[1], qkv_f[0], qkv_f[2])  # the fused rows stacked as k, q, v
+    diff_wrong = max(float((a - c).abs().max()) for a, c in zip(wrong_order, qkv_s))
+    sep_flops = _flops(lambda: separate_fn(x, fused, separate))
+    gap = abs(_flops(lambda: fused_fn(x, fused, separate)) - sep_flops)
+    gap_wrong = abs(_flops(lambda: project_fused_per_output(x, fused, separate)) - sep_flops)
 
     def fw(fn: Callable) -> None:
         with torch.no_grad():
@@ -237,7 +262,8 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
         for p in params:
             p.grad = None
 
-    fw(fused_fn), fw(separate_fn), fwbw(fused_fn), fwbw(separate_fn)  # warm up
+    fw(fused_fn), fw(separate_fn), fw(twin_fn)  # warm up
+    fwbw(fused_fn), fwbw(separate_fn), fwbw(twin_fn)
     out = []
     for mode, step, before in (("forward", fw, None), ("forward+backward", fwbw, clear)):
         t0 = clock()
@@ -247,12 +273,15 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
         # and one interruption no longer dominates a sample)
         number = max(1, min(1000, math.ceil(SAMPLE / once))) if once > 0 else 1
         t = interleaved_times({"fused": lambda step=step: step(fused_fn),
-                               "separate": lambda step=step: step(separate_fn)},
+                               "separate": lambda step=step: step(separate_fn),
+                               "twin": lambda step=step: step(twin_fn)},
                               rounds=rounds, repeats=repeats, clock=clock, before=before,
                               number=number)
         out.append({"size": size, "mode": mode, "fused": t["fused"], "separate": t["separate"],
-                    "ratio": t["separate"] / t["fused"] if t["fused"] > 0 else float("nan")})
-    return out[0], out[1], diff, gap
+                    "twin": t["twin"],
+                    "ratio": t["separate"] / t["fused"] if t["fused"] > 0 else float("nan"),
+                    "control": t["separate"] / t["twin"] if t["twin"] > 0 else float("nan")})
+    return out[0], out[1], (diff, diff_wrong), (gap, gap_wrong)
 
 
 def run(
@@ -265,54 +294,64 @@ def run(
     clock: Callable[[], float] = time.thread_time,
     fused_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] = project_fused,
     separate_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] = project_separate,
+    twin_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] | None = None,
     layers: bool = True,
 ) -> Result:
-    """Time both projections at each size, forward and forward+backward.
+    """Time both projections at each size, forward and forward+backward, and, for the
+    control, the separate projections a second time (``twin_fn``, default ``separate_fn``
+    itself under another name).
 
     Hooks: ``clock`` (a fake clock makes the verdict deterministic), ``fused_fn`` and
-    ``separate_fn`` (a deliberately slow fused variant must not hold), ``layers=False``
-    skips the informative encoder-layer timings.
+    ``separate_fn`` (a deliberately slow fused variant must not hold), ``twin_fn`` (a twin
+    that is not the same, e.g. slower, makes the control pass and the claim not hold),
+    ``layers=False`` skips the informative encoder-layer timings.
     """
+    twin = separate_fn if twin_fn is None else twin_fn
     load_before = os.getloadavg()
     cases: list[dict[str, Any]] = []
-    max_diff = 0.0
-    flops_gap = 0
+    max_diff = wrong_diff = 0.0
+    flops_gap = wrong_gap = 0
     with seeded(seed) as g:
         for size in sizes:
-            case_fw, case_bw, diff, gap = _time_size(size, g, fused_fn, separate_fn, rounds,
-                                                     repeats, clock)
+            case_fw, case_bw, diffs, gaps = _time_size(size, g, fused_fn, separate_fn, twin,
+                                                       rounds, repeats, clock)
             cases += [case_fw, case_bw]
-            max_diff, flops_gap = max(max_diff, diff), max(flops_gap, gap)
+            max_diff, wrong_diff = max(max_diff, diffs[0]), max(wrong_diff, diffs[1])
+            flops_gap, wrong_gap = max(flops_gap, gaps[0]), max(wrong_gap, gaps[1])
         layer_times = _time_layers(g, rounds, repeats, clock) if layers else None
     article_times = _time_article_layer(rounds, repeats, seed) if layers else None
     load_after = os.getloadavg()
 
     ratios = [c["ratio"] for c in cases]
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) \
-        if all(r > 0 for r in ratios) else float("nan")
+    geomean, control_mean = _geomean(ratios), _geomean([c["control"] for c in cases])
     checks = [
         check_le("fused and separate give the same q, k, v: max |difference|", max_diff, 1e-5,
-                 id="same-qkv"),
-        check_le("|FLOPs(fused) − FLOPs(separate)|", float(flops_gap), 0.0, id="same-flops"),
+                 id="same-qkv", by_construction=True,
+                 control=Control("the fused rows taken in the wrong order (k, q, v)",
+                                 "按错误顺序（k、q、v）取融合投影的各行", wrong_diff)),
+        check_le("|FLOPs(fused) − FLOPs(separate)|", float(flops_gap), 0.0, id="same-flops",
+                 by_construction=True,
+                 control=Control("the fused projection run once for each of q, k, v",
+                                 "为 q、k、v 各运行一次融合投影", float(wrong_gap))),
     ]
     rows: list[list[Any]] = []
     for c in cases:
         b, n, e = c["size"]
         rows.append([f"B = {b}, N = {n}, E = {e}", c["mode"], 1e3 * c["fused"],
-                     1e3 * c["separate"], c["ratio"]])
+                     1e3 * c["separate"], c["ratio"], 1e3 * c["twin"], c["control"]])
     b, n, e, h, ff = LAYER_SIZE
     size = f"encoder layer: B = {b}, N = {n}, E = {e}, H = {h}, ff = {ff}"
     if layer_times is not None:
         rows.append([size, "torch nn.TransformerEncoderLayer | attnlab (this process), "
                      "forward, eval", 1e3 * layer_times["torch"], 1e3 * layer_times["attnlab"],
-                     layer_times["attnlab"] / layer_times["torch"]])
+                     layer_times["attnlab"] / layer_times["torch"], "", ""])
     if article_times is not None:
         rows.append([size, "torch nn.TransformerEncoderLayer | article 001's corrected "
                      "MultiHeadAttention in the same layer (fresh interpreter)",
                      1e3 * article_times["torch"], 1e3 * article_times["article"],
-                     article_times["article"] / article_times["torch"]])
+                     article_times["article"] / article_times["torch"], "", ""])
     rows.append(["load average (1 min) before | after", f"{os.cpu_count()} CPUs",
-                 load_before[0], load_after[0], ""])
+                 load_before[0], load_after[0], "", "", ""])
     fig = _figure(cases) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
@@ -320,21 +359,33 @@ def run(
                  "(> 1: the fused projection is faster)",
         quantity_zh="各（规模，计算）情形下时间比 分开 / 融合 的几何平均（> 1 表示融合投影更快）",
         measured=geomean, expected=MARGIN, tolerance=0.0, relation=">=", checks=checks,
-        table=(["size", "pass", "fused (ms)", "separate (ms)", "ratio separate / fused"],
-               rows),
+        control=Control("the same timing of two identical implementations: separate / "
+                        "separate (twin), geometric mean",
+                        "同样计时两份相同的实现：分开 / 分开（孪生副本），几何平均",
+                        control_mean),
+        table=(["size", "pass", "fused (ms)", "separate (ms)", "ratio separate / fused",
+                "separate (twin) (ms)", "ratio separate / separate (twin)"], rows),
         figure=fig,
         caption=f"One CPU thread, its CPU time; min over {rounds} rounds of the median of "
                 f"{repeats} interleaved calls. Ratios "
-                f"{fmt_num(min(ratios))}–{fmt_num(max(ratios))}; "
+                f"{fmt_num(min(ratios))}–{fmt_num(max(ratios))}; control (the separate "
+                f"projections against themselves): geometric mean {fmt_num(control_mean)}; "
                 f"load average {load_before[0]:.2f} → {load_after[0]:.2f} on "
                 f"{os.cpu_count()} CPUs. Encoder-layer rows: second time column / first, "
                 "for information only.",
         caption_zh=f"单个 CPU 线程，计其 CPU 时间；取 {rounds} 轮中每轮 {repeats} 次交替调用的"
                    "中位数的最小值。"
-                   f"时间比 {fmt_num(min(ratios))}–{fmt_num(max(ratios))}；负载均值 "
+                   f"时间比 {fmt_num(min(ratios))}–{fmt_num(max(ratios))}；对照（分开投影与自身"
+                   f"比较）：几何平均 {fmt_num(control_mean)}；负载均值 "
                    f"{load_before[0]:.2f} → {load_after[0]:.2f}（{os.cpu_count()} 个 CPU）。"
                    "编码器层各行：第二个时间列 / 第一个时间列，仅供参考。",
     )
+
+
+def _geomean(xs: Sequence[float]) -> float:
+    """Geometric mean of positive ratios (NaN if any is not positive)."""
+    return (math.exp(sum(math.log(x) for x in xs) / len(xs)) if all(x > 0 for x in xs)
+            else float("nan"))
 
 
 def _time_article_layer(rounds: int, repeats: int, seed: int) -> dict[str, float]:
@@ -358,6 +409,9 @@ def _figure(cases):
     for mode, marker in (("forward", "o"), ("forward+backward", "s")):
         rs = [c["ratio"] for c in cases if c["mode"] == mode]
         ax.plot(range(len(rs)), rs, marker=marker, label=mode)
+    cs = [c["control"] for c in cases]
+    ax.plot([i / 2 for i in range(len(cs))], cs, ls="none", marker="x", color="0.5",
+            label="control: separate / separate (twin)")
     ax.axhline(1.0, color="k", lw=1, label="equal time")
     ax.axhline(MARGIN, color="k", ls=":", lw=1, label="threshold of the geometric mean")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)

@@ -78,14 +78,18 @@ def test_multihead_cost_training_brings_heads_closer(results):
     # identical initial heads get identical gradients: they stay bit-for-bit the same
     assert rows["copy, identical initial heads: max |W_q(head h) − W_q(head 0)|"][1] == 0.0
     assert rows["copy, identical initial heads: held-out accuracy"][1] >= 0.85
-    assert r.measured < -3
+    assert r.check("wq-angle-change").value < -3 and r.check("wk-angle-change").value < -3
+    # ... yet the trained heads stay in different subspaces: the headline (plain reading)
+    assert r.headline_holds and r.measured > 40
 
 
 def test_multihead_cost_penalty_pushing_heads_apart_misses_the_verdict():
     r = run("multihead-cost", plot=False, separation_penalty=1.0,
             config=mhc.HeadsConfig(tasks=("copy",), seeds=1), n=16)
     assert r.check("wq-angle-change").passed and r.check("wk-angle-change").passed
-    assert r.measured > 10  # the penalty, not gradient descent on the task, separates them
+    # the penalty, not gradient descent on the task, separates them
+    assert r.check("wq-angle-change").value > 10
+    assert r.check("heads-orthogonal").passed  # and makes them near orthogonal
     assert not r.holds  # the cost half still refutes the claim ...
     r = run("multihead-cost", plot=False, separation_penalty=1.0,
             score_cost=lambda w: (0, 0), config=mhc.HeadsConfig(tasks=("copy",), seeds=1),
@@ -117,7 +121,8 @@ def test_multihead_cost_matmul_only_count_makes_the_cost_look_equal():
 
 def test_multihead_cost_untrained_models_are_a_defect_not_a_finding():
     r = run("multihead-cost", plot=False, config=mhc.HeadsConfig(steps=0, seeds=1), n=16)
-    assert r.measured == 0.0  # nothing trained, nothing changed
+    assert r.check("wq-angle-change").value == 0.0  # nothing trained, nothing changed
+    assert not r.check("patterns-diverge").passed  # untrained heads attend alike
     assert not r.passed and not r.finding
     assert not next(c for c in r.checks if c.name.startswith("copy: lowest")).passed
 
@@ -185,7 +190,7 @@ def test_qkv_roles_numbers(results):
     r = results["qkv-roles"]
     assert r.holds
     rows = _rows(r)
-    untied, tied = rows["previous (cyclic): ‖S − Sᵀ‖/‖S‖, mean over sequences"]
+    untied, tied, *_ = rows["previous (cyclic): ‖S − Sᵀ‖/‖S‖, mean over sequences"]
     assert untied > 0.5 and tied <= 1e-6
     partner, itself = rows["swap: attention on the partner"], rows["swap: attention on itself"]
     assert partner[0] > 0.8 and itself[0] < 0.1
@@ -225,12 +230,13 @@ def test_wo_fusion_numbers(results):
     r = results["wo-fusion"]
     assert r.holds
     rows = _rows(r)
-    learned, block, ident = rows["cross-head share of ‖W^O‖² (trained)"]
+    learned, init, _, block, ident = rows["cross-head share of ‖W^O‖²"]
     assert 0.3 < learned < 0.7 and block == 0.0 and ident == 0.0
-    assert rows["rank of W^O (of 32)"] == [32, 32, 32]
+    assert rows["rank of W^O (of 32)"] == [32, 32, 16, 32, 32]
     assert rows["concatenation recovered: relative error"][0] < 1e-4
     # the controls without cross-head mixing learn the two-head task as well
-    assert min(rows["held-out accuracy"]) >= 0.95
+    acc = rows["held-out accuracy"]
+    assert min(acc[0], acc[3], acc[4]) >= 0.95
 
 
 @pytest.mark.parametrize("wo, failing", [("block-diagonal", None),
@@ -239,7 +245,7 @@ def test_wo_fusion_wrong_wo_misses_the_verdict(wo, failing):
     r = run("wo-fusion", plot=False, wo=wo, config=wof.FusionConfig(steps=60))
     assert not r.holds and not r.passed
     if failing is None:
-        assert r.measured == 0.0  # no cross-head energy at all
+        assert r.check("wo-mixes-heads").value == 0.0  # no cross-head energy at all
     else:
         assert not next(c for c in r.checks if c.name == failing).passed
 

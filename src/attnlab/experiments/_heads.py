@@ -20,7 +20,7 @@ from attnlab.nn import MultiHeadAttention
 from ._common import label_axes
 
 __all__ = ["TwoRelationTask", "train", "accuracy", "read_hooks", "relation_mass",
-           "principal_angles", "mean_pair_angle", "plot_losses"]
+           "principal_angles", "pair_angles", "mean_pair_angle", "plot_losses"]
 
 #: ``batch_fn(step) -> (inputs (B, N) ids, targets (B, N) ids, scored (B, N) bool)``
 BatchFn = Callable[[int], tuple[Tensor, Tensor, Tensor]]
@@ -105,10 +105,16 @@ def principal_angles(a: Tensor, b: Tensor) -> Tensor:
     return torch.acos(cos)
 
 
+def pair_angles(parts: Sequence[Tensor]) -> list[float]:
+    """The mean principal angle (degrees) of each pair of the given row blocks, pairs
+    (0, 1), (0, 2), … in order."""
+    return [float(torch.rad2deg(principal_angles(parts[i], parts[j])).mean())
+            for i in range(len(parts)) for j in range(i + 1, len(parts))]
+
+
 def mean_pair_angle(parts: Sequence[Tensor]) -> float:
     """Mean principal angle (degrees) over all pairs of the given row blocks."""
-    angles = [float(torch.rad2deg(principal_angles(parts[i], parts[j])).mean())
-              for i in range(len(parts)) for j in range(i + 1, len(parts))]
+    angles = pair_angles(parts)
     return sum(angles) / len(angles)
 
 

@@ -36,7 +36,7 @@ from attnlab.nn import GPT, GPTConfig
 
 from ._common import check_ge, expect_type, label_axes, new_figure, seeded
 from ._heads import TwoRelationTask, accuracy, read_hooks, relation_mass, train
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "one-relation-per-head"
 CLAIM = ("With a single attention head the model can fuse context but can learn only one "
@@ -62,6 +62,8 @@ for _k, _z in TASK_ZH.items():
         f"Task: {_k}": f"任务：{_z}",
         f"{_k}: held-out accuracy, {{}} heads": f"{_z}：留出集准确率，{{}} 个头",
         f"{_k}: held-out accuracy after {{}} steps": f"{_z}：训练 {{}} 步后的留出集准确率",
+        f"{_k}: held-out accuracy at initialisation (control)":
+            f"{_z}：初始化时的留出集准确率（对照）",
         f"{_k}: relations split between heads ({{}}–{{}})":
             f"{_z}：关系在各头之间的分工程度（{{}}–{{}}）",
         f"{_k}: {{}} head": f"{_z}：{{}} 个头",
@@ -111,6 +113,11 @@ class _TieHeads(nn.Module):
         return torch.cat([w[:d]] * self.h + [w[e:e + d]] * self.h + [w[2 * e:]], dim=0)
 
 
+#: The control of the headline: ``"untrained"`` (the accuracy gap of the same two models
+#: before training) or ``"trained"`` (a wrong control: the trained models themselves).
+CONTROLS = ("untrained", "trained")
+
+
 def train_model(task: TwoRelationTask, heads: int, steps: int, seed: int, c: RelationConfig,
                 *, tie_attention: bool = False) -> dict:
     """One block, ``heads`` heads, trained on ``task``; accuracy curve and relation masses."""
@@ -158,6 +165,7 @@ def run(
     config: RelationConfig = RelationConfig(),
     one_head_budget: float = 1.0,
     tie_attention: bool = False,
+    control: str = "untrained",
     plot: bool = True,
 ) -> Result:
     """Train 1 head and ``config.heads`` heads on each task; compare held-out accuracies.
@@ -168,10 +176,17 @@ def run(
     ``tie_attention`` ties the multi-head model's heads to one W_q and one W_k (the same
     attention in every head): it shows in the relation masses, not in the verdict, since
     one head already learns both relations.
+
+    Control (``control="untrained"``): the same accuracy gap between the two models at
+    initialisation, before any step (both at chance): a gap that shows up there is not
+    the heads' doing. ``control="trained"`` is a wrong control (the trained models as their
+    own control).
     """
     expect_type("config", config, RelationConfig)
     if not 0 < one_head_budget <= 1:
         raise ValueError(f"one_head_budget must be in (0, 1], got {one_head_budget!r}")
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
     c = config
     out = []
     for task, steps in c.runs:
@@ -179,6 +194,8 @@ def run(
         many = train_model(task, c.heads, steps, seed, c, tie_attention=tie_attention)
         out.append((task, steps, one, many))
     gaps = [many["acc"] - one["acc"] for _, _, one, many in out]
+    gaps0 = gaps if control == "trained" else [
+        _at(many["curve"], 0) - _at(one["curve"], 0) for _, _, one, many in out]
     support = [check_ge(f"{t.kind}: held-out accuracy, {c.heads} heads", m["acc"],
                         c.min_accuracy, support=True,
                         id=f"{t.kind}-accuracy") for t, _, _, m in out]
@@ -187,6 +204,8 @@ def run(
         r0, r1 = task.relations
         k = task.kind
         rows += [[f"{k}: held-out accuracy after {steps} steps", one["acc"], many["acc"]],
+                 [f"{k}: held-out accuracy at initialisation (control)", _at(one["curve"], 0),
+                  _at(many["curve"], 0)],
                  [f"{k}: held-out accuracy after {steps // 2} steps",
                   _at(one["curve"], steps // 2), _at(many["curve"], steps // 2)],
                  [f"{k}: attention on {r0}, head 0", float(one["mass"][0, 0]),
@@ -209,6 +228,11 @@ def run(
         quantity_zh=f"留出集准确率之差：{c.heads} 个头 − 1 个头（总宽度相同），各任务中的最小值",
         measured=min(gaps), expected=0.2, tolerance=0.0, relation=">=",
         checks=support,
+        control=Control("the same two models at initialisation (untrained, both at chance)",
+                        "初始化时（未训练、都处于随机水平）的同两个模型", min(gaps0))
+        if control == "untrained" else
+        Control("the trained models themselves (a wrong control)",
+                "训练后的模型本身（错误的对照）", min(gaps0)),
         table=(["task: quantity", "1 head, d = E", f"{c.heads} heads, d = E/{c.heads}"], rows),
         figure=fig,
         caption=f"One-block attnlab GPTs, E = {c.embed_dim}, seed {seed}, Adam lr {c.lr}, "

@@ -18,12 +18,24 @@ at i − 1 mod N: following the chain around the cycle needs ever larger query n
 cycle cannot give). The untied model learns both, attending to the partner; the tied model
 splits its weight between itself and the partner on *swap* (its residual stream still
 recovers the partner's token from that mix) and stays below the untied model on the cyclic
-task. The claim holds when the untied score matrix is asymmetric, the tied one symmetric
-to rounding, the tied model obeys the Gram bound and the untied one breaks it, and tying
-costs accuracy on the cyclic task. Two properties of separate matrices show: the scores
-can be asymmetric (a directed relation such as "the previous token"), and they need not
-form a Gram matrix (a token may prefer another over itself, as *swap* needs, although
-that relation is symmetric: the untied model's swap scores are only mildly asymmetric).
+task.
+
+Control: the same models before training. Random untied W_Q, W_K already give asymmetric
+scores (‖S − Sᵀ‖/‖S‖ ≈ √2 for independent random matrices, 1.36 untrained vs 1.44 trained
+here, seed 0), so the size of the asymmetry says nothing about what training made of the
+roles. Its *direction* does: the headline is the directed score gap on the cyclic
+previous-token task, scale·(q_i·k_{i−1} − q_{i−1}·k_i) averaged over positions — query i
+scores its previous token far above that token's score for i (6.9 nats trained, seed 0),
+where the untrained model's random asymmetry averages out (0.13) and the tied model's is 0
+by construction. The claim holds when that gap is ≥ 1 nat and the untrained model's is not;
+when the tied score matrix is symmetric to rounding and the tied model obeys the Gram bound
+(both by construction, each against the untied model at initialisation, which breaks them);
+when the trained untied model prefers its swap partner over itself, mutually, as the
+untrained one does not; and when tying costs accuracy on the cyclic task. Two properties
+of separate matrices show: the scores can be asymmetric in a chosen direction (a directed
+relation such as "the previous token"), and they need not form a Gram matrix (a token may
+prefer another over itself, as *swap* needs, although that relation is symmetric: the
+untied model's swap scores are only mildly asymmetric).
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
 
 from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
 from ._heads import accuracy, read_hooks, train
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "qkv-roles"
 CLAIM = ("A token's query, key and value features usually point in different directions; "
@@ -74,6 +86,10 @@ ZH: dict[str, str] = {
     "measurement": "测量项",
     "attention weight or accuracy": "注意力权重或准确率",
     "What tying W_Q and W_K costs": "绑定 W_Q 与 W_K 的代价",
+    "untied, untrained (control)": "未绑定，未训练（对照）",
+    "tied, untrained": "绑定，未训练",
+    "previous (cyclic): scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean (nats)":
+        "循环前一词元：scale·(q_i·k_{i−1} − q_{i−1}·k_i)，平均值（奈特）",
 }
 
 TASKS = ("swap", "previous (cyclic)")
@@ -172,36 +188,60 @@ def mutual_log_preference(w: Tensor, pairs: Tensor) -> Tensor:
     return (lw[..., i, pairs] - lw[..., i, i]) + (lw[..., pairs, i] - lw[..., pairs, pairs])
 
 
+def directed_gap(q: Tensor, k: Tensor, pairs: Tensor, scale: float) -> float:
+    """Mean over positions i (and sequences) of scale·(q_i·k_p − q_p·k_i), p = pairs[i]:
+    how much more query i scores its partner's key than the partner's query scores i, in
+    nats of attention logit (float64). Zero for symmetric scores (tied W_Q = W_K); about
+    zero for random untied ones, whose asymmetry points nowhere in particular; large when a
+    trained model follows a directed relation. q, k (B, H, N, d)."""
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    i = torch.arange(s.shape[-1])
+    return float((s[..., i, pairs] - s[..., pairs, i]).mean())
+
+
 def _batch(task: str, c: RolesConfig, g: torch.Generator, size: int
            ) -> tuple[Tensor, Tensor, Tensor]:
     x = torch.randint(c.n_values, (size, c.seq_len), generator=g)
     return x, x[:, partner(task, c.seq_len)], torch.ones_like(x, dtype=torch.bool)
 
 
-def train_model(task: str, tied: bool, seed: int, c: RolesConfig,
-                tie: Callable[[MultiHeadAttention], None]) -> dict:
-    """One model, untied or tied with ``tie``, trained on ``task``; what it learned."""
-    with seeded(seed):
-        model = Encoder(c)
-    if tied:
-        tie(model.attn)
-    g = torch.Generator().manual_seed(seed)
-    with seeded(seed):
-        losses = train(model, lambda step: _batch(task, c, g, c.batch), c.steps, c.lr)
+def _measure(model: Encoder, task: str, c: RolesConfig, seed: int) -> dict:
+    """What one model (trained or not) does on held-out sequences of ``task``."""
     x, y, scored = _batch(task, c, torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
     seen = read_hooks(model, model.attn, x, ("q", "k", "weights"))
     w = seen["weights"]  # (B, 1, N, N)
     p = partner(task, c.seq_len)
     i = torch.arange(c.seq_len)
+    asym = asymmetry(seen["q"], seen["k"])
+    mutual = mutual_log_preference(w, p)
     return dict(
-        losses=losses, acc=accuracy(model, x, y, scored),
-        asym=float(asymmetry(seen["q"], seen["k"]).mean()),
-        asym_max=float(asymmetry(seen["q"], seen["k"]).max()),
+        acc=accuracy(model, x, y, scored), asym=float(asym.mean()), asym_max=float(asym.max()),
+        gap=directed_gap(seen["q"], seen["k"], p, model.attn.scale),
         on_partner=float(w[..., i, p].mean()), on_self=float(w[..., i, i].mean()),
-        mutual_max=float(mutual_log_preference(w, p).max()),
-        mutual_mean=float(mutual_log_preference(w, p).mean()),
+        mutual_max=float(mutual.max()), mutual_mean=float(mutual.mean()),
         scores=(seen["q"][0, 0].double() @ seen["k"][0, 0].double().T) * model.attn.scale,
     )
+
+
+def train_model(task: str, tied: bool, seed: int, c: RolesConfig,
+                tie: Callable[[MultiHeadAttention], None]) -> dict:
+    """One model, untied or tied with ``tie``, trained on ``task``; what it does trained,
+    and (``"init"``) what the same model did before training."""
+    with seeded(seed):
+        model = Encoder(c)
+    if tied:
+        tie(model.attn)
+    model.eval()
+    init = _measure(model, task, c, seed)
+    g = torch.Generator().manual_seed(seed)
+    with seeded(seed):
+        losses = train(model, lambda step: _batch(task, c, g, c.batch), c.steps, c.lr)
+    return dict(losses=losses, init=init, **_measure(model, task, c, seed))
+
+
+#: Which model stands as the control: ``"untrained"`` (the same models before training:
+#: random W_Q ≠ W_K) or ``"trained"`` (a wrong control: the trained models themselves).
+CONTROLS = ("untrained", "trained")
 
 
 def run(
@@ -209,64 +249,106 @@ def run(
     *,
     config: RolesConfig = RolesConfig(),
     tie: Callable[[MultiHeadAttention], None] = tie_qk,
+    control: str = "untrained",
     plot: bool = True,
 ) -> Result:
-    """Train untied and tied models on both tasks; compare their scores and attention.
+    """Train untied and tied models on both tasks; compare their scores and attention, and
+    each measurement with the same on the untrained models (the control).
 
     Wrong variant: ``tie=copy_qk_once`` makes W_K equal to W_Q at initialisation only; the
     "tied" model drifts apart in training, its scores are no longer symmetric, and the
-    claim's symmetric side fails.
+    claim's symmetric side fails. Wrong control: ``control="trained"`` measures the trained
+    models in the control's place; the control passes too and the result does not hold.
     """
     expect_type("config", config, RolesConfig)
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
     c = config
     res = {(t, tied): train_model(t, tied, seed, c, tie) for t in TASKS for tied in (False, True)}
     su, st = res[("swap", False)], res[("swap", True)]
     pu, pt = res[("previous (cyclic)", False)], res[("previous (cyclic)", True)]
+    # the control: the same untied model before training (random W_Q ≠ W_K)
+    su0, pu0, pt0 = ((r if control == "trained" else r["init"]) for r in (su, pu, pt))
+    what, what_zh = (("the untrained untied model (same init, W_Q ≠ W_K at random)",
+                      "未训练的未绑定模型（相同初始化，W_Q ≠ W_K 为随机矩阵）")
+                     if control == "untrained" else
+                     ("the trained untied model itself (a wrong control)",
+                      "训练后的未绑定模型本身（错误的对照）"))
     checks = [
         check_le("tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)",
-                 max(st["asym_max"], pt["asym_max"]), 1e-6, id="tied-symmetric"),
+                 max(st["asym_max"], pt["asym_max"]), 1e-6, id="tied-symmetric",
+                 by_construction=True, control=Control(what, what_zh, pu0["asym_max"])),
         check_le("tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ 0)",
-                 st["mutual_max"], 1e-6, id="tied-no-mutual"),
+                 st["mutual_max"], 1e-6, id="tied-no-mutual", by_construction=True,
+                 control=Control(what, what_zh, su0["mutual_max"])),
         check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su["mutual_mean"], 2.0,
-                 id="untied-mutual"),
+                 id="untied-mutual", control=Control(what, what_zh, su0["mutual_mean"])),
         check_ge("untied: attention on the partner, swap", su["on_partner"], 0.8,
-                 id="untied-partner"),
+                 id="untied-partner", control=Control(what, what_zh, su0["on_partner"])),
         check_ge("untied: held-out accuracy, previous (cyclic)", pu["acc"], 0.95,
                  support=True, id="untied-accuracy"),
         check_ge("held-out accuracy, previous (cyclic): untied − tied", pu["acc"] - pt["acc"],
-                 0.03, id="untied-beats-tied"),
+                 0.03, id="untied-beats-tied",
+                 control=Control("the untrained untied and tied models (same init)"
+                                 if control == "untrained" else
+                                 "the trained models themselves (a wrong control)",
+                                 "未训练的未绑定与绑定模型（相同初始化）"
+                                 if control == "untrained" else "训练后的模型本身（错误的对照）",
+                                 pu0["acc"] - pt0["acc"])),
     ]
     rows = []
     for t, a, b in (("swap", su, st), ("previous (cyclic)", pu, pt)):
-        rows += [[f"{t}: held-out accuracy", a["acc"], b["acc"]],
-                 [f"{t}: attention on the partner", a["on_partner"], b["on_partner"]],
-                 [f"{t}: attention on itself", a["on_self"], b["on_self"]],
-                 [f"{t}: ‖S − Sᵀ‖/‖S‖, mean over sequences", a["asym"], b["asym"]],
-                 [f"{t}: final training loss", a["losses"][-1], b["losses"][-1]]]
+        a0, b0 = a["init"], b["init"]
+        rows += [[f"{t}: held-out accuracy", a["acc"], b["acc"], a0["acc"], b0["acc"]],
+                 [f"{t}: attention on the partner", a["on_partner"], b["on_partner"],
+                  a0["on_partner"], b0["on_partner"]],
+                 [f"{t}: attention on itself", a["on_self"], b["on_self"], a0["on_self"],
+                  b0["on_self"]],
+                 [f"{t}: ‖S − Sᵀ‖/‖S‖, mean over sequences", a["asym"], b["asym"], a0["asym"],
+                  b0["asym"]],
+                 [f"{t}: final training loss", a["losses"][-1], b["losses"][-1], "—", "—"]]
+    rows.append(["previous (cyclic): scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean (nats)",
+                 pu["gap"], pt["gap"], pu["init"]["gap"], pt["init"]["gap"]])
     rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs", su["mutual_mean"],
-                 st["mutual_mean"]])
+                 st["mutual_mean"], su["init"]["mutual_mean"], st["init"]["mutual_mean"]])
     rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs", su["mutual_max"],
-                 st["mutual_max"]])
+                 st["mutual_max"], su["init"]["mutual_max"], st["init"]["mutual_max"]])
     fig = _figure(su, st, pu, pt) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity="‖S − Sᵀ‖/‖S‖ of the trained untied model's scores (W_Q ≠ W_K), cyclic "
-                 "previous-token task",
-        quantity_zh="未绑定模型（W_Q ≠ W_K）训练后分数矩阵的 ‖S − Sᵀ‖/‖S‖，循环前一词元任务",
-        measured=pu["asym"], expected=0.3, tolerance=0.0, relation=">=", checks=checks,
-        table=(["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)"], rows),
+        quantity="directed score gap of the trained untied model (W_Q ≠ W_K) on the cyclic "
+                 "previous-token task: scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean over positions "
+                 "(nats)",
+        quantity_zh="训练后的未绑定模型（W_Q ≠ W_K）在循环前一词元任务上的有向分数差："
+                    "scale·(q_i·k_{i−1} − q_{i−1}·k_i)，对位置取平均（奈特）",
+        measured=pu["gap"], expected=1.0, tolerance=0.0, relation=">=", checks=checks,
+        control=Control(what, what_zh, pu0["gap"]),
+        table=(["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)",
+                "untied, untrained (control)", "tied, untrained"], rows),
         figure=fig,
         caption=f"Bidirectional attnlab models (one encoder layer, one head, E = "
                 f"{c.embed_dim}, no biases), {c.steps} Adam steps, seed {seed}, "
-                f"{c.seq_len} tokens of {c.n_values} values. Untied: the partner gets "
-                f"{su['on_partner']:.2f} of the weight on swap. Tied: the scores are a Gram "
+                f"{c.seq_len} tokens of {c.n_values} values. Random untied W_Q, W_K already "
+                f"give asymmetric scores (‖S − Sᵀ‖/‖S‖ = {pu['init']['asym']:.2f} untrained, "
+                f"{pu['asym']:.2f} trained), so asymmetry alone shows nothing; what training "
+                f"adds is its direction: on the cyclic previous-token task query i scores "
+                f"its previous token {pu['gap']:.1f} nats above that token's score for i "
+                f"({pu['init']['gap']:+.2f} untrained, {pt['gap']:.1f} tied). Swap: the "
+                f"untied model puts {su['on_partner']:.2f} of the weight on the partner "
+                f"({su['init']['on_partner']:.2f} untrained). Tied: the scores are a Gram "
                 f"matrix, so a token cannot prefer a partner that prefers it back over itself: "
                 f"{st['on_partner']:.2f} on the partner, {st['on_self']:.2f} on itself; "
                 f"accuracy on the cyclic previous-token task {pt['acc']:.3f} tied vs "
                 f"{pu['acc']:.3f} untied.",
         caption_zh=f"双向 attnlab 模型（一个编码层、一个头，E = {c.embed_dim}，无偏置），"
                    f"Adam 训练 {c.steps} 步，种子 {seed}，序列 {c.seq_len} 个词元、取值 "
-                   f"{c.n_values} 种。未绑定：交换任务中伙伴得到 {su['on_partner']:.2f} 的权重。"
+                   f"{c.n_values} 种。随机的未绑定 W_Q、W_K 本来就给出不对称的分数"
+                   f"（‖S − Sᵀ‖/‖S‖ 未训练时为 {pu['init']['asym']:.2f}，训练后为 "
+                   f"{pu['asym']:.2f}），所以不对称本身说明不了什么；训练带来的是它的方向："
+                   f"在循环前一词元任务上，查询 i 对前一词元的分数比该词元对 i 的分数高 "
+                   f"{pu['gap']:.1f} 奈特（未训练时 {pu['init']['gap']:+.2f}，绑定模型 "
+                   f"{pt['gap']:.1f}）。交换任务：未绑定模型把 {su['on_partner']:.2f} 的权重放在"
+                   f"伙伴上（未训练时 {su['init']['on_partner']:.2f}）。"
                    f"绑定：分数矩阵是 Gram 矩阵，两个互为伙伴的词元不可能都更关注对方而非自己："
                    f"伙伴 {st['on_partner']:.2f}，自身 {st['on_self']:.2f}；循环前一词元任务的"
                    f"准确率为绑定 {pt['acc']:.3f}、未绑定 {pu['acc']:.3f}。",

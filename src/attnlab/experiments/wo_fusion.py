@@ -5,22 +5,28 @@ Article 000 (section 三): 「最后通过 $W^O$ 矩阵再次拼接并投影回�
 Concatenating the h heads' outputs puts head k in its own block of coordinates; W^O (E × E)
 then writes every output coordinate from all heads. Split W^O into h × h blocks of
 (E/h × E/h): the off-diagonal blocks are the cross-head mixing, their share of ‖W^O‖²_F
-how much mixing there is (0 for a block-diagonal W^O, (h − 1)/h for a random one).
+how much mixing there is (0 for a block-diagonal W^O, about (h − 1)/h for a random one).
 "Lossless" is a statement about rank: the map concat → W^O·concat loses nothing exactly
 when W^O is invertible (rank E, smallest singular value > 0); then the concatenation is
 recovered from the output by solving W^O ĉ = out.
 
+Both hold *by construction*: a generic square matrix is invertible and mixes every block,
+and W^O is one at initialisation already (random, rank E, cross-head share ≈ (h − 1)/h).
+So the verdict is "holds by construction", and the control is the wrong variant the same
+tests must reject: W^O with head 1's columns zeroed (rank E − E/h: head 1's output cannot
+be recovered, the task that needs it is lost) for the loss, a block-diagonal W^O (no
+cross-head energy) for the mixing.
+
 Measured on a one-block attnlab GPT with two heads trained on a task whose every answer
 needs both heads' sources (:class:`._heads.TwoRelationTask`, the ordered pair of the tokens
-at t − 1 and t − 3), next to two controls trained alike: W^O block-diagonal (learned, no
-cross-head mixing) and W^O fixed to the identity (concatenation alone). The claim holds
-when the trained W^O mixes the heads, has full rank and gives the concatenation back, and
-the model solves the task. Two further numbers qualify it: the controls learn the task as
-well (the layers that read the residual stream next combine the heads anyway, so the
-mixing is not what makes the fusion possible), and the invertibility is that of any random
-square matrix (W^O is invertible at initialisation already, with σ_min/σ_max of a few
-thousandths); training amplifies some directions of W^O (11 of 32 beyond the largest
-initial singular value, seed 0) and leaves the rest near their initial size.
+at t − 1 and t − 3), beside the same W^O at initialisation and two models trained alike
+with W^O block-diagonal (learned, no cross-head mixing) and W^O fixed to the identity
+(concatenation alone). What training adds: nothing to either property. The cross-head
+share stays that of a random matrix (0.47 trained, 0.45 at initialisation, seed 0;
+(h − 1)/h = 0.5), the
+controls without mixing learn the task as well (the layers that read the residual stream
+next combine the heads anyway), and training amplifies some directions of W^O (11 of 32
+beyond the largest initial singular value) while leaving the rest near their initial size.
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ from torch.nn.utils import parametrize
 
 from attnlab.nn import GPT, GPTConfig
 
-from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
+from ._common import check_ge, expect_type, label_axes, new_figure, seeded
 from ._heads import TwoRelationTask, accuracy, plot_losses, read_hooks, train
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "wo-fusion"
 CLAIM = ("Finally the W^O matrix concatenates the heads again and projects them back to the "
@@ -50,12 +56,11 @@ ZH: dict[str, str] = {
     "W^O = identity": "W^O = 单位矩阵",
     "W^O without head {}": "不含头 {} 的 W^O",
     "trained W^O: rank (of E)": "训练后 W^O 的秩（满秩为 E）",
-    "concatenation recovered from W^O·concat: relative error":
-        "由 W^O·拼接向量恢复拼接向量：相对误差",
+    "control: W^O without head 1": "对照：去掉头 1 各列的 W^O",
+    "trained W^O: cross-head share of ‖W^O‖²": "训练后 W^O：‖W^O‖² 的跨头比例",
+    "cross-head share of ‖W^O‖²": "‖W^O‖² 的跨头比例",
     "held-out accuracy, the task needs both heads": "留出集准确率（任务需要两个头）",
     "final training loss": "最终训练损失",
-    "cross-head share of ‖W^O‖² (at init)": "‖W^O‖² 的跨头比例（初始化时）",
-    "cross-head share of ‖W^O‖² (trained)": "‖W^O‖² 的跨头比例（训练后）",
     "rank of W^O (of {})": "W^O 的秩（共 {}）",
     "σ_min / σ_max of W^O": "W^O 的 σ_min / σ_max",
     "singular values above the largest at initialisation": "超过初始化时最大奇异值的奇异值个数",
@@ -144,38 +149,73 @@ def cross_head_share(w: Tensor, heads: int) -> float:
     return float(w[~m].square().sum() / w.square().sum())
 
 
+def head_columns(embed_dim: int, heads: int, head: int) -> Tensor:
+    """(E,) float, 0 on the coordinates of ``head``'s block of the concatenation, 1 elsewhere:
+    ``W^O · diag(mask)`` is W^O with that head's columns zeroed."""
+    d = embed_dim // heads
+    keep = torch.ones(embed_dim)
+    keep[head * d:(head + 1) * d] = 0
+    return keep
+
+
+#: What the control applies to the trained W^O: ``"drop-head-1"`` zeroes head 1's columns
+#: (the wrong variant that loses information), ``"learned"`` leaves it as trained (a wrong
+#: control: the trained W^O is its own control, which passes, so nothing is shown).
+CONTROLS = ("drop-head-1", "learned")
+
+
+def wo_numbers(w: Tensor, concat: Tensor, heads: int) -> dict:
+    """What a W^O (E, E) does to the concatenated head outputs ``concat`` (M, E): its rank,
+    σ_min/σ_max, cross-head share, and how well the concatenation is recovered from
+    ``concat @ Wᵀ`` (relative error; least squares, minimum norm, when W^O is singular)."""
+    e = w.shape[0]
+    sv = torch.linalg.svdvals(w.double())
+    eps = torch.finfo(torch.float32).eps
+    rank = int((sv > sv[0] * e * eps).sum())
+    out = concat @ w.T  # what W^O makes of it (bias aside)
+    if rank == e:
+        back = torch.linalg.solve(w, out.T).T  # float32, as the model computes
+    else:
+        back = torch.linalg.lstsq(w.double(), out.T.double(), driver="gelsd").solution.T.float()
+    return dict(sv=sv, rank=rank, cond_inv=float(sv[-1] / sv[0]),
+                share=cross_head_share(w, heads),
+                recon=float((back - concat).norm() / concat.norm()))
+
+
 def train_model(variant: str, seed: int, c: FusionConfig) -> dict:
-    """The two-head model with W^O as ``variant``, trained; its W^O and what it gives back."""
+    """The two-head model with W^O as ``variant``, trained; its W^O before and after
+    training, the concatenated head outputs on held-out data, and what W^O gives back."""
     task = c.task
     with seeded(seed):
         model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len,
                               num_layers=1, num_heads=c.heads, embed_dim=c.embed_dim))
     attn = model.blocks[0].attn
     constrain_wo(attn.out_proj, variant, c.heads)
+    x, y, scored, _ = task.batch(torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
+    model.eval()
+    acc0 = accuracy(model, x, y, scored)
     w0 = attn.out_proj.weight.detach().clone()  # as built, before training
     g = torch.Generator().manual_seed(seed)
     with seeded(seed):
         losses = train(model, lambda step: task.batch(g, c.batch)[:3], c.steps, c.lr)
-    x, y, scored, _ = task.batch(torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
     w = attn.out_proj.weight.detach().clone()  # (E, E), as the model uses it
     ctx = read_hooks(model, attn, x, ("context",))["context"]  # (B, H, N, d)
     concat = ctx.transpose(1, 2).reshape(-1, c.embed_dim)  # (B·N, E)
-    out = concat @ w.T  # what W^O makes of it (bias aside)
-    sv = torch.linalg.svdvals(w.double())
-    eps = torch.finfo(torch.float32).eps
-    rank = int((sv > sv[0] * c.embed_dim * eps).sum())
-    if rank == c.embed_dim:
-        back = torch.linalg.solve(w, out.T).T  # float32, as the model computes
-        recon = float((back - concat).norm() / concat.norm())
-    else:
-        back = torch.linalg.lstsq(w, out.T).solution.T
-        recon = float((back - concat).norm() / concat.norm())
+    keep = head_columns(c.embed_dim, c.heads, 1)
+    # W^O without head 1's columns, in the trained model: a pre-hook zeroes that block of
+    # the concatenation, (W^O diag(keep)) c = W^O (c ⊙ keep)
+    handle = attn.out_proj.register_forward_pre_hook(lambda _m, args: (args[0] * keep,))
+    try:
+        acc_drop = accuracy(model, x, y, scored)
+    finally:
+        handle.remove()
+    now, init = wo_numbers(w, concat, c.heads), wo_numbers(w0, concat, c.heads)
     return dict(
-        variant=variant, losses=losses, acc=accuracy(model, x, y, scored), w=w,
-        sv=sv, sv0=torch.linalg.svdvals(w0.double()), rank=rank,
-        share=cross_head_share(w, c.heads), share0=cross_head_share(w0, c.heads),
-        cond_inv=float(sv[-1] / sv[0]), recon=recon,
-        amplified=int((sv > torch.linalg.svdvals(w0.double())[0]).sum()),
+        variant=variant, losses=losses, acc=accuracy(model, x, y, scored), acc0=acc0,
+        acc_drop=acc_drop, w=w, w0=w0, concat=concat, sv=now["sv"], sv0=init["sv"],
+        rank=now["rank"], rank0=init["rank"], share=now["share"], share0=init["share"],
+        cond_inv=now["cond_inv"], cond_inv0=init["cond_inv"], recon=now["recon"],
+        recon0=init["recon"], amplified=int((now["sv"] > init["sv"][0]).sum()),
     )
 
 
@@ -184,70 +224,110 @@ def run(
     *,
     config: FusionConfig = FusionConfig(),
     wo: str = "learned",
+    control_wo: str = "drop-head-1",
     plot: bool = True,
 ) -> Result:
-    """Train the model with W^O built as ``wo`` and the two controls; measure W^O.
+    """Train the model with W^O built as ``wo`` and the two trained controls; measure W^O,
+    at initialisation and trained, beside its wrong variants.
 
     Wrong variants: ``wo="block-diagonal"`` (no cross-head mixing: the fusion check fails)
     and ``wo="drop-head-1"`` (W^O ignores head 1: rank E − E/h, the concatenation cannot be
-    recovered and the task, which needs both heads, is not learned).
+    recovered and the task, which needs both heads, is not learned). A wrong control:
+    ``control_wo="learned"`` puts the trained W^O itself in the control's place; it passes
+    the same tests, so the result does not hold.
     """
     expect_type("config", config, FusionConfig)
     if wo not in VARIANTS:
         raise ValueError(f"wo must be one of {VARIANTS}, got {wo!r}")
+    if control_wo not in CONTROLS:
+        raise ValueError(f"control_wo must be one of {CONTROLS}, got {control_wo!r}")
     c = config
+    e, h = c.embed_dim, c.heads
     main = train_model(wo, seed, c)
     controls = [train_model(v, seed, c) for v in ("block-diagonal", "identity")]
-    e, h = c.embed_dim, c.heads
+    keep = head_columns(e, h, 1) if control_wo == "drop-head-1" else torch.ones(e)
+    drop = wo_numbers(main["w"] * keep, main["concat"], h)  # the wrong variant of W^O
+    block = wo_numbers(main["w"] * block_mask(e, h), main["concat"], h)
+    drop_what = ("W^O without head 1's columns (rank E − E/h), the wrong variant"
+                 if control_wo == "drop-head-1" else "the trained W^O itself (a wrong control)")
+    drop_zh = ("去掉头 1 各列的 W^O（秩 E − E/h），错误变体" if control_wo == "drop-head-1"
+               else "训练后的 W^O 本身（错误的对照）")
     checks = [
-        check_ge("trained W^O: rank (of E)", main["rank"], e, id="wo-full-rank"),
-        check_le("concatenation recovered from W^O·concat: relative error", main["recon"], 1e-3,
-                 id="concat-recovered"),
+        check_ge("trained W^O: rank (of E)", main["rank"], e, id="wo-full-rank",
+                 by_construction=True, control=Control(drop_what, drop_zh, drop["rank"])),
+        check_ge("trained W^O: cross-head share of ‖W^O‖²", main["share"], 0.25,
+                 id="wo-mixes-heads", by_construction=True,
+                 control=Control("the trained W^O made block-diagonal (its cross-head blocks "
+                                 "zeroed), the wrong variant",
+                                 "把训练后 W^O 的跨头块置零（块对角），错误变体", block["share"])),
         check_ge("held-out accuracy, the task needs both heads", main["acc"], 0.95,
                  support=True, id="accuracy"),
     ]
+    ident, blk = controls[1], controls[0]
+    na = "—"
     rows: list[list] = [
-        ["held-out accuracy", main["acc"]] + [r["acc"] for r in controls],
-        ["final training loss", main["losses"][-1]] + [r["losses"][-1] for r in controls],
-        ["cross-head share of ‖W^O‖² (at init)", main["share0"]]
-        + [r["share0"] for r in controls],
-        ["cross-head share of ‖W^O‖² (trained)", main["share"]] + [r["share"] for r in controls],
-        [f"rank of W^O (of {e})", main["rank"]] + [r["rank"] for r in controls],
-        ["σ_min / σ_max of W^O", main["cond_inv"]] + [r["cond_inv"] for r in controls],
-        ["singular values above the largest at initialisation", main["amplified"]]
-        + [r["amplified"] for r in controls],
-        ["concatenation recovered: relative error", main["recon"]]
-        + [r["recon"] for r in controls],
+        ["held-out accuracy", main["acc"], main["acc0"], main["acc_drop"], blk["acc"],
+         ident["acc"]],
+        ["final training loss", main["losses"][-1], na, na, blk["losses"][-1],
+         ident["losses"][-1]],
+        ["cross-head share of ‖W^O‖²", main["share"], main["share0"], drop["share"],
+         blk["share"], ident["share"]],
+        [f"rank of W^O (of {e})", main["rank"], main["rank0"], drop["rank"], blk["rank"],
+         ident["rank"]],
+        ["σ_min / σ_max of W^O", main["cond_inv"], main["cond_inv0"], drop["cond_inv"],
+         blk["cond_inv"], ident["cond_inv"]],
+        ["concatenation recovered: relative error", main["recon"], main["recon0"],
+         drop["recon"], blk["recon"], ident["recon"]],
+        ["singular values above the largest at initialisation", main["amplified"], na, na,
+         blk["amplified"], ident["amplified"]],
     ]
     fig = _figure(main, controls, c) if plot else None
-    ident, block = controls[1], controls[0]
+    random_share = (h - 1) / h
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity="cross-head share of ‖W^O‖²_F in the trained model (off-diagonal blocks)",
-        quantity_zh="训练后模型中 ‖W^O‖²_F 落在跨头（非对角）块上的比例",
-        measured=main["share"], expected=0.25, tolerance=0.0, relation=">=", checks=checks,
-        table=(["quantity", VARIANT_LABEL[wo], "control: block-diagonal W^O",
+        quantity="concatenation recovered from the trained W^O·concat: relative error",
+        quantity_zh="由训练后的 W^O·拼接向量恢复拼接向量：相对误差",
+        measured=main["recon"], expected=1e-3, tolerance=0.0, relation="<=", checks=checks,
+        control=Control(drop_what, drop_zh, drop["recon"]),
+        by_construction=f"A generic square matrix is invertible and mixes every block: W^O "
+                        f"is E × E and random at initialisation, already of rank "
+                        f"{main['rank0']} of {e} (σ_min/σ_max = {main['cond_inv0']:.1e}) "
+                        f"with a cross-head share of {main['share0']:.2f} (a random matrix: "
+                        f"(h − 1)/h = {random_share:.2f}); training adds neither.",
+        by_construction_zh=f"一般的方阵都可逆，且混合所有块：W^O 是 E × E 矩阵，初始化时是随机的，"
+                           f"秩已为 {main['rank0']}（共 {e}，σ_min/σ_max = "
+                           f"{main['cond_inv0']:.1e}），跨头比例为 {main['share0']:.2f}"
+                           f"（随机矩阵为 (h − 1)/h = {random_share:.2f}）；这两点都不是训练"
+                           f"带来的。",
+        table=(["quantity", VARIANT_LABEL[wo], "at initialisation",
+                "control: W^O without head 1", "control: block-diagonal W^O",
                 "control: W^O = identity"], rows),
         figure=fig,
         caption=f"One-block attnlab GPTs, {h} heads, E = {e}, task: the ordered pair of the "
                 f"tokens at t − 1 and t − {c.task.far}, {c.steps} Adam steps, seed {seed}. "
-                f"W^O mixes the heads ({main['share']:.2f} of its energy across heads) and has "
-                f"rank {main['rank']} of {e} (σ_min/σ_max = {main['cond_inv']:.1e}): the "
-                f"concatenation comes back to {main['recon']:.1e}, lossless. But concatenation "
-                f"alone (W^O = identity) learns the task as well ({ident['acc']:.3f}), and so "
-                f"does a block-diagonal W^O ({block['acc']:.3f}): the next layers fuse the heads "
-                f"anyway. W^O is invertible as a random square matrix is (σ_min/σ_max = "
-                f"{float(main['sv0'][-1] / main['sv0'][0]):.1e} at initialisation); training "
-                f"amplified {main['amplified']} of its {e} directions beyond the initial scale.",
+                f"The trained W^O has rank {main['rank']} of {e} (σ_min/σ_max = "
+                f"{main['cond_inv']:.1e}): the concatenation comes back to "
+                f"{main['recon']:.1e}, lossless; without head 1's columns the error is "
+                f"{drop['recon']:.2f} and the accuracy {main['acc_drop']:.3f}. That is true "
+                f"of W^O at initialisation too (error {main['recon0']:.1e}): a random square "
+                f"matrix is invertible. It mixes the heads ({main['share']:.2f} of its energy "
+                f"across heads) as a random matrix does ({main['share0']:.2f} at "
+                f"initialisation, (h − 1)/h = {random_share:.2f}). Concatenation alone "
+                f"(W^O = identity) learns the task as well ({ident['acc']:.3f}), and so does "
+                f"a block-diagonal W^O ({blk['acc']:.3f}): the next layers fuse the heads "
+                f"anyway. Training amplified {main['amplified']} of the {e} directions of "
+                f"W^O beyond the initial scale.",
         caption_zh=f"单层 attnlab GPT，{h} 个头，E = {e}，任务：t − 1 与 t − {c.task.far} "
                    f"处词元组成的有序对，Adam 训练 {c.steps} 步，种子 {seed}。"
-                   f"W^O 混合了各头（能量的 "
-                   f"{main['share']:.2f} 落在跨头块上），秩为 {main['rank']}（共 {e}），"
-                   f"σ_min/σ_max = {main['cond_inv']:.1e}：拼接向量可恢复到相对误差 "
-                   f"{main['recon']:.1e}，是无损的。但只做拼接（W^O = 单位矩阵）同样学会了任务"
-                   f"（{ident['acc']:.3f}），块对角 W^O 也一样（{block['acc']:.3f}）：后面的层"
-                   f"本来就会融合各头。W^O 的可逆性与随机方阵相同（初始化时 σ_min/σ_max = "
-                   f"{float(main['sv0'][-1] / main['sv0'][0]):.1e}）；训练只把它的 {e} 个方向中的 "
+                   f"训练后的 W^O 秩为 {main['rank']}（共 {e}，σ_min/σ_max = "
+                   f"{main['cond_inv']:.1e}）：拼接向量可恢复到相对误差 {main['recon']:.1e}，"
+                   f"是无损的；去掉头 1 的各列后误差为 {drop['recon']:.2f}，准确率为 "
+                   f"{main['acc_drop']:.3f}。初始化时的 W^O 同样如此（误差 "
+                   f"{main['recon0']:.1e}）：随机方阵本来就可逆。它混合各头（能量的 "
+                   f"{main['share']:.2f} 落在跨头块上），与随机矩阵相同（初始化时 "
+                   f"{main['share0']:.2f}，(h − 1)/h = {random_share:.2f}）。只做拼接"
+                   f"（W^O = 单位矩阵）同样学会了任务（{ident['acc']:.3f}），块对角 W^O 也一样"
+                   f"（{blk['acc']:.3f}）：后面的层本来就会融合各头。训练把 W^O 的 {e} 个方向中的 "
                    f"{main['amplified']} 个放大到超过初始尺度。",
     )
 

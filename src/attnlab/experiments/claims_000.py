@@ -84,9 +84,16 @@ CLAIMS_000: tuple[Claim, ...] = (
         "通过三个不同的矩阵，模型允许词在三个不同的几何空间中表达不同的角色",
         "W^Q, W^K and W^V project each token into three different subspaces, so that it can "
         "play different roles as query, key and value: with W_Q ≠ W_K the score of i on j "
-        "differs from that of j on i (the score matrix is not symmetric).",
+        "can differ from that of j on i, and a trained model uses that in a chosen "
+        "direction. Random untied matrices already give an asymmetric score matrix "
+        "(‖S − Sᵀ‖/‖S‖ ≈ √2), so what is tested is the direction: on a previous-token task "
+        "query i scores its previous token far above that token's score for i, which the "
+        "untrained model does not and a tied one (W_Q = W_K) cannot.",
         "W^Q、W^K、W^V 把每个词投影到三个不同的子空间，使它作为查询、键、值时扮演不同角色："
-        "W_Q ≠ W_K 时，i 对 j 的分数不同于 j 对 i 的分数（分数矩阵不对称）。",
+        "W_Q ≠ W_K 时，i 对 j 的分数可以不同于 j 对 i 的分数，训练后的模型会把这种不对称用在"
+        "特定的方向上。随机的未绑定矩阵本来就给出不对称的分数矩阵（‖S − Sᵀ‖/‖S‖ ≈ √2），"
+        "所以检验的是方向：在前一词元任务上，查询 i 对前一词元的分数远高于该词元对 i 的分数，"
+        "未训练的模型做不到这一点，绑定的模型（W_Q = W_K）也不可能做到。",
         evidence("qkv-roles"),
     ),
     Claim(
@@ -267,19 +274,37 @@ CLAIMS_000: tuple[Claim, ...] = (
         "单个注意力头只能学到一种关系模式：需要同时用到两种关系的任务，两个头能学会，"
         "而总维度相同的单个头学不会。",
         evidence("one-relation-per-head"),
+        reading_en="The plain reading: one head cannot learn two relations at once, so on a "
+                   "task whose every answer needs two source tokens (the tokens at t − 1 and "
+                   "t − 3) two heads of the same total width succeed where one head fails.",
+        reading_zh="字面意思：一个头不能同时学会两种关系，所以在每个答案都需要两个来源词元"
+                   "（t − 1 与 t − 3 处的词元）的任务上，总宽度相同的两个头能学会，"
+                   "一个头学不会。",
     ),
     Claim(
         "000-orthogonal-subspaces", "000", "claim",
         "将高维语义空间正交分解为多个低秩子空间",
         "Multi-head attention decomposes the semantic space orthogonally into low-rank "
-        "subspaces, one per head. attnlab tests a consequence: heads start from random "
-        "subspaces about 63° apart, so training would have to push them apart, towards 90°; "
-        "it measures the change of the mean principal angle between the heads' W_q and W_k "
-        "subspaces during training.",
-        "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个。attnlab 检验它的一个推论："
-        "各头从彼此相距约 63° 的随机子空间出发，训练必须把它们推开、趋向 90°；"
-        "因此测量训练前后各头 W_q、W_k 子空间之间平均主夹角的变化。",
-        evidence("multihead-cost:headline"),
+        "subspaces, one per head. Two readings: in the input (semantic) space, the subspaces "
+        "the trained heads read through (the row spaces of their slices of W_q, W_k) are "
+        "orthogonal — measured by the mean principal angle between heads; or, after the "
+        "split, each head owns a block of coordinates of the projected space, and those "
+        "blocks are orthogonal, by construction of view/transpose.",
+        "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个。两种理解：在输入（语义）"
+        "空间中，训练后各头所读取的子空间（它们的 W_q、W_k 切片的行空间）相互正交——以各头之间"
+        "的平均主夹角衡量；或者，切分之后每个头占有投影空间中的一块坐标，这些坐标块相互正交，"
+        "这是 view/transpose 的构造决定的。",
+        evidence("multihead-cost:heads-orthogonal"),
+        reading_en="In the input space: the trained heads' W_q and W_k subspaces are "
+                   "orthogonal (mean principal angle between heads ≥ 75°, near 90°).",
+        reading_zh="在输入空间中：训练后各头的 W_q、W_k 子空间相互正交（各头之间的平均主夹角 "
+                   "≥ 75°，接近 90°）。",
+        readings=(Reading("After the split: each head's block of coordinates of the projected "
+                          "space is orthogonal to every other head's (view/transpose gives "
+                          "each head disjoint coordinates).",
+                          "切分之后：每个头在投影空间中的坐标块与其他头的坐标块正交"
+                          "（view/transpose 给每个头不相交的坐标）。",
+                          evidence("multihead-cost:head-blocks-orthogonal")),),
     ),
     Claim(
         "000-head-low-dim-subspace", "000", "claim",
@@ -288,7 +313,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "W^Q, W^K, W^V), and h heads together cost what one head of size d costs.",
         "每个头都通过自己的 d/h 维子空间（W^Q、W^K、W^V 中属于它的切片）读取输入，"
         "h 个头合起来的代价与一个 d 维的头相同。",
-        evidence("multihead-cost:params"),
+        evidence("multihead-cost:params,head-blocks-orthogonal"),
     ),
     Claim(
         "000-head-examples", "000", "claim",
@@ -306,24 +331,46 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-gradient-descent-diversifies", "000", "claim",
         "梯度下降会驱使它们收敛到不同的表征子空间",
         "Because the heads' W matrices are initialised differently, gradient descent drives "
-        "them to converge to different representation subspaces: the mean principal angle "
-        "between the heads' W_q and W_k subspaces should grow during training.",
-        "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间："
-        "各头 W_q、W_k 子空间之间的平均主夹角应当在训练中增大。",
-        evidence("multihead-cost:headline"),
+        "them to converge to different representation subspaces: after training, the heads' "
+        "W_q and W_k subspaces differ (absolute principal angles between heads, against "
+        "heads started identical, which stay identical) and the heads attend differently "
+        "(total variation between their attention rows, against the untrained model).",
+        "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间：训练后各头的 "
+        "W_q、W_k 子空间互不相同（各头之间主夹角的绝对值，对照为初始完全相同、训练后仍相同的"
+        "头），各头的注意力模式也不同（各头注意力分布逐行之间的全变差距离，对照为未训练的模型）。",
+        evidence("multihead-cost:headline", "multihead-cost:patterns-diverge"),
+        reading_en="The plain reading: heads initialised differently end up in different "
+                   "subspaces (the closest pair of trained heads ≥ 20° apart) and attend "
+                   "differently.",
+        reading_zh="字面意思：初始化不同的头最终处在不同的子空间中（训练后最接近的一对头相距 "
+                   "≥ 20°），注意力模式也不同。",
+        readings=(Reading("The stronger reading: gradient descent pushes the heads' subspaces "
+                          "further apart than they were at initialisation (the mean principal "
+                          "angle between heads grows in training).",
+                          "更强的理解：梯度下降把各头的子空间推得比初始化时更远"
+                          "（各头之间的平均主夹角在训练中增大）。",
+                          evidence("multihead-cost:wq-angle-change,wk-angle-change")),),
     ),
     Claim(
         "000-wo-lossless", "000", "claim",
         "实现了信息的无损多视角融合",
         "Concatenating the heads and projecting with W^O fuses the views without loss of "
-        "information.",
-        "把各头拼接后经 W^O 投影回原维度，实现了信息的无损多视角融合。",
+        "information: W^O mixes every head into every output coordinate and is invertible, "
+        "so the concatenation is recovered from the fused output. Both hold by construction "
+        "of a generic square matrix (W^O at initialisation already has both properties; a "
+        "rank-deficient W^O, e.g. without head 1's columns, loses that head); training adds "
+        "neither.",
+        "把各头拼接后经 W^O 投影回原维度，实现了信息的无损多视角融合：W^O 把每个头都混入每个"
+        "输出坐标，且可逆，所以能从融合后的输出恢复拼接向量。两者都是一般方阵的构造所决定的"
+        "（初始化时的 W^O 就已具备这两点；秩亏的 W^O，例如去掉头 1 各列的 W^O，会丢失该头）；"
+        "训练并没有带来其中任何一点。",
         evidence("wo-fusion"),
-        conditions_en="Lossless only when W^O is invertible (full rank): then the heads' "
-                      "outputs can be recovered from the fused output; a rank-deficient W^O "
-                      "loses information.",
-        conditions_zh="仅当 W^O 可逆（满秩）时才无损：此时能从融合后的输出恢复各头的输出；"
-                      "秩亏的 W^O 会丢失信息。",
+        conditions_en="Lossless only when W^O is invertible (full rank), which a random "
+                      "square matrix almost surely is: then the heads' outputs can be "
+                      "recovered from the fused output; a rank-deficient W^O loses "
+                      "information.",
+        conditions_zh="仅当 W^O 可逆（满秩）时才无损，而随机方阵几乎必然可逆：此时能从融合后的"
+                      "输出恢复各头的输出；秩亏的 W^O 会丢失信息。",
     ),
     Claim(
         "000-multihead-no-extra-cost", "000", "claim",
@@ -336,7 +383,8 @@ CLAIMS_000: tuple[Claim, ...] = (
         evidence("multihead-cost:params", "multihead-cost:flops,flops-formula"),
         conditions_en="Holds for the complexity, the article's word, and only by construction: "
                       "the heads slice the same E × E matrices, so the parameters and the "
-                      "matmul FLOPs are equal for any weights (no control can fail them). "
+                      "matmul FLOPs are equal for any weights (the control they must reject: "
+                      "h unsplit heads of width E, h× the parameters and FLOPs). "
                       "Counted exactly, the cost is not the same: each head scales, masks and "
                       "normalises its own N × N scores, +0.68 % compute for 8 heads at "
                       "E = 256, N = 128 (5 operations a score, a lower bound; "
@@ -344,7 +392,8 @@ CLAIMS_000: tuple[Claim, ...] = (
                       "bytes (256 KiB → 2 MiB; multihead-cost:weights-bytes).",
         conditions_zh="对“计算复杂度”（文章的用词）成立，而且只是按构造成立：各头切分的是"
                       "同一组 E × E 矩阵，所以参数量和矩阵乘法 FLOPs 对任何权重都相等"
-                      "（没有哪个对照能使其不成立）。精确计数时代价并不相同："
+                      "（它们必须排除的对照：h 个宽度为 E 的不切分的头，参数量和 FLOPs "
+                      "都是 h 倍）。精确计数时代价并不相同："
                       "每个头都要对自己的 N × N 分数做缩放、掩码和"
                       "归一化，E = 256、N = 128 时 8 个头的计算量多 0.68%（每个分数 5 次运算，"
                       "为下界；multihead-cost:full-compute），权重张量的字节数是 h 倍"
@@ -357,10 +406,14 @@ CLAIMS_000: tuple[Claim, ...] = (
         "the same parameter count, h heads express relations one head cannot.",
         "切分成多个头极大提升了参数效率和表达能力：参数量相同，多个头能表达单个头表达不了的关系。",
         evidence("multihead-cost:params", "one-relation-per-head"),
-        conditions_en="Shown on a task that needs two relations at once; 'greatly' and "
-                      "'nonlinear expressiveness' have no measure in the article.",
-        conditions_zh="在一个同时需要两种关系的任务上得到验证；文中的“极大”和“非线性表达能力”"
-                      "没有给出度量。",
+        reading_en="The plain reading: at the same parameter count (equal by construction), "
+                   "h heads express what one head cannot — tested on tasks whose every answer "
+                   "needs two relations at once, where one head of the same width learns as "
+                   "well as two; 'greatly' and 'nonlinear expressiveness' have no measure in "
+                   "the article.",
+        reading_zh="字面意思：参数量相同（按构造相等）时，h 个头能表达单个头表达不了的东西——"
+                   "在每个答案都同时需要两种关系的任务上检验，宽度相同的单个头与两个头学得"
+                   "一样好，这一点没有得到验证；文中的“极大”和“非线性表达能力”没有给出度量。",
     ),
     Claim(
         "000-listing-pure-self-attention", "000", "code",
@@ -406,7 +459,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "view 与 transpose 就是代码层面“切分高维空间”的方式：第 i 个头得到第 i 段 d/h 维，"
         "先切分再合并的实现与 attnlab 的多头注意力相等。",
         evidence("article-code:printed-000-main-runs,printed-000-output,printed-000-weights",
-                 "multihead-cost:params"),
+                 "multihead-cost:params,head-blocks-orthogonal"),
     ),
     Claim(
         "000-dynamic-graph", "000", "claim",
@@ -460,11 +513,21 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-summary-orthogonal-roles", "000", "claim",
         "线性投影：让词在多个正交子空间中扮演不同角色",
         "Summary: the linear projections let each word play different roles in several "
-        "orthogonal subspaces (different roles: qkv-roles; orthogonality, through the change "
-        "of the heads' principal angles in training: multihead-cost).",
+        "orthogonal subspaces (different roles: qkv-roles; orthogonality, read in the input "
+        "space or after the split: multihead-cost).",
         "总结：线性投影让词在多个正交子空间中扮演不同角色（不同角色见 qkv-roles；"
-        "正交性通过训练前后各头主夹角的变化检验，见 multihead-cost）。",
-        evidence("qkv-roles", "multihead-cost:headline"),
+        "正交性分别在输入空间中和切分之后检验，见 multihead-cost）。",
+        evidence("qkv-roles", "multihead-cost:heads-orthogonal"),
+        reading_en="Different roles (directed scores with W_Q ≠ W_K) in subspaces that are "
+                   "orthogonal in the input space: the trained heads' W_q and W_k subspaces "
+                   "(mean principal angle between heads ≥ 75°).",
+        reading_zh="在输入空间中相互正交的子空间里扮演不同角色（W_Q ≠ W_K 时的有向分数）："
+                   "训练后各头的 W_q、W_k 子空间（各头之间的平均主夹角 ≥ 75°）。",
+        readings=(Reading("Different roles in the heads' coordinate blocks after the split, "
+                          "orthogonal by construction of view/transpose.",
+                          "在切分后各头的坐标块中扮演不同角色，这些坐标块按 view/transpose 的"
+                          "构造相互正交。",
+                          evidence("qkv-roles", "multihead-cost:head-blocks-orthogonal")),),
     ),
     Claim(
         "000-summary-cosine", "000", "claim",

@@ -20,10 +20,13 @@ IID_EN = ("Only when the components of q and k are independent with mean 0 and v
            "neither independent nor unit-variance.")
 IID_ZH = ("仅当 q、k 的各分量相互独立、均值为 0、方差为 1 时成立；若均值为 μ，每个乘积的方差变为 "
            "1 + 2μ²（实测），而训练后的 q、k 既不独立，方差也不为 1。")
-NORM_EN = ("The score is the cosine only for unit vectors: q·k = |q||k|cos θ, and the lengths "
-            "carry part of the score's spread (measured per head).")
-NORM_ZH = ("只有单位向量的点积才等于夹角余弦：q·k = |q||k|cos θ，分数的波动有一部分来自向量长度"
-            "（逐头实测）。")
+NORM_EN = ("The score is the cosine only for unit vectors: q·k = |q||k|cos θ, not bounded by 1, "
+           "and the lengths carry part of the score's spread (measured per head). Within one "
+           "query's row |q| is common to every key, and on the trained head measured the key "
+           "lengths do not reorder what the angle gives.")
+NORM_ZH = ("只有单位向量的点积才等于夹角余弦：q·k = |q||k|cos θ，其值不以 1 为界，"
+           "分数的波动有一部分来自向量长度（逐头实测）。同一查询的一行之内 |q| 对所有键相同；"
+           "在实测的训练后的头上，键的长度并不打乱夹角给出的顺序。")
 
 #: Article 000's claims, code listings, recommendations and errors, in reading order.
 CLAIMS_000: tuple[Claim, ...] = (
@@ -78,6 +81,10 @@ CLAIMS_000: tuple[Claim, ...] = (
         "d_k = d/h ≤ d（文章紧接着的正文自己也写的是 d × d_k），每个头的投影把 d 维的输入映射到 "
         "d/h 维；在 attnlab 的 MultiHeadAttention 上实测 d_k / d ≤ 1。",
         evidence("!dot-product-geometry:projection-no-wider"),
+        reading_en="The heading's plain reading: the linear projection to Q, K, V raises the "
+                   "dimension, its output (per head) wider than its d-dimensional input.",
+        reading_zh="标题的字面意思：到 Q、K、V 的线性投影是升维，（每个头的）输出比 d 维的"
+                   "输入更宽。",
     ),
     Claim(
         "000-qkv-subspaces", "000", "claim",
@@ -117,9 +124,12 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-direction-similarity", "000", "claim",
         "抛开向量长度不看，点积的核心意义在于衡量两个向量在方向上的相似度",
         "Leaving lengths aside, the dot product measures how similar two directions are: the "
-        "smaller the angle, the larger the score.",
-        "抛开向量长度，点积衡量的是两个方向的相似度：夹角越小，分数越大。",
-        evidence("dot-product-geometry"),
+        "smaller the angle, the larger the score (q·k = |q||k|cos θ, an identity; and on a "
+        "trained attention head, within each query's row the angle orders the scores, the key "
+        "lengths do not).",
+        "抛开向量长度，点积衡量的是两个方向的相似度：夹角越小，分数越大（q·k = |q||k|cos θ 是"
+        "恒等式；在训练后的注意力头上，每个查询的一行之内决定分数顺序的是夹角，而不是键的长度）。",
+        evidence("dot-product-geometry:headline", "dot-product-geometry:trained-angle-order"),
         conditions_en=NORM_EN, conditions_zh=NORM_ZH,
     ),
     Claim(
@@ -143,7 +153,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "token i to token j, for every pair.",
         "QKᵀ 构建了一个全局相似度图：第 (i, j) 个元素是从第 i 个词到第 j 个词那条边的权重，"
         "每一对词之间都有边。",
-        evidence("dynamic-graph"),
+        evidence("dynamic-graph:complete-graph"),
     ),
     Claim(
         "000-qk-mean-zero", "000", "claim",
@@ -214,7 +224,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "After the softmax, A is an N × N probability (row-stochastic) matrix: every entry is "
         "non-negative and every row sums to 1.",
         "softmax 之后，A 是一个 N × N 的概率转移（行随机）矩阵：每个元素非负，每行之和为 1。",
-        evidence("convex-combination"),
+        evidence("convex-combination:no-negative-weight,row-sum"),
     ),
     Claim(
         "000-convex-combination", "000", "claim",
@@ -468,7 +478,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "from each input: every edge has weight > 0 and another input gives other weights.",
         "自注意力是在一个完全图上传递信息，边权由每个输入实时算出：每条边的权重都大于 0，"
         "换一个输入，权重也随之改变。",
-        evidence("dynamic-graph"),
+        evidence("dynamic-graph:complete-graph,input-dependent"),
     ),
     Claim(
         "000-gnn-fixed-topology", "000", "claim",
@@ -488,7 +498,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "treats the tokens as a set (permutation-equivariant), like aggregation on a graph.",
         "自注意力本质上完成了一次“动态邻居聚合”；不加位置信息时它把词看作集合"
         "（对置换等变），就像图上的聚合一样。",
-        evidence("dynamic-graph"),
+        evidence("dynamic-graph:headline", "dynamic-graph:input-dependent"),
     ),
     Claim(
         "000-kernel-smoothing", "000", "claim",
@@ -533,9 +543,11 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-summary-cosine", "000", "claim",
         "本质是在计算高维向量之间的夹角余弦，衡量语义相似度",
         "Summary: QKᵀ computes the cosine of the angle between high-dimensional vectors, a "
-        "measure of semantic similarity.",
-        "总结：QKᵀ 本质上是在计算高维向量之间的夹角余弦，衡量语义相似度。",
-        evidence("dot-product-geometry"),
+        "measure of semantic similarity (up to the lengths: q·k = |q||k|cos θ, and on a trained "
+        "head the angle orders each query's scores).",
+        "总结：QKᵀ 本质上是在计算高维向量之间的夹角余弦，衡量语义相似度（差一个长度因子："
+        "q·k = |q||k|cos θ；在训练后的头上，夹角决定每个查询的分数顺序）。",
+        evidence("dot-product-geometry:headline", "dot-product-geometry:trained-angle-order"),
         conditions_en=NORM_EN, conditions_zh=NORM_ZH,
     ),
     Claim(

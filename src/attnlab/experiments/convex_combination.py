@@ -4,10 +4,18 @@ Softmax weights are non-negative and each row sums to 1, so out_i = Σ_j w_ij v_
 combination of the values: every output lies in their convex hull, and in particular each
 coordinate of out_i lies between the minimum and the maximum of that coordinate over the
 values (article 000: attention "mixes", it never extrapolates).
+
+All three are identities of the softmax (exp > 0, divided by its own sum): no input can break
+them, so they hold by construction. Each is put beside its deliberately wrong variant, which
+the same test must reject: for the hull, signed weights that still sum to 1
+(:func:`signed_weights`: summing to 1 alone does not make a convex combination); for
+non-negative weights and rows summing to 1, the raw scaled scores without the softmax
+(:func:`raw_scores`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -16,7 +24,7 @@ from torch import Tensor
 from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "convex-combination"
 CLAIM = ("Attention weights are non-negative and each row sums to 1, so every output is a "
@@ -47,6 +55,20 @@ def attnlab_attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return scaled_dot_product_attention(q, k, v, return_weights=True)
 
 
+def raw_scores(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Wrong: the scaled scores q·k/√d as weights, without the softmax."""
+    w = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return w @ v, w
+
+
+def signed_weights(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Wrong: weights that sum to 1 but can be negative, 2·softmax − 1/N (each row sums to
+    2 − 1 = 1)."""
+    _, w = attnlab_attend(q, k, v)
+    w = 2 * w - 1 / w.shape[-1]
+    return w @ v, w
+
+
 def run(
     seed: int = 0,
     *,
@@ -55,41 +77,68 @@ def run(
     d: int = 16,
     dv: int = 8,
     attend: Attend = attnlab_attend,
+    hull_control: Attend = signed_weights,
+    weight_control: Attend = raw_scores,
     plot: bool = True,
 ) -> Result:
     """Random q, k, v (fp64, scores spread by a factor 3 to make rows peaked and flat).
 
     Wrong variant: ``attend`` returning the raw scores as weights (no softmax), whose
-    outputs leave the hull.
+    outputs leave the hull. Controls: ``hull_control`` (default :func:`signed_weights`) for
+    the hull, ``weight_control`` (default :func:`raw_scores`) for the sign and the row sums;
+    handing attnlab's attention as a control makes it pass and the result not hold.
     """
     with seeded(seed) as g:
         q = 3 * torch.randn(batch, n, d, generator=g, dtype=torch.float64)  # (B, N, d)
         k = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
         v = torch.randn(batch, n, dv, generator=g, dtype=torch.float64)  # (B, N, dv)
         out, w = attend(q, k, v)  # (B, N, dv), (B, N, N)
+        out_h, _ = hull_control(q, k, v)
+        _, w_c = weight_control(q, k, v)
         fused = scaled_dot_product_attention(q, k, v)  # the fast path, no weights
         q2 = torch.randn(1, 12, 2, generator=g, dtype=torch.float64) * 2
         k2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)
         v2 = torch.randn(1, 7, 2, generator=g, dtype=torch.float64)
         out2, w2 = attend(q2, k2, v2)
-    negative = float((-w).clamp_min(0).max())
-    row_sum = float((w.sum(-1) - 1).abs().max())
     lo, hi = v.min(dim=1, keepdim=True).values, v.max(dim=1, keepdim=True).values  # (B,1,dv)
-    outside = float(torch.maximum(lo - out, out - hi).clamp_min(0).max())
+
+    def negative(w_: Tensor) -> float:
+        return float((-w_).clamp_min(0).max())
+
+    def row_sum(w_: Tensor) -> float:
+        return float((w_.sum(-1) - 1).abs().max())
+
+    def outside(out_: Tensor) -> float:
+        return float(torch.maximum(lo - out_, out_ - hi).clamp_min(0).max())
+
     fast_err = float((fused - out).abs().max())
+    no_softmax = ("the raw scores q·k/√d as weights (no softmax)", "以原始分数 q·k/√d 作权重"
+                  "（不经 softmax）")
     checks = [
-        check_le("most negative weight (as −w)", negative, 0.0, id="no-negative-weight"),
-        check_le("max |row sum − 1|", row_sum, 1e-12, id="row-sum"),
-        check_le("max |fused output − weights @ V|", fast_err, 1e-12, id="fused-output"),
+        check_le("most negative weight (as −w)", negative(w), 0.0, id="no-negative-weight",
+                 by_construction=True, control=Control(*no_softmax, negative(w_c))),
+        check_le("max |row sum − 1|", row_sum(w), 1e-12, id="row-sum", by_construction=True,
+                 control=Control(*no_softmax, row_sum(w_c))),
+        check_le("max |fused output − weights @ V|", fast_err, 1e-12, id="fused-output",
+                 support=True),
     ]
     rows = [[c.name, c.value] for c in checks] + [["max distance outside [min V, max V]",
-                                                   outside]]
+                                                   outside(out)]]
     fig = _figure(q2[0], v2[0], out2[0], w2[0]) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max distance of an output coordinate outside [min_j v_j, max_j v_j]",
         quantity_zh="输出坐标落在 [min_j v_j, max_j v_j] 之外的最大距离",
-        measured=outside, expected=0.0, tolerance=1e-12, checks=checks,
+        measured=outside(out), expected=0.0, tolerance=1e-12, checks=checks,
+        control=Control("signed weights that still sum to 1 (2·softmax − 1/N)",
+                        "有正有负但每行之和仍为 1 的权重（2·softmax − 1/N）", outside(out_h)),
+        by_construction=("softmax weights are exp(s)/Σexp(s): positive and summing to 1 for any "
+                         "scores, so every output is a convex combination of the values and "
+                         "each coordinate lies between the values' min and max (fp64 rounding "
+                         "only)."),
+        by_construction_zh=("softmax 权重为 exp(s)/Σexp(s)：对任何分数都为正且每行之和为 1，"
+                            "因此每个输出都是值向量的凸组合，每个坐标都介于各值向量在该坐标上的"
+                            "最小值与最大值之间（只差 fp64 舍入）。"),
         table=(["quantity", "value (fp64)"], rows),
         figure=fig,
         caption=f"{batch} × {n} outputs of attnlab attention (fp64, d = {d}, dv = {dv}). "

@@ -12,14 +12,32 @@ angle between unit vectors). Writing s = n·c with n = |q||k| and c = cos θ,
 splits the spread of the scores into an angle part and a norm part (article 000: the dot
 product measures direction, scaled by length).
 
+The identity holds by construction (no weights or inputs can break it); its control is
+the deliberately wrong variant that takes θ = acos(q·k) of the raw, unnormalised dot
+product, which the same test must reject. The split of the variance is exact only when n and
+c are independent (support checks: it can be read off the table).
+
+What is not an identity is whether, on the queries and keys attention actually uses, the
+angle is what orders the scores (article 000: 「抛开向量长度不看……夹角越小，点积越大」).
+Softmax compares the keys of one query, whose |q| is common to the row, so only the key
+lengths |k_j| compete with the angle. A one-head associative-recall model
+(``scaling-training``'s, trained here for ``train_steps`` Adam steps) is read on held-out
+sequences: within each query's row, the Spearman rank correlation between cos θ_j and the
+score must be ≥ 0.9, and the same correlation with the key lengths in place of the angle
+(the lengths the sentence sets aside: its control) must fail it. The untrained copy is
+shown beside it: the angle orders the scores of random vectors too (their lengths
+concentrate), so this is geometry, not something training creates.
+
 A check reads the dimensions as well: each head's projection maps the d-dimensional input
 to d_k = d/h dimensions (the last axis at ``hook_q`` / ``hook_k`` against the input's), so
 it never raises the dimension (:func:`widening` ≤ 1), whatever article 000's heading
-「线性投影：升维与子空间切割」 says.
+「线性投影：升维与子空间切割」 says. That is a count by construction; its control is a
+projection that does widen (d → 2d), which the same test rejects.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -28,23 +46,28 @@ from torch import Tensor
 from attnlab.core import positional
 from attnlab.nn import MultiHeadAttention
 
-from ._common import check_between, check_le, new_figure, scores_via_attnlab, seeded
-from ._result import Result
+from . import scaling_training as recall
+from ._common import check_between, check_ge, check_le, new_figure, scores_via_attnlab, seeded
+from ._result import Control, Result
 
 NAME = "dot-product-geometry"
 CLAIM = ("On queries and keys projected by a randomly initialised (untrained) attnlab "
          "MultiHeadAttention from random token embeddings plus sinusoidal positions, "
-         "attnlab's score q·k equals |q||k|cos θ, and the score variance splits into a norm "
-         "part and an angle part.")
+         "attnlab's score q·k equals |q||k|cos θ (an identity), and the score variance splits "
+         "into a norm part and an angle part; on a trained attention head, within each "
+         "query's row the angle, not the key lengths, orders the scores.")
 CLAIM_ZH = ("在随机初始化（未经训练）的 attnlab MultiHeadAttention 由随机词嵌入加正弦位置编码"
-            "投影得到的查询与键上，attnlab 的分数 q·k 等于 |q||k|cos θ，"
-            "分数的方差可分解为长度部分与夹角部分。")
+            "投影得到的查询与键上，attnlab 的分数 q·k 等于 |q||k|cos θ（恒等式），"
+            "分数的方差可分解为长度部分与夹角部分；在训练后的注意力头上，每个查询的一行之内，"
+            "决定分数高低顺序的是夹角，而不是键的长度。")
 
 ZH: dict[str, str] = {
     # checks
     "head {}: (angle part + norm part) / Var(score)": "头 {}：(夹角部分 + 长度部分) / Var(分数)",
     "per-head projection: output dimension d_k / input dimension d (q and k)":
         "每个头的投影：输出维度 d_k / 输入维度 d（q 与 k）",
+    "trained recall head: mean within-row Spearman(cos θ_j, score_j)":
+        "训练后的回忆头：行内 Spearman(cos θ_j, 分数_j) 的平均值",
     # table
     "head": "头",
     "Var(score)": "Var(分数)",
@@ -69,6 +92,71 @@ def stable_angle(q: Tensor, k: Tensor) -> Tensor:
     a = q / q.norm(dim=-1, keepdim=True)
     b = k / k.norm(dim=-1, keepdim=True)
     return 2 * torch.atan2((a - b).norm(dim=-1), (a + b).norm(dim=-1))
+
+
+def raw_dot_angle(q: Tensor, k: Tensor) -> Tensor:
+    """Wrong: θ = acos(q·k) of the raw dot product, not normalised by |q||k| (clamped to
+    [−1, 1]): the angle only for unit vectors."""
+    return torch.acos((q * k).sum(-1).clamp(-1, 1))
+
+
+def row_spearman(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman rank correlation of ``a`` and ``b`` along the last axis (no ties expected):
+    (..., N), (..., N) -> (...).
+
+    >>> round(float(row_spearman(torch.tensor([1., 2., 3.]), torch.tensor([10., 30., 20.]))), 6)
+    0.5
+    """
+    if a.shape != b.shape or a.shape[-1] < 2:
+        raise ValueError(f"a and b must have one shape with a last axis of at least 2, got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    ra = a.argsort(-1).argsort(-1).double()
+    rb = b.argsort(-1).argsort(-1).double()
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    return (ra * rb).sum(-1) / (ra.norm(dim=-1) * rb.norm(dim=-1))
+
+
+def key_length(q: Tensor, k: Tensor) -> Tensor:
+    """|k| for each key (the predictor the article sets aside; q is unused)."""
+    return k.norm(dim=-1).expand(*torch.broadcast_shapes(q.shape[:-1], k.shape[:-1]))
+
+
+def _recall_rows(model: recall.RecallModel, c: recall.RecallConfig, g: torch.Generator,
+                 angle_fn: Callable[[Tensor, Tensor], Tensor],
+                 control_fn: Callable[[Tensor, Tensor], Tensor]) -> dict[str, float]:
+    """The query's row of a recall model on fresh sequences: how its scores are ordered by
+    cos θ (``angle_fn``) and by ``control_fn`` (default: the key lengths)."""
+    tokens, _ = recall.recall_batch(c, g)
+    with torch.no_grad():
+        x = model.embed(tokens)
+        q = model.W_q(x[:, -1:]).double()  # (B, 1, E): the query token
+        k = model.W_k(x).double()  # (B, N+1, E)
+    s = scores_via_attnlab(q, k, scale=1.0)[:, 0]  # (B, N+1): the row softmax compares
+    cos = torch.cos(angle_fn(q, k))  # (B, N+1)
+    nk = k.norm(dim=-1)
+    return {"angle": float(row_spearman(cos, s).mean()),
+            "control": float(row_spearman(control_fn(q, k).expand_as(s), s).mean()),
+            "length": float(row_spearman(nk, s).mean()),
+            "spread": float((nk.std(-1) / nk.mean(-1)).mean()),
+            "top": float((s.argmax(-1) == cos.argmax(-1)).double().mean())}
+
+
+def trained_recall_rows(seed: int, steps: int, embed_dim: int,
+                        angle_fn: Callable[[Tensor, Tensor], Tensor] = stable_angle,
+                        control_fn: Callable[[Tensor, Tensor], Tensor] = key_length,
+                        ) -> tuple[dict[str, float], dict[str, float], float]:
+    """A one-head recall model (``scaling-training``'s) read before and after ``steps``
+    Adam steps: (untrained rows, trained rows, final loss), each on 256 fresh sequences."""
+    c = recall.RecallConfig(embed_dim=embed_dim, steps=steps)
+    probe = recall.RecallConfig(embed_dim=embed_dim, batch=256)
+    with seeded(seed) as g:
+        model = recall.RecallModel(c, None)
+        before = _recall_rows(model, probe, g, angle_fn, control_fn)
+        with torch.enable_grad():
+            losses = recall.fit_recall(model, c, g, steps, c.lr) if steps else [math.nan]
+        after = _recall_rows(model, probe, g, angle_fn, control_fn)
+    tail = losses[-max(1, len(losses) // 10):]
+    return before, after, sum(tail) / len(tail)
 
 
 def widening(input_dim: int, *projected: Tensor) -> float:
@@ -109,20 +197,35 @@ def run(
     n_tokens: int = 64,
     embed_dim: int = 64,
     heads: int = 4,
+    train_steps: int = 200,
     angle_fn: Callable[[Tensor, Tensor], Tensor] = stable_angle,
+    control_angle_fn: Callable[[Tensor, Tensor], Tensor] = raw_dot_angle,
+    order_control_fn: Callable[[Tensor, Tensor], Tensor] = key_length,
     plot: bool = True,
 ) -> Result:
-    """Score every query against every key, per head; compare with |q||k|cos θ.
+    """Score every query against every key, per head; compare with |q||k|cos θ; then read
+    how the angle orders a trained recall head's scores.
 
     Wrong variant: ``angle_fn`` that takes ``acos`` of the raw (unnormalized) dot product.
+    Controls: ``control_angle_fn`` (default :func:`raw_dot_angle`) must fail the identity,
+    ``order_control_fn`` (default :func:`key_length`) must fail to order the trained
+    head's scores; handing either the right thing (``stable_angle``, or the cosine) makes
+    the control pass and the result not hold.
     """
+    if not isinstance(train_steps, int) or train_steps < 1:
+        raise ValueError(f"train_steps must be an int >= 1, got {train_steps!r}")
     q, k = _capture_qk(seed, n_tokens, embed_dim, heads)  # (H, N, d)
     s = scores_via_attnlab(q, k, scale=1.0)  # (H, N, N) raw q·k, as attnlab computes it
     nq, nk = q.norm(dim=-1), k.norm(dim=-1)  # (H, N)
     n = nq[:, :, None] * nk[:, None, :]  # (H, N, N)
-    theta = angle_fn(q[:, :, None, :], k[:, None, :, :])  # (H, N, N)
+
+    def identity_error(fn: Callable[[Tensor, Tensor], Tensor]) -> tuple[float, Tensor]:
+        th = fn(q[:, :, None, :], k[:, None, :, :])  # (H, N, N)
+        return float(((s - n * torch.cos(th)).abs() / n).max()), th
+
+    err, theta = identity_error(angle_fn)
+    control_err, _ = identity_error(control_angle_fn)
     c = torch.cos(theta)
-    err = float(((s - n * c).abs() / n).max())
     rows, ratios = [], []
     for h in range(heads):
         sh, nh, ch = s[h].flatten(), n[h].flatten(), c[h].flatten()
@@ -132,29 +235,63 @@ def run(
         ratios.append((angle_part + norm_part) / var_s)
         rows.append([h, var_s, angle_part, norm_part, ratios[-1],
                      float(torch.rad2deg(theta[h]).mean())])
+    before, after, loss = trained_recall_rows(seed, train_steps, embed_dim, angle_fn,
+                                              order_control_fn)
+    with seeded(seed), torch.no_grad():  # a projection that does raise the dimension
+        wide = torch.nn.Linear(embed_dim, 2 * embed_dim).double()(q.new_zeros(1, embed_dim))
     checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2,
-                            id=f"head-{h}-variance-split")
+                            id=f"head-{h}-variance-split", support=True)
               for h, r in enumerate(ratios)]
     checks.append(check_le("per-head projection: output dimension d_k / input dimension d "
                            "(q and k)", widening(embed_dim, q, k), 1.0,
-                           id="projection-no-wider"))
+                           id="projection-no-wider", by_construction=True,
+                           control=Control("a projection that widens, d → 2d (nn.Linear)",
+                                           "一个升维的投影，d → 2d（nn.Linear）",
+                                           widening(embed_dim, wide))))
+    checks.append(check_ge("trained recall head: mean within-row Spearman(cos θ_j, score_j)",
+                           after["angle"], 0.9, id="trained-angle-order",
+                           control=Control("the key lengths |k_j| in place of the angle (what "
+                                           "the sentence sets aside)",
+                                           "以键的长度 |k_j| 代替夹角（这句话所抛开的长度）",
+                                           after["control"])))
     fig = _figure(q, k, s, n, c) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max |q·k − |q||k|cos θ| / (|q||k|) over all heads and pairs (fp64)",
         quantity_zh="所有头与配对上 |q·k − |q||k|cos θ| / (|q||k|) 的最大值（fp64）",
         measured=err, expected=0.0, tolerance=1e-12, checks=checks,
+        control=Control("θ = acos(q·k) of the raw dot product, not normalised by |q||k|",
+                        "θ = acos(q·k)，取未按 |q||k| 归一化的原始点积", control_err),
+        by_construction=("θ is the angle between the unit vectors q/|q| and k/|k| and cos θ is "
+                         "their dot product, so |q||k|cos θ = q·k for any two non-zero "
+                         "vectors: no weights or inputs can break it (fp64 rounding only)."),
+        by_construction_zh=("θ 是单位向量 q/|q| 与 k/|k| 的夹角，cos θ 就是它们的点积，"
+                            "因此对任意两个非零向量都有 |q||k|cos θ = q·k：任何权重或输入都"
+                            "无法打破它（只差 fp64 舍入）。"),
         table=(["head", "Var(score)", "angle part E[n]²Var(c)", "norm part Var(n)E[c²]",
                 "sum / Var", "mean θ (°)"], rows),
         figure=fig,
         caption=f"Queries and keys of a {heads}-head attnlab MultiHeadAttention "
                 f"(E = {embed_dim}, fp64) with its initial random weights (untrained), on "
                 f"{n_tokens} tokens drawn from 50 random embeddings plus sinusoidal positions, "
-                f"read at hook_q/hook_k; scores read back from attnlab's attention.",
+                f"read at hook_q/hook_k; scores read back from attnlab's attention. Trained "
+                f"head: scaling-training's one-head associative-recall model (d_k = "
+                f"{embed_dim}), {train_steps} Adam steps, final loss {loss:.2f} nats (chance "
+                f"{math.log(recall.RecallConfig().n_keys):.2f}); on 256 fresh sequences, "
+                f"within the query's row of {recall.RecallConfig().n_pairs + 1} keys, "
+                f"Spearman(cos θ, score) = {after['angle']:.3f} (untrained "
+                f"{before['angle']:.3f}), Spearman(|k|, score) = {after['length']:.3f}, the "
+                f"top-scoring key has the smallest angle in {after['top']:.0%} of rows.",
         caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64），取其随机"
                    f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个词元"
                    f"加正弦位置编码；从 hook_q/hook_k 读取查询与键；"
-                   f"分数从 attnlab 的注意力中读回。",
+                   f"分数从 attnlab 的注意力中读回。训练后的头：scaling-training 的单头关联回忆"
+                   f"模型（d_k = {embed_dim}），Adam 训练 {train_steps} 步，最终损失 {loss:.2f} "
+                   f"奈特（随机水平 {math.log(recall.RecallConfig().n_keys):.2f}）；在 256 个"
+                   f"新序列上，查询那一行的 {recall.RecallConfig().n_pairs + 1} 个键之内，"
+                   f"Spearman(cos θ, 分数) = {after['angle']:.3f}（未训练时 "
+                   f"{before['angle']:.3f}），Spearman(|k|, 分数) = {after['length']:.3f}，"
+                   f"得分最高的键在 {after['top']:.0%} 的行中也是夹角最小的键。",
     )
 
 

@@ -5,20 +5,31 @@ matrix of a complete directed graph on the tokens; unlike a fixed graph (a convo
 GNN's adjacency) they change with the input X. Without positions, self-attention is
 permutation-equivariant: f(PX) = P f(X) for any permutation P, so it sees a set, not a
 sequence; adding the sinusoidal positional encoding breaks that (article 000 and 001).
+
+Equivariance without positions is an identity (each step of attention acts per token or
+sums over the set of keys, whatever the weights), and so are the complete graph and the
+rows summing to 1 (exp > 0, divided by its own sum): they hold by construction, each beside
+the deliberately wrong variant the same test rejects — the sinusoidal encoding added (the
+point of article 001's 「传统 RNN 通过时间步记录位置信息」), a causal mask (a triangular, not
+complete, graph), exp(scores) without the normalisation. Whether the weights depend on the
+input is measured against a fixed graph: the same layer with W_Q zeroed, whose scores are 0
+and whose weights are 1/N whatever the input, as in a GNN's fixed adjacency. That positions
+break the symmetry is measured against the layer without them.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from attnlab.core import positional
+from attnlab.core import masks, positional
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "dynamic-graph"
 CLAIM = ("The attention matrix is the weighted adjacency of a complete graph whose weights "
@@ -58,12 +69,15 @@ def run(
     embed_dim: int = 32,
     heads: int = 4,
     encode: Callable[[Tensor], Tensor] = no_positions,
+    control_encode: Callable[[Tensor], Tensor] = with_positions,
     plot: bool = True,
 ) -> Result:
     """One attnlab MultiHeadAttention (fp64) on a sentence, its permutation, and other input.
 
     ``encode`` is applied before attention in the "no positions" run; the wrong variant
-    ``encode=with_positions`` must fail the equivariance claim.
+    ``encode=with_positions`` must fail the equivariance claim. ``control_encode`` is the
+    headline's control (default :func:`with_positions`, which must break equivariance);
+    handing :func:`no_positions` makes the control pass and the result not hold.
     """
     words = SENTENCE
     vocab = sorted(set(words))
@@ -73,23 +87,56 @@ def run(
         x = table[torch.tensor([vocab.index(w) for w in words])][None]  # (1, N, E)
         other = torch.randn(1, len(words), embed_dim, generator=g, dtype=torch.float64)
         perm = torch.randperm(len(words), generator=g)
+    fixed = copy.deepcopy(mha)  # the same layer with W_Q = 0: scores 0, a fixed graph
     with torch.no_grad():
-        out, w = mha(encode(x), need_weights=True, average_weights=True)  # w: (1, N, N)
-        out_p, _ = mha(encode(x[:, perm]), need_weights=True)
-        equiv_err = float((out_p - out[:, perm]).abs().max())
-        pe_x = with_positions(x)
-        out_pe, _ = mha(pe_x, need_weights=True)
-        out_pe_p, _ = mha(with_positions(x[:, perm]), need_weights=True)
-        pe_err = float((out_pe_p - out_pe[:, perm]).abs().max())
+        fixed.qkv_proj.weight[:embed_dim] = 0
+        if fixed.qkv_proj.bias is not None:
+            fixed.qkv_proj.bias[:embed_dim] = 0
+    got: dict[str, Tensor] = {}
+    hooks = [mha.hook_q.register_forward_hook(lambda m, i, o: got.__setitem__("q", o)),
+             mha.hook_k.register_forward_hook(lambda m, i, o: got.__setitem__("k", o))]
+
+    def equivariance_error(enc: Callable[[Tensor], Tensor]) -> float:
+        out_x, _ = mha(enc(x), need_weights=True)
+        out_px, _ = mha(enc(x[:, perm]), need_weights=True)
+        return float((out_px - out_x[:, perm]).abs().max())
+
+    with torch.no_grad():
+        try:
+            out, w = mha(encode(x), need_weights=True, average_weights=True)  # w: (1, N, N)
+            raw = (got["q"] @ got["k"].transpose(-2, -1) * mha.scale).exp().mean(1)  # (1,N,N)
+        finally:
+            for h in hooks:
+                h.remove()
+        equiv_err = equivariance_error(encode)
+        control_err = equivariance_error(control_encode)
+        pe_err = equivariance_error(with_positions)
+        plain_err = equivariance_error(no_positions)
         _, w_other = mha(other, need_weights=True, average_weights=True)
+        _, w_causal = mha(encode(x), mask=masks.causal(len(words)), need_weights=True,
+                          average_weights=True)
+        _, w_fixed = fixed(encode(x), need_weights=True, average_weights=True)
+        _, w_fixed_other = fixed(other, need_weights=True, average_weights=True)
     w = w[0]
     checks = [
         check_ge("smallest edge weight (complete graph: all > 0)", float(w.min()), 1e-12,
-                 id="complete-graph"),
-        check_le("max |row sum − 1|", float((w.sum(-1) - 1).abs().max()), 1e-12, id="row-sum"),
+                 id="complete-graph", by_construction=True,
+                 control=Control("a causal mask (a triangular graph, not complete)",
+                                 "因果掩码（三角形的图，不是完全图）", float(w_causal.min()))),
+        check_le("max |row sum − 1|", float((w.sum(-1) - 1).abs().max()), 1e-12, id="row-sum",
+                 by_construction=True,
+                 control=Control("exp(scores) without the softmax's normalisation",
+                                 "未经 softmax 归一化的 exp(分数)",
+                                 float((raw[0].sum(-1) - 1).abs().max()))),
         check_ge("max |A(X) − A(X′)| for another input X′ (weights depend on input)",
-                 float((w - w_other[0]).abs().max()), 1e-2, id="input-dependent"),
-        check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2, id="pe-breaks-symmetry"),
+                 float((w - w_other[0]).abs().max()), 1e-2, id="input-dependent",
+                 control=Control("a fixed graph: the same layer with W_Q = 0 (weights 1/N "
+                                 "whatever the input)",
+                                 "固定的图：同一层但 W_Q = 0（无论输入如何，权重都是 1/N）",
+                                 float((w_fixed - w_fixed_other).abs().max()))),
+        check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2, id="pe-breaks-symmetry",
+                 control=Control("the same layer without positions", "不加位置编码的同一层",
+                                 plain_err)),
     ]
     rows = [[c.name, c.value] for c in checks]
     rows.append(["without PE: max |f(PX) − P f(X)|", equiv_err])
@@ -99,6 +146,15 @@ def run(
         quantity="without positions, max |f(PX) − P f(X)| for a random permutation P (fp64)",
         quantity_zh="不加位置信息时，随机置换 P 下 |f(PX) − P f(X)| 的最大值（fp64）",
         measured=equiv_err, expected=0.0, tolerance=1e-12, checks=checks,
+        control=Control("the same layer with the sinusoidal encoding added",
+                        "加入正弦位置编码的同一层", control_err),
+        by_construction=("Without positions every step acts on each token alone (projections) "
+                         "or sums over the set of keys (softmax, weighted sum), so f(PX) = "
+                         "P f(X) for every permutation P, whatever the weights or the input "
+                         "(fp64 rounding only)."),
+        by_construction_zh=("不加位置信息时，每一步要么逐个词元作用（投影），要么对键的集合求和"
+                            "（softmax、加权求和），因此对任意置换 P 都有 f(PX) = P f(X)，"
+                            "与权重和输入无关（只差 fp64 舍入）。"),
         table=(["quantity", "value"], rows),
         figure=fig,
         caption=f"attnlab MultiHeadAttention(E = {embed_dim}, {heads} heads, fp64) on "

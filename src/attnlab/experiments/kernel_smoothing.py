@@ -12,11 +12,16 @@ plain dot-product attention softmax(q·k/τ) *is* a Gaussian kernel smoother wit
 (article 000). Here the Gaussian is fixed and the keys are built for it; the kernel that
 attention itself uses is exp(q·k/√d) with q, k from learned W_Q, W_K, a Gaussian only when
 the keys have equal norms (see ``learned-kernel``).
+
+Both equalities are identities (algebra, whatever the data): they hold by construction. Each
+is put beside the deliberately wrong variant the same test must reject: the NW estimate with
+another kernel, the Laplace kernel exp(−|x − x_i|/σ) (:func:`laplace_kernel`), for the first;
+keys of unequal norms for the second.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +30,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
 from ._common import check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "kernel-smoothing"
 CLAIM = ("Attention with score −(x−x_i)²/(2σ²) is exactly the Nadaraya–Watson estimator; "
@@ -53,9 +58,24 @@ ZH: dict[str, str] = {
 }
 
 
-def nadaraya_watson(x: Tensor, xi: Tensor, yi: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
-    """Gaussian-kernel NW estimate at x (M,) from (xi, yi) (N,): (estimate (M,), weights (M,N))."""
-    kern = torch.exp(-((x[:, None] - xi[None, :]) ** 2) / (2 * sigma**2))  # (M, N)
+Kernel = Callable[[Tensor, float], Tensor]
+
+
+def gaussian_kernel(diff: Tensor, sigma: float) -> Tensor:
+    """exp(−(x − x_i)²/(2σ²)) of the differences ``diff``."""
+    return torch.exp(-(diff**2) / (2 * sigma**2))
+
+
+def laplace_kernel(diff: Tensor, sigma: float) -> Tensor:
+    """Another kernel: exp(−|x − x_i|/σ) (the control, which attention does not compute)."""
+    return torch.exp(-diff.abs() / sigma)
+
+
+def nadaraya_watson(x: Tensor, xi: Tensor, yi: Tensor, sigma: float,
+                    kernel: Kernel = gaussian_kernel) -> tuple[Tensor, Tensor]:
+    """NW estimate at x (M,) from (xi, yi) (N,) with ``kernel`` (default Gaussian):
+    (estimate (M,), weights (M,N))."""
+    kern = kernel(x[:, None] - xi[None, :], sigma)  # (M, N)
     w = kern / kern.sum(-1, keepdim=True)
     return w @ yi, w
 
@@ -77,45 +97,65 @@ def run(
     sigmas: Sequence[float] = (0.1, 0.3, 1.0),
     d: int = 16,
     equal_norm_keys: bool = True,
+    control_kernel: Kernel = laplace_kernel,
     plot: bool = True,
 ) -> Result:
     """The 1-D regression of noisy y = 2 sin x + x, then the d-dim equal-norm-key identity.
 
     Wrong variant: ``equal_norm_keys=False`` (keys of different norms: dot-product attention
-    is then not a Gaussian smoother).
+    is then not a Gaussian smoother). Controls: the NW estimate with ``control_kernel``
+    (default :func:`laplace_kernel`) must differ from attention; keys of unequal norms must
+    fail the Gaussian identity. Handing :func:`gaussian_kernel` as the control kernel makes
+    it pass and the result not hold.
     """
     with seeded(seed) as g:
         xi = (torch.rand(n_train, generator=g, dtype=torch.float64) * 5).sort().values
         yi = 2 * torch.sin(xi) + xi + 0.5 * torch.randn(n_train, generator=g,
                                                          dtype=torch.float64)
         x = torch.linspace(0, 5, 101, dtype=torch.float64)
-        rows, nw_err, curves = [], 0.0, {}
+        rows, nw_err, control_err, curves = [], 0.0, 0.0, {}
         for sigma in sigmas:
             att, w_att = attention_regression(x, xi, yi, sigma)
             ref, _ = nadaraya_watson(x, xi, yi, sigma)
+            other, _ = nadaraya_watson(x, xi, yi, sigma, control_kernel)
             err = float((att - ref).abs().max())
             nw_err = max(nw_err, err)
+            control_err = max(control_err, float((att - other).abs().max()))
             truth = 2 * torch.sin(x) + x
             rows.append([sigma, err, float(((att - truth) ** 2).mean())])
             curves[sigma] = (att, w_att)
         # equal-norm keys in d dims: softmax(q·k/τ) = Gaussian weights with σ² = τ
         q = torch.randn(32, d, generator=g, dtype=torch.float64)
-        k = torch.randn(40, d, generator=g, dtype=torch.float64)
-        if equal_norm_keys:
-            k = 2.0 * k / k.norm(dim=-1, keepdim=True)
-        tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
+        k_raw = torch.randn(40, d, generator=g, dtype=torch.float64)
+        k_equal = 2.0 * k_raw / k_raw.norm(dim=-1, keepdim=True)
+    tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
+
+    def gauss_error(k: Tensor) -> float:
         _, w = scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
-        dist2 = torch.cdist(q, k) ** 2
-        gauss = torch.softmax(-dist2 / (2 * tau), dim=-1)
-        gauss_err = float((w - gauss).abs().max())
+        gauss = torch.softmax(-torch.cdist(q, k) ** 2 / (2 * tau), dim=-1)
+        return float((w - gauss).abs().max())
+
+    gauss_err = gauss_error(k_equal if equal_norm_keys else k_raw)
     checks = [check_le("equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|",
-                       gauss_err, 1e-12, id="gaussian-equal-norms")]
+                       gauss_err, 1e-12, id="gaussian-equal-norms", by_construction=True,
+                       control=Control("keys of unequal norms (Gaussian keys, unnormalised)",
+                                       "范数不等的键（未归一化的高斯随机键）",
+                                       gauss_error(k_raw)))]
     fig = _figure(xi, yi, x, curves, sigmas) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max |attention estimate − Nadaraya–Watson estimate| over x and σ (fp64)",
         quantity_zh="所有 x 与 σ 上 |注意力估计 − Nadaraya–Watson 估计| 的最大值（fp64）",
         measured=nw_err, expected=0.0, tolerance=1e-10, checks=checks,
+        control=Control("the NW estimate with another kernel, Laplace exp(−|x − x_i|/σ)",
+                        "换一个核的 NW 估计：拉普拉斯核 exp(−|x − x_i|/σ)", control_err),
+        by_construction=("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) is algebra and the last term, "
+                         "the same for every key, cancels in the softmax; for keys of equal "
+                         "norm, q·k/τ = −|q − k|²/(2τ) + terms that cancel likewise. No data can "
+                         "break either (fp64 rounding only)."),
+        by_construction_zh=("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) 是代数恒等式，最后一项对所有键"
+                            "都相同，在 softmax 中相消；键范数相等时，q·k/τ = −|q − k|²/(2τ) "
+                            "加上同样会相消的项。任何数据都无法打破它们（只差 fp64 舍入）。"),
         table=(["σ", "max |attention − NW|", "MSE against 2 sin x + x"], rows),
         figure=fig,
         caption=f"{n_train} noisy samples of y = 2 sin x + x (noise sd 0.5), estimates on 101 "

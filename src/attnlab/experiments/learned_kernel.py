@@ -17,6 +17,14 @@ whose kernel, instead of a fixed Gaussian, is learned through W^Q and W^K. Three
     sin 3φ + noise): NW with W_Q, W_K trained by gradient descent on the leave-one-out
     training error beats the best fixed Gaussian kernel on the raw inputs (its width
     chosen by leave-one-out on the same training set).
+
+(a) and (b) are identities (no data can break them: they hold by construction), each beside
+the deliberately wrong variant the same test must reject: the kernel exp(q·k) without the
+1/√d (:func:`unscaled_kernel`), the expansion of q·k without its key-norm term ‖k‖²/2, and
+for the Gaussian equality the keys whose norms spread (and, the other way, equal norms for
+the spread). (c) is a claim about learning, so its control is the same NW with W_Q, W_K at
+their initial random values (untrained): learning, not the form exp(q·k/√d), must be what
+beats the Gaussian.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "learned-kernel"
 CLAIM = ("Attention is Nadaraya–Watson smoothing with the kernel K(x, x_i) = exp(q·k_i/√d), "
@@ -89,6 +97,11 @@ ZH: dict[str, str] = {
 def dot_kernel(q: Tensor, k: Tensor) -> Tensor:
     """(M, d), (N, d) -> (M, N) kernel exp(q·k/√d), the one attnlab's attention uses."""
     return torch.exp(q @ k.T * default_scale(q.shape[-1]))
+
+
+def unscaled_kernel(q: Tensor, k: Tensor) -> Tensor:
+    """Wrong: exp(q·k) without the 1/√d attention applies (the kernel's control)."""
+    return torch.exp(q @ k.T)
 
 
 def nadaraya_watson(kernel: Tensor, y: Tensor) -> Tensor:
@@ -158,13 +171,16 @@ def run(
     lr: float = 0.1,
     spreads: Sequence[float] = (0.0, 0.05, 0.1, 0.2, 0.5),
     kernel_fn: Callable[[Tensor, Tensor], Tensor] = dot_kernel,
+    control_kernel_fn: Callable[[Tensor, Tensor], Tensor] = unscaled_kernel,
     plot: bool = True,
 ) -> Result:
     """(a) attention vs NW with ``kernel_fn``; (b) softmax vs Gaussian weights as the key
     norms spread; (c) the learned kernel against the best Gaussian on the circle data.
 
     Wrong variants: ``kernel_fn`` without the 1/√d (``lambda q, k: torch.exp(q @ k.T)``)
-    fails (a); ``steps=0`` (W_Q, W_K never learned) fails (c).
+    fails (a); ``steps=0`` (W_Q, W_K never learned) fails (c): the untrained control then
+    equals the measurement. ``control_kernel_fn`` (default :func:`unscaled_kernel`) is (a)'s
+    control; handing :func:`dot_kernel` makes it pass and the result not hold.
     """
     if not spreads or spreads[0] != 0.0 or max(spreads) <= 0:
         raise ValueError(f"spreads must start at 0.0 (equal norms) and include a positive "
@@ -175,12 +191,14 @@ def run(
         q = torch.randn(32, d, generator=g, dtype=torch.float64)
         k = torch.randn(40, d, generator=g, dtype=torch.float64)
         v = torch.randn(40, 3, generator=g, dtype=torch.float64)
-        nw_err = float((scaled_dot_product_attention(q, k, v)
-                        - nadaraya_watson(kernel_fn(q, k), v)).abs().max())
+        attended = scaled_dot_product_attention(q, k, v)
+        nw_err = float((attended - nadaraya_watson(kernel_fn(q, k), v)).abs().max())
+        nw_control = float((attended - nadaraya_watson(control_kernel_fn(q, k), v)).abs().max())
         # (b) the Gaussian and the key-norm factor
         tau = 1 / default_scale(d)
-        ident = (q @ k.T - (-torch.cdist(q, k) ** 2 / 2 + (q * q).sum(-1, keepdim=True) / 2
-                            + (k * k).sum(-1)[None, :] / 2)).abs().max() / tau
+        gauss_part = -torch.cdist(q, k) ** 2 / 2 + (q * q).sum(-1, keepdim=True) / 2
+        ident = (q @ k.T - (gauss_part + (k * k).sum(-1)[None, :] / 2)).abs().max() / tau
+        no_key_norm = (q @ k.T - gauss_part).abs().max() / tau  # the key-norm term dropped
         direction = k / k.norm(dim=-1, keepdim=True)
         u = torch.rand(40, 1, generator=g, dtype=torch.float64) * 2 - 1  # in [−1, 1]
         dev = []
@@ -213,15 +231,23 @@ def run(
          mse["2"] / mse["g"]],
     ]
     big = max(range(len(spreads)), key=lambda i: spreads[i])
+    spread_words = (f"keys whose norms spread ±{spreads[big]:.0%}",
+                    f"范数相差 ±{spreads[big]:.0%} 的键")
     checks = [
         check_le("max |attention output − NW estimate with exp(q·k/√d)| (fp64)", nw_err,
-                 1e-12, id="nw-estimate"),
+                 1e-12, id="nw-estimate", by_construction=True,
+                 control=Control("the kernel exp(q·k) without the 1/√d",
+                                 "去掉 1/√d 的核 exp(q·k)", nw_control)),
         check_le("max |q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d (fp64)", float(ident),
-                 1e-12, id="polarisation"),
+                 1e-12, id="polarisation", by_construction=True,
+                 control=Control("the expansion without the key-norm term ‖k‖²/2",
+                                 "去掉键范数项 ‖k‖²/2 的展开式", float(no_key_norm))),
         check_le("equal key norms: max over queries of TV(softmax weights, Gaussian weights)",
-                 dev[0], 1e-12, id="gaussian-equal-norms"),
+                 dev[0], 1e-12, id="gaussian-equal-norms", by_construction=True,
+                 control=Control(*spread_words, dev[big])),
         check_ge(f"key norms spread ±{spreads[big]:.0%}: max over queries of TV(softmax "
-                 "weights, Gaussian weights)", dev[big], 0.1, id="gaussian-spread-norms"),
+                 "weights, Gaussian weights)", dev[big], 0.1, id="gaussian-spread-norms",
+                 control=Control("keys of equal norms", "范数相等的键", dev[0])),
     ]
     fig = _figure(phi, truth, pred_g, pred_l, w_q, w_k, spreads, dev) if plot else None
     return Result(
@@ -229,6 +255,8 @@ def run(
         quantity="test MSE of NW with learned W_Q, W_K / that of the best fixed Gaussian",
         quantity_zh="学到的 W_Q、W_K 的 NW 测试均方误差 / 最优固定高斯核的测试均方误差",
         measured=ratio, expected=0.5, tolerance=0.0, relation="<=", checks=checks,
+        control=Control("the same NW with W_Q, W_K at their initial random values (untrained)",
+                        "W_Q、W_K 取初始随机值（未训练）的同一 NW", mse["0"] / mse["g"]),
         table=(["kernel", "width / parameters", "test MSE against sin 3φ",
                 "MSE / best Gaussian"], rows),
         figure=fig,

@@ -13,6 +13,15 @@ It is a different kernel, so its outputs differ from softmax attention's.
 Both forms are attnlab's own (``attnlab.core.linear.linear_attention``, ``form="parallel"``
 and ``form="recurrent"`` with ``chunk=1``: the step-by-step RNN); the textbook formula
 below (:func:`reference_parallel`) is the theory they are checked against.
+
+The equalities are identities (the same sums in another order: no input can break them) and
+the FLOP counts are fixed by the algorithms (polynomials in N whatever the numbers): they hold
+by construction, each beside the deliberately wrong variant the same test must reject — an
+RNN that reads its state before adding the token (:func:`recurrent_reads_before_writing`),
+the textbook formula without the causal mask, chunks scanned with the state reset at each
+chunk (:func:`chunks_without_state`), and for the exponents the other algorithm: the
+parallel form of the same linear attention (an N × N matrix, quadratic) must fail the
+linear exponent, the linear backend must fail softmax's quadratic one.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from attnlab.core.functional import count_flops, scaled_dot_product_attention
 from attnlab.core.linear import linear_attention
 
 from ._common import check_ge, check_le, fit_exponent, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "linear-attention"
 CLAIM = ("elu+1 linear attention's recurrent (RNN) form equals its parallel causal form, its "
@@ -86,6 +95,20 @@ def attnlab_fast(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return scaled_dot_product_attention(q, k, v, causal=True, backend="linear")
 
 
+def reference_non_causal(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Wrong: the textbook formula without the causal mask (each token sees every token)."""
+    a = feature_map(q) @ feature_map(k).transpose(-2, -1)  # (..., N, N)
+    return (a @ v) / a.sum(-1, keepdim=True)
+
+
+def chunks_without_state(q: Tensor, k: Tensor, v: Tensor, chunk: int = 64) -> Tensor:
+    """Wrong: each chunk of ``chunk`` tokens scanned on its own, the state not carried from
+    the chunks before it."""
+    return torch.cat([attnlab_fast(q[..., i:i + chunk, :], k[..., i:i + chunk, :],
+                                   v[..., i:i + chunk, :])
+                      for i in range(0, q.shape[-2], chunk)], dim=-2)
+
+
 def recurrent_reads_before_writing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Wrong: an RNN that reads the state before adding token i (each token misses itself)."""
     fq, fk = feature_map(q), feature_map(k)
@@ -122,13 +145,16 @@ def run(
     d: int = 32,
     repeats: int = 3,
     recurrent_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = attnlab_recurrent,
+    control_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = recurrent_reads_before_writing,
     plot: bool = True,
 ) -> Result:
     """Exactness in fp64 at ``n_exact`` tokens; FLOPs counted; timings (fp32, one thread)
     up to 8k tokens. The verdict rests on exact numbers and counted FLOPs; timings on a
     shared machine are shown, not judged (they belong to benchmarks).
 
-    Wrong variant: :func:`recurrent_reads_before_writing`.
+    Wrong variant: :func:`recurrent_reads_before_writing`, which is also the headline's
+    control (``control_fn``); handing :func:`attnlab_recurrent` as the control makes it
+    pass and the result not hold.
     """
     with seeded(seed) as g:
         q, k, v = (torch.randn(2, 2, n_exact, 16, generator=g, dtype=torch.float64)
@@ -138,11 +164,14 @@ def run(
         fast = attnlab_fast(q, k, v)
         soft = scaled_dot_product_attention(q, k, v, causal=True)
         err = float((rec - par).abs().max())
+        control_err = float((control_fn(q, k, v) - par).abs().max())
         fast_err = float((fast - par).abs().max())
+        stateless_err = float((chunks_without_state(q, k, v) - par).abs().max())
         theory_err = float((par - reference_parallel(q, k, v)).abs().max())
+        non_causal_err = float((par - reference_non_causal(q, k, v)).abs().max())
         rel_soft = float((par - soft).norm() / soft.norm())
 
-        t_lin, t_soft, f_lin, f_soft = [], [], [], []
+        t_lin, t_soft, f_lin, f_soft, f_par = [], [], [], [], []
         for n in lengths:
             qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
             attnlab_fast(qt[..., :64, :], kt[..., :64, :], vt[..., :64, :])  # warm-up
@@ -157,18 +186,28 @@ def run(
         for n in flop_lengths:  # FLOPs are exact polynomials in N: small N suffice
             qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
             f_lin.append(_flops(attnlab_fast, qt, kt, vt))
+            f_par.append(_flops(attnlab_parallel, qt, kt, vt))
             f_soft.append(_flops(_softmax_causal, qt, kt, vt, True))  # explicit: matmuls seen
     e_lin, e_soft = fit_exponent(lengths, t_lin), fit_exponent(lengths, t_soft)
     ef_lin, ef_soft = fit_exponent(flop_lengths, f_lin), fit_exponent(flop_lengths, f_soft)
+    ef_par = fit_exponent(flop_lengths, f_par)
     checks = [
         check_le("max |attnlab parallel form − textbook formula| (fp64)", theory_err, 1e-12,
-                 id="textbook-formula"),
+                 id="textbook-formula", by_construction=True,
+                 control=Control("the textbook formula without the causal mask",
+                                 "去掉因果掩码的教科书公式", non_causal_err)),
         check_le("max |backend='linear' (chunked scan) − parallel form| (fp64)", fast_err,
-                 1e-10, id="chunked-scan"),
+                 1e-10, id="chunked-scan", by_construction=True,
+                 control=Control("chunks of 64 scanned with the state reset at each chunk",
+                                 "每 64 个词元一块、每块重置状态的扫描", stateless_err)),
         check_le("FLOP exponent of linear attention (FLOPs ∝ N^e, counted)", ef_lin, 1.05,
-                 id="linear-flop-exponent"),
+                 id="linear-flop-exponent", by_construction=True,
+                 control=Control("the same linear attention in its parallel form (an N × N "
+                                 "matrix)", "同一线性注意力的并行形式（N × N 矩阵）", ef_par)),
         check_ge("FLOP exponent of softmax attention (counted)", ef_soft, 1.8,
-                 id="softmax-flop-exponent"),
+                 id="softmax-flop-exponent", by_construction=True,
+                 control=Control("linear attention (backend='linear')",
+                                 "线性注意力（线性后端）", ef_lin)),
     ]
     rows = [[n, "", "", 1e3 * a, 1e3 * b, b / a] for n, a, b in zip(lengths, t_lin, t_soft)]
     rows = [[n, fl, fs, "", "", ""] for n, fl, fs in zip(flop_lengths, f_lin, f_soft)] + rows
@@ -179,6 +218,15 @@ def run(
         quantity="max |recurrent (RNN) form − parallel causal form| (fp64)",
         quantity_zh="递归（RNN）形式与并行因果形式之差的最大绝对值（fp64）",
         measured=err, expected=0.0, tolerance=1e-10, checks=checks,
+        control=Control("an RNN that reads its state before adding the token",
+                        "先读取状态、再加入当前词元的 RNN", control_err),
+        by_construction=("The recurrent form adds φ(k_j)v_jᵀ and φ(k_j) to its state one token "
+                         "at a time, the parallel form sums the same terms for j ≤ i at once: "
+                         "the same sums in another order, whatever q, k, v (fp64 rounding "
+                         "only); the FLOP counts are fixed by the two algorithms."),
+        by_construction_zh=("递归形式每次向状态中加入一个词元的 φ(k_j)v_jᵀ 与 φ(k_j)，并行形式"
+                            "一次性对 j ≤ i 求同样的和：只是求和顺序不同，与 q、k、v 无关"
+                            "（只差 fp64 舍入）；FLOPs 计数由两种算法本身决定。"),
         table=(["N", "linear FLOPs", "softmax FLOPs", "linear (ms)", "softmax (ms)",
                 "time softmax / linear"], rows),
         figure=fig,

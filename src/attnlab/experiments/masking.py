@@ -5,10 +5,24 @@ weights are exactly 0 — not small, 0. With a causal mask, output t is a functi
 0..t only: the Jacobian ∂out_t/∂x_s is exactly 0 for every s > t (checked by autograd
 through a whole ``attnlab.MultiHeadAttention``). A row whose keys are all masked yields an
 output of 0, not NaN (article 001).
+
+These are identities of the mechanism (exp(−∞) = 0 exactly, and attnlab's rule for an empty
+row): they hold by construction, each beside the deliberately wrong variant the same test
+must reject. The causal Jacobian's control is an off-by-one causal mask
+(:func:`off_by_one_causal`); the masked weights' is a mask multiplied into the scores
+(``scores · mask``: a blocked score becomes 0, not −∞, and keeps the weight exp(0)/Σ). An
+additive mask of −1e4 is *not* such a variant here: in fp32 and fp64 exp(−1e4) underflows to
+exactly 0, so its masked weights are 0 as well (shown in the table); where it does go wrong
+is a row whose keys are all masked: −1e4 added to every score of the row changes nothing, so
+the row attends to its masked keys as if unmasked instead of giving 0 — the fully-masked
+row's control. The NaN check's control is the plain
+softmax of scores filled with −∞ (the articles' listing), which gives NaN there. That the
+past does reach each output is measured against a mask that lets each token see only itself.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -19,7 +33,7 @@ from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "masking"
 CLAIM = ("Masked weights are exactly 0; with a causal mask ∂out_t/∂x_s is exactly 0 for "
@@ -37,6 +51,8 @@ ZH = {
     "min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)":
         "s ≤ t 时 Σ|∂out_t/∂x_s| 的最小值（过去确实影响 out_t）",
     "max Σ|∂out_t/∂x_s| over s > t (future)": "s > t（未来）时 Σ|∂out_t/∂x_s| 的最大值",
+    "additive mask −{}: max |weight| on masked positions":
+        "加性掩码 −{}：被遮蔽位置上 |权重| 的最大值",
     "log{} Σ|∂out_t/∂x_s| (blank = exactly {})": "log{} Σ|∂out_t/∂x_s|（空白 = 恰为 {}）",
     "input position s": "输入位置 s",
     "output position t": "输出位置 t",
@@ -51,6 +67,30 @@ def off_by_one_causal(n: int) -> Tensor:
     return torch.ones(n, n, dtype=torch.bool).tril(diagonal=1)
 
 
+def diagonal_only(n: int) -> Tensor:
+    """A mask that lets each token see only itself (the past never reaches it)."""
+    return torch.eye(n, dtype=torch.bool)
+
+
+def multiplied_mask_weights(q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+    """Wrong: the bool mask multiplied into the scaled scores (blocked score 0, not −∞),
+    then the softmax."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores * mask, dim=-1)
+
+
+def minus_inf_softmax(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """The articles' listing: scores filled with −∞ where masked, a plain softmax, @ v (a
+    fully-masked row gives NaN)."""
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def additive_mask(mask: Tensor, value: float = -1e4) -> Tensor:
+    """The bool mask as an additive float mask: 0 where allowed, ``value`` where blocked."""
+    return torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, value)
+
+
 def run(
     seed: int = 0,
     *,
@@ -58,12 +98,15 @@ def run(
     embed_dim: int = 16,
     heads: int = 2,
     mask_fn: Callable[[int], Tensor] = masks.causal,
+    control_mask_fn: Callable[[int], Tensor] = off_by_one_causal,
     plot: bool = True,
 ) -> Result:
     """Random masks, a causal Jacobian and a fully-masked row, in fp64.
 
     ``mask_fn(n)`` builds the causal mask handed to the module; the wrong variant
-    :func:`off_by_one_causal` must fail.
+    :func:`off_by_one_causal` must fail. ``control_mask_fn`` (default
+    :func:`off_by_one_causal`) is the headline's control; handing ``masks.causal`` makes it
+    pass and the result not hold.
     """
     with seeded(seed) as g:
         q = torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64)
@@ -72,20 +115,29 @@ def run(
         rand_mask = torch.rand(2, 1, n, n, generator=g) > 0.5
         rand_mask[..., 0] = True
         _, w = scaled_dot_product_attention(q, k, v, rand_mask, return_weights=True)
-        masked_w = float(w.masked_select(~rand_mask.expand_as(w)).abs().max())
+        blocked = ~rand_mask.expand_as(w)
+        masked_w = float(w.masked_select(blocked).abs().max())
+        multiplied_w = float(multiplied_mask_weights(q, k, rand_mask).masked_select(blocked)
+                             .abs().max())
+        _, w_add = scaled_dot_product_attention(q, k, v, additive_mask(rand_mask),
+                                                return_weights=True)
+        additive_w = float(w_add.masked_select(blocked).abs().max())
 
         mha = MultiHeadAttention(embed_dim, heads).double()
         x = torch.randn(1, n, embed_dim, generator=g, dtype=torch.float64)
-        causal = mask_fn(n)
-
-        def f(x_: Tensor) -> Tensor:
-            return mha(x_, mask=causal)[0][0]  # (N, E)
-
-        jac = torch.autograd.functional.jacobian(f, x)[:, :, 0]  # (N, E, N, E)
-        jnorm = jac.abs().sum(dim=(1, 3))  # (N_out, N_in): total |∂out_t/∂x_s|
         future = torch.ones(n, n, dtype=torch.bool).triu(diagonal=1)  # s > t
+
+        def jacobian_blocks(mask: Tensor) -> Tensor:
+            """Σ|∂out_t/∂x_s| (N_out, N_in) of the module under ``mask``."""
+            jac = torch.autograd.functional.jacobian(lambda x_: mha(x_, mask=mask)[0][0],
+                                                     x)[:, :, 0]  # (N, E, N, E)
+            return jac.abs().sum(dim=(1, 3))
+
+        jnorm = jacobian_blocks(mask_fn(n))
         leak = float(jnorm[future].max())
         past = float(jnorm[~future].min())
+        control_leak = float(jacobian_blocks(control_mask_fn(n))[future].max())
+        past_diagonal = float(jacobian_blocks(diagonal_only(n))[~future].min())
 
         dead = rand_mask.clone()
         dead[:, :, 3] = False  # query 3 may attend nothing
@@ -94,24 +146,50 @@ def run(
             out = scaled_dot_product_attention(q, k, v, dead, backend=backend)
             nan_free &= bool(torch.isfinite(out).all())
             dead_out = max(dead_out, float(out[:, :, 3].abs().max()))
+        dead_add = float(scaled_dot_product_attention(q, k, v, additive_mask(dead))[:, :, 3]
+                         .abs().max())
+        listing_nan = not bool(torch.isfinite(minus_inf_softmax(q, k, v, dead)).all())
     checks = [
         check_le("max |weight| on masked positions (random bool mask)", masked_w, 0.0,
-                 id="masked-weight-zero"),
+                 id="masked-weight-zero", by_construction=True,
+                 control=Control("the mask multiplied into the scores (scores · mask: blocked "
+                                 "score 0, not −∞)",
+                                 "把掩码乘到分数上（分数 · 掩码：被遮蔽的分数为 0 而非负无穷）",
+                                 multiplied_w)),
         check_le("fully-masked row: max |output| (fused and explicit)", dead_out, 0.0,
-                 id="dead-row-zero"),
+                 id="dead-row-zero", by_construction=True,
+                 control=Control("an additive mask of −1e4 (the row attends to its masked "
+                                 "keys as if unmasked)",
+                                 "加性掩码 −1e4（这一行照常关注被遮蔽的键，如同未加掩码）",
+                                 dead_add)),
         check_le("fully-masked row: outputs contain NaN/inf (1 = yes)", float(not nan_free),
-                 0.0, id="dead-row-finite"),
+                 0.0, id="dead-row-finite", by_construction=True,
+                 control=Control("a plain softmax of scores filled with −∞ (the articles' "
+                                 "listing)",
+                                 "对填入负无穷的分数直接做 softmax（文章的代码）",
+                                 float(listing_nan))),
         check_ge("min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)", past, 1e-6,
-                 id="past-reaches"),
+                 id="past-reaches",
+                 control=Control("a mask that lets each token see only itself",
+                                 "只允许每个词元看到自己的掩码", past_diagonal)),
     ]
     rows = [[c.name, c.value] for c in checks]
-    rows += [["max Σ|∂out_t/∂x_s| over s > t (future)", leak]]
+    rows += [["max Σ|∂out_t/∂x_s| over s > t (future)", leak],
+             ["additive mask −1e4: max |weight| on masked positions", additive_w]]
     fig = _figure(jnorm, w[0, 0], rand_mask[0, 0]) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max over s > t of Σ|∂out_t/∂x_s|, causal MultiHeadAttention (autograd, fp64)",
         quantity_zh="因果多头注意力中 s > t 时 Σ|∂out_t/∂x_s| 的最大值（自动微分，fp64）",
         measured=leak, expected=0.0, tolerance=0.0, checks=checks,
+        control=Control("an off-by-one causal mask (each token also sees the next)",
+                        "错一位的因果掩码（每个词元还能看到下一个）", control_leak),
+        by_construction=("A blocked score is −∞ and exp(−∞) = 0 exactly, so the weight, and "
+                         "with it every derivative through it, is exactly 0 for any scores; a "
+                         "row with no key is given 0 by attnlab's rule, whatever the input."),
+        by_construction_zh=("被遮蔽的分数为负无穷，exp(−∞) 恰为 0，因此对任何分数，该权重以及经过"
+                            "它的所有导数都恰为 0；没有任何可见键的行按 attnlab 的约定输出 0，"
+                            "与输入无关。"),
         table=(["quantity", "value"], rows),
         figure=fig,
         caption=f"Jacobian of a causal attnlab MultiHeadAttention (E = {embed_dim}, {heads} "

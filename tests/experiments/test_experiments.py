@@ -84,8 +84,9 @@ def test_softmax_jacobian_formula():
 
 def test_scaling_training_numbers(fast_results):
     r = fast_results["scaling-training"]
-    (_, _, scaled), (_, _, unscaled) = r.table[1]
-    assert scaled < 0.8 * unscaled and scaled < 0.5 * math.log(16)
+    rows = {row[0]: row for row in r.table[1]}
+    scaled, unscaled = rows["scaled 1/√d_k"][2], rows["unscaled"][2]
+    assert scaled < st.RATIO * unscaled and scaled < 0.5 * math.log(16)
 
 
 def test_pe_and_rope_numbers(fast_results):

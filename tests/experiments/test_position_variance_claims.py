@@ -279,9 +279,9 @@ def test_init_scale_helps_where_saturated_and_not_in_the_control(results):
     assert r.measured <= 0.9  # saturated regime: the tip's run ends with the lower loss
     assert r.check("saturated-default-entropy").value < 0.5  # the default init saturates
     assert r.check("control-default-entropy").value > 0.9  # the control does not
-    # the control: nothing to cure, the tip ends with the higher loss (both schemes)
-    assert r.check("control-no-gain").value > 1.0
-    assert r.check("control-no-gain-uniform").value > 1.0
+    # the control (same d_k, scaled): nothing to cure, the tip gains nothing (both schemes)
+    assert r.check("control-no-gain").value >= 0.9 and r.control.measured >= 0.9
+    assert r.check("control-no-gain-uniform").value >= 0.9
     assert r.check("saturated-final-loss-ratio").value <= 0.9
     rows = {row[0]: row for row in r.table[1]}
     assert rows[0.02][5] > 0.9999 and rows[10.0][5] < 0.5  # xavier_normal_ at init
@@ -299,10 +299,11 @@ def test_init_scale_where_nothing_is_saturated_flips_the_verdict():
 
 
 def test_init_scale_against_a_saturating_baseline_is_a_wrong_variant():
-    """Comparing the tip with gain 10 instead of the default makes it look helpful."""
+    """Comparing the tip with gain 10 instead of the default makes it look helpful, in the
+    control too: the control passes, so the result does not hold."""
     r = run("init-scale", plot=False, baseline_gain=10.0, saturating_gain=None,
-            train_config=ins.InitTrainConfig(steps=150))
-    assert r.holds and not r.passed
+            train_config=ins.InitTrainConfig(heads=1, steps=150))
+    assert r.headline_holds and r.control.holds and not r.holds and not r.passed
     assert not r.check("control-no-gain").passed  # the tip "helps" in the control
 
 

@@ -55,10 +55,19 @@ CLAIMS_000: tuple[Claim, ...] = (
         "借鉴了数据库检索的概念",
         "Q, K and V borrow from database retrieval: a query is matched against every key and "
         "the values are returned weighted by the match; trained on associative recall "
-        "(fetch the value stored under a key), one attention head learns exactly this lookup.",
+        "(fetch the value stored under a key), one attention head learns exactly this lookup: "
+        "on fresh sequences the query puts most of its attention on the pair whose key "
+        "matches it (chance: one of the n_pairs + 1 positions; the same model untrained does "
+        "not), and the value it reads brings the loss well below chance.",
         "Q、K、V 借鉴了数据库检索：查询与每个键比对，按匹配程度加权取回值；在关联回忆任务"
-        "（取回某个键下存放的值）上训练，单个注意力头确实学会了这种检索。",
-        evidence("scaling-training:scaled-vs-chance"),
+        "（取回某个键下存放的值）上训练，单个注意力头确实学会了这种检索：在新序列上，查询把"
+        "大部分注意力放在键与之匹配的那一对上（随机水平为 n_pairs + 1 个位置之一；同一模型"
+        "未训练时做不到），读出的值使损失远低于随机水平。",
+        evidence("scaling-training:match-attention,scaled-vs-chance"),
+        reading_en="The analogy read as what a trained head does: its query's attention lands "
+                   "on the key that matches, as a database lookup returns the matching record.",
+        reading_zh="把这一类比理解为训练后的注意力头所做的事：查询的注意力落在与之匹配的键上，"
+                   "正如数据库查找返回匹配的记录。",
     ),
     Claim(
         "000-higher-score-more-weight", "000", "claim",

@@ -8,7 +8,7 @@ Every claim, code listing, recommendation and error of the article in reading or
 
 from __future__ import annotations
 
-from .claim_types import Claim, evidence
+from .claim_types import Claim, Reading, evidence
 from .claims_000 import IID_EN, IID_ZH, NORM_EN, NORM_ZH
 
 __all__ = ["CLAIMS_001"]
@@ -207,6 +207,22 @@ CLAIMS_001: tuple[Claim, ...] = (
         "不使用 1/√d_k 缩放时，分数过大会使梯度随 d_k 增大而爆炸（该节标题为“梯度爆炸问题”）："
         "到达 W_q 的梯度（相对 W_q 本身）在不缩放时随 d_k 增大，缩放时保持不变。",
         evidence("softmax-saturation:wq-gradient-grows-unscaled,wq-gradient-flat-scaled"),
+        reading_en="The heading read as a statement about the gradient that trains the "
+                   "projections: without the scale the gradient reaching W_q, relative to W_q, "
+                   "grows with d_k (each measurement against the other run as its control: "
+                   "the scaled gradient does not grow, the unscaled one is not flat).",
+        reading_zh="把标题理解为关于训练投影矩阵的梯度的陈述：不缩放时，到达 W_q 的梯度（相对 "
+                   "W_q 本身）随 d_k 增大（每项测量都以另一种情形为对照：缩放时梯度不增大，"
+                   "不缩放时梯度不平稳）。",
+        readings=(Reading(
+            "The heading read with the sentence under it: the saturated softmax is what makes "
+            "the gradient explode, so the gradient passing through the saturated rows grows "
+            "(measured: the largest row's gradient to its scores over d_k, unscaled, and the "
+            "saturated rows' share of the gradient reaching W_q).",
+            "把标题与其下一句连起来理解：正是饱和的 softmax 使梯度爆炸，因此经过饱和行的梯度"
+            "增大（实测：不缩放时各 d_k 上最大一行传给分数的梯度，以及饱和行在到达 W_q 的梯度"
+            "中所占的份额）。",
+            evidence("!softmax-saturation:no-explosion,saturated-share")),),
         conditions_en="The explosion is in the gradient reaching W_q, carried by the few rows "
                       "not yet saturated (RMS over rows ∝ d_k^¼): from d_k = 4 to 4096 it grows "
                       "6–25× unscaled (5.9–24.6 over seeds 0–5 at 64–256 rows) while the scaled "
@@ -249,18 +265,26 @@ CLAIMS_001: tuple[Claim, ...] = (
         "0.02）：在默认初始化使 softmax 饱和的情形下，在关联回忆任务上从相同的初始方向、用相同"
         "批次训练，模型的最终损失应低于默认增益 1.0。",
         evidence("init-scale:headline", "init-scale:saturated-final-loss-ratio"),
+        reading_en="The tip read as the section's remedy for saturation: where the default "
+                   "init saturates the softmax (large d_k, scores not scaled), the small init "
+                   "trains to a lower loss; its control is the same model and d_k with the "
+                   "scale, where the default init is not saturated and the tip must not help.",
+        reading_zh="把这条建议理解为该节针对饱和给出的解决方法：在默认初始化使 softmax 饱和的"
+                   "情形（d_k 较大、分数不缩放）下，小初始化训练得到更低的损失；其对照是同一模型、"
+                   "同一 d_k 但使用缩放，此时默认初始化不饱和，这一建议不应有好处。",
         conditions_en="Where the default init saturates: d_k = 64 with the scores q·k not "
                       "scaled (normalised initial entropy 0.31 at gain 1.0). There the final "
-                      "loss ratio gain 0.02 / gain 1.0 is 0.75 (xavier_normal_) and 0.69 "
-                      "(xavier_uniform_), 0.70–0.77 over seeds 0–2. Where the default init "
-                      "is not saturated (d_k = 16, scaled: normalised entropy 0.95) the tip "
-                      "learns more slowly (ratio 1.35 and 1.69): it cures saturation and "
-                      "nothing else.",
+                      "loss ratio gain 0.02 / gain 1.0 is 0.76 (xavier_normal_) and 0.69 "
+                      "(xavier_uniform_), 0.69–0.77 over seeds 0–2. With the scale, same model "
+                      "and d_k = 64, the default init is not saturated (normalised entropy "
+                      "0.96) and the tip gains nothing (ratio 1.18 and 0.96; 0.96–1.18 over "
+                      "seeds 0–2): it cures saturation and nothing else.",
         conditions_zh="在默认初始化使 softmax 饱和的情形下成立：d_k = 64、分数 q·k 不缩放（增益 "
                       "1.0 时初始归一化熵为 0.31）。此时增益 0.02 与增益 1.0 的最终损失之比为 "
-                      "0.75（xavier_normal_）和 0.69（xavier_uniform_），种子 0–2 上为 "
-                      "0.70–0.77。在默认初始化并不饱和的情形（d_k = 16，缩放：归一化熵 0.95）下，"
-                      "小初始化学得更慢（比值 1.35 和 1.69）：它只治饱和，别无好处。",
+                      "0.76（xavier_normal_）和 0.69（xavier_uniform_），种子 0–2 上为 "
+                      "0.69–0.77。同一模型、d_k = 64 但使用缩放时，默认初始化并不饱和（归一化熵 "
+                      "0.96），这一建议没有好处（比值 1.18 和 0.96；种子 0–2 上为 0.96–1.18）："
+                      "它只治饱和，别无好处。",
     ),
     Claim(
         "001-check-row-sums", "001", "recommendation",

@@ -18,12 +18,17 @@ default gain 1.0, under both schemes, in two regimes:
 * the article's (``saturated_config``): d_k = 64 with the scores q·k not scaled, where the
   default init starts saturated (normalised entropy about 0.3, measured): the verdict on
   "helps" comes from the final losses there;
-* the control (``train_config``): d_k = 16 with the 1/√d_k scale, where the default init is
-  not saturated (normalised entropy about 0.96): there is nothing for the tip to cure, and it
-  must gain nothing (it learns more slowly).
+* the control (``train_config``): the same model, d_k = 64, with the 1/√d_k scale, where
+  the default init is not saturated (normalised entropy about 0.97): there is nothing for the
+  tip to cure, and it must gain nothing. The final-loss ratio measured there is the
+  headline's control: the tip's advantage must come from the saturation.
 
 For information also gain 10 in the control regime, an init large enough to saturate the
-softmax (only with xavier_normal_, to save time).
+softmax (only with xavier_normal_, to save time). The initial checks have controls too: the
+near-uniform rows at gain 0.02 against the default gain 1.0 (not near-uniform), the
+saturated rows at gain 10 against the same default (not saturated); that the entropy falls
+as the gain grows holds by construction (the same directions, scores ∝ g², and the entropy
+of softmax(t·s) never rises with t), its control the gains read in reverse order.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from torch import Tensor, nn
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, entropy, expect_type, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 from .scaling_training import RecallConfig, fit_recall
 
 NAME = "init-scale"
@@ -98,7 +103,6 @@ ZH: dict[str, str] = {
     "std of the initial scores q·k/√d_k (log scale)": "初始分数 q·k/√d_k 的标准差（对数坐标）",
     "Initial score spread ∝ g²": "初始分数的离散程度 ∝ g²",
     "loss (nats, mean of {} steps)": "损失（nat，{} 步滑动平均）",
-    "Training: small init is slower": "训练：小初始化学得更慢",
     "Training: gain {} vs {}": "训练：增益 {} 与 {}",
     "xavier_uniform_, gain {}": "xavier_uniform_，增益 {}",
     "xavier_normal_, gain {}": "xavier_normal_，增益 {}",
@@ -142,6 +146,9 @@ class InitTrainConfig:
 #: The regime article 001 means: a large d_k whose scores are not scaled, so the default
 #: init starts saturated (normalised entropy ≈ 0.3).
 SATURATED = InitTrainConfig(heads=1, scaled=False)  # d_k = 64
+#: Its control: the same model and d_k with the 1/√d_k scale, where the default init is not
+#: saturated (normalised entropy ≈ 0.97).
+UNSATURATED = InitTrainConfig(heads=1)  # d_k = 64, scaled
 
 
 class RecallAttention(nn.Module):
@@ -204,7 +211,7 @@ def run(
     n: int = 32,
     batch: int = 8,
     make: Callable[[int, int, float], MultiHeadAttention] = attnlab_init,
-    train_config: InitTrainConfig = InitTrainConfig(),
+    train_config: InitTrainConfig = UNSATURATED,
     tip_gain: float = 0.02,
     baseline_gain: float = 1.0,
     saturating_gain: float | None = 10.0,
@@ -222,8 +229,9 @@ def run(
     ``saturated_config=InitTrainConfig()`` tests the tip where nothing is saturated: the
     saturation check fails and the tip no longer helps, so the verdict flips.
     """
-    if tip_gain not in gains:
-        raise ValueError(f"tip_gain={tip_gain} must be one of gains={tuple(gains)}")
+    for arg, gain in (("tip_gain", tip_gain), ("baseline_gain", baseline_gain)):
+        if gain not in gains:
+            raise ValueError(f"{arg}={gain} must be one of gains={tuple(gains)}")
     expect_type("train_config", train_config, InitTrainConfig)
     expect_type("saturated_config", saturated_config, InitTrainConfig)
     init = {s: [] for s in SCHEMES}
@@ -267,36 +275,54 @@ def run(
     ratio_u = final["xavier_uniform_", tip_gain] / final["xavier_uniform_", baseline_gain]
     sat_n = sat_final["xavier_normal_", tip_gain] / sat_final["xavier_normal_", baseline_gain]
     sat_u = sat_final["xavier_uniform_", tip_gain] / sat_final["xavier_uniform_", baseline_gain]
+    i_base = list(gains).index(baseline_gain)
+    c = train_config
+    default = (f"the default init, gain {baseline_gain}", f"默认初始化，增益 {baseline_gain}")
+    unsat = (f"the same ratio where the default init is not saturated (d_k = {c.head_dim}, "
+             "scaled)", f"默认初始化不饱和时的同一比值（d_k = {c.head_dim}，缩放）")
+    sat_words = (f"the same ratio where the default init saturates (d_k = {sc.head_dim}, not "
+                 "scaled)", f"默认初始化饱和时的同一比值（d_k = {sc.head_dim}，不缩放）")
+    reversed_rise = max(b - a for e in (ent_u, ent_n) for a, b in zip(e[::-1], e[::-1][1:]))
     checks = [
         check_ge(f"xavier_normal_ gain {tip_gain}: initial entropy / log N", ent_n[i_tip],
-                 1 - 1e-4, support=True, id="normal-near-uniform"),
+                 1 - 1e-4, support=True, id="normal-near-uniform",
+                 control=Control(*default, ent_n[i_base])),
         check_ge(f"xavier_uniform_ gain {tip_gain}: initial entropy / log N", ent_u[i_tip],
-                 1 - 1e-4, support=True, id="uniform-near-uniform"),
+                 1 - 1e-4, support=True, id="uniform-near-uniform",
+                 control=Control(*default, ent_u[i_base])),
         check_le(f"normalised entropy at gain {gains[-1]}", ent_u[-1], 0.5, support=True,
-                 id="entropy-at-largest-gain"),
+                 id="entropy-at-largest-gain", control=Control(*default, ent_u[i_base])),
         check_le("entropy never rises with the gain (max increase)",
                  max([b - a for e in (ent_u, ent_n) for a, b in zip(e, e[1:])] + [0.0]), 1e-9,
-                 support=True, id="entropy-monotone"),
+                 support=True, id="entropy-monotone", by_construction=True,
+                 control=Control("the gains read in reverse order (largest first)",
+                                 "把增益倒序读取（从最大的开始）", reversed_rise)),
         # the article's regime is saturated at the default init; the control is not
         check_le(f"saturated regime, xavier_normal_ gain {baseline_gain}: initial entropy / "
                  "log N", sat_init["xavier_normal_", baseline_gain], 0.5, support=True,
-                 id="saturated-default-entropy"),
+                 id="saturated-default-entropy",
+                 control=Control(f"the unsaturated control (d_k = {c.head_dim}, scaled)",
+                                 f"不饱和的对照（d_k = {c.head_dim}，缩放）", control_init)),
         check_ge(f"saturated regime, xavier_normal_ gain {tip_gain}: initial entropy / log N",
                  sat_init["xavier_normal_", tip_gain], 1 - 1e-4, support=True,
-                 id="saturated-tip-near-uniform"),
+                 id="saturated-tip-near-uniform",
+                 control=Control(*default, sat_init["xavier_normal_", baseline_gain])),
         check_ge(f"unsaturated control, xavier_normal_ gain {baseline_gain}: initial entropy "
-                 "/ log N", control_init, 0.9, support=True, id="control-default-entropy"),
+                 "/ log N", control_init, 0.9, support=True, id="control-default-entropy",
+                 control=Control(f"the saturated regime (d_k = {sc.head_dim}, not scaled)",
+                                 f"饱和情形（d_k = {sc.head_dim}，不缩放）",
+                                 sat_init["xavier_normal_", baseline_gain])),
         check_le(f"saturated regime, xavier_uniform_: final loss, gain {tip_gain} / gain "
-                 f"{baseline_gain}", sat_u, 0.9, id="saturated-final-loss-ratio"),
+                 f"{baseline_gain}", sat_u, 0.9, id="saturated-final-loss-ratio",
+                 control=Control(*unsat, ratio_u)),
         # nothing to cure: the tip must not help where the default is not saturated
         check_ge(f"unsaturated control, xavier_normal_: final loss, gain {tip_gain} / gain "
                  f"{baseline_gain} (no gain expected)", ratio_n, 0.9, support=True,
-                 id="control-no-gain"),
+                 id="control-no-gain", control=Control(*sat_words, sat_n)),
         check_ge(f"unsaturated control, xavier_uniform_: final loss, gain {tip_gain} / gain "
                  f"{baseline_gain} (no gain expected)", ratio_u, 0.9, support=True,
-                 id="control-no-gain-uniform"),
+                 id="control-no-gain-uniform", control=Control(*sat_words, sat_u)),
     ]
-    c = train_config
     d_sat = sc.head_dim
     label = f"saturated regime (d_k = {d_sat}, not scaled)"
     for row, gain in zip(rows, gains):
@@ -318,6 +344,7 @@ def run(
         quantity_zh=f"饱和情形（d_k = {d_sat}，分数不缩放），xavier_normal_：增益 {tip_gain} 与"
                     f"增益 {baseline_gain} 的最终损失之比（最后 {sc.smooth} 步的平均）",
         measured=sat_n, expected=0.9, tolerance=0.0, relation="<=", checks=checks,
+        control=Control(*unsat, ratio_n),
         table=(["Xavier gain", "entropy / log N", "mean max weight", "uniform weight 1/N",
                 "score std (uniform init)", "entropy / log N (normal init)",
                 "score std (normal init)", "final loss (xavier_uniform_)",
@@ -329,15 +356,15 @@ def run(
                 f"q, k, v projections initialised by xavier_uniform_ or xavier_normal_ with "
                 f"gain g, on {batch} × {n} unit-variance random tokens; entropy and max weight "
                 f"are xavier_uniform_'s. Training: associative recall (16 keys, 8 pairs), "
-                f"embedding → MultiHeadAttention(E = {c.embed_dim}, {c.heads} heads) → "
+                f"embedding → MultiHeadAttention(E = {c.embed_dim}, {_heads(c.heads)}) → "
                 f"readout, Adam lr {c.lr}, batch {c.batch}, {c.steps} steps, the same "
                 f"initial directions and batches for every run; final loss = mean of the last "
-                f"{tail} steps (chance log 16 = 2.77). That control (d_k = {c.head_dim}, "
+                f"{tail} steps (chance log 16 = 2.77). The control regime (d_k = {c.head_dim}, "
                 f"scaled) is not saturated at gain {baseline_gain} (normalised entropy "
                 f"{control_init:.3f}) and the tip gains nothing there (final-loss ratio "
                 f"{ratio_n:.2f} xavier_normal_, {ratio_u:.2f} xavier_uniform_). The article's "
                 f"regime, d_k = {d_sat} with the scores q·k not scaled "
-                f"({sc.embed_dim}-dim embedding, {sc.heads} head), starts saturated at gain "
+                f"({sc.embed_dim}-dim embedding, {_heads(sc.heads)}), starts saturated at gain "
                 f"{baseline_gain} (normalised entropy "
                 f"{sat_init['xavier_normal_', baseline_gain]:.3f}); there the tip reaches the "
                 f"lower loss (ratio {sat_n:.2f} xavier_normal_, {sat_u:.2f} "
@@ -348,7 +375,7 @@ def run(
                    f"训练：关联回忆任务（16 个键，8 对），嵌入 → MultiHeadAttention（E = "
                    f"{c.embed_dim}，{c.heads} 个头）→ 读出层，Adam 学习率 {c.lr}，批大小 "
                    f"{c.batch}，共 {c.steps} 步，各次训练的初始方向与数据批次相同；最终损失为"
-                   f"最后 {tail} 步的平均（随机水平 log 16 = 2.77）。该对照（d_k = {c.head_dim}，"
+                   f"最后 {tail} 步的平均（随机水平 log 16 = 2.77）。对照情形（d_k = {c.head_dim}，"
                    f"缩放）在增益 {baseline_gain} 时并不饱和（归一化熵 {control_init:.3f}），"
                    f"这一建议在那里没有好处（最终损失之比：xavier_normal_ {ratio_n:.2f}，"
                    f"xavier_uniform_ {ratio_u:.2f}）。文章所说的情形——d_k = {d_sat}、分数 q·k "
@@ -357,6 +384,11 @@ def run(
                    f"在那里小初始化的最终损失更低（比值：xavier_normal_ {sat_n:.2f}，"
                    f"xavier_uniform_ {sat_u:.2f}）。" + sat_zh,
     )
+
+
+def _heads(n: int) -> str:
+    """``"1 head"``, ``"4 heads"``."""
+    return f"{n} head{'s' if n != 1 else ''}"
 
 
 def _smooth(xs: list[float], w: int) -> list[float]:

@@ -13,6 +13,15 @@ E[q·k] = d_k μ² and Var(q·k) = d_k (1 + 2μ²): dividing by √d_k then leav
 The scaled scores are read back from ``attnlab.scaled_dot_product_attention`` itself (its
 default scale), so the experiment checks attnlab's scaling, not a formula typed here.
 
+The controls (the same measurements on components that break the condition, which the laws
+must not fit): for the variance, components of mean 0 and variance 1 that are correlated
+within each vector (a factor shared by the d_k components, correlation ρ): then
+Var(q·k) = Σ_ij Cov(q_i, q_j)Cov(k_i, k_j) = d_k(1 + (d_k − 1)ρ²), not d_k; with mean μ
+as well, Var(q·k) = d_k(1 + 2μ²) + d_k(d_k − 1)(ρ² + 2μ²ρ). For the mean, q and k whose
+components are independent within each vector, of mean μ and variance 1, but correlated
+with each other (a vector shared by the queries and keys of a block, correlation ρ per
+component): E[q·k] = d_k(μ² + ρ), not d_k μ².
+
 For information, the queries and keys of a real model (MiniLM, via :func:`attnlab.models.load`
 and :func:`attnlab.tracing.trace`) are compared with the condition: per layer, their
 component means and variances, and the score variance against what independent components
@@ -28,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ._common import check_le, label_axes, new_figure, scores_via_attnlab, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "qk-variance"
 CLAIM = ("If the components of q and k are independent with mean 0 and variance 1, "
@@ -58,6 +67,8 @@ ZH: dict[str, str] = {
     "Var(q·k) if independent": "分量独立时的 Var(q·k)",
     "Var(q·k) / that": "Var(q·k) / 独立时的值",
     "independent, mean μ = {}, variance {}": "独立，均值 μ = {}，方差 {}",
+    "control: correlated within each vector (ρ = {}), mean {}, variance {}":
+        "对照：每个向量内各分量相关（ρ = {}），均值 {}，方差 {}",
     "MiniLM layer {} (mean of {} heads)": "MiniLM 第 {} 层（{} 个头的平均）",
     "SmolLM{} layer {} (mean of {} heads)": "SmolLM{} 第 {} 层（{} 个头的平均）",
     # checks
@@ -70,6 +81,7 @@ ZH: dict[str, str] = {
     "theory: Var = d_k": "理论：Var = d_k",
     "theory: Var = {}": "理论：Var = {}",
     "raw q·k": "未缩放的 q·k",
+    "control, raw q·k: components correlated (ρ = {})": "对照，未缩放的 q·k：分量相关（ρ = {}）",
     "attnlab score q·k/√d_k": "attnlab 的分数 q·k/√d_k",
     "variance of the score": "分数的方差",
     "Mean 0, variance 1: Var grows as d_k unless scaled":
@@ -144,6 +156,64 @@ def _mu_id(mu: float) -> str:
     return f"mu-{'minus-' if mu < 0 else ''}{abs(mu):g}".replace("e-", "e-minus-").replace("+", "")
 
 
+def correlated_within(g: torch.Generator, groups: int, m: int, d_k: int, mu: float, rho: float
+                      ) -> tuple[Tensor, Tensor]:
+    """Control pairs (G, m, d) for the variance: q and k independent of each other, each
+    component of mean ``mu`` and variance 1, but the d_k components of one vector share a
+    factor (pairwise correlation ``rho``), so Var(q·k) = d_k(1 + 2μ²) + d_k(d_k − 1)(ρ² + 2μ²ρ).
+    """
+    def draw() -> Tensor:
+        z = torch.randn(groups, m, 1, generator=g, dtype=torch.float64)  # one per vector
+        e = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
+        return mu + math.sqrt(rho) * z + math.sqrt(1 - rho) * e
+
+    return draw(), draw()
+
+
+def correlated_across(g: torch.Generator, groups: int, m: int, d_k: int, mu: float, rho: float
+                      ) -> tuple[Tensor, Tensor]:
+    """Control pairs (G, m, d) for the mean: components independent within each vector, of
+    mean ``mu`` and variance 1, but every query and key of a block shares a vector (each
+    component of q correlated ``rho`` with the same component of k), so
+    E[q·k] = d_k(μ² + ρ)."""
+    c = torch.randn(groups, 1, d_k, generator=g, dtype=torch.float64)  # one per block
+
+    def draw() -> Tensor:
+        e = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
+        return mu + math.sqrt(rho) * c + math.sqrt(1 - rho) * e
+
+    return draw(), draw()
+
+
+def _centred(q: Tensor, k: Tensor, scale: float | None) -> tuple[float, float, float]:
+    """Over all pairs of each block of (G, m, d) queries and keys: the mean of q·k, and the
+    variances of q·k and of attnlab's scaled score around the mean 0 of the condition."""
+    raw = q @ k.transpose(-2, -1)  # (G, m, m)
+    scaled = scores_via_attnlab(q, k, scale)  # (G, m, m)
+    return float(raw.mean()), float(raw.pow(2).mean()), float(scaled.pow(2).mean())
+
+
+def _mu_block(q: Tensor, k: Tensor, mu: float, scale: float | None,
+              variance_theory: Callable[[int, float], float]) -> dict[str, float]:
+    """The mean-μ statistics of (G, m, d) queries and keys, every pair of each block: the
+    mean of q·k and its distance from d_k μ², the variances of q·k and of the scaled score
+    around the known mean, the theory's variance, their largest relative error against it,
+    and that error's standard error from the spread of the G block estimates."""
+    d_k, groups = q.shape[-1], q.shape[0]
+    raw = q @ k.transpose(-2, -1)  # (G, m, m)
+    scaled = scores_via_attnlab(q, k, scale)  # (G, m, m)
+    mean_th = d_k * mu**2
+    block_var = (raw - mean_th).pow(2).mean((-2, -1))  # (G,) per-block estimates
+    block_var_s = (scaled - mean_th / math.sqrt(d_k)).pow(2).mean((-2, -1))
+    var_raw, var_scaled = float(block_var.mean()), float(block_var_s.mean())
+    theory = float(variance_theory(d_k, mu))
+    mean_raw = float(raw.mean())
+    return {"mean": mean_raw, "mean_dev": abs(mean_raw - mean_th), "var": var_raw,
+            "var_scaled": var_scaled, "theory": theory,
+            "rel": max(abs(var_raw / theory - 1), abs(var_scaled / (theory / d_k) - 1)),
+            "se_rel": float(block_var.std() / math.sqrt(groups)) / theory}
+
+
 def run(
     seed: int = 0,
     *,
@@ -156,6 +226,7 @@ def run(
     mean_blocks: int = 32,
     variance_theory: Callable[[int, float], float] = lambda d_k, mu: d_k * (1 + 2 * mu**2),
     real_model: str | None = "minilm",
+    control_rho: float = 0.1,
     plot: bool = True,
 ) -> Result:
     """Score blocks of ``m`` queries against ``m`` keys (all pairs), per d_k and per mean μ.
@@ -176,7 +247,16 @@ def run(
     Mean μ ≠ 0 (``means``, at d_k = ``mean_dim``, ``mean_blocks`` blocks): the variance is
     measured around the known mean d_k μ², its standard error from the spread of the block
     estimates (batch means); the block mean of q·k has variance d_k(2μ²/m + 1/m²).
+
+    Controls (``control_rho`` = ρ, drawn after the measurements): the headline and the
+    variance checks on components correlated within each vector (:func:`correlated_within`,
+    one block per d_k, 8 per μ), the mean checks on q and k correlated with each other
+    (:func:`correlated_across`: 4 blocks at the smallest d_k, 8 per μ). Each must fail the
+    test its measurement passes.
     """
+    if not 0 < control_rho < 1:
+        raise ValueError(f"control_rho must be in (0, 1) (a correlation that breaks the "
+                         f"condition), got {control_rho!r}")
     if real_model is not None and real_model not in MODEL_LABELS:
         raise ValueError(f"real_model must be one of {sorted(MODEL_LABELS)} or None, "
                          f"got {real_model!r}")
@@ -184,19 +264,15 @@ def run(
         raise ValueError(f"mean_blocks must be >= 8 (its spread gives the standard error), "
                          f"got {mean_blocks}")
     rows, raw_rel, scaled_rel, std_errs, mean_z = [], [], [], [], []
-    mu_checks, mu_points = [], []
+    mu_stats, mu_points = [], []
     with seeded(seed) as g:
         for d_k in dims:
             groups = max(4, pairs // (m * m) * min(dims) // d_k)
             std_errs.append(((2 / m**2 + 4 / (d_k * m)) / groups) ** 0.5)
             q = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
             k = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
-            raw = q @ k.transpose(-2, -1)  # (G, m, m)
-            scaled = scores_via_attnlab(q, k, scale_fn(d_k))  # (G, m, m)
-            mean_raw = float(raw.mean())
+            mean_raw, var_raw, var_scaled = _centred(q, k, scale_fn(d_k))
             mean_z.append(abs(mean_raw) / math.sqrt(d_k / (m * m * groups)))
-            var_raw = float(raw.pow(2).mean())  # around the known mean 0
-            var_scaled = float(scaled.pow(2).mean())
             raw_rel.append(abs(var_raw / d_k - 1))
             scaled_rel.append(abs(var_scaled - 1))
             rms, var, _ = _moments(q, k)
@@ -208,28 +284,52 @@ def run(
             d_k, groups = mean_dim, mean_blocks
             q = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
             k = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
-            raw = q @ k.transpose(-2, -1)  # (G, m, m)
-            scaled = scores_via_attnlab(q, k, scale_fn(d_k))  # (G, m, m)
-            mean_th = d_k * mu**2
-            block_var = (raw - mean_th).pow(2).mean((-2, -1))  # (G,) per-block estimates
-            block_var_s = (scaled - mean_th / math.sqrt(d_k)).pow(2).mean((-2, -1))
-            var_raw, var_scaled = float(block_var.mean()), float(block_var_s.mean())
-            theory = float(variance_theory(d_k, mu))
-            se_rel = float(block_var.std() / math.sqrt(groups)) / theory
-            rel = max(abs(var_raw / theory - 1), abs(var_scaled / (theory / d_k) - 1))
-            mean_raw = float(raw.mean())
-            mean_se = math.sqrt(d_k * (2 * mu**2 / m + 1 / m**2) / groups)
+            st = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
+            mu_stats.append((mu, st))
+            rms, var, _ = _moments(q, k)
+            rows.append([f"independent, mean μ = {mu}, variance 1", d_k, rms, var, st["mean"],
+                         st["var"], st["theory"], st["var"] / st["theory"], st["var_scaled"]])
+            mu_points.append((mu, st["var"] / d_k, st["mean"] / d_k))
+        # the controls, drawn after the measurements (which keep their numbers): the same
+        # statistics where the condition is broken, which the laws must not fit
+        rho = control_rho
+        ctrl_rel, ctrl_points = [], []
+        for d_k in dims:  # one block each: the control only has to miss by far
+            q, k = correlated_within(g, 1, m, d_k, 0.0, rho)
+            mean_raw, var_raw, var_scaled = _centred(q, k, scale_fn(d_k))
+            ctrl_rel += [abs(var_raw / d_k - 1), abs(var_scaled - 1)]
+            rms, var, indep = _moments(q, k)
+            rows.append([f"control: correlated within each vector (ρ = {rho}), mean 0, "
+                         "variance 1", d_k, rms, var, mean_raw, var_raw, indep, var_raw / indep,
+                         var_scaled])
+            ctrl_points.append((d_k, var_raw))
+        d0, g0 = dims[0], 4
+        q, k = correlated_across(g, g0, m, d0, 0.0, rho)
+        ctrl_mean_z = abs(_centred(q, k, scale_fn(d0))[0]) / math.sqrt(d0 / (m * m * g0))
+        mu_checks = []
+        for mu, st in mu_stats:
+            d_k = mean_dim
+            q, k = correlated_across(g, 8, m, d_k, mu, rho)
+            c_mean = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
+            q, k = correlated_within(g, 8, m, d_k, mu, rho)
+            c_var = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
+            mean_se = math.sqrt(d_k * (2 * mu**2 / m + 1 / m**2) / mean_blocks)
             mu_checks += [
                 check_le(f"μ = {mu}: |E[q·k] − d_k μ²| / its standard error",
-                         abs(mean_raw - mean_th) / mean_se, 5.0, id=f"{_mu_id(mu)}-mean"),
+                         st["mean_dev"] / mean_se, 5.0, id=f"{_mu_id(mu)}-mean",
+                         control=Control(
+                             f"q and k correlated with each other (ρ = {rho} per component), "
+                             f"mean {mu}, variance 1: E[q·k] = d_k(μ² + ρ)",
+                             f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 {mu}，方差 1："
+                             "E[q·k] = d_k(μ² + ρ)", c_mean["mean_dev"] / mean_se)),
                 check_le(f"μ = {mu}: relative error of Var(q·k) and Var(q·k/√d_k) against "
-                         "d_k(1 + 2μ²) and 1 + 2μ²", rel, 6 * se_rel,
-                         id=f"{_mu_id(mu)}-variance"),
+                         "d_k(1 + 2μ²) and 1 + 2μ²", st["rel"], 6 * st["se_rel"],
+                         id=f"{_mu_id(mu)}-variance",
+                         control=Control(
+                             f"components correlated within each vector (ρ = {rho}), mean "
+                             f"{mu}, variance 1", f"每个向量内各分量相关（ρ = {rho}），均值 "
+                             f"{mu}，方差 1", c_var["rel"])),
             ]
-            rms, var, _ = _moments(q, k)
-            rows.append([f"independent, mean μ = {mu}, variance 1", d_k, rms, var, mean_raw,
-                         var_raw, theory, var_raw / theory, var_scaled])
-            mu_points.append((mu, var_raw / d_k, mean_raw / d_k))
     real_rows, real_series, real_d, real_note = [], [], 0, ""
     if real_model is not None:
         from attnlab.models import ModelNotAvailableError
@@ -240,10 +340,33 @@ def run(
             real_note = str(e)
     measured = max(raw_rel + scaled_rel)
     tolerance = 6 * max(std_errs)
+    control = Control(f"components correlated within each vector (ρ = {rho}), mean 0, "
+                      "variance 1", f"每个向量内各分量相关（ρ = {rho}），均值 0，方差 1",
+                      max(ctrl_rel))
     checks = [check_le("μ = 0: max over d_k of |E[q·k]| / its standard error", max(mean_z),
-                       5.0, id="centred-mean"), *mu_checks]
+                       5.0, id="centred-mean",
+                       control=Control(f"q and k correlated with each other (ρ = {rho} per "
+                                       f"component), mean 0, variance 1, d_k = {d0}",
+                                       f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 0，"
+                                       f"方差 1，d_k = {d0}", ctrl_mean_z)),
+              *mu_checks]
     fig = _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model,
-                  real_note) if plot else None
+                  real_note, ctrl_points, rho) if plot else None
+    d_last, v_last = ctrl_points[-1]
+    ctrl_en = (f" Control: components of mean 0 and variance 1 but correlated within each "
+               f"vector (ρ = {rho}), where Var(q·k) = d_k(1 + (d_k − 1)ρ²): measured "
+               f"Var(q·k)/d_k = {v_last / d_last:.3g} at d_k = {d_last} (theory "
+               f"{1 + (d_last - 1) * rho**2:.3g}), a largest relative error against 1 of "
+               f"{max(ctrl_rel):.3g} against the tolerance {tolerance:.3g}: the law Var = d_k "
+               "fails without independence, as it must. The mean checks' control, q and k "
+               f"correlated with each other, misses E[q·k] by {ctrl_mean_z:.3g} standard "
+               f"errors (d_k = {d0}).")
+    ctrl_zh = (f" 对照：各分量均值 0、方差 1，但每个向量内各分量相关（ρ = {rho}），此时 "
+               f"Var(q·k) = d_k(1 + (d_k − 1)ρ²)：d_k = {d_last} 时实测 Var(q·k)/d_k = "
+               f"{v_last / d_last:.3g}（理论 {1 + (d_last - 1) * rho**2:.3g}），相对 1 的最大"
+               f"相对误差为 {max(ctrl_rel):.3g}，容差为 {tolerance:.3g}：分量不独立时 Var = d_k "
+               f"不成立，正如应有的那样。均值各项检验的对照（q 与 k 相互相关）偏离 E[q·k] "
+               f"{ctrl_mean_z:.3g} 个标准误差（d_k = {d0}）。")
     real_en = real_zh = ""
     if real_rows:
         v = [r[8] for r in real_rows]
@@ -263,7 +386,7 @@ def run(
         NAME, CLAIM, CLAIM_ZH,
         quantity="mean 0: max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1",
         quantity_zh="均值为 0 时：Var(q·k)/d_k 与 Var(q·k/√d_k) 相对于 1 的最大相对误差",
-        measured=measured, expected=0.0, tolerance=tolerance, checks=checks,
+        measured=measured, expected=0.0, tolerance=tolerance, checks=checks, control=control,
         table=(["q, k", "d_k", "component mean (RMS)", "component variance", "E[q·k]",
                 "Var(q·k)", "Var(q·k) if independent", "Var(q·k) / that", "Var(q·k/√d_k)"],
                rows + real_rows),
@@ -272,15 +395,16 @@ def run(
                 "scores are attnlab's own; tolerance = 6 standard errors of the variance "
                 "estimate (mean 0); the means are checked within 5 standard errors. "
                 "'Var(q·k) if independent' is Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + μ_qi²σ_ki² "
-                "(d_k(1 + 2μ²) for the Gaussian rows)." + real_en,
+                "(d_k(1 + 2μ²) for the independent rows)." + ctrl_en + real_en,
         caption_zh="fp64 高斯 (q, k)：每块 m 个查询 × m 个键的全部配对；缩放后的分数取自 "
                    "attnlab 本身；容差为方差估计标准误差的 6 倍（均值为 0 时）；均值在 5 个"
                    "标准误差内检验。“分量独立时的 Var(q·k)”为 Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + "
-                   "μ_qi²σ_ki²（高斯各行即 d_k(1 + 2μ²)）。" + real_zh,
+                   "μ_qi²σ_ki²（各分量独立的各行即 d_k(1 + 2μ²)）。" + ctrl_zh + real_zh,
     )
 
 
-def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, real_note):
+def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, real_note,
+            ctrl_points, rho):
     from matplotlib.ticker import NullFormatter
 
     fig, (ax0, ax1, ax2) = new_figure(13, 3.8, ncols=3)
@@ -290,6 +414,8 @@ def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, re
     ax0.loglog(d, [1.0] * len(d), "k:", lw=1, label="theory: Var = 1")
     ax0.loglog(d, [r[5] for r in zero], "o-", color="#b3261e", label="raw q·k")
     ax0.loglog(d, [r[8] for r in zero], "s-", color="#3451b2", label="attnlab score q·k/√d_k")
+    ax0.loglog([p[0] for p in ctrl_points], [p[1] for p in ctrl_points], "x:", color="#7a5c00",
+               label=f"control, raw q·k: components correlated (ρ = {rho})")
     ax0.set_xticks(list(dims), [str(x) for x in dims])
     ax0.xaxis.set_minor_formatter(NullFormatter())
     label_axes(ax0, "head dimension d_k", "variance of the score",

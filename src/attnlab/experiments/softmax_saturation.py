@@ -42,7 +42,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
 from ._common import check_ge, check_le, entropy, label_axes, new_figure, seeded
-from ._result import Result
+from ._result import Control, Result
 
 NAME = "softmax-saturation"
 CLAIM = ("With N = 16 keys per row and raw scores q·k of standard deviation √d_k (independent "
@@ -204,6 +204,7 @@ def run(
                     s_med=float(gs_row.median()), s_max=float(gs_row.max()),
                     w_med=float(gw_row.median()), w_batch=_batch_wq_norm(q[:, 0], g_q),
                     w_rel=float(gw_row.square().mean().sqrt()) / math.sqrt(d_k),
+                    w_max=float(gw_row.max()) / math.sqrt(d_k),
                     sat=float(sat.double().mean()),
                     sat_share=float(gw_row[sat].sum() / gw_row.sum())))
             for key in ("s_med", "w_med", "w_batch", "w_rel"):
@@ -224,40 +225,78 @@ def run(
         p = weights_of(q).detach()
         analytic = jacobian_fn(p) @ (scale * k)  # (N, d)
         jac_err = float((auto - analytic).abs().max())
-        wq_err = _check_batch_formula(g, d_k, keys)
+        # the identities' controls: the wrong formulas the same tests must reject
+        jac_wrong = float((auto - torch.diag_embed(p) @ (scale * k)).abs().max())  # no −ppᵀ
+        wq_err, wq_wrong = _check_batch_formula(g, d_k, keys)
 
     un, sc = stats["unscaled"], stats["scaled"]
     gu, gsc = grads["unscaled"], grads["scaled"]
-    flat = [max(x[i] for x in sc) - min(x[i] for x in sc) for i in range(3)]
+
+    def spread(runs: list, i: int) -> float:
+        return max(x[i] for x in runs) - min(x[i] for x in runs)
+
     log_n = math.log(keys)
+    d_top = dims[-1]
+    scaled_rows = Control(f"the scaled rows q·k/√d_k (same queries and keys), d_k = {d_top}",
+                          f"缩放后的行 q·k/√d_k（相同的查询与键），d_k = {d_top}", sc[-1][1])
+
+    def unscaled(value: float) -> Control:  # the control of a "scaled rows stay flat" check
+        return Control("the unscaled rows (same queries and keys)",
+                       "未缩放的行（相同的查询与键）", value)
+
+    def scaled(value: float) -> Control:  # the control of an "unscaled rows ..." check
+        return Control("the scaled rows q·k/√d_k (same queries and keys)",
+                       "缩放后的行 q·k/√d_k（相同的查询与键）", value)
+
+    w_rel_u = [x["w_rel"] for x in gu]
+    w_rel_s = [x["w_rel"] for x in gsc]
+    w_max = [x["w_max"] for x in gu]
     checks = [
         check_le("unscaled entropy at the largest d_k (nats)", un[-1][1], 0.05 * log_n,
-                 id="unscaled-entropy"),
+                 id="unscaled-entropy", control=scaled_rows),
         check_le("unscaled Jacobian norm at largest d_k / at smallest", un[-1][2] / un[0][2],
-                 0.2, id="unscaled-jacobian"),
-        check_le("scaled: spread of mean max weight over d_k", flat[0], 0.05,
-                 id="scaled-max-weight-flat"),
-        check_le("scaled: spread of mean entropy over d_k / log N", flat[1] / log_n, 0.05,
-                 id="scaled-entropy-flat"),
-        check_le("scaled: spread of Jacobian norm over d_k / its mean", flat[2] /
-                 (sum(x[2] for x in sc) / len(sc)), 0.1, id="scaled-jacobian-flat"),
-        check_le("max |diag(p) − ppᵀ − autograd| (fp64)", jac_err, 1e-12, id="jacobian-formula"),
+                 0.2, id="unscaled-jacobian", control=scaled(sc[-1][2] / sc[0][2])),
+        check_le("scaled: spread of mean max weight over d_k", spread(sc, 0), 0.05,
+                 id="scaled-max-weight-flat", control=unscaled(spread(un, 0))),
+        check_le("scaled: spread of mean entropy over d_k / log N", spread(sc, 1) / log_n, 0.05,
+                 id="scaled-entropy-flat", control=unscaled(spread(un, 1) / log_n)),
+        check_le("scaled: spread of Jacobian norm over d_k / its mean", spread(sc, 2) /
+                 (sum(x[2] for x in sc) / len(sc)), 0.1, id="scaled-jacobian-flat",
+                 control=unscaled(spread(un, 2) / (sum(x[2] for x in un) / len(un)))),
+        check_le("max |diag(p) − ppᵀ − autograd| (fp64)", jac_err, 1e-12, id="jacobian-formula",
+                 by_construction=True,
+                 control=Control("the Jacobian without its −ppᵀ term (diag(p))",
+                                 "去掉 −ppᵀ 项的雅可比矩阵（diag(p)）", jac_wrong)),
         check_le("unscaled gradient vanishes: median row ‖∂L/∂s‖ at largest d_k / at smallest",
-                 gu[-1]["s_med"] / gu[0]["s_med"], 1e-2, id="gradient-vanishes-scores"),
+                 gu[-1]["s_med"] / gu[0]["s_med"], 1e-2, id="gradient-vanishes-scores",
+                 control=scaled(gsc[-1]["s_med"] / gsc[0]["s_med"])),
         check_le("unscaled gradient vanishes: median row ‖∂L/∂W_q‖ at largest d_k / at "
-                 "smallest", gu[-1]["w_med"] / gu[0]["w_med"], 1e-2, id="gradient-vanishes-wq"),
+                 "smallest", gu[-1]["w_med"] / gu[0]["w_med"], 1e-2, id="gradient-vanishes-wq",
+                 control=scaled(gsc[-1]["w_med"] / gsc[0]["w_med"])),
         check_le("no explosion through the softmax: largest row ‖∂L/∂s‖ at largest d_k / at "
-                 "smallest, unscaled", gu[-1]["s_max"] / gu[0]["s_max"], 2.0, id="no-explosion"),
+                 "smallest, unscaled", gu[-1]["s_max"] / gu[0]["s_max"], 2.0, id="no-explosion",
+                 control=Control("the same rows' gradient reaching W_q: largest row "
+                                 "‖∂L/∂W_q‖ / ‖W_q‖ over d_k / at the smallest, unscaled",
+                                 "同样这些行到达 W_q 的梯度：未缩放时各 d_k 中每行 "
+                                 "‖∂L/∂W_q‖ / ‖W_q‖ 的最大值 / 最小 d_k 处的值",
+                                 max(w_max) / w_max[0])),
         check_ge("gradient explosion, unscaled: largest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k / "
-                 "at the smallest d_k", max(x["w_rel"] for x in gu) / gu[0]["w_rel"],
-                 WQ_GROWTH, id="wq-gradient-grows-unscaled"),
+                 "at the smallest d_k", max(w_rel_u) / w_rel_u[0], WQ_GROWTH,
+                 id="wq-gradient-grows-unscaled", control=scaled(max(w_rel_s) / w_rel_s[0])),
         check_le("scaled (control): largest / smallest RMS row ‖∂L/∂W_q‖ / ‖W_q‖ over d_k",
-                 max(x["w_rel"] for x in gsc) / min(x["w_rel"] for x in gsc), WQ_FLAT,
-                 id="wq-gradient-flat-scaled"),
+                 max(w_rel_s) / min(w_rel_s), WQ_FLAT, id="wq-gradient-flat-scaled",
+                 control=unscaled(max(w_rel_u) / min(w_rel_u))),
         check_le("saturated rows' share of the unscaled W_q gradient at the largest d_k",
-                 gu[-1]["sat_share"], 0.2, id="saturated-share"),
+                 gu[-1]["sat_share"], 0.2, id="saturated-share",
+                 control=Control("every row carrying the same gradient: the saturated rows' "
+                                 "share would be their fraction of the rows",
+                                 "若每行承载相同的梯度：饱和行的份额即它们在各行中所占的比例",
+                                 gu[-1]["sat"])),
         check_le("batch ‖∂L/∂W_q‖ from Σ (q_r·q_r')(g_r·g_r') vs autograd, relative (fp64)",
-                 wq_err, 1e-12, id="wq-gradient-formula"),
+                 wq_err, 1e-12, id="wq-gradient-formula", by_construction=True,
+                 control=Control("the batch norm without the cross terms r ≠ r' "
+                                 "(√Σ_r |q_r|²|g_r|²)", "去掉 r ≠ r' 交叉项的批量范数"
+                                 "（√Σ_r |q_r|²|g_r|²）", wq_wrong)),
     ]
     growth = gu[-1]["w_batch"] / gsc[-1]["w_batch"]
     fig = _figure(dims, un, sc, log_n, gu, gsc) if plot else None
@@ -266,6 +305,8 @@ def run(
         quantity=f"mean max weight of unscaled rows at d_k = {dims[-1]} ({keys} keys)",
         quantity_zh=f"d_k = {dims[-1]} 时未缩放行的平均最大权重（{keys} 个键）",
         measured=un[-1][0], expected=1.0, tolerance=0.05, checks=checks,
+        control=Control(f"the scaled rows q·k/√d_k (same queries and keys), d_k = {d_top}",
+                        f"缩放后的行 q·k/√d_k（相同的查询与键），d_k = {d_top}", sc[-1][0]),
         table=(["d_k", "max w (raw)", "entropy (raw)", "‖J‖ (raw)", "max w (scaled)",
                 "entropy (scaled)", "‖J‖ (scaled)", "median row ‖∂L/∂s‖ (raw)",
                 "median row ‖∂L/∂s‖ (scaled)", "median row ‖∂L/∂W_q‖ (raw)",
@@ -307,9 +348,11 @@ def run(
     )
 
 
-def _check_batch_formula(g: torch.Generator, d_k: int, keys: int, rows: int = 8) -> float:
-    """Relative difference between the Gram-matrix batch ‖∂L/∂W_q‖ and autograd through an
-    explicit orthogonal (signed permutation) W_q, unscaled scores."""
+def _check_batch_formula(g: torch.Generator, d_k: int, keys: int, rows: int = 8
+                         ) -> tuple[float, float]:
+    """Relative differences from autograd through an explicit orthogonal (signed
+    permutation) W_q, unscaled scores, of the Gram-matrix batch ‖∂L/∂W_q‖ and of the wrong
+    formula without the cross terms r ≠ r' (the control the same test must reject)."""
     x = torch.randn(rows, 1, d_k, generator=g, dtype=torch.float64)
     perm = torch.randperm(d_k, generator=g)
     sign = torch.randint(0, 2, (d_k,), generator=g).double() * 2 - 1
@@ -320,8 +363,11 @@ def _check_batch_formula(g: torch.Generator, d_k: int, keys: int, rows: int = 8)
     out = scaled_dot_product_attention(x @ w_q, k, v, scale=1.0)
     (auto,) = torch.autograd.grad((out * u).sum(), (w_q,))
     _, _, g_q = _gradients((x @ w_q).detach(), k, v, u, 1.0)
-    formula = _batch_wq_norm((x @ w_q).detach()[:, 0], g_q)
-    return abs(formula - float(auto.norm())) / float(auto.norm())
+    q = (x @ w_q).detach()[:, 0]
+    formula = _batch_wq_norm(q, g_q)
+    no_cross = float((q.square().sum(-1) * g_q.square().sum(-1)).sum().sqrt())
+    norm = float(auto.norm())
+    return abs(formula - norm) / norm, abs(no_cross - norm) / norm
 
 
 def _figure(dims, un, sc, log_n, gu, gsc):

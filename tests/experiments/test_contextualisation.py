@@ -5,7 +5,6 @@ the middle layer; with attention disabled or anchors swapped it does not."""
 from __future__ import annotations
 
 import pytest
-import torch
 from zh_helpers import untranslated
 
 from attnlab import models
@@ -40,66 +39,6 @@ def test_apple_leans_with_its_context_at_the_last_layer(result):
     assert rows[0][3] == 0.0 and rows[0][5] == 0.0  # layer 0: the same tokens, either model
     assert untranslated(r, _common.ZH, ctx.ZH) == []
     assert f"{ctx.DRAWS} draws" in r.control.what
-
-
-@pytest.mark.models
-def test_random_weights_move_the_mean_but_lean_no_context(result):
-    """The control, both ways: a random network moves the mean lean difference past the
-    headline's threshold (so the mean alone is no evidence), yet on no draw does every
-    fruit context lean to 水果 and every company context to 科技公司."""
-    r = result
-    assert r.control.holds and r.control.measured >= ctx.MIN_SHIFT
-    assert r.check("contexts-separate").control.measured < 0
-    assert r.check("fruit-closer").control.measured < 0 < r.check("company-closer").control.measured
-
-
-@pytest.mark.models
-def test_at_the_middle_layer_the_contexts_do_not_separate(result):
-    mid = [r for r in result.checks if r.id.startswith("mid-")]
-    assert [c.id for c in mid] == ["mid-contexts-separate", "mid-fruit-closer",
-                                   "mid-company-closer"]
-    assert not mid[0].passed and not mid[2].passed  # every context leans to 水果 there
-    assert result.table[1][15][3] < ctx.MIN_SHIFT  # mean lean difference at layer 15
-
-
-@pytest.mark.models
-def test_the_claim_depends_on_the_reading(result):
-    (v,) = verdicts([result], [claim("000-apple-context")])
-    assert v.verdict == "depends on the reading"
-    assert all(m.supports and m.controlled for m in v.measurements)
-    assert not v.readings[0].holds
-
-
-@pytest.mark.models
-def test_the_trained_model_as_its_own_control_fails(smollm2):
-    r = ctx.run(plot=False, control_model=lambda model, seed: model, draws=1)
-    last = [r.check(i) for i in ("contexts-separate", "fruit-closer", "company-closer")]
-    assert all(c.control.holds and not c.passed for c in last)
-    (v,) = verdicts([r], [claim("000-apple-context")])
-    assert v.verdict == "does not hold"
-
-
-@pytest.mark.models
-def test_random_weights_are_the_architecture_built_from_its_config(smollm2):
-    model = smollm2.model
-    net = ctx.random_weights(model, 0)
-    assert type(net) is type(model.model) and net.config is model.config
-    trained = {p.data_ptr() for p in model.parameters()}
-    assert not trained & {p.data_ptr() for p in net.parameters()}
-    w = net.layers[0].self_attn.q_proj.weight.detach()
-    assert abs(float(w.std()) - model.config.initializer_range) < 1e-3
-    assert float(net.norm.weight.min()) == float(net.norm.weight.max()) == 1.0
-    again = ctx.random_weights(model, 0, into=ctx.random_weights(model, 1))
-    assert torch.equal(again.layers[3].mlp.up_proj.weight, net.layers[3].mlp.up_proj.weight)
-    assert not torch.equal(ctx.random_weights(model, 1, into=again).embed_tokens.weight,
-                           net.embed_tokens.weight)
-
-
-def test_random_weights_and_draws_refuse_bad_input():
-    with pytest.raises(ValueError, match="model must be a Hugging Face model"):
-        ctx.random_weights(torch.nn.Linear(2, 2), 0)
-    with pytest.raises(ValueError, match=r"draws must be an int ≥ 1 .* got 0"):
-        ctx.run(plot=False, draws=0)
 
 
 @pytest.mark.models

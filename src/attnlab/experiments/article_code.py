@@ -20,6 +20,15 @@ attnlab's module too. The article's debugging tips are checked on the listing's 
 and each tip is shown able to catch what it is meant to catch. Finally 001's tip on
 ``contiguous()`` is measured: ``view`` after ``transpose`` raises, ``reshape`` and
 ``contiguous().view`` agree.
+
+The agreements are identities of code (the same formula with the same weights: they hold by
+construction, up to fp32 rounding), so each is shown beside a deliberately wrong variant
+(:data:`WRONG`) run the same way, which the same tolerance must reject: 000 without the
+1/√d scale (weights) or merging the heads without transposing back (output), the corrected
+001 without the scale, the einsum formulation without it. The debugging tips run on real
+bugs: the corrected 001 with its softmax over the wrong axis, and with its mask ignored;
+each tip must flag its bug and pass the right listing. The headline's control is the same
+count on the two wrong listings, both of which must count as failing.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from torch import Tensor
 from attnlab.nn import MultiHeadAttention, SelfAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
-from ._result import Result, fmt_num
+from ._result import Control, Result, fmt_num
 from .article_listings import (
     DEDENT_001,
     FIXES_001,
@@ -75,9 +84,10 @@ ZH: dict[str, str] = {
     "causal and padding masks (1 = all True)":
         "调试技巧：在修正后的 001 与 attnlab 上，因果掩码和填充掩码下 "
         "attn.masked_fill(mask==0, 0).sum() == attn.sum()（1 = 全部为 True）",
-    "the two tips flag weights normalised over the wrong axis and weights computed without "
-    "the mask (1 = both flagged)":
-        "两条调试技巧能分别发现沿错误维度归一化的权重和未加掩码算出的权重（1 = 两者都被发现）",
+    "the two tips flag the corrected 001 with its softmax over the wrong axis and with its "
+    "mask ignored (1 = both flagged)":
+        "两条调试技巧能分别发现修正后的 001 中沿错误维度做的 softmax 和被忽略的掩码"
+        "（1 = 两者都被发现）",
     "tip: view after transpose raises RuntimeError (1 = raised)":
         "调试技巧：transpose 之后直接 view 抛出 RuntimeError（1 = 抛出）",
     "reshape vs contiguous().view after transpose: max |difference|":
@@ -122,6 +132,9 @@ ZH: dict[str, str] = {
         "view 的形状与输入张量的尺寸和步长不兼容（至少有一个维度跨越了两个连续子空间）",
     "reshape / contiguous().view after transpose": "transpose 之后 reshape / contiguous().view",
     "max |difference| = {}": "最大绝对差 = {}",
+    "max |out − attnlab| = {}, max |weights − attnlab| = {}":
+        "与 attnlab 输出的最大绝对差 = {}，与 attnlab 权重的最大绝对差 = {}",
+    "not applicable": "不适用",
     "view after transpose, one head (H = {}): ({}, {}, {}, {})":
         "transpose 之后直接 view，单个头（H = {}）：({}, {}, {}, {})",
     "view after transpose, one token (L = {}): ({}, {}, {}, {})":
@@ -146,7 +159,7 @@ ZH: dict[str, str] = {
 
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "Edit", "Listing", "LISTINGS", "FIXES_001",
            "DEDENT_001", "listing_source", "apply_edits", "diff_lines", "run_listings",
-           "einsum_attention", "run"]
+           "einsum_attention", "WRONG", "run"]
 
 #: Sizes of the driven runs: article 001's defaults and article 000's test input.
 EMBED_DIM, HEADS, BATCH, SEQ = 512, 8, 2, 10
@@ -154,6 +167,29 @@ EMBED_DIM, HEADS, BATCH, SEQ = 512, 8, 2, 10
 TOLERANCE = 1e-6
 #: fp64 agreement between :func:`einsum_attention` and attnlab's module.
 EINSUM_TOLERANCE = 1e-12
+
+#: The deliberately wrong variants the checks must reject (controls), by name: an edit of
+#: 000 as printed, or of 001 once corrected.
+WRONG: dict[str, Edit] = {
+    "000-no-scale": Edit("        scores = scores / math.sqrt(self.head_dim)\n",
+                         "        scores = scores\n", "000 without the 1/√d scale",
+                         "000 去掉 1/√d 缩放"),
+    "000-no-transpose-back": Edit(
+        "        context = context.transpose(1, 2).contiguous().view(B, N, D)\n",
+        "        context = context.contiguous().view(B, N, D)\n",
+        "000 merging the heads without transposing back",
+        "000 合并各头时没有先转置回来"),
+    "001-no-scale": Edit("k) / self.d_k**0.5\n", "k)\n", "corrected 001 without the scale",
+                         "修正后的 001 去掉缩放"),
+    "001-softmax-wrong-axis": Edit("        attn = F.softmax(scores, dim=-1)\n",
+                                   "        attn = F.softmax(scores, dim=-2)\n",
+                                   "corrected 001 with the softmax over the query axis",
+                                   "修正后的 001 沿查询维度做 softmax"),
+    "001-mask-ignored": Edit(
+        "            scores = scores.masked_fill(mask == 0, float('-inf'))\n",
+        "            scores = scores\n", "corrected 001 ignoring the mask",
+        "修正后的 001 忽略掩码"),
+}
 
 
 # -- the einsum formulation ------------------------------------------------------------------
@@ -223,6 +259,26 @@ def _mask_tip(attn: Tensor, mask: Tensor) -> bool:
     return bool(attn.masked_fill(mask == 0, 0).sum() == attn.sum())
 
 
+def _tip_passes(tip: Callable[..., bool], weights: Sequence[dict[str, Tensor]],
+                masks: dict[str, Tensor | None], keys: Sequence[str]) -> bool:
+    """``tip`` holds on every ``weights[k]`` for k in ``keys`` (the row-sum tip takes the
+    weights alone, the mask tip also the mask); False when some weights are missing (a run
+    that failed)."""
+    if not all(w and all(k in w for k in keys) for w in weights):
+        return False
+    with torch.no_grad():
+        return all(tip(w[k]) if tip is _rows_tip else tip(w[k], masks[k])
+                   for w in weights for k in keys)
+
+
+def _edited(source: str, edit: Edit) -> str | None:
+    """``source`` with ``edit``, or None when its text is not in ``source`` exactly once."""
+    try:
+        return apply_edits(source, [edit])
+    except ValueError:
+        return None
+
+
 def _describe(rec: dict[str, Any]) -> tuple[str, Any, str]:
     """(result, line, message) of a run: its first error, or "runs"."""
     errs = [rec["error"]] + [c["error"] for c in rec["calls"]]
@@ -266,7 +322,6 @@ def run(
         padding = torch.ones(BATCH, 1, 1, SEQ)
         padding[1, ..., SEQ - 3:] = 0  # the second sequence has 3 padding tokens
         t_view = torch.randn(BATCH, HEADS, SEQ, EMBED_DIM // HEADS, generator=g)
-        wrong_axis = torch.softmax(torch.randn(BATCH, HEADS, SEQ, SEQ, generator=g), dim=-2)
     masks = {"none": None, "causal": causal, "padding": padding}
     with torch.no_grad():
         ref0, ref0_w = sa(x)
@@ -288,10 +343,29 @@ def run(
     runs1 = [{"label": f"001 + {i} fixes", "source": s, "filename": fn1, "cls": l1.cls,
               "args": [EMBED_DIM, HEADS], "state": "w/", "calls": calls1}
              for i, s in enumerate(steps)]
+    # the wrong variants (controls), each at a known run index; None: not applicable to a
+    # replaced listing (then its control counts as failing the test, as a wrong one must)
+    at: dict[str, tuple[int, int] | None] = {}
+    main_bug = _edited(src0, Edit("    num_heads = 8\n", "    num_heads = 7\n",
+                                  "000's own test with 7 heads"))
+    at["000-main-bug"] = None if main_bug is None else (0, len(runs0))
+    if main_bug is not None:
+        runs0.append({"label": "000 main, 7 heads", "source": main_bug, "filename": fn0,
+                      "main": True})
+    for key in WRONG:
+        base = src0 if key.startswith("000") else steps[-1]
+        wrong = _edited(base, WRONG[key])
+        job = runs0 if key.startswith("000") else runs1
+        at[key] = None if wrong is None else (0 if job is runs0 else 1, len(job))
+        if wrong is not None:
+            job.append({"label": key, "source": wrong, "filename": fn0 if job is runs0 else fn1,
+                        "cls": (l0 if job is runs0 else l1).cls, "args": [EMBED_DIM, HEADS],
+                        "state": "w/", "calls": [["x", None]] if job is runs0 else calls1})
     try:
         dedent = apply_edits(src1, DEDENT_001)
     except ValueError:
         dedent = None  # a replaced listing the other reading does not apply to
+    dedent_at = len(runs1)
     if dedent is not None:
         runs1.append({"label": "001 dedented", "source": dedent, "filename": fn1,
                       "cls": l1.cls, "args": [EMBED_DIM, HEADS], "state": "w/",
@@ -300,7 +374,7 @@ def run(
         [(runs0, tensors0), (runs1, tensors1)], seed=seed, timeout=timeout)
 
     # 000: its own test, then driven with attnlab's weights
-    main0, driven0 = recs0
+    main0, driven0 = recs0[:2]
     err0_out = err0_w = math.inf
     if not _failed(driven0):
         err0_out = _err(outs0["1/0/out"], ref0)
@@ -320,52 +394,111 @@ def run(
     last = len(steps) - 1
     err1_fixed, attn1 = agreement(last)
 
+    def wrong(key: str) -> tuple[float, float, dict[str, Tensor]]:
+        """(output error, weights error, weights by mask) of a wrong variant vs attnlab; inf
+        (and no weights) when it is not applicable or did not run."""
+        where = at[key]
+        if where is None:
+            return math.inf, math.inf, {}
+        job, i = where
+        if job == 0:
+            if _failed(recs0[i]):
+                return math.inf, math.inf, {}
+            return (_err(outs0[f"{i}/0/out"], ref0), _err(outs0[f"{i}/0/attn"], ref0_w),
+                    {"none": outs0[f"{i}/0/attn"]})
+        out_err, attn = agreement(i)
+        w_err = max((_err(attn[k], ref1[k][1]) for k in attn), default=math.inf)
+        return out_err, w_err, attn
+
+    w000_scale, w000_merge = wrong("000-no-scale"), wrong("000-no-transpose-back")
+    w001_scale = wrong("001-no-scale")
+    w_axis, w_mask = wrong("001-softmax-wrong-axis")[2], wrong("001-mask-ignored")[2]
+    main_bug_runs = at["000-main-bug"] is not None and not _failed(
+        recs0[at["000-main-bug"][1]])
+    # the headline's control: the same count on the two wrong listings
+    wrong_failing = sum(not max(e[0], e[1]) <= TOLERANCE for e in (w000_scale, w001_scale))
+
     # the einsum formulation against attnlab's module, in fp64: the same function, not
-    # merely the same result up to fp32 rounding
+    # merely the same result up to fp32 rounding; its control drops the scale
     mha64, x64 = copy.deepcopy(mha).double(), x.double()
+    unscaled = copy.deepcopy(mha64)
+    unscaled.scale = 1.0
     with torch.no_grad():
-        err_einsum = max(
-            _err(einsum_fn(mha64, x64, None if m is None else m.bool())[0],
+        err_einsum, err_einsum_wrong = (max(
+            _err(einsum_fn(m64, x64, None if m is None else m.bool())[0],
                  mha64(x64, mask=None if m is None else m.bool())[0])
-            for m in masks.values())
+            for m in masks.values()) for m64 in (mha64, unscaled))
 
     # article 001's debugging tips on the corrected listing's weights and on attnlab's
     ours_w = {k: v[1] for k, v in ref1.items()}
-    rows_ok = bool(attn1) and all(_rows_tip(a) for a in [*attn1.values(), *ours_w.values()])
-    mask_ok = bool(attn1) and all(
-        _mask_tip(w[k], masks[k]) for w in (attn1, ours_w) for k in ("causal", "padding"))
-    with torch.no_grad():  # each tip must catch what it is meant to catch
-        rows_catches = not _rows_tip(wrong_axis)
-        mask_catches = not _mask_tip(ours_w["none"], causal)
+    rows_ok = _tip_passes(_rows_tip, [attn1, ours_w], masks, ("none", "causal", "padding"))
+    mask_ok = _tip_passes(_mask_tip, [attn1, ours_w], masks, ("causal", "padding"))
+    # each tip on a real bug of the corrected listing: it must flag it
+    rows_on_bug = _tip_passes(_rows_tip, [w_axis], masks, ("none", "causal", "padding"))
+    mask_on_bug = _tip_passes(_mask_tip, [w_mask], masks, ("causal", "padding"))
+    catches = bool(w_axis) and bool(w_mask) and not rows_on_bug and not mask_on_bug
 
     # 001's tip on contiguous(): view after transpose raises, reshape and contiguous work
     view_rows, view_raised, view_same = _contiguous_tip(t_view)
+    b_, h_, n_, d_ = t_view.shape
+    try:  # control: view of the contiguous copy raises nothing
+        t_view.transpose(1, 2).contiguous().view(b_, n_, h_ * d_)
+        contiguous_raised = False
+    except RuntimeError:
+        contiguous_raised = True
+    # control: merging the heads without the transpose is not the same tensor
+    merge_wrong = _err(t_view.reshape(b_, n_, h_ * d_),
+                       t_view.transpose(1, 2).contiguous().view(b_, n_, h_ * d_))
 
     failing = int(fails0) + int(fails1)
+
+    def ctl(key: str, value: float) -> Control:
+        e = WRONG[key]
+        return Control(e.why, e.why_zh, value)
+
     checks = [
         check_ge("000 as printed: its own __main__ test runs (1 = yes)",
-                 float(not _failed(main0)), 1, id="printed-000-main-runs"),
+                 float(not _failed(main0)), 1, id="printed-000-main-runs",
+                 control=Control("000's own test changed to 7 heads (512 is not divisible by "
+                                 "7: its assert must stop it)",
+                                 "把 000 自带测试改为 7 个头（512 不能被 7 整除，其 assert "
+                                 "应当报错）", float(main_bug_runs))),
         check_le("000 as printed vs attnlab SelfAttention, same weights: max |output error|",
-                 err0_out, TOLERANCE, id="printed-000-output"),
+                 err0_out, TOLERANCE, id="printed-000-output", by_construction=True,
+                 control=ctl("000-no-transpose-back", w000_merge[0])),
         check_le("000 as printed vs attnlab SelfAttention: max |weights error|",
-                 err0_w, TOLERANCE, id="printed-000-weights"),
+                 err0_w, TOLERANCE, id="printed-000-weights", by_construction=True,
+                 control=ctl("000-no-scale", w000_scale[1])),
         check_le(f"001 with the {len(fixes_001)} fixes vs attnlab MultiHeadAttention: "
                  "max |output error| (no mask, causal, padding)", err1_fixed, TOLERANCE,
-                 support=True, id="fixed-001-output"),
+                 support=True, id="fixed-001-output", by_construction=True,
+                 control=ctl("001-no-scale", w001_scale[0])),
         check_le("einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|",
-                 err_einsum, EINSUM_TOLERANCE, support=True, id="einsum"),
+                 err_einsum, EINSUM_TOLERANCE, support=True, id="einsum", by_construction=True,
+                 control=Control("the einsum formulation without the 1/√d_k scale",
+                                 "去掉 1/√d_k 缩放的 einsum 写法", err_einsum_wrong)),
         check_ge("tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab "
-                 "(1 = all True)", float(rows_ok), 1, support=True, id="tip-row-sums"),
+                 "(1 = all True)", float(rows_ok), 1, support=True, id="tip-row-sums",
+                 control=ctl("001-softmax-wrong-axis", float(rows_on_bug))),
         check_ge("tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 "
                  "and attnlab, causal and padding masks (1 = all True)", float(mask_ok), 1,
-                 support=True, id="tip-mask"),
-        check_ge("the two tips flag weights normalised over the wrong axis and weights "
-                 "computed without the mask (1 = both flagged)",
-                 float(rows_catches and mask_catches), 1, support=True, id="tips-catch"),
+                 support=True, id="tip-mask",
+                 control=ctl("001-mask-ignored", float(mask_on_bug))),
+        check_ge("the two tips flag the corrected 001 with its softmax over the wrong axis and "
+                 "with its mask ignored (1 = both flagged)", float(catches), 1, support=True,
+                 id="tips-catch",
+                 control=Control("the two tips on the right listing (corrected 001): flagged",
+                                 "两条技巧用于正确的代码（修正后的 001）：是否报错",
+                                 float(bool(attn1) and not (rows_ok and mask_ok)))),
         check_ge("tip: view after transpose raises RuntimeError (1 = raised)",
-                 float(view_raised), 1, support=True, id="view-after-transpose-raises"),
+                 float(view_raised), 1, support=True, id="view-after-transpose-raises",
+                 control=Control("view of the contiguous() copy", "对 contiguous() 副本调用 view",
+                                 float(contiguous_raised))),
         check_le("reshape vs contiguous().view after transpose: max |difference|",
-                 view_same, 0.0, support=True, id="reshape-equals-contiguous"),
+                 view_same, 0.0, support=True, id="reshape-equals-contiguous",
+                 by_construction=True,
+                 control=Control("the heads merged without the transpose",
+                                 "不转置直接合并各头", merge_wrong)),
     ]
 
     rows: list[list[Any]] = []
@@ -389,7 +522,7 @@ def run(
                    "(no mask, causal, padding)")
         rows.append([label, result, line, msg])
     if dedent is not None:
-        rec = recs1[-1]
+        rec = recs1[dedent_at]
         result, line, msg = _describe(rec)
         rows.append(["001, other reading: masked_fill dedented (runs unconditionally), "
                      "forward(x) without a mask", result, line, msg])
@@ -397,6 +530,14 @@ def run(
         before = apply_edits(src1, fixes_001[: i - 1])
         for d in diff_lines(before, apply_edits(before, [e])):
             rows.append([f"fix {i} diff", "", "", d])
+    for key, e in WRONG.items():  # the controls, run the same way
+        out_err, w_err, _ = wrong(key)
+        where = at[key]
+        rec = None if where is None else (recs0, recs1)[where[0]][where[1]]
+        result = "not applicable" if rec is None else _describe(rec)[0]
+        rows.append([f"control (wrong on purpose): {e.why}", result, "",
+                     f"max |out − attnlab| = {fmt_num(out_err)}, max |weights − attnlab| = "
+                     f"{fmt_num(w_err)}" if math.isfinite(out_err) else ""])
     rows += view_rows
 
     fig = _figure(checks[1:5], attn1.get("causal")) if plot else None
@@ -408,6 +549,10 @@ def run(
         quantity_zh="按原样运行失败的代码清单数（共 2 份；抛出异常，或与使用相同权重的 attnlab "
                     "结果不符）",
         measured=failing, expected=0, tolerance=0, relation="<=", checks=checks,
+        control=Control("the same count on two wrong listings (000 and the corrected 001, "
+                        "each without its scale)",
+                        "对两份错误代码（000 与修正后的 001，各自去掉缩放）做同样的计数",
+                        wrong_failing),
         table=(["run", "result", "line of the listing run", "message or measurement"], rows),
         figure=fig,
         caption=f"Each listing ran in a fresh interpreter (sys.executable); "
@@ -508,6 +653,12 @@ def _fix_labels() -> dict[str, str]:
     return out
 
 
+def _control_labels() -> dict[str, str]:
+    """The table's labels of the wrong variants (:data:`WRONG`)."""
+    return {f"control (wrong on purpose): {e.why}": f"对照（故意写错）：{e.why_zh}"
+            for e in WRONG.values()}
+
+
 def _code_lines() -> dict[str, str]:
     """The diff lines of the fixes are code: they read the same in Chinese."""
     out: dict[str, str] = {}
@@ -520,4 +671,5 @@ def _code_lines() -> dict[str, str]:
 
 
 ZH.update(_fix_labels())
+ZH.update(_control_labels())
 ZH.update(_code_lines())

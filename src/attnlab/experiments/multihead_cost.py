@@ -120,8 +120,8 @@ ZH: dict[str, str] = {
     "|params(h={}) − params(h={})|": "|参数量(h={}) − 参数量(h={})|",
     "|FLOPs(h={}) − FLOPs(h={})| / FLOPs": "|FLOPs(h={}) − FLOPs(h={})| / FLOPs",
     "|counted FLOPs − 8NE² − 4N²E| / FLOPs": "|计数 FLOPs − 8NE² − 4N²E| / FLOPs",
-    "W_q: mean principal angle, trained − init (°)": "W_q：平均主角，训练后 − 初始化（度）",
-    "W_k: mean principal angle, trained − init (°)": "W_k：平均主角，训练后 − 初始化（度）",
+    "W_q: mean principal angle, trained − init (°)": "W_q：平均主夹角，训练后 − 初始化（度）",
+    "W_k: mean principal angle, trained − init (°)": "W_k：平均主夹角，训练后 − 初始化（度）",
     "attention rows: mean total variation between heads, lowest over runs":
         "注意力分布（逐行）：各头之间的平均全变差距离，各次训练中的最小值",
     "trained heads' W_q, W_k: mean principal angle between heads, lowest over runs "
@@ -140,10 +140,10 @@ ZH: dict[str, str] = {
     "after training": "训练后",
     "training": "训练",
     "identical initial heads": "初始完全相同的头",
-    "mean principal angle between heads (°)": "各头之间的平均主角（度）",
+    "mean principal angle between heads (°)": "各头之间的平均主夹角（度）",
     "Heads' subspaces: W_q (solid), W_k (dashed)": "各头的子空间：W_q（实线），W_k（虚线）",
-    "principal angle index (ascending)": "主角序号（升序）",
-    "principal angle (°)": "主角（度）",
+    "principal angle index (ascending)": "主夹角序号（升序）",
+    "principal angle (°)": "主夹角（度）",
     "Heads {} and {}, W_q, seed {}": "头 {} 与头 {}，W_q，种子 {}",
     "One-block GPTs, {} heads, seed {}": "单层 GPT，{} 个头，种子 {}",
     "chance: log {}": "随机猜测：log {}",
@@ -156,15 +156,15 @@ for _t, _z in TASK_ZH.items():
         f"{_t}: lowest held-out accuracy over seeds": f"{_z}：各种子中最低的留出集准确率",
         f"{_t}, seed {{}}: held-out accuracy": f"{_z}，种子 {{}}：留出集准确率",
         f"{_t}, seed {{}}: mean principal angle between heads, W_q (°)":
-            f"{_z}，种子 {{}}：各头之间的平均主角，W_q（度）",
+            f"{_z}，种子 {{}}：各头之间的平均主夹角，W_q（度）",
         f"{_t}, seed {{}}: mean principal angle between heads, W_k (°)":
-            f"{_z}，种子 {{}}：各头之间的平均主角，W_k（度）",
+            f"{_z}，种子 {{}}：各头之间的平均主夹角，W_k（度）",
         f"{_t}: mean angle between heads' top {{}} singular directions of W_q (°)":
             f"{_z}：各头 W_q 前 {{}} 个奇异方向之间的平均夹角（度）",
         f"{_t}: attention rows, mean total variation between heads":
             f"{_z}：各头注意力分布（逐行）之间的平均全变差距离",
         f"{_t}, identical initial heads: mean principal angle, W_q (°)":
-            f"{_z}，初始完全相同的头：平均主角，W_q（度）",
+            f"{_z}，初始完全相同的头：平均主夹角，W_q（度）",
         f"{_t}, identical initial heads: max |W_q(head h) − W_q(head {{}})|":
             f"{_z}，初始完全相同的头：max |W_q(头 h) − W_q(头 {{}})|",
         f"{_t}, identical initial heads: held-out accuracy":

@@ -89,7 +89,7 @@ ZH: dict[str, str] = {
     "untied, untrained (control)": "未绑定，未训练（对照）",
     "tied, untrained": "绑定，未训练",
     "previous (cyclic): scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean (nats)":
-        "循环前一词元：scale·(q_i·k_{i−1} − q_{i−1}·k_i)，平均值（奈特）",
+        "循环前一词元：缩放·(q_i·k_{i−1} − q_{i−1}·k_i)，平均值（奈特）",
 }
 
 TASKS = ("swap", "previous (cyclic)")
@@ -320,7 +320,7 @@ def run(
                  "previous-token task: scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean over positions "
                  "(nats)",
         quantity_zh="训练后的未绑定模型（W_Q ≠ W_K）在循环前一词元任务上的有向分数差："
-                    "scale·(q_i·k_{i−1} − q_{i−1}·k_i)，对位置取平均（奈特）",
+                    "缩放·(q_i·k_{i−1} − q_{i−1}·k_i)，对位置取平均（奈特）",
         measured=pu["gap"], expected=1.0, tolerance=0.0, relation=">=", checks=checks,
         control=Control(what, what_zh, pu0["gap"]),
         table=(["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)",

@@ -51,8 +51,8 @@ ZH = {
     "min Σ|∂out_t/∂x_s| over s ≤ t (the past does reach out_t)":
         "s ≤ t 时 Σ|∂out_t/∂x_s| 的最小值（过去确实影响 out_t）",
     "max Σ|∂out_t/∂x_s| over s > t (future)": "s > t（未来）时 Σ|∂out_t/∂x_s| 的最大值",
-    "additive mask −{}: max |weight| on masked positions":
-        "加性掩码 −{}：被遮蔽位置上 |权重| 的最大值",
+    "additive mask {}: max |weight| on masked positions":
+        "加性掩码 {}：被遮蔽位置上 |权重| 的最大值",
     "log{} Σ|∂out_t/∂x_s| (blank = exactly {})": "log{} Σ|∂out_t/∂x_s|（空白 = 恰为 {}）",
     "input position s": "输入位置 s",
     "output position t": "输出位置 t",

@@ -253,3 +253,44 @@ def test_three_interleaved_functions_take_each_place_in_turn():
     fq.interleaved_times({n: (lambda n=n: order.append(n)) for n in "abc"}, rounds=1,
                          repeats=3, clock=lambda: 0.0)
     assert order == list("abc" "bca" "cab")
+
+
+# -- parity ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parity_checks():
+    from attnlab.experiments import parity
+
+    return parity.run_parity(0)
+
+
+def test_every_parity_check_measures_a_wrong_variant_the_tolerance_rejects(parity_checks):
+    for c in parity_checks:
+        assert c.control is not None and c.wrong and c.wrong_zh, c.name
+        assert c.control > 10 * c.tolerance and not c.control_holds, c
+        assert c.passed, c
+
+
+def test_a_parity_check_whose_wrong_variant_also_agrees_fails(monkeypatch):
+    """Wrong on purpose: an sdpa that ignores ``scale`` makes the missing-scale variant
+    agree with torch as well, so the no-mask comparison shows nothing and fails."""
+    from attnlab.experiments import parity
+
+    right = parity.scaled_dot_product_attention
+
+    def ignores_scale(q, k, v, mask=None, *, scale=None, **kw):
+        return right(q, k, v, mask, **kw)
+
+    monkeypatch.setattr(parity, "scaled_dot_product_attention", ignores_scale)
+    found = {c.name: c for c in parity._sdpa_checks(torch.Generator().manual_seed(0))}
+    plain = found["sdpa: no mask (fused)"]
+    assert plain.max_error <= plain.tolerance and plain.control_holds and not plain.passed
+    assert not found["sdpa: custom scale (fused)"].passed  # and the scale itself is wrong
+    assert parity.ParityCheck("x", 0.0, 1e-5, control=1.0).passed
+
+
+def test_the_demos_pass_beside_their_wrong_weights():
+    from attnlab.experiments import parity
+
+    assert all(ok for _, _, ok in parity.seed_demos(0))

@@ -7,8 +7,21 @@ to 0, the rest to torch. ``seed_demos(seed)`` gives the articles' own demos as
 (check, value, passed) rows. The report's parity section (:mod:`attnlab.report.parity`)
 shows both.
 
+Each comparison also measures its control: the same error, against the same torch
+reference, of a deliberately wrong variant of attnlab's side (the scale left out, the mask
+or padding ignored, non-causal where torch is causal, the other LayerNorm placement, no KV
+cache, fp32 where fp64 is compared); a check passes only if the error is within the
+tolerance *and* the wrong variant's is not, so that no tolerance loose enough to accept a
+wrong implementation can pass. (Skipping the final LayerNorms of a post-LN
+``nn.Transformer`` is no such variant: after a post-LN layer they change its output by only
+about 6e-6, within 1e-5.) The numeric demos are put to the same test
+(row sums and the mask tip against weights normalised over the wrong axis and weights
+computed without the mask).
+
 >>> ParityCheck("x", 2e-6, 1e-5).passed, ParityCheck("nan", float("nan"), 1e-5).passed
 (True, False)
+>>> ParityCheck("x", 2e-6, 1e-5, control=3e-6, wrong="a variant within the tolerance").passed
+False
 """
 
 from __future__ import annotations
@@ -36,13 +49,34 @@ __all__ = ["ParityCheck", "run_parity", "seed_demos", "ZH"]
 
 @dataclass(frozen=True)
 class ParityCheck:
+    """One comparison with torch: ``max_error`` against ``tolerance``; ``control``: the
+    same error of a deliberately wrong variant (``wrong`` / ``wrong_zh`` say which), which
+    the tolerance must reject (None: no control measured)."""
+
     name: str
     max_error: float
     tolerance: float
+    control: float | None = None
+    wrong: str = ""
+    wrong_zh: str = ""
+
+    @staticmethod
+    def _within(error: float, tolerance: float) -> bool:
+        return math.isfinite(error) and error <= tolerance
+
+    @property
+    def control_holds(self) -> bool:
+        """The wrong variant also passes the tolerance (then the check shows nothing)."""
+        return self.control is not None and self._within(self.control, self.tolerance)
 
     @property
     def passed(self) -> bool:
-        return math.isfinite(self.max_error) and self.max_error <= self.tolerance
+        return self._within(self.max_error, self.tolerance) and not self.control_holds
+
+
+def _check(name: str, error: float, tolerance: float, control: float, wrong: str,
+           wrong_zh: str) -> ParityCheck:
+    return ParityCheck(name, error, tolerance, float(control), wrong, wrong_zh)
 
 
 def _err(a: Tensor, b: Tensor) -> float:
@@ -58,23 +92,31 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     bool_mask = torch.rand(b, 1, lq, lk, generator=g) > 0.3
     bool_mask[..., 0] = True  # every row keeps a key here; fully-masked rows are tested apart
     float_mask = torch.randn(b, h, lq, lk, generator=g)
+    # each case: attnlab's arguments, and the wrong variant's (what it gets wrong)
     cases = {
-        "sdpa: no mask": dict(),
-        "sdpa: bool mask": dict(mask=bool_mask),
-        "sdpa: float mask": dict(mask=float_mask),
-        "sdpa: custom scale": dict(scale=0.37),
+        "sdpa: no mask": (dict(), dict(scale=1.0), "the 1/√d scale left out", "漏掉 1/√d 缩放"),
+        "sdpa: bool mask": (dict(mask=bool_mask), dict(), "the mask ignored", "忽略掩码"),
+        "sdpa: float mask": (dict(mask=float_mask), dict(), "the float mask ignored",
+                             "忽略浮点掩码"),
+        "sdpa: custom scale": (dict(scale=0.37), dict(), "the default scale instead of 0.37",
+                               "用默认缩放代替 0.37"),
     }
-    for name, kw in cases.items():
+    for name, (kw, wrong_kw, wrong, wrong_zh) in cases.items():
         torch_kw = {"attn_mask": kw.get("mask"), "scale": kw.get("scale")}
         ref = F.scaled_dot_product_attention(q, k, v, **torch_kw)
         ours_fused = scaled_dot_product_attention(q, k, v, **kw)
         ours_explicit, _ = scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
-        out.append(ParityCheck(name + " (fused)", _err(ours_fused, ref), 1e-5))
-        out.append(ParityCheck(name + " (explicit)", _err(ours_explicit, ref), 1e-5))
+        control = _err(scaled_dot_product_attention(q, k, v, **wrong_kw), ref)
+        out.append(_check(name + " (fused)", _err(ours_fused, ref), 1e-5, control, wrong,
+                          wrong_zh))
+        out.append(_check(name + " (explicit)", _err(ours_explicit, ref), 1e-5, control, wrong,
+                          wrong_zh))
     qs = q[..., :lk, :].contiguous() if lq >= lk else torch.randn(b, h, lk, d, generator=g)
     ref = F.scaled_dot_product_attention(qs, k, v, is_causal=True)
     ours, _ = scaled_dot_product_attention(qs, k, v, causal=True, return_weights=True)
-    out.append(ParityCheck("sdpa: causal", _err(ours, ref), 1e-5))
+    out.append(_check("sdpa: causal", _err(ours, ref), 1e-5,
+                      _err(scaled_dot_product_attention(qs, k, v), ref),
+                      "not causal (every key seen)", "非因果（看到所有键）"))
     # fully-masked rows: attnlab gives 0 (nn.MultiheadAttention gives NaN, see below)
     dead = bool_mask.clone()
     dead[:, :, 2, :] = False
@@ -84,12 +126,17 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     alive[2] = False
     err_alive = _err(ours[:, :, alive], ref[:, :, alive])
     err_dead = max(float(ours[:, :, 2].abs().max()), float(w[:, :, 2].abs().max()))
-    out.append(ParityCheck("sdpa: fully-masked row is 0", max(err_alive, err_dead),
-                           1e-5))
+    uniform = v.mean(-2)  # the dead row as if its weights were spread over every key
+    out.append(_check("sdpa: fully-masked row is 0", max(err_alive, err_dead), 1e-5,
+                      max(err_alive, float(uniform.abs().max())),
+                      "the fully-masked row spread evenly over every key",
+                      "被整行遮蔽的行均匀分给所有键"))
     q64, k64, v64 = q.double(), k.double(), v.double()
     ref = F.scaled_dot_product_attention(q64, k64, v64, attn_mask=bool_mask)
     ours = scaled_dot_product_attention(q64, k64, v64, bool_mask, backend="explicit")
-    out.append(ParityCheck("sdpa: fp64 bool mask", _err(ours, ref), 1e-12))
+    fp32 = scaled_dot_product_attention(q, k, v, bool_mask, backend="explicit")
+    out.append(_check("sdpa: fp64 bool mask", _err(ours, ref), 1e-12, _err(fp32, ref),
+                      "computed in fp32", "以 fp32 计算"))
     return out
 
 
@@ -112,13 +159,19 @@ def _mha_checks(g: torch.Generator) -> list[ParityCheck]:
             ref_out = tx(ref_out)
             our_out, our_w = ours(x, None if kdim is None else kv,
                                   key_mask=key_mask, need_weights=True)
+            bad_out, bad_w = ours(x, None if kdim is None else kv, need_weights=True)
             tag = f"MHA batch_first={batch_first} kdim={kdim}"
-            out.append(ParityCheck(f"{tag}: output", _err(our_out, ref_out), 1e-5))
-            out.append(ParityCheck(f"{tag}: per-head weights", _err(our_w, ref_w), 1e-5))
+            pad, pad_zh = "the key padding mask ignored", "忽略键的填充掩码"
+            out.append(_check(f"{tag}: output", _err(our_out, ref_out), 1e-5,
+                              _err(bad_out, ref_out), pad, pad_zh))
+            out.append(_check(f"{tag}: per-head weights", _err(our_w, ref_w), 1e-5,
+                              _err(bad_w, ref_w), pad, pad_zh))
             gy = torch.randn_like(ref_out)
             g_ref = torch.autograd.grad(ref_out, [x, *m.parameters()], gy)
             g_our = torch.autograd.grad(our_out, [x], gy)
-            out.append(ParityCheck(f"{tag}: grad wrt input", _err(g_our[0], g_ref[0]), 1e-4))
+            g_bad = torch.autograd.grad(bad_out, [x], gy)
+            out.append(_check(f"{tag}: grad wrt input", _err(g_our[0], g_ref[0]), 1e-4,
+                              _err(g_bad[0], g_ref[0]), pad, pad_zh))
     # a fully-masked row: nn.MultiheadAttention returns NaN, attnlab returns 0
     m = nn.MultiheadAttention(e, h, batch_first=True)
     ours = MultiHeadAttention.from_torch(m)
@@ -128,11 +181,14 @@ def _mha_checks(g: torch.Generator) -> list[ParityCheck]:
     with torch.no_grad():
         ref_out, _ = m(x, x, x, attn_mask=~allowed)
         our_out, _ = ours(x, mask=allowed)
+        unmasked, _ = ours(x)
     torch_nan = bool(torch.isnan(ref_out[0, 1]).all())
     keep = allowed.any(-1)
     err = max(_err(our_out[:, keep], ref_out[:, keep]), float(our_out[0, 1].abs().max()))
+    bad = max(_err(our_out[:, keep], ref_out[:, keep]), float(unmasked[0, 1].abs().max()))
     name = "MHA fully-masked row: attnlab 0" + (" (torch: NaN)" if torch_nan else "")
-    out.append(ParityCheck(name, err, 1e-5))
+    out.append(_check(name, err, 1e-5, bad, "the fully-masked row computed without its mask",
+                      "被整行遮蔽的行不加掩码计算"))
     return out
 
 
@@ -144,15 +200,23 @@ def _layer_checks(g: torch.Generator) -> list[ParityCheck]:
         ours = TransformerEncoderLayer.from_torch(layer).eval()
         x = torch.randn(2, 5, 32, generator=g)
         with torch.no_grad():
-            err = _err(ours(x), layer(x))
-        out.append(ParityCheck(f"TransformerEncoderLayer norm_first={norm_first}", err, 1e-5))
+            ref = layer(x)
+            err = _err(ours(x), ref)
+            ours.norm_first = not norm_first
+            bad = _err(ours(x), ref)
+            ours.norm_first = norm_first
+        out.append(_check(f"TransformerEncoderLayer norm_first={norm_first}", err, 1e-5, bad,
+                          "the other LayerNorm placement", "另一种 LayerNorm 位置"))
     mha = MultiHeadAttention(32, 4, num_kv_heads=2).eval()
     x = torch.randn(1, 8, 32, generator=g)
     cache = KVCache()
     with torch.no_grad():
         full, _ = mha(x, causal=True)
         steps = torch.cat([mha(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(8)], 1)
-    out.append(ParityCheck("KV cache (GQA) vs full causal forward", _err(steps, full), 1e-5))
+        alone = torch.cat([mha(x[:, t:t + 1], causal=True)[0] for t in range(8)], 1)
+    out.append(_check("KV cache (GQA) vs full causal forward", _err(steps, full), 1e-5,
+                      _err(alone, full), "each step without the cache (sees only itself)",
+                      "每一步都不用缓存（只看到自己）"))
     return out
 
 
@@ -173,16 +237,20 @@ def _cross_checks(g: torch.Generator) -> list[ParityCheck]:
         ref_out, ref_w = m(x, mem, val, key_padding_mask=~keep, need_weights=True,
                            average_attn_weights=False)
         our_out, our_w = ours(x, mem, val, key_mask=keep, need_weights=True)
-        out.append(ParityCheck(f"cross-attention MHA, {tag}: output", _err(our_out, ref_out),
-                               1e-5))
-        out.append(ParityCheck(f"cross-attention MHA, {tag}: per-head weights",
-                               _err(our_w, ref_w), 1e-5))
+        bad_out, bad_w = ours(x, mem, val, need_weights=True)
+        pad, pad_zh = "the memory padding ignored", "忽略记忆的填充掩码"
+        out.append(_check(f"cross-attention MHA, {tag}: output", _err(our_out, ref_out),
+                          1e-5, _err(bad_out, ref_out), pad, pad_zh))
+        out.append(_check(f"cross-attention MHA, {tag}: per-head weights",
+                          _err(our_w, ref_w), 1e-5, _err(bad_w, ref_w), pad, pad_zh))
         inputs = [x, mem] + ([val] if distinct_v else [])
         gy = torch.randn(ref_out.shape, generator=g)
         g_ref = torch.autograd.grad(ref_out, inputs, gy)
         g_our = torch.autograd.grad(our_out, inputs, gy)
-        out.append(ParityCheck(f"cross-attention MHA, {tag}: grads wrt query and memory",
-                               max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4))
+        g_bad = torch.autograd.grad(bad_out, inputs, gy)
+        out.append(_check(f"cross-attention MHA, {tag}: grads wrt query and memory",
+                          max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4,
+                          max(_err(a, c) for a, c in zip(g_bad, g_ref)), pad, pad_zh))
     return out
 
 
@@ -216,13 +284,18 @@ def _decoder_checks(g: torch.Generator) -> list[ParityCheck]:
         ref = layer(tgt, mem, tgt_mask=causal, tgt_key_padding_mask=~tgt_keep,
                     memory_key_padding_mask=~mem_keep, tgt_is_causal=True)
         got = ours(tgt, mem, key_mask=tgt_keep, memory_key_mask=mem_keep, causal=True)
+        bad = ours(tgt, mem, key_mask=tgt_keep, memory_key_mask=mem_keep, causal=False)
         tag = f"TransformerDecoderLayer norm_first={norm_first}"
-        out.append(ParityCheck(f"{tag}: causal, tgt and memory padding", _err(got, ref), 1e-5))
+        nc, nc_zh = "without the causal mask", "不加因果掩码"
+        out.append(_check(f"{tag}: causal, tgt and memory padding", _err(got, ref), 1e-5,
+                          _err(bad, ref), nc, nc_zh))
         gy = torch.randn(ref.shape, generator=g)
         g_ref = torch.autograd.grad(ref, [tgt, mem], gy)
         g_our = torch.autograd.grad(got, [tgt, mem], gy)
-        out.append(ParityCheck(f"{tag}: grads wrt tgt and memory",
-                               max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4))
+        g_bad = torch.autograd.grad(bad, [tgt, mem], gy)
+        out.append(_check(f"{tag}: grads wrt tgt and memory",
+                          max(_err(a, c) for a, c in zip(g_our, g_ref)), 1e-4,
+                          max(_err(a, c) for a, c in zip(g_bad, g_ref)), nc, nc_zh))
     return out
 
 
@@ -253,18 +326,25 @@ def _stack_checks(g: torch.Generator) -> list[ParityCheck]:
             ref = model(src, tgt, tgt_mask=causal, src_key_padding_mask=~src_keep,
                         memory_key_padding_mask=~src_keep, tgt_is_causal=True)
             ref_mem = model.encoder(src, src_key_padding_mask=~src_keep)
-            mem = src
-            for lay in enc:
-                mem = lay(mem, key_mask=src_keep)
-            mem = model.encoder.norm(mem)
-            y = tgt
-            for lay in dec:
-                y = lay(y, mem, memory_key_mask=src_keep, causal=True)
-            y = model.decoder.norm(y)
+            outs = {}
+            for keep in (src_keep, None):  # None: the wrong variant, padding ignored
+                mem = src
+                for lay in enc:
+                    mem = lay(mem, key_mask=keep)
+                mem = model.encoder.norm(mem)
+                y = tgt
+                for lay in dec:
+                    y = lay(y, mem, memory_key_mask=keep, causal=True)
+                outs[keep is None] = (model.decoder.norm(y), mem)
         tag = f"nn.Transformer (2 + 2 layers) norm_first={norm_first}"
-        out.append(ParityCheck(f"{tag}: decoder output", _err(y, ref), 1e-5))
-        out.append(ParityCheck(f"{tag}: encoder memory at real tokens",
-                               _err(mem[src_keep], ref_mem[src_keep]), 1e-5))
+        (y, mem), (bad_y, bad_mem) = outs[False], outs[True]
+        pad, pad_zh = ("the source padding ignored (encoder and cross-attention)",
+                       "忽略源序列的填充掩码（编码器与交叉注意力）")
+        out.append(_check(f"{tag}: decoder output", _err(y, ref), 1e-5, _err(bad_y, ref), pad,
+                          pad_zh))
+        out.append(_check(f"{tag}: encoder memory at real tokens",
+                          _err(mem[src_keep], ref_mem[src_keep]), 1e-5,
+                          _err(bad_mem[src_keep], ref_mem[src_keep]), pad, pad_zh))
     return out
 
 
@@ -295,17 +375,25 @@ def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, b
                  tuple(out.shape) == (2, 10, 512)))
     rows.append(("000 attention weights shape (B, H, N, N)", str(tuple(w.shape)),
                  tuple(w.shape) == (2, 8, 10, 10)))
+    # controls: the same demos on wrong weights, which each must flag
+    wrong_axis = w / w.sum(-2, keepdim=True)  # normalised over the query axis
     dev = float((w.sum(-1) - 1).abs().max())
-    rows.append(("000 max |row sum − 1|", f"{dev:.1e}", dev < 1e-5))
+    dev_wrong = float((wrong_axis.sum(-1) - 1).abs().max())
+    rows.append(("000 max |row sum − 1|", f"{dev:.1e}", dev < 1e-5 and not dev_wrong < 1e-5))
     mha = MultiHeadAttention(512, 8)
     causal = masks.causal(10)
     out, w = mha(x, mask=causal, need_weights=True)
+    _, unmasked = mha(x, need_weights=True)
     rows.append(("001 MultiHeadAttention output shape", str(tuple(out.shape)),
                  tuple(out.shape) == (2, 10, 512)))
     leaked = float(w.masked_fill(causal, 0).abs().max())
-    rows.append(("001 max weight on masked positions", f"{leaked:.1e}", leaked == 0.0))
+    leaked_wrong = float(unmasked.masked_fill(causal, 0).abs().max())
+    rows.append(("001 max weight on masked positions", f"{leaked:.1e}",
+                 leaked == 0.0 and leaked_wrong != 0.0))
     ok = bool(torch.allclose(w.sum(-1), torch.ones(2, 8, 10)))
-    rows.append(("001 torch.allclose(attn.sum(-1), 1)", str(ok), ok))
+    wrong_cols = w / w.sum(-2, keepdim=True)  # normalised over the query axis
+    ok_wrong = bool(torch.allclose(wrong_cols.sum(-1), torch.ones(2, 8, 10)))
+    rows.append(("001 torch.allclose(attn.sum(-1), 1)", str(ok), ok and not ok_wrong))
     return rows
 
 

@@ -25,6 +25,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         """),
     Code("""
         from attnlab import positional
+        from attnlab.i18n import translate
 
         pe = positional.sinusoidal_table(64, 32)  # (positions, d_model)
         fig, ax = plt.subplots(figsize=(6, 3))
@@ -36,6 +37,50 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         omega = positional.frequencies(32)  # ω_i = 10000^(-2i/d)
         print(T("wavelengths 2π/ω_i:", "波长 2π/ω_i："),
               [round(float(2 * math.pi / w), 1) for w in omega[::4]])
+
+
+        def show_checks(result):
+            \"\"\"The checks behind an experiment's verdict, in this notebook's language: each
+            value against what it must be, and its control when it has one.\"\"\"
+            cat = {**COMMON, **catalog(result.name)}
+            tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
+            for c in result.checks:
+                print(f"- {tr(c.name)}: {fmt_num(c.value)} ({tr(c.expected)}) "
+                      + (T("pass", "通过") if c.passed else T("fail", "未通过")))
+                if c.control is not None:
+                    what = c.control.what_zh if LANG == "zh" else c.control.what
+                    print(f"    {T('control', '对照')}: {what} = {fmt_num(c.control.measured)}, "
+                          + (T("passes too", "同样满足") if c.control.holds
+                             else T("fails, as it should", "不满足，符合预期")))
+        """),
+    Text("""
+        **Which pairs record what.** Each pair $(PE_{p,2i}, PE_{p,2i+1})$ is a point on the
+        unit circle that turns by $\\omega_i$ per position. What one pair can tell about the
+        offset $\\Delta$ between two positions is the angle between its two points:
+        $\\hat\\Delta_i = \\mathrm{wrap}(\\varphi_i(p + \\Delta) - \\varphi_i(p)) / \\omega_i$.
+        A fast pair turns a visible angle per step but wraps around after one wavelength (two far
+        positions look alike: aliasing); a slow pair never wraps over the table but moves
+        too little per step to be read through noise. The experiment `pe-frequency-roles`
+        decodes $\\Delta$ this way from every pair, with a little readout noise on every value
+        (a model never reads the table exactly), and compares the fastest quarter of the
+        pairs with the slowest. `report` prints the measurement, its control and the verdict;
+        the checks below it are the other half of the claim.
+        """, """
+        **哪些维度对记录什么**。每一对 $(PE_{p,2i}, PE_{p,2i+1})$ 是单位圆上的一个点，每移动
+        一个位置转过 $\\omega_i$ 角。一个维度对能告诉我们两个位置之间偏移 $\\Delta$ 的信息，
+        就是它的两个点之间的夹角：
+        $\\hat\\Delta_i = \\mathrm{wrap}(\\varphi_i(p + \\Delta) - \\varphi_i(p)) / \\omega_i$。
+        快的维度对每一步都转过明显的角度，但转满一个波长就绕回原处（相距很远的两个位置看起来一样：
+        混叠）；慢的维度对在整张表上都不会绕回，但每一步移动太少，隔着噪声读不出来。实验
+        `pe-frequency-roles` 用这种方法从每个维度对解码 $\\Delta$，并在每个值上加一点读出噪声（模型
+        从来不会精确地读出编码表），再比较最快的四分之一维度对与最慢的四分之一。`report`
+        打印测量值、它的对照和结论；其下的各项检查是这条论断的另一半。
+        """),
+    Code("""
+        r = run("pe-frequency-roles", samples=500)
+        report(r)
+        show_checks(r)
+        show(r)
         """),
     Text("""
         **The linear combination is a rotation.** By the angle-sum formulas, each pair
@@ -43,7 +88,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         the angle $\\omega_i k$. So $PE_{pos+k} = M_k \\, PE_{pos}$ with one block-diagonal
         matrix $M_k$ for **every** position — `positional.relative_rotation` builds it.
         """, """
-        **这个线性组合是一个旋转。** 由和角公式，位置 $p + k$ 处的每一对
+        **这个线性组合是一个旋转**。由和角公式，位置 $p + k$ 处的每一对
         $(\\sin \\omega_i p, \\cos \\omega_i p)$ 就是位置 $p$ 处的那一对旋转 $\\omega_i k$ 角。所以
         $PE_{pos+k} = M_k \\, PE_{pos}$，其中分块对角矩阵 $M_k$ 对**所有**位置都相同——
         `positional.relative_rotation` 构造的就是它。
@@ -54,19 +99,40 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         print(T("max |PE[p+5] - M PE[p]| =", "max |PE[p+5] - M PE[p]| ="),
               float((pe64[5:] - pe64[:-5] @ M.T).abs().max()))
         r = run("pe-relative-position")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        report(r)
         show(r)
         """),
     Text("""
-        That $M_k$ exists does not mean a model uses it: the scores see $x + PE$, mixed
-        with the content. **RoPE** (used by SmolLM2, notebook 09) puts the rotation where it
-        acts directly: it rotates $q$ and $k$ themselves by their positions, so that
+        **Does a model use it?** That $M_k$ exists does not mean training finds it. The
+        experiment `relative-position-learned` trains one causal attention head to copy the
+        token a few positions back, only on windows placed at low absolute positions, then
+        tests it at higher positions it never saw. Its queries and keys read only the
+        sinusoidal table, so a query projection equal to $M_{-k}$ would find the key $k$ back
+        at every position. For comparison the same model is trained with learned absolute
+        position embeddings (`nn.Embedding`: the rows of positions never seen are never
+        trained).
+        """, """
+        **模型会用到它吗**？$M_k$ 存在并不意味着训练会找到它。实验 `relative-position-learned`
+        训练一个因果注意力头，让它复制几个位置之前的词元；训练只用放在较小绝对位置上的窗口，然后在它
+        从未见过的更大位置上测试。它的查询和键只读取正弦编码表，所以等于 $M_{-k}$ 的查询投影在每个
+        位置上都能找到往回 $k$ 个位置的键。作为比较，同一个模型改用可学习的绝对位置嵌入
+        （`nn.Embedding`：从未见过的位置对应的行从未被训练）以同样方式训练。
+        """),
+    Code("""
+        r = run("relative-position-learned", mixed=False, plot=False)
+        report(r)
+        show_checks(r)
+        """),
+    Text("""
+        In a standard model the scores see $x + PE$: position mixed with the content.
+        **RoPE** (used by SmolLM2, notebook 09) puts the rotation where it acts directly: it
+        rotates $q$ and $k$ themselves by their positions, so that
         $\\langle R_m q, R_n k \\rangle = \\langle q, R_{n-m} k \\rangle$ depends on $m - n$
         only. attnlab's `RotaryEmbedding` uses the half-split layout of Llama (dimension $i$
         pairs with $i + d/2$). The map of scores over $(m, n)$ is constant along diagonals:
         """, """
-        $M_k$ 存在并不意味着模型会用到它：分数看到的是 $x + PE$，与内容混在一起。**RoPE**（SmolLM2
-        使用它，见第 09 节）把旋转放到直接起作用的地方：按位置旋转 $q$ 和 $k$ 本身，使
+        在标准模型中，分数看到的是 $x + PE$：位置与内容混在一起。**RoPE**（SmolLM2 使用它，
+        见第 09 节）把旋转放到直接起作用的地方：按位置旋转 $q$ 和 $k$ 本身，使
         $\\langle R_m q, R_n k \\rangle = \\langle q, R_{n-m} k \\rangle$
         只依赖于 $m - n$。attnlab 的
         `RotaryEmbedding` 采用 Llama 的前后半分布局（第 $i$ 维与第 $i + d/2$ 维成对）。分数在
@@ -79,12 +145,12 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         S = rope(qr.expand(24, 16), positions=pos) @ rope(kr.expand(24, 16), positions=pos).T
         fig, ax = plt.subplots(figsize=(3.8, 3.3))
         im = ax.imshow(S, cmap="RdBu")
-        ax.set_xlabel(T("key position n", "key 位置 n"))
-        ax.set_ylabel(T("query position m", "query 位置 m"))
+        ax.set_xlabel(T("key position n", "键位置 n"))
+        ax.set_ylabel(T("query position m", "查询位置 m"))
         ax.set_title(T("⟨R_m q, R_n k⟩", "⟨R_m q, R_n k⟩"))
         fig.colorbar(im, ax=ax)
         r = run("rope-relative")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        report(r)
         """),
     Exercise("ex1", """
         **Exercise 1.** The wavelength of dimension pair $i$ (in positions): write

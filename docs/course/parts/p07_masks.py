@@ -16,7 +16,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         """, """
         文章 000 把掩码剥离掉了（「剥离一切无关的模块（如 Mask 机制、Dropout）」）；文章 001 加了一
         行
-        「掩码处理（解码器需要）」。掩码决定一个 query 可以看到哪些 key。attnlab 处处只用一种约定：
+        「掩码处理（解码器需要）」。掩码决定一个查询可以看到哪些键。attnlab 处处只用一种约定：
         bool 掩码在**允许关注的位置为 True**，float 掩码加到分数上，`key_mask`（B, Lk）对真实的词为
         True。所有掩码都来自 `attnlab.masks`。
         """),
@@ -36,9 +36,9 @@ PART = Part(7, "masks", "Masks", "掩码", (
         for ax, (title, m) in zip(axes, shown.items()):
             ax.imshow(m, cmap="Greys", vmin=0, vmax=1)
             ax.set_title(title, fontsize=9)
-            ax.set_xlabel("key")
-        axes[0].set_ylabel("query")
-        fig.suptitle(T("black: the query may attend the key", "黑色：query 可以关注该 key"))
+            ax.set_xlabel(T("key", "键"))
+        axes[0].set_ylabel(T("query", "查询"))
+        fig.suptitle(T("black: the query may attend the key", "黑色：该查询可以关注该键"))
         plt.show()
         """),
     Text("""
@@ -57,7 +57,8 @@ PART = Part(7, "masks", "Masks", "掩码", (
         try:
             compile(source, "001_multi_head_attention.py", "exec")
         except SyntaxError as e:
-            print(type(e).__name__, T("at line", "位于第"), e.lineno, ":", e.text.strip())
+            print(T(f"{type(e).__name__} at line {e.lineno}:",
+                    f"{type(e).__name__}，位于第 {e.lineno} 行："), e.text.strip())
         print([line for line in source.splitlines() if "if mask" in line])
         """),
     Text("""
@@ -65,7 +66,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         whose every key is masked (0 / 0), and the NaN spreads. attnlab gives that row weight
         0 and output 0, with log-sum-exp $-\\infty$.
         """, """
-        **整行都被屏蔽。** 常见的 `masked_fill(-inf)` 再 softmax，对所有 key 都被屏蔽的一行会得到
+        **整行都被屏蔽**。常见的 `masked_fill(-inf)` 再 softmax，对所有键都被屏蔽的一行会得到
         NaN（0 / 0），而且 NaN 会扩散。attnlab 对这样的一行给出权重 0、输出 0，log-sum-exp 为
          $-\\infty$。
         """),
@@ -86,15 +87,16 @@ PART = Part(7, "masks", "Masks", "掩码", (
     Text("""
         **Causality is a statement about gradients**: with a causal mask, output $t$ does not
         depend on any input $s > t$. The experiment `masking` measures
-        $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$ over $s > t$: exactly 0.
+        $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$ over $s > t$, which causality makes
+        exactly 0, and the same sum for its control:
         """, """
         **因果性是关于梯度的命题**：加了因果掩码，第 $t$ 个输出不依赖任何 $s > t$ 的输入。实验
-        `masking` 测量所有 $s > t$ 上的 $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$：恰好为
-         0。
+        `masking` 测量所有 $s > t$ 上的 $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$（因果性
+        要求它恰好为 0），以及它的对照上的同一个和：
         """),
     Code("""
         r = run("masking")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        report(r)
         show(r)
         """),
     Exercise("ex1", """
@@ -151,7 +153,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
             xb = torch.randn(2, 5, 8)
             outb, wb = mha(xb, key_mask=ex2_key_mask, need_weights=True)
             assert float(wb[0, :, :, 3:].detach().abs().max()) == 0, T(
-                "padded keys must get weight 0", "填充的 key 权重必须为 0")
+                "padded keys must get weight 0", "填充的键权重必须为 0")
             alone, _ = mha(xb[:1, :3])  # the short sequence without padding
             assert torch.allclose(outb[0, :3], alone[0], atol=1e-6), T(
                 "padding changed the real tokens' outputs", "填充改变了真实词的输出")
@@ -162,7 +164,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         **Exercise 3.** With `masks.causal(n, window=w)`, how many keys does each query see?
         Give `ex3_counts` (n,) for `n = 10`, `w = 4` by a formula, not from the mask.
         """, """
-        **练习 3.** 用 `masks.causal(n, window=w)` 时，每个 query 能看到多少个 key？对 `n = 10`、
+        **练习 3.** 用 `masks.causal(n, window=w)` 时，每个查询能看到多少个键？对 `n = 10`、
         `w = 4`，用公式（而不是从掩码）给出 `ex3_counts`（n,）。
         """,
         blank="""
@@ -176,7 +178,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         check="""
             answered(ex3_counts=ex3_counts)
             assert torch.equal(ex3_counts, masks.causal(n, window=w).sum(-1)), T(
-                "not the number of keys each query sees", "不是每个 query 看到的 key 数")
+                "not the number of keys each query sees", "不是每个查询看到的键数")
             print(T("right", "正确"))
             """,
         wrong="""

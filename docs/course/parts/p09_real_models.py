@@ -9,19 +9,19 @@ from cells import Code, Exercise, Part, Text  # noqa: F401
 PART = Part(9, "real_models", "Real models", "真实模型", (
     Text("""
         Everything so far ran on random weights. attnlab loads two pretrained models
-        offline: `minilm` (all-MiniLM-L6-v2, a BERT encoder, 6 layers × 12 heads) and
-        `smollm2` (SmolLM2-135M-Instruct, Llama: causal, RoPE, 30 layers × 9 heads sharing 3
-        key/value heads). A **trace** keeps each head's q, k, v and each row's log-sum-exp,
-        and computes any weight exactly when asked.
+        offline: `minilm` (all-MiniLM-L6-v2, a BERT encoder) and `smollm2`
+        (SmolLM2-135M-Instruct, a Llama: causal, RoPE, query heads that share key/value
+        heads); printing a trace shows its layers and heads. A **trace** keeps each head's q,
+        k, v and each row's log-sum-exp, and computes any weight exactly when asked.
         """, """
         到目前为止一切都是在随机权重上运行的。attnlab 可以离线加载两个预训练模型：`minilm`
-        （all-MiniLM-L6-v2，BERT 编码器，6 层 × 12 个头）和 `smollm2`（SmolLM2-135M-Instruct，Llama
-        架构：因果、RoPE，30 层 × 9 个头，共享 3 个 key/value 头）。**trace** 保存每个头的 q、k、
-        v 与
-        每一行的 log-sum-exp，需要哪个权重就精确地算出哪个。
+        （all-MiniLM-L6-v2，BERT 编码器）和 `smollm2`（SmolLM2-135M-Instruct，Llama 架构：因果、
+        RoPE，若干查询头共享一个键/值头）；打印一个 trace 就能看到它的层数和头数。**trace**
+        保存每个头的 q、k、v 与每一行的 log-sum-exp，需要哪个权重就精确地算出哪个。
         """),
     Code("""
         from attnlab import models
+        from attnlab.i18n import translate
         from attnlab.viz import figures
 
         minilm = models.load("minilm", progress=False)
@@ -29,27 +29,107 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         t = attnlab.trace(minilm, text)
         print(t)
         print(t.tokens)
+
+
+        def show_checks(result):
+            \"\"\"The checks behind an experiment's verdict, in this notebook's language: each
+            value against what it must be, and its control when it has one.\"\"\"
+            cat = {**COMMON, **catalog(result.name)}
+            tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
+            for c in result.checks:
+                print(f"- {tr(c.name)}: {fmt_num(c.value)} ({tr(c.expected)}) "
+                      + (T("pass", "通过") if c.passed else T("fail", "未通过")))
+                if c.control is not None:
+                    what = c.control.what_zh if LANG == "zh" else c.control.what
+                    print(f"    {T('control', '对照')}: {what} = {fmt_num(c.control.measured)}, "
+                          + (T("passes too", "同样满足") if c.control.holds
+                             else T("fails, as it should", "不满足，符合预期")))
         """),
     Text("""
-        *It* refers to *the animal*. Which of the 72 heads links them? The trace gives row
-        *it* of every head on demand; we take the head that puts the most weight from *it* on
-        *animal* and draw it as a heatmap (row = query, column = key). Set `L`, `Hd` to any
-        other head and rerun.
+        *It* refers to *the animal*. Which head links them? The trace gives the weights of
+        every head; we take the head that puts the most weight from *it* on *animal* and draw
+        it as a heatmap (row = query, column = key). Set `L`, `Hd` to any other head and
+        rerun.
         """, """
-        *it* 指的是 *the animal*。72 个头中哪一个把它们联系起来？trace 可以按需给出每个头中 *it*
-        那一行；我们取从 *it* 到 *animal* 权重最大的头，画成热力图（行 = query，列 = key）。把 `L`、
-        `Hd` 设为其他任何头，再运行一次。
+        *it* 指的是 *the animal*。哪一个头把它们联系起来？trace 可以给出每个头的权重；我们取从 *it*
+        到 *animal* 权重最大的头，画成热力图（行 = 查询，列 = 键）。把 `L`、`Hd`
+        设为其他任何头，再运行一次。
         """),
     Code("""
-        i_it, i_animal = t.tokens.index("it"), t.tokens.index("animal")
-        to_animal = torch.tensor([[float(t.weights_rows(layer, head, [i_it])[0, i_animal])
-                                   for head in range(t.num_heads)]
-                                  for layer in range(t.num_layers)])
+        def to_word(trace_, src="it", dst="animal"):
+            \"\"\"(layers, heads): every head's weight from token src on token dst.\"\"\"
+            return trace_.weights[:, :, trace_.tokens.index(src), trace_.tokens.index(dst)]
+
+
+        i_it = t.tokens.index("it")
+        to_animal = to_word(t)
         L, Hd = divmod(int(to_animal.argmax()), t.num_heads)
-        print(T(f"layer {L}, head {Hd}: weight from 'it' on 'animal' =",
-                f"第 {L} 层第 {Hd} 个头：'it' 对 'animal' 的权重 ="),
-              round(float(to_animal[L, Hd]), 3))
+        best = float(to_animal[L, Hd])
+        print(T(f"the best of {to_animal.numel()} heads: layer {L}, head {Hd}, weight from 'it' "
+                f"on 'animal' = {best:.3f}",
+                f"{to_animal.numel()} 个头中最好的一个：第 {L} 层第 {Hd} 个头，'it' 对 'animal' "
+                f"的权重 = {best:.3f}"))
         figures.heatmap(t, L, Hd, lang=LANG)
+        """),
+    Text("""
+        **A baseline for the search.** The best of many heads is high whether or not any
+        head tracks what *it* refers to: the largest of many numbers is large even when none
+        of them means anything. So the same search runs on the same words in random order,
+        where *it* refers to nothing; the best head found there is what the real sentence
+        must beat. The cell also reads the head chosen above on the shuffled words, and on
+        the sentence's twin in which *it* is the street (`too wide` instead of `too tired`).
+        """, """
+        **给这次搜索一个基线**。无论有没有哪个头真的在追踪 *it* 指代什么，许多头中最好的那个都会
+        很高：许多个数里最大的那个，即使它们都没有意义，也会很大。所以在把同样的词随机打乱的句子上
+        做同样的搜索——那里的 *it* 什么也不指代；在那里找到的最好的头，就是真实句子必须超过的基线。
+        下面的单元格还在打乱的句子上读取上面选出的那个头，并在 *it* 指街道的孪生句子上读取它
+        （把 `too tired` 换成 `too wide`）。
+        """),
+    Code("""
+        words = text.split()
+        g = torch.Generator().manual_seed(0)
+        n_shuffles = 10
+        best_shuffled, same_head = [], []
+        for _ in range(n_shuffles):
+            shuffled = " ".join(words[i] for i in torch.randperm(len(words), generator=g))
+            w_s = to_word(attnlab.trace(minilm, shuffled))
+            best_shuffled.append(float(w_s.max()))
+            same_head.append(float(w_s[L, Hd]))
+        best_shuffled, same_head = torch.tensor(best_shuffled), torch.tensor(same_head)
+        beaten = int((best_shuffled >= best).sum())
+        print(T(f"best head, real sentence: {best:.3f}; best head, shuffled words: median "
+                f"{float(best_shuffled.median()):.3f}, max {float(best_shuffled.max()):.3f}",
+                f"最好的头，真实句子：{best:.3f}；最好的头，打乱的句子：中位数 "
+                f"{float(best_shuffled.median()):.3f}，最大 {float(best_shuffled.max()):.3f}"))
+        print(T(f"shuffles whose best head reaches the real sentence's: {beaten} of {n_shuffles}",
+                f"最好的头达到真实句子水平的打乱句子：{n_shuffles} 个中有 {beaten} 个"))
+        print(T(f"head L{L}H{Hd} on the shuffled words: mean weight {float(same_head.mean()):.3f}",
+                f"第 {L} 层第 {Hd} 个头在打乱的句子上：平均权重 {float(same_head.mean()):.3f}"))
+        twin = attnlab.trace(minilm, text.replace("tired", "wide"))
+        on_animal = float(to_word(twin)[L, Hd])
+        on_street = float(to_word(twin, dst="street")[L, Hd])
+        print(T(f"head L{L}H{Hd}, 'it' was too wide: weight on 'animal' {on_animal:.3f}, "
+                f"on 'street' {on_street:.3f}",
+                f"第 {L} 层第 {Hd} 个头，'it' 指街道（too wide）：对 'animal' 的权重 "
+                f"{on_animal:.3f}，对 'street' 的权重 {on_street:.3f}"))
+        if beaten:
+            print(T(f"So: {beaten} of {n_shuffles} shuffled texts, where 'it' refers to nothing, "
+                    "reach the real sentence's best weight: on its own that weight is weak "
+                    "evidence that a head resolves 'it'.",
+                    f"所以：在 'it' 什么也不指代的打乱句子中，{n_shuffles} 个里有 {beaten} 个达到了"
+                    "真实句子中最好的权重：单凭这个权重，不足以说明有哪个头解析了 'it' 的指代。"))
+        else:
+            print(T(f"So: none of {n_shuffles} shuffled texts reaches the real sentence's best "
+                    "weight: it stands above this baseline.",
+                    f"所以：{n_shuffles} 个打乱的句子都没有达到真实句子中最好的权重："
+                    "它高于这个基线。"))
+        print(T("In the twin the chosen head puts more weight on "
+                + ("'street', the new referent." if on_street > on_animal else
+                   "'animal' than on 'street', the new referent: it does not follow what 'it' "
+                   "refers to."),
+                "在孪生句子中，选出的头放在 "
+                + ("'street'（新的指代对象）上的权重更多。" if on_street > on_animal else
+                   "'animal' 上的权重多于新的指代对象 'street'：它并不跟随 'it' 的指代。")))
         """),
     Code("""
         values, keys = t.topk(L, Hd, i_it, 3)
@@ -65,8 +145,8 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         queries and keys, the positional rotation and per-head diagnostics, in English and
         Chinese. Nothing in it makes a network request.
         """, """
-        **内嵌的浏览器。** `attnlab.Explorer(trace)` 在 notebook 中通过 `_repr_html_` 显示自己：带有
-        实时 $1/\\sqrt{d_k}$ 滑块的 QK 视图、一个头的 query 与 key 的几何、位置旋转、各头的诊断，
+        **内嵌的探索器**。`attnlab.Explorer(trace)` 在 notebook 中通过 `_repr_html_` 显示自己：
+        带有实时 $1/\\sqrt{d_k}$ 滑块的 QK 视图、一个头的查询与键的几何、位置旋转、各头的诊断，
         中英双语。它不发出任何网络请求。
         """),
     Code("""
@@ -78,18 +158,40 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         tokenizer cuts a character into pieces, which the trace merges back (weights summed
         over keys, averaged over queries). Grouped heads store each key/value head once.
         """, """
-        **SmolLM2 与文章里的例子。** 文章 000：「比如“苹果”这个词，如果周围有“吃”字，它的输出向量
+        **SmolLM2 与文章里的例子**。文章 000：「比如“苹果”这个词，如果周围有“吃”字，它的输出向量
         就会向“水果”的语义空间偏移」。SmolLM2 能读中文；它的字节级分词器会把一个汉字切成几片，
-        trace 会把它们合并回来（对 key 求和、对 query 取平均）。分组的头中每个 key/value 头只存一次
-        。
+        trace 会把它们合并回来（对键求和、对查询取平均）。分组的头中每个键/值头只存一次。
         """),
     Code("""
         smollm2 = models.load("smollm2", progress=False)
         t2 = attnlab.trace(smollm2, "我吃了一个苹果")
         print(t2)
         print(t2.tokens, t2.meta.get("merged", {}).get("rule"))
-        print(T("query heads per key/value head:", "每个 key/value 头对应的 query 头数："),
+        print(T("query heads per key/value head:", "每个键/值头对应的查询头数："),
               t2.num_heads // t2.num_kv_heads)
+        """),
+    Text("""
+        **Does 苹果 lean toward 水果?** The experiment `contextualisation` reads the hidden
+        state of 苹果 in SmolLM2, layer by layer, after fruit contexts (吃, 洗, 果园, 削) and
+        after company contexts (发布会, 科技新闻, 市值), and measures its lean
+        $\\cos(苹果, 水果) - \\cos(苹果, 科技公司)$. Its control is the same architecture with
+        random weights, and its checks read each context at the last layer and again at the
+        middle layer (half-way through the network). Here the control is drawn once
+        (`draws=1`, to keep the notebook quick); `attnlab verify` draws several and keeps
+        the most favourable, a stricter control. The figure shows the lean at every layer.
+        """, """
+        **“苹果”会偏向“水果”吗**？实验 `contextualisation` 在 SmolLM2 中逐层读取“苹果”的隐藏
+        状态，分别在水果语境（吃、洗、果园、削）和公司语境（发布会、科技新闻、市值）之后，测量
+        它的倾向 $\\cos(苹果, 水果) - \\cos(苹果, 科技公司)$。它的对照是同一架构、随机权重的网络；
+        各项检查在最后一层读取每个语境，并在中间层（网络的一半处）再读一次。这里的对照只抽取一次
+        （`draws=1`，让 notebook 运行得快一些）；`attnlab verify` 抽取多次并保留最有利的一次，
+        是更严格的对照。图中是每一层的倾向。
+        """),
+    Code("""
+        r = run("contextualisation", draws=1)
+        report(r)
+        show_checks(r)
+        show(r)
         """),
     Exercise("ex1", """
         **Exercise 1.** Recompute row `i_it` of MiniLM's head (`L`, `Hd`) from the trace's
@@ -97,15 +199,14 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         `ex1_row` (N,).
         """, """
         **练习 1.** 由 trace 的 `q`、`k`（形状为 (层, 头, N, d)）与缩放系数 `t.scale`，重新算出
-         MiniLM
-        的头（`L`、`Hd`）的第 `i_it` 行：`ex1_row`（N,）。
+        MiniLM 的头（`L`、`Hd`）的第 `i_it` 行：`ex1_row`（N,）。
         """,
         blank="ex1_row = ...  # (N,): row i_it of head (L, Hd), from t.q, t.k and t.scale",
         answer="ex1_row = torch.softmax(t.q[L, Hd, i_it] @ t.k[L, Hd].T * t.scale, dim=-1)",
         check="""
             answered(ex1_row=ex1_row)
             ref = t.weights_rows(L, Hd, [i_it])[0]
-            assert ex1_row.shape == ref.shape, T("one weight per key", "每个 key 一个权重")
+            assert ex1_row.shape == ref.shape, T("one weight per key", "每个键一个权重")
             assert torch.allclose(ex1_row, ref, atol=1e-5), T("not the trace's weights",
                                                               "与 trace 的权重不同")
             print(T("right: softmax(q kᵀ · scale) is the model's own attention",
@@ -116,7 +217,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         **Exercise 2.** In SmolLM2, which key/value head does query head 7 read? Give
         `ex2_kv(h)` for any head `h` (the heads of one group are consecutive).
         """, """
-        **练习 2.** 在 SmolLM2 中，第 7 个 query 头读取的是哪个 key/value 头？对任意头 `h` 给出
+        **练习 2.** 在 SmolLM2 中，第 7 个查询头读取的是哪个键/值头？对任意头 `h` 给出
         `ex2_kv(h)`（同一组的头是连续的）。
         """,
         blank="""

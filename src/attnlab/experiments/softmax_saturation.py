@@ -29,6 +29,15 @@ gradient √d_k times the scaled one, so the RMS grows ~ d_k^¼ (and the largest
 ~ d_k^½): the explosion lives in the rare unsaturated rows, while the median row vanishes.
 Its largest value over d_k (the last d_k is noisy: few rows are left unsaturated) against
 the smallest d_k decides the article's 「梯度爆炸」.
+
+The controls are the same rows the other way: every "unscaled saturates / vanishes / grows"
+measurement is repeated on the scaled rows (same queries and keys), which must not
+saturate, vanish or grow, and every "scaled stays flat" one on the unscaled rows, which must
+not stay flat. "No explosion through the softmax" has for control the same statistic on the
+gradient reaching W_q (which does grow), the saturated rows' share of that gradient the
+share they would carry if every row carried the same (their fraction of the rows). The two
+formulas (the softmax Jacobian, the batch W_q gradient) hold by construction; their
+controls are the wrong formulas (without −ppᵀ, without the cross terms r ≠ r').
 """
 
 from __future__ import annotations

@@ -220,9 +220,11 @@ def covering_experiments(claims: Iterable[Claim] = CLAIMS) -> list[str]:
 
 
 def check_ids(experiment: str) -> tuple[str, ...]:
-    """The ids of ``experiment``'s checks that the inventory (claims and extensions) reads,
-    each once, in first-use order: the checks whose ids must not change."""
+    """The ids of ``experiment``'s checks that the inventory (claims, their other readings
+    and extensions) reads, each once, in first-use order: the checks whose ids must not
+    change."""
     parts = [e for c in CLAIMS for e in c.evidence] + [
+        e for c in CLAIMS for r in c.readings for e in r.evidence] + [
         Evidence(x.experiment, x.part) for x in EXTENSIONS]
     return tuple(dict.fromkeys(i for e in parts if e.experiment == experiment
                                for i in e.check_ids))

@@ -121,24 +121,37 @@ def report(result):
     the property) and the verdict."""
     zh = LANG == "zh"
     expected = result.expected_text.replace("slack", "容差") if zh else result.expected_text
-    print(T("measured", "测量") + f": {{result.quantity_zh if zh else result.quantity}}")
-    print(f"  = {{fmt_num(result.measured)}}   " + T("expected", "预期") + f": {{expected}}")
+    print(T("measured: ", "测量：") + f"{{result.quantity_zh if zh else result.quantity}}")
+    print(f"  = {{fmt_num(result.measured)}}   " + T("expected: ", "预期：") + expected)
     c = result.control
     if c is None:
         print(T("control: none for this experiment", "对照：该实验没有对照"))
     else:
         judged = (T("passes too — the measurement does not tell", "同样满足——该测量无法区分")
                   if c.holds else T("fails, as it should", "不满足，符合预期"))
-        print(T("control", "对照") + f": {{c.what_zh if zh else c.what}}")
+        print(T("control: ", "对照：") + f"{{c.what_zh if zh else c.what}}")
         print(f"  = {{fmt_num(c.measured)}}   {{judged}}")
     if result.by_construction:
         why = result.by_construction_zh if zh else result.by_construction
-        print(T("why", "原因") + f": {{why}}")
+        print(T("why: ", "原因：") + why)
     verdict = COMMON.get(result.verdict, result.verdict) if zh else result.verdict
-    print(T("verdict", "结论") + f": {{verdict}}")
+    print(T("verdict: ", "结论：") + verdict)
     if not result.passed:
         print(T("unexpected: attnlab expected the other verdict",
                 "出乎预期：attnlab 预期的是另一个结论"))
+
+
+def check_line(check, en, zh):
+    """One of an experiment's checks (``result.check(id)``) in this notebook's language:
+    what it measures (``en`` / ``zh``), its value, what it must be and whether it passes;
+    then its control, when it has one."""
+    ok = T("yes", "是") if check.passed else T("no", "否")
+    print(T(f"{{en}}: {{fmt_num(check.value)}} ({{check.expected}}) → {{ok}}",
+            f"{{zh}}：{{fmt_num(check.value)}}（{{check.expected}}）→ {{ok}}"))
+    if check.control is not None:
+        c = check.control
+        print("    " + T(f"control: {{c.what}} = {{fmt_num(c.measured)}}",
+                          f"对照：{{c.what_zh}} = {{fmt_num(c.measured)}}"))
 
 
 def answered(**answers):

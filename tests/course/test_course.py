@@ -190,6 +190,59 @@ def _run(client, source: str):
     return runner.run_cell(client, source)  # CellExecutionError on any error
 
 
+#: What SETUP's report(result) prints, in either language, for an unexpected verdict.
+UNEXPECTED = ("unexpected: attnlab expected", "出乎预期：attnlab 预期")
+
+
+def test_report_flags_an_unexpected_verdict_in_both_languages():
+    """The words the notebook run looks for are the ones report() prints."""
+    setup = build.SETUP
+    assert all(w in setup for w in UNEXPECTED)
+
+
+def _setup(lang: str) -> dict:
+    """SETUP's namespace (its %magic line left out), for LANG = ``lang``."""
+    namespace: dict = {}
+    source = "\n".join(line for line in build.SETUP.format(lang=lang).splitlines()
+                        if not line.startswith("%"))
+    exec(compile(source, f"SETUP-{lang}", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("lang", build.LANGS)
+def test_report_shows_the_control_and_the_verdict_in_the_notebooks_language(lang, capsys):
+    from attnlab.experiments import Control, Result
+
+    ns = _setup(lang)
+
+    def result(control_measured, **kw):
+        return Result("x", "a claim", "论断", "the gap", "差距", 0.1, 0.0, 0.5,
+                      control=Control("random weights", "随机权重", control_measured), **kw)
+
+    ns["report"](result(3.0))  # the control fails the test: holds
+    ns["report"](result(0.2))  # the control passes too: does not hold, unexpectedly
+    ns["report"](result(0.2, expect_holds=False, expect_why="why", by_construction="b",
+                        by_construction_zh="因为"))
+    out = capsys.readouterr().out.split("\n")
+    if lang == "zh":
+        assert [x for x in out if x.startswith("结论：")] == ["结论：成立", "结论：不成立",
+                                                           "结论：不成立"]
+        assert sum("不满足，符合预期" in x for x in out) == 1
+        assert sum("同样满足——该测量无法区分" in x for x in out) == 2
+        assert sum("出乎预期" in x for x in out) == 1 and "原因：因为" in out
+        assert "对照：随机权重" in out and "测量：差距" in out
+        assert not re.search(r"random|gap|holds|control", "\n".join(out))
+    else:
+        assert [x for x in out if x.startswith("verdict: ")] == [
+            "verdict: holds", "verdict: does not hold", "verdict: does not hold"]
+        assert sum("fails, as it should" in x for x in out) == 1
+        assert sum("passes too" in x for x in out) == 2
+        assert sum("unexpected" in x for x in out) == 1 and "why: b" in out
+    with pytest.raises(AssertionError, match="ex1_x"):
+        ns["answered"](ex1_x=...)
+    ns["answered"](ex1_x=0)
+
+
 def _check_fails(client, ex, what):
     from nbclient.exceptions import CellExecutionError
 
@@ -209,6 +262,11 @@ def _execute(part, lang, client):
     executed, elapsed = runner.execute(client, build.notebook(part, lang))
     # the run's outputs, for the reference site (docs/site/hooks.py shows them)
     runner.store(build.path_of(part, lang), executed)
+    # report(r) says so when an experiment's verdict is not the one attnlab expected (the
+    # sizes a notebook runs were too small for it, or the experiment changed): never shown
+    unexpected = [c["source"][:80] for c in executed["cells"] for o in c.get("outputs", ())
+                  if any(w in o.get("text", "") for w in UNEXPECTED)]
+    assert not unexpected, unexpected
     checks = [c for c in executed["cells"] if "check" in c["metadata"].get("tags", ())]
     assert len(checks) == len(build.exercises(part))
     for cell in checks:  # the blank answer was refused

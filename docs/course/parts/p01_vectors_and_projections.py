@@ -20,7 +20,7 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         the article's own `PureSelfAttention`.
         """, """
         文章 000 把注意力拆成四步，第一步是**线性投影**：输入 $X \\in \\mathbb{R}^{N \\times d}$
-        （每个词一行）被映射为 $Q = XW^Q$、$K = XW^K$、$V = XW^V$。文章的解读是
+        （每个词元一行）被映射为 $Q = XW^Q$、$K = XW^K$、$V = XW^V$。文章的解读是
         「将原本在高维空间中的词向量，投影到了三个不同的特征子空间中」。本节用 attnlab 的
         `SelfAttention`（就是文章里的 `PureSelfAttention`）来计算：一次投影保留了什么，又丢掉了什么
         。
@@ -40,7 +40,7 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         """, """
         有两个头时 $d_k = d / h = 4$：第 $h$ 个头使用 `W_q.weight` 的第 $4h \\ldots 4h+3$ 行
         （即 $W^Q$ 的列）。所以每个头都是透过一个 $4 \\times 8$ 的矩阵来看 $X$。attnlab 的每个模块
-        都让 query 经过一个名为 `hook_q` 的 `HookPoint`；在它上面挂一个 forward hook 就能读到它们，
+        都让查询经过一个名为 `hook_q` 的 `HookPoint`；在它上面挂一个前向钩子就能读到它们，
         形状为 (B, H, N, d_k)。
         """),
     Code("""
@@ -60,8 +60,8 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         the head's query is the same for $x$ and for its row-space part alone.
         """, """
         **投影丢掉了什么。** 一个 $\\mathbb{R}^8 \\to \\mathbb{R}^4$ 的映射，其零空间至少是 4 维：
-        零空间里的任何方向到了第 0 个头的 query 里都变成零。把任意 $x$ 拆成 $W$ 行空间里的部分
-        （头看得见的）与其余部分：$x$ 与它的行空间部分得到完全相同的 query。
+        零空间里的任何方向到了第 0 个头的查询里都变成零。把任意 $x$ 拆成 $W$ 行空间里的部分
+        （头看得见的）与其余部分：$x$ 与它的行空间部分得到完全相同的查询。
         """),
     Code("""
         P = torch.linalg.pinv(W_q0) @ W_q0  # the orthogonal projection onto W_q0's row space
@@ -69,7 +69,7 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         x_seen, x_unseen = P @ x, x - P @ x
         print(T("rank of W_q0:", "W_q0 的秩："), int(torch.linalg.matrix_rank(W_q0)))
         print(T("|W x_unseen| =", "|W x_unseen| ="), float((W_q0 @ x_unseen).norm()))
-        print(T("same query:", "query 相同："), torch.allclose(W_q0 @ x, W_q0 @ x_seen, atol=1e-6))
+        print(T("same query:", "查询相同："), torch.allclose(W_q0 @ x, W_q0 @ x_seen, atol=1e-6))
         """),
     Text("""
         The same picture in two dimensions, $d = 2$ and $d_k = 1$: the head keeps only each
@@ -99,12 +99,14 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         **Three different subspaces — how different?** The article says the projections let
         a word play different roles 「在三个不同的几何空间中」. The row spaces of head 0's
         $W^Q$, $W^K$, $W^V$ are three 4-dimensional subspaces of $\\mathbb{R}^8$; their
-        *principal angles* (notebook 04 builds them) say how far apart they are. At random
-        initialisation they are neither equal nor orthogonal.
+        *principal angles* (notebook 04 builds them) say how far apart they are: 0° for a
+        shared direction, 90° for orthogonal ones. The cell prints them at random
+        initialisation, and whether every one is clearly between the two.
         """, """
         **三个不同的子空间——差别有多大？** 文章说投影让词「在三个不同的几何空间中」扮演不同角色。
         第 0 个头的 $W^Q$、$W^K$、$W^V$ 的行空间是 $\\mathbb{R}^8$ 中的三个 4 维子空间，它们之间的
-        *主角*（第 04 节会构造）说明它们相距多远。在随机初始化时，它们既不相同，也不正交。
+        *主夹角*（第 04 节会构造）说明它们相距多远：共有的方向为 0°，正交的方向为 90°。
+        下面的单元格打印随机初始化时的主夹角，以及它们是否都明显介于两者之间。
         """),
     Code("""
         def principal_angles(A, B):
@@ -113,14 +115,18 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
             return torch.rad2deg(torch.acos(torch.linalg.svdvals(qa.T @ qb).clamp(-1, 1)))
 
         W_k0, W_v0 = attn.W_k.weight[:d_k], attn.W_v.weight[:d_k]
-        print("Q-K:", principal_angles(W_q0, W_k0).round().tolist())
-        print("Q-V:", principal_angles(W_q0, W_v0).round().tolist())
+        qk, qv = principal_angles(W_q0, W_k0), principal_angles(W_q0, W_v0)
+        print("Q-K:", qk.round().tolist())
+        print("Q-V:", qv.round().tolist())
+        between = bool(((torch.cat([qk, qv]) > 1) & (torch.cat([qk, qv]) < 89)).all())
+        print(T("every angle more than 1° away from both 0° and 90°:",
+                "每个主夹角与 0° 和 90° 都相差 1° 以上："), between)
         """),
     Exercise("ex1", """
         **Exercise 1.** Compute head 1's queries `ex1_q1` (N × d_k) from `X` and `W_q` by
         hand (which rows of `W_q` belong to head 1?).
         """, """
-        **练习 1.** 用 `X` 和 `W_q` 手工算出第 1 个头的 query `ex1_q1`（N × d_k）。
+        **练习 1.** 用 `X` 和 `W_q` 手工算出第 1 个头的查询 `ex1_q1`（N × d_k）。
         （`W_q` 的哪几行属于第 1 个头？）
         """,
         blank="ex1_q1 = ...  # head 1's queries, (N, d_k), from X and W_q",
@@ -131,15 +137,15 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
                                                       "形状应为 (N, d_k)")
             assert torch.allclose(ex1_q1, captured["q"][0, 1], atol=1e-6), T(
                 "not head 1's queries (compare attn.hook_q)",
-                "不是第 1 个头的 query（对照 attn.hook_q）")
-            print(T("right: these are head 1's queries", "正确：这就是第 1 个头的 query"))
+                "不是第 1 个头的查询（请与 attn.hook_q 比较）")
+            print(T("right: these are head 1's queries", "正确：这就是第 1 个头的查询"))
             """,
         wrong="ex1_q1 = X @ W_q[:d_k].T"),
     Exercise("ex2", """
         **Exercise 2.** Find a vector `ex2_x` (length 8, not zero) that head 0's queries
         cannot see: `W_q0 @ ex2_x` = 0. Hint: `torch.linalg.svd`.
         """, """
-        **练习 2.** 找一个第 0 个头的 query 看不见的向量 `ex2_x`（长度 8，非零）：
+        **练习 2.** 找一个第 0 个头的查询看不见的向量 `ex2_x`（长度 8，非零）：
         `W_q0 @ ex2_x` = 0。提示：`torch.linalg.svd`。
         """,
         blank="ex2_x = ...  # a non-zero vector of length 8 with W_q0 @ ex2_x = 0",

@@ -16,20 +16,29 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         $j$, and $\\vec a \\cdot \\vec b = \\|\\vec a\\| \\|\\vec b\\| \\cos\\theta$. Article 000:
         「抛开向量长度不看，点积的核心意义在于衡量两个向量在方向上的相似度」. The third step
         divides by $\\sqrt{d_k}$; both articles justify it with a variance argument. We check
-        the identity, then the argument, then what happens without the scale.
+        the identity, then the argument, then what happens without the scale: to the
+        softmax, to its gradient and to training.
+
+        Every experiment below ends with `report(r)`: what it measured against what the claim
+        expects, its **control** (the same measurement on something that should not show the
+        property: when the control passes too, the measurement tells nothing) and the
+        verdict.
         """, """
-        第二步是 $QK^T$：第 $(i, j)$ 个元素是第 $i$ 个 query 与第 $j$ 个 key 的点积，而
+        第二步是 $QK^T$：第 $(i, j)$ 个元素是第 $i$ 个查询与第 $j$ 个键的点积，而
         $\\vec a \\cdot \\vec b = \\|\\vec a\\| \\|\\vec b\\| \\cos\\theta$。文章 000 说：
         「抛开向量长度不看，点积的核心意义在于衡量两个向量在方向上的相似度」。第三步除以
         $\\sqrt{d_k}$，两篇文章都用方差来论证它。我们先验证这个恒等式，再验证论证本身，
-        最后看看不缩放会发生什么。
+        最后看看不缩放会发生什么：对 softmax、对它的梯度、对训练各有什么影响。
+
+        下面每个实验都以 `report(r)` 结束：它测量了什么、论断预期的是什么、它的**对照**
+        （在不应具有该性质的对象上做同样的测量：若对照也满足，这个测量就说明不了什么），以及结论。
         """),
     Code("""
         q, k = torch.randn(2, 64, dtype=torch.float64)
         cos = torch.nn.functional.cosine_similarity(q, k, dim=0)
         print(float(q @ k), float(q.norm() * k.norm() * cos))
-        r = run("dot-product-geometry")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        r = run("dot-product-geometry", train_steps=100)
+        report(r)
         show(r)
         """),
     Text("""
@@ -37,8 +46,8 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         key at a wider angle can outscore a short key that points the same way as the query.
         Attention compares dot products, not angles.
         """, """
-        **但长度并没有被“抛开”。** 分数是 $\\|q\\|\\|k\\|\\cos\\theta$：一个较长但夹角较大的 key，
-        可以胜过一个方向与 query 更一致的短 key。注意力比较的是点积，而不是夹角。
+        **但长度并没有被“抛开”。** 分数是 $\\|q\\|\\|k\\|\\cos\\theta$：一个较长但夹角较大的键，
+        可以胜过一个方向与查询更一致的短键。注意力比较的是点积，而不是夹角。
         """),
     Code("""
         def at(deg, length):
@@ -81,31 +90,113 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
     Text("""
         attnlab's experiment `qk-variance` makes the same measurement with many more pairs,
         and also states the argument's **condition**: with a mean $\\mu \\neq 0$ the variance
-        is $d_k(1 + 2\\mu^2)$, and dividing by $\\sqrt{d_k}$ no longer brings it to 1.
+        is $d_k(1 + 2\\mu^2)$, and dividing by $\\sqrt{d_k}$ no longer brings it to 1. Its
+        control breaks the other condition, independence: components correlated within each
+        vector.
         """, """
         attnlab 的实验 `qk-variance` 用多得多的样本做同样的测量，并指出这个论证的**前提**：
         若均值 $\\mu \\neq 0$，方差是 $d_k(1 + 2\\mu^2)$，除以 $\\sqrt{d_k}$ 就不再得到 1。
+        它的对照破坏的是另一个前提——独立性：每个向量内部的各分量彼此相关。
         """),
     Code("""
         r = run("qk-variance", pairs=65536, dims=(16, 64, 256), mean_blocks=8, real_model=None)
-        print(r.quantity, "=", round(r.measured, 4), "->", r.verdict)
+        report(r)
         show(r)
         """),
     Text("""
-        **Without the scale, softmax saturates.** Article 000 says the gradient then
-        **vanishes**; article 001 calls it 「梯度爆炸问题」 (gradient explosion). The
-        experiment `softmax-saturation` measures the mean largest weight and the size of the
-        softmax's Jacobian as $d_k$ grows: the rows become one-hot and the gradient vanishes
-        — article 000 is right, article 001's word is not.
+        **Without the scale, softmax saturates — and the gradient?** Article 000 says the
+        gradient then **vanishes**; article 001 heads the same section
+        「梯度爆炸问题」 (gradient explosion). The experiment `softmax-saturation` measures
+        both, as $d_k$ grows: how one-hot the rows become, the gradient a row passes back to
+        its scores (the typical row, by the median over rows), and the gradient that reaches
+        $W_q$ relative to $W_q$ itself (over all rows). Its control is the same rows scaled
+        by $1/\\sqrt{d_k}$.
         """, """
-        **不缩放，softmax 就会饱和。** 文章 000 说此时梯度会**消失**；文章 001 称之为
-        「梯度爆炸问题」。实验 `softmax-saturation` 测量随着 $d_k$ 增大时每行最大权重的均值与
-        softmax 雅可比矩阵的大小：各行趋于 one-hot，梯度消失——文章 000 说得对，文章 001 的说法不对。
+        **不缩放，softmax 就会饱和——梯度呢？** 文章 000 说此时梯度会**消失**；文章 001 给同一节
+        起的标题是「梯度爆炸问题」。实验 `softmax-saturation` 随着 $d_k$ 增大把两者都测出来：
+        各行有多接近 one-hot，一行传回给自己分数的梯度（一般的一行：取各行的中位数），以及到达
+        $W_q$ 的梯度相对 $W_q$ 本身的大小（对所有行）。它的对照是除以 $\\sqrt{d_k}$ 之后的同样各行。
         """),
     Code("""
-        r = run("softmax-saturation", rows=64)
-        print(r.quantity, "=", round(r.measured, 3), "->", r.verdict)
+        r = run("softmax-saturation", rows=128)
+        report(r)
+        vanish, wq_unscaled, wq_scaled = (r.check(i) for i in (
+            "gradient-vanishes-scores", "wq-gradient-grows-unscaled", "wq-gradient-flat-scaled"))
+        check_line(vanish, "the typical row's gradient to its scores vanishes: median row, "
+                   "largest d_k / smallest", "一般的一行传给分数的梯度消失：中位数一行，"
+                   "最大 d_k / 最小 d_k")
+        check_line(wq_unscaled, "the gradient reaching W_q grows, unscaled: largest d_k / "
+                   "smallest", "不缩放时到达 W_q 的梯度增大：最大 d_k / 最小 d_k")
+        check_line(wq_scaled, "and stays flat with the scale: largest / smallest",
+                   "缩放时它保持平稳：最大 / 最小")
+        print(T("article 000's 'vanishes', for the typical row:",
+                "文章 000 的“消失”（就一般的一行而言）："),
+              T("measured", "测得如此") if vanish.passed else T("not measured", "未测到"))
+        print(T("article 001's 'explosion', of the gradient reaching W_q:",
+                "文章 001 的“爆炸”（就到达 W_q 的梯度而言）："),
+              T("measured", "测得如此") if wq_unscaled.passed and wq_scaled.passed
+              else T("not measured", "未测到"))
         show(r)
+        """),
+    Text("""
+        The two words describe different quantities: the typical row's gradient, and the
+        gradient summed into $W_q$ over all the rows.
+
+        **Does it matter for training?** The experiment `scaling-training` trains two copies
+        of a one-head model with a wide head ($d_k$ the whole model width) on associative
+        recall — find the value stored with the queried key — from the same initial weights
+        on the same batches; the only difference is the scale, $1/\\sqrt{d_k}$ or 1.
+        """, """
+        这两个词描述的是不同的量：一般的一行的梯度，以及对所有行累加到 $W_q$ 上的梯度。
+
+        **这对训练有影响吗？** 实验 `scaling-training` 在关联回忆任务
+        （找出与所查询的键一起存放的值）上训练同一个单头模型的两个副本，头很宽
+        （$d_k$ 等于整个模型的宽度），初始权重相同、训练批次相同；
+        唯一的区别是缩放系数：$1/\\sqrt{d_k}$ 或 1。
+        """),
+    Code("""
+        r = run("scaling-training", probe=256)
+        report(r)
+        show(r)
+        """),
+    Text("""
+        **Article 001's tip: initialise small.** Against large scores and saturation, article
+        001 advises 「初始化时适当调小线性层的权重」, e.g. `xavier_normal_` with gain 0.02.
+        Scaling the projections' init by a gain $g$ scales the scores by $g^2$, so a small
+        gain starts every row near-uniform. The experiment `init-scale` trains the same
+        recall model with gain 0.02 and with the default gain 1.0 in the regime the tip is
+        meant for (a wide head, scores not scaled, where the default init starts
+        saturated), and, as its control, where the default init is not saturated (scaled
+        scores): there is nothing to cure there, and the tip must gain nothing.
+        """, """
+        **文章 001 的建议：小初始化。** 为了避免分数过大、softmax 饱和，文章 001 建议
+        「初始化时适当调小线性层的权重」，例如 `xavier_normal_` 取增益 0.02。把投影的初始化乘以增益
+        $g$，分数就乘以 $g^2$，所以小增益让每一行一开始都接近均匀。实验 `init-scale` 用增益 0.02
+        和默认增益 1.0 训练同一个回忆模型：一是在这个建议针对的情形（头很宽、分数不缩放，默认初始化
+        一开始就饱和），二是作为对照，在默认初始化并不饱和的情形（分数经过缩放）：那里没有什么需要
+        治的，这个建议就不应带来好处。
+        """),
+    Code("""
+        r = run("init-scale", gains=(0.02, 0.1, 1.0, 10.0), saturating_gain=None, plot=False)
+        report(r)
+        for id_, en, zh in [
+                ("saturated-default-entropy", "the default gain 1.0 starts saturated: initial "
+                 "entropy / log N", "默认增益 1.0 一开始就饱和：初始熵 / log N"),
+                ("saturated-tip-near-uniform", "gain 0.02 starts near-uniform: initial "
+                 "entropy / log N", "增益 0.02 一开始接近均匀：初始熵 / log N"),
+                ("saturated-final-loss-ratio", "there, gain 0.02 ends lower: final loss, "
+                 "gain 0.02 / gain 1.0", "此时增益 0.02 的最终损失更低：增益 0.02 / 增益 1.0"),
+                ("control-no-gain", "unsaturated, gain 0.02 gains nothing: final loss, "
+                 "gain 0.02 / gain 1.0", "不饱和时增益 0.02 没有好处：增益 0.02 / 增益 1.0")]:
+            check_line(r.check(id_), en, zh)
+        """),
+    Text("""
+        Read the two ratios together: a remedy for saturation should help where the default
+        init saturates, and only there; where the scale already keeps the scores at unit
+        variance there is nothing for it to cure.
+        """, """
+        把两个比值放在一起读：治饱和的办法应当在默认初始化饱和的地方有帮助，而且只在那里有帮助；
+        在缩放已经把分数的方差保持为 1 的地方，它没有什么可治的。
         """),
     Exercise("ex1", """
         **Exercise 1.** If every component of $q$ and $k$ has mean 0 and variance $\\sigma^2$

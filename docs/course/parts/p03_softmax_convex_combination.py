@@ -19,7 +19,7 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         """, """
         第四步：$A = \\mathrm{softmax}(QK^T/\\sqrt{d_k})$，然后
         $\\mathrm{Output}_i = \\sum_j A_{ij} V_j$。$A$ 的每一行非负且和为 1，所以每个输出都是
-        value 的「一个向量的凸组合」，即文章 000 所说的「加权重心计算」。attnlab 可以按需返回权重。
+        各个值的「一个向量的凸组合」，即文章 000 所说的「加权重心计算」。attnlab 可以按需返回权重。
         """),
     Code("""
         q = torch.randn(1, 1, 4, 8)  # (B, H, Lq, d)
@@ -35,24 +35,28 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         """),
     Text("""
         The experiment `convex-combination` measures the largest distance of any output
-        outside the box of its values over many random inputs:
+        outside the box of its values over many random inputs. Its control: weights that
+        still sum to 1 but may be negative — the sum to 1 alone does not keep the outputs in
+        the hull.
         """, """
-        实验 `convex-combination` 在大量随机输入上测量输出落在 value 包围盒之外的最大距离：
+        实验 `convex-combination` 在大量随机输入上测量输出落在各值包围盒之外的最大距离。它的对照
+        是每行之和仍为 1、但可以为负的权重——只有“和为 1”并不能把输出留在凸包内。
         """),
     Code("""
         r = run("convex-combination")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        report(r)
         show(r)
         """),
     Text("""
         **The scale moves the output inside the hull.** Take five values on a circle (a
         convex pentagon) and one query, and multiply the scores by a factor $t$. As $t \\to 0$
         the weights become uniform and the output goes to the centroid; as $t$ grows the
-        largest score wins and the output goes to one vertex. It never leaves the pentagon.
+        largest score wins and the output goes to one vertex. The cell checks that it never
+        leaves the pentagon.
         """, """
-        **缩放让输出在凸包内移动。** 取圆上的五个 value（一个凸五边形）和一个 query，把分数乘以
+        **缩放让输出在凸包内移动。** 取圆上的五个值（一个凸五边形）和一个查询，把分数乘以
         系数 $t$。$t \\to 0$ 时权重趋于均匀，输出趋向重心；$t$ 增大时最大的分数胜出，输出趋向某个
-        顶点。它始终不离开这个五边形。
+        顶点。下面的单元格检查它是否始终不离开这个五边形。
         """),
     Code("""
         angles = torch.arange(5) * 2 * math.pi / 5
@@ -66,12 +70,18 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         fig, ax = plt.subplots(figsize=(4, 4))
         ring = torch.cat([V, V[:1]])
         ax.plot(ring[:, 0], ring[:, 1], "k-", lw=1)
-        ax.scatter(V[:, 0], V[:, 1], color="k", label=T("values V_j", "value V_j"))
+        ax.scatter(V[:, 0], V[:, 1], color="k", label=T("values V_j", "值 V_j"))
         ax.plot(path[:, 0], path[:, 1], "o-", ms=3, label=T("output as t grows", "t 增大时的输出"))
         ax.set_aspect("equal")
-        ax.set_title(T("outputs stay in the convex hull", "输出始终在凸包内"))
+        ax.set_title(T("the output and the values' convex hull", "输出与各值的凸包"))
         ax.legend(loc="lower left", fontsize=8)
         plt.show()
+        edges, to_p = V.roll(-1, 0) - V, path[:, None] - V  # the pentagon runs anticlockwise
+        cross = edges[:, 0] * to_p[..., 1] - edges[:, 1] * to_p[..., 0]  # (t, edge)
+        print(T("every output inside the pentagon:", "每个输出都在五边形内："),
+              bool((cross >= -1e-6).all()))
+        print(T("distance to the centroid at the smallest t:", "最小的 t 处到重心的距离："),
+              fmt_num(float((path[0] - V.mean(0)).norm())))
         """),
     Text("""
         attnlab also returns each row's **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$: any weight
@@ -81,10 +91,9 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         maximum before exponentiating (never overflowing).
         """, """
         attnlab 还能返回每一行的 **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$：这样任何一个权重都只差
-        一次指数运算，$A_{ij} = e^{s_{ij} - \\mathrm{lse}_i}$——长输入的 trace 正是这样以
-        O(N·d) 的内存
-        精确保留每一个权重的。给一行分数加上同一个常数不会改变 softmax，所以可以先减去最大值再取
-        指数（永不溢出）。
+        一次指数运算，$A_{ij} = e^{s_{ij} - \\mathrm{lse}_i}$——对长输入的追踪正是这样以
+        O(N·d) 的内存精确保留每一个权重的。给一行分数加上同一个常数不会改变 softmax，
+        所以可以先减去最大值再取指数（永不溢出）。
         """),
     Code("""
         out2, lse = attnlab.scaled_dot_product_attention(q, k, v, return_lse=True)

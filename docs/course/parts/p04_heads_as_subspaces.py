@@ -10,16 +10,19 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
     Text("""
         Multi-head attention splits $d_{model}$ into $h$ heads of $d_k = d_{model}/h$. Article
         000 reads this as 「将高维语义空间正交分解为多个低秩子空间」 (an orthogonal
-        decomposition into low-rank subspaces) and says training drives the heads apart
-        (「梯度下降会驱使它们收敛到不同的表征子空间」). Here we measure the subspaces of
-        attnlab's `MultiHeadAttention` (one fused `qkv_proj`, as in article 001): how they
-        sit, what they cost and how their outputs are combined.
+        decomposition into low-rank subspaces), says it costs nothing extra
+        (「多头注意力不仅没有增加计算复杂度（总维度不变）」) and that training drives the heads
+        apart (「梯度下降会驱使它们收敛到不同的表征子空间」). Here we measure the subspaces of
+        attnlab's `MultiHeadAttention` (one fused `qkv_proj`, as in article 001), before and
+        after training: how they sit, what they cost, what one head can learn, why $W^Q$ and
+        $W^K$ are two matrices and how the heads' outputs are combined.
         """, """
         多头注意力把 $d_{model}$ 切成 $h$ 个 $d_k = d_{model}/h$ 维的头。文章 000 把它解读为
-        「将高维语义空间正交分解为多个低秩子空间」，并说训练会让各头分开（「梯度下降会驱使它们收敛到
-        不同的表征子空间」）。这里我们测量 attnlab 的 `MultiHeadAttention`（与文章 001 一样用一个融
-        合的
-        `qkv_proj`）中的子空间：它们如何分布、代价多少、各头的输出如何合并。
+        「将高维语义空间正交分解为多个低秩子空间」，说它没有额外代价
+        （「多头注意力不仅没有增加计算复杂度（总维度不变）」），并说训练会让各头分开
+        （「梯度下降会驱使它们收敛到不同的表征子空间」）。这里我们在训练前后测量 attnlab 的
+        `MultiHeadAttention`（与文章 001 一样用一个融合的 `qkv_proj`）中的子空间：它们如何分布、
+        代价多少、一个头能学到什么、$W^Q$ 与 $W^K$ 为什么是两个矩阵，以及各头的输出如何合并。
         """),
     Code("""
         E, H = 32, 4
@@ -33,11 +36,12 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **Principal angles.** Two $d$-dimensional subspaces are compared by their principal
         angles: with orthonormal bases $U_a$, $U_b$ (columns), the cosines are the singular
         values of $U_a^T U_b$. Orthogonal subspaces have every angle at 90°. The map below is
-        the mean angle between the query subspaces of every pair of heads.
+        the mean angle between the query subspaces of every pair of heads, at attnlab's
+        initialisation and, for contrast, for an orthogonal $W_q$.
         """, """
-        **主角。** 两个 $d$ 维子空间用它们之间的主角来比较：取标准正交基 $U_a$、$U_b$（按列），
-        $U_a^T U_b$ 的奇异值就是各主角的余弦。正交的子空间所有主角都是 90°。下图是每两个头的 query
-        子空间之间的平均主角。
+        **主夹角。** 两个 $d$ 维子空间用它们之间的主夹角来比较：取标准正交基 $U_a$、$U_b$（按列），
+        $U_a^T U_b$ 的奇异值就是各主夹角的余弦。正交的子空间所有主夹角都是 90°。下图是每两个头的
+        查询子空间之间的平均主夹角：左边是 attnlab 的初始化，右边作为对比，是一个正交的 $W_q$。
         """),
     Code("""
         def principal_angles(A, B):
@@ -59,27 +63,149 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
             ax.set_title(title)
             ax.set_xlabel(T("head", "头"))
             ax.set_ylabel(T("head", "头"))
-        fig.colorbar(im, ax=axes, label=T("mean principal angle (deg)", "平均主角（度）"))
+        fig.colorbar(im, ax=axes, label=T("mean principal angle (°)", "平均主夹角（°）"))
         off = ang[~torch.eye(H, dtype=torch.bool)]
-        print(T("between different heads:", "不同头之间："), round(float(off.mean()), 1), "deg")
+        print(T("between different heads, at initialisation:", "初始化时不同头之间："),
+              f"{float(off.mean()):.1f}°")
         """),
     Text("""
-        At initialisation the heads' subspaces are far from orthogonal; an orthogonal $W_q$
-        would make them so, but nothing in attention asks for it. attnlab's report trains
-        small models and measures the angles before and after: they *fall* (by about 11° on
-        average), so this claim of the article does not hold (`attnlab claims --only
-        000-gradient-descent-diversifies`). What does hold is the cost: $h$ heads of
-        $d_{model}/h$ dimensions have exactly the parameters of one head of $d_{model}$.
+        **Orthogonal, and driven apart by training?** The article's sentences have several
+        readings, and the experiment `multihead-cost` measures each one. After the split
+        (`view`/`transpose`) every head owns its own block of coordinates: those blocks are
+        orthogonal by construction. In the input space, head $h$ reads its queries through
+        the rows of its slice $W_q^h$; those subspaces are what training shapes. The
+        experiment trains tiny attnlab GPTs (one block, 4 heads; here on the copy task, in
+        the report also on sort) and measures the angles between heads before and after
+        training, beside a control whose heads start identical (they receive identical
+        gradients). It asks: do the trained heads end in different subspaces (the plain
+        reading)? Are they orthogonal? Did training push them apart? Do they attend
+        differently?
         """, """
-        初始化时各头的子空间远非正交；正交的 $W_q$ 可以让它们正交，但注意力本身并不要求这一点。
-        attnlab 的报告训练小模型并测量训练前后的主角：主角是*变小*的（平均约 11°），所以文章的这一
-        论断不成立（`attnlab claims --only 000-gradient-descent-diversifies`）。成立的是代价：$h$ 个
-        $d_{model}/h$ 维的头与一个 $d_{model}$ 维的头参数量完全相同。
+        **正交吗？是训练把它们推开的吗？** 文章的这几句话有几种读法，实验 `multihead-cost` 对每一种
+        都做了测量。切分（`view`/`transpose`）之后，每个头各占一块坐标：这些坐标块按构造正交。
+        在输入空间里，第 $h$ 个头通过它的切片 $W_q^h$ 的各行读取查询；训练塑造的正是这些子空间。
+        实验训练很小的 attnlab GPT（一个块、4 个头；这里用复制任务，报告中还有排序任务），
+        测量训练前后各头之间的主夹角，并附上对照：各头初始完全相同的模型（它们得到完全相同的梯度）。
+        它要回答：训练后各头是否处在不同的子空间（字面的读法）？它们正交吗？是训练把它们推开的吗？
+        它们的注意力分布是否不同？
+        """),
+    Code("""
+        import re
+
+        from attnlab.experiments.multihead_cost import HeadsConfig
+
+        r = run("multihead-cost", config=HeadsConfig(tasks=("copy",), seeds=1), n=16, plot=False)
+        report(r)
+        task_name = {"copy": T("copy", "复制"), "sort": T("sort", "排序"),
+                     "reverse": T("reverse", "反转")}
+        angle_row = re.compile(r"(\\w+), seed (\\d+): mean principal angle between heads, "
+                               r"(W_q|W_k) \\(°\\)")
+        print(T("mean principal angle between heads, at initialisation → trained:",
+                "各头之间的平均主夹角，初始化时 → 训练后："))
+        rows = [(angle_row.fullmatch(row[0]), row[1], row[2]) for row in r.table[1]]
+        assert any(m for m, _, _ in rows), "multihead-cost's table has no angle rows"
+        for m, init, trained in rows:
+            if m:
+                task, seed, w = m.groups()
+                print(f"  {task_name[task]}, " + T("seed", "种子") + f" {seed}, {w}: "
+                      f"{init:.1f}° → {trained:.1f}°")
+        readings = [
+            ("head-blocks-orthogonal", "after the split, the heads' coordinate blocks are "
+             "orthogonal", "切分后各头的坐标块正交"),
+            ("heads-orthogonal", "the trained heads' W_q, W_k subspaces are orthogonal",
+             "训练后各头的 W_q、W_k 子空间正交"),
+            ("wq-angle-change", "training pushes the heads' W_q subspaces apart",
+             "训练把各头的 W_q 子空间推开"),
+            ("wk-angle-change", "training pushes the heads' W_k subspaces apart",
+             "训练把各头的 W_k 子空间推开"),
+            ("patterns-diverge", "the trained heads attend differently (total variation)",
+             "训练后各头的注意力分布不同（全变差）")]
+        print(T("trained heads stay in different subspaces (the headline):",
+                "训练后各头处在不同的子空间（主测量）："),
+              T("yes", "是") if r.headline_holds else T("no", "否"))
+        for id_, en, zh in readings:
+            check_line(r.check(id_), en, zh)
+        """),
+    Text("""
+        Each reading gets its own answer above: a sentence of the article can hold in one
+        reading and not in another. Part 10 trains heads that take different roles; what
+        this experiment adds is where their difference comes from — compare the trained
+        heads with the control whose heads started identical.
+
+        **The cost.** $W_q, W_k, W_v, W_o$ are $E \\times E$ whatever $h$ is: the heads only
+        slice them, so the parameters and the matmul FLOPs are equal for any $h$, by
+        construction. What the heads do not split is the $N \\times N$ work: every head
+        scales, masks and normalises its own scores, and the weights tensor holds one
+        $N \\times N$ matrix per head.
+        """, """
+        上面每种读法都有各自的答案：文章的一句话可能在一种读法下成立，在另一种读法下不成立。
+        第 10 节训练出承担不同角色的头；这个实验补充的是这种差别从何而来——请把训练后的头与初始
+        完全相同的对照相比较。
+
+        **代价。** 无论 $h$ 是多少，$W_q, W_k, W_v, W_o$ 都是 $E \\times E$ 的：各头只是切分它们，
+        所以对任何 $h$，参数量和矩阵乘法 FLOPs 都相等，这是按构造成立的。各头没有切分的是
+        $N \\times N$ 的那部分工作：每个头都要对自己的分数做缩放、掩码和归一化，权重张量里每个头
+        都有一个 $N \\times N$ 的矩阵。
         """),
     Code("""
         for h in (1, 2, 4, 8):
             n = sum(p.numel() for p in attnlab.MultiHeadAttention(E, h).parameters())
             print(f"h = {h}: {n} " + T("parameters", "个参数"))
+        for id_, en, zh in [
+                ("params", "h heads have one head's parameters: difference",
+                 "h 个头与一个头的参数量相同：差值"),
+                ("flops", "and its matmul FLOPs: relative difference",
+                 "矩阵乘法 FLOPs 也相同：相对差"),
+                ("full-compute", "and its full compute (softmax and mask included): excess",
+                 "全部计算量（含 softmax 与掩码）也相同：相对增量"),
+                ("weights-bytes", "and the bytes of its attention weights: excess",
+                 "注意力权重的字节数也相同：相对增量")]:
+            check_line(r.check(id_), en, zh)
+        """),
+    Text("""
+        **One head, one relation?** Article 000 says that with a single head 「它只能学到一种关系
+        模式」. The experiment `one-relation-per-head` trains a one-head and a two-head model of
+        the same width on a task whose every answer needs two relations at once (the tokens
+        at $t - 1$ and $t - 3$); the claim predicts that one head fails where two succeed.
+        """, """
+        **一个头，一种关系？** 文章 000 说，只用一个单头注意力时「它只能学到一种关系模式」。实验
+        `one-relation-per-head` 在一个每个答案都同时需要两种关系（位置 $t - 1$ 与 $t - 3$ 上的词元）
+        的任务上，训练宽度相同的单头模型和双头模型；按这个论断，单头应当学不会，而双头能学会。
+        """),
+    Code("""
+        from attnlab.experiments._heads import TwoRelationTask
+        from attnlab.experiments.one_relation_per_head import RelationConfig
+
+        r = run("one-relation-per-head", plot=False,
+                config=RelationConfig(runs=((TwoRelationTask("offsets"), 100),)))
+        report(r)
+        """),
+    Text("""
+        **Why two matrices, $W^Q$ and $W^K$?** Article 000: 「通过三个不同的矩阵，模型允许词在三个
+        不同的几何空间中表达不同的角色」. With $W^Q = W^K$ the score matrix is a Gram matrix,
+        symmetric: token $i$ cannot look for $j$ without $j$ looking for $i$. The experiment
+        `qkv-roles` trains one-head models untied and tied ($W^K$ made equal to $W^Q$) on a
+        cyclic previous-token task, and measures the directed score gap
+        $q_i \\cdot k_{i-1} - q_{i-1} \\cdot k_i$; its control is the same untied model before
+        training, whose random asymmetry has no direction.
+        """, """
+        **为什么要两个矩阵 $W^Q$ 和 $W^K$？** 文章 000：「通过三个不同的矩阵，模型允许词在三个不同的
+        几何空间中表达不同的角色」。若 $W^Q = W^K$，分数矩阵是一个格拉姆矩阵，是对称的：词元 $i$
+        要找 $j$，$j$ 就一定也同样地找 $i$。实验 `qkv-roles` 在一个循环的前一词元任务上训练未绑定和
+        绑定（令 $W^K$ 等于 $W^Q$）的单头模型，测量有方向的分数差
+        $q_i \\cdot k_{i-1} - q_{i-1} \\cdot k_i$；它的对照是训练前的同一个未绑定模型，其随机的
+        不对称没有方向。
+        """),
+    Code("""
+        from attnlab.experiments.qkv_roles import RolesConfig
+
+        r = run("qkv-roles", plot=False, config=RolesConfig(steps=150, batch=32))
+        report(r)
+        check_line(r.check("tied-symmetric"), "tied scores are symmetric: ‖S − Sᵀ‖ / ‖S‖",
+                   "绑定时分数对称：‖S − Sᵀ‖ / ‖S‖")
+        check_line(r.check("untied-beats-tied"),
+                   "untied learns the cyclic task better: accuracy, untied − tied",
+                   "未绑定模型更能学会循环任务：准确率，未绑定 − 绑定")
         """),
     Text("""
         **Concat, then $W^O$.** $\\mathrm{Concat}(\\mathrm{head}_1, \\ldots, \\mathrm{head}_h) W^O$
@@ -89,8 +215,8 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         """, """
         **先拼接，再乘 $W^O$。** $\\mathrm{Concat}(\\mathrm{head}_1, \\ldots, \\mathrm{head}_h) W^O$
         等于 $\\sum_h \\mathrm{head}_h W^O_h$，其中 $W^O_h$ 是 $W^O$ 中与第 $h$ 个头相乘的那一块：
-        每个头通过自己的切片写入输出，输出是它们的和。`hook_context` 给出 `out_proj` 之前每个头的输
-        出。
+        每个头通过自己的切片写入输出，输出是它们的和。`hook_context` 给出 `out_proj` 之前每个头的
+        输出。
         """),
     Code("""
         x = torch.randn(1, 6, E)
@@ -102,14 +228,30 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
             hk.remove()
         ctx = seen["ctx"]  # (B, H, N, d)
         merged = mha.out_proj(ctx.transpose(1, 2).reshape(1, 6, E))
-        print(tuple(ctx.shape), torch.allclose(out, merged,
-                                               atol=1e-6))
+        print(tuple(ctx.shape), torch.allclose(out, merged, atol=1e-6))
+        """),
+    Text("""
+        **Lossless?** Article 000 calls the fusion 「无损」. The map from the concatenation to
+        $W^O \\cdot$ concat loses nothing exactly when $W^O$ is invertible. The experiment
+        `wo-fusion` trains a two-head model on a task that needs both heads and checks that
+        the concatenation is recovered from the output; its control is the wrong variant,
+        a $W^O$ without head 1's columns.
+        """, """
+        **无损吗？** 文章 000 称这种融合是「无损」的。从拼接向量到 $W^O \\cdot$ 拼接向量的映射，
+        恰好在 $W^O$ 可逆时不丢失任何信息。实验 `wo-fusion` 在一个需要两个头的任务上训练双头模型，
+        检查能否从输出恢复出拼接向量；它的对照是错误变体：去掉头 1 各列的 $W^O$。
+        """),
+    Code("""
+        from attnlab.experiments.wo_fusion import FusionConfig
+
+        r = run("wo-fusion", plot=False, config=FusionConfig(batch=32))
+        report(r)
         """),
     Exercise("ex1", """
         **Exercise 1.** Slice head 2's key projection out of the fused `qkv_proj`: its weight
         `ex1_Wk2` (d × E) and bias `ex1_bk2` (d,).
         """, """
-        **练习 1.** 从融合的 `qkv_proj` 中切出第 2 个头的 key 投影：权重 `ex1_Wk2`（d × E）与偏置
+        **练习 1.** 从融合的 `qkv_proj` 中切出第 2 个头的键投影：权重 `ex1_Wk2`（d × E）与偏置
         `ex1_bk2`（d,）。
         """,
         blank="""
@@ -124,7 +266,8 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
             answered(ex1_Wk2=ex1_Wk2, ex1_bk2=ex1_bk2)
             assert tuple(ex1_Wk2.shape) == (d, E) and tuple(ex1_bk2.shape) == (d,)
             assert torch.allclose(x[0] @ ex1_Wk2.T + ex1_bk2, seen["k"][0, 2], atol=1e-5), T(
-                "these are not head 2's keys (see hook_k)", "这不是第 2 个头的 key（对照 hook_k）")
+                "these are not head 2's keys (see hook_k)",
+                "这不是第 2 个头的键（请与 hook_k 比较）")
             print(T("right", "正确"))
             """,
         wrong="""
@@ -135,7 +278,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **Exercise 2.** Write `ex2_angles(A, B)`: the principal angles in degrees, ascending,
         between the row spaces of `A` and `B`, whose rows need not be orthonormal.
         """, """
-        **练习 2.** 写出 `ex2_angles(A, B)`：`A` 与 `B` 的行空间之间的主角（单位：度，升序），
+        **练习 2.** 写出 `ex2_angles(A, B)`：`A` 与 `B` 的行空间之间的主夹角（单位：度，升序），
         它们的行不一定是标准正交的。
         """,
         blank="""

@@ -18,8 +18,8 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         kernel regression, $\\hat y(x) = \\sum_i K(x, x_i) y_i / \\sum_j K(x, x_j)$: attention is
         「一个可学习的核平滑方法」.
         """, """
-        文章 000 最后给出两种抽象的解读。其一是图：词是节点，$QK^T$ 计算边的权重——这是一张全连接图，
-        其权重随输入而变，即「动态邻居聚合」。其二是 Nadaraya–Watson 核回归
+        文章 000 最后给出两种抽象的解读。其一是图：词元是节点，$QK^T$ 计算边的权重——
+        这是一张全连接图，其权重随输入而变，即「动态邻居聚合」。其二是 Nadaraya–Watson 核回归
         $\\hat y(x) = \\sum_i K(x, x_i) y_i / \\sum_j K(x, x_j)$：
         注意力是「一个可学习的核平滑方法」。
         """),
@@ -55,25 +55,28 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         A2 = attn(torch.stack([emb[t] for t in tokens2])[None])[1][0, 0].detach()
         fig, axes = plt.subplots(1, 2, figsize=(8, 4))
         draw_graph(axes[0], A, tokens, T("edges of one input", "一个输入的边"))
-        draw_graph(axes[1], A2, tokens2, T("one word changed", "换掉一个词"))
+        draw_graph(axes[1], A2, tokens2, T("one word changed", "换掉一个词元"))
         print(T("total variation between the two graphs:", "两张图之间的总变差："),
               round(float(0.5 * (A - A2).abs().sum(-1).mean()), 3))
         """),
     Text("""
         A graph has no order of its nodes. Without positions, self-attention is
         **permutation-equivariant**: permuting the tokens permutes the outputs the same way,
-        $f(PX) = P f(X)$. That is why positions are needed (notebook 06).
+        $f(PX) = P f(X)$. That is why positions are needed (notebook 06). The experiment
+        `dynamic-graph` measures it, beside its control: the same layer with the sinusoidal
+        encoding added, which must break the symmetry.
         """, """
-        图的节点没有顺序。没有位置信息时，自注意力是**置换等变**的：把词重新排列，输出也以同样的方式
-        重新排列，$f(PX) = P f(X)$。这就是需要位置编码的原因（第 06 节）。
+        图的节点没有顺序。没有位置信息时，自注意力是**置换等变**的：把词元重新排列，输出也以同样的
+        方式重新排列，$f(PX) = P f(X)$。这就是需要位置编码的原因（第 06 节）。实验 `dynamic-graph`
+        测量这一点，并附上对照：加入正弦位置编码的同一层，它必须打破这种对称。
         """),
     Code("""
         perm = torch.randperm(len(tokens))
         out_p, _ = attn(X[:, perm])
         print(T("f(PX) = P f(X):", "f(PX) = P f(X)："),
               torch.allclose(out_p, out[:, perm], atol=1e-6))
-        r = run("dynamic-graph")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        r = run("dynamic-graph", plot=False)
+        report(r)
         """),
     Text("""
         **Kernel smoothing, exactly.** The Gaussian kernel
@@ -81,15 +84,16 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         $e^{x x_i/\\sigma^2} \\, e^{-x_i^2/2\\sigma^2} \\, e^{-x^2/2\\sigma^2}$. The last factor is
         the same for every $i$ and cancels in the ratio. So with the query $q = (x, 1)$, the
         key $k_i = (x_i/\\sigma^2, -x_i^2/2\\sigma^2)$, the value $y_i$ and scale 1, attention
-        **is** Nadaraya–Watson regression, to the last bit of float64.
+        **is** Nadaraya–Watson regression, up to float64 rounding (the legend prints the
+        largest difference).
         """, """
         **精确的核平滑。** 高斯核 $K(x, x_i) = e^{-(x - x_i)^2 / 2\\sigma^2}$ 可展开为
         $e^{x x_i/\\sigma^2} \\, e^{-x_i^2/2\\sigma^2} \\, e^{-x^2/2\\sigma^2}$。最后一个因子对所有
          $i$
-        都相同，在比值中约掉。所以取 query $q = (x, 1)$、
-        key $k_i = (x_i/\\sigma^2, -x_i^2/2\\sigma^2)$、
-        value $y_i$、缩放系数为 1，注意力**就是** Nadaraya–Watson 回归，在 float64 下精确到最后一位
-        。
+        都相同，在比值中约掉。所以取查询 $q = (x, 1)$、
+        键 $k_i = (x_i/\\sigma^2, -x_i^2/2\\sigma^2)$、
+        值 $y_i$、缩放系数为 1，注意力**就是** Nadaraya–Watson 回归，只差 float64 的舍入误差
+        （图例中给出最大差值）。
         """),
     Code("""
         g = torch.Generator().manual_seed(0)
@@ -115,27 +119,70 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
             ax.plot(x_test, as_attention(x_test, sigma), label=f"σ = {sigma}  (|Δ| = {err:.0e})")
         ax.set_title(T("attention = Nadaraya–Watson", "注意力 = Nadaraya–Watson"))
         ax.legend(fontsize=8)
-        r = run("kernel-smoothing")
-        print(r.quantity, "=", r.measured, "->", r.verdict)
+        r = run("kernel-smoothing", plot=False)
+        report(r)
         """),
     Text("""
         The identity needs the term $-x_i^2/2\\sigma^2$ in the key: with keys of different
-        norms, a plain dot product is **not** a Gaussian kernel (the experiment's wrong
-        variant, `equal_norm_keys=False`). What attention adds is that $W^Q$ and $W^K$ are
-        learned: the experiment `learned-kernel` in the report learns a better kernel than
-        the best fixed Gaussian.
+        norms, a plain dot product is not a Gaussian kernel (the experiment's wrong variant,
+        `equal_norm_keys=False`; its control is another kernel, the Laplace one, whose
+        estimate attention must not reproduce). What attention adds is that $W^Q$ and $W^K$
+        are learned: the kernel is $K(x, x_i) = e^{q \\cdot k_i / \\sqrt{d}}$ with
+        $q = xW^Q$, $k_i = x_iW^K$. The experiment `learned-kernel` checks the identity, and
+        that this kernel is Gaussian exactly when the keys share one norm; then it learns
+        $W^Q$, $W^K$ for a regression whose target depends on two of eight input
+        dimensions, and compares the test error with that of the best fixed Gaussian kernel.
+        Its control is the same estimator with $W^Q$, $W^K$ left at their random initial
+        values: learning, not the form of the kernel, must be what makes the difference.
         """, """
-        这个恒等式需要 key 里有 $-x_i^2/2\\sigma^2$ 这一项：当各 key 的范数不同时，单纯的点积**不是
-        **
-        高斯核（实验的错误变体 `equal_norm_keys=False` 正是如此）。注意力多出来的是 $W^Q$、$W^K$
-        可以学习：报告中的实验 `learned-kernel` 学到的核比最好的固定高斯核还要好。
+        这个恒等式需要键里有 $-x_i^2/2\\sigma^2$ 这一项：当各键的范数不同时，单纯的点积不是高斯核
+        （实验的错误变体 `equal_norm_keys=False`；它的对照是另一个核——拉普拉斯核，注意力不应复现
+        它的估计）。注意力多出来的是 $W^Q$、$W^K$ 可以学习：核是
+        $K(x, x_i) = e^{q \\cdot k_i / \\sqrt{d}}$，其中 $q = xW^Q$、$k_i = x_iW^K$。
+        实验 `learned-kernel` 检验这个恒等式，以及这个核恰好在各键范数相同时是高斯核；然后在一个
+        目标只依赖八个输入维度中两个维度的回归问题上学习 $W^Q$、$W^K$，把测试误差与最好的固定
+        高斯核相比较。它的对照是 $W^Q$、$W^K$ 停留在随机初始值的同一个估计量：造成差别的必须是
+        学习，而不是核的形式。
+        """),
+    Code("""
+        r = run("learned-kernel")
+        report(r)
+        show(r)
+        """),
+    Text("""
+        **Another kernel: linear attention.** Replace $e^{q \\cdot k}$ by
+        $\\phi(q) \\cdot \\phi(k)$ with $\\phi(x) = \\mathrm{elu}(x) + 1 > 0$. The causal
+        output $\\phi(q_i)^T S_i / \\phi(q_i)^T z_i$, with $S_i = \\sum_{j \\le i} \\phi(k_j)
+        v_j^T$ and $z_i = \\sum_{j \\le i} \\phi(k_j)$, can be computed in parallel (an
+        $N \\times N$ masked matrix, as for softmax) or as a recurrent network that updates
+        the state $S, z$ one token at a time. The two must agree exactly, and the recurrent
+        form's cost grows linearly in $N$ instead of quadratically. The experiment
+        `linear-attention` compares the two forms and counts the FLOPs; its control is an
+        RNN that reads its state before adding the current token.
+        """, """
+        **另一个核：线性注意力。** 把 $e^{q \\cdot k}$ 换成 $\\phi(q) \\cdot \\phi(k)$，其中
+        $\\phi(x) = \\mathrm{elu}(x) + 1 > 0$。因果输出 $\\phi(q_i)^T S_i / \\phi(q_i)^T z_i$
+        （$S_i = \\sum_{j \\le i} \\phi(k_j) v_j^T$，$z_i = \\sum_{j \\le i} \\phi(k_j)$）
+        既可以并行计算（一个 $N \\times N$ 的带掩码矩阵，与 softmax 相同），也可以写成一个循环网络：
+        每读入一个词元就更新一次状态 $S, z$。两种形式必须完全一致，而循环形式的代价随 $N$ 线性增长，
+        而不是平方增长。实验 `linear-attention` 比较这两种形式并统计 FLOPs；它的对照是一个先读取
+        状态、再加入当前词元的循环网络。
+        """),
+    Code("""
+        r = run("linear-attention", lengths=(512, 1024, 2048), repeats=1, n_exact=100)
+        report(r)
+        check_line(r.check("linear-flop-exponent"), "linear attention's FLOPs grow linearly: "
+                   "e in FLOPs ∝ N^e", "线性注意力的 FLOPs 线性增长：FLOPs ∝ N^e 中的 e")
+        check_line(r.check("softmax-flop-exponent"), "softmax attention's grow quadratically: e",
+                   "softmax 注意力的 FLOPs 平方增长：e")
+        show(r)
         """),
     Exercise("ex1", """
         **Exercise 1.** The same in two dimensions: write `ex1_qk(x, xs, sigma)` that returns
         the queries (for the points `x`, M × 2) and keys (for the data points `xs`, N × 2)
         that make attention equal the Gaussian Nadaraya–Watson estimate.
         """, """
-        **练习 1.** 二维的情形：写出 `ex1_qk(x, xs, sigma)`，返回 query（对应点 `x`，M × 2）和 key
+        **练习 1.** 二维的情形：写出 `ex1_qk(x, xs, sigma)`，返回查询（对应点 `x`，M × 2）和键
         （对应数据点 `xs`，N × 2），使注意力等于高斯核的 Nadaraya–Watson 估计。
         """,
         blank="""
@@ -175,7 +222,7 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         **Exercise 2.** In the graph of the first input, how much attention does each token
         *receive* in total (its weighted in-degree)? Give `ex2_received` (N,).
         """, """
-        **练习 2.** 在第一个输入的图中，每个词总共*收到*多少注意力（加权入度）？给出
+        **练习 2.** 在第一个输入的图中，每个词元总共*收到*多少注意力（加权入度）？给出
          `ex2_received`（N,）。
         """,
         blank="""
@@ -188,8 +235,8 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
             by_hand = torch.tensor([sum(float(A[i, j]) for i in range(n)) for j in range(n)])
             assert ex2_received.shape == (n,)
             assert torch.allclose(ex2_received.float(), by_hand, atol=1e-5), T(
-                "not the weight each token receives", "不是每个词收到的权重")
-            print(T("right; the most attended token:", "正确；收到注意力最多的词："),
+                "not the weight each token receives", "不是每个词元收到的权重")
+            print(T("right; the most attended token:", "正确；收到注意力最多的词元："),
                   tokens[int(ex2_received.argmax())])
             """,
         wrong="ex2_received = A.sum(dim=1)"),

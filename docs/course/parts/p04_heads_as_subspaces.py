@@ -128,9 +128,10 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         """),
     Text("""
         Each reading gets its own answer above: a sentence of the article can hold in one
-        reading and not in another. Part 10 trains heads that take different roles; what
-        this experiment adds is where their difference comes from — compare the trained
-        heads with the control whose heads started identical.
+        reading and not in another. The control says where a difference between heads
+        comes from: heads that start identical receive identical gradients. Part 10 puts the
+        plain and the stronger reading to the heads of a two-layer model trained on another
+        task, with that run's own initial weights as the control.
 
         **The cost.** $W_q, W_k, W_v, W_o$ are $E \\times E$ whatever $h$ is: the heads only
         slice them, so the parameters and the matmul FLOPs are equal for any $h$, by
@@ -138,9 +139,9 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         scales, masks and normalises its own scores, and the weights tensor holds one
         $N \\times N$ matrix per head.
         """, """
-        上面每种读法都有各自的答案：文章的一句话可能在一种读法下成立，在另一种读法下不成立。
-        第 10 节训练出承担不同角色的头；这个实验补充的是这种差别从何而来——请把训练后的头与初始
-        完全相同的对照相比较。
+        上面每种读法都有各自的答案：文章的一句话可能在一种读法下成立，在另一种读法下不成立。对照说明
+        各头之间的差别从何而来：初始完全相同的头得到完全相同的梯度。第 10 节在另一个任务上训练一个
+        两层模型，用字面的读法和更强的读法检验它的头，以这次训练自己的初始权重作为对照。
 
         **代价。** 无论 $h$ 是多少，$W_q, W_k, W_v, W_o$ 都是 $E \\times E$ 的：各头只是切分它们，
         所以对任何 $h$，参数量和矩阵乘法 FLOPs 都相等，这是按构造成立的。各头没有切分的是

@@ -20,6 +20,10 @@ them on the marked task (one head on each source, seeds 0–2 of 0–3); on the 
 only partly (split score 0.31–0.63 over seeds 0–3, :func:`split_score`). The table gives
 each head's attention mass on each relation.
 
+Control: the same accuracy gap between the two models at initialisation (both at chance,
+gap 0), so that a gap, had one appeared, would be the heads' doing and not the models'
+starting point.
+
 Support check (``Check.support``): the two-head model learns every task (held-out accuracy
 ≥ ``min_accuracy``); otherwise the result is a defect, not a finding.
 """

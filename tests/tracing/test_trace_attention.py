@@ -288,7 +288,7 @@ def test_v1_files_still_load(tmp_path):
     ("token_ids", [1, "2", 3], "'token_ids' must be null or a list of ints"),
     ("scale", float("inf"), "'scale' must be null or a finite float"),
     ("meta", [1], "'meta' must be a JSON object"),
-    ("format_version", 5, "format_version 5"),
+    ("format_version", 6, "format_version 6"),
     ("causal", "yes", "'causal' must be a bool"),
 ])
 def test_bad_metadata_is_refused_naming_the_field(tmp_path, field, value, message):

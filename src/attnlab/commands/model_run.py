@@ -109,6 +109,8 @@ class ModelRun:
                        else default_budget())
         self.tokens_given: list[int] = []
         self.tokens_kept: list[int] = []
+        #: Whether :meth:`admit` chose to stream the trace to its file (one layer counted).
+        self.streaming = False
         self.t0 = time.perf_counter()
 
     def text(self) -> tuple[str, str]:
@@ -131,31 +133,68 @@ class ModelRun:
             except (ValueError, TypeError, OSError) as exc:
                 raise UsageError(f"--model {self.args.model}: {one_line(exc)}") from exc
 
-    def admit(self, loaded: Any, text: str, arg: str, **keep: bool) -> int:
-        """Count ``text``'s tokens; refuse or announce a cut; check the memory budget."""
-        from attnlab.tracing.budget import check_trace_budget, count_tokens
+    def admit(self, loaded: Any, text: str, arg: str, *, stream: bool | None = False,
+              **keep: bool) -> int:
+        """Count ``text``'s tokens; refuse or announce a cut; check the memory budget.
+
+        The limit is the model's window, or ``--max-tokens`` where the command has one
+        (past the window only for rotary-position models, with a warning on stderr:
+        :func:`attnlab.tracing.tracer.token_limit`). ``stream``: ``False`` checks the whole
+        trace against the budget; ``True`` counts one layer (the trace streams to its file);
+        ``None`` streams only when the whole trace would not fit, and says so on stderr.
+        :attr:`streaming` tells which was chosen.
+        """
+        from attnlab.tracing.budget import MemoryBudgetError, check_trace_budget, count_tokens
+        from attnlab.tracing.tracer import beyond_window_note, token_limit
 
         try:
             n = count_tokens(loaded.tokenizer, text)
         except ValueError as exc:  # e.g. a symbol a trained run's vocabulary lacks
             raise UsageError(f"{arg}: {one_line(exc)}") from exc
-        limit = int(loaded.max_length)
+        max_tokens = getattr(self.args, "max_tokens", None)
+        try:
+            limit = token_limit(loaded, max_tokens)
+        except ValueError as exc:
+            raise UsageError(f"--max-tokens {max_tokens}: "
+                             f"{one_line(exc).removeprefix('max_tokens: ')}") from exc
         kept = n
         if n > limit:
             if not self.args.truncate:
                 raise UsageError(too_long(arg, n, limit, "tokens"))
             kept = limit
-            self.announce_cut(arg, kept, n, loaded)
-        check_trace_budget(loaded, kept, self.budget, what=arg, **keep)
+            self.announce_cut(arg, kept, n, loaded, limit)
+        window = int(loaded.max_length)
+        if kept > window:
+            print(f"attnlab {self.args.command}: warning: "
+                  f"{beyond_window_note(loaded.name, kept, window)}", file=sys.stderr,
+                  flush=True)
+        if stream:
+            check_trace_budget(loaded, kept, self.budget, what=arg, streamed=True, **keep)
+            self.streaming = True
+        else:
+            try:
+                check_trace_budget(loaded, kept, self.budget, what=arg, **keep)
+            except MemoryBudgetError as whole:
+                if stream is False:
+                    raise
+                one = check_trace_budget(loaded, kept, self.budget, what=arg, streamed=True,
+                                         **keep)
+                self.streaming = True
+                print(f"attnlab {self.args.command}: {one_line(whole).split(';')[0]}: "
+                      f"streaming the trace to its file layer by layer instead "
+                      f"({one.describe()})", file=sys.stderr, flush=True)
         self.tokens_given.append(n)
         self.tokens_kept.append(kept)
         return kept
 
-    def announce_cut(self, arg: str, kept: int, given: int, loaded: Any) -> None:
-        """Every cut --truncate makes, one line on stderr naming the argument."""
+    def announce_cut(self, arg: str, kept: int, given: int, loaded: Any,
+                     limit: int | None = None) -> None:
+        """Every cut --truncate makes, one line on stderr naming the argument (``limit``:
+        a --max-tokens other than the model's own limit)."""
+        most = (f"{loaded.name} accepts at most {int(loaded.max_length)}"
+                if limit is None or limit == int(loaded.max_length) else f"--max-tokens {limit}")
         print(f"attnlab {self.args.command}: {arg} truncated: kept {kept} of {given} tokens "
-              f"({loaded.name} accepts at most {int(loaded.max_length)})", file=sys.stderr,
-              flush=True)
+              f"({most})", file=sys.stderr, flush=True)
 
     def announce_target_cut(self, meta: dict, kept: int, arg: str, loaded: Any) -> None:
         """The target's cut, as the source's (``meta["target_truncated_from"]``)."""

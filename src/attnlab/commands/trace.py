@@ -2,11 +2,19 @@
 attnlab run) and write its AttentionTrace (safetensors + JSON metadata); an encoder-decoder
 model (source --text, --target or its own generation) writes its encoder, decoder and
 cross-attention stacks apart in one file.
+
+A trace that would not fit the memory budget (--max-memory, default half of this machine's
+memory) is streamed to --out layer by layer as the model runs (said on stderr), so that one
+layer is in memory at a time; --stream always does. --max-tokens N admits up to N tokens,
+past the model's window for models with rotary positions (with a warning: the model was not
+trained there); with --truncate a longer text is cut to N.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
+from pathlib import Path
 
 from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
 
@@ -25,9 +33,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", action="store_true", help="also keep each head's output")
     p.add_argument("--keep-pieces", action="store_true",
                    help="do not merge byte pieces of one character")
+    p.add_argument("--stream", action="store_true",
+                   help="write the trace to --out layer by layer as the model runs (one layer "
+                   "in memory; the default when the whole trace would not fit --max-memory)")
+    p.add_argument("--max-tokens", type=_positive, default=None, metavar="N",
+                   help="admit up to N tokens instead of the model's limit; past its window "
+                   "only for models with rotary positions (RoPE), with a warning")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true",
                    help="print path, bytes, tokens, seconds and peak memory as JSON")
+
+
+def _positive(text: str) -> int:
+    """--max-tokens: a positive int."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of tokens, got {text!r}")
+    return n
 
 
 def _shape(t) -> dict[str, object]:
@@ -36,14 +61,18 @@ def _shape(t) -> dict[str, object]:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from attnlab._cli import check_out, emit_json, save
+    from attnlab._cli import UsageError, check_out, emit_json, save
     from attnlab.commands.model_run import ModelRun, is_stacked, target_error, target_text
     from attnlab.tracing import trace
+    from attnlab.tracing.tracer import BeyondWindowWarning, is_seq2seq
 
     check_out(args.out)
     job = ModelRun(args)
     target, target_arg = target_text(args)
     if args.image is not None or args.audio is not None:
+        if args.stream or args.max_tokens is not None:
+            raise UsageError("--stream and --max-tokens are for --text/--text-file; trace an "
+                             "image or a sound without them")
         t = job.media_trace(qkv=not args.no_qkv, context=args.context)
         path = save(lambda: t.save(args.out), args.out)
         if args.json:
@@ -55,18 +84,30 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0
     text, arg = job.text()
     loaded = job.load()
-    job.admit(loaded, text, arg, keep_weights=args.no_qkv, keep_context=args.context)
-    kw = {} if target is None else {"target": target}
+    one_stack = not is_seq2seq(loaded.model)
+    if args.stream and not one_stack:
+        raise UsageError(f"--stream: {loaded.name} is an encoder-decoder model (encoder, "
+                         "decoder and cross-attention stacks); a streamed trace holds one stack")
+    job.admit(loaded, text, arg, stream=True if args.stream else (None if one_stack else False),
+              keep_weights=args.no_qkv, keep_context=args.context)
+    kw: dict[str, object] = {} if target is None else {"target": target}
+    if job.streaming:
+        kw["out"] = args.out
     try:
-        with job.layers(loaded, "tracing"):
-            t = trace(loaded, text, qkv=not args.no_qkv, context=args.context,
-                      truncate=args.truncate, merge_pieces=not args.keep_pieces,
-                      max_memory=job.budget, **kw)
+        with job.layers(loaded, "tracing"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", BeyondWindowWarning)  # admit said it on stderr
+            def run():
+                return trace(loaded, text, qkv=not args.no_qkv, context=args.context,
+                             truncate=args.truncate, merge_pieces=not args.keep_pieces,
+                             max_memory=job.budget, max_tokens=args.max_tokens, **kw)
+
+            t = save(run, args.out) if job.streaming else run()  # streamed: writes --out
     except ValueError as exc:
         raise target_error(exc, target, target_arg) from exc
     if is_stacked(t):
         job.announce_target_cut(t.meta, t["decoder"].seq_len, target_arg, loaded)
-    path = save(lambda: t.save(args.out), args.out)
+    path = (Path(args.out) if job.streaming
+            else save(lambda: t.save(args.out), args.out))
     if args.json and is_stacked(t):  # each stack apart
         emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
                    "target": t.target, "target_from": t.meta.get("target_from"),
@@ -74,7 +115,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     elif args.json:
         emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
                    "layers": t.num_layers, "heads": t.num_heads, "causal": t.causal,
-                   **job.stats()})
+                   "streamed": job.streaming, **job.stats()})
     else:
         job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
     return 0

@@ -171,6 +171,8 @@ class AttentionTrace:
         self.q, self.k, self.v, self.lse, self.context = q, k, v, lse, context
         self.out_proj = out_proj
         self._dense: Tensor | None = None  # lazily built weights
+        # an opened version-5 file's per-layer sha256 (trace_file.LayerDigests), else None
+        self._layer_digests: Any = None
         if weights is None and (q is None or k is None or lse is None):
             missing = [n for n, t in (("q", q), ("k", k), ("lse", lse)) if t is None]
             raise ValueError(
@@ -331,6 +333,26 @@ class AttentionTrace:
     def _layer(self, layer: int) -> int:
         return _index("layer", layer, self.num_layers)
 
+    def layer_tensor(self, name: str, layer: int) -> Tensor:
+        """One layer of a stored tensor: ``getattr(trace, name)[layer]`` (``name``: one of
+        ``weights``, ``q``, ``k``, ``v``, ``lse``, ``context``, ``out_proj``), the one place
+        the on-demand methods read the stored tensors through.
+
+        On a trace opened from a version-5 file (a streamed trace, :meth:`open`), that
+        layer's bytes of the tensor are first checked against the sha256 the file states for
+        them, once per tensor and layer: a corrupt chunk raises :class:`TraceFormatError`
+        naming the tensor and the layer, when first read.
+        """
+        if name not in TRACE_TENSORS:
+            raise ValueError(f"name must be one of {', '.join(TRACE_TENSORS)}, got {name!r}")
+        t = self._weights if name == "weights" else getattr(self, name)
+        if t is None:
+            raise ValueError(f"this trace holds no {name}")
+        layer = self._layer(layer)
+        if self._layer_digests is not None:
+            self._layer_digests.check(name, layer)
+        return t[layer]
+
     def _head(self, head: int) -> int:
         return _index("head", head, self.num_heads)
 
@@ -367,12 +389,12 @@ class AttentionTrace:
         """Weights (R, C) of pieces ``rows`` x ``cols`` (all keys when None), float32."""
         nq, nk = self._pieces_q, self._pieces_k
         if self._weights is not None:
-            w = self._weights[layer, head].index_select(0, rows)
+            w = self.layer_tensor("weights", layer)[head].index_select(0, rows)
             return (w if cols is None else w.index_select(1, cols)).float()
         shape = self._shapes[layer]
-        q = self.q[layer, head].index_select(0, rows)
-        k = self.k[layer, self.kv_head(head)]
-        lse = self.lse[layer, head].index_select(0, rows)
+        q = self.layer_tensor("q", layer)[head].index_select(0, rows)
+        k = self.layer_tensor("k", layer)[self.kv_head(head)]
+        lse = self.layer_tensor("lse", layer)[head].index_select(0, rows)
         if cols is not None:
             return shaped_weights(q, k.index_select(0, cols), lse, shape, rows=rows,
                                   cols=cols, head=head, lq=nq, lk=nk)
@@ -452,7 +474,7 @@ class AttentionTrace:
         """The dense (Lq, Lk) weights of one head."""
         layer, head = self._layer(layer), self._head(head)
         if self._weights is not None and self.groups is None:
-            return self._weights[layer, head].float()
+            return self.layer_tensor("weights", layer)[head].float()
         out = torch.empty(self.seq_len, self.key_len)
         step = self._tile_rows(None, _POOL_TILE_BYTES)
         for r0, r1, tile in self.iter_row_tiles(layer, head, step):
@@ -510,11 +532,12 @@ class AttentionTrace:
     def _layer_weights(self, layer: int) -> Tensor:
         """(H, Lq, Lk) weights of every head of one layer at once, the merge applied."""
         if self._weights is not None:
-            w = self._weights[layer].float()
+            w = self.layer_tensor("weights", layer).float()
         else:
             group = self.num_heads // self.num_kv_heads
-            k = self.k[layer].repeat_interleave(group, dim=0)  # (H, Lk, d)
-            w = shaped_weights(self.q[layer], k, self.lse[layer], self._shapes[layer],
+            k = self.layer_tensor("k", layer).repeat_interleave(group, dim=0)  # (H, Lk, d)
+            w = shaped_weights(self.layer_tensor("q", layer), k,
+                               self.layer_tensor("lse", layer), self._shapes[layer],
                                rows=torch.arange(self._pieces_q),
                                head=torch.arange(self.num_heads), lq=self._pieces_q,
                                lk=self._pieces_k)
@@ -560,12 +583,14 @@ class AttentionTrace:
         meta["merged"] = {"rule": rule, "groups": merged,
                           "pieces": before.get("pieces", list(self.tokens)),
                           "piece_ids": before.get("piece_ids", self.token_ids)}
-        return AttentionTrace(
+        out = AttentionTrace(
             tokens=list(labels), weights=self._weights, q=self.q, k=self.k, v=self.v,
             lse=self.lse, context=self.context, out_proj=self.out_proj,
             shapes=self._shapes or None,
             causal=None if self._shapes else self._causal, model=self.model, token_ids=None,
             text=self.text, meta=meta, groups=merged, stack=self.stack)
+        out._layer_digests = self._layer_digests  # the same file's bytes, still checked
+        return out
 
     # -- what attention moves (attnlab.tracing.attribution) --------------------------------
 
@@ -611,7 +636,9 @@ class AttentionTrace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AttentionTrace:
-        """Read a trace written by :meth:`save` (format version 1 to 4).
+        """Read a trace written by :meth:`save` (format version 1 to 4) or streamed by
+        :func:`attnlab.tracing.tracer.trace` with ``out=`` (version 5, whose per-layer
+        sha256 are checked too).
 
         Everything read is checked: each tensor's shape and dtype against the metadata and
         (version 2 on) the sha256 of its bytes; the types of tokens, ids, scale, stack and
@@ -630,13 +657,16 @@ class AttentionTrace:
         """A trace file (version 2 on) opened without reading it: its tensors are
         memory-mapped, so a row, a head or a layer costs what it reads, whatever the file's
         size. The header and every tensor's dtype and shape are checked now; :meth:`verify`
-        checks the sha256 of every tensor and the values, as :meth:`load` does at once."""
+        checks the sha256 of every tensor and the values, as :meth:`load` does at once. A
+        version-5 file (a streamed trace) states each layer's sha256 too: each layer of a
+        tensor is checked the first time an on-demand method reads it
+        (:meth:`layer_tensor`)."""
         return trace_file.open_one(path, cls)
 
     def verify(self) -> AttentionTrace:
-        """For an opened trace: every check :meth:`load` makes (each tensor's sha256, the
-        values), reading the file once; raises :class:`TraceFormatError`, else returns the
-        trace."""
+        """For an opened trace: every check :meth:`load` makes (each tensor's sha256, each
+        layer's for a version-5 file, the values), reading the file once; raises
+        :class:`TraceFormatError`, else returns the trace."""
         where = getattr(self, "opened_from", None)
         if where is None:
             raise ValueError("verify() checks a trace against the file it was opened from; "

@@ -21,6 +21,13 @@ vocabulary ``V`` (all float32, 4 bytes a number)::
                                                       if its attention path materialises them
     estimate  = KEPT_COPIES · kept + forward
 
+A trace **streamed** to its file as the model runs (``streamed=True``:
+``trace(..., out=PATH)``, ``attnlab trace`` when the whole trace would not fit, or
+``--stream``) keeps one layer at a time: ``kept`` is then that of one layer (``kept / L``),
+so the estimate is one layer plus the forward pass, whatever the number of layers; what the
+file holds is written to disk, not kept. When even that does not fit, the input is refused
+before the model runs, as any other.
+
 The trace's tensors exist once (the records move into the trace layer by layer, and
 saving streams them to the file), but the pages the forward pass frees around them are not
 all handed back at once: ``KEPT_COPIES = 2`` covers both. ``context`` counts only when the
@@ -297,10 +304,13 @@ class MemoryEstimate:
     kept: int
     forward: int
     total: int
+    streamed: bool = False  # kept is one layer's: the trace is streamed to its file
 
     def describe(self) -> str:
-        return (f"about {format_bytes(self.total)} of memory ({format_bytes(self.kept)} kept "
-                f"by the trace, counted {KEPT_COPIES}x, + {format_bytes(self.forward)} for the "
+        what = "kept of one layer while the trace streams to its file" if self.streamed else (
+            "kept by the trace")
+        return (f"about {format_bytes(self.total)} of memory ({format_bytes(self.kept)} "
+                f"{what}, counted {KEPT_COPIES}x, + {format_bytes(self.forward)} for the "
                 f"forward pass)")
 
 
@@ -313,25 +323,35 @@ def _check_tokens(num_tokens: Any) -> int:
 
 
 def estimate_trace_bytes(model_like: Any, num_tokens: int, *, keep_context: bool = False,
-                         keep_weights: bool = False, keep_scores: bool = False
-                         ) -> MemoryEstimate:
+                         keep_weights: bool = False, keep_scores: bool = False,
+                         streamed: bool = False) -> MemoryEstimate:
     """The estimate of the module docstring for ``num_tokens`` tokens through ``model_like``.
 
     ``keep_context``: the trace stores each head's output too; ``keep_weights``: it stores
     dense (L, H, N, N) weights (a trace made without q/k; q, k, v and lse stay counted,
-    as capture may hold them on the way); ``keep_scores``: it stores raw scores too.
+    as capture may hold them on the way); ``keep_scores``: it stores raw scores too;
+    ``streamed``: the trace is written to its file layer by layer, so one layer is kept.
+
+    >>> shape = ModelShape(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64,
+    ...                    hidden_size=576, ff_size=1536, vocab_size=49152)
+    >>> whole, one = (estimate_trace_bytes(shape, 8192, streamed=s) for s in (False, True))
+    >>> whole.kept == 30 * one.kept, whole.forward == one.forward
+    (True, True)
     """
+    if not isinstance(streamed, bool):
+        raise TypeError(f"streamed must be a bool, got {type(streamed).__name__}")
     s = model_shape(model_like)
     n = _check_tokens(num_tokens)
     L, H, Hkv, d = s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim
-    kept = _FLOAT * L * n * (H * d + 2 * Hkv * d + H + H * d * int(keep_context))
-    kept += _FLOAT * L * H * n * n * (int(keep_weights) + int(keep_scores))
+    layers = min(L, 1) if streamed else L  # a streamed trace keeps one layer at a time
+    kept = _FLOAT * layers * n * (H * d + 2 * Hkv * d + H + H * d * int(keep_context))
+    kept += _FLOAT * layers * H * n * n * (int(keep_weights) + int(keep_scores))
     forward = _FLOAT * n * (4 * s.hidden_size + (H + 2 * Hkv) * d + 3 * s.ff_size)
     forward += _FLOAT * n * s.vocab_size if s.logits else 0
     forward += _FLOAT * n * n if s.n2_mask else 0
     forward += 2 * _FLOAT * H * n * n if s.eager_scores else 0
     return MemoryEstimate(num_tokens=n, kept=kept, forward=forward,
-                          total=KEPT_COPIES * kept + forward)
+                          total=KEPT_COPIES * kept + forward, streamed=streamed)
 
 
 def max_tokens_within(model_like: Any, budget_bytes: int | str | None = None,
@@ -357,18 +377,20 @@ def check_trace_budget(model_config_like: Any, num_tokens: int,
     """Refuse, before anything is allocated, a trace whose estimate exceeds the budget.
 
     ``budget_bytes``: bytes, a size string (``"4GB"``) or ``None`` for
-    :func:`default_budget`. ``what`` prefixes the message (e.g. ``"text"``). Returns the
-    estimate when it fits; raises :class:`MemoryBudgetError` stating both otherwise.
+    :func:`default_budget`. ``what`` prefixes the message (e.g. ``"text"``). ``keep``: as
+    :func:`estimate_trace_bytes` takes them (``streamed=True``: one layer counted). Returns
+    the estimate when it fits; raises :class:`MemoryBudgetError` stating both otherwise.
     """
     budget = resolve_budget(budget_bytes)
     est = estimate_trace_bytes(model_config_like, num_tokens, **keep)
     if est.total > budget:
         fit = max_tokens_within(model_config_like, budget, **keep)
         prefix = f"{what}: " if what else ""
+        even = " even streamed to the file layer by layer" if est.streamed else ""
         raise MemoryBudgetError(
-            f"{prefix}{num_tokens} tokens need {est.describe()}, above the memory budget of "
-            f"{format_bytes(budget)}; give a shorter input (about {fit} tokens fit) or raise "
-            f"the budget (--max-memory, max_memory=)")
+            f"{prefix}{num_tokens} tokens need {est.describe()}{even}, above the memory "
+            f"budget of {format_bytes(budget)}; give a shorter input (about {fit} tokens "
+            f"fit) or raise the budget (--max-memory, max_memory=)")
     return est
 
 

@@ -13,6 +13,16 @@ cross-attention stacks, told apart by :func:`stack_table`. With ``qkv=False`` th
 hold dense weights (B, H, Lq, Lk) instead (short inputs); with ``context=True`` they also
 keep each head's output (B, H, Lq, dv).
 
+**Streaming.** ``capture(model, out=PATH)`` writes each layer to a trace file (format
+version 5, :class:`~attnlab.tracing.trace_file.TraceStream`) as soon as its attention call
+is recorded, and drops it: the capture's own memory is one layer, whatever the number of
+layers. ``cap.trace()`` then writes the header, renames the file into place and returns the
+trace opened from it (:meth:`~attnlab.tracing.attention.AttentionTrace.open`); its tensors
+equal, bit for bit, those of the same capture in memory. A streamed capture holds one
+attention stack of one batch element (``batch_index``), ``num_layers`` calls alike (the
+model's own count, read from its config, else its number of attention modules); anything
+else is refused, naming what differs.
+
 Each kind of model is read by an adapter (:mod:`attnlab.tracing.adapters`): attnlab modules
 through their hook points, ``torch.nn.MultiheadAttention`` through a forward pre-hook that
 recomputes q, k, v from its weights, Hugging Face models through an attention function
@@ -41,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,8 +63,10 @@ from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.tracing.model_parts import output_projections, rope_layout
+from attnlab.tracing.budget import first_int
+from attnlab.tracing.model_parts import output_projection, output_projections, rope_layout
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
+from attnlab.tracing.trace_file import TraceStream
 
 __all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture", "stack_table"]
 
@@ -86,10 +99,17 @@ def _nbytes(record: AttentionRecord) -> int:
                                                         record.context) if t is not None)
 
 
+#: What :meth:`Capture.trace` merges: (groups of consecutive pieces, their labels or None,
+#: the rule recorded in ``meta["merged"]``), as :meth:`AttentionTrace.merge_tokens` takes them.
+Merge = tuple[list[list[int]], list[str] | None, str]
+
+
 class Capture:
     """The records of one ``capture`` block, in call order; :meth:`trace` assembles them.
 
-    ``on_record`` (settable) is called with each record as it arrives (e.g. progress).
+    ``on_record`` (settable) is called with each record as it arrives (e.g. progress). A
+    streamed capture (``capture(..., out=PATH)``) keeps no records: each is written to the
+    file as it arrives (:attr:`streamed` says so).
     """
 
     def __init__(self, root: nn.Module, qkv: bool, context: bool = False) -> None:
@@ -102,21 +122,34 @@ class Capture:
         self._stacks = stack_table(root)
         self._cross: set[str] = set()  # modules seen attending to the encoder's states
         self._lock = threading.Lock()
+        self._stream: _LayerStream | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the records go to a file as they arrive (``capture(..., out=PATH)``)."""
+        return self._stream is not None
 
     def name_of(self, module: nn.Module) -> str:
         """The module's dotted name inside the captured model."""
         return self._names.get(id(module)) or type(module).__name__
 
     def add(self, record: AttentionRecord) -> None:
-        """Append a record (adapters call this, from any thread)."""
+        """Append a record (adapters call this, from any thread); a streamed capture
+        writes it to its file instead, in call order."""
         with self._lock:
-            self.records.append(record)
+            if self._stream is not None:
+                self._stream.add(record, self.stack_of(record.name))
+            else:
+                self.records.append(record)
         if _nbytes(record) >= _TRIM_BYTES:
             _give_back_memory()
         if self.on_record is not None:
             self.on_record(record)
 
     def __len__(self) -> int:
+        """The attention calls recorded (a streamed capture: written or skipped)."""
+        if self._stream is not None:
+            return len(self._stream.names) + len(self._stream.skipped)
         return len(self.records)
 
     def stack_of(self, name: str) -> str:
@@ -132,7 +165,8 @@ class Capture:
               key_tokens: list[str] | None = None,
               meta: dict[str, Any] | None = None, release: bool = False,
               target_tokens: list[str] | None = None, target_ids: list[int] | None = None,
-              target: str | None = None) -> AttentionTrace | StackedTrace:
+              target: str | None = None, merge: Merge | None = None
+              ) -> AttentionTrace | StackedTrace:
         """One input of the batch as an :class:`AttentionTrace` (layers in call order), or
         a :class:`~attnlab.tracing.stacks.StackedTrace` when the records come from more
         than one attention stack (encoder, decoder, cross: ``nn.Transformer``,
@@ -146,8 +180,18 @@ class Capture:
         ``tokens`` label them when ``target_tokens`` is not given); ``key_tokens`` the keys
         of cross-attention (default: the encoder's tokens). ``release=True`` moves the
         records' tensors into the trace and empties :attr:`records`, so the trace never
-        exists twice in memory.
+        exists twice in memory. ``merge``: (groups, labels, rule) merged into the one-stack
+        trace (:meth:`AttentionTrace.merge_tokens`).
+
+        A streamed capture finishes its file here (the header written with these labels,
+        the merge and ``meta``; renamed into place) and returns the trace opened from it;
+        its ``batch_index`` is the one given to :func:`capture`. A failure deletes the
+        unfinished file.
         """
+        if self._stream is not None:
+            return self._finish_stream(batch_index, tokens=tokens, model=model,
+                                       token_ids=token_ids, text=text, key_tokens=key_tokens,
+                                       meta=meta, merge=merge)
         if not self.records:
             raise ValueError(
                 "nothing was captured: no attention module of the model ran inside the "
@@ -173,9 +217,15 @@ class Capture:
                 name = "self"  # the model's only stack (nn.TransformerEncoder on its own)
             if name in ("decoder", "cross") and target_tokens is not None:
                 tokens, token_ids, text = target_tokens, target_ids, target
-            return _one_stack(records, name, bi, release, tokens=tokens, model=model,
-                              token_ids=token_ids, text=text, key_tokens=key_tokens,
-                              meta=meta, root=self.root)
+            one = _one_stack(records, name, bi, release, tokens=tokens, model=model,
+                             token_ids=token_ids, text=text, key_tokens=key_tokens,
+                             meta=meta, root=self.root)
+            if merge is not None:
+                one = one.merge_tokens(merge[0], merge[1], rule=merge[2])
+            return one
+        if merge is not None:
+            raise ValueError("merge applies to a trace of one attention stack; this capture "
+                             f"holds several ({', '.join(by_stack)})")
         if "encoder" not in by_stack and target_tokens is None:
             target_tokens, target_ids, target = tokens, token_ids, text
         stacks: dict[str, AttentionTrace] = {}
@@ -203,6 +253,65 @@ class Capture:
         return StackedTrace(stacks, model=model, text=text, target=target,
                             meta=dict(meta or {}))
 
+
+    def _finish_stream(self, batch_index: int, *, tokens: list[str] | None, model: str,
+                       token_ids: list[int] | None, text: str | None,
+                       key_tokens: list[str] | None, meta: dict[str, Any] | None,
+                       merge: Merge | None) -> AttentionTrace:
+        """The streamed capture's file finished: header, merge, rename; the trace opened
+        from it. The unfinished file is deleted on any failure."""
+        s = self._stream
+        assert s is not None
+        try:
+            if s.dims is None:
+                raise ValueError(
+                    "nothing was captured: no attention module of the model ran inside the "
+                    "capture block (attnlab modules, torch.nn.MultiheadAttention and Hugging "
+                    "Face models are recognised)")
+            if isinstance(batch_index, bool) or not isinstance(batch_index, int):
+                raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+            if batch_index % s.batch != s.bi:
+                raise ValueError(f"batch_index: a streamed capture keeps the batch element "
+                                 f"given to capture() ({s.bi}), got {batch_index}")
+            if s.writer.layers != s.writer.num_layers:
+                raise ValueError(
+                    f"the stream was laid out for {s.writer.num_layers} layers but the model "
+                    f"made {s.writer.layers} attention calls of the first one's shape (heads, "
+                    f"queries, keys) = {s.dims}: give capture() num_layers="
+                    f"{s.writer.layers}, or trace it in memory")
+            heads, lq, lk = s.dims
+            if key_tokens is None and lk != lq:
+                key_tokens = [str(j) for j in range(lk)]
+            info: dict[str, Any] = {"layer_names": list(s.names), "source": s.source}
+            layout = rope_layout(self.root)
+            if layout is not None:
+                info["positional"] = layout
+            if s.skipped:
+                info["skipped"] = list(s.skipped)
+            info.update(meta or {})
+            labels = [str(t) for t in tokens] if tokens is not None else [
+                str(i) for i in range(lq)]
+            for name, got, want in (("tokens", labels, lq), ("key_tokens", key_tokens, lk),
+                                    ("token_ids", token_ids, lq)):
+                if got is not None and len(got) != want:
+                    raise ValueError(f"{name} has {len(got)} entries; the trace has {want} "
+                                     f"{'key' if name == 'key_tokens' else 'query'} positions")
+            s.writer.write_header({
+                "stack": "self", "tokens": labels,
+                "key_tokens": None if key_tokens is None else [str(t) for t in key_tokens],
+                "token_ids": None if token_ids is None else [int(i) for i in token_ids],
+                "model": model or type(self.root).__name__, "causal": s.causal, "text": text,
+                "meta": info, "groups": None})
+            if merge is not None:
+                merged = AttentionTrace.open(s.writer.temp_path).merge_tokens(
+                    merge[0], merge[1], rule=merge[2])
+                s.writer.write_header(merged._file_fields())
+                del merged
+            path = s.writer.commit()
+        except BaseException:
+            s.writer.discard()
+            raise
+        return AttentionTrace.open(path)
 
     def _check_cross(self, records: list[AttentionRecord], n_source: int) -> None:
         """Cross-attention reads exactly the encoder's positions; a module that reads more
@@ -254,6 +363,98 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
         tokens=tokens if tokens is not None else [str(i) for i in range(lq)],
         **stacked, shapes=shapes, model=model, token_ids=token_ids, key_tokens=key_tokens,
         text=text, meta=info, stack=stack)
+
+
+class _LayerStream:
+    """What a streamed capture keeps: where its file is written (a
+    :class:`~attnlab.tracing.trace_file.TraceStream`) and the little it must remember (the
+    first call's shape, the layer names); each record's tensors are written and dropped.
+
+    As in memory (:func:`_one_stack`, :func:`_stack`), only the calls with the (H, Lq, Lk)
+    of the first one are layers (the others are named in ``meta["skipped"]``), every tensor
+    is float32 and a layer with fewer key/value heads has each repeated for the query heads
+    it serves; ``out_proj`` is each layer's own output projection. What a file laid out
+    from the first layer cannot hold (another stack, a layer of other shapes, more layers)
+    is refused, naming it.
+    """
+
+    def __init__(self, root: nn.Module, writer: TraceStream, batch_index: int) -> None:
+        if isinstance(batch_index, bool) or not isinstance(batch_index, int):
+            raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+        self.root = root
+        self.writer = writer
+        self.bi = batch_index
+        self.batch = 0
+        self.dims: tuple[int, int, int] | None = None
+        self.source = ""
+        self.stack = ""
+        self.kv_heads = 0
+        self.out_proj = False
+        self.causal = True
+        self.names: list[str] = []
+        self.skipped: list[str] = []
+
+    def add(self, r: AttentionRecord, stack: str) -> None:
+        if self.dims is None:
+            b = r.batch
+            if not -b <= self.bi < b:
+                raise IndexError(f"batch_index must be in [0, {b}), got {self.bi}")
+            self.bi, self.batch, self.dims = self.bi % b, b, r.dims
+            self.source, self.stack = r.source, stack
+            self.kv_heads = r.k.shape[1] if r.k is not None else 0
+        if stack != self.stack:
+            raise ValueError(
+                f"{r.name} is {stack} attention, after {self.stack} attention: a streamed "
+                "trace holds one attention stack; trace this model without out= (in "
+                "memory) and save its StackedTrace")
+        if r.dims != self.dims:
+            self.skipped.append(r.name)
+            return
+        layer = len(self.names)
+        names = ("weights", "context") if r.weights is not None else (
+            "q", "k", "v", "lse", "context")
+        parts: dict[str, Tensor] = {}
+        for name in names:
+            x = getattr(r, name)
+            if x is None:
+                continue
+            part = x[self.bi]
+            if name in ("k", "v") and part.shape[0] != self.kv_heads:
+                if part.shape[0] > self.kv_heads or self.kv_heads % part.shape[0]:
+                    raise ValueError(
+                        f"{r.name} (layer {layer}) has {part.shape[0]} key/value heads, the "
+                        f"first layer {self.kv_heads}: a streamed trace needs every layer's "
+                        "count to divide the first's (trace it in memory instead)")
+                part = part.repeat_interleave(self.kv_heads // part.shape[0], dim=0)
+            parts[name] = part.to(torch.float32)
+        if "v" in parts:
+            heads, dv = self.dims[0], parts["v"].shape[-1]
+            try:
+                w = output_projection(self.root.get_submodule(r.name), heads, dv)
+            except AttributeError:
+                w = None
+            if layer == 0:
+                self.out_proj = w is not None
+            if self.out_proj:
+                if w is None:
+                    raise ValueError(
+                        f"{r.name} (layer {layer}) has no output projection attnlab finds, "
+                        "the first layer has one: a streamed trace needs every layer alike "
+                        "(trace it in memory instead)")
+                parts["out_proj"] = w
+        shape = r.shapes[self.bi]
+        self.writer.add(parts, shape)
+        self.causal = self.causal and shape.causal
+        self.names.append(r.name)
+
+
+def _stream_layers(module: nn.Module, matched: int) -> int:
+    """How many layers a streamed capture of ``module`` lays its file out for: its config's
+    number of layers, else the number of attention modules it holds (``matched``)."""
+    cfg = getattr(module, "config", None)
+    n = None if cfg is None else first_int(
+        cfg, "num_hidden_layers", "num_layers", "n_layer", "n_layers")
+    return n or matched
 
 
 def _stack(records: list[AttentionRecord], name: str, bi: int, release: bool
@@ -396,8 +597,9 @@ def _refuse_unreadable(root: nn.Module, matched: set[int]) -> None:
 
 
 @contextlib.contextmanager
-def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
-            ) -> Iterator[Capture]:
+def capture(module: nn.Module, *, qkv: bool = True, context: bool = False,
+            out: str | os.PathLike[str] | None = None, num_layers: int | None = None,
+            batch_index: int = 0, reserve: int | None = None) -> Iterator[Capture]:
     """Record every attention call inside ``module`` while the block runs.
 
     Args:
@@ -407,16 +609,28 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
             then computed on demand). ``False`` keeps dense weights (B, H, Lq, Lk) instead:
             for short inputs only.
         context: also keep each head's output (B, H, Lq, dv).
+        out: stream the trace to this file as the model runs (see the module docstring):
+            one layer in memory at a time; ``cap.trace()`` finishes the file and returns the
+            trace opened from it. A block that raises leaves no file.
+        num_layers: with ``out``, the layers the file is laid out for (default: the
+            model's config, else its number of attention modules).
+        batch_index: with ``out``, the batch element streamed.
+        reserve: with ``out``, bytes of header room kept for the labels and ``meta`` (the
+            tracer gives its estimate; a header that outgrows its room costs one copy of
+            the file).
 
     Yields:
-        a :class:`Capture`; ``cap.records`` fill up as the model runs, ``cap.trace()``
-        assembles an :class:`AttentionTrace`.
+        a :class:`Capture`; ``cap.records`` fill up as the model runs (unless streamed),
+        ``cap.trace()`` assembles an :class:`AttentionTrace`.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     for name, flag in (("qkv", qkv), ("context", context)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if out is None and (num_layers is not None or reserve is not None or batch_index != 0):
+        raise ValueError("num_layers, batch_index and reserve are for a streamed capture: "
+                         "give out=PATH too")
     cap = Capture(module, qkv, context)
     matched: dict[int, list[nn.Module]] = {}
     for m in module.modules():
@@ -431,6 +645,17 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
             "(attnlab MultiHeadAttention/SelfAttention, torch.nn.MultiheadAttention, or a "
             "Hugging Face model whose attention goes through its attention interface)"
         )
+    if out is not None:
+        stacks = set(cap._stacks.values())
+        if len(stacks) > 1:
+            raise ValueError(
+                f"out: {type(module).__name__} has several attention stacks "
+                f"({', '.join(s for s in STACK_ORDER if s in stacks)}); a streamed trace holds "
+                "one: capture it without out= (in memory) and save its StackedTrace")
+        layers = (num_layers if num_layers is not None
+                  else _stream_layers(module, sum(len(ms) for ms in matched.values())))
+        writer = TraceStream(out, layers, reserve=65536 if reserve is None else reserve)
+        cap._stream = _LayerStream(module, writer, batch_index)
     handles: list[Any] = []
     try:
         for mods in matched.values():
@@ -440,6 +665,10 @@ def capture(module: nn.Module, *, qkv: bool = True, context: bool = False
         for i, mods in matched.items():
             handles.extend(ADAPTERS[i].attach(cap, mods))
         yield cap
+    except BaseException:
+        if cap._stream is not None:
+            cap._stream.writer.discard()
+        raise
     finally:
         for hnd in reversed(handles):
             hnd.remove()

@@ -19,11 +19,27 @@ target=...)`` runs one forward pass with the target as the decoder's input (afte
 token) and returns a :class:`~attnlab.tracing.stacks.StackedTrace` of the encoder, decoder
 and cross-attention stacks; without a target, the model's own greedy generation is the
 target (``meta["target_from"] == "generated"``).
+
+**Streaming.** ``trace(model, text, out=PATH)`` writes the trace to ``PATH`` layer by layer
+as the model runs (format version 5, :func:`~attnlab.tracing.capture.capture` with
+``out=``) and returns it opened from the file
+(:meth:`~attnlab.tracing.attention.AttentionTrace.open`): one layer in memory at a time,
+whatever the number of layers; ``max_memory`` then counts one layer
+(:mod:`attnlab.tracing.budget`). One-stack models, text or token ids.
+
+**Past the window.** ``max_tokens=N`` admits up to N tokens instead of the model's own
+limit (``max_length``); past that window only for a model with rotary positions (RoPE, told
+by its config: ``rope_theta``, ``rope_parameters``), whose positions are computed, not
+looked up in a table. Such a trace warns (:class:`BeyondWindowWarning`) and records the
+window in ``meta["trained_window"]``: the model never saw those positions in training, so
+its attention there shows how its rotary positions extrapolate, not how it reads text.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -52,7 +68,8 @@ from attnlab.tracing.decode import (
 from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.stacks import StackedTrace
 
-__all__ = ["trace", "is_seq2seq", "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
+__all__ = ["trace", "is_seq2seq", "token_limit", "BeyondWindowWarning", "MAX_NEW_TOKENS",
+           "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
 
 MERGE_RULE = "pieces of one character merged: weights summed over keys, averaged over queries"
 #: Warn when more than this share of the real tokens is the tokenizer's unknown token.
@@ -109,6 +126,89 @@ def _resolve(model: Any, tokenizer: Any) -> Any:
         f".describe(), like attnlab.models.LoadedModel) or a torch.nn.Module, got "
         f"{type(model).__name__}"
     )
+
+
+class BeyondWindowWarning(UserWarning):
+    """A trace past the model's trained window (``max_tokens=`` above ``max_length``)."""
+
+
+#: The names a model gives a learned table of absolute positions.
+_POSITION_TABLES = ("wpe", "position_embeddings", "embed_positions", "pos_embed",
+                    "position_embedding")
+
+
+def _rope_theta(cfg: Any) -> float | None:
+    """The rotary base a config states (``rope_theta``, or inside ``rope_parameters`` /
+    ``rope_scaling``), else None."""
+    theta = getattr(cfg, "rope_theta", None)
+    for name in ("rope_parameters", "rope_scaling"):
+        params = getattr(cfg, name, None)
+        if theta is None and isinstance(params, dict):
+            theta = params.get("rope_theta")
+    ok = isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0
+    return float(theta) if ok else None
+
+
+def _past_window_refusal(loaded: Any) -> str | None:
+    """None when ``loaded``'s positions go on past its window (rotary positions, stated by
+    its config), else why they do not."""
+    net, window = loaded.model, int(loaded.max_length)
+    cfg = getattr(net, "config", None)
+    if not is_hf_model(net):
+        if getattr(cfg, "positional", None) == "rope":
+            return (f"it is an attnlab model whose forward accepts at most its block_size "
+                    f"({window}) tokens")
+        return ("it learns one absolute position embedding per position (positional="
+                f"{getattr(cfg, 'positional', None)!r}): there is none past the window")
+    if _rope_theta(cfg) is not None:
+        return None
+    kind = getattr(cfg, "position_embedding_type", None)
+    tables = [n for n, m in net.named_modules()
+              if isinstance(m, nn.Embedding) and n.rsplit(".", 1)[-1] in _POSITION_TABLES]
+    if kind == "absolute" or tables:
+        where = f" ({tables[0]})" if tables else ""
+        return (f"its config ({cfg.model_type}) gives it learned absolute positions{where}, "
+                f"one embedding per position up to {window}: there is none past the window")
+    return (f"its config ({cfg.model_type}) states no rotary positions (no rope_theta or "
+            "rope_parameters)")
+
+
+def token_limit(loaded: Any, max_tokens: int | None = None) -> int:
+    """The most tokens :func:`trace` admits for ``loaded``: its own window
+    (``max_length``), or ``max_tokens``. Past the window only for a model with rotary
+    positions (see the module docstring); any other raises ``ValueError`` naming the
+    model and why."""
+    window = int(loaded.max_length)
+    if max_tokens is None:
+        return window
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if max_tokens > window:
+        why = _past_window_refusal(loaded)
+        if why is not None:
+            raise ValueError(
+                f"max_tokens: {max_tokens} is past {loaded.name}'s window of {window} tokens "
+                f"and {loaded.name} cannot go past it: {why}; tracing past the window is for "
+                "models with rotary positions (RoPE)")
+    return max_tokens
+
+
+def beyond_window_note(name: str, n: int, window: int) -> str:
+    """The warning of a trace of ``n`` tokens past a window of ``window``."""
+    return (f"{n} tokens are past {name}'s trained window of {window}: the attention there is "
+            f"traced exactly as the model computes it, but the model never saw positions past "
+            f"{window} in training; quality there is not the point: it shows how its rotary "
+            "positions extrapolate, not how it reads a text")
+
+
+def _header_reserve(info: dict[str, Any], text: str | None, meta: dict[str, Any],
+                    layers: int) -> int:
+    """Bytes of header room a streamed trace keeps for its labels and ``meta``: the labels,
+    ids, text and meta as JSON, three times over (tokens, a merge's pieces and groups, the
+    escaping of JSON inside the header), plus the layer names."""
+    size = len(json.dumps([info["labels"], info["ids"], text, meta],
+                          ensure_ascii=False).encode("utf-8"))
+    return 3 * size + 160 * max(layers, 1) + 65536
 
 
 def is_seq2seq(model: nn.Module) -> bool:
@@ -264,6 +364,8 @@ def trace(
     max_memory: int | str | None = None,
     progress: bool = False,
     max_new_tokens: int = MAX_NEW_TOKENS,
+    out: str | os.PathLike[str] | None = None,
+    max_tokens: int | None = None,
 ) -> AttentionTrace | StackedTrace:
     """Run one input through ``model`` under :func:`~attnlab.tracing.capture.capture`.
 
@@ -293,10 +395,16 @@ def trace(
             one-stack models: an encoder–decoder trace keeps the pieces, each labelled by
             its own bytes, so that its stacks' labels agree).
         max_memory: refuse, before the model runs, an input whose trace would need more
-            memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.tracing.budget`).
+            memory (bytes or a size such as ``"4GB"``; see :mod:`attnlab.tracing.budget`;
+            with ``out``, one layer is counted).
         progress: show a progress bar per layer on stderr.
         max_new_tokens: the longest generation when an encoder–decoder model gets no
             ``target``.
+        out: stream the trace to this file as the model runs (format version 5, written
+            atomically) and return it opened from there (one-stack models, text or ids).
+        max_tokens: admit up to this many tokens instead of the model's own limit; past it
+            only for rotary-position models (:func:`token_limit`), with a
+            :class:`BeyondWindowWarning`.
 
     Returns:
         an :class:`AttentionTrace` (batch of one) whose ``meta`` holds the model's
@@ -316,6 +424,9 @@ def trace(
     tensor([[1., 0., 0., 0.]])
     """
     if image is not None or audio is not None:  # an image or a sound: attnlab.tracing.media
+        if out is not None or max_tokens is not None:
+            raise ValueError("out and max_tokens are for text or token ids; trace an image or "
+                             "a sound without them (and save the trace)")
         from attnlab.tracing.media import trace_media
 
         return trace_media(model, text_or_token_ids, image=image, audio=audio, target=target,
@@ -341,6 +452,15 @@ def trace(
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
             max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if out is not None and seq2seq:
+        raise ValueError(
+            f"out: {loaded.name} is an encoder–decoder model (encoder, decoder and "
+            "cross-attention stacks); a streamed trace holds one stack: trace it without "
+            "out= and save its StackedTrace")
+    if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
+        raise ValueError(f"out must be a file path, got {out!r}")
+    limit = token_limit(loaded, max_tokens)
+    window = int(loaded.max_length)
     info: dict[str, Any]
     text = None
     if isinstance(text_or_token_ids, str):
@@ -361,7 +481,6 @@ def trace(
     ids = info["ids"]
     meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
                                            if isinstance(v, (str, int, float, bool, type(None)))}}
-    limit = int(loaded.max_length)
     if len(ids) > limit:
         if not truncate:
             raise ValueError(too_long("text" if text is not None else "token_ids", len(ids),
@@ -371,6 +490,10 @@ def trace(
         info["labels"] = info["labels"][:limit]
         info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
                           if g]
+    if len(ids) > window:
+        meta["trained_window"] = window
+        warnings.warn(BeyondWindowWarning(beyond_window_note(loaded.name, len(ids), window)),
+                      stacklevel=2)
     vocab = _vocab_size(net)
     check_ids(ids, vocab, loaded.name)
     if "unknown_fraction" in info:
@@ -390,14 +513,19 @@ def trace(
         # (decoder and cross rows): counted as that many tokens of one stack
         n = len(ids) + (2 * len(tgt["ids"]) if tgt is not None else 0)
         check_trace_budget(loaded, n, max_memory, what="text", keep_weights=not qkv,
-                           keep_context=context)
+                           keep_context=context, streamed=out is not None)
     y = None if tgt is None else torch.tensor([tgt["ids"]], dtype=torch.long)
     was_training = net.training
     net.eval()
     calls = None if seq2seq else getattr(loaded, "num_layers", None)  # 3 stacks: unknown
     bar = _Progress(calls, loaded.name) if progress else None
+    stream: dict[str, Any] = {}
+    if out is not None:
+        layers = int(getattr(loaded, "num_layers", 0) or 0)
+        stream = {"out": out, "num_layers": layers or None,
+                  "reserve": _header_reserve(info, text, meta, layers)}
     try:
-        with torch.no_grad(), capture(net, qkv=qkv, context=context) as cap:
+        with torch.no_grad(), capture(net, qkv=qkv, context=context, **stream) as cap:
             if bar is not None:
                 cap.on_record = bar.advance
                 with bar:
@@ -416,9 +544,14 @@ def trace(
                 "attention was recorded; attnlab could not tell its encoder, decoder and "
                 "cross-attention apart")
         return t
+    groups = info["groups"]
+    if out is not None:  # the file finished, the merge in its header; opened from it
+        merge = ((groups, [_group_label(info, g, text) for g in groups], MERGE_RULE)
+                 if merge_pieces and any(len(g) > 1 for g in groups) else None)
+        return cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
+                         meta=meta, merge=merge)
     t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
                   meta=meta, release=True)
-    groups = info["groups"]
     if (isinstance(t, AttentionTrace) and merge_pieces and any(len(g) > 1 for g in groups)):
         t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],
                            rule=MERGE_RULE)

@@ -5,6 +5,7 @@ the middle layer; with attention disabled or anchors swapped it does not."""
 from __future__ import annotations
 
 import pytest
+from experiment_sizes import result_of
 from zh_helpers import untranslated
 
 from attnlab import models
@@ -23,8 +24,9 @@ def smollm2():
 
 
 @pytest.fixture(scope="module")
-def result(smollm2):
-    return ctx.run(plot=True)
+def result(fast_results):
+    """The session's run (default arguments, with its figure): the one run at full size."""
+    return result_of(fast_results, "contextualisation")
 
 
 @pytest.mark.models

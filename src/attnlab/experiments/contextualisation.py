@@ -244,7 +244,8 @@ class Leans:
     (layer 0 = embeddings), on one model.
 
     ``fruit`` (S_f, L + 1) and ``company`` (S_c, L + 1); ``order_gap``: max |state of 苹果
-    in :data:`CONTEXT_AFTER` − state of 苹果 alone| / max |state|, over every layer.
+    in :data:`CONTEXT_AFTER` − state of 苹果 alone| / max |state|, over every layer (NaN
+    when not measured).
     """
 
     fruit: Tensor
@@ -263,16 +264,15 @@ class Leans:
 
 
 def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
-          company: Sequence[str] = COMPANY, anchors: tuple[str, str] = ANCHORS) -> Leans:
-    """The :class:`Leans` of 苹果 in ``fruit`` and ``company`` contexts on ``model``."""
+          company: Sequence[str] = COMPANY, anchors: tuple[str, str] = ANCHORS, *,
+          order: bool = True) -> Leans:
+    """The :class:`Leans` of 苹果 in ``fruit`` and ``company`` contexts on ``model``
+    (``order=False``: without the causal-order gap, two forward passes fewer)."""
     frames = {a: [f.format(a) for f in NEUTRAL] for a in anchors}
     sentences = [*fruit, *company, *frames[anchors[0]], *frames[anchors[1]]]
     spans = {s: word_span(tokenizer, s, WORD if s in (*fruit, *company) else
                           next(a for a in anchors if s in frames[a])) for s in sentences}
     states = {s: _states(model, spans[s][0]) for s in sentences}
-    alone = _states(model, word_span(tokenizer, WORD, WORD)[0])
-    after_ids, a0, a1 = word_span(tokenizer, CONTEXT_AFTER, WORD)
-    after = _states(model, after_ids)
     # centre: the layer's mean over all tokens but the first of all sentences
     mu = torch.cat([h[:, 1:] for h in states.values()], dim=1).mean(dim=1)  # (L + 1, E)
 
@@ -286,8 +286,13 @@ def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
         return (F.cosine_similarity(v, anchor_vec[0], dim=-1)
                 - F.cosine_similarity(v, anchor_vec[1], dim=-1))
 
-    n = a1 - a0
-    gap = float((after[:, a0:a1] - alone[:, :n]).abs().max() / alone[:, :n].abs().max())
+    gap = float("nan")
+    if order:
+        alone = _states(model, word_span(tokenizer, WORD, WORD)[0])
+        after_ids, a0, a1 = word_span(tokenizer, CONTEXT_AFTER, WORD)
+        after = _states(model, after_ids)
+        n = a1 - a0
+        gap = float((after[:, a0:a1] - alone[:, :n]).abs().max() / alone[:, :n].abs().max())
     return Leans(torch.stack([lean(s) for s in fruit]).double(),
                  torch.stack([lean(s) for s in company]).double(), gap)
 
@@ -349,7 +354,7 @@ def _control_leans(model: nn.Module, tok: Any, seed: int, draws: int,
                else control_model(model, seed + d))
         patch = contextlib.nullcontext() if attention_patch is None else attention_patch(net)
         with patch:
-            out.append(leans(net, tok, *texts))
+            out.append(leans(net, tok, *texts, order=False))
     return out
 
 

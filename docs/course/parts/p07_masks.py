@@ -66,7 +66,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         whose every key is masked (0 / 0), and the NaN spreads. attnlab gives that row weight
         0 and output 0, with log-sum-exp $-\\infty$.
         """, """
-        **整行都被屏蔽**。常见的 `masked_fill(-inf)` 再 softmax，对所有键都被屏蔽的一行会得到
+        **整行都被遮蔽**。常见的 `masked_fill(-inf)` 再 softmax，对所有键都被遮蔽的一行会得到
         NaN（0 / 0），而且 NaN 会扩散。attnlab 对这样的一行给出权重 0、输出 0，log-sum-exp 为
          $-\\infty$。
         """),
@@ -81,7 +81,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         print(T("attnlab row 1:", "attnlab 的第 1 行："), w[0, 0, 1].tolist(),
               out[0, 0, 1].tolist())
         print(T("article 001's check, masked weights are 0:",
-                "文章 001 的检查，被屏蔽的权重为 0："),
+                "文章 001 的检查，被遮蔽的权重为 0："),
               bool(w.masked_fill(~m, 0).sum() == w.sum()))
         """),
     Text("""

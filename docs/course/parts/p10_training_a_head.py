@@ -21,10 +21,10 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         """, """
         文章 000 说，由于各个头从不同的权重出发，「梯度下降会驱使它们收敛到不同的表征子空间」：
         按字面读，训练后的各个头落在不同的子空间中。我们训练一个小模型，看看它的头学到了什么，再测量
-        训练前后它们的子空间。*induction*（归纳）任务重复一段随机序列
+        训练前后它们的子空间。归纳（induction）任务重复一段随机序列
         `<bos> s1..sn s1..sn s1..`：要预测下一个词，模型必须找到当前词上一次出现的位置，
         并复制紧随其后的词。已知的解法需要两层 attnlab `GPT` 中两个协作的头：
-        第 0 层的**前一词头**和第 1 层的**归纳头**。下面的训练很小（200 步；单元格会打印用时）；
+        第 0 层的**前一个词元头**和第 1 层的**归纳头**。下面的训练很小（200 步；单元格会打印用时）；
         完整的训练是 `attnlab train --task induction`（600 步）。
         """),
     Code("""
@@ -38,7 +38,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         result = tr.train(config, workdir.name, quiet=True)
         print(T("held-out accuracy:", "留出集准确率："), round(result.eval_accuracy, 3),
               T(f"({result.seconds:.1f} s)", f"（{result.seconds:.1f} 秒）"))
-        for key, en, zh in (("previous_token", "previous-token head", "前一词头"),
+        for key, en, zh in (("previous_token", "previous-token head", "前一个词元头"),
                             ("induction", "induction head", "归纳头")):
             h = result.heads[key]
             print(T(f"{en}: layer {h['layer']}, head {h['head']} (score {h['score']:.2f})",
@@ -63,7 +63,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         $i - 8 + 1$).
         """, """
         **看看这些头**。训练目录可以像任何模型一样加载（`models.load`）；我们对任务中周期为 8 的
-        一个序列做 trace，并画出训练找到的两个头。前一词头把权重放在对角线正下方的一条线上（键
+        一个序列做追踪，并画出训练找到的两个头。前一个词元头把权重放在对角线正下方的一条线上（键
         $i - 1$）；归纳头放在往回一个周期再错开一位的一条线上（键 $i - 8 + 1$）。
         """),
     Code("""
@@ -89,7 +89,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         it is what these scores tell. Then train longer (`steps=600`, the task's default) and
         compare again.
         """, """
-        这些头是按分数找出来的：`attnlab.analysis` 在对 trace 的一次遍历中为每个头计算
+        这些头是按分数找出来的：`attnlab.analysis` 在对追踪的一次遍历中为每个头计算
         TransformerLens 的定义（不需要 N × N 的内存）。比较下面每一层的各个头：每个角色是由一个头
         突出地承担，还是由几个头分担，要看这些分数。然后训练得更久一些（`steps=600`，任务的默认值）
         再比较一次。
@@ -236,7 +236,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         `ex2_score`.
         """, """
         **练习 2.** 一个头的前一词分数，是落在键 `i - 1` 上的注意力质量对各行求和，再除以**全部**
-        N 行（第 0 行没有前一个词，记为 0）。为前一词头手工算出它：`ex2_score`。
+        N 行（第 0 行没有前一个词，记为 0）。为前一个词元头手工算出它：`ex2_score`。
         """,
         blank="ex2_score = ...  # the previous-token score of the head prev, by hand",
         answer="""

@@ -75,7 +75,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "The higher a key's score against the query, the larger the weight its value gets: "
         "softmax weights are exp(score) normalised, a strictly increasing function of the "
         "score (attention is kernel smoothing with the kernel exp(q·k)).",
-        "键与查询的得分越高，其值向量分到的权重越大：softmax 权重是归一化后的 exp(分数)，"
+        "键与查询的分数越高，其值向量分到的权重越大：softmax 权重是归一化后的 exp(分数)，"
         "是分数的严格增函数（注意力就是以 exp(q·k) 为核的核平滑）。",
         evidence("learned-kernel:nw-estimate"),
     ),
@@ -186,7 +186,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "When d_k is large (64 or 128), the raw scores spread widely (standard deviation √d_k) "
         "and the differences between keys become extreme.",
         "当 d_k 很大（如 64 或 128）时，未缩放的分数分布很宽（标准差为 √d_k），"
-        "不同键之间的得分差异极其悬殊。",
+        "不同键之间的分数差异极其悬殊。",
         evidence("qk-variance", "softmax-saturation:headline"),
         conditions_en=IID_EN, conditions_zh=IID_ZH,
     ),
@@ -576,13 +576,13 @@ CLAIMS_000: tuple[Claim, ...] = (
         "再去学习 Mamba、RWKV、Linear Attention 等下一代非 Transformer 架构时",
         "With this understanding one sees at a glance which mathematical bottleneck of the "
         "Transformer Mamba, RWKV or Linear Attention optimises.",
-        "理解了这些，再学习 Mamba、RWKV、Linear Attention 等架构时，就能一眼看透它们优化的是 "
-        "Transformer 的哪个数学瓶颈。",
+        "理解了这些，再学习 Mamba、RWKV、线性注意力（Linear Attention）等架构时，"
+        "就能一眼看透它们优化的是 Transformer 的哪个数学瓶颈。",
         not_testable_en="A statement about the reader and about other architectures; attnlab's "
                         "own linear-attention experiment measures one such bottleneck "
                         "(quadratic cost), which the article does not state.",
-        not_testable_zh="这是关于读者和其他架构的陈述；attnlab 自己的 linear-attention 实验测量了"
-                        "其中一个瓶颈（平方复杂度），但文章并未给出这一论断。",
+        not_testable_zh="这是关于读者和其他架构的陈述；attnlab 自己的线性注意力（linear-attention）"
+                        "实验测量了其中一个瓶颈（平方复杂度），但文章并未给出这一论断。",
     ),
     Claim(
         "000-math-scalpel", "000", "claim",

@@ -291,7 +291,7 @@ def run(
                    f"新序列上，查询那一行的 {recall.RecallConfig().n_pairs + 1} 个键之内，"
                    f"Spearman(cos θ, 分数) = {after['angle']:.3f}（未训练时 "
                    f"{before['angle']:.3f}），Spearman(|k|, 分数) = {after['length']:.3f}，"
-                   f"得分最高的键在 {after['top']:.0%} 的行中也是夹角最小的键。",
+                   f"分数最高的键在 {after['top']:.0%} 的行中也是夹角最小的键。",
     )
 
 

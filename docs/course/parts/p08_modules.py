@@ -48,13 +48,16 @@ PART = Part(8, "modules", "The modules", "模块", (
             cat = {**COMMON, **catalog(result.name)}
             tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
             for c in result.checks:
-                print(f"- {tr(c.name)}: {fmt_num(c.value)} ({tr(c.expected)}) "
-                      + (T("pass", "通过") if c.passed else T("fail", "未通过")))
+                ok = T("pass", "通过") if c.passed else T("fail", "未通过")
+                print(T(f"- {c.name}: {fmt_num(c.value)} ({c.expected}) {ok}",
+                        f"- {tr(c.name)}：{fmt_num(c.value)}（{tr(c.expected)}）{ok}"))
                 if c.control is not None:
-                    what = c.control.what_zh if LANG == "zh" else c.control.what
-                    print(f"    {T('control', '对照')}: {what} = {fmt_num(c.control.measured)}, "
-                          + (T("passes too", "同样满足") if c.control.holds
-                             else T("fails, as it should", "不满足，符合预期")))
+                    judged = (T("passes too", "同样满足") if c.control.holds
+                              else T("fails, as it should", "不满足，符合预期"))
+                    print("    " + T(f"control: {c.control.what} = "
+                                     f"{fmt_num(c.control.measured)}, {judged}",
+                                     f"对照：{c.control.what_zh} = "
+                                     f"{fmt_num(c.control.measured)}，{judged}"))
         """),
     Text("""
         **Parity with PyTorch.** `attnlab.experiments.parity` compares attnlab with PyTorch on

@@ -37,13 +37,16 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
             cat = {**COMMON, **catalog(result.name)}
             tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
             for c in result.checks:
-                print(f"- {tr(c.name)}: {fmt_num(c.value)} ({tr(c.expected)}) "
-                      + (T("pass", "通过") if c.passed else T("fail", "未通过")))
+                ok = T("pass", "通过") if c.passed else T("fail", "未通过")
+                print(T(f"- {c.name}: {fmt_num(c.value)} ({c.expected}) {ok}",
+                        f"- {tr(c.name)}：{fmt_num(c.value)}（{tr(c.expected)}）{ok}"))
                 if c.control is not None:
-                    what = c.control.what_zh if LANG == "zh" else c.control.what
-                    print(f"    {T('control', '对照')}: {what} = {fmt_num(c.control.measured)}, "
-                          + (T("passes too", "同样满足") if c.control.holds
-                             else T("fails, as it should", "不满足，符合预期")))
+                    judged = (T("passes too", "同样满足") if c.control.holds
+                              else T("fails, as it should", "不满足，符合预期"))
+                    print("    " + T(f"control: {c.control.what} = "
+                                     f"{fmt_num(c.control.measured)}, {judged}",
+                                     f"对照：{c.control.what_zh} = "
+                                     f"{fmt_num(c.control.measured)}，{judged}"))
         """),
     Text("""
         *It* refers to *the animal*. Which head links them? The trace gives the weights of
@@ -166,7 +169,9 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         smollm2 = models.load("smollm2", progress=False)
         t2 = attnlab.trace(smollm2, "我吃了一个苹果")
         print(t2)
-        print(t2.tokens, t2.meta.get("merged", {}).get("rule"))
+        print(t2.tokens)
+        if t2.meta.get("merged"):  # the trace's rule for the pieces of one character
+            print(T(t2.meta["merged"]["rule"], "同一个汉字的几片已合并：对键求和、对查询取平均"))
         print(T("query heads per key/value head:", "每个键/值头对应的查询头数："),
               t2.num_heads // t2.num_kv_heads)
         """),
@@ -191,6 +196,12 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         r = run("contextualisation", draws=1)
         report(r)
         show_checks(r)
+        mid = [c for c in r.checks if c.id.startswith("mid-")]
+        last = [r.check(id_) for id_ in ("contexts-separate", "fruit-closer", "company-closer")]
+        print(T(f"per-context checks passed: {sum(c.passed for c in last)} of {len(last)} at the "
+                f"last layer, {sum(c.passed for c in mid)} of {len(mid)} at the middle layer",
+                f"通过的逐语境检查：最后一层 {len(last)} 项中 {sum(c.passed for c in last)} 项，"
+                f"中间层 {len(mid)} 项中 {sum(c.passed for c in mid)} 项"))
         show(r)
         """),
     Exercise("ex1", """

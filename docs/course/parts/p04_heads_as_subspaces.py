@@ -94,7 +94,8 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
 
         from attnlab.experiments.multihead_cost import HeadsConfig
 
-        r = run("multihead-cost", config=HeadsConfig(tasks=("copy",), seeds=1), n=16, plot=False)
+        r = run("multihead-cost", config=HeadsConfig(tasks=("copy",), seeds=1, steps=80), n=16,
+                plot=False)
         report(r)
         task_name = {"copy": T("copy", "复制"), "sort": T("sort", "排序"),
                      "reverse": T("reverse", "反转")}
@@ -178,7 +179,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         from attnlab.experiments.one_relation_per_head import RelationConfig
 
         r = run("one-relation-per-head", plot=False,
-                config=RelationConfig(runs=((TwoRelationTask("offsets"), 100),)))
+                config=RelationConfig(runs=((TwoRelationTask("offsets"), 60),)))
         report(r)
         """),
     Text("""
@@ -200,7 +201,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
     Code("""
         from attnlab.experiments.qkv_roles import RolesConfig
 
-        r = run("qkv-roles", plot=False, config=RolesConfig(steps=150, batch=32))
+        r = run("qkv-roles", plot=False, config=RolesConfig(steps=100, batch=32))
         report(r)
         check_line(r.check("tied-symmetric"), "tied scores are symmetric: ‖S − Sᵀ‖ / ‖S‖",
                    "绑定时分数对称：‖S − Sᵀ‖ / ‖S‖")

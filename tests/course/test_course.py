@@ -1,6 +1,8 @@
 """The course notebooks (docs/course): generated from one source, stored without outputs,
 Chinese where they should be, and every one of them runs from top to bottom in a Jupyter
-kernel; every exercise's check passes on the filled-in answer and fails on a wrong one."""
+kernel, as shipped: its exercises blank, every check failing on the blank. Then each check
+fails on the exercise's wrong answer and passes on its reference answer, read from the
+generated docs/course/solutions.md."""
 
 from __future__ import annotations
 

@@ -148,6 +148,17 @@ CLAIMS_000: tuple[Claim, ...] = (
         "two are unrelated.",
         "查询与键正交（θ ≈ 90°）时，点积接近 0，说明两者毫无关系。",
         evidence("dot-product-geometry:headline"),
+        reading_en="Orthogonal means a dot product of 0: the score relates nothing (the "
+                   "identity q·k = |q||k|cos θ).",
+        reading_zh="正交即点积为 0：分数上两者毫无关系（恒等式 q·k = |q||k|cos θ）。",
+        readings=(Reading(
+            "Unrelated in attention: the query pays an orthogonal key (almost) no weight. "
+            "It does not: softmax gives score 0 the weight exp(0)/Σ_j exp(s_j), about the "
+            "uniform share (measured: the weight × N of a key made exactly orthogonal to "
+            "its query).",
+            "在注意力中毫无关系：查询几乎不给正交的键任何权重。事实并非如此：softmax 给分数 0 的"
+            "权重是 exp(0)/Σ_j exp(s_j)，约为均匀份额（实测：与查询严格正交的键的权重 × N）。",
+            evidence("!dot-product-geometry:orthogonal-key-keeps-weight")),),
         conditions_en="'Unrelated' only as a score: softmax still gives a key of score 0 the "
                       "weight exp(0)/Σ_j exp(s_j), more than any key with a negative score; "
                       "zero weight needs a score of −∞ (a mask).",

@@ -66,6 +66,9 @@ ZH: dict[str, str] = {
     "head {}: (angle part + norm part) / Var(score)": "头 {}：(夹角部分 + 长度部分) / Var(分数)",
     "per-head projection: output dimension d_k / input dimension d (q and k)":
         "每个头的投影：输出维度 d_k / 输入维度 d（q 与 k）",
+    "a key made exactly orthogonal to its query: its softmax weight × N (1 = the uniform "
+    "share), mean over heads and queries": "与查询严格正交的键：其 softmax 权重 × N"
+    "（1 为均匀份额），对所有头与查询取平均",
     "trained recall head: mean within-row Spearman(cos θ_j, score_j)":
         "训练后的回忆头：行内 Spearman(cos θ_j, 分数_j) 的平均值",
     # table
@@ -157,6 +160,22 @@ def trained_recall_rows(seed: int, steps: int, embed_dim: int,
         after = _recall_rows(model, probe, g, angle_fn, control_fn)
     tail = losses[-max(1, len(losses) // 10):]
     return before, after, sum(tail) / len(tail)
+
+
+def orthogonal_key_weight(q: Tensor, k: Tensor) -> float:
+    """The softmax weight (scaled by 1/√d) that a key exactly orthogonal to its query gets,
+    times the number of keys N (1 is the uniform share), averaged over heads and queries.
+
+    Key 0 is replaced, for each query, by its component orthogonal to that query (score 0
+    to rounding); the other keys keep their scores. q, k: (H, N, d)."""
+    h, n, d = q.shape
+    unit = q / q.norm(dim=-1, keepdim=True)
+    k0 = k[:, :1, :].expand(h, n, d)
+    perp = k0 - (k0 * unit).sum(-1, keepdim=True) * unit  # (H, N, d), ⟂ each query
+    s = q @ k.transpose(-1, -2) / math.sqrt(d)
+    s[:, :, 0] = (q * perp).sum(-1) / math.sqrt(d)
+    w = torch.softmax(s, dim=-1)
+    return float((w[:, :, 0] * n).mean())
 
 
 def widening(input_dim: int, *projected: Tensor) -> float:
@@ -254,6 +273,10 @@ def run(
                                            "the sentence sets aside)",
                                            "以键的长度 |k_j| 代替夹角（这句话所抛开的长度）",
                                            after["control"])))
+    checks.append(check_ge("a key made exactly orthogonal to its query: its softmax weight × "
+                           "N (1 = the uniform share), mean over heads and queries",
+                           orthogonal_key_weight(q, k), 0.1, id="orthogonal-key-keeps-weight",
+                           support=True))
     fig = _figure(q, k, s, n, c) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,

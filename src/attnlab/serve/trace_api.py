@@ -41,25 +41,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
+import torch  # noqa: F401  (the doctests)
 
 from attnlab.serve._common import Refused, error
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace, load_trace
-from attnlab.viz.codec import encode_blob, json_for_html
+from attnlab.viz.api import (
+    MAX_POOLED_BLOCKS,
+    MAX_ROWS,
+    MAX_TILE,
+    MAX_TOP,
+    RequestError,
+    pooled_data,
+    qk_data,
+    rows_data,
+    tile_data,
+    topk_data,
+)
+from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
 from attnlab.viz.payload import ExplorerConfig
 
 __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run_traces",
            "rows_data", "tile_data", "pooled_data", "topk_data", "qk_data", "MAX_ROWS",
            "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP"]
-
-MAX_ROWS = 256  # rows of one /rows request: 256 × 8,192 keys = 8 MB of float32
-MAX_TILE = 1 << 20  # weights in one /tile request (4 MB of float32)
-MAX_POOLED_BLOCKS = 512  # blocks per side of one /pooled request
-MAX_TOP = 256  # keys of one /topk or /qk request
-
 
 def trace_bytes(trace: AttentionTrace) -> int:
     """Bytes of the tensors a trace holds (what keeping it costs)."""
@@ -196,68 +201,7 @@ class TraceStore:
 
 
 # --------------------------------------------------------------------------------------
-# argument parsing (shared by the endpoints)
-# --------------------------------------------------------------------------------------
-
-
-def _index(name: str, value: int, n: int) -> int:
-    if not 0 <= value < n:
-        raise Refused(422, f"{name} must be in [0, {n}), got {value}")
-    return value
-
-
-def _span(name: str, text: str, n: int) -> range:
-    """``a:b`` (either side may be empty) -> range, checked against [0, n)."""
-    parts = text.split(":")
-    try:
-        if len(parts) != 2:
-            raise ValueError
-        a = int(parts[0]) if parts[0].strip() else 0
-        b = int(parts[1]) if parts[1].strip() else n
-    except ValueError:
-        raise Refused(422, f"{name} must be a span 'start:stop', got {text!r}") from None
-    if not 0 <= a < b <= n:
-        raise Refused(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
-    return range(a, b)
-
-
-def _queries(text: str, n: int) -> list[int]:
-    """``3`` | ``3,7,9`` | ``10:20`` -> positions in [0, n)."""
-    if ":" in text:
-        out = list(_span("queries", text, n))
-    else:
-        try:
-            out = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise Refused(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
-                                f"{text!r}") from None
-        if not out:
-            raise Refused(422, "queries is empty")
-        for i in out:
-            _index("queries", i, n)
-    if len(out) > MAX_ROWS:
-        raise Refused(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
-    return out
-
-
-def _head(trace: AttentionTrace, layer: int, head: int) -> tuple[int, int]:
-    return (_index("layer", layer, trace.num_layers), _index("head", head, trace.num_heads))
-
-
-def _array(t: Tensor, dtype: str, encoding: str) -> Any:
-    if encoding == "list":
-        return t.tolist()
-    return encode_blob(t, dtype)
-
-
-def _encoding(encoding: str) -> str:
-    if encoding not in ("b64", "list"):
-        raise Refused(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
-    return encoding
-
-
-# --------------------------------------------------------------------------------------
-# what each endpoint computes (plain functions: the router only wraps them)
+# what each endpoint computes: the plain functions of attnlab.viz.api (the widget's too)
 # --------------------------------------------------------------------------------------
 
 
@@ -266,108 +210,6 @@ def _summary(tid: str, t: AttentionTrace) -> dict[str, Any]:
             "num_kv_heads": t.num_kv_heads, "seq_len": t.seq_len, "key_len": t.key_len,
             "head_dim": t.head_dim, "causal": bool(t.causal), "has_qk": bool(t.has_qk),
             "page": f"/traces/{tid}"}
-
-
-def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: int = 0,
-              encoding: str = "b64") -> dict[str, Any]:
-    """Exact rows ``(len(queries), Lk)``; ``top`` > 0 adds the first row's strongest keys."""
-    layer, head = _head(t, layer, head)
-    qs = _queries(queries, t.seq_len)
-    if not 0 <= top <= MAX_TOP:
-        raise Refused(422, f"top must be in [0, {MAX_TOP}], got {top}")
-    w = t.weights_rows(layer, head, qs).float()  # (R, Lk)
-    out: dict[str, Any] = {"layer": layer, "head": head, "queries": qs,
-                           "weights": _array(w, "f32", _encoding(encoding))}
-    if top:
-        vals, idx = torch.topk(w[0], min(top, w.shape[1]))
-        out["top_values"], out["top_indices"] = vals.tolist(), idx.tolist()
-    return out
-
-
-def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
-              encoding: str = "b64") -> dict[str, Any]:
-    """The exact tile rows ``a:b`` × cols ``c:d``."""
-    layer, head = _head(t, layer, head)
-    r, c = _span("rows", rows, t.seq_len), _span("cols", cols, t.key_len)
-    if len(r) * len(c) > MAX_TILE:
-        raise Refused(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
-    w = t.weights_tile(layer, head, r, c).float()
-    return {"layer": layer, "head": head, "rows": [r.start, r.stop], "cols": [c.start, c.stop],
-            "weights": _array(w, "f32", _encoding(encoding))}
-
-
-def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
-                encoding: str = "b64") -> dict[str, Any]:
-    """The pooled map of one head in blocks of ``block`` tokens (rows sum to 1)."""
-    layer, head = _head(t, layer, head)
-    n = max(t.seq_len, t.key_len)
-    least = -(-n // MAX_POOLED_BLOCKS)
-    if not least <= block <= n:
-        raise Refused(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
-                            f"{MAX_POOLED_BLOCKS} blocks a side), got {block}")
-    p = t.pooled(layer, head, block).float()
-    return {"layer": layer, "head": head, "block": block,
-            "weights": _array(p, "f32", _encoding(encoding))}
-
-
-def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> dict[str, Any]:
-    """The ``k`` strongest keys of one query: values, indices and their tokens."""
-    layer, head = _head(t, layer, head)
-    query = _index("query", query, t.seq_len)
-    if not 1 <= k <= MAX_TOP:
-        raise Refused(422, f"k must be in [1, {MAX_TOP}], got {k}")
-    vals, idx = t.topk(layer, head, query, min(k, t.key_len))
-    keys = t.key_tokens if t.key_tokens is not None else t.tokens
-    idx_list = [int(i) for i in idx]
-    return {"layer": layer, "head": head, "query": query,
-            "values": [float(v) for v in vals], "indices": idx_list,
-            "tokens": [keys[i] for i in idx_list]}
-
-
-def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
-            top: int = 48) -> dict[str, Any]:
-    """Everything the QK view draws for one query of one head, at any length.
-
-    ``dots`` = q·k of every key (float64, unscaled), ``allowed`` = the keys the score
-    shaping lets the query see, ``bias`` = the additive part of the shaped score (ALiBi,
-    dense bias; None when there is none), ``softcap`` and ``sink`` (the head's learned
-    sink logit for this query, or None): the page recomputes ``softmax((f(scale·dots) +
-    bias) / T)``, the sink joining the softmax, for any scale and temperature; ``weights`` =
-    the exact row at the model's scale (the trace's ``weights_rows``); ``keys`` = the
-    ``top`` strongest keys (and the query's own position), with their ``k`` vectors.
-    """
-    layer, head = _head(t, layer, head)
-    query = _index("query", query, t.seq_len)
-    if not 1 <= top <= MAX_TOP:
-        raise Refused(422, f"top must be in [1, {MAX_TOP}], got {top}")
-    if not t.has_qk or t.groups is not None:
-        raise Refused(409, "the QK view needs this trace's q and k per token: it keeps "
-                            + ("none (made without qkv)" if not t.has_qk else
-                               "those of the byte pieces it merged"))
-    lq, lk = t.seq_len, t.key_len
-    shape = t.score_shape(layer)
-    g = head // (t.num_heads // t.num_kv_heads)
-    q = t.q[layer, head, query].double()  # (d,)
-    k = t.k[layer, g]  # (Lk, d)
-    dots = k.double() @ q  # (Lk,)
-    shaped = shape.scores(t.q[layer, head, query][None], k, rows=[query], head=head,
-                          lq=lq, lk=lk)[0]  # (Lk,) float32, -inf where hidden
-    allowed = torch.isfinite(shaped)
-    bias = shape.additive([query], head=head, lq=lq, lk=lk)  # ALiBi and dense bias
-    if bias is not None:  # hidden keys (a bias of -inf among them) carry 0: JSON-safe
-        bias = bias[0].masked_fill(~allowed, 0.0)
-    w = t.weights_rows(layer, head, [query])[0].float()  # (Lk,)
-    strongest = torch.topk(w, min(top, lk)).indices.tolist()
-    own = query + (lk - lq)
-    keys = sorted(set(strongest) | ({own} if 0 <= own < lk and bool(allowed[own]) else set()))
-    sink = shape.sink_logits([query], head=head)
-    return {"layer": layer, "head": head, "query": query, "scale": shape.scale,
-            "softcap": shape.softcap, "sink": None if sink is None else float(sink[0]),
-            "q": encode_blob(q.float(), "f32"),
-            "dots": encode_blob(dots, "f64"), "allowed": encode_blob(allowed, "b8"),
-            "bias": None if bias is None else encode_blob(bias, "f64"),
-            "weights": encode_blob(w, "f32"), "keys": keys,
-            "k": encode_blob(k[keys].float(), "f32")}
 
 
 # --------------------------------------------------------------------------------------
@@ -389,6 +231,8 @@ def trace_router(store: TraceStore) -> Any:
             return error(404, str(exc.args[0]))
         except Refused as exc:
             return exc.response()
+        except RequestError as exc:
+            return error(exc.status, exc.message)
 
     @router.get("/api/traces")
     def traces() -> dict[str, Any]:

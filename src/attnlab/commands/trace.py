@@ -36,23 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", action="store_true",
                    help="write the trace to --out layer by layer as the model runs (one layer "
                    "in memory; the default when the whole trace would not fit --max-memory)")
-    p.add_argument("--max-tokens", type=_positive, default=None, metavar="N",
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="admit up to N tokens instead of the model's limit; past its window "
                    "only for models with rotary positions (RoPE), with a warning")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true",
                    help="print path, bytes, tokens, seconds and peak memory as JSON")
-
-
-def _positive(text: str) -> int:
-    """--max-tokens: a positive int."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive number of tokens, got {text!r}")
-    return n
 
 
 def _shape(t) -> dict[str, object]:
@@ -67,6 +56,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab.tracing.tracer import BeyondWindowWarning, is_seq2seq
 
     check_out(args.out)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be a positive number of tokens, got "
+                         f"{args.max_tokens}")
     job = ModelRun(args)
     target, target_arg = target_text(args)
     if args.image is not None or args.audio is not None:

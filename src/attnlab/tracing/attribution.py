@@ -142,8 +142,8 @@ def _need_values(trace: Trace, what: str) -> None:
 
 def _moved(trace: Trace, layer: int, heads: Sequence[int]) -> Tensor:
     """(len(heads), Lk, E) float32: ``v_j W_O^h``, what key ``j`` moves through head ``h``."""
-    return torch.stack([trace.v[layer, trace.kv_head(h)].float() @ trace.out_proj[layer, h]
-                        for h in heads])
+    v, o = trace.layer_tensor("v", layer), trace.layer_tensor("out_proj", layer)  # checked
+    return torch.stack([v[trace.kv_head(h)].float() @ o[h] for h in heads])
 
 
 def value_weighted_rows(trace: Trace, layer: int, head: int | None, rows: Any

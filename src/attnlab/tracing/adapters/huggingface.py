@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -576,14 +577,21 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                                                 return_lse=True)
     observers = list(module.__dict__.get(_OBSERVERS, ()))
     if observers:
+        # the last call's q, k and mask by weak reference: holding them would keep every
+        # layer's q and k alive until the capture ends (a streamed trace keeps one layer)
         last = module.__dict__.get(_LAST)
-        module.__dict__[_LAST] = (query, key, attention_mask)
-        repeat = (last is not None and last[0] is query and last[1] is key
-                  and last[2] is attention_mask)
+        module.__dict__[_LAST] = tuple(_weak(x) for x in (query, key, attention_mask))
+        repeat = (last is not None and last[0]() is query and last[1]() is key
+                  and last[2]() is attention_mask)
         if not repeat:  # a repeat: the same map again (differential attention, other values)
             for cap in observers:
                 _record(cap, module, query, key, value, lse, out, shapes)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _weak(x: Tensor | None) -> Any:
+    """A weak reference to ``x`` (called: ``x`` while it lives, else None); None's is None."""
+    return weakref.ref(x) if x is not None else (lambda: None)
 
 
 def _record(cap: Sink, module: nn.Module, query: Tensor, key: Tensor, value: Tensor,

@@ -84,6 +84,7 @@ def test_a_bare_term_is_caught(text, found):
     "查询（query）与键（key）",                        # a gloss right after its term
     "查询、键、值（query、key、value）",               # one gloss of a run of terms
     "查询向量（query vectors）",                       # the term inside a longer word
+    "**追踪**（trace）",                               # emphasis between term and gloss
     "主夹角（principal angles）",
     "`query` 与 `attn.key` 是代码",                    # inline code
     "```\nquery = key @ value\n```",                   # fenced code
@@ -377,7 +378,12 @@ def _printed(node: ast.AST) -> Iterator[str]:
         yield from _printed(node.left)
         yield from _printed(node.right)
     elif isinstance(node, ast.IfExp):
-        if {_field(node.body), _field(node.orelse)} not in (
+        lang = _language_test(node.test)
+        if lang == "zh":  # `zh_text if zh else en_text`: the Chinese notebook shows the first
+            yield from _printed(node.body)
+        elif lang == "en":
+            yield from _printed(node.orelse)
+        elif {_field(node.body), _field(node.orelse)} not in (
                 {f, f + "_zh"} for f in _ENGLISH_FIELDS):
             yield from _printed(node.body)
             yield from _printed(node.orelse)
@@ -393,6 +399,19 @@ def _english_printed(source: str) -> Iterator[str]:
                 and node.func.id == "print"):
             for arg in node.args:
                 yield from _printed(arg)
+
+
+def _language_test(test: ast.AST) -> str | None:
+    """"zh" for a test that holds in the Chinese notebook (``zh``, ``LANG == "zh"``), "en"
+    for one that holds in the English one (``LANG == "en"``), else None."""
+    if isinstance(test, ast.Name) and test.id == "zh":
+        return "zh"
+    if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "LANG" and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value in ("zh", "en")):
+        return test.comparators[0].value
+    return None
 
 
 def _field(node: ast.AST) -> str | None:
@@ -417,8 +436,11 @@ def test_printed_english_is_caught_both_ways():
     assert list(_english_printed('print(T(r.quantity, r.quantity_zh), "=", r.measured)')) == []
     assert list(_english_printed('print(T("rank:", "秩："), "head_dim =", d, "Q-K:")')) == []
     assert list(_english_printed('print(f"{r.what_zh if zh else r.what}")')) == []
-    assert list(_english_printed('print(f"{r.quantity_zh if zh else r.verdict}")')) == [
+    assert list(_english_printed('print(f"{r.quantity_zh if x else r.verdict}")')) == [
         "r.verdict"]
+    assert list(_english_printed('print(COMMON[r.verdict] if zh else r.verdict)')) == []
+    assert list(_english_printed('print("键" if LANG == "zh" else "key")')) == []
+    assert list(_english_printed('print("key" if LANG == "zh" else "键")')) == ["'key'"]
 
 
 def test_the_chinese_notebooks_print_no_english_results():

@@ -508,9 +508,9 @@ def _mask(text: str, quotation: Callable[[str], bool] | None) -> str:
 
 def _run_before(text: str, end: int) -> str:
     """The run of Chinese (ideographs, and 、 or / between terms) that ends at ``end``,
-    spaces before ``end`` skipped: what a parenthesis there glosses."""
+    spaces and emphasis (``**``) before ``end`` skipped: what a parenthesis there glosses."""
     i = end
-    while i > 0 and text[i - 1] == " ":
+    while i > 0 and text[i - 1] in " *":
         i -= 1
     j = i
     while j > 0 and (_IDEOGRAPH.match(text[j - 1]) or text[j - 1] in _RUN):

@@ -73,7 +73,7 @@ PART = Part(8, "modules", "The modules", "模块", (
         **与 PyTorch 的一致性**。`attnlab.experiments.parity` 在随机输入上逐项比较 attnlab 与
         PyTorch：缩放点积函数（各种掩码、缩放系数、因果掩码）、带或不带 `batch_first` 的
         `MultiheadAttention`、交叉注意力、编码器层与解码器层、KV 缓存，以及完整的
-        `nn.Transformer`。对于所有键都被屏蔽的一行，torch 返回 NaN，attnlab 返回 0（第 07 节），
+        `nn.Transformer`。对于所有键都被遮蔽的一行，torch 返回 NaN，attnlab 返回 0（第 07 节），
         比较中会注明这一点。一个不可能失败的比较什么也证明不了，所以每一项比较还会用同一个 torch
         参照测量 attnlab 一侧的一个故意写错的变体（漏掉缩放、忽略掩码、不加因果掩码……），只有当容差
         拒绝了这个变体时，这项比较才算通过。

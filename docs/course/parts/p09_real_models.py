@@ -16,7 +16,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         """, """
         到目前为止一切都是在随机权重上运行的。attnlab 可以离线加载两个预训练模型：`minilm`
         （all-MiniLM-L6-v2，BERT 编码器）和 `smollm2`（SmolLM2-135M-Instruct，Llama 架构：因果、
-        RoPE，若干查询头共享一个键/值头）；打印一个 trace 就能看到它的层数和头数。**trace**
+        RoPE，若干查询头共享一个键/值头）；打印一个追踪（trace）就能看到它的层数和头数。**追踪**
         保存每个头的 q、k、v 与每一行的 log-sum-exp，需要哪个权重就精确地算出哪个。
         """),
     Code("""
@@ -54,7 +54,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         it as a heatmap (row = query, column = key). Set `L`, `Hd` to any other head and
         rerun.
         """, """
-        *it* 指的是 *the animal*。哪一个头把它们联系起来？trace 可以给出每个头的权重；我们取从 *it*
+        *it* 指的是 *the animal*。哪一个头把它们联系起来？追踪可以给出每个头的权重；我们取从 *it*
         到 *animal* 权重最大的头，画成热力图（行 = 查询，列 = 键）。把 `L`、`Hd`
         设为其他任何头，再运行一次。
         """),
@@ -163,7 +163,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         """, """
         **SmolLM2 与文章里的例子**。文章 000：「比如“苹果”这个词，如果周围有“吃”字，它的输出向量
         就会向“水果”的语义空间偏移」。SmolLM2 能读中文；它的字节级分词器会把一个汉字切成几片，
-        trace 会把它们合并回来（对键求和、对查询取平均）。分组的头中每个键/值头只存一次。
+        追踪会把它们合并回来（对键求和、对查询取平均）。分组的头中每个键/值头只存一次。
         """),
     Code("""
         smollm2 = models.load("smollm2", progress=False)
@@ -209,7 +209,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         `q` and `k` (shaped (layers, heads, N, d)) and the scale `t.scale`:
         `ex1_row` (N,).
         """, """
-        **练习 1.** 由 trace 的 `q`、`k`（形状为 (层, 头, N, d)）与缩放系数 `t.scale`，重新算出
+        **练习 1.** 由追踪的 `q`、`k`（形状为 (层, 头, N, d)）与缩放系数 `t.scale`，重新算出
         MiniLM 的头（`L`、`Hd`）的第 `i_it` 行：`ex1_row`（N,）。
         """,
         blank="ex1_row = ...  # (N,): row i_it of head (L, Hd), from t.q, t.k and t.scale",
@@ -219,7 +219,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
             ref = t.weights_rows(L, Hd, [i_it])[0]
             assert ex1_row.shape == ref.shape, T("one weight per key", "每个键一个权重")
             assert torch.allclose(ex1_row, ref, atol=1e-5), T("not the trace's weights",
-                                                              "与 trace 的权重不同")
+                                                              "与追踪的权重不同")
             print(T("right: softmax(q kᵀ · scale) is the model's own attention",
                     "正确：softmax(q kᵀ · scale) 就是模型自己的注意力"))
             """,
@@ -243,7 +243,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
             answered(ex2_kv=ex2_kv(0))
             for h in range(t2.num_heads):
                 assert ex2_kv(h) == t2.kv_head(h), T(f"head {h}: the trace says {t2.kv_head(h)}",
-                                                     f"第 {h} 个头：trace 给出的是 {t2.kv_head(h)}")
+                                                     f"第 {h} 个头：追踪给出的是 {t2.kv_head(h)}")
             print(T("right", "正确"))
             """,
         wrong="""

@@ -21,6 +21,10 @@ reads weights)::
     GET /api/traces/{tid}/pooled         block=B                              pooled map
     GET /api/traces/{tid}/topk           query=i & k=K                        top-k keys
     GET /api/traces/{tid}/qk             query=i [top=K]    the QK view's data for query i
+    GET /api/traces/{tid}/attribution/rows  kind=weights|value|rollout & rows=3 | 3,7 | 10:20
+                                         (layer, head for weights and value; value without
+                                         head: the layer's heads summed; rollout: neither)
+    GET /api/traces/{tid}/score_parts    layer, head, i, j [pairing]  one score taken apart
     GET /traces/{tid}                    the explorer page of a trace (fetches from here)
 
 Arrays come as ``{"dtype", "gz", "shape", "b64"}`` (little-endian bytes in base64, what the
@@ -28,7 +32,10 @@ page decodes; :func:`attnlab.viz.codec.decode_blob` in Python), or as plain JSON
 with ``encoding=list``. Every refusal is a 4xx JSON body ``{"error": "what is wrong"}``.
 Every weight is float32 and exact (the trace's ``weights_rows`` / ``weights_tile`` /
 ``pooled`` / ``topk``); nothing computes more than the rows or tile asked for, except
-``pooled``, which reads the whole head once.
+``pooled``, which reads the whole head once. The attribution endpoints answer what
+:func:`attnlab.viz.attribution_payload.attribution_rows` and
+:func:`~attnlab.viz.attribution_payload.score_parts_json` compute (a trace without what a
+kind needs, e.g. v and the output projection for ``value``: 409, saying so).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from attnlab.viz.api import (
     tile_data,
     topk_data,
 )
+from attnlab.viz.attribution_payload import AttributionError, attribution_rows, score_parts_json
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
 from attnlab.viz.payload import ExplorerConfig
@@ -233,6 +241,8 @@ def trace_router(store: TraceStore) -> Any:
             return exc.response()
         except RequestError as exc:
             return error(exc.status, exc.message)
+        except AttributionError as exc:
+            return error(exc.status, str(exc))
 
     @router.get("/api/traces")
     def traces() -> dict[str, Any]:
@@ -272,6 +282,16 @@ def trace_router(store: TraceStore) -> Any:
     @router.get("/api/traces/{tid}/qk")
     def qk(tid: str, layer: int, head: int, query: int, top: int = 48) -> Any:
         return answer(tid, qk_data, layer, head, query, top=top)
+
+    @router.get("/api/traces/{tid}/attribution/rows")
+    def attribution(tid: str, kind: str, rows: str, layer: int | None = None,
+                    head: int | None = None, encoding: str = "b64") -> Any:
+        return answer(tid, attribution_rows, kind, layer, head, rows, encoding=encoding)
+
+    @router.get("/api/traces/{tid}/score_parts")
+    def score_parts(tid: str, layer: int, head: int, i: int, j: int,
+                    pairing: str | None = None) -> Any:
+        return answer(tid, score_parts_json, layer, head, i, j, pairing=pairing)
 
     @router.get("/traces/{tid}", response_class=HTMLResponse)
     def page(tid: str) -> Any:

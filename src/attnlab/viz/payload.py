@@ -18,6 +18,7 @@ from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.assets import static_asset
+from attnlab.viz.attribution_payload import attribution_payload
 from attnlab.viz.codec import QUANTIZATION_ERROR, encode_blob, json_for_html, nbytes
 from attnlab.viz.inputs import POSITION_ROLES, POSITION_SCORES, image_input, is_cross, stack_name
 from attnlab.viz.pooling import block_label, block_spans, coarsen_pooled, pooled_maps
@@ -29,7 +30,8 @@ __all__ = ["FORMAT_VERSION", "VIEWS", "IMAGE_VIEW", "ExplorerConfig", "page_payl
 #: The version of the page's data (module docstring of :mod:`attnlab.viz.explorer`).
 FORMAT_VERSION = 2
 #: The views of the page, in the order its tabs list them.
-VIEWS = ("model", "head", "matrix", "qk", "geometry", "positional", "diagnostics")
+VIEWS = ("model", "head", "matrix", "qk", "attribution", "geometry", "positional",
+         "diagnostics")
 #: The view that overlays a query patch's attention on the image (image traces only).
 IMAGE_VIEW = "image"
 
@@ -43,6 +45,9 @@ class ExplorerConfig:
     page_budget: int = 3_000_000  # bytes of the whole page: long inputs get coarser blocks
     qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
     weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
+    # short inputs: float32 bytes (before gzip) of the attribution view's exact data per page
+    # (rollout, key norms, per-head weights and q/k: attnlab.viz.attribution_payload)
+    attribution_budget: int = 600_000
     pe_positions: int = 128  # rows of the sinusoidal table in the positional view
     pe_dim: int = 64  # embed_dim of that table: 32 (sin, cos) pairs
     view: str = "model"  # the view the page opens on
@@ -54,7 +59,7 @@ class ExplorerConfig:
                 raise ValueError(f"ExplorerConfig.{name} must be an int >= 2, got {v!r}")
         if self.pe_dim % 2:
             raise ValueError(f"ExplorerConfig.pe_dim must be even, got {self.pe_dim}")
-        for name in ("qk_budget", "weights_budget", "page_budget"):
+        for name in ("qk_budget", "weights_budget", "page_budget", "attribution_budget"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"ExplorerConfig.{name} must be an int >= 0, got {v!r}")
@@ -213,6 +218,8 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         heads, dtype = qk_heads(trace, cfg.qk_budget, first)
         payload["qk"] = qk_payload(trace, heads, dtype)
         payload["qk_missing"] = "budget"
+    payload["attribution"] = attribution_payload(trace, budget=cfg.attribution_budget,
+                                                 first=first, pooled=pooled, qk=payload["qk"])
     if pooled:
         keys = keys if keys is not None else trace.tokens
 
@@ -290,14 +297,16 @@ def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, Attentio
     ``inputs`` are :func:`attnlab.viz.inputs.input_stacks` of each input; every stack of
     every input is one trace of the page, in order, each with its first head (``firsts``,
     whose q/k are kept first) and its ``api`` URL prefix (None: nothing to fetch). The
-    traces share ``cfg``'s ``qk_budget`` and ``weights_budget``, and the page stays within
-    ``page_budget`` bytes with the page's CSS and JS, the sinusoidal table and the formulas.
+    traces share ``cfg``'s ``qk_budget``, ``weights_budget`` and ``attribution_budget``, and
+    the page stays within ``page_budget`` bytes with the page's CSS and JS, the sinusoidal
+    table and the formulas.
     """
     traces = [t for _, stacks in inputs for _, t in stacks]
     fixed = nbytes(static_asset("explorer.js")) + nbytes(static_asset("explorer.css"))
     pe = _pe_payload(cfg.pe_positions, cfg.pe_dim)
-    n = len(traces)  # several traces share the q/k and weights budgets
-    each = replace(cfg, qk_budget=cfg.qk_budget // n, weights_budget=cfg.weights_budget // n)
+    n = len(traces)  # several traces share the q/k, weights and attribution budgets
+    each = replace(cfg, qk_budget=cfg.qk_budget // n, weights_budget=cfg.weights_budget // n,
+                   attribution_budget=cfg.attribution_budget // n)
     about_inputs, t_index = [], 0
     for about, stacks in inputs:
         media = about["input"] if isinstance(about["input"], Mapping) else None

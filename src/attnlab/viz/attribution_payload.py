@@ -1,0 +1,326 @@
+"""The explorer's attribution view, from Python: what a query's row moves and why a score
+is what it is, read exactly from a trace (:mod:`attnlab.tracing.attribution`).
+
+Three rows for a query ``i`` (``KINDS``): ``"weights"`` (the head's ``α_ij``), ``"value"``
+(``α_ij·‖v_j W_O^h‖``, Kobayashi et al. 2020; with ``head=None`` the norm of the sum over
+the layer's heads) and ``"rollout"`` (the whole model's residual-adjusted rollout, Abnar &
+Zuidema 2020); and one pair's score taken apart by RoPE frequency band and by geometry
+(``|q|``, ``|k|``, ``cos θ``).
+
+Plain functions, so that the server's routes (:mod:`attnlab.serve.trace_api`), the page's
+payload and any other caller (a notebook widget) share them:
+
+* :func:`attribution_rows` — rows of one kind (a JSON-ready dict);
+* :func:`score_parts_json` — one pair's decomposition (a JSON-ready dict);
+* :func:`attribution_payload` — what a static page embeds for the view.
+
+Each refuses a bad argument with :class:`AttributionError` (a ``ValueError``) whose
+``status`` says how a server answers it: 422 a bad argument, 409 a trace that lacks what the
+kind needs (v and the output projection, q and k, unmerged pieces, self-attention), 413 too
+many rows at once.
+
+**What a page embeds** (short inputs only: a page whose maps are pooled fetches everything
+from the server). At most ``budget`` bytes of float32 arrays (before gzip and base64;
+:attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 600,000 bytes by default,
+shared by a page's traces), each taken, in this order, if it still fits: the rollout matrix
+``(Lq, Lk)``; the key norms ``‖v_j W_O^h‖`` ``(L, H, Lk)``; then head by head until one
+does not fit (the page's first head first) the head's exact weights ``(Lq, Lk)`` and,
+where the QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)``.
+The page multiplies a weight by
+its key's norm and sums q·k over a band's dimensions itself, in float64: every number it
+shows is AttentionTrace's to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.tracing.attention import AttentionTrace
+from attnlab.viz.codec import encode_blob
+
+__all__ = ["KINDS", "MAX_ROWS", "AttributionError", "parse_rows", "attribution_rows",
+           "score_parts_json", "attribution_payload", "key_norms"]
+
+#: The rows the view shows: the head's weights, value-weighted, the whole model's rollout.
+KINDS = ("weights", "value", "rollout")
+#: The most rows one :func:`attribution_rows` call computes.
+MAX_ROWS = 256
+
+
+class AttributionError(ValueError):
+    """An argument or a trace the attribution functions refuse; ``status`` is the HTTP
+    status a server answers with (422 bad argument, 409 the trace lacks what is asked,
+    413 too much at once).
+
+    >>> AttributionError(409, "no v").status
+    409
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _int(name: str, value: Any, n: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+        raise AttributionError(422, f"{name} must be an int in [0, {n}), got {value!r}")
+    return value
+
+
+def parse_rows(rows: Any, n: int) -> list[int]:
+    """Query positions in ``[0, n)`` from an int, a sequence or range of ints, or the text
+    ``"3"``, ``"3,7,9"`` or ``"10:20"`` (what the server's ``rows=`` holds).
+
+    >>> parse_rows("2:5", 10), parse_rows("1,4", 10), parse_rows(7, 10)
+    ([2, 3, 4], [1, 4], [7])
+    """
+    want = "rows must be an int, a list of ints, or 'i', 'i,j,…', 'start:stop'"
+    if isinstance(rows, str):
+        a, colon, b = rows.strip().partition(":")
+        try:
+            if colon:
+                lo, hi = int(a) if a.strip() else 0, int(b) if b.strip() else n
+            else:
+                out = [int(x) for x in rows.split(",") if x.strip()]
+        except ValueError:
+            raise AttributionError(422, f"{want}, got {rows!r}") from None
+        if colon:
+            if not 0 <= lo < hi <= n:
+                raise AttributionError(422, f"rows must satisfy 0 <= start < stop <= {n}, "
+                                            f"got {rows!r}")
+            out = list(range(lo, hi))
+    elif isinstance(rows, int) and not isinstance(rows, bool):
+        out = [rows]
+    elif isinstance(rows, (Sequence, range)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in rows):
+        out = list(rows)
+    else:
+        raise AttributionError(422, f"{want}, got {rows!r}")
+    if not out:
+        raise AttributionError(422, "rows is empty")
+    for i in out:
+        if not 0 <= i < n:
+            raise AttributionError(422, f"rows must lie in [0, {n}), got {i}")
+    if len(out) > MAX_ROWS:
+        raise AttributionError(413, f"{len(out)} rows in one request; the limit is {MAX_ROWS}")
+    return out
+
+
+def _value_missing(trace: AttentionTrace) -> str | None:
+    """Why value-weighted rows cannot be computed (None: they can)."""
+    if trace.v is None or trace.out_proj is None:
+        return "none"
+    return "merged" if trace.groups is not None else None
+
+
+def _rollout_missing(trace: AttentionTrace) -> str | None:
+    return "cross" if trace.stack == "cross" or trace.seq_len != trace.key_len else None
+
+
+def _parts_missing(trace: AttentionTrace) -> str | None:
+    if not trace.has_qk:
+        return "none"
+    return "merged" if trace.groups is not None else None
+
+
+_WHY = {
+    "value:none": "value-weighted attention needs the trace's v and each head's output "
+                  "projection (out_proj); this trace has {what}: trace with qkv from a model "
+                  "whose attention module holds its output projection (o_proj, out_proj, "
+                  "c_proj, dense, ...)",
+    "value:merged": "value-weighted attention is computed per piece, and this trace merges "
+                    "byte pieces into tokens; trace again without merging "
+                    "(merge_pieces=False)",
+    "rollout:cross": "rollout composes a stack's layers, so rows and keys must be the same "
+                     "tokens; this trace is {stack!r} with {lq} queries and {lk} keys",
+    "parts:none": "the score's parts need q and k; this trace holds weights only (traced "
+                  "without qkv)",
+    "parts:merged": "the score's parts are computed per piece, and this trace merges byte "
+                    "pieces into tokens; trace again without merging (merge_pieces=False)",
+}
+
+
+def _refuse(key: str, trace: AttentionTrace) -> AttributionError:
+    what = ("neither v nor out_proj" if trace.v is None and trace.out_proj is None
+            else "no v" if trace.v is None else "no out_proj")
+    return AttributionError(409, _WHY[key].format(what=what, stack=trace.stack,
+                                                  lq=trace.seq_len, lk=trace.key_len))
+
+
+def _check_trace(trace: Any) -> None:
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace (one stack), got "
+                        f"{type(trace).__name__}")
+
+
+def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
+                     head: int | None = None, rows: Any = 0, *,
+                     encoding: str = "b64") -> dict[str, Any]:
+    """Rows ``(len(rows), Lk)`` of one ``kind`` (see :data:`KINDS`) for query ``rows``.
+
+    ``"weights"``: the trace's ``weights_rows(layer, head, rows)`` (float32).
+    ``"value"``: its ``value_weighted_rows(layer, head, rows)`` (float32; ``head=None``:
+    the norm of the sum over the layer's heads). ``"rollout"``: its ``rollout_rows(rows)``
+    (float64), the whole model's — ``layer`` and ``head`` must then be omitted.
+
+    Returns ``kind``, ``layer``, ``head``, ``rows``, ``key_len``, ``sums`` (each row's sum)
+    and ``values``: a blob ``{"dtype", "gz", "shape", "b64"}`` (``encoding="b64"``) or
+    nested lists (``encoding="list"``).
+
+    >>> from attnlab.core.scores import ScoreShape, row_logsumexp
+    >>> q, k = torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2)
+    >>> shape = ScoreShape(scale=1.0, causal=True)
+    >>> t = AttentionTrace(list("abc"), q=q, k=k, shapes=shape,
+    ...                    lse=row_logsumexp(q[0], k[0], shape)[None])
+    >>> attribution_rows(t, "weights", 0, 0, 2, encoding="list")["values"]
+    [[0.3333333432674408, 0.3333333432674408, 0.3333333432674408]]
+    """
+    _check_trace(trace)
+    if kind not in KINDS:
+        raise AttributionError(422, f"kind must be one of {', '.join(map(repr, KINDS))}, got "
+                                    f"{kind!r}")
+    if encoding not in ("b64", "list"):
+        raise AttributionError(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
+    if kind == "rollout":
+        for name, v in (("layer", layer), ("head", head)):
+            if v is not None:
+                raise AttributionError(422, f"{name} must be omitted for kind 'rollout' (the "
+                                            f"whole model's: every layer and head), got {v!r}")
+        if _rollout_missing(trace):
+            raise _refuse("rollout:cross", trace)
+    else:
+        if layer is None:
+            raise AttributionError(422, f"layer is required for kind {kind!r}: an int in [0, "
+                                        f"{trace.num_layers})")
+        layer = _int("layer", layer, trace.num_layers)
+        if head is None and kind == "weights":
+            raise AttributionError(422, f"head is required for kind 'weights': an int in [0, "
+                                        f"{trace.num_heads})")
+        if head is not None:
+            head = _int("head", head, trace.num_heads)
+        if kind == "value" and _value_missing(trace):
+            raise _refuse("value:" + _value_missing(trace), trace)
+    picked = parse_rows(rows, trace.seq_len)
+    if kind == "weights":
+        values = trace.weights_rows(layer, head, picked).float()
+    elif kind == "value":
+        values = trace.value_weighted_rows(layer, head, picked).float()
+    else:
+        values = trace.rollout_rows(picked).double()
+    out: dict[str, Any] = {"kind": kind, "layer": layer, "head": head, "rows": picked,
+                           "key_len": trace.key_len,
+                           "sums": [float(x) for x in values.double().sum(-1)]}
+    out["values"] = (values.tolist() if encoding == "list"
+                     else encode_blob(values, "f64" if kind == "rollout" else "f32"))
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: int, *,
+                     pairing: str | None = None) -> dict[str, Any]:
+    """Query ``i``'s score for key ``j`` in one head taken apart: the trace's
+    ``score_parts(layer, head, i, j, pairing=pairing)`` (``score``, ``bands`` with their
+    ``value``, ``dims``, ``freq``, ``wavelength``, ``rotated``; ``q_norm``, ``k_norm``,
+    ``cos``, ``angle_deg``, ``scale``, ``layout``), JSON-ready: ``shaped`` (the score the
+    softmax sees) is None and ``visible`` False for a key the query may not see (−∞);
+    ``band_sum`` is the bands' sum; ``query_token`` and ``key_token`` name the pair."""
+    _check_trace(trace)
+    layer = _int("layer", layer, trace.num_layers)
+    head = _int("head", head, trace.num_heads)
+    i = _int("i", i, trace.seq_len)
+    j = _int("j", j, trace.key_len)
+    if pairing is not None and pairing not in ("half", "interleaved", "adjacent"):
+        raise AttributionError(422, f"pairing must be one of 'half', 'interleaved', "
+                                    f"'adjacent' or omitted, got {pairing!r}")
+    if _parts_missing(trace):
+        raise _refuse("parts:" + _parts_missing(trace), trace)
+    p = trace.score_parts(layer, head, i, j, pairing=pairing)
+    keys = trace.key_tokens if trace.key_tokens is not None else trace.tokens
+    p["visible"] = math.isfinite(p["shaped"])
+    p["shaped"] = _finite(p["shaped"])
+    p["band_sum"] = math.fsum(b["value"] for b in p["bands"])
+    p["query_token"], p["key_token"] = trace.tokens[i], keys[j]
+    return p
+
+
+# --------------------------------------------------------------------------------------
+# what a static page embeds
+# --------------------------------------------------------------------------------------
+
+
+def key_norms(trace: AttentionTrace) -> Tensor:
+    """(L, H, Lk) float32: ``‖v_j W_O^h‖``, the norm of what key ``j`` moves through head
+    ``h`` — the factor by which value-weighted attention scales a weight."""
+    return torch.stack([torch.stack([
+        (trace.v[layer, trace.kv_head(h)].float() @ trace.out_proj[layer, h]).norm(dim=-1)
+        for h in range(trace.num_heads)]) for layer in range(trace.num_layers)])
+
+
+def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The bands (without values) and the layout that ``score_parts`` uses for this trace."""
+    p = trace.score_parts(0, 0, 0, 0)
+    bands = [{k: b[k] for k in ("dims", "rotated", "freq", "wavelength")} for b in p["bands"]]
+    return bands, p["layout"]
+
+
+def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int, int],
+                        pooled: bool, qk: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a page embeds for the attribution view of ``trace`` (see the module docstring):
+    within ``budget`` bytes of float32, the rollout matrix, the key norms, and per head
+    (``first`` first) the exact weights and, unless ``qk`` (the trace's QK payload) holds
+    them in float32, its q and k. ``pooled`` (a long input): nothing but why
+    (``missing: "long"``) and what the trace lacks, for the page to say or to fetch."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ValueError(f"budget must be an int >= 0, got {budget!r}")
+    lq, lk, d = trace.seq_len, trace.key_len, trace.head_dim
+    out: dict[str, Any] = {
+        "missing": "long" if pooled else None, "budget": budget, "bytes": 0,
+        "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
+        "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
+        "heads": [], "weights": [], "q": [], "k": [], "bands": None, "layout": None,
+    }
+    if not out["parts_missing"]:
+        out["bands"], out["layout"] = _layout(trace)
+    if pooled:
+        return out
+    used = 0
+    if not out["rollout_missing"]:
+        if lq * lk * 4 <= budget:
+            out["rollout"] = encode_blob(trace.rollout_rows(range(lq)).float(), "f32", gz=True)
+            used += lq * lk * 4
+        else:
+            out["rollout_missing"] = "budget"
+    if not out["value_missing"]:
+        need = trace.num_layers * trace.num_heads * lk * 4
+        if used + need <= budget:
+            out["norms"] = encode_blob(key_norms(trace), "f32", gz=True)
+            used += need
+        else:
+            out["value_missing"] = "budget"
+    in_qk = set()
+    if qk is not None and qk.get("dtype") == "f32":
+        in_qk = {tuple(x) for x in qk["heads"]}
+    nl, nh = trace.num_layers, trace.num_heads
+    for lh in [first] + [(a, b) for a in range(nl) for b in range(nh) if (a, b) != first]:
+        own_qk = not out["parts_missing"] and lh not in in_qk
+        need = lq * lk * 4 + ((lq + lk) * d * 4 if own_qk else 0)
+        if used + need > budget:
+            break
+        layer, h = lh
+        out["heads"].append([layer, h])
+        out["weights"].append(encode_blob(trace.head_weights(layer, h).float(), "f32", gz=True))
+        out["q"].append(encode_blob(trace.q[layer, h].float(), "f32", gz=True)
+                        if own_qk else None)
+        out["k"].append(encode_blob(trace.k[layer, trace.kv_head(h)].float(), "f32", gz=True)
+                        if own_qk else None)
+        used += need
+    out["bytes"] = used
+    return out

@@ -1,0 +1,315 @@
+// -- attribution view: what the selected query's row moves, and one score taken apart ----
+/* A toggle chooses the row shown for the selected query: the selected head's attention
+ * weights α_ij, its value-weighted row α_ij·‖v_j W_O^h‖ (Kobayashi et al. 2020), or the
+ * whole model's residual-adjusted rollout (Abnar & Zuidema 2020). The row is drawn as a
+ * strip with one cell per key; a click on a key takes the head's score for that pair apart:
+ * one bar per RoPE frequency band (their sum is the score) and the geometry
+ * scale·|q|·|k|·cos θ.
+ *
+ * Data: trace.attribution of the payload (attnlab.viz.attribution_payload) for short inputs
+ * — the rollout matrix, the key norms ‖v_j W_O^h‖, the exact float32 weights of the heads
+ * that fit its budget and their q/k where the QK payload lacks them in float32 — decoded
+ * the first time the view is drawn; what is not there comes from the server
+ * (attribution/rows, score_parts) when the page is served. */
+var ATTR_KINDS = ["weights", "value", "rollout"];
+
+/* The decoded attribution data of the current trace: the data, undefined while decoding,
+ * or null when the page holds none (a long input). */
+Explorer.prototype.attrData = function () {
+  var T = this.cur(), A = T.meta.attribution, self = this;
+  if (!A || A.missing) return null;
+  if (T.attr) return T.attr.ready ? T.attr : undefined;
+  var D = T.attr = {ready: false, W: [], q: [], k: [], index: {}, rollout: null, norms: null};
+  var jobs = [];
+  function put(blob, key, n) {
+    if (!blob) return;
+    jobs.push(decode(blob).then(function (a) { if (n === undefined) D[key] = a; else D[key][n] = a; }));
+  }
+  A.heads.forEach(function (lh, n) {
+    D.index[lh[0] + ":" + lh[1]] = n;
+    put(A.weights[n], "W", n); put(A.q[n], "q", n); put(A.k[n], "k", n);
+  });
+  put(A.rollout, "rollout"); put(A.norms, "norms");
+  Promise.all(jobs).then(function () { D.ready = true; self.render(); },
+    function (e) { D.error = String(e.message || e); D.ready = true; self.render(); });
+  return undefined;
+};
+
+/* Why the page has no local row of `kind` for the current head (a key of I18N), or null. */
+Explorer.prototype.attrWhy = function (kind, D) {
+  var m = this.cur().meta, A = m.attribution, S = this.s;
+  if (!A) return "attrLong";
+  if (kind === "rollout") {
+    if (A.rollout_missing === "cross") return "attrCross";
+    if (A.missing) return "attrLong";
+    return A.rollout ? null : "attrRolloutBudget";
+  }
+  if (kind === "value" && A.value_missing === "none") return "attrNoValue";
+  if (kind === "value" && A.value_missing === "merged") return "attrMerged";
+  if (A.missing) return "attrLong";
+  if (kind === "value" && A.value_missing === "budget") return "attrNormsBudget";
+  return D && D.index[S.layer + ":" + S.head] !== undefined ? null : "attrBudget";
+};
+
+/* The row shown: {values, source} — from the page's own data or the server — undefined
+ * while it loads, {error} when the server refused, {why} when neither has it. */
+Explorer.prototype.attrRow = function (kind) {
+  var m = this.cur().meta, S = this.s, i = S.query, Lk = m.Lk, D = this.attrData();
+  if (D === undefined) return undefined;
+  if (D && D.error) return {error: D.error};
+  var why = this.attrWhy(kind, D);
+  if (!why) {
+    if (kind === "rollout") return {values: D.rollout.subarray(i * Lk, (i + 1) * Lk), source: "page"};
+    var n = D.index[S.layer + ":" + S.head], w = D.W[n].subarray(i * Lk, (i + 1) * Lk);
+    if (kind === "weights") return {values: w, source: "page"};
+    var out = new Float64Array(Lk), o = (S.layer * m.H + S.head) * Lk;
+    for (var j = 0; j < Lk; j++) out[j] = w[j] * D.norms[o + j];  // α_ij · ‖v_j W_O^h‖
+    return {values: out, source: "page"};
+  }
+  var fixed = why === "attrCross" || why === "attrNoValue" || why === "attrMerged";
+  if (!m.api || fixed) return {why: why};
+  var p = kind === "rollout" ? {kind: kind, rows: i} : {kind: kind, layer: S.layer, head: S.head, rows: i};
+  var d = this.fetchApi("attribution/rows", p);
+  if (!d || d.error) return d;
+  return {values: d.values, source: "server"};
+};
+
+/* scale·q·k taken apart, in float64 from float32 q and k: one term per band (the sum of
+ * scale·q_c·k_c over the band's dimensions), |q|, |k|, cos θ and θ in degrees. */
+function scoreParts(q, k, scale, bands) {
+  var dot = 0, qq = 0, kk = 0, c;
+  for (c = 0; c < q.length; c++) { dot += q[c] * k[c]; qq += q[c] * q[c]; kk += k[c] * k[c]; }
+  var parts = bands.map(function (b) {
+    var v = 0;
+    b.dims.forEach(function (c2) { v += scale * q[c2] * k[c2]; });
+    return {dims: b.dims, rotated: b.rotated, freq: b.freq, wavelength: b.wavelength, value: v};
+  });
+  var qn = Math.sqrt(qq), kn = Math.sqrt(kk), cos = qn && kn ? dot / (qn * kn) : 0;
+  return {score: scale * dot, bands: parts, q_norm: qn, k_norm: kn, cos: cos,
+    angle_deg: Math.acos(clamp(cos, -1, 1)) * 180 / Math.PI, scale: scale};
+}
+
+/* The decomposition of (query i, key j) in the current head: from the page's float32 q and
+ * k (the attribution data's, else the QK payload's), else the server's; undefined while
+ * loading, {error}, or {why} (a key of I18N) when there is none. */
+Explorer.prototype.attrParts = function (i, j) {
+  var T = this.cur(), m = T.meta, A = m.attribution, S = this.s, D = this.attrData();
+  if (!A || A.parts_missing === "none") return {why: "noqkNone"};
+  if (A.parts_missing === "merged") return {why: "noqkMerged"};
+  var q = null, k = null, d = m.d, n = D ? D.index[S.layer + ":" + S.head] : undefined;
+  if (n !== undefined && D.q[n]) {
+    q = D.q[n].subarray(i * d, (i + 1) * d); k = D.k[n].subarray(j * d, (j + 1) * d);
+  } else if (!m.pooled && this.qkHead() !== null && m.qk.dtype === "f32") {
+    var nq = this.qkHead(), kn = m.qk.k_of[nq];
+    q = T.q.subarray((nq * m.Lq + i) * d, (nq * m.Lq + i + 1) * d);
+    k = T.k.subarray((kn * m.Lk + j) * d, (kn * m.Lk + j + 1) * d);
+  }
+  if (q) {
+    var p = scoreParts(q, k, m.scale[S.layer], A.bands);
+    p.source = "page";
+    p.visible = true; p.shaped = null;
+    if (!m.shape.bias) {  // the score the softmax sees: the trace's score shaping (core.js)
+      var sh = shapeRow(m.shape, S.layer, S.head, i, m.Lq, m.Lk, T.km);
+      p.visible = !!sh.ok[j];
+      var z = sh.softcap ? sh.softcap * Math.tanh(p.score / sh.softcap) : p.score;
+      p.shaped = p.visible ? z + (sh.bias ? sh.bias[j] : 0) : null;
+    }
+    return p;
+  }
+  if (!m.api) return {why: m.pooled ? "attrLong" : "attrPartsBudget"};
+  var got = this.fetchApi("score_parts", {layer: S.layer, head: S.head, i: i, j: j});
+  if (!got || got.error) return got;
+  got.source = "server";
+  return got;
+};
+
+Explorer.prototype.view_attribution = function () {
+  var self = this, m = this.cur().meta, S = this.s, ctl = this.controls, i = S.query;
+  if (ATTR_KINDS.indexOf(S.attrKind) < 0) S.attrKind = "weights";
+  var kind = S.attrKind;
+  var box = h("span", {"class": "ax-attr-kinds", role: "radiogroup"}, ctl);
+  ATTR_KINDS.forEach(function (k) {
+    var on = k === kind, b = h("button", {type: "button", role: "radio", "class": "ax-attr-kind",
+      "data-kind": k, "aria-checked": on ? "true" : "false", "data-i18n": "attr:" + k}, box,
+      self.t("attr:" + k));
+    if (on) b.style.cssText = "background:#3451b2;color:#fff";
+    b.addEventListener("click", function () { self.s.attrKind = k; self.render(); });
+  });
+  h("div", {"class": "ax-note ax-attr-def", "data-kind": kind}, ctl, this.t("attrDef:" + kind));
+  this.root.setAttribute("data-attr-kind", kind);
+  var row = this.attrRow(kind);
+  if (row === undefined) { h("div", {"class": "ax-note"}, ctl, this.t("loading")); return; }
+  if (row.error) {
+    h("div", {"class": "ax-note ax-bad ax-attr-error"}, ctl, this.t("fetchError") + row.error);
+    return;
+  }
+  if (row.why) {
+    var why = this.t(row.why);
+    if (row.why === "attrBudget")
+      why += m.attribution.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ");
+    h("div", {"class": "ax-note ax-attr-missing", "data-why": row.why}, ctl, why);
+    return;
+  }
+  var vals = row.values, Lk = m.Lk, j, mx = 0, sum = 0;
+  for (j = 0; j < Lk; j++) { mx = Math.max(mx, vals[j]); sum += vals[j]; }
+  var own = clamp(i + Lk - m.Lq, 0, Lk - 1), key = own, best = -Infinity;
+  for (j = 0; j < Lk; j++) if (vals[j] > best) { best = vals[j]; key = j; }
+  if (S.attrKey && S.attrKey.t === S.t && S.attrKey.j < Lk) key = S.attrKey.j;
+  this.root.setAttribute("data-attr-key", key);
+  h("div", {"class": "ax-note"}, ctl, this.t("attrClick") + " " +
+    (row.source === "server" ? this.t("attrServed") : this.t("attrPage")));
+  h("div", {"class": "ax-note ax-parts-note"}, ctl, this.t("partsNote"));
+  var W = 900, lw = 70, top = 44, sh = 26, labels = Lk <= 96, longest = 0;
+  if (labels) m.key_tokens.forEach(function (t) { longest = Math.max(longest, t.length); });
+  var below = labels ? 14 + 7 * Math.min(longest, 12) : 16, partsTop = top + sh + below + 60;
+  var parts = this.attrParts(i, key);
+  var nb = parts && parts.bands ? parts.bands.length : 0;
+  var svg = svgRoot(lw + W + 20, partsTop + 70 + nb * 18 + 150, "attribution");
+  svg.setAttribute("data-row", kind + ":" + (kind === "rollout" ? "*:*" : S.layer + ":" + S.head) + ":" + i);
+  var what = kind === "rollout" ? this.t("attrWhole")
+    : this.t("layer") + " " + S.layer + " · " + this.t("head") + " " + S.head;
+  s("text", {x: 4, y: 18, "font-weight": 600}, svg, this.t("query") + " " + i + ": ");
+  s("text", {x: 80, y: 18, "class": "ax-tok ax-sel"}, svg, m.tokens[i]);
+  s("text", {x: 80 + 12 * Math.min(m.tokens[i].length, 20) + 16, y: 18, fill: "#5b6478"}, svg,
+    this.t("attr:" + kind) + " · " + what);
+  var st = s("text", {x: lw + W, y: 18, "text-anchor": "end", "class": "ax-num ax-attr-sum",
+    "data-value": String(sum)}, svg, this.t("attrSum") + " = " + fmt(sum, 6));
+  if (kind === "value") st.setAttribute("display", "none");  // a sum of norms means nothing
+  this.drawAttrStrip(svg, vals, mx, key, lw, top, W, sh, labels);
+  this.drawAttrTop(svg, vals, lw, top + sh + below + 14);
+  this.drawParts(svg, parts, i, key, lw, partsTop);
+  this.place(svg);
+};
+
+/* One cell per key, coloured by its value ÷ the row's largest; a click takes key j's score
+ * apart. More than 512 keys: one image, the key read from the pointer. */
+Explorer.prototype.drawAttrStrip = function (svg, vals, mx, key, x0, y0, W, sh, labels) {
+  var self = this, m = this.cur().meta, Lk = m.Lk, cw = W / Lk, j;
+  s("text", {x: x0 - 6, y: y0 + sh / 2 + 4, "text-anchor": "end", fill: "#5b6478"}, svg, this.t("keys"));
+  function pick(j2) { self.s.attrKey = {t: self.s.t, j: j2}; self.render(); }
+  function tip(e, j2) {
+    self.tip.setAttribute("data-value", String(vals[j2]));
+    self.tip.setAttribute("data-key", String(j2));
+    self.showTip(e, j2 + " " + m.key_tokens[j2] + ": " + fmt(vals[j2], 6));
+  }
+  var g = s("g", {"class": "ax-attr-strip"}, svg);
+  if (Lk <= 512) {
+    for (j = 0; j < Lk; j++) {
+      s("rect", {x: (x0 + j * cw).toFixed(2), y: y0, width: Math.max(cw - (cw > 4 ? 1 : 0), 0.5).toFixed(2),
+        height: sh, fill: css(blue(mx > 0 ? vals[j] / mx : 0)), stroke: "#c9cfdd",
+        "stroke-width": cw > 4 ? 0.5 : 0, "class": "ax-attr-cell", "data-key": j,
+        "data-value": String(vals[j])}, g);
+    }
+    g.addEventListener("mousemove", function (e) {
+      var c = e.target.closest(".ax-attr-cell");
+      if (c) tip(e, +c.getAttribute("data-key"));
+    });
+    g.addEventListener("click", function (e) {
+      var c = e.target.closest(".ax-attr-cell");
+      if (c) pick(+c.getAttribute("data-key"));
+    });
+  } else {
+    var img = s("image", {x: x0, y: y0, width: W, height: sh, preserveAspectRatio: "none",
+      style: "image-rendering:pixelated", "class": "ax-attr-img", href: heatImage(function (a, b) {
+        return mx > 0 ? vals[b] / mx : 0; }, 1, Lk, BLUE)}, g);
+    var at = function (e) {
+      var r = img.getBoundingClientRect();
+      return clamp(Math.floor((e.clientX - r.left) / r.width * Lk), 0, Lk - 1);
+    };
+    img.addEventListener("mousemove", function (e) { tip(e, at(e)); });
+    img.addEventListener("click", function (e) { pick(at(e)); });
+  }
+  g.addEventListener("mouseleave", function () { self.hideTip(); });
+  s("rect", {x: (x0 + key * cw).toFixed(2), y: y0 - 2, width: Math.max(cw, 2).toFixed(2), height: sh + 4,
+    fill: "none", stroke: "#e4572e", "stroke-width": 2, "class": "ax-attr-keysel", "data-key": key}, svg);
+  if (!labels) return;
+  for (j = 0; j < Lk; j++) {
+    var x = x0 + (j + 0.5) * cw + 3, y = y0 + sh + 6;
+    s("text", {x: x, y: y, transform: "rotate(-90 " + x + " " + y + ")", "text-anchor": "end",
+      "font-size": Math.min(11, Math.max(8, cw - 1)), "class": "ax-tok" + (j === key ? " ax-sel" : ""),
+      "data-col": j}, svg, m.key_tokens[j]);
+  }
+};
+
+/* The eight largest keys of the row, with their values; a click takes one apart. */
+Explorer.prototype.drawAttrTop = function (svg, vals, x0, y) {
+  var self = this, m = this.cur().meta, order = [], j;
+  for (j = 0; j < vals.length; j++) order.push(j);
+  order.sort(function (a, b) { return vals[b] - vals[a] || a - b; });
+  s("text", {x: x0 - 6, y: y, "text-anchor": "end", fill: "#5b6478"}, svg, this.t("attrTop"));
+  var x = x0;
+  order.slice(0, 8).forEach(function (k) {
+    var label = k + " " + m.key_tokens[k] + " " + fmt(vals[k], 4);
+    var t = s("text", {x: x, y: y, "class": "ax-num ax-attr-top", "data-key": k,
+      "data-value": String(vals[k]), style: "cursor:pointer", fill: "#3451b2"}, svg, label);
+    t.addEventListener("click", function () { self.s.attrKey = {t: self.s.t, j: k}; self.render(); });
+    x += 8 + 7 * Math.min(label.length, 24);
+  });
+};
+
+/* The score of (query i, key j) as bars per band, then scale·|q|·|k|·cos θ drawn as two
+ * arrows θ apart (article 000's geometry). */
+Explorer.prototype.drawParts = function (svg, p, i, j, x0, y0) {
+  var m = this.cur().meta, S = this.s, self = this;
+  var title = this.t("partsTitle", {i: i, j: j}) + " · " + this.t("layer") + " " + S.layer +
+    " · " + this.t("head") + " " + S.head;
+  s("text", {x: 4, y: y0, "font-weight": 600, "class": "ax-parts-title"}, svg, title + "  (" +
+    m.tokens[i] + " → " + m.key_tokens[j] + ")");
+  if (p === undefined) { s("text", {x: 4, y: y0 + 20}, svg, this.t("loading")); return; }
+  if (p.error) {
+    s("text", {x: 4, y: y0 + 20, "class": "ax-bad ax-parts-error"}, svg, this.t("fetchError") + p.error);
+    return;
+  }
+  if (p.why) {
+    s("text", {x: 4, y: y0 + 20, "class": "ax-parts-missing", "data-why": p.why}, svg,
+      this.t("attrNoParts") + this.t(p.why));
+    return;
+  }
+  var g = s("g", {"class": "ax-parts", "data-pair": S.layer + ":" + S.head + ":" + i + ":" + j,
+    "data-source": p.source}, svg);
+  var lay = m.attribution.layout || {};
+  s("text", {x: 4, y: y0 + 20, fill: "#5b6478", "class": "ax-parts-layout"}, g,
+    (lay.kind === "rope" ? this.t("layoutRope", {pairing: lay.pairing, r: lay.rotary_dim})
+      : this.t("layoutNone")));
+  var top = y0 + 44, rh = 18, lw = 230, half = 260, cx = x0 + lw + half, mx = 0;
+  p.bands.forEach(function (b) { mx = Math.max(mx, Math.abs(b.value)); });
+  s("text", {x: x0 + lw - 8, y: top - 6, "text-anchor": "end", "font-weight": 600, fill: "#5b6478"}, g,
+    this.t("band"));
+  s("line", {x1: cx, x2: cx, y1: top - 2, y2: top + p.bands.length * rh, stroke: "#9aa3b5"}, g);
+  p.bands.forEach(function (b, k) {
+    var y = top + k * rh, w = mx > 0 ? half * Math.abs(b.value) / mx : 0;
+    var lab = "p" + k + " (" + b.dims.join(", ") + ")" + (b.rotated && b.wavelength
+      ? " λ=" + fmt(b.wavelength, 1) : b.rotated ? "" : " · " + self.t("unrotated"));
+    s("text", {x: x0 + lw - 8, y: y + 13, "text-anchor": "end", "font-size": 11}, g, lab);
+    s("rect", {x: (b.value >= 0 ? cx : cx - w).toFixed(2), y: y + 3, width: w.toFixed(2),
+      height: rh - 6, fill: b.value >= 0 ? "#3451b2" : "#e4572e"}, g);
+    s("text", {x: cx + half + 70, y: y + 13, "text-anchor": "end", "class": "ax-num ax-band",
+      "data-band": k, "data-value": String(b.value)}, g, fmt(b.value, 5));
+  });
+  var sum = 0;
+  p.bands.forEach(function (b) { sum += b.value; });
+  var y1 = top + p.bands.length * rh + 24;
+  var rows = [["score", "partScore", p.score], ["band_sum", "partSum", sum],
+    ["shaped", "partShaped", p.shaped], ["q_norm", "qnorm", p.q_norm], ["k_norm", "knorm", p.k_norm],
+    ["cos", "cosTheta", p.cos], ["angle_deg", "angle", p.angle_deg]];
+  rows.forEach(function (r, k) {
+    var y = y1 + k * 18, v = r[2], text;
+    if (r[0] === "shaped" && (v === null || v === undefined))
+      text = p.visible === false ? self.t("hiddenKey") : "—";
+    else text = fmt(v, 6) + (r[0] === "angle_deg" ? "°" : "");
+    s("text", {x: x0 + lw - 8, y: y, "text-anchor": "end", fill: "#5b6478"}, g, self.t(r[1]));
+    s("text", {x: x0 + lw, y: y, "class": "ax-num ax-part", "data-part": r[0],
+      "data-value": v === null || v === undefined ? "" : String(v)}, g, text);
+  });
+  s("text", {x: x0 + lw + 150, y: y1, fill: "#5b6478", "font-size": 11}, g,
+    "= " + fmt(p.scale, 5) + " × " + fmt(p.q_norm, 4) + " × " + fmt(p.k_norm, 4) + " × " + fmt(p.cos, 4));
+  // q along the x axis, k at θ from it, both drawn to scale
+  var ox = cx + 120, oy = y1 + 100, L = 90, big = Math.max(p.q_norm, p.k_norm) || 1;
+  var th = p.angle_deg * Math.PI / 180, lq = L * p.q_norm / big, lk = L * p.k_norm / big;
+  s("line", {x1: ox, y1: oy, x2: ox + lq, y2: oy, stroke: "#3451b2", "stroke-width": 2.5}, g);
+  s("line", {x1: ox, y1: oy, x2: ox + lk * Math.cos(th), y2: oy - lk * Math.sin(th),
+    stroke: "#e4572e", "stroke-width": 2.5}, g);
+  s("text", {x: ox + lq + 4, y: oy + 4, fill: "#3451b2"}, g, "q");
+  s("text", {x: ox + lk * Math.cos(th) + 4, y: oy - lk * Math.sin(th), fill: "#e4572e"}, g, "k");
+  s("text", {x: ox + 18, y: oy - 6, "font-size": 11, fill: "#5b6478"}, g, "θ = " + fmt(p.angle_deg, 1) + "°");
+};

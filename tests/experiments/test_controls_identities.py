@@ -264,7 +264,7 @@ def test_the_right_rnn_as_its_own_control_does_not_hold(small_linear):
 VERDICTS = {
     "000-score-is-dot-product": "holds by construction",
     "000-dot-product-cosine": "holds by construction",
-    "000-orthogonal-unrelated": "holds by construction",
+    "000-orthogonal-unrelated": "depends on the reading",
     "000-direction-similarity": "holds under stated conditions",
     "000-summary-cosine": "holds under stated conditions",
     "001-dot-product-cosine": "holds under stated conditions",
@@ -305,3 +305,25 @@ def test_a_control_that_passes_takes_the_model_claims_down(mine):
     assert {v.verdict for v in verdicts([mine["dot-product-geometry"]],
                                         [inv.claim(i) for i in ids])} == {
         "holds under stated conditions"}
+
+
+def test_an_orthogonal_key_keeps_about_the_uniform_share_of_weight():
+    """The second reading of 000-orthogonal-unrelated: the weight of a key made orthogonal
+    to its query is exp(0)/Σ_j exp(s_j), computed here independently; hiding the key (a
+    score of −∞, the only way to give it no weight) is what the reading would need."""
+    import math
+
+    import torch
+
+    from attnlab.experiments.dot_product_geometry import orthogonal_key_weight
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 16, 8, generator=g, dtype=torch.float64).unbind(0)
+    q, k = q[None], k[None]
+    got = orthogonal_key_weight(q, k)
+    s = q[0] @ k[0].T / math.sqrt(8)
+    s[:, 0] = 0.0  # the orthogonal key's score
+    want = float((torch.softmax(s, -1)[:, 0] * 16).mean())
+    assert abs(got - want) < 1e-12 and got > 0.1
+    s[:, 0] = -math.inf  # hidden: what "no weight" takes
+    assert float(torch.softmax(s, -1)[:, 0].max()) == 0.0

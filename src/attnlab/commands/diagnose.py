@@ -121,7 +121,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     a torchrun group (rank 0 prints)."""
     import time
 
-    from attnlab import _dist
+    from attnlab._dist import join, leave
     from attnlab._cli import UsageError, emit_json
     from attnlab._proc import peak_rss_bytes
     from attnlab.analysis.heads import diagnose
@@ -148,11 +148,11 @@ def _from_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace: no such file: {args.trace!r}") from None
     except (TraceFormatError, ValueError) as exc:
         raise UsageError(f"--trace {args.trace!r}: not a readable attnlab trace: {exc}") from None
-    group = _dist.join("cpu")
+    group = join("cpu")
     try:
         d = diagnose(t, group=group, progress=not (args.quiet or args.json) and group.rank == 0)
     finally:
-        _dist.leave(group)
+        leave(group)
     if group.rank != 0:
         return 0
     stats = {"seconds": round(time.perf_counter() - t0, 3), "processes": group.world,

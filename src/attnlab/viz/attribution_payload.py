@@ -26,9 +26,8 @@ shared by a page's traces), each taken, in this order, if it still fits: the rol
 ``(Lq, Lk)``; the key norms ``‖v_j W_O^h‖`` ``(L, H, Lk)``; then head by head until one
 does not fit (the page's first head first) the head's exact weights ``(Lq, Lk)`` and,
 where the QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)``.
-The page multiplies a weight by
-its key's norm and sums q·k over a band's dimensions itself, in float64: every number it
-shows is AttentionTrace's to float32 rounding.
+The page multiplies a weight by its key's norm and sums q·k over a band's dimensions
+itself, in float64: every number it shows is AttentionTrace's to float32 rounding.
 """
 
 from __future__ import annotations
@@ -177,8 +176,9 @@ def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
     >>> shape = ScoreShape(scale=1.0, causal=True)
     >>> t = AttentionTrace(list("abc"), q=q, k=k, shapes=shape,
     ...                    lse=row_logsumexp(q[0], k[0], shape)[None])
-    >>> attribution_rows(t, "weights", 0, 0, 2, encoding="list")["values"]
-    [[0.3333333432674408, 0.3333333432674408, 0.3333333432674408]]
+    >>> got = attribution_rows(t, "weights", 0, 0, 2, encoding="list")
+    >>> got["rows"], [round(x, 6) for x in got["values"][0]]  # equal scores: uniform
+    ([2], [0.333333, 0.333333, 0.333333])
     """
     _check_trace(trace)
     if kind not in KINDS:

@@ -168,10 +168,10 @@ Explorer.prototype.view_attribution = function () {
   svg.setAttribute("data-row", kind + ":" + (kind === "rollout" ? "*:*" : S.layer + ":" + S.head) + ":" + i);
   var what = kind === "rollout" ? this.t("attrWhole")
     : this.t("layer") + " " + S.layer + " · " + this.t("head") + " " + S.head;
-  s("text", {x: 4, y: 18, "font-weight": 600}, svg, this.t("query") + " " + i + ": ");
-  s("text", {x: 80, y: 18, "class": "ax-tok ax-sel"}, svg, m.tokens[i]);
-  s("text", {x: 80 + 12 * Math.min(m.tokens[i].length, 20) + 16, y: 18, fill: "#5b6478"}, svg,
-    this.t("attr:" + kind) + " · " + what);
+  var head = s("text", {x: 4, y: 18, "class": "ax-attr-title"}, svg);
+  s("tspan", {"font-weight": 600}, head, this.t("query") + " " + i + ": ");
+  s("tspan", {"class": "ax-tok ax-sel"}, head, m.tokens[i]);
+  s("tspan", {fill: "#5b6478", dx: 12}, head, this.t("attr:" + kind) + " · " + what);
   var st = s("text", {x: lw + W, y: 18, "text-anchor": "end", "class": "ax-num ax-attr-sum",
     "data-value": String(sum)}, svg, this.t("attrSum") + " = " + fmt(sum, 6));
   if (kind === "value") st.setAttribute("display", "none");  // a sum of norms means nothing
@@ -181,8 +181,8 @@ Explorer.prototype.view_attribution = function () {
   this.place(svg);
 };
 
-/* One cell per key, coloured by its value ÷ the row's largest; a click takes key j's score
- * apart. More than 512 keys: one image, the key read from the pointer. */
+/* One cell per key, coloured by its value against the row's largest; a click takes key j's
+ * score apart. More than 512 keys: one image, the key read from the pointer. */
 Explorer.prototype.drawAttrStrip = function (svg, vals, mx, key, x0, y0, W, sh, labels) {
   var self = this, m = this.cur().meta, Lk = m.Lk, cw = W / Lk, j;
   s("text", {x: x0 - 6, y: y0 + sh / 2 + 4, "text-anchor": "end", fill: "#5b6478"}, svg, this.t("keys"));
@@ -192,11 +192,13 @@ Explorer.prototype.drawAttrStrip = function (svg, vals, mx, key, x0, y0, W, sh, 
     self.tip.setAttribute("data-key", String(j2));
     self.showTip(e, j2 + " " + m.key_tokens[j2] + ": " + fmt(vals[j2], 6));
   }
+  // colour: √(value ÷ the row's largest), so that small shares still show
+  function shade(v) { return mx > 0 ? Math.sqrt(Math.max(v, 0) / mx) : 0; }
   var g = s("g", {"class": "ax-attr-strip"}, svg);
   if (Lk <= 512) {
     for (j = 0; j < Lk; j++) {
       s("rect", {x: (x0 + j * cw).toFixed(2), y: y0, width: Math.max(cw - (cw > 4 ? 1 : 0), 0.5).toFixed(2),
-        height: sh, fill: css(blue(mx > 0 ? vals[j] / mx : 0)), stroke: "#c9cfdd",
+        height: sh, fill: css(blue(shade(vals[j]))), stroke: "#c9cfdd",
         "stroke-width": cw > 4 ? 0.5 : 0, "class": "ax-attr-cell", "data-key": j,
         "data-value": String(vals[j])}, g);
     }
@@ -211,7 +213,7 @@ Explorer.prototype.drawAttrStrip = function (svg, vals, mx, key, x0, y0, W, sh, 
   } else {
     var img = s("image", {x: x0, y: y0, width: W, height: sh, preserveAspectRatio: "none",
       style: "image-rendering:pixelated", "class": "ax-attr-img", href: heatImage(function (a, b) {
-        return mx > 0 ? vals[b] / mx : 0; }, 1, Lk, BLUE)}, g);
+        return shade(vals[b]); }, 1, Lk, BLUE)}, g);
     var at = function (e) {
       var r = img.getBoundingClientRect();
       return clamp(Math.floor((e.clientX - r.left) / r.width * Lk), 0, Lk - 1);

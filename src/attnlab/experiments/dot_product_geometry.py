@@ -18,7 +18,8 @@ product, which the same test must reject. The split of the variance is exact onl
 c are independent (support checks: it can be read off the table).
 
 What is not an identity is whether, on the queries and keys attention actually uses, the
-angle is what orders the scores (article 000: 「抛开向量长度不看……夹角越小，点积越大」).
+angle is what orders the scores (article 000:
+「抛开向量长度不看，点积的核心意义在于衡量两个向量在方向上的相似度」).
 Softmax compares the keys of one query, whose |q| is common to the row, so only the key
 lengths |k_j| compete with the angle. A one-head associative-recall model
 (``scaling-training``'s, trained here for ``train_steps`` Adam steps) is read on held-out

@@ -154,6 +154,10 @@ def test_the_budget_bounds_what_is_embedded_and_keeps_the_first_head_first(vt):
         assert a["bytes"] == raw(a) == rollout + norms + kept * head <= budget
         assert all(x is not None for x in a["q"])
         assert max(payload_errors(vt, a, None).values()) <= TOL
+    # the key norms and the first head come before the rollout (q/k: in the QK payload)
+    a, _ = _attr(vt, attribution_budget=norms + n * n * 4)
+    assert a["heads"] == [[0, 0]] and a["norms"] is not None and a["rollout"] is None
+    assert a["rollout_missing"] == "budget" and a["bytes"] == norms + n * n * 4
     a, _ = _attr(vt, attribution_budget=rollout - 1)  # each part taken if it still fits
     assert a["rollout"] is None and a["rollout_missing"] == "budget" and a["heads"] == []
     assert a["norms"] is not None and a["bytes"] == norms

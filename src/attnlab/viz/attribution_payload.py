@@ -21,11 +21,11 @@ many rows at once.
 
 **What a page embeds** (short inputs only: a page whose maps are pooled fetches everything
 from the server). At most ``budget`` bytes of float32 arrays (before gzip and base64;
-:attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 600,000 bytes by default,
-shared by a page's traces), each taken, in this order, if it still fits: the rollout matrix
-``(Lq, Lk)``; the key norms ``‖v_j W_O^h‖`` ``(L, H, Lk)``; then head by head until one
-does not fit (the page's first head first) the head's exact weights ``(Lq, Lk)`` and,
-where the QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)``.
+:attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 700,000 bytes by default,
+shared by a page's traces), each taken, in this order, if it still fits: the key norms
+``‖v_j W_O^h‖`` ``(L, H, Lk)``; the page's first head — its exact weights ``(Lq, Lk)`` and,
+where the QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)``;
+the rollout matrix ``(Lq, Lk)``; then the other heads likewise, until one does not fit.
 The page multiplies a weight by its key's norm and sums q·k over a band's dimensions
 itself, in float64: every number it shows is AttentionTrace's to float32 rounding.
 """
@@ -274,9 +274,9 @@ def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]
 def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int, int],
                         pooled: bool, qk: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a page embeds for the attribution view of ``trace`` (see the module docstring):
-    within ``budget`` bytes of float32, the rollout matrix, the key norms, and per head
-    (``first`` first) the exact weights and, unless ``qk`` (the trace's QK payload) holds
-    them in float32, its q and k. ``pooled`` (a long input): nothing but why
+    within ``budget`` bytes of float32, the key norms, the head ``first`` (its exact weights
+    and, unless ``qk``, the trace's QK payload, holds them in float32, its q and k), the
+    rollout matrix, then the other heads. ``pooled`` (a long input): nothing but why
     (``missing: "long"``) and what the trace lacks, for the page to say or to fetch."""
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(f"budget must be an int >= 0, got {budget!r}")
@@ -291,36 +291,45 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         out["bands"], out["layout"] = _layout(trace)
     if pooled:
         return out
-    used = 0
-    if not out["rollout_missing"]:
-        if lq * lk * 4 <= budget:
-            out["rollout"] = encode_blob(trace.rollout_rows(range(lq)).float(), "f32", gz=True)
-            used += lq * lk * 4
-        else:
-            out["rollout_missing"] = "budget"
+    left = budget
+
+    def take(need: int) -> bool:  # whether ``need`` more bytes fit, and if so count them
+        nonlocal left
+        if need > left:
+            return False
+        left -= need
+        return True
+
     if not out["value_missing"]:
-        need = trace.num_layers * trace.num_heads * lk * 4
-        if used + need <= budget:
+        if take(trace.num_layers * trace.num_heads * lk * 4):
             out["norms"] = encode_blob(key_norms(trace), "f32", gz=True)
-            used += need
         else:
             out["value_missing"] = "budget"
     in_qk = set()
     if qk is not None and qk.get("dtype") == "f32":
         in_qk = {tuple(x) for x in qk["heads"]}
-    nl, nh = trace.num_layers, trace.num_heads
-    for lh in [first] + [(a, b) for a in range(nl) for b in range(nh) if (a, b) != first]:
-        own_qk = not out["parts_missing"] and lh not in in_qk
-        need = lq * lk * 4 + ((lq + lk) * d * 4 if own_qk else 0)
-        if used + need > budget:
-            break
-        layer, h = lh
+
+    def add_head(layer: int, h: int) -> bool:
+        own_qk = not out["parts_missing"] and (layer, h) not in in_qk
+        if not take(lq * lk * 4 + ((lq + lk) * d * 4 if own_qk else 0)):
+            return False
         out["heads"].append([layer, h])
         out["weights"].append(encode_blob(trace.head_weights(layer, h).float(), "f32", gz=True))
         out["q"].append(encode_blob(trace.q[layer, h].float(), "f32", gz=True)
                         if own_qk else None)
         out["k"].append(encode_blob(trace.k[layer, trace.kv_head(h)].float(), "f32", gz=True)
                         if own_qk else None)
-        used += need
-    out["bytes"] = used
+        return True
+
+    first_kept = add_head(*first)
+    if not out["rollout_missing"]:
+        if take(lq * lk * 4):
+            out["rollout"] = encode_blob(trace.rollout_rows(range(lq)).float(), "f32", gz=True)
+        else:
+            out["rollout_missing"] = "budget"
+    nl, nh = trace.num_layers, trace.num_heads
+    for lh in [(a, b) for a in range(nl) for b in range(nh) if (a, b) != tuple(first)]:
+        if not first_kept or not add_head(*lh):
+            break
+    out["bytes"] = budget - left
     return out

@@ -46,8 +46,8 @@ class ExplorerConfig:
     qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
     weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
     # short inputs: float32 bytes (before gzip) of the attribution view's exact data per page
-    # (rollout, key norms, per-head weights and q/k: attnlab.viz.attribution_payload)
-    attribution_budget: int = 600_000
+    # (key norms, per-head weights and q/k, rollout: attnlab.viz.attribution_payload)
+    attribution_budget: int = 700_000
     pe_positions: int = 128  # rows of the sinusoidal table in the positional view
     pe_dim: int = 64  # embed_dim of that table: 32 (sin, cos) pairs
     view: str = "model"  # the view the page opens on

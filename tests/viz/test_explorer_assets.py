@@ -78,7 +78,8 @@ def _blank(page, script: str) -> None:
 def test_chromium_runs_the_joined_script_and_each_part_parses(page):
     _blank(page, static_asset("explorer.js"))  # the page fixture fails on console errors
     api = page.evaluate("Object.keys(window.AttnlabExplorer).sort()")
-    assert api == ["mount", "mountData", "scoreRow", "softmaxRow"]
+    assert api == ["commTransport", "httpTransport", "mount", "mountData", "scoreRow",
+                   "softmaxRow"]
     for name in EXPLORER_PARTS:
         if name.endswith(".js"):  # a part is a function body: one parse each, nothing run
             text = (PARTS / name).read_text(encoding="utf-8")

@@ -1,5 +1,6 @@
 """The explorer's requests for exact data, as plain functions: rows, tiles, pooled blocks,
-top-k keys, the QK view's data and the attribution view's rows and score parts.
+top-k keys, the QK view's data (here), and the attribution view's rows and score parts
+(:mod:`attnlab.viz.attribution_payload`), by one dispatcher.
 
 A page whose maps are pooled (a long input) fetches what it shows exactly from whoever holds
 the trace: ``attnlab serve`` over HTTP (:mod:`attnlab.serve.trace_api`, whose routes wrap
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.viz.attribution_payload import AttributionError, attribution_rows, score_parts_json
 from attnlab.viz.codec import encode_blob
 
 __all__ = ["MAX_ROWS", "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP", "RequestError", "Param",
@@ -266,6 +268,12 @@ ENDPOINTS: dict[str, Endpoint] = {
                        pooled_data),
     "topk": Endpoint(_LAYER_HEAD + (_required("query", int), Param("k", int, 10)), topk_data),
     "qk": Endpoint(_LAYER_HEAD + (_required("query", int), Param("top", int, 48)), qk_data),
+    # the attribution view's (attnlab.viz.attribution_payload)
+    "attribution/rows": Endpoint((_required("kind", str), _required("rows", str),
+                                  Param("layer", int, None), Param("head", int, None),
+                                  Param("encoding", str, "b64")), attribution_rows),
+    "score_parts": Endpoint(_LAYER_HEAD + (_required("i", int), _required("j", int),
+                                           Param("pairing", str, None)), score_parts_json),
 }
 
 
@@ -321,9 +329,12 @@ def answer(trace: AttentionTrace, path: str, params: Mapping[str, Any]) -> dict[
     for p in ep.params:
         if p.name not in params:
             if p.required:
-                raise RequestError(422, f"{p.name} is required for {path!r} (an "
-                                        f"{'integer' if p.type is int else 'string'}), got none")
+                what = "an integer" if p.type is int else "a string"
+                raise RequestError(422, f"{p.name} is required for {path!r} ({what}), got none")
             values[p.name] = p.default
         else:
             values[p.name] = _typed(p, params[p.name])
-    return ep.function(trace, **values)
+    try:
+        return ep.function(trace, **values)
+    except AttributionError as exc:  # the attribution functions' refusals, same statuses
+        raise RequestError(exc.status, str(exc)) from None

@@ -10,7 +10,8 @@
  * Short inputs carry every weight and the q/k of the heads that fit. Long inputs carry
  * pooled maps (mean over a block's queries of the sum over its keys) and a token strip;
  * when the page comes from `attnlab serve` (data.traces[i].api is set) a click on a token
- * or a block fetches the exact row or tile from that server (same origin only).
+ * or a block fetches the exact row or tile from that server (same origin only); in Jupyter
+ * (attnlab.viz.widget) the same requests go to the kernel over the widget's comm.
  *
  * The script is joined from the parts in viz/static/explorer/, in the order viz/assets.py
  * lists, inside one closure (static_asset("explorer.js")); parts share its names.
@@ -18,7 +19,8 @@
  * core.js, the first part: DOM and number helpers, the wire codec's JS side (blobs
  * {dtype, gz, shape, b64} decoded), colour maps, score shaping (the one JS copy of what a
  * trace's ScoreShape does, pinned to Python by tests/fixtures/score_shape_golden.json) and
- * the Explorer's state: the payload's traces loaded, weights, the server's answers. */
+ * the Explorer's state: the payload's traces loaded, weights, the answers of the server or
+ * the kernel (one fetch layer, two transports). */
 var SVGNS = "http://www.w3.org/2000/svg";
 
 // -- small DOM helpers ----------------------------------------------------------------
@@ -231,9 +233,10 @@ function viewsOf(data) {
 }
 
 // -- the explorer --------------------------------------------------------------------
-function Explorer(root, data) {
+function Explorer(root, data, transport) {
   this.root = root;
   this.data = data;
+  this.transport = transport || httpTransport;  // where exact data come from (fetchApi)
   this.traces = [];
   this.cache = {};
   this.pending = {};
@@ -317,26 +320,81 @@ Explorer.prototype.blockOf = function (i) {
   return m.pooled ? Math.min(Math.floor(i / m.block), m.row_blocks.length - 1) : i;
 };
 
-// -- the server (only when the page came from `attnlab serve`) -------------------------
-/* GET api/<path>?<params> -> JSON with its blobs decoded; cached per URL; re-renders the
- * explorer when an answer arrives that the current state still wants. */
+// -- exact data on demand: from `attnlab serve` (HTTP) or a Jupyter kernel (the widget) --
+/* A transport is what the page asks for exact data through: (api, path, params) -> a Promise
+ * of the answer's JSON, rejected with the error's message. `api` is the trace's
+ * data.traces[i].api, `path` a request ("rows", "tile", "qk", …), `params` its parameters. */
+function queryString(params) {
+  return Object.keys(params).map(function (k) {
+    return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
+  }).join("&");
+}
+/* HTTP, for a page that came from `attnlab serve`: GET <api>/<path>?<params> (same origin). */
+function httpTransport(api, path, params) {
+  return fetch(api + "/" + path + "?" + queryString(params), {headers: {Accept: "application/json"}})
+    .then(function (r) {
+      return r.json().then(function (j) {
+        if (!r.ok) throw new Error(j.error || ("HTTP " + r.status));
+        return j;
+      });
+    });
+}
+httpTransport.kind = "server";
+/* The comm of an anywidget model, for the explorer in Jupyter (attnlab.viz.widget): each
+ * request is the message {kind: "attnlab-request", id, api, path, params}; the kernel
+ * answers {kind: "attnlab-response", id, status, body} with what the server's route of that
+ * path answers (body {error} when status >= 400). A request not answered within timeoutMs
+ * (default 120 s: a restarted kernel answers nothing) is rejected; close() stops listening
+ * and rejects what is still waiting. */
+function commTransport(model, timeoutMs) {
+  var waiting = {}, n = 0, tag = Math.random().toString(36).slice(2);
+  var limit = timeoutMs || 120000;
+  function onMsg(msg) {
+    if (!msg || msg.kind !== "attnlab-response" || !(msg.id in waiting)) return;
+    var w = waiting[msg.id];
+    delete waiting[msg.id];
+    clearTimeout(w.timer);
+    if (msg.status >= 400) w.reject(new Error((msg.body && msg.body.error) || ("status " + msg.status)));
+    else w.resolve(msg.body);
+  }
+  model.on("msg:custom", onMsg);
+  function send(api, path, params) {
+    return new Promise(function (resolve, reject) {
+      var id = tag + ":" + (++n);
+      var timer = setTimeout(function () {
+        delete waiting[id];
+        reject(new Error("the kernel did not answer within " + limit / 1000 + " s"));
+      }, limit);
+      waiting[id] = {resolve: resolve, reject: reject, timer: timer};
+      model.send({kind: "attnlab-request", id: id, api: api, path: path, params: params});
+    });
+  }
+  send.kind = "kernel";
+  send.close = function () {
+    model.off("msg:custom", onMsg);
+    Object.keys(waiting).forEach(function (id) {
+      clearTimeout(waiting[id].timer);
+      waiting[id].reject(new Error("the widget was closed"));
+      delete waiting[id];
+    });
+  };
+  return send;
+}
+
+/* The one fetch layer of every view: <path> with <params> for the current trace, through the
+ * explorer's transport (HTTP or the kernel's comm) -> JSON with its blobs decoded; cached
+ * per request; re-renders the explorer when an answer arrives that the current state still
+ * wants. Returns the answer, null (a static page: nothing to ask), undefined (not there
+ * yet: the caller shows "loading") or {error}. */
 Explorer.prototype.fetchApi = function (path, params) {
   var m = this.cur().meta, self = this;
   if (!m.api) return null;
-  var qs = Object.keys(params).map(function (k) {
-    return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
-  }).join("&");
-  var url = m.api + "/" + path + "?" + qs;
+  var url = m.api + "/" + path + "?" + queryString(params);
   if (url in this.cache) return this.cache[url];
   if (!(url in this.pending)) {
     var t0 = performance.now();
-    this.pending[url] = fetch(url, {headers: {Accept: "application/json"}})
-      .then(function (r) {
-        return r.json().then(function (j) {
-          if (!r.ok) throw new Error(j.error || ("HTTP " + r.status));
-          return j;
-        });
-      })
+    this.pending[url] = Promise.resolve()
+      .then(function () { return self.transport(m.api, path, params); })
       .then(function (j) {
         var keys = Object.keys(j).filter(function (k) {
           return j[k] && typeof j[k] === "object" && typeof j[k].b64 === "string";

@@ -51,7 +51,8 @@ Explorer.prototype.renderStrip = function () {
     var t = e.target.closest(".ax-t");
     if (t) self.setQuery(+t.getAttribute("data-i"));
   });
-  h("div", {"class": "ax-hint"}, box, m.api ? this.t("served") : this.t("unserved"));
+  h("div", {"class": "ax-hint"}, box, !m.api ? this.t("unserved")
+    : this.t(this.transport.kind === "kernel" ? "servedKernel" : "served"));
   if (!m.api) return;
   var note = h("div", {"class": "ax-rowinfo"}, box);
   if (ex === undefined) { note.textContent = this.t("loading"); return; }

@@ -202,6 +202,47 @@ def test_without_anywidget_the_error_names_the_extra(monkeypatch, trace):
     assert type(widget(trace, config=CONFIG)).__name__ == "ExplorerWidget"
 
 
+@pytest.mark.browser
+def test_the_comm_transport_matches_answers_to_requests(page):
+    """core.js's commTransport on a stand-in model (what anywidget hands render): an answer
+    resolves its own request only, a refusal rejects with the kernel's message, silence
+    times out, close() stops listening and rejects what waits."""
+    page.set_content("<!DOCTYPE html><html><body><script>" + static_asset("explorer.js") +
+                     "</script></body></html>")
+    got = page.evaluate("""async () => {
+      const sent = [], handlers = [];
+      const model = {send: m => sent.push(m), on: (ev, f) => handlers.push([ev, f]),
+                     off: (ev, f) => handlers.splice(handlers.findIndex(h => h[1] === f), 1)};
+      const emit = m => handlers.forEach(([ev, f]) => ev === "msg:custom" && f(m, []));
+      const ask = window.AttnlabExplorer.commTransport(model, 300);
+      const a = ask("kernel:0", "rows", {layer: 1, head: 2, queries: 5});
+      const b = ask("kernel:0", "tile", {layer: 0, head: 0, rows: "0:2", cols: "0:2"});
+      emit({kind: "attnlab-response", id: sent[1].id, status: 422,
+            body: {error: "rows must be a span"}});
+      emit({kind: "attnlab-response", id: "someone-else:1", status: 200, body: {x: 0}});
+      emit({kind: "other", id: sent[0].id, status: 200, body: {x: 1}});
+      emit({kind: "attnlab-response", id: sent[0].id, status: 200, body: {queries: [5]}});
+      const out = {sent: sent.map(m => [m.kind, m.api, m.path, m.params]),
+                   ids: new Set(sent.map(m => m.id)).size,
+                   a: await a, b: await b.catch(e => "rejected: " + e.message)};
+      out.late = await ask("kernel:0", "qk", {query: 1}).catch(e => e.message);
+      const pending = ask("kernel:0", "qk", {query: 2});
+      ask.close();
+      out.closed = await pending.catch(e => e.message);
+      out.listening = handlers.length;
+      return out;
+    }""")
+    assert got["sent"] == [
+        ["attnlab-request", "kernel:0", "rows", {"layer": 1, "head": 2, "queries": 5}],
+        ["attnlab-request", "kernel:0", "tile",
+         {"layer": 0, "head": 0, "rows": "0:2", "cols": "0:2"}]]
+    assert got["ids"] == 2
+    assert got["a"] == {"queries": [5]}  # its own answer, not another request's or kind's
+    assert got["b"] == "rejected: rows must be a span"
+    assert got["late"] == "the kernel did not answer within 0.3 s"
+    assert got["closed"] == "the widget was closed" and got["listening"] == 0
+
+
 # --------------------------------------------------------------------------------------
 # a real JupyterLab, a real kernel, a real browser
 # --------------------------------------------------------------------------------------

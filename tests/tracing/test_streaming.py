@@ -181,3 +181,37 @@ def test_a_version_4_file_still_opens_and_save_still_writes_it(llama, tmp_path):
     # a streamed trace saved again is a version-4 file
     again = trace(llama, list(range(1, 50)), out=tmp_path / "v5.safetensors")
     assert _header(again.save(tmp_path / "back.safetensors"))[2]["format_version"] == 4
+
+
+def _byte_tokenizer():
+    """A byte-level BPE without merges (no files): a Chinese character is three pieces."""
+    import warnings
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    t = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.PreTrainedTokenizerFast(tokenizer_object=t)
+
+
+def test_a_text_s_merged_pieces_stream_into_the_header_room_kept_for_them(tmp_path,
+                                                                          monkeypatch):
+    model = random_llama(layers=2, heads=2, kv_heads=1, hidden=16, vocab=256, positions=1024)
+    tok = _byte_tokenizer()
+    text = "注意力是一种机制 attention, \"quoted\" \\ " * 12  # 3 pieces a character
+    moved = []
+    original = trace_file.TraceStream._move_data
+    monkeypatch.setattr(trace_file.TraceStream, "_move_data",
+                        lambda self, start: (moved.append(start), original(self, start)))
+    streamed = trace(model, text, tokenizer=tok, out=tmp_path / "t.safetensors")
+    memory = trace(model, text, tokenizer=tok)
+    pieces = memory.meta["merged"]["piece_ids"]
+    assert streamed.groups is not None and len(streamed.groups) < len(pieces)
+    assert streamed.tokens[:3] == ["注", "意", "力"]
+    _same(streamed, memory)
+    assert moved == []  # the tracer's estimate of the labels' room was enough
+

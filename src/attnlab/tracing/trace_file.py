@@ -389,13 +389,16 @@ class TraceStream:
                 offset += chunk * self.num_layers
         self._slots, self._main = slots, offset
         self._start = self._room(self._room_needed(shape))
+        size = self._start + self._main
         try:
-            os.posix_fallocate(self._handle[0], 0, self._start + self._main)
+            os.posix_fallocate(self._handle[0], 0, size)
+        except AttributeError:  # no posix_fallocate on this system (macOS)
+            os.ftruncate(self._handle[0], size)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise OSError(errno.ENOSPC, f"no space left for the trace "
-                              f"({self._start + self._main} bytes)", str(self.path)) from None
-            os.ftruncate(self._handle[0], self._start + self._main)  # no fallocate here
+                raise OSError(errno.ENOSPC, f"no space left for the trace ({size} bytes)",
+                              str(self.path)) from None
+            os.ftruncate(self._handle[0], size)  # a file system without fallocate
 
     def _room_needed(self, shape: ScoreShape) -> int:
         """Bytes of a header of L layers whose entries are like the first one's."""

@@ -54,7 +54,9 @@ import torch
 from torch import Tensor
 
 from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
+from attnlab.core import _kernel
 from attnlab.core.scores import row_tiles
+from attnlab.core.weights import HEAD_SUMS, head_sums
 
 __all__ = ["SCORE_NAMES", "head_scores", "pattern_similarity"]
 
@@ -144,6 +146,79 @@ def _causal_everywhere(trace: Any) -> bool:
         return False
 
 
+def _kernel_shapes(trace: Any) -> list[Any] | None:
+    """The layers' score shapes when every weight of ``trace`` is ``exp(s − lse)`` of its
+    own q and k (no dense weights, no merged tokens) under shapes the compiled kernel's
+    :func:`~attnlab.core.weights.head_sums` takes; else None (the weights are read)."""
+    if not getattr(trace, "has_qk", False) or getattr(trace, "lse", None) is None or (
+            getattr(trace, "groups", None) is not None) or not getattr(
+            trace, "weights_from_qk", False):
+        return None
+    shapes = [trace.score_shape(layer) for layer in range(trace.num_layers)]
+    if any(s.softcap is not None or s.alibi_slopes is not None or s.bias is not None
+           for s in shapes):
+        return None
+    if any(t.dtype != torch.float32 or t.device.type != "cpu"
+           for t in (trace.q, trace.k, trace.lse)) or _kernel.get() is None:
+        return None
+    return shapes
+
+
+def _pair_lists(occ: list[Occurrences] | None, pos: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Each row's earlier keys holding its token, as ``(ptr (R + 1), keys)``: row ``r``'s
+    are ``keys[ptr[r]:ptr[r + 1]]``, ascending."""
+    if occ is None:
+        return None
+    o = occ[0]
+    seen = pos < len(o)
+    count = torch.zeros(pos.numel(), dtype=torch.long)
+    count[seen] = o.rank[pos[seen]]
+    _, keys = o.earlier(pos[seen])
+    ptr = torch.zeros(pos.numel() + 1, dtype=torch.long)
+    ptr[1:] = count.cumsum(0)
+    return ptr, keys.contiguous()
+
+
+#: Where each of :data:`~attnlab.analysis.sums.SUMS` sits among the kernel's sums.
+_FROM_KERNEL = [HEAD_SUMS.index(name) for name in SUMS]
+
+
+def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrences] | None,
+                 tile_rows: int | None, pool_block: int | None,
+                 on_tile: Callable[[int, int], Any] | None,
+                 pairs_of: list[tuple[int, int]], sums: Tensor, pooled: Tensor | None) -> None:
+    """:func:`scan`'s pass on the compiled kernel (:func:`attnlab.core.weights.head_sums`):
+    layer by layer, the sums of every asked head over a tile of rows in one call (the query
+    heads of one key head in one GEMM), straight from q, k and the lse; no weight is
+    written. Each head's sums add up tile by tile, row by row, as in the other pass."""
+    lq, lk = trace.seq_len, trace.key_len
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in pairs_of:
+        by_layer.setdefault(layer, []).append(head)
+    tiles = [range(rows.start + t0, rows.start + t1)
+             for t0, t1 in row_tiles(len(rows), lk, tile_rows)]
+    every = _pair_lists(occ, torch.arange(rows.start, rows.stop) + (lk - lq))
+    pair_lists = [None if every is None else  # each tile's rows point into the one list
+                  (every[0][t.start - rows.start:t.stop - rows.start + 1], every[1])
+                  for t in tiles]
+    total, done = len(rows) * len(by_layer), 0
+    acc = torch.zeros(trace.num_layers, trace.num_heads, len(HEAD_SUMS), dtype=torch.float64)
+    for layer, heads in by_layer.items():
+        hd = torch.tensor(heads, dtype=torch.long)
+        q = trace.layer_tensor("q", layer)
+        k = trace.layer_tensor("k", layer)
+        lse = trace.layer_tensor("lse", layer)
+        for tile, pairs in zip(tiles, pair_lists):
+            if not head_sums(q, k, lse, shapes[layer], heads=hd, rows=tile, sums=acc[layer],
+                             pooled=None if pooled is None else pooled[layer],
+                             pool_block=pool_block or 0, pairs=pairs):
+                raise RuntimeError(f"the compiled kernel refused layer {layer}'s head sums")
+            done += len(tile)
+            if on_tile is not None:
+                on_tile(done, total)
+    sums += acc[..., _FROM_KERNEL]
+
+
 def scan(trace: Any, *, queries: range | slice | None = None,
          token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
          pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None,
@@ -171,10 +246,20 @@ def scan(trace: Any, *, queries: range | slice | None = None,
         nq, nk = -(-lq // pool_block), -(-lk // pool_block)
         pooled = torch.zeros(nl, nh, nq, nk)
         counts = torch.zeros(nq)
-    causal = _causal_everywhere(trace)
     pairs = [(layer, head) for layer in range(nl) for head in range(nh)]
     if heads is not None:
         pairs = _check_heads(heads, nl, nh)
+    shapes = _kernel_shapes(trace)
+    if shapes is not None:
+        if pooled is not None:
+            counts += torch.bincount(torch.arange(rows.start, rows.stop) // pool_block,
+                                     minlength=counts.numel()).float()
+        _kernel_scan(trace, shapes, rows, occ, tile_rows, pool_block, on_tile, pairs, sums,
+                     pooled)
+        if pooled is not None:
+            pooled /= counts.clamp_min(1.0)[:, None]  # mean over each block's queries
+        return sums, pooled, ids is not None
+    causal = _causal_everywhere(trace)
     for t0, t1 in row_tiles(len(rows), lk, tile_rows):
         r0, r1 = rows.start + t0, rows.start + t1
         # a causal tile's keys after its last row's position hold no weight: not computed

@@ -39,7 +39,8 @@ from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doct
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape, _as_positions
 
-__all__ = ["attention_weights", "pooled_attention_map", "shaped_weights"]
+__all__ = ["HEAD_SUMS", "attention_weights", "head_sums", "pooled_attention_map",
+           "shaped_weights"]
 
 Index = int | slice | Sequence[int] | Tensor | None
 
@@ -330,3 +331,60 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
     out = ops.exp_rows(q3, k3, lse, r.contiguous(), col0, lq, lk, shape.causal,
                        shape.window or 0, km, float(shape.scale))
     return out[0] if one else out
+
+
+#: The sums :func:`head_sums` adds to, per head, in this order (the last axis); the
+#: names are those of :data:`attnlab.analysis.sums.SUMS`.
+HEAD_SUMS = ("mass", "entropy", "max_weight", "distance", "first", "previous", "diagonal",
+             "duplicate", "induction", "sink", "sink_mass")
+
+
+def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Tensor,
+              rows: range, sums: Tensor, pooled: Tensor | None = None, pool_block: int = 0,
+              pairs: tuple[Tensor, Tensor] | None = None) -> bool:
+    """Add one layer's sums for the head scores to ``sums`` (and its pooled blocks to
+    ``pooled``) on the compiled kernel, straight from q, k and the logsumexp, without
+    writing a weight. Returns False, touching nothing, where the kernel does not apply (a
+    soft-cap, ALiBi slopes or a dense bias; not float32 on the CPU; no kernel).
+
+    Args:
+        q: (H, Lq, d) the layer's queries; k: (H_kv, Lk, d) its keys (query head ``h``
+            reads key head ``h // (H / H_kv)``); lse: (H, Lq) the rows' logsumexp.
+        shape: the layer's :class:`ScoreShape` (scale, causal, window, key mask; sinks are
+            in the lse).
+        heads: (hs,) int64, the query heads to sum; rows: the query rows, consecutive.
+        sums: (H, len(HEAD_SUMS)) float64, contiguous: each asked head's row gets, row by
+            row, the sums named by :data:`HEAD_SUMS` over its weights ``p_j = exp(s_j −
+            lse)`` (``s`` the shaped scores, ``pos = row + Lk − Lq`` the row's key position):
+            the mass ``Σ_j p_j``; the entropy ``−Σ_j p_j log p_j``, taken as ``−Σ_j p_j
+            (s_j − lse)`` (no log); the largest weight; ``Σ_j p_j |pos − j|``; the weights
+            on key 0, on ``pos − 1`` and on ``pos``; the weights on the row's pair keys and
+            on the keys right after them; and, over the rows with ``pos >= 1`` only, the
+            weight on key 0 and the mass.
+        pooled: (H, nq, ceil(Lk / pool_block)) float32, contiguous, with ``pool_block > 0``:
+            each row's sums over blocks of ``pool_block`` keys are added to its block of
+            rows ``row // pool_block``.
+        pairs: ``(ptr (len(rows) + 1), keys)`` int64: row ``rows[r]``'s pair keys are
+            ``keys[ptr[r]:ptr[r + 1]]``, ascending (its duplicate-token keys).
+
+    The weights are those :func:`shaped_weights` gives (the same GEMM, scale, subtraction
+    and exponential); mass and distance are summed in float64, the entropy in float32
+    over at most 1024 keys at a time, then in float64.
+    """
+    if (shape.softcap is not None or shape.alibi_slopes is not None or shape.bias is not None
+            or q.device.type != "cpu" or q.dtype != torch.float32 or k.dtype != torch.float32
+            or lse.dtype != torch.float32):
+        return False
+    ops = _kernel.get()
+    if ops is None or not hasattr(ops, "head_sums"):
+        return False
+    if not isinstance(rows, range) or rows.step != 1:
+        raise ValueError(f"rows must be a range of consecutive rows, got {rows!r}")
+    km = None if shape.key_mask is None else shape.key_mask.contiguous()
+    ptr = keys = None
+    if pairs is not None:
+        ptr, keys = pairs
+    ops.head_sums(aligned(q).contiguous(), aligned(k).contiguous(), lse.contiguous(), heads,
+                  rows.start, len(rows), shape.causal, shape.window or 0, km,
+                  float(shape.scale), ptr, keys, int(pool_block), sums, pooled)
+    return True

@@ -54,19 +54,22 @@ def coarsen_pooled(pooled: Tensor, row_spans: Sequence[tuple[int, int]],
         raise ValueError(f"pooled has shape {tuple(pooled.shape)}, expected (..., "
                          f"{len(row_spans)}, {len(col_spans)}) for the spans given")
     p = pooled.double()
-    groups_c = [list(range(g, min(g + factor, len(col_spans))))
-                for g in range(0, len(col_spans), factor)]
-    groups_r = [list(range(g, min(g + factor, len(row_spans))))
-                for g in range(0, len(row_spans), factor)]
-    by_key = torch.stack([p[..., g].sum(-1) for g in groups_c], dim=-1)  # (..., R, C')
+    n_r, n_c = len(row_spans), len(col_spans)
+    g_r, g_c = -(-n_r // factor), -(-n_c // factor)
+    # keys: each group of `factor` column blocks summed (the last group zero-padded)
+    by_key = torch.nn.functional.pad(p, (0, g_c * factor - n_c))
+    by_key = by_key.reshape(*p.shape[:-1], g_c, factor).sum(-1)  # (..., R, C')
+    # queries: each block weighted by its share of its group's queries, then summed
     counts = torch.tensor([b - a for a, b in row_spans], dtype=torch.float64)
-    rows = []
-    for g in groups_r:
-        w = counts[g] / counts[g].sum()
-        rows.append((by_key[..., g, :] * w[:, None]).sum(-2))
-    out = torch.stack(rows, dim=-2).to(pooled.dtype)
-    merge = lambda spans, groups: [(spans[g[0]][0], spans[g[-1]][1]) for g in groups]  # noqa: E731
-    return out, merge(row_spans, groups_r), merge(col_spans, groups_c)
+    padded = torch.nn.functional.pad(counts, (0, g_r * factor - n_r)).reshape(g_r, factor)
+    share = (padded / padded.sum(-1, keepdim=True)).reshape(-1)[:n_r]  # (R,)
+    weighted = torch.nn.functional.pad(by_key * share[:, None], (0, 0, 0, g_r * factor - n_r))
+    out = weighted.reshape(*p.shape[:-2], g_r, factor, g_c).sum(-2).to(pooled.dtype)
+    groups_r = [(g, min(g + factor, n_r) - 1) for g in range(0, n_r, factor)]
+    groups_c = [(g, min(g + factor, n_c) - 1) for g in range(0, n_c, factor)]
+    rows = [(row_spans[a][0], row_spans[b][1]) for a, b in groups_r]
+    cols = [(col_spans[a][0], col_spans[b][1]) for a, b in groups_c]
+    return out, rows, cols
 
 
 def block_label(tokens: Sequence[str], a: int, b: int) -> str:

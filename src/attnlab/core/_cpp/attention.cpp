@@ -688,6 +688,347 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   return out;
 }
 
+// The sums behind the head scores (attnlab.analysis.sums), straight from q, k and the
+// logsumexp: no weight is written. For query heads `heads` of q (H, Lq, d) — head h reads
+// key head h / (H / H_kv) of k (H_kv, Lk, d) — and the query rows [row0, row0 + rows) of
+// lse (H, Lq), each weight is p = exp(x), x = scale · q·k − lse, computed as exp_rows
+// computes it (q·k by one GEMM, then the scale, then the subtraction, then exp), 0 where
+// causal / window / key_mask hides a key or lse is -inf. With pos = row + Lk − Lq, added to
+// sums (H, 11) float64, row by row in order, for each head:
+//   0 mass Σ p   1 entropy −Σ p·x (= −Σ p log p: log p is x itself, no log taken)
+//   2 max_j p   3 distance Σ p·|pos − j|   4 p at key 0   5 p at pos − 1   6 p at pos
+//   7 Σ p over the row's keys pair_key[pair_ptr[r] : pair_ptr[r + 1]] (ascending, r the
+//     row's index from row0)   8 Σ p over those keys + 1
+//   9 p at key 0 and 10 the mass, of the rows with pos >= 1 only
+// and, with pool_block > 0, added to pooled (H, nq, ceil(Lk / pool_block)) float32: each
+// row's sums over blocks of pool_block keys, into its block of rows (row / pool_block).
+// Each tile of keys is read once by the query heads that share it (one GEMM each, in cache);
+// mass and distance are summed in float64, the entropy in float32 over one tile's keys
+// (at most 1024), then in float64.
+constexpr int kStats = 9;     // per row
+constexpr int kHeadSums = 11;  // per head
+
+inline float seg_sum(const float* e, int64_t n) {
+  using V = Vectorized<float>;
+  int64_t j = 0;
+  V acc(0.f);
+  for (; j + V::size() <= n; j += V::size()) acc = acc + V::loadu(e + j);
+  float lanes[V::size()];
+  acc.store(lanes);
+  float sum = 0.f;
+  for (int64_t i = 0; i < V::size(); ++i) sum += lanes[i];
+  for (; j < n; ++j) sum += e[j];
+  return sum;
+}
+
+// Σ e[a:b) and Σ e[j] · |j − pos| over [a, b), in float64 (the weights' own float32 values,
+// products and sums exact to float64's rounding)
+inline void mass_distance(const float* e, int64_t a, int64_t b, double pos, double* mass,
+                          double* dist) {
+  int64_t j = a;
+  double m = 0.0, dd = 0.0;
+#if defined(CPU_CAPABILITY_AVX512)
+  __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
+  __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
+  const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
+  for (; j + 16 <= b; j += 16) {
+    const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(e + j));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(e + j + 8));
+    const __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(static_cast<double>(j) - pos));
+    const __m512d x1 = _mm512_add_pd(x0, eight);
+    m0 = _mm512_add_pd(m0, lo);
+    m1 = _mm512_add_pd(m1, hi);
+    d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
+    d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
+  }
+  m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+  dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
+#elif defined(CPU_CAPABILITY_AVX2)
+  __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
+  __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
+  const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  for (; j + 8 <= b; j += 8) {
+    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(e + j));
+    const __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(e + j + 4));
+    const __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(static_cast<double>(j) - pos));
+    const __m256d x1 = _mm256_add_pd(x0, four);
+    m0 = _mm256_add_pd(m0, lo);
+    m1 = _mm256_add_pd(m1, hi);
+    d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
+    d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
+  m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
+  dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; j < b; ++j) {
+    const double v = e[j];
+    m += v;
+    dd += v * std::fabs(static_cast<double>(j) - pos);
+  }
+  *mass += m;
+  *dist += dd;
+}
+
+inline double lane_sum(const Vectorized<float>& v) {
+  float lanes[Vectorized<float>::size()];
+  v.store(lanes);
+  double sum = 0.0;
+  for (int64_t i = 0; i < Vectorized<float>::size(); ++i) sum += lanes[i];
+  return sum;
+}
+
+void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
+               const at::Tensor& heads, int64_t row0, int64_t R, bool causal, int64_t window,
+               const c10::optional<at::Tensor>& key_mask, double scale_d,
+               const c10::optional<at::Tensor>& pair_ptr, const c10::optional<at::Tensor>& pair_key,
+               int64_t pool_block, at::Tensor& sums, const c10::optional<at::Tensor>& pooled) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && lse.dim() == 2 && heads.dim() == 1,
+              "attnlab kernel: head_sums takes q (H, Lq, d), k (H_kv, Lk, d), lse (H, Lq), "
+              "heads (hs)");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && lse.is_contiguous() &&
+                  heads.is_contiguous(), "attnlab kernel: head_sums needs contiguous inputs");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  lse.scalar_type() == at::kFloat && heads.scalar_type() == at::kLong,
+              "attnlab kernel: head_sums takes float32 q, k, lse and int64 heads");
+  const int64_t H = q.size(0), lq = q.size(1), d = q.size(2), Hkv = k.size(0), lk = k.size(1);
+  const int64_t hs = heads.size(0);
+  TORCH_CHECK(k.size(2) == d && lse.size(0) == H && lse.size(1) == lq && Hkv > 0 &&
+                  H % Hkv == 0, "attnlab kernel: head_sums shapes do not match");
+  TORCH_CHECK(R >= 0 && row0 >= 0 && row0 + R <= lq, "attnlab kernel: head_sums rows [",
+              row0, ", ", row0 + R, ") out of [0, ", lq, ")");
+  TORCH_CHECK(sums.scalar_type() == at::kDouble && sums.is_contiguous() && sums.dim() == 2 &&
+                  sums.size(0) == H && sums.size(1) == kHeadSums,
+              "attnlab kernel: head_sums needs contiguous float64 sums (H, 11)");
+  const int64_t* hp = heads.data_ptr<int64_t>();
+  for (int64_t i = 0; i < hs; ++i)
+    TORCH_CHECK(hp[i] >= 0 && hp[i] < H, "attnlab kernel: head_sums heads out of range");
+  const bool* km = nullptr;
+  if (key_mask.has_value()) {
+    TORCH_CHECK(key_mask->scalar_type() == at::kBool && key_mask->is_contiguous() &&
+                    key_mask->dim() == 1 && key_mask->size(0) == lk,
+                "attnlab kernel: key_mask must be a contiguous bool (Lk,)");
+    km = key_mask->data_ptr<bool>();
+  }
+  const int64_t* pp = nullptr;
+  const int64_t* pk = nullptr;
+  if (pair_ptr.has_value() || pair_key.has_value()) {
+    TORCH_CHECK(pair_ptr.has_value() && pair_key.has_value() &&
+                    pair_ptr->scalar_type() == at::kLong && pair_key->scalar_type() == at::kLong &&
+                    pair_ptr->is_contiguous() && pair_key->is_contiguous() &&
+                    pair_ptr->dim() == 1 && pair_key->dim() == 1 && pair_ptr->size(0) == R + 1,
+                "attnlab kernel: pair_ptr (rows + 1) and pair_key must be contiguous int64");
+    pp = pair_ptr->data_ptr<int64_t>();
+    pk = pair_key->data_ptr<int64_t>();
+    for (int64_t r = 0; r < R; ++r)
+      TORCH_CHECK(pp[r] <= pp[r + 1], "attnlab kernel: pair_ptr must not decrease");
+    TORCH_CHECK(R == 0 || (pp[0] >= 0 && pp[R] <= pair_key->size(0)),
+                "attnlab kernel: pair_ptr must point into pair_key");
+  }
+  int64_t nkb = 0, nqb = 0;
+  float* op = nullptr;
+  if (pool_block > 0) {
+    nkb = (lk + pool_block - 1) / pool_block;
+    TORCH_CHECK(pooled.has_value() && pooled->scalar_type() == at::kFloat &&
+                    pooled->is_contiguous() && pooled->dim() == 3 && pooled->size(0) == H &&
+                    pooled->size(2) == nkb &&
+                    (R == 0 || pooled->size(1) > (row0 + R - 1) / pool_block),
+                "attnlab kernel: pool_block needs contiguous float32 pooled (H, nq, ",
+                nkb, ") covering the rows' blocks");
+    nqb = pooled->size(1);
+    op = pooled->data_ptr<float>();
+  }
+  if (hs == 0 || R == 0 || lk == 0) return;
+  at::Tensor kmask_f;  // the key mask as floats: 1 where a key may be seen
+  const float* kmf = nullptr;
+  if (km) {
+    kmask_f = key_mask->to(at::kFloat).contiguous();
+    kmf = kmask_f.data_ptr<float>();
+  }
+  // the query heads of each key head
+  const int64_t G = H / Hkv;
+  std::vector<std::vector<int64_t>> members(Hkv);  // indices into heads
+  for (int64_t i = 0; i < hs; ++i) members[hp[i] / G].push_back(i);
+  std::vector<int64_t> groups;
+  int64_t most = 1;
+  for (int64_t g = 0; g < Hkv; ++g)
+    if (!members[g].empty()) {
+      groups.push_back(g);
+      most = std::max<int64_t>(most, members[g].size());
+    }
+  // tiles: tc keys (whole pooling blocks where they fit) x tr rows of one head, about 512
+  // KiB of scores. A task takes one key head and a block of rows: each tile of its keys is
+  // read once, while in cache, by every asked query head that shares it, each by its own
+  // GEMM of the same shape whichever heads are asked (so a head's sums do not depend on
+  // the others asked with it: disjoint heads add up to all of them, to the bit)
+  int64_t tc = 1024;
+  if (pool_block > 0) tc = pool_block >= 1024 ? pool_block : (1024 / pool_block) * pool_block;
+  tc = std::min(tc, lk);
+  const int64_t tr = std::min<int64_t>(R, std::clamp<int64_t>((int64_t(1) << 17) / tc, 8, 128));
+  const int64_t nr = (R + tr - 1) / tr;
+  const int64_t tasks = static_cast<int64_t>(groups.size()) * nr;
+  const float scale = static_cast<float>(scale_d);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* lp = lse.data_ptr<float>();
+  const int64_t off = lk - lq;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  // per row of each asked head: the stats, and its sums over key blocks
+  std::vector<double> stats(static_cast<size_t>(hs * R * kStats), 0.0);
+  std::vector<float> prow(static_cast<size_t>(hs * R * nkb), 0.f);
+
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    using V = Vectorized<float>;
+    // 64-byte aligned buffers: the GEMM's rounding must not depend on where they sit
+    std::vector<float> sbuf(static_cast<size_t>(tr * tc + 16));
+    std::vector<float> qbuf(static_cast<size_t>(most * tr * d + 16));
+    float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
+                                        ~uintptr_t(63));
+    float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
+                                         ~uintptr_t(63));
+    std::vector<int64_t> lo(tr), hi(tr);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t g = groups[t / nr], rb = zigzag(t % nr, nr);
+      const std::vector<int64_t>& mem = members[g];
+      const int64_t nm = static_cast<int64_t>(mem.size());
+      const int64_t r0 = rb * tr, rows_t = std::min(R, r0 + tr) - r0;
+      // the keys each row may see: [lo, hi)
+      int64_t cmin = lk, cmax = 0;
+      for (int64_t r = 0; r < rows_t; ++r) {
+        const int64_t pos = row0 + r0 + r + off;
+        int64_t a = 0, b = lk;
+        if (causal) b = pos + 1;
+        if (window > 0) {
+          a = std::max<int64_t>(a, pos - window + 1);
+          b = std::min<int64_t>(b, pos + window);
+        }
+        a = std::clamp<int64_t>(a, 0, lk);
+        b = std::clamp<int64_t>(b, a, lk);
+        lo[r] = a;
+        hi[r] = b;
+        if (b > a) {
+          cmin = std::min(cmin, a);
+          cmax = std::max(cmax, b);
+        }
+      }
+      if (cmax <= cmin) continue;
+      for (int64_t m = 0; m < nm; ++m) {  // this tile's query rows of every member head
+        const float* src = qp + (hp[mem[m]] * lq + row0 + r0) * d;
+        std::copy(src, src + rows_t * d, qb + m * rows_t * d);
+      }
+      for (int64_t c0 = cmin / tc * tc; c0 < cmax; c0 += tc) {
+        const int64_t cols = std::min(cmax, c0 + tc) - c0;  // no key past the last one seen
+        for (int64_t m = 0; m < nm; ++m) {
+          const int64_t hq = hp[mem[m]];
+          gemm_rm<float>(false, true, rows_t, cols, d, 1.f, qb + m * rows_t * d, d,
+                         kp + (g * lk + c0) * d, d, 0.f, s, cols);
+          // the scale after q·k, rounded as exp_rows (and torch's (q @ kᵀ) * scale) round it
+          for (int64_t i = 0; i < rows_t * cols; ++i) s[i] *= scale;
+          for (int64_t r = 0; r < rows_t; ++r) {
+            const int64_t a = std::max<int64_t>(lo[r], c0) - c0;
+            const int64_t b = std::min<int64_t>(hi[r], c0 + cols) - c0;
+            if (b <= a) continue;
+            const int64_t row = row0 + r0 + r;
+            const float l = lp[hq * lq + row];
+            if (l == kNegInf) continue;  // no visible key: all zeros
+            float* sr = s + r * cols;
+            const int64_t pos = row + off;
+            const V vl(l), zero(0.f);
+            V ae(0.f), ax(0.f);
+            int64_t j = a;
+            for (; j + V::size() <= b; j += V::size()) {
+              V x = V::loadu(sr + j) - vl;
+              V e = x.exp();  // as row_exp: Sleef, within 1 ulp
+              if (kmf) {
+                const V keep = V::loadu(kmf + c0 + j) != zero;
+                e = V::blendv(zero, e, keep);
+                x = V::blendv(zero, x, keep);
+              }
+              e.store(sr + j);
+              ae = at::vec::fmadd(e, x, ae);
+              ax = at::vec::maximum(ax, e);
+            }
+            double ent = lane_sum(ae);
+            bool nan = false;
+            float mx = 0.f;
+            {
+              float lanes[V::size()];
+              ax.store(lanes);
+              for (int64_t i = 0; i < V::size(); ++i) {
+                nan |= std::isnan(lanes[i]);
+                mx = std::max(mx, lanes[i]);
+              }
+            }
+            for (; j < b; ++j) {
+              float x = sr[j] - l;
+              float e = std::exp(x);  // as row_exp's tail
+              if (kmf && kmf[c0 + j] == 0.f) e = x = 0.f;
+              sr[j] = e;
+              ent += static_cast<double>(e * x);
+              nan |= std::isnan(e);
+              mx = std::max(mx, e);
+            }
+            double* st = stats.data() + (mem[m] * R + r0 + r) * kStats;
+            mass_distance(sr, a, b, static_cast<double>(pos - c0), &st[0], &st[3]);
+            st[1] -= ent;
+            st[2] = nan ? std::numeric_limits<double>::quiet_NaN()
+                        : std::max(st[2], static_cast<double>(mx));
+            auto at_key = [&](int64_t key) -> double {  // p at absolute key, 0 if not here
+              const int64_t jl = key - c0;
+              return (jl >= a && jl < b) ? static_cast<double>(sr[jl]) : 0.0;
+            };
+            st[4] += at_key(0);
+            if (pos >= 1) st[5] += at_key(pos - 1);
+            if (pos >= 0) st[6] += at_key(pos);
+            if (pp) {
+              const int64_t* k0 = pk + pp[r0 + r];
+              const int64_t* k1 = pk + pp[r0 + r + 1];
+              double dup = 0.0, ind = 0.0;
+              for (const int64_t* it = std::lower_bound(k0, k1, c0 + a);
+                   it != k1 && *it < c0 + b; ++it)
+                dup += sr[*it - c0];
+              for (const int64_t* it = std::lower_bound(k0, k1, c0 + a - 1);
+                   it != k1 && *it + 1 < c0 + b; ++it)
+                ind += sr[*it + 1 - c0];
+              st[7] += dup;
+              st[8] += ind;
+            }
+            if (nkb) {
+              float* pr = prow.data() + (mem[m] * R + r0 + r) * nkb;
+              for (int64_t blk = (c0 + a) / pool_block; blk * pool_block < c0 + b; ++blk) {
+                const int64_t s0 = std::max<int64_t>(blk * pool_block - c0, a);
+                const int64_t s1 = std::min<int64_t>((blk + 1) * pool_block - c0, b);
+                pr[blk] += seg_sum(sr + s0, s1 - s0);
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+  // rows into their heads' sums and blocks, row by row in order
+  double* out = sums.data_ptr<double>();
+  for (int64_t i = 0; i < hs; ++i) {
+    double* o = out + hp[i] * kHeadSums;
+    for (int64_t r = 0; r < R; ++r) {
+      const double* st = stats.data() + (i * R + r) * kStats;
+      for (int c = 0; c < kStats; ++c) o[c] += st[c];
+      if (row0 + r + off >= 1) {
+        o[9] += st[4];
+        o[10] += st[0];
+      }
+      if (nkb) {
+        float* dst = op + (hp[i] * nqb + (row0 + r) / pool_block) * nkb;
+        const float* src = prow.data() + (i * R + r) * nkb;
+        for (int64_t x = 0; x < nkb; ++x) dst[x] += src[x];
+      }
+    }
+  }
+}
+
 // how the kernel was compiled: the vector ISA at::vec uses here
 std::string capability() {
 #if defined(CPU_CAPABILITY_AVX512)
@@ -710,10 +1051,14 @@ TORCH_LIBRARY(attnlab_kernel, m) {
   m.def("release_memory() -> int", &release_memory);
   m.def("exp_rows(Tensor q, Tensor k, Tensor lse, Tensor rows, int col0, int lq, int lk, "
         "bool causal, int window, Tensor? key_mask, float scale) -> Tensor");
+  m.def("head_sums(Tensor q, Tensor k, Tensor lse, Tensor heads, int row0, int rows, "
+        "bool causal, int window, Tensor? key_mask, float scale, Tensor? pair_ptr, "
+        "Tensor? pair_key, int pool_block, Tensor(a!) sums, Tensor(b!)? pooled) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
   m.impl("exp_rows", &exp_rows);
+  m.impl("head_sums", &head_sums);
 }

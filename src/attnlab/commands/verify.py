@@ -56,7 +56,10 @@ def _print_results(results: list) -> None:
                    f"({'[red]passes too[/]' if c.holds else 'fails'})")
         table.add_row(r.name, r.origin, fmt_num(r.measured), r.expected_text, control,
                       _verdict(r), f"{r.seconds:.1f}")
-    out = Console()
+    import sys
+
+    # a terminal wraps the table to its width; piped output keeps each verdict on one line
+    out = Console() if sys.stdout.isatty() else Console(width=200)
     out.print(table)
     for r in results:
         if r.finding:

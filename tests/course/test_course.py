@@ -52,7 +52,11 @@ def _missing_model_packages() -> list[str]:
 
 
 def test_every_part_has_both_languages_and_two_or_three_exercises():
-    assert [p.number for p in build.PARTS] == list(range(1, 11))
+    # one part per module of parts/ (pNN_<slug>.py), numbered 1, 2, ... in order
+    modules = sorted(p.stem for p in (COURSE / "parts").glob("p[0-9][0-9]_*.py"))
+    assert [f"p{p.number:02d}_{p.slug}" for p in build.PARTS] == modules
+    assert [p.number for p in build.PARTS] == list(range(1, len(modules) + 1))
+    assert len(build.PARTS) >= 11
     for part in build.PARTS:
         assert 2 <= len(build.exercises(part)) <= 3, part.stem
         keys = [e.key for e in build.exercises(part)]
@@ -64,6 +68,20 @@ def test_every_part_has_both_languages_and_two_or_three_exercises():
     assert readme.read_text(encoding="utf-8") == build.index(), "run python docs/course/build.py"
     for f in files:
         assert f"]({f})" in build.index(), f
+
+
+def test_each_notebook_says_which_part_of_how_many_it_is():
+    total = len(build.PARTS)
+    for part in build.PARTS:
+        en = build.notebook(part, "en")["cells"][0]["source"]
+        zh = build.notebook(part, "zh")["cells"][0]["source"]
+        assert f"*attnlab course, part {part.number} of {total}.*" in en, en[:120]
+        assert f"第 {part.number} 部分（共 {total} 部分）" in zh, zh[:120]
+    en_count, zh_count = build._in_words(total)
+    assert f"computation: {en_count} notebooks" in build.index()
+    assert f"完成计算：{zh_count}个 notebook" in build.index()
+    assert build._in_words(10) == ("ten", "十") and build._in_words(11) == ("eleven", "十一")
+    assert build._in_words(23) == ("23", "二十三") and build._in_words(40) == ("40", "四十")
 
 
 def test_the_packages_course_text_is_the_generators():

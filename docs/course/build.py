@@ -90,7 +90,7 @@ import attnlab  # noqa: F401
 from attnlab.experiments import run  # noqa: F401
 from attnlab.experiments._result import fmt_num
 from attnlab.experiments.registry import catalog
-from attnlab.i18n import COMMON, translate_figure
+from attnlab.i18n import COMMON, translate, translate_figure
 from attnlab.viz.figures import cjk_font
 
 LANG = "{lang}"  # "en" or "zh": the language of this notebook's figures and messages
@@ -152,6 +152,24 @@ def check_line(check, en, zh):
         c = check.control
         print("    " + T(f"control: {{c.what}} = {{fmt_num(c.measured)}}",
                           f"对照：{{c.what_zh}} = {{fmt_num(c.measured)}}"))
+
+
+def show_checks(result):
+    """Every check behind an experiment's verdict, in this notebook's language: each value
+    against what it must be, and its control when it has one."""
+    cat = {{**COMMON, **catalog(result.name)}}
+    tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
+    for c in result.checks:
+        ok = T("pass", "通过") if c.passed else T("fail", "未通过")
+        print(T(f"- {{c.name}}: {{fmt_num(c.value)}} ({{c.expected}}) {{ok}}",
+                f"- {{tr(c.name)}}：{{fmt_num(c.value)}}（{{tr(c.expected)}}）{{ok}}"))
+        if c.control is not None:
+            judged = (T("passes too", "同样满足") if c.control.holds
+                      else T("fails, as it should", "不满足，符合预期"))
+            print("    " + T(f"control: {{c.control.what}} = "
+                             f"{{fmt_num(c.control.measured)}}, {{judged}}",
+                             f"对照：{{c.control.what_zh}} = "
+                             f"{{fmt_num(c.control.measured)}}，{{judged}}"))
 
 
 def answered(**answers):

@@ -25,7 +25,6 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         """),
     Code("""
         from attnlab import positional
-        from attnlab.i18n import translate
 
         pe = positional.sinusoidal_table(64, 32)  # (positions, d_model)
         fig, ax = plt.subplots(figsize=(6, 3))
@@ -38,23 +37,6 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         print(T("wavelengths 2π/ω_i:", "波长 2π/ω_i："),
               [round(float(2 * math.pi / w), 1) for w in omega[::4]])
 
-
-        def show_checks(result):
-            \"\"\"The checks behind an experiment's verdict, in this notebook's language: each
-            value against what it must be, and its control when it has one.\"\"\"
-            cat = {**COMMON, **catalog(result.name)}
-            tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
-            for c in result.checks:
-                ok = T("pass", "通过") if c.passed else T("fail", "未通过")
-                print(T(f"- {c.name}: {fmt_num(c.value)} ({c.expected}) {ok}",
-                        f"- {tr(c.name)}：{fmt_num(c.value)}（{tr(c.expected)}）{ok}"))
-                if c.control is not None:
-                    judged = (T("passes too", "同样满足") if c.control.holds
-                              else T("fails, as it should", "不满足，符合预期"))
-                    print("    " + T(f"control: {c.control.what} = "
-                                     f"{fmt_num(c.control.measured)}, {judged}",
-                                     f"对照：{c.control.what_zh} = "
-                                     f"{fmt_num(c.control.measured)}，{judged}"))
         """),
     Text("""
         **Which pairs record what.** Each pair $(PE_{p,2i}, PE_{p,2i+1})$ is a point on the

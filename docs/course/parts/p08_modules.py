@@ -24,8 +24,6 @@ PART = Part(8, "modules", "The modules", "模块", (
     Code("""
         from torch import nn
 
-        from attnlab.i18n import translate
-
         mha = attnlab.MultiHeadAttention(embed_dim=64, num_heads=8)
         x = torch.randn(2, 10, 64)
         out, w = mha(x, need_weights=True)
@@ -41,23 +39,6 @@ PART = Part(8, "modules", "The modules", "模块", (
         print(T("from_torch: max |out - torch| =", "from_torch：max |out - torch| ="),
               float((a(x)[0] - m(x, x, x)[0]).detach().abs().max()))
 
-
-        def show_checks(result):
-            \"\"\"The checks behind an experiment's verdict, in this notebook's language: each
-            value against what it must be, and its control when it has one.\"\"\"
-            cat = {**COMMON, **catalog(result.name)}
-            tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
-            for c in result.checks:
-                ok = T("pass", "通过") if c.passed else T("fail", "未通过")
-                print(T(f"- {c.name}: {fmt_num(c.value)} ({c.expected}) {ok}",
-                        f"- {tr(c.name)}：{fmt_num(c.value)}（{tr(c.expected)}）{ok}"))
-                if c.control is not None:
-                    judged = (T("passes too", "同样满足") if c.control.holds
-                              else T("fails, as it should", "不满足，符合预期"))
-                    print("    " + T(f"control: {c.control.what} = "
-                                     f"{fmt_num(c.control.measured)}, {judged}",
-                                     f"对照：{c.control.what_zh} = "
-                                     f"{fmt_num(c.control.measured)}，{judged}"))
         """),
     Text("""
         **Parity with PyTorch.** `attnlab.experiments.parity` compares attnlab with PyTorch on
@@ -79,7 +60,6 @@ PART = Part(8, "modules", "The modules", "模块", (
         拒绝了这个变体时，这项比较才算通过。
         """),
     Code("""
-        import math
 
         from attnlab.experiments import parity
 

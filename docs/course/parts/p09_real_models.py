@@ -21,7 +21,6 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         """),
     Code("""
         from attnlab import models
-        from attnlab.i18n import translate
         from attnlab.viz import figures
 
         minilm = models.load("minilm", progress=False)
@@ -30,23 +29,6 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         print(t)
         print(t.tokens)
 
-
-        def show_checks(result):
-            \"\"\"The checks behind an experiment's verdict, in this notebook's language: each
-            value against what it must be, and its control when it has one.\"\"\"
-            cat = {**COMMON, **catalog(result.name)}
-            tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
-            for c in result.checks:
-                ok = T("pass", "通过") if c.passed else T("fail", "未通过")
-                print(T(f"- {c.name}: {fmt_num(c.value)} ({c.expected}) {ok}",
-                        f"- {tr(c.name)}：{fmt_num(c.value)}（{tr(c.expected)}）{ok}"))
-                if c.control is not None:
-                    judged = (T("passes too", "同样满足") if c.control.holds
-                              else T("fails, as it should", "不满足，符合预期"))
-                    print("    " + T(f"control: {c.control.what} = "
-                                     f"{fmt_num(c.control.measured)}, {judged}",
-                                     f"对照：{c.control.what_zh} = "
-                                     f"{fmt_num(c.control.measured)}，{judged}"))
         """),
     Text("""
         *It* refers to *the animal*. Which head links them? The trace gives the weights of

@@ -36,6 +36,8 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         （`merge_pieces=False`）。本节统一译作值加权（value-weighted），与值的译法一致。
         """),
     Code("""
+        from matplotlib.colors import PowerNorm
+
         from attnlab import models
         from attnlab.analysis import ablation
         from attnlab.analysis.alignment import spearman
@@ -127,8 +129,6 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         W = A[L].mean(0)  # (N, N): the weights of layer L, averaged over the heads
         VW = t.value_weighted_rows(L, None, range(N))
         VW = VW / VW.sum(1, keepdim=True)
-        from matplotlib.colors import PowerNorm
-
         fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), layout="constrained")
         for ax, m, title in ((axes[0], W, T("attention weights", "注意力权重")),
                              (axes[1], VW, T("value-weighted norms", "值加权范数"))):

@@ -1,6 +1,6 @@
 """The long text the report's "Long contexts" part reads.
 
-By default, attnlab's own course: the prose of its ten parts in English, then in Chinese
+By default, attnlab's own course: the prose of its parts in English, then in Chinese
 (``course_text.md`` beside this module, written by the course's generator from the same
 source as the notebooks, and shipped in the package), about 6,600 + 11,100 SmolLM2 tokens,
 so the curve reaches 8,192 tokens and the map fills SmolLM2's whole window on any fresh
@@ -46,8 +46,8 @@ def long_text(environ: Mapping[str, str] = os.environ) -> LongText:
     raw = environ.get(ARTICLES_ENV, "").strip()
     if not raw:
         return LongText(COURSE_TEXT.read_text(encoding="utf-8"), "course",
-                        "attnlab's course (its ten parts in English, then in Chinese)",
-                        "attnlab 课程（十个部分的英文版，然后是中文版）")
+                        "attnlab's course (its parts in English, then in Chinese)",
+                        "attnlab 课程（各部分的英文版，然后是中文版）")
     folder = Path(raw)
     paths = sorted(folder.glob("*.txt")) if folder.is_dir() else []
     if not paths:

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 __all__ = [
     "TEMP_MARK",
+    "temp_beside",
     "atomic_open",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -57,6 +58,29 @@ def _naming_target(exc: OSError, path: Path) -> OSError:
     return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
+def temp_beside(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """A new temp file beside ``path`` (its folder made if missing), named
+    ``.NAME`` + :data:`TEMP_MARK` + ``….tmp`` so that a killed writer's leftovers are
+    recognised, with the usual permissions (0666 less the umask): ``(fd, temp path)``. An
+    ``OSError`` names ``path``."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_MARK}",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise _naming_target(exc, path) from exc
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return fd, tmp
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *,
                 encoding: str | None = None) -> Iterator[IO[Any]]:
@@ -70,16 +94,8 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *,
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
+    fd, tmp = temp_beside(path)
     try:
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_MARK}",
-                                   suffix=".tmp")
-    except OSError as exc:
-        raise _naming_target(exc, path) from exc
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()

@@ -56,7 +56,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -67,7 +66,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab._io import TEMP_MARK, atomic_open
+from attnlab._io import atomic_open, temp_beside
 from attnlab._text import one_line
 from attnlab.core._layout import aligned
 from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
@@ -250,20 +249,8 @@ def _remove_temp(handle: list[Any]) -> None:
 
 
 def _temp_beside(path: Path) -> tuple[int, str]:
-    """A new temp file beside ``path``, named as :func:`attnlab._io.atomic_open` names its
-    own (so that a killed writer's leftovers are recognised), with the usual permissions."""
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_MARK}",
-                                   suffix=".tmp")
-    except OSError as exc:
-        raise type(exc)(exc.errno, exc.strerror or str(exc), str(path)) from exc
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)
-    return fd, tmp
+    """A new temp file beside ``path`` (:func:`attnlab._io.temp_beside`)."""
+    return temp_beside(path)
 
 
 class TraceStream:

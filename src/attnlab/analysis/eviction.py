@@ -56,8 +56,12 @@ def _check(trace: Any, context: int | None) -> tuple[AttentionTrace, int]:
         raise ValueError("eviction is measured on a causal self-attention trace (a decoder's "
                          f"cache); this one is stack {trace.stack!r}, causal={trace.causal}")
     if trace.groups is not None:
-        raise ValueError("eviction is per piece of the cache; this trace merges pieces into "
-                         "tokens: trace again without merging")
+        raise ValueError(
+            f"eviction keeps or drops entries of the key/value cache, and the cache holds one "
+            f"key and value per piece the tokenizer made (each byte piece of a character is "
+            f"an entry of its own); this trace merges its {trace.unmerged().seq_len} pieces "
+            f"into {trace.seq_len} tokens, and a merged token is no cache entry: trace again "
+            f"with merge_pieces=False (or pass trace.unmerged())")
     if trace.q is None or trace.k is None:
         raise ValueError("eviction scores need the trace's q and k (knorm reads the keys)")
     n = trace.seq_len

@@ -63,7 +63,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
-from attnlab.tracing import _pooling, trace_file
+from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
 from attnlab.tracing.trace_file import FORMAT_VERSION, TraceFormatError
 
@@ -418,21 +418,9 @@ class AttentionTrace:
         """Weights (R, C) of tokens ``rows`` x ``cols``, the merge applied."""
         if self.groups is None:
             return self._piece_rows(layer, head, rows, cols)
-        g = self.groups
-        size = torch.tensor([len(x) for x in g])
-        prow = torch.tensor([i for a in rows.tolist() for i in g[a]], dtype=torch.long)
-        row_of = torch.repeat_interleave(torch.arange(rows.shape[0]), size[rows])
-        if cols is None:
-            pcol, n_cols = None, len(g)
-            col_of = torch.repeat_interleave(torch.arange(len(g)), size)
-        else:
-            pcol = torch.tensor([j for b in cols.tolist() for j in g[b]], dtype=torch.long)
-            n_cols = cols.shape[0]
-            col_of = torch.repeat_interleave(torch.arange(n_cols), size[cols])
-        raw = self._piece_rows(layer, head, prow, pcol)  # (R pieces, C pieces)
-        summed = torch.zeros(raw.shape[0], n_cols).index_add_(1, col_of, raw)  # keys summed
-        out = torch.zeros(rows.shape[0], n_cols).index_add_(0, row_of, summed)
-        return out / size[rows].to(out.dtype)[:, None]  # queries averaged
+        pcol = None if cols is None else _merge.pieces_of(self.groups, cols)[0]
+        raw = self._piece_rows(layer, head, _merge.pieces_of(self.groups, rows)[0], pcol)
+        return _merge.merge(raw, self.groups, rows, cols)
 
     def weights_rows(self, layer: int, head: int, queries: Selector) -> Tensor:
         """Exact weights (len(queries), Lk) of query rows ``queries`` of one head."""
@@ -588,14 +576,31 @@ class AttentionTrace:
         meta["merged"] = {"rule": rule, "groups": merged,
                           "pieces": before.get("pieces", list(self.tokens)),
                           "piece_ids": before.get("piece_ids", self.token_ids)}
+        return self._regrouped(labels, merged, meta, None)
+
+    def _regrouped(self, tokens: Sequence[str], groups: list[list[int]] | None,
+                   meta: dict[str, Any], token_ids: Sequence[int] | None) -> AttentionTrace:
+        """This trace's tensors (no copy) with other tokens and groups (None: the pieces)."""
         out = AttentionTrace(
-            tokens=list(labels), weights=self._weights, q=self.q, k=self.k, v=self.v,
+            tokens=list(tokens), weights=self._weights, q=self.q, k=self.k, v=self.v,
             lse=self.lse, context=self.context, out_proj=self.out_proj,
             shapes=self._shapes or None,
-            causal=None if self._shapes else self._causal, model=self.model, token_ids=None,
-            text=self.text, meta=meta, groups=merged, stack=self.stack)
+            causal=None if self._shapes else self._causal, model=self.model,
+            token_ids=token_ids, text=self.text, meta=meta, groups=groups, stack=self.stack)
         out._layer_digests = self._layer_digests  # the same file's bytes, still checked
         return out
+
+    def unmerged(self) -> AttentionTrace:
+        """The trace of the pieces this merged trace holds: the same tensors (no copy), one
+        token per piece, labelled as before the merge (``meta["merged"]["pieces"]``); a trace
+        without a merge is itself. A measure of a merged trace is this trace's measure,
+        merged by the rule (:mod:`attnlab.tracing.attribution`)."""
+        if self.groups is None:
+            return self
+        if getattr(self, "_unmerged", None) is None:
+            labels, meta, ids = _merge.piece_fields(self.meta, self.tokens, self.groups)
+            self._unmerged = self._regrouped(labels, None, meta, ids)
+        return self._unmerged
 
     # -- what attention moves (attnlab.tracing.attribution) --------------------------------
 

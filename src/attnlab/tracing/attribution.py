@@ -29,6 +29,21 @@ one pair's decomposition and the geometric one (``|q||k|cos θ``, article 000's 
 average visible key (summed over rows, weighted by the exact attention) — the bands that
 carry the head's pattern.
 
+**Merged traces** (the byte pieces of a character merged into one token,
+:meth:`~attnlab.tracing.attention.AttentionTrace.merge_tokens`) keep the pieces' q, k, v; a
+measure is computed on the pieces (the trace's :meth:`~attnlab.tracing.attention.
+AttentionTrace.unmerged`), where the model computed it, then merged by the merge's own
+rule: **summed over a key token's pieces, averaged over the query token's pieces**
+(:func:`attnlab.tracing._merge.merge`). So a merged row of weights is what ``merge_tokens``
+gives, a merged value-weighted row is ``mean_{i in a} Σ_{j in b} α_ij·‖v_j W_O^h‖``, and a
+merged rollout row is the pieces' rollout (through every layer) merged once at the end —
+not the product of merged layers. A score belongs to one pair of pieces: :func:`score_parts`
+of a merged pair is the list of its piece pairs, each labelled as a piece of its token;
+:func:`band_lift` sums the lift over the pieces of the rows asked.
+
+说明：合并追踪的各项度量先在片段上计算，再按合并规则合并：对键词元的各片段求和，对查询
+词元的各片段取平均；分数属于一对片段，合并的一对词元给出其所有片段对。
+
 >>> import torch
 >>> from attnlab.core.scores import ScoreShape, row_logsumexp
 >>> from attnlab.tracing.attention import AttentionTrace
@@ -56,6 +71,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core.scores import TILE_BYTES
+from attnlab.tracing import _merge
 
 __all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
            "ROLLOUT_MAX_DENSE", "value_weighted_rows"]
@@ -98,12 +114,17 @@ def rollout_rows(trace: Trace, rows: Any, *, value_weighted: bool = False,
     tile). ``value_weighted=True`` mixes each layer by the norms of what the keys move
     instead of the weights (Kobayashi et al. 2020): ``A_l[i, j] = ‖Σ_h α^h_ij v_j W_O^h‖``,
     each row normalised to sum 1 — exact, and costlier (each row is (N, E) vectors summed
-    over heads).
+    over heads). A merged trace: the pieces' rollout, merged (see the module docstring).
     """
     _check_trace(trace, "rollout")
     if value_weighted:
         _need_values(trace, "value-weighted rollout")
     picked = _rows(trace, rows)
+    if trace.groups is not None:  # through the pieces' layers, merged once at the end
+        pieces = _merge.pieces_of(trace.groups, picked)[0]
+        r = rollout_rows(trace.unmerged(), pieces, value_weighted=value_weighted,
+                         tile_rows=tile_rows)
+        return _merge.merge(r, trace.groups, picked, None)
     n, nh = trace.seq_len, trace.num_heads
     step = trace._tile_rows(tile_rows, TILE_BYTES)
     r = torch.zeros(picked.shape[0], n, dtype=torch.float64)
@@ -137,7 +158,6 @@ def _need_values(trace: Trace, what: str) -> None:
         raise ValueError(f"{what} needs the trace's {missing}: trace with q, k and v from a "
                          f"model whose attention module holds its output projection "
                          f"(o_proj, out_proj, c_proj, dense, ...)")
-    _pieces_only(trace, what)
 
 
 def _moved(trace: Trace, layer: int, heads: Sequence[int]) -> Tensor:
@@ -152,10 +172,15 @@ def value_weighted_rows(trace: Trace, layer: int, head: int | None, rows: Any
     ``‖Σ_h α^h_ij v_j W_O^h‖``, the norm of what key ``j`` adds to query ``i``'s residual
     stream through the whole layer (Kobayashi et al. 2020). Summed over ``j`` (as vectors)
     the contributions are the attention output that enters the residual stream, less the
-    projection's bias."""
+    projection's bias. A merged trace: the pieces' rows, summed over each key token's
+    pieces and averaged over the query token's pieces (see the module docstring)."""
     _need_values(trace, "value-weighted attention")
     layer = trace._layer(layer)
     picked = _rows(trace, rows)
+    if trace.groups is not None:
+        pieces = _merge.pieces_of(trace.groups, picked)[0]
+        raw = value_weighted_rows(trace.unmerged(), layer, head, pieces)
+        return _merge.merge(raw, trace.groups, picked, None)
     if head is not None:
         h = trace._head(head)
         return trace.weights_rows(layer, h, picked) * _moved(trace, layer, [h])[0].norm(dim=-1)
@@ -269,11 +294,24 @@ def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
     return out
 
 
-def _pieces_only(trace: Trace, what: str) -> None:
-    if trace.groups is not None:
-        raise ValueError(f"{what} is computed per piece, and this trace merges pieces into "
-                         f"tokens ({trace.seq_len} tokens of {trace._pieces_q} pieces); trace "
-                         f"again without merging")
+def _merged_parts(trace: Trace, layer: int, head: int, i: int, j: int,
+                  pairing: str | None) -> dict[str, Any]:
+    """score_parts of merged tokens ``i`` and ``j``: one entry per pair of their pieces."""
+    qi = int(trace._select("i", i, trace.seq_len)[0])
+    kj = int(trace._select("j", j, trace.key_len)[0])
+    pieces = trace.unmerged()
+    g, tokens = trace.groups, trace.tokens
+    qs, ks = _merge.piece_labels(g, tokens, g[qi]), _merge.piece_labels(g, tokens, g[kj])
+    pairs = []
+    for qp in qs:
+        for kp in ks:
+            part = score_parts(pieces, layer, head, qp["piece"], kp["piece"], pairing=pairing)
+            part.update(query_piece=qp, key_piece=kp)
+            pairs.append(part)
+    return {"layer": pairs[0]["layer"], "head": pairs[0]["head"], "i": qi, "j": kj,
+            "merged": True, "rule": "one entry per pair of pieces: a score belongs to a "
+            "query piece and a key piece", "query_pieces": qs, "key_pieces": ks,
+            "pairs": pairs, "layout": pairs[0]["layout"]}
 
 
 def score_parts(trace: Trace, layer: int, head: int, i: int, j: int, *,
@@ -285,10 +323,17 @@ def score_parts(trace: Trace, layer: int, head: int, i: int, j: int, *,
     band, see :func:`band_pairs`: ``dims``, ``value``, ``freq``, ``wavelength``, ``rotated``;
     their values sum to ``score`` to float32 rounding), ``q_norm``, ``k_norm``, ``cos`` and
     ``angle_deg`` (``score = scale·q_norm·k_norm·cos``), ``scale`` and the ``layout`` used.
+
+    A merged trace (``i`` and ``j`` merged tokens): ``merged`` True, ``query_pieces`` and
+    ``key_pieces`` (each piece labelled as a piece of its token:
+    :func:`attnlab.tracing._merge.piece_labels`), and ``pairs``, the decomposition above of
+    each pair of their pieces (query pieces outer), with its ``query_piece`` and
+    ``key_piece``: a score belongs to one query piece and one key piece.
     """
     if trace.q is None or trace.k is None:
         raise ValueError("the score's parts need q and k; this trace holds weights only")
-    _pieces_only(trace, "score_parts")
+    if trace.groups is not None:
+        return _merged_parts(trace, layer, head, i, j, pairing)
     layer, head = trace._layer(layer), trace._head(head)
     qi = int(trace._select("i", i, trace.seq_len)[0])
     kj = int(trace._select("j", j, trace.key_len)[0])
@@ -320,10 +365,17 @@ def band_lift(trace: Trace, layer: int, head: int, *, rows: Any = None,
     ``Σ_j α_ij·part_ij − (Σ_j α_ij)·mean_{j visible} part_ij`` — how much the band raises
     the keys the head attends to above the average key the row may see. The bands' lifts
     sum to the head's whole ``lift`` (the same with the whole score); ``share`` is each
-    band's fraction of it. Exact weights, tiles of rows; O(tile · N) memory."""
+    band's fraction of it. Exact weights, tiles of rows; O(tile · N) memory. A merged
+    trace: summed over the pieces of ``rows`` (each piece a row of its own, its keys the
+    pieces), so that over all rows it is the pieces' lift; ``pieces`` counts them."""
     if trace.q is None or trace.k is None:
         raise ValueError("band_lift needs q and k; this trace holds weights only")
-    _pieces_only(trace, "band_lift")
+    if trace.groups is not None:
+        picked = _rows(trace, slice(None) if rows is None else rows)
+        pieces = _merge.pieces_of(trace.groups, picked)[0]
+        out = band_lift(trace.unmerged(), layer, head, rows=pieces, pairing=pairing,
+                        tile_rows=tile_rows)
+        return {**out, "rows": int(picked.shape[0]), "pieces": int(pieces.shape[0])}
     layer, head = trace._layer(layer), trace._head(head)
     picked = _rows(trace, slice(None) if rows is None else rows)
     shape = trace.score_shape(layer)

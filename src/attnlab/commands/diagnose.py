@@ -121,8 +121,8 @@ def _from_trace(args: argparse.Namespace) -> int:
     a torchrun group (rank 0 prints)."""
     import time
 
-    from attnlab._dist import join, leave
     from attnlab._cli import UsageError, emit_json
+    from attnlab._dist import join, leave
     from attnlab._proc import peak_rss_bytes
     from attnlab.analysis.heads import diagnose
     from attnlab.tracing import load_trace

@@ -10,7 +10,7 @@
 // likewise strided: bool (true = may attend) or of q's dtype (added; -inf blocks even a
 // NaN score). Weights and logsumexp are contiguous (outer, H_kv, G, Lq, ·).
 //
-// Forward, one task per (query head, block of rows), in parallel (at::parallel_for):
+// Forward, one task per (query head, block of rows), in parallel (for_each_task):
 //   S = scale · Q_t Kᵀ            one GEMM into a per-thread buffer (rows x c, in cache);
 //                                 c = the keys the tile's last row may see under causal
 //   mask, causal                  -inf where blocked
@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -250,6 +251,23 @@ at::Tensor big_empty(at::IntArrayRef sizes, const at::TensorOptions& options, bo
 // per thread) mixes short causal rows with long ones
 inline int64_t zigzag(int64_t t, int64_t n) { return (t & 1) ? n - 1 - t / 2 : t / 2; }
 
+// Runs tasks [0, tasks) on torch's intra-op threads, each thread taking the next task when
+// it is done with its own: on a shared machine a thread the OS holds back delays the task it
+// holds, not a fixed share of them (at::parallel_for splits a range once, in equal parts).
+// per_thread(take) runs once on each thread (its buffers set up there); take() gives the
+// next task, or -1 when none is left.
+template <typename F>
+void for_each_task(int64_t tasks, const F& per_thread) {
+  if (tasks <= 0) return;
+  std::atomic<int64_t> next{0};
+  auto take = [&]() -> int64_t {
+    const int64_t t = next.fetch_add(1, std::memory_order_relaxed);
+    return t < tasks ? t : -1;
+  };
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), tasks));
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) { per_thread(take); });
+}
+
 // Strided views: element (o, h, [g,] r, x) of a tensor lives at
 // base + o·s[0] + h·s[1] + [g·s[2] +] r·s[-2] + x (unit stride along the last dim).
 template <typename T>
@@ -338,10 +356,10 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const bool* badp = bad_keys.has_value() ? bad_keys->data_ptr<bool>() : nullptr;
   const int64_t heads = g.heads(), tasks = heads * g.blocks;
 
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  for_each_task(tasks, [&](auto&& take) {
     std::vector<T> buf(static_cast<size_t>(g.rows * g.Lk + 16));
     std::vector<T> invs(static_cast<size_t>(g.rows));
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t; (t = take()) >= 0;) {
       const int64_t hq = t / g.blocks, blk = zigzag(t % g.blocks, g.blocks);
       const int64_t i = hq / g.G, gi = hq % g.G, o = i / g.H_kv, hk = i % g.H_kv;
       const int64_t r0 = blk * g.rows, r1 = std::min(g.Lq, r0 + g.rows), rows = r1 - r0;
@@ -501,10 +519,10 @@ void backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   const int64_t n_kv = g.outer * g.H_kv;
   const int64_t dk_slot = n_kv * g.Lk * g.d, dv_slot = n_kv * g.Lk * g.dv;
 
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  for_each_task(tasks, [&](auto&& take) {
     const int64_t slot = std::min<int64_t>(at::get_thread_num(), slots - 1);
     std::vector<T> buf(static_cast<size_t>(g.rows * g.Lk + 16));
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t; (t = take()) >= 0;) {
       const int64_t hq = t / g.blocks, blk = zigzag(t % g.blocks, g.blocks);
       const int64_t i = hq / g.G, gi = hq % g.G, o = i / g.H_kv, hk = i % g.H_kv;
       const int64_t r0 = blk * g.rows, r1 = std::min(g.Lq, r0 + g.rows), rows = r1 - r0;
@@ -622,9 +640,9 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const int64_t tc = std::min<int64_t>(C, 4096);
   const int64_t tr = std::min<int64_t>(R, std::max<int64_t>(16, (int64_t(1) << 18) / tc));
   const int64_t nr = (R + tr - 1) / tr, nc = (C + tc - 1) / tc;
-  at::parallel_for(0, h * nc * nr, 1, [&](int64_t begin, int64_t end) {
+  for_each_task(h * nc * nr, [&](auto&& take) {
     std::vector<float> buf(static_cast<size_t>(tr * tc + 16));
-    for (int64_t t = begin; t < end; ++t) {  // head, then key block, then row block
+    for (int64_t t; (t = take()) >= 0;) {  // head, then key block, then row block
       const int64_t hh = t / (nc * nr), cb = (t / nr) % nc, rb = t % nr;
       const int64_t r0 = rb * tr, rows_t = std::min(R, r0 + tr) - r0;
       const int64_t c0 = cb * tc, cols_t = std::min(C, c0 + tc) - c0;
@@ -880,7 +898,7 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
   std::vector<double> stats(static_cast<size_t>(hs * R * kStats), 0.0);
   std::vector<float> prow(static_cast<size_t>(hs * R * nkb), 0.f);
 
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+  for_each_task(tasks, [&](auto&& take) {
     using V = Vectorized<float>;
     // 64-byte aligned buffers: the GEMM's rounding must not depend on where they sit
     std::vector<float> sbuf(static_cast<size_t>(tr * tc + 16));
@@ -890,7 +908,7 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
     float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
                                          ~uintptr_t(63));
     std::vector<int64_t> lo(tr), hi(tr);
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t; (t = take()) >= 0;) {
       const int64_t g = groups[t / nr], rb = zigzag(t % nr, nr);
       const std::vector<int64_t>& mem = members[g];
       const int64_t nm = static_cast<int64_t>(mem.size());

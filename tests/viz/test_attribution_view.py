@@ -177,8 +177,8 @@ def test_what_a_trace_lacks_is_named():
     assert dense["bands"] is None and len(dense["heads"]) == 2
     merged = value_trace(8).merge_tokens([[0], [1, 2], [3], [4, 5, 6, 7]])
     a = _attr(merged)[0]
-    assert (a["value_missing"], a["parts_missing"], a["rollout_missing"]) == \
-        ("merged", "merged", None)
+    # merged pieces lack nothing: every kind by the merge's rule (tests/viz/test_merged_views)
+    assert (a["value_missing"], a["parts_missing"], a["rollout_missing"]) == (None, None, None)
     assert torch.allclose(decode_blob(a["rollout"]), merged.rollout_rows(range(4)), atol=TOL)
     cross = AttentionTrace(list("xy"), key_tokens=list("abc"), stack="cross",
                            weights=torch.softmax(torch.randn(1, 1, 2, 3), -1))

@@ -35,6 +35,7 @@ from torch import Tensor
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.attribution_payload import AttributionError, attribution_rows, score_parts_json
 from attnlab.viz.codec import encode_blob
+from attnlab.viz.qk import qk_pieces_data
 
 __all__ = ["MAX_ROWS", "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP", "RequestError", "Param",
            "Endpoint", "ENDPOINTS", "answer", "rows_data", "tile_data", "pooled_data",
@@ -193,15 +194,21 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     bias) / T)``, the sink joining the softmax, for any scale and temperature; ``weights`` =
     the exact row at the model's scale (the trace's ``weights_rows``); ``keys`` = the
     ``top`` strongest keys (and the query's own position), with their ``k`` vectors.
+
+    A merged trace (byte pieces merged into characters): q and k belong to the pieces, so
+    the answer is one such row per piece of ``query`` against every key piece, each piece
+    labelled (``merged`` True: :func:`attnlab.viz.qk.qk_pieces_data`). 409 only for a trace
+    without q and k.
     """
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
     if not 1 <= top <= MAX_TOP:
         raise RequestError(422, f"top must be in [1, {MAX_TOP}], got {top}")
-    if not t.has_qk or t.groups is not None:
-        raise RequestError(409, "the QK view needs this trace's q and k per token: it keeps "
-                            + ("none (made without qkv)" if not t.has_qk else
-                               "those of the byte pieces it merged"))
+    if not t.has_qk:
+        raise RequestError(409, "the QK view needs this trace's q and k: it keeps none (made "
+                                "without qkv)")
+    if t.groups is not None:  # q and k of the pieces: the query's pieces, labelled
+        return qk_pieces_data(t, layer, head, query, top=top)
     lq, lk = t.seq_len, t.key_len
     shape = t.score_shape(layer)
     g = head // (t.num_heads // t.num_kv_heads)

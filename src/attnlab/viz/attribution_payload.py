@@ -16,15 +16,22 @@ payload and any other caller (a notebook widget) share them:
 
 Each refuses a bad argument with :class:`AttributionError` (a ``ValueError``) whose
 ``status`` says how a server answers it: 422 a bad argument, 409 a trace that lacks what the
-kind needs (v and the output projection, q and k, unmerged pieces, self-attention), 413 too
-many rows at once.
+kind needs (v and the output projection, q and k, self-attention), 413 too many rows at once.
+
+**Merged traces** (byte pieces merged into characters) have every kind, by the merge's own
+rule (:mod:`attnlab.tracing.attribution`): computed on the pieces, then summed over a key
+token's pieces and averaged over the query token's pieces; a score's parts of a merged pair
+are the list of its piece pairs, each labelled (``苹 (piece 2 of 3)``). A static page of a
+merged trace embeds, instead of the key norms, each kept head's merged value-weighted rows
+``(Lq, Lk)`` (a merged row is not a merged weight times a norm), and the pieces' q and k.
 
 **What a page embeds** (short inputs only: a page whose maps are pooled fetches everything
 from the server). At most ``budget`` bytes of float32 arrays (before gzip and base64;
 :attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 700,000 bytes by default,
 shared by a page's traces), each taken, in this order, if it still fits: the key norms
-``‖v_j W_O^h‖`` ``(L, H, Lk)``; the page's first head — its exact weights ``(Lq, Lk)`` and,
-where the QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)``;
+``‖v_j W_O^h‖`` ``(L, H, Lk)``; the page's first head — its exact weights ``(Lq, Lk)`` (and
+for a merged trace its value-weighted rows) and, where the QK payload does not hold them in
+float32, its q ``(Lq, d)`` and k ``(Lk, d)`` (of the pieces, for a merged trace);
 the rollout matrix ``(Lq, Lk)``; then the other heads likewise, until one does not fit.
 The page multiplies a weight by its key's norm and sums q·k over a band's dimensions
 itself, in float64: every number it shows is AttentionTrace's to float32 rounding.
@@ -112,9 +119,7 @@ def parse_rows(rows: Any, n: int) -> list[int]:
 
 def _value_missing(trace: AttentionTrace) -> str | None:
     """Why value-weighted rows cannot be computed (None: they can)."""
-    if trace.v is None or trace.out_proj is None:
-        return "none"
-    return "merged" if trace.groups is not None else None
+    return "none" if trace.v is None or trace.out_proj is None else None
 
 
 def _rollout_missing(trace: AttentionTrace) -> str | None:
@@ -122,9 +127,7 @@ def _rollout_missing(trace: AttentionTrace) -> str | None:
 
 
 def _parts_missing(trace: AttentionTrace) -> str | None:
-    if not trace.has_qk:
-        return "none"
-    return "merged" if trace.groups is not None else None
+    return None if trace.has_qk else "none"
 
 
 _WHY = {
@@ -132,15 +135,10 @@ _WHY = {
                   "projection (out_proj); this trace has {what}: trace with qkv from a model "
                   "whose attention module holds its output projection (o_proj, out_proj, "
                   "c_proj, dense, ...)",
-    "value:merged": "value-weighted attention is computed per piece, and this trace merges "
-                    "byte pieces into tokens; trace again without merging "
-                    "(merge_pieces=False)",
     "rollout:cross": "rollout composes a stack's layers, so rows and keys must be the same "
                      "tokens; this trace is {stack!r} with {lq} queries and {lk} keys",
     "parts:none": "the score's parts need q and k; this trace holds weights only (traced "
                   "without qkv)",
-    "parts:merged": "the score's parts are computed per piece, and this trace merges byte "
-                    "pieces into tokens; trace again without merging (merge_pieces=False)",
 }
 
 
@@ -231,7 +229,12 @@ def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: in
     ``value``, ``dims``, ``freq``, ``wavelength``, ``rotated``; ``q_norm``, ``k_norm``,
     ``cos``, ``angle_deg``, ``scale``, ``layout``), JSON-ready: ``shaped`` (the score the
     softmax sees) is None and ``visible`` False for a key the query may not see (−∞);
-    ``band_sum`` is the bands' sum; ``query_token`` and ``key_token`` name the pair."""
+    ``band_sum`` is the bands' sum; ``query_token`` and ``key_token`` name the pair.
+
+    A merged trace: ``merged`` True, ``query_token`` and ``key_token`` the merged tokens,
+    ``query_pieces`` and ``key_pieces`` labelled, and ``pairs``, one decomposition as above
+    per pair of their pieces (its ``query_token`` and ``key_token`` the pieces' labels,
+    e.g. ``苹 (piece 2 of 3)``; ``query_piece`` and ``key_piece`` where they are)."""
     _check_trace(trace)
     layer = _int("layer", layer, trace.num_layers)
     head = _int("head", head, trace.num_heads)
@@ -244,9 +247,13 @@ def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: in
         raise _refuse("parts:" + _parts_missing(trace), trace)
     p = trace.score_parts(layer, head, i, j, pairing=pairing)
     keys = trace.key_tokens if trace.key_tokens is not None else trace.tokens
-    p["visible"] = math.isfinite(p["shaped"])
-    p["shaped"] = _finite(p["shaped"])
-    p["band_sum"] = math.fsum(b["value"] for b in p["bands"])
+    for part in p.get("pairs", [p]):  # a merged pair: each pair of its pieces
+        part["visible"] = math.isfinite(part["shaped"])
+        part["shaped"] = _finite(part["shaped"])
+        part["band_sum"] = math.fsum(b["value"] for b in part["bands"])
+        if "query_piece" in part:
+            part["query_token"] = part["query_piece"]["label"]
+            part["key_token"] = part["key_piece"]["label"]
     p["query_token"], p["key_token"] = trace.tokens[i], keys[j]
     return p
 
@@ -266,7 +273,7 @@ def key_norms(trace: AttentionTrace) -> Tensor:
 
 def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The bands (without values) and the layout that ``score_parts`` uses for this trace."""
-    p = trace.score_parts(0, 0, 0, 0)
+    p = trace.unmerged().score_parts(0, 0, 0, 0)
     bands = [{k: b[k] for k in ("dims", "rotated", "freq", "wavelength")} for b in p["bands"]]
     return bands, p["layout"]
 
@@ -286,6 +293,7 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
         "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
         "heads": [], "weights": [], "q": [], "k": [], "bands": None, "layout": None,
+        "value": [],  # a merged trace: each kept head's value-weighted rows (else norms)
     }
     if not out["parts_missing"]:
         out["bands"], out["layout"] = _layout(trace)
@@ -300,7 +308,9 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         left -= need
         return True
 
-    if not out["value_missing"]:
+    merged = trace.groups is not None
+    pieces = trace.unmerged()  # q and k are the pieces' (the trace itself when unmerged)
+    if not out["value_missing"] and not merged:
         if take(trace.num_layers * trace.num_heads * lk * 4):
             out["norms"] = encode_blob(key_norms(trace), "f32", gz=True)
         else:
@@ -309,15 +319,21 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
     if qk is not None and qk.get("dtype") == "f32":
         in_qk = {tuple(x) for x in qk["heads"]}
 
+    value_rows = merged and not out["value_missing"]
+
     def add_head(layer: int, h: int) -> bool:
         own_qk = not out["parts_missing"] and (layer, h) not in in_qk
-        if not take(lq * lk * 4 + ((lq + lk) * d * 4 if own_qk else 0)):
+        n_qk = pieces.seq_len + pieces.key_len
+        if not take(lq * lk * 4 * (2 if value_rows else 1) + (n_qk * d * 4 if own_qk else 0)):
             return False
         out["heads"].append([layer, h])
         out["weights"].append(encode_blob(trace.head_weights(layer, h).float(), "f32", gz=True))
-        out["q"].append(encode_blob(trace.q[layer, h].float(), "f32", gz=True)
+        if value_rows:
+            out["value"].append(encode_blob(trace.value_weighted_rows(layer, h, range(lq)),
+                                            "f32", gz=True))
+        out["q"].append(encode_blob(pieces.q[layer, h].float(), "f32", gz=True)
                         if own_qk else None)
-        out["k"].append(encode_blob(trace.k[layer, trace.kv_head(h)].float(), "f32", gz=True)
+        out["k"].append(encode_blob(pieces.k[layer, pieces.kv_head(h)].float(), "f32", gz=True)
                         if own_qk else None)
         return True
 

@@ -22,7 +22,7 @@ from attnlab.viz.attribution_payload import attribution_payload
 from attnlab.viz.codec import QUANTIZATION_ERROR, encode_blob, json_for_html, nbytes
 from attnlab.viz.inputs import POSITION_ROLES, POSITION_SCORES, image_input, is_cross, stack_name
 from attnlab.viz.pooling import block_label, block_spans, coarsen_pooled, pooled_maps
-from attnlab.viz.qk import qk_heads, qk_payload
+from attnlab.viz.qk import pieces_payload, qk_heads, qk_payload
 
 __all__ = ["FORMAT_VERSION", "VIEWS", "IMAGE_VIEW", "ExplorerConfig", "page_payload",
            "shapes_payload", "math_payload", "MATH_TEXTS"]
@@ -206,17 +206,17 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "diagnostics": None, "qk": None, "qk_missing": None,
     }
     payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress)
-    if trace.groups is not None:  # q and k belong to the pieces, not to these tokens
-        payload["qk_missing"] = "merged"
-    elif not trace.has_qk:
+    # a merged trace: q and k belong to the pieces; the page gets the pieces' (viz.qk)
+    payload["pieces"] = pieces_payload(trace)
+    if not trace.has_qk:
         payload["qk_missing"] = "none"
     elif pooled:
         payload["qk_missing"] = "long"
     elif shape["bias"]:
         payload["qk_missing"] = "bias"
     else:
-        heads, dtype = qk_heads(trace, cfg.qk_budget, first)
-        payload["qk"] = qk_payload(trace, heads, dtype)
+        heads, dtype = qk_heads(trace.unmerged(), cfg.qk_budget, first)
+        payload["qk"] = qk_payload(trace.unmerged(), heads, dtype)
         payload["qk_missing"] = "budget"
     payload["attribution"] = attribution_payload(trace, budget=cfg.attribution_budget,
                                                  first=first, pooled=pooled, qk=payload["qk"])

@@ -10,7 +10,13 @@
  * — the rollout matrix, the key norms ‖v_j W_O^h‖, the exact float32 weights of the heads
  * that fit its budget and their q/k where the QK payload lacks them in float32 — decoded
  * the first time the view is drawn; what is not there comes from the server
- * (attribution/rows, score_parts) when the page is served. */
+ * (attribution/rows, score_parts) when the page is served.
+ *
+ * A merged trace (byte pieces merged into characters) follows the merge's rule: its rows
+ * are computed on the pieces, then summed over a key character's pieces and averaged over
+ * the query's pieces (the payload holds each kept head's merged value-weighted rows, since
+ * such a row is not a merged weight times a norm); a score belongs to a pair of pieces, so a
+ * merged pair is taken apart as the list of its piece pairs, one of them drawn. */
 var ATTR_KINDS = ["weights", "value", "rollout"];
 
 /* The decoded attribution data of the current trace: the data, undefined while decoding,
@@ -19,7 +25,7 @@ Explorer.prototype.attrData = function () {
   var T = this.cur(), A = T.meta.attribution, self = this;
   if (!A || A.missing) return null;
   if (T.attr) return T.attr.ready ? T.attr : undefined;
-  var D = T.attr = {ready: false, W: [], q: [], k: [], index: {}, rollout: null, norms: null};
+  var D = T.attr = {ready: false, W: [], V: [], q: [], k: [], index: {}, rollout: null, norms: null};
   var jobs = [];
   function put(blob, key, n) {
     if (!blob) return;
@@ -28,6 +34,7 @@ Explorer.prototype.attrData = function () {
   A.heads.forEach(function (lh, n) {
     D.index[lh[0] + ":" + lh[1]] = n;
     put(A.weights[n], "W", n); put(A.q[n], "q", n); put(A.k[n], "k", n);
+    if (A.value && A.value[n]) put(A.value[n], "V", n);
   });
   put(A.rollout, "rollout"); put(A.norms, "norms");
   Promise.all(jobs).then(function () { D.ready = true; self.render(); },
@@ -45,7 +52,6 @@ Explorer.prototype.attrWhy = function (kind, D) {
     return A.rollout ? null : "attrRolloutBudget";
   }
   if (kind === "value" && A.value_missing === "none") return "attrNoValue";
-  if (kind === "value" && A.value_missing === "merged") return "attrMerged";
   if (A.missing) return "attrLong";
   if (kind === "value" && A.value_missing === "budget") return "attrNormsBudget";
   return D && D.index[S.layer + ":" + S.head] !== undefined ? null : "attrBudget";
@@ -62,11 +68,12 @@ Explorer.prototype.attrRow = function (kind) {
     if (kind === "rollout") return {values: D.rollout.subarray(i * Lk, (i + 1) * Lk), source: "page"};
     var n = D.index[S.layer + ":" + S.head], w = D.W[n].subarray(i * Lk, (i + 1) * Lk);
     if (kind === "weights") return {values: w, source: "page"};
+    if (D.V[n]) return {values: D.V[n].subarray(i * Lk, (i + 1) * Lk), source: "page"};  // merged
     var out = new Float64Array(Lk), o = (S.layer * m.H + S.head) * Lk;
     for (var j = 0; j < Lk; j++) out[j] = w[j] * D.norms[o + j];  // α_ij · ‖v_j W_O^h‖
     return {values: out, source: "page"};
   }
-  var fixed = why === "attrCross" || why === "attrNoValue" || why === "attrMerged";
+  var fixed = why === "attrCross" || why === "attrNoValue";
   if (!m.api || fixed) return {why: why};
   var p = kind === "rollout" ? {kind: kind, rows: i} : {kind: kind, layer: S.layer, head: S.head, rows: i};
   var d = this.fetchApi("attribution/rows", p);
@@ -95,31 +102,44 @@ function scoreParts(q, k, scale, bands) {
 Explorer.prototype.attrParts = function (i, j) {
   var T = this.cur(), m = T.meta, A = m.attribution, S = this.s, D = this.attrData();
   if (!A || A.parts_missing === "none") return {why: "noqkNone"};
-  if (A.parts_missing === "merged") return {why: "noqkMerged"};
-  var q = null, k = null, d = m.d, n = D ? D.index[S.layer + ":" + S.head] : undefined;
-  if (n !== undefined && D.q[n]) {
-    q = D.q[n].subarray(i * d, (i + 1) * d); k = D.k[n].subarray(j * d, (j + 1) * d);
-  } else if (!m.pooled && this.qkHead() !== null && m.qk.dtype === "f32") {
-    var nq = this.qkHead(), kn = m.qk.k_of[nq];
-    q = T.q.subarray((nq * m.Lq + i) * d, (nq * m.Lq + i + 1) * d);
-    k = T.k.subarray((kn * m.Lk + j) * d, (kn * m.Lk + j + 1) * d);
-  }
-  if (q) {
-    var p = scoreParts(q, k, m.scale[S.layer], A.bands);
+  var d = m.d, n = D ? D.index[S.layer + ":" + S.head] : undefined, M = this.pieceMap();
+  var Lq = M ? M.of.length : m.Lq, Lk = Lq === m.Lq ? m.Lk : Lq, qk = null, self = this;
+  if (n !== undefined && D.q[n]) qk = [D.q[n], D.k[n], 0, 0];
+  else if (!m.pooled && this.qkHead() !== null && m.qk.dtype === "f32")
+    qk = [T.q, T.k, this.qkHead() * Lq * d, m.qk.k_of[this.qkHead()] * Lk * d];
+  function local(a, b) {  // rows a (query) and b (key) of the page's q and k
+    var p = scoreParts(qk[0].subarray(qk[2] + a * d, qk[2] + (a + 1) * d),
+      qk[1].subarray(qk[3] + b * d, qk[3] + (b + 1) * d), m.scale[S.layer], A.bands);
     p.source = "page";
     p.visible = true; p.shaped = null;
     if (!m.shape.bias) {  // the score the softmax sees: the trace's score shaping (core.js)
-      var sh = shapeRow(m.shape, S.layer, S.head, i, m.Lq, m.Lk, T.km);
-      p.visible = !!sh.ok[j];
+      var sh = shapeRow(m.shape, S.layer, S.head, a, Lq, Lk, T.km);
+      p.visible = !!sh.ok[b];
       var z = sh.softcap ? sh.softcap * Math.tanh(p.score / sh.softcap) : p.score;
-      p.shaped = p.visible ? z + (sh.bias ? sh.bias[j] : 0) : null;
+      p.shaped = p.visible ? z + (sh.bias ? sh.bias[b] : 0) : null;
     }
     return p;
+  }
+  if (qk && !M) return local(i, j);
+  if (qk) {  // a merged pair: every pair of its pieces, each labelled
+    var pairs = [];
+    for (var a = M.start[i]; a < M.start[i + 1]; a++)
+      for (var b = M.start[j]; b < M.start[j + 1]; b++) {
+        var p = local(a, b);
+        p.i = a; p.j = b; p.query_token = this.pieceLabel(a); p.key_token = this.pieceLabel(b);
+        pairs.push(p);
+      }
+    return {merged: true, pairs: pairs, source: "page"};
   }
   if (!m.api) return {why: m.pooled ? "attrLong" : "attrPartsBudget"};
   var got = this.fetchApi("score_parts", {layer: S.layer, head: S.head, i: i, j: j});
   if (!got || got.error) return got;
   got.source = "server";
+  (got.pairs || []).forEach(function (x) {  // label the pieces in the page's language
+    var lab = function (y, toks) { return self.pieceText(toks[y.token], y.index, y.count); };
+    x.query_token = lab(x.query_piece, m.tokens); x.key_token = lab(x.key_piece, m.key_tokens);
+    x.source = "server";
+  });
   return got;
 };
 
@@ -163,8 +183,9 @@ Explorer.prototype.view_attribution = function () {
   if (labels) m.key_tokens.forEach(function (t) { longest = Math.max(longest, t.length); });
   var below = labels ? 14 + 7 * Math.min(longest, 12) : 16, partsTop = top + sh + below + 60;
   var parts = this.attrParts(i, key);
-  var nb = parts && parts.bands ? parts.bands.length : 0;
-  var svg = svgRoot(lw + W + 20, partsTop + 70 + nb * 18 + 150, "attribution");
+  var np = parts && parts.pairs ? Math.ceil(parts.pairs.length / 3) * 20 + 24 : 0;
+  var nb = parts && (parts.bands || parts.pairs) ? (parts.bands || parts.pairs[0].bands).length : 0;
+  var svg = svgRoot(lw + W + 20, partsTop + 70 + np + nb * 18 + 150, "attribution");
   svg.setAttribute("data-row", kind + ":" + (kind === "rollout" ? "*:*" : S.layer + ":" + S.head) + ":" + i);
   var what = kind === "rollout" ? this.t("attrWhole")
     : this.t("layer") + " " + S.layer + " · " + this.t("head") + " " + S.head;
@@ -267,8 +288,15 @@ Explorer.prototype.drawParts = function (svg, p, i, j, x0, y0) {
       this.t("attrNoParts") + this.t(p.why));
     return;
   }
+  var pieces = null;
+  if (p.pairs) {  // a merged pair: its piece pairs listed, the chosen one taken apart
+    pieces = this.drawPairs(svg, p.pairs, y0 + 20);
+    p = p.pairs[S.attrPair];
+    y0 += pieces;
+  }
   var g = s("g", {"class": "ax-parts", "data-pair": S.layer + ":" + S.head + ":" + i + ":" + j,
     "data-source": p.source}, svg);
+  if (pieces !== null) g.setAttribute("data-pieces", p.i + ":" + p.j);
   var lay = m.attribution.layout || {};
   s("text", {x: 4, y: y0 + 20, fill: "#5b6478", "class": "ax-parts-layout"}, g,
     (lay.kind === "rope" ? this.t("layoutRope", {pairing: lay.pairing, r: lay.rotary_dim})
@@ -314,4 +342,22 @@ Explorer.prototype.drawParts = function (svg, p, i, j, x0, y0) {
   s("text", {x: ox + lq + 4, y: oy + 4, fill: "#3451b2"}, g, "q");
   s("text", {x: ox + lk * Math.cos(th) + 4, y: oy - lk * Math.sin(th), fill: "#e4572e"}, g, "k");
   s("text", {x: ox + 18, y: oy - 6, "font-size": 11, fill: "#5b6478"}, g, "θ = " + fmt(p.angle_deg, 1) + "°");
+};
+
+/* The piece pairs of a merged pair (query piece → key piece, with its score), three a line;
+ * a click chooses the pair taken apart (this.s.attrPair, clamped). Returns their height. */
+Explorer.prototype.drawPairs = function (svg, pairs, y0) {
+  var self = this, S = this.s;
+  S.attrPair = clamp(S.attrPair || 0, 0, pairs.length - 1);
+  s("text", {x: 4, y: y0, fill: "#5b6478", "class": "ax-pairs-note"}, svg,
+    this.t("partsPieces", {n: pairs.length}));
+  pairs.forEach(function (x, k) {
+    var on = k === S.attrPair, y = y0 + 20 + Math.floor(k / 3) * 20, xx = 4 + (k % 3) * 320;
+    var t = s("text", {x: xx, y: y, "class": "ax-pair", "data-index": k, "data-pieces": x.i + ":" + x.j,
+      "data-value": String(x.score), style: "cursor:pointer", fill: on ? "#e4572e" : "#3451b2",
+      "font-weight": on ? 600 : 400}, svg,
+      x.query_token + " → " + x.key_token + ": " + fmt(x.score, 3));
+    t.addEventListener("click", function () { self.s.attrPair = k; self.render(); });
+  });
+  return 20 + Math.ceil(pairs.length / 3) * 20;
 };

@@ -320,7 +320,7 @@ def test_the_view_speaks_both_languages(page, vt_page):
     page.click(".ax-lang")
     assert page.text_content(".ax-tab[data-view=attribution]") == "归因"
     kinds = page.eval_on_selector_all(".ax-attr-kind", "els => els.map(e => e.textContent)")
-    assert kinds == ["注意力权重", "值加权", "rollout"]
+    assert kinds == ["注意力权重", "值加权", "注意力展开"]
     assert "注意力权重" in page.text_content(".ax-attr-def")
     assert page.text_content(".ax-parts-title").startswith("查询 30 → 键 7 的分数")
     assert "频带" in page.text_content("svg[data-view=attribution]")

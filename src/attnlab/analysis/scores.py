@@ -1,11 +1,18 @@
 """Head scores, streamed: what each head does, in a few numbers, without N² memory.
 
 Every score is computed in one pass over the query rows of a trace, a tile of rows at a
-time, from the trace's on-demand weights (``trace.weights_rows``): the memory is
-O(tile_rows x Lk) for one head at a time, and ``trace.weights`` (dense) is never used.
-The same code serves traces that keep q, k and the log-sum-exp and traces that keep dense
-weights; its arithmetic (each tile's sums, the scores from them) is
-:mod:`attnlab.analysis.sums`, the one the survey uses on its batches too.
+time, and ``trace.weights`` (dense) is never used. Two passes give the same sums:
+
+* a trace whose weights are ``exp(s − lse)`` of its own q and k, under a shape of scale,
+  causal, window, key mask and sinks (SmolLM2's, Llama's, GPT-2's...), is summed by the
+  compiled kernel (:func:`attnlab.core.weights.head_sums`) straight from q, k and the lse,
+  layer by layer, every asked head of a tile of rows in one call: no weight is written, and
+  a row's entropy comes from its lse, ``−Σ_j p_j log p_j = −Σ_j p_j (s_j − lse)``, with no
+  log taken;
+* any other trace (dense weights, merged tokens, a soft-cap, ALiBi or a dense bias, or no
+  compiled kernel) is read through its on-demand weights (``trace.weights_rows``), one
+  head's tile at a time, memory O(tile_rows x Lk), and summed by
+  :mod:`attnlab.analysis.sums`, the arithmetic the survey uses on its batches too.
 
 Notation: a head's weights ``W`` (Lq x Lk), rows summing to 1 (0 for a fully masked row);
 query ``i`` sits at key position ``p_i = i + Lk - Lq`` (bottom-right alignment: ``p_i = i``
@@ -40,9 +47,9 @@ Over all rows, ``previous``, ``duplicate`` and ``induction`` are exactly Transfo
 subset of the rows (for instance the second copy of a repeated sequence).
 
 Accuracy: the weights are used in float32 as the trace gives them; row masses and
-distances are summed in float64, entropies per row in float32, and every sum over rows in
-float64; the scores, returned in float64, equal the same formulas applied to the dense
-weights in float64 within 1e-6.
+distances are summed in float64, entropies per row in float32 (the kernel: over at most
+1,024 keys, then in float64), and every sum over rows in float64; the scores, returned in
+float64, equal the same formulas applied to the dense weights in float64 within 1e-6.
 """
 
 from __future__ import annotations
@@ -232,7 +239,8 @@ def scan(trace: Any, *, queries: range | slice | None = None,
     into scores by :func:`~attnlab.analysis.sums.scores_from_sums`), the pooled patterns
     (L, H, nq, nk) in float32 with blocks of ``pool_block`` rows/keys (or None), and
     whether token ids were used.
-    ``on_tile(rows_done, rows_total)`` is called after each tile of rows (progress).
+    ``on_tile(done, total)`` is called after each tile of rows (progress, in rows; on the
+    kernel's pass, which goes layer by layer, in rows of each layer).
     """
     check_trace(trace)
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len

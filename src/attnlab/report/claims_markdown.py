@@ -94,7 +94,10 @@ def markdown(claim_verdicts: Sequence[ClaimVerdict],
              "|---|---|---|---|---|---|---|---|---|"]
     for v in claim_verdicts:
         c = v.claim
-        if c.testable:
+        if c.timed and not live:
+            numbers = ("The timing and its control are measured each time the inventory runs "
+                       "(`attnlab claims`), not fixed on this page.")
+        elif c.testable:
             numbers = "; ".join(f"{m.experiment}: {m.text()}"
                                 + (" (against)" if m.against else "")
                                 for m in v.measurements)

@@ -86,7 +86,7 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
           r.passed)], passed_col=5, catalog=cat)
     if r.by_construction:
         body += bilingual(BY_CONSTRUCTION.replace("{}", r.by_construction),
-                          ZH[BY_CONSTRUCTION].replace("{}", r.by_construction_zh), cls="claim")
+                          ZH[BY_CONSTRUCTION].replace("{}", r.by_construction_zh), cls="muted")
     if not r.expect_holds:  # the reason stated in advance, in both languages
         why = FINDING if r.finding else EXPECTED_NOT
         body += bilingual(why.replace("{}", r.expect_why),

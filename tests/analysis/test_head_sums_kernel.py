@@ -200,6 +200,11 @@ def test_disjoint_heads_add_up_to_every_head_to_the_bit():
     assert not torch.equal(parts[0][0], whole)
     alone, _, _ = scan(t, heads=[(1, 4)])
     assert torch.equal(alone[1, 4], scan(t)[0][1, 4]) and not bool(alone[0].any())
+    merged = t.merge_tokens(_runs(150))  # and on merged tokens
+    whole, pooled, _ = scan(merged, pool_block=8)
+    parts = [scan(merged, pool_block=8, heads=every[r::3]) for r in range(3)]
+    assert torch.equal(sum(p[0] for p in parts), whole)
+    assert torch.equal(sum(p[1] for p in parts), pooled)
 
 
 def test_row_tiles_change_nothing_but_rounding():
@@ -232,3 +237,44 @@ def test_arguments_of_the_kernel_pass_are_checked():
     assert not bool(sums.any())
     assert scores_mod._kernel_shapes(AttentionTrace(tokens=t.tokens, q=t.q, k=t.k, lse=t.lse,
                                                     shapes=capped)) is None
+
+
+def _runs(n: int, seed: int = 2) -> list[list[int]]:
+    """0..n-1 cut into consecutive runs of 1 to 4 pieces (a text's byte pieces merged)."""
+    g = torch.Generator().manual_seed(seed)
+    out, i = [], 0
+    while i < n:
+        k = min(n - i, int(torch.randint(1, 5, (1,), generator=g)))
+        out.append(list(range(i, i + k)))
+        i += k
+    return out
+
+
+@pytest.mark.parametrize("rule", ["causal", "window+padding", "bidirectional", "sinks"])
+def test_merged_tokens_are_merged_by_the_kernel_as_the_trace_merges_them(rule, monkeypatch):
+    """Merged tokens (``w[a, b] = mean_{i in a} sum_{j in b} p_ij``): the kernel's pass over
+    the pieces gives the dense scores of the merged weights, and those of the reading pass."""
+    shape = RULES[rule]["shape"]
+    merged = _trace(300, shape).merge_tokens(_runs(300))
+    n = merged.seq_len
+    assert merged.groups is not None and n < 200  # many tokens of several pieces
+    ids = torch.randint(12, (n,), generator=torch.Generator().manual_seed(7)).tolist()
+    w = merged.weights  # (L, H, n, n): the trace's own merge of its pieces' weights
+    ref = own_scores(w, ids)
+    block = 5
+    with monkeypatch.context() as m:
+        m.setattr(scores_mod, "_kernel_shapes", lambda trace: None)
+        read_sums, read_pooled, _ = scan(merged, token_ids=ids, pool_block=block,
+                                         tile_rows=40)
+    _no_weights_read(monkeypatch)
+    assert scores_mod._kernel_shapes(merged) is not None
+    sums, pooled, _ = scan(merged, token_ids=ids, pool_block=block, tile_rows=40)
+    got = scores_from_sums(sums, True)
+    assert _max_diff(got, ref) < TOL
+    assert _max_diff(got, scores_from_sums(read_sums, True)) < TOL
+    assert float((pooled.double() - _dense_pooled(w, block)).abs().max()) < TOL
+    assert float((pooled - read_pooled).abs().max()) < TOL
+    assert all(float(v.abs().max()) > 1e3 * TOL for v in ref.values()), ref
+    # the merge matters: the pieces' own scores are other numbers
+    pieces = scores_from_sums(scan(_trace(300, shape))[0], False)
+    assert float((pieces["distance"] - got["distance"]).abs().max()) > 1e-2

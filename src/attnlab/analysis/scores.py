@@ -4,15 +4,16 @@ Every score is computed in one pass over the query rows of a trace, a tile of ro
 time, and ``trace.weights`` (dense) is never used. Two passes give the same sums:
 
 * a trace whose weights are ``exp(s − lse)`` of its own q and k, under a shape of scale,
-  causal, window, key mask and sinks (SmolLM2's, Llama's, GPT-2's...), is summed by the
-  compiled kernel (:func:`attnlab.core.weights.head_sums`) straight from q, k and the lse,
-  layer by layer, every asked head of a tile of rows in one call: no weight is written, and
-  a row's entropy comes from its lse, ``−Σ_j p_j log p_j = −Σ_j p_j (s_j − lse)``, with no
-  log taken;
-* any other trace (dense weights, merged tokens, a soft-cap, ALiBi or a dense bias, or no
-  compiled kernel) is read through its on-demand weights (``trace.weights_rows``), one
-  head's tile at a time, memory O(tile_rows x Lk), and summed by
-  :mod:`attnlab.analysis.sums`, the arithmetic the survey uses on its batches too.
+  causal, window, key mask and sinks (SmolLM2's, Llama's, GPT-2's...), its pieces merged
+  or not, is summed by the compiled kernel (:func:`attnlab.core.weights.head_sums`)
+  straight from q, k and the lse, layer by layer, every asked head of a tile of rows in one
+  call: no weight is written, and a row's entropy comes from its lse,
+  ``−Σ_j p_j log p_j = −Σ_j p_j (s_j − lse)``, with no log taken (a merged token's row, a
+  sum of weights, takes its log);
+* any other trace (dense weights, a soft-cap, ALiBi or a dense bias, or no compiled
+  kernel) is read through its on-demand weights (``trace.weights_rows``), one head's tile
+  at a time, memory O(tile_rows x Lk), and summed by :mod:`attnlab.analysis.sums`, the
+  arithmetic the survey uses on its batches too.
 
 Notation: a head's weights ``W`` (Lq x Lk), rows summing to 1 (0 for a fully masked row);
 query ``i`` sits at key position ``p_i = i + Lk - Lq`` (bottom-right alignment: ``p_i = i``
@@ -155,11 +156,11 @@ def _causal_everywhere(trace: Any) -> bool:
 
 def _kernel_shapes(trace: Any) -> list[Any] | None:
     """The layers' score shapes when every weight of ``trace`` is ``exp(s − lse)`` of its
-    own q and k (no dense weights, no merged tokens) under shapes the compiled kernel's
-    :func:`~attnlab.core.weights.head_sums` takes; else None (the weights are read)."""
+    own q and k (no dense weights; merged tokens are merged by the kernel) under shapes the
+    compiled kernel's :func:`~attnlab.core.weights.head_sums` takes; else None (the weights
+    are read)."""
     if not getattr(trace, "has_qk", False) or getattr(trace, "lse", None) is None or (
-            getattr(trace, "groups", None) is not None) or not getattr(
-            trace, "weights_from_qk", False):
+            not getattr(trace, "weights_from_qk", False)):
         return None
     shapes = [trace.score_shape(layer) for layer in range(trace.num_layers)]
     if any(s.softcap is not None or s.alibi_slopes is not None or s.bias is not None
@@ -210,6 +211,10 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
                   for t in tiles]
     total, done = len(rows) * len(by_layer), 0
     acc = torch.zeros(trace.num_layers, trace.num_heads, len(HEAD_SUMS), dtype=torch.float64)
+    groups = None
+    if getattr(trace, "groups", None) is not None:  # merged tokens: their pieces' offsets
+        sizes = torch.tensor([len(g) for g in trace.groups], dtype=torch.long)
+        groups = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
     for layer, heads in by_layer.items():
         hd = torch.tensor(heads, dtype=torch.long)
         q = trace.layer_tensor("q", layer)
@@ -218,7 +223,7 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
         for tile, pairs in zip(tiles, pair_lists):
             if not head_sums(q, k, lse, shapes[layer], heads=hd, rows=tile, sums=acc[layer],
                              pooled=None if pooled is None else pooled[layer],
-                             pool_block=pool_block or 0, pairs=pairs):
+                             pool_block=pool_block or 0, pairs=pairs, groups=groups):
                 raise RuntimeError(f"the compiled kernel refused layer {layer}'s head sums")
             done += len(tile)
             if on_tile is not None:

@@ -341,7 +341,8 @@ HEAD_SUMS = ("mass", "entropy", "max_weight", "distance", "first", "previous", "
 
 def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Tensor,
               rows: range, sums: Tensor, pooled: Tensor | None = None, pool_block: int = 0,
-              pairs: tuple[Tensor, Tensor] | None = None) -> bool:
+              pairs: tuple[Tensor, Tensor] | None = None, groups: Tensor | None = None
+              ) -> bool:
     """Add one layer's sums for the head scores to ``sums`` (and its pooled blocks to
     ``pooled``) on the compiled kernel, straight from q, k and the logsumexp, without
     writing a weight. Returns False, touching nothing, where the kernel does not apply (a
@@ -366,6 +367,12 @@ def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Te
             rows ``row // pool_block``.
         pairs: ``(ptr (len(rows) + 1), keys)`` int64: row ``rows[r]``'s pair keys are
             ``keys[ptr[r]:ptr[r + 1]]``, ascending (its duplicate-token keys).
+        groups: ``(n + 1,)`` int64, for merged tokens: q, k and lse hold ``Lq = Lk``
+            pieces, token ``t`` is pieces ``groups[t]:groups[t + 1]``, and the sums are those
+            of the merged weights ``w[a, b] = mean_{i in a} sum_{j in b} p_ij`` (the rule of
+            :meth:`~attnlab.tracing.attention.AttentionTrace.merge_tokens`); rows, positions,
+            pair keys and pooled blocks are then in tokens, and a merged row's entropy is
+            ``−Σ_b w log w`` (w clamped to float32's smallest normal, as the other pass does).
 
     The weights are those :func:`shaped_weights` gives (the same GEMM, scale, subtraction
     and exponential); mass and distance are summed in float64, the entropy in float32
@@ -376,7 +383,7 @@ def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Te
             or lse.dtype != torch.float32):
         return False
     ops = _kernel.get()
-    if ops is None or not hasattr(ops, "head_sums"):
+    if ops is None or not hasattr(ops, "head_sums" if groups is None else "merged_head_sums"):
         return False
     if not isinstance(rows, range) or rows.step != 1:
         raise ValueError(f"rows must be a range of consecutive rows, got {rows!r}")
@@ -384,7 +391,13 @@ def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Te
     ptr = keys = None
     if pairs is not None:
         ptr, keys = pairs
-    ops.head_sums(aligned(q).contiguous(), aligned(k).contiguous(), lse.contiguous(), heads,
-                  rows.start, len(rows), shape.causal, shape.window or 0, km,
-                  float(shape.scale), ptr, keys, int(pool_block), sums, pooled)
+    q, k, lse = aligned(q).contiguous(), aligned(k).contiguous(), lse.contiguous()
+    if groups is not None:
+        ops.merged_head_sums(q, k, lse, heads, groups, rows.start, len(rows), shape.causal,
+                             shape.window or 0, km, float(shape.scale), ptr, keys,
+                             int(pool_block), sums, pooled)
+    else:
+        ops.head_sums(q, k, lse, heads, rows.start, len(rows), shape.causal,
+                      shape.window or 0, km, float(shape.scale), ptr, keys, int(pool_block),
+                      sums, pooled)
     return True

@@ -799,6 +799,40 @@ inline double lane_sum(const Vectorized<float>& v) {
   return sum;
 }
 
+// The rows' stats into their heads' sums (the layout of head_sums) and their blocks of keys
+// into their blocks of rows, row by row in order.
+void add_rows(const std::vector<double>& stats, const std::vector<float>& prow,
+              const int64_t* hp, int64_t hs, int64_t row0, int64_t R, int64_t off,
+              int64_t pool_block, int64_t nkb, int64_t nqb, at::Tensor& sums, float* op) {
+  double* out = sums.data_ptr<double>();
+  for (int64_t i = 0; i < hs; ++i) {
+    double* o = out + hp[i] * kHeadSums;
+    for (int64_t r = 0; r < R; ++r) {
+      const double* st = stats.data() + (i * R + r) * kStats;
+      for (int c = 0; c < kStats; ++c) o[c] += st[c];
+      if (row0 + r + off >= 1) {
+        o[9] += st[4];
+        o[10] += st[0];
+      }
+      if (nkb) {
+        float* dst = op + (hp[i] * nqb + (row0 + r) / pool_block) * nkb;
+        const float* src = prow.data() + (i * R + r) * nkb;
+        for (int64_t x = 0; x < nkb; ++x) dst[x] += src[x];
+      }
+    }
+  }
+}
+
+// A row's pair keys in [k_lo, k_hi) (absolute keys): Σ w at them and at the keys after them,
+// w the row's values over the keys [c0, c0 + n)
+inline void pair_sums(const int64_t* k0, const int64_t* k1, const float* w, int64_t c0,
+                      int64_t k_lo, int64_t k_hi, double* dup, double* ind) {
+  for (const int64_t* it = std::lower_bound(k0, k1, k_lo); it != k1 && *it < k_hi; ++it)
+    *dup += w[*it - c0];
+  for (const int64_t* it = std::lower_bound(k0, k1, k_lo - 1); it != k1 && *it + 1 < k_hi; ++it)
+    *ind += w[*it + 1 - c0];
+}
+
 void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
                const at::Tensor& heads, int64_t row0, int64_t R, bool causal, int64_t window,
                const c10::optional<at::Tensor>& key_mask, double scale_d,
@@ -1001,19 +1035,9 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
             st[4] += at_key(0);
             if (pos >= 1) st[5] += at_key(pos - 1);
             if (pos >= 0) st[6] += at_key(pos);
-            if (pp) {
-              const int64_t* k0 = pk + pp[r0 + r];
-              const int64_t* k1 = pk + pp[r0 + r + 1];
-              double dup = 0.0, ind = 0.0;
-              for (const int64_t* it = std::lower_bound(k0, k1, c0 + a);
-                   it != k1 && *it < c0 + b; ++it)
-                dup += sr[*it - c0];
-              for (const int64_t* it = std::lower_bound(k0, k1, c0 + a - 1);
-                   it != k1 && *it + 1 < c0 + b; ++it)
-                ind += sr[*it + 1 - c0];
-              st[7] += dup;
-              st[8] += ind;
-            }
+            if (pp)
+              pair_sums(pk + pp[r0 + r], pk + pp[r0 + r + 1], sr, c0, c0 + a, c0 + b, &st[7],
+                        &st[8]);
             if (nkb) {
               float* pr = prow.data() + (mem[m] * R + r0 + r) * nkb;
               for (int64_t blk = (c0 + a) / pool_block; blk * pool_block < c0 + b; ++blk) {
@@ -1027,24 +1051,249 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
       }
     }
   });
-  // rows into their heads' sums and blocks, row by row in order
-  double* out = sums.data_ptr<double>();
-  for (int64_t i = 0; i < hs; ++i) {
-    double* o = out + hp[i] * kHeadSums;
-    for (int64_t r = 0; r < R; ++r) {
-      const double* st = stats.data() + (i * R + r) * kStats;
-      for (int c = 0; c < kStats; ++c) o[c] += st[c];
-      if (row0 + r + off >= 1) {
-        o[9] += st[4];
-        o[10] += st[0];
+  add_rows(stats, prow, hp, hs, row0, R, off, pool_block, nkb, nqb, sums, op);
+}
+
+// head_sums for a trace of merged tokens: `groups` (n + 1) int64 cuts the Lq = Lk pieces of
+// q, k and lse into n tokens of consecutive pieces (token t: pieces groups[t] to
+// groups[t + 1]). A merged weight is w[a, b] = mean over a's pieces i of the sum over b's
+// pieces j of p_ij (summed over the key pieces, then over the query pieces, then divided by
+// their number, as AttentionTrace merges); rows [row0, row0 + rows), pair keys, positions
+// (pos = the token a itself) and pooled blocks are in tokens. Per row the same sums as
+// head_sums, the entropy −Σ_b w log w with w clamped to float32's tiny (w is not one
+// exponential: its log is taken), in float32 over one tile of keys, then in float64.
+void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
+                      const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
+                      bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
+                      double scale_d, const c10::optional<at::Tensor>& pair_ptr,
+                      const c10::optional<at::Tensor>& pair_key, int64_t pool_block,
+                      at::Tensor& sums, const c10::optional<at::Tensor>& pooled) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && lse.dim() == 2 && heads.dim() == 1 &&
+                  groups.dim() == 1,
+              "attnlab kernel: merged_head_sums takes q (H, L, d), k (H_kv, L, d), lse (H, L), "
+              "heads (hs), groups (n + 1)");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && lse.is_contiguous() &&
+                  heads.is_contiguous() && groups.is_contiguous(),
+              "attnlab kernel: merged_head_sums needs contiguous inputs");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  lse.scalar_type() == at::kFloat && heads.scalar_type() == at::kLong &&
+                  groups.scalar_type() == at::kLong,
+              "attnlab kernel: merged_head_sums takes float32 q, k, lse and int64 heads, groups");
+  const int64_t H = q.size(0), lp = q.size(1), d = q.size(2), Hkv = k.size(0);
+  const int64_t hs = heads.size(0), n = groups.size(0) - 1;
+  TORCH_CHECK(k.size(1) == lp && k.size(2) == d && lse.size(0) == H && lse.size(1) == lp &&
+                  Hkv > 0 && H % Hkv == 0,
+              "attnlab kernel: merged_head_sums shapes do not match (self-attention pieces)");
+  const int64_t* gp = groups.data_ptr<int64_t>();
+  TORCH_CHECK(n >= 0 && gp[0] == 0 && gp[n] == lp,
+              "attnlab kernel: groups must run from 0 to the number of pieces");
+  for (int64_t t = 0; t < n; ++t)
+    TORCH_CHECK(gp[t] < gp[t + 1], "attnlab kernel: every group needs a piece, in order");
+  TORCH_CHECK(R >= 0 && row0 >= 0 && row0 + R <= n, "attnlab kernel: merged_head_sums rows [",
+              row0, ", ", row0 + R, ") out of [0, ", n, ")");
+  TORCH_CHECK(sums.scalar_type() == at::kDouble && sums.is_contiguous() && sums.dim() == 2 &&
+                  sums.size(0) == H && sums.size(1) == kHeadSums,
+              "attnlab kernel: merged_head_sums needs contiguous float64 sums (H, 11)");
+  const int64_t* hp = heads.data_ptr<int64_t>();
+  for (int64_t i = 0; i < hs; ++i)
+    TORCH_CHECK(hp[i] >= 0 && hp[i] < H, "attnlab kernel: merged_head_sums heads out of range");
+  const float* kmf = nullptr;
+  at::Tensor kmask_f;
+  if (key_mask.has_value()) {
+    TORCH_CHECK(key_mask->scalar_type() == at::kBool && key_mask->is_contiguous() &&
+                    key_mask->dim() == 1 && key_mask->size(0) == lp,
+                "attnlab kernel: key_mask must be a contiguous bool (pieces,)");
+    kmask_f = key_mask->to(at::kFloat).contiguous();
+    kmf = kmask_f.data_ptr<float>();
+  }
+  const int64_t* pp = nullptr;
+  const int64_t* pk = nullptr;
+  if (pair_ptr.has_value() || pair_key.has_value()) {
+    TORCH_CHECK(pair_ptr.has_value() && pair_key.has_value() &&
+                    pair_ptr->scalar_type() == at::kLong && pair_key->scalar_type() == at::kLong &&
+                    pair_ptr->is_contiguous() && pair_key->is_contiguous() &&
+                    pair_ptr->dim() == 1 && pair_key->dim() == 1 && pair_ptr->size(0) == R + 1,
+                "attnlab kernel: pair_ptr (rows + 1) and pair_key must be contiguous int64");
+    pp = pair_ptr->data_ptr<int64_t>();
+    pk = pair_key->data_ptr<int64_t>();
+    for (int64_t r = 0; r < R; ++r)
+      TORCH_CHECK(pp[r] <= pp[r + 1], "attnlab kernel: pair_ptr must not decrease");
+    TORCH_CHECK(R == 0 || (pp[0] >= 0 && pp[R] <= pair_key->size(0)),
+                "attnlab kernel: pair_ptr must point into pair_key");
+  }
+  int64_t nkb = 0, nqb = 0;
+  float* op = nullptr;
+  if (pool_block > 0) {
+    nkb = (n + pool_block - 1) / pool_block;
+    TORCH_CHECK(pooled.has_value() && pooled->scalar_type() == at::kFloat &&
+                    pooled->is_contiguous() && pooled->dim() == 3 && pooled->size(0) == H &&
+                    pooled->size(2) == nkb &&
+                    (R == 0 || pooled->size(1) > (row0 + R - 1) / pool_block),
+                "attnlab kernel: pool_block needs contiguous float32 pooled (H, nq, ", nkb,
+                ") covering the rows' blocks");
+    nqb = pooled->size(1);
+    op = pooled->data_ptr<float>();
+  }
+  if (hs == 0 || R == 0 || n == 0) return;
+  const int64_t G = H / Hkv;
+  std::vector<std::vector<int64_t>> members(Hkv);
+  for (int64_t i = 0; i < hs; ++i) members[hp[i] / G].push_back(i);
+  std::vector<int64_t> kv_groups;
+  int64_t most = 1;
+  for (int64_t g = 0; g < Hkv; ++g)
+    if (!members[g].empty()) {
+      kv_groups.push_back(g);
+      most = std::max<int64_t>(most, members[g].size());
+    }
+  // tiles in tokens: tr rows x tc keys (whole pooling blocks where they fit); the buffers hold
+  // the most pieces any such tile has
+  const int64_t tr = std::min<int64_t>(R, 32);
+  int64_t tc = 256;
+  if (pool_block > 0) tc = pool_block >= 256 ? pool_block : (256 / pool_block) * pool_block;
+  tc = std::min(tc, n);
+  const int64_t nr = (R + tr - 1) / tr;
+  int64_t most_rows = 1, most_cols = 1;
+  for (int64_t rb = 0; rb < nr; ++rb) {
+    const int64_t a0 = row0 + rb * tr, a1 = std::min(row0 + R, a0 + tr);
+    most_rows = std::max(most_rows, gp[a1] - gp[a0]);
+  }
+  for (int64_t b0 = 0; b0 < n; b0 += tc)
+    most_cols = std::max(most_cols, gp[std::min(n, b0 + tc)] - gp[b0]);
+  const int64_t tasks = static_cast<int64_t>(kv_groups.size()) * nr;
+  const float scale = static_cast<float>(scale_d);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* lp_ = lse.data_ptr<float>();
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const float tiny = std::numeric_limits<float>::min();
+  std::vector<double> stats(static_cast<size_t>(hs * R * kStats), 0.0);
+  std::vector<float> prow(static_cast<size_t>(hs * R * nkb), 0.f);
+
+  for_each_task(tasks, [&](auto&& take) {
+    using V = Vectorized<float>;
+    std::vector<float> sbuf(static_cast<size_t>(most_rows * most_cols + 16));
+    std::vector<float> qbuf(static_cast<size_t>(most * most_rows * d + 16));
+    float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
+                                        ~uintptr_t(63));
+    float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
+                                         ~uintptr_t(63));
+    std::vector<int64_t> lo(most_rows), hi(most_rows);
+    std::vector<float> w(static_cast<size_t>(tc + 16)), part(static_cast<size_t>(tc + 16));
+    for (int64_t t; (t = take()) >= 0;) {
+      const int64_t g = kv_groups[t / nr], rb = zigzag(t % nr, nr);
+      const std::vector<int64_t>& mem = members[g];
+      const int64_t nm = static_cast<int64_t>(mem.size());
+      const int64_t a0 = row0 + rb * tr, a1 = std::min(row0 + R, a0 + tr);
+      const int64_t p0 = gp[a0], p1 = gp[a1], np = p1 - p0;  // the tile's query pieces
+      int64_t cmax = 0;
+      for (int64_t i = 0; i < np; ++i) {
+        const int64_t pos = p0 + i;
+        int64_t a = 0, b = lp;
+        if (causal) b = pos + 1;
+        if (window > 0) {
+          a = std::max<int64_t>(a, pos - window + 1);
+          b = std::min<int64_t>(b, pos + window);
+        }
+        a = std::clamp<int64_t>(a, 0, lp);
+        b = std::clamp<int64_t>(b, a, lp);
+        lo[i] = a;
+        hi[i] = b;
+        if (b > a) cmax = std::max(cmax, b);
       }
-      if (nkb) {
-        float* dst = op + (hp[i] * nqb + (row0 + r) / pool_block) * nkb;
-        const float* src = prow.data() + (i * R + r) * nkb;
-        for (int64_t x = 0; x < nkb; ++x) dst[x] += src[x];
+      for (int64_t m = 0; m < nm; ++m) {
+        const float* src = qp + (hp[mem[m]] * lp + p0) * d;
+        std::copy(src, src + np * d, qb + m * np * d);
+      }
+      for (int64_t b0 = 0; b0 < n && gp[b0] < cmax; b0 += tc) {
+        const int64_t b1 = std::min(n, b0 + tc), nt = b1 - b0;  // the tile's key tokens
+        const int64_t c0 = gp[b0], cols = gp[b1] - c0;           // and their pieces
+        for (int64_t m = 0; m < nm; ++m) {
+          const int64_t hq = hp[mem[m]];
+          gemm_rm<float>(false, true, np, cols, d, 1.f, qb + m * np * d, d, kp + (g * lp + c0) * d,
+                         d, 0.f, s, cols);
+          for (int64_t i = 0; i < np * cols; ++i) s[i] *= scale;
+          for (int64_t i = 0; i < np; ++i) {  // each piece row's weights, 0 where hidden
+            float* sr = s + i * cols;
+            const int64_t a = std::clamp<int64_t>(lo[i] - c0, 0, cols);
+            const int64_t b = std::clamp<int64_t>(hi[i] - c0, a, cols);
+            const float l = lp_[hq * lp + p0 + i];
+            if (l == kNegInf || b <= a) {
+              std::fill(sr, sr + cols, 0.f);
+              continue;
+            }
+            std::fill(sr, sr + a, 0.f);
+            std::fill(sr + b, sr + cols, 0.f);
+            row_exp<float>(sr + a, b - a, l);
+            if (kmf)
+              for (int64_t j = a; j < b; ++j)
+                if (kmf[c0 + j] == 0.f) sr[j] = 0.f;
+          }
+          for (int64_t ta = a0; ta < a1; ++ta) {  // each token row of the tile
+            // summed over each key token's pieces, then over the row's pieces, then divided
+            std::fill(w.begin(), w.begin() + nt, 0.f);
+            for (int64_t i = gp[ta] - p0; i < gp[ta + 1] - p0; ++i) {
+              const float* sr = s + i * cols;
+              for (int64_t bb = 0; bb < nt; ++bb) {
+                float ks = 0.f;
+                for (int64_t j = gp[b0 + bb] - c0; j < gp[b0 + bb + 1] - c0; ++j) ks += sr[j];
+                part[bb] = ks;
+              }
+              for (int64_t bb = 0; bb < nt; ++bb) w[bb] += part[bb];
+            }
+            const float cnt = static_cast<float>(gp[ta + 1] - gp[ta]);
+            for (int64_t bb = 0; bb < nt; ++bb) w[bb] /= cnt;
+            const float* wr = w.data();
+            const int64_t r = ta - row0;
+            double* st = stats.data() + (mem[m] * R + r) * kStats;
+            mass_distance(wr, 0, nt, static_cast<double>(ta - b0), &st[0], &st[3]);
+            V ae(0.f), ax(0.f);
+            const V vt(tiny);
+            int64_t j = 0;
+            for (; j + V::size() <= nt; j += V::size()) {
+              const V x = V::loadu(wr + j);
+              ae = at::vec::fmadd(x, at::vec::maximum(x, vt).log(), ae);
+              ax = at::vec::maximum(ax, x);
+            }
+            double ent = lane_sum(ae);
+            bool nan = false;
+            float mx = 0.f;
+            {
+              float lanes[V::size()];
+              ax.store(lanes);
+              for (int64_t x = 0; x < V::size(); ++x) {
+                nan |= std::isnan(lanes[x]);
+                mx = std::max(mx, lanes[x]);
+              }
+            }
+            for (; j < nt; ++j) {
+              ent += static_cast<double>(wr[j] * std::log(std::max(wr[j], tiny)));
+              nan |= std::isnan(wr[j]);
+              mx = std::max(mx, wr[j]);
+            }
+            st[1] -= ent;
+            st[2] = nan ? std::numeric_limits<double>::quiet_NaN()
+                        : std::max(st[2], static_cast<double>(mx));
+            auto at_key = [&](int64_t key) -> double {
+              return (key >= b0 && key < b1) ? static_cast<double>(wr[key - b0]) : 0.0;
+            };
+            st[4] += at_key(0);
+            if (ta >= 1) st[5] += at_key(ta - 1);
+            st[6] += at_key(ta);
+            if (pp) pair_sums(pk + pp[r], pk + pp[r + 1], wr, b0, b0, b1, &st[7], &st[8]);
+            if (nkb) {
+              float* pr = prow.data() + (mem[m] * R + r) * nkb;
+              for (int64_t blk = b0 / pool_block; blk * pool_block < b1; ++blk) {
+                const int64_t s0 = std::max<int64_t>(blk * pool_block, b0) - b0;
+                const int64_t s1 = std::min<int64_t>((blk + 1) * pool_block, b1) - b0;
+                pr[blk] += seg_sum(wr + s0, s1 - s0);
+              }
+            }
+          }
+        }
       }
     }
-  }
+  });
+  add_rows(stats, prow, hp, hs, row0, R, 0, pool_block, nkb, nqb, sums, op);
 }
 
 // how the kernel was compiled: the vector ISA at::vec uses here
@@ -1072,6 +1321,10 @@ TORCH_LIBRARY(attnlab_kernel, m) {
   m.def("head_sums(Tensor q, Tensor k, Tensor lse, Tensor heads, int row0, int rows, "
         "bool causal, int window, Tensor? key_mask, float scale, Tensor? pair_ptr, "
         "Tensor? pair_key, int pool_block, Tensor(a!) sums, Tensor(b!)? pooled) -> ()");
+  m.def("merged_head_sums(Tensor q, Tensor k, Tensor lse, Tensor heads, Tensor groups, "
+        "int row0, int rows, bool causal, int window, Tensor? key_mask, float scale, "
+        "Tensor? pair_ptr, Tensor? pair_key, int pool_block, Tensor(a!) sums, "
+        "Tensor(b!)? pooled) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
@@ -1079,4 +1332,5 @@ TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
   m.impl("backward", &backward);
   m.impl("exp_rows", &exp_rows);
   m.impl("head_sums", &head_sums);
+  m.impl("merged_head_sums", &merged_head_sums);
 }

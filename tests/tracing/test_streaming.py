@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnlab.core.scores import ScoreShape, row_logsumexp
-from attnlab.tracing import trace_file
+from attnlab.tracing import trace_file, trace_stream
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture import capture
 from attnlab.tracing.tracer import trace
@@ -96,7 +96,7 @@ def test_a_header_that_outgrows_its_room_moves_the_data_once(tmp_path):
     lse = torch.stack([row_logsumexp(q[i], k[i], shapes[i]) for i in range(nl)])
     ref = AttentionTrace([f"token number {i}" * 50 for i in range(n)], q=q, k=k, lse=lse,
                          shapes=shapes, text="long " * 5000)
-    s = trace_file.TraceStream(tmp_path / "t.safetensors", nl, reserve=0)
+    s = trace_stream.TraceStream(tmp_path / "t.safetensors", nl, reserve=0)
     for i in range(nl):
         s.add({"q": q[i], "k": k[i], "lse": lse[i]}, shapes[i])
     room = s._start
@@ -136,7 +136,7 @@ def test_what_the_first_layer_s_layout_cannot_hold_is_refused(llama, tmp_path):
     with pytest.raises(ValueError, match="laid out for 2 layers and got one more"):
         with torch.no_grad(), capture(llama, out=tmp_path / "b.safetensors", num_layers=2):
             llama(ids)
-    s = trace_file.TraceStream(tmp_path / "c.safetensors", 2)
+    s = trace_stream.TraceStream(tmp_path / "c.safetensors", 2)
     shape = ScoreShape(scale=1.0)
     s.add({"q": torch.zeros(2, 4, 8), "k": torch.zeros(2, 4, 8), "lse": torch.zeros(2, 4)},
           shape)
@@ -204,8 +204,8 @@ def test_a_text_s_merged_pieces_stream_into_the_header_room_kept_for_them(tmp_pa
     tok = _byte_tokenizer()
     text = "注意力是一种机制 attention, \"quoted\" \\ " * 12  # 3 pieces a character
     moved = []
-    original = trace_file.TraceStream._move_data
-    monkeypatch.setattr(trace_file.TraceStream, "_move_data",
+    original = trace_stream.TraceStream._move_data
+    monkeypatch.setattr(trace_stream.TraceStream, "_move_data",
                         lambda self, start: (moved.append(start), original(self, start)))
     streamed = trace(model, text, tokenizer=tok, out=tmp_path / "t.safetensors")
     memory = trace(model, text, tokenizer=tok)

@@ -14,7 +14,7 @@ hold dense weights (B, H, Lq, Lk) instead (short inputs); with ``context=True`` 
 keep each head's output (B, H, Lq, dv).
 
 **Streaming.** ``capture(model, out=PATH)`` writes each layer to a trace file (format
-version 5, :class:`~attnlab.tracing.trace_file.TraceStream`) as soon as its attention call
+version 5, :class:`~attnlab.tracing.trace_stream.TraceStream`) as soon as its attention call
 is recorded, and drops it: the capture's own memory is one layer, whatever the number of
 layers. ``cap.trace()`` then writes the header, renames the file into place and returns the
 trace opened from it (:meth:`~attnlab.tracing.attention.AttentionTrace.open`); its tensors
@@ -66,7 +66,7 @@ from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import first_int
 from attnlab.tracing.model_parts import output_projection, output_projections, rope_layout
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
-from attnlab.tracing.trace_file import TraceStream
+from attnlab.tracing.trace_stream import TraceStream
 
 __all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture", "stack_table"]
 
@@ -367,7 +367,7 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
 
 class _LayerStream:
     """What a streamed capture keeps: where its file is written (a
-    :class:`~attnlab.tracing.trace_file.TraceStream`) and the little it must remember (the
+    :class:`~attnlab.tracing.trace_stream.TraceStream`) and the little it must remember (the
     first call's shape, the layer names); each record's tensors are written and dropped.
 
     As in memory (:func:`_one_stack`, :func:`_stack`), only the calls with the (H, Lq, Lk)

@@ -19,11 +19,12 @@ The versions: 1 held dense weights (q, k, v repeated per head); 2 held q, k, v a
 row's log-sum-exp, the score shape per layer and each tensor's sha256; 3 added sink logits
 and windows without ``causal``; 4 added the ``stack`` of a trace and files of several
 stacks; 5 (:data:`STREAM_FORMAT_VERSION`, one-trace files written layer by layer by
-:class:`TraceStream`) keeps version 4's layout and adds, for each tensor stacked by layer,
-``layer_sha256``: the sha256 of each layer's chunk, so that a reader can check a layer when
-it first reads it (:class:`LayerDigests`, which :func:`open_one` attaches). :func:`save_one`
-and :func:`save_stacked` write version 4. Every version this attnlab reads loads as today's
-trace: versions 2 and 3 as stack ``"self"``, version 1 as a dense trace.
+:class:`~attnlab.tracing.trace_stream.TraceStream`) keeps version 4's layout and adds, for
+each tensor stacked by layer, ``layer_sha256``: the sha256 of each layer's chunk, so that
+a reader can check a layer when it first reads it (:class:`LayerDigests`, which
+:func:`open_one` attaches). :func:`save_one` and :func:`save_stacked` write version 4.
+Every version this attnlab reads loads as today's trace: versions 2 and 3 as stack
+``"self"``, version 1 as a dense trace.
 
 Reading goes in stages: the header alone (``_read_header``: the metadata and each
 tensor's dtype and shape), its checks (``_check_one`` / ``_check_stacked``, before any
@@ -34,7 +35,8 @@ checks in ``_check_fields``, and the newest version read (``_NEWEST``) raised; o
 tensors are read lazily replaces the ``_read_tensors`` stage for its files. A bad file
 raises :class:`TraceFormatError` naming the file, the stack and the field or tensor at
 fault. Writing goes through :func:`attnlab._io.atomic_open`, tensor by tensor (no second
-copy), or through a :class:`TraceStream`'s temp file, renamed into place when complete.
+copy), or through a :class:`~attnlab.tracing.trace_stream.TraceStream`'s temp file, renamed
+into place when complete.
 
 >>> import tempfile, torch
 >>> from attnlab.tracing.attention import AttentionTrace
@@ -48,38 +50,33 @@ copy), or through a :class:`TraceStream`'s temp file, renamed into place when co
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import errno
 import hashlib
 import json
 import math
-import os
 import struct
 import threading
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab._io import atomic_open, temp_beside
+from attnlab._io import atomic_open
 from attnlab._text import one_line
 from attnlab.core._layout import aligned
-from attnlab.core.scores import TENSOR_FIELDS, TILE_BYTES, ScoreShape
+from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
 from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
+from attnlab.tracing.trace_values import check_values
 
 __all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "STREAM_FORMAT_VERSION",
-           "LayerDigests", "TraceFormatError", "TraceStream", "file_format", "load_one",
+           "LayerDigests", "TraceFormatError", "file_format", "load_one",
            "load_stacked", "open_one", "save_one", "save_stacked", "verify_one"]
 
 #: Version of the file layout :func:`save_one` and :func:`save_stacked` write.
 FORMAT_VERSION = 4
-#: Version of the one-trace files a :class:`TraceStream` writes (version 4's layout, plus
-#: each layer's sha256 per tensor).
+#: Version of the one-trace files a :class:`~attnlab.tracing.trace_stream.TraceStream`
+#: writes (version 4's layout, plus each layer's sha256 per tensor).
 STREAM_FORMAT_VERSION = 5
 #: The ``format`` of a file of one trace, and of a file of several stacks.
 ONE_STACK = "attnlab.AttentionTrace"
@@ -215,334 +212,6 @@ def _sha256(t: Tensor) -> str:
 
 #: The order of a streamed file's layer tensors: ``lse`` (H·N floats a layer) last, so that
 #: the others start on 64-byte boundaries whenever their sizes are multiples of 64.
-_LAYER_ORDER = ("weights", "q", "k", "v", "context", "out_proj", "lse")
-#: A streamed file's tensor data starts on this boundary (the header is padded to it).
-_ALIGN = 64
-#: Bytes copied at a time when a header outgrows its room and the data moves.
-_COPY_BYTES = 16 << 20
-
-
-@dataclass
-class _Slot:
-    """Where one layer tensor lives in a streamed file, and its digests so far."""
-
-    dtype: str
-    shape: list[int]  # one layer's
-    offset: int  # of layer 0, in the data region
-    chunk: int  # bytes of one layer
-    digests: list[str] = dataclasses.field(default_factory=list)
-    whole: Any = dataclasses.field(default_factory=hashlib.sha256)
-
-
-def _round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
-def _remove_temp(handle: list[Any]) -> None:
-    """Close and delete a stream's temp file (``handle``: [fd or None, path])."""
-    fd, tmp = handle
-    handle[0] = None
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    Path(tmp).unlink(missing_ok=True)
-
-
-def _temp_beside(path: Path) -> tuple[int, str]:
-    """A new temp file beside ``path`` (:func:`attnlab._io.temp_beside`)."""
-    return temp_beside(path)
-
-
-class TraceStream:
-    """One trace written to a file layer by layer while the model runs (format version
-    :data:`STREAM_FORMAT_VERSION`): what stays in memory is one layer, whatever the number of
-    layers.
-
-    ``TraceStream(path, num_layers)``, then :meth:`add` once per layer, in order (that
-    layer's tensors by name, each without the layer dimension: ``q (H, Lq, d)``, ``k``,
-    ``v``, ``lse (H, Lq)``, ``context``, ``out_proj`` or ``weights``, and its
-    :class:`~attnlab.core.scores.ScoreShape`); :meth:`write_header` with the trace's other
-    fields (``AttentionTrace._file_fields()``: labels, meta, groups; as often as needed:
-    each call rewrites the header in place); :meth:`commit` moves the file to ``path``.
-    :meth:`discard` (or the stream's garbage collection before a commit) deletes it.
-
-    The layout is version 4's, one safetensors file whose tensors are stacked (L, ...), so
-    that any safetensors reader and :func:`open_one` read it. After the first layer every
-    tensor's shape is known (L given): room is reserved for the header, the file is
-    preallocated (a full disk fails then, not midway) and each layer's slice of each tensor
-    is written at its offset, hashed as it goes: each layer's chunk on its own
-    (``layer_sha256``) and, the chunks arriving in order, the whole tensor (``sha256``). A
-    later layer of another shape is refused, naming it. The score shapes' tensors (a key
-    mask, ALiBi slopes, sinks, a bias; each distinct one stored once) follow the layer
-    tensors, appended as they arrive. The header is written at the end, padded with spaces
-    to its room (the safetensors format allows it); the room is that of L layers' entries
-    like the first one's plus ``reserve`` bytes for the labels and ``meta``, and a header
-    that still outgrows it moves the data once behind a longer one. Everything is written
-    to a temp file beside ``path`` (``.NAME.attnlab-XXXXXXXX.tmp``, as
-    :func:`attnlab._io.atomic_open` names its own), renamed over ``path`` by :meth:`commit`:
-    a crash leaves no half file under ``path``.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], num_layers: int, *,
-                 reserve: int = 0) -> None:
-        for name, value, least in (("num_layers", num_layers, 1), ("reserve", reserve, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        self.path = Path(path)
-        self.num_layers = num_layers
-        self.reserve = reserve
-        #: Layers written so far.
-        self.layers = 0
-        fd, tmp = _temp_beside(self.path)
-        self._handle: list[Any] = [fd, tmp]
-        self._cleanup = weakref.finalize(self, _remove_temp, self._handle)
-        self._slots: dict[str, _Slot] | None = None
-        self._start = 0  # where the data region starts: 8 + the header's room
-        self._main = 0  # bytes of the layer tensors
-        self._tail: list[tuple[str, str, list[int], int, int, str]] = []  # score-shape tensors
-        self._tail_bytes = 0
-        self._seen: dict[tuple[str, tuple[int, ...], str], str] = {}
-        self._entries: list[dict[str, Any]] = []
-        self._headed = False
-        self._state = "open"
-
-    @property
-    def temp_path(self) -> Path:
-        """The temp file the stream writes (a complete trace file after
-        :meth:`write_header`), renamed to :attr:`path` by :meth:`commit`."""
-        return Path(self._handle[1])
-
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise RuntimeError(f"the trace stream to {self.path} is {self._state}")
-
-    def _write(self, data: Any, offset: int) -> None:
-        view = memoryview(data).cast("B")
-        while view.nbytes:
-            n = os.pwrite(self._handle[0], view, offset)
-            view, offset = view[n:], offset + n
-
-    # -- layers ---------------------------------------------------------------------------
-
-    def add(self, tensors: Mapping[str, Tensor], shape: ScoreShape) -> None:
-        """Write one layer: ``tensors`` (name -> that layer's tensor, the same names,
-        shapes and dtypes at every layer) and its score shape."""
-        self._check_open()
-        layer = self.layers
-        if layer >= self.num_layers:
-            raise ValueError(f"layer {layer}: the trace stream to {self.path} was laid out for "
-                             f"{self.num_layers} layers and got one more")
-        if not isinstance(shape, ScoreShape):
-            raise TypeError(f"shape must be a ScoreShape, got {type(shape).__name__}")
-        parts: dict[str, Tensor] = {}
-        for name, t in tensors.items():
-            if name not in _LAYER_ORDER:
-                raise ValueError(f"tensors: {name!r} is not a trace tensor (one of "
-                                 f"{', '.join(_LAYER_ORDER)})")
-            if not isinstance(t, Tensor):
-                raise TypeError(f"tensors[{name!r}] must be a tensor, got {type(t).__name__}")
-            t = t.detach().to("cpu").contiguous()
-            if t.dtype not in _DTYPES:
-                raise ValueError(f"{name} has dtype {t.dtype}, which a trace file cannot hold")
-            parts[name] = t
-        if self._slots is None:
-            self._plan(parts, shape)
-        assert self._slots is not None
-        self._check_layer(layer, parts)
-        for name, slot in self._slots.items():
-            data = _bytes(parts[name])
-            self._write(data, self._start + slot.offset + layer * slot.chunk)
-            slot.digests.append(hashlib.sha256(data).hexdigest())
-            slot.whole.update(data)
-        entry: dict[str, Any] = shape.describe()
-        for f, t in shape.tensors().items():
-            entry[f] = self._shape_tensor(layer, f, t)
-        for f in TENSOR_FIELDS:
-            entry.setdefault(f, None)
-        self._entries.append(entry)
-        self.layers += 1
-
-    def _plan(self, parts: dict[str, Tensor], shape: ScoreShape) -> None:
-        """The layout, from the first layer: every tensor's place, the header's room; the
-        file preallocated."""
-        if not parts:
-            raise ValueError("a trace stream's layer needs at least one tensor")
-        slots, offset = {}, 0
-        for name in _LAYER_ORDER:
-            t = parts.get(name)
-            if t is not None:
-                chunk = t.numel() * t.element_size()
-                slots[name] = _Slot(_DTYPES[t.dtype], list(t.shape), offset, chunk)
-                offset += chunk * self.num_layers
-        self._slots, self._main = slots, offset
-        self._start = self._room(self._room_needed(shape))
-        size = self._start + self._main
-        try:
-            os.posix_fallocate(self._handle[0], 0, size)
-        except AttributeError:  # no posix_fallocate on this system (macOS)
-            os.ftruncate(self._handle[0], size)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise OSError(errno.ENOSPC, f"no space left for the trace ({size} bytes)",
-                              str(self.path)) from None
-            os.ftruncate(self._handle[0], size)  # a file system without fallocate
-
-    def _room_needed(self, shape: ScoreShape) -> int:
-        """Bytes of a header of L layers whose entries are like the first one's."""
-        n = self.num_layers
-        entry: dict[str, Any] = shape.describe()
-        entry.update({f: f"shapes.{n}.{f}" for f in TENSOR_FIELDS})
-        digest = "0" * 64
-        assert self._slots is not None
-        manifest: dict[str, Any] = {
-            name: {"dtype": s.dtype, "shape": [n, *s.shape], "sha256": digest,
-                   "layer_sha256": [digest] * n} for name, s in self._slots.items()}
-        meta = {"format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
-                **_trace_meta({"stack": "encoder", "tokens": [], "key_tokens": None,
-                               "token_ids": None, "model": "", "causal": False, "text": None,
-                               "meta": {}, "groups": None}, [entry] * n, manifest)}
-        raw = len(self._header_json(meta))
-        per_tensor = 160  # a score-shape tensor's entries, should every layer have its own
-        return raw + len(shape.tensors()) * n * per_tensor + self.reserve + 4096
-
-    @staticmethod
-    def _room(need: int) -> int:
-        """Where the data starts for a header of ``need`` bytes: an eighth more, aligned."""
-        return _round_up(8 + need + need // 8, _ALIGN)
-
-    def _check_layer(self, layer: int, parts: dict[str, Tensor]) -> None:
-        assert self._slots is not None
-        if set(parts) != set(self._slots):
-            raise ValueError(
-                f"layer {layer} holds {sorted(parts)}, the first layer {sorted(self._slots)}: "
-                "a streamed trace needs every layer alike (trace it in memory instead)")
-        for name, slot in self._slots.items():
-            t = parts[name]
-            if _DTYPES[t.dtype] != slot.dtype or list(t.shape) != slot.shape:
-                raise ValueError(
-                    f"layer {layer}: {name} is {_DTYPES[t.dtype]} {list(t.shape)}, the first "
-                    f"layer's was {slot.dtype} {slot.shape}: a streamed trace needs every "
-                    "layer alike (trace it in memory instead)")
-
-    def _shape_tensor(self, layer: int, f: str, t: Tensor) -> str:
-        """The name of a score shape's tensor in the file: an equal one already written
-        (same dtype, shape and bytes), else ``shapes.<layer>.<field>``, appended now."""
-        t = t.detach().to("cpu").contiguous()
-        if t.dtype not in _DTYPES:
-            raise ValueError(f"shapes[{layer}].{f} has dtype {t.dtype}, which a trace file "
-                             "cannot hold")
-        data = _bytes(t)
-        digest = hashlib.sha256(data).hexdigest()
-        key = (_DTYPES[t.dtype], tuple(t.shape), digest)
-        if key in self._seen:
-            return self._seen[key]
-        ref = f"shapes.{layer}.{f}"
-        n = t.numel() * t.element_size()
-        self._write(data, self._start + self._main + self._tail_bytes)
-        self._tail.append((ref, key[0], list(t.shape), self._tail_bytes, n, digest))
-        self._tail_bytes += n
-        self._seen[key] = ref
-        return ref
-
-    # -- the header, the end ----------------------------------------------------------------
-
-    def _header_json(self, meta: dict[str, Any]) -> bytes:
-        header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
-                                                                          ensure_ascii=False)}}
-        assert self._slots is not None
-        for name, s in self._slots.items():
-            end = s.offset + s.chunk * self.num_layers
-            header[name] = {"dtype": s.dtype, "shape": [self.num_layers, *s.shape],
-                            "data_offsets": [s.offset, end]}
-        for ref, dtype, shape, start, n, _digest in self._tail:
-            header[ref] = {"dtype": dtype, "shape": shape,
-                           "data_offsets": [self._main + start, self._main + start + n]}
-        return json.dumps(header, ensure_ascii=False).encode("utf-8")
-
-    def write_header(self, fields: Mapping[str, Any]) -> None:
-        """Write (or rewrite) the header: the trace's fields (``stack``, ``tokens``,
-        ``key_tokens``, ``token_ids``, ``model``, ``causal``, ``text``, ``meta``,
-        ``groups``, as ``AttentionTrace._file_fields()`` gives them; its tensors and score
-        shapes are the stream's own), the score shapes of every layer and the manifest with
-        each tensor's sha256 and each layer's. Every layer must have been added."""
-        self._check_open()
-        if self._slots is None or self.layers != self.num_layers:
-            raise ValueError(
-                f"the trace stream to {self.path} holds {self.layers} of the "
-                f"{self.num_layers} layers it was laid out for; a header needs them all")
-        manifest: dict[str, dict[str, Any]] = {
-            name: {"dtype": s.dtype, "shape": [self.num_layers, *s.shape],
-                   "sha256": s.whole.copy().hexdigest(), "layer_sha256": list(s.digests)}
-            for name, s in self._slots.items()}
-        for ref, dtype, shape, _start, _n, digest in self._tail:
-            manifest[ref] = {"dtype": dtype, "shape": shape, "sha256": digest}
-        meta = {"format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
-                **_trace_meta(fields, self._entries, manifest)}
-        raw = self._header_json(meta)
-        if 8 + len(raw) > self._start:
-            self._move_data(self._room(len(raw)))
-        raw += b" " * (self._start - 8 - len(raw))
-        self._write(struct.pack("<Q", len(raw)) + raw, 0)
-        self._headed = True
-
-    def _move_data(self, start: int) -> None:
-        """Copy the data region to a new temp file, ``start`` bytes in (a longer header's
-        room), and write on there."""
-        fd, tmp = _temp_beside(self.path)
-        old_fd, old_start = self._handle[0], self._start
-        size = self._main + self._tail_bytes
-        try:
-            done = 0
-            while done < size:
-                n = min(_COPY_BYTES, size - done)
-                try:
-                    got = os.copy_file_range(old_fd, fd, n, old_start + done, start + done)
-                except (AttributeError, OSError):
-                    got = os.pwrite(fd, os.pread(old_fd, n, old_start + done), start + done)
-                if got <= 0:
-                    raise OSError(errno.EIO, "the trace's data could not be moved",
-                                  str(self.path))
-                done += got
-        except BaseException:
-            _remove_temp([fd, tmp])
-            raise
-        _remove_temp(self._handle)
-        self._handle[:] = [fd, tmp]
-        self._start = start
-
-    def commit(self) -> Path:
-        """Flush the temp file to disk and rename it to :attr:`path`; returns the path."""
-        self._check_open()
-        if not self._headed:
-            raise RuntimeError("write_header before commit: the file has no header yet")
-        fd, tmp = self._handle
-        os.fsync(fd)
-        os.close(fd)
-        self._handle[0] = None
-        try:
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise type(exc)(exc.errno, exc.strerror or str(exc), str(self.path)) from exc
-        self._cleanup.detach()
-        self._state = "committed"
-        with contextlib.suppress(OSError):  # make the rename durable (not every fs allows it)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        return self.path
-
-    def discard(self) -> None:
-        """Delete the temp file; nothing is left under :attr:`path`. Idempotent."""
-        if self._state == "open":
-            self._cleanup()
-            self._state = "discarded"
-
-
-# -- reading ------------------------------------------------------------------------------
-
-
 def file_format(path: str | Path) -> str:
     """The ``format`` a trace file states (:data:`ONE_STACK`, :data:`SEVERAL_STACKS` or
     whatever else it holds), read from its header alone. Raises ``FileNotFoundError`` or
@@ -633,7 +302,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
     tensors = _map_tensors(path)
     for name, t in tensors.items():
         _check_digests(path, name, t, meta["tensors"][name])
-    _check_values(path, tensors, trace.shapes)
+    check_values(path, tensors, trace.shapes, TraceFormatError)
 
 
 def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, Any]) -> None:
@@ -755,7 +424,7 @@ def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
         trace = build(**_READERS[version](meta, tensors))
     except (KeyError, ValueError, TypeError) as exc:
         raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
-    _check_values(where, tensors, trace.shapes)
+    check_values(where, tensors, trace.shapes, TraceFormatError)
     return trace
 
 
@@ -1000,60 +669,3 @@ def _check_layer_digests(path: Path | str, name: str, shape: list[int], chunks: 
     if not isinstance(chunks, list) or len(chunks) != n or not all(
             isinstance(c, str) and len(c) == 64 for c in chunks):
         raise _bad(path, field, f"a list of {n} sha256 digests (one per layer)", chunks)
-
-
-def _check_values(path: Path | str, tensors: dict[str, Tensor],
-                  shapes: tuple[ScoreShape, ...]) -> None:
-    """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
-    an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
-    not a distribution per row. ``shapes``: the built trace's score shapes."""
-    def bad(name: str, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{path}: tensor {name!r} {what}")
-
-    for name in ("q", "k", "v", "context", "out_proj"):
-        x = tensors.get(name)
-        if x is not None and not bool(torch.isfinite(x).all()):
-            raise bad(name, "holds NaN or infinite values")
-    for i, s in enumerate(shapes):
-        for field in ("alibi_slopes", "sinks"):
-            x = getattr(s, field)
-            if x is not None and not bool(torch.isfinite(x).all()):
-                raise bad(f"shapes.{i}.{field}", "holds NaN or infinite values")
-        if s.bias is not None and bool((s.bias.isnan() | (s.bias == math.inf)).any()):
-            raise bad(f"shapes.{i}.bias", "holds NaN or +inf (only -inf hides a key)")
-    lse = tensors.get("lse")
-    if lse is not None:
-        _check_lse(lse, tensors.get("q"), tensors.get("k"), shapes, bad)
-    w = tensors.get("weights")
-    if w is not None:
-        tol = 1e-4 + torch.finfo(w.dtype).eps  # float32 sums; rounding of the stored values
-        for layer in range(w.shape[0]):
-            wl = w[layer].double()
-            if not bool(torch.isfinite(wl).all()) or bool((wl < 0).any()):
-                raise bad("weights", f"holds NaN, infinite or negative values (layer {layer})")
-            sums = wl.sum(-1)
-            sink = bool(shapes) and shapes[layer].sinks is not None
-            ok = (sums <= 1 + tol) if sink else ((sums - 1).abs() <= tol).logical_or(sums == 0)
-            if not bool(ok.all()):
-                raise bad("weights", f"has rows that do not sum to 1 (layer {layer})")
-
-
-def _check_lse(lse: Tensor, q: Tensor | None, k: Tensor | None,
-               shapes: tuple[ScoreShape, ...], bad: Any) -> None:
-    """``lse`` is finite, or ``-inf`` on exactly the rows whose shaped scores are all
-    ``-inf`` (a row that sees no key)."""
-    if bool((lse.isnan() | (lse == math.inf)).any()):
-        raise bad("lse", "holds NaN or +inf")
-    if q is None or k is None:
-        return
-    nq, nk = q.shape[2], k.shape[2]
-    group = q.shape[1] // k.shape[1]  # query head h reads key head h // group
-    step = max(1, TILE_BYTES // max(1, 4 * nk))
-    for layer, head in (lse == -math.inf).any(-1).nonzero().tolist():
-        empty = (lse[layer, head] == -math.inf).nonzero()[:, 0]
-        for rows in empty.split(step):
-            s = shapes[layer].scores(q[layer, head, rows], k[layer, head // group],
-                                     rows=rows, head=head, lq=nq, lk=nk)
-            if bool((s > -math.inf).any()):
-                raise bad("lse", f"is -inf on a row that sees keys (layer {layer}, head "
-                          f"{head})")

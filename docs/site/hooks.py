@@ -264,6 +264,7 @@ _CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
 _TOKEN = re.compile(r"ATTNLABMATH(\d+)X")
 # the articles quote a formula of theirs alone between corner brackets, without `$`
 _QUOTED = re.compile(r"(?<=「)([^」\n$]+)(?=」)")
+_RAW_TEXT = {"script", "style", "textarea"}
 _SKIP_TAGS = {"code", "pre", "script", "style", "math", "textarea", "svg", "kbd", "samp"}
 _TAG = re.compile(r"<!--.*?-->|<(/?)([A-Za-z][\w-]*)\b[^>]*?(/?)>", re.S)
 
@@ -336,6 +337,8 @@ def math_in_html(page_html: str) -> str:
     '<td>「<math ...>...</math>」</td>'
     >>> math_in_html("<pre>$ make docs</pre><p>costs 5 $</p>")
     '<pre>$ make docs</pre><p>costs 5 $</p>'
+    >>> math_in_html('<script>/* <script id="x"> */</script><p>$x$</p>')  # doctest: +ELLIPSIS
+    '<script>/* <script id="x"> */</script><p><math ...>...</math></p>'
     """
     from attnlab._mathml import SEGMENT, is_formula
 
@@ -375,7 +378,9 @@ def math_in_html(page_html: str) -> str:
         if skip is None and name in _SKIP_TAGS and not tag.group(1):
             skip, depth = name, 1
         elif skip == name:
-            depth += -1 if tag.group(1) else 1
+            # a raw-text element (script, style, textarea) ends at its first closing tag:
+            # a "<script" inside a script's text opens nothing
+            depth += -1 if tag.group(1) else (0 if name in _RAW_TEXT else 1)
             if depth == 0:
                 skip = None
     out.append(text(page_html[pos:]))

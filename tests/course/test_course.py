@@ -225,7 +225,10 @@ def _setup(lang: str) -> dict:
     namespace: dict = {}
     source = "\n".join(line for line in build.SETUP.format(lang=lang).splitlines()
                         if not line.startswith("%"))
-    exec(compile(source, f"SETUP-{lang}", "exec"), namespace)
+    import matplotlib as mpl
+
+    with mpl.rc_context():  # SETUP sets the notebook's fonts; this process keeps its own
+        exec(compile(source, f"SETUP-{lang}", "exec"), namespace)
     return namespace
 
 

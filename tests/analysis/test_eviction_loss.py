@@ -100,3 +100,48 @@ def test_bad_input_is_refused_by_name(model_and_ids):
         later_loss(model, ids, C, torch.ones(2, 2, C))
     with pytest.raises(TypeError, match="EvictionResult"):
         eviction_losses(model, ids, {"keep": {}})
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 25])
+def test_chunked_runs_equal_one_forward(model_and_ids, chunk):
+    """The prefill and the later rows, a chunk at a time on a growing cache, equal the dense
+    forward; the prefill runs through sdpa, the later rows through the eviction attention."""
+    model, ids = model_and_ids
+    hidden = [2, 9, 33, 70]
+    want = _dense_loss(model, ids, hidden)
+    got = later_loss(model, ids, C, _keep_all_but(model, hidden), chunk=chunk)
+    assert got == pytest.approx(want, abs=2e-5)
+    assert later_loss(model, ids, C, chunk=chunk) == pytest.approx(_dense_loss(model, ids, []),
+                                                                    abs=2e-5)
+
+
+def test_chunks_that_do_not_read_the_cache_before_them_are_caught(model_and_ids):
+    """The wrong variant the chunked test rejects: a prefill whose chunks each start from an
+    empty cache (their keys and values joined afterwards), so no chunk sees the ones before."""
+    from transformers import DynamicCache
+
+    model, ids = model_and_ids
+    x = torch.tensor([ids])
+    parts = []
+    with torch.no_grad():
+        for s in range(0, C, 25):
+            e = min(s + 25, C)
+            own = DynamicCache(config=model.config)
+            model(input_ids=x[:, s:e], use_cache=True, cache=own,
+                  position_ids=torch.arange(s, e)[None])
+            parts.append(own)
+    joined = DynamicCache(config=model.config)
+    for layer in range(model.config.num_hidden_layers):
+        joined.update(torch.cat([p.layers[layer].keys for p in parts], 2),
+                      torch.cat([p.layers[layer].values for p in parts], 2), layer)
+    wrong = later_loss(model, ids, C, cache=joined)
+    assert abs(wrong - _dense_loss(model, ids, [])) > 1e-4
+
+
+def test_budget_one_costs_exactly_nothing(model_and_ids):
+    model, ids = model_and_ids
+    res = evict(trace(model, ids), (1.0,), context=C)
+    out = eviction_losses(model, ids, res, chunk=16)
+    assert all(out["delta"][p][1.0] == 0.0 for p in res.policies)  # the same path, bit for bit
+    with pytest.raises(ValueError, match="chunk must be a positive int"):
+        eviction_losses(model, ids, res, chunk=0)

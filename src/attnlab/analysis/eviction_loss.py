@@ -14,6 +14,13 @@ a copy of its cache, through an attention function registered with transformers
 ``-inf`` on those scores, nothing else changed. Keeping every key gives the loss of the
 full forward (tested), so a difference is the eviction's and nothing else's.
 
+Both runs go through the model in chunks of ``chunk`` tokens (default 1,024), each chunk
+reading the cache of those before it: the same attention, row for row, as one forward, in
+memory that grows with ``chunk × N`` rather than ``N²``. The prefill uses the model's
+``sdpa`` attention where it has one (its weights are not needed) and computes no logits:
+at 8,192 tokens of SmolLM2 the prefill of 7,168 tokens in one eager forward peaked at
+5.7 GB (its N×N scores per head and its logits over the vocabulary).
+
 A Hugging Face causal LM with a per-layer ``layer_idx`` on its attention modules (Llama,
 Qwen, Mistral, SmolLM2 …) and a dynamic cache is required.
 """
@@ -30,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["IMPLEMENTATION", "later_loss", "eviction_losses"]
+__all__ = ["CHUNK", "IMPLEMENTATION", "later_loss", "eviction_losses"]
 
 #: The name attnlab's eviction attention is registered under with transformers.
 IMPLEMENTATION = "attnlab_evict"
@@ -74,14 +81,11 @@ def _register() -> None:
 def _routed(net: Any, keep: Tensor) -> Iterator[None]:
     """``net``'s attention through :func:`_attention` with ``keep`` for the block."""
     _register()
-    config = net.config
-    before = config._attn_implementation_internal
     _STATE.keep = keep
-    config._attn_implementation_internal = IMPLEMENTATION
     try:
-        yield
+        with _implementation(net, IMPLEMENTATION):
+            yield
     finally:
-        config._attn_implementation_internal = before
         _STATE.keep = None
 
 
@@ -106,26 +110,68 @@ def _ids(ids: Any) -> Tensor:
 def _cache_name(net: Any) -> str:
     """The forward's name for the cache argument (``cache`` in recent transformers,
     ``past_key_values`` before)."""
+    return "cache" if "cache" in _params(net) else "past_key_values"
+
+
+#: Tokens per forward of the chunked prefill and later run.
+CHUNK = 1024
+
+
+def _check_chunk(chunk: Any) -> int:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive int (tokens per forward), got {chunk!r}")
+    return chunk
+
+
+def _run(net: Any, x: Tensor, start: int, stop: int, cache: Any, **kw: Any) -> Any:
+    with torch.no_grad():
+        return net(input_ids=x[:, start:stop], use_cache=True,
+                   position_ids=torch.arange(start, stop)[None],
+                   **{_cache_name(net): cache}, **kw)
+
+
+def _later_nll(net: Any, x: Tensor, context: int, cache: Any, chunk: int = CHUNK) -> Tensor:
+    """The later rows' mean next-token loss, given the prefill's ``cache`` (which grows by
+    the later tokens), the later tokens run ``chunk`` at a time."""
+    n = x.shape[1]
+    total = torch.zeros((), dtype=torch.float64)
+    for s in range(context, n - 1, chunk):
+        e = min(s + chunk, n - 1)  # rows [s, e) predict tokens [s+1, e]; the last row none
+        logits = _run(net, x, s, e, cache).logits[0].float()
+        total += F.cross_entropy(logits, x[0, s + 1:e + 1], reduction="sum").double()
+    return (total / (n - 1 - context)).float()
+
+
+@contextlib.contextmanager
+def _implementation(net: Any, name: str) -> Iterator[None]:
+    config = net.config
+    before = config._attn_implementation_internal
+    config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = before
+
+
+def _prefill(net: Any, x: Tensor, context: int, chunk: int = CHUNK) -> Any:
+    """The cache of the first ``context`` tokens, run ``chunk`` at a time, through the
+    model's ``sdpa`` attention where it has one, without logits."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=net.config)
+    fast = "sdpa" if getattr(net, "_supports_sdpa", False) else \
+        net.config._attn_implementation_internal
+    keep_logits = {"logits_to_keep": 1} if "logits_to_keep" in _params(net) else {}
+    with _implementation(net, fast):
+        for s in range(0, context, chunk):
+            _run(net, x, s, min(s + chunk, context), cache, **keep_logits)
+    return cache
+
+
+def _params(net: Any) -> Any:
     import inspect
 
-    params = inspect.signature(net.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _later_nll(net: Any, x: Tensor, context: int, cache: Any) -> Tensor:
-    """The later rows' mean next-token loss, given the prefill's ``cache``."""
-    n = x.shape[1]
-    with torch.no_grad():
-        out = net(input_ids=x[:, context:], use_cache=True,
-                  position_ids=torch.arange(context, n)[None], **{_cache_name(net): cache})
-    logits = out.logits[0, :-1].float()  # rows [C, N-1) predict tokens [C+1, N)
-    return F.cross_entropy(logits, x[0, context + 1:], reduction="mean")
-
-
-def _prefill(net: Any, x: Tensor, context: int) -> Any:
-    with torch.no_grad():
-        out = net(input_ids=x[:, :context], use_cache=True)
-    return getattr(out, "cache", None) or out.past_key_values
+    return inspect.signature(net.forward).parameters
 
 
 def _check_keep(keep: Any, net: Any, context: int) -> Tensor:
@@ -142,39 +188,45 @@ def _check_keep(keep: Any, net: Any, context: int) -> Tensor:
 
 
 def later_loss(model: Any, ids: Any, context: int, keep: Tensor | None = None, *,
-               cache: Any = None) -> float:
+               cache: Any = None, chunk: int = CHUNK) -> float:
     """The mean next-token loss of the later rows ``[C, N)`` when the model runs on from a
     prefill of ``context`` tokens with only the ``keep`` keys (bool (L, H_kv, C); None: the
     whole cache, the model's own attention). ``cache``: the prefill's cache, reused (it is
-    copied, never changed)."""
+    copied, never changed). ``chunk``: tokens per forward (see the module's doc)."""
     net = _net(model)
     x = _ids(ids)
     n = x.shape[1]
+    chunk = _check_chunk(chunk)
     if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context < n - 1:
         raise ValueError(f"context must be an int in [1, {n - 2}] (later tokens must remain "
                          f"to be scored), got {context!r}")
-    base = _prefill(net, x, context) if cache is None else cache
+    if keep is not None:
+        keep = _check_keep(keep, net, context)
+    base = _prefill(net, x, context, chunk) if cache is None else cache
     run = copy.deepcopy(base)
     if keep is None:
-        return float(_later_nll(net, x, context, run))
-    with _routed(net, _check_keep(keep, net, context)):
-        return float(_later_nll(net, x, context, run))
+        return float(_later_nll(net, x, context, run, chunk))
+    with _routed(net, keep):
+        return float(_later_nll(net, x, context, run, chunk))
 
 
 def eviction_losses(model: Any, ids: Any, result: Any, *,
                     budgets: Sequence[float] | None = None,
-                    policies: Sequence[str] | None = None) -> dict[str, Any]:
+                    policies: Sequence[str] | None = None,
+                    chunk: int = CHUNK) -> dict[str, Any]:
     """The loss of the later rows with each policy's kept keys at each budget, beside the
     loss with the whole cache: ``{"full": float, "loss": {policy: {budget: float}},
     "delta": {policy: {budget: float}}}`` (``delta`` = loss − full). ``result`` is the
     :class:`~attnlab.analysis.eviction.EvictionResult` of the same ids' trace; ``budgets``
-    and ``policies`` default to all of it."""
+    and ``policies`` default to all of it. ``full`` runs through the same attention as the
+    policies with every key kept, so a delta is the eviction's alone (0 at budget 1)."""
     from attnlab.analysis.eviction import EvictionResult
 
     if not isinstance(result, EvictionResult) or not result.keep:
         raise TypeError("result must be the EvictionResult of evict() on these ids' trace")
     net = _net(model)
     x = _ids(ids)
+    chunk = _check_chunk(chunk)
     c = result.context
     if x.shape[1] != c + result.later:
         raise ValueError(f"ids hold {x.shape[1]} tokens; the eviction result was measured on "
@@ -185,11 +237,14 @@ def eviction_losses(model: Any, ids: Any, result: Any, *,
                if p not in result.keep or b not in result.keep[p]]
     if missing:
         raise ValueError(f"the eviction result has no kept keys for {missing}")
-    cache = _prefill(net, x, c)
-    full = later_loss(net, x[0], c, cache=cache)
+    cache = _prefill(net, x, c, chunk)
+    some = result.keep[ps[0]][bs[0]]
+    everything = torch.ones_like(some)
+    full = later_loss(net, x[0], c, everything, cache=cache, chunk=chunk)
     loss: dict[str, dict[float, float]] = {}
     for p in ps:
-        loss[p] = {b: later_loss(net, x[0], c, result.keep[p][b], cache=cache) for b in bs}
+        loss[p] = {b: later_loss(net, x[0], c, result.keep[p][b], cache=cache, chunk=chunk)
+                   for b in bs}
     return {"context": c, "later": result.later, "full": full, "loss": loss,
             "delta": {p: {b: v - full for b, v in row.items()} for p, row in loss.items()}}
 

@@ -1,7 +1,7 @@
 """Streamed traces against traces in memory: SmolLM2 at 8,192 tokens (and 32,768).
 
     .venv/bin/python benchmarks/trace_streaming.py [--tokens 8192 32768] [--memory-tokens 8192]
-                                                  [--dir DIR] [--json]
+                                                  [--dir DIR [--keep]] [--json]
 
 The text is attnlab's long text (``attnlab.report.long_text.long_text()``), repeated as
 needed and cut to N tokens; past SmolLM2's window (8,192) the trace is made with
@@ -29,6 +29,7 @@ disk and many minutes of CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -135,6 +136,12 @@ def _loadavg() -> str:
         return "unknown"
 
 
+@contextlib.contextmanager
+def _kept(folder: str) -> Any:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    yield folder
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[8192],
@@ -143,13 +150,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="lengths traced in memory, for comparison")
     ap.add_argument("--dir", default=None, help="where the trace files go (default: a temp "
                     "folder, deleted at the end)")
+    ap.add_argument("--keep", action="store_true", help="keep the streamed files in --dir "
+                    "(stream-N.safetensors), e.g. for benchmarks/past_memory.py")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.keep and args.dir is None:
+        ap.error("--keep needs --dir (the folder the files stay in)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     runs = [("memory", n) for n in args.memory_tokens] + [("stream", n) for n in args.tokens]
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+    with (tempfile.TemporaryDirectory(dir=args.dir) if not args.keep
+          else _kept(args.dir)) as folder:
         for mode, n in runs:
             print(f"[trace_streaming] {mode} {n} tokens (load {_loadavg()}) ...",
                   file=sys.stderr, flush=True)
@@ -159,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results[f"{mode}_{n}"] = got
             if not args.json:
                 print(f"{mode}_{n}", json.dumps(got, indent=1), flush=True)
-            (Path(folder) / f"{mode}-{n}.safetensors").unlink(missing_ok=True)
+            if not (args.keep and mode == "stream"):
+                (Path(folder) / f"{mode}-{n}.safetensors").unlink(missing_ok=True)
     if args.json:
         print(json.dumps(results))
     return results

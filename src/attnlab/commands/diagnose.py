@@ -5,7 +5,7 @@ decoder, cross-attention; cross-attention without the scores that need queries a
 one sequence).
 
 With ``--trace FILE`` a saved trace is diagnosed without the model (the file is opened
-memory-mapped, its tensors' checksums verified as they are first read); under
+memory-mapped and every tensor's checksum verified before the scores); under
 ``torchrun --nproc_per_node=K -m attnlab diagnose --trace FILE`` the K processes split the
 heads and every one of them gets the one-process result; rank 0 prints it.
 """
@@ -125,9 +125,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     from attnlab._dist import join, leave
     from attnlab._proc import peak_rss_bytes
     from attnlab.analysis.heads import diagnose
-    from attnlab.tracing import load_trace
-    from attnlab.tracing.attention import AttentionTrace
-    from attnlab.tracing.trace_file import TraceFormatError
+    from attnlab.commands.model_run import read_saved_trace
 
     given = [f for f, v in (("--model", args.model), ("--text", args.text),
                             ("--text-file", args.text_file), ("--target", args.target),
@@ -137,17 +135,7 @@ def _from_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace diagnoses a saved trace without the model; leave out "
                          f"{', '.join(given)}")
     t0 = time.perf_counter()
-    try:
-        try:
-            t = AttentionTrace.open(args.trace).verify()  # mapped; every tensor's sha256
-        except TraceFormatError as exc:
-            if "several attention stacks" not in str(exc) and "version-1" not in str(exc):
-                raise
-            t = load_trace(args.trace)  # stacks or dense weights: read whole, checked
-    except FileNotFoundError:
-        raise UsageError(f"--trace: no such file: {args.trace!r}") from None
-    except (TraceFormatError, ValueError) as exc:
-        raise UsageError(f"--trace {args.trace!r}: not a readable attnlab trace: {exc}") from None
+    t = read_saved_trace(args.trace)
     group = join("cpu")
     try:
         d = diagnose(t, group=group, progress=not (args.quiet or args.json) and group.rank == 0)

@@ -3,6 +3,12 @@ request of any kind): model, head, matrix, QK, geometry, positional and diagnost
 in English and Chinese; an encoder-decoder model (source --text, --target or its own
 generation) with a stack selector (encoder, decoder, cross-attention), an image with the
 image view.
+
+With ``--trace FILE`` the page is written from a saved trace, without the model (the file
+is memory-mapped and checked: :func:`attnlab.tracing.open_trace`); under ``torchrun
+--nproc_per_node=K -m attnlab explore --trace FILE --out PAGE.html`` the K processes split
+the one pass over the weights (the head table and the pooled maps) by heads, and rank 0
+writes the page, the same page as one process writes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ HELP = "write the interactive attention explorer for a text as one HTML file"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_run_arguments(p, media=True)
+    add_model_run_arguments(p, media=True, optional=True)
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="write the page of a saved trace (.safetensors, attnlab trace --out) "
+                   "instead of tracing --model on a text; no model is loaded")
     add_target_arguments(p)
     p.add_argument("--text2", default=None, help="a second text, shown as a second input")
     p.add_argument("--out", required=True, metavar="FILE.html", help="output file")
@@ -32,6 +41,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab.viz.explorer import Explorer, explore
 
     check_out(args.out, (".html", ".htm"))
+    if args.trace is not None:
+        return _from_trace(args)
+    missing = [f for f, v in (("--model", args.model), ("--text, --text-file, --image or "
+                                                       "--audio", args.text or args.text_file
+                                                       or args.image or args.audio))
+               if v is None]
+    if missing:
+        raise UsageError(f"explore needs {' and '.join(missing)} (or --trace FILE, a saved "
+                         "trace)")
     job = ModelRun(args)
     target, target_arg = target_text(args)
     if args.image is not None or args.audio is not None:
@@ -68,4 +86,47 @@ def run_from_args(args: argparse.Namespace) -> int:
     else:
         job.console.print(f"wrote {path} ({size / 1e6:.2f} MB, tokens {info['tokens']}, "
                           f"{stats['seconds']:.1f} s)")
+    return 0
+
+
+def _from_trace(args: argparse.Namespace) -> int:
+    """``--trace FILE``: the page of a saved trace, its pass over the weights split over
+    the processes of a torchrun group (rank 0 writes the page)."""
+    import time
+
+    from attnlab._cli import UsageError, emit_json, save
+    from attnlab._dist import join, leave
+    from attnlab._proc import peak_rss_bytes
+    from attnlab.commands.model_run import read_saved_trace
+    from attnlab.viz.explorer import Explorer
+
+    given = [f for f, v in (("--model", args.model), ("--text", args.text),
+                            ("--text-file", args.text_file), ("--image", args.image),
+                            ("--audio", args.audio), ("--text2", args.text2),
+                            ("--target", args.target), ("--target-file", args.target_file))
+             if v is not None]
+    if given:
+        raise UsageError(f"--trace writes the page of a saved trace without the model; leave "
+                         f"out {', '.join(given)}")
+    t0 = time.perf_counter()
+    ex = Explorer([read_saved_trace(args.trace)])
+    group = join("cpu")
+    try:
+        ex.payload(progress=not (args.quiet or args.json) and group.rank == 0, group=group)
+    finally:
+        leave(group)
+    if group.rank != 0:
+        return 0
+    path = save(lambda: ex.save(args.out), args.out)
+    size = path.stat().st_size
+    info = {"path": str(path), "bytes": size, "model": ex.traces[0].model,
+            "tokens": [t.seq_len for t in ex.traces], "trace": str(args.trace),
+            "processes": group.world, "seconds": round(time.perf_counter() - t0, 3),
+            "peak_memory_bytes": peak_rss_bytes()}
+    if args.json:
+        emit_json(info)
+    else:
+        print(f"wrote {path} ({size / 1e6:.2f} MB, tokens {info['tokens']}, "
+              f"{info['seconds']:.1f} s, {group.world} process"
+              f"{'es' if group.world > 1 else ''})")
     return 0

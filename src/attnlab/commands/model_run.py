@@ -18,7 +18,7 @@ from attnlab._cli import UsageError, read_text_file
 from attnlab._text import one_line, too_long
 
 __all__ = ["ModelRun", "add_model_run_arguments", "add_target_arguments", "blocks",
-           "target_error", "target_text"]
+           "read_saved_trace", "target_error", "target_text"]
 
 
 def add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False,
@@ -273,3 +273,19 @@ def is_stacked(trace: Any) -> bool:
     from attnlab.tracing import StackedTrace
 
     return isinstance(trace, StackedTrace)
+
+
+def read_saved_trace(path: str, arg: str = "--trace") -> Any:
+    """The saved trace a command reads instead of running a model (``diagnose``,
+    ``explore``, ``serve``): mapped and checked where the file allows
+    (:func:`attnlab.tracing.open_trace`); a missing or unreadable file is a usage error
+    naming ``arg``."""
+    from attnlab.tracing import open_trace
+    from attnlab.tracing.trace_file import TraceFormatError
+
+    try:
+        return open_trace(path)
+    except FileNotFoundError:
+        raise UsageError(f"{arg}: no such file: {path!r}") from None
+    except (TraceFormatError, ValueError) as exc:
+        raise UsageError(f"{arg} {path!r}: not a readable attnlab trace: {exc}") from None

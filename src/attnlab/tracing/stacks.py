@@ -43,7 +43,7 @@ from attnlab.tracing import trace_file
 from attnlab.tracing._names import STACK_ORDER
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["STACK_ORDER", "StackedTrace", "load_trace"]
+__all__ = ["STACK_ORDER", "StackedTrace", "load_trace", "open_trace"]
 
 
 def _labels_of_keys(t: AttentionTrace) -> list[str]:
@@ -166,6 +166,36 @@ def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
     if trace_file.file_format(path) == trace_file.SEVERAL_STACKS:
         return StackedTrace.load(path)
     return AttentionTrace.load(path)
+
+
+def open_trace(path: str | os.PathLike[str], *, verify: bool = True
+               ) -> AttentionTrace | StackedTrace:
+    """Read a trace file of either kind for reading on demand, with bounded memory where
+    the file allows: a one-stack file of version 2 on is memory-mapped
+    (:meth:`AttentionTrace.open`; ``verify``: every tensor's sha256 and the values checked
+    now, reading the file once, as :meth:`AttentionTrace.load` does; a version-5 file's
+    layers are also checked when first read), anything else (several stacks, version 1,
+    dense weights) is read whole and checked (:func:`load_trace`). The one way attnlab's
+    commands read a saved trace (``diagnose --trace``, ``explore --trace``, ``serve
+    --trace``).
+
+    >>> import tempfile, torch
+    >>> t = AttentionTrace(["a", "b"], q=torch.randn(1, 1, 2, 4), k=torch.randn(1, 1, 2, 4),
+    ...                    lse=torch.zeros(1, 1, 2), causal=True)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     got = open_trace(t.save(Path(d) / "t.safetensors"))
+    ...     getattr(got, "opened_from", None) is not None
+    True
+    """
+    if trace_file.file_format(path) == trace_file.ONE_STACK:
+        try:
+            opened = AttentionTrace.open(path)
+        except trace_file.TraceFormatError as exc:
+            if "version-1" not in str(exc):
+                raise
+        else:
+            return opened.verify() if verify else opened
+    return load_trace(path)
 
 
 def _short(labels: list[str], n: int = 6) -> str:

@@ -158,17 +158,19 @@ class Explorer:
         self.uid = uid or f"ax-{uuid.uuid4().hex[:12]}"
         self._payload: dict[str, Any] | None = None
 
-    def payload(self, progress: bool = False) -> dict[str, Any]:
+    def payload(self, progress: bool = False, *, group: Any = None) -> dict[str, Any]:
         """Everything the page receives, as a JSON-ready dict (computed once, then kept).
 
         ``progress``: show a progress bar on stderr over the one pass that reads every
-        weight (diagnostics and pooled maps together).
+        weight (diagnostics and pooled maps together). ``group``: a torchrun group
+        (:func:`attnlab._dist.join`) whose processes split that pass by heads, every one
+        of them calling this (each gets the whole payload, equal to one process's).
         """
         if self._payload is None:
             self._payload = page_payload(
                 self.inputs, self.config, uid=self.uid, layer=self.layer, head=self.head,
                 stack=self.stack, firsts=[self._first_head(t) for t in self.traces],
-                api=self.api, progress=progress)
+                api=self.api, progress=progress, group=group)
         self._payload["uid"] = self.uid
         return self._payload
 

@@ -116,17 +116,20 @@ def shapes_payload(shapes: Sequence[ScoreShape]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def _diagnostics(trace: AttentionTrace, progress: bool) -> tuple[dict[str, Any], Tensor, int]:
+def _diagnostics(trace: AttentionTrace, progress: bool, group: Any = None
+                 ) -> tuple[dict[str, Any], Tensor, int]:
     """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
     the pooled maps its one pass over the weights made, with their block size: the page's
-    maps come from that same pass, so every weight is computed once.
+    maps come from that same pass, so every weight is computed once. ``group``: a torchrun
+    group (:func:`attnlab._dist.join`) whose processes split the pass by heads
+    (:func:`~attnlab.analysis.diagnose`'s ``group``), every process getting the whole result.
 
     For cross-attention (:func:`is_cross`) the scores and roles that compare positions of
     queries and keys (:data:`POSITION_SCORES`) are left out: the two are different texts.
     """
     from attnlab.analysis import diagnose
 
-    diag = diagnose(trace, progress=progress)
+    diag = diagnose(trace, progress=progress, group=group)
     rows = diag.rows()
     cross = is_cross(trace)
     for r in rows:
@@ -190,7 +193,8 @@ def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Ten
 
 
 def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
-                   api: str | None, room: int, progress: bool = False) -> dict:
+                   api: str | None, room: int, progress: bool = False,
+                   group: Any = None) -> dict:
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
     keys = trace.key_tokens
     pooled = max(lq, lk) > cfg.max_tokens
@@ -205,7 +209,7 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
         "diagnostics": None, "qk": None, "qk_missing": None,
     }
-    payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress)
+    payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress, group)
     # a merged trace: q and k belong to the pieces; the page gets the pieces' (viz.qk)
     payload["pieces"] = pieces_payload(trace)
     if not trace.has_qk:
@@ -291,7 +295,7 @@ def math_payload() -> dict[str, dict[str, str]]:
 def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, AttentionTrace]]]],
                  cfg: ExplorerConfig, *, uid: str, layer: int, head: int, stack: str,
                  firsts: Sequence[tuple[int, int]], api: Sequence[str | None],
-                 progress: bool = False) -> dict[str, Any]:
+                 progress: bool = False, group: Any = None) -> dict[str, Any]:
     """Everything the page receives, as a JSON-ready dict.
 
     ``inputs`` are :func:`attnlab.viz.inputs.input_stacks` of each input; every stack of
@@ -299,7 +303,9 @@ def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, Attentio
     whose q/k are kept first) and its ``api`` URL prefix (None: nothing to fetch). The
     traces share ``cfg``'s ``qk_budget``, ``weights_budget`` and ``attribution_budget``, and
     the page stays within ``page_budget`` bytes with the page's CSS and JS, the sinusoidal
-    table and the formulas.
+    table and the formulas. ``group``: the processes of a torchrun group split each trace's
+    pass over the weights by heads (see :func:`_diagnostics`); every process builds the same
+    payload.
     """
     traces = [t for _, stacks in inputs for _, t in stacks]
     fixed = nbytes(static_asset("explorer.js")) + nbytes(static_asset("explorer.css"))
@@ -327,7 +333,7 @@ def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, Attentio
         "views": [*VIEWS, IMAGE_VIEW],  # the tabs in order (the image one shown for images)
         "layer": layer, "head": head, "stack": stack,
         "inputs": about_inputs,
-        "traces": [_trace_payload(t, each, first, a, room, progress)
+        "traces": [_trace_payload(t, each, first, a, room, progress, group)
                    for t, first, a in zip(traces, firsts, api)],
         "pe": pe,
         "math": math_payload(),

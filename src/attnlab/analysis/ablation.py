@@ -38,7 +38,20 @@ __all__ = ["IMPORTANCES", "Ablation", "ablate_keys", "importances", "rank_agreem
 
 IMPORTANCES = ("weights", "last_layer", "rollout", "accumulated", "random")
 
-_MAX_BATCH_MASK = 64 << 20  # bytes of float32 masks per forward
+#: Bytes one batched forward of the ablation may take for what grows with the batch: the
+#: masks, each layer's scores and probabilities (eager attention keeps both, per head), and
+#: the logits of the target rows over the vocabulary.
+BATCH_BYTES = 256 << 20
+
+
+def _per_batch(n: int, heads: int, targets: int, vocab: int) -> int:
+    """How many ablations share one forward within :data:`BATCH_BYTES` (at least one).
+
+    >>> _per_batch(512, 9, 127, 49152), _per_batch(8192, 9, 1, 49152)  # SmolLM2's shapes
+    (5, 1)
+    """
+    each = 4 * n * n * (1 + 2 * heads) + 4 * targets * vocab
+    return max(1, BATCH_BYTES // each)
 
 
 def _check_rows(name: str, rows: Any, n: int, lo: int = 0) -> list[int]:
@@ -97,7 +110,8 @@ def ablate_keys(model: Any, ids: Sequence[int], *, targets: Sequence[int] | None
     """The effect of hiding each key (see the module docstring). ``model`` is a Hugging Face
     causal LM (or an object whose ``.model`` is one, like ``attnlab.models.load``'s);
     ``targets`` default to every row but the last, ``keys`` to every position up to the last
-    target; ``batch`` ablations share a forward (default: as many as 64 MiB of masks allow).
+    target; ``batch`` ablations share a forward (default: as many as :data:`BATCH_BYTES`
+    allow for their masks, scores and target logits).
     """
     net = getattr(model, "model", model) if hasattr(model, "tokenizer") else model
     if not callable(net):
@@ -111,7 +125,10 @@ def ablate_keys(model: Any, ids: Sequence[int], *, targets: Sequence[int] | None
     ks = _check_rows("keys", list(range(max(tg) + 1)) if keys is None else list(keys), n)
     dtype = next(net.parameters()).dtype if hasattr(net, "parameters") else torch.float32
     dtype = dtype if dtype.is_floating_point else torch.float32
-    per = max(1, _MAX_BATCH_MASK // (n * n * 4)) if batch is None else batch
+    cfg = getattr(net, "config", None)
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 1)
+    vocab = int(getattr(cfg, "vocab_size", 0) or 0)
+    per = _per_batch(n, heads, len(tg), vocab) if batch is None else batch
     if isinstance(per, bool) or not isinstance(per, int) or per < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     x = torch.tensor([ids])

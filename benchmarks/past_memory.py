@@ -20,10 +20,13 @@ measurement is a fresh process, so its peak resident set (``VmHWM``) is its own:
 * ``explore_1`` / ``explore_2``: ``attnlab explore --trace FILE --out PAGE.html`` the same
   way, and whether the two pages' data are equal.
 
-``--wide-tokens N``: a random-weight Llama of Llama-3-8B's attention (32 layers, 32 query
-and 8 key/value heads of 128; hidden size 256 and feed-forward 512 instead of 4,096 and
-14,336, so that it runs here) traced at N tokens with ``trace(..., out=FILE)``: wall time,
-peak resident set, file size, and one layer's share of the file (what capture keeps).
+``--wide-tokens N``: a random-weight Llama with the attention of a large model, full depth
+(``--wide-shape``: ``llama3-8b``, 32 layers, 32 query and 8 key/value heads of 128, or
+``llama3-70b``, 80 layers, 64 query and 8 key/value heads of 128; hidden size 256 and
+feed-forward 512 instead of 4,096/8,192 and 14,336/28,672, so that it runs here) traced at
+N tokens with ``trace(..., out=FILE)``: wall time, peak resident set, file size, and one
+layer's share of the file (what capture keeps). At 8,192 tokens the ``llama3-70b`` trace is
+27 GB, more than this machine's memory.
 
 A harness, not a test: it prints what it measured; nothing is asserted.
 """
@@ -141,17 +144,22 @@ def _file_measures(path: str) -> dict[str, Any]:
     return out
 
 
-def _wide(n: int, folder: str) -> dict[str, Any]:
+#: (layers, query heads, key/value heads, head size) of the wide models' attention.
+WIDE = {"llama3-8b": (32, 32, 8, 128), "llama3-70b": (80, 64, 8, 128)}
+
+
+def _wide(n: int, folder: str, shape: str) -> dict[str, Any]:
     import torch
     import transformers
 
     from attnlab._proc import peak_rss_bytes
     from attnlab.tracing import trace
 
+    layers, heads, kv, d = WIDE[shape]
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv, head_dim=d,
         max_position_embeddings=max(n, 8192))
     cfg._attn_implementation = "eager"
     model = transformers.LlamaForCausalLM(cfg).eval()
@@ -162,8 +170,8 @@ def _wide(n: int, folder: str) -> dict[str, Any]:
     t = trace(model, ids, out=path)
     wall = time.perf_counter() - t0
     size = path.stat().st_size
-    per_layer = 4 * n * (32 * 128 + 2 * 8 * 128 + 32)
-    return {"tokens": n, "layers": t.num_layers, "heads": t.num_heads,
+    per_layer = 4 * n * (heads * d + 2 * kv * d + heads)
+    return {"shape": shape, "tokens": n, "layers": t.num_layers, "heads": t.num_heads,
             "kv_heads": t.num_kv_heads, "head_dim": t.head_dim, "trace_seconds": wall,
             "file_bytes": size, "one_layer_bytes": per_layer,
             "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
@@ -176,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--file", default=None, help="a trace file to open and analyse")
     ap.add_argument("--wide-tokens", type=int, default=None, metavar="N",
                     help="trace the wide random model at N tokens")
+    ap.add_argument("--wide-shape", choices=sorted(WIDE), default="llama3-70b")
     ap.add_argument("--dir", default=None, help="where the wide model's file goes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -190,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             before = _loadavg()
             ctx = mp.get_context("spawn")
             with ctx.Pool(1, maxtasksperchild=1) as pool:
-                results["wide"] = pool.apply(_wide, (args.wide_tokens, d))
+                results["wide"] = pool.apply(_wide, (args.wide_tokens, d, args.wide_shape))
             results["wide"]["load_before"], results["wide"]["load_after"] = before, _loadavg()
     print(json.dumps(results, indent=None if args.json else 1))
     return results

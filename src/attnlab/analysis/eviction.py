@@ -152,7 +152,7 @@ def _scores(trace: AttentionTrace, layer: int, kv_head: int, c: int, window: int
     snap[c - window:] = float("inf")  # the observation window stays
     streaming = pos.clone()
     streaming[:sinks] = float("inf")
-    norms = trace.k[layer, kv_head, :c].double().norm(dim=-1)
+    norms = trace.layer_tensor("k", layer)[kv_head, :c].double().norm(dim=-1)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + layer * 1009 + kv_head)
     return {"h2o": h2o, "snapkv": snap, "tova": tova, "streaming": streaming,
             "knorm": -norms, "random": torch.rand(c, generator=gen, dtype=torch.float64),

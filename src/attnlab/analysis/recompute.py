@@ -54,21 +54,25 @@ def recompute_errors(trace: Any, *, tile_rows: int | None = None) -> dict[str, f
     err_c = torch.zeros((), dtype=torch.float64)
     for layer in range(trace.num_layers):
         shape = trace.score_shape(layer)
+        # one layer of each tensor, read checked (a streamed trace's layer digests)
+        q_l, k_l = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)
+        if with_context:
+            v_l, ctx_l = trace.layer_tensor("v", layer), trace.layer_tensor("context", layer)
         for head in range(trace.num_heads):
             kv = trace.kv_head(head)
-            k = trace.k[layer, kv]  # (Lk, d)
+            k = k_l[kv]  # (Lk, d)
             for r0, r1 in row_tiles(lq, lk, tile_rows):
                 rows = range(r0, r1)
-                s = shape.scores(trace.q[layer, head, r0:r1], k, rows=rows, head=head,
+                s = shape.scores(q_l[head, r0:r1], k, rows=rows, head=head,
                                  lq=lq, lk=lk).double()  # (T, Lk)
                 lse = shape.logsumexp(s, head, rows)[..., None]  # learned sinks included
                 w = torch.exp(s - lse.masked_fill(lse == float("-inf"), float("inf")))
                 got = trace.weights_rows(layer, head, rows).double()
                 err_w = torch.maximum(err_w, (w - got).abs().max())
                 if with_context:
-                    ctx = w @ trace.v[layer, kv].double()
+                    ctx = w @ v_l[kv].double()
                     err_c = torch.maximum(
-                        err_c, (ctx - trace.context[layer, head, r0:r1].double()).abs().max())
+                        err_c, (ctx - ctx_l[head, r0:r1].double()).abs().max())
     out = {"weights": float(err_w)}
     if with_context:
         out["context"] = float(err_c)

@@ -31,9 +31,10 @@ def qk_view_error(trace: AttentionTrace) -> float:
     err = 0.0
     for layer in range(trace.num_layers):
         shape = trace.score_shape(layer)
+        q, k = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)  # checked
         for head in range(trace.num_heads):
-            p = shape.probs(trace.q[layer, head], trace.k[layer, trace.kv_head(head)],
-                            rows=rows, head=head, lq=lq, lk=lk)
+            p = shape.probs(q[head], k[trace.kv_head(head)], rows=rows, head=head, lq=lq,
+                            lk=lk)
             w = trace.weights_rows(layer, head, rows).double()
             err = max(err, float((p - w).abs().max()))
     return err

@@ -338,8 +338,8 @@ def score_parts(trace: Trace, layer: int, head: int, i: int, j: int, *,
     qi = int(trace._select("i", i, trace.seq_len)[0])
     kj = int(trace._select("j", j, trace.key_len)[0])
     shape = trace.score_shape(layer)
-    q = trace.q[layer, head, qi].float()
-    k = trace.k[layer, trace.kv_head(head), kj].float()
+    q = trace.layer_tensor("q", layer)[head, qi].float()
+    k = trace.layer_tensor("k", layer)[trace.kv_head(head), kj].float()
     d = q.shape[0]
     layout = _layout(trace, pairing)
     scale = float(shape.scale)
@@ -379,8 +379,8 @@ def band_lift(trace: Trace, layer: int, head: int, *, rows: Any = None,
     layer, head = trace._layer(layer), trace._head(head)
     picked = _rows(trace, slice(None) if rows is None else rows)
     shape = trace.score_shape(layer)
-    q_all = trace.q[layer, head].double()
-    k = trace.k[layer, trace.kv_head(head)].double()
+    q_all = trace.layer_tensor("q", layer)[head].double()
+    k = trace.layer_tensor("k", layer)[trace.kv_head(head)].double()
     lq, lk = trace.seq_len, trace.key_len
     d = k.shape[1]
     per_dim = torch.zeros(d, dtype=torch.float64)

@@ -109,11 +109,14 @@ def tolerance(base: float, trace: AttentionTrace) -> float:
     >>> tolerance(EXACT_TOL, AttentionTrace(tokens=["a", "b"], weights=w)) == EXACT_TOL
     True
     """
-    lse = trace.lse
-    if lse is None or not lse.numel():
+    if trace.lse is None or not trace.lse.numel():
         return base
-    finite = lse[torch.isfinite(lse)]
-    top = float(finite.abs().max()) if finite.numel() else 0.0
+    top = 0.0
+    for layer in range(trace.num_layers):
+        lse = trace.layer_tensor("lse", layer)  # one layer at a time, read checked
+        finite = lse[torch.isfinite(lse)]
+        if finite.numel():
+            top = max(top, float(finite.abs().max()))
     return base * max(1.0, top / LSE_SCALE)
 
 
@@ -200,7 +203,8 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
         lse = None
         if not why_not:
             shape = trace.score_shape(layer)
-            lse = row_logsumexp(trace.q[layer], trace.k[layer], shape)  # (H, Lq), recomputed
+            q, k = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)  # checked
+            lse = row_logsumexp(q, k, shape)  # (H, Lq), recomputed
         raw.append([])
         renorm.append([])
         for h in range(trace.num_heads):
@@ -210,8 +214,8 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
             renorm[-1].append(float((_renormalised(got) - want[h]).abs().max())
                               if sinks and got.numel() else err)
             if lse is not None:
-                w = shaped_weights(trace.q[layer, h], trace.k[layer, trace.kv_head(h)], lse[h],
-                                   shape, rows=range(lq), head=h, lq=lq, lk=lk)
+                w = shaped_weights(q[h], k[trace.kv_head(h)], lse[h], shape, rows=range(lq),
+                                   head=h, lq=lq, lk=lk)
                 if w.numel():
                     rec = max(rec, float((w.double() - got).abs().max()))
     head_errors, compared = raw, ""

@@ -212,10 +212,11 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     lq, lk = t.seq_len, t.key_len
     shape = t.score_shape(layer)
     g = head // (t.num_heads // t.num_kv_heads)
-    q = t.q[layer, head, query].double()  # (d,)
-    k = t.k[layer, g]  # (Lk, d)
+    q_row = t.layer_tensor("q", layer)[head, query]  # (d,), checked
+    k = t.layer_tensor("k", layer)[g]  # (Lk, d), checked
+    q = q_row.double()
     dots = k.double() @ q  # (Lk,)
-    shaped = shape.scores(t.q[layer, head, query][None], k, rows=[query], head=head,
+    shaped = shape.scores(q_row[None], k, rows=[query], head=head,
                           lq=lq, lk=lk)[0]  # (Lk,) float32, -inf where hidden
     allowed = torch.isfinite(shaped)
     bias = shape.additive([query], head=head, lq=lq, lk=lk)  # ALiBi and dense bias

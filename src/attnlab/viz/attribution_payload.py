@@ -266,9 +266,12 @@ def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: in
 def key_norms(trace: AttentionTrace) -> Tensor:
     """(L, H, Lk) float32: ``‖v_j W_O^h‖``, the norm of what key ``j`` moves through head
     ``h`` — the factor by which value-weighted attention scales a weight."""
-    return torch.stack([torch.stack([
-        (trace.v[layer, trace.kv_head(h)].float() @ trace.out_proj[layer, h]).norm(dim=-1)
-        for h in range(trace.num_heads)]) for layer in range(trace.num_layers)])
+    def of_layer(layer: int) -> Tensor:  # (H, Lk); v and out_proj read checked
+        v, o = trace.layer_tensor("v", layer), trace.layer_tensor("out_proj", layer)
+        return torch.stack([(v[trace.kv_head(h)].float() @ o[h]).norm(dim=-1)
+                            for h in range(trace.num_heads)])
+
+    return torch.stack([of_layer(layer) for layer in range(trace.num_layers)])
 
 
 def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -331,10 +334,13 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         if value_rows:
             out["value"].append(encode_blob(trace.value_weighted_rows(layer, h, range(lq)),
                                             "f32", gz=True))
-        out["q"].append(encode_blob(pieces.q[layer, h].float(), "f32", gz=True)
-                        if own_qk else None)
-        out["k"].append(encode_blob(pieces.k[layer, pieces.kv_head(h)].float(), "f32", gz=True)
-                        if own_qk else None)
+        if own_qk:  # the pieces' q and k of the head, read checked
+            q, k = pieces.layer_tensor("q", layer), pieces.layer_tensor("k", layer)
+            out["q"].append(encode_blob(q[h].float(), "f32", gz=True))
+            out["k"].append(encode_blob(k[pieces.kv_head(h)].float(), "f32", gz=True))
+        else:
+            out["q"].append(None)
+            out["k"].append(None)
         return True
 
     first_kept = add_head(*first)

@@ -377,7 +377,8 @@ def _qk_of(trace: AttentionTrace, layer: int, head: int, what: str) -> tuple[Ten
         raise ValueError(f"the {what} figure needs unmerged tokens: this trace's q and k "
                          "belong to the byte pieces it merged (trace with merge_pieces=False)")
     group = trace.num_heads // trace.num_kv_heads
-    return trace.q[layer, head], trace.k[layer, head // group]
+    return (trace.layer_tensor("q", layer)[head],
+            trace.layer_tensor("k", layer)[head // group])
 
 
 def qk_projection(trace: AttentionTrace, layer: int, head: int, *,

@@ -82,8 +82,8 @@ def qk_payload(trace: AttentionTrace, heads: list[tuple[int, int]], dtype: str) 
     group = trace.num_heads // trace.num_kv_heads
     kv = list(dict.fromkeys((l_, h // group) for l_, h in heads))  # first use first
     k_of = [kv.index((l_, h // group)) for l_, h in heads]
-    q = torch.stack([trace.q[l_, h] for l_, h in heads]).float()  # (S, Lq, d)
-    k = torch.stack([trace.k[l_, g] for l_, g in kv]).float()  # (S_kv, Lk, d)
+    q = torch.stack([trace.layer_tensor("q", l_)[h] for l_, h in heads]).float()  # (S, Lq, d)
+    k = torch.stack([trace.layer_tensor("k", l_)[g] for l_, g in kv]).float()  # (S_kv, Lk, d)
     lq, lk = trace.seq_len, trace.key_len
     err = [0.0] * len(heads)
     if dtype == "f16":  # what float16 storage costs, measured: max |Δp| per head
@@ -131,8 +131,8 @@ def qk_pieces_data(trace: AttentionTrace, layer: int, head: int, query: int, *,
     mine = list(g[query])
     lq = lk = pieces_t.seq_len
     shape = pieces_t.score_shape(layer)
-    k = pieces_t.k[layer, pieces_t.kv_head(head)]  # (Lk pieces, d)
-    q = pieces_t.q[layer, head, mine]  # (P, d)
+    k = pieces_t.layer_tensor("k", layer)[pieces_t.kv_head(head)]  # (Lk pieces, d)
+    q = pieces_t.layer_tensor("q", layer)[head, mine]  # (P, d)
     dots = torch.stack([k.double() @ q[r].double() for r in range(len(mine))])
     allowed = torch.isfinite(shape.scores(q, k, rows=mine, head=head, lq=lq, lk=lk))
     bias = shape.additive(mine, head=head, lq=lq, lk=lk)

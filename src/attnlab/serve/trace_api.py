@@ -52,7 +52,7 @@ import torch  # noqa: F401  (the doctests)
 
 from attnlab.serve._common import Refused, error
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.tracing.stacks import StackedTrace, load_trace
+from attnlab.tracing.stacks import StackedTrace, open_trace
 from attnlab.viz.api import (
     MAX_POOLED_BLOCKS,
     MAX_ROWS,
@@ -75,8 +75,19 @@ __all__ = ["TraceStore", "trace_bytes", "trace_router", "create_trace_app", "run
            "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP"]
 
 def trace_bytes(trace: AttentionTrace) -> int:
-    """Bytes of the tensors a trace holds (what keeping it costs)."""
-    ts = [trace.q, trace.k, trace.v, trace.lse, trace.context]
+    """Bytes of the tensors a trace holds in memory (what keeping it costs): q, k, v, lse,
+    context, each head's output projection, or a dense trace's weights. An opened trace
+    (:meth:`AttentionTrace.open`) holds none: its tensors are mapped from its file, read
+    where a request asks, and their pages are the system's to drop.
+
+    >>> t = AttentionTrace(["a", "b"], q=torch.ones(1, 2, 2, 4), k=torch.ones(1, 1, 2, 4),
+    ...                    lse=torch.zeros(1, 2, 2), causal=True)
+    >>> trace_bytes(t) == 4 * (16 + 8 + 4)
+    True
+    """
+    if getattr(trace, "opened_from", None) is not None:
+        return 0
+    ts = [trace.q, trace.k, trace.v, trace.lse, trace.context, trace.out_proj]
     if not trace.has_qk:
         ts.append(trace.weights)  # a dense trace: the weights it holds
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
@@ -368,7 +379,8 @@ def create_trace_app(traces: Sequence[AttentionTrace | StackedTrace] | TraceStor
 
 def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
                quiet: bool = False) -> None:
-    """Load each saved trace, build its explorer (pooled maps), and serve until interrupted.
+    """Open each saved trace (mapped: :func:`attnlab.tracing.open_trace`), build its explorer
+    (pooled maps), and serve until interrupted.
 
     ``config`` is a :class:`attnlab.serve.ServeConfig` (host, port; ``max_chars`` is
     not used: nothing is traced here).
@@ -384,7 +396,7 @@ def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
     for p in paths:
         if not quiet:
             print(f"attnlab serve: loading {p}", flush=True)
-        loaded.append(load_trace(Path(p)))  # an AttentionTrace or a StackedTrace
+        loaded.append(open_trace(Path(p)))  # mapped and checked, or a StackedTrace read whole
     n = sum(len(t) if isinstance(t, StackedTrace) else 1 for t in loaded)
     store = TraceStore(capacity=n)
     for t in loaded:

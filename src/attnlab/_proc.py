@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["IsolatedCallError", "call_isolated", "echo", "peak_rss_bytes"]
+__all__ = ["IsolatedCallError", "call_isolated", "echo", "peak_rss_bytes", "release_memory"]
 
 
 class IsolatedCallError(RuntimeError):
@@ -54,6 +54,30 @@ def peak_rss_bytes() -> int:
         pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB else
+
+
+def release_memory() -> bool:
+    """Hand the heap's freed pages back to the system (glibc's ``malloc_trim(0)``), so that
+    the next phase of a long job starts from what is live, not from the previous phase's
+    peak; True where it ran (Linux with glibc), False elsewhere (nothing is done).
+
+    PyTorch's CPU tensors come from malloc: after a large transient (a forward pass of
+    thousands of tokens) glibc keeps most of the freed memory mapped in its arenas, counted
+    in the resident set; trimmed, it is the system's again.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl or another libc: no malloc_trim
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 def _resolve(target: str) -> Any:

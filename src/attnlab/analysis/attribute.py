@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from attnlab._proc import release_memory
 from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
 from attnlab.analysis.eviction import evict
 from attnlab.analysis.eviction_loss import eviction_losses
@@ -69,6 +70,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
     out: dict[str, Any] = {"model": trace.model, "tokens": trace.seq_len}
+    release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:
         t0 = time.perf_counter()
         n = min(trace.seq_len, ablation_tokens)
@@ -90,11 +92,13 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
             "rho": rho, "rho_abs": rho_abs, "importances": list(IMPORTANCES),
             "best": max(real, key=real.get) if real else None,
             "seconds": round(time.perf_counter() - t0, 2)}
+        release_memory()  # the batched forwards' pages: the eviction starts from what is live
     if eviction:
         t0 = time.perf_counter()
         ev = evict(trace, tuple(budgets), context=context, seed=seed)
         out["eviction"] = {**{k: v for k, v in ev.to_json().items() if k != "lost"},
                            "seconds": round(time.perf_counter() - t0, 2)}
+        release_memory()
         if eviction_loss:
             t0 = time.perf_counter()
             losses = losses_to_json(eviction_losses(model, trace.token_ids, ev))

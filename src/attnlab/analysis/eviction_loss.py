@@ -14,7 +14,7 @@ a copy of its cache, through an attention function registered with transformers
 ``-inf`` on those scores, nothing else changed. Keeping every key gives the loss of the
 full forward (tested), so a difference is the eviction's and nothing else's.
 
-Both runs go through the model in chunks of ``chunk`` tokens (default 1,024), each chunk
+Both runs go through the model in chunks of ``chunk`` tokens (default 256), each chunk
 reading the cache of those before it: the same attention, row for row, as one forward, in
 memory that grows with ``chunk × N`` rather than ``N²``. The prefill uses the model's
 ``sdpa`` attention where it has one (its weights are not needed) and computes no logits:
@@ -36,6 +36,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from attnlab._proc import release_memory
 
 __all__ = ["CHUNK", "IMPLEMENTATION", "later_loss", "eviction_losses"]
 
@@ -114,7 +116,7 @@ def _cache_name(net: Any) -> str:
 
 
 #: Tokens per forward of the chunked prefill and later run.
-CHUNK = 1024
+CHUNK = 256
 
 
 def _check_chunk(chunk: Any) -> int:
@@ -204,10 +206,14 @@ def later_loss(model: Any, ids: Any, context: int, keep: Tensor | None = None, *
         keep = _check_keep(keep, net, context)
     base = _prefill(net, x, context, chunk) if cache is None else cache
     run = copy.deepcopy(base)
-    if keep is None:
-        return float(_later_nll(net, x, context, run, chunk))
-    with _routed(net, keep):
-        return float(_later_nll(net, x, context, run, chunk))
+    try:
+        if keep is None:
+            return float(_later_nll(net, x, context, run, chunk))
+        with _routed(net, keep):
+            return float(_later_nll(net, x, context, run, chunk))
+    finally:
+        del run
+        release_memory()  # the copy and the chunks' scores: the next policy starts clean
 
 
 def eviction_losses(model: Any, ids: Any, result: Any, *,
@@ -238,6 +244,7 @@ def eviction_losses(model: Any, ids: Any, result: Any, *,
     if missing:
         raise ValueError(f"the eviction result has no kept keys for {missing}")
     cache = _prefill(net, x, c, chunk)
+    release_memory()
     some = result.keep[ps[0]][bs[0]]
     everything = torch.ones_like(some)
     full = later_loss(net, x[0], c, everything, cache=cache, chunk=chunk)

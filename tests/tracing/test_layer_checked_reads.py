@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import math
-import struct
 
 import numpy as np
 import pytest
@@ -34,6 +32,7 @@ from attnlab.viz.qk import qk_payload
 transformers = pytest.importorskip("transformers")
 
 from random_models import random_llama  # noqa: E402  (tests/random_models.py)
+from trace_files import flip_layer_bit  # noqa: E402  (tests/trace_files.py)
 
 N = 24  # tokens
 GROUPS = [[0], [1, 2], [3, 4, 5]] + [[i] for i in range(6, N)]  # a merge of pieces
@@ -58,16 +57,9 @@ def files(tmp_path_factory):
 
 
 def _flip(path, out, name, layer, at=5):
-    """A copy of ``path`` with one bit flipped inside ``layer``'s chunk of tensor ``name``."""
-    if not out.exists():
-        raw = bytearray(path.read_bytes())
-        n = struct.unpack("<Q", raw[:8])[0]
-        entry = json.loads(raw[8:8 + n])[name]
-        start, end = entry["data_offsets"]
-        chunk = (end - start) // entry["shape"][0]
-        raw[8 + n + start + layer * chunk + at] ^= 0x08
-        out.write_bytes(bytes(raw))
-    return out
+    """A copy of ``path`` with one bit flipped inside ``layer``'s chunk of tensor ``name``
+    (made once per name and layer)."""
+    return out if out.exists() else flip_layer_bit(path, out, name, layer, at)
 
 
 def _merged(t: AttentionTrace) -> AttentionTrace:

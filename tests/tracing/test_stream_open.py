@@ -17,6 +17,7 @@ from attnlab.tracing.tracer import trace
 transformers = pytest.importorskip("transformers")
 
 from random_models import random_llama  # noqa: E402  (tests/random_models.py)
+from trace_files import flip_layer_bit  # noqa: E402  (tests/trace_files.py)
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +29,7 @@ def streamed(tmp_path_factory):
     return path, trace(model, ids)
 
 
-def _flip(path, out, name, layer, at=5):
-    """A copy of ``path`` with one bit flipped inside ``layer``'s chunk of tensor ``name``."""
-    raw = bytearray(path.read_bytes())
-    n = struct.unpack("<Q", raw[:8])[0]
-    entry = json.loads(raw[8:8 + n])[name]
-    start, end = entry["data_offsets"]
-    chunk = (end - start) // entry["shape"][0]
-    raw[8 + n + start + layer * chunk + at] ^= 0x08
-    out.write_bytes(bytes(raw))
-    return out
+_flip = flip_layer_bit
 
 
 def _rewrite(path, out, edit):

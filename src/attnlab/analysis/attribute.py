@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from attnlab._proc import release_memory
 from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
 from attnlab.analysis.eviction import evict
@@ -41,9 +43,13 @@ def prefix(trace: AttentionTrace, n: int) -> AttentionTrace:
            or (s.sinks is not None and s.sinks.dim() > 1) for s in trace.shapes):
         raise ValueError("this trace's score shapes hold per-position tensors (a key mask, a "
                          "bias, per-row sinks): trace the prefix itself")
-    cut = {name: None if t is None else t[:, :, :n].contiguous()
-           for name, t in (("q", trace.q), ("k", trace.k), ("v", trace.v), ("lse", trace.lse),
-                           ("context", trace.context))}
+    def first(name: str) -> Any:  # each layer read checked (an opened trace's chunks)
+        if getattr(trace, name) is None:
+            return None
+        return torch.stack([trace.layer_tensor(name, layer)[:, :n]
+                            for layer in range(trace.num_layers)])
+
+    cut = {name: first(name) for name in ("q", "k", "v", "lse", "context")}
     return AttentionTrace(trace.tokens[:n], shapes=list(trace.shapes), model=trace.model,
                           token_ids=None if trace.token_ids is None else trace.token_ids[:n],
                           meta={**trace.meta, "prefix_of": trace.seq_len}, **cut)

@@ -83,7 +83,7 @@ def test_cli_errors_name_the_fix(tmp_path, capsys):
     assert "known model name (minilm, smollm2, whisper-tiny-en)" in err
     assert cli.main(["plot", str(tmp_path / "missing.safetensors"), "--out",
                      str(tmp_path / "a.png")]) == 2
-    assert "no trace file" in capsys.readouterr().err
+    assert "FILE: no such file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("how, cause", [

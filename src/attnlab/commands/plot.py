@@ -27,11 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, check_out, save
-    from attnlab.tracing import StackedTrace, load_trace
+    from attnlab.commands.model_run import read_saved_trace
+    from attnlab.tracing import StackedTrace
     from attnlab.viz.figures import plot, save_figure
 
     check_out(args.out, (".png", ".svg"))
-    t = load_trace(args.file)
+    t = read_saved_trace(args.file, "FILE")
     if isinstance(t, StackedTrace):
         if args.stack not in t:
             raise UsageError(f"--stack must be one of {', '.join(t.names)} for this "

@@ -134,9 +134,11 @@ def test_memory_budget_is_checked_in_tokens_before_any_model_runs(toy_tracer):
     r = c.post("/api/explore", json={"model": "toy-gpt", "text": "a" * (n + 1)})
     assert r.status_code == 413 and "above this server's budget" in r.json()["error"]
     assert toy_tracer.calls == calls
-    # two texts share the budget
-    half = "b" * (n // 2 + 1)
-    r = c.post("/api/explore", json={"model": "toy-gpt", "text": half, "text2": half})
+    # two texts share the budget: each fits alone, the two together do not
+    m = 3 * n // 4
+    assert toy_tracer.estimate(m) <= budget < 2 * toy_tracer.estimate(m)
+    part = "b" * m
+    r = c.post("/api/explore", json={"model": "toy-gpt", "text": part, "text2": part})
     assert r.status_code == 413 and toy_tracer.calls == calls
     assert c.post("/api/explore", json={"model": "toy-gpt", "text": "a" * n}).status_code == 200
 

@@ -15,10 +15,18 @@ vocabulary ``V`` (all float32, 4 bytes a number)::
               + 4 · L · H · N²   for dense weights, when a trace keeps them (no q/k, or v1)
               + 4 · L · H · N²   for raw scores, when asked for
     forward   = 4 · N · (4·E + (H + 2·H_kv)·d + 3·F)   one block's activations (no grad)
-              + 4 · N · V                             vocabulary logits, unless avoided
-              + 4 · N²                                one N×N mask, if the model builds one
-              + 8 · H · N²                            scores and probabilities of one layer,
-                                                      if its attention path materialises them
+              + 4 · N · V                  vocabulary logits, where the traced forward makes
+                                           them (attnlab's own models; a Hugging Face model
+                                           is traced through its base model, without them)
+              + 4 · min(N², 2²²)           the mask a Hugging Face model builds: dense up to
+                                           4M entries, one per key above (the adapter's
+                                           DENSE_MASK_MAX_ENTRIES)
+              + 4 · min(TILE, 4 · H · N²)  the attention's working tiles: a tile of scores
+                                           (at most TILE = 64 MiB, one layer's scores when
+                                           smaller), its probabilities, and the eager
+                                           check's two
+              + 8 · H · N²                 scores and probabilities of one layer, if its
+                                           attention path materialises them
     estimate  = KEPT_COPIES · kept + forward
 
 A trace **streamed** to its file as the model runs (``streamed=True``:
@@ -33,22 +41,25 @@ saving streams them to the file), but the pages the forward pass frees around th
 all handed back at once: ``KEPT_COPIES = 2`` covers both. ``context`` counts only when the
 trace keeps it. The model's own weights are not counted: they are loaded already.
 
-Calibrated on SmolLM2-135M (``L=30, H=9, H_kv=3, d=64, E=576, F=1536, V=49152``): the
-peak resident set of a whole ``attnlab trace`` process (``/usr/bin/time -v``) above that
-of a 7-token trace, the worst of two runs (one at 8,192), measured / estimated: 1,022
-tokens 0.36 / 0.44 GiB; 2,048 tokens 0.66 / 0.89 GiB; 4,096 tokens 0.70 / 1.82 GiB;
-8,192 tokens 1.31 / 3.76 GiB (kept 0.89 GiB, forward 1.99 GiB: 1.5 GiB of it the logits,
-which the tracer skips but which stay counted as headroom, 0.25 GiB the mask). One copy
+Calibrated on SmolLM2-135M (``L=30, H=9, H_kv=3, d=64, E=576, F=1536``): the peak resident
+set of a whole ``attnlab trace`` process (``/usr/bin/time -v``) above that of a 7-token
+trace, the worst of two runs, measured / estimated: 1,022 tokens 0.36 / 0.40 GiB; 2,048
+tokens 0.66 / 0.77 GiB; 4,096 tokens 0.70 / 1.27 GiB; 8,192 tokens 1.31 / 2.28 GiB (kept
+0.89 GiB, counted twice). Streamed (``benchmarks/trace_streaming.py``: the growth of a
+fresh process's peak over its resident set once the model is loaded, which also counts the
+first forward's fixed costs, about 0.3 GiB, that the 7-token baseline removes above),
+measured / estimated: 8,192 tokens 0.67 / 0.57 GiB; 16,384 tokens 0.92 / 0.86 GiB; 32,768
+tokens 1.29 / 1.46 GiB. One copy
 (``KEPT_COPIES = 1``) would fall short at 1,022 tokens.
 
 >>> shape = ModelShape(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
 ...                    hidden_size=32, ff_size=128, vocab_size=100)
 >>> estimate_trace_bytes(shape, 10).total
-37920
+44320
 >>> check_trace_budget(shape, 10_000, "1MB")
 Traceback (most recent call last):
 ...
-attnlab.tracing.budget.MemoryBudgetError: 10000 tokens need about 36.16 MiB of memory ...
+attnlab.tracing.budget.MemoryBudgetError: 10000 tokens need about 292.16 MiB of memory ...
 >>> parse_memory("512MiB"), parse_memory("4GB")
 (536870912, 4000000000)
 """
@@ -62,6 +73,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "DENSE_MASK_ENTRIES",
     "KEPT_COPIES",
     "MemoryBudgetError",
     "MemoryEstimate",
@@ -77,9 +89,17 @@ __all__ = [
     "model_shape",
     "parse_memory",
     "resolve_budget",
+    "TILE",
 ]
 
 KEPT_COPIES = 2  # the trace + what the forward pass frees but keeps resident (measured)
+#: Entries up to which a Hugging Face model's mask is dense (the adapter's
+#: ``DENSE_MASK_MAX_ENTRIES``; above, one entry per key).
+DENSE_MASK_ENTRIES = 1 << 22
+#: The largest tile of scores the attention works on (the adapter's ``_EAGER_TILE_BYTES``);
+#: four are counted: the tile, its probabilities and the eager check's two (measured: what
+#: 1,022 tokens take beyond the trace and the activations).
+TILE = 64 << 20
 DEFAULT_FRACTION = 0.5  # of the machine's memory (or of its cgroup limit, if lower)
 _FALLBACK_TOTAL = 8 * 2**30  # when the machine's memory cannot be read
 _FLOAT = 4  # bytes of a float32
@@ -225,9 +245,10 @@ def _from_config(cfg: Any, *, hf: bool) -> ModelShape:
     head_dim = first_int(cfg, "head_dim") or hidden // heads
     ff = first_int(cfg, "intermediate_size", "ff_dim", "n_inner", "ffn_dim") or 4 * hidden
     vocab = first_int(cfg, "vocab_size") or 0
+    # a Hugging Face model is traced through its base model: no vocabulary logits
     return ModelShape(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
-                      hidden_size=hidden, ff_size=ff, vocab_size=vocab, logits=vocab > 0,
-                      n2_mask=hf)
+                      hidden_size=hidden, ff_size=ff, vocab_size=vocab,
+                      logits=vocab > 0 and not hf, n2_mask=hf)
 
 
 def _from_module(module: Any) -> ModelShape:
@@ -239,9 +260,6 @@ def _from_module(module: Any) -> ModelShape:
         except TypeError:
             shape = None
         if shape is not None:
-            if hf:  # a bare encoder (AutoModel) computes no vocabulary logits
-                has_head = any(hasattr(module, a) for a in ("lm_head", "cls", "embed_out"))
-                shape = _replace(shape, logits=has_head and shape.vocab_size > 0)
             return shape
     attns = [m for m in module.modules()
              if first_int(m, "num_heads") and first_int(m, "head_dim") and hasattr(m, "scale")]
@@ -254,12 +272,6 @@ def _from_module(module: Any) -> ModelShape:
     return ModelShape(num_layers=len(attns), num_heads=heads,
                       num_kv_heads=first_int(a, "num_kv_heads") or heads, head_dim=d,
                       hidden_size=hidden, ff_size=4 * hidden, vocab_size=0, logits=False)
-
-
-def _replace(shape: ModelShape, **kw: Any) -> ModelShape:
-    from dataclasses import replace
-
-    return replace(shape, **kw)
 
 
 def model_shape(model_like: Any) -> ModelShape:
@@ -348,7 +360,8 @@ def estimate_trace_bytes(model_like: Any, num_tokens: int, *, keep_context: bool
     kept += _FLOAT * layers * H * n * n * (int(keep_weights) + int(keep_scores))
     forward = _FLOAT * n * (4 * s.hidden_size + (H + 2 * Hkv) * d + 3 * s.ff_size)
     forward += _FLOAT * n * s.vocab_size if s.logits else 0
-    forward += _FLOAT * n * n if s.n2_mask else 0
+    forward += _FLOAT * min(n * n, DENSE_MASK_ENTRIES) if s.n2_mask else 0
+    forward += 4 * min(TILE, _FLOAT * H * n * n)
     forward += 2 * _FLOAT * H * n * n if s.eager_scores else 0
     return MemoryEstimate(num_tokens=n, kept=kept, forward=forward,
                           total=KEPT_COPIES * kept + forward, streamed=streamed)

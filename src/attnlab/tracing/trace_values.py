@@ -29,7 +29,8 @@ def check_values(path: Path | str, tensors: dict[str, Tensor],
 
     for name in ("q", "k", "v", "context", "out_proj"):
         x = tensors.get(name)
-        if x is not None and not bool(torch.isfinite(x).all()):
+        # a layer at a time: the check's own memory is one layer's, whatever the file's size
+        if x is not None and not all(bool(torch.isfinite(xl).all()) for xl in x):
             raise bad(name, "holds NaN or infinite values")
     for i, s in enumerate(shapes):
         for field in ("alibi_slopes", "sinks"):
@@ -59,14 +60,15 @@ def _check_lse(lse: Tensor, q: Tensor | None, k: Tensor | None,
                shapes: tuple[ScoreShape, ...], bad: Any) -> None:
     """``lse`` is finite, or ``-inf`` on exactly the rows whose shaped scores are all
     ``-inf`` (a row that sees no key)."""
-    if bool((lse.isnan() | (lse == math.inf)).any()):
+    if any(bool((ll.isnan() | (ll == math.inf)).any()) for ll in lse):
         raise bad("lse", "holds NaN or +inf")
     if q is None or k is None:
         return
     nq, nk = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]  # query head h reads key head h // group
     step = max(1, TILE_BYTES // max(1, 4 * nk))
-    for layer, head in (lse == -math.inf).any(-1).nonzero().tolist():
+    empties = torch.stack([(ll == -math.inf).any(-1) for ll in lse])  # (L, H)
+    for layer, head in empties.nonzero().tolist():
         empty = (lse[layer, head] == -math.inf).nonzero()[:, 0]
         for rows in empty.split(step):
             s = shapes[layer].scores(q[layer, head, rows], k[layer, head // group],

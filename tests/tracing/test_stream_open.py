@@ -118,3 +118,18 @@ def test_layer_tensor_names_what_it_reads(streamed):
         t.layer_tensor("context", 0)
     with pytest.raises(IndexError, match=r"layer must be in \[0, 4\), got 4"):
         t.layer_tensor("q", 4)
+
+
+def test_verify_reads_through_the_traces_own_mapping_and_counts_every_chunk(streamed, tmp_path):
+    path, _ = streamed
+    t = AttentionTrace.open(path)
+    assert t._layer_digests.checked() == set()
+    assert t.verify() is t
+    every = {(n, layer) for n, d in t._layer_digests.digests.items() for layer in range(len(d))}
+    assert t._layer_digests.checked() == every  # a first read after verify() hashes nothing
+    # a trace checked against another file than its own maps that file: the check is the file's
+    bad = _flip(path, tmp_path / "bad.safetensors", "k", 2)
+    from attnlab.tracing.trace_file import verify_one
+
+    with pytest.raises(TraceFormatError, match="tensor 'k' layer 2"):
+        verify_one(bad, AttentionTrace.open(path))

@@ -251,6 +251,7 @@ def open_one(path: str | Path, build: Build) -> Any:
     except (KeyError, ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
     trace.opened_from = path
+    trace._mapped = tensors  # the file's own mapping: verify() reads through it, not a second
     chunks = {n: e["layer_sha256"] for n, e in meta["tensors"].items() if "layer_sha256" in e}
     if chunks:
         trace._layer_digests = LayerDigests(path, chunks, tensors)
@@ -288,6 +289,12 @@ class LayerDigests:
                     "the metadata states for that layer (the file is corrupt)")
             self._checked.add(key)
 
+    def mark_all(self) -> None:
+        """Count every chunk as checked (after :func:`verify_one` checked them all)."""
+        with self._lock:
+            self._checked.update((n, layer) for n, d in self.digests.items()
+                                 for layer in range(len(d)))
+
     def checked(self) -> set[tuple[str, int]]:
         """The (tensor, layer) chunks checked so far."""
         return set(self._checked)
@@ -299,10 +306,17 @@ def verify_one(path: str | Path, trace: Any) -> None:
     once, a tensor at a time. Raises :class:`TraceFormatError` naming the tensor."""
     path = Path(path)
     meta, _info = _read_header(path)
-    tensors = _map_tensors(path)
+    # the trace's own mapping where it was opened from this file: a second mapping would
+    # count every page of the file twice in the resident set
+    mapped = getattr(trace, "_mapped", None)
+    same = mapped is not None and Path(getattr(trace, "opened_from", "")) == path
+    tensors = mapped if same else _map_tensors(path)
     for name, t in tensors.items():
         _check_digests(path, name, t, meta["tensors"][name])
     check_values(path, tensors, trace.shapes, TraceFormatError)
+    digests = getattr(trace, "_layer_digests", None)
+    if same and digests is not None:
+        digests.mark_all()  # every chunk was just checked: a first read need not hash again
 
 
 def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, Any]) -> None:

@@ -261,12 +261,14 @@ def test_the_real_results_decide_every_claim(fast_results):
 
 def _masked(text: str) -> str:
     """``text`` with the numbers of each table row's last cell (what was measured, which
-    depends on the sizes and the machine) blanked; every other character kept."""
+    depends on the sizes and the machine) blanked, their signs with them (a control that is
+    zero up to rounding prints −0.0001 on one CPU and 0.0001 on another); every other
+    character kept."""
     out = []
     for line in text.splitlines():
         if line.startswith("| `"):
             cells = re.split(r"(?<!\\)\|", line)  # "", cell, ..., cell, ""
-            cells[-2] = re.sub(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", cells[-2])
+            cells[-2] = re.sub(r"[-−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", cells[-2])
             line = "|".join(cells)
         out.append(line)
     return "\n".join(out)

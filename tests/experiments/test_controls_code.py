@@ -215,7 +215,7 @@ def test_a_twin_that_is_not_identical_makes_the_control_pass_and_the_claim_fail(
     threshold, so the fused projection's 25 % gain is no evidence."""
     r = _timed(1.0, 1.25, twin_cost=1.0)
     assert r.headline_holds and r.control.holds and r.control.measured == pytest.approx(1.25)
-    assert not r.holds and not r.passed
+    assert not r.holds and r.finding
 
 
 def test_the_real_timing_measures_its_control(fast_results):

@@ -46,6 +46,26 @@ def test_a_failed_claim_check_refutes_the_claim():
     assert not r.holds and not r.passed
 
 
+def _timed(measured: float, checks=()) -> Result:
+    return Result("x", "claim", "论断", "q", "量", measured=measured, expected=1.0,
+                  tolerance=0.0, relation=">=", checks=list(checks), timed=True)
+
+
+@pytest.mark.parametrize("measured", [1.2, 0.9])
+def test_a_timed_verdict_is_the_runs_either_way(measured):
+    """A speed claim: the machine's timing decides, no verdict is expected in advance."""
+    r = _timed(measured)
+    assert r.holds == (measured >= 1.0) and r.passed and r.finding == (not r.holds)
+    assert r.to_json()["timed"] is True
+
+
+def test_a_timed_result_with_a_wrong_identity_is_a_defect():
+    """Wrong on purpose: the two implementations timed do not compute the same thing."""
+    same = Check("same output", 0.5, "≤ 1e-05", False, by_construction=True)
+    assert not _timed(1.2, [same]).passed
+    assert _timed(1.2, [Check("same output", 0.0, "≤ 1e-05", True, by_construction=True)]).passed
+
+
 def test_a_refutation_expected_must_say_why():
     with pytest.raises(ValueError, match="expect_why"):
         _result(0.5, expect_holds=False, why="")

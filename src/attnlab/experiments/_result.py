@@ -160,6 +160,10 @@ class Result:
     (an identity, a count equal by construction); the verdict is then
     ``"holds by construction"`` and the control is the wrong variant that shows the check
     can fail.
+    ``timed``: the verdict depends on the machine's timing (a speed comparison). No verdict
+    can be stated in advance for a machine not yet seen, so ``passed`` asks only that every
+    support check and every check that holds by construction pass: a run where the timing
+    does not reach the threshold is that run's result (a finding), not a defect.
 
     ``table`` is ``(headers, rows)``: the small set of numbers behind the claim.
     ``figure`` is a ``matplotlib.figure.Figure`` (or None when plotting was skipped).
@@ -187,6 +191,7 @@ class Result:
     control: Control | None = None
     by_construction: str = ""
     by_construction_zh: str = ""
+    timed: bool = False
     holds: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -234,7 +239,10 @@ class Result:
     @property
     def passed(self) -> bool:
         """The verdict is the one the experiment expected and every support check passed
-        (False: a defect to fix)."""
+        (False: a defect to fix). A :attr:`timed` result expects no verdict: every support
+        check and every check that holds by construction must pass, whatever the timing."""
+        if self.timed:
+            return all(c.passed for c in self.checks if c.support or c.by_construction)
         return self.holds == self.expect_holds and all(c.passed for c in self.checks
                                                        if c.support)
 
@@ -293,5 +301,6 @@ class Result:
             "control": self.control.to_json() if self.control else None,
             "by_construction": self.by_construction,
             "by_construction_zh": self.by_construction_zh,
+            "timed": self.timed,
             "seconds": round(self.seconds, 3),
         }

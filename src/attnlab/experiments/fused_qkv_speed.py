@@ -359,6 +359,7 @@ def run(
                  "(> 1: the fused projection is faster)",
         quantity_zh="各（规模，计算）情形下时间比 分开 / 融合 的几何平均（> 1 表示融合投影更快）",
         measured=geomean, expected=MARGIN, tolerance=0.0, relation=">=", checks=checks,
+        timed=True,
         control=Control("the same timing of two identical implementations: separate / "
                         "separate (twin), geometric mean",
                         "同样计时两份相同的实现：分开 / 分开（孪生副本），几何平均",

@@ -32,6 +32,7 @@ ZH: dict[str, str] = {
     "attnlab's own addition (not a claim of the articles)": "attnlab 自己的补充（并非文章的论断）",
     "as expected": "与预期一致",
     "NOT as expected": "与预期不符",
+    "decided by this machine's timing": "由本机的计时决定",
     FINDING: "发现：论断不成立，与本实验事先的预期一致。原因：{}",
     EXPECTED_NOT: "本实验事先预期论断不成立，理由：{}",
     "control": "对照",
@@ -76,7 +77,8 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
               else "attnlab's own addition (not a claim of the articles)")
     body = f'<p class="muted">{both(origin, cat[origin])}</p>'
     body += bilingual(r.claim, r.claim_zh, cls="claim")
-    expectation = "as expected" if r.passed else "NOT as expected"
+    expectation = ("decided by this machine's timing" if r.timed and r.passed
+                   else "as expected" if r.passed else "NOT as expected")
     verdict = _verdict(r, cat)
     body += table(
         ["measured quantity", "measured", "theory", "control", "verdict", "result"],

@@ -35,8 +35,12 @@ report: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks docs
 
+# two processes (pytest-xdist), each test file whole on one of them: its module and session
+# fixtures are built once there; PYTEST_ARGS= runs the suite on one process
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 test: $(STAMP) lint
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/attnlab bench

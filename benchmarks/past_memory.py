@@ -26,7 +26,10 @@ measurement is a fresh process, so its peak resident set (``VmHWM``) is its own:
 feed-forward 512 instead of 4,096/8,192 and 14,336/28,672, so that it runs here) traced at
 N tokens with ``trace(..., out=FILE)``: wall time, peak resident set, file size, and one
 layer's share of the file (what capture keeps). At 8,192 tokens the ``llama3-70b`` trace is
-27 GB, more than this machine's memory.
+27 GB, more than this machine's memory; ``llama3-405b`` (126 layers, 128 query and 8
+key/value heads of 128) is 28.7 GB at 3,072 tokens, for a third of the arithmetic.
+``--measure`` then opens and analyses that file as ``--file`` does (``--procs 1`` and
+``--no-explore`` leave out the two-process runs and the explorer).
 
 A harness, not a test: it prints what it measured; nothing is asserted.
 """
@@ -111,13 +114,14 @@ def _payload(page: str) -> Any:
     return data
 
 
-def _file_measures(path: str) -> dict[str, Any]:
+def _file_measures(path: str, procs_list: tuple[int, ...] = (1, 2),
+                   explore: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"file": path, "file_bytes": Path(path).stat().st_size}
     ctx = mp.get_context("spawn")
     with ctx.Pool(1, maxtasksperchild=1) as pool:
         out["open"] = {**pool.apply(_opened, (path,)), "load": _loadavg()}
     docs = {}
-    for procs in (1, 2):
+    for procs in procs_list:
         before = _loadavg()
         wall, run = _command(["diagnose", "--trace", path, "--json"], procs)
         docs[procs] = json.loads(run.stdout)
@@ -125,11 +129,14 @@ def _file_measures(path: str) -> dict[str, Any]:
                                     "load_after": _loadavg(),
                                     "peak_rss_rank0_mib": round(
                                         docs[procs]["run"]["peak_rss_bytes"] / 2**20, 1)}
-    one, two = _scores(docs[1]), _scores(docs[2])
-    out["diagnose_max_abs_difference"] = max(abs(one[k] - two[k]) for k in one)
+    if len(docs) == 2:
+        one, two = _scores(docs[1]), _scores(docs[2])
+        out["diagnose_max_abs_difference"] = max(abs(one[k] - two[k]) for k in one)
+    if not explore:
+        return out
     with tempfile.TemporaryDirectory() as d:
         pages = {}
-        for procs in (1, 2):
+        for procs in procs_list:
             page = Path(d) / f"page-{procs}.html"
             before = _loadavg()
             wall, run = _command(["explore", "--trace", path, "--out", str(page), "--json"],
@@ -140,12 +147,14 @@ def _file_measures(path: str) -> dict[str, Any]:
                                        "load_after": _loadavg(), "page_bytes": info["bytes"],
                                        "peak_rss_rank0_mib": round(
                                            info["peak_memory_bytes"] / 2**20, 1)}
-        out["explore_pages_equal"] = pages[1] == pages[2]
+        if len(pages) == 2:
+            out["explore_pages_equal"] = pages[1] == pages[2]
     return out
 
 
 #: (layers, query heads, key/value heads, head size) of the wide models' attention.
-WIDE = {"llama3-8b": (32, 32, 8, 128), "llama3-70b": (80, 64, 8, 128)}
+WIDE = {"llama3-8b": (32, 32, 8, 128), "llama3-70b": (80, 64, 8, 128),
+        "llama3-405b": (126, 128, 8, 128)}
 
 
 def _wide(n: int, folder: str, shape: str) -> dict[str, Any]:
@@ -186,14 +195,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="trace the wide random model at N tokens")
     ap.add_argument("--wide-shape", choices=sorted(WIDE), default="llama3-70b")
     ap.add_argument("--dir", default=None, help="where the wide model's file goes")
+    ap.add_argument("--measure", action="store_true",
+                    help="then open and analyse the wide model's file as --file does")
+    ap.add_argument("--procs", default="1,2",
+                    help="the process counts diagnose and explore run on (default 1,2)")
+    ap.add_argument("--no-explore", action="store_true", help="leave explore out")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.file is None and args.wide_tokens is None:
         ap.error("give --file FILE and/or --wide-tokens N")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results: dict[str, Any] = {}
+    procs = tuple(int(p) for p in args.procs.split(","))
     if args.file is not None:
-        results["file"] = _file_measures(args.file)
+        results["file"] = _file_measures(args.file, procs, not args.no_explore)
     if args.wide_tokens is not None:
         with tempfile.TemporaryDirectory(dir=args.dir) as d:
             before = _loadavg()
@@ -201,6 +216,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with ctx.Pool(1, maxtasksperchild=1) as pool:
                 results["wide"] = pool.apply(_wide, (args.wide_tokens, d, args.wide_shape))
             results["wide"]["load_before"], results["wide"]["load_after"] = before, _loadavg()
+            if args.measure:
+                path = str(Path(d) / f"wide-{args.wide_tokens}.safetensors")
+                results["wide_file"] = _file_measures(path, procs, not args.no_explore)
     print(json.dumps(results, indent=None if args.json else 1))
     return results
 

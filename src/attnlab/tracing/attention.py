@@ -65,6 +65,7 @@ from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights
 from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
+from attnlab.tracing._resident import RESIDENT_BYTES
 from attnlab.tracing.trace_file import FORMAT_VERSION, TraceFormatError
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES",
@@ -173,6 +174,7 @@ class AttentionTrace:
         self._dense: Tensor | None = None  # lazily built weights
         # an opened version-5 file's per-layer sha256 (trace_file.LayerDigests), else None
         self._layer_digests: Any = None
+        self._resident: Any = None  # an opened file's bound on the pages held, else None
         if weights is None and (q is None or k is None or lse is None):
             missing = [n for n, t in (("q", q), ("k", k), ("lse", lse)) if t is None]
             raise ValueError(
@@ -356,6 +358,8 @@ class AttentionTrace:
         layer = self._layer(layer)
         if self._layer_digests is not None:
             self._layer_digests.check(name, layer)
+        if self._resident is not None:
+            self._resident.touch((name, layer), t[layer])
         return t[layer]
 
     def _head(self, head: int) -> int:
@@ -588,6 +592,7 @@ class AttentionTrace:
             causal=None if self._shapes else self._causal, model=self.model,
             token_ids=token_ids, text=self.text, meta=meta, groups=groups, stack=self.stack)
         out._layer_digests = self._layer_digests  # the same file's bytes, still checked
+        out._resident = self._resident  # and still held within the same bound
         return out
 
     def unmerged(self) -> AttentionTrace:
@@ -663,15 +668,16 @@ class AttentionTrace:
         return trace_file.load_one(path, cls)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> AttentionTrace:
+    def open(cls, path: str | os.PathLike[str], *,
+             resident_bytes: int = RESIDENT_BYTES) -> AttentionTrace:
         """A trace file (version 2 on) opened without reading it: its tensors are
         memory-mapped, so a row, a head or a layer costs what it reads, whatever the file's
         size. The header and every tensor's dtype and shape are checked now; :meth:`verify`
-        checks the sha256 of every tensor and the values, as :meth:`load` does at once. A
-        version-5 file (a streamed trace) states each layer's sha256 too: each layer of a
-        tensor is checked the first time an on-demand method reads it
-        (:meth:`layer_tensor`)."""
-        return trace_file.open_one(path, cls)
+        checks the sha256 of every tensor and the values, as :meth:`load` does at once; a
+        version-5 file's layers are each checked when first read (:meth:`layer_tensor`). Of
+        the layer chunks read, at most ``resident_bytes`` stay in the process's memory, the
+        oldest let go first (:mod:`attnlab.tracing._resident`)."""
+        return trace_file.open_one(path, cls, resident_bytes=resident_bytes)
 
     def verify(self) -> AttentionTrace:
         """For an opened trace: every check :meth:`load` makes (each tensor's sha256, each

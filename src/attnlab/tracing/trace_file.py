@@ -67,6 +67,7 @@ from attnlab._text import one_line
 from attnlab.core._layout import aligned
 from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
 from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
+from attnlab.tracing._resident import RESIDENT_BYTES, Resident
 from attnlab.tracing.trace_values import check_values
 
 __all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "STREAM_FORMAT_VERSION",
@@ -231,13 +232,15 @@ def load_one(path: str | Path, build: Build) -> Any:
     return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
 
 
-def open_one(path: str | Path, build: Build) -> Any:
+def open_one(path: str | Path, build: Build, *, resident_bytes: int = RESIDENT_BYTES) -> Any:
     """The trace of a one-trace file (version 2 on) with its tensors memory-mapped, not
     read: the header and the manifest are checked now, each byte is read from disk when a
     computation first touches it, and :func:`verify_one` checks the sha256 of every tensor
     and its values (see :meth:`attnlab.tracing.attention.AttentionTrace.open`). A version-5
     file's trace gets a :class:`LayerDigests` (``trace._layer_digests``), which checks each
-    layer's chunk of a tensor the first time the trace reads it."""
+    layer's chunk of a tensor the first time the trace reads it; every trace gets a
+    :class:`~attnlab.tracing._resident.Resident` (``trace._resident``), which keeps at most
+    ``resident_bytes`` of the layer chunks it read in the process's resident set."""
     path = Path(path)
     meta, info = _read_header(path)
     _check_one(path, meta, info)
@@ -245,13 +248,14 @@ def open_one(path: str | Path, build: Build) -> Any:
     if version < 2:
         raise TraceFormatError(f"{path} is a version-1 trace (dense weights); read it with "
                                "AttentionTrace.load")
-    tensors = _map_tensors(path)
+    tensors, resident = _map_tensors(path, resident_bytes)
     try:
         trace = build(**_READERS[version](meta, tensors))
     except (KeyError, ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
     trace.opened_from = path
     trace._mapped = tensors  # the file's own mapping: verify() reads through it, not a second
+    trace._resident = resident
     chunks = {n: e["layer_sha256"] for n, e in meta["tensors"].items() if "layer_sha256" in e}
     if chunks:
         trace._layer_digests = LayerDigests(path, chunks, tensors)
@@ -310,18 +314,22 @@ def verify_one(path: str | Path, trace: Any) -> None:
     # count every page of the file twice in the resident set
     mapped = getattr(trace, "_mapped", None)
     same = mapped is not None and Path(getattr(trace, "opened_from", "")) == path
-    tensors = mapped if same else _map_tensors(path)
+    tensors, resident = ((mapped, trace._resident) if same and trace._resident is not None
+                         else _map_tensors(path))
     for name, t in tensors.items():
-        _check_digests(path, name, t, meta["tensors"][name])
-    check_values(path, tensors, trace.shapes, TraceFormatError)
+        _check_digests(path, name, t, meta["tensors"][name], resident.touch)
+    check_values(path, tensors, trace.shapes, TraceFormatError, resident.touch)
+    resident.release()  # the whole file was read: none of it is held for what comes next
     digests = getattr(trace, "_layer_digests", None)
     if same and digests is not None:
         digests.mark_all()  # every chunk was just checked: a first read need not hash again
 
 
-def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, Any]) -> None:
+def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, Any],
+                   seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
     """``t``'s bytes against the sha256 its manifest ``entry`` states and, where it states
-    them (version 5), each layer's chunk against its own, in one pass over the bytes."""
+    them (version 5), each layer's chunk against its own, in one pass over the bytes;
+    ``seen((name, layer), chunk)`` after each layer's chunk is read (a version-5 tensor)."""
     digest = entry.get("sha256")
     if not isinstance(digest, str):
         raise _bad(where, f"tensors.{name}.sha256", "the sha256 of the tensor", digest)
@@ -333,6 +341,8 @@ def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, 
         for layer in range(t.shape[0]):
             data = _bytes(t[layer])
             whole.update(data)
+            if seen is not None:
+                seen((name, layer), t[layer])
             if hashlib.sha256(data).hexdigest() != chunks[layer]:
                 raise TraceFormatError(
                     f"{where}: tensor {name!r} layer {layer} does not match the sha256 the "
@@ -346,9 +356,11 @@ def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, 
 _SAFETENSORS_DTYPES = {v: k for k, v in _DTYPES.items()}
 
 
-def _map_tensors(path: Path) -> dict[str, Tensor]:
-    """Every tensor of a safetensors file as a view of the file mapped copy-on-write: no
-    byte is read until used, none is ever written back."""
+def _map_tensors(path: Path, resident_bytes: int = RESIDENT_BYTES
+                 ) -> tuple[dict[str, Tensor], Resident]:
+    """Every tensor of a safetensors file as a view of the file mapped copy-on-write (no
+    byte is read until used, none is ever written back), and the :class:`Resident` that
+    bounds what the process holds of the mapping."""
     import mmap
 
     with open(path, "rb") as f:
@@ -366,7 +378,7 @@ def _map_tensors(path: Path) -> dict[str, Tensor]:
         flat = (torch.frombuffer(mm, dtype=dtype, count=count, offset=base + start) if count
                 else torch.empty(0, dtype=dtype))
         out[name] = flat.view(entry["shape"])
-    return out
+    return out, Resident(mm, resident_bytes)
 
 
 def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:

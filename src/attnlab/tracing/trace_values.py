@@ -7,6 +7,7 @@ trace is loaded or verified.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +20,27 @@ __all__ = ["check_values"]
 
 
 def check_values(path: Path | str, tensors: dict[str, Tensor],
-                 shapes: tuple[ScoreShape, ...], error: type[Exception]) -> None:
+                 shapes: tuple[ScoreShape, ...], error: type[Exception],
+                 seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
     """Refuse values no model gives: non-finite q, k, v, context or score-shape tensors,
     an ``lse`` of NaN or +inf (or -inf on a row that sees a key), dense weights that are
     not a distribution per row. ``shapes``: the built trace's score shapes; ``error``: the
-    exception raised, naming ``path`` and the tensor (the format's ``TraceFormatError``)."""
+    exception raised, naming ``path`` and the tensor (the format's ``TraceFormatError``);
+    ``seen((name, layer), chunk)`` after each layer of q, k, v, context and out_proj is
+    read (a mapped file's pages can then be let go, layer by layer)."""
     def bad(name: str, what: str) -> Exception:
         return error(f"{path}: tensor {name!r} {what}")
 
     for name in ("q", "k", "v", "context", "out_proj"):
         x = tensors.get(name)
+        if x is None:
+            continue
         # a layer at a time: the check's own memory is one layer's, whatever the file's size
-        if x is not None and not all(bool(torch.isfinite(xl).all()) for xl in x):
-            raise bad(name, "holds NaN or infinite values")
+        for layer, xl in enumerate(x):
+            if not bool(torch.isfinite(xl).all()):
+                raise bad(name, "holds NaN or infinite values")
+            if seen is not None:
+                seen((name, layer), xl)
     for i, s in enumerate(shapes):
         for field in ("alibi_slopes", "sinks"):
             x = getattr(s, field)

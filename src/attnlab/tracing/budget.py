@@ -85,6 +85,7 @@ __all__ = [
     "estimate_trace_bytes",
     "first_int",
     "format_bytes",
+    "machine_memory",
     "max_tokens_within",
     "model_shape",
     "parse_memory",
@@ -166,6 +167,11 @@ def _machine_memory() -> int:
     except OSError:
         pass
     return int(total)
+
+
+def machine_memory() -> int:
+    """This machine's memory in bytes (or its container's limit, if lower)."""
+    return _machine_memory()
 
 
 def default_budget() -> int:

@@ -68,6 +68,7 @@ from attnlab.core._layout import aligned
 from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
 from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES, Resident
+from attnlab.tracing._safetensors import map_tensors, read_header
 from attnlab.tracing.trace_values import check_values
 
 __all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "STREAM_FORMAT_VERSION",
@@ -226,9 +227,16 @@ def load_one(path: str | Path, build: Build) -> Any:
     ``build(**constructor arguments)`` after every check (see
     :meth:`attnlab.tracing.attention.AttentionTrace.load`). A file of several stacks is
     refused, saying how to read it."""
+    from attnlab.tracing.budget import format_bytes, machine_memory
+
     path = Path(path)
     meta, info = _read_header(path)
     _check_one(path, meta, info)
+    size, memory = path.stat().st_size, machine_memory()
+    if size > memory:
+        raise ValueError(f"{path}: {format_bytes(size)}, more than this machine's memory "
+                         f"({format_bytes(memory)}) to load whole; AttentionTrace.open(path) "
+                         "reads it memory-mapped, a part at a time")
     return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
 
 
@@ -353,32 +361,13 @@ def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, 
                                "metadata states (the file is corrupt)")
 
 
-_SAFETENSORS_DTYPES = {v: k for k, v in _DTYPES.items()}
-
-
 def _map_tensors(path: Path, resident_bytes: int = RESIDENT_BYTES
                  ) -> tuple[dict[str, Tensor], Resident]:
-    """Every tensor of a safetensors file as a view of the file mapped copy-on-write (no
-    byte is read until used, none is ever written back), and the :class:`Resident` that
+    """Every tensor of a safetensors file as a view of the file mapped copy-on-write, at any
+    size (:func:`attnlab.tracing._safetensors.map_tensors`), and the :class:`Resident` that
     bounds what the process holds of the mapping."""
-    import mmap
-
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    (n,) = struct.unpack("<Q", mm[:8])
-    header = json.loads(bytes(mm[8:8 + n]))
-    base = 8 + n
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
-        start, end = entry["data_offsets"]
-        count = (end - start) // torch.empty(0, dtype=dtype).element_size()
-        flat = (torch.frombuffer(mm, dtype=dtype, count=count, offset=base + start) if count
-                else torch.empty(0, dtype=dtype))
-        out[name] = flat.view(entry["shape"])
-    return out, Resident(mm, resident_bytes)
+    tensors, mm = map_tensors(path)
+    return tensors, Resident(mm, resident_bytes)
 
 
 def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
@@ -410,18 +399,14 @@ def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, list[
     """(the attnlab metadata, name -> (dtype, shape) of each tensor) of the file at
     ``path``, no tensor read. Bytes that are not safetensors, or a header without attnlab's
     JSON metadata, raise :class:`TraceFormatError`; a missing file ``FileNotFoundError``."""
-    from safetensors import safe_open
-
     if not path.is_file():
         raise FileNotFoundError(f"no trace file at {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            info = {n: (f.get_slice(n).get_dtype(), list(f.get_slice(n).get_shape()))
-                    for n in f.keys()}
-    except Exception as exc:  # safetensors raises several types for bad bytes
+    try:  # read, not mapped: safe_open's mapping is refused for a file larger than memory
+        raw, _start = read_header(path)
+    except (ValueError, OSError) as exc:
         raise TraceFormatError(f"{path} is not a safetensors file ({one_line(exc)})") from None
-    return _parse_json(path, header.get("attnlab")), info
+    info = {n: (e["dtype"], list(e["shape"])) for n, e in raw.items() if n != "__metadata__"}
+    return _parse_json(path, raw.get("__metadata__", {}).get("attnlab")), info
 
 
 def _read_tensors(path: Path) -> dict[str, Tensor]:

@@ -198,3 +198,28 @@ def test_pooled_maps_are_the_traces_pooled_meaning():
     for h in range(2):
         assert torch.allclose(d.pooled[0, h], t.pooled(0, h, block), atol=1e-5)
     assert not torch.allclose(d.pooled[0, 0], t.pooled(0, 0, block).T, atol=1e-3)
+
+
+def test_past_max_cluster_heads_the_pairs_are_left_out_and_said(monkeypatch):
+    """The same four heads with the cap below their count: every score as before, no
+    similarity or clusters (a stated reason instead), and every view still renders."""
+    from attnlab.analysis import heads as heads_module
+
+    trace = RowsOnlyTrace(_heads(_previous(), _previous() * 0.98 + _sink() * 0.02, _sink(),
+                                 torch.eye(N)))
+    full = diagnose(trace)
+    monkeypatch.setattr(heads_module, "MAX_CLUSTER_HEADS", 3)
+    d = diagnose(trace)
+    assert d.similarity is None and d.clusters is None
+    assert d.meta["similarity_skipped"].startswith("4 heads: the similarity of every pair")
+    for name, s in full.scores.items():
+        assert torch.equal(d.scores[name], s), name
+    assert d.roles() == full.roles()
+    js = json.loads(json.dumps(d.to_json()))
+    assert js["num_clusters"] is None
+    assert {r["cluster"] for r in js["heads"]} == {None}
+    assert {r["redundancy"] for r in js["heads"]} == {None}
+    assert bool(d.redundancy().isnan().all())
+    assert "no clusters: 4 heads" in d.tables()[0].caption
+    monkeypatch.setattr(heads_module, "MAX_CLUSTER_HEADS", 4)  # at the cap: computed
+    assert diagnose(trace).clusters == full.clusters == [0, 0, 1, 2]

@@ -32,9 +32,9 @@ from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, sca
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
 
-__all__ = ["POSITIONAL_SCORES", "ROLES", "HeadDiagnostics", "StackedDiagnostics", "Thresholds",
-           "cluster_heads", "diagnose", "diagnose_model", "induction_trace",
-           "repeat_induction", "repeated_random_tokens"]
+__all__ = ["MAX_CLUSTER_HEADS", "POSITIONAL_SCORES", "ROLES", "HeadDiagnostics",
+           "StackedDiagnostics", "Thresholds", "cluster_heads", "diagnose", "diagnose_model",
+           "induction_trace", "repeat_induction", "repeated_random_tokens"]
 
 #: Scores that place query ``i`` at key position ``i + Lk − Lq`` (the first key, the
 #: previous or same token, distances, earlier copies): defined when queries and keys are one
@@ -115,13 +115,21 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     return [order.setdefault(int(o), len(order)) for o in owner]
 
 
+#: Above this many heads (layers x heads) :func:`diagnose` leaves out the similarity of
+#: every pair of heads and the clusters: (L·H)² entries (2 GB in float64 for the 16,128
+#: heads of a Llama-3.1-405B shape) and a clustering whose time grows faster still.
+MAX_CLUSTER_HEADS = 4096
+
+
 @dataclass
 class HeadDiagnostics:
     """Scores (L, H) for every head of one trace, the roles they earn, and clusters.
 
     ``scores`` maps a score name (see :mod:`attnlab.analysis.scores`, plus
     ``repeat_induction`` when an induction trace was given) to an (L, H) tensor;
-    ``similarity`` is (L·H, L·H) with head index l·H + h; ``clusters`` one id per head;
+    ``similarity`` is (L·H, L·H) with head index l·H + h; ``clusters`` one id per head
+    (both None for a model of more than :data:`MAX_CLUSTER_HEADS` heads, the reason in
+    ``meta["similarity_skipped"]``);
     ``pooled`` (L, H, nq, nk) float32 are the pooled patterns the similarity compares
     (each block: mean over its queries of the sum over its keys, blocks of
     ``meta["similarity_block"]`` tokens), made in the same pass (None if not kept).
@@ -130,8 +138,8 @@ class HeadDiagnostics:
     model: str
     tokens: list[str]
     scores: dict[str, Tensor]  # name -> (L, H)
-    similarity: Tensor  # (L·H, L·H)
-    clusters: list[int]
+    similarity: Tensor | None  # (L·H, L·H)
+    clusters: list[int] | None
     thresholds: Thresholds = field(default_factory=Thresholds)
     meta: dict[str, Any] = field(default_factory=dict)
     pooled: Tensor | None = None  # (L, H, nq, nk)
@@ -145,7 +153,10 @@ class HeadDiagnostics:
         return self.scores["entropy"].shape[1]
 
     def redundancy(self) -> Tensor:
-        """(L, H) highest similarity of each head to any other head (0 for a lone head)."""
+        """(L, H) highest similarity of each head to any other head (0 for a lone head;
+        NaN where the similarity was not computed)."""
+        if self.similarity is None:
+            return torch.full((self.num_layers, self.num_heads), float("nan"))
         s = self.similarity.clone()
         if s.shape[0] < 2:
             return torch.zeros(self.num_layers, self.num_heads)
@@ -190,8 +201,10 @@ class HeadDiagnostics:
                 row: dict[str, Any] = {"layer": l_, "head": h}
                 for k, v in self.scores.items():
                     row[k] = round(float(v[l_, h]), 6)
-                row["redundancy"] = round(float(red[l_, h]), 6)
-                row["cluster"] = self.clusters[l_ * self.num_heads + h]
+                row["redundancy"] = (None if self.clusters is None
+                                     else round(float(red[l_, h]), 6))
+                row["cluster"] = (None if self.clusters is None
+                                  else self.clusters[l_ * self.num_heads + h])
                 row["roles"] = roles[(l_, h)]
                 out.append(row)
         return out
@@ -213,11 +226,12 @@ class HeadDiagnostics:
         for role, hits in self.roles().items():
             best = ", ".join(f"L{l_}.H{h} {s:.2f}" for l_, h, s in hits[:top]) or "none"
             roles.add_row(names.get(role, role), str(len(hits)), best)
-        red = self.redundancy()
-        n_clusters = len(set(self.clusters))
-        roles.caption = (f"{n_clusters} clusters of heads at similarity >= "
-                         f"{self.thresholds.cluster_similarity}; most redundant head "
-                         f"{float(red.max()):.2f}")
+        if self.clusters is None:
+            roles.caption = f"no clusters: {self.meta['similarity_skipped']}"
+        else:
+            roles.caption = (f"{len(set(self.clusters))} clusters of heads at similarity >= "
+                             f"{self.thresholds.cluster_similarity}; most redundant head "
+                             f"{float(self.redundancy().max()):.2f}")
         skipped = self.meta.get("skipped_scores")
         if skipped:
             reasons = sorted(set(skipped.values()))
@@ -238,7 +252,7 @@ class HeadDiagnostics:
         """Everything as JSON-ready data (scores rounded to 6 decimals)."""
         roles = {r: [{"layer": l_, "head": h, "score": round(s, 6)} for l_, h, s in hits]
                  for r, hits in self.roles().items()}
-        n_clusters = len(set(self.clusters))
+        n_clusters = None if self.clusters is None else len(set(self.clusters))
         return {"model": self.model, "tokens": self.tokens, "num_layers": self.num_layers,
                 "num_heads": self.num_heads, "roles": roles, "num_clusters": n_clusters,
                 "thresholds": asdict(self.thresholds),
@@ -387,11 +401,19 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
                              f"{(trace.num_layers, trace.num_heads)}: not the same model")
         scores["repeat_induction"], meta["induction"] = repeat_induction(
             induction, period=period, start=start, tile_rows=tile_rows)
-    sim = pattern_cosine(pooled)
+    heads = trace.num_layers * trace.num_heads
+    sim = clusters = None
+    if heads <= MAX_CLUSTER_HEADS:
+        sim = pattern_cosine(pooled)
+        clusters = cluster_heads(sim, th.cluster_similarity)
+    else:
+        meta["similarity_skipped"] = (
+            f"{heads:,} heads: the similarity of every pair and its clustering are left out "
+            f"above {MAX_CLUSTER_HEADS:,} heads (their memory grows as the heads squared, "
+            "their time faster)")
     return HeadDiagnostics(model=str(getattr(trace, "model", "") or ""),
                            tokens=list(trace.tokens), scores=scores, similarity=sim,
-                           clusters=cluster_heads(sim, th.cluster_similarity),
-                           thresholds=th, meta=meta, pooled=pooled)
+                           clusters=clusters, thresholds=th, meta=meta, pooled=pooled)
 
 
 @dataclass

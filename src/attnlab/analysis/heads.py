@@ -32,9 +32,9 @@ from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, sca
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
 
-__all__ = ["MAX_CLUSTER_HEADS", "POSITIONAL_SCORES", "ROLES", "HeadDiagnostics",
+__all__ = ["MAX_CLUSTER_HEADS", "POOLED_BYTES", "POSITIONAL_SCORES", "ROLES", "HeadDiagnostics",
            "StackedDiagnostics", "Thresholds", "cluster_heads", "diagnose", "diagnose_model",
-           "induction_trace", "repeat_induction", "repeated_random_tokens"]
+           "induction_trace", "pooled_block", "repeat_induction", "repeated_random_tokens"]
 
 #: Scores that place query ``i`` at key position ``i + Lk − Lq`` (the first key, the
 #: previous or same token, distances, earlier copies): defined when queries and keys are one
@@ -81,44 +81,107 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
     pairwise similarity is >= ``threshold``. Returns a cluster id per head (0, 1, ...
     in order of first appearance).
 
+    The merges are found by the nearest-neighbour chain (Murtagh 1983), O(n²) time and one
+    (n, n) float64 copy of ``similarity``, where merging the globally most similar pair
+    each time costs O(n³): average linkage is reducible, so the two give the same clusters
+    (up to ties). A cluster whose nearest cluster is below ``threshold`` is final (its mean
+    similarity to any union of the others is a mean of values below it) and leaves the
+    chain. A NaN similarity never merges.
+
     >>> s = torch.tensor([[1.0, 0.95, 0.1], [0.95, 1.0, 0.2], [0.1, 0.2, 1.0]])
     >>> cluster_heads(s, 0.9)
     [0, 0, 1]
     """
     import numpy as np  # small serial loops: numpy avoids torch's per-op thread overhead
 
-    sim = similarity.detach().double().cpu().numpy()
-    n = sim.shape[0]
-    owner = np.arange(n)  # cluster id (its first head) of each head
-    sums = sim.copy()  # sum of pairwise similarities between clusters
-    sizes = np.ones(n)
-    alive = np.ones(n, dtype=bool)
-    mean = sums / np.outer(sizes, sizes)
+    if not isinstance(similarity, Tensor) or similarity.dim() != 2 or (
+            similarity.shape[0] != similarity.shape[1]):
+        got = (f"shape {tuple(similarity.shape)}" if isinstance(similarity, Tensor)
+               else type(similarity).__name__)
+        raise ValueError(f"similarity must be a square (n, n) tensor, got {got}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
+    n = similarity.shape[0]
+    # mean similarity between live clusters (Lance-Williams, average linkage); -inf marks
+    # a cluster that is gone (merged or final) and the diagonal
+    mean = np.array(similarity.detach().cpu().numpy(), dtype=np.float64)  # the one copy
+    mean[np.isnan(mean)] = -np.inf
     np.fill_diagonal(mean, -np.inf)
-    while n > 1:
-        a, b = np.unravel_index(int(np.argmax(mean)), mean.shape)
-        if mean[a, b] < threshold:
-            break
-        a, b = min(a, b), max(a, b)
-        owner[owner == b] = a
-        sums[a, :] += sums[b, :]
-        sums[:, a] += sums[:, b]
-        sizes[a] += sizes[b]
-        alive[b] = False
-        row = np.where(alive, sums[a] / (sizes[a] * sizes), -np.inf)
-        mean[a, :] = row
-        mean[:, a] = row
-        mean[b, :] = -np.inf
-        mean[:, b] = -np.inf
-        mean[a, a] = -np.inf
+    size = np.ones(n)
+    owner = np.arange(n)  # the cluster each head was merged into (followed to its root)
+    live = n
+    chain: list[int] = []
+    nxt = 0  # the lowest head that may still start a chain
+    alive = np.ones(n, dtype=bool)
+
+    def drop(i: int) -> None:
+        mean[i, :] = -np.inf
+        mean[:, i] = -np.inf
+        alive[i] = False
+
+    while live > 1:
+        if not chain:
+            while not alive[nxt]:
+                nxt += 1
+            chain.append(nxt)
+        a = chain[-1]
+        row = mean[a]
+        b = int(np.argmax(row))
+        if len(chain) > 1 and row[chain[-2]] >= row[b]:
+            b = chain[-2]  # a tie with the chain's previous cluster: close the pair
+        if not row[b] >= threshold:  # a's nearest cluster is too far: a is final
+            chain.pop()
+            drop(a)
+            live -= 1
+            continue
+        if len(chain) < 2 or b != chain[-2]:
+            chain.append(b)
+            continue
+        chain.pop()
+        chain.pop()
+        keep, gone = min(a, b), max(a, b)
+        merged = (size[keep] * mean[keep] + size[gone] * mean[gone]) / (size[keep] + size[gone])
+        size[keep] += size[gone]
+        owner[gone] = keep
+        drop(gone)
+        merged[~alive] = -np.inf
+        merged[keep] = -np.inf
+        mean[keep, :] = merged
+        mean[:, keep] = merged
+        live -= 1
+    for i in range(n):  # each head to its root: merged clusters point to lower indices
+        owner[i] = owner[owner[i]]
     order: dict[int, int] = {}
     return [order.setdefault(int(o), len(order)) for o in owner]
 
 
 #: Above this many heads (layers x heads) :func:`diagnose` leaves out the similarity of
-#: every pair of heads and the clusters: (L·H)² entries (2 GB in float64 for the 16,128
-#: heads of a Llama-3.1-405B shape) and a clustering whose time grows faster still.
-MAX_CLUSTER_HEADS = 4096
+#: every pair of heads and the clusters: their memory grows as the heads squared, 12 bytes
+#: a pair (the float32 similarity and the clustering's float64 copy), 3.2 GB at 16,384.
+#: Every public model's heads are fewer (16,128 for the Llama-3.1-405B shape).
+MAX_CLUSTER_HEADS = 16384
+
+#: The pooled patterns the similarity compares take at most this many bytes (float32) in
+#: all: a model of many heads gets coarser blocks (e.g. 91 a side instead of 256 for the
+#: 16,128 heads of a Llama-3.1-405B shape). 270 heads at 256 blocks take 71 MB.
+POOLED_BYTES = 512 << 20
+
+
+def pooled_block(heads: int, lq: int, lk: int, max_blocks: int,
+                 budget: int | None = None) -> int:
+    """The side of the blocks that pool ``heads`` (lq, lk) patterns to at most
+    ``max_blocks`` a side and at most ``budget`` bytes of float32 in all (default
+    :data:`POOLED_BYTES`; never coarser than one block a side).
+
+    >>> pooled_block(270, 8192, 8192, 256), pooled_block(16128, 3072, 3072, 256)
+    (32, 34)
+    """
+    budget = POOLED_BYTES if budget is None else budget
+    block = pool_block(lq, lk, max_blocks)
+    top = max(lq, lk, 1)
+    while block < top and heads * -(-lq // block) * -(-lk // block) * 4 > budget:
+        block += 1
+    return block
 
 
 @dataclass
@@ -337,7 +400,8 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         thresholds: when heads earn roles (:class:`Thresholds`).
         tile_rows: query rows per tile (memory O(tile_rows x N) per head).
         max_blocks: the similarity compares patterns pooled to at most this many blocks a
-            side (exact up to that many tokens).
+            side (exact up to that many tokens), and coarser where the heads' patterns
+            would take more than :data:`POOLED_BYTES` (:func:`pooled_block`).
         progress: show a progress bar over the query rows on stderr.
         group: a :class:`attnlab._dist.Group` (``attnlab._dist.join()`` under ``torchrun``):
             each of its processes scans every ``world``-th head, and the sums and pooled
@@ -369,7 +433,8 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     th = thresholds or Thresholds()
     if not isinstance(th, Thresholds):
         raise TypeError(f"thresholds must be a Thresholds, got {type(th).__name__}")
-    block = pool_block(trace.seq_len, trace.key_len, max_blocks)
+    block = pooled_block(trace.num_layers * trace.num_heads, trace.seq_len, trace.key_len,
+                         max_blocks)
     share = None
     if group is not None and group.distributed:
         every = [(layer, head) for layer in range(trace.num_layers)

@@ -338,11 +338,17 @@ def pool_block(lq: int, lk: int, max_blocks: int) -> int:
     return max(1, -(-max(lq, lk) // max_blocks))
 
 
-def pattern_cosine(pooled: Tensor) -> Tensor:
-    """(L·H, L·H) cosine similarity of pooled patterns (L, H, nq, nk)."""
+def pattern_cosine(pooled: Tensor, *, block_rows: int = 1024) -> Tensor:
+    """(L·H, L·H) float32 cosine similarity of pooled patterns (L, H, nq, nk), computed in
+    float64 ``block_rows`` heads at a time: beside the patterns' float64 copy it holds the
+    float32 result and one (block_rows, L·H) float64 block, not an (L·H)² float64 matrix."""
     flat = pooled.reshape(pooled.shape[0] * pooled.shape[1], -1).double()  # (L·H, nq·nk)
-    flat = flat / flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    return (flat @ flat.T).float()
+    flat /= flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    n = flat.shape[0]
+    out = torch.empty(n, n, dtype=torch.float32)
+    for r0 in range(0, n, block_rows):
+        out[r0:r0 + block_rows] = flat[r0:r0 + block_rows] @ flat.T
+    return out
 
 
 def pattern_similarity(trace: Any, *, max_blocks: int = 256,

@@ -12,7 +12,6 @@ from rows_only_trace import RowsOnlyTrace
 from attnlab.analysis import (
     HeadDiagnostics,
     Thresholds,
-    cluster_heads,
     diagnose,
     diagnose_model,
     induction_trace,
@@ -120,32 +119,6 @@ def test_models_are_not_loaded_by_name():
         diagnose_model("smollm2", "hello")
     with pytest.raises(TypeError, match="already-loaded"):
         induction_trace(torch.nn.Linear(2, 2))
-
-
-def _naive_average_linkage(s: torch.Tensor, threshold: float) -> list[int]:
-    clusters = [[i] for i in range(len(s))]
-    while len(clusters) > 1:
-        best = max((float(s[clusters[a]][:, clusters[b]].mean()), a, b)
-                   for a in range(len(clusters)) for b in range(a + 1, len(clusters)))
-        if best[0] < threshold:
-            break
-        clusters[best[1]] += clusters.pop(best[2])
-    label = {i: min(c) for c in clusters for i in c}
-    order: dict[int, int] = {}
-    return [order.setdefault(label[i], len(order)) for i in range(len(s))]
-
-
-@pytest.mark.parametrize("threshold", [0.2, 0.5, 0.8])
-def test_clustering_matches_a_brute_force_average_linkage(threshold):
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(30, 4, generator=g)
-    x = x / x.norm(dim=-1, keepdim=True)
-    s = x @ x.T
-    got = cluster_heads(s, threshold)
-    assert got == _naive_average_linkage(s, threshold)
-    assert 1 < len(set(got)) < 30
-    assert cluster_heads(torch.eye(3), 0.9) == [0, 1, 2]
-    assert cluster_heads(torch.ones(1, 1), 0.9) == [0]
 
 
 @pytest.mark.models

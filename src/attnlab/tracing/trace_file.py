@@ -56,6 +56,7 @@ import math
 import struct
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,20 @@ def _bytes(t: Tensor) -> Any:
 
 def _sha256(t: Tensor) -> str:
     """The sha256 of a contiguous CPU tensor's bytes, as they stand in the file."""
-    return hashlib.sha256(_bytes(t)).hexdigest()
+    return _hexdigest(_bytes(t))
+
+
+def _hexdigest(data: Any) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _layer_digest(data: Any, whole: Any, pool: ThreadPoolExecutor) -> str:
+    """The sha256 of one layer's chunk ``data``, made on ``pool``'s thread while this one
+    adds the chunk to ``whole`` (the tensor's running sha256): hashlib lets go of the GIL,
+    so the two passes over the bytes run at once (version 5 states both digests)."""
+    own = pool.submit(_hexdigest, data)
+    whole.update(data)
+    return own.result()
 
 
 # -- writing layer by layer (format version 5) -------------------------------------------
@@ -346,15 +360,15 @@ def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, 
         got = _sha256(t)
     else:
         whole = hashlib.sha256()
-        for layer in range(t.shape[0]):
-            data = _bytes(t[layer])
-            whole.update(data)
-            if seen is not None:
-                seen((name, layer), t[layer])
-            if hashlib.sha256(data).hexdigest() != chunks[layer]:
-                raise TraceFormatError(
-                    f"{where}: tensor {name!r} layer {layer} does not match the sha256 the "
-                    "metadata states for that layer (the file is corrupt)")
+        with ThreadPoolExecutor(1, thread_name_prefix="attnlab-sha256") as pool:
+            for layer in range(t.shape[0]):
+                own = _layer_digest(_bytes(t[layer]), whole, pool)
+                if seen is not None:
+                    seen((name, layer), t[layer])
+                if own != chunks[layer]:
+                    raise TraceFormatError(
+                        f"{where}: tensor {name!r} layer {layer} does not match the sha256 "
+                        "the metadata states for that layer (the file is corrupt)")
         got = whole.hexdigest()
     if got != digest:
         raise TraceFormatError(f"{where}: tensor {name!r} does not match the sha256 the "

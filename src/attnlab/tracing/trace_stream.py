@@ -15,6 +15,7 @@ import os
 import struct
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from attnlab.tracing.trace_file import (
     ONE_STACK,
     STREAM_FORMAT_VERSION,
     _bytes,
+    _layer_digest,
     _trace_meta,
 )
 
@@ -168,11 +170,11 @@ class TraceStream:
             self._plan(parts, shape)
         assert self._slots is not None
         self._check_layer(layer, parts)
-        for name, slot in self._slots.items():
-            data = _bytes(parts[name])
-            self._write(data, self._start + slot.offset + layer * slot.chunk)
-            slot.digests.append(hashlib.sha256(data).hexdigest())
-            slot.whole.update(data)
+        with ThreadPoolExecutor(1, thread_name_prefix="attnlab-sha256") as pool:
+            for name, slot in self._slots.items():
+                data = _bytes(parts[name])
+                self._write(data, self._start + slot.offset + layer * slot.chunk)
+                slot.digests.append(_layer_digest(data, slot.whole, pool))
         entry: dict[str, Any] = shape.describe()
         for f, t in shape.tensors().items():
             entry[f] = self._shape_tensor(layer, f, t)

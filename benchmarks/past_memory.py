@@ -128,7 +128,10 @@ def _file_measures(path: str, procs_list: tuple[int, ...] = (1, 2),
         out[f"diagnose_{procs}"] = {"wall_seconds": wall, "load_before": before,
                                     "load_after": _loadavg(),
                                     "peak_rss_rank0_mib": round(
-                                        docs[procs]["run"]["peak_rss_bytes"] / 2**20, 1)}
+                                        docs[procs]["run"]["peak_rss_bytes"] / 2**20, 1),
+                                    "num_clusters": docs[procs].get("num_clusters"),
+                                    "similarity_block":
+                                        docs[procs]["meta"].get("similarity_block")}
     if len(docs) == 2:
         one, two = _scores(docs[1]), _scores(docs[2])
         out["diagnose_max_abs_difference"] = max(abs(one[k] - two[k]) for k in one)

@@ -129,6 +129,31 @@ inline T row_exp(T* s, int64_t L, T m) {
   return sum;
 }
 
+// s[0:L) *= scale (each product rounded to float, as a scalar multiply rounds it); returns
+// whether any product is NaN
+inline bool scale_has_nan(float* s, int64_t L, float scale) {
+  using V = Vectorized<float>;
+  int64_t j = 0;
+  const V vs(scale);
+  V bad(0.f);
+  for (; j + V::size() <= L; j += V::size()) {
+    const V x = V::loadu(s + j) * vs;
+    x.store(s + j);
+    bad = bad | x.isnan();
+  }
+  bool nan = false;
+  {
+    float lanes[V::size()];
+    bad.store(lanes);
+    for (int64_t i = 0; i < V::size(); ++i) nan |= lanes[i] != 0.f;
+  }
+  for (; j < L; ++j) {
+    s[j] *= scale;
+    nan |= std::isnan(s[j]);
+  }
+  return nan;
+}
+
 // w[0:L) = e[0:L) * inv, w[L:n) = 0; streaming stores when aligned (the weights are written
 // once and read by nobody here: no reason to pull their lines into the cache)
 template <typename T>
@@ -676,7 +701,6 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       // stored lse was computed that way, and exp(s − lse) is only as exact as the two agree
       gemm_rm<float>(false, true, rows_t, cols_t, d, 1.f, qp + (hh * R + r0) * d, d,
                      kp + (hh * C + c0) * d, d, 0.f, s, cols_t);
-      for (int64_t i = 0; i < rows_t * cols_t; ++i) s[i] *= scale;
       for (int64_t r = 0; r < rows_t; ++r) {
         float* sr = s + r * cols_t;
         int64_t a, b;
@@ -687,8 +711,9 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
         if (l == -std::numeric_limits<float>::infinity()) {
           std::fill(sr + a, sr + b, 0.f);
         } else {
-          bool nan = std::isnan(l);
-          for (int64_t j = a; j < b; ++j) nan |= std::isnan(sr[j]);
+          // the scale (after q·k, rounded as torch's (q @ kᵀ) * scale) and the NaN check
+          // in one vectorised pass
+          const bool nan = scale_has_nan(sr + a, b - a, scale) || std::isnan(l);
           if (nan) {  // NaN stays NaN, as exp gives it
             for (int64_t j = a; j < b; ++j) sr[j] = std::exp(sr[j] - l);
           } else {

@@ -144,8 +144,7 @@ def cluster_heads(similarity: Tensor, threshold: float = 0.9) -> list[int]:
         size[keep] += size[gone]
         owner[gone] = keep
         drop(gone)
-        merged[~alive] = -np.inf
-        merged[keep] = -np.inf
+        merged[keep] = -np.inf  # (gone and final clusters are -inf in both rows already)
         mean[keep, :] = merged
         mean[:, keep] = merged
         live -= 1

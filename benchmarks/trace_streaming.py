@@ -52,16 +52,6 @@ def _ids(loaded: Any, n: int) -> list[int]:
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current resident set (Linux); False where it cannot be."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _row_seconds(t: Any, layer: int, head: int, rows: range) -> float:
     """The median seconds of ``weights_rows`` over ``rows``, one row a call."""
     times = []
@@ -79,7 +69,7 @@ def run(mode: str, n: int, folder: str) -> dict[str, Any]:
     """One measurement in this (fresh) process: ``mode`` "stream" or "memory"."""
     import torch
 
-    from attnlab._proc import peak_rss_bytes
+    from attnlab._proc import peak_rss_bytes, reset_peak_rss
     from attnlab.models import load
     from attnlab.tracing.attention import AttentionTrace
     from attnlab.tracing.tracer import BeyondWindowWarning, trace
@@ -88,7 +78,7 @@ def run(mode: str, n: int, folder: str) -> dict[str, Any]:
     loaded = load("smollm2", progress=False)
     ids = _ids(loaded, n)
     loaded_rss = peak_rss_bytes()
-    reset = _reset_peak()
+    reset = reset_peak_rss()
     base = peak_rss_bytes()
     path = Path(folder) / f"{mode}-{n}.safetensors"
     max_tokens = n if n > int(loaded.max_length) else None

@@ -56,6 +56,19 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB else
 
 
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set (``VmHWM``) to its current one, so that
+    :func:`peak_rss_bytes` measures from here on: True where it was reset (Linux's
+    ``/proc/self/clear_refs``), False where it cannot be (the peak is then an upper bound).
+    """
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def release_memory() -> bool:
     """Hand the heap's freed pages back to the system (glibc's ``malloc_trim(0)``), so that
     the next phase of a long job starts from what is live, not from the previous phase's

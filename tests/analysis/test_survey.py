@@ -232,6 +232,127 @@ def test_without_the_key_mask_a_batch_would_differ(bert, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------
+# the distance profile, long texts and the memory budget
+# --------------------------------------------------------------------------------------
+
+
+def _profile_reference(model, texts, cfg, sign=1):
+    """(L, H, 2d + 3): each text's mass at each clamped offset sign·(i - j), added over the
+    texts, from its own unbatched pattern."""
+    from attnlab.analysis.corpus import first_ids
+
+    d, out = cfg.max_distance, None
+    for text in texts:
+        ids, _ = first_ids(model.tokenizer, text, cfg.max_tokens)  # BOS first, as surveyed
+        (a,) = lit.attention_patterns(model, [ids])  # (L, H, n, n)
+        n = len(ids)
+        pos = torch.arange(n)
+        bins = (sign * (pos[:, None] - pos[None, :])).clamp(-d - 1, d + 1) + d + 1
+        onehot = torch.nn.functional.one_hot(bins, 2 * d + 3).double()  # (n, n, P)
+        got = torch.einsum("lhij,ijp->lhp", a.double(), onehot)
+        out = got if out is None else out + got
+    return out
+
+
+@pytest.mark.parametrize("which", ["gpt", "bert"])
+def test_the_distance_profile_is_each_texts_mass_at_each_offset(which, gpt, bert, tmp_path):
+    """Every bin, both tails included (a bidirectional model has mass on keys after the
+    query), against each text's own pattern; the offset read the other way round (key
+    minus query) is caught."""
+    model = gpt if which == "gpt" else bert
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 7, lo=2, hi=40))
+    cfg = SurveyConfig(batch_size=3, max_tokens=40, max_distance=3, probes=False)
+    r = survey(model, corpus, tmp_path / "out", config=cfg)
+    texts = list(corpus)
+    ref = _profile_reference(model, texts, cfg)
+    assert torch.allclose(r.sums["profile"], ref, atol=1e-9)
+    assert float(ref[..., 0].abs().max()) > 1e-3 if which == "bert" else (
+        float(ref[..., 0].abs().max()) == 0.0)  # keys after the query: only bidirectional
+    assert float(ref[..., -1].min()) > 1e-3  # keys beyond d before the query: both
+    flipped = _profile_reference(model, texts, cfg, sign=-1)
+    assert float((r.sums["profile"] - flipped).abs().max()) > 1e-2
+
+
+def test_heads_reduced_one_group_at_a_time_give_the_same_sums(gpt, tmp_path, monkeypatch):
+    """The layer's heads in groups of one (the smallest group the memory allows) add the
+    same sums as all heads at once."""
+    from attnlab.analysis import survey as mod
+
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 9, lo=1, hi=60))
+    cfg = SurveyConfig(batch_size=4, max_tokens=64, probes=False)
+    whole = survey(gpt, corpus, tmp_path / "whole", config=cfg)
+    groups = []
+    real = mod._heads_layer
+    monkeypatch.setattr(mod, "SURVEY_CHUNK", 1)
+    monkeypatch.setattr(mod, "_heads_layer",
+                        lambda w, *a: groups.append(w.shape[1]) or real(w, *a))
+    split = survey(gpt, corpus, tmp_path / "split", config=cfg)
+    assert groups and set(groups) == {1} and len(groups) == 2 * 2 * 3  # layers·heads·batches
+    for k, v in whole.sums.items():
+        assert torch.allclose(split.sums[k], v, rtol=0, atol=1e-12), k
+
+
+def test_a_batch_past_the_memory_budget_is_refused_before_it_runs(gpt, tmp_path):
+    from attnlab.tracing.budget import MemoryBudgetError, estimate_survey_bytes, parse_memory
+
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 4, lo=1, hi=60))
+    cfg = SurveyConfig(batch_size=8, max_tokens=96, probes=False)
+    need = estimate_survey_bytes(gpt, 8, 96).total
+    budget = need // 3
+    with pytest.raises(MemoryBudgetError) as info:
+        survey(gpt, corpus, tmp_path / "out", config=cfg, max_memory=budget)
+    msg = str(info.value)
+    assert "batch of 8 texts of up to 96 tokens" in msg and "--max-memory" in msg
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    # the settings it names are the largest that fit
+    import re
+
+    batches = int(re.search(r"batch_size (\d+) \(--batch-size\)", msg).group(1))
+    tokens = int(re.search(r"max_tokens (\d+) \(--max-tokens\)", msg).group(1))
+    assert estimate_survey_bytes(gpt, batches, 96).total <= budget
+    assert estimate_survey_bytes(gpt, batches + 1, 96).total > budget
+    assert estimate_survey_bytes(gpt, 8, tokens).total <= budget
+    assert estimate_survey_bytes(gpt, 8, tokens + 1).total > budget
+    # at the budget it needs, the same survey runs
+    ok = survey(gpt, corpus, tmp_path / "ok", config=cfg, max_memory=need)
+    assert int(ok.sums["texts"]) == 4
+    assert parse_memory("1MB") < need  # the CLI case below is refused too
+
+
+def test_texts_longer_than_the_model_accepts_are_cut_to_its_limit(tmp_path):
+    """max_tokens above the model's window: each text is cut to the window, counted as
+    truncated and said in a warning; the sums are those of max_tokens = the window."""
+    from attnlab.analysis.survey import TextsCutWarning
+
+    small = tiny_gpt(block_size=24)
+    corpus = Corpus(write_corpus(tmp_path / "c.txt", 6, lo=10, hi=40))
+    with pytest.warns(TextsCutWarning, match="above the 24 tokens tiny-gpt accepts"):
+        cut = survey(small, corpus, tmp_path / "cut",
+                     config=SurveyConfig(batch_size=2, max_tokens=64, probes=False))
+    at = survey(small, corpus, tmp_path / "at",
+                config=SurveyConfig(batch_size=2, max_tokens=24, probes=False))
+    longer = sum(len(small.tokenizer.encode(t)) > 24 for t in corpus)
+    assert 0 < longer < 6 and int(cut.sums["truncated"]) == longer
+    for k in ("sum", "sumsq", "profile", "texts", "tokens", "truncated"):
+        assert torch.allclose(cut.sums[k], at.sums[k], rtol=0, atol=1e-12), k
+
+
+def test_cli_survey_past_the_memory_budget_is_one_line(llama_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "c.txt", 3)
+    rc = cli.main(["survey", "--model", str(llama_dir), "--texts", str(corpus), "--out",
+                   str(tmp_path / "o"), "--batch-size", "8", "--max-tokens", "128",
+                   "--max-memory", "1MB", "--quiet", "--no-probes"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "above the memory budget of" in err and "(--max-tokens)" in err
+    assert not (tmp_path / "o" / "state").exists()
+    rc = cli.main(["survey", "--model", str(llama_dir), "--texts", str(corpus), "--out",
+                   str(tmp_path / "o"), "--max-memory", "4 GB"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--max-memory must be a size such as 4GB" in err
+
+
+# --------------------------------------------------------------------------------------
 # resume, and refusing a state that is not this run's
 # --------------------------------------------------------------------------------------
 

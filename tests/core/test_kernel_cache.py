@@ -198,11 +198,13 @@ def test_an_unwritable_cache_folder_says_so_once(open_folder, good_build):
 # justified: a rebuild compiles the kernel (about a minute); the skip without a compiler is
 # tested above
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler")
-@pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_a_damaged_library_is_rebuilt_when_it_can_be(tmp_path, good_build, damage):
+def test_a_damaged_library_is_rebuilt_when_it_can_be(tmp_path, good_build):
+    """One damage (a truncated library) is rebuilt: every kind of damage is caught by the
+    same check of the manifest (each kind above, without a compiler), and what follows it
+    is one path, so a second compile would test nothing more."""
     copy = _cache(tmp_path, good_build)
     data = (copy / LIB).read_bytes()
-    (copy / LIB).write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    (copy / LIB).write_bytes(data[: len(data) // 2])
     status, lines = _run(tmp_path / "cache", compiler=None, timeout=900)
     assert status["available"] and status["source"] == "built" and lines == []
     rebuilt = (copy / LIB).read_bytes()

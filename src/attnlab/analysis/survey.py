@@ -53,6 +53,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,20 +71,26 @@ from attnlab.analysis.heads import induction_trace, repeat_induction
 from attnlab.analysis.literature import demo_induction_score, prefix_matching
 from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
 from attnlab.analysis.survey_result import ROLES, SCORES, SurveyConfig, SurveyResult, SurveySums
+from attnlab.tracing.budget import SURVEY_CHUNK, check_survey_budget
 from attnlab.tracing.runner import check_loaded, for_each_layer
 
 __all__ = ["CHARS_PER_TOKEN", "RESULT_NAME", "ROLES", "SCORES", "STATE_DIR", "Corpus",
-           "SurveyConfig", "SurveyResult", "SurveySums", "builtin_corpus", "first_ids",
-           "survey"]
+           "SurveyConfig", "SurveyResult", "SurveySums", "TextsCutWarning", "builtin_corpus",
+           "first_ids", "survey"]
 
 RESULT_NAME = "survey.json"
+
+
+class TextsCutWarning(UserWarning):
+    """The model accepts fewer tokens than ``max_tokens``: texts are cut to its limit."""
 
 
 def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
            config: SurveyConfig | None = None, device: str = "auto",
            on_batch: Callable[[int, int], Any] | None = None,
            write_result: bool = True, restart: bool = False,
-           threads: int | None = None, wait: bool = False) -> SurveyResult:
+           threads: int | None = None, wait: bool = False,
+           max_memory: int | str | None = None) -> SurveyResult:
     """Survey every head of ``model`` (already loaded, like
     :class:`attnlab.models.LoadedModel`) over ``corpus``; state under ``out_dir/state``
     and, from rank 0, the result in ``out_dir/survey.json``.
@@ -103,6 +110,17 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     a second run is refused before it reads or writes anything (:class:`attnlab._io
     .FolderBusyError`, naming the holder's pid) or, with ``wait``, waits for the first to
     end. Under torchrun the ranks agree: if one is refused, all are.
+
+    Each text is cut to ``max_tokens``, or to the model's own limit when that is lower
+    (a warning says so; the cut texts count as truncated). Before anything runs, the
+    settings are checked against the memory budget (``max_memory``: bytes, a size such as
+    ``"4GB"``, or None for half the machine's memory; per process): a batch of
+    ``batch_size`` texts of that many tokens whose estimate
+    (:func:`attnlab.tracing.budget.estimate_survey_bytes`) exceeds the budget, is refused
+    (:class:`~attnlab.tracing.budget.MemoryBudgetError`, a ``ValueError`` naming the
+    largest settings that fit). Each layer's dense weights are reduced a group
+    of heads at a time, so a long text costs its one layer's weights and a bounded
+    working set, not a table per distance.
     """
     check_loaded(model)
     cfg = config or SurveyConfig()
@@ -110,6 +128,12 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
         raise TypeError(f"config must be a SurveyConfig, got {type(cfg).__name__}")
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    tokens = _text_tokens(model, cfg)
+    if tokens < cfg.max_tokens:
+        warnings.warn(TextsCutWarning(
+            f"max_tokens is {cfg.max_tokens}, above the {tokens} tokens {model.name} "
+            f"accepts: longer texts are cut to {tokens} (counted as truncated)"), stacklevel=2)
+    check_survey_budget(model, cfg.batch_size, tokens, max_memory)
     t0 = time.perf_counter()
     count, digest = corpus.scan()
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
@@ -127,6 +151,15 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     finally:
         torch.set_num_threads(before)
         leave(group)
+
+
+def _text_tokens(model: Any, cfg: SurveyConfig) -> int:
+    """The tokens each text is cut to: ``max_tokens``, or the model's own limit when that
+    is lower."""
+    limit = getattr(model, "max_length", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and 2 <= limit < cfg.max_tokens:
+        return limit
+    return cfg.max_tokens
 
 
 @contextlib.contextmanager
@@ -257,21 +290,19 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
 class _Batch:
     """What one batch of texts needs in every layer, padded to its longest text ``N``: each
     text's length, the targets of the sums (:class:`~attnlab.analysis.sums.TileTargets`:
-    each text's own token ids, its padded rows left out), the relative-offset table of the
-    profile, the texts that have Gu et al.'s ``sink_tokens``."""
+    each text's own token ids, its padded rows left out), the distances the profile bins
+    one by one, the texts that have Gu et al.'s ``sink_tokens``."""
 
     def __init__(self, items: list[list[int]], cfg: SurveyConfig, causal: bool) -> None:
         n = max(len(x) for x in items)
         self.lengths = torch.tensor([len(x) for x in items], dtype=torch.float64)
-        self.targets = TileTargets(0, n, 0, n, [Occurrences(torch.tensor(x)) for x in items],
-                                   lengths=[len(x) for x in items])
+        # the padded rows are zeroed once, in the layer's own float64 copy (row_mask), so
+        # the targets need not mask them again: a zero row adds nothing to any sum
+        self.targets = TileTargets(0, n, 0, n, [Occurrences(torch.tensor(x)) for x in items])
+        self.row_mask = TileTargets(0, n, 0, n, lengths=[len(x) for x in items]).row_mask
         self.pairs = self.targets.pairs  # (B,) ones of each text's duplicate pattern
         self.repeat = self.pairs > 0  # a token occurs twice: duplicate/induction defined
-        pos = torch.arange(n)
-        d = cfg.max_distance
-        bins = ((pos[:, None] - pos[None, :]).clamp(-d - 1, d + 1) + d + 1).reshape(-1)
-        self.offsets = torch.zeros(n * n, 2 * d + 3, dtype=torch.float64)
-        self.offsets[torch.arange(n * n), bins] = 1.0
+        self.max_distance = cfg.max_distance
         k = cfg.sink_tokens
         self.sink_k = k
         self.sink_rows = torch.tensor([len(x) >= k and (causal or len(x) == k) for x in items])
@@ -280,9 +311,57 @@ class _Batch:
 
 def _batch_layer(w: Tensor, bt: _Batch, names: Sequence[str]
                  ) -> tuple[Tensor, Tensor, Tensor]:
-    """One layer of a batch, every text and head at once, in float64: scores (B, H, S) in
-    the order of ``names``, profile sums (B, H, P), Gu importance of the first token over
-    the first ``sink_tokens`` queries (B, H) (0 for texts without them).
+    """One layer of a batch, every text and head, in float64: scores (B, H, S) in the order
+    of ``names``, profile sums (B, H, P), Gu importance of the first token over the first
+    ``sink_tokens`` queries (B, H) (0 for texts without them).
+
+    The heads are taken a group at a time (:func:`_heads_layer`), as many as hold
+    :data:`~attnlab.tracing.budget.SURVEY_CHUNK` bytes of float64 weights (at least one),
+    so the working copies stay bounded whatever the texts' length; every sum is a head's
+    own, so the groups do not change them.
+    """
+    b, h, n, _ = w.shape
+    step = max(1, min(h, SURVEY_CHUNK // max(1, 8 * b * n * n)))
+    parts = [_heads_layer(w[:, i:i + step], bt, names) for i in range(0, h, step)]
+    if len(parts) == 1:
+        return parts[0]
+    scores, profile, sink = zip(*parts)
+    return torch.cat(scores, 1), torch.cat(profile, 1), torch.cat(sink, 1)
+
+
+def distance_profile(a: Tensor, max_distance: int, *, causal: bool = False) -> Tensor:
+    """(..., 2d + 3) float64: the mass of ``a`` (..., N, N) at each relative distance
+    ``i - j`` (query minus key) from ``-d`` to ``d`` (bins 1 ... 2d + 1, ``d`` =
+    ``max_distance``), and beyond on each side: bin 0 holds the keys more than ``d`` after
+    the query, bin 2d + 2 those more than ``d`` before it.
+
+    The band is read off its diagonals, bin 0 off the triangle above it (none when
+    ``causal``: a causal pattern holds nothing after the query) and bin 2d + 2 is the rest
+    of the mass, so no (N², 2d + 3) table of offsets is built: O(N·d) beyond ``a``, and
+    one triangle's copy for a bidirectional pattern.
+
+    >>> w = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]],
+    ...                  dtype=torch.float64)
+    >>> [round(x, 12) for x in distance_profile(w, 1).tolist()]  # i - j = -1, 0, 1; 2 beyond
+    [0.0, 0.0, 2.0, 0.8, 0.2]
+    """
+    d = max_distance
+    n = a.shape[-1]
+    out = torch.zeros(*a.shape[:-2], 2 * d + 3, dtype=torch.float64)
+    for delta in range(-min(d, n - 1), min(d, n - 1) + 1):
+        # i - j = delta: torch's diagonal offset is j - i
+        out[..., delta + d + 1] = a.diagonal(-delta, -2, -1).sum(-1, dtype=torch.float64)
+    if n > d + 1:
+        if not causal:
+            out[..., 0] = a.triu(d + 1).sum((-2, -1), dtype=torch.float64)
+        total = a.sum((-2, -1), dtype=torch.float64)
+        out[..., -1] = total - out[..., :-1].sum(-1)
+    return out
+
+
+def _heads_layer(w: Tensor, bt: _Batch, names: Sequence[str]
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_batch_layer` for one group of heads ``w`` (B, h, N, N).
 
     Each text's scores are the sums of :func:`~attnlab.analysis.sums.tile_sums` over its
     own ``n x n`` pattern (its padded rows left out, the padded keys are 0 already):
@@ -290,8 +369,9 @@ def _batch_layer(w: Tensor, bt: _Batch, names: Sequence[str]
     (:func:`~attnlab.analysis.detection.abs_from_sums`), Gu et al.'s importance of the
     first token (its mass over the ``n`` queries).
     """
-    a = w.double()
-    sums = tile_sums(a, bt.targets)  # (B, H, len(SUMS))
+    a = w.to(torch.float64, copy=True)  # this group's own copy, masked in place
+    a.mul_(bt.row_mask)  # the padded rows hold nothing
+    sums = tile_sums(a, bt.targets)  # (B, h, len(SUMS))
     s = dict(zip(SUMS, sums.unbind(-1)))
     vals = scores_from_sums(sums, True)
     n = bt.lengths[:, None]
@@ -303,9 +383,8 @@ def _batch_layer(w: Tensor, bt: _Batch, names: Sequence[str]
             vals[f"tl-{key}-abs"] = abs_from_sums(s["mass"], s[key], size, n,
                                                   round_abs=False)
     scores = torch.stack([vals[name] for name in names], dim=-1)
-    a = a * bt.targets.row_mask  # the padded rows hold nothing
-    b, h, nn, _ = a.shape
-    profile = a.reshape(b, h, nn * nn) @ bt.offsets
+    profile = distance_profile(a, bt.max_distance, causal=bt.causal)
+    nn = a.shape[-1]
     k = min(bt.sink_k, nn)
     sink = a[..., :k, 0].sum(-1) / bt.sink_k * bt.sink_rows[:, None].double()
     return scores, profile, sink
@@ -315,9 +394,10 @@ def _run_batch(model: Any, texts: list[str], cfg: SurveyConfig, names: list[str]
                sums: SurveySums, causal: bool) -> None:
     """Tokenize, run and add one batch of texts to ``sums``."""
     t = sums.t
+    tokens = _text_tokens(model, cfg)
     items: list[list[int]] = []
     for text in texts:
-        ids, longer = first_ids(model.tokenizer, text, cfg.max_tokens)
+        ids, longer = first_ids(model.tokenizer, text, tokens)
         if longer:
             t["truncated"] += 1
         if len(ids) < 2:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from attnlab._proc import reset_peak_rss
 from attnlab.bench.config import BenchConfig
 from attnlab.bench.contenders import attention_contenders
 
@@ -72,12 +73,8 @@ def peak_memory(config: dict[str, Any], n: int, causal: bool = False, device: st
                 dt = time.perf_counter() - t0
                 peak = (torch.cuda.max_memory_allocated() - base) / 2**20
             else:
-                try:
-                    with open("/proc/self/clear_refs", "w") as f:
-                        f.write("5")  # reset VmHWM to the current RSS
-                    result["hwm_reset"] = True
-                except OSError:
-                    result["hwm_reset"] = False  # then the peak is an upper bound
+                # VmHWM reset to the current RSS; where it cannot be, the peak is an upper bound
+                result["hwm_reset"] = reset_peak_rss()
                 base = _status_kb("VmRSS")
                 t0 = time.perf_counter()
                 out = fn(q, k, v)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import warnings
 
 from attnlab._options import add_dataclass_options, positive_int
 from attnlab.analysis.survey_config import SurveyConfig
@@ -57,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="torch threads per process (default 1, as torchrun sets: on a "
                    "shared or busy CPU more threads per process often run slower)")
+    p.add_argument("--max-memory", metavar="SIZE", default=None,
+                   help="refuse settings whose batch would need more memory per process, "
+                   "e.g. 4GB or 512MiB (default: half of this machine's memory)")
     p.add_argument("--wait", action="store_true",
                    help="if another survey is writing --out, wait for it to end (default: "
                    "refuse at once, naming its pid)")
@@ -99,6 +103,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab.analysis.survey import survey
 
     cfg = config_from_args(SurveyConfig, args, flags=FLAGS)
+    if args.max_memory is not None:
+        from attnlab.tracing.budget import parse_memory
+
+        parse_memory(args.max_memory)  # a bad size is refused before the model loads
     rank = int(os.environ.get("RANK", "0"))
     check_output_dir(args.out, arg="--out")
     out = Path(args.out)
@@ -119,11 +127,15 @@ def run_from_args(args: argparse.Namespace) -> int:
                 raise UsageError(f"--model {args.model}: {one_line(exc)}") from exc
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        with Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
-                      console=console, disable=quiet) as bar:
+        with (Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),
+                       console=console, disable=quiet) as bar, warnings.catch_warnings()):
+            # a note (texts cut to the model's limit) is one line on stderr, said at once
+            warnings.showwarning = lambda message, *_a, **_k: console.print(
+                f"note: {message}", highlight=False, markup=False)
             task = bar.add_task("survey", total=None)
             result = survey(loaded, corpus, out, config=cfg, device=args.device,
                             restart=args.restart, threads=args.threads, wait=args.wait,
+                            max_memory=args.max_memory,
                             on_batch=lambda d, t: bar.update(task, completed=d, total=t))
         if rank != 0:
             return 0

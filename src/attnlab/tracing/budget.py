@@ -78,10 +78,15 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryEstimate",
     "ModelShape",
+    "SURVEY_CHUNK",
+    "SURVEY_CHUNK_COPIES",
+    "SurveyEstimate",
+    "check_survey_budget",
     "check_text",
     "check_trace_budget",
     "count_tokens",
     "default_budget",
+    "estimate_survey_bytes",
     "estimate_trace_bytes",
     "first_int",
     "format_bytes",
@@ -411,6 +416,104 @@ def check_trace_budget(model_config_like: Any, num_tokens: int,
             f"budget of {format_bytes(budget)}; give a shorter input (about {fit} tokens "
             f"fit) or raise the budget (--max-memory, max_memory=)")
     return est
+
+
+# --------------------------------------------------------------------------------------
+# the survey: one batch of texts at a time, dense weights one layer at a time
+# --------------------------------------------------------------------------------------
+
+#: The float64 weights the survey reduces at once: a group of heads of one layer of a
+#: batch, as many heads as fit (at least one; :func:`attnlab.analysis.survey.survey`).
+SURVEY_CHUNK = 256 << 20
+#: Working copies of that group its sums hold at once (its float64 copy, the tile's
+#: masked rows, the distance weights and a product, or the entropy's logarithm and
+#: product; measured: ``benchmarks/survey_memory.py``).
+SURVEY_CHUNK_COPIES = 5
+
+
+@dataclass(frozen=True)
+class SurveyEstimate:
+    """Bytes one batch of the survey needs (:func:`estimate_survey_bytes`)."""
+
+    batch_size: int
+    max_tokens: int
+    weights: int
+    reduce: int
+    forward: int
+    total: int
+
+    def describe(self) -> str:
+        return (f"about {format_bytes(self.total)} of memory ({format_bytes(self.weights)} "
+                f"for one layer's dense weights, {format_bytes(self.reduce)} to reduce them, "
+                f"{format_bytes(self.forward)} for the forward pass)")
+
+
+def estimate_survey_bytes(model_like: Any, batch_size: int, max_tokens: int
+                          ) -> SurveyEstimate:
+    """The memory one batch of ``batch_size`` texts of up to ``max_tokens`` tokens needs in
+    the survey, which runs the batch through the model and reduces each layer's dense
+    weights as the layer runs (``B`` = ``batch_size``, ``N`` = ``max_tokens``, the rest as
+    in the module docstring)::
+
+        weights  = 4 · (B + 1) · H · N²        one layer's (B, H, N, N) float32 weights,
+                                               and one text's as they are computed
+        reduce   = SURVEY_CHUNK_COPIES · max(8 · B · N², min(SURVEY_CHUNK, 8 · B · H · N²))
+                                               the float64 copies of one group of heads
+        forward  = B · (forward of N tokens)   + KEPT_COPIES · B · (one layer's q, k, v, lse)
+        total    = weights + reduce + forward
+
+    >>> shape = ModelShape(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64,
+    ...                    hidden_size=576, ff_size=1536, vocab_size=49152)
+    >>> one, eight = (estimate_survey_bytes(shape, b, 64) for b in (1, 8))
+    >>> eight.weights == 9 * one.weights // 2, eight.total > one.total
+    (True, True)
+    """
+    for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    s = model_shape(model_like)
+    b, n, h = batch_size, max_tokens, s.num_heads
+    one_layer = estimate_trace_bytes(s, n, streamed=True)
+    weights = _FLOAT * (b + 1) * h * n * n
+    reduce = SURVEY_CHUNK_COPIES * max(8 * b * n * n, min(SURVEY_CHUNK, 8 * b * h * n * n))
+    forward = b * (one_layer.forward + KEPT_COPIES * one_layer.kept)
+    return SurveyEstimate(batch_size=b, max_tokens=n, weights=weights, reduce=reduce,
+                          forward=forward, total=weights + reduce + forward)
+
+
+def check_survey_budget(model_like: Any, batch_size: int, max_tokens: int,
+                        budget_bytes: int | str | None = None) -> SurveyEstimate:
+    """Refuse, before the survey runs, a batch whose estimate
+    (:func:`estimate_survey_bytes`) exceeds the budget (``None``: :func:`default_budget`):
+    :class:`MemoryBudgetError` names the settings and the largest of each that fits."""
+    budget = resolve_budget(budget_bytes)
+    est = estimate_survey_bytes(model_like, batch_size, max_tokens)
+    if est.total <= budget:
+        return est
+    shape = model_shape(model_like)
+
+    def largest(fits: Any, hi: int) -> int:
+        lo = 0  # fits(lo) or lo == 0; the estimate grows with both settings
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    batches = largest(lambda k: estimate_survey_bytes(shape, k, max_tokens).total <= budget,
+                      batch_size)
+    tokens = largest(lambda k: k >= 2 and estimate_survey_bytes(
+        shape, batch_size, k).total <= budget, max_tokens)
+    ways = []
+    if batches >= 1:
+        ways.append(f"batch_size {batches} (--batch-size)")
+    if tokens >= 2:
+        ways.append(f"max_tokens {tokens} (--max-tokens)")
+    fit = (f"at most {' or '.join(ways)} fit" if ways else
+           "no batch of texts this long fits")
+    raise MemoryBudgetError(
+        f"a survey batch of {batch_size} texts of up to {max_tokens} tokens needs "
+        f"{est.describe()}, above the memory budget of {format_bytes(budget)}; {fit}, or "
+        f"raise the budget (--max-memory, max_memory=)")
 
 
 # --------------------------------------------------------------------------------------

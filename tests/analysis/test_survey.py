@@ -469,6 +469,93 @@ def test_torchrun_two_processes_equal_one(run_dir, tmp_path):
         survey(model, Corpus(corpus), out, config=cfg)
 
 
+@pytest.mark.slow
+def test_torchrun_on_fewer_batches_than_processes_splits_the_heads(run_dir, tmp_path):
+    """One long text and two processes: each runs the text for half of the heads; the
+    result is the one-process result."""
+    from attnlab.models import load
+
+    model = load(run_dir, reuse=False)
+    symbols = model.tokenizer.symbols[1:]
+    rng = __import__("random").Random(1)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(rng.choice(symbols) for _ in range(model.max_length)) + "\n")
+    out = tmp_path / "two"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "attnlab", "survey", "--model", str(run_dir), "--texts", str(corpus),
+         "--out", str(out), "--max-tokens", str(model.max_length), "--no-probes",
+         "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = json.loads((out / "survey.json").read_text())
+    assert two["world_size"] == 2 and two["split"] == "heads"
+    cfg = SurveyConfig(max_tokens=model.max_length, probes=False)
+    one = survey(model, Corpus(corpus), tmp_path / "one", config=cfg).to_json()
+    assert one["split"] == "batches" and two["texts"] == one["texts"] == 1
+    assert two["truncated"] == one["truncated"] == 1  # counted once, not once a process
+    assert _max_diff(one, two) <= 1e-12
+
+
+@pytest.mark.parametrize("heads", [range(0, 1), range(1, 3), range(3, 4), range(0, 4)])
+def test_a_layers_weights_for_a_range_of_heads_are_those_heads_of_all(llama_dir, heads):
+    """Grouped key/value heads (4 query heads on 2): each query head of the range reads its
+    own key/value head, and its weights are the ones all heads at once give."""
+    from attnlab.models import load
+    from attnlab.tracing.runner import for_each_layer
+
+    model = load(llama_dir, reuse=False)
+    batch = [[2, 5, 6, 7, 5, 6, 9], [2, 8, 8, 3]]
+    whole, part = [], []
+    for_each_layer(model, batch, lambda layer, w: whole.append(w))
+    for_each_layer(model, batch, lambda layer, w: part.append(w), heads=heads)
+    assert len(part) == len(whole) == 2
+    for w, p in zip(whole, part):
+        assert p.shape == (2, len(heads), 7, 7)
+        assert torch.equal(p, w[:, heads.start:heads.stop])
+    if heads != range(0, 4):  # the wrong key/value head would give other weights
+        other = 1 - heads.start * 2 // 4
+        assert not torch.equal(whole[0][:, heads.start], whole[0][:, 2 * other])
+
+
+def test_a_share_of_the_heads_adds_only_those_heads_and_counts_only_if_asked(gpt):
+    """What each process of a head split adds: its heads' sums (the others stay 0), and
+    the texts' counts only where asked; a process with no heads runs no forward pass."""
+    from attnlab.analysis import survey as mod
+    from attnlab.analysis.survey_result import SurveySums, score_names
+
+    cfg = SurveyConfig(batch_size=3, max_tokens=64, probes=False)
+    texts = [" ".join(WORDS[i:i + 30]) for i in range(3)]
+    names = score_names(True)
+
+    def run(**kw):
+        sums = SurveySums(2, 2, names, cfg)
+        mod._run_batch(gpt, texts, cfg, names, sums, True, **kw)
+        return sums.t
+
+    whole = run()
+    first = run(heads=range(0, 1), count=True)
+    second = run(heads=range(1, 2), count=False)
+    calls = []
+    real = mod.for_each_layer
+    mod.for_each_layer = lambda *a, **k: calls.append(a) or real(*a, **k)
+    try:
+        none = run(heads=range(0, 0), count=True)
+    finally:
+        mod.for_each_layer = real
+    assert not calls
+    for k, v in whole.items():
+        if v.dim() >= 2 and v.shape[:2] == (2, 2):  # per head: (layer, head, ...)
+            assert torch.equal(first[k][:, 1], torch.zeros_like(v[:, 1])), k
+            assert torch.equal(second[k][:, 0], torch.zeros_like(v[:, 0])), k
+            assert torch.allclose(first[k] + second[k], v, rtol=0, atol=1e-12), k
+            assert torch.equal(none[k], torch.zeros_like(v)), k
+        else:  # the counts
+            assert torch.equal(first[k], v) and torch.equal(none[k], v), k
+            assert torch.equal(second[k], torch.zeros_like(v)), k
+    assert float(whole["texts"]) == 3
+
+
 def test_cli_survey_writes_the_result_and_its_page(llama_dir, tmp_path, capsys):
     corpus = write_corpus(tmp_path / "c.jsonl", 0)
     corpus.write_text("".join(json.dumps({"text": " ".join(WORDS[i:i + 9])}) + "\n"

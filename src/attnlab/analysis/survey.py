@@ -40,10 +40,14 @@ uninterrupted run's (the same float64 sums in the same order).
 process joins the process group (``gloo`` on CPU, ``nccl`` on GPU), takes the batches
 ``b`` with ``b % N == rank`` (the batches themselves do not depend on N) and, at the end,
 the sums are added with ``torch.distributed.all_reduce``: the result equals the
-one-process run up to the order of float64 additions. Across machines the same command
-runs with torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--master_addr``,
-``--master_port`` or ``--rdzv_endpoint``); each process writes its own state file, and
-rank 0 writes the result.
+one-process run up to the order of float64 additions. With fewer batches than processes
+(one long text, say) each process runs every batch instead, for its contiguous share of
+the heads (``SurveyResult.split`` is ``"heads"``; rank 0 alone counts the texts): each
+head's sums are one process's, so the reduced result is the one-process run's, and the
+forward pass, which every process repeats, is the only work not shared. Across machines
+the same command runs with torchrun's usual flags (``--nnodes``, ``--node_rank``,
+``--master_addr``, ``--master_port`` or ``--rdzv_endpoint``); each process writes its own
+state file, and rank 0 writes the result.
 """
 
 from __future__ import annotations
@@ -203,6 +207,15 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
          "model": model.name, "path": getattr(model, "path", None), "layers": nl,
          "heads": nh, "scores": names}, sort_keys=True).encode()).hexdigest()
     n_batches = -(-count // cfg.batch_size)
+    # global batch b (texts b*B ... b*B + B - 1, the same whatever the number of
+    # processes) is this process's when b % world == rank; with fewer batches than
+    # processes (one long text, say) each process runs every batch for its share of the
+    # heads instead, and only rank 0 counts the texts
+    split = "heads" if n_batches < world else "batches"
+    heads = (range(rank * nh // world, (rank + 1) * nh // world) if split == "heads"
+             else range(nh))
+    mine = [b for b in range(n_batches) if split == "heads" or b % world == rank]
+    mine_set = set(mine)
     path = state_path(out, rank, world)
     saved, start, done = resume(out, rank, world, fingerprint, restart)
     resumed_from = None
@@ -210,23 +223,21 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
         for k, v in saved.items():
             sums.t[k] = v.to(torch.float64)
         resumed_from = start
-    meta = {"fingerprint": fingerprint, "rank": rank, "world": world,
+    meta = {"fingerprint": fingerprint, "rank": rank, "world": world, "split": split,
             "format": survey_result.FORMAT}
 
     def save(next_batch: int, finished: bool) -> None:
         write_state(path, sums.t, {**meta, "next_batch": next_batch, "done": finished})
 
-    # global batch b (texts b*B ... b*B + B - 1, the same whatever the number of
-    # processes) is this process's when b % world == rank
-    mine = [b for b in range(n_batches) if b % world == rank]
     done_count = len(mine) if done else sum(b < start for b in mine)
     since = 0
     it = iter(corpus)
     for b_index in range(n_batches if not done else 0):
         batch = [t for _, t in zip(range(cfg.batch_size), it)]
-        if b_index % world != rank or b_index < start:
+        if b_index not in mine_set or b_index < start:
             continue
-        _run_batch(model, batch, cfg, names, sums, causal)
+        _run_batch(model, batch, cfg, names, sums, causal, heads=heads,
+                   count=split == "batches" or rank == 0)
         done_count += 1
         since += 1
         if on_batch is not None:
@@ -254,7 +265,7 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
                if isinstance(v, (str, int, float, bool, type(None)))},
         corpus={"name": corpus.name, "sha256": digest, "texts": count},
         config=cfg, scores=names, sums=reduced, world_size=world, backend=backend,
-        seconds={"survey": round(seconds, 3)}, threads=torch.get_num_threads())
+        seconds={"survey": round(seconds, 3)}, threads=torch.get_num_threads(), split=split)
     if resumed_from is not None:
         result.seconds["resumed_from_batch"] = resumed_from
     if rank == 0 and cfg.probes:
@@ -391,21 +402,28 @@ def _heads_layer(w: Tensor, bt: _Batch, names: Sequence[str]
 
 
 def _run_batch(model: Any, texts: list[str], cfg: SurveyConfig, names: list[str],
-               sums: SurveySums, causal: bool) -> None:
-    """Tokenize, run and add one batch of texts to ``sums``."""
+               sums: SurveySums, causal: bool, *, heads: range | None = None,
+               count: bool = True) -> None:
+    """Tokenize, run and add one batch of texts to ``sums``: the per-head sums of
+    ``heads`` (a contiguous range; None: every head), and, if ``count``, the batch's
+    counts of texts, tokens and samples (one process of those that share a batch by heads
+    counts them)."""
     t = sums.t
     tokens = _text_tokens(model, cfg)
     items: list[list[int]] = []
     for text in texts:
         ids, longer = first_ids(model.tokenizer, text, tokens)
-        if longer:
+        if longer and count:
             t["truncated"] += 1
         if len(ids) < 2:
-            t["skipped"] += 1
+            if count:
+                t["skipped"] += 1
             continue
         items.append(ids)
     if not items:
         return
+    hs = range(t["sum"].shape[1]) if heads is None else heads
+    h0, h1 = hs.start, hs.stop
     bt = _Batch(items, cfg, causal)
     ranges = survey_result.score_ranges(names, cfg)
     lo, width = ranges[:, 0], ranges[:, 1] - ranges[:, 0]
@@ -415,24 +433,30 @@ def _run_batch(model: Any, texts: list[str], cfg: SurveyConfig, names: list[str]
                  for score, _, _ in ROLES.values()]
 
     def on_layer(layer: int, w: Tensor) -> None:
-        vals, prof, sink = _batch_layer(w, bt, names)  # (B, H, S), (B, H, P), (B, H)
+        # (B, h, S), (B, h, P), (B, h): this process's heads h0 ... h1 - 1 (w holds only
+        # their weights)
+        vals, prof, sink = _batch_layer(w, bt, names)
         u = use[:, None, :]
-        t["sum"][layer] += (vals * u).sum(0)
-        t["sumsq"][layer] += (vals * vals * u).sum(0)
+        t["sum"][layer, h0:h1] += (vals * u).sum(0)
+        t["sumsq"][layer, h0:h1] += (vals * vals * u).sum(0)
         bins = ((vals - lo) / width * cfg.bins).floor().clamp(0, cfg.bins - 1).long()
-        onehot = torch.nn.functional.one_hot(bins, cfg.bins).double()  # (B, H, S, bins)
-        t["hist"][layer] += (onehot * u[..., None]).sum(0)
+        onehot = torch.nn.functional.one_hot(bins, cfg.bins).double()  # (B, h, S, bins)
+        t["hist"][layer, h0:h1] += (onehot * u[..., None]).sum(0)
         for r, (_score, th, strict) in enumerate(ROLES.values()):
             c = role_cols[r]
             if c < 0:
                 continue
             v = vals[..., c]
             hit = (v > th) if strict else (v >= th)
-            t["role_hits"][layer, :, r] += (hit.double() * use[:, c, None]).sum(0)
-        t["profile"][layer] += prof.sum(0)
-        t["sink_hits"][layer] += ((sink > cfg.epsilon) & bt.sink_rows[:, None]).double().sum(0)
+            t["role_hits"][layer, h0:h1, r] += (hit.double() * use[:, c, None]).sum(0)
+        t["profile"][layer, h0:h1] += prof.sum(0)
+        t["sink_hits"][layer, h0:h1] += ((sink > cfg.epsilon)
+                                         & bt.sink_rows[:, None]).double().sum(0)
 
-    for_each_layer(model, items, on_layer)
+    if h1 > h0:  # a process with no heads of its own runs no forward pass
+        for_each_layer(model, items, on_layer, heads=None if heads is None else hs)
+    if not count:
+        return
     t["texts"] += len(items)
     t["tokens"] += float(bt.lengths.sum())
     t["score_texts"] += use.sum(0)

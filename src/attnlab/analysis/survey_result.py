@@ -108,6 +108,10 @@ class SurveyResult:
     threads: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
     probes: dict[str, Any] = field(default_factory=dict)
+    #: how the processes shared the work: "batches" (each its share of the batches) or
+    #: "heads" (fewer batches than processes: each ran every batch for its share of the
+    #: heads)
+    split: str = "batches"
 
     @property
     def num_layers(self) -> int:
@@ -245,8 +249,8 @@ class SurveyResult:
         return {
             "format": FORMAT, "version": VERSION, "model": self.model, "corpus": self.corpus,
             "config": asdict(cfg), "num_layers": self.num_layers, "num_heads": self.num_heads,
-            "world_size": self.world_size, "backend": self.backend, "threads": self.threads,
-            "seconds": self.seconds,
+            "world_size": self.world_size, "split": self.split, "backend": self.backend,
+            "threads": self.threads, "seconds": self.seconds,
             "texts": int(self.sums["texts"]), "tokens": int(self.sums["tokens"]),
             "truncated": int(self.sums["truncated"]), "skipped": int(self.sums["skipped"]),
             "scores": scores, "roles": roles,

@@ -3,9 +3,9 @@
 each head plays each role and the attention by relative distance; write DIR/survey.json and
 the page DIR/index.html. The state is saved atomically every few batches: run the same
 command again to resume. Under `torchrun --nproc_per_node=N -m attnlab survey ...` the
-batches are shared among N processes (gloo on CPU, nccl on GPU) and the sums reduced with
-torch.distributed; across machines add torchrun's --nnodes, --node_rank and --rdzv_endpoint
-(or --master_addr/--master_port).
+batches are shared among N processes (gloo on CPU, nccl on GPU; with fewer batches than
+processes, the heads are) and the sums reduced with torch.distributed; across machines
+add torchrun's --nnodes, --node_rank and --rdzv_endpoint (or --master_addr/--master_port).
 """
 
 from __future__ import annotations

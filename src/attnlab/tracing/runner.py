@@ -87,31 +87,33 @@ def forward(model: Any, ids: Tensor, mask: Tensor) -> None:
     net(ids)  # causal: the padding on the right is never seen by the real tokens
 
 
-def layer_weights(record: Any) -> Tensor:
-    """(B, H, Lq, Lk) float32 weights ``exp(s - lse)`` of a captured record, every head of
-    a batch element in one call (grouped key/value heads read by index, not copied per
-    head)."""
+def layer_weights(record: Any, heads: range | None = None) -> Tensor:
+    """(B, h, Lq, Lk) float32 weights ``exp(s - lse)`` of a captured record: the query
+    heads of ``heads`` (a contiguous range; None: all H), every one of a batch element in
+    one call (grouped key/value heads read by index, not copied per head)."""
     q, k, lse = record.q, record.k, record.lse
     b, h, lq, _ = q.shape
+    hs = range(h) if heads is None else heads
     lk = k.shape[2]
-    kv = torch.arange(h) // (h // k.shape[1])
-    heads = list(range(h))
+    kv = (torch.arange(h) // (h // k.shape[1]))[hs.start:hs.stop]
     rows = torch.arange(lq)
-    out = torch.empty(b, h, lq, lk)
+    out = torch.empty(b, len(hs), lq, lk)
     for bi in range(b):
-        out[bi] = shaped_weights(q[bi], k[bi, kv], lse[bi], record.shapes[bi], rows=rows,
-                                 head=heads, lq=lq, lk=lk)
+        out[bi] = shaped_weights(q[bi, hs.start:hs.stop], k[bi, kv], lse[bi, hs.start:hs.stop],
+                                 record.shapes[bi], rows=rows, head=list(hs), lq=lq, lk=lk)
     return out
 
 
 def for_each_layer(model: Any, batch: Sequence[Sequence[int]],
-                   on_layer: Callable[[int, Tensor], Any]) -> None:
+                   on_layer: Callable[[int, Tensor], Any], *,
+                   heads: range | None = None) -> None:
     """Run ``batch`` (token id lists, any lengths) through ``model`` in one forward pass,
     padded on the right with the padding hidden by the key mask, and call
     ``on_layer(layer, weights)`` with each layer's dense weights (B, H, N, N) float32 on
     the CPU as the layer runs: only one layer's weights exist at a time. Input ``b``'s own
     pattern is ``weights[b, :, :n_b, :n_b]`` (the key mask makes the padded keys 0 and the
-    real rows sum to 1)."""
+    real rows sum to 1). ``heads`` (a contiguous range of query heads): only their
+    weights are computed and given, (B, len(heads), N, N)."""
     check_loaded(model)
     if not batch or any(len(x) == 0 for x in batch):
         raise ValueError("batch must hold at least one non-empty list of token ids")
@@ -145,7 +147,7 @@ def for_each_layer(model: Any, batch: Sequence[Sequence[int]],
             def take(record: Any) -> None:
                 cap.records.clear()  # nothing kept: the caller reduces each layer
                 if record.dims[1:] == (n, n):
-                    on_layer(seen[0], layer_weights(record))
+                    on_layer(seen[0], layer_weights(record, heads))
                     seen[0] += 1
 
             cap.on_record = take

@@ -461,11 +461,18 @@ def test_torchrun_two_processes_equal_one(run_dir, tmp_path):
     assert sorted(p.name for p in (out / "state").iterdir()) == [
         "rank-0-of-2.safetensors", "rank-1-of-2.safetensors"]
     assert (out / "index.html").read_text(encoding="utf-8").count("<figure>") >= 3
+    # the default max_tokens (64) is above this model's window (32): said, and no text of
+    # this corpus is longer than the window
+    from attnlab.analysis.survey import TextsCutWarning
+
     cfg = SurveyConfig(batch_size=3, probes=False)
-    one = survey(model, Corpus(corpus), tmp_path / "one", config=cfg).to_json()
+    with pytest.warns(TextsCutWarning, match="above the 32 tokens"):
+        one = survey(model, Corpus(corpus), tmp_path / "one", config=cfg).to_json()
     assert one["world_size"] == 1 and two["texts"] == one["texts"] == 23
+    assert one["truncated"] == two["truncated"] == 0
     assert _max_diff(one, two) <= 1e-6
-    with pytest.raises(ValueError, match="another number of processes"):
+    with pytest.raises(ValueError, match="another number of processes"), \
+            pytest.warns(TextsCutWarning):
         survey(model, Corpus(corpus), out, config=cfg)
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from attnlab._proc import in_fresh_process
 
 
 def _peak_mib() -> float:
@@ -134,12 +135,6 @@ def gpt_trace(n: int) -> dict[str, Any]:
             "peak_mib": _peak_mib()}
 
 
-def _isolated(fn: Any, *args: Any) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1, maxtasksperchild=1) as pool:
-        return pool.apply(fn, args)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=1024, help="SmolLM2 exactness run")
@@ -160,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, fn, n in runs:
         print(f"[long_context] {name} ({n} tokens) ...", file=sys.stderr, flush=True)
-        results[name] = _isolated(fn, n)
+        results[name] = in_fresh_process(fn, n)
         if not args.json:
             print(name, json.dumps(results[name], indent=1))
     if args.json:

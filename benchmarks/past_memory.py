@@ -47,13 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
+from attnlab._proc import load_average
 
 
 def _opened(path: str) -> dict[str, Any]:
@@ -119,14 +113,14 @@ def _file_measures(path: str, procs_list: tuple[int, ...] = (1, 2),
     out: dict[str, Any] = {"file": path, "file_bytes": Path(path).stat().st_size}
     ctx = mp.get_context("spawn")
     with ctx.Pool(1, maxtasksperchild=1) as pool:
-        out["open"] = {**pool.apply(_opened, (path,)), "load": _loadavg()}
+        out["open"] = {**pool.apply(_opened, (path,)), "load": load_average()}
     docs = {}
     for procs in procs_list:
-        before = _loadavg()
+        before = load_average()
         wall, run = _command(["diagnose", "--trace", path, "--json"], procs)
         docs[procs] = json.loads(run.stdout)
         out[f"diagnose_{procs}"] = {"wall_seconds": wall, "load_before": before,
-                                    "load_after": _loadavg(),
+                                    "load_after": load_average(),
                                     "peak_rss_rank0_mib": round(
                                         docs[procs]["run"]["peak_rss_bytes"] / 2**20, 1),
                                     "num_clusters": docs[procs].get("num_clusters"),
@@ -141,13 +135,13 @@ def _file_measures(path: str, procs_list: tuple[int, ...] = (1, 2),
         pages = {}
         for procs in procs_list:
             page = Path(d) / f"page-{procs}.html"
-            before = _loadavg()
+            before = load_average()
             wall, run = _command(["explore", "--trace", path, "--out", str(page), "--json"],
                                  procs)
             info = json.loads(run.stdout)
             pages[procs] = _payload(page.read_text(encoding="utf-8"))
             out[f"explore_{procs}"] = {"wall_seconds": wall, "load_before": before,
-                                       "load_after": _loadavg(), "page_bytes": info["bytes"],
+                                       "load_after": load_average(), "page_bytes": info["bytes"],
                                        "peak_rss_rank0_mib": round(
                                            info["peak_memory_bytes"] / 2**20, 1)}
         if len(pages) == 2:
@@ -214,11 +208,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["file"] = _file_measures(args.file, procs, not args.no_explore)
     if args.wide_tokens is not None:
         with tempfile.TemporaryDirectory(dir=args.dir) as d:
-            before = _loadavg()
+            before = load_average()
             ctx = mp.get_context("spawn")
             with ctx.Pool(1, maxtasksperchild=1) as pool:
                 results["wide"] = pool.apply(_wide, (args.wide_tokens, d, args.wide_shape))
-            results["wide"]["load_before"], results["wide"]["load_after"] = before, _loadavg()
+            results["wide"]["load_before"], results["wide"]["load_after"] = before, load_average()
             if args.measure:
                 path = str(Path(d) / f"wide-{args.wide_tokens}.safetensors")
                 results["wide_file"] = _file_measures(path, procs, not args.no_explore)

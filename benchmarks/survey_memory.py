@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from attnlab._proc import in_fresh_process, load_average
 
 
 def _mib(n: float) -> float:
@@ -65,20 +66,6 @@ def run(batch: int, n: int, folder: str) -> dict[str, Any]:
             "peak_process_mib": _mib(peak), "torch_threads": torch.get_num_threads()}
 
 
-def _isolated(*args: Any) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1, maxtasksperchild=1) as pool:
-        return pool.apply(run, args)
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
 def _run_spec(text: str) -> tuple[int, int]:
     b, _, n = text.partition("x")
     if not (b.isdigit() and n.isdigit()) or int(b) < 1 or int(n) < 2:
@@ -99,11 +86,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for b, n in args.runs:
-            print(f"[survey_memory] {b}x{n} (load {_loadavg()}) ...", file=sys.stderr,
+            print(f"[survey_memory] {b}x{n} (load {load_average()}) ...", file=sys.stderr,
                   flush=True)
-            before = _loadavg()
-            got = _isolated(b, n, folder)
-            got["loadavg_before"], got["loadavg_after"] = before, _loadavg()
+            before = load_average()
+            got = in_fresh_process(run, b, n, folder)
+            got["loadavg_before"], got["loadavg_after"] = before, load_average()
             results[f"{b}x{n}"] = got
             if not args.json:
                 print(f"{b}x{n}", json.dumps(got, indent=1), flush=True)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -39,6 +38,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+from attnlab._proc import in_fresh_process, load_average
 
 
 def _mib(n: float) -> float:
@@ -112,20 +113,6 @@ def run(mode: str, n: int, folder: str) -> dict[str, Any]:
     return out
 
 
-def _isolated(*args: Any) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1, maxtasksperchild=1) as pool:
-        return pool.apply(run, args)
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
 @contextlib.contextmanager
 def _kept(folder: str) -> Any:
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -153,11 +140,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with (tempfile.TemporaryDirectory(dir=args.dir) if not args.keep
           else _kept(args.dir)) as folder:
         for mode, n in runs:
-            print(f"[trace_streaming] {mode} {n} tokens (load {_loadavg()}) ...",
+            print(f"[trace_streaming] {mode} {n} tokens (load {load_average()}) ...",
                   file=sys.stderr, flush=True)
-            before = _loadavg()
-            got = _isolated(mode, n, folder)
-            got["loadavg_before"], got["loadavg_after"] = before, _loadavg()
+            before = load_average()
+            got = in_fresh_process(run, mode, n, folder)
+            got["loadavg_before"], got["loadavg_after"] = before, load_average()
             results[f"{mode}_{n}"] = got
             if not args.json:
                 print(f"{mode}_{n}", json.dumps(got, indent=1), flush=True)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from attnlab._proc import IsolatedCallError, call_isolated, peak_rss_bytes
+from attnlab._proc import (
+    IsolatedCallError,
+    call_isolated,
+    in_fresh_process,
+    load_average,
+    peak_rss_bytes,
+    reset_peak_rss,
+)
 
 
 def test_the_call_runs_in_a_child_that_gets_the_environment_given():
@@ -62,3 +70,25 @@ def test_freed_small_tensors_stay_resident_until_released():
     assert grown > 250e6
     assert kept > 0.8 * grown  # the wrong belief: freeing alone gives the pages back
     assert after < 0.2 * grown  # released: what is live is what stays
+
+
+def test_a_fresh_process_is_another_interpreter_with_its_own_peak():
+    pid, peak = in_fresh_process(_pid_and_peak)
+    assert pid != os.getpid() and 0 < peak < peak_rss_bytes() + 2**30
+
+
+def _pid_and_peak():
+    return os.getpid(), peak_rss_bytes()
+
+
+def test_the_load_average_is_the_kernels_line_and_the_peak_resets_to_the_resident_set():
+    load = load_average()
+    assert load == "unknown" or len(load.split()) == 5
+    big = bytearray(256 << 20)  # 256 MiB touched, then freed: the peak stays above
+    big[::4096] = b"x" * len(big[::4096])
+    before = peak_rss_bytes()
+    del big
+    if reset_peak_rss():
+        assert peak_rss_bytes() < before - (128 << 20)
+    else:
+        assert peak_rss_bytes() >= before

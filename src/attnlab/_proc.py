@@ -21,7 +21,8 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["IsolatedCallError", "call_isolated", "echo", "peak_rss_bytes", "release_memory"]
+__all__ = ["IsolatedCallError", "call_isolated", "echo", "in_fresh_process", "load_average",
+           "peak_rss_bytes", "release_memory", "reset_peak_rss"]
 
 
 class IsolatedCallError(RuntimeError):
@@ -67,6 +68,27 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def load_average() -> str:
+    """The machine's load averages as ``/proc/loadavg`` gives them (1, 5 and 15 minutes,
+    running/all tasks, last pid), for a measurement to state; ``"unknown"`` where it
+    cannot be read."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def in_fresh_process(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a fresh interpreter (multiprocessing, spawn), so that its peak
+    resident set is its own; ``fn`` must be importable (a module-level function) and its
+    arguments and result picklable."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(fn, args)
 
 
 def release_memory() -> bool:

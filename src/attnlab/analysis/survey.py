@@ -454,7 +454,7 @@ def _run_batch(model: Any, texts: list[str], cfg: SurveyConfig, names: list[str]
                                          & bt.sink_rows[:, None]).double().sum(0)
 
     if h1 > h0:  # a process with no heads of its own runs no forward pass
-        for_each_layer(model, items, on_layer, heads=None if heads is None else hs)
+        for_each_layer(model, items, on_layer, heads=hs)
     if not count:
         return
     t["texts"] += len(items)

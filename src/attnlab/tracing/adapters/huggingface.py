@@ -73,7 +73,7 @@ from attnlab.tracing.budget import first_int
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
            "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION", "describe_model", "is_causal_config",
-           "is_hf_model", "is_hf_module", "max_length", "unreadable_reason"]
+           "is_attention_class", "is_hf_model", "is_hf_module", "max_length", "unreadable_reason"]
 
 #: The name under which attnlab registers its attention and mask functions.
 IMPLEMENTATION = "attnlab"
@@ -619,15 +619,25 @@ def _register() -> None:
         AttentionMaskInterface.register(IMPLEMENTATION, _mask)
 
 
+#: How transformers names its attention modules: ``...Attention``, and ``...MLA`` for the
+#: multi-head latent attention of LongCat-Flash (transformers >= 5.25).
+ATTENTION_CLASS_SUFFIXES = ("Attention", "MLA")
+
+
+def is_attention_class(cls: type) -> bool:
+    """Whether a transformers class name is that of an attention module."""
+    return cls.__name__.endswith(ATTENTION_CLASS_SUFFIXES)
+
+
 def unreadable_reason(module: nn.Module) -> str | None:
     """Why no adapter can read this Hugging Face attention module exactly, or None when it
-    is not one (its class name does not end in ``Attention``) or the adapter reads it.
+    is not one (its class name does not end in ``Attention`` or ``MLA``) or the adapter reads it.
 
     attnlab reads a transformers attention module through the attention interface of its
     modeling file and checks its reading against that file's ``eager_attention_forward``;
     a module whose file has neither computes its softmax inline, out of reach."""
     cls = type(module)
-    if not is_hf_module(module) or not cls.__name__.endswith("Attention"):
+    if not is_hf_module(module) or not is_attention_class(cls):
         return None
     if ADAPTER.matches(module):
         return None
@@ -648,7 +658,7 @@ class _HuggingFaceAdapter:
 
     def matches(self, module: nn.Module) -> bool:
         cls = type(module)
-        if not cls.__name__.endswith("Attention"):
+        if not is_attention_class(cls):
             return False
         config = getattr(module, "config", None)
         if config is None or not hasattr(config, "_attn_implementation_internal"):

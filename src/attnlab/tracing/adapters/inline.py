@@ -56,7 +56,7 @@ from attnlab.tracing.adapters._base import (
 )
 from attnlab.tracing.adapters._batch import batch_item, key_mask_of
 
-__all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS"]
+__all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS", "STILL_INLINE"]
 
 #: Rows of each call whose weights are compared with the module's own.
 CHECK_ROWS = 32
@@ -490,6 +490,16 @@ OUTPUTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 }
 
 
+#: ``module.ClassName`` -> whether this module's class is still the one :data:`READERS`
+#: reads, for the classes that transformers later moved onto its attention interface (the
+#: Hugging Face adapter reads them then).
+STILL_INLINE: dict[str, Callable[[nn.Module], bool]] = {
+    # transformers < 5.25 splits Falcon's fused q, k, v itself (``_split_heads``) and
+    # computes the softmax inline; from 5.25 it calls the attention interface
+    _HF + "falcon.modeling_falcon.FalconAttention": lambda m: hasattr(m, "_split_heads"),
+}
+
+
 def _key(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -533,7 +543,8 @@ class _InlineAdapter:
     name = "inline"
 
     def matches(self, module: nn.Module) -> bool:
-        return _key(type(module)) in READERS
+        key = _key(type(module))
+        return key in READERS and STILL_INLINE.get(key, lambda m: True)(module)
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
         def attach_one(m: nn.Module) -> list[Handle]:

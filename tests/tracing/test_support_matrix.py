@@ -215,10 +215,10 @@ def test_inline_alibi_with_padding_and_a_wrong_reading():
     assert cap.trace(0).shapes[0].alibi_slopes is not None
     padded = cap.trace(1).shapes[0]
     assert padded.alibi_slopes is None and tuple(padded.bias.shape) == (4, 1, 10)
-    real = inline._alibi
+    real = inline.alibi_slopes
     wrong = lambda bias: (None if (r := real(bias))[0] is None else r[0] * 2, r[1])  # noqa: E731
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(inline, "_alibi", wrong)
+        mp.setattr(inline, "alibi_slopes", wrong)
         with pytest.raises(UnreadableAttentionError, match="differ from the module's own"):
             trace(model, list(range(3, 15)))
 
@@ -302,3 +302,32 @@ def test_falcon_goes_to_the_adapter_of_its_transformers():
     if not old:  # the older module's signature, on the newer class: the inline reader's
         module._split_heads = lambda fused: fused
         assert INLINE.matches(module)
+
+
+def test_a_mask_that_carries_a_term_per_key_is_kept_as_a_rule_and_that_term(monkeypatch):
+    """Falcon with ALiBi on transformers >= 5.25 adds its bias to a dense causal mask: the
+    trace keeps the causal rule, the padding as a key mask, and an (H, 1, Lk) term, not an
+    (H, Lq, Lk) bias; every real row still equals the model's own maps (padded_capture).
+    A term read wrongly (doubled) is refused by the check against the model's eager
+    attention."""
+    import attnlab.tracing.adapters.huggingface as hf_adapter
+
+    if hasattr(_falcon_attention({}), "_split_heads"):
+        # justified: constraints.txt installs transformers 5.25, where this runs; an older
+        # transformers computes Falcon's attention inline and passes no dense mask
+        pytest.skip("transformers < 5.25 computes Falcon's attention inline (no dense mask)")
+    monkeypatch.setitem(support._OVERRIDES, "falcon", {"alibi": True})
+    model, cap = padded_capture("falcon")
+    for b, padded in ((0, False), (1, True)):
+        s = cap.trace(b).shapes[0]
+        assert s.causal and s.bias is not None and tuple(s.bias.shape) == (4, 1, 10)
+        assert (s.key_mask is not None) == padded
+    real = hf_adapter.split_dense_mask
+
+    def doubled(mask):
+        got = real(mask)
+        return None if got is None else (got[0], got[1] * 2)
+
+    monkeypatch.setattr(hf_adapter, "split_dense_mask", doubled)
+    with pytest.raises(UnreadableAttentionError, match="differ from"):
+        trace(model, list(range(3, 15)))

@@ -68,7 +68,12 @@ from attnlab.tracing.adapters._base import (
     dense_weights,
     detached,
 )
-from attnlab.tracing.adapters._batch import batch_item, key_mask_of
+from attnlab.tracing.adapters._batch import (
+    batch_item,
+    key_mask_of,
+    split_dense_mask,
+    visible_rule,
+)
 from attnlab.tracing.budget import first_int
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
@@ -353,8 +358,8 @@ def _eager_order(query: Tensor, key: Tensor, value: Tensor, rule: ScoreShape,
         s = torch.matmul(qt, kt).view(b, h, rows, lk).mul_(rule.scale)
         if rule.softcap is not None:
             s = torch.tanh(s / rule.softcap).mul_(rule.softcap)
-        if dense is not None:
-            s = s + dense[..., r0:r1, :]
+        if dense is not None:  # (B|1, H|1, Lq|1, Lk)
+            s = s + (dense if dense.shape[-2] == 1 else dense[..., r0:r1, :])
         _hide_(s, rule, r0, r1, lq, lk, low)
         if key_mask is not None:
             s.masked_fill_(~key_mask[:, None, None, :], low)
@@ -537,6 +542,22 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
             f"{e:.3g} (allowed {tol:.1g}); tracing it is refused rather than wrong")
 
 
+def _rule_of_dense(dense: Tensor) -> tuple[bool, Tensor | None, Tensor | None]:
+    """(causal, key mask (B, Lk) or None, what remains of ``dense``) for the model's own
+    dense mask (B, H|1, Lq, Lk). A mask that is a causal or padding rule plus a term per key
+    (what a model that adds ALiBi to its causal mask passes) becomes that rule and the term
+    (B, H|1, 1, Lk), or no term where it is 0: O(Lk) kept instead of O(Lq·Lk), the same
+    values added to the same scores, and the fast path when nothing remains. Any other
+    mask stays as it is (not causal, no key mask)."""
+    split = split_dense_mask(dense.detach().float())
+    rule = None if split is None else visible_rule(split[0])
+    if rule is None:
+        return False, None, dense
+    causal, keys = rule
+    term = split[1]
+    return causal, keys, (term if bool(term.any()) else None)
+
+
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                attention_mask: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, None]:
     """transformers' attention interface: q (B, H, Lq, d), k, v (B, H_kv, Lk, .) ->
@@ -554,6 +575,8 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
         pb = position_bias[..., :lk]
         dense = pb if dense is None else dense + pb
+    if dense is not None and not causal and window is None and key_mask is None:
+        causal, key_mask, dense = _rule_of_dense(dense)
     sinks = _sinks(module, kwargs, h, lq)
     if key_mask is not None and bool(key_mask.all()):
         key_mask = None

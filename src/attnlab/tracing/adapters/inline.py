@@ -54,44 +54,12 @@ from attnlab.tracing.adapters._base import (
     dense_weights,
     detached,
 )
-from attnlab.tracing.adapters._batch import batch_item, key_mask_of
+from attnlab.tracing.adapters._batch import alibi_slopes, batch_item, key_mask_of, visible_rule
 
 __all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS", "STILL_INLINE"]
 
 #: Rows of each call whose weights are compared with the module's own.
 CHECK_ROWS = 32
-
-
-def _visible_rule(visible: Tensor, window: int | None = None) -> tuple[bool, Tensor] | None:
-    """(causal, key mask (B, Lk)) when ``visible`` (B, Lq, Lk) is exactly that rule (within
-    ``window`` when one is given)."""
-    b, lq, lk = visible.shape
-    rows = torch.arange(lq, device=visible.device)
-    keys = visible.any(1)  # a key some row sees is a real one
-    for causal in (True, False):
-        rule = ScoreShape(scale=1.0, causal=causal, window=window).visible(
-            rows, None, lq=lq, lk=lk)
-        want = keys[:, None, :].expand(b, lq, lk) if rule is None else rule[None] & keys[
-            :, None, :]
-        if torch.equal(visible, want):
-            return causal, keys
-    return None
-
-
-def _alibi(bias: Tensor) -> tuple[Tensor | None, Tensor]:
-    """(slopes (H,) or None, the bias (B|1, H, 1, Lk) float32): slopes when every row of the
-    bias is ``slope_h · j`` plus one constant (what ALiBi adds, up to what no softmax sees)."""
-    bias = bias.detach().float()
-    lk = bias.shape[-1]
-    if lk < 2:
-        return None, bias
-    slopes = bias[0, :, 0, 1] - bias[0, :, 0, 0]
-    j = torch.arange(lk, device=bias.device, dtype=torch.float32)
-    want = slopes[None, :, None, None] * j + bias[..., :1]
-    tol = 1e-6 * (1.0 + float(bias.abs().max()))
-    if bool(((want - bias).abs() <= tol).all()):
-        return slopes.cpu(), bias
-    return None, bias
 
 
 def _no_past(module: nn.Module, cache: Any) -> None:
@@ -512,13 +480,13 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
     alibi = read.get("alibi")
     vis = read["visible"]
     window = read.get("window")
-    rule = None if vis is None else _visible_rule(vis, window)
+    rule = None if vis is None else visible_rule(vis, window)
     out = []
     for bi in range(b):
         slopes, bias = None, None
         if alibi is not None:  # each batch element on its own (padding shifts positions)
             one = alibi.shape[0] == 1
-            slopes, bias = _alibi(alibi[0:1] if one else alibi[bi: bi + 1])
+            slopes, bias = alibi_slopes(alibi[0:1] if one else alibi[bi: bi + 1])
         kw: dict[str, Any] = {"scale": read["scale"]}
         if vis is not None and rule is None:  # no rule: the mask itself (short inputs)
             dense = torch.zeros(1, lq, lk).masked_fill_(~vis[bi].cpu()[None], float("-inf"))

@@ -549,7 +549,7 @@ def _rule_of_dense(dense: Tensor) -> tuple[bool, Tensor | None, Tensor | None]:
     (B, H|1, 1, Lk), or no term where it is 0: O(Lk) kept instead of O(Lq·Lk), the same
     values added to the same scores, and the fast path when nothing remains. Any other
     mask stays as it is (not causal, no key mask)."""
-    split = split_dense_mask(dense.detach().float())
+    split = split_dense_mask(dense.detach())  # the term in the mask's dtype, as eager adds it
     rule = None if split is None else visible_rule(split[0])
     if rule is None:
         return False, None, dense
@@ -654,7 +654,8 @@ def is_attention_class(cls: type) -> bool:
 
 def unreadable_reason(module: nn.Module) -> str | None:
     """Why no adapter can read this Hugging Face attention module exactly, or None when it
-    is not one (its class name does not end in ``Attention`` or ``MLA``) or the adapter reads it.
+    is not one (its class name ends in neither ``Attention`` nor ``MLA``) or the adapter
+    reads it.
 
     attnlab reads a transformers attention module through the attention interface of its
     modeling file and checks its reading against that file's ``eager_attention_forward``;

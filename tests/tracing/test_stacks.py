@@ -194,3 +194,49 @@ def test_bad_stacks_are_refused_naming_the_stack():
 def test_merge_keeps_the_stack():
     t = _qk_trace("encoder", SRC).merge_tokens([[0, 1], [2], [3], [4]])
     assert t.stack == "encoder" and "stack='encoder'" in repr(t)
+
+
+def test_a_stacked_file_opens_mapped_and_reads_as_it_loads(tmp_path):
+    """StackedTrace.open maps the file: every stack's weights and values equal the loaded
+    ones; each stack knows the file and its stack, and verify() passes; open_trace opens
+    (not loads) a file of several stacks."""
+    from attnlab.tracing import open_trace
+
+    st = _stacked()
+    path = st.save(tmp_path / "s.safetensors")
+    loaded = StackedTrace.load(path)
+    for opened in (StackedTrace.open(path), open_trace(path)):
+        assert isinstance(opened, StackedTrace) and opened.names == st.names
+        assert (opened.model, opened.text, opened.target, opened.meta) == (
+            st.model, st.text, st.target, st.meta)
+        for name in st:
+            a, b = loaded[name], opened[name]
+            assert b.opened_from == path and b.stack == name
+            assert torch.equal(b.weights, a.weights) and torch.equal(b.v, a.v)
+            assert torch.equal(b.weights_rows(1, 0, [0, 2]), a.weights_rows(1, 0, [0, 2]))
+        assert opened.verify() is opened
+    # the stacks share one bound on what the process holds of the file
+    opened = StackedTrace.open(path, resident_bytes=1 << 20)
+    assert len({id(t._resident) for t in opened.values()}) == 1
+
+
+def test_an_opened_stacked_file_with_a_corrupt_tensor_is_refused_by_verify(tmp_path):
+    """A flipped byte in the cross stack's last tensor: the header is sound, so open
+    succeeds; verify() (and open_trace, which verifies) refuses it naming the stack and
+    the sha256; the other stacks verify on their own."""
+    from attnlab.tracing import open_trace
+
+    path = _stacked().save(tmp_path / "s.safetensors")
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0xFF
+    bad = tmp_path / "flipped.safetensors"
+    bad.write_bytes(bytes(raw))
+    opened = StackedTrace.open(bad)
+    assert opened["encoder"].verify() is opened["encoder"]
+    with pytest.raises(TraceFormatError, match=r"stack 'cross'.*sha256"):
+        opened.verify()
+    with pytest.raises(TraceFormatError, match=r"stack 'cross'.*sha256"):
+        open_trace(bad)
+    assert isinstance(open_trace(bad, verify=False), StackedTrace)
+    with pytest.raises(TraceFormatError, match=r"one AttentionTrace.*load_trace"):
+        StackedTrace.open(_qk_trace("self", SRC).save(tmp_path / "one.safetensors"))

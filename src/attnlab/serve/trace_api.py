@@ -396,7 +396,7 @@ def run_traces(paths: Sequence[str | os.PathLike[str]], config: Any = None, *,
     for p in paths:
         if not quiet:
             print(f"attnlab serve: loading {p}", flush=True)
-        loaded.append(open_trace(Path(p)))  # mapped and checked, or a StackedTrace read whole
+        loaded.append(open_trace(Path(p)))  # mapped and checked, one stack or several
     n = sum(len(t) if isinstance(t, StackedTrace) else 1 for t in loaded)
     store = TraceStore(capacity=n)
     for t in loaded:

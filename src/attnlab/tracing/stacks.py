@@ -41,6 +41,7 @@ from typing import Any
 
 from attnlab.tracing import trace_file
 from attnlab.tracing._names import STACK_ORDER
+from attnlab.tracing._resident import RESIDENT_BYTES
 from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["STACK_ORDER", "StackedTrace", "load_trace", "open_trace"]
@@ -152,6 +153,26 @@ class StackedTrace(Mapping[str, AttentionTrace]):
         :meth:`AttentionTrace.load` or :func:`load_trace`."""
         return trace_file.load_stacked(path, AttentionTrace, cls)
 
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *,
+             resident_bytes: int = RESIDENT_BYTES) -> StackedTrace:
+        """A file written by :meth:`save` opened without reading it, as
+        :meth:`AttentionTrace.open` opens a one-stack file: one memory mapping, each stack's
+        tensors views of it, the header and every stack's manifest checked now;
+        :meth:`verify` checks every stack's sha256 and values. Of what the stacks read, at
+        most ``resident_bytes`` stay in the process's memory, all stacks together."""
+        return trace_file.open_stacked(path, AttentionTrace, cls,
+                                       resident_bytes=resident_bytes)
+
+    def verify(self) -> StackedTrace:
+        """For an opened trace: every check :meth:`load` makes, stack by stack (each
+        tensor's sha256 and the values), reading the file once; raises
+        :class:`~attnlab.tracing.attention.TraceFormatError` naming the stack and the
+        tensor, else returns the trace."""
+        for t in self._stacks.values():
+            t.verify()
+        return self
+
 
 def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
     """Read a trace file of either kind: an :class:`AttentionTrace` (one stack, any
@@ -171,13 +192,13 @@ def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:
 def open_trace(path: str | os.PathLike[str], *, verify: bool = True
                ) -> AttentionTrace | StackedTrace:
     """Read a trace file of either kind for reading on demand, with bounded memory where
-    the file allows: a one-stack file of version 2 on is memory-mapped
-    (:meth:`AttentionTrace.open`; ``verify``: every tensor's sha256 and the values checked
-    now, reading the file once, as :meth:`AttentionTrace.load` does; a version-5 file's
-    layers are also checked when first read), anything else (several stacks, version 1,
-    dense weights) is read whole and checked (:func:`load_trace`). The one way attnlab's
-    commands read a saved trace (``diagnose --trace``, ``explore --trace``, ``serve
-    --trace``).
+    the file allows: a one-stack file of version 2 on and a file of several stacks are
+    memory-mapped (:meth:`AttentionTrace.open`, :meth:`StackedTrace.open`; ``verify``:
+    every tensor's sha256 and the values checked now, reading the file once, as
+    :meth:`AttentionTrace.load` does; a version-5 file's layers are also checked when
+    first read); a version-1 file (dense weights) is read whole and checked
+    (:func:`load_trace`). The one way attnlab's commands read a saved trace (``diagnose
+    --trace``, ``explore --trace``, ``serve --trace``).
 
     >>> import tempfile, torch
     >>> t = AttentionTrace(["a", "b"], q=torch.randn(1, 1, 2, 4), k=torch.randn(1, 1, 2, 4),
@@ -187,7 +208,11 @@ def open_trace(path: str | os.PathLike[str], *, verify: bool = True
     ...     getattr(got, "opened_from", None) is not None
     True
     """
-    if trace_file.file_format(path) == trace_file.ONE_STACK:
+    kind = trace_file.file_format(path)
+    if kind == trace_file.SEVERAL_STACKS:
+        stacked = StackedTrace.open(path)
+        return stacked.verify() if verify else stacked
+    if kind == trace_file.ONE_STACK:
         try:
             opened = AttentionTrace.open(path)
         except trace_file.TraceFormatError as exc:

@@ -74,7 +74,8 @@ from attnlab.tracing.trace_values import check_values
 
 __all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "STREAM_FORMAT_VERSION",
            "LayerDigests", "TraceFormatError", "file_format", "load_one",
-           "load_stacked", "open_one", "save_one", "save_stacked", "verify_one"]
+           "load_stacked", "open_one", "open_stacked", "save_one", "save_stacked",
+           "verify_one"]
 
 #: Version of the file layout :func:`save_one` and :func:`save_stacked` write.
 FORMAT_VERSION = 4
@@ -329,18 +330,35 @@ class LayerDigests:
 def verify_one(path: str | Path, trace: Any) -> None:
     """Every check :func:`load_one` makes, on an opened trace: each tensor's sha256 against
     the file's metadata and the values (finite q, k, v; a sane log-sum-exp), reading the file
-    once, a tensor at a time. Raises :class:`TraceFormatError` naming the tensor."""
+    once, a tensor at a time. Raises :class:`TraceFormatError` naming the tensor. A stack
+    opened from a file of several stacks (:func:`open_stacked`) is checked against its own
+    stack's metadata and tensors, and errors name the stack."""
     path = Path(path)
     meta, _info = _read_header(path)
+    stack = getattr(trace, "_opened_stack", None)
+    where: Path | str = path
+    if stack is not None:
+        where = f"{path} [stack {stack!r}]"
+        sub = meta.get("stacks", {}).get(stack) if isinstance(meta.get("stacks"), dict) else None
+        if not isinstance(sub, dict) or not isinstance(sub.get("tensors"), dict):
+            raise TraceFormatError(f"{where}: the file no longer holds this stack")
+        meta = sub
     # the trace's own mapping where it was opened from this file: a second mapping would
     # count every page of the file twice in the resident set
     mapped = getattr(trace, "_mapped", None)
     same = mapped is not None and Path(getattr(trace, "opened_from", "")) == path
-    tensors, resident = ((mapped, trace._resident) if same and trace._resident is not None
-                         else _map_tensors(path))
+    if same and trace._resident is not None:
+        tensors, resident = mapped, trace._resident
+    else:
+        tensors, resident = _map_tensors(path)
+        if stack is not None:
+            tensors = _unprefixed(tensors, stack)
     for name, t in tensors.items():
-        _check_digests(path, name, t, meta["tensors"][name], resident.touch)
-    check_values(path, tensors, trace.shapes, TraceFormatError, resident.touch)
+        entry = meta["tensors"].get(name)
+        if entry is None:
+            raise TraceFormatError(f"{where}: tensor {name!r} is not in the metadata")
+        _check_digests(where, name, t, entry, resident.touch)
+    check_values(where, tensors, trace.shapes, TraceFormatError, resident.touch)
     resident.release()  # the whole file was read: none of it is held for what comes next
     digests = getattr(trace, "_layer_digests", None)
     if same and digests is not None:
@@ -396,6 +414,38 @@ def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
     traces = {name: _finish(where, sub, _unprefixed(tensors, name), meta["format_version"],
                             build)
               for name, (where, sub) in parts.items()}
+    try:
+        return build_stacked(traces, model=meta["model"], text=meta.get("text"),
+                             target=meta.get("target"), meta=meta.get("meta") or {})
+    except (ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
+
+
+def open_stacked(path: str | Path, build: Build, build_stacked: Build, *,
+                 resident_bytes: int = RESIDENT_BYTES) -> Any:
+    """The stacks of a file of several stacks with their tensors memory-mapped, not read,
+    as :func:`open_one` does for one trace: the header and each stack's manifest are
+    checked now; each stack's trace is made by ``build`` from its own views of the one
+    mapping, knows the file and its stack (``opened_from``, ``_opened_stack``) so that
+    :func:`verify_one` checks it, and shares one :class:`~attnlab.tracing._resident.Resident`
+    (at most ``resident_bytes`` of the file held, whichever stack read it). A one-trace file
+    is refused, saying how to read it."""
+    path = Path(path)
+    meta, info = _read_header(path)
+    parts = _check_stacked(path, meta, info)
+    tensors, resident = _map_tensors(path, resident_bytes)
+    traces = {}
+    for name, (where, sub) in parts.items():
+        own = _unprefixed(tensors, name)
+        try:
+            trace = build(**_READERS[meta["format_version"]](sub, own))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
+        trace.opened_from = path
+        trace._opened_stack = name
+        trace._mapped = own
+        trace._resident = resident
+        traces[name] = trace
     try:
         return build_stacked(traces, model=meta["model"], text=meta.get("text"),
                              target=meta.get("target"), meta=meta.get("meta") or {})

@@ -58,6 +58,18 @@ def _rewrite(path, edit):
     path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
 
 
+def _assert_same_stacks(back, st):
+    """``back`` holds the stacks of ``st``: the same names, text, labels, weights and v."""
+    assert isinstance(back, StackedTrace) and back.names == st.names
+    assert (back.model, back.text, back.target, back.meta) == (
+        st.model, st.text, st.target, st.meta)
+    for name in st:
+        a, b = st[name], back[name]
+        assert b.stack == name and b.tokens == a.tokens and b.key_tokens == a.key_tokens
+        assert torch.equal(b.weights, a.weights) and torch.equal(b.v, a.v)
+        assert b.causal == a.causal
+
+
 def test_the_mapping_keeps_the_stacks_in_order_and_apart():
     st = _stacked()
     assert st.names == ("encoder", "decoder", "cross") and list(st) == list(st.names)
@@ -78,14 +90,7 @@ def test_round_trip_keeps_every_stack(tmp_path):
     assert meta["format"] == "attnlab.StackedTrace" and meta["format_version"] == FORMAT_VERSION
     assert {n.split("/")[0] for n in header if n != "__metadata__"} == set(st.names)
     for back in (StackedTrace.load(path), load_trace(path)):
-        assert isinstance(back, StackedTrace) and back.names == st.names
-        assert (back.model, back.text, back.target, back.meta) == (
-            st.model, st.text, st.target, st.meta)
-        for name in st:
-            a, b = st[name], back[name]
-            assert b.stack == name and b.tokens == a.tokens and b.key_tokens == a.key_tokens
-            assert torch.equal(b.weights, a.weights) and torch.equal(b.v, a.v)
-            assert b.causal == a.causal
+        _assert_same_stacks(back, st)
         assert torch.equal(back["encoder"].shapes[0].key_mask, st["encoder"].shapes[0].key_mask)
         assert float(back["cross"].weights[..., -1].abs().max()) == 0.0  # padding unseen
 
@@ -206,13 +211,10 @@ def test_a_stacked_file_opens_mapped_and_reads_as_it_loads(tmp_path):
     path = st.save(tmp_path / "s.safetensors")
     loaded = StackedTrace.load(path)
     for opened in (StackedTrace.open(path), open_trace(path)):
-        assert isinstance(opened, StackedTrace) and opened.names == st.names
-        assert (opened.model, opened.text, opened.target, opened.meta) == (
-            st.model, st.text, st.target, st.meta)
+        _assert_same_stacks(opened, loaded)
         for name in st:
             a, b = loaded[name], opened[name]
-            assert b.opened_from == path and b.stack == name
-            assert torch.equal(b.weights, a.weights) and torch.equal(b.v, a.v)
+            assert b.opened_from == path
             assert torch.equal(b.weights_rows(1, 0, [0, 2]), a.weights_rows(1, 0, [0, 2]))
         assert opened.verify() is opened
     # the stacks share one bound on what the process holds of the file

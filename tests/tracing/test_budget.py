@@ -92,10 +92,11 @@ def test_the_estimate_counts_grouped_heads_once_and_the_logits_where_they_are_ma
 
 
 def test_the_mask_is_dense_only_as_far_as_the_adapter_keeps_it_dense():
-    from attnlab.tracing.adapters.huggingface import _EAGER_TILE_BYTES, DENSE_MASK_MAX_ENTRIES
+    from attnlab.tracing.adapters._eager import EAGER_TILE_BYTES
+    from attnlab.tracing.adapters.huggingface import DENSE_MASK_MAX_ENTRIES
     from attnlab.tracing.budget import DENSE_MASK_ENTRIES, TILE
 
-    assert DENSE_MASK_ENTRIES == DENSE_MASK_MAX_ENTRIES and TILE == _EAGER_TILE_BYTES
+    assert DENSE_MASK_ENTRIES == DENSE_MASK_MAX_ENTRIES and TILE == EAGER_TILE_BYTES
     no_mask = ModelShape(**{**SMOL.__dict__, "n2_mask": False})
     extra = {n: estimate_trace_bytes(SMOL, n).forward - estimate_trace_bytes(no_mask, n).forward
              for n in (1000, 2048, 32768)}

@@ -102,7 +102,7 @@ KEPT_COPIES = 2  # the trace + what the forward pass frees but keeps resident (m
 #: Entries up to which a Hugging Face model's mask is dense (the adapter's
 #: ``DENSE_MASK_MAX_ENTRIES``; above, one entry per key).
 DENSE_MASK_ENTRIES = 1 << 22
-#: The largest tile of scores the attention works on (the adapter's ``_EAGER_TILE_BYTES``);
+#: The largest tile of scores the attention works on (``adapters._eager.EAGER_TILE_BYTES``);
 #: four are counted: the tile, its probabilities and the eager check's two (measured: what
 #: 1,022 tokens take beyond the trace and the activations).
 TILE = 64 << 20

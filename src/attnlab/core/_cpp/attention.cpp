@@ -1204,6 +1204,11 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                                          ~uintptr_t(63));
     std::vector<int64_t> lo(most_rows), hi(most_rows);
     std::vector<float> w(static_cast<size_t>(tc + 16)), part(static_cast<size_t>(tc + 16));
+    struct Run {
+      int64_t b, e;  // key tokens [b, e) of the tile
+      bool one;      // each of one piece
+    };
+    std::vector<Run> runs;
     for (int64_t t; (t = take()) >= 0;) {
       const int64_t g = kv_groups[t / nr], rb = zigzag(t % nr, nr);
       const std::vector<int64_t>& mem = members[g];
@@ -1232,6 +1237,31 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
       for (int64_t b0 = 0; b0 < n && gp[b0] < cmax; b0 += tc) {
         const int64_t b1 = std::min(n, b0 + tc), nt = b1 - b0;  // the tile's key tokens
         const int64_t c0 = gp[b0], cols = gp[b1] - c0;           // and their pieces
+        // the tile's key tokens as runs: of one piece each (a piece row's values copied as
+        // they are) or of several (each token's pieces summed in order, from 0)
+        runs.clear();
+        for (int64_t bb = 0; bb < nt;) {
+          const bool one = gp[b0 + bb + 1] - gp[b0 + bb] == 1;
+          int64_t e = bb + 1;
+          while (e < nt && (gp[b0 + e + 1] - gp[b0 + e] == 1) == one) ++e;
+          runs.push_back({bb, e, one});
+          bb = e;
+        }
+        // a piece row's key-token sums over the tile into dst
+        auto gather = [&](const float* sr, float* dst) {
+          for (const Run& u : runs) {
+            if (u.one) {
+              const int64_t j0 = gp[b0 + u.b] - c0;
+              std::copy(sr + j0, sr + j0 + (u.e - u.b), dst + u.b);
+              continue;
+            }
+            for (int64_t bb = u.b; bb < u.e; ++bb) {
+              float ks = 0.f;
+              for (int64_t j = gp[b0 + bb] - c0; j < gp[b0 + bb + 1] - c0; ++j) ks += sr[j];
+              dst[bb] = ks;
+            }
+          }
+        };
         for (int64_t m = 0; m < nm; ++m) {
           const int64_t hq = hp[mem[m]];
           gemm_rm<float>(false, true, np, cols, d, 1.f, qb + m * np * d, d, kp + (g * lp + c0) * d,
@@ -1254,20 +1284,31 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                 if (kmf[c0 + j] == 0.f) sr[j] = 0.f;
           }
           for (int64_t ta = a0; ta < a1; ++ta) {  // each token row of the tile
-            // summed over each key token's pieces, then over the row's pieces, then divided
-            std::fill(w.begin(), w.begin() + nt, 0.f);
-            for (int64_t i = gp[ta] - p0; i < gp[ta + 1] - p0; ++i) {
-              const float* sr = s + i * cols;
-              for (int64_t bb = 0; bb < nt; ++bb) {
-                float ks = 0.f;
-                for (int64_t j = gp[b0 + bb] - c0; j < gp[b0 + bb + 1] - c0; ++j) ks += sr[j];
-                part[bb] = ks;
-              }
-              for (int64_t bb = 0; bb < nt; ++bb) w[bb] += part[bb];
-            }
-            const float cnt = static_cast<float>(gp[ta + 1] - gp[ta]);
-            for (int64_t bb = 0; bb < nt; ++bb) w[bb] /= cnt;
+            // summed over each key token's pieces, then over the row's pieces in order, then
+            // divided by their number (the first piece's sums are 0 + them: taken as they are;
+            // one piece: no division)
+            const int64_t i0 = gp[ta] - p0, i1 = gp[ta + 1] - p0;
             const float* wr = w.data();
+            if (i1 - i0 == 1 && runs.size() == 1 && runs[0].one) {
+              wr = s + i0 * cols;  // one piece against keys of one piece each: the row itself
+            } else {
+              gather(s + i0 * cols, w.data());
+              for (int64_t i = i0 + 1; i < i1; ++i) {
+                gather(s + i * cols, part.data());
+                int64_t bb = 0;
+                for (; bb + V::size() <= nt; bb += V::size())
+                  (V::loadu(w.data() + bb) + V::loadu(part.data() + bb)).store(w.data() + bb);
+                for (; bb < nt; ++bb) w[bb] += part[bb];
+              }
+              if (i1 - i0 > 1) {
+                const float cnt = static_cast<float>(i1 - i0);
+                const V vc(cnt);
+                int64_t bb = 0;
+                for (; bb + V::size() <= nt; bb += V::size())
+                  (V::loadu(w.data() + bb) / vc).store(w.data() + bb);
+                for (; bb < nt; ++bb) w[bb] /= cnt;
+              }
+            }
             const int64_t r = ta - row0;
             double* st = stats.data() + (mem[m] * R + r) * kStats;
             mass_distance(wr, 0, nt, static_cast<double>(ta - b0), &st[0], &st[3]);

@@ -64,11 +64,13 @@ from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import first_int
+from attnlab.tracing.generation import CacheSteps, GenerationError
 from attnlab.tracing.model_parts import output_projection, output_projections, rope_layout
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 from attnlab.tracing.trace_stream import TraceStream
 
-__all__ = ["AttentionRecord", "Capture", "UnreadableAttentionError", "capture", "stack_table"]
+__all__ = ["AttentionRecord", "Capture", "GenerationError", "UnreadableAttentionError", "capture",
+           "stack_table"]
 
 #: A record (or a stacked layer) at least this large hands freed memory back to the OS.
 _TRIM_BYTES = 8 << 20
@@ -123,6 +125,8 @@ class Capture:
         self._cross: set[str] = set()  # modules seen attending to the encoder's states
         self._lock = threading.Lock()
         self._stream: _LayerStream | None = None
+        #: The calls that continue one another through a KV cache (a generation).
+        self.cache_steps = CacheSteps()
 
     @property
     def streamed(self) -> bool:
@@ -137,10 +141,11 @@ class Capture:
         """Append a record (adapters call this, from any thread); a streamed capture
         writes it to its file instead, in call order."""
         with self._lock:
+            stack = self.stack_of(record.name)
             if self._stream is not None:
-                self._stream.add(record, self.stack_of(record.name))
+                self._stream.add(record, stack)
             else:
-                self.records.append(record)
+                self.records.append(self.cache_steps.admit(record, stack))
         if _nbytes(record) >= _TRIM_BYTES:
             _give_back_memory()
         if self.on_record is not None:
@@ -198,17 +203,22 @@ class Capture:
                 "capture block (attnlab modules, torch.nn.MultiheadAttention and Hugging "
                 "Face models are recognised)"
             )
-        b = self.records[0].batch
+        records = self.cache_steps.stitched(self.records)  # a generation: one sequence
+        generation = self.cache_steps.describe()
+        if generation:
+            meta = {**generation, **(meta or {})}
+        b = records[0].batch
         if isinstance(batch_index, bool) or not isinstance(batch_index, int):
             raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
         if not -b <= batch_index < b:
             raise IndexError(f"batch_index must be in [0, {b}), got {batch_index}")
         bi = batch_index % b
         by_stack: dict[str, list[AttentionRecord]] = {}
-        for r in self.records:
+        for r in records:
             by_stack.setdefault(self.stack_of(r.name), []).append(r)
         if release:
             self.records = []
+        del records
         model = model or type(self.root).__name__
         if len(by_stack) == 1:
             (name, records), = by_stack.items()
@@ -270,6 +280,8 @@ class Capture:
                     "Face models are recognised)")
             if isinstance(batch_index, bool) or not isinstance(batch_index, int):
                 raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+            if s.repeat is not None:
+                raise GenerationError(s.repeat)
             if batch_index % s.batch != s.bi:
                 raise ValueError(f"batch_index: a streamed capture keeps the batch element "
                                  f"given to capture() ({s.bi}), got {batch_index}")
@@ -340,6 +352,7 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
     first = records[0]
     kept = [r for r in records if r.dims == first.dims]
     skipped = [r.name for r in records if r.dims != first.dims]
+    _refuse_repeats(kept, skipped)
     dense = first.weights is not None
     heads, lq, lk = first.dims
     if key_tokens is None and (lk != lq or stack == "cross"):
@@ -363,6 +376,21 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
         tokens=tokens if tokens is not None else [str(i) for i in range(lq)],
         **stacked, shapes=shapes, model=model, token_ids=token_ids, key_tokens=key_tokens,
         text=text, meta=info, stack=stack)
+
+
+def _refuse_repeats(kept: list[AttentionRecord], skipped: list[str]) -> None:
+    """A module kept as a layer and also called with other shapes ran in more than one
+    forward pass of the capture (two inputs, or a cache this capture cannot stitch): a
+    trace of the first alone would leave calls out, so it is refused, naming the module."""
+    names = {r.name for r in kept}
+    again = [n for n in skipped if n in names]
+    if again:
+        (_, lq, lk), calls = kept[0].dims, 1 + skipped.count(again[0])
+        raise GenerationError(
+            f"{again[0]} was called {calls} times with different shapes in this capture "
+            f"(first with {lq} queries over {lk} keys): the capture holds more than one "
+            "forward pass of other inputs, and a trace is one of them; capture each input "
+            "in its own block")
 
 
 class _LayerStream:
@@ -393,6 +421,7 @@ class _LayerStream:
         self.causal = True
         self.names: list[str] = []
         self.skipped: list[str] = []
+        self.repeat: str | None = None  # why the calls are not one forward pass
 
     def add(self, r: AttentionRecord, stack: str) -> None:
         if self.dims is None:
@@ -408,6 +437,13 @@ class _LayerStream:
                 "trace holds one attention stack; trace this model without out= (in "
                 "memory) and save its StackedTrace")
         if r.dims != self.dims:
+            if r.name in self.names and self.repeat is None:
+                self.repeat = (
+                    f"{r.name} was called again with {r.dims[1]} queries over {r.dims[2]} "
+                    f"keys after its call of {self.dims[1]} over {self.dims[2]} (a decoding "
+                    "step through a KV cache, or another input): a streamed capture holds "
+                    "one forward pass; capture a generation in memory (no out=), or give "
+                    "attnlab.trace(model, text, generate=N, out=PATH), which streams it")
             self.skipped.append(r.name)
             return
         layer = len(self.names)

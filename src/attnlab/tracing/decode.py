@@ -16,6 +16,7 @@ through :func:`greedy`: the plain argmax, token by token, no forced or suppresse
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -229,3 +230,105 @@ def greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
             if eos is not None and ids[-1] == eos:
                 break
     return ids
+
+
+# -- a causal model's own continuation ----------------------------------------------------------
+
+
+def continue_ids(net: nn.Module, name: str, input_ids: Tensor, settings: Any, *,
+                 feed_last: bool = True) -> list[int]:
+    """The model's own continuation of ``input_ids`` (1, P): ``settings.generate`` new ids
+    at most (fewer when it ends its text), greedy or sampled as ``settings``
+    (:class:`~attnlab.tracing.run_settings.RunSettings`) says, through the model's KV cache
+    as it generates for a user: Hugging Face's ``generate``, or for attnlab's ``GPT`` one
+    step per token through its :class:`~attnlab.nn.attention.KVCache`.
+
+    ``feed_last``: after the last new token, run the model one more step on it through the
+    same cache, so that every generated token has its attention row (``generate`` never
+    feeds the token it returns last). Sampling with ``settings.seed`` draws from a generator
+    of its own: the caller's random state is left as it was.
+    """
+    from attnlab.nn.transformer import GPT
+
+    n = settings.generate
+    ctx = torch.random.fork_rng(devices=[]) if settings.seed is not None else (
+        contextlib.nullcontext())
+    with ctx, torch.no_grad():
+        if settings.seed is not None:
+            torch.manual_seed(settings.seed)
+        if isinstance(net, GPT):
+            return _continue_gpt(net, input_ids, settings, feed_last)
+        if not (hasattr(net, "generate") and callable(getattr(net, "can_generate", None))
+                and net.can_generate()):
+            raise ValueError(f"generate: {name} ({type(net).__name__}) has no language-model "
+                             "head to generate with; load it with its head "
+                             "(...ForCausalLM), or trace the text without --generate")
+        sample: dict[str, Any] = {"do_sample": settings.sampling}
+        if settings.sampling:
+            sample.update({k: v for k, v in (("temperature", settings.temperature),
+                                             ("top_p", settings.top_p)) if v is not None})
+        else:  # greedy: no sampling knob of the model's generation config applies
+            sample.update(temperature=None, top_p=None, top_k=None)
+        mask = torch.ones_like(input_ids)
+        out = net.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=n,
+                           num_beams=1, return_dict_in_generate=True, use_cache=True,
+                           pad_token_id=_pad_id(net), **sample)
+        seq = out.sequences
+        new = [int(i) for i in seq[0, input_ids.shape[1]:].tolist()]
+        if feed_last and new:
+            # the cache's keyword and field: ``cache`` from transformers 5.2x, else
+            # ``past_key_values``
+            key = "cache" if "cache" in inspect.signature(net.forward).parameters else (
+                "past_key_values")
+            past = getattr(out, key, None)
+            if past is None:
+                past = getattr(out, "past_key_values", None)
+            net(input_ids=seq[:, -1:], attention_mask=torch.ones_like(seq), use_cache=True,
+                **{key: past})
+        return new
+
+
+def _pad_id(net: nn.Module) -> int | None:
+    """The id generation pads with: the model's pad token, else its end of text."""
+    cfg = getattr(net, "generation_config", None) or getattr(net, "config", None)
+    for attr in ("pad_token_id", "eos_token_id"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, (list, tuple)):
+            v = v[0] if v else None
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _continue_gpt(gpt: nn.Module, input_ids: Tensor, settings: Any, feed_last: bool
+                  ) -> list[int]:
+    """attnlab's GPT, one token at a time through one KVCache per block."""
+    from attnlab.nn.attention import KVCache
+
+    limit = gpt.config.block_size
+    if input_ids.shape[1] + settings.generate > limit:
+        raise ValueError(f"generate: {input_ids.shape[1]} prompt tokens and "
+                         f"{settings.generate} new ones exceed the model's block_size of "
+                         f"{limit}")
+    caches = [KVCache() for _ in gpt.blocks]
+    logits = gpt(input_ids, caches)[0, -1]
+    new: list[int] = []
+    for i in range(settings.generate):
+        nxt = _choose(logits, settings)
+        new.append(nxt)
+        if i + 1 < settings.generate or feed_last:
+            logits = gpt(torch.tensor([[nxt]], device=input_ids.device), caches)[0, -1]
+    return new
+
+
+def _choose(logits: Tensor, settings: Any) -> int:
+    """The next id: the most likely, or drawn at ``temperature`` from the smallest set of
+    ids whose probability reaches ``top_p``."""
+    if not settings.sampling:
+        return int(logits.argmax())
+    p = torch.softmax(logits.float() / (settings.temperature or 1.0), dim=-1)
+    if settings.top_p is not None and settings.top_p < 1:
+        sp, order = p.sort(descending=True)
+        keep = (sp.cumsum(0) - sp) < settings.top_p
+        p = torch.zeros_like(p).scatter_(0, order[keep], sp[keep])
+    return int(torch.multinomial(p / p.sum(), 1))

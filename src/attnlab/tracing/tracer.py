@@ -57,6 +57,7 @@ from attnlab.tracing.budget import check_text, check_trace_budget
 from attnlab.tracing.capture import capture
 from attnlab.tracing.decode import (
     check_ids,
+    continue_ids,
     fit_target,
     generate,
     generated_text,
@@ -66,6 +67,14 @@ from attnlab.tracing.decode import (
     target_ids,
 )
 from attnlab.tracing.inputs import TRUNCATE_HINT
+from attnlab.tracing.run_settings import (
+    RunSettings,
+    chat_text,
+    model_device,
+    model_dtype,
+    resolve_device,
+    resolve_dtype,
+)
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["trace", "is_seq2seq", "token_limit", "BeyondWindowWarning", "MAX_NEW_TOKENS",
@@ -274,8 +283,9 @@ def _groups_from_offsets(offsets: Sequence[tuple[int, int]], special: Sequence[b
     return groups
 
 
-def _encode_hf(tokenizer: Any, text: str, model_name: str) -> dict[str, Any]:
-    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+def _encode_hf(tokenizer: Any, text: str, model_name: str, special_tokens: bool = True
+               ) -> dict[str, Any]:
+    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=special_tokens)
     ids = list(enc["input_ids"])
     offsets = [tuple(o) for o in enc["offset_mapping"]]
     special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -366,6 +376,13 @@ def trace(
     max_new_tokens: int = MAX_NEW_TOKENS,
     out: str | os.PathLike[str] | None = None,
     max_tokens: int | None = None,
+    chat: bool = False,
+    generate: int = 0,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
 ) -> AttentionTrace | StackedTrace:
     """Run one input through ``model`` under :func:`~attnlab.tracing.capture.capture`.
 
@@ -405,6 +422,22 @@ def trace(
         max_tokens: admit up to this many tokens instead of the model's own limit; past it
             only for rotary-position models (:func:`token_limit`), with a
             :class:`BeyondWindowWarning`.
+        chat: wrap the text as one user turn in the tokenizer's own chat template (with
+            the prompt for the assistant's answer); refused for a tokenizer without one.
+        generate: append up to this many tokens of the model's own continuation (a causal
+            model): in memory the trace is the generation itself, every decoding step
+            through the model's KV cache stitched into one sequence
+            (:mod:`attnlab.tracing.generation`); with ``out`` the model generates first,
+            then one streamed forward over the prompt and the continuation is traced.
+            ``meta`` records ``prompt_tokens``, ``generated`` (the generated tokens'
+            positions) and ``generation`` (the sampling, the text, how it was traced).
+        temperature, top_p, seed: sample the continuation instead of taking the most
+            likely token (``seed``: reproducibly, the caller's random state untouched).
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``: run the model in it (a copy
+            when the given model is in another); None traces it as it is.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"``: run the model there (a copy
+            when the given model is elsewhere); None runs it where it is. The trace's
+            tensors come back to the host one layer at a time.
 
     Returns:
         an :class:`AttentionTrace` (batch of one) whose ``meta`` holds the model's
@@ -434,9 +467,13 @@ def trace(
                            max_memory=max_memory, max_new_tokens=max_new_tokens)
     if text_or_token_ids is None:
         raise TypeError("trace needs text_or_token_ids (text or token ids), image= or audio=")
+    dt_name = str(dtype).removeprefix("torch.") if dtype is not None else None
+    settings = RunSettings(chat=chat, generate=generate, temperature=temperature,
+                           top_p=top_p, seed=seed, dtype=dt_name,
+                           device=None if device is None else str(device))
     loaded = _resolve(model, tokenizer)
     tok = tokenizer if tokenizer is not None else loaded.tokenizer
-    net = loaded.model
+    net = placed(loaded.model, dtype, device)
     reads = getattr(net, "main_input_name", "input_ids")
     if reads in _MEDIA_INPUTS:  # a vision or speech model given text or token ids
         raise ValueError(
@@ -463,6 +500,14 @@ def trace(
     window = int(loaded.max_length)
     info: dict[str, Any]
     text = None
+    if settings.chat and not isinstance(text_or_token_ids, str):
+        raise ValueError("chat wraps a text in the model's chat template: give text, not "
+                         "token ids")
+    if settings.generate and (seq2seq or not loaded.causal):
+        raise ValueError(
+            f"generate: {loaded.name} is not a causal language model (it reads "
+            f"{'a source and a target' if seq2seq else 'its text in both directions'}); "
+            "generation is for decoder-only models such as smollm2")
     if isinstance(text_or_token_ids, str):
         text = check_text(text_or_token_ids, "text")
         if tok is None:
@@ -470,8 +515,12 @@ def trace(
                 f"text needs a tokenizer and {loaded.name} has none: pass tokenizer=..., or "
                 "give token ids instead of text (their labels are then the ids)"
             )
-        info = (_encode_hf(tok, text, loaded.name) if callable(tok) and hasattr(
-            tok, "convert_ids_to_tokens") else _encode_plain(tok, text))
+        user_text = text
+        if settings.chat:
+            text = chat_text(tok, text, loaded.name)
+        info = (_encode_hf(tok, text, loaded.name, special_tokens=not settings.chat)
+                if callable(tok) and hasattr(tok, "convert_ids_to_tokens")
+                else _encode_plain(tok, text))
     else:
         ids = ids_from(text_or_token_ids)
         if not ids:
@@ -498,7 +547,22 @@ def trace(
     check_ids(ids, vocab, loaded.name)
     if "unknown_fraction" in info:
         meta["unknown_fraction"] = info["unknown_fraction"]
-    x = torch.tensor([ids], dtype=torch.long)
+    meta["run"] = {"dtype": str(model_dtype(net)).removeprefix("torch."),
+                   "device": str(model_device(net))}
+    if settings.chat:
+        meta["chat"] = {"template": True, "user_text": user_text}
+    if settings.generate and len(ids) + settings.generate > limit:
+        raise ValueError(
+            f"generate: the prompt's {len(ids)} tokens and {settings.generate} new ones "
+            f"exceed {loaded.name}'s limit of {limit} tokens; generate fewer or shorten the "
+            "text")
+    x = torch.tensor([ids], dtype=torch.long, device=model_device(net))
+    new: list[int] = []
+    if settings.generate and out is not None:  # generated first, then one streamed forward
+        new = continue_ids(net, loaded.name, x, settings, feed_last=False)
+        _append_generated(info, meta, tok, new, settings, merge_pieces, streamed=True)
+        ids = info["ids"]
+        x = torch.tensor([ids], dtype=torch.long, device=x.device)
     tgt: dict[str, Any] | None = None
     if seq2seq:
         meta["model_info"]["encoder_decoder"] = True
@@ -511,13 +575,17 @@ def trace(
     if max_memory is not None:
         # an encoder–decoder model keeps the source once (encoder) and the target twice
         # (decoder and cross rows): counted as that many tokens of one stack
-        n = len(ids) + (2 * len(tgt["ids"]) if tgt is not None else 0)
+        n = len(ids) + (2 * len(tgt["ids"]) if tgt is not None else 0) + (
+            settings.generate if out is None else 0)
         check_trace_budget(loaded, n, max_memory, what="text", keep_weights=not qkv,
                            keep_context=context, streamed=out is not None)
     y = None if tgt is None else torch.tensor([tgt["ids"]], dtype=torch.long)
     was_training = net.training
     net.eval()
     calls = None if seq2seq else getattr(loaded, "num_layers", None)  # 3 stacks: unknown
+    decoding = bool(settings.generate) and out is None
+    if decoding and calls:
+        calls *= settings.generate + 1  # the prompt, then one call per new token
     bar = _Progress(calls, loaded.name) if progress else None
     stream: dict[str, Any] = {}
     if out is not None:
@@ -526,14 +594,23 @@ def trace(
                   "reserve": _header_reserve(info, text, meta, layers)}
     try:
         with torch.no_grad(), capture(net, qkv=qkv, context=context, **stream) as cap:
+            def run() -> list[int]:
+                if decoding:  # the generation itself, through the model's KV cache
+                    return continue_ids(net, loaded.name, x, settings, feed_last=True)
+                _forward(net, x, y)
+                return []
+
             if bar is not None:
                 cap.on_record = bar.advance
                 with bar:
-                    _forward(net, x, y)
+                    new = run() or new
             else:
-                _forward(net, x, y)
+                new = run() or new
     finally:
         net.train(was_training)
+    if decoding:
+        _append_generated(info, meta, tok, new, settings, merge_pieces, streamed=False)
+        ids = info["ids"]
     if tgt is not None:
         t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
                       target_tokens=tgt["labels"], target_ids=tgt["ids"],
@@ -556,6 +633,44 @@ def trace(
         t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],
                            rule=MERGE_RULE)
     return t
+
+
+# -- a generation -----------------------------------------------------------------------------
+
+
+def _append_generated(info: dict[str, Any], meta: dict[str, Any], tok: Any, new: list[int],
+                      settings: RunSettings, merge_pieces: bool, *, streamed: bool) -> None:
+    """The generated ids appended to the encoded prompt (each its own token: labelled by
+    its own text or bytes), and what the trace's ``meta`` says of the generation:
+    ``prompt_tokens`` and ``generated`` (positions as the trace shows them, after any
+    merge of the prompt's pieces) and ``generation``."""
+    p = len(info["ids"])
+    groups = info["groups"]
+    shown = len(groups) if merge_pieces and any(len(g) > 1 for g in groups) else p
+    info["ids"] = list(info["ids"]) + list(new)
+    info["labels"] = list(info["labels"]) + id_labels(tok, new)
+    info["groups"] = list(groups) + [[p + i] for i in range(len(new))]
+    meta["prompt_tokens"] = shown
+    meta["generated"] = list(range(shown, shown + len(new)))
+    meta["generation"] = {
+        **settings.describe(), "generated_tokens": len(new),
+        "text": generated_text(tok, new) if tok is not None else None,
+        "traced_as": ("one forward pass over the prompt and the generated tokens, after "
+                      "the model generated them" if streamed else
+                      "the decoding steps through the model's KV cache, stitched")}
+
+
+def placed(model: nn.Module, dtype: str | torch.dtype | None,
+           device: str | torch.device | None) -> nn.Module:
+    """``model`` in ``dtype`` on ``device`` (each None: as it is): the model itself when it
+    already is, else a copy moved there (the given model is never changed)."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev if dev is not None else model_device(model))
+    if (dev is None or dev == model_device(model)) and (dt is None or dt == model_dtype(model)):
+        return model
+    import copy
+
+    return copy.deepcopy(model).to(device=dev, dtype=dt)
 
 
 # -- the target of an encoder–decoder model -------------------------------------------------

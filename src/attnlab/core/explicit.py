@@ -256,7 +256,7 @@ def _why_not_kernel(q: Tensor, mask: Tensor | None, dropout_p: float, build: boo
     ``build=False`` answers without building the kernel (an unbuilt kernel is then "not
     built yet")."""
     if q.device.type != "cpu":
-        return f"the kernel runs on CPU only (got {q.device})"
+        return f"the tensors are on {q.device}, the kernel is CPU-only"
     if q.dtype not in (torch.float32, torch.float64):
         return f"the kernel takes float32 and float64 (got {q.dtype})"
     if dropout_p > 0.0:

@@ -67,11 +67,32 @@ _Index = Tensor | Sequence[int] | range
 
 
 def _as_positions(name: str, idx: _Index, size: int, device: torch.device) -> Tensor:
-    """1-D long tensor of positions in [0, size)."""
+    """1-D long tensor of positions in [0, size), on ``device``.
+
+    Positions given on the host (a range, a sequence, a CPU tensor) are checked on the host
+    and then copied to ``device``, so that no check reads a value back from an accelerator;
+    a tensor already on another device is checked where it is."""
+    on_host = not (isinstance(idx, Tensor) and idx.device.type != "cpu")
+    t = _host_positions(name, idx, size) if on_host else _checked(name, idx, size)
+    return t.to(device)
+
+
+def _host(idx: object) -> torch.device:
+    """Where positions given as ``idx`` are checked: their own device for a tensor, else
+    the CPU."""
+    return idx.device if isinstance(idx, Tensor) else torch.device("cpu")
+
+
+def _host_positions(name: str, idx: _Index, size: int) -> Tensor:
+    """:func:`_as_positions` on the CPU (where reading a bound costs nothing)."""
     if isinstance(idx, range):
-        t = torch.arange(idx.start, idx.stop, idx.step, device=device)
-    else:
-        t = torch.as_tensor(idx, device=device)
+        return _checked(name, torch.arange(idx.start, idx.stop, idx.step), size)
+    if isinstance(idx, Tensor):  # a CPU tensor (_as_positions sends the others elsewhere)
+        return _checked(name, idx, size)
+    return _checked(name, torch.as_tensor(idx), size)
+
+
+def _checked(name: str, t: Tensor, size: int) -> Tensor:
     if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
         raise TypeError(
             f"{name} must be a 1-D sequence of int positions, got dtype {t.dtype} shape "
@@ -281,8 +302,10 @@ class ScoreShape:
         heads = torch.as_tensor(head).long().reshape(-1)
         if heads.shape[0] != (q_rows.shape[0] if nd == 3 else 1):
             raise ValueError(f"head must be one int per head of q_rows, got {head!r}")
-        r = _as_positions("rows", rows, lq, q_rows.device)
-        c = None if cols is None else _as_positions("cols", cols, lk, k.device)
+        # positions checked where they were given (the host, usually), then on the device
+        hr = _as_positions("rows", rows, lq, _host(rows))
+        hc = None if cols is None else _as_positions("cols", cols, lk, _host(cols))
+        r, c = hr.to(q_rows.device), None if hc is None else hc.to(k.device)
         if r.shape[0] != q_rows.shape[-2]:
             raise ValueError(f"{r.shape[0]} rows for q_rows of shape {tuple(q_rows.shape)}")
         if k.shape[-2] != (lk if c is None else c.shape[0]):
@@ -294,14 +317,18 @@ class ScoreShape:
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         scale = self.scale if scale is None else _finite("scale", scale)
         q_rows, k = aligned(q_rows), aligned(k)  # rounding independent of placement
-        return self._scores(q_rows, k, r, c, heads if nd == 3 else int(heads[0]), lq, lk,
-                            scale=scale, dtype=dtype)
+        return self._scores(q_rows, k, r, c,
+                            heads.to(q_rows.device) if nd == 3 else int(heads[0]), lq, lk,
+                            scale=scale, dtype=dtype, hr=hr, hc=hc)
 
     def _scores(self, q_rows: Tensor, k: Tensor, r: Tensor, c: Tensor | None,
                 head: int | Tensor, lq: int, lk: int, *, scale: float | None = None,
-                dtype: torch.dtype = torch.float32) -> Tensor:
-        """:meth:`scores` on checked arguments (r, c: long tensors; ``head`` an int for 2-D
-        inputs, a (h,) long tensor for 3-D ones)."""
+                dtype: torch.dtype = torch.float32, hr: Tensor | None = None,
+                hc: Tensor | None = None) -> Tensor:
+        """:meth:`scores` on checked arguments (r, c: long tensors on the scores' device;
+        ``head`` an int for 2-D inputs, a (h,) long tensor for 3-D ones). ``hr``, ``hc``:
+        the same positions on the host, where the causal band is read without a sync (r
+        and c when not given)."""
         scale = self.scale if scale is None else scale
         s = torch.matmul(q_rows.to(dtype), k.to(dtype).transpose(-2, -1)).mul_(scale)
         if self.softcap is not None:
@@ -310,10 +337,12 @@ class ScoreShape:
             s = s.sub_(self._alibi(r, c, head, lq, lk, s.dim() == 3, s.dtype))
         if self.bias is not None:
             s = s.add_(self._bias(r, c, head, s.dim() == 3, s.dtype))
-        band = self._causal_band(r, c, lq=lq, lk=lk)
+        band = self._causal_band(r if hr is None else hr, c if hc is None else hc, lq=lq,
+                                 lk=lk)
         if band is not None:  # only the columns some row may not see are masked
             j0 = band
-            keep = self.visible(r, (torch.arange(lk) if c is None else c)[j0:], lq=lq, lk=lk)
+            tail = torch.arange(j0, lk, device=r.device) if c is None else c[j0:]
+            keep = self.visible(r, tail, lq=lq, lk=lk)
             s[..., j0:].masked_fill_(~keep, float("-inf"))
             return s
         keep = self.visible(r, c, lq=lq, lk=lk)
@@ -494,10 +523,10 @@ def _tiles(q: Tensor, k: Tensor, shape: ScoreShape, tile_rows: int | None
         kh = k[hd // group]
         for r0, r1 in row_tiles(lq, lk, tile_rows):
             c0, c1 = shape.key_range(r0, r1, lq=lq, lk=lk)
-            rows = torch.arange(r0, r1, device=q.device)
-            cols = torch.arange(c0, c1, device=q.device)
+            hr, hc = torch.arange(r0, r1), torch.arange(c0, c1)  # the band read on the host
+            rows, cols = hr.to(q.device), hc.to(q.device)
             yield hd, r0, r1, c0, c1, shape._scores(q[hd, r0:r1], kh[c0:c1], rows, cols, hd,
-                                                    lq, lk)
+                                                    lq, lk, hr=hr, hc=hc)
 
 
 def row_logsumexp(q: Tensor, k: Tensor, shape: ScoreShape, *,

@@ -40,7 +40,7 @@ from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape, _as_positions
 
 __all__ = ["HEAD_SUMS", "attention_weights", "head_sums", "pooled_attention_map",
-           "shaped_weights"]
+           "shaped_weights", "why_not_kernel_rows"]
 
 Index = int | slice | Sequence[int] | Tensor | None
 
@@ -302,15 +302,15 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
                  | None, lq: int, lk: int) -> Tensor | None:
     """:func:`shaped_weights` on the compiled kernel (one pass: GEMM tile, mask, subtract,
     exp) for plain shapes (scale, causal, window, key mask, sinks) over contiguous keys on
-    the CPU; None where it does not apply, or the kernel is not there."""
-    if (shape.softcap is not None or shape.alibi_slopes is not None or shape.bias is not None
-            or q_rows.device.type != "cpu" or q_rows.dim() not in (2, 3)
-            or k.dim() != q_rows.dim() or q_rows.shape[-1] != k.shape[-1]
+    the CPU; None where it does not apply (:func:`why_not_kernel_rows` says why), or the
+    kernel is not there."""
+    if (q_rows.dim() not in (2, 3) or k.dim() != q_rows.dim()
+            or q_rows.shape[-1] != k.shape[-1]
             or (q_rows.dim() == 3 and k.shape[0] != q_rows.shape[0])):
         return None  # (shape errors are reported by the PyTorch path)
-    ops = _kernel.get()
-    if ops is None:
+    if why_not_kernel_rows(q_rows, k, shape) is not None:
         return None
+    ops = _kernel.get()
     r = _as_positions("rows", rows, lq, q_rows.device)
     col0, n_cols = 0, lk
     if cols is not None:
@@ -331,6 +331,37 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
     out = ops.exp_rows(q3, k3, lse, r.contiguous(), col0, lq, lk, shape.causal,
                        shape.window or 0, km, float(shape.scale))
     return out[0] if one else out
+
+
+def why_not_kernel_rows(q: Tensor, k: Tensor, shape: ScoreShape, *, build: bool = True
+                        ) -> str | None:
+    """Why :func:`shaped_weights` (a trace's on-demand weights) would not run attnlab's
+    compiled CPU kernel for queries ``q`` and keys ``k`` under ``shape``, or None if it would
+    (keys asked out of order take the PyTorch path too). ``build=False`` never builds the
+    kernel (an unbuilt one is then "not built or loaded yet").
+
+    >>> why_not_kernel_rows(torch.zeros(2, 4, device="meta"), torch.zeros(3, 4,
+    ...                     device="meta"), ScoreShape(scale=0.5))
+    'the tensors are on meta, the kernel is CPU-only'
+    >>> why_not_kernel_rows(torch.zeros(2, 4), torch.zeros(3, 4),
+    ...                     ScoreShape(scale=0.5, softcap=30.0), build=False)
+    'the kernel has no soft-cap'
+    """
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.device.type != "cpu" or k.device.type != "cpu":
+        where = q.device if q.device.type != "cpu" else k.device
+        return f"the tensors are on {where}, the kernel is CPU-only"
+    if shape.softcap is not None:
+        return "the kernel has no soft-cap"
+    if shape.alibi_slopes is not None:
+        return "the kernel has no ALiBi slopes"
+    if shape.bias is not None:
+        return "the kernel takes no dense bias"
+    if (_kernel.get() if build else _kernel._state["ops"]) is not None:
+        return None
+    return f"the kernel is unavailable: {_kernel.kernel_status()['reason']}"
 
 
 #: The sums :func:`head_sums` adds to, per head, in this order (the last axis); the

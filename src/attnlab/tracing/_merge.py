@@ -51,17 +51,20 @@ def merge(raw: Tensor, groups: Sequence[Sequence[int]], rows: Tensor,
           cols: Tensor | None) -> Tensor:
     """``raw`` (pieces of ``rows`` x pieces of ``cols``, all pieces when ``cols`` is None)
     merged by the rule: summed over each key token's pieces, averaged over each query
-    token's pieces; (len(rows), len(cols)) in ``raw``'s dtype."""
+    token's pieces; (len(rows), len(cols)) in ``raw``'s dtype, on ``raw``'s device (``rows``
+    and ``cols``: positions on the host, from the groups)."""
     cols = torch.arange(len(groups)) if cols is None else cols
     row_of, col_of = pieces_of(groups, rows)[1], pieces_of(groups, cols)[1]
     if tuple(raw.shape) != (row_of.shape[0], col_of.shape[0]):
         raise ValueError(f"raw must hold the pieces' values ({row_of.shape[0]}, "
                          f"{col_of.shape[0]}), got {tuple(raw.shape)}")
-    summed = torch.zeros(raw.shape[0], cols.shape[0], dtype=raw.dtype).index_add_(
-        1, col_of, raw)  # keys summed
-    out = torch.zeros(rows.shape[0], cols.shape[0], dtype=raw.dtype).index_add_(
-        0, row_of, summed)
-    return out / torch.bincount(row_of, minlength=rows.shape[0]).to(raw.dtype)[:, None]
+    dev = raw.device
+    count = torch.bincount(row_of, minlength=rows.shape[0]).to(dev, raw.dtype)
+    summed = torch.zeros(raw.shape[0], cols.shape[0], dtype=raw.dtype, device=dev).index_add_(
+        1, col_of.to(dev), raw)  # keys summed
+    out = torch.zeros(rows.shape[0], cols.shape[0], dtype=raw.dtype, device=dev).index_add_(
+        0, row_of.to(dev), summed)
+    return out / count[:, None]
 
 
 def token_of_piece(groups: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

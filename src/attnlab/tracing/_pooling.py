@@ -55,12 +55,14 @@ def spans(blocks: int | Sequence[tuple[int, int]], lq: int, lk: int
     return st, en, st, en
 
 
-def pooled_spans(tile: Tile, rs: Tensor, re: Tensor, cs: Tensor, ce: Tensor, step: int
-                 ) -> Tensor:
-    """The pooled map of the blocks ``[rs, re) x [cs, ce)`` (as :func:`spans` gives them),
-    ``step`` rows at a time, by cumulative sums in float64; float32 (n_rows, n_cols)."""
-    acc = torch.zeros(rs.shape[0], cs.shape[0], dtype=torch.float64)
-    lo_row, hi_row = int(rs.min()), int(re.max())
+def pooled_spans(tile: Tile, rs: Tensor, re: Tensor, cs: Tensor, ce: Tensor, step: int, *,
+                 device: torch.device | str | None = None) -> Tensor:
+    """The pooled map of the blocks ``[rs, re) x [cs, ce)`` (as :func:`spans` gives them, on
+    the host), ``step`` rows at a time, by cumulative sums in float64; float32 (n_rows,
+    n_cols) on ``device`` (the tiles' device; default the CPU)."""
+    lo_row, hi_row = int(rs.min()), int(re.max())  # read on the host
+    acc = torch.zeros(rs.shape[0], cs.shape[0], dtype=torch.float64, device=device)
+    rs, re, cs, ce = (t.to(acc.device) for t in (rs, re, cs, ce))
     for r0 in range(lo_row, hi_row, step):
         r1 = min(hi_row, r0 + step)
         w = tile(r0, r1).double()  # (R, Lk)
@@ -73,11 +75,14 @@ def pooled_spans(tile: Tile, rs: Tensor, re: Tensor, cs: Tensor, ce: Tensor, ste
     return (acc / (re - rs).to(acc.dtype)[:, None]).float()  # queries averaged
 
 
-def pooled_blocks(tile: Tile, lq: int, lk: int, b: int, step: int) -> Tensor:
+def pooled_blocks(tile: Tile, lq: int, lk: int, b: int, step: int, *,
+                  device: torch.device | str | None = None) -> Tensor:
     """The pooled map of equal blocks of ``b`` tokens (the last may be shorter): tiles of
-    whole row blocks (about ``step`` rows), keys summed block by block in one reshape."""
+    whole row blocks (about ``step`` rows), keys summed block by block in one reshape;
+    float32 (n_row_blocks, n_col_blocks) on ``device`` (the tiles' device; default the
+    CPU)."""
     nbq, nbk = -(-lq // b), -(-lk // b)
-    acc = torch.zeros(nbq, nbk, dtype=torch.float64)
+    acc = torch.zeros(nbq, nbk, dtype=torch.float64, device=device)
     step = max(1, step // b) * b
     for r0 in range(0, lq, step):
         r1 = min(lq, r0 + step)
@@ -85,13 +90,13 @@ def pooled_blocks(tile: Tile, lq: int, lk: int, b: int, step: int) -> Tensor:
         # keys summed block by block in float32 (b terms each; no copy of the tile),
         # the last, shorter block apart; only the (R, nbk) sums become float64
         full = lk // b * b
-        colsum = torch.empty(r1 - r0, nbk, dtype=torch.float64)
+        colsum = torch.empty(r1 - r0, nbk, dtype=torch.float64, device=acc.device)
         colsum[:, : lk // b] = w[:, :full].reshape(r1 - r0, lk // b, b).sum(-1)
         if full < lk:
             colsum[:, -1] = w[:, full:].sum(-1)
         nb = -(-(r1 - r0) // b)
         colsum = F.pad(colsum, (0, 0, 0, nb * b - (r1 - r0)))
         acc[r0 // b: r0 // b + nb] += colsum.view(nb, b, nbk).sum(1)
-    rows_in = torch.full((nbq,), float(b), dtype=torch.float64)
+    rows_in = torch.full((nbq,), float(b), dtype=torch.float64, device=acc.device)
     rows_in[-1] = lq - b * (nbq - 1)
     return (acc / rows_in[:, None]).float()  # queries averaged

@@ -1,7 +1,8 @@
 """AttentionTrace: what one forward pass of a model attended to, per layer and head.
 
 A trace keeps what *determines* attention, not its N x N image. Per layer and head
-(``L`` layers, ``H`` query heads, ``H_kv`` key/value heads, all float32 on the CPU)::
+(``L`` layers, ``H`` query heads, ``H_kv`` key/value heads, float32, all on one device:
+the CPU unless moved, :meth:`~AttentionTrace.to`)::
 
     q        (L, H, Lq, d)      queries, after RoPE where the model uses it
     k        (L, H_kv, Lk, d)   keys: grouped heads stored once (query head h reads
@@ -19,6 +20,9 @@ methods compute what is asked — rows, tiles, pooled blocks, top-k — in O(til
 memory: :meth:`~AttentionTrace.weights_rows`, :meth:`~AttentionTrace.weights_tile`,
 :meth:`~AttentionTrace.pooled`, :meth:`~AttentionTrace.topk`,
 :meth:`~AttentionTrace.head_weights`, :meth:`~AttentionTrace.iter_row_tiles`.
+They compute where the tensors are (:attr:`~AttentionTrace.device`): a trace moved to an
+accelerator (``trace.to("cuda")``) gives its rows there; positions asked for (rows, columns,
+blocks, merged groups) are bookkept on the host and sent over, never read back.
 
 A trace made without q and k (``capture(..., qkv=False)``, or a version-1 file) stores
 dense ``weights (L, H, Lq, Lk)`` instead; every method works on both kinds. The
@@ -52,6 +56,8 @@ field.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -62,7 +68,7 @@ from torch import Tensor
 
 from attnlab.core.functional import default_scale
 from attnlab.core.scores import TILE_BYTES, ScoreShape
-from attnlab.core.weights import shaped_weights
+from attnlab.core.weights import shaped_weights, why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES
@@ -202,6 +208,7 @@ class AttentionTrace:
         self._shapes = self._make_shapes(shapes, scale, causal, nl, nh, nq, nk)
         self._causal = (all(s.causal for s in self._shapes) if self._shapes
                         else bool(causal))
+        self._check_devices()
 
     # -- construction ---------------------------------------------------------------------
 
@@ -246,6 +253,21 @@ class AttentionTrace:
             raise ValueError(f"out_proj needs v and must have shape ({nl}, {nh}, dv, E), got "
                              f"{_shape_of(o)}")
         return nl, nh, nq, nk
+
+    def _check_devices(self) -> None:
+        """Every stored tensor, and every score shape's, on the trace's one device."""
+        dev, first = self.device, "weights" if self._weights is not None else "q"
+        fix = "move a whole trace with AttentionTrace.to(device)"
+        for name in TRACE_TENSORS:
+            t = self._weights if name == "weights" else getattr(self, name)
+            if t is not None and t.device != dev:
+                raise ValueError(f"{name} must be on the device of {first} ({dev}), got "
+                                 f"{name} on {t.device}; {fix}")
+        for i, shape in enumerate(self._shapes):
+            for name, t in shape.tensors().items():
+                if t.device != dev:
+                    raise ValueError(f"shapes[{i}].{name} must be on the device of {first} "
+                                     f"({dev}), got {t.device}; {fix}")
 
     def _make_shapes(self, shapes: Any, scale: float | None, causal: bool | None, nl: int,
                      nh: int, nq: int, nk: int) -> tuple[ScoreShape, ...]:
@@ -300,6 +322,75 @@ class AttentionTrace:
     @property
     def head_dim(self) -> int | None:
         return None if self.q is None else self.q.shape[-1]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the trace's tensors are, and so where its on-demand methods compute."""
+        return (self._weights if self._weights is not None else self.q).device
+
+    def to(self, device: str | torch.device) -> AttentionTrace:
+        """A trace whose tensors (q, k, v, lse, dense weights, context, out_proj and each
+        score shape's key mask, ALiBi slopes, bias and sinks) are on ``device``; this trace
+        is unchanged, and a tensor already there is shared, as ``Tensor.to`` does. The
+        on-demand methods of the new trace compute on ``device`` and return tensors there
+        (the compiled kernel runs on the CPU only: :meth:`why_not_kernel`).
+
+        A trace opened from a file (:meth:`open`, memory-mapped and checked as it is read)
+        stays on the CPU: moving it elsewhere raises ``ValueError`` saying to load it
+        (:meth:`load`, which checks every tensor) and move that. A trace on the ``meta``
+        device holds shapes only and cannot be moved back to one with values.
+
+        >>> w = torch.softmax(torch.randn(1, 2, 3, 3), dim=-1)
+        >>> t = AttentionTrace(tokens=list("abc"), weights=w)
+        >>> m = t.to("meta")
+        >>> m.device, t.device, m.weights_rows(0, 1, [0, 2]).shape
+        (device(type='meta'), device(type='cpu'), torch.Size([2, 3]))
+        """
+        try:
+            dev = torch.device(device)
+        except (TypeError, RuntimeError, ValueError):
+            raise TypeError(f"device must be a torch.device or a device name such as 'cpu' "
+                            f"or 'cuda:0', got {device!r}") from None
+        here = self.device
+        if getattr(self, "opened_from", None) is not None or self._layer_digests is not None:
+            if dev.type != "cpu":
+                path = getattr(self, "opened_from", "its file")
+                raise ValueError(
+                    f"device {str(dev)!r}: this trace is opened from {path} (memory-mapped, "
+                    f"read and checked on demand) and stays on the CPU; read it whole with "
+                    f"AttentionTrace.load(path) (every tensor checked), then .to({str(dev)!r})")
+            return copy.copy(self)  # the same mapped tensors, checks and bound
+        if here.type == "meta" and dev.type != "meta":
+            raise ValueError(f"device {str(dev)!r}: this trace is on the meta device, which "
+                             f"holds shapes only, no values; move the trace it was made from")
+        moved: dict[int, ScoreShape] = {}  # one copy of a shape shared by several layers
+        for shape in self._shapes:
+            if id(shape) not in moved:
+                moved[id(shape)] = dataclasses.replace(
+                    shape, **{n: t.to(dev) for n, t in shape.tensors().items()})
+
+        def mv(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(dev)
+
+        out = AttentionTrace(
+            tokens=list(self.tokens), weights=mv(self._weights), q=mv(self.q), k=mv(self.k),
+            v=mv(self.v), lse=mv(self.lse), context=mv(self.context),
+            out_proj=mv(self.out_proj),
+            shapes=tuple(moved[id(s)] for s in self._shapes) or None,
+            causal=None if self._shapes else self._causal, model=self.model,
+            token_ids=self.token_ids, key_tokens=self.key_tokens, text=self.text,
+            meta=self.meta, groups=self.groups, stack=self.stack)
+        return out  # (dense weights built from q and k are built again there, on demand)
+
+    def why_not_kernel(self, layer: int = 0, *, build: bool = True) -> str | None:
+        """Why the on-demand weights of ``layer`` would not be computed on attnlab's
+        compiled CPU kernel (e.g. ``"the tensors are on cuda:0, the kernel is CPU-only"``),
+        or None if they would (:func:`attnlab.core.weights.why_not_kernel_rows`;
+        ``build=False`` never builds the kernel)."""
+        layer = self._layer(layer)
+        if not self.weights_from_qk:
+            return "this trace holds dense weights: its rows are read, not computed"
+        return why_not_kernel_rows(self.q, self.k, self._shapes[layer], build=build)
 
     @property
     def has_qk(self) -> bool:
@@ -394,25 +485,34 @@ class AttentionTrace:
             raise IndexError(f"{name} must index [0, {size}), got {t.tolist()}")
         return t % size if size else t
 
+    def _on_device(self, positions: Tensor) -> Tensor:
+        """Positions bookkept on the host, copied to the trace's device to index its
+        tensors."""
+        return positions.to(self.device)
+
     def _piece_rows(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
         """Weights (R, C) of pieces ``rows`` x ``cols`` (all keys when None), float32."""
         nq, nk = self._pieces_q, self._pieces_k
+        # rows and cols are positions on the host; the tensors are indexed by their copies
+        # on the trace's device, and every tensor made here is made there
+        dev = self.device
+        at_rows = self._on_device(rows)
         if self._weights is not None:
-            w = self.layer_tensor("weights", layer)[head].index_select(0, rows)
-            return (w if cols is None else w.index_select(1, cols)).float()
+            w = self.layer_tensor("weights", layer)[head].index_select(0, at_rows)
+            return (w if cols is None else w.index_select(1, self._on_device(cols))).float()
         shape = self._shapes[layer]
-        q = self.layer_tensor("q", layer)[head].index_select(0, rows)
+        q = self.layer_tensor("q", layer)[head].index_select(0, at_rows)
         k = self.layer_tensor("k", layer)[self.kv_head(head)]
-        lse = self.layer_tensor("lse", layer)[head].index_select(0, rows)
+        lse = self.layer_tensor("lse", layer)[head].index_select(0, at_rows)
         if cols is not None:
-            return shaped_weights(q, k.index_select(0, cols), lse, shape, rows=rows,
-                                  cols=cols, head=head, lq=nq, lk=nk)
+            return shaped_weights(q, k.index_select(0, self._on_device(cols)), lse, shape,
+                                  rows=rows, cols=cols, head=head, lq=nq, lk=nk)
         c0, c1 = 0, nk
         if rows.numel():
             c0, c1 = shape.key_range(int(rows.min()), int(rows.max()) + 1, lq=nq, lk=nk)
         if (c0, c1) == (0, nk):
             return shaped_weights(q, k, lse, shape, rows=rows, head=head, lq=nq, lk=nk)
-        out = torch.zeros(rows.shape[0], nk)
+        out = torch.zeros(rows.shape[0], nk, device=dev)
         if c1 > c0:  # only the keys some row may see; the others are 0
             out[:, c0:c1] = shaped_weights(q, k[c0:c1], lse, shape, rows=rows,
                                            cols=torch.arange(c0, c1), head=head, lq=nq, lk=nk)
@@ -472,7 +572,7 @@ class AttentionTrace:
         layer, head = self._layer(layer), self._head(head)
         if self._weights is not None and self.groups is None:
             return self.layer_tensor("weights", layer)[head].float()
-        out = torch.empty(self.seq_len, self.key_len)
+        out = torch.empty(self.seq_len, self.key_len, device=self.device)
         step = self._tile_rows(None, _POOL_TILE_BYTES)
         for r0, r1, tile in self.iter_row_tiles(layer, head, step):
             out[r0:r1] = tile
@@ -495,9 +595,10 @@ class AttentionTrace:
             return self._tile(layer, head, torch.arange(r0, r1), None)
 
         if isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 1:
-            return _pooling.pooled_blocks(tile, self.seq_len, self.key_len, blocks, step)
+            return _pooling.pooled_blocks(tile, self.seq_len, self.key_len, blocks, step,
+                                          device=self.device)
         return _pooling.pooled_spans(tile, *_pooling.spans(blocks, self.seq_len, self.key_len),
-                                     step)
+                                     step, device=self.device)
 
     @property
     def weights(self) -> Tensor:
@@ -520,7 +621,7 @@ class AttentionTrace:
                     f"{DENSE_BUDGET_BYTES / 2**30:.2f} GiB; use the on-demand methods "
                     f"({_ON_DEMAND}) instead"
                 )
-            dense = torch.empty(nl, nh, self.seq_len, self.key_len)
+            dense = torch.empty(nl, nh, self.seq_len, self.key_len, device=self.device)
             for li in range(nl):
                 dense[li] = self._layer_weights(li)
             self._dense = dense
@@ -542,7 +643,8 @@ class AttentionTrace:
             return w
         member = torch.zeros(len(self.groups), self._pieces_q)  # (G, N): piece i in group a
         for a, g in enumerate(self.groups):
-            member[a, g] = 1.0
+            member[a, g] = 1.0  # (made on the host, from the groups, then sent over)
+        member = member.to(w.device)
         mean = member / member.sum(-1, keepdim=True)
         return mean @ w @ member.T  # queries averaged, keys summed
 

@@ -125,20 +125,25 @@ def rollout_rows(trace: Trace, rows: Any, *, value_weighted: bool = False,
         r = rollout_rows(trace.unmerged(), pieces, value_weighted=value_weighted,
                          tile_rows=tile_rows)
         return _merge.merge(r, trace.groups, picked, None)
-    n, nh = trace.seq_len, trace.num_heads
+    n, nh, dev = trace.seq_len, trace.num_heads, trace.device
     step = trace._tile_rows(tile_rows, TILE_BYTES)
-    r = torch.zeros(picked.shape[0], n, dtype=torch.float64)
-    r[torch.arange(picked.shape[0]), picked] = 1.0
+    r = torch.zeros(picked.shape[0], n, dtype=torch.float64, device=dev)
+    r[torch.arange(picked.shape[0], device=dev), picked.to(dev)] = 1.0
+    after = torch.arange(1, n + 1, device=dev)  # j + 1 of key j
     for layer in reversed(range(trace.num_layers)):
-        # In a causal stack r only ever reaches keys at or before the last asked row.
-        live = torch.nonzero(r.abs().sum(0) > 0).flatten()
-        top = int(live.max()) + 1 if live.numel() else 0
+        # In a causal stack r only ever reaches keys at or before the last asked row (and
+        # under a window only those after some first one): the two values read back from
+        # the trace's device per layer (syncs on an accelerator) are the live keys' span
+        # [first, top). Tiles outside it would add exact zeros: skipped.
+        live = (r != 0).any(0)
+        top = int((live * after).max()) if n else 0
+        first = n - int((live * after.flip(0)).max()) if n else 0
         mixed = torch.zeros_like(r)
         for r0 in range(0, top, step):
             r1 = min(top, r0 + step)
-            coef = r[:, r0:r1]
-            if not bool(coef.any()):
+            if r1 <= first:
                 continue
+            coef = r[:, r0:r1]
             if value_weighted:
                 tile = value_weighted_rows(trace, layer, None, range(r0, r1)).double()
                 tile = tile / tile.sum(1, keepdim=True).clamp_min(1e-300)
@@ -185,7 +190,7 @@ def value_weighted_rows(trace: Trace, layer: int, head: int | None, rows: Any
         h = trace._head(head)
         return trace.weights_rows(layer, h, picked) * _moved(trace, layer, [h])[0].norm(dim=-1)
     gram = _key_gram(trace, layer)  # (Lk, H, H)
-    out = torch.empty(picked.shape[0], trace.key_len)
+    out = torch.empty(picked.shape[0], trace.key_len, device=gram.device)
     step = max(1, TILE_BYTES // (8 * trace.num_heads * trace.key_len))
     for s in range(0, picked.shape[0], step):
         part = picked[s:s + step]
@@ -381,15 +386,17 @@ def band_lift(trace: Trace, layer: int, head: int, *, rows: Any = None,
     shape = trace.score_shape(layer)
     q_all = trace.layer_tensor("q", layer)[head].double()
     k = trace.layer_tensor("k", layer)[trace.kv_head(head)].double()
-    lq, lk = trace.seq_len, trace.key_len
+    lq, lk, dev = trace.seq_len, trace.key_len, trace.device
     d = k.shape[1]
-    per_dim = torch.zeros(d, dtype=torch.float64)
+    per_dim = torch.zeros(d, dtype=torch.float64, device=dev)
     step = trace._tile_rows(tile_rows, TILE_BYTES)
     for s in range(0, picked.shape[0], step):
-        rows_t = picked[s:s + step]
+        rows_t = picked[s:s + step]  # positions on the host; their copy on the device:
         alpha = trace.weights_rows(layer, head, rows_t).double()  # (T, Lk)
+        rows_t = rows_t.to(dev)
         vis = shape.visible(rows_t, None, lq=lq, lk=lk)
-        vis = torch.ones(rows_t.shape[0], lk, dtype=torch.bool) if vis is None else vis
+        vis = (torch.ones(rows_t.shape[0], lk, dtype=torch.bool, device=dev) if vis is None
+               else vis)
         count = vis.sum(1, keepdim=True).clamp_min(1).double()
         kbar = (vis.double() @ k) / count  # (T, d): the mean visible key
         mass = alpha.sum(1, keepdim=True)

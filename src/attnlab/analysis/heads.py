@@ -567,7 +567,8 @@ def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:
 def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
                    thresholds: Thresholds | None = None, truncate: bool = False,
                    tile_rows: int | None = None, progress: bool = False,
-                   target: str | None = None) -> HeadDiagnostics | StackedDiagnostics:
+                   target: str | None = None, run: dict[str, Any] | None = None
+                   ) -> HeadDiagnostics | StackedDiagnostics:
     """Trace ``text`` through an already-loaded ``model`` and diagnose it; for a causal
     model, also trace a repeated random sequence (:func:`induction_trace`) for the
     induction role.
@@ -576,14 +577,16 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     the caller's (``attnlab.models.load``). Byte pieces are not merged, so the scores are
     those of the model's own tokens. ``progress`` shows the tracing and scoring on stderr.
     An encoder–decoder model is traced with ``text`` as its source and ``target`` (or its
-    own generation) and diagnosed stack by stack (:class:`StackedDiagnostics`).
+    own generation) and diagnosed stack by stack (:class:`StackedDiagnostics`). ``run``:
+    how the model runs on ``text`` (the tracer's ``chat``, ``generate``, ``temperature``,
+    ``top_p``, ``seed``, ``dtype``, ``device``).
     """
     check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
     kw = {} if target is None else {"target": target}
     main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress,
-                     **kw)
+                     **kw, **(run or {}))
     if not hasattr(main, "weights_rows"):  # a StackedTrace
         d = diagnose(main, thresholds=thresholds, tile_rows=tile_rows, progress=progress)
         d.meta.update(seed=seed, target_from=main.meta.get("target_from"))
@@ -596,4 +599,7 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
                  progress=progress)
     d.meta["text"] = text
     d.meta["seed"] = seed
+    for key in ("prompt_tokens", "generated", "generation", "chat", "run"):
+        if key in main.meta:  # how the model ran on the text
+            d.meta[key] = main.meta[key]
     return d

@@ -95,7 +95,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     job.admit(loaded, text, arg)
     with job.layers(loaded, "tracing"):
         t = trace(loaded, text, truncate=args.truncate, merge_pieces=False,
-                  max_memory=job.budget)
+                  max_memory=job.budget, **job.run_settings())
     with job.console.status("ablating and scoring"):
         got = attribute(loaded, t, ablation=not args.no_ablation,
                         eviction=not args.no_eviction,

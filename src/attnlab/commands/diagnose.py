@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "tracing --model on a text; no model is loaded (the induction score, which "
                    "needs the model's own trace of a repeated random sequence, is left out)")
     add_target_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random induction sequence")
     p.add_argument("--definition", metavar="NAME", default=None,
                    help="score every head by one definition only, e.g. tl-induction-mul, "
                    "tl-demo-induction, olsson-prefix-matching, gu-sink, previous (--json "
@@ -104,7 +103,7 @@ def _seq2seq(args: argparse.Namespace, job: Any, loaded: Any, text: str,
                          "(leave --definition out to score each stack)")
     try:
         with job.layers(loaded, "tracing and scoring heads"):
-            d = diagnose_model(loaded, text, seed=args.seed, truncate=args.truncate,
+            d = diagnose_model(loaded, text, seed=args.seed or 0, truncate=args.truncate,
                                target=target)
     except ValueError as exc:
         raise target_error(exc, target, target_arg) from exc
@@ -184,15 +183,16 @@ def run_from_args(args: argparse.Namespace) -> int:
         return _seq2seq(args, job, loaded, text, target, target_arg)
     if args.definition is not None:
         with job.layers(loaded, f"scoring heads: {args.definition}"):
-            got = compute_definitions(loaded, text, [args.definition], seed=args.seed,
+            got = compute_definitions(loaded, text, [args.definition], seed=args.seed or 0,
                                       truncate=args.truncate)[args.definition]
         _print_definition(args.definition, got, loaded.name, args.json, job.stats())
         return 0
     with job.layers(loaded, "tracing and scoring heads"):
-        d = diagnose_model(loaded, text, seed=args.seed, truncate=args.truncate)
+        d = diagnose_model(loaded, text, seed=args.seed or 0, truncate=args.truncate,
+                           run=job.run_settings())
     if args.json:
         with job.layers(loaded, "literature definitions"):
-            defs = compute_definitions(loaded, text, seed=args.seed, truncate=args.truncate,
+            defs = compute_definitions(loaded, text, seed=args.seed or 0, truncate=args.truncate,
                                        own=d.scores)
         emit_json({**d.to_json(), "definitions": definitions_json(defs), "run": job.stats()})
     else:

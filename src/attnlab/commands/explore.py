@@ -71,7 +71,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         try:  # encoder–decoder models: --target is --text's target
             with job.layers(loaded, "tracing"):
                 ex = explore(loaded, [t for t, _ in texts], target=targets,
-                             truncate=args.truncate)
+                             truncate=args.truncate, run=job.run_settings())
         except ValueError as exc:
             raise target_error(exc, target, target_arg) from exc
         for _, kept, given in ex.target_cuts():  # --truncate's cut of the target, announced

@@ -17,7 +17,8 @@ from typing import Any
 from attnlab._cli import UsageError, read_text_file
 from attnlab._text import one_line, too_long
 
-__all__ = ["ModelRun", "add_model_run_arguments", "add_target_arguments", "blocks",
+__all__ = ["ModelRun", "add_model_run_arguments", "add_run_arguments", "add_target_arguments",
+           "blocks",
            "read_saved_trace", "target_error", "target_text"]
 
 
@@ -43,6 +44,32 @@ def add_model_run_arguments(p: argparse.ArgumentParser, media: bool = False,
     p.add_argument("--max-memory", metavar="SIZE", default=None,
                    help="refuse an input whose trace would need more memory, e.g. 4GB or "
                    "512MiB (default: half of this machine's memory)")
+    add_run_arguments(p)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the model runs (:class:`attnlab.tracing.run_settings.RunSettings`): --chat,
+    --generate and its sampling, --dtype and --device."""
+    g = p.add_argument_group("how the model runs")
+    g.add_argument("--chat", action="store_true",
+                   help="wrap the text as a user turn in the tokenizer's own chat template "
+                   "(chat models such as smollm2)")
+    g.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="append up to N tokens of the model's own continuation, traced "
+                   "through its KV cache step by step (causal models; greedy by default)")
+    g.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="with --generate: sample at this temperature instead of greedy")
+    g.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="with --generate: sample from the smallest set of tokens whose "
+                   "probability reaches P")
+    g.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="seed of the sampling (and of diagnose's random induction sequence, "
+                   "default 0)")
+    g.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="run the model in this precision (default: as it loads, float32)")
+    g.add_argument("--device", default=None, metavar="{auto,cpu,cuda,mps}",
+                   help="run the model there (default: the CPU; auto: CUDA, else MPS, else "
+                   "the CPU); the trace comes back to this machine's memory layer by layer")
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,6 +104,9 @@ def target_error(exc: ValueError, target: str | None, arg: str) -> UsageError:
     msg = one_line(exc)
     if target is not None and msg.startswith("target"):  # the argument's own name for it
         return UsageError(arg + msg[len("target"):])
+    for name in ("generate", "chat", "dtype", "device"):  # how the model runs: its flag
+        if msg.startswith(name + ":"):
+            return UsageError(f"--{name}{msg[len(name):]}")
     return UsageError(msg)
 
 
@@ -125,13 +155,81 @@ class ModelRun:
         return text, arg
 
     def load(self) -> Any:
-        from attnlab.models import load
+        """The ``--model``, placed as ``--dtype`` and ``--device`` say (a device or dtype
+        this machine cannot run is one line naming the flag, before the model loads)."""
+        import dataclasses
 
-        with self.console.status(f"loading {self.args.model}"):
+        from attnlab.models import load
+        from attnlab.tracing.run_settings import resolve_device, resolve_dtype
+        from attnlab.tracing.tracer import placed
+
+        args = self.args
+        device, dtype = getattr(args, "device", None), getattr(args, "dtype", None)
+        try:
+            dev = resolve_device(device)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--device {device}: {one_line(exc).removeprefix('device: ')}"
+                             ) from exc
+        try:
+            resolve_dtype(dtype, dev)
+        except ValueError as exc:
+            raise UsageError(f"--dtype {dtype}: {one_line(exc).removeprefix('dtype: ')}"
+                             ) from exc
+        self.run_settings()  # the sampling flags, checked before the model loads
+        with self.console.status(f"loading {args.model}"):
             try:
-                return load(self.args.model, progress=not self.quiet)
+                loaded = load(args.model, progress=not self.quiet)
             except (ValueError, TypeError, OSError) as exc:
-                raise UsageError(f"--model {self.args.model}: {one_line(exc)}") from exc
+                raise UsageError(f"--model {args.model}: {one_line(exc)}") from exc
+        new = getattr(args, "generate", 0)
+        if new and not getattr(loaded, "causal", False):
+            raise UsageError(f"--generate {new}: {loaded.name} is not a causal language model "
+                             "(it reads its text in both directions, or a source and a "
+                             "target); generation is for decoder-only models such as smollm2")
+        if dev is None and dtype is None:
+            return loaded
+        net = placed(loaded.model, dtype, dev)
+        if net is loaded.model:
+            return loaded
+        if dataclasses.is_dataclass(loaded):
+            return dataclasses.replace(loaded, model=net)
+        loaded.model = net
+        return loaded
+
+    def run_settings(self) -> dict[str, Any]:
+        """The tracer's keywords for --chat, --generate, --temperature, --top-p and --seed
+        (only those given), checked: a bad value is one line naming its flag."""
+        from attnlab.tracing.run_settings import RunSettings
+
+        a = self.args
+        kw = {"chat": bool(getattr(a, "chat", False)), "generate": getattr(a, "generate", 0),
+              "temperature": getattr(a, "temperature", None),
+              "top_p": getattr(a, "top_p", None),
+              "seed": getattr(a, "seed", None) if getattr(a, "generate", 0) else None}
+        try:
+            RunSettings(**kw)
+        except (ValueError, TypeError) as exc:
+            msg = one_line(exc)
+            if msg.startswith("temperature, top_p and seed"):
+                raise UsageError("--temperature, --top-p and --seed shape a generation: give "
+                                 "--generate N too") from exc
+            name = msg.split(" ", 1)[0]
+            flag = "--" + name.replace("_", "-")
+            if name in ("generate", "temperature", "top_p", "seed", "chat"):
+                raise UsageError(f"{flag}: {msg.split(' ', 1)[1]}") from exc
+            raise UsageError(msg) from exc
+        return {k: v for k, v in kw.items() if v not in (None, False, 0)}
+
+    def prompt(self, loaded: Any, text: str) -> str:
+        """The text as the model reads it: inside its chat template with --chat."""
+        if not getattr(self.args, "chat", False):
+            return text
+        from attnlab.tracing.run_settings import chat_text
+
+        try:
+            return chat_text(loaded.tokenizer, text, loaded.name)
+        except ValueError as exc:
+            raise UsageError(f"--chat: {one_line(exc).removeprefix('chat: ')}") from exc
 
     def admit(self, loaded: Any, text: str, arg: str, *, stream: bool | None = False,
               **keep: bool) -> int:
@@ -148,9 +246,15 @@ class ModelRun:
         from attnlab.tracing.tracer import beyond_window_note, token_limit
 
         try:
-            n = count_tokens(loaded.tokenizer, text)
+            n = count_tokens(loaded.tokenizer, self.prompt(loaded, text))
         except ValueError as exc:  # e.g. a symbol a trained run's vocabulary lacks
             raise UsageError(f"{arg}: {one_line(exc)}") from exc
+        new = int(getattr(self.args, "generate", 0) or 0)
+        if new and n + new > int(loaded.max_length) and not getattr(self.args, "max_tokens",
+                                                                     None):
+            raise UsageError(f"--generate {new}: {arg} has {n} tokens and {new} more exceed "
+                             f"{loaded.name}'s limit of {int(loaded.max_length)} tokens")
+        n += new
         max_tokens = getattr(self.args, "max_tokens", None)
         try:
             limit = token_limit(loaded, max_tokens)
@@ -260,12 +364,29 @@ class ModelRun:
         """Tokens, seconds and peak memory (the process's maximum resident set)."""
         from attnlab._proc import peak_rss_bytes
 
-        return {"tokens": self.tokens_kept[0] if len(self.tokens_kept) == 1
+        a = self.args
+        run = {"dtype": getattr(a, "dtype", None) or "float32",
+               "device": str(getattr(a, "device", None) or "cpu")}
+        if getattr(a, "device", None) == "auto":
+            from attnlab.tracing.run_settings import resolve_device
+
+            run["device"] = str(resolve_device("auto"))
+        return {**run, "tokens": self.tokens_kept[0] if len(self.tokens_kept) == 1
                 else self.tokens_kept,
                 "tokens_given": self.tokens_given[0] if len(self.tokens_given) == 1
                 else self.tokens_given,
                 "seconds": round(time.perf_counter() - self.t0, 3),
                 "peak_memory_bytes": peak_rss_bytes()}
+
+
+def generation_json(trace: Any) -> dict[str, Any]:
+    """What ``--json`` says of a trace's generation: ``prompt_tokens``, ``generated`` (the
+    generated tokens' positions; empty without --generate) and the generated text."""
+    meta = getattr(trace, "meta", {}) or {}
+    gen = meta.get("generation") or {}
+    return {"prompt_tokens": meta.get("prompt_tokens", getattr(trace, "seq_len", None)),
+            "generated": list(meta.get("generated", [])),
+            "generated_text": gen.get("text"), "chat": bool(meta.get("chat"))}
 
 
 def is_stacked(trace: Any) -> bool:

@@ -51,7 +51,13 @@ def _shape(t) -> dict[str, object]:
 
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, check_out, emit_json, save
-    from attnlab.commands.model_run import ModelRun, is_stacked, target_error, target_text
+    from attnlab.commands.model_run import (
+        ModelRun,
+        generation_json,
+        is_stacked,
+        target_error,
+        target_text,
+    )
     from attnlab.tracing import trace
     from attnlab.tracing.tracer import BeyondWindowWarning, is_seq2seq
 
@@ -91,7 +97,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             def run():
                 return trace(loaded, text, qkv=not args.no_qkv, context=args.context,
                              truncate=args.truncate, merge_pieces=not args.keep_pieces,
-                             max_memory=job.budget, max_tokens=args.max_tokens, **kw)
+                             max_memory=job.budget, max_tokens=args.max_tokens,
+                             **job.run_settings(), **kw)
 
             t = save(run, args.out) if job.streaming else run()  # streamed: writes --out
     except ValueError as exc:
@@ -107,7 +114,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     elif args.json:
         emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
                    "layers": t.num_layers, "heads": t.num_heads, "causal": t.causal,
-                   "streamed": job.streaming, **job.stats()})
+                   "streamed": job.streaming, **generation_json(t), **job.stats()})
     else:
         job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
     return 0

@@ -22,7 +22,7 @@ _PARTS_DIR = _STATIC / "explorer"
 
 #: The parts of ``explorer.js``, in the order they are joined (views in tab order).
 EXPLORER_PARTS = (
-    "core.js", "i18n.json", "frame.js", "strip.js",
+    "core.js", "i18n.json", "frame.js", "strip.js", "generation.js",
     "model.js", "head.js", "matrix.js", "qk.js", "attribution.js", "geometry.js", "positional.js",
     "diagnostics.js", "image.js", "export.js", "main.js",
 )

@@ -254,7 +254,7 @@ class Explorer:
 def explore(model: Any, texts: str | Sequence[str], *,
             target: str | Sequence[str | None] | None = None,
             config: ExplorerConfig | None = None, truncate: bool = False,
-            progress: bool = False) -> Explorer:
+            progress: bool = False, run: dict[str, Any] | None = None) -> Explorer:
     """Trace each text through ``model`` (a name, path or loaded model) into one Explorer.
 
     The model is loaded once (:func:`attnlab.models.load` keeps it per process).
@@ -265,7 +265,8 @@ def explore(model: Any, texts: str | Sequence[str], *,
     the weights runs (the page is built here, so that ``save`` only writes it).
     ``truncate``: cut a text (and a target) longer than the model accepts instead of
     refusing it; :meth:`Explorer.target_cuts` says which targets were cut, for the caller to
-    announce.
+    announce. ``run``: how the model runs on each text (the tracer's ``chat``,
+    ``generate``, ``temperature``, ``top_p``, ``seed``, ``dtype``, ``device``).
     """
     from attnlab.tracing.tracer import trace
 
@@ -283,8 +284,9 @@ def explore(model: Any, texts: str | Sequence[str], *,
         from attnlab.models import load
 
         model = load(model, progress=False)
-    traces = [trace(model, t, truncate=truncate, progress=progress) if g is None else
-              trace(model, t, target=g, truncate=truncate, progress=progress)
+    run = run or {}
+    traces = [trace(model, t, truncate=truncate, progress=progress, **run) if g is None else
+              trace(model, t, target=g, truncate=truncate, progress=progress, **run)
               for t, g in zip(texts, targets)]
     ex = Explorer(traces, config=config)
     ex.payload(progress=progress)

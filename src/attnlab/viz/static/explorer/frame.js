@@ -42,6 +42,7 @@ Explorer.prototype.build = function () {
     self.tabs[v] = b;
   });
   this.info = h("div", {"class": "ax-info"}, root);
+  this.genBox = h("div", {"class": "ax-gen"}, root);
   this.strip = h("div", {"class": "ax-strip"}, root);
   this.controls = h("div", {"class": "ax-controls"}, root);
   this.stage = h("div", {"class": "ax-stage"}, root);
@@ -92,7 +93,10 @@ Explorer.prototype.refresh = function () {
       min: 0, max: m.Lq - 1, step: 1, value: this.s.query}, this.queryBox);
   } else {
     this.selQuery = h("select", {"class": "ax-query", "aria-label": "query"}, this.queryBox);
-    fill(this.selQuery, m.Lq, function (i) { return i + ": " + m.tokens[i]; });
+    var gen = (m.generation && m.generation.generated) || [];
+    fill(this.selQuery, m.Lq, function (i) {  // a generated token is marked ✦
+      return i + ": " + m.tokens[i] + (gen.indexOf(i) >= 0 ? " ✦" : "");
+    });
   }
   this.selQuery.addEventListener("change", function () {
     self.setQuery(clamp(Math.round(+self.selQuery.value) || 0, 0, m.Lq - 1));
@@ -176,6 +180,7 @@ Explorer.prototype.render = function () {
     h("div", {"class": "ax-note ax-pooled"}, this.controls, m.col_block && m.col_block !== m.block
       ? this.t("pooledRC", {r: m.block, c: m.col_block}) : this.t("pooled", {b: m.block}));
   this.renderStrip();
+  this.renderGeneration();
   this["view_" + s.view]();
   this.root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(1));
 };

@@ -54,22 +54,48 @@ def _attr(trace, **cfg) -> tuple[dict, dict]:
     return tr["attribution"], tr
 
 
-def payload_errors(trace: AttentionTrace, a: dict, qk: dict | None) -> dict[str, float]:
+def page_weights(a: dict, tr: dict) -> list[torch.Tensor]:
+    """Each kept head's weights (Lq, Lk) as the page computes them from the payload: its
+    float32 weights, or the page's map refined, ``(W + (F − ½)·span)·step`` (W and F the
+    stored integers over their maximum, as ``decode_blob`` gives them)."""
+    maps = decode_blob(tr["weights"])
+    step = {"u16": 1 / 65535, "u8": 1 / 255}[tr["weights"]["dtype"]]
+    out = []
+    for (layer, h), wb, fb in zip(a["heads"], a["weights"], a["fine"]):
+        out.append(decode_blob(wb) if wb is not None else
+                   maps[layer, h] + (decode_blob(fb) - 0.5) * a["fine_span"] * step)
+    return out
+
+
+def value_errors(trace: AttentionTrace, a: dict, tr: dict) -> dict[tuple[int, int], float]:
+    """Per kept head, the largest |value-weighted row the page computes (its weight × the key
+    norm, in float64) − ``value_weighted_rows``| over every query."""
+    norms, n = decode_blob(a["norms"]), trace.seq_len
+    return {(layer, h): float((w * norms[layer, h]
+                               - trace.value_weighted_rows(layer, h, range(n)).double())
+                              .abs().max())
+            for (layer, h), w in zip(a["heads"], page_weights(a, tr))}
+
+
+def payload_errors(trace: AttentionTrace, a: dict, tr: dict) -> dict[str, float]:
     """The largest |what the page computes from payload ``a`` − AttentionTrace's|, per array:
-    rollout rows, each stored head's weights and value-weighted rows (weight × key norm, as
-    the page multiplies them), its q and k, and the score's bands of a few pairs (summed over
-    each band's dimensions, as the page does)."""
-    n, lk, err = trace.seq_len, trace.key_len, {}
+    rollout rows, each stored head's weights (the page's map refined) and value-weighted
+    rows (weight × key norm, as the page multiplies them), its q and k, and the score's
+    bands of a few pairs (summed over each band's dimensions, as the page does)."""
+    n, lk, err, qk = trace.seq_len, trace.key_len, {}, tr["qk"]
     if a["rollout"] is not None:
         err["rollout"] = (decode_blob(a["rollout"]) - trace.rollout_rows(range(n))).abs().max()
     norms = decode_blob(a["norms"]) if a["norms"] is not None else None
-    for (layer, h), wb, qb, kb in zip(a["heads"], a["weights"], a["q"], a["k"]):
-        w = decode_blob(wb)
+    for (layer, h), w, qb, kb in zip(a["heads"], page_weights(a, tr), a["q"], a["k"]):
         err[f"weights {layer},{h}"] = (w - trace.weights_rows(layer, h, range(n))).abs().max()
         if norms is not None:
             want = trace.value_weighted_rows(layer, h, range(n)).double()
             err[f"value {layer},{h}"] = (w * norms[layer, h] - want).abs().max()
-        if qb is None:  # the page reads them from the QK payload, which must hold them
+        if qb is None and (qk is None or [layer, h] not in qk["heads"]
+                           or qk["dtype"] != "f32"):
+            assert w.shape == (n, lk)
+            continue  # no q and k in float32 on the page: the parts come from the server
+        if qb is None:  # the page reads them from the QK payload
             at = qk["heads"].index([layer, h])
             qs = decode_blob(qk["q"])[at]
             ks = decode_blob(qk["k"])[qk["k_of"][at]]
@@ -97,7 +123,7 @@ def test_the_payload_gives_the_page_the_traces_numbers(vt):
     assert a["value_missing"] is None and a["rollout_missing"] is None
     assert a["layout"]["pairing"] == "half" and a["layout"]["source"] == "trace"
     assert [b["rotated"] for b in a["bands"]] == [True] * 4 + [False] * 2  # 8 of 12 rotated
-    err = payload_errors(vt, a, tr["qk"])
+    err = payload_errors(vt, a, tr)
     assert len(err) == 1 + 3 * 8 and max(err.values()) <= TOL, err
     # the toy's q and k are all in the QK payload as float32: not stored twice
     assert tr["qk"]["dtype"] == "f32" and a["q"] == [None] * 8
@@ -105,7 +131,8 @@ def test_the_payload_gives_the_page_the_traces_numbers(vt):
 
 def test_a_wrong_head_slice_in_the_payload_fails_the_check(vt, monkeypatch):
     """The check sees a payload built with the next head's slice of the output projection,
-    and one whose weight maps are labelled with the wrong heads."""
+    and the page's arithmetic done wrong: without the norms, without the refinement of the
+    maps, with another head's refinement or another head's map."""
     def wrong_norms(trace):
         nh = trace.num_heads
         return torch.stack([torch.stack([
@@ -114,15 +141,26 @@ def test_a_wrong_head_slice_in_the_payload_fails_the_check(vt, monkeypatch):
 
     monkeypatch.setattr(ap, "key_norms", wrong_norms)
     a, tr = _attr(vt)
-    err = payload_errors(vt, a, tr["qk"])
+    err = payload_errors(vt, a, tr)
     assert min(v for k, v in err.items() if k.startswith("value")) > 100 * TOL
     assert max(v for k, v in err.items() if k.startswith("weights")) <= TOL
     monkeypatch.undo()
     a, tr = _attr(vt)
-    a["weights"][1], a["weights"][2] = a["weights"][2], a["weights"][1]  # heads (0,1), (0,2)
-    err = payload_errors(vt, a, tr["qk"])
-    assert err["weights 0,1"] > 100 * TOL and err["weights 0,2"] > 100 * TOL
-    assert err["weights 0,0"] <= TOL
+    assert max(value_errors(vt, a, tr).values()) <= TOL  # the right arithmetic
+    n, maps = vt.seq_len, decode_blob(tr["weights"])
+    norms = decode_blob(a["norms"])
+
+    def worst(rows):  # the largest |row − value_weighted_rows| over the kept heads
+        return max(float((rows(layer, h) - vt.value_weighted_rows(layer, h, range(n))
+                          .double()).abs().max()) for layer, h in a["heads"])
+
+    exact = dict(zip(map(tuple, a["heads"]), page_weights(a, tr)))
+    assert worst(lambda layer, h: exact[layer, h]) > 100 * TOL  # no norms: the weights
+    assert worst(lambda layer, h: maps[layer, h] * norms[layer, h]) > 10 * TOL  # map alone
+    assert worst(lambda layer, h: exact[layer, (h + 1) % 4] * norms[layer, h]) > 100 * TOL
+    swapped = dict(a, fine=[a["fine"][0], a["fine"][2], a["fine"][1], *a["fine"][3:]])
+    err = value_errors(vt, swapped, tr)  # heads (0,1) and (0,2) refined by each other's
+    assert err[0, 1] > 10 * TOL and err[0, 2] > 10 * TOL and err[0, 0] <= TOL
 
 
 def test_the_wrong_rope_pairing_fails_the_band_check(vt, monkeypatch):
@@ -134,39 +172,83 @@ def test_the_wrong_rope_pairing_fails_the_band_check(vt, monkeypatch):
     monkeypatch.setattr(ap, "_layout", interleaved)
     a, tr = _attr(vt)
     with pytest.raises(AssertionError):  # the bands are other dimensions than the trace's
-        payload_errors(vt, a, tr["qk"])
+        payload_errors(vt, a, tr)
 
 
 def test_the_budget_bounds_what_is_embedded_and_keeps_the_first_head_first(vt):
     n, nl, nh, d = vt.seq_len, vt.num_layers, vt.num_heads, vt.head_dim
-    rollout, norms, head = n * n * 4, nl * nh * n * 4, n * n * 4 + 2 * n * d * 4
+    rollout, norms, qk = n * n * 4, nl * nh * n * 4, 2 * n * d * 4
+    fine16, fine8 = n * n * 2, n * n  # a head's refinement of its u16 map: 32 or 24 bits
 
-    def raw(a):  # the float32 bytes the page receives, counted from the blobs themselves
-        blobs = [a["rollout"], a["norms"], *a["weights"], *a["q"], *a["k"]]
-        return sum(decode_blob(b).numel() * 4 for b in blobs if b is not None)
+    def raw(a):  # the bytes the page receives, counted from the blobs themselves
+        size = {"u8": 1, "u16": 2, "f32": 4}
+        blobs = [a["rollout"], a["norms"], *a["weights"], *a["fine"], *a["q"], *a["k"]]
+        return sum(decode_blob(b).numel() * size[b["dtype"]] for b in blobs if b is not None)
 
-    # q/k left out of the QK payload: the attribution view keeps its own for its heads
-    for budget, kept in ((rollout + norms + 3 * head, 3), (rollout + norms + 3 * head - 1, 2)):
+    # q/k left out of the QK payload: the attribution view keeps its own, after every
+    # head's rows; each head's exact weights cost 2 bytes a weight where all fit, else 1
+    every = norms + rollout + qk + nl * nh * fine16
+    for budget, dtype, with_qk in ((every + 3 * qk, "u16", 4), (every, "u16", 1),
+                                   (every - 1, "u8", 1 + (nl * nh * (fine16 - fine8) - 1) // qk)):
         ex = Explorer(vt, layer=1, head=2,
                       config=ExplorerConfig(attribution_budget=budget, qk_budget=0))
-        a = ex.payload()["traces"][0]["attribution"]
-        assert a["heads"] == [[1, 2], [0, 0], [0, 1]][:kept]
-        assert a["bytes"] == raw(a) == rollout + norms + kept * head <= budget
-        assert all(x is not None for x in a["q"])
-        assert max(payload_errors(vt, a, None).values()) <= TOL
+        tr = ex.payload()["traces"][0]
+        a = tr["attribution"]
+        assert a["heads"][:3] == [[1, 2], [0, 0], [0, 1]] and len(a["heads"]) == nl * nh
+        assert {b["dtype"] for b in a["fine"]} == {dtype} and a["weights"] == [None] * 8
+        assert sum(x is not None for x in a["q"]) == with_qk and a["q"][0] is not None
+        assert a["bytes"] == raw(a) <= budget
+        err = payload_errors(vt, a, tr)
+        assert max(err.values()) <= TOL
+        # 32 bits a weight: the page's weights are the trace's to 1.2e-10; 24 bits: 3e-8
+        assert max(v for k, v in err.items() if k.startswith("weights")) <= (
+            1.2e-10 if dtype == "u16" else 3.1e-8)
+    # a small budget: the key norms, the first head, the rollout, then the other heads
+    ex = Explorer(vt, layer=1, head=2, config=ExplorerConfig(
+        attribution_budget=norms + qk + rollout + 3 * fine8, qk_budget=0))
+    a = ex.payload()["traces"][0]["attribution"]
+    assert a["heads"] == [[1, 2], [0, 0], [0, 1]] and a["q"][1:] == [None, None]
+    assert a["bytes"] == raw(a) == norms + qk + rollout + 3 * fine8
     # the key norms and the first head come before the rollout (q/k: in the QK payload)
-    a, _ = _attr(vt, attribution_budget=norms + n * n * 4)
+    a, _ = _attr(vt, attribution_budget=norms + fine8)
     assert a["heads"] == [[0, 0]] and a["norms"] is not None and a["rollout"] is None
-    assert a["rollout_missing"] == "budget" and a["bytes"] == norms + n * n * 4
+    assert a["rollout_missing"] == "budget" and a["bytes"] == norms + fine8
     a, _ = _attr(vt, attribution_budget=rollout - 1)  # each part taken if it still fits
-    assert a["rollout"] is None and a["rollout_missing"] == "budget" and a["heads"] == []
-    assert a["norms"] is not None and a["bytes"] == norms
+    assert a["rollout"] is None and a["rollout_missing"] == "budget"
+    assert len(a["heads"]) == (rollout - 1 - norms) // fine8 and a["norms"] is not None
     a, _ = _attr(vt, attribution_budget=norms - 1)
     assert (a["rollout"], a["norms"], a["heads"], a["bytes"]) == (None, None, [], 0)
     assert (a["rollout_missing"], a["value_missing"]) == ("budget", "budget")
     # two traces on a page share the budget
-    ex = Explorer([vt, vt], config=ExplorerConfig(attribution_budget=2 * (rollout + norms + head)))
-    assert [len(t["attribution"]["heads"]) for t in ex.payload()["traces"]] == [1, 1]
+    ex = Explorer([vt, vt], config=ExplorerConfig(attribution_budget=2 * (rollout + norms
+                                                                          + 2 * fine8)))
+    assert [len(t["attribution"]["heads"]) for t in ex.payload()["traces"]] == [2, 2]
+
+
+def smollm2_like(n: int = 23) -> AttentionTrace:
+    """SmolLM2-135M's shape (30 layers × 9 heads, 3 key/value heads, d = 64, all 64
+    dimensions rotated) on a short text: 270 heads, where a float32 copy of each head's
+    weights and q/k kept 48 of them within the budget."""
+    return value_trace(n, layers=30, heads=9, kv_heads=3, d=64, rotary=64, seed=5)
+
+
+@pytest.fixture(scope="module")
+def small_lm() -> AttentionTrace:
+    return smollm2_like()
+
+
+def test_every_head_of_a_short_text_has_its_exact_rows_on_the_page(small_lm):
+    a, tr = _attr(small_lm)
+    heads = [[layer, h] for layer in range(30) for h in range(9)]
+    assert sorted(a["heads"]) == heads and a["bytes"] <= 700_000
+    assert tr["qk"]["dtype"] == "f16"  # q and k not in float32: the view keeps its own ...
+    assert 30 <= sum(q is not None for q in a["q"]) < 270  # ... for as many heads as fit
+    err = value_errors(small_lm, a, tr)
+    assert len(err) == 270 and max(err.values()) <= TOL, max(err.values())
+    norms = decode_blob(a["norms"])
+    assert float(norms.max()) > 1  # norms that would magnify an error of the map
+    err = payload_errors(small_lm, a, tr)
+    assert max(err.values()) <= TOL and err["rollout"] <= 1e-6
 
 
 def test_what_a_trace_lacks_is_named():
@@ -331,19 +413,69 @@ def test_the_view_speaks_both_languages(page, vt_page):
 
 
 @pytest.mark.browser
+def test_every_heads_value_row_on_the_page_is_the_traces(page, small_lm, tmp_path):
+    """Layer 18, head 6 of a SmolLM2-shaped trace (270 heads), a head the float32 copies
+    left out: the page's value-weighted row is the trace's, and not another head's, nor
+    the row of the page's maps without their refinement."""
+    ex = Explorer(small_lm, uid="ax-lm")
+    path = ex.save(tmp_path / "lm.html")
+    _open(page, path, layer=18, head=6, query=20)
+    _kind(page, "value", "value:18:6:20")
+    got = _cells(page)
+    want = small_lm.value_weighted_rows(18, 6, [20])[0].double()
+    assert got.shape == (23,) and (got - want).abs().max() <= TOL
+    tr = ex.payload()["traces"][0]
+    norms = decode_blob(tr["attribution"]["norms"])
+    coarse = decode_blob(tr["weights"])[18, 6, 20] * norms[18, 6]
+    assert (coarse - want).abs().max() > TOL  # the map alone is not the trace's row
+    other = small_lm.value_weighted_rows(18, 5, [20])[0].double()
+    assert (got - other).abs().max() > 100 * TOL
+    _kind(page, "weights", "weights:18:6:20")
+    # the weights to float32 rounding (the trace's one row and all rows differ by as much)
+    assert (_cells(page) - small_lm.weights_rows(18, 6, [20])[0]).abs().max() <= 1e-7
+    assert page.query_selector(".ax-attr-missing") is None
+
+
+def _said(page, why):
+    """The message of the view (the row's or the score's), checked for plain words: no
+    configuration name, and the way to the exact view named."""
+    sel = ".ax-attr-missing" if why != "attrPartsBudget" else ".ax-parts-missing"
+    page.wait_for_selector(f"{sel}[data-why={why}]", timeout=20_000)
+    text = page.text_content(sel)
+    assert "ExplorerConfig" not in text and "_budget" not in text
+    assert "attnlab serve --trace FILE" in text
+    return text
+
+
+@pytest.mark.browser
 def test_the_page_says_what_it_lacks(page, vt, tmp_path):
-    # a head beyond the budget (the rollout and the first head fit): named, with the kept
+    # a head beyond the budget (the key norms, the first head and the rollout fit)
     n = vt.seq_len
-    budget = n * n * 4 + vt.num_layers * vt.num_heads * n * 4 + n * n * 4
+    budget = vt.num_layers * vt.num_heads * n * 4 + n * n + n * n * 4
     path = Explorer(vt, uid="ax-b", config=ExplorerConfig(attribution_budget=budget)).save(
         tmp_path / "budget.html")
     _open(page, path, layer=0, head=0, query=20)
     page.wait_for_selector("svg[data-row='weights:0:0:20']")
     page.select_option(".ax-head", "1")
-    assert page.get_attribute(".ax-attr-missing", "data-why") == "attrBudget"
-    assert page.text_content(".ax-attr-missing").endswith("Heads kept: L0H0")
+    assert _said(page, "attrBudget") == (
+        "To stay small, this page holds the exact weights of 1 of the 8 heads of this text "
+        "(40 tokens): L0H0. For this head, open the trace live: `attnlab serve --trace FILE` "
+        "(or the Jupyter widget).")
+    page.click(".ax-lang")
+    assert "8 个头中 1 个头的精确权重：L0H0" in _said(page, "attrBudget")
+    page.click(".ax-lang")
     _kind(page, "rollout", "rollout:*:*:20")  # the whole model's: still on the page
     assert (_cells(page) - vt.rollout_rows([20])[0]).abs().max() <= TOL
+    # every head's rows, q and k of the first head only (none in float32 in the QK payload)
+    every = vt.num_layers * vt.num_heads * n * (4 + 2 * n) + n * n * 4 + 2 * n * 12 * 4
+    path = Explorer(vt, uid="ax-p", config=ExplorerConfig(attribution_budget=every,
+                                                          qk_budget=0)).save(tmp_path / "p.html")
+    _open(page, path, layer=0, head=1, query=20)
+    _kind(page, "value", "value:0:1:20")
+    assert (_cells(page) - vt.value_weighted_rows(0, 1, [20])[0]).abs().max() <= TOL
+    assert _said(page, "attrPartsBudget").startswith(
+        "No decomposition: taking a score apart needs the head's q and k in full precision; "
+        "to stay small, this page holds them for 1 of the 8 heads: L0H0.")
     # a trace of weights only: no value-weighted row, no decomposition; said in Chinese too
     w = torch.softmax(torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(0)), -1)
     dense = AttentionTrace(list("abcdef"), weights=w)
@@ -355,3 +487,40 @@ def test_the_page_says_what_it_lacks(page, vt, tmp_path):
     assert "output projection (out_proj)" in page.text_content(".ax-attr-missing")
     page.click(".ax-lang")
     assert "输出投影" in page.text_content(".ax-attr-missing")
+
+
+@pytest.mark.browser
+def test_a_long_text_says_in_plain_words_how_to_see_every_head(page, tmp_path):
+    long = synthetic_trace(300, layers=1, heads=2, d=8)
+    path = Explorer(long, uid="ax-long").save(tmp_path / "long.html")
+    page.goto(path.as_uri())
+    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    if page.get_attribute(".attnlab-explorer", "lang") != "en":
+        page.click(".ax-lang")
+    page.click(".ax-tab[data-view=attribution]")
+    assert _said(page, "attrLong") == (
+        "This text is long (300 tokens): the page keeps pooled maps, not the exact weights "
+        "this view needs. For every head exactly, open the trace live: `attnlab serve "
+        "--trace FILE` (or the Jupyter widget).")
+    page.click(".ax-lang")
+    text = _said(page, "attrLong")
+    assert text.startswith("这段文本较长（300 个词元）") and "Jupyter 小部件" in text
+
+
+def test_the_views_messages_name_no_setting_in_either_language():
+    import json
+    from pathlib import Path
+
+    import attnlab.viz
+
+    words = json.loads((Path(attnlab.viz.__file__).parent / "static" / "explorer" /
+                        "i18n.json").read_text(encoding="utf-8"))["words"]
+    keys = ["attrLong", "attrBudget", "attrRolloutBudget", "attrNormsBudget",
+            "attrPartsBudget"]
+    for key in keys:
+        en, zh = words[key]
+        for text in (en, zh):
+            assert "ExplorerConfig" not in text and "budget" not in text, (key, text)
+            assert "`attnlab serve --trace FILE`" in text and "Jupyter" in text, (key, text)
+        assert "{n}" in en and "{n}" in zh or key == "attrPartsBudget", key
+        assert any("\u4e00" <= c <= "\u9fff" for c in zh), key

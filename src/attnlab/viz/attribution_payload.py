@@ -26,23 +26,34 @@ merged trace embeds, instead of the key norms, each kept head's merged value-wei
 ``(Lq, Lk)`` (a merged row is not a merged weight times a norm), and the pieces' q and k.
 
 **What a page embeds** (short inputs only: a page whose maps are pooled fetches everything
-from the server). At most ``budget`` bytes of float32 arrays (before gzip and base64;
-:attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 700,000 bytes by default,
-shared by a page's traces), each taken, in this order, if it still fits: the key norms
-``‖v_j W_O^h‖`` ``(L, H, Lk)``; the page's first head — its exact weights ``(Lq, Lk)`` (and
-for a merged trace its value-weighted rows) and, where the QK payload does not hold them in
-float32, its q ``(Lq, d)`` and k ``(Lk, d)`` (of the pieces, for a merged trace);
-the rollout matrix ``(Lq, Lk)``; then the other heads likewise, until one does not fit.
-The page multiplies a weight by its key's norm and sums q·k over a band's dimensions
-itself, in float64: every number it shows is AttentionTrace's to float32 rounding.
+from the server). The page already holds every head's weights, quantized (``u16``, or
+``u8`` past ``weights_budget``); the view refines them to each head's exact weights with
+one more ``u16`` per weight where every head fits so (32 bits in all over ``u16`` maps: an
+error of at most 1.2e-10), else one more ``u8`` over ``u16`` maps or ``u16`` over ``u8``
+maps (24 bits in all: at most ``2**-25``, 3e-8) — instead of a float32 copy, and a value-weighted
+row is those weights times one norm per key. At most ``budget`` bytes of arrays (before
+gzip and base64; :attr:`attnlab.viz.payload.ExplorerConfig.attribution_budget`, 700,000
+bytes by default, shared by a page's traces), each taken, in this order, if it still fits:
+the key norms ``‖v_j W_O^h‖`` ``(L, H, Lk)`` (float32); the page's first head — its
+refinement ``(Lq, Lk)`` (float32 weights where a map is not that head's weights rounded, or
+no maps are given; for a merged trace also its float32 value-weighted rows) and, where the
+QK payload does not hold them in float32, its q ``(Lq, d)`` and k ``(Lk, d)`` (of the
+pieces, for a merged trace); the rollout matrix ``(Lq, Lk)``; the other heads' refinements;
+then their q and k. SmolLM2 (270 heads) keeps every head's rows up to 43 tokens (its maps
+``u16``). The page adds a refinement to its map, multiplies a weight by its key's norm and
+sums q·k over a band's dimensions itself, in float64: every number it shows is
+AttentionTrace's to float32 rounding (times the key's norm, for a value-weighted row).
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -281,13 +292,50 @@ def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]
     return bands, p["layout"]
 
 
+def _stored_ints(blob: dict[str, Any]) -> np.ndarray:
+    """The integers a ``u8``/``u16`` blob stores (the page's maps, as the page reads them)."""
+    data = base64.b64decode(blob["b64"])
+    if blob["gz"]:
+        data = gzip.decompress(data)
+    return np.frombuffer(data, dtype="u1" if blob["dtype"] == "u8" else "<u2").reshape(
+        blob["shape"])
+
+
+#: The dtype of a head's refinement over maps of each dtype when not every head fits it in
+#: ``u16``: 24 bits of each weight in all (``u16`` over ``u16`` maps: 32 bits).
+FINE = {"u16": "u8", "u8": "u16"}
+
+
+#: The span of a refinement, in steps of the map: ±0.51 (a map rounds ``w·65535`` computed
+#: in float32, so a weight may lie a little more than half a step from its map).
+FINE_SPAN = 1.02
+
+
+def _fine_blob(exact: Tensor, stored: np.ndarray, step: float, dtype: str
+               ) -> dict[str, Any] | None:
+    """``exact`` (Lq, Lk) less the page's map ``stored · step``, in steps, divided by
+    :data:`FINE_SPAN` and offset by ½ into [0, 1], stored as ``dtype`` (the page's weight:
+    ``(stored + (x − ½)·FINE_SPAN)·step``); None: the map is not this head's weights
+    rounded."""
+    r = exact.double() / step - torch.from_numpy(stored.astype("float64"))
+    if float(r.abs().max()) > FINE_SPAN / 2:
+        return None
+    return encode_blob((r / FINE_SPAN + 0.5).clamp_(0, 1), dtype, gz=True)
+
+
 def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int, int],
-                        pooled: bool, qk: dict[str, Any] | None = None) -> dict[str, Any]:
+                        pooled: bool, qk: dict[str, Any] | None = None,
+                        maps: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a page embeds for the attribution view of ``trace`` (see the module docstring):
-    within ``budget`` bytes of float32, the key norms, the head ``first`` (its exact weights
-    and, unless ``qk``, the trace's QK payload, holds them in float32, its q and k), the
-    rollout matrix, then the other heads. ``pooled`` (a long input): nothing but why
-    (``missing: "long"``) and what the trace lacks, for the page to say or to fetch."""
+    within ``budget`` bytes (before gzip), the key norms, the head ``first`` (its exact
+    weights and, unless ``qk``, the trace's QK payload, holds them in float32, its q and k),
+    the rollout matrix, the other heads' exact weights, then their q and k. ``maps``: the
+    page's ``u16`` or ``u8`` weight maps ``(L, H, Lq, Lk)`` (the payload's ``weights``); a
+    head's exact weights are then those maps refined (``fine``: a ``u8`` or ``u16`` blob per
+    head, ``fine_span`` steps wide, 24 or 32 bits of each weight in all) rather than float32
+    (``weights``). ``pooled`` (a
+    long input): nothing but why (``missing: "long"``) and what the trace lacks, for the
+    page to say or to fetch."""
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(f"budget must be an int >= 0, got {budget!r}")
     lq, lk, d = trace.seq_len, trace.key_len, trace.head_dim
@@ -295,13 +343,37 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         "missing": "long" if pooled else None, "budget": budget, "bytes": 0,
         "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
         "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
-        "heads": [], "weights": [], "q": [], "k": [], "bands": None, "layout": None,
+        "heads": [], "weights": [], "fine": [], "fine_span": FINE_SPAN, "q": [], "k": [],
+        "bands": None, "layout": None,
         "value": [],  # a merged trace: each kept head's value-weighted rows (else norms)
     }
     if not out["parts_missing"]:
         out["bands"], out["layout"] = _layout(trace)
     if pooled:
         return out
+    if maps is not None:
+        if maps.get("dtype") not in FINE or maps.get("shape") != [
+                trace.num_layers, trace.num_heads, lq, lk]:
+            raise ValueError(f"maps must be a u16 or u8 blob of shape "
+                             f"{[trace.num_layers, trace.num_heads, lq, lk]}, got "
+                             f"{maps.get('dtype')!r} {maps.get('shape')!r}")
+        stored = _stored_ints(maps)
+        step = 1 / 65535 if maps["dtype"] == "u16" else 1 / 255
+    merged = trace.groups is not None
+    value_rows = merged and not out["value_missing"]
+    nl, nh = trace.num_layers, trace.num_heads
+    norms_bytes = 0 if out["value_missing"] or merged else nl * nh * lk * 4
+    rollout_bytes = 0 if out["rollout_missing"] else lq * lk * 4
+    pieces = trace.unmerged()  # q and k are the pieces' (the trace itself when unmerged)
+    in_qk = set()
+    if qk is not None and qk.get("dtype") == "f32":
+        in_qk = {tuple(x) for x in qk["heads"]}
+    # one head's own q and k (none without q and k)
+    qk_bytes = 0 if out["parts_missing"] else (pieces.seq_len + pieces.key_len) * d * 4
+    first_qk = 0 if tuple(first) in in_qk else qk_bytes
+    # every head's rows in u16 when they fit (32 bits a weight over u16 maps), else 24 bits
+    fine = "u16" if maps is None or norms_bytes + rollout_bytes + first_qk + nl * nh * lq * lk * (
+        2 + (4 if value_rows else 0)) <= budget else FINE[maps["dtype"]]
     left = budget
 
     def take(need: int) -> bool:  # whether ``need`` more bytes fit, and if so count them
@@ -311,47 +383,53 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
         left -= need
         return True
 
-    merged = trace.groups is not None
-    pieces = trace.unmerged()  # q and k are the pieces' (the trace itself when unmerged)
-    if not out["value_missing"] and not merged:
-        if take(trace.num_layers * trace.num_heads * lk * 4):
+    if norms_bytes:
+        if take(norms_bytes):
             out["norms"] = encode_blob(key_norms(trace), "f32", gz=True)
         else:
             out["value_missing"] = "budget"
-    in_qk = set()
-    if qk is not None and qk.get("dtype") == "f32":
-        in_qk = {tuple(x) for x in qk["heads"]}
 
-    value_rows = merged and not out["value_missing"]
-
-    def add_head(layer: int, h: int) -> bool:
-        own_qk = not out["parts_missing"] and (layer, h) not in in_qk
-        n_qk = pieces.seq_len + pieces.key_len
-        if not take(lq * lk * 4 * (2 if value_rows else 1) + (n_qk * d * 4 if own_qk else 0)):
+    def add_rows(layer: int, h: int) -> bool:  # the head's exact weights (and merged rows)
+        w = trace.head_weights(layer, h).float()
+        blob = None if maps is None else _fine_blob(w, stored[layer, h], step, fine)
+        size = (lq * lk * (1 if fine == "u8" else 2)) if blob is not None else lq * lk * 4
+        if not take(size + (lq * lk * 4 if value_rows else 0)):
             return False
         out["heads"].append([layer, h])
-        out["weights"].append(encode_blob(trace.head_weights(layer, h).float(), "f32", gz=True))
+        out["fine"].append(blob)
+        out["weights"].append(None if blob is not None else encode_blob(w, "f32", gz=True))
         if value_rows:
             out["value"].append(encode_blob(trace.value_weighted_rows(layer, h, range(lq)),
                                             "f32", gz=True))
-        if own_qk:  # the pieces' q and k of the head, read checked
-            q, k = pieces.layer_tensor("q", layer), pieces.layer_tensor("k", layer)
-            out["q"].append(encode_blob(q[h].float(), "f32", gz=True))
-            out["k"].append(encode_blob(k[pieces.kv_head(h)].float(), "f32", gz=True))
-        else:
-            out["q"].append(None)
-            out["k"].append(None)
+        out["q"].append(None)
+        out["k"].append(None)
         return True
 
-    first_kept = add_head(*first)
-    if not out["rollout_missing"]:
-        if take(lq * lk * 4):
+    def add_qk(n: int) -> bool:  # the pieces' q and k of kept head n, read checked
+        layer, h = out["heads"][n]
+        if out["parts_missing"] or (layer, h) in in_qk:
+            return True
+        if not take(qk_bytes):
+            return False
+        q, k = pieces.layer_tensor("q", layer), pieces.layer_tensor("k", layer)
+        out["q"][n] = encode_blob(q[h].float(), "f32", gz=True)
+        out["k"][n] = encode_blob(k[pieces.kv_head(h)].float(), "f32", gz=True)
+        return True
+
+    first_kept = add_rows(*first)
+    if first_kept:
+        add_qk(0)
+    if rollout_bytes:
+        if take(rollout_bytes):
             out["rollout"] = encode_blob(trace.rollout_rows(range(lq)).float(), "f32", gz=True)
         else:
             out["rollout_missing"] = "budget"
-    nl, nh = trace.num_layers, trace.num_heads
-    for lh in [(a, b) for a in range(nl) for b in range(nh) if (a, b) != tuple(first)]:
-        if not first_kept or not add_head(*lh):
-            break
+    if first_kept:
+        for lh in [(a, b) for a in range(nl) for b in range(nh) if (a, b) != tuple(first)]:
+            if not add_rows(*lh):
+                break
+        for n in range(1, len(out["heads"])):
+            if not add_qk(n):
+                break
     out["bytes"] = budget - left
     return out

@@ -45,8 +45,9 @@ class ExplorerConfig:
     page_budget: int = 3_000_000  # bytes of the whole page: long inputs get coarser blocks
     qk_budget: int = 1_600_000  # bytes of q and k per trace: keeps 6×12 heads × 128 tokens < 3 MB
     weights_budget: int = 1_000_000  # short inputs: maps up to this many bytes as uint16
-    # short inputs: float32 bytes (before gzip) of the attribution view's exact data per page
-    # (key norms, per-head weights and q/k, rollout: attnlab.viz.attribution_payload)
+    # short inputs: bytes (before gzip) of the attribution view's exact data per page (key
+    # norms, rollout, each head's refinement of the maps to its exact weights, then q/k:
+    # attnlab.viz.attribution_payload)
     attribution_budget: int = 700_000
     pe_positions: int = 128  # rows of the sinusoidal table in the positional view
     pe_dim: int = 64  # embed_dim of that table: 32 (sin, cos) pairs
@@ -192,6 +193,18 @@ def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Ten
         maps, rows, cols = coarsen_pooled(maps, rows, cols, 2)
 
 
+def _generation_payload(trace: AttentionTrace) -> dict[str, Any] | None:
+    """Where a generation's prompt ends and which positions it generated (the trace's
+    ``meta``), or None for a trace of a text alone."""
+    meta = trace.meta or {}
+    gen = meta.get("generated")
+    if not gen:
+        return None
+    return {"prompt_tokens": int(meta.get("prompt_tokens", min(gen))),
+            "generated": [int(i) for i in gen], "chat": bool(meta.get("chat")),
+            "text": (meta.get("generation") or {}).get("text")}
+
+
 def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
                    api: str | None, room: int, progress: bool = False,
                    group: Any = None) -> dict:
@@ -208,6 +221,7 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         "tokens": list(trace.tokens), "key_tokens": None if keys is None else list(keys),
         "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
         "diagnostics": None, "qk": None, "qk_missing": None,
+        "generation": _generation_payload(trace),
     }
     payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress, group)
     # a merged trace: q and k belong to the pieces; the page gets the pieces' (viz.qk)
@@ -222,9 +236,9 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         heads, dtype = qk_heads(trace.unmerged(), cfg.qk_budget, first)
         payload["qk"] = qk_payload(trace.unmerged(), heads, dtype)
         payload["qk_missing"] = "budget"
-    payload["attribution"] = attribution_payload(trace, budget=cfg.attribution_budget,
-                                                 first=first, pooled=pooled, qk=payload["qk"])
-    if pooled:
+    if pooled:  # the attribution view has nothing exact to embed: only why
+        payload["attribution"] = attribution_payload(trace, budget=cfg.attribution_budget,
+                                                     first=first, pooled=True, qk=payload["qk"])
         keys = keys if keys is not None else trace.tokens
 
         def blocks(rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> dict:
@@ -252,6 +266,10 @@ def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int,
         payload.update({"block": 1, "col_block": 1,
                         "weights": _maps_blob(maps, cfg.weights_budget),
                         "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
+        # the attribution view refines these maps to each head's exact weights
+        payload["attribution"] = attribution_payload(
+            trace, budget=cfg.attribution_budget, first=first, pooled=False, qk=payload["qk"],
+            maps=payload["weights"])
     payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]
     return payload
 

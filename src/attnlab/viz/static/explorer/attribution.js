@@ -7,10 +7,11 @@
  * scale·|q|·|k|·cos θ.
  *
  * Data: trace.attribution of the payload (attnlab.viz.attribution_payload) for short inputs
- * — the rollout matrix, the key norms ‖v_j W_O^h‖, the exact float32 weights of the heads
- * that fit its budget and their q/k where the QK payload lacks them in float32 — decoded
- * the first time the view is drawn; what is not there comes from the server
- * (attribution/rows, score_parts) when the page is served.
+ * — the key norms ‖v_j W_O^h‖, the rollout matrix, each head's exact weights as a
+ * refinement of the page's own maps (w = (W + (F/Fmax − ½)·span)·Ws: 24 or 32 bits of a weight; float32
+ * weights where a map is not the head's), and q/k where the QK payload lacks them in
+ * float32 — decoded the first time the view is drawn; what is not there comes from the
+ * server (attribution/rows, score_parts) when the page is served.
  *
  * A merged trace (byte pieces merged into characters) follows the merge's rule: its rows
  * are computed on the pieces, then summed over a key character's pieces and averaged over
@@ -25,15 +26,17 @@ Explorer.prototype.attrData = function () {
   var T = this.cur(), A = T.meta.attribution, self = this;
   if (!A || A.missing) return null;
   if (T.attr) return T.attr.ready ? T.attr : undefined;
-  var D = T.attr = {ready: false, W: [], V: [], q: [], k: [], index: {}, rollout: null, norms: null};
+  var D = T.attr = {ready: false, W: [], F: [], V: [], q: [], k: [], index: {}, rollout: null,
+    norms: null};
   var jobs = [];
-  function put(blob, key, n) {
+  function put(blob, key, n, raw) {
     if (!blob) return;
-    jobs.push(decode(blob).then(function (a) { if (n === undefined) D[key] = a; else D[key][n] = a; }));
+    jobs.push(decode(blob, raw).then(function (a) { if (n === undefined) D[key] = a; else D[key][n] = a; }));
   }
   A.heads.forEach(function (lh, n) {
     D.index[lh[0] + ":" + lh[1]] = n;
     put(A.weights[n], "W", n); put(A.q[n], "q", n); put(A.k[n], "k", n);
+    if (A.fine && A.fine[n]) put(A.fine[n], "F", n, true);  // integers as stored
     if (A.value && A.value[n]) put(A.value[n], "V", n);
   });
   put(A.rollout, "rollout"); put(A.norms, "norms");
@@ -57,6 +60,30 @@ Explorer.prototype.attrWhy = function (kind, D) {
   return D && D.index[S.layer + ":" + S.head] !== undefined ? null : "attrBudget";
 };
 
+/* What a message about the current trace names: its tokens, its heads and the heads whose
+ * rows (or q and k, `parts`) the page holds. */
+Explorer.prototype.attrSay = function (key, parts) {
+  var T = this.cur(), m = T.meta, A = m.attribution, kept = [];
+  if (A && !A.missing) A.heads.forEach(function (x, n) {
+    if (!parts || A.q[n] || (m.qk && m.qk.dtype === "f32" && T.qkIndex[x[0] + ":" + x[1]] !== undefined))
+      kept.push("L" + x[0] + "H" + x[1]);
+  });
+  var list = kept.length > 12 ? kept.slice(0, 12).join(", ") + ", …" : kept.join(", ");
+  return this.t(key, {n: Math.max(m.Lq, m.Lk), k: kept.length, all: m.L * m.H, heads: list || "—"});
+};
+
+/* Weight row i of kept head n: the page's map refined to the head's exact weights (or its
+ * float32 weights), as float64. */
+Explorer.prototype.attrWeights = function (D, n, i) {
+  var T = this.cur(), m = T.meta, S = this.s, Lk = m.Lk, out = new Float64Array(Lk), j;
+  if (D.W[n]) { for (j = 0; j < Lk; j++) out[j] = D.W[n][i * Lk + j]; return out; }
+  var F = D.F[n], fmax = m.attribution.fine[n].dtype === "u8" ? 255 : 65535;
+  var o = ((S.layer * m.H + S.head) * m.Lq + i) * Lk;
+  var span = m.attribution.fine_span;
+  for (j = 0; j < Lk; j++) out[j] = (T.W[o + j] + (F[i * Lk + j] / fmax - 0.5) * span) * T.Ws;
+  return out;
+};
+
 /* The row shown: {values, source} — from the page's own data or the server — undefined
  * while it loads, {error} when the server refused, {why} when neither has it. */
 Explorer.prototype.attrRow = function (kind) {
@@ -66,7 +93,7 @@ Explorer.prototype.attrRow = function (kind) {
   var why = this.attrWhy(kind, D);
   if (!why) {
     if (kind === "rollout") return {values: D.rollout.subarray(i * Lk, (i + 1) * Lk), source: "page"};
-    var n = D.index[S.layer + ":" + S.head], w = D.W[n].subarray(i * Lk, (i + 1) * Lk);
+    var n = D.index[S.layer + ":" + S.head], w = this.attrWeights(D, n, i);
     if (kind === "weights") return {values: w, source: "page"};
     if (D.V[n]) return {values: D.V[n].subarray(i * Lk, (i + 1) * Lk), source: "page"};  // merged
     var out = new Float64Array(Lk), o = (S.layer * m.H + S.head) * Lk;
@@ -164,10 +191,7 @@ Explorer.prototype.view_attribution = function () {
     return;
   }
   if (row.why) {
-    var why = this.t(row.why);
-    if (row.why === "attrBudget")
-      why += m.attribution.heads.map(function (x) { return "L" + x[0] + "H" + x[1]; }).join(", ");
-    h("div", {"class": "ax-note ax-attr-missing", "data-why": row.why}, ctl, why);
+    h("div", {"class": "ax-note ax-attr-missing", "data-why": row.why}, ctl, this.attrSay(row.why));
     return;
   }
   var vals = row.values, Lk = m.Lk, j, mx = 0, sum = 0;
@@ -284,8 +308,14 @@ Explorer.prototype.drawParts = function (svg, p, i, j, x0, y0) {
     return;
   }
   if (p.why) {
-    s("text", {x: 4, y: y0 + 20, "class": "ax-parts-missing", "data-why": p.why}, svg,
-      this.t("attrNoParts") + this.t(p.why));
+    var said = s("text", {x: 4, y: y0 + 20, "class": "ax-parts-missing", "data-why": p.why}, svg);
+    // a long message in lines of about 130 characters (80 in Chinese), cut after a space
+    var rest = this.t("attrNoParts") + this.attrSay(p.why, true), wide = this.s.lang === "zh" ? 80 : 130;
+    for (var k = 0; rest; k++) {
+      var sp = rest.lastIndexOf(" ", wide), cut = rest.length <= wide ? rest.length : sp > wide / 2 ? sp + 1 : wide;
+      s("tspan", {x: 4, dy: k ? 17 : 0}, said, rest.slice(0, cut));
+      rest = rest.slice(cut);
+    }
     return;
   }
   var pieces = null;

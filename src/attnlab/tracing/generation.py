@@ -9,8 +9,9 @@ that continues it. A call continues the chain when
 * its keys are the chain's keys plus as many new ones as it has queries
   (``Lk − Lq`` equals the keys held so far), and
 * the keys and values it reads where the chain already has them are the chain's own
-  (compared bit for bit at up to :data:`CHECK_POSITIONS` positions per step, the last one
-  always among them): the cache was neither reordered (beam search) nor rewritten.
+  (compared bit for bit at each step: the previous step's new keys, and the prompt's and a
+  middle step's at evenly spread positions, :data:`CHECK_POSITIONS` at most): the cache was
+  neither reordered (beam search) nor rewritten.
 
 Cross-attention (a decoder step reading the encoder's states) continues its chain when it
 reads the same keys again, with new queries. A continuing call is kept as only its new
@@ -68,22 +69,31 @@ class _Chain:
         return len(self.records) - 1
 
 
-def _key_at(chain: _Chain, pos: int) -> tuple[Tensor, Tensor | None]:
-    """The chain's key and value (B, H_kv, d) at key position ``pos``."""
-    for r in reversed(chain.records):
-        if r.past <= pos:
-            i = pos - r.past
-            return r.k[:, :, i], (None if r.v is None else r.v[:, :, i])
-    raise IndexError(pos)  # pragma: no cover - positions are checked by the caller
-
-
-def _positions(n: int) -> list[int]:
-    """The key positions compared at a step: all of ``n`` when few, else an even spread
-    with the last one."""
-    if n <= CHECK_POSITIONS:
+def _positions(n: int, most: int = CHECK_POSITIONS) -> list[int]:
+    """Positions compared among ``n``: all of them when few, else an even spread with the
+    last one."""
+    if n <= most:
         return list(range(n))
-    step = n / (CHECK_POSITIONS - 1)
-    return sorted({min(n - 1, int(i * step)) for i in range(CHECK_POSITIONS - 1)} | {n - 1})
+    step = n / (most - 1)
+    return sorted({min(n - 1, int(i * step)) for i in range(most - 1)} | {n - 1})
+
+
+def _checked_parts(chain: _Chain, held: int) -> list[tuple[AttentionRecord, list[int]]]:
+    """Where a step's cache is compared with the chain (positions within each record's own
+    keys): the last step's new keys all (what beam search reorders first), the first call's
+    keys (the prompt) and a middle step's at up to :data:`CHECK_POSITIONS` positions in
+    all; one gathered comparison per record."""
+    rs = [r for r in chain.records if r.k is not None and r.k.shape[2]]
+    if not rs:
+        return []
+    picked = {id(rs[0]): rs[0], id(rs[-1]): rs[-1], id(rs[len(rs) // 2]): rs[len(rs) // 2]}
+    out = []
+    for rec in picked.values():
+        n = min(rec.k.shape[2], held - rec.past)
+        if n > 0:
+            out.append((rec, list(range(n)) if rec is rs[-1] and n <= CHECK_POSITIONS
+                        else _positions(n, CHECK_POSITIONS // 2)))
+    return out
 
 
 class CacheSteps:
@@ -158,17 +168,19 @@ class CacheSteps:
             kind, held = "self", chain.keys
         else:
             return None
-        for pos in _positions(held):
-            k_old, v_old = _key_at(chain, pos)
-            same = torch.equal(r.k[:, :, pos], k_old) and (
-                v_old is None or r.v is None or torch.equal(r.v[:, :, pos], v_old))
+        for rec, at in _checked_parts(chain, held):
+            idx = torch.as_tensor(at, device=r.k.device)
+            pos = idx + rec.past
+            same = torch.equal(r.k.index_select(2, pos), rec.k.index_select(2, idx)) and (
+                rec.v is None or r.v is None
+                or torch.equal(r.v.index_select(2, pos), rec.v.index_select(2, idx)))
             if not same:
                 if self.broken is None:
                     self.broken = (
-                        f"{r.name}, step {chain.steps + 1}: the cache's key or value at "
-                        f"position {pos} is not the one recorded before: the cache was "
-                        "reordered or rewritten between steps (beam search reorders it), "
-                        "so its rows are not one sequence")
+                        f"{r.name}, step {chain.steps + 1}: the cache's keys or values at "
+                        f"positions {rec.past + at[0]}..{rec.past + at[-1]} are not the ones "
+                        "recorded before: the cache was reordered or rewritten between steps "
+                        "(beam search reorders it), so its rows are not one sequence")
                 return None
         return kind
 

@@ -6,6 +6,10 @@ For each model and sentence the section checks, on the real weights,
   the model's own ``output_attentions`` (max |error| <= 1e-5: float rounding apart),
 * that softmax(q kᵀ·scale + mask)·v recomputed from the captured q, k, v reproduces the
   weights and the per-head context (max |error| <= 1e-4; SmolLM2 with RoPE and GQA),
+* SmolLM2 run in bfloat16 beside float32 (:func:`attnlab.tracing.verify
+  .half_precision_check`: one bfloat16 forward of the English sentence): the trace's rows
+  still sum to 1 within float32 rounding, and the model's own bfloat16 weights are within
+  the bound :mod:`attnlab.tracing.precision` derives,
 
 then diagnoses every head and draws the most distinctive ones. The models are loaded here,
 by name (:func:`attnlab.models.load`); a missing model package skips its part with the
@@ -34,12 +38,18 @@ from attnlab.report.html import (
     table,
 )
 from attnlab.tracing.tracer import trace
-from attnlab.tracing.verify import EXACT_TOL, check_stack
+from attnlab.tracing.verify import (
+    EXACT_TOL,
+    PrecisionCheck,
+    check_stack,
+    half_precision_check,
+    precision_check,
+)
 from attnlab.tracing.verify import RECOMPUTE_TOL as VERIFY_RECOMPUTE_TOL
 from attnlab.viz import figures
 
 __all__ = ["build", "MINILM_SENTENCES", "SMOLLM2_SENTENCES", "WEIGHTS_TOL", "RECOMPUTE_TOL",
-           "SCORE_ZH", "ROLE_NAMES"]
+           "SCORE_ZH", "ROLE_NAMES", "DTYPE_ZH"]
 
 MINILM_SENTENCES = (
     "The animal didn't cross the street because it was too tired.",
@@ -89,6 +99,54 @@ def _checks(loaded: Any, text: str, rows: list, label: str, label_zh: str) -> An
     rows.append((BiText(f"{label}: recomputed context", f"{label_zh}：重算的每头输出"),
                  rec["context"], rec["context"] <= chk.recompute_tol))
     return t
+
+
+#: The dtypes of the precision table, in Chinese.
+DTYPE_ZH = {"float32": "float32（单精度）", "bfloat16": "bfloat16（半精度）",
+            "float16": "float16（半精度）"}
+
+
+def _precision(loaded: Any, t_en: Any, rows: list, parts: list[str]) -> None:
+    """SmolLM2 in bfloat16 beside float32 on the English sentence: the rows' sums and the
+    weights against the model's own, each against its rule (tracing.verify)."""
+    full = precision_check(t_en, _model_attentions(loaded, t_en.token_ids))
+    half = half_precision_check(loaded.model, t_en.token_ids, torch.bfloat16)
+    rows.append((BiText("smollm2 bfloat16: rows of the trace sum to 1 (max |Σp − 1|)",
+                        "smollm2 bfloat16：追踪的每行之和为 1（最大 |Σp − 1|）"),
+                 half.row_sum_error, half.rows_ok))
+    rows.append((BiText("smollm2 bfloat16: trace weights vs the model's own bfloat16 "
+                        "weights (within the derived bound)",
+                        "smollm2 bfloat16：追踪的权重与模型自己的 bfloat16 权重之差（在推导的"
+                        "界内）"), half.weights_error, half.weights_ok))
+    parts.append(bilingual(
+        "Precision: SmolLM2 in bfloat16 beside float32 (English sentence)",
+        "精度：SmolLM2 以 bfloat16 运行，与 float32 并列（英文句）", tag="h4"))
+    parts.append(bilingual(
+        "In bfloat16 the model rounds its scores (q·k, then ·scale) before its softmax and "
+        "its weights after it. The trace keeps q and k as float32 and computes each row's "
+        "log-sum-exp in float32 from them, so its rows still sum to 1 within float32 "
+        "rounding; the model's own weights p̃ differ from the trace's exact p by at most "
+        "p·(e^{2ε} − 1) + u·p̃ + the float32 tolerance, with ε ≤ c·u·max|s| (u = 2⁻⁸, "
+        "c = 2 roundings). Bound: that bound over the whole model; ratio: the largest "
+        "error over its own entry's bound (at most 1 to pass).",
+        "bfloat16 下，模型在 softmax 之前对分数舍入（q·k，再乘缩放），之后对权重舍入。追踪把 "
+        "q、k 存为 float32，并用它们以 float32 计算每行的 log-sum-exp，所以每行之和仍在 "
+        "float32 舍入之内等于 1；模型自己的权重 p̃ 与追踪的精确权重 p 之差不超过 "
+        "p·(e^{2ε} − 1) + u·p̃ + float32 容差，其中 ε ≤ c·u·max|s|（u = 2⁻⁸，c = 2 次舍入）。"
+        "界：该界在整个模型上的值；比值：最大误差除以该元素自身的界（不超过 1 即通过）。"))
+    parts.append(table(
+        [BiText("model dtype", "模型的数据类型"),
+         BiText("rows: max |Σp − 1| (≤ 1e-5)", "每行：最大 |Σp − 1|（≤ 1e-5）"),
+         BiText("max |trace − model's weights|", "最大 |追踪 − 模型的权重|"),
+         BiText("bound", "界"), BiText("largest error / own bound", "最大误差 / 自身的界"),
+         "result"],
+        [_precision_row(c) for c in (full, half)], passed_col=5))
+
+
+def _precision_row(c: PrecisionCheck) -> list[Any]:
+    ratio = "–" if c.bound_ratio != c.bound_ratio else fmt(c.bound_ratio)
+    return [BiText(c.dtype, DTYPE_ZH.get(c.dtype, c.dtype)), fmt(c.row_sum_error),
+            fmt(c.weights_error), fmt(c.weights_tol), ratio, c.passed]
 
 
 def _roles_table(d: Any) -> str:
@@ -155,6 +213,8 @@ def _smollm2(ctx: ReportContext, rows: list, parts: list[str]) -> None:
     en, zh = SMOLLM2_SENTENCES
     t_en = _checks(loaded, en, rows, "smollm2 English", "smollm2 英文句")
     _checks(loaded, zh, rows, "smollm2 Chinese", "smollm2 中文句")
+    precision: list[str] = []
+    _precision(loaded, t_en, rows, precision)
     t_zh = trace(loaded, zh, qkv=False)  # byte pieces merged into characters
     whole = t_zh.tokens == [c for c in zh] and not any("\ufffd" in x for x in t_zh.tokens)
     rows.append((BiText("smollm2 Chinese: labels are whole characters",
@@ -206,6 +266,7 @@ def _smollm2(ctx: ReportContext, rows: list, parts: list[str]) -> None:
                         "Each score = scale·|q|·|k|·cos θ: direction and length, separately.",
                         "每个分数 = 缩放·|q|·|k|·cos θ：方向与长度分开看。",
                         zh=figures.decomposition(t_en, pl, ph, lang="zh")))
+    parts.extend(precision)
 
 
 def build(ctx: ReportContext) -> Section:

@@ -28,6 +28,19 @@ needs every layer's weights at once; :func:`verify` does it for every stack of a
   with an additive bias are not judged: the bias may mask);
 * the **sizes**: as many layers as maps, and each map (heads, queries, keys) as the trace's.
 
+* the **precision**: a model run in half precision (bfloat16, float16; ``meta["precision"]``
+  says so, :func:`attnlab.tracing.precision.precision_of`, or else the maps' own dtype)
+  rounds its scores before its softmax, so its maps are farther from the trace's exact
+  weights than float32 rounding. Its stack is held, entry by entry, to the bound
+  :func:`attnlab.tracing.precision.weight_bound` derives: ``|p̃ − p| ≤ p·(e^{2ε} − 1) + u·p̃ +
+  tol₃₂`` with ``ε`` each row's largest score rounding (``c·u·max|s|``, ``u`` the dtype's
+  unit roundoff) and ``tol₃₂`` the float32 rule's tolerance; ``weights_tol`` is then that
+  bound over the whole stack (``e^{2ε} − 1 + u + tol₃₂``), ``bound_ratio`` the largest
+  ``|p̃ − p| / bound`` (at most 1 to pass). The trace's own rows still sum to 1 within
+  float32 rounding (its log-sum-exp is computed in float32 from the q and k it stores), and
+  the recompute check keeps the float32 rule. :func:`half_precision_check` measures both
+  for a Hugging Face model run in a half-precision dtype.
+
 A check passes when it found no problem (:attr:`StackCheck.problems`).
 
 >>> import torch
@@ -43,6 +56,7 @@ A check passes when it found no problem (:attr:`StackCheck.problems`).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,9 +68,18 @@ from torch import Tensor
 from attnlab.core.scores import row_logsumexp
 from attnlab.core.weights import shaped_weights
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.precision import (
+    dtype_named,
+    is_half,
+    precision_of,
+    row_score_error,
+    unit_roundoff,
+    weight_bound,
+)
 
-__all__ = ["EXACT_TOL", "LSE_SCALE", "RECOMPUTE_TOL", "SINK_RULE", "StackCheck", "check_stack",
-           "tolerance", "verify", "worst"]
+__all__ = ["EXACT_TOL", "LSE_SCALE", "RECOMPUTE_TOL", "SINK_RULE", "PrecisionCheck", "StackCheck",
+           "check_stack", "half_precision_check", "precision_check", "row_sum_error",
+           "stack_precision", "tolerance", "verify", "worst"]
 
 #: The largest difference between the trace's weights and the model's ``output_attentions``
 #: for a stack to count as exact (float32 rounding of ``exp(s − lse)`` against softmax).
@@ -78,7 +101,10 @@ class StackCheck:
     (:func:`tolerance`),
     ``head_errors`` the same per layer and head (empty when the sizes differ),
     ``recompute_error`` the largest |weights from q and k − trace's weights| (NaN when not
-    recomputed), ``compared`` empty or :data:`SINK_RULE`."""
+    recomputed), ``compared`` empty or :data:`SINK_RULE`. ``precision`` is the dtype the
+    model ran in (``"float32"`` for the float32 rule); in half precision ``weights_tol`` is
+    the half-precision bound over the stack and ``bound_ratio`` the largest
+    |trace − maps| / the entry's own bound (NaN in float32)."""
 
     stack: str
     layers: int
@@ -93,6 +119,8 @@ class StackCheck:
     head_errors: tuple[tuple[float, ...], ...] = ()
     compared: str = ""
     problems: tuple[str, ...] = ()
+    precision: str = "float32"
+    bound_ratio: float = math.nan
 
     @property
     def passed(self) -> bool:
@@ -163,6 +191,38 @@ def _can_recompute(trace: AttentionTrace) -> str:
     return ""
 
 
+def _reference_dtype(reference: Any) -> torch.dtype | None:
+    if isinstance(reference, Tensor):
+        return reference.dtype
+    if isinstance(reference, Sequence) and reference and isinstance(reference[0], Tensor):
+        return reference[0].dtype
+    return None
+
+
+def stack_precision(trace: AttentionTrace, reference: Any = None) -> torch.dtype:
+    """The dtype the model ran in, for the rule its maps are held to: ``meta["precision"]
+    ["dtype"]`` (:func:`attnlab.tracing.precision.precision_of`), else the dtype of the
+    maps when it is a half-precision one (maps cannot be more exact than their dtype), else
+    float32.
+
+    >>> w = torch.softmax(torch.randn(1, 1, 2, 2), -1)
+    >>> t = AttentionTrace(tokens=["a", "b"], weights=w, meta={"precision": {"dtype": "float16"}})
+    >>> stack_precision(t), stack_precision(AttentionTrace(tokens=["a", "b"], weights=w),
+    ...                                     [w.bfloat16()])
+    (torch.float16, torch.bfloat16)
+    """
+    info = trace.meta.get("precision")
+    if info is not None:
+        if not isinstance(info, Mapping) or "dtype" not in info:
+            raise ValueError(f"trace.meta['precision'] must be a mapping with a 'dtype' (as "
+                             f"precision_of gives), got {info!r}")
+        return dtype_named(info["dtype"])
+    dt = _reference_dtype(reference)
+    if dt is not None and dt.is_floating_point and is_half(dt):
+        return dt
+    return torch.float32
+
+
 def _renormalised(w: Tensor) -> Tensor:
     share = w.sum(-1, keepdim=True)
     return w / share.masked_fill(share == 0, 1.0)
@@ -179,6 +239,8 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     if not isinstance(trace, AttentionTrace):
         raise TypeError(f"trace must be an AttentionTrace (one stack), got "
                         f"{type(trace).__name__}")
+    dtype = stack_precision(trace, reference)
+    half = is_half(dtype)
     maps = _maps(reference)
     name = trace.stack if stack is None else stack
     sizes = dict(stack=name, layers=trace.num_layers, heads=trace.num_heads,
@@ -190,21 +252,33 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     wrong_size = _sizes_problem(trace, maps)
     tols = dict(weights_tol=tolerance(EXACT_TOL, trace),
                 recompute_tol=tolerance(RECOMPUTE_TOL, trace))
+    base = tols["weights_tol"]
+    kind = dict(precision=str(dtype).removeprefix("torch.") if half else "float32")
+    no_qk = _can_recompute(trace) if half else ""
+    if no_qk:  # the bound needs each row's scores
+        problems.append(f"the {kind['precision']} rule needs each row's scores: {no_qk}")
     if wrong_size:
         return StackCheck(**sizes, shape_ok=False, weights_error=math.inf,
-                          recompute_error=math.nan, **tols, problems=(wrong_size, *problems))
+                          recompute_error=math.nan, **tols, problems=(wrong_size, *problems),
+                          **kind)
     raw: list[list[float]] = []
     renorm: list[list[float]] = []
+    ratios = [0.0, 0.0]  # the largest |trace − maps| / bound, raw and renormalised
+    eps_max = 0.0
     rec = 0.0
     lq, lk = trace.seq_len, trace.key_len
     shapes = trace.shapes
     for layer, want in enumerate(maps):
         sinks = bool(shapes) and shapes[layer].sinks is not None
-        lse = None
-        if not why_not:
+        lse = row_eps = None
+        if not why_not or (half and not no_qk):
             shape = trace.score_shape(layer)
             q, k = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)  # checked
+        if not why_not:
             lse = row_logsumexp(q, k, shape)  # (H, Lq), recomputed
+        if half and not no_qk:
+            row_eps = row_score_error(q, k, shape, dtype)  # (H, Lq)
+            eps_max = max(eps_max, float(row_eps.max()) if row_eps.numel() else 0.0)
         raw.append([])
         renorm.append([])
         for h in range(trace.num_heads):
@@ -213,6 +287,10 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
             raw[-1].append(err)
             renorm[-1].append(float((_renormalised(got) - want[h]).abs().max())
                               if sinks and got.numel() else err)
+            if row_eps is not None and got.numel():
+                for i, g in enumerate((got, _renormalised(got) if sinks else got)):
+                    bound = weight_bound(g, want[h], row_eps[h], dtype, base)
+                    ratios[i] = max(ratios[i], float(((g - want[h]).abs() / bound).max()))
             if lse is not None:
                 w = shaped_weights(q[h], k[trace.kv_head(h)], lse[h], shape, rows=range(lq),
                                    head=h, lq=lq, lk=lk)
@@ -221,10 +299,24 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     head_errors, compared = raw, ""
     weights_error = max((e for row in raw for e in row), default=0.0)
     worst_renorm = max((e for row in renorm for e in row), default=0.0)
-    if weights_error > tols["weights_tol"] and worst_renorm < weights_error:  # the sink rule
-        head_errors, compared, weights_error = renorm, SINK_RULE, worst_renorm
-    if weights_error > tols["weights_tol"]:
-        problems.append(f"weights differ from output_attentions by {weights_error:.2e}")
+    ratio = math.nan
+    if half:  # the half-precision bound over the stack, and entry by entry (module docstring)
+        u = unit_roundoff(dtype)
+        tols["weights_tol"] = math.expm1(2 * eps_max) + u + base
+        ratio = ratios[0]
+        if ratio > 1 and ratios[1] < ratio:  # the sink rule
+            head_errors, compared, weights_error, ratio = renorm, SINK_RULE, worst_renorm, \
+                ratios[1]
+        if ratio > 1:
+            problems.append(
+                f"weights differ from output_attentions by {weights_error:.2e}, beyond the "
+                f"{kind['precision']} bound at some entry (|trace − maps| / bound = "
+                f"{ratio:.3g}, must be at most 1)")
+    else:
+        if weights_error > tols["weights_tol"] and worst_renorm < weights_error:  # sink rule
+            head_errors, compared, weights_error = renorm, SINK_RULE, worst_renorm
+        if weights_error > tols["weights_tol"]:
+            problems.append(f"weights differ from output_attentions by {weights_error:.2e}")
     recompute_error = math.nan if why_not else rec
     if recompute_error > tols["recompute_tol"]:
         problems.append(f"weights recomputed from q and k differ by {recompute_error:.2e}")
@@ -236,7 +328,7 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     return StackCheck(**sizes, shape_ok=True, weights_error=weights_error,
                       recompute_error=recompute_error, **tols,
                       head_errors=tuple(tuple(r) for r in head_errors), compared=compared,
-                      problems=tuple(problems))
+                      problems=tuple(problems), bound_ratio=ratio, **kind)
 
 
 def verify(trace: Any, reference: Any, *, recompute: bool | None = None
@@ -284,3 +376,104 @@ def worst(checks: Mapping[str, StackCheck] | Sequence[StackCheck]) -> dict[str, 
     rec = [c.recompute_error for c in items if not math.isnan(c.recompute_error)]
     return {"weights": max((c.weights_error for c in items), default=0.0),
             "recomputed": max(rec) if rec else math.nan}
+
+
+def row_sum_error(trace: AttentionTrace) -> float:
+    """The largest ``|Σ_j p_ij − 1|`` over the trace's rows that see a key (its weights
+    ``exp(s − lse)`` computed on demand, head by head): float32 rounding for a trace whose
+    log-sum-exp matches the scores it recomputes, in any model dtype.
+
+    >>> w = torch.softmax(torch.randn(1, 2, 3, 3), -1)
+    >>> row_sum_error(AttentionTrace(tokens=list("abc"), weights=w)) < 1e-6
+    True
+    """
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace (one stack), got "
+                        f"{type(trace).__name__}")
+    worst_err = 0.0
+    for layer in range(trace.num_layers):
+        for h in range(trace.num_heads):
+            total = trace.head_weights(layer, h).double().sum(-1)
+            seen = total != 0  # a row that sees no key is all zeros in a trace
+            if bool(seen.any()):
+                worst_err = max(worst_err, float((total[seen] - 1).abs().max()))
+    return worst_err
+
+
+@dataclass(frozen=True)
+class PrecisionCheck:
+    """A trace of a model run in one dtype against that model's own maps.
+
+    ``dtype`` the model's (``"bfloat16"``, ``"float32"``, ...); ``row_sum_error`` the largest
+    ``|Σ_j p_ij − 1|`` of the trace's rows (:func:`row_sum_error`), held to
+    :data:`RECOMPUTE_TOL` (1e-5) whatever the dtype; ``weights_error`` the largest
+    |trace − maps| and ``weights_tol`` the bound it is held to (the float32 rule, or the
+    half-precision bound over the stack: :func:`check_stack`); ``bound_ratio`` the largest
+    |trace − maps| / the entry's own bound (half precision; NaN in float32); ``tokens`` the
+    input's length; ``problems`` as :attr:`StackCheck.problems`."""
+
+    dtype: str
+    tokens: int
+    row_sum_error: float
+    weights_error: float
+    weights_tol: float
+    bound_ratio: float = math.nan
+    problems: tuple[str, ...] = ()
+
+    @property
+    def rows_ok(self) -> bool:
+        return self.row_sum_error <= RECOMPUTE_TOL
+
+    @property
+    def weights_ok(self) -> bool:
+        return self.weights_error <= self.weights_tol and not self.problems
+
+    @property
+    def passed(self) -> bool:
+        return self.rows_ok and self.weights_ok
+
+
+def precision_check(trace: AttentionTrace, reference: Any) -> PrecisionCheck:
+    """:class:`PrecisionCheck` of one stack against the model's own maps (``reference`` as
+    :func:`check_stack`; the rule from ``trace.meta["precision"]`` or the maps' dtype)."""
+    chk = check_stack(trace, reference, recompute=False)
+    rows = row_sum_error(trace)
+    problems = chk.problems
+    if rows > RECOMPUTE_TOL:
+        problems = (*problems, f"rows of the trace sum to 1 ± {rows:.2e}, beyond "
+                               f"{RECOMPUTE_TOL:g}")
+    return PrecisionCheck(dtype=chk.precision, tokens=trace.seq_len, row_sum_error=rows,
+                          weights_error=chk.weights_error, weights_tol=chk.weights_tol,
+                          bound_ratio=chk.bound_ratio, problems=problems)
+
+
+def half_precision_check(model: Any, token_ids: Sequence[int] | Tensor,
+                         dtype: torch.dtype = torch.bfloat16) -> PrecisionCheck:
+    """Trace a Hugging Face model run in ``dtype`` on ``token_ids`` and check it against the
+    model's own eager maps in that dtype (:func:`precision_check`).
+
+    The model is copied and the copy cast to ``dtype`` with eager attention (the model
+    itself is left as it is); its ``meta["precision"]`` comes from
+    :func:`attnlab.tracing.precision.precision_of`. One forward with ``output_attentions``
+    and one captured forward, so for short inputs."""
+    from attnlab.tracing.capture import capture  # capture may come to use this module
+
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be a Hugging Face model (an nn.Module with a config), "
+                        f"got {type(model).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1)
+    if not ids.numel():
+        raise ValueError("token_ids must hold at least one token id, got none")
+    m = copy.deepcopy(model).to(dtype).eval()
+    if hasattr(m, "set_attn_implementation"):
+        m.set_attn_implementation("eager")
+    with torch.no_grad():
+        maps = m(input_ids=ids, output_attentions=True).attentions
+        with capture(m) as cap:
+            m(input_ids=ids)
+    t = cap.trace(token_ids=ids[0].tolist(), meta={"precision": precision_of(m)})
+    if not isinstance(t, AttentionTrace):
+        raise TypeError(f"model must have one attention stack; it has {list(t)}")
+    return precision_check(t, [a[0] for a in maps])

@@ -9,11 +9,11 @@ from typing import Any, Protocol, TypeVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.core.scores import ScoreShape
+from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.core.weights import shaped_weights
 
 __all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "UnreadableAttentionError",
-           "attach_each", "dense_weights"]
+           "attach_each", "dense_weights", "exact_lse"]
 
 T = TypeVar("T")
 
@@ -27,6 +27,11 @@ class AttentionRecord:
     Without: ``weights (B, H, Lq, Lk)``. ``shapes`` holds one
     :class:`~attnlab.core.scores.ScoreShape` per batch element (its key mask differs
     between them); ``context (B, H, Lq, dv)`` only when the capture asked for it.
+
+    ``past``: keys before this record's ``k`` and ``v``. A decoding step through a KV cache
+    (:mod:`attnlab.tracing.generation`) is kept as its new rows and new keys only; its
+    queries read the ``past`` keys held by the earlier records of the same module too, and
+    ``lse`` is over all of them. 0 for a call whose ``k`` holds every key it read.
     """
 
     name: str
@@ -38,13 +43,14 @@ class AttentionRecord:
     lse: Tensor | None = None
     weights: Tensor | None = None
     context: Tensor | None = None
+    past: int = 0
 
     @property
     def dims(self) -> tuple[int, int, int]:
-        """(H, Lq, Lk) of the call."""
+        """(H, Lq, Lk) of the call (``Lk`` counts the ``past`` keys too)."""
         if self.weights is not None:
             return tuple(self.weights.shape[1:])  # type: ignore[return-value]
-        return self.q.shape[1], self.q.shape[2], self.k.shape[2]
+        return self.q.shape[1], self.q.shape[2], self.past + self.k.shape[2]
 
     @property
     def batch(self) -> int:
@@ -113,6 +119,19 @@ def dense_weights(q: Tensor, k: Tensor, lse: Tensor, shapes: list[ScoreShape]) -
             out[bi, hd] = shaped_weights(q[bi, hd], k[bi, hd // group], lse[bi, hd],
                                          shapes[bi], rows=rows, head=hd, lq=lq, lk=lk)
     return out
+
+
+def exact_lse(q: Tensor, k: Tensor, shapes: list[ScoreShape]) -> Tensor:
+    """(B, H, Lq) float32 log-sum-exp of each row, computed in float32 from q (B, H, Lq, d)
+    and k (B, H_kv, Lk, d) under each batch element's score shape, one tile of rows at a
+    time (O(tile · Lk) memory): the log-sum-exp a trace records for a model run in half
+    precision, whose own log-sum-exp comes from scores rounded in its dtype (``exp(s − lse)``
+    of the trace's float32 scores would not sum to 1). ``q`` and ``k`` are what the trace
+    stores (:func:`detached`: float32 copies of the model's values)."""
+    if len(shapes) != q.shape[0]:
+        raise ValueError(f"shapes must hold one ScoreShape per batch element ({q.shape[0]}), "
+                         f"got {len(shapes)}")
+    return torch.stack([row_logsumexp(q[bi], k[bi], shapes[bi]) for bi in range(q.shape[0])])
 
 
 def detached(t: Tensor | None) -> Tensor | None:

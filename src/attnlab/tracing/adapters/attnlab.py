@@ -9,6 +9,14 @@ then runs in O(N·d) memory, e.g. through the chunked backend); with ``qkv=False
 observes the weights. What shapes the scores is read from the call's arguments in a
 forward pre-hook (``mask``, ``key_mask``, ``causal``, ``window``) and from the module's
 ``scale`` attribute.
+
+A module run in half precision (bfloat16, float16) reports a log-sum-exp (and weights)
+computed from its scores rounded in its dtype; the trace stores q and k as float32 and
+recomputes scores in float32, so for such a call the adapter computes the log-sum-exp in
+float32 from the float32 q and k it records (by tiles of rows), and with ``qkv=False``
+observes q and k too and records the weights ``exp(s − lse)`` from them: every row of the
+trace sums to 1 within float32 rounding whatever the module's dtype (the module's own result
+is untouched).
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ from attnlab.tracing.adapters._base import (
     Restore,
     Sink,
     attach_each,
+    dense_weights,
     detached,
+    exact_lse,
 )
 from attnlab.tracing.adapters._batch import batch_item, key_mask_of
+from attnlab.tracing.precision import is_half
 
 __all__ = ["ADAPTER", "describe_model"]
 
@@ -110,19 +121,27 @@ class _AttnlabAdapter:
 
         def done(_mod, _inp, out):
             call = pending.get("call", {})
-            if cap.qkv:
-                q, k = pending.get("q"), pending.get("k")
+            q, k = pending.get("q"), pending.get("k")
+            half = q is not None and is_half(q.dtype)
+            if cap.qkv or half:
                 if q is None or k is None:
                     return
                 b, _, lq, _ = q.shape
                 shapes = _shapes(m, call, b, lq, k.shape[2])
+                q32, k32 = detached(q), detached(k)
                 lse = pending.get("lse")
-                if lse is None:  # the module did not report it: compute it in tiles
+                if half:  # the module's own lse comes from scores rounded in its dtype
+                    lse = exact_lse(q32, k32, shapes)
+                elif lse is None:  # the module did not report it: compute it in tiles
                     lse = torch.stack([row_logsumexp(q[bi], k[bi], shapes[bi])
                                        for bi in range(b)])
-                rec = AttentionRecord(
-                    name=name, source=self.name, shapes=shapes, q=detached(q),
-                    k=detached(k), v=detached(pending.get("v")), lse=detached(lse))
+                if cap.qkv:
+                    rec = AttentionRecord(
+                        name=name, source=self.name, shapes=shapes, q=q32, k=k32,
+                        v=detached(pending.get("v")), lse=detached(lse))
+                else:
+                    rec = AttentionRecord(name=name, source=self.name, shapes=shapes,
+                                          weights=dense_weights(q32, k32, lse, shapes))
             else:
                 w = pending.get("weights")
                 if w is None:
@@ -136,7 +155,10 @@ class _AttnlabAdapter:
             cap.add(rec)
 
         handles: list[Handle] = [m.register_forward_pre_hook(pre, with_kwargs=True)]
-        observed = ("q", "k", "v", "lse") if cap.qkv else ("weights",)
+        # a module in half precision: q and k too, for weights exp(s − lse) in float32
+        half = any(is_half(p.dtype) for p in m.parameters() if p.dtype.is_floating_point)
+        observed = ("q", "k", "v", "lse") if cap.qkv else (
+            ("weights", "q", "k") if half else ("weights",))
         for key in observed:
             handles.append(getattr(m, f"hook_{key}").register_forward_hook(keep(key)))
         handles.append(m.hook_context.register_forward_hook(done))

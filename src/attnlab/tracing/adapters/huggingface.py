@@ -23,7 +23,9 @@ and marks those modules. Then, for each attention call:
   :func:`~attnlab.core.functional.scaled_dot_product_attention` (``return_lse=True``:
   torch's fused CPU kernel or the chunked backend, O(N·d) memory, float32 rounding that
   differs from eager's as the model's own ``sdpa`` path does). Grouped key/value heads are
-  never repeated. Every call is also run through the module's own
+  never repeated. Every kind of call of each module (the prompt; a decoding step through
+  its KV cache; each rule, dtype and set of arguments apart) is also run, the first time it
+  comes in a capture, through the module's own
   ``eager_attention_forward`` on its first :data:`CHECK_TOKENS` tokens, with the mask the
   model passed: attnlab's weights and output must equal it there, or the call raises
   :class:`~attnlab.tracing.adapters._base.UnreadableAttentionError` naming the module (a
@@ -33,6 +35,15 @@ and marks those modules. Then, for each attention call:
   second call with the same q, k and mask, as differential attention makes, is the same
   map and is recorded once), and returns the output the model expects; while captured,
   the model returns no attention weights (``output_attentions``).
+
+  For a model run in half precision (bfloat16, float16: :func:`~attnlab.tracing.precision
+  .is_half`) the recorded log-sum-exp is computed in float32 from the float32 q and k the
+  trace stores, under the recorded score shapes, by tiles of rows
+  (:func:`~attnlab.tracing.adapters._base.exact_lse`), in both paths: the model's own comes
+  from its scores rounded in its dtype, and ``exp(s − lse)`` of the trace's float32 scores
+  would not sum to 1. The output handed back to the model is still the one its eager path
+  computes in its dtype. The check against eager then holds attnlab's weights to the bound
+  of :mod:`attnlab.tracing.precision`, entry by entry.
 
 A module whose modeling file has no attention interface or no ``eager_attention_forward``
 is not read here (:func:`unreadable_reason` says why); :mod:`attnlab.tracing.adapters
@@ -67,6 +78,7 @@ from attnlab.tracing.adapters._base import (
     attach_each,
     dense_weights,
     detached,
+    exact_lse,
 )
 from attnlab.tracing.adapters._batch import (
     batch_item,
@@ -76,6 +88,7 @@ from attnlab.tracing.adapters._batch import (
 )
 from attnlab.tracing.adapters._eager import eager_order
 from attnlab.tracing.budget import first_int
+from attnlab.tracing.precision import is_half, row_score_error, weight_bound
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
            "EAGER_ORDER_MAX_TOKENS", "IMPLEMENTATION", "describe_model", "is_causal_config",
@@ -91,6 +104,9 @@ _OBSERVERS = "_attnlab_observers"  # attribute on an observed attention module
 _RULE = "_attnlab_rule"  # attribute on a mask our mask function returned: (causal, window)
 _KEYS = "_attnlab_keys"  # attribute on a mask our mask function returned: (B, Lk) real keys
 _LAST = "_attnlab_last"  # on an observed module: the q, k and mask of its last call
+# on an observed module: the kinds of call already checked against eager in this capture
+# (a prompt; a decoding step through the cache; each rule, dtype and argument set apart)
+_CHECKED = "_attnlab_checked"
 
 
 # -- describing a model ---------------------------------------------------------------------
@@ -315,9 +331,10 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
             ) -> list[ScoreShape]:
     """One ScoreShape per batch element (a dense mask's hidden entries become -inf)."""
     bias = None
-    if dense is not None:
+    if dense is not None:  # hidden: at most half the mask dtype's most negative number
+        low = torch.finfo(dense.dtype).min / 2 if dense.dtype.is_floating_point else -1e30
         d = dense.detach().cpu().float()
-        bias = d.masked_fill(d <= torch.finfo(d.dtype).min / 2, float("-inf"))
+        bias = d.masked_fill(d <= low, float("-inf"))
     out = []
     for bi in range(b):
         sk = batch_item(sinks, bi)
@@ -430,13 +447,34 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     with torch.no_grad():
         out, lse = eager_order(q, k, v, rule, km, dense, 0.0, sinks)
     shapes = _shapes(rule.scale, rule.causal, rule.window, km, rule.softcap, dense, sinks, b)
-    w = dense_weights(detached(q), detached(k), detached(lse), shapes)
+    q32, k32 = detached(q), detached(k)
+    half = is_half(query.dtype)
+    if half:  # what the trace records: lse in float32 from the float32 q and k it stores
+        lse = exact_lse(q32, k32, shapes)
+    w = dense_weights(q32, k32, detached(lse), shapes)
     seen = torch.isfinite(detached(lse))[..., None]  # rows that see no key are 0 in a trace
     eps = max(1e-5, 16 * torch.finfo(query.dtype).eps)
+    # a half-precision model's weights: within tracing.precision's bound of the exact ones,
+    # entry by entry (its float32 term: float32's eps, as a float32 model is held to)
+    row_eps = (torch.stack([row_score_error(q32[bi], k32[bi], shapes[bi], query.dtype)
+                            for bi in range(b)]) if half else None)
+    base = max(1e-5, 16 * torch.finfo(torch.float32).eps)
+
+    def weights_err(got: Tensor, ref: Tensor) -> tuple[str, float, float]:
+        diff = (got - ref).abs()
+        err = float(diff.max())
+        if row_eps is None:
+            return ("weights", err, eps)
+        bound = weight_bound(got, ref, row_eps, query.dtype, base)
+        at = int((diff.double() / bound).argmax())  # the entry nearest its own bound
+        if float(diff.flatten()[at]) <= float(bound.flatten()[at]):
+            return ("weights", err, max(err, float(bound.flatten()[at])))
+        return ("weights", float(diff.flatten()[at]), float(bound.flatten()[at]))
+
     errs = []
     if isinstance(ref_w, Tensor) and tuple(ref_w.shape) == (b, h, nq, nk):
         ref_w = detached(ref_w) * seen
-        errs.append(("weights", float((w - ref_w).abs().max()), eps))
+        errs.append(weights_err(w, ref_w))
     ref_o = detached(ref_out)
     if ref_o is not None and ref_o.shape == (b, nq, h, out.shape[-1]):
         got = detached(out).transpose(1, 2)
@@ -451,7 +489,7 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
         # output instead): the recorded weights, renormalised per row, must equal it
         share = w.sum(-1, keepdim=True)
         renorm = w / share.masked_fill(share == 0, 1.0)
-        errs[0] = ("weights", float((renorm - ref_w).abs().max()), eps)
+        errs[0] = weights_err(renorm, ref_w)
     bad = [(what, e, tol) for what, e, tol in errs if not e <= tol]
     if bad:
         what, e, tol = bad[0]
@@ -502,9 +540,14 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     shapes = _shapes(scale, causal, window, key_mask, softcap, dense, sinks, b)
     dropout = float(kwargs.get("dropout") or 0.0)
     rule = ScoreShape(scale=scale, causal=causal, window=window, softcap=softcap)
-    if not (module.training and dropout > 0.0):
+    kind = (lq == lk, causal, window, softcap, dense is None, sinks is None, key_mask is None,
+            query.dtype, tuple(sorted(kwargs)))
+    checked = module.__dict__.get(_CHECKED)
+    if not (module.training and dropout > 0.0) and (checked is None or kind not in checked):
         _check_eager(module, query, key, value, rule, key_mask, attention_mask, dense, sinks,
                      kwargs)
+        if checked is not None:  # observed: this kind of call is checked once per capture
+            checked.add(kind)
     if (softcap is not None or dense is not None or sinks is not None
             or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS):
         out, lse = eager_order(query, key, value, rule, key_mask, dense, dropout, sinks)
@@ -526,6 +569,12 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
         repeat = (last is not None and last[0]() is query and last[1]() is key
                   and last[2]() is attention_mask)
         if not repeat:  # a repeat: the same map again (differential attention, other values)
+            if is_half(query.dtype):
+                # the model's lse comes from its scores rounded in its dtype; the trace
+                # recomputes scores in float32 from the float32 q and k it stores, so its
+                # lse is computed the same way (by tiles of rows), and exp(s − lse) sums to
+                # 1 within float32 rounding. The model's output is left as computed.
+                lse = exact_lse(detached(query), detached(key), shapes)
             for cap in observers:
                 _record(cap, module, query, key, value, lse, out, shapes)
     return out.transpose(1, 2).contiguous(), None
@@ -623,6 +672,7 @@ class _HuggingFaceAdapter:
 def _observe(m: nn.Module, cap: Sink) -> Handle:
     """``cap`` among the observers of ``m`` (until the handle is removed)."""
     m.__dict__.setdefault(_OBSERVERS, []).append(cap)
+    m.__dict__.setdefault(_CHECKED, set())
     return Restore(lambda: _unobserve(m, cap))
 
 
@@ -640,6 +690,7 @@ def _unobserve(m: nn.Module, cap: Sink) -> None:
     if not observers:
         m.__dict__.pop(_OBSERVERS, None)
         m.__dict__.pop(_LAST, None)
+        m.__dict__.pop(_CHECKED, None)
 
 
 #: The adapter for Hugging Face models.

@@ -248,7 +248,11 @@ def test_trace_places_a_copy_never_the_given_model():
     gpt = GPT(GPTConfig(vocab_size=11, num_layers=1, num_heads=2, embed_dim=8)).eval()
     t = attnlab.trace(gpt, [1, 2, 3], dtype="bfloat16", device="cpu")
     assert t.meta["run"] == {"dtype": "bfloat16", "device": "cpu"}
+    assert t.meta["precision"]["dtype"] == "bfloat16"  # the half-precision rule applies
+    assert t.meta["precision"]["unit_roundoff"] == 2.0 ** -8
     assert next(gpt.parameters()).dtype is torch.float32
+    rows = t.weights_rows(0, 1, [0, 1, 2])
+    assert (rows.sum(-1) - 1).abs().max() < 1e-6
 
 
 @pytest.mark.models

@@ -66,6 +66,7 @@ from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import first_int
 from attnlab.tracing.generation import CacheSteps, GenerationError
 from attnlab.tracing.model_parts import output_projection, output_projections, rope_layout
+from attnlab.tracing.precision import precision_of
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 from attnlab.tracing.trace_stream import TraceStream
 
@@ -294,7 +295,8 @@ class Capture:
             heads, lq, lk = s.dims
             if key_tokens is None and lk != lq:
                 key_tokens = [str(j) for j in range(lk)]
-            info: dict[str, Any] = {"layer_names": list(s.names), "source": s.source}
+            info: dict[str, Any] = {"layer_names": list(s.names), "source": s.source,
+                                    "precision": precision_of(self.root)}
             layout = rope_layout(self.root)
             if layout is not None:
                 info["positional"] = layout
@@ -362,6 +364,7 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
     shapes = [r.shapes[bi] for r in kept]
     info: dict[str, Any] = {"layer_names": [r.name for r in kept], "source": first.source}
     if root is not None:
+        info["precision"] = precision_of(root)  # which rule ties the trace to the model
         v = stacked.get("v")
         if v is not None:
             stacked["out_proj"] = output_projections(root, info["layer_names"], heads,

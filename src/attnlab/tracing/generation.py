@@ -142,12 +142,6 @@ class CacheSteps:
                     f"call reads {last.keys + lq}): the cache was cropped, preallocated "
                     "(a static cache) or evicted keys (a sliding cache), so its steps are "
                     "not one sequence")
-        elif lk != lq and stack != "cross" and self.broken is None and r.k is not None:
-            self.broken = (
-                f"{r.name}: its first recorded call has {lq} quer{'y' if lq == 1 else 'ies'} "
-                f"over {lk} keys: the capture began after the cache was filled (keys "
-                "whose queries it never saw), or the cache is preallocated (a static "
-                "cache); capture the whole generation, prompt included")
         chains.append(_Chain(stack, [r], lk))
         return r
 

@@ -312,14 +312,18 @@ class ModelRun:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         found = blocks(loaded.model, int(loaded.num_layers))
-        with Progress(TextColumn(f"{what}: layer"), BarColumn(), MofNCompleteColumn(),
+        new = int(getattr(self.args, "generate", 0) or 0)
+        # a generation: the prompt's pass, then one pass per new token (the bar counts them)
+        unit = f"{what} and generating {new} tokens: layer pass" if new else f"{what}: layer"
+        total = len(found) * (new + 1)
+        with Progress(TextColumn(unit), BarColumn(), MofNCompleteColumn(),
                       console=self.console, disable=self.quiet or not found) as bar:
-            task = bar.add_task(what, total=len(found))
+            task = bar.add_task(what, total=total)
             done = [0]
 
             def hook(*_: object) -> None:
                 done[0] += 1
-                bar.update(task, completed=(done[0] - 1) % len(found) + 1)
+                bar.update(task, completed=(done[0] - 1) % total + 1)
 
             handles = [b.register_forward_hook(hook) for b in found]
             try:

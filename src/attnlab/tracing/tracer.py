@@ -37,12 +37,13 @@ its attention there shows how its rotary positions extrapolate, not how it reads
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
-import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -53,8 +54,8 @@ from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
 from attnlab.tracing.adapters.huggingface import is_hf_model
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.tracing.budget import check_text, check_trace_budget
-from attnlab.tracing.capture import capture
+from attnlab.tracing.budget import check_trace_budget
+from attnlab.tracing.capture import Capture, capture
 from attnlab.tracing.decode import (
     check_ids,
     continue_ids,
@@ -62,14 +63,13 @@ from attnlab.tracing.decode import (
     generate,
     generated_text,
     id_labels,
-    ids_from,
     start_id,
     target_ids,
 )
+from attnlab.tracing.encoded import UNKNOWN_WARN_FRACTION, Encoded, encode
 from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.run_settings import (
     RunSettings,
-    chat_text,
     model_device,
     model_dtype,
     resolve_device,
@@ -77,15 +77,12 @@ from attnlab.tracing.run_settings import (
 )
 from attnlab.tracing.stacks import StackedTrace
 
-__all__ = ["trace", "is_seq2seq", "token_limit", "BeyondWindowWarning", "MAX_NEW_TOKENS",
-           "MERGE_RULE", "UNKNOWN_WARN_FRACTION"]
+__all__ = ["trace", "is_seq2seq", "placed", "token_limit", "BeyondWindowWarning",
+           "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION", "Target", "TraceOptions"]
 
 MERGE_RULE = "pieces of one character merged: weights summed over keys, averaged over queries"
-#: Warn when more than this share of the real tokens is the tokenizer's unknown token.
-UNKNOWN_WARN_FRACTION = 0.2
 #: The most tokens an encoder–decoder model generates as the target when none is given.
 MAX_NEW_TOKENS = 32
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 # -- the model --------------------------------------------------------------------------------
@@ -210,12 +207,11 @@ def beyond_window_note(name: str, n: int, window: int) -> str:
             "positions extrapolate, not how it reads a text")
 
 
-def _header_reserve(info: dict[str, Any], text: str | None, meta: dict[str, Any],
-                    layers: int) -> int:
+def _header_reserve(enc: Encoded, meta: dict[str, Any], layers: int) -> int:
     """Bytes of header room a streamed trace keeps for its labels and ``meta``: the labels,
     ids, text and meta as JSON, three times over (tokens, a merge's pieces and groups, the
     escaping of JSON inside the header), plus the layer names."""
-    size = len(json.dumps([info["labels"], info["ids"], text, meta],
+    size = len(json.dumps([enc.labels, enc.ids, enc.text, meta],
                           ensure_ascii=False).encode("utf-8"))
     return 3 * size + 160 * max(layers, 1) + 65536
 
@@ -263,66 +259,6 @@ def _vocab_size(model: nn.Module) -> int | None:
                                                 "tgt_vocab_size")]
     sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
     return min(sizes) if sizes else None
-
-
-# -- the text ---------------------------------------------------------------------------------
-
-
-def _groups_from_offsets(offsets: Sequence[tuple[int, int]], special: Sequence[bool]
-                         ) -> list[list[int]]:
-    """Consecutive tokens whose character spans overlap form one group."""
-    groups: list[list[int]] = []
-    end = -1
-    for i, ((s, e), sp) in enumerate(zip(offsets, special)):
-        if not sp and groups and s < end and not special[groups[-1][-1]]:
-            groups[-1].append(i)
-            end = max(end, e)
-        else:
-            groups.append([i])
-            end = e if not sp else -1
-    return groups
-
-
-def _encode_hf(tokenizer: Any, text: str, model_name: str, special_tokens: bool = True
-               ) -> dict[str, Any]:
-    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=special_tokens)
-    ids = list(enc["input_ids"])
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
-    special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
-    special = [i in special_ids and s == e for i, (s, e) in zip(ids, offsets)]
-    pieces = tokenizer.convert_ids_to_tokens(ids)
-    labels = [pieces[i] if special[i] else text[s:e] for i, (s, e) in enumerate(offsets)]
-    info: dict[str, Any] = {"ids": ids, "labels": labels, "pieces": pieces, "spans": offsets,
-                            "groups": _groups_from_offsets(offsets, special)}
-    unk = getattr(tokenizer, "unk_token_id", None)
-    real = [i for i, sp in zip(ids, special) if not sp]
-    if unk is not None and real:
-        n_unk = sum(i == unk for i in real)
-        info["unknown_fraction"] = n_unk / len(real)
-        if n_unk and (n_unk / len(real) > UNKNOWN_WARN_FRACTION):
-            hint = ("its vocabulary lacks most Chinese/Japanese/Korean characters; use a "
-                    "model that covers them, e.g. --model smollm2"
-                    if _CJK.search(text) else "use a model whose vocabulary covers the text, "
-                    "e.g. --model smollm2 (byte-level: no unknown tokens)")
-            warnings.warn(
-                f"{n_unk} of {len(real)} tokens ({n_unk / len(real):.0%}) are unknown to "
-                f"{model_name} ({tokenizer.unk_token}); {hint}", UserWarning, stacklevel=3)
-    return info
-
-
-def _encode_plain(tokenizer: Any, text: str) -> dict[str, Any]:
-    ids = list(tokenizer.encode(text))
-    labels = (list(tokenizer.decode_tokens(ids)) if hasattr(tokenizer, "decode_tokens")
-              else [str(i) for i in ids])
-    return {"ids": ids, "labels": labels, "groups": [[i] for i in range(len(ids))]}
-
-
-def _group_label(info: dict[str, Any], g: list[int], text: str | None) -> str:
-    """A merged group's label: the text its pieces' character spans cover together."""
-    spans = info.get("spans")
-    if len(g) == 1 or spans is None or text is None:
-        return "".join(info["labels"][i] for i in g)
-    return text[min(spans[i][0] for i in g): max(spans[i][1] for i in g)]
 
 
 # -- progress ---------------------------------------------------------------------------------
@@ -457,9 +393,9 @@ def trace(
     tensor([[1., 0., 0., 0.]])
     """
     if image is not None or audio is not None:  # an image or a sound: attnlab.tracing.media
-        if out is not None or max_tokens is not None:
-            raise ValueError("out and max_tokens are for text or token ids; trace an image or "
-                             "a sound without them (and save the trace)")
+        if out is not None or max_tokens is not None or generate or chat:
+            raise ValueError("out, max_tokens, chat and generate are for text or token ids; "
+                             "trace an image or a sound without them (and save the trace)")
         from attnlab.tracing.media import trace_media
 
         return trace_media(model, text_or_token_ids, image=image, audio=audio, target=target,
@@ -467,189 +403,246 @@ def trace(
                            max_memory=max_memory, max_new_tokens=max_new_tokens)
     if text_or_token_ids is None:
         raise TypeError("trace needs text_or_token_ids (text or token ids), image= or audio=")
-    dt_name = str(dtype).removeprefix("torch.") if dtype is not None else None
     settings = RunSettings(chat=chat, generate=generate, temperature=temperature,
-                           top_p=top_p, seed=seed, dtype=dt_name,
+                           top_p=top_p, seed=seed, dtype=_dtype_name(dtype),
                            device=None if device is None else str(device))
-    loaded = _resolve(model, tokenizer)
-    tok = tokenizer if tokenizer is not None else loaded.tokenizer
-    net = placed(loaded.model, dtype, device)
-    reads = getattr(net, "main_input_name", "input_ids")
-    if reads in _MEDIA_INPUTS:  # a vision or speech model given text or token ids
-        raise ValueError(
-            f"text_or_token_ids: {loaded.name} reads {reads} ({_MEDIA_INPUTS[reads]}), not "
-            f"text or token ids: give {'image' if reads == 'pixel_values' else 'audio'}= "
-            f"(--{'image' if reads == 'pixel_values' else 'audio'} FILE) instead")
-    seq2seq = is_seq2seq(net)
-    if target is not None and not seq2seq:
-        raise ValueError(
-            f"target is for encoder–decoder models (a source and a target text); "
-            f"{loaded.name} has one attention stack and reads one text: put all of it in "
-            "text_or_token_ids and leave target out")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 1):
-        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if out is not None and seq2seq:
-        raise ValueError(
-            f"out: {loaded.name} is an encoder–decoder model (encoder, decoder and "
-            "cross-attention stacks); a streamed trace holds one stack: trace it without "
-            "out= and save its StackedTrace")
-    if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
-        raise ValueError(f"out must be a file path, got {out!r}")
-    limit = token_limit(loaded, max_tokens)
-    window = int(loaded.max_length)
-    info: dict[str, Any]
-    text = None
-    if settings.chat and not isinstance(text_or_token_ids, str):
-        raise ValueError("chat wraps a text in the model's chat template: give text, not "
-                         "token ids")
-    if settings.generate and (seq2seq or not loaded.causal):
-        raise ValueError(
-            f"generate: {loaded.name} is not a causal language model (it reads "
-            f"{'a source and a target' if seq2seq else 'its text in both directions'}); "
-            "generation is for decoder-only models such as smollm2")
-    if isinstance(text_or_token_ids, str):
-        text = check_text(text_or_token_ids, "text")
-        if tok is None:
+    opts = TraceOptions(qkv=qkv, context=context, truncate=truncate, merge_pieces=merge_pieces,
+                        max_memory=max_memory, progress=progress, out=out,
+                        max_new_tokens=max_new_tokens, max_tokens=max_tokens)
+    run = _Run.start(model, tokenizer, settings, opts, target=target, dtype=dtype,
+                     device=device)
+    enc, meta = run.encode(text_or_token_ids)
+    tgt = run.target(enc, target, meta)
+    run.check_budget(enc, tgt, meta)
+    cap, enc = run.record(enc, tgt, meta)
+    return run.finish(cap, enc, tgt, meta)
+
+
+# -- the seams of a trace -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """What the tracer keeps and how (the keywords of :func:`trace` that are not how the
+    model runs, :class:`~attnlab.tracing.run_settings.RunSettings`), checked."""
+
+    qkv: bool = True
+    context: bool = False
+    truncate: bool = False
+    merge_pieces: bool = True
+    max_memory: int | str | None = None
+    progress: bool = False
+    out: str | os.PathLike[str] | None = None
+    max_new_tokens: int = MAX_NEW_TOKENS
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {n!r}")
+        out = self.out
+        if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
+            raise ValueError(f"out must be a file path, got {out!r}")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The decoder's input of an encoder–decoder model: its ids and labels, its text, where
+    it came from (``"given"``, ``"generated"``, or ``"source"`` for attnlab's Transformer,
+    which has no generation of its own) and the length it was cut from, if it was."""
+
+    ids: list[int]
+    labels: list[str]
+    text: str | None
+    origin: str
+    truncated_from: int | None = None
+
+
+def _dtype_name(dtype: str | torch.dtype | None) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class _Run:
+    """One trace being made: the model (placed), its tokenizer, how it runs and what is
+    kept; each method one step of :func:`trace`."""
+
+    loaded: Any
+    tok: Any
+    net: nn.Module
+    settings: RunSettings
+    opts: TraceOptions
+    seq2seq: bool
+    limit: int
+
+    @classmethod
+    def start(cls, model: Any, tokenizer: Any, settings: RunSettings, opts: TraceOptions, *,
+              target: Any, dtype: Any, device: Any) -> _Run:
+        """The model resolved and placed, and every refusal that needs only the model."""
+        loaded = _resolve(model, tokenizer)
+        name = loaded.name
+        net = placed(loaded.model, dtype, device)
+        reads = getattr(net, "main_input_name", "input_ids")
+        if reads in _MEDIA_INPUTS:  # a vision or speech model given text or token ids
+            kind = "image" if reads == "pixel_values" else "audio"
             raise ValueError(
-                f"text needs a tokenizer and {loaded.name} has none: pass tokenizer=..., or "
-                "give token ids instead of text (their labels are then the ids)"
-            )
-        user_text = text
-        if settings.chat:
-            text = chat_text(tok, text, loaded.name)
-        info = (_encode_hf(tok, text, loaded.name, special_tokens=not settings.chat)
-                if callable(tok) and hasattr(tok, "convert_ids_to_tokens")
-                else _encode_plain(tok, text))
-    else:
-        ids = ids_from(text_or_token_ids)
-        if not ids:
-            raise ValueError("token_ids is empty; give at least one token")
-        info = {"ids": ids, "labels": id_labels(tok, ids),
-                "groups": [[i] for i in range(len(ids))]}
-    ids = info["ids"]
-    meta: dict[str, Any] = {"model_info": {k: v for k, v in loaded.describe().items()
-                                           if isinstance(v, (str, int, float, bool, type(None)))}}
-    if len(ids) > limit:
-        if not truncate:
-            raise ValueError(too_long("text" if text is not None else "token_ids", len(ids),
-                                      limit, "tokens", flag=TRUNCATE_HINT))
-        meta["truncated_from"] = len(ids)
-        ids = ids[:limit]
-        info["labels"] = info["labels"][:limit]
-        info["groups"] = [g for g in ([i for i in g if i < limit] for g in info["groups"])
-                          if g]
-    if len(ids) > window:
-        meta["trained_window"] = window
-        warnings.warn(BeyondWindowWarning(beyond_window_note(loaded.name, len(ids), window)),
-                      stacklevel=2)
-    vocab = _vocab_size(net)
-    check_ids(ids, vocab, loaded.name)
-    if "unknown_fraction" in info:
-        meta["unknown_fraction"] = info["unknown_fraction"]
-    meta["run"] = {"dtype": str(model_dtype(net)).removeprefix("torch."),
-                   "device": str(model_device(net))}
-    if settings.chat:
-        meta["chat"] = {"template": True, "user_text": user_text}
-    if settings.generate and len(ids) + settings.generate > limit:
-        raise ValueError(
-            f"generate: the prompt's {len(ids)} tokens and {settings.generate} new ones "
-            f"exceed {loaded.name}'s limit of {limit} tokens; generate fewer or shorten the "
-            "text")
-    x = torch.tensor([ids], dtype=torch.long, device=model_device(net))
-    new: list[int] = []
-    if settings.generate and out is not None:  # generated first, then one streamed forward
-        new = continue_ids(net, loaded.name, x, settings, feed_last=False)
-        _append_generated(info, meta, tok, new, settings, merge_pieces, streamed=True)
-        ids = info["ids"]
-        x = torch.tensor([ids], dtype=torch.long, device=x.device)
-    tgt: dict[str, Any] | None = None
-    if seq2seq:
+                f"text_or_token_ids: {name} reads {reads} ({_MEDIA_INPUTS[reads]}), not "
+                f"text or token ids: give {kind}= (--{kind} FILE) instead")
+        seq2seq = is_seq2seq(net)
+        if target is not None and not seq2seq:
+            raise ValueError(
+                f"target is for encoder–decoder models (a source and a target text); {name} "
+                "has one attention stack and reads one text: put all of it in "
+                "text_or_token_ids and leave target out")
+        if opts.out is not None and seq2seq:
+            raise ValueError(
+                f"out: {name} is an encoder–decoder model (encoder, decoder and "
+                "cross-attention stacks); a streamed trace holds one stack: trace it without "
+                "out= and save its StackedTrace")
+        limit = token_limit(loaded, opts.max_tokens)
+        if settings.generate and (seq2seq or not loaded.causal):
+            raise ValueError(
+                f"generate: {name} is not a causal language model (it reads "
+                f"{'a source and a target' if seq2seq else 'its text in both directions'}); "
+                "generation is for decoder-only models such as smollm2")
+        tok = tokenizer if tokenizer is not None else loaded.tokenizer
+        return cls(loaded, tok, net, settings, opts, seq2seq, limit)
+
+    def encode(self, text_or_token_ids: Any) -> tuple[Encoded, dict[str, Any]]:
+        """The input as ids (cut to the limit with ``truncate``, else refused), checked
+        against the vocabulary, and the trace's ``meta`` so far."""
+        loaded, s = self.loaded, self.settings
+        enc = encode(self.tok, text_or_token_ids, loaded.name, chat=s.chat)
+        meta: dict[str, Any] = {"model_info": {
+            k: v for k, v in loaded.describe().items()
+            if isinstance(v, (str, int, float, bool, type(None)))}}
+        n, limit, window = len(enc.ids), self.limit, int(loaded.max_length)
+        if n > limit:
+            if not self.opts.truncate:
+                raise ValueError(too_long("text" if enc.text is not None else "token_ids", n,
+                                          limit, "tokens", flag=TRUNCATE_HINT))
+            meta["truncated_from"] = n
+            enc = enc.cut(limit)
+        if len(enc.ids) > window:
+            meta["trained_window"] = window
+            warnings.warn(BeyondWindowWarning(beyond_window_note(
+                loaded.name, len(enc.ids), window)), stacklevel=3)
+        check_ids(enc.ids, _vocab_size(self.net), loaded.name)
+        if enc.unknown_fraction is not None:
+            meta["unknown_fraction"] = enc.unknown_fraction
+        meta["run"] = {"dtype": _dtype_name(model_dtype(self.net)),
+                       "device": str(model_device(self.net))}
+        if s.chat:
+            meta["chat"] = {"template": True, "user_text": enc.user_text}
+        if s.generate and len(enc.ids) + s.generate > limit:
+            raise ValueError(
+                f"generate: the prompt's {len(enc.ids)} tokens and {s.generate} new ones "
+                f"exceed {loaded.name}'s limit of {limit} tokens; generate fewer or shorten "
+                "the text")
+        return enc, meta
+
+    def _ids(self, enc: Encoded) -> Tensor:
+        return torch.tensor([enc.ids], dtype=torch.long, device=model_device(self.net))
+
+    def target(self, enc: Encoded, target: Any, meta: dict[str, Any]) -> Target | None:
+        """An encoder–decoder model's target (given, or its own generation), else None."""
+        if not self.seq2seq:
+            return None
         meta["model_info"]["encoder_decoder"] = True
-        tgt = _target(loaded, tok, target, x, limit, max_new_tokens, truncate)
-        check_ids(tgt["ids"], vocab, loaded.name, "target")
-        info["labels"] = _piece_labels(info, tok)
-        meta["target_from"] = tgt["from"]
-        if "truncated_from" in tgt:
-            meta["target_truncated_from"] = tgt["truncated_from"]
-    if max_memory is not None:
+        tgt = _target(self.loaded, self.net, self.tok, target, self._ids(enc), self.limit,
+                      self.opts.max_new_tokens, self.opts.truncate)
+        check_ids(tgt.ids, _vocab_size(self.net), self.loaded.name, "target")
+        meta["target_from"] = tgt.origin
+        if tgt.truncated_from is not None:
+            meta["target_truncated_from"] = tgt.truncated_from
+        return tgt
+
+    def check_budget(self, enc: Encoded, tgt: Target | None, meta: dict[str, Any]) -> None:
+        """Refuse, before the model runs, a trace that would not fit ``max_memory``."""
+        o = self.opts
+        if o.max_memory is None:
+            return
         # an encoder–decoder model keeps the source once (encoder) and the target twice
         # (decoder and cross rows): counted as that many tokens of one stack
-        n = len(ids) + (2 * len(tgt["ids"]) if tgt is not None else 0) + (
-            settings.generate if out is None else 0)
-        check_trace_budget(loaded, n, max_memory, what="text", keep_weights=not qkv,
-                           keep_context=context, streamed=out is not None)
-    y = None if tgt is None else torch.tensor([tgt["ids"]], dtype=torch.long)
-    was_training = net.training
-    net.eval()
-    calls = None if seq2seq else getattr(loaded, "num_layers", None)  # 3 stacks: unknown
-    decoding = bool(settings.generate) and out is None
-    if decoding and calls:
-        calls *= settings.generate + 1  # the prompt, then one call per new token
-    bar = _Progress(calls, loaded.name) if progress else None
-    stream: dict[str, Any] = {}
-    if out is not None:
-        layers = int(getattr(loaded, "num_layers", 0) or 0)
-        stream = {"out": out, "num_layers": layers or None,
-                  "reserve": _header_reserve(info, text, meta, layers)}
-    try:
-        with torch.no_grad(), capture(net, qkv=qkv, context=context, **stream) as cap:
-            def run() -> list[int]:
-                if decoding:  # the generation itself, through the model's KV cache
-                    return continue_ids(net, loaded.name, x, settings, feed_last=True)
-                _forward(net, x, y)
-                return []
+        n = len(enc.ids) + (2 * len(tgt.ids) if tgt is not None else 0) + (
+            self.settings.generate)
+        check_trace_budget(self.loaded, n, o.max_memory, what="text", keep_weights=not o.qkv,
+                           keep_context=o.context, streamed=o.out is not None)
 
-            if bar is not None:
-                cap.on_record = bar.advance
-                with bar:
-                    new = run() or new
-            else:
-                new = run() or new
-    finally:
-        net.train(was_training)
-    if decoding:
-        _append_generated(info, meta, tok, new, settings, merge_pieces, streamed=False)
-        ids = info["ids"]
-    if tgt is not None:
-        t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
-                      target_tokens=tgt["labels"], target_ids=tgt["ids"],
-                      target=tgt["text"], meta=meta, release=True)
-        if not isinstance(t, StackedTrace):
-            raise ValueError(
-                f"{loaded.name} is an encoder–decoder model but only its {t.stack!r} "
-                "attention was recorded; attnlab could not tell its encoder, decoder and "
-                "cross-attention apart")
+    def record(self, enc: Encoded, tgt: Target | None, meta: dict[str, Any]
+               ) -> tuple[Capture, Encoded]:
+        """The model run under capture: one forward pass; or a generation through its KV
+        cache (in memory); or, streamed, the model's generation first, then one streamed
+        forward over the prompt and the continuation. Returns the capture and the input
+        with the generated ids appended."""
+        s, o, net, name = self.settings, self.opts, self.net, self.loaded.name
+        decoding = bool(s.generate) and o.out is None
+        if s.generate and o.out is not None:
+            new = continue_ids(net, name, self._ids(enc), s, feed_last=False)
+            enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=True)
+        x = self._ids(enc)
+        y = None if tgt is None else torch.tensor([tgt.ids], dtype=torch.long)
+        calls = None if self.seq2seq else getattr(self.loaded, "num_layers", None)
+        if decoding and calls:
+            calls *= s.generate + 1  # the prompt, then one call per new token
+        bar = _Progress(calls, name) if o.progress else None
+        stream: dict[str, Any] = {}
+        if o.out is not None:
+            layers = int(getattr(self.loaded, "num_layers", 0) or 0)
+            stream = {"out": o.out, "num_layers": layers or None,
+                      "reserve": _header_reserve(enc, meta, layers)}
+        was_training = net.training
+        net.eval()
+        try:
+            with torch.no_grad(), capture(net, qkv=o.qkv, context=o.context,
+                                          **stream) as cap, bar or contextlib.nullcontext():
+                if bar is not None:
+                    cap.on_record = bar.advance
+                if decoding:  # the generation itself, through the model's KV cache
+                    new = continue_ids(net, name, x, s, feed_last=True)
+                else:
+                    _forward(net, x, y)
+        finally:
+            net.train(was_training)
+        if decoding:
+            enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=False)
+        return cap, enc
+
+    def finish(self, cap: Capture, enc: Encoded, tgt: Target | None, meta: dict[str, Any]
+               ) -> AttentionTrace | StackedTrace:
+        """The capture's trace, labelled, its pieces merged (streamed: the file finished,
+        the merge in its header, the trace opened from it)."""
+        name = self.loaded.name
+        labels = dict(tokens=enc.labels, model=name, token_ids=enc.ids, text=enc.text,
+                      meta=meta)
+        if tgt is not None:
+            labels["tokens"] = enc.piece_labels(self.tok)
+            t = cap.trace(target_tokens=tgt.labels, target_ids=tgt.ids, target=tgt.text,
+                          release=True, **labels)
+            if not isinstance(t, StackedTrace):
+                raise ValueError(
+                    f"{name} is an encoder–decoder model but only its {t.stack!r} attention "
+                    "was recorded; attnlab could not tell its encoder, decoder and "
+                    "cross-attention apart")
+            return t
+        merge = enc.merge(MERGE_RULE) if self.opts.merge_pieces else None
+        if self.opts.out is not None:
+            return cap.trace(merge=merge, **labels)
+        t = cap.trace(release=True, **labels)
+        if isinstance(t, AttentionTrace) and merge is not None:
+            t = t.merge_tokens(*merge[:2], rule=merge[2])
         return t
-    groups = info["groups"]
-    if out is not None:  # the file finished, the merge in its header; opened from it
-        merge = ((groups, [_group_label(info, g, text) for g in groups], MERGE_RULE)
-                 if merge_pieces and any(len(g) > 1 for g in groups) else None)
-        return cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
-                         meta=meta, merge=merge)
-    t = cap.trace(tokens=info["labels"], model=loaded.name, token_ids=ids, text=text,
-                  meta=meta, release=True)
-    if (isinstance(t, AttentionTrace) and merge_pieces and any(len(g) > 1 for g in groups)):
-        t = t.merge_tokens(groups, [_group_label(info, g, text) for g in groups],
-                           rule=MERGE_RULE)
-    return t
 
 
 # -- a generation -----------------------------------------------------------------------------
 
 
-def _append_generated(info: dict[str, Any], meta: dict[str, Any], tok: Any, new: list[int],
-                      settings: RunSettings, merge_pieces: bool, *, streamed: bool) -> None:
-    """The generated ids appended to the encoded prompt (each its own token: labelled by
-    its own text or bytes), and what the trace's ``meta`` says of the generation:
-    ``prompt_tokens`` and ``generated`` (positions as the trace shows them, after any
-    merge of the prompt's pieces) and ``generation``."""
-    p = len(info["ids"])
-    groups = info["groups"]
-    shown = len(groups) if merge_pieces and any(len(g) > 1 for g in groups) else p
-    info["ids"] = list(info["ids"]) + list(new)
-    info["labels"] = list(info["labels"]) + id_labels(tok, new)
-    info["groups"] = list(groups) + [[p + i] for i in range(len(new))]
+def _generated(enc: Encoded, meta: dict[str, Any], tok: Any, new: list[int],
+               settings: RunSettings, merge_pieces: bool, *, streamed: bool) -> Encoded:
+    """The input with the generated ids appended (each its own token), and what the trace's
+    ``meta`` says of the generation: ``prompt_tokens`` and ``generated`` (positions as the
+    trace shows them, after any merge of the prompt's pieces) and ``generation``."""
+    shown = len(enc.groups) if merge_pieces and enc.merges else len(enc.ids)
     meta["prompt_tokens"] = shown
     meta["generated"] = list(range(shown, shown + len(new)))
     meta["generation"] = {
@@ -658,6 +651,7 @@ def _append_generated(info: dict[str, Any], meta: dict[str, Any], tok: Any, new:
         "traced_as": ("one forward pass over the prompt and the generated tokens, after "
                       "the model generated them" if streamed else
                       "the decoding steps through the model's KV cache, stitched")}
+    return enc.with_generated(tok, new)
 
 
 def placed(model: nn.Module, dtype: str | torch.dtype | None,
@@ -676,24 +670,10 @@ def placed(model: nn.Module, dtype: str | torch.dtype | None,
 # -- the target of an encoder–decoder model -------------------------------------------------
 
 
-def _piece_labels(info: dict[str, Any], tok: Any) -> list[str]:
-    """The source labels when pieces stay apart: a piece that shares its character with
-    others is labelled by its own bytes (:func:`~attnlab.tracing.decode.id_labels`), not
-    the whole character."""
-    labels = list(info["labels"])
-    for g in info["groups"]:
-        if len(g) > 1:
-            for i, label in zip(g, id_labels(tok, [info["ids"][i] for i in g])):
-                labels[i] = label
-    return labels
-
-
-def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_tokens: int,
-            truncate: bool) -> dict[str, Any]:
-    """The decoder's input: ``ids``, ``labels``, ``text`` and where it came from
-    (``"given"``, ``"generated"``, or ``"source"`` for attnlab's Transformer, which has no
-    generation of its own, given no target)."""
-    net = loaded.model
+def _target(loaded: Any, net: nn.Module, tok: Any, target: Any, x: Tensor, limit: int,
+            max_new_tokens: int, truncate: bool) -> Target:
+    """The decoder's input: given, the model's own greedy generation, or (attnlab's
+    Transformer, which has no generation of its own, given no target) the source."""
     hf = is_hf_model(net)
     if target is None:
         if not hf:
@@ -706,6 +686,5 @@ def _target(loaded: Any, tok: Any, target: Any, x: Tensor, limit: int, max_new_t
                                name=loaded.name)
         origin = "given"
     ids, cut_from = fit_target(ids, limit, truncate=truncate)
-    out: dict[str, Any] = {} if cut_from is None else {"truncated_from": cut_from}
-    out.update({"ids": ids, "labels": id_labels(tok, ids), "text": text, "from": origin})
-    return out
+    return Target(ids=ids, labels=id_labels(tok, ids), text=text, origin=origin,
+                  truncated_from=cut_from)

@@ -9,9 +9,9 @@ that continues it. A call continues the chain when
 * its keys are the chain's keys plus as many new ones as it has queries
   (``Lk − Lq`` equals the keys held so far), and
 * the keys and values it reads where the chain already has them are the chain's own
-  (compared bit for bit at each step: the previous step's new keys, and the prompt's and a
-  middle step's at evenly spread positions, :data:`CHECK_POSITIONS` at most): the cache was
-  neither reordered (beam search) nor rewritten.
+  (compared bit for bit at each step: the previous call's new keys all, and the first
+  call's at :data:`CHECK_POSITIONS` evenly spread positions): the cache was neither
+  reordered (beam search) nor rewritten.
 
 Cross-attention (a decoder step reading the encoder's states) continues its chain when it
 reads the same keys again, with new queries. A continuing call is kept as only its new
@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.adapters._base import AttentionRecord
 
@@ -50,7 +51,7 @@ __all__ = ["CHECK_POSITIONS", "CacheSteps", "GenerationError"]
 CHECK_POSITIONS = 48
 
 
-class GenerationError(ValueError):
+class GenerationError(Error):
     """Calls of a capture that cannot be stitched into one sequence (a cache reordered,
     cropped or evicting, several sequences, dense weights): named, never dropped."""
 
@@ -63,6 +64,9 @@ class _Chain:
     stack: str
     records: list[AttentionRecord] = field(default_factory=list)
     keys: int = 0  # keys held so far (the last call's Lk)
+    #: the first call's keys and values at spread positions (the positions, k, v),
+    #: gathered once: what every step's cache is compared with
+    sample: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     @property
     def steps(self) -> int:
@@ -78,22 +82,32 @@ def _positions(n: int, most: int = CHECK_POSITIONS) -> list[int]:
     return sorted({min(n - 1, int(i * step)) for i in range(most - 1)} | {n - 1})
 
 
-def _checked_parts(chain: _Chain, held: int) -> list[tuple[AttentionRecord, list[int]]]:
-    """Where a step's cache is compared with the chain (positions within each record's own
-    keys): the last step's new keys all (what beam search reorders first), the first call's
-    keys (the prompt) and a middle step's at up to :data:`CHECK_POSITIONS` positions in
-    all; one gathered comparison per record."""
-    rs = [r for r in chain.records if r.k is not None and r.k.shape[2]]
-    if not rs:
-        return []
-    picked = {id(rs[0]): rs[0], id(rs[-1]): rs[-1], id(rs[len(rs) // 2]): rs[len(rs) // 2]}
-    out = []
-    for rec in picked.values():
-        n = min(rec.k.shape[2], held - rec.past)
-        if n > 0:
-            out.append((rec, list(range(n)) if rec is rs[-1] and n <= CHECK_POSITIONS
-                        else _positions(n, CHECK_POSITIONS // 2)))
-    return out
+def _sample(first: AttentionRecord) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The first call's keys and values at :data:`CHECK_POSITIONS` spread positions."""
+    idx = torch.as_tensor(_positions(first.k.shape[2]), device=first.k.device)
+    v = None if first.v is None else first.v.index_select(2, idx)
+    return idx, first.k.index_select(2, idx), v
+
+
+def _same_keys(r: AttentionRecord, chain: _Chain, held: int) -> tuple[bool, str]:
+    """Whether the keys and values ``r`` reads where the chain holds them are the chain's:
+    the last call's own keys (all of them: what a reordered cache changes first) and the
+    first call's at spread positions; else False and where they differ."""
+    first, last = chain.records[0], chain.records[-1]
+    n = min(last.k.shape[2], held - last.past)
+    if n > 0 and last is not first:
+        a, b = last.past, last.past + n
+        if not (torch.equal(r.k[:, :, a:b], last.k[:, :, :n]) and (
+                last.v is None or r.v is None or torch.equal(r.v[:, :, a:b], last.v[:, :, :n]))):
+            return False, f"{a}..{b - 1}"
+    if first.k.shape[2]:
+        if chain.sample is None:
+            chain.sample = _sample(first)
+        idx, k, v = chain.sample
+        if not (torch.equal(r.k.index_select(2, idx), k) and (
+                v is None or r.v is None or torch.equal(r.v.index_select(2, idx), v))):
+            return False, f"{int(idx[0])}..{int(idx[-1])}"
+    return True, ""
 
 
 class CacheSteps:
@@ -162,20 +176,15 @@ class CacheSteps:
             kind, held = "self", chain.keys
         else:
             return None
-        for rec, at in _checked_parts(chain, held):
-            idx = torch.as_tensor(at, device=r.k.device)
-            pos = idx + rec.past
-            same = torch.equal(r.k.index_select(2, pos), rec.k.index_select(2, idx)) and (
-                rec.v is None or r.v is None
-                or torch.equal(r.v.index_select(2, pos), rec.v.index_select(2, idx)))
-            if not same:
-                if self.broken is None:
-                    self.broken = (
-                        f"{r.name}, step {chain.steps + 1}: the cache's keys or values at "
-                        f"positions {rec.past + at[0]}..{rec.past + at[-1]} are not the ones "
-                        "recorded before: the cache was reordered or rewritten between steps "
-                        "(beam search reorders it), so its rows are not one sequence")
-                return None
+        same, where = _same_keys(r, chain, held)
+        if not same:
+            if self.broken is None:
+                self.broken = (
+                    f"{r.name}, step {chain.steps + 1}: the cache's keys or values at "
+                    f"positions {where} are not the ones recorded before: the cache was "
+                    "reordered or rewritten between steps (beam search reorders it), so its "
+                    "rows are not one sequence")
+            return None
         return kind
 
     def stitched(self, records: list[AttentionRecord]) -> list[AttentionRecord]:

@@ -19,6 +19,7 @@ from attnlab._lazy import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY below
     from attnlab import masks, positional
+    from attnlab._errors import AttnlabWarning, Error, Refused
     from attnlab.core.chunked import chunked_attention
     from attnlab.core.functional import scaled_dot_product_attention
     from attnlab.core.linear import linear_attention
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY
 _LAZY: dict[str, str] = {
     "masks": "attnlab.masks",
     "positional": "attnlab.positional",
+    **{name: "attnlab._errors" for name in ("AttnlabWarning", "Error", "Refused")},
     "chunked_attention": "attnlab.core.chunked",
     "scaled_dot_product_attention": "attnlab.core.functional",
     "linear_attention": "attnlab.core.linear",
@@ -90,6 +92,9 @@ def trace(model: Any, text_or_token_ids: Any = None, **kwargs: Any
     return trace_loaded(model, text_or_token_ids, **kwargs)
 
 __all__ = [
+    "AttnlabWarning",
+    "Error",
+    "Refused",
     "Explorer",
     "GPT",
     "GPTConfig",

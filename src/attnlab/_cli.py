@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from attnlab._errors import Error
 from attnlab._text import one_line
 
 __all__ = ["UsageError", "check_out", "emit_json", "read_text_file", "run_command", "save"]
@@ -33,7 +34,7 @@ __all__ = ["UsageError", "check_out", "emit_json", "read_text_file", "run_comman
 T = TypeVar("T")
 
 
-class UsageError(Exception):
+class UsageError(Error):
     """A bad command-line value: printed as one line, exit code 2."""
 
 

@@ -6,7 +6,7 @@ reader sees either the old file or the new one, never half of one. The temp file
 mid-write leaves at most such a file beside the old one, and :func:`remove_stale_temps`
 deletes exactly those (for the names it is given), never a file attnlab did not make.
 
-Errors name the target, never the hidden temp file. Depends on nothing.
+Errors name the target, never the hidden temp file. Depends only on :mod:`attnlab._errors`.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from attnlab._errors import Error
 
 __all__ = [
     "TEMP_MARK",
@@ -222,7 +224,7 @@ def check_output_dir(path: str | os.PathLike[str], *, arg: str = "path") -> Path
 # -- one writer per output folder ------------------------------------------------------------
 
 
-class FolderBusyError(ValueError):
+class FolderBusyError(Error):
     """Another live process holds the lock of an output folder (the message names its pid)."""
 
 

@@ -28,6 +28,8 @@ import html
 import re
 from functools import lru_cache
 
+from attnlab._errors import Error
+
 __all__ = ["SEGMENT", "to_mathml", "html_with_math", "is_formula", "has_raw_tex", "MathError"]
 
 #: A formula in a text: ``$$display$$`` (group 1) or ``$inline$`` (group 2); an inline one
@@ -40,7 +42,7 @@ _COMMAND = re.compile(r"\\[A-Za-z]+")
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 
 
-class MathError(ValueError):
+class MathError(Error):
     """A formula that ``latex2mathml`` cannot convert (the message quotes it)."""
 
 

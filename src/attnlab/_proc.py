@@ -21,11 +21,13 @@ import subprocess
 import sys
 from typing import Any
 
+from attnlab._errors import Error
+
 __all__ = ["IsolatedCallError", "call_isolated", "echo", "in_fresh_process", "load_average",
            "peak_rss_bytes", "release_memory", "reset_peak_rss"]
 
 
-class IsolatedCallError(RuntimeError):
+class IsolatedCallError(Error, RuntimeError):
     """The isolated call failed; ``reason`` says how (the exit status or signal and the last
     line of its stderr, or the timeout)."""
 

@@ -66,6 +66,7 @@ import torch
 from torch import Tensor
 
 from attnlab._dist import join, leave
+from attnlab._errors import AttnlabWarning
 from attnlab._io import FolderBusyError, atomic_write_text, lock_folder
 from attnlab.analysis import survey_result
 from attnlab.analysis._survey_state import STATE_DIR, resume, state_path, write_state
@@ -85,7 +86,7 @@ __all__ = ["CHARS_PER_TOKEN", "RESULT_NAME", "ROLES", "SCORES", "STATE_DIR", "Co
 RESULT_NAME = "survey.json"
 
 
-class TextsCutWarning(UserWarning):
+class TextsCutWarning(AttnlabWarning):
     """The model accepts fewer tokens than ``max_tokens``: texts are cut to its limit."""
 
 

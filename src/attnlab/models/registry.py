@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import nn
 
+from attnlab._errors import Error
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
 from attnlab.tracing.adapters.huggingface import is_causal_config
@@ -38,8 +39,9 @@ WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4
 _CACHE_FORMAT = 1
 
 
-class ModelNotAvailableError(ValueError):
-    """A model that cannot be loaded here (package missing, bad file); says how to fix it."""
+class ModelNotAvailableError(Error):
+    """A model that cannot be loaded here (an unknown name, not a model folder, a package
+    missing, a bad file); says how to fix it."""
 
 
 @dataclass
@@ -317,7 +319,7 @@ def _load_attnlab_run(path: Path) -> LoadedModel:
 
 def _load_path(path: Path, progress: bool) -> LoadedModel:
     if not path.is_dir():
-        raise ValueError(
+        raise ModelNotAvailableError(
             f"{str(path)!r} is neither a known model name ({', '.join(sorted(NAMES))}) nor a "
             "directory; give a Hugging Face model folder (with config.json) or a trained "
             "attnlab run folder"
@@ -325,7 +327,8 @@ def _load_path(path: Path, progress: bool) -> LoadedModel:
     if _is_attnlab_run(path):
         return _load_attnlab_run(path)
     if not (path / "config.json").is_file():
-        raise ValueError(f"{path} has no config.json: not a Hugging Face model folder")
+        raise ModelNotAvailableError(f"{path} has no config.json: not a Hugging Face model "
+                                     "folder")
     tf = _require_transformers()
     # Whatever transformers or safetensors raise for a broken folder (OSError for bad JSON
     # or a missing weights file, ValueError, SafetensorError, ...) becomes one line.
@@ -389,12 +392,13 @@ def load(name_or_path: str | os.PathLike[str], *, reuse: bool = True,
 
     ``progress`` shows a progress bar (stderr) for slow one-time work such as converting
     smollm2's GGUF. Errors name the fix: an unknown name lists the known ones, a missing
-    package gives the ``pip install`` line.
+    package gives the ``pip install`` line. Every refusal of a name or a folder is a
+    :class:`ModelNotAvailableError` (an :class:`attnlab.Error`, so a ``ValueError``).
 
     >>> load("no-such-model")
     Traceback (most recent call last):
     ...
-    ValueError: 'no-such-model' is neither a known model name (minilm, smollm2, whisper-tiny-en) nor a directory; give a Hugging Face model folder (with config.json) or a trained attnlab run folder
+    attnlab.models.registry.ModelNotAvailableError: 'no-such-model' is neither a known model name (minilm, smollm2, whisper-tiny-en) nor a directory; give a Hugging Face model folder (with config.json) or a trained attnlab run folder
     """  # noqa: E501
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(
@@ -402,7 +406,8 @@ def load(name_or_path: str | os.PathLike[str], *, reuse: bool = True,
         )
     raw = os.fspath(name_or_path)
     if not raw.strip():
-        raise ValueError(f"name_or_path must not be empty; known models: {', '.join(NAMES)}")
+        raise ModelNotAvailableError(f"name_or_path must not be empty; known models: "
+                                     f"{', '.join(NAMES)}")
     key = raw.lower() if raw.lower() in NAMES else str(Path(raw).expanduser().resolve())
     with _LOCK:
         if reuse and key in _LOADED:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab._errors import Error
 from attnlab.tracing.inputs import SAMPLE_RATE
 
 __all__ = ["SAMPLE_RATE", "SpeechUnavailableError", "chirp", "resample", "speak", "write_wav"]
 
 
-class SpeechUnavailableError(RuntimeError):
+class SpeechUnavailableError(Error, RuntimeError):
     """What the real speech case needs (espeak-ng, the model package) is not installed;
     the message says how to install it."""
 

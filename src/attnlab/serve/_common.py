@@ -2,7 +2,7 @@
 allow-list against DNS rebinding, the refusal of cross-site requests (an ``Origin`` that is
 not the server's own: 403; a JSON endpoint's body that is not ``application/json``: 415; no
 CORS header is ever sent), one JSON error shape ``{"error": ...}`` for every status, and
-the one exception a request is refused with (:class:`Refused`)."""
+the one exception a request is refused with (:class:`attnlab.Refused`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
+
+from attnlab._errors import Refused  # the one refusal class, re-exported here
 
 __all__ = ["LOCAL_HOSTS", "Refused", "ServeConfig", "allowed_hosts_for", "error",
            "install_guards", "json_content_type_error"]
@@ -48,24 +50,6 @@ class ServeConfig:
                 isinstance(h, str) and h for h in self.allowed_hosts):
             raise ValueError(f"allowed_hosts must be a tuple of host names, got "
                              f"{self.allowed_hosts!r}")
-
-
-class Refused(Exception):
-    """A request a server will not answer: the HTTP ``status`` and the ``message`` of its
-    JSON body ``{"error": message}`` (:meth:`response`).
-
-    >>> exc = Refused(413, "body is over 10 bytes")
-    >>> exc.status, exc.message, str(exc)
-    (413, 'body is over 10 bytes', 'body is over 10 bytes')
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-    def response(self) -> Any:
-        """The JSON response that says why (:func:`error`)."""
-        return error(self.status, self.message)
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:

@@ -201,7 +201,7 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
             req = _parse_body(body)
             tracer, texts, need = _admit(req, tracers, names, max_chars, budget)
         except Refused as exc:
-            return exc.response()
+            return _error(exc.status, exc.message)
         return await run_in_threadpool(_run, tracer, texts, need)
 
     def _run(tracer: Tracer, texts: list[str], need: int) -> Any:

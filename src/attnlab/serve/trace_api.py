@@ -50,7 +50,8 @@ from typing import Any
 
 import torch  # noqa: F401  (the doctests)
 
-from attnlab.serve._common import Refused, error
+from attnlab._errors import Refused
+from attnlab.serve._common import error
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace, open_trace
 from attnlab.viz.api import (
@@ -58,14 +59,13 @@ from attnlab.viz.api import (
     MAX_ROWS,
     MAX_TILE,
     MAX_TOP,
-    RequestError,
     pooled_data,
     qk_data,
     rows_data,
     tile_data,
     topk_data,
 )
-from attnlab.viz.attribution_payload import AttributionError, attribution_rows, score_parts_json
+from attnlab.viz.attribution_payload import attribution_rows, score_parts_json
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
 from attnlab.viz.payload import ExplorerConfig
@@ -248,12 +248,8 @@ def trace_router(store: TraceStore) -> Any:
             return fn(store.get(tid), *args, **kwargs)
         except KeyError as exc:
             return error(404, str(exc.args[0]))
-        except Refused as exc:
-            return exc.response()
-        except RequestError as exc:
+        except Refused as exc:  # the viz functions' refusals too (one class)
             return error(exc.status, exc.message)
-        except AttributionError as exc:
-            return error(exc.status, str(exc))
 
     @router.get("/api/traces")
     def traces() -> dict[str, Any]:

@@ -72,6 +72,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab._errors import Error
+
 __all__ = [
     "DENSE_MASK_ENTRIES",
     "KEPT_COPIES",
@@ -111,7 +113,7 @@ _FALLBACK_TOTAL = 8 * 2**30  # when the machine's memory cannot be read
 _FLOAT = 4  # bytes of a float32
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(Error):
     """An input whose trace would need more memory than the budget allows."""
 
 

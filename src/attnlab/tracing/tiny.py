@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from attnlab._errors import Error
 from attnlab._text import one_line
 from attnlab.tracing.families import TEXT_KINDS, families, mappings
 
@@ -255,7 +256,7 @@ def _model_class(family: str, kind: str) -> Any:
 
 
 
-class NotBuiltError(ValueError):
+class NotBuiltError(Error):
     """A tiny model that cannot be made offline (the message is the support matrix's
     reason: ``"not built: ..."``)."""
 

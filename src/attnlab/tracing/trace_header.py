@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from attnlab._errors import Error
 from attnlab.core.scores import TENSOR_FIELDS
 from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
 
@@ -32,7 +33,7 @@ _OLDEST = {ONE_STACK: 1, SEVERAL_STACKS: 4}
 _NEWEST = {ONE_STACK: STREAM_FORMAT_VERSION, SEVERAL_STACKS: FORMAT_VERSION}
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(Error):
     """A file that is not a readable attnlab trace (corrupt, foreign, inconsistent, too new)."""
 
 

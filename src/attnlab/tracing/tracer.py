@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab._errors import AttnlabWarning
 from attnlab._text import too_long
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
@@ -134,7 +135,7 @@ def _resolve(model: Any, tokenizer: Any) -> Any:
     )
 
 
-class BeyondWindowWarning(UserWarning):
+class BeyondWindowWarning(AttnlabWarning):
     """A trace past the model's trained window (``max_tokens=`` above ``max_length``)."""
 
 

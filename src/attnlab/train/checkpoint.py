@@ -44,6 +44,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
+from attnlab._errors import Error
 from attnlab._io import atomic_write_bytes
 from attnlab._io import remove_stale_temps as _remove_temps
 from attnlab.train.config import TrainConfig
@@ -75,7 +76,7 @@ _RUN_KIND = "attnlab.train.run"
 _CKPT_KIND = "attnlab.train.checkpoint"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Error):
     """A checkpoint or run directory that cannot be used (corrupt, mismatched, missing)."""
 
 

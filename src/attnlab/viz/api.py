@@ -11,8 +11,9 @@ same JSON either way.
 Each function takes the trace and the request's parameters and returns a JSON-ready dict;
 arrays come as blobs ``{"dtype", "gz", "shape", "b64"}`` (:func:`attnlab.viz.codec.
 encode_blob`) or, with ``encoding="list"``, as nested lists. A bad request raises
-:class:`RequestError`, whose ``status`` is what a server answers with (422 a bad value, 413
-too much at once, 409 a trace without what is asked).
+:class:`attnlab.Refused` (here also named ``RequestError``), whose ``status`` is what a
+server answers with (422 a bad value, 413 too much at once, 409 a trace without what is
+asked).
 
 :func:`answer` is one request by its path and its parameters as the page sends them
 (:data:`ENDPOINTS`: the path, its parameters and their types, as the server's routes
@@ -32,8 +33,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import Refused
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.attribution_payload import AttributionError, attribution_rows, score_parts_json
+from attnlab.viz.attribution_payload import attribution_rows, score_parts_json
 from attnlab.viz.codec import encode_blob
 from attnlab.viz.qk import qk_pieces_data
 
@@ -47,18 +49,9 @@ MAX_POOLED_BLOCKS = 512  # blocks per side of one /pooled request
 MAX_TOP = 256  # keys of one /topk or /qk request
 
 
-class RequestError(ValueError):
-    """A request refused: ``status`` (the HTTP status a server answers with) and
-    ``message`` (what is wrong, naming the parameter).
-
-    >>> exc = RequestError(422, "layer must be in [0, 2), got 5")
-    >>> exc.status, exc.message
-    (422, 'layer must be in [0, 2), got 5')
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
+#: A request refused: ``status`` (the HTTP status a server answers with) and ``message``
+#: (what is wrong, naming the parameter). The one refusal class, :class:`attnlab.Refused`.
+RequestError = Refused
 
 
 # --------------------------------------------------------------------------------------
@@ -68,7 +61,7 @@ class RequestError(ValueError):
 
 def _index(name: str, value: int, n: int) -> int:
     if not 0 <= value < n:
-        raise RequestError(422, f"{name} must be in [0, {n}), got {value}")
+        raise Refused(422, f"{name} must be in [0, {n}), got {value}")
     return value
 
 
@@ -81,9 +74,9 @@ def _span(name: str, text: str, n: int) -> range:
         a = int(parts[0]) if parts[0].strip() else 0
         b = int(parts[1]) if parts[1].strip() else n
     except ValueError:
-        raise RequestError(422, f"{name} must be a span 'start:stop', got {text!r}") from None
+        raise Refused(422, f"{name} must be a span 'start:stop', got {text!r}") from None
     if not 0 <= a < b <= n:
-        raise RequestError(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
+        raise Refused(422, f"{name} must satisfy 0 <= start < stop <= {n}, got {text!r}")
     return range(a, b)
 
 
@@ -95,14 +88,14 @@ def _queries(text: str, n: int) -> list[int]:
         try:
             out = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise RequestError(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
-                                f"{text!r}") from None
+            raise Refused(422, f"queries must be 'i', 'i,j,…' or 'start:stop', got "
+                           f"{text!r}") from None
         if not out:
-            raise RequestError(422, "queries is empty")
+            raise Refused(422, "queries is empty")
         for i in out:
             _index("queries", i, n)
     if len(out) > MAX_ROWS:
-        raise RequestError(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
+        raise Refused(413, f"{len(out)} queries in one request; the limit is {MAX_ROWS}")
     return out
 
 
@@ -118,7 +111,7 @@ def _array(t: Tensor, dtype: str, encoding: str) -> Any:
 
 def _encoding(encoding: str) -> str:
     if encoding not in ("b64", "list"):
-        raise RequestError(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
+        raise Refused(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
     return encoding
 
 
@@ -133,7 +126,7 @@ def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: in
     layer, head = _head(t, layer, head)
     qs = _queries(queries, t.seq_len)
     if not 0 <= top <= MAX_TOP:
-        raise RequestError(422, f"top must be in [0, {MAX_TOP}], got {top}")
+        raise Refused(422, f"top must be in [0, {MAX_TOP}], got {top}")
     w = t.weights_rows(layer, head, qs).float()  # (R, Lk)
     out: dict[str, Any] = {"layer": layer, "head": head, "queries": qs,
                            "weights": _array(w, "f32", _encoding(encoding))}
@@ -149,7 +142,7 @@ def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
     layer, head = _head(t, layer, head)
     r, c = _span("rows", rows, t.seq_len), _span("cols", cols, t.key_len)
     if len(r) * len(c) > MAX_TILE:
-        raise RequestError(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
+        raise Refused(413, f"a tile of {len(r)} x {len(c)} weights; the limit is {MAX_TILE}")
     w = t.weights_tile(layer, head, r, c).float()
     return {"layer": layer, "head": head, "rows": [r.start, r.stop], "cols": [c.start, c.stop],
             "weights": _array(w, "f32", _encoding(encoding))}
@@ -162,8 +155,8 @@ def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
     n = max(t.seq_len, t.key_len)
     least = -(-n // MAX_POOLED_BLOCKS)
     if not least <= block <= n:
-        raise RequestError(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
-                            f"{MAX_POOLED_BLOCKS} blocks a side), got {block}")
+        raise Refused(422, f"block must be in [{least}, {n}] for {n} tokens (at most "
+                       f"{MAX_POOLED_BLOCKS} blocks a side), got {block}")
     p = t.pooled(layer, head, block).float()
     return {"layer": layer, "head": head, "block": block,
             "weights": _array(p, "f32", _encoding(encoding))}
@@ -174,7 +167,7 @@ def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> d
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
     if not 1 <= k <= MAX_TOP:
-        raise RequestError(422, f"k must be in [1, {MAX_TOP}], got {k}")
+        raise Refused(422, f"k must be in [1, {MAX_TOP}], got {k}")
     vals, idx = t.topk(layer, head, query, min(k, t.key_len))
     keys = t.key_tokens if t.key_tokens is not None else t.tokens
     idx_list = [int(i) for i in idx]
@@ -203,10 +196,10 @@ def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
     if not 1 <= top <= MAX_TOP:
-        raise RequestError(422, f"top must be in [1, {MAX_TOP}], got {top}")
+        raise Refused(422, f"top must be in [1, {MAX_TOP}], got {top}")
     if not t.has_qk:
-        raise RequestError(409, "the QK view needs this trace's q and k: it keeps none (made "
-                                "without qkv)")
+        raise Refused(409, "the QK view needs this trace's q and k: it keeps none (made "
+                           "without qkv)")
     if t.groups is not None:  # q and k of the pieces: the query's pieces, labelled
         return qk_pieces_data(t, layer, head, query, top=top)
     lq, lk = t.seq_len, t.key_len
@@ -298,19 +291,19 @@ def _typed(p: Param, value: Any) -> Any:
             return int(value)
         if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
             return int(value)
-        raise RequestError(422, f"{p.name} must be an integer, got {value!r}")
+        raise Refused(422, f"{p.name} must be an integer, got {value!r}")
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise RequestError(422, f"{p.name} must be a string, got {value!r}")
+    raise Refused(422, f"{p.name} must be a string, got {value!r}")
 
 
 def answer(trace: AttentionTrace, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """The answer to one request of the page: ``path`` (a key of :data:`ENDPOINTS`, e.g.
     ``"rows"``) with ``params`` as the page sends them (values as numbers or text); what
     the server's route of that path answers. A bad path, a missing, unknown or mistyped
-    parameter, or a value out of range raises :class:`RequestError` naming it.
+    parameter, or a value out of range raises :class:`attnlab.Refused` naming it.
 
     >>> w = torch.softmax(torch.randn(1, 2, 4, 4), -1)
     >>> t = AttentionTrace(tokens=list("abcd"), weights=w)
@@ -320,29 +313,26 @@ def answer(trace: AttentionTrace, path: str, params: Mapping[str, Any]) -> dict[
     >>> answer(t, "rows", {"layer": 0, "queries": 2})
     Traceback (most recent call last):
     ...
-    attnlab.viz.api.RequestError: head is required for 'rows' (an integer), got none
+    attnlab.Refused: head is required for 'rows' (an integer), got none
     """
     if not isinstance(path, str) or path not in ENDPOINTS:
-        raise RequestError(404, f"path must be one of {sorted(ENDPOINTS)}, got {path!r}")
+        raise Refused(404, f"path must be one of {sorted(ENDPOINTS)}, got {path!r}")
     if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-        raise RequestError(422, f"params must map parameter names to values, got "
-                                f"{type(params).__name__}")
+        raise Refused(422, f"params must map parameter names to values, got "
+                           f"{type(params).__name__}")
     ep = ENDPOINTS[path]
     names = [p.name for p in ep.params]
     unknown = sorted(set(params) - set(names))
     if unknown:
-        raise RequestError(422, f"{path!r} takes the parameters {names}; got unknown "
-                                f"parameter(s) {unknown}")
+        raise Refused(422, f"{path!r} takes the parameters {names}; got unknown "
+                           f"parameter(s) {unknown}")
     values = {}
     for p in ep.params:
         if p.name not in params:
             if p.required:
                 what = "an integer" if p.type is int else "a string"
-                raise RequestError(422, f"{p.name} is required for {path!r} ({what}), got none")
+                raise Refused(422, f"{p.name} is required for {path!r} ({what}), got none")
             values[p.name] = p.default
         else:
             values[p.name] = _typed(p, params[p.name])
-    try:
-        return ep.function(trace, **values)
-    except AttributionError as exc:  # the attribution functions' refusals, same statuses
-        raise RequestError(exc.status, str(exc)) from None
+    return ep.function(trace, **values)  # the attribution functions refuse with Refused too

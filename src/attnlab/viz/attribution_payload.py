@@ -14,9 +14,10 @@ payload and any other caller (a notebook widget) share them:
 * :func:`score_parts_json` — one pair's decomposition (a JSON-ready dict);
 * :func:`attribution_payload` — what a static page embeds for the view.
 
-Each refuses a bad argument with :class:`AttributionError` (a ``ValueError``) whose
-``status`` says how a server answers it: 422 a bad argument, 409 a trace that lacks what the
-kind needs (v and the output projection, q and k, self-attention), 413 too many rows at once.
+Each refuses a bad argument with :class:`attnlab.Refused` (here also named
+``AttributionError``; an :class:`attnlab.Error`, so a ``ValueError``) whose ``status`` says
+how a server answers it: 422 a bad argument, 409 a trace that lacks what the kind needs (v
+and the output projection, q and k, self-attention), 413 too many rows at once.
 
 **Merged traces** (byte pieces merged into characters) have every kind, by the merge's own
 rule (:mod:`attnlab.tracing.attribution`): computed on the pieces, then summed over a key
@@ -57,6 +58,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnlab._errors import Refused
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.codec import encode_blob
 
@@ -69,23 +71,15 @@ KINDS = ("weights", "value", "rollout")
 MAX_ROWS = 256
 
 
-class AttributionError(ValueError):
-    """An argument or a trace the attribution functions refuse; ``status`` is the HTTP
-    status a server answers with (422 bad argument, 409 the trace lacks what is asked,
-    413 too much at once).
-
-    >>> AttributionError(409, "no v").status
-    409
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+#: An argument or a trace the attribution functions refuse; ``status`` is the HTTP status a
+#: server answers with (422 bad argument, 409 the trace lacks what is asked, 413 too much at
+#: once). The one refusal class, :class:`attnlab.Refused`.
+AttributionError = Refused
 
 
 def _int(name: str, value: Any, n: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
-        raise AttributionError(422, f"{name} must be an int in [0, {n}), got {value!r}")
+        raise Refused(422, f"{name} must be an int in [0, {n}), got {value!r}")
     return value
 
 
@@ -105,11 +99,11 @@ def parse_rows(rows: Any, n: int) -> list[int]:
             else:
                 out = [int(x) for x in rows.split(",") if x.strip()]
         except ValueError:
-            raise AttributionError(422, f"{want}, got {rows!r}") from None
+            raise Refused(422, f"{want}, got {rows!r}") from None
         if colon:
             if not 0 <= lo < hi <= n:
-                raise AttributionError(422, f"rows must satisfy 0 <= start < stop <= {n}, "
-                                            f"got {rows!r}")
+                raise Refused(422, f"rows must satisfy 0 <= start < stop <= {n}, "
+                                   f"got {rows!r}")
             out = list(range(lo, hi))
     elif isinstance(rows, int) and not isinstance(rows, bool):
         out = [rows]
@@ -117,14 +111,14 @@ def parse_rows(rows: Any, n: int) -> list[int]:
             isinstance(i, int) and not isinstance(i, bool) for i in rows):
         out = list(rows)
     else:
-        raise AttributionError(422, f"{want}, got {rows!r}")
+        raise Refused(422, f"{want}, got {rows!r}")
     if not out:
-        raise AttributionError(422, "rows is empty")
+        raise Refused(422, "rows is empty")
     for i in out:
         if not 0 <= i < n:
-            raise AttributionError(422, f"rows must lie in [0, {n}), got {i}")
+            raise Refused(422, f"rows must lie in [0, {n}), got {i}")
     if len(out) > MAX_ROWS:
-        raise AttributionError(413, f"{len(out)} rows in one request; the limit is {MAX_ROWS}")
+        raise Refused(413, f"{len(out)} rows in one request; the limit is {MAX_ROWS}")
     return out
 
 
@@ -153,11 +147,11 @@ _WHY = {
 }
 
 
-def _refuse(key: str, trace: AttentionTrace) -> AttributionError:
+def _refuse(key: str, trace: AttentionTrace) -> Refused:
     what = ("neither v nor out_proj" if trace.v is None and trace.out_proj is None
             else "no v" if trace.v is None else "no out_proj")
-    return AttributionError(409, _WHY[key].format(what=what, stack=trace.stack,
-                                                  lq=trace.seq_len, lk=trace.key_len))
+    return Refused(409, _WHY[key].format(what=what, stack=trace.stack,
+                                         lq=trace.seq_len, lk=trace.key_len))
 
 
 def _check_trace(trace: Any) -> None:
@@ -191,25 +185,25 @@ def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
     """
     _check_trace(trace)
     if kind not in KINDS:
-        raise AttributionError(422, f"kind must be one of {', '.join(map(repr, KINDS))}, got "
-                                    f"{kind!r}")
+        raise Refused(422, f"kind must be one of {', '.join(map(repr, KINDS))}, got "
+                           f"{kind!r}")
     if encoding not in ("b64", "list"):
-        raise AttributionError(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
+        raise Refused(422, f"encoding must be 'b64' or 'list', got {encoding!r}")
     if kind == "rollout":
         for name, v in (("layer", layer), ("head", head)):
             if v is not None:
-                raise AttributionError(422, f"{name} must be omitted for kind 'rollout' (the "
-                                            f"whole model's: every layer and head), got {v!r}")
+                raise Refused(422, f"{name} must be omitted for kind 'rollout' (the "
+                                   f"whole model's: every layer and head), got {v!r}")
         if _rollout_missing(trace):
             raise _refuse("rollout:cross", trace)
     else:
         if layer is None:
-            raise AttributionError(422, f"layer is required for kind {kind!r}: an int in [0, "
-                                        f"{trace.num_layers})")
+            raise Refused(422, f"layer is required for kind {kind!r}: an int in [0, "
+                               f"{trace.num_layers})")
         layer = _int("layer", layer, trace.num_layers)
         if head is None and kind == "weights":
-            raise AttributionError(422, f"head is required for kind 'weights': an int in [0, "
-                                        f"{trace.num_heads})")
+            raise Refused(422, f"head is required for kind 'weights': an int in [0, "
+                               f"{trace.num_heads})")
         if head is not None:
             head = _int("head", head, trace.num_heads)
         if kind == "value" and _value_missing(trace):
@@ -252,8 +246,8 @@ def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: in
     i = _int("i", i, trace.seq_len)
     j = _int("j", j, trace.key_len)
     if pairing is not None and pairing not in ("half", "interleaved", "adjacent"):
-        raise AttributionError(422, f"pairing must be one of 'half', 'interleaved', "
-                                    f"'adjacent' or omitted, got {pairing!r}")
+        raise Refused(422, f"pairing must be one of 'half', 'interleaved', "
+                           f"'adjacent' or omitted, got {pairing!r}")
     if _parts_missing(trace):
         raise _refuse("parts:" + _parts_missing(trace), trace)
     p = trace.score_parts(layer, head, i, j, pairing=pairing)

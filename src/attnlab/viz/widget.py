@@ -42,8 +42,9 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
+from attnlab._errors import Refused
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.api import RequestError, answer
+from attnlab.viz.api import answer
 from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
@@ -124,10 +125,10 @@ def answer_message(traces: Mapping[str, AttentionTrace], message: Any) -> dict[s
     try:
         api = message.get("api")
         if not isinstance(api, str) or api not in traces:
-            raise RequestError(404, f"api must be one of {list(traces)}, got {api!r}")
+            raise Refused(404, f"api must be one of {list(traces)}, got {api!r}")
         body = answer(traces[api], message.get("path"), message.get("params") or {})
         status = 200
-    except RequestError as exc:
+    except Refused as exc:
         status, body = exc.status, {"error": exc.message}
     except Exception as exc:  # the page shows the error instead of waiting for ever
         _LOG.exception("attnlab widget: request %r failed", {k: message.get(k) for k in

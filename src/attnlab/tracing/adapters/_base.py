@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 from torch import Tensor, nn
 
+from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.core.weights import shaped_weights
 
@@ -139,6 +140,6 @@ def detached(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.detach().to("cpu", torch.float32)
 
 
-class UnreadableAttentionError(ValueError):
+class UnreadableAttentionError(Error):
     """An attention module attnlab cannot read exactly: the message names its class and
     what is missing. Raised instead of recording weights that might not be the model's."""

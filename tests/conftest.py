@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from limits import PAGE_MS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -46,7 +48,8 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True,
+                              timeout=PAGE_MS)
         try:
             yield b
         finally:
@@ -55,8 +58,12 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    """A fresh page that fails the test on console errors or any non-local request."""
+    """A fresh page that fails the test on console errors or any non-local request; each
+    of its waits (load, selector, click) gives up only after tests/limits.py's PAGE_MS, so
+    a page call needs no ``timeout=`` of its own."""
     context = browser.new_context()
+    context.set_default_timeout(PAGE_MS)
+    context.set_default_navigation_timeout(PAGE_MS)
     pg = context.new_page()
     errors: list[str] = []
     outside: list[str] = []

@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 
+from limits import CHILD_S
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -24,7 +26,7 @@ def serve_in_thread(app):
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + CHILD_S
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
@@ -33,4 +35,4 @@ def serve_in_thread(app):
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=CHILD_S)

@@ -12,6 +12,7 @@ import pytest
 
 import attnlab
 from attnlab.cli import build_parser
+from limits import CHILD_S
 
 COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
 
@@ -34,7 +35,7 @@ def test_every_help_prints_without_torch():
     assert len(COMMANDS) >= 10 and "trace" in COMMANDS and "train" in COMMANDS
     argvs = [["--help"]] + [[c, "--help"] for c in COMMANDS]
     r = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argvs)], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=CHILD_S)
     loaded = json.loads(r.stderr.strip().splitlines()[-1])
     assert loaded == {" ".join(a): [] for a in argvs}
     assert "usage: attnlab" in r.stdout and r.stdout.count("usage: attnlab ") == len(argvs)
@@ -44,14 +45,14 @@ def test_the_probe_sees_an_eager_import():
     """The wrong variant: a command whose help does import torch is reported."""
     probe = _PROBE.replace("import attnlab.cli as cli", "import attnlab.cli as cli\nimport torch")
     r = subprocess.run([sys.executable, "-c", probe, json.dumps([["--help"]])],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=CHILD_S)
     assert "torch" in json.loads(r.stderr.strip().splitlines()[-1])["--help"]
 
 
 def test_import_attnlab_is_light_and_its_names_resolve():
     r = subprocess.run([sys.executable, "-c", "import sys, attnlab, attnlab.train; "
                         "print('torch' in sys.modules)"], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=CHILD_S)
     assert r.stdout.strip() == "False", r.stderr
     for name in attnlab.__all__:
         assert getattr(attnlab, name) is not None, name

@@ -16,13 +16,16 @@ from attnlab._proc import (
     peak_rss_bytes,
     reset_peak_rss,
 )
+from limits import CHILD_S
 
 
 def test_the_call_runs_in_a_child_that_gets_the_environment_given():
-    assert call_isolated("attnlab._proc:echo", value={"a": [1, 2.5]}) == {"a": [1, 2.5]}
-    assert call_isolated("attnlab._proc:peak_rss_bytes") > 0
+    assert call_isolated("attnlab._proc:echo", value={"a": [1, 2.5]},
+                         timeout=CHILD_S) == {"a": [1, 2.5]}
+    assert call_isolated("attnlab._proc:peak_rss_bytes", timeout=CHILD_S) > 0
     with pytest.raises(IsolatedCallError, match="exit status"):  # the child saw it
-        call_isolated("attnlab._proc:echo", value=1, env={"PYTHONHASHSEED": "not a seed"})
+        call_isolated("attnlab._proc:echo", value=1, timeout=CHILD_S,
+                      env={"PYTHONHASHSEED": "not a seed"})
     with pytest.raises(ValueError, match="attnlab.module:function"):
         call_isolated("os:getpid")  # only attnlab's own functions
 
@@ -30,10 +33,10 @@ def test_the_call_runs_in_a_child_that_gets_the_environment_given():
 def test_failures_and_timeouts_are_isolated_call_errors():
     with pytest.raises(IsolatedCallError, match="echo failed in its own process: exit "
                        "status 1: TypeError") as info:
-        call_isolated("attnlab._proc:echo", wrong=1)
+        call_isolated("attnlab._proc:echo", wrong=1, timeout=CHILD_S)
     assert info.value.reason.startswith("exit status 1: TypeError")
     with pytest.raises(IsolatedCallError, match="stopped after the 0 s timeout"):
-        call_isolated("attnlab._proc:echo", value=1, timeout=0.01)
+        call_isolated("attnlab._proc:echo", value=1, timeout=0.01)  # the timeout path itself
 
 
 def test_peak_rss_is_in_bytes():
@@ -64,7 +67,7 @@ print(grown, kept, rss() - base, ran)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_freed_small_tensors_stay_resident_until_released():
     out = subprocess.run([sys.executable, "-c", TRIM_SCRIPT], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
+                         timeout=CHILD_S, check=True).stdout.split()
     grown, kept, after = (int(x) for x in out[:3])
     assert out[3] == "True"
     assert grown > 250e6

@@ -15,6 +15,7 @@ from attnlab import cli
 from attnlab.analysis.heads import diagnose
 from attnlab.analysis.scores import scan
 from attnlab.tracing import trace
+from limits import SLOW_CHILD_S
 from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
@@ -95,7 +96,7 @@ def test_torchrun_two_processes_give_the_one_process_diagnosis(saved, capsys):
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "attnlab", "diagnose", "--trace", str(path), "--json"],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert run.returncode == 0, run.stderr[-3000:]
     two = json.loads(run.stdout)  # rank 0 alone prints
     assert two["run"]["processes"] == 2

@@ -28,6 +28,7 @@ from attnlab.analysis.survey import (
     builtin_corpus,
     survey,
 )
+from limits import CHILD_S, SLOW_CHILD_S
 
 HELPERS = str(Path(__file__).resolve().parent / "survey_helpers.py")
 NUMERIC = ("scores", "roles", "profile", "sink", "texts", "tokens", "truncated", "skipped")
@@ -373,18 +374,18 @@ def test_a_survey_killed_mid_run_resumes_to_the_uninterrupted_result(gpt, tmp_pa
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     state = out / "state" / "rank-0-of-1.safetensors"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + SLOW_CHILD_S
     while time.monotonic() < deadline and proc.poll() is None:
         if state.is_file() and _state_meta(state)["next_batch"] >= 3:
             proc.send_signal(signal.SIGKILL)
             break
         time.sleep(0.005)
-    proc.wait(timeout=60)
+    proc.wait(timeout=CHILD_S)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
     meta = _state_meta(state)
     assert not meta["done"] and 3 <= meta["next_batch"] < 150
     assert not (out / "survey.json").exists()
-    subprocess.run(cmd, env=env, check=True, timeout=180, capture_output=True)
+    subprocess.run(cmd, env=env, check=True, timeout=SLOW_CHILD_S, capture_output=True)
     resumed = json.loads((out / "survey.json").read_text())
     assert resumed["seconds"]["resumed_from_batch"] >= meta["next_batch"]
     ref = survey(gpt, Corpus(corpus), tmp_path / "ref",
@@ -454,7 +455,7 @@ def test_torchrun_two_processes_equal_one(run_dir, tmp_path):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "attnlab", "survey", "--model", str(run_dir), "--texts", str(corpus),
          "--out", str(out), "--batch-size", "3", "--checkpoint-every", "2", "--no-probes",
-         "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+         "--quiet"], env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert run.returncode == 0, run.stderr[-3000:]
     two = json.loads((out / "survey.json").read_text())
     assert two["world_size"] == 2 and two["backend"] == "gloo"
@@ -493,7 +494,7 @@ def test_torchrun_on_fewer_batches_than_processes_splits_the_heads(run_dir, tmp_
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "attnlab", "survey", "--model", str(run_dir), "--texts", str(corpus),
          "--out", str(out), "--max-tokens", str(model.max_length), "--no-probes",
-         "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+         "--quiet"], env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert run.returncode == 0, run.stderr[-3000:]
     two = json.loads((out / "survey.json").read_text())
     assert two["world_size"] == 2 and two["split"] == "heads"
@@ -649,7 +650,7 @@ def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path)
     cmd = [sys.executable, HELPERS, str(corpus), str(out), "2", "1"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state = out / "state" / "rank-0-of-1.safetensors"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + SLOW_CHILD_S
     while time.monotonic() < deadline and not state.is_file() and proc.poll() is None:
         time.sleep(0.01)
     assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -658,7 +659,7 @@ def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path)
         survey(gpt, Corpus(other), out, config=cfg, device="cpu")
     assert proc.poll() is None  # the first run goes on, untouched
     waited = survey(gpt, Corpus(corpus), out, config=cfg, device="cpu", wait=True)
-    assert proc.wait(timeout=60) == 0  # the waiting run started only after the first ended
+    assert proc.wait(timeout=CHILD_S) == 0  # the waiting run started only after the first ended
     first = json.loads((out / "survey.json").read_text())
     assert _max_diff(first, waited.to_json()) == 0.0 and waited.to_json()["texts"] == 300
     # a holder killed while it holds the lock: the next run takes the lock over
@@ -666,7 +667,7 @@ def test_two_surveys_on_one_folder_the_second_is_refused_or_waits(gpt, tmp_path)
     with pytest.raises(FolderBusyError, match=f"pid {holder.pid}"):
         survey(gpt, Corpus(corpus), out, config=cfg, device="cpu")
     holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
+    holder.wait(timeout=CHILD_S)
     assert (out / ".attnlab-lock-survey-rank-0").is_file()  # left behind, but not held
     again = survey(gpt, Corpus(corpus), out, config=cfg, device="cpu")
     assert _max_diff(first, again.to_json()) == 0.0
@@ -682,7 +683,7 @@ def test_cli_survey_on_a_busy_folder_is_one_line_naming_the_holder(tmp_path, cap
                          str(corpus), "--out", str(out)])
     finally:
         holder.kill()
-        holder.wait(timeout=30)
+        holder.wait(timeout=CHILD_S)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert f"pid {holder.pid}" in err and "--wait" in err and "--out" in err

@@ -15,6 +15,7 @@ import torch
 from attnlab._proc import IsolatedCallError, call_isolated
 from attnlab.bench import BenchConfig, attention_flops, naive_attention
 from attnlab.cli import main
+from limits import CHILD_S, SLOW_CHILD_S
 
 KEYS = ("fused_vs_sdpa", "explicit_vs_naive", "mha_weights_vs_torch", "chunked_peak_mb_n32k")
 ROW_KEYS = {"device", "n", "causal", "mode", "contender", "ms", "gflops", "frac_peak",
@@ -53,7 +54,7 @@ def test_json_is_one_object_with_the_documented_keys(capsys):
 def test_off_a_terminal_progress_is_plain_lines_and_the_whole_table_prints():
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="80")
     proc = subprocess.run([sys.executable, "-m", "attnlab", *TINY], capture_output=True,
-                          text=True, timeout=600, env=env)
+                          text=True, timeout=SLOW_CHILD_S, env=env)
     assert proc.returncode == 0, proc.stderr
     steps = [line for line in proc.stderr.splitlines() if line.startswith("bench [")]
     total = len(steps)
@@ -71,11 +72,13 @@ def test_off_a_terminal_progress_is_plain_lines_and_the_whole_table_prints():
 
 
 def test_isolated_call_runs_a_named_function_in_its_own_process():
-    assert call_isolated("attnlab._proc:echo", value={"a": [1, 2.5]}) == {"a": [1, 2.5]}
+    assert call_isolated("attnlab._proc:echo", value={"a": [1, 2.5]},
+                         timeout=CHILD_S) == {"a": [1, 2.5]}
     with pytest.raises(ValueError, match="attnlab.module:function"):
         call_isolated("os:getpid")  # only attnlab's own functions
     with pytest.raises(IsolatedCallError, match="peak_memory failed in its own process"):
-        call_isolated("attnlab.bench.memory:peak_memory", config={"sizes": [0]}, n=4)
+        call_isolated("attnlab.bench.memory:peak_memory", config={"sizes": [0]}, n=4,
+                      timeout=CHILD_S)
 
 
 def test_cli_bad_values_are_one_line_errors(capsys):

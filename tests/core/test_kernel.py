@@ -21,6 +21,7 @@ import attnlab
 import attnlab.core.explicit as explicit
 from attnlab.core import _kernel
 from attnlab.core.functional import kernel_status, release_kernel_memory, why_not_kernel
+from limits import CHILD_S, SLOW_CHILD_S
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 HAVE_COMPILER = shutil.which(os.environ.get("CXX") or "c++") is not None
@@ -389,16 +390,16 @@ def test_a_fresh_cache_builds_once_and_reports_the_time(tmp_path):
     import json
 
     first = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                      capture_output=True, text=True, timeout=900).stdout)
+                                      capture_output=True, text=True, timeout=SLOW_CHILD_S).stdout)
     assert first["available"] and first["source"] == "built" and first["build_seconds"] > 0
     assert first["cache_dir"].startswith(str(tmp_path))
     second = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                       capture_output=True, text=True, timeout=300).stdout)
+                                       capture_output=True, text=True, timeout=CHILD_S).stdout)
     assert second["source"] == "cache" and second["build_seconds"] is None
     # a compiler that does not exist: no kernel, a reason, and the results still come
     env = dict(env, ATTNLAB_KERNEL_DIR=str(tmp_path / "other"), CXX="no-such-compiler")
     third = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                      capture_output=True, text=True, timeout=300).stdout)
+                                      capture_output=True, text=True, timeout=CHILD_S).stdout)
     assert not third["available"] and "no-such-compiler" in third["reason"]
 
 

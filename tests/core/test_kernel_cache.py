@@ -21,6 +21,7 @@ import pytest
 
 from attnlab.core import _kernel
 from attnlab.core.functional import kernel_status
+from limits import CHILD_S, SLOW_CHILD_S
 
 HAVE_COMPILER = shutil.which(os.environ.get("CXX") or "c++") is not None
 LIB, MANIFEST = "attnlab_kernel.so", "attnlab_kernel.json"
@@ -60,7 +61,7 @@ def _cache(tmp_path: Path, good: Path) -> Path:
 
 
 def _run(cache_root: Path | str, compiler: str | None = "no-such-compiler",
-         timeout: float = 300) -> tuple[dict, list[str]]:
+         timeout: float = CHILD_S) -> tuple[dict, list[str]]:
     """CODE in a fresh interpreter with ATTNLAB_KERNEL_DIR=cache_root: (status, stderr lines).
     It must exit 0 whatever the cache holds."""
     env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(cache_root))
@@ -187,7 +188,7 @@ def test_an_unwritable_cache_folder_says_so_once(open_folder, good_build):
     env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(folder), OMP_NUM_THREADS="1")
     env.pop(_kernel.ENV_DISABLE, None)
     r = subprocess.run([sys.executable, "-c", UNWRITABLE.format(tests=tests, folder=str(folder))],
-                       env=env, capture_output=True, text=True, timeout=90)
+                       env=env, capture_output=True, text=True, timeout=CHILD_S)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "0"  # no kernel, and the result came
     _one_line([x for x in r.stderr.splitlines() if x.strip()],
@@ -205,7 +206,7 @@ def test_a_damaged_library_is_rebuilt_when_it_can_be(tmp_path, good_build):
     copy = _cache(tmp_path, good_build)
     data = (copy / LIB).read_bytes()
     (copy / LIB).write_bytes(data[: len(data) // 2])
-    status, lines = _run(tmp_path / "cache", compiler=None, timeout=900)
+    status, lines = _run(tmp_path / "cache", compiler=None, timeout=SLOW_CHILD_S)
     assert status["available"] and status["source"] == "built" and lines == []
     rebuilt = (copy / LIB).read_bytes()
     manifest = json.loads((copy / MANIFEST).read_text())

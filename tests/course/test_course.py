@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from limits import SLOW_CHILD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "docs" / "course"
 
@@ -42,6 +44,7 @@ def _load_runner():
 
 
 runner = _load_runner()
+runner.TIMEOUT_S = SLOW_CHILD_S  # a cell's limit (tests/limits.py), not the runner's own
 CASES = [(part, lang) for part in build.PARTS for lang in build.LANGS]
 _CJK = re.compile(r"[\u3400-\u9fff]")
 

@@ -8,13 +8,14 @@ import subprocess
 import sys
 
 from attnlab.cli import main
+from limits import CHILD_S
 
 
 def test_verify_json_only_on_stdout():
     p = subprocess.run(
         [sys.executable, "-m", "attnlab", "verify", "--only", "pe-relative-position",
          "--only", "masking", "--json"],
-        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=CHILD_S)
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert [d["name"] for d in data] == ["pe-relative-position", "masking"]

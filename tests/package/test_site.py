@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from limits import PAGE_MS, SLOW_CHILD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 PACKAGES = ("core", "nn", "tracing", "analysis", "train", "models", "experiments", "viz",
@@ -25,9 +27,10 @@ PACKAGES = ("core", "nn", "tracing", "analysis", "train", "models", "experiments
 # pages besides the API reference and the notebooks: README (home), DESIGN, CHANGELOG, the
 # guide, the generated claims and support pages, the families page (its summary table is
 # generated), the benchmark records, the architecture, the course index, the report page,
-# the reference index
+# the reference index and its errors page
 PAGES = ("index", "design", "changelog", "guide", "claims", "families", "support",
-         "benchmarks", "architecture", "course/index", "report", "site/reference")
+         "benchmarks", "architecture", "course/index", "report", "site/reference",
+         "site/errors")
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +48,7 @@ def _mkdocs_installed():
 def build(config: Path, site: Path, report: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTNLAB_REPORT_DIR": str(report)}
     return subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
 
 
 def html_pages(site: Path) -> set[str]:
@@ -87,6 +90,7 @@ def built(tmp_path_factory):
                                                   ROOT / "docs/course/execute.py")
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
+    runner.TIMEOUT_S = SLOW_CHILD_S  # a cell's limit (tests/limits.py), not the runner's own
     runner.ensure(runner.course_notebooks())
     start, cpu = time.perf_counter(), _children_cpu()
     result = build(ROOT / "mkdocs.yml", tmp / "site", report, ROOT)
@@ -240,6 +244,8 @@ def test_page_opens_offline_with_math_and_figures(built, browser, name):
             route.abort()
 
     context = browser.new_context()
+    context.set_default_timeout(PAGE_MS)  # as the page fixture's
+    context.set_default_navigation_timeout(PAGE_MS)
     try:
         context.route("**/*", on_route)
         page = context.new_page()

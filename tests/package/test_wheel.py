@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from limits import SLOW_CHILD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src/attnlab"
 TORCH = "torch==2.13.0"  # the CPU build the Makefile installs first (pip finds it in its links)
-INSTALL_TARGET_S = 120.0
 
 pytestmark = pytest.mark.slow
 
 
 def run(*cmd, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 600) -> subprocess.CompletedProcess:
+        timeout: float = SLOW_CHILD_S) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})}
     result = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
@@ -143,6 +144,13 @@ def test_wheel_installs_and_runs_outside_the_source_tree(dist, tmp_path):
            "--no-compile"]
     step("torch", *pip, TORCH)  # first and alone: the CPU build, no CUDA
     step("wheel", *pip, _wheel(dist))
+    # what keeps the install cheap, whatever the machine's load: nothing byte-compiled
+    # (--no-compile) and the CPU build of torch, without CUDA's libraries
+    (site,) = (tmp_path / "venv/lib").glob("python*/site-packages")
+    compiled = [p.relative_to(site).as_posix() for p in site.rglob("*.pyc")]
+    assert not compiled, f"{len(compiled)} modules byte-compiled: {compiled[:5]}"
+    dists = sorted(p.name.split("-")[0].lower() for p in site.glob("*.dist-info"))
+    assert "torch" in dists and not [d for d in dists if d.startswith(("nvidia", "triton"))]
     attnlab = bindir / "attnlab"
 
     where = step("import", bindir / "python", "-c",
@@ -165,5 +173,3 @@ def test_wheel_installs_and_runs_outside_the_source_tree(dist, tmp_path):
     print("\nwheel test, wall (CPU) s: "
           + ", ".join(f"{k} {w:.0f} ({c:.0f})" for k, (w, c) in times.items())
           + f"; {wall:.0f} s in all ({cpu:.0f} s CPU)")
-    # CPU seconds: on a shared machine the wall time is mostly waiting for a core
-    assert cpu < INSTALL_TARGET_S, times

@@ -277,7 +277,7 @@ def test_the_part_renders_in_chromium_in_both_languages(page, built, artifacts_d
     uids = ("ax-arch-bart", "ax-arch-vit", "ax-arch-whisper") + (
         ("ax-arch-whisper-real",) if real else ())
     for uid in uids:
-        page.wait_for_selector(f"#{uid}[data-ready]", timeout=20_000)
+        page.wait_for_selector(f"#{uid}[data-ready]")
     if real:  # the real Whisper opens on its cross-attention: transcript rows, time columns
         assert page.get_attribute("#ax-arch-whisper-real", "data-stack") == "cross"
         rows = page.eval_on_selector_all("#ax-arch-whisper-real .ax-tok[data-row]",

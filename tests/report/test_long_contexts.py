@@ -17,6 +17,7 @@ from attnlab.report import long_contexts as lc
 from attnlab.report.html import ReportContext
 from attnlab.report.long_text import COURSE_TEXT, long_text
 from attnlab.tracing.tracer import trace
+from limits import CHILD_S
 
 L, H = 3, 4  # the fake model's layers and heads
 BASE = 500_000_000  # the fake model's memory without attention
@@ -182,7 +183,8 @@ def test_jobs_are_checked():
 
 @pytest.mark.slow  # a fresh Python process that imports torch and transformers
 def test_an_isolated_job_runs_in_a_fresh_process_and_keeps_o_n_per_head():
-    res = _measure.run_isolated({"kind": "trace", "model": "tiny-llama", "tokens": 32})
+    res = _measure.run_isolated({"kind": "trace", "model": "tiny-llama", "tokens": 32},
+                                timeout=CHILD_S)
     assert "error" not in res, res
     nl, nh, nkv, n, d = res["num_layers"], res["num_heads"], res["num_kv_heads"], 32, 8
     # q (L, H, N, d), k and v (L, H_kv, N, d), lse (L, H, N): O(N·d), no N² anywhere
@@ -193,7 +195,7 @@ def test_an_isolated_job_runs_in_a_fresh_process_and_keeps_o_n_per_head():
 
 def test_a_process_past_its_timeout_is_an_error_not_a_crash():
     res = _measure.run_isolated({"kind": "trace", "model": "tiny-llama", "tokens": 8},
-                                timeout=0.01)
+                                timeout=0.01)  # the timeout path itself
     assert res["tokens"] == 8 and "timeout" in res["error"]
 
 

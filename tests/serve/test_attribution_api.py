@@ -179,7 +179,7 @@ def served(saved):
 
 
 def _wait_row(page, row):
-    page.wait_for_selector(f"svg[data-view=attribution][data-row='{row}']", timeout=20_000)
+    page.wait_for_selector(f"svg[data-view=attribution][data-row='{row}']")
 
 
 def _top(page) -> list[tuple[int, float]]:
@@ -192,7 +192,7 @@ def test_the_served_long_page_shows_the_servers_rows_and_parts(page, saved, serv
                                                                artifacts_dir):
     url, _ = served
     page.goto(url + "/traces/t1")
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     page.set_viewport_size({"width": 1300, "height": 1100})
     page.select_option(".ax-layer", "1")
     page.select_option(".ax-head", "2")
@@ -221,8 +221,7 @@ def test_the_served_long_page_shows_the_servers_rows_and_parts(page, saved, serv
     page.screenshot(path=str(artifacts_dir / "explorer-served-attribution.png"))
     j = _top(page)[1][0]
     page.click(f".ax-attr-top[data-key='{j}']")
-    page.wait_for_selector(f".ax-parts[data-pair='1:2:500:{j}'][data-source=server]",
-                           timeout=20_000)
+    page.wait_for_selector(f".ax-parts[data-pair='1:2:500:{j}'][data-source=server]")
     bands = page.eval_on_selector_all(".ax-band", "els => els.map(e => +e.dataset.value)")
     want = saved.score_parts(1, 2, 500, j)
     assert bands == pytest.approx([b["value"] for b in want["bands"]], abs=1e-12)
@@ -236,7 +235,7 @@ def test_the_served_long_page_shows_the_servers_rows_and_parts(page, saved, serv
 def test_a_served_short_page_fetches_what_it_does_not_embed(page, served):
     url, short = served
     page.goto(url + "/traces/t2")
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     page.select_option(".ax-head", "1")
     page.select_option(".ax-query", "25")
     page.click(".ax-tab[data-view=attribution]")

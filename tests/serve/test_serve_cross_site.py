@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from limits import CHILD_S
+
 EVIL = "http://evil.example"
 BODY = json.dumps({"model": "toy-gpt", "text": "hello there"})
 
@@ -21,7 +23,7 @@ def _post(url, content, content_type, origin=None, host=None):
         headers["Origin"] = origin
     if host is not None:
         headers["Host"] = host
-    return httpx.post(f"{url}/api/explore", content=content, headers=headers, timeout=30)
+    return httpx.post(f"{url}/api/explore", content=content, headers=headers, timeout=CHILD_S)
 
 
 def _error(r, status, *parts):
@@ -69,13 +71,13 @@ def test_any_origin_but_the_servers_own_is_refused(live_server, toy_tracer, orig
     calls = toy_tracer.calls
     r = _post(live_server, BODY, "application/json", origin=origin)
     _error(r, 403, "Origin", origin)
-    r = httpx.get(f"{live_server}/api/models", headers={"Origin": origin}, timeout=10)
+    r = httpx.get(f"{live_server}/api/models", headers={"Origin": origin}, timeout=CHILD_S)
     _error(r, 403, "Origin")
     assert toy_tracer.calls == calls
 
 
 def test_a_preflight_grants_nothing(live_server):
-    r = httpx.options(f"{live_server}/api/explore", timeout=10, headers={
+    r = httpx.options(f"{live_server}/api/explore", timeout=CHILD_S, headers={
         "Origin": EVIL, "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type"})
     assert r.status_code >= 400
@@ -94,5 +96,5 @@ def test_same_origin_and_origin_less_requests_still_work(live_server, toy_tracer
         assert r.status_code == 200, (origin, r.text)
         assert "access-control-allow-origin" not in r.headers
         assert toy_tracer.calls == calls + 1
-    r = httpx.get(f"{live_server}/api/models", headers={"Origin": live_server}, timeout=10)
+    r = httpx.get(f"{live_server}/api/models", headers={"Origin": live_server}, timeout=CHILD_S)
     assert r.status_code == 200 and r.json()["models"] == ["toy-gpt"]

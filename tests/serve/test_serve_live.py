@@ -16,6 +16,7 @@ import pytest
 from serve_helpers import free_port
 
 from attnlab.viz.explorer import decode_blob
+from limits import CHILD_S
 
 
 def test_fifty_concurrent_requests_all_answered_correctly(live_server, toy_tracer):
@@ -24,7 +25,7 @@ def test_fifty_concurrent_requests_all_answered_correctly(live_server, toy_trace
 
     def ask(text: str) -> tuple[str, int, dict]:
         r = httpx.post(f"{live_server}/api/explore", json={"model": "toy-gpt", "text": text},
-                       timeout=120)
+                       timeout=CHILD_S)
         return text, r.status_code, r.json()
 
     with ThreadPoolExecutor(max_workers=50) as pool:
@@ -35,7 +36,8 @@ def test_fifty_concurrent_requests_all_answered_correctly(live_server, toy_trace
         tr = data["traces"][0]
         assert tr["tokens"] == list(text)  # each answer belongs to its own request
         assert float((decode_blob(tr["weights"]) - expected[text]).abs().max()) < 1e-4
-    bad = httpx.post(f"{live_server}/api/explore", json={"model": "toy-gpt", "text": ""})
+    bad = httpx.post(f"{live_server}/api/explore", json={"model": "toy-gpt", "text": ""},
+                     timeout=CHILD_S)
     assert bad.status_code == 422
     assert bad.json() == {"error": "text is empty; give at least one word"}
 
@@ -45,7 +47,7 @@ def test_served_page_explores_a_typed_text(page, live_server, artifacts_dir):
     page.goto(live_server + "/")
     page.fill("#ax-text", "Attention 注意力 </script>")
     page.click("button[type=submit]")
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     page.click(".ax-thumb[data-layer='1'][data-head='1']")
     assert page.get_attribute(".attnlab-explorer", "data-view") == "head"
     labels = page.eval_on_selector_all(".ax-qtokens text", "els => els.map(e => e.textContent)")
@@ -83,7 +85,7 @@ def test_attnlab_serve_process_writes_only_its_cache(tmp_path):
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + CHILD_S  # loads MiniLM
         while True:
             try:
                 if httpx.get(base + "/healthz", timeout=2).status_code == 200:
@@ -94,26 +96,31 @@ def test_attnlab_serve_process_writes_only_its_cache(tmp_path):
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 pytest.fail(f"attnlab serve did not come up: {out[-2000:]}")
             time.sleep(0.3)
-        assert httpx.get(base + "/healthz").json()["models"] == ["minilm"]
+        assert httpx.get(base + "/healthz", timeout=CHILD_S).json()["models"] == ["minilm"]
         r = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "The cat sat."},
-                       timeout=120)
+                       timeout=CHILD_S)
         assert r.status_code == 200
         tr = r.json()["traces"][0]
         assert tr["tokens"][0] == "[CLS]" and (tr["L"], tr["H"]) == (6, 12)
-        too_long = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "a" * 201})
+        too_long = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "a" * 201},
+                              timeout=CHILD_S)
         assert too_long.status_code == 413 and "limit is 200" in too_long.json()["error"]
-        unknown = httpx.post(base + "/api/explore", json={"model": "gpt2", "text": "hi"})
+        unknown = httpx.post(base + "/api/explore", json={"model": "gpt2", "text": "hi"},
+                             timeout=CHILD_S)
         assert unknown.status_code == 404 and "minilm" in unknown.json()["error"]
         # the memory budget, in tokens: just over the limit it states is refused up front
-        fit = httpx.get(base + "/api/models").json()["limits"]["minilm"]["max_tokens"]
+        limits = httpx.get(base + "/api/models", timeout=CHILD_S).json()["limits"]
+        fit = limits["minilm"]["max_tokens"]
         assert 5 < fit < 200
-        over = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "a " * fit})
+        over = httpx.post(base + "/api/explore", json={"model": "minilm", "text": "a " * fit},
+                          timeout=CHILD_S)
         assert over.status_code == 413 and "budget of 8.00 MiB" in over.json()["error"]
-        rebinding = httpx.get(base + "/healthz", headers={"Host": "attacker.example"})
+        rebinding = httpx.get(base + "/healthz", headers={"Host": "attacker.example"},
+                               timeout=CHILD_S)
         assert rebinding.status_code == 400 and "not allowed" in rebinding.json()["error"]
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        proc.wait(timeout=CHILD_S)
     new = _files(tmp_path) - before
     outside = sorted(p for p in new if not p.startswith("cache" + os.sep))
     assert not outside, f"the server wrote outside its cache dir: {outside}"

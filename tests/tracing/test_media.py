@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from limits import CHILD_S
+
 pytest.importorskip("transformers")
 import transformers  # noqa: E402
 from PIL import Image  # noqa: E402
@@ -553,7 +555,7 @@ def test_a_wav_header_that_lies_is_refused_before_its_claim_is_allocated(tmp_pat
             f"from attnlab.tracing.media import read_wav\n"
             f"try:\n    read_wav({str(wav)!r})\nexcept ValueError as e:\n    print('refused')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=CHILD_S)
     assert r.stdout.strip() == "refused", r.stderr[-2000:]
     assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # untouched
     short = _wav(tmp_path / "short.wav", seconds=0.5)

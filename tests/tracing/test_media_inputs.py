@@ -21,6 +21,7 @@ from attnlab.tracing.inputs import (
     read_wav,
     wav_header,
 )
+from limits import SLOW_CHILD_S
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image, ImageFile  # noqa: E402
@@ -218,7 +219,7 @@ def test_two_hours_of_audio_are_refused_or_cut_without_reading_the_file(tmp_path
         print("growth:", refused, peak() - before)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=SLOW_CHILD_S)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
     assert lines["refused"].startswith("audio: 7,200.00 s, the model accepts at most 1 s"), lines

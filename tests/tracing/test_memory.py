@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from limits import SLOW_CHILD_S
+
 N = 8192
 #: Stated bound on the growth of the peak resident set while tracing, pooling one head,
 #: reading rows and saving (dense weights alone would be 2048 MiB).
@@ -61,7 +63,7 @@ SCRIPT = textwrap.dedent(f"""
 
 def test_trace_of_8k_tokens_stays_within_its_bound(tmp_path):
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "t.safetensors")],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     grown = r["after"] - r["before"]

@@ -25,6 +25,7 @@ from attnlab.tracing.budget import (
     estimate_trace_bytes,
 )
 from attnlab.tracing.tracer import BeyondWindowWarning, trace
+from limits import SLOW_CHILD_S
 
 transformers = pytest.importorskip("transformers")
 
@@ -108,7 +109,7 @@ PEAK = textwrap.dedent("""
 
 def _peaks(modes: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", PEAK, str(TESTS), modes],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=SLOW_CHILD_S, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

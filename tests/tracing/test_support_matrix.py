@@ -14,6 +14,8 @@ import pytest
 import torch
 from padded_capture import padded_capture  # tests/tracing/padded_capture.py
 
+from limits import CHILD_S
+
 transformers = pytest.importorskip("transformers")
 
 import attnlab.tracing.adapters.huggingface as hf  # noqa: E402
@@ -264,7 +266,7 @@ def test_the_command_prints_the_matrix(capsys):
     assert main(["support", "--family", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
     out = subprocess.run([sys.executable, "-m", "attnlab", "support", "--help"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=CHILD_S)
     assert out.returncode == 0 and "encoder-decoder" in out.stdout
 
 

@@ -120,7 +120,7 @@ def test_trace_json_reports_tokens_seconds_memory_and_bytes(bert_dir, tmp_path, 
     js = json.loads(stdout)
     assert js["tokens"] == js["tokens_given"] == 5  # [CLS] the cat sat [SEP]
     assert js["bytes"] == out.stat().st_size and js["path"] == str(out)
-    assert 0 < js["seconds"] < 120 and js["peak_memory_bytes"] > 10 * 2**20
+    assert js["seconds"] > 0 and js["peak_memory_bytes"] > 10 * 2**20
     assert js["layers"] == 2 and js["heads"] == 2
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from attnlab.train.checkpoint import build_model, load_checkpoint, read_config
 from attnlab.train.trainer import read_metrics
+from limits import SLOW_CHILD_S
 
 ARGS = ["--task", "induction", "--layers", "2", "--heads", "2", "--dim", "16",
         "--batch-size", "8", "--steps", "6", "--log-every", "2", "--checkpoint-every", "3",
@@ -21,12 +22,12 @@ def test_two_processes_follow_the_single_process_run(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
     single = subprocess.run([sys.executable, "-m", "attnlab.train", *ARGS, "--out", str(one)],
-                            env=env, capture_output=True, text=True, timeout=240)
+                            env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert single.returncode == 0, single.stderr
     dist = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "attnlab.train", *ARGS, "--out", str(two)],
-        env=env, capture_output=True, text=True, timeout=240)
+        env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert dist.returncode == 0, dist.stderr[-3000:]
     a, b = read_metrics(one), read_metrics(two)
     assert b[-1]["world_size"] == 2 and a[-1]["world_size"] == 1

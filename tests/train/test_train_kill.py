@@ -11,6 +11,7 @@ import time
 from attnlab.train.checkpoint import build_model, load_checkpoint
 from attnlab.train.config import TrainConfig
 from attnlab.train.trainer import read_metrics, train
+from limits import CHILD_S
 
 ARGS = ["--task", "copy", "--layers", "1", "--heads", "2", "--dim", "16", "--batch-size", "8",
         "--checkpoint-every", "2", "--log-every", "1"]
@@ -28,7 +29,7 @@ def test_sigkill_mid_run_loses_only_the_steps_since_the_checkpoint(tmp_path):
         [sys.executable, "-m", "attnlab.train", *ARGS, "--out", str(run), "--steps", "100000",
          "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + CHILD_S
         while time.monotonic() < deadline:
             rows = read_metrics(run)
             if rows and rows[-1]["step"] >= 5:  # past at least two checkpoints, mid-run
@@ -36,8 +37,10 @@ def test_sigkill_mid_run_loses_only_the_steps_since_the_checkpoint(tmp_path):
             if proc.poll() is not None:
                 raise AssertionError(f"trainer exited early: {proc.stderr.read().decode()}")
             time.sleep(0.05)
+        else:
+            raise AssertionError(f"the trainer logged no step 5 in {CHILD_S} s")
         os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert proc.wait(timeout=CHILD_S) == -signal.SIGKILL
     finally:
         if proc.poll() is None:
             proc.kill()

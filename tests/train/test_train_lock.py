@@ -14,6 +14,7 @@ from pathlib import Path
 
 from attnlab.cli import main
 from attnlab.train.trainer import read_metrics
+from limits import CHILD_S, SLOW_CHILD_S
 
 TINY = ["--task", "copy", "--layers", "1", "--heads", "2", "--dim", "16", "--batch-size", "8",
         "--log-every", "1", "--checkpoint-every", "100000"]
@@ -27,7 +28,7 @@ def _training(out: Path, steps: int) -> subprocess.Popen:
         [sys.executable, "-m", "attnlab.train", *TINY, "--out", str(out), "--steps",
          str(steps), "--quiet"], env={**os.environ, "OMP_NUM_THREADS": "1"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + CHILD_S
     while not read_metrics(out) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         time.sleep(0.05)
@@ -50,7 +51,7 @@ def test_a_second_training_on_a_busy_folder_is_refused_naming_out_and_the_pid(tm
         assert first.poll() is None  # the first goes on, untouched
     finally:
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
+        first.wait(timeout=CHILD_S)
     # a killed holder leaves its lock file: the next run takes the lock over, does not
     # count the file as foreign, and removes it when it is done
     assert (out / LOCK).is_file()
@@ -65,11 +66,11 @@ def test_wait_trains_once_the_first_training_is_done(tmp_path, capsys):
         assert first.poll() is None
         rc = main(["train", *TINY, "--out", str(out), "--steps", "205", "--resume", "--wait",
                    "--json"])
-        assert first.wait(timeout=300) == 0, first.stderr.read().decode()[-2000:]
+        assert first.wait(timeout=SLOW_CHILD_S) == 0, first.stderr.read().decode()[-2000:]
     finally:
         if first.poll() is None:
             first.kill()
-            first.wait(timeout=30)
+            first.wait(timeout=CHILD_S)
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     # it resumed from the first's final checkpoint: it began after the first had ended
@@ -87,7 +88,7 @@ def test_a_left_lock_file_is_not_a_foreign_entry(tmp_path, capsys):
     assert main(["train", *TINY, "--out", str(out), "--steps", "2", "--quiet"]) == 2
     assert f"pid {holder.pid}" in capsys.readouterr().err
     holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
+    holder.wait(timeout=CHILD_S)
     assert [p.name for p in out.iterdir()] == [LOCK]  # the folder holds only the lock file
     assert main(["train", *TINY, "--out", str(out), "--steps", "2", "--quiet"]) == 0
     assert {p.name for p in out.iterdir()} == RUN_FILES

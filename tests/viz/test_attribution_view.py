@@ -313,7 +313,7 @@ def vt_page(vt, tmp_path_factory):
 
 def _open(page, path, layer=1, head=3, query=30):
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     if page.get_attribute(".attnlab-explorer", "lang") != "en":
         page.click(".ax-lang")
     page.set_viewport_size({"width": 1300, "height": 1100})
@@ -330,7 +330,7 @@ def _cells(page) -> torch.Tensor:
 
 def _kind(page, kind, row):
     page.click(f".ax-attr-kind[data-kind={kind}]")
-    page.wait_for_selector(f"svg[data-view=attribution][data-row='{row}']", timeout=20_000)
+    page.wait_for_selector(f"svg[data-view=attribution][data-row='{row}']")
 
 
 @pytest.mark.browser
@@ -356,7 +356,7 @@ def test_each_kinds_row_on_the_page_is_the_traces(page, vt, vt_page, artifacts_d
 
 
 def _parts(page, pair):
-    page.wait_for_selector(f".ax-parts[data-pair='{pair}']", timeout=20_000)
+    page.wait_for_selector(f".ax-parts[data-pair='{pair}']")
     bands = page.eval_on_selector_all(".ax-band", "els => els.map(e => +e.dataset.value)")
     parts = dict(page.eval_on_selector_all(
         ".ax-part", "els => els.map(e => [e.dataset.part, e.dataset.value])"))
@@ -440,7 +440,7 @@ def _said(page, why):
     """The message of the view (the row's or the score's), checked for plain words: no
     configuration name, and the way to the exact view named."""
     sel = ".ax-attr-missing" if why != "attrPartsBudget" else ".ax-parts-missing"
-    page.wait_for_selector(f"{sel}[data-why={why}]", timeout=20_000)
+    page.wait_for_selector(f"{sel}[data-why={why}]")
     text = page.text_content(sel)
     assert "ExplorerConfig" not in text and "_budget" not in text
     assert "attnlab serve --trace FILE" in text
@@ -494,7 +494,7 @@ def test_a_long_text_says_in_plain_words_how_to_see_every_head(page, tmp_path):
     long = synthetic_trace(300, layers=1, heads=2, d=8)
     path = Explorer(long, uid="ax-long").save(tmp_path / "long.html")
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     if page.get_attribute(".attnlab-explorer", "lang") != "en":
         page.click(".ax-lang")
     page.click(".ax-tab[data-view=attribution]")

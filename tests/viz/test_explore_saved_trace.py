@@ -16,6 +16,7 @@ import torch
 from attnlab import cli
 from attnlab.tracing import trace
 from attnlab.viz.explorer import Explorer, ExplorerConfig
+from limits import SLOW_CHILD_S
 from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
@@ -74,7 +75,7 @@ def test_torchrun_two_processes_write_the_one_process_page(saved, tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "attnlab", "explore", "--trace", str(path), "--out", str(out), "--json"],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
     assert run.returncode == 0, run.stderr[-3000:]
     info = json.loads(run.stdout)  # rank 0 alone prints and writes
     assert info["processes"] == 2

@@ -11,6 +11,7 @@ from explorer_traces import TEXT, dense_pooled, synthetic_trace, toy_trace
 
 from attnlab.analysis import diagnose
 from attnlab.viz.explorer import VIEWS, Explorer, qk_row_probs
+from limits import PAGE_MS
 from servers import serve_in_thread
 
 pytestmark = pytest.mark.browser
@@ -33,7 +34,7 @@ def toy(tmp_path_factory):
 
 def _open(page, path, lang="en-US"):
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     if page.get_attribute(".attnlab-explorer", "lang") != lang[:2]:
         page.click(".ax-lang")
     return page.locator(".attnlab-explorer")
@@ -138,6 +139,7 @@ def test_language_toggle_switches_labels(page, toy, artifacts_dir):
 def test_chinese_browser_opens_in_chinese(browser, toy):
     _, path = toy
     context = browser.new_context(locale="zh-CN")
+    context.set_default_timeout(PAGE_MS)  # as the page fixture's
     try:
         pg = context.new_page()
         pg.goto(path.as_uri())
@@ -331,26 +333,25 @@ def served(long_trace):
 
 def _wait_fetch(page, count):
     page.wait_for_function(
-        f"+document.querySelector('.attnlab-explorer').getAttribute('data-fetches') >= {count}",
-        timeout=20_000)
+        f"+document.querySelector('.attnlab-explorer').getAttribute('data-fetches') >= {count}")
 
 
 def test_served_page_fetches_exact_rows_and_tiles(page, long_trace, served, artifacts_dir):
     t = long_trace
     page.goto(served + "/")
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     page.set_viewport_size({"width": 1300, "height": 1100})
     assert "Click a token" in page.text_content(".ax-hint")  # served: rows from the server
-    page.wait_for_selector(".ax-rowinfo[data-row='0:0:0']", timeout=20_000)
+    page.wait_for_selector(".ax-rowinfo[data-row='0:0:0']")
     block = int(page.eval_on_selector(".attnlab-explorer",
                                       "e => e.__attnlab.cur().meta.block"))
     page.select_option(".ax-layer", "1")
     page.select_option(".ax-head", "3")
-    page.wait_for_selector(".ax-rowinfo[data-row='1:3:0']", timeout=20_000)
+    page.wait_for_selector(".ax-rowinfo[data-row='1:3:0']")
     page.click(".ax-sblock[data-block='6']")
     i = 6 * block + 5
     page.click(f".ax-t[data-i='{i}']")
-    page.wait_for_selector(f".ax-rowinfo[data-row='1:3:{i}']", timeout=20_000)
+    page.wait_for_selector(f".ax-rowinfo[data-row='1:3:{i}']")
     exact = t.weights_rows(1, 3, [i])[0]
     got = page.eval_on_selector_all(".ax-t[data-w]", "els => els.map(e => [+e.dataset.i, "
                                     "+e.dataset.w])")
@@ -366,7 +367,7 @@ def test_served_page_fetches_exact_rows_and_tiles(page, long_trace, served, arti
     rb, cb = 9, 7
     page.mouse.click(box["x"] + (cb + 0.5) * box["width"] / n,
                      box["y"] + (rb + 0.5) * box["height"] / n)
-    page.wait_for_selector(".ax-tile", timeout=20_000)
+    page.wait_for_selector(".ax-tile")
     tile = t.weights_tile(1, 3, range(rb * block, (rb + 1) * block),
                           range(cb * block, (cb + 1) * block))
     img = page.locator(".ax-tile")
@@ -382,7 +383,7 @@ def test_served_qk_view_works_for_any_query_at_any_length(page, long_trace, serv
                                                            artifacts_dir):
     t = long_trace
     page.goto(served + "/")
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     page.select_option(".ax-layer", "1")
     page.select_option(".ax-head", "1")
     i = 777
@@ -390,7 +391,7 @@ def test_served_qk_view_works_for_any_query_at_any_length(page, long_trace, serv
     page.dispatch_event(".ax-query", "change")
     assert _root(page, "data-query") == str(i)
     page.click(".ax-tab[data-view=qk]")
-    page.wait_for_selector(f"svg[data-view=qk][data-row='1:1:{i}']", timeout=20_000)
+    page.wait_for_selector(f"svg[data-view=qk][data-row='1:1:{i}']")
     keys = page.eval_on_selector_all(".ax-p", "els => els.map(e => +e.dataset.key)")
     exact = t.weights_rows(1, 1, [i])[0].double()
     assert set(torch.topk(exact, 20).indices.tolist()) <= set(keys)

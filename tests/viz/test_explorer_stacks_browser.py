@@ -37,7 +37,7 @@ def image_page(img, tmp_path_factory):
 def _open(page, path, lang="en"):
     page.set_viewport_size({"width": 1300, "height": 900})
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     if page.get_attribute(".attnlab-explorer", "lang") != lang:
         page.click(".ax-lang")
 

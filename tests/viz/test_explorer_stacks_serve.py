@@ -87,7 +87,7 @@ def test_served_long_stacked_page_fetches_the_rows_of_the_stack_on_show(page, ar
     st = stacked_trace(source=[f"s{i}" for i in range(600)])  # long: pooled, rows on demand
     with serve_in_thread(create_trace_app([st])) as url:
         page.goto(url + "/")
-        page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+        page.wait_for_selector(".attnlab-explorer[data-ready]")
         page.set_viewport_size({"width": 1300, "height": 1000})
         page.select_option(".ax-stack", label="Cross-attention")
         assert page.get_attribute(".attnlab-explorer", "data-stack") == "cross"
@@ -96,7 +96,7 @@ def test_served_long_stacked_page_fetches_the_rows_of_the_stack_on_show(page, ar
         page.select_option(".ax-layer", "1")
         page.fill(".ax-query", "3")
         page.dispatch_event(".ax-query", "change")
-        page.wait_for_selector(".ax-rowinfo[data-row='1:0:3']", timeout=20_000)
+        page.wait_for_selector(".ax-rowinfo[data-row='1:0:3']")
         tops = page.eval_on_selector_all(".ax-topkey", "els => els.map(e => +e.dataset.key)")
         exact = st["cross"].weights_rows(1, 0, [3])[0]
         assert tops == torch.topk(exact, 8).indices.tolist()  # the cross stack's own row
@@ -111,13 +111,13 @@ def test_served_pooled_image_overlays_the_exact_row_from_the_server(page):
     app = create_trace_app([img], explorer=ExplorerConfig(max_tokens=8, view="image"))
     with serve_in_thread(app) as url:
         page.goto(url + "/")
-        page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
-        page.wait_for_selector(".ax-patch", timeout=20_000)  # the row 0 came from the server
+        page.wait_for_selector(".attnlab-explorer[data-ready]")
+        page.wait_for_selector(".ax-patch")  # the row 0 came from the server
         page.select_option(".ax-head", "1")
-        page.wait_for_selector("svg[data-view=image][data-row='0:1:0']", timeout=20_000)
+        page.wait_for_selector("svg[data-view=image][data-row='0:1:0']")
         page.click(".ax-patch[data-r='2'][data-c='3']")
         q = 1 + 2 * 5 + 3
-        page.wait_for_selector(f"svg[data-view=image][data-row='0:1:{q}']", timeout=20_000)
+        page.wait_for_selector(f"svg[data-view=image][data-row='0:1:{q}']")
         got = [float(x) for x in page.eval_on_selector_all(
             ".ax-patch", "els => els.map(e => e.getAttribute('data-w'))")]
         exact = img.weights_rows(0, 1, [q])[0]

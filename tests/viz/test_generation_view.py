@@ -31,7 +31,7 @@ def test_a_generation_is_marked_and_stepped_token_by_token(page, generated):
     t, path = generated
     assert t.meta["prompt_tokens"] == 5 and t.meta["generated"] == [5, 6, 7, 8]
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     assert (_attr(page, "data-generated"), _attr(page, "data-prompt-tokens")) == ("4", "5")
     chips = page.eval_on_selector_all(".ax-gen-tok", "els => els.map(e => e.textContent)")
     assert chips == t.tokens[5:]
@@ -55,6 +55,6 @@ def test_a_text_without_generation_shows_no_generation_bar(page, tmp_path):
     gpt = GPT(GPTConfig(vocab_size=17, num_layers=1, num_heads=2, embed_dim=8)).eval()
     path = Explorer(attnlab.trace(gpt, [1, 2, 3]), uid="ax-plain").save(tmp_path / "p.html")
     page.goto(path.as_uri())
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=20_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     assert _attr(page, "data-generated") is None
     assert page.locator(".ax-gen-tok").count() == 0

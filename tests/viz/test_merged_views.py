@@ -172,7 +172,7 @@ def merged_page(merged, tmp_path_factory):
 
 def _open(page, url, layer, head, query, view):
     page.goto(url)
-    page.wait_for_selector(".attnlab-explorer[data-ready]", timeout=60_000)
+    page.wait_for_selector(".attnlab-explorer[data-ready]")
     if page.get_attribute(".attnlab-explorer", "lang") != "en":
         page.click(".ax-lang")
     page.set_viewport_size({"width": 1300, "height": 1100})
@@ -195,12 +195,12 @@ def _probs(page) -> dict[int, float]:
 def test_the_static_qk_view_shows_a_characters_pieces(page, merged, merged_page, artifacts_dir):
     u = merged.unmerged()
     _open(page, merged_page.as_uri(), 1, 3, 2, "qk")
-    page.wait_for_selector("svg[data-view=qk][data-piece='3']", timeout=20_000)
+    page.wait_for_selector("svg[data-view=qk][data-piece='3']")
     buttons = page.eval_on_selector_all(".ax-piece", "els => els.map(e => e.textContent)")
     assert buttons == ["果 (piece 1 of 3)", "果 (piece 2 of 3)", "果 (piece 3 of 3)"]
     assert "q and k belong to the pieces" in page.text_content(".ax-qk-pieces")
     page.click(".ax-piece[data-piece='1']")
-    page.wait_for_selector("svg[data-view=qk][data-piece='4']", timeout=20_000)
+    page.wait_for_selector("svg[data-view=qk][data-piece='4']")
     got = _probs(page)
     assert sorted(got) == list(range(N))  # every key piece
     want = u.weights_rows(1, 3, [4])[0].double()
@@ -236,11 +236,11 @@ def test_the_attribution_view_of_a_merged_trace(page, merged, merged_page, artif
         got = torch.tensor(cells(), dtype=torch.float64)
         assert got.shape == (7,) and (got - want.double()).abs().max() <= TOL, kind
     page.click(".ax-attr-cell[data-key='2']")  # 𝄞 (4 pieces) → 果 (3 pieces): 12 pairs
-    page.wait_for_selector(".ax-parts[data-pair='1:3:4:2']", timeout=20_000)
+    page.wait_for_selector(".ax-parts[data-pair='1:3:4:2']")
     pairs = page.eval_on_selector_all(".ax-pair", "els => els.map(e => e.dataset.pieces)")
     assert pairs == [f"{a}:{b}" for a in (7, 8, 9, 10) for b in (3, 4, 5)]
     page.click(".ax-pair[data-index='5']")  # 𝄞 piece 2 → 果 piece 3
-    page.wait_for_selector(".ax-parts[data-pieces='8:5']", timeout=20_000)
+    page.wait_for_selector(".ax-parts[data-pieces='8:5']")
     bands = page.eval_on_selector_all(".ax-band", "els => els.map(e => +e.dataset.value)")
     want = u.score_parts(1, 3, 8, 5)
     assert bands == pytest.approx([b["value"] for b in want["bands"]], abs=1e-9)
@@ -291,10 +291,10 @@ def test_the_served_qk_view_of_a_merged_chinese_text_of_the_articles_length(page
     assert got["merged"] and [p["piece"] for p in got["query_pieces"]] == mine
     with serve_in_thread(create_trace_app([t])) as url:
         _open(page, url + "/", 1, 2, a, "qk")
-        page.wait_for_selector(f"svg[data-view=qk][data-piece='{mine[0]}']", timeout=60_000)
+        page.wait_for_selector(f"svg[data-view=qk][data-piece='{mine[0]}']")
         assert page.locator(".ax-bad").count() == 0  # no refusal: the view is there
         page.click(".ax-piece[data-piece='1']")
-        page.wait_for_selector(f"svg[data-view=qk][data-piece='{mine[1]}']", timeout=20_000)
+        page.wait_for_selector(f"svg[data-view=qk][data-piece='{mine[1]}']")
         label = page.text_content(".ax-piece[data-piece='1']")
         assert label == f"{t.tokens[a]} (piece 2 of 3)"
         shown = _probs(page)

@@ -17,6 +17,7 @@ from attnlab.serve.trace_api import (
 )
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.explorer import decode_blob, qk_row_probs
+from limits import CHILD_S
 
 LOCAL = "http://127.0.0.1"  # the server answers local names only
 N = 300  # above the explorer's max_tokens: the page is pooled, the server gives the rest
@@ -226,7 +227,7 @@ def test_attnlab_serve_trace_opens_a_saved_file(saved, tmp_path, capsys):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}/api/traces/t1/rows?layer=1&head=2&queries=7&encoding=list"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + CHILD_S
         while True:
             try:
                 with urllib.request.urlopen(url, timeout=5) as r:
@@ -240,4 +241,4 @@ def test_attnlab_serve_trace_opens_a_saved_file(saved, tmp_path, capsys):
         assert torch.equal(torch.tensor(got["weights"]), saved.weights_rows(1, 2, [7]))
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        proc.wait(timeout=CHILD_S)

@@ -27,6 +27,7 @@ from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import decode_blob
 from attnlab.viz.payload import ExplorerConfig
 from attnlab.viz.widget import API_PREFIX, widget, widget_esm
+from limits import CHILD_S, PAGE_S
 from servers import free_port
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -292,7 +293,7 @@ def jupyter_lab(folder: Path):
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + CHILD_S
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
@@ -317,10 +318,12 @@ def jupyter_lab(folder: Path):
 def _run_first_cell(page) -> None:
     """Run the notebook's first cell once its kernel is connected (the status bar says
     Idle); a run pressed while the front end is still connecting is dropped, so it is
-    pressed again until the cell's prompt shows it queued or running."""
-    page.wait_for_selector(".jp-StatusBar-Item >> text=/Python 3.*Idle/", timeout=60_000)
+    pressed again until the cell's prompt shows it queued or running. Each press waits
+    10 s for the prompt (a retry interval, not a limit); the presses go on for PAGE_S."""
+    page.wait_for_selector(".jp-StatusBar-Item >> text=/Python 3.*Idle/")
     prompt = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt")
-    for _ in range(4):
+    deadline = time.monotonic() + PAGE_S
+    while time.monotonic() < deadline:
         page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
         page.keyboard.press("Control+Enter")  # run, stay on the cell
         try:
@@ -347,11 +350,11 @@ def test_in_jupyterlab_a_click_shows_the_row_the_kernel_computed(page, tmp_path,
     with jupyter_lab(tmp_path) as (url, token):
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.goto(f"{url}/lab/tree/widget.ipynb?token={token}")
-        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content")
         _run_first_cell(page)
         root = ".jp-OutputArea .attnlab-explorer[data-transport='kernel'][data-ready]"
         try:
-            page.wait_for_selector(root, timeout=60_000)
+            page.wait_for_selector(root)
         except Exception:
             page.screenshot(path=str(artifacts_dir / "explorer-widget-jupyterlab-failed.png"))
             raise
@@ -359,8 +362,7 @@ def test_in_jupyterlab_a_click_shows_the_row_the_kernel_computed(page, tmp_path,
         assert kernel["pid"] != os.getpid()  # computed in the notebook's kernel, not here
         assert page.locator(f"{root} .ax-sblock").count() == 4  # pooled, 4 blocks of 6
         page.click(f"{root} .ax-t[data-i='{QUERY}']")
-        page.wait_for_selector(f"{root} .ax-rowinfo[data-row='{LAYER}:{HEAD}:{QUERY}']",
-                               timeout=30_000)
+        page.wait_for_selector(f"{root} .ax-rowinfo[data-row='{LAYER}:{HEAD}:{QUERY}']")
         shown = page.eval_on_selector_all(
             f"{root} .ax-t[data-w]", "els => els.map(e => [+e.dataset.i, e.dataset.w])")
         tops = page.eval_on_selector_all(f"{root} .ax-topkey",

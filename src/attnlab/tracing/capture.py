@@ -128,6 +128,9 @@ class Capture:
         self._stream: _LayerStream | None = None
         #: The calls that continue one another through a KV cache (a generation).
         self.cache_steps = CacheSteps()
+        #: False: the model still runs through the adapters (attnlab's attention, in tiles:
+        #: O(tile · N) memory where eager holds every N x N map) but no record is kept.
+        self.keep = True
 
     @property
     def streamed(self) -> bool:
@@ -141,6 +144,8 @@ class Capture:
     def add(self, record: AttentionRecord) -> None:
         """Append a record (adapters call this, from any thread); a streamed capture
         writes it to its file instead, in call order."""
+        if not self.keep:
+            return
         with self._lock:
             stack = self.stack_of(record.name)
             if self._stream is not None:

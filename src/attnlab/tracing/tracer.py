@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab._errors import AttnlabWarning
+from attnlab._proc import release_memory
 from attnlab._text import too_long
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
@@ -579,7 +580,12 @@ class _Run:
         s, o, net, name = self.settings, self.opts, self.net, self.loaded.name
         decoding = bool(s.generate) and o.out is None
         if s.generate and o.out is not None:
-            new = continue_ids(net, name, self._ids(enc), s, feed_last=False)
+            # generated through attnlab's tiled attention (eager's numbers, not its N x N
+            # maps), nothing kept: then one streamed forward over the whole sequence
+            with torch.no_grad(), capture(net) as quiet:
+                quiet.keep = False
+                new = continue_ids(net, name, self._ids(enc), s, feed_last=False)
+            release_memory()  # the generation's cache is gone: the forward starts afresh
             enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=True)
         x = self._ids(enc)
         y = None if tgt is None else torch.tensor([tgt.ids], dtype=torch.long)

@@ -18,7 +18,8 @@ and marks those modules. Then, for each attention call:
 * the **attention function** reads the call: scale (any ``scaling``), soft-cap, sliding
   window, a position bias, sink logits (``s_aux``, or per-row ``sinks``). It computes the
   attention without an N x N tensor: up to :data:`EAGER_ORDER_MAX_TOKENS` tokens in the
-  eager path's own order of operations, by tiles of rows (:func:`_eager_order`: the model's
+  eager path's own order of operations, by tiles of rows
+  (:func:`~attnlab.tracing.adapters._eager.eager_order`: the model's
   outputs equal its eager outputs bit for bit), beyond that with attnlab's
   :func:`~attnlab.core.functional.scaled_dot_product_attention` (``return_lse=True``:
   torch's fused CPU kernel or the chunked backend, O(N·d) memory, float32 rounding that
@@ -348,10 +349,11 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
 
 
 #: Up to this many tokens (queries and keys) the attention of a captured Hugging Face model
-#: is computed in the eager order (:func:`_eager_order`: the model's outputs equal its eager
-#: path's bit for bit); above it, by attnlab's core attention (torch's fused CPU kernel or
-#: the chunked backend), whose float32 rounding differs from eager's as the model's own
-#: ``sdpa`` path does, and whose cost does not grow with a materialised tile of scores.
+#: is computed in the eager order (:func:`~attnlab.tracing.adapters._eager.eager_order`:
+#: the model's outputs equal its eager path's bit for bit); above it, by attnlab's core
+#: attention (torch's fused CPU kernel or the chunked backend), whose float32 rounding
+#: differs from eager's as the model's own ``sdpa`` path does, and whose cost does not grow
+#: with a materialised tile of scores.
 EAGER_ORDER_MAX_TOKENS = 2048
 #: Up to this many entries (batch x queries x keys) the mask function hands the model its
 #: own eager mask (labelled with the rule it follows), so that a model that changes the mask

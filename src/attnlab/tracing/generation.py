@@ -18,8 +18,10 @@ reads the same keys again, with new queries. A continuing call is kept as only i
 rows and new keys (``AttentionRecord.past`` says how many keys came before), so a
 generation of N tokens holds O(N·d) per head, as one forward over N tokens does.
 
-A call that repeats a module with keys the chain cannot explain — a cache that was cropped
-(assisted decoding), a sliding or static cache that evicts or preallocates keys, a cache
+A preallocated (static) cache reads every slot and hides the unfilled ones from every
+query; the Hugging Face adapter cuts those trailing keys, so its calls continue a chain as
+a dynamic cache's do. A call that repeats a module with keys the chain cannot explain — a
+cache that was cropped (assisted decoding), a sliding cache that evicts keys, a cache
 reordered between steps — is not dropped: the capture remembers why, and
 :meth:`CacheSteps.stitched` refuses to make a trace from it (:class:`GenerationError`,
 naming the module, the step and what it saw).
@@ -153,8 +155,8 @@ class CacheSteps:
                 self.broken = (
                     f"{r.name}, call {call + 1}: {lq} new quer{'y' if lq == 1 else 'ies'} "
                     f"read {lk} keys, but its cache held {last.keys} before (a continuing "
-                    f"call reads {last.keys + lq}): the cache was cropped, preallocated "
-                    "(a static cache) or evicted keys (a sliding cache), so its steps are "
+                    f"call reads {last.keys + lq}): the cache was cropped or evicted keys "
+                    "(a sliding cache), so its steps are "
                     "not one sequence")
         chains.append(_Chain(stack, [r], lk))
         return r

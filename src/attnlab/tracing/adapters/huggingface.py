@@ -517,12 +517,32 @@ def _rule_of_dense(dense: Tensor) -> tuple[bool, Tensor | None, Tensor | None]:
     return causal, keys, (term if bool(term.any()) else None)
 
 
+def _unfilled_cut(module: nn.Module, key: Tensor, value: Tensor, mask: Tensor | None
+                  ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """A causal call through a preallocated (static) KV cache reads all of its slots and
+    hides the ones not yet filled from every query: those trailing keys are cut (they take
+    weight 0 exactly), so the call is the attention over the keys it can see, as a dynamic
+    cache's call is. Only for a causal module's self-attention (cross-attention's keys are
+    another text's, padded or not), with a dense mask (B, H|1, Lq, Lk) that hides a run of
+    trailing keys from every row, and more keys than queries."""
+    if mask is None or mask.dim() != 4 or mask.shape[-1] != key.shape[2] or (
+            mask.shape[-2] >= key.shape[2]) or not getattr(module, "is_causal", False):
+        return key, value, mask
+    seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    cols = seen.reshape(-1, seen.shape[-1]).any(dim=0)
+    n = int(cols.nonzero().max()) + 1 if bool(cols.any()) else key.shape[2]
+    if n >= key.shape[2] or n < mask.shape[-2]:
+        return key, value, mask
+    return key[:, :, :n].clone(), value[:, :, :n].clone(), mask[..., :n]
+
+
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                attention_mask: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, None]:
     """transformers' attention interface: q (B, H, Lq, d), k, v (B, H_kv, Lk, .) ->
     output (B, Lq, H, dv), computed by attnlab, checked against the module's own eager
     attention on a prefix, and recorded for the observers."""
     b, h, lq, d = query.shape
+    key, value, attention_mask = _unfilled_cut(module, key, value, attention_mask)
     lk = key.shape[2]
     scaling = kwargs.get("scaling")
     scale = float(scaling) if scaling is not None else default_scale(d)

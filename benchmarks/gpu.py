@@ -37,16 +37,12 @@ def _timed(fn, device: torch.device) -> tuple[float, float]:
     return time.perf_counter() - t0, torch.cuda.max_memory_allocated(device) / 2**30
 
 
-def smollm2(device: torch.device, dtype: torch.dtype, tokens: int, prefix: int) -> dict:
+def _side_by_side(net, ids: torch.Tensor, device: torch.device, tokenizer
+                  ) -> tuple[float, float, float, float, object]:
+    """(forward s, its peak GiB, trace s, its peak GiB, the trace): a plain forward of the
+    base model (sdpa, no weights, no cache) after a warm-up, then ``attnlab.trace``."""
     import attnlab
-    from attnlab.models import load
-    from attnlab.tracing.tracer import placed
-    from attnlab.tracing.verify import check_stack
 
-    m = load("smollm2", progress=False)
-    net = placed(m.model, dtype, device)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(100, 40000, (1, tokens), generator=g)
     on = ids.to(device)
 
     def plain() -> None:
@@ -60,15 +56,28 @@ def smollm2(device: torch.device, dtype: torch.dtype, tokens: int, prefix: int) 
     holder: dict = {}
 
     def traced() -> None:
-        holder["t"] = attnlab.trace(net, ids[0].tolist(), tokenizer=m.tokenizer,
+        holder["t"] = attnlab.trace(net, ids[0].tolist(), tokenizer=tokenizer,
                                     max_memory="100GB")
 
     plain()
     fwd_s, fwd_gib = _timed(plain, device)
     tr_s, tr_gib = _timed(traced, device)
-    t = holder.pop("t")
+    return fwd_s, fwd_gib, tr_s, tr_gib, holder["t"]
+
+
+def smollm2(device: torch.device, dtype: torch.dtype, tokens: int, prefix: int) -> dict:
+    import attnlab
+    from attnlab.models import load
+    from attnlab.tracing.tracer import placed
+    from attnlab.tracing.verify import check_stack
+
+    m = load("smollm2", progress=False)
+    net = placed(m.model, dtype, device)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 40000, (1, tokens), generator=g)
+    fwd_s, fwd_gib, tr_s, tr_gib, t = _side_by_side(net, ids, device, m.tokenizer)
     with torch.no_grad():
-        maps = net(on[:, :prefix], output_attentions=True).attentions
+        maps = net(ids[:, :prefix].to(device), output_attentions=True).attentions
     short = attnlab.trace(net, ids[0, :prefix].tolist(), tokenizer=m.tokenizer)
     c = check_stack(short, [x.float().cpu() for x in maps])
     return {"dtype": str(dtype).removeprefix("torch."), "tokens": t.seq_len,
@@ -82,35 +91,16 @@ def smollm2(device: torch.device, dtype: torch.dtype, tokens: int, prefix: int) 
 def llama8b_shape(device: torch.device, tokens: int) -> dict:
     import transformers as tf
 
-    import attnlab
-
     cfg = tf.LlamaConfig(vocab_size=1024, hidden_size=4096, intermediate_size=14336,
                          num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8,
                          max_position_embeddings=tokens, rope_theta=500000.0)
     with torch.device(device):
         net = tf.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     ids = torch.randint(0, 1024, (1, tokens))
-    on = ids.to(device)
-
-    def plain() -> None:
-        with torch.no_grad():
-            net.config._attn_implementation = "sdpa"
-            try:
-                net.model(on, use_cache=False)
-            finally:
-                net.config._attn_implementation = "eager"
-
-    holder: dict = {}
-
-    def traced() -> None:
-        holder["t"] = attnlab.trace(net, ids[0].tolist(), max_memory="100GB")
-
-    plain()
-    fwd_s, fwd_gib = _timed(plain, device)
-    tr_s, tr_gib = _timed(traced, device)
+    fwd_s, fwd_gib, tr_s, tr_gib, t = _side_by_side(net, ids, device, None)
     return {"tokens": tokens, "forward_s": round(fwd_s, 3), "trace_s": round(tr_s, 3),
             "ratio": round(tr_s / fwd_s, 2), "forward_peak_gib": round(fwd_gib, 3),
-            "trace_peak_gib": round(tr_gib, 3), "layers": holder["t"].num_layers}
+            "trace_peak_gib": round(tr_gib, 3), "layers": t.num_layers}
 
 
 def main(argv: list[str] | None = None) -> dict:

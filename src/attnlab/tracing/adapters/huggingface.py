@@ -183,7 +183,8 @@ def _mask_rows(fn: Any, b: int, lk: int, q_off: int, kv_off: int, r0: int, r1: i
     hi = torch.zeros(1, 1, 1, 1, dtype=torch.long)
     qi = (torch.arange(r0, r1) + q_off)[None, None, :, None]
     kv = (torch.arange(lk) + kv_off)[None, None, None, :]
-    return torch.as_tensor(fn(bi, hi, qi, kv)).expand(b, 1, r1 - r0, lk)[:, 0]
+    # on the host whatever the mask function indexes (a padding mask on the model's device)
+    return torch.as_tensor(fn(bi, hi, qi, kv)).to("cpu").expand(b, 1, r1 - r0, lk)[:, 0]
 
 
 def _infer_rule(fn: Any, b: int, lq: int, lk: int, q_off: int, kv_off: int

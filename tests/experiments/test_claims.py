@@ -147,6 +147,52 @@ def test_conditions_and_not_testable_verdicts():
     assert v.verdict == "not testable" and v.measurements == ()
 
 
+
+def _gap_result(gap_check: bool, control_check: bool) -> Result:
+    """A fake experiment: a null result (``gap``, the effect the claim predicts) and a
+    positive control (``gap-narrow``, a variant where the effect should appear)."""
+    return _result("toy", 1.0, expect_holds=False, checks=[
+        Check("gap", 0.0 if not gap_check else 1.0, "≥ 0.2", gap_check, id="gap"),
+        Check("gap, narrow", 0.5 if control_check else 0.0, "≥ 0.2", control_check,
+              support=True, id="gap-narrow")])
+
+
+def test_a_null_result_without_a_positive_control_is_not_decided_here():
+    null = _claim(Evidence("toy", "gap"), null_result=True)
+    (v,) = verdicts([_gap_result(False, True)], [null])
+    assert v.verdict == "not decided here" and v.positive_controls == ()
+    assert "not decided here" in CLAIM_VERDICTS and inv.ZH["not decided here"] == "此处未能判定"
+    assert "no positive control" in markdown([v])
+
+
+def test_a_null_result_with_a_passing_positive_control_does_not_hold():
+    null = _claim(Evidence("toy", "gap"), null_result=True,
+                  positive_control=(Evidence("toy", "gap-narrow"),))
+    (v,) = verdicts([_gap_result(False, True)], [null])
+    assert v.verdict == "does not hold" and v.positive_controls[0].holds
+    assert "Positive control" in markdown([v]) and "阳性对照" in markdown([v])
+    # a positive control that fails (the setup shows the effect nowhere) decides nothing
+    (v,) = verdicts([_gap_result(False, False)], [null])
+    assert v.verdict == "not decided here"
+    # the effect appears: the claim holds, whatever the control
+    (v,) = verdicts([_gap_result(True, True)], [null])
+    assert v.verdict == "holds"
+    with pytest.raises(ValueError, match="null result"):
+        _claim(Evidence("toy", "gap"), positive_control=(Evidence("toy", "gap-narrow"),))
+
+
+def test_an_existence_claim_is_decided_only_by_a_witness():
+    exists = _claim(Evidence("toy", "gap"), existence=True, search_en="two tasks, E = 64",
+                    search_zh="两个任务，E = 64")
+    (v,) = verdicts([_gap_result(True, True)], [exists])
+    assert v.verdict == "holds"  # a witness
+    (v,) = verdicts([_gap_result(False, True)], [exists])
+    assert v.verdict == "not decided here"  # no witness found: never "does not hold"
+    assert v.to_json()["search_en"] == "two tasks, E = 64"
+    assert "search made: two tasks" in markdown([v]) and "所做的搜索" in markdown([v])
+    with pytest.raises(ValueError, match="search"):
+        _claim(Evidence("toy", "gap"), existence=True)
+
 def test_evidence_parts_select_the_headline_or_checks_by_id():
     r = _result("toy", 0.0, checks=[Check("norm part", 2.0, "≤ 1", False, id="norm"),
                                     Check("angle part", 0.1, "≤ 1", True, id="angle")])
@@ -492,3 +538,40 @@ def test_report_opens_with_the_inventory_from_the_shared_cache(tmp_path, monkeyp
                                 if r.name not in bad] + [
         _result("convex-combination", checks=_checks_for("convex-combination"))]
     assert section.build(ctx).passed is True
+
+
+_PLURAL = {"holds": "hold", "holds under stated conditions": "hold under stated conditions",
+           "holds by construction": "hold by construction",
+           "depends on the reading": "depend on the reading", "does not hold": "do not hold",
+           "not decided here": "not decided here", "not testable": "not testable"}
+
+
+def test_readme_and_guide_counts_are_the_inventorys(fast_results):
+    """Every count of items or verdicts that README.md and docs/guide.md state is the one the
+    inventory computes (a verdict that depends on timing counted apart)."""
+    results = _available(fast_results)
+    if {n for c in CLAIMS for n in c.covered_by} - {r.name for r in results}:
+        pytest.skip("an experiment's model is not installed: the counts need every verdict")
+    vs = verdicts(results)
+    n = inv.counts([v for v in vs if not v.claim.timed])
+    timed = sum(v.claim.timed for v in vs)
+    root = DOC.parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    guide = (root / "docs" / "guide.md").read_text(encoding="utf-8")
+    line = (f"{len(CLAIMS)} items: "
+            + ", ".join(f"{n[v]} {_PLURAL[v]}" for v in CLAIM_VERDICTS)
+            + f", {timed} measured when the report runs")
+    assert line in readme
+    assert f"the {len(CLAIMS)} items of the two articles" in readme
+    flat = " ".join(guide.split())
+    assert f"`attnlab claims` lists all {len(CLAIMS)} claims" in flat
+    assert f"recommendation ({len(CLAIMS)} items)" in flat
+    for v in CLAIM_VERDICTS:
+        word = {"not decided here": "are not decided here",
+                "not testable": "are not testable"}.get(v, _PLURAL[v])
+        assert f"{n[v]} {word}" in flat, v
+    assert f"{timed} is measured when the report runs" in flat
+    # every number in the README line and the guide's sentence is one of these
+    stated = re.findall(r"\b(\d+) (?:items|hold|depend|do not|not decided|not testable|are)",
+                        readme + flat)
+    assert set(map(int, stated)) <= {len(CLAIMS), timed, *n.values()}

@@ -22,6 +22,24 @@ def test_verify_json_only_on_stdout():
     for d in data:
         assert {"name", "claim", "measured", "expected", "tolerance", "passed"} <= set(d)
         assert d["passed"] is True
+        # each experiment's control and the margin by which the measurement beats it
+        assert d["control_value"] == d["control"]["measured"]
+        assert d["control_margin"] > 0
+        for c in d["checks"]:
+            assert (c["control_value"] is None) == (c["control"] is None)
+    masking = {c["id"]: c for c in data[1]["checks"]}["masked-weight-zero"]
+    assert masking["control_margin"] == masking["control_value"] - masking["value"] > 0
+
+
+def test_control_margin_reads_the_relation():
+    from attnlab.experiments import Check, Control
+    from attnlab.experiments._result import control_margin
+    assert control_margin(45.8, 61.0, ">=") < 0  # the untrained heads pass by more
+    assert control_margin(0.0, 0.1, "<=") == 0.1
+    assert control_margin(1.0, 3.0, "==", 1.0) == 2.0
+    c = Check("x", 3.0, "≥ 3", True, control=Control("c", "对照", 0.0))
+    assert c.control_margin == 3.0
+    assert Check("x", 3.0, "≥ 3", True).control_margin is None
 
 
 def test_verify_table_shows_a_finding_and_exits_0(capsys):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Result", "Check", "Control", "RELATIONS", "ORIGINS", "VERDICTS", "CHECK_ID",
-           "fmt_num", "relation_holds"]
+           "fmt_num", "relation_holds", "control_margin"]
 
 
 def fmt_num(x: float) -> str:
@@ -96,6 +96,35 @@ class Control:
                 "measured": m if math.isfinite(m) else None, "holds": self.holds}
 
 
+def control_margin(measured: float, control: float, relation: str,
+                   expected: float | None = None) -> float:
+    """How far the measurement beats its control on the test they share, in the test's
+    units: ``measured − control`` for ``">="``, ``control − measured`` for ``"<="``, and
+    ``|control − expected| − |measured − expected|`` for ``"=="`` (without ``expected``:
+    ``|measured − control|``). Positive: the measurement is on the passing side of its
+    control; NaN when either is not finite.
+
+    >>> control_margin(45.0, 60.0, ">="), control_margin(0.0, 0.2, "<=")
+    (-15.0, 0.2)
+    """
+    m, c = float(measured), float(control)
+    if not (math.isfinite(m) and math.isfinite(c)):
+        return math.nan
+    if relation == ">=":
+        return m - c
+    if relation == "<=":
+        return c - m
+    if expected is None:
+        return abs(m - c)
+    return abs(c - expected) - abs(m - expected)
+
+
+def _relation_of(expected_text: str) -> str:
+    """The relation a check's ``expected`` text states (``"≥ 4"``: ``">="``)."""
+    t = expected_text.strip()
+    return ">=" if t.startswith("≥") else "<=" if t.startswith("≤") else "=="
+
+
 @dataclass(frozen=True)
 class Check:
     """A secondary check behind the headline number.
@@ -124,6 +153,14 @@ class Check:
     id: str = ""
     control: Control | None = None
     by_construction: bool = False
+
+    @property
+    def control_margin(self) -> float | None:
+        """How far :attr:`value` beats its control (:func:`control_margin`, the relation
+        read from :attr:`expected`); None without a control."""
+        if self.control is None:
+            return None
+        return control_margin(self.value, self.control.measured, _relation_of(self.expected))
 
     def __post_init__(self) -> None:
         if self.control is not None and not isinstance(self.control, Control):
@@ -237,6 +274,15 @@ class Result:
         raise ValueError(f"{self.name}: no check has the id {id_!r} (its check ids: {ids})")
 
     @property
+    def control_margin(self) -> float | None:
+        """How far the headline measurement beats its control on the headline's test
+        (:func:`control_margin`); None without a control."""
+        if self.control is None:
+            return None
+        return control_margin(self.measured, self.control.measured, self.relation,
+                              self.expected)
+
+    @property
     def passed(self) -> bool:
         """The verdict is the one the experiment expected and every support check passed
         (False: a defect to fix). A :attr:`timed` result expects no verdict: every support
@@ -272,8 +318,8 @@ class Result:
         """Plain JSON (no NaN): name, claim, claim_zh, measured, expected, tolerance, holds,
         verdict, expect_holds, finding, origin, passed…"""
 
-        def num(x: float) -> float | None:
-            return float(x) if math.isfinite(float(x)) else None
+        def num(x: float | None) -> float | None:
+            return float(x) if x is not None and math.isfinite(float(x)) else None
 
         return {
             "name": self.name,
@@ -295,10 +341,14 @@ class Result:
                 {"id": c.id, "name": c.name, "value": num(c.value),
                  "expected": c.expected, "passed": c.passed, "support": c.support,
                  "control": c.control.to_json() if c.control else None,
+                 "control_value": num(c.control.measured) if c.control else None,
+                 "control_margin": num(c.control_margin),
                  "by_construction": c.by_construction}
                 for c in self.checks
             ],
             "control": self.control.to_json() if self.control else None,
+            "control_value": num(self.control.measured) if self.control else None,
+            "control_margin": num(self.control_margin),
             "by_construction": self.by_construction,
             "by_construction_zh": self.by_construction_zh,
             "timed": self.timed,

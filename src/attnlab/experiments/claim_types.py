@@ -139,6 +139,17 @@ class Claim:
     ``timed``: the verdict depends on the machine's timing (a speed comparison), so a page
     written once (``docs/claims.md``) does not fix it; it is computed each time the
     inventory runs.
+
+    ``null_result``: the evidence against the claim is the absence of an effect (the effect
+    the claim predicts did not appear); such a refutation stands only with a
+    ``positive_control`` that passes: evidence (check ids of an experiment) showing a
+    variant of the same setup where the effect does appear, so that the setup could have
+    shown it. Without one the verdict is ``"not decided here"``.
+
+    ``existence``: the claim says that something exists (h heads can express *some* relation
+    one head cannot): only a witness decides it (its ``evidence`` holds: ``"holds"``);
+    failing to find one is ``"not decided here"``, never ``"does not hold"``, and
+    ``search_en`` / ``search_zh`` say what search was made.
     """
 
     id: str
@@ -156,6 +167,11 @@ class Claim:
     reading_en: str = ""
     reading_zh: str = ""
     readings: tuple[Reading, ...] = ()
+    null_result: bool = False
+    positive_control: tuple[Evidence, ...] = ()
+    existence: bool = False
+    search_en: str = ""
+    search_zh: str = ""
 
     def __post_init__(self) -> None:
         where = f"claim {self.id!r}"
@@ -203,6 +219,21 @@ class Claim:
             raise ValueError(f"{where}: a claim that is not testable has no readings")
         if not isinstance(self.timed, bool):
             raise TypeError(f"{where}: timed must be a bool, got {type(self.timed).__name__}")
+        if not all(isinstance(e, Evidence) and not e.against for e in self.positive_control):
+            raise ValueError(f"{where}: positive_control must be Evidence records, none "
+                             "against (the variant where the effect appears must hold)")
+        if self.positive_control and not self.null_result:
+            raise ValueError(f"{where}: a positive control belongs to a null result "
+                             "(null_result=True)")
+        if bool(self.search_en) != bool(self.search_zh):
+            raise ValueError(f"{where}: a search needs both search_en and search_zh")
+        if self.existence and not self.search_en:
+            raise ValueError(f"{where}: an existence claim states the search made for a "
+                             "witness (search_en / search_zh)")
+        if (self.existence or self.null_result) and (not self.testable
+                                                     or self.kind == "error"):
+            raise ValueError(f"{where}: existence and null results are for testable "
+                             "claims, not errors or untestable items")
         if self.timed and not self.evidence:
             raise ValueError(f"{where}: a timed claim needs evidence (the timing that decides "
                              "it)")
@@ -215,7 +246,8 @@ class Claim:
     def covered_by(self) -> tuple[str, ...]:
         """The experiments whose results decide this claim (all its readings), each once,
         in order."""
-        every = list(self.evidence) + [e for r in self.readings for e in r.evidence]
+        every = (list(self.evidence) + [e for r in self.readings for e in r.evidence]
+                 + list(self.positive_control))
         return tuple(dict.fromkeys(e.experiment for e in every))
 
 

@@ -24,6 +24,11 @@ against the quote: its verdict ``"does not hold"`` says the numbers confirm the 
 The verdicts are computed from results, never written by hand (:func:`verdicts`):
 
 * ``"not testable"`` when the claim says why no experiment can decide it;
+* ``"not decided here"`` when the claim is an existence claim (``existence``) and its
+  evidence finds no witness (the search made is stated: ``search_en`` / ``search_zh``),
+  or when its refutation is a null result (``null_result``: the effect did not appear)
+  without a positive control that passes (``positive_control``: a variant where the
+  effect does appear). Neither is ever ``"does not hold"``;
 * ``"depends on the reading"`` when the claim has other readings (:class:`Reading`) and the
   readings' verdicts differ (both measurements are shown);
 * ``"does not hold"`` when some evidence fails (an experiment part that does not hold, or
@@ -54,7 +59,7 @@ True
 >>> claim("000-softmax-one-hot").covered_by
 ('softmax-saturation',)
 >>> check_ids("masking")
-('masked-weight-zero', 'dead-row-zero', 'dead-row-finite')
+('masked-weight-zero', 'printed-check-blind-to-fill', 'dead-row-zero', 'dead-row-finite')
 """
 
 from __future__ import annotations
@@ -87,11 +92,13 @@ __all__ = ["ARTICLES", "KINDS", "KIND_ZH", "CLAIM_VERDICTS", "HEADLINE", "JSON_K
 
 #: What the numbers say of an item.
 CLAIM_VERDICTS = ("holds", "holds under stated conditions", "holds by construction",
-                  "depends on the reading", "does not hold", "not testable")
+                  "depends on the reading", "does not hold", "not decided here",
+                  "not testable")
 #: The keys of :meth:`ClaimVerdict.to_json`, in order.
 JSON_KEYS = ("id", "article", "kind", "quote_zh", "claim_en", "claim_zh", "covered_by",
              "conditions_en", "conditions_zh", "not_testable_en", "not_testable_zh", "reading",
-             "reading_zh", "readings", "verdict", "verdict_zh", "measured")
+             "reading_zh", "readings", "verdict", "verdict_zh", "measured",
+             "positive_control", "existence", "search_en", "search_zh")
 
 #: The inventory's own words in Chinese: verdicts and kinds.
 ZH: dict[str, str] = {
@@ -100,6 +107,7 @@ ZH: dict[str, str] = {
     "holds by construction": "按构造成立",
     "depends on the reading": "取决于如何理解",
     "does not hold": "不成立",
+    "not decided here": "此处未能判定",
     "not testable": "无法检验",
     **KIND_ZH,
 }
@@ -225,6 +233,7 @@ def check_ids(experiment: str) -> tuple[str, ...]:
     change."""
     parts = [e for c in CLAIMS for e in c.evidence] + [
         e for c in CLAIMS for r in c.readings for e in r.evidence] + [
+        e for c in CLAIMS for e in c.positive_control] + [
         Evidence(x.experiment, x.part) for x in EXTENSIONS]
     return tuple(dict.fromkeys(i for e in parts if e.experiment == experiment
                                for i in e.check_ids))
@@ -256,6 +265,7 @@ class ClaimVerdict:
     verdict: str
     measurements: tuple[Measurement, ...]
     readings: tuple[ReadingVerdict, ...] = ()
+    positive_controls: tuple[Measurement, ...] = ()
 
     @property
     def verdict_zh(self) -> str:
@@ -264,7 +274,7 @@ class ClaimVerdict:
     @property
     def defect(self) -> bool:
         """Some covering experiment gave a verdict other than the one it expected."""
-        return any(not m.passed for m in self.measurements
+        return any(not m.passed for m in self.measurements + self.positive_controls
                    + tuple(m for r in self.readings for m in r.measurements))
 
     def to_json(self) -> dict[str, Any]:
@@ -279,6 +289,8 @@ class ClaimVerdict:
             "readings": [r.to_json() for r in self.readings],
             "verdict": self.verdict, "verdict_zh": self.verdict_zh,
             "measured": [m.to_json() for m in self.measurements],
+            "positive_control": [m.to_json() for m in self.positive_controls],
+            "existence": c.existence, "search_en": c.search_en, "search_zh": c.search_zh,
         }
 
 
@@ -317,6 +329,9 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
 
     ``results`` must include every experiment that covers a testable claim among ``claims``
     (ValueError names the missing ones). Rules, in order: not testable → ``"not testable"``;
+    an existence claim without a witness (its evidence does not hold) → ``"not decided
+    here"``; a null result (``null_result``) whose evidence does not support the claim and
+    that has no positive control, or one that does not hold → ``"not decided here"``;
     the readings' verdicts differ → ``"depends on the reading"``; some evidence does not
     support the claim → ``"does not hold"``; every measurement holds by construction →
     ``"holds by construction"``; the claim has conditions → ``"holds under stated
@@ -333,9 +348,14 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
         ms = tuple(measure(e, by_name[e.experiment]) for e in c.evidence)
         rs = tuple(ReadingVerdict(r, tuple(measure(e, by_name[e.experiment])
                                            for e in r.evidence)) for r in c.readings)
+        pcs = tuple(measure(e, by_name[e.experiment]) for e in c.positive_control)
         plain = all(m.supports for m in ms)
         if not c.testable:
             verdict = "not testable"
+        elif c.existence and not plain:
+            verdict = "not decided here"
+        elif c.null_result and not plain and not (pcs and all(m.holds for m in pcs)):
+            verdict = "not decided here"
         elif any(r.holds != plain for r in rs):
             verdict = "depends on the reading"
         elif not plain:
@@ -346,7 +366,7 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
             verdict = "holds under stated conditions"
         else:
             verdict = "holds"
-        out.append(ClaimVerdict(c, verdict, ms, rs))
+        out.append(ClaimVerdict(c, verdict, ms, rs, pcs))
     return out
 
 

@@ -152,13 +152,20 @@ CLAIMS_000: tuple[Claim, ...] = (
                    "identity q·k = |q||k|cos θ).",
         reading_zh="正交即点积为 0：分数上两者毫无关系（恒等式 q·k = |q||k|cos θ）。",
         readings=(Reading(
-            "Unrelated in attention: the query pays an orthogonal key (almost) no weight. "
-            "It does not: softmax gives score 0 the weight exp(0)/Σ_j exp(s_j), about the "
-            "uniform share (measured: the weight × N of a key made exactly orthogonal to "
-            "its query).",
-            "在注意力中毫无关系：查询几乎不给正交的键任何权重。事实并非如此：softmax 给分数 0 的"
-            "权重是 exp(0)/Σ_j exp(s_j)，约为均匀份额（实测：与查询严格正交的键的权重 × N）。",
-            evidence("!dot-product-geometry:orthogonal-key-keeps-weight")),),
+            "Unrelated in attention: on a trained head, the query pays an orthogonal key "
+            "(almost) no weight, as it does a key it ignores. It does not: softmax gives score "
+            "0 the weight exp(0)/Σ_j exp(s_j), and the keys a trained head ignores have "
+            "negative scores (measured on scaling-training's trained one-head recall model: "
+            "the weight × N of a key made exactly orthogonal to the query, ≥ 0.1 of the "
+            "uniform share, against the least-weighted key of each row; on an untrained, "
+            "near-uniform layer the same measure is about 0.87 and says little).",
+            "在注意力中毫无关系：在训练后的头上，查询几乎不给正交的键任何权重，"
+            "就像对它忽略的键一样。事实并非如此：softmax 给分数 0 的权重是 "
+            "exp(0)/Σ_j exp(s_j)，而训练后的头所忽略的键分数为负（在 scaling-training "
+            "训练后的单头回忆模型上实测：与查询严格正交的键的权重 × N 至少为均匀份额的 0.1，"
+            "对照为每行中权重最小的键；在未训练、接近均匀的层上同一测量约为 0.87，"
+            "说明不了什么）。",
+            evidence("!dot-product-geometry:trained-orthogonal-key-keeps-weight")),),
         conditions_en="'Unrelated' only as a score: softmax still gives a key of score 0 the "
                       "weight exp(0)/Σ_j exp(s_j), more than any key with a negative score; "
                       "zero weight needs a score of −∞ (a mask).",
@@ -266,9 +273,19 @@ CLAIMS_000: tuple[Claim, ...] = (
         "在“发布会”旁边，则偏向“科技公司”的语义。",
         evidence("contextualisation:contexts-separate,fruit-closer,company-closer"),
         conditions_en="Measured on a real pretrained model (SmolLM2) with a handful of "
-                      "sentences and reference words, not on every model or context.",
+                      "sentences and reference words, not on every model or context, and on a "
+                      "thin margin: the separation between fruit and company contexts is about "
+                      "0.04 (contexts-separate) against a threshold of 0.001; a "
+                      "label-permutation test of that separation (shuffling which sentences "
+                      "count as fruit or company) gave p ≈ 0.014 in the audit run, and only "
+                      "the last layers (26–30 of 30) separate the contexts; the middle layer "
+                      "does not (the other reading).",
         conditions_zh="在真实的预训练模型（SmolLM2）上用少量句子和参照词测得，"
-                      "并非对所有模型和语境都成立。",
+                      "并非对所有模型和语境都成立，而且余量很小：水果语境与公司语境之间的分离度"
+                      "约为 0.04（contexts-separate），阈值为 0.001；对这一分离度做标签置换检验"
+                      "（打乱哪些句子算水果语境、哪些算公司语境），审查时的运行得到 p ≈ 0.014，"
+                      "并且只有最后几层（共 30 层中的第 26–30 层）能把两类语境分开，中间层不能"
+                      "（另一种理解）。",
         reading_en="The output vector is the word's vector as the model finally gives it (its "
                    "last layer): after an eating context it is closer to 水果 than to 科技公司, "
                    "after a product-launch context the reverse, every fruit context leaning "
@@ -306,35 +323,39 @@ CLAIMS_000: tuple[Claim, ...] = (
         evidence("one-relation-per-head"),
         reading_en="The plain reading: one head cannot learn two relations at once, so on a "
                    "task whose every answer needs two source tokens (the tokens at t − 1 and "
-                   "t − 3) two heads of the same total width succeed where one head fails.",
+                   "t − 3) two heads of the same total width succeed where one head fails. "
+                   "No gap appears (both reach 100 % at E = 64); a search for a width where "
+                   "one head fails and two succeed (E = 8 and E = 4, 300 steps, seed 0) found "
+                   "none (one head 0.58 vs two 0.35 at E = 8; 0.14 vs 0.13 at E = 4), so "
+                   "nothing shows that this setup could show the gap.",
         reading_zh="字面意思：一个头不能同时学会两种关系，所以在每个答案都需要两个来源词元"
                    "（t − 1 与 t − 3 处的词元）的任务上，总宽度相同的两个头能学会，"
-                   "一个头学不会。",
+                   "一个头学不会。实测没有差距（E = 64 时两者都达到 100%）；为寻找单头失败而"
+                   "双头成功的宽度（E = 8 与 E = 4，300 步，种子 0）所做的搜索也没有找到"
+                   "（E = 8 时单头 0.58、双头 0.35；E = 4 时 0.14 对 0.13），所以没有证据表明"
+                   "这一设置能够显示出差距。",
+        null_result=True,
     ),
     Claim(
         "000-orthogonal-subspaces", "000", "claim",
         "将高维语义空间正交分解为多个低秩子空间",
         "Multi-head attention decomposes the semantic space orthogonally into low-rank "
-        "subspaces, one per head. Two readings: in the input (semantic) space, the subspaces "
-        "the trained heads read through (the row spaces of their slices of W_q, W_k) are "
-        "orthogonal — measured by the mean principal angle between heads; or, after the "
-        "split, each head owns a block of coordinates of the projected space, and those "
-        "blocks are orthogonal, by construction of view/transpose.",
-        "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个。两种理解：在输入（语义）"
-        "空间中，训练后各头所读取的子空间（它们的 W_q、W_k 切片的行空间）相互正交——以各头之间"
-        "的平均主夹角衡量；或者，切分之后每个头占有投影空间中的一块坐标，这些坐标块相互正交，"
-        "这是 view/transpose 的构造决定的。",
+        "subspaces, one per head: in the input (semantic) space, the subspaces the trained "
+        "heads read through (the row spaces of their slices of W_q, W_k) are orthogonal — "
+        "measured by the mean principal angle between heads. (That the heads' coordinate "
+        "blocks after view/transpose are disjoint is true of any split and is item "
+        "000-head-low-dim-subspace, not evidence of a decomposition.)",
+        "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个：在输入（语义）空间中，"
+        "训练后各头所读取的子空间（它们的 W_q、W_k 切片的行空间）相互正交——以各头之间的平均主"
+        "夹角衡量。（切分之后各头的坐标块互不相交，这对任何切分都成立，见条目 "
+        "000-head-low-dim-subspace，不能作为正交分解的证据。）",
         evidence("multihead-cost:heads-orthogonal"),
         reading_en="In the input space: the trained heads' W_q and W_k subspaces are "
                    "orthogonal (mean principal angle between heads ≥ 75°, near 90°).",
         reading_zh="在输入空间中：训练后各头的 W_q、W_k 子空间相互正交（各头之间的平均主夹角 "
                    "≥ 75°，接近 90°）。",
-        readings=(Reading("After the split: each head's block of coordinates of the projected "
-                          "space is orthogonal to every other head's (view/transpose gives "
-                          "each head disjoint coordinates).",
-                          "切分之后：每个头在投影空间中的坐标块与其他头的坐标块正交"
-                          "（view/transpose 给每个头不相交的坐标）。",
-                          evidence("multihead-cost:head-blocks-orthogonal")),),
+        null_result=True,
+        positive_control=evidence("multihead-cost:heads-orthogonal-penalised"),
     ),
     Claim(
         "000-head-low-dim-subspace", "000", "claim",
@@ -361,25 +382,31 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-gradient-descent-diversifies", "000", "claim",
         "梯度下降会驱使它们收敛到不同的表征子空间",
         "Because the heads' W matrices are initialised differently, gradient descent drives "
-        "them to converge to different representation subspaces: after training, the heads' "
-        "W_q and W_k subspaces differ (absolute principal angles between heads, against "
-        "heads started identical, which stay identical) and the heads attend differently "
-        "(total variation between their attention rows, against the untrained model).",
-        "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间：训练后各头的 "
-        "W_q、W_k 子空间互不相同（各头之间主夹角的绝对值，对照为初始完全相同、训练后仍相同的"
-        "头），各头的注意力模式也不同（各头注意力分布逐行之间的全变差距离，对照为未训练的模型）。",
-        evidence("multihead-cost:headline", "multihead-cost:patterns-diverge"),
-        reading_en="The plain reading: heads initialised differently end up in different "
-                   "subspaces (the closest pair of trained heads ≥ 20° apart) and attend "
-                   "differently.",
-        reading_zh="字面意思：初始化不同的头最终处在不同的子空间中（训练后最接近的一对头相距 "
-                   "≥ 20°），注意力模式也不同。",
-        readings=(Reading("The stronger reading: gradient descent pushes the heads' subspaces "
-                          "further apart than they were at initialisation (the mean principal "
-                          "angle between heads grows in training).",
-                          "更强的理解：梯度下降把各头的子空间推得比初始化时更远"
-                          "（各头之间的平均主夹角在训练中增大）。",
-                          evidence("multihead-cost:wq-angle-change,wk-angle-change")),),
+        "them to converge to different representation subspaces. Measured as what training "
+        "changes, against the same models before training: the mean principal angle between "
+        "the heads' W_q and W_k subspaces, trained − initial (heads started identical change "
+        "by 0), and the total variation between the heads' attention rows, trained − initial. "
+        "Untrained heads are already far apart (about 61–62° for the closest pair), so an "
+        "absolute angle after training says nothing about gradient descent.",
+        "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间。以训练带来的"
+        "变化来衡量，对照为训练前的同一批模型：各头 W_q、W_k 子空间之间的平均主夹角（训练后 − "
+        "初始化；初始完全相同的头变化为 0），以及各头注意力分布逐行之间的全变差距离（训练后 − "
+        "初始化）。未训练的头本来就相距很远（最接近的一对约 61–62°），所以训练后夹角的绝对值"
+        "说明不了梯度下降做了什么。",
+        evidence("multihead-cost:wq-angle-change,wk-angle-change"),
+        reading_en="The plain reading: gradient descent drives the heads' subspaces apart — "
+                   "the mean principal angle between heads grows in training (by ≥ 1°). It "
+                   "shrinks instead (about −11° for W_q, −10° for W_k): training moves the "
+                   "heads' subspaces closer.",
+        reading_zh="字面意思：梯度下降把各头的子空间推开——各头之间的平均主夹角在训练中增大"
+                   "（至少 1°）。实际上它反而减小（W_q 约 −11°，W_k 约 −10°）：训练使各头的子空间"
+                   "彼此靠近。",
+        readings=(Reading("The heads' behaviour: gradient descent makes the heads attend "
+                          "differently — the total variation between their attention rows "
+                          "grows in training (by ≥ 0.05; heads started identical: 0).",
+                          "各头的行为：梯度下降使各头的注意力模式变得不同——各头注意力分布逐行"
+                          "之间的全变差距离在训练中增大（至少 0.05；初始完全相同的头：0）。",
+                          evidence("multihead-cost:patterns-diverge-change")),),
     ),
     Claim(
         "000-wo-lossless", "000", "claim",
@@ -437,13 +464,21 @@ CLAIMS_000: tuple[Claim, ...] = (
         "切分成多个头极大提升了参数效率和表达能力：参数量相同，多个头能表达单个头表达不了的关系。",
         evidence("multihead-cost:params", "one-relation-per-head"),
         reading_en="The plain reading: at the same parameter count (equal by construction), "
-                   "h heads express what one head cannot — tested on tasks whose every answer "
-                   "needs two relations at once, where one head of the same width learns as "
-                   "well as two; 'greatly' and 'nonlinear expressiveness' have no measure in "
-                   "the article.",
-        reading_zh="字面意思：参数量相同（按构造相等）时，h 个头能表达单个头表达不了的东西——"
-                   "在每个答案都同时需要两种关系的任务上检验，宽度相同的单个头与两个头学得"
-                   "一样好，这一点没有得到验证；文中的“极大”和“非线性表达能力”没有给出度量。",
+                   "h heads express what one head cannot; 'greatly' and 'nonlinear "
+                   "expressiveness' have no measure in the article.",
+        reading_zh="字面意思：参数量相同（按构造相等）时，h 个头能表达单个头表达不了的东西；"
+                   "文中的“极大”和“非线性表达能力”没有给出度量。",
+        existence=True,
+        search_en="A witness is a task that two heads learn and one head of the same width "
+                  "does not. Searched: the two two-relation tasks of one-relation-per-head "
+                  "(t − 1 with t − 3; t − 1 with a marked token) at E = 64, seeds 0–3 (one "
+                  "head reaches 100 %, like two), and the offsets task at E = 8 and E = 4 "
+                  "(one head 0.58 vs two 0.35; 0.14 vs 0.13). None is a witness; that is no "
+                  "proof that none exists.",
+        search_zh="实例是指两个头能学会、而宽度相同的单个头学不会的任务。已搜索："
+                  "one-relation-per-head 的两个双关系任务（t − 1 与 t − 3；t − 1 与标记词元），"
+                  "E = 64，种子 0–3（单头与双头一样达到 100%）；以及 E = 8 和 E = 4 的双偏移任务"
+                  "（单头 0.58 对双头 0.35；0.14 对 0.13）。都不是实例；但这并不证明实例不存在。",
     ),
     Claim(
         "000-listing-pure-self-attention", "000", "code",
@@ -498,7 +533,18 @@ CLAIMS_000: tuple[Claim, ...] = (
         "from each input: every edge has weight > 0 and another input gives other weights.",
         "自注意力是在一个完全图上传递信息，边权由每个输入实时算出：每条边的权重都大于 0，"
         "换一个输入，权重也随之改变。",
-        evidence("dynamic-graph:complete-graph,input-dependent"),
+        evidence("dynamic-graph:complete-graph,input-dependent",
+                 "dynamic-graph:causal-not-equivariant"),
+        conditions_en="Only without a causal mask, and the complete graph holds by "
+                      "construction for any layer, random weights included (exp > 0); only "
+                      "the input dependence is measured against a fixed graph. A causal layer, "
+                      "as in GPT-style models, builds a triangular graph (its smallest edge "
+                      "weight is 0: not complete), and without positions it is not "
+                      "permutation-equivariant either (causal-not-equivariant).",
+        conditions_zh="仅在不加因果掩码时成立；而且完全图对任何一层都按构造成立，随机权重也不"
+                      "例外（exp > 0），只有“随输入而变”是相对固定的图测得的。因果的层（如 GPT "
+                      "类模型）构成的是三角形的图（最小边权为 0，不是完全图），不加位置信息时也"
+                      "不再对置换等变（causal-not-equivariant）。",
     ),
     Claim(
         "000-gnn-fixed-topology", "000", "claim",

@@ -33,7 +33,18 @@ CLAIMS_001: tuple[Claim, ...] = (
         "sinusoidal encoding breaks that.",
         "RNN 通过时间步记录位置，Transformer 则需要位置编码：单靠注意力对输入的置换等变"
         "（看到的是集合），加入正弦位置编码后不再等变。",
-        evidence("dynamic-graph:headline", "dynamic-graph:pe-breaks-symmetry"),
+        evidence("dynamic-graph:headline", "dynamic-graph:pe-breaks-symmetry",
+                 "dynamic-graph:causal-not-equivariant"),
+        conditions_en="Only without a causal mask: equivariance holds by construction for any "
+                      "unmasked layer, random weights included, while a causal layer (GPT-style "
+                      "models) is already not permutation-equivariant without positions "
+                      "(max |f(PX) − P f(X)| well above 0, measured: causal-not-equivariant); "
+                      "the mask itself tells the tokens' order apart, though not their "
+                      "positions.",
+        conditions_zh="仅在不加因果掩码时成立：对任何不加掩码的层（随机权重也一样），等变性都按"
+                      "构造成立；而因果的层（GPT 类模型）即使不加位置信息也已经不对置换等变"
+                      "（|f(PX) − P f(X)| 的最大值远大于 0，实测：causal-not-equivariant）："
+                      "掩码本身就区分了词元的先后，只是不给出位置。",
     ),
     Claim(
         "001-pe-formula", "001", "code",
@@ -54,7 +65,8 @@ CLAIMS_001: tuple[Claim, ...] = (
         "该条的标题是“波长衰减”，但它描述的波长是在增长：第 i 对维度的波长为 "
         "2π·10000^(2i/d_model)，从 2π 增长到接近 10000·2π，每一对都是前一对的 "
         "10000^(2/d_model) 倍（同一句话也说波长呈指数增长）；随 i 衰减的是频率。",
-        evidence("!pe-relative-position:first-wavelength,wavelength-ratio,last-wavelength"),
+        evidence("!pe-relative-position:wavelengths-grow,first-wavelength,wavelength-ratio,"
+                 "last-wavelength"),
         reading_en="The label says that the wavelengths decay: they get shorter as the "
                    "dimension pair index i grows.",
         reading_zh="标题“波长衰减”的字面意思：随维度对序号 i 增大，波长衰减（变短）。",
@@ -248,6 +260,31 @@ CLAIMS_001: tuple[Claim, ...] = (
                       "都不增大）。",
     ),
     Claim(
+        "001-error-gradient-explosion-vs-vanishing", "001", "error",
+        "梯度爆炸问题",
+        "The two articles contradict each other on the same effect: article 001 titles the "
+        "unscaled, saturated softmax 「梯度爆炸问题」 (the gradient explosion problem), while "
+        "article 000 says of the very same regime 「梯度会变得非常趋近于 0（梯度消失）」 (the "
+        "gradient vanishes). Measured without the scale, from the smallest to the largest "
+        "d_k: the typical (median) row's gradient to its scores and to W_q falls by orders "
+        "of magnitude (gradient-vanishes-scores, gradient-vanishes-wq): it vanishes, as "
+        "article 000 says. Only the RMS over rows of the gradient to W_q grows (6–8×, "
+        "carried by the few rows not yet saturated; item 001-gradient-explosion), so "
+        "'explosion' describes the few rows, not the typical one.",
+        "两篇文章对同一现象的说法相互矛盾：文章 001 把不缩放时饱和的 softmax 称为「梯度爆炸问题」，"
+        "而文章 000 对同一情形写道「梯度会变得非常趋近于 0（梯度消失）」。不缩放时从最小到最大的 "
+        "d_k 实测：一般的（中位数）一行传给分数和传给 W_q 的梯度都下降若干个数量级"
+        "（gradient-vanishes-scores、gradient-vanishes-wq）：梯度是消失，如文章 000 所说。"
+        "只有各行到达 W_q 的梯度的均方根增大（6–8 倍，由少数尚未饱和的行承载；见条目 "
+        "001-gradient-explosion），所以“爆炸”说的是少数几行，而不是一般的一行。",
+        evidence("!softmax-saturation:gradient-vanishes-scores,gradient-vanishes-wq"),
+        reading_en="The heading's plain reading: in the unscaled regime the gradient explodes "
+                   "(the typical row's gradient grows with d_k), which contradicts article "
+                   "000's 'vanishes'.",
+        reading_zh="标题的字面意思：不缩放时梯度爆炸（一般的一行的梯度随 d_k 增大），"
+                   "这与文章 000 的“梯度消失”相矛盾。",
+    ),
+    Claim(
         "001-always-scale", "001", "recommendation",
         "一定要用缩放因子 $1/\\sqrt{d_k}$",
         "Always use the 1/√d_k scale: trained with it, a model with a large head dimension "
@@ -328,11 +365,16 @@ CLAIMS_001: tuple[Claim, ...] = (
         "The tip says to check that the masked positions' values really are −∞, but the check "
         "it prints reads attn, the weights after the softmax, where the masked positions are "
         "exactly 0 (it tests that zeroing them changes nothing); −∞ is the score before the "
-        "softmax, and weights of −∞ would make attn.sum() −∞ and the check fail.",
+        "softmax, and weights of −∞ would make attn.sum() −∞ and the check fail. Worse, the "
+        "check cannot detect −∞ at all: it passes just as well with the masked scores "
+        "filled with −1e9 or −1e4 (exp underflows to 0), so it cannot tell −∞ from a finite "
+        "fill.",
         "该技巧说要检查掩码位置的值“是否真的是负无穷”，但它给出的检查读的是 attn，即 softmax "
         "之后的权重，被遮蔽位置的权重恰为 0（检查的是把它们置 0 不改变总和）；负无穷是 softmax "
-        "之前的分数，若权重真是负无穷，attn.sum() 为负无穷，这一检查反而不成立。",
-        evidence("!masking:masked-weight-zero"),
+        "之前的分数，若权重真是负无穷，attn.sum() 为负无穷，这一检查反而不成立。"
+        "更要紧的是，这一检查根本测不出负无穷：把被遮蔽的分数填成 −1e9 或 −1e4 时它同样通过"
+        "（exp 下溢为 0），所以它无法区分负无穷与有限的填充值。",
+        evidence("!masking:masked-weight-zero,printed-check-blind-to-fill"),
         reading_en="The tip's plain reading: the values at the masked positions of attn (the "
                    "weights its check reads) really are −∞.",
         reading_zh="该技巧的字面意思：attn（其检查所读的权重）在掩码位置上的值真的是负无穷。",

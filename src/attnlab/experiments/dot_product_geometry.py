@@ -70,6 +70,9 @@ ZH: dict[str, str] = {
     "a key made exactly orthogonal to its query: its softmax weight × N (1 = the uniform "
     "share), mean over heads and queries": "与查询严格正交的键：其 softmax 权重 × N"
     "（1 为均匀份额），对所有头与查询取平均",
+    "trained recall head: a key made exactly orthogonal to the query, its softmax weight × "
+    "N (1 = the uniform share), mean over keys and rows":
+        "训练后的回忆头：与查询严格正交的键的 softmax 权重 × N（1 为均匀份额），对各键与各行取平均",
     "trained recall head: mean within-row Spearman(cos θ_j, score_j)":
         "训练后的回忆头：行内 Spearman(cos θ_j, 分数_j) 的平均值",
     # table
@@ -138,7 +141,9 @@ def _recall_rows(model: recall.RecallModel, c: recall.RecallConfig, g: torch.Gen
     s = scores_via_attnlab(q, k, scale=1.0)[:, 0]  # (B, N+1): the row softmax compares
     cos = torch.cos(angle_fn(q, k))  # (B, N+1)
     nk = k.norm(dim=-1)
+    orth, lowest = orthogonal_key_weights_in_row(q, k)
     return {"angle": float(row_spearman(cos, s).mean()),
+            "orth": orth, "lowest": lowest,
             "control": float(row_spearman(control_fn(q, k).expand_as(s), s).mean()),
             "length": float(row_spearman(nk, s).mean()),
             "spread": float((nk.std(-1) / nk.mean(-1)).mean()),
@@ -177,6 +182,26 @@ def orthogonal_key_weight(q: Tensor, k: Tensor) -> float:
     s[:, :, 0] = (q * perp).sum(-1) / math.sqrt(d)
     w = torch.softmax(s, dim=-1)
     return float((w[:, :, 0] * n).mean())
+
+
+def orthogonal_key_weights_in_row(q: Tensor, k: Tensor) -> tuple[float, float]:
+    """On a recall model's query row (q (B, 1, E), k (B, N, E), the query token last): the
+    softmax weight × N that each pair key gets when it alone is made exactly orthogonal to
+    the query (the other keys keep their scores), mean over keys and rows; and, for
+    comparison, the weight × N of the least-weighted pair key of each row as it is (a key
+    the head ignores), mean over rows."""
+    n, d = k.shape[1], q.shape[-1]
+    unit = q / q.norm(dim=-1, keepdim=True)
+    base = (q @ k.transpose(-1, -2))[:, 0] / math.sqrt(d)  # (B, N)
+    got = []
+    for j in range(n - 1):
+        kj = k[:, j]
+        perp = kj - (kj * unit[:, 0]).sum(-1, keepdim=True) * unit[:, 0]
+        s = base.clone()
+        s[:, j] = (q[:, 0] * perp).sum(-1) / math.sqrt(d)
+        got.append(torch.softmax(s, dim=-1)[:, j] * n)
+    lowest = (torch.softmax(base, dim=-1)[:, :-1] * n).min(-1).values
+    return float(torch.stack(got).mean()), float(lowest.mean())
 
 
 def widening(input_dim: int, *projected: Tensor) -> float:
@@ -278,6 +303,14 @@ def run(
                            "N (1 = the uniform share), mean over heads and queries",
                            orthogonal_key_weight(q, k), 0.1, id="orthogonal-key-keeps-weight",
                            support=True))
+    checks.append(check_ge("trained recall head: a key made exactly orthogonal to the query, "
+                           "its softmax weight × N (1 = the uniform share), mean over keys "
+                           "and rows", after["orth"], 0.1,
+                           id="trained-orthogonal-key-keeps-weight",
+                           control=Control("the least-weighted key of each row as trained (a "
+                                           "key the head does ignore)",
+                                           "训练后每行中权重最小的键（该头确实忽略的键）",
+                                           after["lowest"])))
     fig = _figure(q, k, s, n, c) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,

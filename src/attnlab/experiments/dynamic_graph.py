@@ -46,6 +46,8 @@ ZH = {
         "换一个输入 X′ 时 |A(X) − A(X′)| 的最大值（权重随输入而变）",
     "with sinusoidal PE: max |f(PX) − P f(X)|": "加入正弦位置编码时 |f(PX) − P f(X)| 的最大值",
     "without PE: max |f(PX) − P f(X)|": "不加位置编码时 |f(PX) − P f(X)| 的最大值",
+    "with a causal mask, without PE: max |f(PX) − P f(X)|":
+        "加因果掩码、不加位置编码时 |f(PX) − P f(X)| 的最大值",
     "Attention graph: query → key, edges with weight > {}/N":
         "注意力图：查询 → 键，只画权重 > {}/N 的边",
     "Weighted adjacency A(X) (rows sum to {})": "带权邻接矩阵 A(X)（每行之和为 {}）",
@@ -96,9 +98,10 @@ def run(
     hooks = [mha.hook_q.register_forward_hook(lambda m, i, o: got.__setitem__("q", o)),
              mha.hook_k.register_forward_hook(lambda m, i, o: got.__setitem__("k", o))]
 
-    def equivariance_error(enc: Callable[[Tensor], Tensor]) -> float:
-        out_x, _ = mha(enc(x), need_weights=True)
-        out_px, _ = mha(enc(x[:, perm]), need_weights=True)
+    def equivariance_error(enc: Callable[[Tensor], Tensor], mask: Tensor | None = None
+                           ) -> float:
+        out_x, _ = mha(enc(x), mask=mask, need_weights=True)
+        out_px, _ = mha(enc(x[:, perm]), mask=mask, need_weights=True)
         return float((out_px - out_x[:, perm]).abs().max())
 
     with torch.no_grad():
@@ -112,6 +115,8 @@ def run(
         control_err = equivariance_error(control_encode)
         pe_err = equivariance_error(with_positions)
         plain_err = equivariance_error(no_positions)
+        # GPT-style layers are causal: the mask itself orders the tokens
+        causal_err = equivariance_error(no_positions, masks.causal(len(words)))
         _, w_other = mha(other, need_weights=True, average_weights=True)
         _, w_causal = mha(encode(x), mask=masks.causal(len(words)), need_weights=True,
                           average_weights=True)
@@ -136,6 +141,10 @@ def run(
                                  float((w_fixed - w_fixed_other).abs().max()))),
         check_ge("with sinusoidal PE: max |f(PX) − P f(X)|", pe_err, 1e-2, id="pe-breaks-symmetry",
                  control=Control("the same layer without positions", "不加位置编码的同一层",
+                                 plain_err)),
+        check_ge("with a causal mask, without PE: max |f(PX) − P f(X)|", causal_err, 1e-2,
+                 support=True, id="causal-not-equivariant",
+                 control=Control("the same layer without the mask", "不加掩码的同一层",
                                  plain_err)),
     ]
     rows = [[c.name, c.value] for c in checks]

@@ -42,6 +42,9 @@ CLAIM_ZH = ("被遮蔽位置的权重恰好为 0（不只是很小）；使用�
             "恰好为 0；一整行都被遮蔽时，输出为 0 而不是 NaN。")
 
 ZH = {
+    "article {}'s printed check passes with the masked scores filled with −∞, {} and {}: "
+    "fills it passes (of {})": "文章 {} 打印的检查在被遮蔽分数分别填充为负无穷、{} 和 {} 时"
+                               "都通过：通过的填充数（共 {} 个）",
     "max |weight| on masked positions (random bool mask)":
         "被遮蔽位置上 |权重| 的最大值（随机布尔掩码）",
     "fully-masked row: max |output| (fused and explicit)":
@@ -89,6 +92,10 @@ def minus_inf_softmax(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
 def additive_mask(mask: Tensor, value: float = -1e4) -> Tensor:
     """The bool mask as an additive float mask: 0 where allowed, ``value`` where blocked."""
     return torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, value)
+
+
+#: The fills of the masked scores under which article 001's printed check is run.
+PRINTED_CHECK_FILLS = (-math.inf, -1e9, -1e4)
 
 
 def run(
@@ -149,7 +156,26 @@ def run(
         dead_add = float(scaled_dot_product_attention(q, k, v, additive_mask(dead))[:, :, 3]
                          .abs().max())
         listing_nan = not bool(torch.isfinite(minus_inf_softmax(q, k, v, dead)).all())
+        # article 001's printed check, attn.masked_fill(mask == 0, 0).sum() == attn.sum(),
+        # on the weights of scores filled with −∞, −1e9 and −1e4: it passes for all three,
+        # so it cannot tell −∞ from a finite fill
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        blocked_m = ~rand_mask.expand_as(scores)
+
+        def printed_check(attn: Tensor) -> bool:
+            return bool(attn.masked_fill(blocked_m, 0).sum() == attn.sum())
+
+        fills_pass = sum(printed_check(torch.softmax(scores.masked_fill(blocked_m, f), -1))
+                         for f in PRINTED_CHECK_FILLS)
+        multiplied_pass = float(printed_check(multiplied_mask_weights(q, k, rand_mask)))
     checks = [
+        check_ge("article 001's printed check passes with the masked scores filled with "
+                 "−∞, −1e9 and −1e4: fills it passes (of 3)", fills_pass,
+                 len(PRINTED_CHECK_FILLS), support=True, id="printed-check-blind-to-fill",
+                 control=Control("a mask multiplied into the scores (the masked keys keep "
+                                 "weight): 1 if the printed check passes",
+                                 "把掩码乘到分数上（被遮蔽的键仍有权重）：打印的检查通过则为 1",
+                                 multiplied_pass)),
         check_le("max |weight| on masked positions (random bool mask)", masked_w, 0.0,
                  id="masked-weight-zero", by_construction=True,
                  control=Control("the mask multiplied into the scores (scores · mask: blocked "

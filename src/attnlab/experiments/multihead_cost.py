@@ -121,9 +121,14 @@ ZH: dict[str, str] = {
     "|FLOPs(h={}) − FLOPs(h={})| / FLOPs": "|FLOPs(h={}) − FLOPs(h={})| / FLOPs",
     "|counted FLOPs − 8NE² − 4N²E| / FLOPs": "|计数 FLOPs − 8NE² − 4N²E| / FLOPs",
     "W_q: mean principal angle, trained − init (°)": "W_q：平均主夹角，训练后 − 初始化（度）",
+    "positive control: heads trained with an overlap penalty, mean principal angle between "
+    "heads (°; orthogonal: {})": "阳性对照：加重叠惩罚训练的头，各头之间的平均主夹角"
+                                 "（度；正交为 {}）",
     "W_k: mean principal angle, trained − init (°)": "W_k：平均主夹角，训练后 − 初始化（度）",
     "attention rows: mean total variation between heads, lowest over runs":
         "注意力分布（逐行）：各头之间的平均全变差距离，各次训练中的最小值",
+    "attention rows: mean total variation between heads, trained − init, lowest over runs":
+        "注意力分布（逐行）：各头之间的平均全变差距离，训练后 − 初始化，各次训练中的最小值",
     "trained heads' W_q, W_k: mean principal angle between heads, lowest over runs "
     "(°; orthogonal: {})": "训练后各头的 W_q、W_k：各头之间的平均主夹角，各次训练中的最小值"
                            "（度；正交为 {}）",
@@ -251,6 +256,10 @@ def top_angle(w: Tensor, heads: int, r: int = 2) -> float:
     tops = [torch.linalg.svd(p.double(), full_matrices=False).Vh[:r] for p in
             w.chunk(heads, dim=0)]
     return mean_pair_angle(tops)
+
+
+#: The overlap penalty of the orthogonality test's positive control (:func:`overlap_penalty`).
+POSITIVE_PENALTY = 1.0
 
 
 def train_run(task_name: str, seed: int, c: HeadsConfig, *, penalty: float = 0.0,
@@ -439,11 +448,18 @@ def run(
     runs = [train_run(t, seed + i, c, penalty=separation_penalty)
             for t in c.tasks for i in range(c.seeds)]
     same = train_run(c.tasks[0], seed, c, identical=True)
+    # the positive control of the orthogonality test: the same training with a penalty on
+    # the heads' overlap, so that orthogonal heads do appear (the test can see them)
+    pushed = runs[0] if separation_penalty else train_run(c.tasks[0], seed, c,
+                                                           penalty=POSITIVE_PENALTY)
+    ortho_pushed = min(pushed["q1"], pushed["k1"])
     dq = sum(r["q1"] - r["q0"] for r in runs) / len(runs)
     dk = sum(r["k1"] - r["k0"] for r in runs) / len(runs)
     closest = min(r["closest1"] for r in runs)  # the headline: the closest pair of heads
     tv_trained = min(r["tv1"] for r in runs)
     tv_init = max(r["tv0"] for r in runs) if proper else tv_trained
+    tv_change = min(r["tv1"] - r["tv0"] for r in runs)  # what training did to the patterns
+    same_tv_change = same["tv1"] - same["tv0"] if proper else tv_change
     ortho = min(min(r["q1"], r["k1"]) for r in runs)
     ortho_init = max(max(r["q0"], r["k0"]) for r in runs) if proper else ortho
     same_dq = same["q1"] - same["q0"] if proper else dq
@@ -490,12 +506,19 @@ def run(
         check_ge("attention rows: mean total variation between heads, lowest over runs",
                  tv_trained, 0.05, id="patterns-diverge",
                  control=Control(init_what, init_zh, tv_init)),
+        check_ge("attention rows: mean total variation between heads, trained − init, lowest "
+                 "over runs", tv_change, 0.05, id="patterns-diverge-change",
+                 control=Control(same_what, same_zh, same_tv_change)),
         check_ge("W_q: mean principal angle, trained − init (°)", dq, 1.0, id="wq-angle-change",
                  control=Control(same_what, same_zh, same_dq)),
         check_ge("W_k: mean principal angle, trained − init (°)", dk, 1.0, id="wk-angle-change",
                  control=Control(same_what, same_zh, same_dk)),
         check_ge("trained heads' W_q, W_k: mean principal angle between heads, lowest over runs "
                  "(°; orthogonal: 90)", ortho, 75.0, id="heads-orthogonal",
+                 control=Control(init_what, init_zh, ortho_init)),
+        check_ge("positive control: heads trained with an overlap penalty, mean principal angle "
+                 "between heads (°; orthogonal: 90)", ortho_pushed, 75.0, support=True,
+                 id="heads-orthogonal-penalised",
                  control=Control(init_what, init_zh, ortho_init)),
         check_le("heads' coordinate blocks after the split: largest cosine between two heads",
                  blocks, 1e-12, id="head-blocks-orthogonal", by_construction=True,

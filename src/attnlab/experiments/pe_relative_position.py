@@ -29,7 +29,7 @@ from torch import Tensor
 
 from attnlab.core import positional
 
-from ._common import check_le, label_axes, new_figure, one_thread, seeded
+from ._common import check_ge, check_le, label_axes, new_figure, one_thread, seeded
 from ._result import Control, Result
 
 NAME = "pe-relative-position"
@@ -45,6 +45,8 @@ ZH: dict[str, str] = {
     "max over k of (max_p PE[p]·PE[p+k] − min_p …)":
         "各 k 上 (max_p PE[p]·PE[p+k] − min_p …) 的最大值",
     "|first wavelength − 2π|": "|最短波长 − 2π|",
+    "smallest ratio of each wavelength to the one before it (> {}: they grow)":
+        "每个波长与前一个波长之比的最小值（> {}：波长增长）",
     "max relative deviation of wavelength ratio from 10000^(2/d)":
         "相邻波长之比相对 10000^(2/d) 的最大相对偏差",
     "|last wavelength / (2π·10000^(1−2/d)) − 1|": "|最长波长 / (2π·10000^(1−2/d)) − 1|",
@@ -98,6 +100,12 @@ def half_exponent_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> T
     10000^(1/d) per pair, not 10000^(2/d)."""
     i = torch.arange(d // 2, dtype=torch.float64)
     return table_from_frequencies(n, 10000.0 ** (-i / d), dtype)
+
+
+def decaying_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Wrong, as the label 波长衰减 (article 001) reads: wavelengths that decay with i, from
+    2π·10000^(1−2/d) down to 2π (the sinusoidal frequencies in reverse order)."""
+    return table_from_frequencies(n, positional.frequencies(d).flip(0), dtype)
 
 
 def random_table(n: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -196,8 +204,17 @@ def run(
     shifted = _wavelength_errors(table_wavelengths(off_by_one_table(2, embed_dim)), embed_dim)
     halved = _wavelength_errors(table_wavelengths(half_exponent_table(2, embed_dim)),
                                 embed_dim)
+    grow = float((wl[1:] / wl[:-1]).min())  # smallest ratio of successive wavelengths
+    decay = table_wavelengths(decaying_table(2, embed_dim))
+    decay_grow = float((decay[1:] / decay[:-1]).min())
     what, what_zh = _control_words(control_fn)
     checks = [
+        check_ge("smallest ratio of each wavelength to the one before it (> 1: they grow)",
+                 grow, 1.0 + 1e-6, id="wavelengths-grow", by_construction=True,
+                 control=Control("wavelengths that decay with i (the sinusoidal frequencies in "
+                                 "reverse order, as the label 波长衰减 reads)",
+                                 "随 i 衰减的波长（把正弦编码的频率倒序排列，即标题“波长衰减”"
+                                 "的字面意思）", decay_grow)),
         check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9,
                  id="dot-depends-on-offset", by_construction=True,
                  control=Control(what, what_zh, ctrl_spread)),

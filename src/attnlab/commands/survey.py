@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dataclass_options(p, SurveyConfig, help=OPTIONS, flags=FLAGS, metavars=METAVARS)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: a GPU per process under torchrun when there are enough")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="run the model in this precision (default: as it loads, float32); "
+                   "the traces' log-sum-exp stays float32")
     p.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="torch threads per process (default 1, as torchrun sets: on a "
                    "shared or busy CPU more threads per process often run slower)")
@@ -91,6 +94,22 @@ def _corpus(args: argparse.Namespace, rank: int):
     return Corpus.of(texts, name="attnlab docstrings")
 
 
+def _in_dtype(loaded, dtype: str):
+    """``loaded`` with its model in ``dtype`` (a copy; one line naming --dtype when this
+    machine cannot run it)."""
+    import dataclasses
+
+    from attnlab._cli import UsageError
+    from attnlab._text import one_line
+    from attnlab.tracing.tracer import placed
+
+    try:
+        net = placed(loaded.model, dtype, None)
+    except ValueError as exc:
+        raise UsageError(f"--dtype {dtype}: {one_line(exc).removeprefix('dtype: ')}") from exc
+    return dataclasses.replace(loaded, model=net) if dataclasses.is_dataclass(loaded) else loaded
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -125,6 +144,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                 loaded = load(args.model, progress=not quiet)
             except (ValueError, TypeError, OSError) as exc:
                 raise UsageError(f"--model {args.model}: {one_line(exc)}") from exc
+        if args.dtype is not None:
+            loaded = _in_dtype(loaded, args.dtype)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         with (Progress(TextColumn("survey: batch"), BarColumn(), MofNCompleteColumn(),

@@ -44,7 +44,8 @@ from typing import Any
 
 __all__ = ["NUMBER", "COMMON", "GLOSSARY", "WRONG_TERMS", "template", "needs_translation",
            "translate", "merge", "missing", "figure_texts", "translate_figure",
-           "english_words", "bare_terms", "wrong_terms", "term_problems"]
+           "english_words", "bare_terms", "wrong_terms", "term_problems", "TERMS",
+           "term_variants"]
 
 #: A number inside a string: an optional sign (ASCII or the typographic minus −),
 #: digits, an optional fraction and an optional exponent.
@@ -415,6 +416,35 @@ WRONG_TERMS: dict[str, str] = {
     "控制组|控制实验": "对照",
     "前一词头|前一词元头": "前一个词元头",
 }
+
+#: The claims page's terms, one per concept: English concept → (the Chinese term to write,
+#: the variants that must not stand for it). A variant is a whole word: it counts only where
+#: it does not stand right beside the term itself (标记词元, "a marked token", uses 词元 and
+#: is right); 词 alone is not a variant (词元, 词汇, 单词 hold it). tests/test_terms.py
+#: scans the inventory's Chinese, the experiments' ZH catalogs and docs/claims.md with it.
+TERMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "token": ("词元", ("令牌", "标记", "词符", "记号", "符元")),
+    "mask": ("掩码", ("遮罩", "蒙版", "掩膜", "屏蔽")),
+}
+
+
+def term_variants(text: str) -> list[tuple[str, str]]:
+    """(variant, the term to write) for each variant of :data:`TERMS` in ``text``, in
+    order; a variant right beside its term (标记词元) is a modifier, not a variant.
+
+    >>> term_variants("每个令牌的掩码；落在标记词元上；蒙版")
+    [('令牌', '词元'), ('蒙版', '掩码')]
+    """
+    found = []
+    for term, variants in TERMS.values():
+        for v in variants:
+            for m in re.finditer(re.escape(v), text):
+                beside = (text[m.end():m.end() + len(term)] == term
+                          or text[max(0, m.start() - len(term)):m.start()] == term)
+                if not beside:
+                    found.append((m.start(), v, term))
+    return [(v, t) for _, v, t in sorted(found)]
+
 
 _IDEOGRAPH = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HIDE = "\x00"

@@ -20,6 +20,7 @@ FAST: dict[str, dict] = {
         config=orh.RelationConfig(runs=((TwoRelationTask("offsets"), 100),))),
     "qkv-roles": dict(config=qkv.RolesConfig(steps=150)),
     "pe-frequency-roles": dict(samples=500),
+    "contextualisation": dict(permutations=199),
 }
 
 

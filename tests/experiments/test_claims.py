@@ -306,15 +306,16 @@ def test_the_real_results_decide_every_claim(fast_results):
 
 
 def _masked(text: str) -> str:
-    """``text`` with the numbers of each table row's last cell (what was measured, which
-    depends on the sizes and the machine) blanked, their signs with them (a control that is
-    zero up to rounding prints −0.0001 on one CPU and 0.0001 on another); every other
-    character kept."""
+    """``text`` with the numbers of each table row's last two cells (what was measured, in
+    English and in Chinese, which depends on the sizes and the machine) blanked, their signs
+    with them (a control that is zero up to rounding prints −0.0001 on one CPU and 0.0001 on
+    another); every other character kept."""
     out = []
     for line in text.splitlines():
         if line.startswith("| `"):
             cells = re.split(r"(?<!\\)\|", line)  # "", cell, ..., cell, ""
-            cells[-2] = re.sub(r"[-−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", cells[-2])
+            for i in (-3, -2):
+                cells[i] = re.sub(r"[-−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", cells[i])
             line = "|".join(cells)
         out.append(line)
     return "\n".join(out)
@@ -361,7 +362,9 @@ def test_markdown_puts_the_chinese_beside_the_english_and_leaves_timing_to_the_r
                _result("contextualisation",
                        checks=[Check(i, 0.1, "≥ 0.001", True, id=p + i) for p in ("", "mid-")
                                for i in ("contexts-separate", "fruit-closer",
-                                         "company-closer")])]
+                                         "company-closer")]
+                       + [Check(i, 0.01, "≤ 0.05", True, id=i)
+                          for i in ("separation-p", "separating-layers")])]
     vs = verdicts(results, [timed, err, cond])
     live, fixed = markdown(vs), markdown(vs, live=False)
     assert live.startswith("| id | article | kind · 类型 | quote · 原文 | claim | 论断 |")
@@ -436,9 +439,9 @@ def test_the_projection_check_reads_the_dimensions_both_ways():
 
 def test_the_page_masks_only_the_measured_numbers():
     row = ("| `000-x` | 000 | claim | 「d_k 64」 | d 128 | `toy` | **holds** | "
-           "toy: a: 0.5 (expected ≤ 1e-06) |")
+           "toy: a: 0.5 (expected ≤ 1e-06) | `toy`：a：0.5（应 ≤ 1e-06） |")
     assert _masked(row) == ("| `000-x` | 000 | claim | 「d_k 64」 | d 128 | `toy` | **holds** | "
-                            "toy: a: # (expected ≤ #) |")
+                            "toy: a: # (expected ≤ #) | `toy`：a：#（应 ≤ #） |")
     assert _masked(row.replace("**holds**", "**does not hold**")) != _masked(row)
     assert _masked("# Title 2") == "# Title 2"
 

@@ -161,7 +161,7 @@ CLAIMS_000: tuple[Claim, ...] = (
             "near-uniform layer the same measure is about 0.87 and says little).",
             "在注意力中毫无关系：在训练后的头上，查询几乎不给正交的键任何权重，"
             "就像对它忽略的键一样。事实并非如此：softmax 给分数 0 的权重是 "
-            "exp(0)/Σ_j exp(s_j)，而训练后的头所忽略的键分数为负（在 scaling-training "
+            "exp(0)/Σ_j exp(s_j)，而训练后的头所忽略的键分数为负（在 `scaling-training` "
             "训练后的单头回忆模型上实测：与查询严格正交的键的权重 × N 至少为均匀份额的 0.1，"
             "对照为每行中权重最小的键；在未训练、接近均匀的层上同一测量约为 0.87，"
             "说明不了什么）。",
@@ -213,7 +213,7 @@ CLAIMS_000: tuple[Claim, ...] = (
         "使得 Softmax 的输出趋近于 One-Hot 分布",
         "Fed such unscaled scores, softmax approaches a one-hot distribution: the largest "
         "weight tends to 1, the entropy to 0.",
-        "把这样未缩放的分数送入 softmax，输出趋近 one-hot 分布：最大权重趋于 1，熵趋于 0。",
+        "把这样未缩放的分数送入 softmax，输出趋近独热（one-hot）分布：最大权重趋于 1，熵趋于 0。",
         evidence("softmax-saturation"),
     ),
     Claim(
@@ -271,21 +271,21 @@ CLAIMS_000: tuple[Claim, ...] = (
         "(product launch).",
         "注意力使词的表示语境化：在“吃”旁边，“苹果”的输出向量偏向“水果”的语义；"
         "在“发布会”旁边，则偏向“科技公司”的语义。",
-        evidence("contextualisation:contexts-separate,fruit-closer,company-closer"),
+        evidence("contextualisation:contexts-separate,fruit-closer,company-closer,"
+                 "separation-p,separating-layers"),
         conditions_en="Measured on a real pretrained model (SmolLM2) with a handful of "
                       "sentences and reference words, not on every model or context, and on a "
-                      "thin margin: the separation between fruit and company contexts is about "
-                      "0.04 (contexts-separate) against a threshold of 0.001; a "
-                      "label-permutation test of that separation (shuffling which sentences "
-                      "count as fruit or company) gave p ≈ 0.014 in the audit run, and only "
-                      "the last layers (26–30 of 30) separate the contexts; the middle layer "
-                      "does not (the other reading).",
+                      "thin margin: the separation between fruit and company contexts at the "
+                      "last layer, the p-value of a label-permutation test of it (shuffling "
+                      "which sentences count as fruit or company) with its number of "
+                      "permutations, and the run of last layers that separate the contexts are "
+                      "those measured beside; the middle layer does not separate them (the "
+                      "other reading).",
         conditions_zh="在真实的预训练模型（SmolLM2）上用少量句子和参照词测得，"
-                      "并非对所有模型和语境都成立，而且余量很小：水果语境与公司语境之间的分离度"
-                      "约为 0.04（contexts-separate），阈值为 0.001；对这一分离度做标签置换检验"
-                      "（打乱哪些句子算水果语境、哪些算公司语境），审查时的运行得到 p ≈ 0.014，"
-                      "并且只有最后几层（共 30 层中的第 26–30 层）能把两类语境分开，中间层不能"
-                      "（另一种理解）。",
+                      "并非对所有模型和语境都成立，而且余量很小：最后一层水果语境与公司语境之间"
+                      "的分离度、对它做标签置换检验（打乱哪些句子算水果语境、哪些算公司语境）"
+                      "得到的 p 值及置换次数，以及能把两类语境分开的最后若干层，均见旁边的实测"
+                      "值；中间层不能把它们分开（另一种理解）。",
         reading_en="The output vector is the word's vector as the model finally gives it (its "
                    "last layer): after an eating context it is closer to 水果 than to 科技公司, "
                    "after a product-launch context the reverse, every fruit context leaning "
@@ -453,8 +453,8 @@ CLAIMS_000: tuple[Claim, ...] = (
                       "都是 h 倍）。精确计数时代价并不相同："
                       "每个头都要对自己的 N × N 分数做缩放、掩码和"
                       "归一化，E = 256、N = 128 时 8 个头的计算量多 0.68%（每个分数 5 次运算，"
-                      "为下界；multihead-cost:full-compute），权重张量的字节数是 h 倍"
-                      "（256 KiB → 2 MiB；multihead-cost:weights-bytes）。",
+                      "为下界；`multihead-cost:full-compute`），权重张量的字节数是 h 倍"
+                      "（256 KiB → 2 MiB；`multihead-cost:weights-bytes`）。",
     ),
     Claim(
         "000-multihead-efficiency", "000", "claim",
@@ -591,8 +591,8 @@ CLAIMS_000: tuple[Claim, ...] = (
         "Summary: the linear projections let each word play different roles in several "
         "orthogonal subspaces (different roles: qkv-roles; orthogonality, read in the input "
         "space or after the split: multihead-cost).",
-        "总结：线性投影让词在多个正交子空间中扮演不同角色（不同角色见 qkv-roles；"
-        "正交性分别在输入空间中和切分之后检验，见 multihead-cost）。",
+        "总结：线性投影让词在多个正交子空间中扮演不同角色（不同角色见 `qkv-roles`；"
+        "正交性分别在输入空间中和切分之后检验，见 `multihead-cost`）。",
         evidence("qkv-roles", "multihead-cost:heads-orthogonal"),
         reading_en="Different roles (directed scores with W_Q ≠ W_K) in subspaces that are "
                    "orthogonal in the input space: the trained heads' W_q and W_k subspaces "

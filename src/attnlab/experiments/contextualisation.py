@@ -35,11 +35,24 @@ vector already leans there, half-way through the network, not only in the model'
 Layer 0 (the embeddings: the same tokens whatever the context) must show no difference at
 all. With attention replaced by each token's own value (:func:`own_value_attention`: no token
 sees another) the contexts cannot differ and every check fails.
+
+The margin at the last layer is thin (a few hundredths), and with four contexts of each kind
+it could be luck: a label-permutation test (:func:`permutation_p`) pools the contexts' leans,
+splits them at random into as many "fruit" and "company" contexts (:data:`PERMUTATIONS`
+relabellings, seeded) and counts how often a random split separates as well as the real one
+(``separation-p``, at most :data:`MAX_P`; with 4 + 4 contexts no p can be below 1/70, the
+real split being one of 70). ``separating-layers`` gives the run of layers, up to the last,
+in which the contexts separate (min fruit − max company ≥ the margin in each): its first
+layer. Both are measured on the control too. Wrong variant: ``shuffle_labels=True`` pools
+the sentences and splits them at random *before* the measurement (fruit and company mixed in
+both groups), and the p-value is then large.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +92,15 @@ ZH: dict[str, str] = {
     "/ max |state|":
         "因果顺序：“苹果公司的发布会”中的“苹果”与单独的“苹果”在各层的"
         "最大绝对差 / 状态最大绝对值",
+    "layer {}: label-permutation p-value of min fruit − max company ({} permutations)":
+        "第 {} 层：水果最小值 − 公司最大值的标签置换检验 p 值（{} 次置换）",
+    "layers {}–{}: the run of layers up to the last where min fruit − max company ≥ {}: "
+    "its first layer":
+        "第 {}–{} 层：直到最后一层、水果最小值 − 公司最大值均 ≥ {} 的连续层：其第一层",
+    "no layer up to the last ({}) where min fruit − max company ≥ {}: its first layer":
+        "直到最后一层（第 {} 层）没有水果最小值 − 公司最大值 ≥ {} 的层：其第一层",
+    "label-permutation p of min fruit − max company":
+        "水果最小值 − 公司最大值的标签置换 p 值",
     "mean lean, fruit contexts": "平均倾向，水果语境",
     "mean lean, company contexts": "平均倾向，公司语境",
     "fruit − company": "水果 − 公司",
@@ -97,8 +119,9 @@ ZH: dict[str, str] = {
 }
 
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "WORD", "ANCHORS", "FRUIT", "COMPANY",
-           "NEUTRAL", "CONTEXT_AFTER", "MIN_SHIFT", "DRAWS", "Leans", "word_span",
-           "own_value_attention", "random_weights", "leans", "run"]
+           "NEUTRAL", "CONTEXT_AFTER", "MIN_SHIFT", "DRAWS", "PERMUTATIONS", "MAX_P", "Leans",
+           "word_span", "own_value_attention", "random_weights", "leans", "permutation_p",
+           "exact_p", "separating_from", "shuffled", "run"]
 
 WORD = "苹果"
 #: (fruit anchor, company anchor)
@@ -127,6 +150,10 @@ RANDOM = ("the same architecture with random weights (built from SmolLM2's confi
 #: Random networks drawn for the control (seeds seed, seed + 1, ...): a test's control
 #: fails only if no draw passes it.
 DRAWS = 3
+#: Random relabellings of the contexts for the separation's permutation p-value (seeded).
+PERMUTATIONS = 999
+#: Largest permutation p-value of the separation that rules out a lucky labelling.
+MAX_P = 0.05
 EXPECT_WHY = (
     "Pilot runs (8 random draws): at the last layer every fruit context leans to 水果 and "
     "every company context to 科技公司, which no random-weights draw does; but random "
@@ -297,6 +324,85 @@ def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
                  torch.stack([lean(s) for s in company]).double(), gap)
 
 
+def permutation_p(fruit: Tensor, company: Tensor, permutations: int = PERMUTATIONS,
+                  seed: int = 0) -> Tensor:
+    """Per layer, the label-permutation p-value of :attr:`Leans.separation`: the leans of
+    ``fruit`` (S_f, L + 1) and ``company`` (S_c, L + 1) pooled, split ``permutations``
+    times at random (a generator seeded with ``seed``) into S_f "fruit" and S_c "company"
+    contexts, and ``p = (1 + #{splits whose separation ≥ the real one}) / (1 +
+    permutations)`` (the real split counted once, so p > 0).
+
+    >>> f, c = torch.tensor([[1.0], [2.0]]), torch.tensor([[-1.0], [-2.0]])
+    >>> float(permutation_p(f, c, 99)[0]) < 0.3, float(permutation_p(c, f, 99)[0])
+    (True, 1.0)
+    """
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be an int ≥ 1, got {permutations!r}")
+    pooled = torch.cat([fruit, company])  # (S, L + 1)
+    n_f = fruit.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    perms = torch.stack([torch.randperm(pooled.shape[0], generator=g)
+                         for _ in range(permutations)])  # (P, S)
+    x = pooled[perms]  # (P, S, L + 1)
+    sep = x[:, :n_f].min(1).values - x[:, n_f:].max(1).values  # (P, L + 1)
+    observed = fruit.min(0).values - company.max(0).values
+    return (1 + (sep >= observed).sum(0)).double() / (1 + permutations)
+
+
+def exact_p(fruit: Tensor, company: Tensor) -> Tensor:
+    """Per layer, the exact permutation p-value of :attr:`Leans.separation`: the share of
+    all ways to split the pooled contexts into S_f "fruit" and S_c "company" ones whose
+    separation is ≥ the real one (at least 1 / C(S_f + S_c, S_f): the real split is one).
+
+    >>> float(exact_p(torch.tensor([[1.0], [2.0]]), torch.tensor([[-1.0], [-2.0]]))[0])
+    0.16666666666666666
+    """
+    pooled = torch.cat([fruit, company])
+    n_f = fruit.shape[0]
+    splits = torch.tensor(list(itertools.combinations(range(pooled.shape[0]), n_f)))
+    inside = torch.zeros(len(splits), pooled.shape[0], dtype=torch.bool)
+    inside[torch.arange(len(splits))[:, None], splits] = True
+    big = torch.finfo(pooled.dtype).max
+    x = pooled[None]  # (1, S, L + 1)
+    lo = torch.where(inside[..., None], x, big).min(1).values
+    hi = torch.where(inside[..., None], -big, x).max(1).values
+    observed = fruit.min(0).values - company.max(0).values
+    return ((lo - hi) >= observed).double().mean(0)
+
+
+def separating_from(separation: Tensor, margin: float = MARGIN) -> int:
+    """The first layer of the run of layers, up to the last, whose separation is ≥
+    ``margin`` in each (the number of layers, L + 1, when the last layer does not
+    separate).
+
+    >>> separating_from(torch.tensor([0.0, 0.1, -0.1, 0.1, 0.2]))
+    3
+    >>> separating_from(torch.tensor([0.1, 0.1, 0.0]))
+    3
+    """
+    first = separation.shape[0]
+    while first > 0 and float(separation[first - 1]) >= margin:
+        first -= 1
+    return first
+
+
+def shuffled(fruit: Sequence[str], company: Sequence[str], seed: int
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Wrong on purpose: ``fruit`` and ``company`` pooled and split at random (a generator
+    seeded with ``seed``) into groups of their sizes, the first group holding some fruit
+    and some company sentences (never the split as given)."""
+    pooled = [*fruit, *company]
+    if len(fruit) < 2 or not company:
+        raise ValueError("shuffling the labels needs at least two fruit sentences and one "
+                         "company sentence")
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(len(pooled), generator=g).tolist()
+        a = tuple(pooled[i] for i in order[:len(fruit)])
+        if 0 < len(set(a) & set(fruit)) < len(fruit):
+            return a, tuple(pooled[i] for i in order[len(fruit):])
+
+
 @dataclass(frozen=True)
 class _Best:
     """The control's values, per layer, most favourable to each test over the random draws
@@ -368,19 +474,31 @@ def run(
     attention_patch: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
     control_model: Callable[[nn.Module, int], nn.Module] = random_weights,
     draws: int = DRAWS,
+    permutations: int = PERMUTATIONS,
+    shuffle_labels: bool = False,
 ) -> Result:
     """Lean of 苹果 toward each anchor, per sentence and layer, on SmolLM2 and on the
     control: ``draws`` networks ``control_model(model, seed + d)`` (:func:`random_weights`),
     each test's control value being the draw most favourable to it.
 
+    ``permutations``: random relabellings for the separation's p-value (:func:`permutation_p`,
+    seeded with ``seed``).
+
     Wrong variants: ``attention_patch=own_value_attention`` (no token sees another, on every
-    network), swapped ``anchors``, or a ``control_model`` that returns the trained model.
+    network), swapped ``anchors``, a ``control_model`` that returns the trained model, or
+    ``shuffle_labels=True`` (the sentences split at random into the two groups before the
+    measurement, :func:`shuffled`).
     Raises :class:`~attnlab.models.ModelNotAvailableError` when SmolLM2 cannot be loaded
     here.
     """
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise ValueError(f"draws must be an int ≥ 1 (random networks for the control), got "
                          f"{draws!r}")
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be an int ≥ 1 (random relabellings), got "
+                         f"{permutations!r}")
+    if shuffle_labels:
+        fruit, company = shuffled(fruit, company, seed)
     try:
         loaded = load("smollm2", progress=False)
     except ModelNotAvailableError as exc:
@@ -393,9 +511,18 @@ def run(
     with seeded(seed):
         with patch:
             lv = leans(model, tok, *texts)
-        best = _Best.of(_control_leans(model, tok, seed, draws, control_model, attention_patch,
-                                       texts))
+        control_leans = _control_leans(model, tok, seed, draws, control_model, attention_patch,
+                                       texts)
+    best = _Best.of(control_leans)
+    p = permutation_p(lv.fruit, lv.company, permutations, seed)
+    best_p = torch.stack([permutation_p(d.fruit, d.company, permutations, seed)
+                          for d in control_leans]).min(0).values
     top = lv.shift.shape[0] - 1
+    first = separating_from(lv.separation)
+    best_first = min(separating_from(d.separation) for d in control_leans)
+    splits = math.comb(len(fruit) + len(company), len(fruit))
+    exact = (fmt_num(float(exact_p(lv.fruit, lv.company)[top])) if splits <= 10**5
+             else None)
     mid = top // 2
     shift, separation = lv.shift, lv.separation
     what = (f"{RANDOM[0]}, the most favourable of {draws} draw{'s' if draws > 1 else ''}",
@@ -410,18 +537,34 @@ def run(
         check_le(f"causal order: {WORD} in “{CONTEXT_AFTER}” vs “{WORD}” alone, every layer: "
                  "max |difference| / max |state|", lv.order_gap, 1e-5, id="causal-order",
                  support=True),
+        check_le(f"layer {top}: label-permutation p-value of min fruit − max company "
+                 f"({permutations} permutations)", float(p[top]), MAX_P, id="separation-p",
+                 control=Control(*what, float(best_p[top]))),
+        check_le(f"layers {first}–{top}: the run of layers up to the last where min fruit − "
+                 f"max company ≥ {fmt_num(MARGIN)}: its first layer" if first <= top else
+                 f"no layer up to the last ({top}) where min fruit − max company ≥ "
+                 f"{fmt_num(MARGIN)}: its first layer", first, top, id="separating-layers",
+                 control=Control(*what, best_first)),
     ]
     rows = [[layer, float(lv.fruit[:, layer].mean()), float(lv.company[:, layer].mean()),
              float(shift[layer]), float(separation[layer]), float(best.shift[layer]),
-             float(best.separation[layer])] for layer in range(top + 1)]
+             float(best.separation[layer]), float(p[layer])] for layer in range(top + 1)]
     fig = _figure(lv, best, anchors) if plot else None
     ids = word_span(tok, fruit[0], WORD)
-    apart = [layer for layer in range(top + 1)
-             if all(float(separation[j]) > 0 for j in range(layer, top + 1))]
     since = (f" Every fruit context leans more to {anchors[0]} than every company context "
-             f"from layer {apart[0]} on." if apart else "")
-    since_zh = (f"从第 {apart[0]} 层起，每个水果语境都比每个公司语境更偏向“{anchors[0]}”。"
-                if apart else "")
+             f"(by ≥ {fmt_num(MARGIN)}) from layer {first} on." if first <= top else "")
+    since_zh = (f"从第 {first} 层起，每个水果语境都比每个公司语境更偏向“{anchors[0]}”"
+                f"（至少 {fmt_num(MARGIN)}）。" if first <= top else "")
+    perm = (f" Label permutations: {permutations} random splits of the {len(fruit)} + "
+            f"{len(company)} contexts (seed {seed}); at layer {top} the real split's "
+            f"separation gives p = {fmt_num(float(p[top]))}"
+            + (f" (exact, over all {splits} splits: {exact}; it cannot be below 1/{splits}, "
+               "the real split being one of them)." if exact else "."))
+    perm_zh = (f"标签置换：把 {len(fruit)} + {len(company)} 个语境随机重新划分 {permutations} 次"
+               f"（种子 {seed}）；在第 {top} 层，真实划分的分离度对应 p = "
+               f"{fmt_num(float(p[top]))}"
+               + (f"（对全部 {splits} 种划分精确计算：{exact}；真实划分是其中之一，"
+                  f"p 不可能低于 1/{splits}）。" if exact else "。"))
     c_shift, c_sep = fmt_num(float(best.shift[top])), fmt_num(float(best.separation[top]))
     return Result(
         NAME, CLAIM, CLAIM_ZH,
@@ -438,12 +581,14 @@ def run(
         table=(["layer", "mean lean, fruit contexts", "mean lean, company contexts",
                 "fruit − company", "min fruit − max company",
                 "fruit − company, random weights (best draw)",
-                "min fruit − max company, random weights (best draw)"], rows),
+                "min fruit − max company, random weights (best draw)",
+                "label-permutation p of min fruit − max company"], rows),
         figure=fig,
         caption=f"SmolLM2-135M, fp32, {len(fruit)} fruit and {len(company)} company contexts; "
                 f"{WORD} is {ids[2] - ids[1]} tokens, its state is its last token's; states "
                 f"centred per layer; layer {top} is after the final norm. Anchors: "
-                f"{anchors[0]}, {anchors[1]} averaged over {len(NEUTRAL)} neutral frames.{since}"
+                f"{anchors[0]}, {anchors[1]} averaged over {len(NEUTRAL)} neutral frames."
+                f"{since}{perm}"
                 f" Control: the same network with random weights, {draws} draws; at layer "
                 f"{top} the most favourable draw reaches a mean lean difference of {c_shift} "
                 f"(the model: {fmt_num(float(shift[top]))}) but a min fruit − max company of "
@@ -453,7 +598,7 @@ def run(
         caption_zh=f"SmolLM2-135M，fp32，{len(fruit)} 个水果语境和 {len(company)} 个公司语境；"
                    f"“{WORD}”占 {ids[2] - ids[1]} 个词元，取其最后一个词元的状态；"
                    f"各层状态先中心化；第 {top} 层为最终归一化之后。锚点：{anchors[0]}、"
-                   f"{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。{since_zh}"
+                   f"{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。{since_zh}{perm_zh}"
                    f"对照：同一网络、随机权重，抽取 {draws} 次；在第 {top} 层，最有利的一次"
                    f"平均倾向之差达到 {c_shift}（模型：{fmt_num(float(shift[top]))}），"
                    f"但水果最小值 − 公司最大值只有 {c_sep}（模型："

@@ -298,10 +298,14 @@ LONG_TEXT = HERE.parents[1] / "src" / "attnlab" / "report" / "course_text.md"
 
 def long_text() -> str:
     """Every text cell of the course (titles, prose, exercise prompts), the parts in
-    English, then the parts in Chinese; no code and no navigation line."""
+    English, then the parts in Chinese; no code and no navigation line. Part 00 (the
+    beginner's start, which came later) is left out: the text is the articles' argument,
+    from part 01 on, the one the report's long-context measurements were made on."""
     blocks = []
     for lang in LANGS:
         for part in PARTS:
+            if part.number == 0:
+                continue
             title = part.title_zh if lang == "zh" else part.title_en
             blocks.append(f"# {part.number:02d} · {title}")
             blocks += [_flow(getattr(c, lang), lang) for c in part.cells

@@ -578,3 +578,17 @@ def test_readme_and_guide_counts_are_the_inventorys(fast_results):
     stated = re.findall(r"\b(\d+) (?:items|hold|depend|do not|not decided|not testable|are)",
                         readme + flat)
     assert set(map(int, stated)) <= {len(CLAIMS), timed, *n.values()}
+
+
+def test_every_verdict_has_a_colour_in_the_report_and_the_command():
+    """Each place that draws verdicts knows every one of them: a verdict added to the
+    inventory without a colour would crash the report's claims part (a missing key)."""
+    from attnlab.commands.claims import _COLOUR
+    from attnlab.report.claims import COLOURS, _verdict_html
+
+    for table in (COLOURS, _COLOUR):
+        assert set(table) == set(inv.CLAIM_VERDICTS)
+    for verdict in inv.CLAIM_VERDICTS:
+        assert inv.ZH[verdict] in _verdict_html(verdict, True)
+    with pytest.raises(KeyError):  # the wrong variant: a verdict no table knows
+        _verdict_html("not a verdict", False)

@@ -16,7 +16,7 @@ HELP = "every claim of the two articles, the experiments that decide it, its ver
 
 _COLOUR = {"holds": "green", "holds under stated conditions": "cyan",
            "holds by construction": "blue", "depends on the reading": "magenta",
-           "does not hold": "yellow", "not testable": "dim"}
+           "does not hold": "yellow", "not decided here": "red", "not testable": "dim"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

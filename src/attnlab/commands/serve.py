@@ -30,22 +30,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also answer requests whose Host header is NAME (repeatable)")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the only place the server may write (default: attnlab's cache)")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="with --model: run the models in this precision (default: float32)")
+    p.add_argument("--device", default=None, metavar="{auto,cpu,cuda,mps}",
+                   help="with --model: run the models there (default: the CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress or access log")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError
+    from attnlab._text import one_line
     from attnlab.serve import ServeConfig
     from attnlab.serve import run as serve
     from attnlab.tracing.budget import parse_memory
+    from attnlab.tracing.run_settings import resolve_device, resolve_dtype
 
     extra = {} if args.max_chars is None else {"max_chars": args.max_chars}
     config = ServeConfig(
         host=args.host, port=args.port, cache_dir=args.cache_dir,
         max_memory=None if args.max_memory is None else parse_memory(args.max_memory),
-        allowed_hosts=tuple(args.allow_host or ()), **extra)
+        allowed_hosts=tuple(args.allow_host or ()), dtype=args.dtype, device=args.device,
+        **extra)
     if bool(args.model) == bool(args.trace):
         raise UsageError("serve needs --model NAME or --trace FILE (one of the two)")
+    if args.trace and (args.dtype or args.device):
+        raise UsageError("--dtype and --device say how --model runs; a saved trace (--trace) "
+                         "has no model to run")
+    for flag, value, check in (("--device", args.device, resolve_device),
+                               ("--dtype", args.dtype, resolve_dtype)):
+        try:  # a device or dtype this machine cannot run: one line, before any model loads
+            check(value)
+        except (ValueError, TypeError) as exc:
+            msg = one_line(exc).removeprefix(flag[2:] + ": ")
+            raise UsageError(f"{flag} {value}: {msg}") from exc
     if args.trace:
         from attnlab.serve.trace_api import run_traces
 

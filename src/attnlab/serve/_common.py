@@ -33,6 +33,8 @@ class ServeConfig:
     cache_dir: Path | None = None  # None: attnlab's model cache ($ATTNLAB_CACHE or ~/.cache)
     max_memory: int | None = None  # bytes a request's traces may need; None: half the RAM
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides LOCAL_HOSTS and host
+    dtype: str | None = None  # the models' precision (float32, bfloat16, float16); None: as loaded
+    device: str | None = None  # where the models run (auto, cpu, cuda, mps); None: the CPU
 
     def __post_init__(self) -> None:
         if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) \

@@ -105,11 +105,20 @@ class ModelTracer:
         return trace(self.loaded, text)
 
 
-def model_tracer(name: str) -> ModelTracer:
-    """Load ``name`` once (name or path, offline) and return its :class:`ModelTracer`."""
-    from attnlab.models import load
+def model_tracer(name: str, *, dtype: str | None = None, device: str | None = None
+                 ) -> ModelTracer:
+    """Load ``name`` once (name or path, offline), in ``dtype`` on ``device`` (None: as it
+    loads; a copy otherwise, :func:`attnlab.tracing.tracer.placed`), and return its
+    :class:`ModelTracer`."""
+    import dataclasses
 
-    return ModelTracer(load(name, progress=False))
+    from attnlab.models import load
+    from attnlab.tracing.tracer import placed
+
+    loaded = load(name, progress=False)
+    if dtype is not None or device is not None:
+        loaded = dataclasses.replace(loaded, model=placed(loaded.model, dtype, device))
+    return ModelTracer(loaded)
 
 
 def _depth(obj: Any) -> int:
@@ -414,7 +423,7 @@ def run(models: list[str], config: ServeConfig | None = None, *, quiet: bool = F
         if not quiet:
             print(f"attnlab serve: loading {name}", flush=True)
         try:
-            tracers[name] = model_tracer(name)
+            tracers[name] = model_tracer(name, dtype=config.dtype, device=config.device)
         except (ValueError, TypeError, OSError) as exc:
             raise ValueError(f"--model {name}: {one_line(exc)}") from exc
     app = create_app(tracers, max_chars=config.max_chars, max_memory=config.max_memory,

@@ -66,12 +66,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.core.functional import default_scale
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights, why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES
+from attnlab.tracing._trace_checks import (
+    check_groups,
+    check_one_device,
+    index,
+    make_shapes,
+    move_target,
+    trace_dims,
+)
 from attnlab.tracing.trace_file import FORMAT_VERSION, TraceFormatError
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES",
@@ -86,28 +93,6 @@ _POOL_TILE_BYTES = 32 << 20
 _ON_DEMAND = ("weights_rows, weights_tile, pooled, topk, head_weights, iter_row_tiles")
 
 Selector = int | slice | range | Sequence[int] | Tensor
-
-
-def _shape_of(t: Tensor | None) -> tuple[int, ...] | str:
-    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-
-
-def _index(name: str, i: object, size: int) -> int:
-    """An int index into ``size`` items (negative ones count from the end), as ``0..size-1``."""
-    if isinstance(i, bool) or not isinstance(i, int):
-        raise TypeError(f"{name} must be an int, got {type(i).__name__}")
-    if not -size <= i < size:
-        raise IndexError(f"{name} must be in [0, {size}), got {i}")
-    return i % size
-
-
-def _check_groups(groups: object, n: int) -> list[list[int]]:
-    ok = isinstance(groups, (list, tuple)) and all(
-        isinstance(g, (list, tuple)) and g and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in g) for g in groups)
-    if not ok or [i for g in groups for i in g] != list(range(n)):
-        raise ValueError(f"groups must split 0..{n - 1} into consecutive runs, got {groups}")
-    return [list(g) for g in groups]
 
 
 class AttentionTrace:
@@ -187,14 +172,15 @@ class AttentionTrace:
                 "a trace needs dense weights (L, H, Lq, Lk), or q, k and lse to compute them; "
                 f"missing: {', '.join(missing)}"
             )
-        nl, nh, nq, nk = self._check_tensors()
+        nl, nh, nq, nk = trace_dims(self._weights, self.q, self.k, self.v, self.lse,
+                                    self.context, self.out_proj)
         self._pieces_q, self._pieces_k = nq, nk
         self.groups = None
         if groups is not None:
             if self.key_tokens is not None or nq != nk:
                 raise ValueError("groups (merged tokens) need self-attention: Lq == Lk and no "
                                  "key_tokens")
-            self.groups = _check_groups(groups, nq)
+            self.groups = check_groups(groups, nq)
         n_rows = len(self.groups) if self.groups is not None else nq
         keys = self.key_tokens if self.key_tokens is not None else self.tokens
         n_cols = len(self.groups) if self.groups is not None else nk
@@ -205,95 +191,19 @@ class AttentionTrace:
             )
         if self.token_ids is not None and len(self.token_ids) != n_rows:
             raise ValueError(f"token_ids has {len(self.token_ids)} entries for {n_rows} tokens")
-        self._shapes = self._make_shapes(shapes, scale, causal, nl, nh, nq, nk)
+        self._shapes = make_shapes(shapes, scale, causal, self.q, nl, nh, nq, nk)
         self._causal = (all(s.causal for s in self._shapes) if self._shapes
                         else bool(causal))
         self._check_devices()
 
     # -- construction ---------------------------------------------------------------------
 
-    def _check_tensors(self) -> tuple[int, int, int, int]:
-        """(L, H, Lq, Lk) in pieces, after checking every stored tensor's shape."""
-        w, q, k = self._weights, self.q, self.k
-        if w is not None:
-            if w.dim() != 4:
-                raise ValueError(f"weights must have shape (L, H, Lq, Lk), got {_shape_of(w)}")
-            nl, nh, nq, nk = w.shape
-        else:
-            if q.dim() != 4:
-                raise ValueError(f"q must have shape (L, H, Lq, d), got {_shape_of(q)}")
-            nl, nh, nq = q.shape[:3]
-            nk = k.shape[2] if k.dim() == 4 else -1
-        if q is not None:
-            if q.dim() != 4 or tuple(q.shape[:3]) != (nl, nh, nq):
-                raise ValueError(f"q must have shape ({nl}, {nh}, {nq}, d), got {_shape_of(q)}")
-        if k is not None:
-            if q is None:
-                raise ValueError("k needs q (both are kept, or neither)")
-            ok = (k.dim() == 4 and k.shape[0] == nl and k.shape[2] == nk and k.shape[1] >= 1
-                  and nh % k.shape[1] == 0 and k.shape[3] == q.shape[3])
-            if not ok:
-                raise ValueError(
-                    f"k must have shape ({nl}, H_kv, {nk}, {q.shape[3]}) with H_kv dividing "
-                    f"{nh}, got {_shape_of(k)}"
-                )
-        hkv = k.shape[1] if k is not None else nh
-        if self.v is not None:
-            v = self.v
-            if v.dim() != 4 or tuple(v.shape[:3]) != (nl, hkv, nk):
-                raise ValueError(f"v must have shape ({nl}, {hkv}, {nk}, dv), got {_shape_of(v)}")
-        if self.lse is not None and tuple(self.lse.shape) != (nl, nh, nq):
-            raise ValueError(f"lse must have shape ({nl}, {nh}, {nq}), got {_shape_of(self.lse)}")
-        c = self.context
-        if c is not None and (c.dim() != 4 or tuple(c.shape[:3]) != (nl, nh, nq)):
-            raise ValueError(f"context must have shape ({nl}, {nh}, {nq}, dv), got {_shape_of(c)}")
-        o, dv = self.out_proj, None if self.v is None else self.v.shape[3]
-        if o is not None and (self.v is None or o.dim() != 4 or tuple(o.shape[:3]) != (
-                nl, nh, dv)):
-            raise ValueError(f"out_proj needs v and must have shape ({nl}, {nh}, dv, E), got "
-                             f"{_shape_of(o)}")
-        return nl, nh, nq, nk
-
     def _check_devices(self) -> None:
         """Every stored tensor, and every score shape's, on the trace's one device."""
-        dev, first = self.device, "weights" if self._weights is not None else "q"
-        fix = "move a whole trace with AttentionTrace.to(device)"
-        for name in TRACE_TENSORS:
-            t = self._weights if name == "weights" else getattr(self, name)
-            if t is not None and t.device != dev:
-                raise ValueError(f"{name} must be on the device of {first} ({dev}), got "
-                                 f"{name} on {t.device}; {fix}")
-        for i, shape in enumerate(self._shapes):
-            for name, t in shape.tensors().items():
-                if t.device != dev:
-                    raise ValueError(f"shapes[{i}].{name} must be on the device of {first} "
-                                     f"({dev}), got {t.device}; {fix}")
-
-    def _make_shapes(self, shapes: Any, scale: float | None, causal: bool | None, nl: int,
-                     nh: int, nq: int, nk: int) -> tuple[ScoreShape, ...]:
-        if shapes is None:
-            if self.q is None and scale is None:
-                return ()
-            if scale is None:
-                scale = default_scale(self.q.shape[-1])
-            shapes = ScoreShape(scale=scale, causal=bool(causal))
-        elif scale is not None or causal is not None:
-            given = [s for s in ((shapes,) if isinstance(shapes, ScoreShape) else shapes)]
-            if any((scale is not None and s.scale != float(scale))
-                   or (causal is not None and s.causal != causal) for s in given):
-                raise ValueError("scale/causal disagree with shapes; give one or the other")
-        if isinstance(shapes, ScoreShape):
-            shapes = [shapes] * nl
-        shapes = tuple(shapes)
-        if len(shapes) != nl or not all(isinstance(s, ScoreShape) for s in shapes):
-            raise ValueError(f"shapes must be one ScoreShape or one per layer ({nl}), got "
-                             f"{len(shapes)} items")
-        for i, s in enumerate(shapes):
-            try:
-                s.check(num_heads=nh, lq=nq, lk=nk)
-            except ValueError as exc:
-                raise ValueError(f"shapes[{i}]: {exc}") from None
-        return shapes
+        tensors = {n: self._weights if n == "weights" else getattr(self, n)
+                   for n in TRACE_TENSORS}
+        check_one_device(tensors, self._shapes, self.device,
+                         "weights" if self._weights is not None else "q")
 
     # -- shape ----------------------------------------------------------------------------
 
@@ -346,23 +256,11 @@ class AttentionTrace:
         >>> m.device, t.device, m.weights_rows(0, 1, [0, 2]).shape
         (device(type='meta'), device(type='cpu'), torch.Size([2, 3]))
         """
-        try:
-            dev = torch.device(device)
-        except (TypeError, RuntimeError, ValueError):
-            raise TypeError(f"device must be a torch.device or a device name such as 'cpu' "
-                            f"or 'cuda:0', got {device!r}") from None
-        here = self.device
-        if getattr(self, "opened_from", None) is not None or self._layer_digests is not None:
-            if dev.type != "cpu":
-                path = getattr(self, "opened_from", "its file")
-                raise ValueError(
-                    f"device {str(dev)!r}: this trace is opened from {path} (memory-mapped, "
-                    f"read and checked on demand) and stays on the CPU; read it whole with "
-                    f"AttentionTrace.load(path) (every tensor checked), then .to({str(dev)!r})")
+        opened = getattr(self, "opened_from", None) is not None or (
+            self._layer_digests is not None)
+        dev = move_target(device, self.device, opened, getattr(self, "opened_from", None))
+        if opened:
             return copy.copy(self)  # the same mapped tensors, checks and bound
-        if here.type == "meta" and dev.type != "meta":
-            raise ValueError(f"device {str(dev)!r}: this trace is on the meta device, which "
-                             f"holds shapes only, no values; move the trace it was made from")
         moved: dict[int, ScoreShape] = {}  # one copy of a shape shared by several layers
         for shape in self._shapes:
             if id(shape) not in moved:
@@ -429,7 +327,7 @@ class AttentionTrace:
         return h // (self.num_heads // self.num_kv_heads)
 
     def _layer(self, layer: int) -> int:
-        return _index("layer", layer, self.num_layers)
+        return index("layer", layer, self.num_layers)
 
     def layer_tensor(self, name: str, layer: int) -> Tensor:
         """One layer of a stored tensor: ``getattr(trace, name)[layer]`` (``name``: one of
@@ -454,7 +352,7 @@ class AttentionTrace:
         return t[layer]
 
     def _head(self, head: int) -> int:
-        return _index("head", head, self.num_heads)
+        return index("head", head, self.num_heads)
 
     # -- on demand ------------------------------------------------------------------------
 
@@ -463,7 +361,7 @@ class AttentionTrace:
         if isinstance(sel, bool):
             raise TypeError(f"{name} must be an int, slice, range or sequence of ints, got bool")
         if isinstance(sel, int):
-            return torch.tensor([_index(name, sel, size)])
+            return torch.tensor([index(name, sel, size)])
         if isinstance(sel, slice):
             return torch.arange(size)[sel]
         if isinstance(sel, range):
@@ -669,7 +567,7 @@ class AttentionTrace:
         """
         if self.key_tokens is not None:
             raise ValueError("merge_tokens needs self-attention (no separate key_tokens)")
-        groups = _check_groups(groups, self.seq_len)
+        groups = check_groups(groups, self.seq_len)
         if labels is None:
             labels = ["".join(self.tokens[i] for i in g) for g in groups]
         if len(labels) != len(groups):

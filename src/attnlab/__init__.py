@@ -19,7 +19,13 @@ from attnlab._lazy import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY below
     from attnlab import masks, positional
-    from attnlab._errors import AttnlabWarning, Error, Refused
+    from attnlab._errors import (
+        ArgumentError,
+        ArgumentTypeError,
+        AttnlabWarning,
+        Error,
+        Refused,
+    )
     from attnlab.core.chunked import chunked_attention
     from attnlab.core.functional import scaled_dot_product_attention
     from attnlab.core.linear import linear_attention
@@ -44,7 +50,8 @@ if TYPE_CHECKING:  # for type checkers and the API reference; at run time, _LAZY
 _LAZY: dict[str, str] = {
     "masks": "attnlab.masks",
     "positional": "attnlab.positional",
-    **{name: "attnlab._errors" for name in ("AttnlabWarning", "Error", "Refused")},
+    **{name: "attnlab._errors" for name in ("ArgumentError", "ArgumentTypeError",
+                                                   "AttnlabWarning", "Error", "Refused")},
     "chunked_attention": "attnlab.core.chunked",
     "scaled_dot_product_attention": "attnlab.core.functional",
     "linear_attention": "attnlab.core.linear",
@@ -92,6 +99,8 @@ def trace(model: Any, text_or_token_ids: Any = None, **kwargs: Any
     return trace_loaded(model, text_or_token_ids, **kwargs)
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "AttnlabWarning",
     "Error",
     "Refused",

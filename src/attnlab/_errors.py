@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AttnlabWarning", "Error", "Refused"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "AttnlabWarning", "Error", "Refused",
+           "check_int", "check_optional_int"]
 
 
 class Error(ValueError):
@@ -29,9 +30,21 @@ class Error(ValueError):
 
     A ``ValueError``, so code written for the built-in type keeps catching it; a class
     that was a ``RuntimeError`` before this family existed is one still (``class
-    IsolatedCallError(Error, RuntimeError)``). Plain argument checks may still raise a
-    built-in ``ValueError`` or ``TypeError``.
+    IsolatedCallError(Error, RuntimeError)``). An argument checked by attnlab's shared
+    checks (``check_int`` …) raises :class:`ArgumentTypeError` for a value of the wrong
+    type and :class:`ArgumentError` for one out of range.
     """
+
+
+class ArgumentError(Error):
+    """An argument of the right type but out of range (a negative size, a port above
+    65535): the message names the argument, what it must be and what it got."""
+
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of the wrong type (a float, a string or a bool where an int is
+    expected): a ``TypeError`` as Python's own convention has it, and an
+    :class:`Error` (so a ``ValueError`` too: code that caught either keeps working)."""
 
 
 class AttnlabWarning(UserWarning):
@@ -59,8 +72,57 @@ class Refused(Error):
         return type(self), (self.status, self.message)
 
 
+def check_int(name: str, value: object, *, minimum: int | None = 0,
+              maximum: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) in ``[minimum, maximum]`` (None: no bound);
+    else :class:`ArgumentTypeError` (a wrong type: a ``TypeError`` and a
+    ``ValueError``) or :class:`ArgumentError` (out of range), naming ``name``,
+    what was expected and what was received.
+
+    >>> check_int("lq", 3)
+    3
+    >>> check_int("num_heads", 0, minimum=1)
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentError: num_heads must be a positive int, got 0
+    >>> check_int("port", 70000, maximum=65535)
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentError: port must be an int in [0, 65535], got 70000
+    >>> check_int("layer", True)
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentTypeError: layer must be an int >= 0, got bool True
+    """
+    if maximum is not None and minimum is not None:
+        want = f"an int in [{minimum}, {maximum}]"
+    elif maximum is not None:
+        want = f"an int <= {maximum}"
+    elif minimum is None:
+        want = "an int"
+    else:
+        want = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name} must be {want}, got {type(value).__name__} "
+                                f"{value!r}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ArgumentError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+def check_optional_int(name: str, value: object, *, minimum: int | None = 0,
+                       maximum: int | None = None) -> int | None:
+    """``None``, or ``value`` checked by :func:`check_int`.
+
+    >>> check_optional_int("max_bytes", None) is None, check_optional_int("max_bytes", 8)
+    (True, 8)
+    """
+    return None if value is None else check_int(name, value, minimum=minimum,
+                                                maximum=maximum)
+
+
 # the public spelling (``attnlab.Error``), in tracebacks too (doctest therefore runs the
 # module's examples, not the classes')
-for _cls in (Error, AttnlabWarning, Refused):
+for _cls in (Error, ArgumentError, ArgumentTypeError, AttnlabWarning, Refused):
     _cls.__module__ = "attnlab"
 del _cls

@@ -93,6 +93,45 @@ def test_identities_grade_as_holds_by_construction():
                     [_claim()])[0].verdict == "holds"
 
 
+def test_a_claim_whose_control_passes_too_is_not_decided_either_way():
+    from attnlab.experiments import Check
+
+    def result(control_holds: bool) -> Result:
+        # a check made by hand, its control already judged: the verdict must read it
+        ctl = Control("untrained", "未训练", 0.9, holds=control_holds)
+        return _result(control=Control("random", "随机", 0.1),
+                       checks=[Check("gap", 1.0, "≥ 0.5", True, id="gap", control=ctl)])
+
+    for spec in ("toy:gap", "!toy:gap"):  # for the article, and against it (an error)
+        c = _claim(evidence=evidence(spec), **({"kind": "error", "reading_en": "plain",
+                                                "reading_zh": "字面"}
+                                               if spec.startswith("!") else {}))
+        told = verdicts([result(False)], [c])[0]
+        assert told.verdict == ("does not hold" if spec.startswith("!") else "holds")
+        (v,) = verdicts([result(True)], [c])
+        assert v.verdict == "not decided here", spec
+        assert not v.measurements[0].tells and told.measurements[0].tells
+
+
+def test_each_control_states_the_margin_over_it():
+    from attnlab.experiments import Check
+    from attnlab.report.claims_markdown import markdown
+
+    r = _result(control=Control("random", "随机", 0.1),
+                checks=[Check("gap", 1.0, "≥ 0.5", True, id="gap",
+                              control=Control("untrained", "未训练", 0.2))])
+    (v,) = verdicts([r], [_claim(evidence=evidence("toy:gap"))])
+    m = v.measurements[0]
+    assert m.margins == (pytest.approx(0.8),)
+    assert "(margin 0.8)" in m.text() and "余量 0.8" in m.control_text(m.controls[0], True)
+    assert v.to_json()["measured"][0]["controls"][0]["margin"] == pytest.approx(0.8)
+    page = markdown([v])
+    assert "(margin 0.8)" in page and "余量 0.8" in page
+    # a headline's margin is read in its own relation
+    (h,) = verdicts([r], [_claim()])
+    assert h.measurements[0].margins == (pytest.approx(0.9),)
+
+
 # --- the inventory, on the real results ---------------------------------------------------
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))

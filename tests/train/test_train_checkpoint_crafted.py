@@ -116,7 +116,7 @@ CASES = {
                                 r"'config' must be a JSON object, got list"),
     "a config with a bad value": (
         None, lambda m: m.update(config=json.dumps({**json.loads(m["config"]), "steps": "x"})),
-        r"invalid 'config' \(--steps \(steps\) must be a positive integer"),
+        r"invalid 'config' \(--steps \(steps\) must be a positive int, got str 'x'"),
     "a tie map that is not a map": (None, lambda m: m.update(tied="[]"),
                                     r"field 'tied' must map parameter names to names"),
     "a tie to nothing": (None, lambda m: m.update(tied='{"lm_head.weight": "nope"}'),

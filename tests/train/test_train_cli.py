@@ -13,7 +13,7 @@ TINY = ["--layers", "1", "--heads", "2", "--dim", "16", "--batch-size", "8"]
 
 @pytest.mark.parametrize("argv, message", [
     (["--task", "nope"], "unknown task 'nope'"),
-    (["--task", "copy", "--steps", "0"], "--steps (steps) must be a positive integer, got 0"),
+    (["--task", "copy", "--steps", "0"], "--steps (steps) must be a positive int, got 0"),
     (["--task", "copy", "--heads", "3", "--dim", "16"],
      "--dim (embed_dim=16) must be divisible by --heads (num_heads=3)"),
     (["--task", "copy", "--lr", "-1"], "--lr (lr) must be a positive finite number"),

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from attnlab._errors import check_int, check_optional_int
+
 __all__ = ["BenchConfig"]
 
 
@@ -53,14 +55,9 @@ class BenchConfig:
             raise ValueError(f"sizes must be positive ints, got {list(self.sizes)}")
         for name in ("batch", "heads", "head_dim", "repeats", "long_n", "mha_embed_dim",
                      "gemm_n"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if self.long_rows is not None and (isinstance(self.long_rows, bool)
-                                           or not isinstance(self.long_rows, int)
-                                           or not 1 <= self.long_rows <= self.long_n):
-            raise ValueError(f"long_rows must be None or an int in [1, long_n={self.long_n}], "
-                             f"got {self.long_rows!r}")
+            check_int(name, getattr(self, name), minimum=1)
+        check_optional_int("long_rows (at most long_n)", self.long_rows, minimum=1,
+                           maximum=self.long_n)
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:

@@ -24,7 +24,9 @@ against the quote: its verdict ``"does not hold"`` says the numbers confirm the 
 The verdicts are computed from results, never written by hand (:func:`verdicts`):
 
 * ``"not testable"`` when the claim says why no experiment can decide it;
-* ``"not decided here"`` when the claim is an existence claim (``existence``) and its
+* ``"not decided here"`` when a control passes the test its measurement is put to (the
+  null shows the property too, so the numbers do not tell, for or against; never
+  ``"holds"``), when the claim is an existence claim (``existence``) and its
   evidence finds no witness (the search made is stated: ``search_en`` / ``search_zh``),
   or when its refutation is a null result (``null_result``: the effect did not appear)
   without a positive control that passes (``positive_control``: a variant where the
@@ -133,6 +135,9 @@ class Measurement:
     passed: bool
     controls: tuple[Control, ...] = ()
     by_construction: bool = False
+    #: how far the measurement beats each control on the test they share (aligned with
+    #: ``controls``; :func:`~attnlab.experiments.control_margin`), NaN where not finite
+    margins: tuple[float, ...] = ()
 
     @property
     def supports(self) -> bool:
@@ -144,6 +149,19 @@ class Measurement:
         by construction, whose control is the wrong variant)."""
         return bool(self.controls) and not any(c.holds for c in self.controls)
 
+    @property
+    def tells(self) -> bool:
+        """No control passes the measurement's test too: whichever way the measurement
+        goes, it tells something (a measurement that its null also passes does not)."""
+        return not any(c.holds for c in self.controls)
+
+    def margin(self, c: Control) -> float | None:
+        """The margin of the measurement over its control ``c`` (None if unknown)."""
+        for other, m in zip(self.controls, self.margins):
+            if other is c:
+                return m
+        return None
+
     def text(self) -> str:
         """One line: ``quantity = value (expected …)`` for each number, then each control
         (:meth:`control_text`), ``; ``-joined."""
@@ -151,15 +169,26 @@ class Measurement:
                           for q, v, e in zip(self.quantities, self.values, self.expected)]
                          + [self.control_text(c) for c in self.controls])
 
-    @staticmethod
-    def control_text(c: Control, zh: bool = False) -> str:
-        """One control in words: what it is, its value, and whether it fails the test, as
-        it should."""
+    def control_text(self, c: Control, zh: bool = False) -> str:
+        """One control in words: what it is, its value, whether it fails the test, as it
+        should, and the measurement's margin over it.
+
+        >>> m = Measurement("toy", "", False, ("q",), (None,), (1.0,), ("≥ 0.5",), True,
+        ...                 True, (Control("random", "随机", 0.2),), margins=(0.8,))
+        >>> m.control_text(m.controls[0])
+        'control (random): 0.2, fails (margin 0.8)'
+        >>> m.control_text(m.controls[0], zh=True)
+        '对照（随机）：0.2，不满足，符合预期（余量 0.8）'
+        """
+        margin = self.margin(c)
+        shown = margin is not None and math.isfinite(margin)
         if zh:
             return (f"对照（{c.what_zh}）：{fmt_num(c.measured)}，"
-                    f"{'同样满足，该测量无法区分' if c.holds else '不满足，符合预期'}")
+                    f"{'同样满足，该测量无法区分' if c.holds else '不满足，符合预期'}"
+                    + (f"（余量 {fmt_num(margin)}）" if shown else ""))
         return (f"control ({c.what}): {fmt_num(c.measured)}, "
-                f"{'passes too: the measurement does not tell' if c.holds else 'fails'}")
+                f"{'passes too: the measurement does not tell' if c.holds else 'fails'}"
+                + (f" (margin {fmt_num(margin)})" if shown else ""))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -171,7 +200,8 @@ class Measurement:
                         for q, v, e in zip(self.quantities, self.values, self.expected)],
             "holds": self.holds,
             "supports": self.supports,
-            "controls": [c.to_json() for c in self.controls],
+            "controls": [c.to_json() | {"margin": _finite(self.margin(c))}
+                         for c in self.controls],
             "by_construction": self.by_construction,
         }
 
@@ -194,8 +224,9 @@ def measure(ev: Evidence, result: Result) -> Measurement:
             result.headline_holds and not (result.control and result.control.holds))
         m = [(result.quantity, result.quantity_zh, result.measured, result.expected_text,
               holds)]
-        controls = [result.control] + ([c.control for c in result.checks if not c.support]
-                                       if ev.part == "" else [])
+        pairs = [(result.control, result.control_margin)] + (
+            [(c.control, c.control_margin) for c in result.checks if not c.support]
+            if ev.part == "" else [])
         by_construction = bool(result.by_construction)
     else:
         try:
@@ -203,15 +234,21 @@ def measure(ev: Evidence, result: Result) -> Measurement:
         except ValueError as exc:
             raise ValueError(f"evidence {ev.experiment}:{ev.part}: {exc}") from None
         m = [(c.name, None, c.value, c.expected, c.passed) for c in picked]
-        controls = [c.control for c in picked]
+        pairs = [(c.control, c.control_margin) for c in picked]
         by_construction = all(c.by_construction for c in picked)
+    pairs = [(c, m) for c, m in pairs if c is not None]
     return Measurement(
         experiment=ev.experiment, part=ev.part, against=ev.against,
         quantities=tuple(x[0] for x in m), quantities_zh=tuple(x[1] for x in m),
         values=tuple(float(x[2]) for x in m), expected=tuple(x[3] for x in m),
         holds=all(x[4] for x in m), passed=result.passed,
-        controls=tuple(c for c in controls if c is not None),
+        controls=tuple(c for c, _ in pairs),
+        margins=tuple(math.nan if m is None else float(m) for _, m in pairs),
         by_construction=by_construction)
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def claim(id_: str) -> Claim:
@@ -329,9 +366,11 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
 
     ``results`` must include every experiment that covers a testable claim among ``claims``
     (ValueError names the missing ones). Rules, in order: not testable → ``"not testable"``;
-    an existence claim without a witness (its evidence does not hold) → ``"not decided
-    here"``; a null result (``null_result``) whose evidence does not support the claim and
-    that has no positive control, or one that does not hold → ``"not decided here"``;
+    some measurement's control passes its test too (the null shows the property: the
+    measurement does not tell, whichever way it goes) → ``"not decided here"``; an existence
+    claim without a witness (its evidence does not hold) → ``"not decided here"``; a null
+    result (``null_result``) whose evidence does not support the claim and that has no
+    positive control, or one that does not hold → ``"not decided here"``;
     the readings' verdicts differ → ``"depends on the reading"``; some evidence does not
     support the claim → ``"does not hold"``; every measurement holds by construction →
     ``"holds by construction"``; the claim has conditions → ``"holds under stated
@@ -352,6 +391,8 @@ def verdicts(results: Iterable[Result], claims: Sequence[Claim] | None = None
         plain = all(m.supports for m in ms)
         if not c.testable:
             verdict = "not testable"
+        elif not all(m.tells for m in ms + pcs + tuple(m for r in rs for m in r.measurements)):
+            verdict = "not decided here"  # a null that passes too: the numbers do not tell
         elif c.existence and not plain:
             verdict = "not decided here"
         elif c.null_result and not plain and not (pcs and all(m.holds for m in pcs)):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab._errors import Error
+from attnlab._errors import Error, check_int
 from attnlab.tracing.inputs import SAMPLE_RATE
 
 __all__ = ["SAMPLE_RATE", "SpeechUnavailableError", "chirp", "resample", "speak", "write_wav"]
@@ -65,8 +65,7 @@ def resample(x: np.ndarray, rate_from: int, rate_to: int) -> np.ndarray:
     ((16000,), True)
     """
     for name, r in (("rate_from", rate_from), ("rate_to", rate_to)):
-        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-            raise ValueError(f"{name} must be a positive int (Hz), got {r!r}")
+        check_int(f"{name} (Hz)", r, minimum=1)
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"x must be 1-D samples, got shape {x.shape}")

@@ -42,11 +42,12 @@ _INTRO_EN = ("Every claim, code listing and recommendation of the two articles, 
              "verbatim, with the experiments whose numbers decide it. The verdicts are computed "
              "from those numbers: holds; holds under stated conditions (the claim needs "
              "assumptions it does not always meet); does not hold (the numbers refute it); not "
-             "decided here (a null result without a positive control, or an existence claim "
-             "without a witness); not testable (no computation can decide it, and why).")
+             "decided here (a null result without a positive control, an existence claim "
+             "without a witness, or a measurement whose control passes too); not testable (no "
+             "computation can decide it, and why).")
 _INTRO_ZH = ("两篇文章中的每条论断、每段代码和每条建议，逐字引用原文，并列出判定它的实验。"
              "结论由这些实验的数值计算得出：成立；在所述条件下成立（论断依赖并非总能满足的假设）；"
-             "不成立（数值否定了它）；此处未能判定（无效结果缺少阳性对照，或存在性论断没有找到实例）；"
+             "不成立（数值否定了它）；此处未能判定（零结果缺少阳性对照、存在性论断没有找到实例，或对照同样通过检验）；"
              "无法检验（没有计算能判定它，并说明原因）。")
 
 

@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attnlab._errors import check_int
 from attnlab._io import atomic_write_text
 from attnlab.report._measure import run_isolated
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, figure, table
@@ -127,8 +128,7 @@ def sizes_up_to(max_tokens: int) -> list[int]:
     >>> sizes_up_to(100)
     [100]
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    check_int("max_tokens", max_tokens, minimum=1)
     return [n for n in SIZES if n <= max_tokens] or [max_tokens]
 
 

@@ -14,7 +14,11 @@ from typing import Any
 
 from starlette.requests import Request
 
-from attnlab._errors import Refused  # the one refusal class, re-exported here
+from attnlab._errors import (
+    Refused,  # the one refusal class, re-exported here
+    check_int,
+    check_optional_int,
+)
 
 __all__ = ["LOCAL_HOSTS", "Refused", "ServeConfig", "allowed_hosts_for", "error",
            "install_guards", "json_content_type_error"]
@@ -37,17 +41,9 @@ class ServeConfig:
     device: str | None = None  # where the models run (auto, cpu, cuda, mps); None: the CPU
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) \
-                or self.max_chars < 1:
-            raise ValueError(f"max_chars must be a positive int, got {self.max_chars!r}")
-        if isinstance(self.port, bool) or not isinstance(self.port, int) \
-                or not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be an int in [0, 65535], got {self.port!r}")
-        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not
-                                            isinstance(self.max_memory, int)
-                                            or self.max_memory < 1):
-            raise ValueError(f"max_memory must be a positive number of bytes or None, got "
-                             f"{self.max_memory!r}")
+        check_int("max_chars", self.max_chars, minimum=1)
+        check_int("port", self.port, maximum=65535)
+        check_optional_int("max_memory (bytes)", self.max_memory, minimum=1)
         if isinstance(self.allowed_hosts, str) or not all(
                 isinstance(h, str) and h for h in self.allowed_hosts):
             raise ValueError(f"allowed_hosts must be a tuple of host names, got "

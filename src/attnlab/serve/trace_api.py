@@ -50,7 +50,7 @@ from typing import Any
 
 import torch  # noqa: F401  (the doctests)
 
-from attnlab._errors import Refused
+from attnlab._errors import Refused, check_int, check_optional_int
 from attnlab.serve._common import error
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace, open_trace
@@ -109,11 +109,8 @@ class TraceStore:
 
     def __init__(self, capacity: int = 16, *, max_bytes: int | None = None,
                  explorer: ExplorerConfig | None = None) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-        if max_bytes is not None and (isinstance(max_bytes, bool) or
-                                      not isinstance(max_bytes, int) or max_bytes < 1):
-            raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        check_int("capacity", capacity, minimum=1)
+        check_optional_int("max_bytes", max_bytes, minimum=1)
         self.capacity, self.max_bytes = capacity, max_bytes
         self._bytes: dict[str, int] = {}
         self.config = explorer or ExplorerConfig()

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnlab._errors import check_int
 from attnlab._options import add_dataclass_options, flag_of
 from attnlab._options import config_from_args as _config_from_args
 from attnlab.train.tasks import get_task, task_names
@@ -97,9 +98,7 @@ class TrainConfig:
         get_task(self.task)
         for name in ("steps", "num_layers", "num_heads", "embed_dim", "batch_size",
                      "checkpoint_every", "log_every", "eval_batches", "threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{_named(name)} must be a positive integer, got {v!r}")
+            check_int(_named(name), getattr(self, name), minimum=1)
         if self.positional not in ("rope", "learned"):
             raise ValueError(f"positional must be 'rope' or 'learned', got {self.positional!r}")
         if self.embed_dim % self.num_heads:
@@ -115,11 +114,8 @@ class TrainConfig:
                 raise ValueError(f"{_named(name)} must be a positive finite number, got {v!r}")
         if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
-                or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        check_int("warmup_steps", self.warmup_steps)
+        check_int("--seed", self.seed)
         if not isinstance(self.token_shift, bool):
             raise ValueError(f"{_named('token_shift')} must be True or False, got "
                              f"{self.token_shift!r}")

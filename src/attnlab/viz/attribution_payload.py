@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab._errors import Refused
+from attnlab._errors import Refused, check_int
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.codec import encode_blob
 
@@ -330,8 +330,7 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
     (``weights``). ``pooled`` (a
     long input): nothing but why (``missing: "long"``) and what the trace lacks, for the
     page to say or to fetch."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise ValueError(f"budget must be an int >= 0, got {budget!r}")
+    check_int("budget", budget)
     lq, lk, d = trace.seq_len, trace.key_len, trace.head_dim
     out: dict[str, Any] = {
         "missing": "long" if pooled else None, "budget": budget, "bytes": 0,

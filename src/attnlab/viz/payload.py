@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
@@ -55,15 +56,11 @@ class ExplorerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "pooled_blocks", "pe_positions", "pe_dim"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
-                raise ValueError(f"ExplorerConfig.{name} must be an int >= 2, got {v!r}")
+            check_int(f"ExplorerConfig.{name}", getattr(self, name), minimum=2)
         if self.pe_dim % 2:
             raise ValueError(f"ExplorerConfig.pe_dim must be even, got {self.pe_dim}")
         for name in ("qk_budget", "weights_budget", "page_budget", "attribution_budget"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"ExplorerConfig.{name} must be an int >= 0, got {v!r}")
+            check_int(f"ExplorerConfig.{name}", getattr(self, name))
         if self.view not in VIEWS + (IMAGE_VIEW,):
             raise ValueError(f"ExplorerConfig.view must be one of {VIEWS + (IMAGE_VIEW,)}, "
                              f"got {self.view!r}")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["block_spans", "coarsen_pooled", "pooled_maps", "block_label"]
@@ -22,8 +23,7 @@ def block_spans(n: int, size: int) -> list[tuple[int, int]]:
     >>> block_spans(10, 4)
     [(0, 4), (4, 8), (8, 10)]
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    check_int("size", size, minimum=1)
     return [(s, min(s + size, n)) for s in range(0, n, size)]
 
 
@@ -48,8 +48,7 @@ def coarsen_pooled(pooled: Tensor, row_spans: Sequence[tuple[int, int]],
     >>> rows, bool(torch.allclose(p[1, 0], w[4:, :4].sum(-1).mean()))
     ([(0, 4), (4, 6)], True)
     """
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-        raise ValueError(f"factor must be a positive int, got {factor!r}")
+    check_int("factor", factor, minimum=1)
     if pooled.shape[-2:] != (len(row_spans), len(col_spans)):
         raise ValueError(f"pooled has shape {tuple(pooled.shape)}, expected (..., "
                          f"{len(row_spans)}, {len(col_spans)}) for the spans given")

@@ -35,6 +35,7 @@ report: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks docs
+	$(VENV)/bin/mypy
 
 # two processes (pytest-xdist), each test file whole on one of them: its module and session
 # fixtures are built once there; PYTEST_ARGS= runs the suite on one process

@@ -29,7 +29,8 @@ def one_line(exc: BaseException | object, limit: int | None = None) -> str:
     return text
 
 
-def too_long(arg: str, got: int, most: int, unit: str, *, flag: str = "--truncate") -> str:
+def too_long(arg: str, got: int | str, most: int | str, unit: str, *,
+             flag: str = "--truncate") -> str:
     """The one wording of "this input is longer than the model accepts": names the
     argument, what it holds, the most accepted, and how to go on."""
     return (f"{arg}: {got} {unit}, the model accepts at most {most}; pass {flag} to keep "

@@ -85,6 +85,8 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         if not rows:
             raise ValueError(f"the ablation needs target rows; {n} tokens leave none")
         keys = _spread(max(rows) + 1, max_keys)
+        if short.token_ids is None:  # (a prefix keeps the trace's ids)
+            raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
         ab = ablate_keys(model, short.token_ids, targets=rows, keys=keys, batch=batch)
         imp = importances(short, rows, keys, seed=seed)
         rho = rank_agreement(ab.effect, imp)
@@ -96,7 +98,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
             "effect": {"mean": float(ab.effect.mean()), "max": float(ab.effect.max()),
                        "argmax_key": keys[int(ab.effect.argmax())]},
             "rho": rho, "rho_abs": rho_abs, "importances": list(IMPORTANCES),
-            "best": max(real, key=real.get) if real else None,
+            "best": max(real, key=lambda name: real[name]) if real else None,
             "seconds": round(time.perf_counter() - t0, 2)}
         release_memory()  # the batched forwards' pages: the eviction starts from what is live
     if eviction:

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from attnlab._errors import Error
 from attnlab.analysis.literature import literature_ids
 
 __all__ = ["CHARS_PER_TOKEN", "Corpus", "builtin_corpus", "first_ids"]
@@ -64,6 +65,8 @@ class Corpus:
         if self._texts is not None:
             yield from enumerate(self._texts, 1)
             return
+        if self.path is None:  # (a corpus holds its texts, or the path of its file)
+            raise Error(f"{self.what} holds neither its texts nor the path of its file")
         with open(self.path, "rb") as f:
             for number, raw in enumerate(f, 1):
                 try:

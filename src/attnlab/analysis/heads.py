@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -423,8 +423,10 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
                              "encoder–decoder trace is diagnosed stack by stack without it")
         return StackedDiagnostics(
             model=trace.model, meta={"text": trace.text, "target": trace.target},
-            stacks={name: diagnose(t, thresholds=thresholds, tile_rows=tile_rows,
-                                   max_blocks=max_blocks, progress=progress, group=group)
+            # (each stack's trace is an AttentionTrace: one HeadDiagnostics each)
+            stacks={name: cast(HeadDiagnostics, diagnose(
+                        t, thresholds=thresholds, tile_rows=tile_rows, max_blocks=max_blocks,
+                        progress=progress, group=group))
                     for name, t in trace.items()})
     check_trace(trace)
     if induction is not None:
@@ -584,7 +586,7 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
-    kw = {} if target is None else {"target": target}
+    kw: dict[str, Any] = {} if target is None else {"target": target}
     main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress,
                      **kw, **(run or {}))
     if not hasattr(main, "weights_rows"):  # a StackedTrace

@@ -56,7 +56,7 @@ float64, equal the same formulas applied to the dense weights in float64 within 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor
@@ -231,6 +231,18 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
     sums += acc[..., _FROM_KERNEL]
 
 
+@overload
+def scan(trace: Any, *, queries: range | slice | None = None,
+         token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
+         pool_block: int, on_tile: Callable[[int, int], Any] | None = None,
+         heads: Sequence[tuple[int, int]] | None = None
+         ) -> tuple[Tensor, Tensor, bool]: ...
+@overload
+def scan(trace: Any, *, queries: range | slice | None = None,
+         token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
+         pool_block: None = None, on_tile: Callable[[int, int], Any] | None = None,
+         heads: Sequence[tuple[int, int]] | None = None
+         ) -> tuple[Tensor, None, bool]: ...
 def scan(trace: Any, *, queries: range | slice | None = None,
          token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
          pool_block: int | None = None, on_tile: Callable[[int, int], Any] | None = None,
@@ -264,7 +276,7 @@ def scan(trace: Any, *, queries: range | slice | None = None,
         pairs = _check_heads(heads, nl, nh)
     shapes = _kernel_shapes(trace)
     if shapes is not None:
-        if pooled is not None:
+        if pooled is not None and pool_block is not None:
             counts += torch.bincount(torch.arange(rows.start, rows.stop) // pool_block,
                                      minlength=counts.numel()).float()
         _kernel_scan(trace, shapes, rows, occ, tile_rows, pool_block, on_tile, pairs, sums,
@@ -278,7 +290,7 @@ def scan(trace: Any, *, queries: range | slice | None = None,
         # a causal tile's keys after its last row's position hold no weight: not computed
         width = min(r1 + off, lk) if causal else lk
         tile = TileTargets(r0, r1, off, lk, occ, stride=width)
-        if pooled is not None:
+        if pooled is not None and pool_block is not None:
             qb = torch.arange(r0, r1) // pool_block
             q0 = int(qb[0])
             # (query blocks met, T) one-hot: summing rows into blocks is a small matmul
@@ -291,7 +303,7 @@ def scan(trace: Any, *, queries: range | slice | None = None,
                 w = trace.weights_rows(layer, head, range(r0, r1))  # (T, Lk)
             w = w.float()
             sums[layer, head] += tile_sums(w, tile)
-            if pooled is not None:
+            if pooled is not None and pool_block is not None:
                 # (query blocks met, key blocks of the tile's width)
                 part = pool_rows @ _block_sums(w, pool_block)
                 nqb, nkb = part.shape

@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 
 from attnlab._dist import join, leave
-from attnlab._errors import AttnlabWarning
+from attnlab._errors import AttnlabWarning, Error
 from attnlab._io import FolderBusyError, atomic_write_text, lock_folder
 from attnlab.analysis import survey_result
 from attnlab.analysis._survey_state import STATE_DIR, resume, state_path, write_state
@@ -299,6 +299,13 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
 # --------------------------------------------------------------------------------------
 
 
+def _made(t: Tensor | None, what: str) -> Tensor:
+    """``t``, which :class:`TileTargets` makes when given what it is made from."""
+    if t is None:
+        raise Error(f"the tile targets hold no {what}")
+    return t
+
+
 class _Batch:
     """What one batch of texts needs in every layer, padded to its longest text ``N``: each
     text's length, the targets of the sums (:class:`~attnlab.analysis.sums.TileTargets`:
@@ -311,8 +318,10 @@ class _Batch:
         # the padded rows are zeroed once, in the layer's own float64 copy (row_mask), so
         # the targets need not mask them again: a zero row adds nothing to any sum
         self.targets = TileTargets(0, n, 0, n, [Occurrences(torch.tensor(x)) for x in items])
-        self.row_mask = TileTargets(0, n, 0, n, lengths=[len(x) for x in items]).row_mask
-        self.pairs = self.targets.pairs  # (B,) ones of each text's duplicate pattern
+        rows = TileTargets(0, n, 0, n, lengths=[len(x) for x in items])
+        self.row_mask = _made(rows.row_mask, "row mask")
+        # (B,) ones of each text's duplicate pattern
+        self.pairs = _made(self.targets.pairs, "pairs")
         self.repeat = self.pairs > 0  # a token occurs twice: duplicate/induction defined
         self.max_distance = cfg.max_distance
         k = cfg.sink_tokens

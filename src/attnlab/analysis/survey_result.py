@@ -64,8 +64,9 @@ def score_ranges(names: Sequence[str], cfg: SurveyConfig) -> Tensor:
     out = []
     for s in names:
         lo, hi = SCORES[s]
-        hi = {"log_max_tokens": math.log(cfg.max_tokens),
-              "max_tokens": float(cfg.max_tokens - 1)}.get(hi, hi)  # type: ignore[arg-type]
+        if isinstance(hi, str):  # a bound named by what it depends on in cfg
+            hi = {"log_max_tokens": math.log(cfg.max_tokens),
+                  "max_tokens": float(cfg.max_tokens - 1)}.get(hi, hi)
         out.append((float(lo), float(hi)))
     return torch.tensor(out, dtype=torch.float64)
 

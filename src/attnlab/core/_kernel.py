@@ -49,6 +49,8 @@ from typing import Any
 
 import torch
 
+from attnlab._errors import Error
+
 __all__ = ["kernel_status", "release_memory", "ENV_DISABLE", "ENV_DIR"]
 
 #: Set to 1/true/yes/on to never build or load the kernel (0/false/no/off/empty: use it).
@@ -326,6 +328,15 @@ def get() -> Any | None:
                 _state["ops"] = None
             _state["tried"] = True
     return _state["ops"]
+
+
+def loaded() -> Any:
+    """:func:`get`'s ops for a caller that has checked they are there (``_why_not_kernel``
+    said so); raises :class:`attnlab.Error` if they are not."""
+    ops = get()
+    if ops is None:
+        raise Error(f"the compiled attention kernel is unavailable: {_state['reason']}")
+    return ops
 
 
 def kernel_status(build: bool = False) -> dict[str, Any]:

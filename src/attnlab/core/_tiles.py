@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterator
+from typing import cast, overload
 
 import torch
 from torch import Tensor
@@ -70,22 +71,27 @@ def _check_dropout(dropout_p: object) -> float:
     return value
 
 
+def _qkv_tensor(name: str, t: object) -> Tensor:
+    """``t`` itself, checked: a floating-point tensor with at least 2 dims."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() < 2:
+        raise ValueError(
+            f"{name} must have shape (..., L, d) with at least 2 dims, got shape "
+            f"{tuple(t.shape)}"
+        )
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    return t
+
+
 def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int]:
     """Checks q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv).
 
     Returns ``(batch, group)``: the batch dims of the output (heads last) and ``G``, the
     number of query heads per key/value head (1 unless k/v have fewer heads than q).
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have shape (..., L, d) with at least 2 dims, got shape "
-                f"{tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    q, k, v = _qkv_tensor("q", q), _qkv_tensor("k", k), _qkv_tensor("v", v)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
             f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
@@ -169,6 +175,7 @@ def _check_inputs(q: object, k: object, v: object, mask: object
     device: the tensors every entry point takes. Returns ``(batch, group)``."""
     batch, group = _check_qkv(q, k, v)
     if mask is not None:
+        q, k = cast(Tensor, q), cast(Tensor, k)  # _check_qkv checked both
         _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q.device)
     return batch, group
 
@@ -188,6 +195,14 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+@overload
+def _flatten(
+    q: Tensor, k: Tensor, v: Tensor, batch: tuple[int, ...], group: int
+) -> tuple[Tensor, Tensor, Tensor]: ...
+@overload
+def _flatten(
+    q: Tensor, k: Tensor, v: None, batch: tuple[int, ...], group: int
+) -> tuple[Tensor, Tensor, None]: ...
 def _flatten(
     q: Tensor, k: Tensor, v: Tensor | None, batch: tuple[int, ...], group: int
 ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -396,7 +411,7 @@ def _scores(
     m = tiles.tile(h.start * group, h.stop * group, r0, r1, c1, c0)
     kt = k[h, c0:c1].transpose(1, 2)  # (heads, d, cols)
     float_mask = m is not None and not tiles.is_bool
-    if float_mask and group == 1:
+    if m is not None and float_mask and group == 1:
         s = torch.baddbmm(m, q_tile, kt, alpha=scale, out=out)
     elif out is not None:
         s = torch.baddbmm(out, q_tile, kt, beta=0.0, alpha=scale, out=out)
@@ -407,11 +422,11 @@ def _scores(
         s4 = s.view(s.shape[0], group, rows, s.shape[-1])
         if m is not None and m.dim() == 3:
             m = m.reshape(s.shape[0], group, *m.shape[-2:])
-        if float_mask:
+        if m is not None and float_mask:
             s4.add_(m)
     if m is not None and tiles.is_bool:
         s4.masked_fill_(~m, -math.inf)
-    elif float_mask and k_bad:  # NaN + (-inf) is NaN: block those keys again
+    elif m is not None and float_mask and k_bad:  # NaN + (-inf) is NaN: block those keys again
         s4.masked_fill_(m == -math.inf, -math.inf)
     if causal:
         _causal_fill_(s4, r0, offset - c0, triangles)

@@ -114,13 +114,13 @@ def _flash_forward(
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
             pd = F.dropout(p, p=dropout_p) if dropout_p > 0.0 else p
             acc.mul_(rescale).baddbmm_(pd, v_clean[:, c0:c1])
-            if bad is not None:
+            if bad is not None and raw is not None and touched is not None:
                 raw.mul_(rescale).baddbmm_(pd, v[:, c0:c1])
                 touched.baddbmm_((pd > 0).to(p.dtype), bad[:, c0:c1].to(p.dtype))
             m = m_new
         alive = l > 0
         res = acc.div_(torch.where(alive, l, torch.ones_like(l)))
-        if bad is not None:
+        if raw is not None and touched is not None:  # (v holds non-finite values)
             res = torch.where(touched > 0, raw / l, res)
         out[:, :, r0:r1] = res.view(n, group, r1 - r0, dv)
         # l == 0: no visible key (-inf); a NaN score leaves l NaN, and the lse NaN too
@@ -138,7 +138,7 @@ class _ChunkedAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q4, k, v, tiles, causal, scale, bq, bk, dropout_p, k_bad):  # type: ignore[override]
+    def forward(ctx, q4, k, v, tiles, causal, scale, bq, bk, dropout_p, k_bad):
         out, lse = _flash_forward(q4, k, v, tiles, causal, scale, bq, bk, dropout_p, k_bad)
         ctx.save_for_backward(q4, k, v, out, lse)
         ctx.args = (tiles, causal, scale, bq, bk, k_bad)
@@ -147,7 +147,7 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out, d_lse):  # type: ignore[override]
+    def backward(ctx, d_out, d_lse):
         q4, k, v, out, lse = ctx.saved_tensors
         tiles, causal, scale, bq, bk, k_bad = ctx.args
         n, group, lq, _ = q4.shape

@@ -109,14 +109,14 @@ def _explicit_forward(
                     k_bad=k_bad)  # (g, G·rows, c)
         top = s.amax(dim=-1, keepdim=True) if may_die or lse is not None else None
         dead = None
-        if may_die:
+        if may_die and top is not None:  # (top: computed when may_die)
             dead = top == -math.inf  # (g, G·rows, 1)
             if not bool(dead.any()):
                 dead = None
         torch.softmax(s, dim=-1, out=s)
         if dead is not None:
             s.masked_fill_(dead, 0.0)
-        if lse is not None:
+        if lse is not None and top is not None:  # (top: computed when lse is wanted)
             row = top - torch.log(s.amax(dim=-1, keepdim=True))  # max S − log P_max
             if dead is not None:
                 row.masked_fill_(dead, -math.inf)
@@ -152,7 +152,7 @@ class _ExplicitAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q4, k3, v3, tiles, causal, scale, want_lse, k_bad):  # type: ignore[override]
+    def forward(ctx, q4, k3, v3, tiles, causal, scale, want_lse, k_bad):
         out, weights, lse = _explicit_forward(q4, k3, v3, tiles, causal, scale, 0.0,
                                               want_lse, k_bad)
         ctx.save_for_backward(q4, k3, v3, weights)
@@ -162,7 +162,7 @@ class _ExplicitAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out, d_weights, d_lse):  # type: ignore[override]
+    def backward(ctx, d_out, d_weights, d_lse):
         q4, k3, v3, weights = ctx.saved_tensors
         causal, scale = ctx.causal, ctx.scale
         n_kv, group, lq, d = q4.shape
@@ -309,9 +309,9 @@ class _KernelAttention(torch.autograd.Function):
     formulas as :class:`_ExplicitAttention`)."""
 
     @staticmethod
-    def forward(ctx, q5, k4, v4, mask5, v_raw, bad_keys, causal, scale, want_lse,  # type: ignore[override]
+    def forward(ctx, q5, k4, v4, mask5, v_raw, bad_keys, causal, scale, want_lse,
                 heads_inner):
-        out, weights, lse = _kernel.get().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
+        out, weights, lse = _kernel.loaded().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
                                                   scale, want_lse, _KERNEL_ROWS, heads_inner)
         ctx.save_for_backward(q5, k4, v4, weights)
         ctx.causal, ctx.scale = causal, scale
@@ -320,14 +320,14 @@ class _KernelAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out, d_weights, d_lse):  # type: ignore[override]
+    def backward(ctx, d_out, d_weights, d_lse):
         q5, k4, v4, weights = ctx.saved_tensors
         k_clean, v_clean = _finite_split(k4)[0], _finite_split(v4)[0]
         if d_out is not None and d_out.stride(-1) != 1:
             d_out = d_out.contiguous()
         d_weights = None if d_weights is None else d_weights.contiguous()
         d_lse = None if d_lse is None else d_lse.contiguous()
-        dq, dk, dv = _kernel.get().backward(q5, k_clean, v_clean, weights, d_out, d_weights,
+        dq, dk, dv = _kernel.loaded().backward(q5, k_clean, v_clean, weights, d_out, d_weights,
                                             d_lse, ctx.causal, ctx.scale, _KERNEL_ROWS)
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
@@ -352,7 +352,7 @@ def _explicit_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causa
         out, weights, lse = _KernelAttention.apply(q5, k4, v4, mask5, v_raw, bad_keys, causal,
                                                    scale, want_lse, heads_inner)
     else:
-        out, weights, lse = _kernel.get().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
+        out, weights, lse = _kernel.loaded().forward(q5, k4, v4, mask5, v_raw, bad_keys, causal,
                                                   scale, want_lse, _KERNEL_ROWS, heads_inner)
     return (out.view(*batch, lq, dv), weights.view(*batch, lq, lk),
             lse.view(*batch, lq) if want_lse else None)

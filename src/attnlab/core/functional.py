@@ -44,7 +44,7 @@ attend a NaN gets NaN, as the formula says.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -214,7 +214,7 @@ def _fused(
         if return_lse and merged is not None and merged.dtype == torch.bool:
             merged = to_additive(merged, q.dtype)  # the flash kernel takes float masks only
         dead = _dead_rows(merged)
-        if dead is not None:
+        if dead is not None and merged is not None:  # (dead rows: a mask)
             # Give fully-masked rows something finite to attend, then zero them: no NaN
             # forward or backward.
             merged = merged | dead if merged.dtype == torch.bool else merged.masked_fill(dead, 0.0)
@@ -339,7 +339,9 @@ def scaled_dot_product_attention(
         out, weights, lse = _explicit(q, k, v, mask, causal, scale, dropout_p, batch=batch,
                                       group=group, return_lse=return_lse)
     res = (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
-    return res[0] if len(res) == 1 else res
+    # (the backends above set the weights and the lse wherever they are asked for)
+    return cast("Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]",
+                res[0] if len(res) == 1 else res)
 
 
 def count_flops(fn: Any, *args: Any, **kwargs: Any) -> int:

@@ -163,7 +163,7 @@ def _linear(
         m = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
     # the recurrent form shares one state per key head: a key mask, the same for a group
     key_only = m is None or (m.shape[-2] == 1 and (group == 1 or m.shape[-3] == 1))
-    if form == "recurrent" and not key_only:
+    if form == "recurrent" and not key_only and mask is not None:  # (not key_only: a mask)
         raise ValueError(
             "form='recurrent' takes only key masks (broadcastable to (..., 1, Lk), the same "
             f"for the query heads that share a key head); got mask of shape "

@@ -230,8 +230,8 @@ def combine(*masks: Tensor | None) -> Tensor | None:
             out = out & m
         return out
     dtype = next(m.dtype for m in present if m.dtype != torch.bool)
-    out = None
+    total: Tensor | None = None
     for m in present:
         add = to_additive(m, dtype)
-        out = add if out is None else out + add
-    return out
+        total = add if total is None else total + add
+    return total

@@ -72,9 +72,9 @@ def _as_positions(name: str, idx: _Index, size: int, device: torch.device) -> Te
     Positions given on the host (a range, a sequence, a CPU tensor) are checked on the host
     and then copied to ``device``, so that no check reads a value back from an accelerator;
     a tensor already on another device is checked where it is."""
-    on_host = not (isinstance(idx, Tensor) and idx.device.type != "cpu")
-    t = _host_positions(name, idx, size) if on_host else _checked(name, idx, size)
-    return t.to(device)
+    if isinstance(idx, Tensor) and idx.device.type != "cpu":
+        return _checked(name, idx, size).to(device)
+    return _host_positions(name, idx, size).to(device)
 
 
 def _host(idx: object) -> torch.device:
@@ -268,8 +268,8 @@ class ScoreShape:
         return keep
 
     def scores(self, q_rows: Tensor, k: Tensor, *, rows: _Index, cols: _Index | None = None,
-               head: int | Sequence[int] = 0, lq: int, lk: int, scale: float | None = None,
-               dtype: torch.dtype = torch.float32) -> Tensor:
+               head: int | Sequence[int] | Tensor = 0, lq: int, lk: int,
+               scale: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
         """Shaped scores, ``-inf`` where a key is hidden: (R, C) for one head, (h, R, C) for
         several; float32 unless ``dtype`` says otherwise.
 
@@ -334,38 +334,41 @@ class ScoreShape:
         if self.softcap is not None:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.alibi_slopes is not None:
-            s = s.sub_(self._alibi(r, c, head, lq, lk, s.dim() == 3, s.dtype))
+            s = s.sub_(self._alibi(self.alibi_slopes, r, c, head, lq, lk, s.dim() == 3, s.dtype))
         if self.bias is not None:
-            s = s.add_(self._bias(r, c, head, s.dim() == 3, s.dtype))
+            s = s.add_(self._bias(self.bias, r, c, head, s.dim() == 3, s.dtype))
         band = self._causal_band(r if hr is None else hr, c if hc is None else hc, lq=lq,
                                  lk=lk)
         if band is not None:  # only the columns some row may not see are masked
             j0 = band
             tail = torch.arange(j0, lk, device=r.device) if c is None else c[j0:]
             keep = self.visible(r, tail, lq=lq, lk=lk)
-            s[..., j0:].masked_fill_(~keep, float("-inf"))
+            if keep is not None:  # (always: a causal band is a rule)
+                s[..., j0:].masked_fill_(~keep, float("-inf"))
             return s
         keep = self.visible(r, c, lq=lq, lk=lk)
         if keep is not None:
             s = s.masked_fill_(~keep, float("-inf"))
         return s
 
-    def _alibi(self, r: Tensor, c: Tensor | None, head: int | Tensor, lq: int, lk: int,
-               several: bool, dtype: torch.dtype) -> Tensor:
+    @staticmethod
+    def _alibi(slopes: Tensor, r: Tensor, c: Tensor | None, head: int | Tensor, lq: int,
+               lk: int, several: bool, dtype: torch.dtype) -> Tensor:
         """``slope_h · (p_i − j)`` (R, C), or (h, R, C) for ``several`` heads: the ALiBi
         distance penalty that :meth:`scores` subtracts."""
         pos_q = (r + (lk - lq))[:, None]
         pos_k = (torch.arange(lk, device=r.device) if c is None else c)[None, :]
-        slope = self.alibi_slopes.to(r.device, dtype)[head]
+        slope = slopes.to(r.device, dtype)[head]
         if several:
             slope = slope[:, None, None]
         return (pos_q - pos_k).to(dtype) * slope
 
-    def _bias(self, r: Tensor, c: Tensor | None, head: int | Tensor, several: bool,
+    @staticmethod
+    def _bias(b: Tensor, r: Tensor, c: Tensor | None, head: int | Tensor, several: bool,
               dtype: torch.dtype) -> Tensor:
         """The dense bias of rows ``r`` and keys ``c`` (all keys when None), broadcastable
         to (R, C), or to (h, R, C) for ``several`` heads."""
-        b = self.bias  # (H|1, Lq|1, Lk|1)
+        # b: the shape's bias (H|1, Lq|1, Lk|1)
         if b.shape[0] > 1:
             b = b[head]  # (Lq|1, Lk|1), or (h, Lq|1, Lk|1) for several heads
         elif not several:
@@ -395,9 +398,9 @@ class ScoreShape:
         r = _as_positions("rows", rows, lq, torch.device("cpu"))
         out = torch.zeros(r.shape[0], lk, dtype=dtype)
         if self.alibi_slopes is not None:
-            out = out.sub_(self._alibi(r, None, head, lq, lk, False, dtype))
+            out = out.sub_(self._alibi(self.alibi_slopes, r, None, head, lq, lk, False, dtype))
         if self.bias is not None:
-            out = out.add_(self._bias(r, None, head, False, dtype))
+            out = out.add_(self._bias(self.bias, r, None, head, False, dtype))
         return out
 
     def sink_logits(self, rows: _Index, *, head: int = 0) -> Tensor | None:

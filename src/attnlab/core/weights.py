@@ -48,12 +48,17 @@ Index = int | slice | Sequence[int] | Tensor | None
 _POOL_BYTES = 64 << 20
 
 
+def _float_tensor(name: str, t: object) -> Tensor:
+    """``t`` itself, checked: a floating-point tensor."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got dtype {t.dtype}")
+    return t
+
+
 def _check_qk_lse(q: object, k: object, lse: object) -> None:
-    for name, t in (("q", q), ("k", k), ("lse", lse)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be floating point, got dtype {t.dtype}")
+    q, k, lse = _float_tensor("q", q), _float_tensor("k", k), _float_tensor("lse", lse)
     if q.dim() < 2 or k.dim() < 2 or q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q (..., Lq, d) and k (..., Lk, d) must share d, got q {tuple(q.shape)} and k "
@@ -263,7 +268,8 @@ def pooled_attention_map(
 
 def shaped_weights(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape, *,
                    rows: Sequence[int] | Tensor | range, cols: Sequence[int] | Tensor | range
-                   | None = None, head: int | Sequence[int] = 0, lq: int, lk: int) -> Tensor:
+                   | None = None, head: int | Sequence[int] | Tensor = 0, lq: int, lk: int
+                   ) -> Tensor:
     """Exact weights ``exp(s − lse)`` in float32 under a :class:`ScoreShape`: (R, C) for
     one head, (h, R, C) for several.
 
@@ -311,6 +317,8 @@ def _kernel_rows(q_rows: Tensor, k: Tensor, lse_rows: Tensor, shape: ScoreShape,
     if why_not_kernel_rows(q_rows, k, shape) is not None:
         return None
     ops = _kernel.get()
+    if ops is None:  # (why_not_kernel_rows has said it is there)
+        return None
     r = _as_positions("rows", rows, lq, q_rows.device)
     col0, n_cols = 0, lk
     if cols is not None:

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import math
 import weakref
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab._errors import Error
 from attnlab.core._checks import check_int
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine
@@ -76,8 +78,8 @@ class HookPoint(nn.Module):
 
 def _check_heads(embed_dim: object, num_heads: object) -> tuple[int, int]:
     """Both positive ints and head_dim = embed_dim // num_heads a positive integer."""
-    check_int("embed_dim", embed_dim, minimum=1)
-    check_int("num_heads", num_heads, minimum=1)
+    embed_dim = check_int("embed_dim", embed_dim, minimum=1)
+    num_heads = check_int("num_heads", num_heads, minimum=1)
     if embed_dim % num_heads:
         raise ValueError(
             f"embed_dim={embed_dim} must be divisible by num_heads={num_heads} "
@@ -177,14 +179,15 @@ def _attend(
         return_weights=want_weights, return_lse=want_lse,
     )
     weights = lse = None
+    # (res holds what was asked for, in this order)
     if want_weights and want_lse:
-        ctx, weights, lse = res
+        ctx, weights, lse = cast("tuple[Tensor, Tensor, Tensor]", res)
     elif want_weights:
-        ctx, weights = res
+        ctx, weights = cast("tuple[Tensor, Tensor]", res)
     elif want_lse:
-        ctx, lse = res
+        ctx, lse = cast("tuple[Tensor, Tensor]", res)
     else:
-        ctx = res
+        ctx = cast(Tensor, res)
     if weights is not None:
         weights = m.hook_weights(weights)  # (B, H, Lq, Lk)
     if lse is not None:
@@ -325,6 +328,12 @@ class KVCache:
                 )
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+    def _kv(self) -> tuple[Tensor, Tensor]:
+        """The keys and values held; refused while the cache is empty."""
+        if self.k is None or self.v is None:
+            raise Error("cache is empty: it holds no keys and values yet")
         return self.k, self.v
 
     def _store_memory(self, key: Tensor, value: Tensor, k: Tensor, v: Tensor) -> None:
@@ -521,7 +530,7 @@ class MultiHeadAttention(nn.Module):
             # cross-attention memory was projected on the first step; reuse it.
             cache._check_memory(key, value)
             q = self._split_heads(self._project_q(query), h)  # (B, H, Lq, d)
-            k, v = cache.k, cache.v  # (B, H_kv, Lk, d)
+            k, v = cache._kv()  # (B, H_kv, Lk, d)
         else:
             q, k, v = self._project(query, key, value, self_attn)
             q = self._split_heads(q, h)  # (B, H, Lq, d)
@@ -608,13 +617,15 @@ class MultiHeadAttention(nn.Module):
         wq, wk, wv, bq, bk, bv = self._split_qkv_weights()
         group = h // self.num_kv_heads
 
-        def expand(t: Tensor | None) -> Tensor | None:
-            if t is None or group == 1:
+        def expand(t: Tensor) -> Tensor:
+            if group == 1:
                 return t
             t = t.reshape(self.num_kv_heads, d, *t.shape[1:])
             return t.repeat_interleave(group, dim=0).reshape(h * d, *t.shape[2:])
 
-        wk, wv, bk, bv = expand(wk), expand(wv), expand(bk), expand(bv)
+        wk, wv = expand(wk), expand(wv)
+        bk = None if bk is None else expand(bk)
+        bv = None if bv is None else expand(bv)
         m = nn.MultiheadAttention(
             e, h, dropout=self.dropout, bias=self.bias, kdim=self.kdim, vdim=self.vdim,
             batch_first=True, device=wq.device, dtype=wq.dtype,
@@ -627,6 +638,8 @@ class MultiHeadAttention(nn.Module):
                 m.k_proj_weight.copy_(wk)
                 m.v_proj_weight.copy_(wv)
             if self.bias:
+                if bq is None or bk is None or bv is None:
+                    raise Error("the module has bias=True but its q/k/v projections lack a bias")
                 m.in_proj_bias.copy_(torch.cat([bq, bk, bv], 0))
                 m.out_proj.bias.copy_(self.out_proj.bias)
             m.out_proj.weight.copy_(self.out_proj.weight)

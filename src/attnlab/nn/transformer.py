@@ -209,7 +209,10 @@ class TransformerDecoderLayer(_Layer):
         return ours.train(layer.training)
 
 
-def _from_torch_layer(cls: type, layer: nn.Module, kind: type, norms: int) -> Any:
+def _from_torch_layer(
+    cls: type, layer: nn.Module,
+    kind: type[nn.TransformerEncoderLayer] | type[nn.TransformerDecoderLayer], norms: int,
+) -> Any:
     """An attnlab layer of ``cls`` with the self-attention, feed-forward and ``norms``
     LayerNorms of torch's ``layer`` (an instance of ``kind``), on its device and dtype."""
     if not isinstance(layer, kind):
@@ -257,7 +260,7 @@ class TransformerConfig:
     >>> TransformerConfig(embed_dim=64, num_heads=0)
     Traceback (most recent call last):
     ...
-    ValueError: num_heads must be a positive int, got 0
+    attnlab.ArgumentError: num_heads must be a positive int, got 0
     """
 
     src_vocab_size: int = 64  # small synthetic vocabularies are the use case

@@ -92,9 +92,11 @@ def piece_fields(meta: dict[str, Any], tokens: Sequence[str], groups: Sequence[S
     """The tokens, meta and token ids of the pieces of a merged trace: the labels recorded
     before the merge (``meta["merged"]["pieces"]``, else each piece its token's label), the
     meta without ``"merged"``, the recorded piece ids (or None)."""
-    m = meta.get("merged") if isinstance(meta.get("merged"), dict) else {}
+    merged = meta.get("merged")
+    m: dict[str, Any] = merged if isinstance(merged, dict) else {}
     n = sum(len(g) for g in groups)
-    labels = m.get("pieces") if len(m.get("pieces") or ()) == n else [
+    pieces: Any = m.get("pieces")  # (a JSON value, checked here)
+    labels = pieces if len(pieces or ()) == n else [
         tokens[a] for a, g in enumerate(groups) for _ in g]
     ids = m.get("piece_ids") if len(m.get("piece_ids") or ()) == n else None
     return list(labels), {k: v for k, v in meta.items() if k != "merged"}, ids

@@ -40,6 +40,8 @@ def spans(blocks: int | Sequence[tuple[int, int]], lq: int, lk: int
         cs = torch.arange(0, lk, blocks)
         return rs, (rs + blocks).clamp_max(lq), cs, (cs + blocks).clamp_max(lk)
     try:
+        if isinstance(blocks, bool):  # (not a block size: refused as below)
+            raise TypeError
         given = [(int(a), int(b)) for a, b in blocks]
     except (TypeError, ValueError):
         raise TypeError(f"blocks must be a positive int or a list of (start, stop) spans, "

@@ -32,10 +32,10 @@ def index(name: str, i: object, size: int) -> int:
 
 def check_groups(groups: object, n: int) -> list[list[int]]:
     """``groups`` as lists, checked to split ``0..n-1`` into consecutive runs."""
-    ok = isinstance(groups, (list, tuple)) and all(
-        isinstance(g, (list, tuple)) and g and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in g) for g in groups)
-    if not ok or [i for g in groups for i in g] != list(range(n)):
+    if not (isinstance(groups, (list, tuple)) and all(
+            isinstance(g, (list, tuple)) and g and all(
+                isinstance(i, int) and not isinstance(i, bool) for i in g) for g in groups)
+            and [i for g in groups for i in g] == list(range(n))):
         raise ValueError(f"groups must split 0..{n - 1} into consecutive runs, got {groups}")
     return [list(g) for g in groups]
 
@@ -49,11 +49,11 @@ def trace_dims(w: Tensor | None, q: Tensor | None, k: Tensor | None, v: Tensor |
         if w.dim() != 4:
             raise ValueError(f"weights must have shape (L, H, Lq, Lk), got {shape_of(w)}")
         nl, nh, nq, nk = w.shape
-    else:
-        if q.dim() != 4:
+    else:  # (the trace has checked that it holds q, k and lse)
+        if q is None or q.dim() != 4:
             raise ValueError(f"q must have shape (L, H, Lq, d), got {shape_of(q)}")
         nl, nh, nq = q.shape[:3]
-        nk = k.shape[2] if k.dim() == 4 else -1
+        nk = k.shape[2] if k is not None and k.dim() == 4 else -1
     if q is not None:
         if q.dim() != 4 or tuple(q.shape[:3]) != (nl, nh, nq):
             raise ValueError(f"q must have shape ({nl}, {nh}, {nq}, d), got {shape_of(q)}")
@@ -104,9 +104,9 @@ def make_shapes(shapes: Any, scale: float | None, causal: bool | None, q: Tensor
     layer, or a scale and causal flag; none for dense weights without a scale), each
     checked against the trace's heads and lengths."""
     if shapes is None:
-        if q is None and scale is None:
-            return ()
         if scale is None:
+            if q is None:
+                return ()
             scale = default_scale(q.shape[-1])
         shapes = ScoreShape(scale=scale, causal=bool(causal))
     elif scale is not None or causal is not None:

@@ -66,6 +66,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import Error
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights, why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
@@ -208,12 +209,34 @@ class AttentionTrace:
     # -- shape ----------------------------------------------------------------------------
 
     @property
+    def _q(self) -> Tensor:
+        """``q``, for the methods that need it; :class:`attnlab.Error` if the trace holds
+        none (dense weights only: traced without ``qkv=True``)."""
+        if self.q is None:
+            raise Error("this trace holds no q (dense weights only; trace with qkv=True to "
+                        "keep q and k)")
+        return self.q
+
+    @property
+    def _k(self) -> Tensor:
+        """``k``, as :attr:`_q`."""
+        if self.k is None:
+            raise Error("this trace holds no k (dense weights only; trace with qkv=True to "
+                        "keep q and k)")
+        return self.k
+
+    @property
+    def _first(self) -> Tensor:
+        """The dense weights, or q: the tensor that gives (L, H) and the device."""
+        return self._weights if self._weights is not None else self._q
+
+    @property
     def num_layers(self) -> int:
-        return (self._weights if self._weights is not None else self.q).shape[0]
+        return self._first.shape[0]
 
     @property
     def num_heads(self) -> int:
-        return (self._weights if self._weights is not None else self.q).shape[1]
+        return self._first.shape[1]
 
     @property
     def num_kv_heads(self) -> int:
@@ -236,7 +259,7 @@ class AttentionTrace:
     @property
     def device(self) -> torch.device:
         """Where the trace's tensors are, and so where its on-demand methods compute."""
-        return (self._weights if self._weights is not None else self.q).device
+        return self._first.device
 
     def to(self, device: str | torch.device) -> AttentionTrace:
         """A trace whose tensors (q, k, v, lse, dense weights, context, out_proj and each
@@ -264,8 +287,8 @@ class AttentionTrace:
         moved: dict[int, ScoreShape] = {}  # one copy of a shape shared by several layers
         for shape in self._shapes:
             if id(shape) not in moved:
-                moved[id(shape)] = dataclasses.replace(
-                    shape, **{n: t.to(dev) for n, t in shape.tensors().items()})
+                fields: dict[str, Any] = {n: t.to(dev) for n, t in shape.tensors().items()}
+                moved[id(shape)] = dataclasses.replace(shape, **fields)
 
         def mv(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(dev)
@@ -288,7 +311,7 @@ class AttentionTrace:
         layer = self._layer(layer)
         if not self.weights_from_qk:
             return "this trace holds dense weights: its rows are read, not computed"
-        return why_not_kernel_rows(self.q, self.k, self._shapes[layer], build=build)
+        return why_not_kernel_rows(self._q, self._k, self._shapes[layer], build=build)
 
     @property
     def has_qk(self) -> bool:

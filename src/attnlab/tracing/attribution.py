@@ -290,6 +290,7 @@ def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
     out = []
     for p, dims in enumerate(pairs):
         rotated = layout["kind"] == "rope" and p < r // 2
+        freq: float | None
         if rotated and freqs and p < len(freqs):  # the model's own (scaled) frequencies
             freq = float(freqs[p])
         else:

@@ -246,9 +246,10 @@ class Capture:
             target_tokens, target_ids, target = tokens, token_ids, text
         stacks: dict[str, AttentionTrace] = {}
         for name in STACK_ORDER:
-            records = by_stack.pop(name, None)
-            if records is None:
+            if name not in by_stack:
                 continue
+            records = by_stack.pop(name)
+            labels: dict[str, Any]  # (_one_stack's keyword arguments)
             if name == "encoder":
                 labels = dict(tokens=tokens, token_ids=token_ids, text=text, key_tokens=None)
             else:
@@ -365,7 +366,8 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
     if key_tokens is None and (lk != lq or stack == "cross"):
         key_tokens = [str(j) for j in range(lk)]
     names = ("weights", "context") if dense else ("q", "k", "v", "lse", "context")
-    stacked = {n: _stack(kept, n, bi, release) for n in names}
+    # the trace's tensors by name (AttentionTrace's keyword arguments)
+    stacked: dict[str, Any] = {n: _stack(kept, n, bi, release) for n in names}
     shapes = [r.shapes[bi] for r in kept]
     info: dict[str, Any] = {"layer_names": [r.name for r in kept], "source": first.source}
     if root is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +27,9 @@ from torch import Tensor, nn
 from attnlab._text import too_long
 from attnlab.tracing.budget import check_text
 from attnlab.tracing.inputs import TRUNCATE_HINT
+
+if TYPE_CHECKING:
+    from attnlab.nn.transformer import GPT
 
 __all__ = ["check_ids", "fit_target", "generate", "generated_text", "greedy", "id_labels",
            "ids_from", "needs_target", "next_logits", "start_id", "target_ids"]
@@ -178,7 +181,7 @@ def needs_target(name: str, net: nn.Module, why: str = "") -> ValueError:
                       "ids), or load the model with its head (...ForConditionalGeneration)")
 
 
-def generate(net: nn.Module, name: str, input_ids: Tensor, max_new_tokens: int) -> list[int]:
+def generate(net: Any, name: str, input_ids: Tensor, max_new_tokens: int) -> list[int]:
     """The model's greedy target for a source under its own generation rules (Hugging
     Face's ``generate``: one beam, no sampling; its forced and banned tokens applied)."""
     if not (hasattr(net, "generate") and callable(getattr(net, "can_generate", None))
@@ -190,7 +193,7 @@ def generate(net: nn.Module, name: str, input_ids: Tensor, max_new_tokens: int) 
     return [int(i) for i in gen[0].tolist()]
 
 
-def next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any]] | None:
+def next_logits(net: Any, config: Any) -> Callable[..., tuple[Tensor, Any]] | None:
     """``step(encoded, ids, past) -> (logits of the next token, past)``: the model's own
     head, or (a base model without one) the decoder's token embedding when the config ties
     the head to it, as the model with a head computes; None otherwise. ``past`` is the
@@ -206,14 +209,16 @@ def next_logits(net: nn.Module, config: Any) -> Callable[..., tuple[Tensor, Any]
     name = "cache" if "cache" in inspect.signature(net.forward).parameters else (
         "past_key_values")
 
+    tied = embed if isinstance(embed, nn.Embedding) else None  # (without a head: tied)
+
     def step(encoded: Any, ids: Tensor, past: Any) -> tuple[Tensor, Any]:
         new = ids if past is None else ids[:, -1:]
         out = net(encoder_outputs=encoded, decoder_input_ids=new, use_cache=True,
                   **{name: past})
         past = getattr(out, name, None)
-        if isinstance(head, nn.Module):
+        if isinstance(head, nn.Module) or tied is None:
             return out.logits[0, -1], past
-        return out.last_hidden_state[0, -1] @ embed.weight.T, past
+        return out.last_hidden_state[0, -1] @ tied.weight.T, past
 
     return step
 
@@ -235,7 +240,7 @@ def greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
 # -- a causal model's own continuation ----------------------------------------------------------
 
 
-def continue_ids(net: nn.Module, name: str, input_ids: Tensor, settings: Any, *,
+def continue_ids(net: Any, name: str, input_ids: Tensor, settings: Any, *,
                  feed_last: bool = True) -> list[int]:
     """The model's own continuation of ``input_ids`` (1, P): ``settings.generate`` new ids
     at most (fewer when it ends its text), greedy or sampled as ``settings``
@@ -300,7 +305,7 @@ def _pad_id(net: nn.Module) -> int | None:
     return None
 
 
-def _continue_gpt(gpt: nn.Module, input_ids: Tensor, settings: Any, feed_last: bool
+def _continue_gpt(gpt: GPT, input_ids: Tensor, settings: Any, feed_last: bool
                   ) -> list[int]:
     """attnlab's GPT, one token at a time through one KVCache per block."""
     from attnlab.nn.attention import KVCache

@@ -86,9 +86,9 @@ def _positions(n: int, most: int = CHECK_POSITIONS) -> list[int]:
 
 def _sample(first: AttentionRecord) -> tuple[Tensor, Tensor, Tensor | None]:
     """The first call's keys and values at :data:`CHECK_POSITIONS` spread positions."""
-    idx = torch.as_tensor(_positions(first.k.shape[2]), device=first.k.device)
+    idx = torch.as_tensor(_positions(first._k.shape[2]), device=first._k.device)
     v = None if first.v is None else first.v.index_select(2, idx)
-    return idx, first.k.index_select(2, idx), v
+    return idx, first._k.index_select(2, idx), v
 
 
 def _same_keys(r: AttentionRecord, chain: _Chain, held: int) -> tuple[bool, str]:
@@ -96,17 +96,17 @@ def _same_keys(r: AttentionRecord, chain: _Chain, held: int) -> tuple[bool, str]
     the last call's own keys (all of them: what a reordered cache changes first) and the
     first call's at spread positions; else False and where they differ."""
     first, last = chain.records[0], chain.records[-1]
-    n = min(last.k.shape[2], held - last.past)
+    n = min(last._k.shape[2], held - last.past)
     if n > 0 and last is not first:
         a, b = last.past, last.past + n
-        if not (torch.equal(r.k[:, :, a:b], last.k[:, :, :n]) and (
+        if not (torch.equal(r._k[:, :, a:b], last._k[:, :, :n]) and (
                 last.v is None or r.v is None or torch.equal(r.v[:, :, a:b], last.v[:, :, :n]))):
             return False, f"{a}..{b - 1}"
-    if first.k.shape[2]:
+    if first._k.shape[2]:
         if chain.sample is None:
             chain.sample = _sample(first)
         idx, k, v = chain.sample
-        if not (torch.equal(r.k.index_select(2, idx), k) and (
+        if not (torch.equal(r._k.index_select(2, idx), k) and (
                 v is None or r.v is None or torch.equal(r.v.index_select(2, idx), v))):
             return False, f"{int(idx[0])}..{int(idx[-1])}"
     return True, ""
@@ -144,7 +144,7 @@ class CacheSteps:
                 past = last.keys if kind == "self" else lk
                 step = AttentionRecord(
                     name=r.name, source=r.source, shapes=r.shapes, q=r.q,
-                    k=r.k[:, :, past:].clone(),
+                    k=r._k[:, :, past:].clone(),
                     v=None if r.v is None else r.v[:, :, past:].clone(),
                     lse=r.lse, context=r.context, past=past)
                 last.records.append(step)
@@ -167,8 +167,8 @@ class CacheSteps:
         is kept in :attr:`broken` when it looks like a step of a cache that changed)."""
         first = chain.records[0]
         h, lq, lk = r.dims
-        if r.batch != first.batch or r.q.shape[1] != first.q.shape[1] or (
-                r.k.shape[1] != first.k.shape[1]):
+        if r.batch != first.batch or r._q.shape[1] != first._q.shape[1] or (
+                r._k.shape[1] != first._k.shape[1]):
             return None
         if stack == "cross" and chain.stack == "cross":
             kind, held = "cross", lk
@@ -249,6 +249,8 @@ def _join(chain: _Chain) -> AttentionRecord:
 
     q, lse, context = cat("q", 2), cat("lse", 2), cat("context", 2)
     k, v = (first.k, first.v) if cross else (cat("k", 2), cat("v", 2))
+    if q is None or k is None:  # (a chain is made of records with q and k only)
+        raise GenerationError(f"{first.name}: a chain of calls without q and k")
     n, lk = q.shape[2], k.shape[2]
     shapes = [_stitched_shape([r.shapes[b] for r in rs], [r.dims for r in rs], rs[0].name,
                               n, lk, cross) for b in range(first.batch)]
@@ -287,11 +289,11 @@ def _stitched_shape(shapes: list[ScoreShape], dims: list[tuple[int, int, int]], 
     if len(windows) > 1:
         raise GenerationError(f"{name}: its sliding window changed between decoding steps "
                               f"({sorted(windows)})")
-    key_mask = torch.ones(lk, dtype=torch.bool)  # a key is real if every call says so
+    real = torch.ones(lk, dtype=torch.bool)  # a key is real if every call says so
     for s in shapes:
         if s.key_mask is not None:
-            key_mask[: s.key_mask.shape[0]] &= s.key_mask.cpu()
-    key_mask = None if bool(key_mask.all()) else key_mask
+            real[: s.key_mask.shape[0]] &= s.key_mask.cpu()
+    key_mask = None if bool(real.all()) else real
     out = ScoreShape(scale=first.scale, causal=not cross,
                      window=next(iter(windows)) if windows else None, key_mask=key_mask,
                      softcap=first.softcap, alibi_slopes=first.alibi_slopes,

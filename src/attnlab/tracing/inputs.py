@@ -302,7 +302,7 @@ def read_audio(audio: Any, name: str = "audio", *, most: int | None = None,
         raise TypeError(f"{name} must be a path to a 16 kHz mono 16-bit PCM WAV file or a "
                         f"1-D float array of samples, got {type(audio).__name__}")
     cut = most is not None and total > most
-    if cut and not truncate:
+    if cut and not truncate and most is not None:  # (cut: there is a most)
         raise ValueError(too_long(name, f"{total / SAMPLE_RATE:,.2f}",
                                   f"{most / SAMPLE_RATE:g} s", "s", flag=TRUNCATE_HINT))
     if samples is None:

@@ -380,7 +380,8 @@ def time_labels(n: int, frame_seconds: float) -> list[str]:
     return [f"{i * frame_seconds:.{digits}f}s" for i in range(n)]
 
 
-def _speech_model(net: nn.Module, name: str) -> tuple[nn.Module, str]:
+def _speech_model(net: Any, name: str) -> tuple[Any, str]:
+    """(the speech model of ``net``, a Hugging Face model of its own class; its family)."""
     family = _family(net)
     if family not in SPEECH_FAMILIES and family not in AUDIO_ENCODER_FAMILIES:
         raise ValueError(f"audio= needs a speech model of a family attnlab traces "
@@ -393,7 +394,7 @@ def _speech_model(net: nn.Module, name: str) -> tuple[nn.Module, str]:
     return net, family
 
 
-def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | None,
+def _trace_audio_encoder(net: Any, family: str, name: str, folder: str | None,
                          info: dict[str, Any], samples: np.ndarray, source: str, *,
                          qkv: bool, context: bool,
                          max_memory: int | str | None) -> AttentionTrace:
@@ -436,7 +437,8 @@ def _trace_audio_encoder(net: nn.Module, family: str, name: str, folder: str | N
     first = cap.records[0] if cap.records else None
     if frames is None and first is not None:
         frames = first.dims[1]
-    if first is None or first.batch != 1 or first.dims[1:] != (frames, frames):
+    if (first is None or frames is None or first.batch != 1
+            or first.dims[1:] != (frames, frames)):
         got = "nothing" if first is None else f"{first.dims[1]}x{first.dims[2]} positions"
         raise ValueError(f"{name} ({family}) attends over {got}, not the {frames} frames of "
                          "its waveform; refused rather than mislabelled")
@@ -458,7 +460,7 @@ def _spectrogram_samples(config: Any) -> int:
     return (int(config.max_length) - 1) * 160 + 400 + SAMPLE_RATE
 
 
-def _trace_spectrogram(net: nn.Module, name: str, pre: Path | None, info: dict[str, Any],
+def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: dict[str, Any],
                        samples: np.ndarray, source: str, *, qkv: bool, context: bool,
                        max_memory: int | str | None,
                        seconds: float | None = None) -> AttentionTrace:

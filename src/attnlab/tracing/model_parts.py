@@ -58,7 +58,7 @@ def output_projections(root: nn.Module, names: Sequence[str], num_heads: int,
                        head_dim: int) -> Tensor | None:
     """(L, H, dv, E) of the attention modules ``names`` (dotted, inside ``root``), or None
     when any of them has no output projection attnlab can find."""
-    out = []
+    out: list[Tensor] = []
     for name in names:
         try:
             module = root.get_submodule(name)

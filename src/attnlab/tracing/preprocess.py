@@ -142,7 +142,7 @@ class SpeechInput:
     """What a speech encoder–decoder reads: its encoder's input, how long one encoder
     position lasts, its window (Whisper) and how the input was prepared."""
 
-    def __init__(self, net: nn.Module, family: str, folder: str | None, samples: np.ndarray,
+    def __init__(self, net: Any, family: str, folder: str | None, samples: np.ndarray,
                  name: str, truncate: bool) -> None:
         config = net.config
         self.seconds = samples.size / SAMPLE_RATE

@@ -89,11 +89,11 @@ class StackedTrace(Mapping[str, AttentionTrace]):
         if cross is not None:
             for side, other, got in (("decoder", "rows", cross.tokens),
                                      ("encoder", "columns", _labels_of_keys(cross))):
-                t = self._stacks.get(side)
-                if t is not None and t.tokens != got:
+                own = self._stacks.get(side)
+                if own is not None and own.tokens != got:
                     raise ValueError(
                         f"the cross stack's {other} must be the {side} stack's tokens "
-                        f"({t.seq_len}: {_short(t.tokens)}), got {len(got)}: {_short(got)}")
+                        f"({own.seq_len}: {_short(own.tokens)}), got {len(got)}: {_short(got)}")
         if meta is not None and not isinstance(meta, dict):
             raise TypeError(f"meta must be a dict or None, got {type(meta).__name__}")
         for field, value in (("text", text), ("target", target)):

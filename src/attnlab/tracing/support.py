@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from attnlab._errors import Error
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.families import families, text_families
 from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family values, here too)
@@ -204,6 +205,7 @@ def check_family(family: str, *, seq_len: int = SEQ_LEN, seed: int = 0) -> Famil
 
 
 def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
+    from attnlab.tracing.stacks import StackedTrace
     from attnlab.tracing.tracer import trace as run_trace
 
     model = text_model(family, kind, seed)  # NotBuiltError: check_family's "not built"
@@ -230,7 +232,9 @@ def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
     if not maps:
         return res("wrong", "wrong: a trace was made but the model returns no attention maps",
                    model_class=name)
-    info = dict(model_class=name, layers=t.num_layers, heads=t.num_heads)
+    if isinstance(t, StackedTrace):  # (a text model of one stack, traced as one)
+        raise Error(f"{name}: traced as several attention stacks, not one")
+    info: dict[str, Any] = dict(model_class=name, layers=t.num_layers, heads=t.num_heads)
     try:
         errors, problems = judge(t, maps, ids[0].tolist())
     except ValueError as exc:
@@ -402,6 +406,7 @@ def _media_pairs(model: Any, family: str) -> list[tuple[Any, Any]]:
     import transformers
 
     from attnlab.tracing import media
+    from attnlab.tracing.stacks import StackedTrace
 
     if family in media.AUDIO_ENCODER_FAMILIES:
         sound = _test_sound(0.1 if family not in media._FEATURE_ENCODERS else 1.0)
@@ -410,8 +415,9 @@ def _media_pairs(model: Any, family: str) -> list[tuple[Any, Any]]:
         name = media._FEATURE_ENCODERS.get(family, "Wav2Vec2FeatureExtractor")
         key = "input_features" if family in media._FEATURE_ENCODERS else "input_values"
         with media._quiet():
+            config: Any = tower.config  # (a Hugging Face config, of the model's own class)
             fe = (transformers.ASTFeatureExtractor(
-                num_mel_bins=tower.config.num_mel_bins, max_length=tower.config.max_length)
+                num_mel_bins=config.num_mel_bins, max_length=config.max_length)
                 if family == "audio-spectrogram-transformer" else getattr(transformers, name)())
             inputs = {key: fe(sound, sampling_rate=media.SAMPLE_RATE, return_tensors="pt")[key]}
         with torch.no_grad():
@@ -419,6 +425,8 @@ def _media_pairs(model: Any, family: str) -> list[tuple[Any, Any]]:
     if family in media.SPEECH_FAMILIES:
         sound = _test_sound()
         st = media.trace_audio(model, sound, target=[5, 9, 17, 2])
+        if not isinstance(st, StackedTrace):  # (a speech encoder–decoder: three stacks)
+            raise Error(f"{family}: traced as one attention stack, not three")
         inputs = media._SpeechInput(model, family, None, sound, family, False).kwargs
         with torch.no_grad():
             out = model(**inputs, decoder_input_ids=torch.tensor([[1, 5, 9, 17, 2]]),

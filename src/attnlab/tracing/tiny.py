@@ -23,7 +23,7 @@ Every one has eager attention (the softmax ``output_attentions`` returns), is se
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from attnlab._errors import Error
 from attnlab._text import one_line
@@ -232,7 +232,7 @@ def _tiny_kwargs(cls: Any, kind: str) -> dict[str, Any]:
     for name in fields:
         val = getattr(base, name, None)
         if isinstance(val, list) and layers and len(val) == layers and name not in kw:
-            firsts = {}
+            firsts: dict[str, Any] = {}
             for x in val:
                 firsts.setdefault(str(x), x)
             kw[name] = (list(firsts.values()) + [val[0]] * 2)[:2]
@@ -355,7 +355,8 @@ def tiny_media_model(family: str, seed: int = 0) -> Any:
     else:
         config = _eager(cls, _kwargs_for(cls, TINY_VISION))
     if model_cls is None:
-        model_cls = getattr(transformers, MODEL_MAPPING_NAMES[family])
+        # (a media family maps to one class name; transformers' table also holds tuples)
+        model_cls = getattr(transformers, cast(str, MODEL_MAPPING_NAMES[family]))
     return _seeded(model_cls, config, seed)
 
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -100,7 +101,7 @@ Build = Callable[..., Any]
 # -- writing ------------------------------------------------------------------------------
 
 
-def save_one(path: str | Path, fields: Mapping[str, Any]) -> Path:
+def save_one(path: str | os.PathLike[str], fields: Mapping[str, Any]) -> Path:
     """Write one trace (``fields``: its constructor's arguments, as
     ``AttentionTrace._file_fields()`` gives them) to ``path``, atomically."""
     meta, tensors = _file_part(fields)
@@ -108,8 +109,9 @@ def save_one(path: str | Path, fields: Mapping[str, Any]) -> Path:
                                     **meta}, tensors)
 
 
-def save_stacked(path: str | Path, stacks: Mapping[str, Mapping[str, Any]], *, model: str,
-                 text: str | None, target: str | None, meta: dict[str, Any]) -> Path:
+def save_stacked(path: str | os.PathLike[str], stacks: Mapping[str, Mapping[str, Any]], *,
+                 model: str, text: str | None, target: str | None, meta: dict[str, Any]
+                 ) -> Path:
     """Write several stacks (name -> one trace's fields, as for :func:`save_one`) to one
     file at ``path``, atomically: each stack's tensors under a ``<stack>/`` prefix."""
     head: dict[str, Any] = {"format": SEVERAL_STACKS, "format_version": FORMAT_VERSION,
@@ -226,7 +228,7 @@ def _layer_digest(data: Any, whole: Any, pool: ThreadPoolExecutor) -> str:
 
 #: The order of a streamed file's layer tensors: ``lse`` (H·N floats a layer) last, so that
 #: the others start on 64-byte boundaries whenever their sizes are multiples of 64.
-def file_format(path: str | Path) -> str:
+def file_format(path: str | os.PathLike[str]) -> str:
     """The ``format`` a trace file states (:data:`ONE_STACK`, :data:`SEVERAL_STACKS` or
     whatever else it holds), read from its header alone. Raises ``FileNotFoundError`` or
     :class:`TraceFormatError` (not safetensors, no or corrupt attnlab metadata)."""
@@ -234,7 +236,7 @@ def file_format(path: str | Path) -> str:
     return str(meta.get("format"))
 
 
-def load_one(path: str | Path, build: Build) -> Any:
+def load_one(path: str | os.PathLike[str], build: Build) -> Any:
     """The trace of a one-trace file (format version 1 to :data:`STREAM_FORMAT_VERSION`), made by
     ``build(**constructor arguments)`` after every check (see
     :meth:`attnlab.tracing.attention.AttentionTrace.load`). A file of several stacks is
@@ -252,7 +254,8 @@ def load_one(path: str | Path, build: Build) -> Any:
     return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
 
 
-def open_one(path: str | Path, build: Build, *, resident_bytes: int = RESIDENT_BYTES) -> Any:
+def open_one(path: str | os.PathLike[str], build: Build, *,
+             resident_bytes: int = RESIDENT_BYTES) -> Any:
     """The trace of a one-trace file (version 2 on) with its tensors memory-mapped, not
     read: the header and the manifest are checked now, each byte is read from disk when a
     computation first touches it, and :func:`verify_one` checks the sha256 of every tensor
@@ -344,7 +347,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
     # count every page of the file twice in the resident set
     mapped = getattr(trace, "_mapped", None)
     same = mapped is not None and Path(getattr(trace, "opened_from", "")) == path
-    if same and trace._resident is not None:
+    if same and mapped is not None and trace._resident is not None:
         tensors, resident = mapped, trace._resident
     else:
         tensors, resident = _map_tensors(path)
@@ -399,7 +402,7 @@ def _map_tensors(path: Path, resident_bytes: int = RESIDENT_BYTES
     return tensors, Resident(mm, resident_bytes)
 
 
-def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
+def load_stacked(path: str | os.PathLike[str], build: Build, build_stacked: Build) -> Any:
     """The stacks of a file of several stacks, each trace made by ``build`` as in
     :func:`load_one` and checked as it is (errors name the stack), then
     ``build_stacked(traces, model=, text=, target=, meta=)``. A one-trace file is refused,
@@ -418,7 +421,7 @@ def load_stacked(path: str | Path, build: Build, build_stacked: Build) -> Any:
         raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
 
 
-def open_stacked(path: str | Path, build: Build, build_stacked: Build, *,
+def open_stacked(path: str | os.PathLike[str], build: Build, build_stacked: Build, *,
                  resident_bytes: int = RESIDENT_BYTES) -> Any:
     """The stacks of a file of several stacks with their tensors memory-mapped, not read,
     as :func:`open_one` does for one trace: the header and each stack's manifest are

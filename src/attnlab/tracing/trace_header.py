@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from attnlab._errors import Error
 from attnlab.core.scores import TENSOR_FIELDS
@@ -50,7 +50,7 @@ def _bad(path: Path | str, field: str, want: str, got: object) -> TraceFormatErr
     return TraceFormatError(f"{path}: field {field!r} must be {want}, got {shown}")
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

@@ -153,15 +153,16 @@ def _rope_theta(cfg: Any) -> float | None:
         params = getattr(cfg, name, None)
         if theta is None and isinstance(params, dict):
             theta = params.get("rope_theta")
-    ok = isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0
-    return float(theta) if ok else None
+    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
+        return float(theta)
+    return None
 
 
 def _past_window_refusal(loaded: Any) -> str | None:
     """None when ``loaded``'s positions go on past its window (rotary positions, stated by
     its config), else why they do not."""
     net, window = loaded.model, int(loaded.max_length)
-    cfg = getattr(net, "config", None)
+    cfg: Any = getattr(net, "config", None)  # (a Hugging Face model's config, of any class)
     if not is_hf_model(net):
         if getattr(cfg, "positional", None) == "rope":
             return (f"it is an attnlab model whose forward accepts at most its block_size "
@@ -248,7 +249,7 @@ def _forward(model: nn.Module, ids: Tensor, target: Tensor | None = None) -> Non
         model(ids)
 
 
-def _vocab_size(model: nn.Module) -> int | None:
+def _vocab_size(model: Any) -> int | None:
     """How many token ids ``model`` embeds, when it says (None when it does not)."""
     if is_hf_model(model):
         try:
@@ -259,8 +260,8 @@ def _vocab_size(model: nn.Module) -> int | None:
     config = getattr(model, "config", None)  # attnlab: one vocabulary, or src and tgt ones
     sizes = [getattr(config, n, None) for n in ("vocab_size", "src_vocab_size",
                                                 "tgt_vocab_size")]
-    sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
-    return min(sizes) if sizes else None
+    known = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
+    return min(known) if known else None
 
 
 # -- progress ---------------------------------------------------------------------------------

@@ -243,17 +243,18 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     half = is_half(dtype)
     maps = _maps(reference)
     name = trace.stack if stack is None else stack
-    sizes = dict(stack=name, layers=trace.num_layers, heads=trace.num_heads,
+    # StackCheck's fields, by group
+    sizes: dict[str, Any] = dict(stack=name, layers=trace.num_layers, heads=trace.num_heads,
                  queries=trace.seq_len, keys=trace.key_len)
     problems: list[str] = []
     why_not = _can_recompute(trace) if recompute is not False else "not asked"
     if why_not and recompute:
         problems.append(why_not)
     wrong_size = _sizes_problem(trace, maps)
-    tols = dict(weights_tol=tolerance(EXACT_TOL, trace),
+    tols: dict[str, Any] = dict(weights_tol=tolerance(EXACT_TOL, trace),
                 recompute_tol=tolerance(RECOMPUTE_TOL, trace))
     base = tols["weights_tol"]
-    kind = dict(precision=str(dtype).removeprefix("torch.") if half else "float32")
+    kind: dict[str, Any] = dict(precision=str(dtype).removeprefix("torch.") if half else "float32")
     no_qk = _can_recompute(trace) if half else ""
     if no_qk:  # the bound needs each row's scores
         problems.append(f"the {kind['precision']} rule needs each row's scores: {no_qk}")
@@ -466,7 +467,7 @@ def half_precision_check(model: Any, token_ids: Sequence[int] | Tensor,
     ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1)
     if not ids.numel():
         raise ValueError("token_ids must hold at least one token id, got none")
-    m = copy.deepcopy(model).to(dtype).eval()
+    m: Any = copy.deepcopy(model).to(dtype).eval()  # (a Hugging Face model, of its own class)
     if hasattr(m, "set_attn_implementation"):
         m.set_attn_implementation("eager")
     with torch.no_grad():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 import torch
 from torch import Tensor, nn
@@ -50,12 +50,30 @@ class AttentionRecord:
     def dims(self) -> tuple[int, int, int]:
         """(H, Lq, Lk) of the call (``Lk`` counts the ``past`` keys too)."""
         if self.weights is not None:
-            return tuple(self.weights.shape[1:])  # type: ignore[return-value]
-        return self.q.shape[1], self.q.shape[2], self.past + self.k.shape[2]
+            _, h, lq, lk = self.weights.shape
+            return h, lq, lk
+        return self._q.shape[1], self._q.shape[2], self.past + self._k.shape[2]
 
     @property
     def batch(self) -> int:
-        return (self.weights if self.weights is not None else self.q).shape[0]
+        return (self.weights if self.weights is not None else self._q).shape[0]
+
+    @property
+    def _q(self) -> Tensor:
+        """``q`` of a record kept with it; :class:`attnlab.Error` for one that holds dense
+        weights only."""
+        if self.q is None:
+            raise Error(f"the record of {self.name} holds no q (captured without qkv=True: "
+                        "dense weights only)")
+        return self.q
+
+    @property
+    def _k(self) -> Tensor:
+        """``k``, as :attr:`_q`."""
+        if self.k is None:
+            raise Error(f"the record of {self.name} holds no k (captured without qkv=True: "
+                        "dense weights only)")
+        return self.k
 
 
 class Sink(Protocol):
@@ -135,6 +153,10 @@ def exact_lse(q: Tensor, k: Tensor, shapes: list[ScoreShape]) -> Tensor:
     return torch.stack([row_logsumexp(q[bi], k[bi], shapes[bi]) for bi in range(q.shape[0])])
 
 
+@overload
+def detached(t: Tensor) -> Tensor: ...
+@overload
+def detached(t: None) -> None: ...
 def detached(t: Tensor | None) -> Tensor | None:
     """A float32 CPU tensor detached from autograd (no copy when it already is one)."""
     return None if t is None else t.detach().to("cpu", torch.float32)

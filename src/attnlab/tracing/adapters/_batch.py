@@ -7,6 +7,8 @@ that serves every element, (1, ...); a key mask in which every key is real is no
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 from torch import Tensor
 
@@ -15,6 +17,10 @@ from attnlab.core.scores import ScoreShape
 __all__ = ["alibi_slopes", "batch_item", "key_mask_of", "split_dense_mask", "visible_rule"]
 
 
+@overload
+def batch_item(t: Tensor, bi: int) -> Tensor: ...
+@overload
+def batch_item(t: None, bi: int) -> None: ...
 def batch_item(t: Tensor | None, bi: int) -> Tensor | None:
     """Batch element ``bi`` of a (B|1, ...) tensor (a batch of one serves every element),
     detached, on the CPU; None stays None.

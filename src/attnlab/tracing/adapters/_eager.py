@@ -85,10 +85,12 @@ def _hide_(s: Tensor, rule: ScoreShape, r0: int, r1: int, lq: int, lk: int,
     s[..., c1:].fill_(low)
     off = lk - lq
     seen_by_all_from = max(c0, r1 - 1 + off - rule.window + 1) if rule.window else c0
-    last = r0 + off + (rule.window if not rule.causal else 1)  # keys every row of the tile sees
+    last = r0 + off + (rule.window if not rule.causal and rule.window is not None
+                       else 1)  # keys every row of the tile sees
     seen_by_all_to = max(seen_by_all_from, min(c1, last))
     rows = torch.arange(r0, r1, device=s.device)
     for a, b in ((c0, seen_by_all_from), (seen_by_all_to, c1)):
         if b > a:
             keep = rule.visible(rows, torch.arange(a, b, device=s.device), lq=lq, lk=lk)
-            s[..., a:b].masked_fill_(~keep, low)
+            if keep is not None:  # (always: the rule is causal or a window)
+                s[..., a:b].masked_fill_(~keep, low)

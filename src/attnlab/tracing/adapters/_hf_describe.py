@@ -68,7 +68,7 @@ def describe_model(model: nn.Module, tokenizer: Any = None,
                    causal: bool | None = None) -> dict[str, Any]:
     """causal/layers/heads/head_dim/max_length/model_type of a Hugging Face model (0 for
     a number the config does not state at the top level, e.g. per-layer head counts)."""
-    c = model.config
+    c: Any = model.config  # (a Hugging Face config, of the model's own class)
 
     def num(*names: str) -> int:
         return first_int(c, *names) or 0

@@ -21,7 +21,7 @@ is untouched).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -75,8 +75,8 @@ def _bias(mask: Tensor, bi: int) -> Tensor:
     return to_additive(m[None] if mask.dim() == 3 else m, torch.float32)
 
 
-def _shapes(module: nn.Module, call: dict[str, Any], b: int, lq: int, lk: int
-            ) -> list[ScoreShape]:
+def _shapes(module: MultiHeadAttention | SelfAttention, call: dict[str, Any], b: int, lq: int,
+            lk: int) -> list[ScoreShape]:
     """One ScoreShape per batch element from the call's arguments."""
     causal = bool(call.get("causal", False))
     window = call.get("window")
@@ -100,9 +100,11 @@ class _AttnlabAdapter:
         return isinstance(module, (MultiHeadAttention, SelfAttention))
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
-        return attach_each(modules, lambda m: self._attach_one(cap, m))
+        # (the modules matches() took: attnlab's attention modules)
+        return attach_each(modules, lambda m: self._attach_one(
+            cap, cast("MultiHeadAttention | SelfAttention", m)))
 
-    def _attach_one(self, cap: Sink, m: nn.Module) -> list[Handle]:
+    def _attach_one(self, cap: Sink, m: MultiHeadAttention | SelfAttention) -> list[Handle]:
         pending: dict[str, Any] = {}
         name = cap.name_of(m)
         is_self = isinstance(m, SelfAttention)

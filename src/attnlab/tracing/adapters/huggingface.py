@@ -61,7 +61,7 @@ import functools
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -450,7 +450,7 @@ def _rule_of_dense(dense: Tensor) -> tuple[bool, Tensor | None, Tensor | None]:
     mask stays as it is (not causal, no key mask)."""
     split = split_dense_mask(dense.detach())  # the term in the mask's dtype, as eager adds it
     rule = None if split is None else visible_rule(split[0])
-    if rule is None:
+    if rule is None or split is None:
         return False, None, dense
     causal, keys = rule
     term = split[1]
@@ -519,9 +519,9 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
             band = rule.visible(torch.arange(lq, device=query.device), None, lq=lq, lk=lk)
             mask = combine(mask, band)
             causal = False
-        out, lse = scaled_dot_product_attention(query, key, value, mask, causal=causal,
-                                                scale=scale, dropout_p=dropout,
-                                                return_lse=True)
+        out, lse = cast("tuple[Tensor, Tensor]", scaled_dot_product_attention(
+            query, key, value, mask, causal=causal, scale=scale, dropout_p=dropout,
+            return_lse=True))
     observers = list(module.__dict__.get(_OBSERVERS, ()))
     if observers:
         # the last call's q, k and mask by weak reference: holding them would keep every

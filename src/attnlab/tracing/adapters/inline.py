@@ -38,7 +38,7 @@ import inspect
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor, nn
@@ -58,11 +58,14 @@ from attnlab.tracing.adapters._batch import alibi_slopes, batch_item, key_mask_o
 
 __all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS", "STILL_INLINE"]
 
+# A reader's ``module`` is ``Any``: a Hugging Face attention module of one of many classes,
+# each read through the attributes its own ``forward`` uses.
+
 #: Rows of each call whose weights are compared with the module's own.
 CHECK_ROWS = 32
 
 
-def _no_past(module: nn.Module, cache: Any) -> None:
+def _no_past(module: Any, cache: Any) -> None:
     """Refuse a call whose KV cache already holds keys of this layer (they are not in the
     call's hidden states); an empty cache, as a first forward pass fills, is fine."""
     if cache is None:
@@ -80,7 +83,7 @@ def _no_past(module: nn.Module, cache: Any) -> None:
             "without one (trace the whole text at once)")
 
 
-def _no_past_kv(module: nn.Module, cache: Any, cross: bool) -> None:
+def _no_past_kv(module: Any, cache: Any, cross: bool) -> None:
     """:func:`_no_past` for a module that keeps self- and cross-attention keys in an
     ``EncoderDecoderCache``: a cross-attention call that would reuse the cached encoder keys
     is refused too."""
@@ -103,7 +106,11 @@ def _heads(x: Tensor, heads: int) -> Tensor:
     return x.reshape(b, n, heads, -1).transpose(1, 2)
 
 
-def _seen(module: nn.Module, mask: Tensor | None, b: int, lq: int, lk: int) -> Tensor | None:
+@overload
+def _seen(module: Any, mask: Tensor, b: int, lq: int, lk: int) -> Tensor: ...
+@overload
+def _seen(module: Any, mask: None, b: int, lq: int, lk: int) -> None: ...
+def _seen(module: Any, mask: Tensor | None, b: int, lq: int, lk: int) -> Tensor | None:
     """Which keys an additive float mask broadcastable to (B, 1, Lq, Lk) leaves visible,
     (B, Lq, Lk) bool; None without a mask."""
     if mask is None:
@@ -121,7 +128,7 @@ def _seen(module: nn.Module, mask: Tensor | None, b: int, lq: int, lk: int) -> T
     return seen[:, 0].expand(b, lq, lk)
 
 
-def _bloom(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _bloom(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """BloomAttention: fused q, k, v; scores ``beta · alibi + q·k / √d``; float mask."""
     _no_past(module, a.get("layer_past"))
     if float(module.beta) != 1.0:
@@ -137,7 +144,7 @@ def _bloom(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": visible}
 
 
-def _mpt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _mpt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """MptAttention: fused (clipped) q, k, v; scores ``q·k · scale + position_bias``; a
     bool mask, True where a key is hidden."""
     _no_past(module, a.get("cache"))
@@ -162,7 +169,7 @@ def _mpt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": visible}
 
 
-def _falcon(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _falcon(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """FalconAttention: fused q, k, v (grouped or multi-query keys); with rotary positions
     ``q·k / √d + mask``; with ALiBi ``(q·k + alibi) / √d + mask``, where the model's mask
     carries ``alibi / √d`` once more on the keys a row sees (so the bias counts twice)."""
@@ -204,14 +211,14 @@ def _falcon(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": scale, "alibi": extra, "visible": visible}
 
 
-def _own_rule(module: nn.Module, own: Tensor, window: int | None) -> Tensor:
+def _own_rule(module: Any, own: Tensor, window: int | None) -> Tensor:
     """The keys the module's own causal buffer ``own`` (Lq, Lk, nonzero = visible) lets each
     row see, checked to be attnlab's causal rule (within ``window``)."""
     lq, lk = own.shape
     seen = own.bool() if own.dtype != torch.bool else own
     rule = ScoreShape(scale=1.0, causal=True, window=window).visible(
         torch.arange(lq, device=own.device), None, lq=lq, lk=lk)
-    if not torch.equal(seen, rule) or (own.dtype != torch.bool and not bool(
+    if rule is None or not torch.equal(seen, rule) or (own.dtype != torch.bool and not bool(
             ((own == 0) | (own == 1)).all())):
         raise UnreadableAttentionError(
             f"{type(module).__name__} keeps a causal mask that is not attnlab's causal rule"
@@ -219,7 +226,7 @@ def _own_rule(module: nn.Module, own: Tensor, window: int | None) -> Tensor:
     return seen
 
 
-def _gpt_neo(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _gpt_neo(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """GPTNeoSelfAttention: scores ``q·k`` (no scaling), the causal mask of its own buffer
     (a local window on its ``local`` layers), then the model's mask added."""
     _no_past(module, a.get("layer_past"))
@@ -242,7 +249,7 @@ def _gpt_neo(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "window": window}
 
 
-def _openai(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _openai(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """OpenAI GPT's Attention: fused q, k, v (Conv1D); scores ``q·k`` (over √d when built
     with ``scale``), the causal mask of its own buffer (``-1e4`` on hidden keys), the
     model's mask added."""
@@ -258,7 +265,7 @@ def _openai(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": scale, "visible": visible}
 
 
-def _gpt_neox_japanese(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _gpt_neox_japanese(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """GPTNeoXJapaneseAttention: fused q, k, v per head; rotary positions on the first
     ``rotary_ndims`` of each head; scores ``q·k / norm_factor`` plus the model's mask."""
     _no_past(module, a.get("layer_past"))
@@ -277,7 +284,7 @@ def _gpt_neox_japanese(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, n, n)}
 
 
-def _bart_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _bart_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """XGLMAttention, MvpAttention, TrOCRAttention (the BART-style module): scores
     ``q·k · scaling`` plus the model's additive mask; keys and values from the encoder's
     states (``key_value_states``) in cross-attention."""
@@ -297,7 +304,7 @@ def _bart_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _fsmt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _fsmt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """FSMT's Attention: (L, B, D) inputs; scores ``q·k · scaling`` plus the causal
     ``attn_mask`` (Lq, Lk) of the decoder, keys where ``key_padding_mask`` is True hidden;
     keys and values from ``key`` (the encoder's states) in cross-attention."""
@@ -319,7 +326,7 @@ def _fsmt(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": float(module.scaling), "visible": visible}
 
 
-def _bert_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _bert_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """The BERT-style self-attention of Megatron-BERT, RemBERT and TAPAS: scores
     ``q·k / √d`` plus the model's additive mask; keys and values from the encoder's states
     (``encoder_hidden_states``) in cross-attention."""
@@ -335,7 +342,7 @@ def _bert_like(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _roformer(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _roformer(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """RoFormerSelfAttention: :func:`_bert_like` with rotary positions (``sinusoidal_pos``)
     applied by the module's own rotation to q and k (and to v when ``rotary_value``) in
     self-attention; q and k are recorded after the rotation."""
@@ -350,7 +357,7 @@ def _roformer(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
-def _mpnet(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _mpnet(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """MPNetSelfAttention: scores ``q·k / √d`` plus the model's relative position bias
     (one additive (Lq, Lk) term per head, kept as it is) plus the model's additive mask."""
     h = a["hidden_states"]
@@ -367,7 +374,7 @@ def _mpnet(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _xlm(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _xlm(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """XLM's and FlauBERT's MultiHeadAttention: scores ``(q / √d)·k``; ``mask`` (B, Lk) or
     (B, Lq, Lk) hides the keys where it is 0; keys and values from ``kv`` when given."""
     kv = a.get("kv")
@@ -388,7 +395,7 @@ def _xlm(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d), "visible": visible}
 
 
-def _ibert(module: nn.Module, a: dict[str, Any]) -> dict[str, Any]:
+def _ibert(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     """IBertSelfAttention outside its integer-only mode: its quantising layers are then
     plain linear maps and identities, and the scores ``q·k / √d`` plus the model's mask go
     through a float softmax. With ``quant_mode`` (integer softmax) it is refused."""
@@ -537,7 +544,8 @@ class _InlineAdapter:
                 else:
                     rec = AttentionRecord(name=cap.name_of(mod), source=self.name,
                                           shapes=shapes, weights=w)
-                if cap.context:  # each head's output: its weights times its values
+                # each head's output: its weights times its values
+                if cap.context and w is not None:
                     rec.context = w @ v.repeat_interleave(w.shape[1] // v.shape[1], dim=1)
                 asked = bool(bound.arguments.get("output_attentions"))
                 pending.append((rec, q, k, lse, asked))

@@ -18,7 +18,7 @@ modules have hooks.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -107,9 +107,9 @@ class _TorchMHAAdapter:
                 raise ValueError(
                     f"{cap.name_of(m)}: nn.MultiheadAttention with add_bias_kv or "
                     "add_zero_attn adds keys of its own; attnlab cannot read it")
-        return attach_each(modules, lambda m: (
+        return attach_each(modules, lambda m: (  # (the modules matches() took: two classes)
             [self._no_nested(m)] if isinstance(m, nn.TransformerEncoder)
-            else self._attach_one(cap, m)))
+            else self._attach_one(cap, cast(nn.MultiheadAttention, m))))
 
     @staticmethod
     def _no_nested(enc: nn.TransformerEncoder) -> Handle:

@@ -14,6 +14,8 @@ from zh_helpers import untranslated
 
 from attnlab.experiments import _common
 from attnlab.experiments import article_code as ac
+from attnlab.experiments import article_listings as al
+from attnlab.experiments.claims import claim, verdicts
 from attnlab.nn import MultiHeadAttention
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,17 @@ def test_listing_is_verbatim_from_the_article(article):
         pytest.skip(SKIP_WHY)
     listing = ac.listing_source(article)
     assert listing.startswith("import torch\n") and listing.rstrip("\n") in text
+
+
+def test_the_fused_call_and_the_heat_map_snippet_are_verbatim_from_the_article():
+    text = article_text("001")
+    if text is None:
+        # justified: the articles' text is not in the repository (only beside a checkout)
+        pytest.skip(SKIP_WHY)
+    assert f"通过 {al.FUSED_CALL_001} 一次性计算 QKV" in text
+    assert al.HEATMAP_001.rstrip("\n") in text
+    assert f"self.qkv_proj = {al.LISTING_CALL_001}\n" in ac.listing_source("001")
+    assert "        return self.out_proj(out)\n" in ac.listing_source("001")
 
 
 def test_listings_ship_in_the_wheel():
@@ -91,6 +104,51 @@ def test_001_fails_as_printed_a_finding(result):
     assert _row(r, "001 + fixes 1–3")[1] == "runs"
     row = _row(r, "001, other reading")
     assert row[1] == "TypeError" and row[3].startswith("masked_fill()")
+
+
+def test_the_fused_call_as_printed_raises_and_the_listings_call_builds(result):
+    c = result.check("fused-call-raises")
+    assert c.passed and c.support and c.value == 1
+    assert c.control.measured == 0 and not c.control.holds
+    row = _row(result, "001 tip as printed: qkv_proj = nn.Linear(3*d_model)")
+    assert row[1] == "TypeError" and "out_features" in row[3]
+    assert _row(result, "001's listing call")[1] == "runs"
+    (v,) = verdicts([result], [claim("001-error-fused-linear-call")])
+    assert v.verdict == "does not hold" and v.measurements[0].controlled
+
+
+def test_the_heat_map_snippet_needs_weights_the_listing_never_returns(result):
+    c = result.check("heatmap-snippet-raises")
+    assert c.passed and c.support and c.value == 1
+    assert c.control.measured == 0 and not c.control.holds
+    row = _row(result, "001 heat-map snippet after the corrected listing and out =")
+    assert row[1:] == ["NameError", 3, "name 'attn' is not defined"]
+    assert al.HEATMAP_001.splitlines()[2].startswith("plt.matshow(attn[0,0]")
+    row = _row(result, "001 heat-map snippet after the corrected listing and attn =")
+    assert row[1] == "ValueError" and row[2] == 3  # matshow refuses the output's vector
+    assert _row(result, "001 heat-map snippet, control")[1:] == [
+        "runs", "", f"drew a {ac.SEQ} × {ac.SEQ} image"]
+    (v,) = verdicts([result], [claim("001-heatmap-code")])
+    assert v.verdict == "does not hold" and v.measurements[0].controlled
+
+
+def test_a_valid_fused_call_and_a_snippet_without_attn_fail_their_checks():
+    """The wrong variants: the listing's own call in place of the tip's, and a snippet that
+    plots the output (defined) instead of attn: both run, so both checks fail (a defect:
+    support checks) and the items they decide would hold."""
+    plots_out = al.HEATMAP_001.replace("attn[0,0]", "out[0]")
+    r = ac.run(plot=False, fused_call_001=al.LISTING_CALL_001, heatmap_001=plots_out)
+    for i in ("fused-call-raises", "heatmap-snippet-raises"):
+        assert r.check(i).value == 0 and not r.check(i).passed, i
+    assert not r.passed
+    vs = verdicts([r], [claim("001-error-fused-linear-call"), claim("001-heatmap-code")])
+    assert [v.verdict for v in vs] == ["holds", "holds"]
+    # a listing whose forward cannot return its weights leaves the snippet no control:
+    # the check fails rather than pass without one
+    r = ac.run(plot=False, listing_001=ac.listing_source("001").replace(
+        "        return self.out_proj(out)\n", "        return (self.out_proj(out))\n"))
+    c = r.check("heatmap-snippet-raises")
+    assert c.control.holds and not c.passed
 
 
 def test_000_runs_as_printed_and_equals_attnlab(result):

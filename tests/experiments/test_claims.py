@@ -357,8 +357,9 @@ def test_markdown_puts_the_chinese_beside_the_english_and_leaves_timing_to_the_r
     err = inv.claim("000-error-projection-raises-dimension")
     cond = inv.claim("000-apple-context")
     results = [_result("fused-qkv-speed", 0.0),
-               _result("dot-product-geometry",
-                       checks=[Check("d_k / d", 0.25, "≤ 1", True, id="projection-no-wider")]),
+               _result("head-dimensions",
+                       checks=[Check("W / d", 1.0, "≤ 1", True, id="whole-projection-no-wider"),
+                               Check("stacked", 1.0, "≥ 1.5", False, id="stacked-qkv-wider")]),
                _result("contextualisation",
                        checks=[Check(i, 0.1, "≥ 0.001", True, id=p + i) for p in ("", "mid-")
                                for i in ("contexts-separate", "fruit-closer",
@@ -406,17 +407,24 @@ def test_an_error_of_the_article_quotes_it_and_is_shown_by_evidence_against_it()
 
 
 def test_the_projection_error_follows_its_check_both_ways():
-    """The heading 「线性投影：升维与子空间切割」 is wrong while no projection widens; a
-    result whose projection widens would make it hold."""
+    """The heading 「线性投影：升维与子空间切割」 is wrong while no projection to Q, K, V widens
+    (per head or whole); the stacked reading, [W^Q W^K W^V] as one matrix, does widen, so the
+    verdict depends on the reading; projections that widened would make it hold."""
     c = inv.claim("000-error-projection-raises-dimension")
     assert c.quote_zh == "线性投影：升维与子空间切割"
+    assert c.covered_by == ("head-dimensions",) and len(c.readings) == 1
 
-    def result(ratio: float) -> Result:
-        return _result("dot-product-geometry", checks=[
-            Check("d_k / d", ratio, "≤ 1", ratio <= 1, id="projection-no-wider")])
+    def result(per_head: float, whole: float, stacked: float) -> Result:
+        return Result("head-dimensions", "c", "论断", "d_k / d", "比", per_head, 1.0, 0.0,
+                      relation="<=", checks=[
+                          Check("W / d", whole, "≤ 1", whole <= 1,
+                                id="whole-projection-no-wider"),
+                          Check("stacked", stacked, "≥ 1.5", stacked >= 1.5,
+                                id="stacked-qkv-wider", support=True)])
 
-    assert verdicts([result(0.25)], [c])[0].verdict == "does not hold"
-    assert verdicts([result(2.0)], [c])[0].verdict == "holds"
+    assert verdicts([result(1 / 9, 1.0, 5 / 3)], [c])[0].verdict == "depends on the reading"
+    assert verdicts([result(1 / 9, 1.0, 1.0)], [c])[0].verdict == "does not hold"
+    assert verdicts([result(2.0, 2.0, 5 / 3)], [c])[0].verdict == "holds"
 
 
 def test_the_projection_check_reads_the_dimensions_both_ways():

@@ -75,7 +75,7 @@ def test_the_trained_model_as_its_own_control_fails(smollm2):
     assert all(r.check(i).control.holds and not r.check(i).passed for i in LAST)
     assert r.control.holds
     (v,) = verdicts([r], [claim("000-apple-context")])
-    assert v.verdict == "does not hold"
+    assert v.verdict == "not decided here"  # the null shows it too: the numbers do not tell
 
 
 @pytest.mark.models
@@ -168,7 +168,7 @@ def test_controls_that_are_right_after_all_make_every_check_fail(monkeypatch):
     assert r.control.measured == 0 and r.control.holds
     assert not r.passed
     (v,) = verdicts([r], [claim("001-check-row-sums")])
-    assert v.verdict == "does not hold"
+    assert v.verdict == "not decided here"  # the null shows it too: the numbers do not tell
 
 
 # -- fused-qkv-speed ---------------------------------------------------------------------------

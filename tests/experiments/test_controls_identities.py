@@ -268,7 +268,7 @@ VERDICTS = {
     "000-direction-similarity": "holds under stated conditions",
     "000-summary-cosine": "holds under stated conditions",
     "001-dot-product-cosine": "holds under stated conditions",
-    "000-error-projection-raises-dimension": "does not hold",
+    "000-error-score-is-attention-degree": "does not hold",
     "000-global-similarity-graph": "holds by construction",
     "000-probability-matrix": "holds by construction",
     "000-convex-combination": "holds by construction",
@@ -276,6 +276,8 @@ VERDICTS = {
     "000-neighbour-aggregation": "holds",
     "001-positions-needed": "holds under stated conditions",
     "000-kernel-smoothing": "holds by construction",
+    "000-error-kernel-measures-distance": "does not hold",
+    "000-error-kernel-formula-unscaled": "does not hold",
     "000-higher-score-more-weight": "holds by construction",
     "000-learned-similarity-kernel": "holds",
     "001-mask-minus-infinity": "holds by construction",
@@ -296,12 +298,13 @@ def test_the_claims_these_experiments_decide(mine):
 
 def test_a_control_that_passes_takes_the_model_claims_down(mine):
     """The same claims on a dot-product-geometry result whose trained check's control
-    passes (the angle handed as its own control): they no longer hold."""
+    passes (the angle handed as its own control): the measurement no longer tells, so they
+    are neither held nor refuted: not decided here."""
     r = dpg.run(plot=False, n_tokens=8, embed_dim=32, heads=4, train_steps=5,
                 order_control_fn=lambda q, k: torch.cos(dpg.stable_angle(q, k)))
     ids = ["000-direction-similarity", "000-summary-cosine", "001-dot-product-cosine"]
     assert {v.verdict for v in verdicts([r], [inv.claim(i) for i in ids])} == {
-        "does not hold"}
+        "not decided here"}
     assert {v.verdict for v in verdicts([mine["dot-product-geometry"]],
                                         [inv.claim(i) for i in ids])} == {
         "holds under stated conditions"}
@@ -327,3 +330,54 @@ def test_an_orthogonal_key_keeps_about_the_uniform_share_of_weight():
     assert abs(got - want) < 1e-12 and got > 0.1
     s[:, 0] = -math.inf  # hidden: what "no weight" takes
     assert float(torch.softmax(s, -1)[:, 0].max()) == 0.0
+
+
+# -- the article's errors these experiments show ----------------------------------------------
+
+
+def test_the_printed_kernel_formula_is_not_the_attention_it_describes():
+    """Σ softmax(q·k_i) v_i, as article 000 prints it, differs from attention; with the
+    1/√d_k restored it is attention (the control); handed the restored formula as the
+    article's, the support check fails."""
+    r = ks.run(plot=False)
+    check = r.check("article-formula-unscaled")
+    assert check.passed and check.support and check.value > 1.0
+    assert check.control.measured < 1e-12 and not check.control.holds
+    assert r.passed and r.verdict == "holds by construction"
+    wrong = ks.run(plot=False, article_fn=ks.scaled_output)
+    assert not wrong.check("article-formula-unscaled").passed and not wrong.passed
+    own = ks.run(plot=False, restored_fn=ks.article_output)
+    assert own.check("article-formula-unscaled").control.holds and not own.passed
+
+
+def test_a_kernel_measures_similarity_and_a_distance_does_not():
+    r = ks.run(plot=False)
+    top, falls = r.check("kernel-largest-at-zero-distance"), r.check("kernel-falls-with-distance")
+    assert top.passed and top.value == 1.0 and top.control.measured == 0.0
+    assert falls.passed and falls.value == pytest.approx(-1.0)
+    assert falls.control.measured == pytest.approx(1.0)
+    x = torch.randn(20, 4, dtype=torch.float64)
+    x = x / x.norm(dim=-1, keepdim=True)
+    assert ks.kernel_vs_distance(ks.sphere_kernel(x, x), ks.distance(x, x))[0] == 1.0
+    wrong = ks.run(plot=False, similarity_fn=ks.distance)  # a distance as the "kernel"
+    assert not wrong.check("kernel-falls-with-distance").passed
+    assert not wrong.check("kernel-largest-at-zero-distance").passed and not wrong.passed
+
+
+def test_a_score_is_not_a_weight():
+    """Across rows the higher score can have the lower weight (within a row it never does);
+    raising a row's other scores moves A_ij with s_ij fixed (a whole-row shift does not).
+    Weights that are a function of the score alone (exp, unnormalised) fail the check."""
+    small = dict(n_tokens=16, embed_dim=32, heads=4, train_steps=5, plot=False)
+    r = dpg.run(**small)
+    across, row = r.check("score-not-weight-across-rows"), r.check("weight-depends-on-row")
+    assert across.passed and across.value > 0.05 and across.control.measured == 0.0
+    assert row.passed and row.value > 0.3 and row.control.measured < 1e-12
+    s = torch.tensor([[[0.0, 1.0], [2.0, 3.0]]])
+    assert dpg.score_weight_discordance(s, torch.softmax(s, -1)) == (0.25, 0.0)
+    assert dpg.score_weight_discordance(s, torch.exp(s)) == (0.0, 0.0)
+    wrong = dpg.run(**small, weights_fn=lambda q, k: torch.exp(
+        q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])))
+    assert not wrong.check("score-not-weight-across-rows").passed and not wrong.passed
+    with pytest.raises(ValueError, match="one shape"):
+        dpg.score_weight_discordance(s, s[0])

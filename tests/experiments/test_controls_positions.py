@@ -93,6 +93,38 @@ def test_pe_wavelengths_are_read_from_the_table():
     assert r.check("first-wavelength").passed  # i = 0 is still 2π
 
 
+def test_the_sin_half_alone_has_no_linear_shift_and_the_whole_table_has_one(results):
+    """Article 001 prints only PE(pos, 2i) = sin(...): with that half alone even the best
+    linear map misses (at pos = 0 the sin half is 0, which no linear map sends to PE_k);
+    the whole table, sin and cos interleaved, is the control that shifts exactly."""
+    c = results["pe-relative-position"].check("sin-half-no-linear-shift")
+    assert c.passed and c.support and c.by_construction
+    assert c.value > 1.0 and c.control.measured < 1e-9 and not c.control.holds
+    d, k = 128, 1
+    half = pe.sin_half(positional.sinusoidal_table(512, d, dtype=torch.float64))
+    assert half.shape == (512, d // 2) and float(half[0].abs().max()) == 0.0
+    # the residual at pos = 0 is PE_k itself, whatever the map: a floor on the best fit
+    floor = float(torch.sin(positional.frequencies(d) * k).abs().max())
+    assert floor == pytest.approx(math.sin(1.0)) and c.value >= floor
+    (v,) = verdicts([results["pe-relative-position"]], [claim("001-error-pe-sin-half-only")])
+    assert v.verdict == "does not hold" and v.measurements[0].controlled
+
+
+def test_keeping_the_cos_half_fails_the_sin_half_check():
+    """The wrong variant: a 'sin half' that keeps the cos half shifts linearly, so the check
+    fails (a defect: a support check) and the error item would hold."""
+    r = pe.run(plot=False, max_offset=8, half_fn=lambda table: table)
+    c = r.check("sin-half-no-linear-shift")
+    assert c.value < 1e-9 and not c.passed and not r.passed
+    (v,) = verdicts([r], [claim("001-error-pe-sin-half-only")])
+    assert v.verdict == "holds by construction"  # the error would not be confirmed
+    # a control that lacks the shift too (a random table in place of the whole one) also
+    # fails it: the check needs its control to shift
+    r = pe.run(plot=False, max_offset=8, table_fn=pe.random_table)
+    assert r.check("sin-half-no-linear-shift").control.holds
+    assert not r.check("sin-half-no-linear-shift").passed
+
+
 def test_pe_rejects_offsets_the_control_cannot_fit():
     with pytest.raises(ValueError, match="max_offset"):
         pe.run(plot=False, n_positions=64, embed_dim=64, max_offset=8)
@@ -183,6 +215,7 @@ def test_relative_position_rejects_an_unknown_control():
 
 VERDICTS = {
     "001-pe-formula": "holds by construction",
+    "001-error-pe-sin-half-only": "does not hold",
     "001-pe-linear-shift": "holds by construction",
     "001-wavelengths-exponential": "holds by construction",
     "001-error-wavelength-decay": "does not hold",

@@ -23,13 +23,13 @@ from attnlab.experiments.dynamic_graph import with_positions
 
 #: The original thirteen (their numbers and wrong variants are tested here) and the rest,
 #: each tested in its own file (test_head_claims, test_position_variance_claims,
-#: test_article_code, test_fused_qkv, test_contextualisation).
+#: test_article_code, test_fused_qkv, test_contextualisation, test_controls_heads).
 NAMES = ["qk-variance", "softmax-saturation", "scaling-training", "dot-product-geometry",
          "convex-combination", "multihead-cost", "pe-relative-position", "rope-relative",
          "kernel-smoothing", "dynamic-graph", "masking", "linear-attention", "init-scale"]
 MORE = ["article-code", "fused-qkv-speed", "contextualisation", "one-relation-per-head",
         "qkv-roles", "wo-fusion", "pe-frequency-roles", "relative-position-learned",
-        "learned-kernel"]
+        "learned-kernel", "head-dimensions"]
 
 
 def test_registry_names_every_experiment_in_page_order():
@@ -172,6 +172,7 @@ WRONG_ELSEWHERE = {
     "relative-position-learned":
         "test_position_variance_claims.py::test_relative_position_learned_wrong_positions_fail",
     "learned-kernel": "test_position_variance_claims.py::test_learned_kernel_wrong_variants_fail",
+    "head-dimensions": "test_controls_heads.py::test_head_dimensions_wrong_variants_fail",
 }
 
 

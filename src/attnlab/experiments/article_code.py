@@ -21,6 +21,18 @@ and each tip is shown able to catch what it is meant to catch. Finally 001's tip
 ``contiguous()`` is measured: ``view`` after ``transpose`` raises, ``reshape`` and
 ``contiguous().view`` agree.
 
+Two more pieces of article 001's code run the same way, each beside a control that runs.
+The fused projection its tip names, 「nn.Linear(3*d_model)」, is built at the listing's size
+(:data:`.article_listings.FUSED_CALL_001`): it raises TypeError (``nn.Linear`` needs
+``in_features`` and ``out_features``), where the listing's own ``nn.Linear(d_model,
+3*d_model)`` builds. Its heat-map snippet (:data:`.article_listings.HEATMAP_001`) plots
+``attn``, a local variable of the listing's ``forward``: run in a notebook after the
+corrected listing and ``out = model(x)`` it raises NameError, and ``attn = model(x)`` (the
+output taken for the weights) fails in ``matshow``; after a ``forward`` that returns its
+weights too (:data:`.article_listings.RETURN_WEIGHTS_001`) and ``out, attn = model(x)`` the
+same snippet runs and draws the first head's L × L map (matplotlib's Agg backend, in the
+same fresh interpreter).
+
 The agreements are identities of code (the same formula with the same weights: they hold by
 construction, up to fp32 rounding), so each is shown beside a deliberately wrong variant
 (:data:`WRONG`) run the same way, which the same tolerance must reject: 000 without the
@@ -48,11 +60,16 @@ from ._result import Control, Result, fmt_num
 from .article_listings import (
     DEDENT_001,
     FIXES_001,
+    FUSED_CALL_001,
+    HEATMAP_001,
+    LISTING_CALL_001,
     LISTINGS,
+    RETURN_WEIGHTS_001,
     Edit,
     Listing,
     apply_edits,
     diff_lines,
+    fused_call_source,
     listing_source,
     run_listings,
 )
@@ -92,6 +109,10 @@ ZH: dict[str, str] = {
         "调试技巧：transpose 之后直接 view 抛出 RuntimeError（1 = 抛出）",
     "reshape vs contiguous().view after transpose: max |difference|":
         "transpose 之后 reshape 与 contiguous().view 的最大绝对差",
+    "tip: the fused projection as printed, nn.Linear(3*d_model), raises TypeError (1 = raised)":
+        "技巧：按原样构建融合投影 nn.Linear(3*d_model) 抛出 TypeError（1 = 抛出）",
+    "heat-map snippet after the corrected 001 and out = model(x): raises (1 = raised)":
+        "在修正后的 001 与 out = model(x) 之后运行热力图代码：抛出异常（1 = 抛出）",
     # table
     "run": "运行",
     "result": "结果",
@@ -135,6 +156,28 @@ ZH: dict[str, str] = {
     "max |out − attnlab| = {}, max |weights − attnlab| = {}":
         "与 attnlab 输出的最大绝对差 = {}，与 attnlab 权重的最大绝对差 = {}",
     "not applicable": "不适用",
+    "NameError": "NameError（名称未定义）",
+    "ValueError": "ValueError（值错误）",
+    "{} tip as printed: qkv_proj = nn.Linear({}*d_model), d_model = {}":
+        "{} 的技巧按原样：qkv_proj = nn.Linear({}*d_model)，d_model = {}",
+    "{}'s listing call: qkv_proj = nn.Linear(d_model, {}*d_model), d_model = {}":
+        "{} 代码清单中的写法：qkv_proj = nn.Linear(d_model, {}*d_model)，d_model = {}",
+    "Linear.__init__() missing {} required positional argument: 'out_features'":
+        "Linear.__init__() 缺少 {} 个必需的位置参数：'out_features'",
+    "__init__() missing {} required positional argument: 'out_features'":
+        "__init__() 缺少 {} 个必需的位置参数：'out_features'",
+    "{} heat-map snippet after the corrected listing and out = model(x)":
+        "{} 的热力图代码，在修正后的代码清单与 out = model(x) 之后运行",
+    "{} heat-map snippet after the corrected listing and attn = model(x) (the output taken "
+    "for the weights)":
+        "{} 的热力图代码，在修正后的代码清单与 attn = model(x)（把输出当作权重）之后运行",
+    "{} heat-map snippet, control: forward returns (output, attn), then out, attn = model(x)":
+        "{} 的热力图代码，对照：forward 返回 (output, attn)，再执行 out, attn = model(x)",
+    "name 'attn' is not defined": "名称 'attn' 未定义（name 'attn' is not defined）",
+    "not enough values to unpack (expected {}, got {})":
+        "没有足够的值可供解包（期望 {} 个，得到 {} 个）",
+    "drew a {} × {} image": "画出了一幅 {} × {} 的图",
+    "the snippet did not run: {}": "代码未能运行：{}",
     "view after transpose, one head (H = {}): ({}, {}, {}, {})":
         "transpose 之后直接 view，单个头（H = {}）：({}, {}, {}, {})",
     "view after transpose, one token (L = {}): ({}, {}, {}, {})":
@@ -167,6 +210,15 @@ EMBED_DIM, HEADS, BATCH, SEQ = 512, 8, 2, 10
 TOLERANCE = 1e-6
 #: fp64 agreement between :func:`einsum_attention` and attnlab's module.
 EINSUM_TOLERANCE = 1e-12
+
+#: The notebook cell run before article 001's heat-map snippet, by run: the corrected
+#: listing's ``forward`` returns the output alone, so ``attn`` is either never defined or
+#: the output itself; the control's ``forward`` returns ``(output, attn)``.
+HEATMAP_CELLS: dict[str, str] = {
+    "listing": "out = model(x)",
+    "output-as-attn": "attn = model(x)",
+    "control": "out, attn = model(x)",
+}
 
 #: The deliberately wrong variants the checks must reject (controls), by name: an edit of
 #: 000 as printed, or of 001 once corrected.
@@ -244,6 +296,55 @@ def einsum_attention(
 # -- the experiment --------------------------------------------------------------------------
 
 
+def _heatmap_harness(snippet: str, cell: str) -> str:
+    """Source run after a listing in its fresh interpreter: a notebook that holds the
+    listing's names, ``model`` (its class at article 001's size) and ``x``, runs ``cell``
+    and then ``snippet`` (matplotlib's Agg backend). ``measure`` returns the snippet's first
+    error (type, message, line in the snippet) or the shape of the image it drew."""
+    return f'''
+def measure(tensors):
+    import traceback
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    notebook = dict(globals())  # the listing's cell: its imports and its class
+    notebook["model"] = {LISTINGS["001"].cls}({EMBED_DIM}, {HEADS})
+    notebook["x"] = tensors["x"]
+    try:
+        exec(compile({cell!r}, "<cell>", "exec"), notebook)
+        exec(compile({snippet!r}, "<snippet>", "exec"), notebook)
+    except Exception as exc:
+        line = None
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if frame.filename == "<snippet>":
+                line = frame.lineno
+        text = str(exc).strip()
+        plt.close("all")
+        return {{"type": type(exc).__name__, "line": line,
+                 "message": text.splitlines()[0] if text else "", "shape": None}}
+    images = [im for ax in plt.gcf().axes for im in ax.images]
+    shape = list(images[0].get_array().shape) if images else None
+    plt.close("all")
+    return {{"type": None, "line": None, "message": "", "shape": shape}}
+'''
+
+
+def _snippet_outcome(rec: dict[str, Any] | None) -> tuple[bool, str, Any, str]:
+    """(raised, result, line, message) of a heat-map run: the listing's own error counts as
+    the snippet not running (it never got there), reported as such."""
+    if rec is None:
+        return True, "not applicable", "", ""
+    if rec["error"] is not None:
+        err = rec["error"]
+        return True, err["type"], "", f"the snippet did not run: {err['message']}"
+    v = rec.get("value") or {}
+    if v.get("type"):
+        return True, v["type"], v["line"] if v["line"] is not None else "", v["message"]
+    shape = v.get("shape")
+    return False, "runs", "", (f"drew a {shape[0]} × {shape[1]} image"
+                               if shape and len(shape) == 2 else "")
+
+
 def _err(a: Tensor, b: Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
@@ -301,13 +402,17 @@ def run(
     listing_001: str | None = None,
     fixes_001: Sequence[Edit] = FIXES_001,
     einsum_fn: Callable[..., tuple[Tensor, Tensor]] = einsum_attention,
+    fused_call_001: str = FUSED_CALL_001,
+    heatmap_001: str = HEATMAP_001,
     timeout: float = 120.0,
 ) -> Result:
     """Run both listings as printed and 001 corrected edit by edit; compare with attnlab.
 
     Wrong variants: ``listing_000``/``listing_001`` replace the printed listings (a listing
     that runs and matches flips the verdict), ``fixes_001`` the corrections (a wrong patch
-    fails the agreement and tip checks), ``einsum_fn`` the einsum formulation.
+    fails the agreement and tip checks), ``einsum_fn`` the einsum formulation,
+    ``fused_call_001`` the fused projection of 001's tip and ``heatmap_001`` its heat-map
+    snippet (a call or a snippet that runs fails its check).
     """
     src0 = listing_source("000") if listing_000 is None else listing_000
     src1 = listing_source("001") if listing_001 is None else listing_001
@@ -370,8 +475,28 @@ def run(
         runs1.append({"label": "001 dedented", "source": dedent, "filename": fn1,
                       "cls": l1.cls, "args": [EMBED_DIM, HEADS], "state": "w/",
                       "calls": calls1})
+    # 001's tip on the fused projection and its heat-map snippet, with their controls
+    fn_tip = "001_fused_qkv_tip.py"
+    runs2: list[dict[str, Any]] = [
+        {"label": "001 fused call", "source": fused_call_source(fused_call_001),
+         "filename": fn_tip},
+        {"label": "001 listing call", "source": fused_call_source(LISTING_CALL_001),
+         "filename": fn_tip},
+    ]
+    returns_weights = _edited(steps[-1], RETURN_WEIGHTS_001)
+    heat_at: dict[str, int | None] = {}
+    for key, cell in HEATMAP_CELLS.items():
+        source = returns_weights if key == "control" else steps[-1]
+        heat_at[key] = None if source is None else len(runs2)
+        if source is not None:
+            runs2.append({"label": f"001 heat map, {key}", "source": source, "filename": fn1,
+                          "harness": _heatmap_harness(heatmap_001, cell),
+                          "measure": "measure"})
+    # in 000's interpreter, the shorter job (its tensors hold the same x), after its runs
+    first2 = len(runs0)
     (recs0, outs0), (recs1, outs1) = run_listings(
-        [(runs0, tensors0), (runs1, tensors1)], seed=seed, timeout=timeout)
+        [(runs0 + runs2, tensors0), (runs1, tensors1)], seed=seed, timeout=timeout)
+    recs2 = recs0[first2:]
 
     # 000: its own test, then driven with attnlab's weights
     main0, driven0 = recs0[:2]
@@ -450,6 +575,12 @@ def run(
     merge_wrong = _err(t_view.reshape(b_, n_, h_ * d_),
                        t_view.transpose(1, 2).contiguous().view(b_, n_, h_ * d_))
 
+    # 001's fused projection as its tip prints it, and as its listing writes it
+    fused_raised, listing_raised = ((r["error"] or {}).get("type") == "TypeError"
+                                    for r in recs2[:2])
+    # 001's heat-map snippet after the corrected listing; control: a forward with weights
+    heat = {k: _snippet_outcome(None if i is None else recs2[i]) for k, i in heat_at.items()}
+
     failing = int(fails0) + int(fails1)
 
     def ctl(key: str, value: float) -> Control:
@@ -499,6 +630,19 @@ def run(
                  by_construction=True,
                  control=Control("the heads merged without the transpose",
                                  "不转置直接合并各头", merge_wrong)),
+        check_ge("tip: the fused projection as printed, nn.Linear(3*d_model), raises "
+                 "TypeError (1 = raised)", float(fused_raised), 1, support=True,
+                 id="fused-call-raises",
+                 control=Control(f"the listing's own call, {LISTING_CALL_001}",
+                                 f"代码清单自己的写法 {LISTING_CALL_001}",
+                                 float(listing_raised))),
+        check_ge("heat-map snippet after the corrected 001 and out = model(x): raises "
+                 "(1 = raised)", float(heat["listing"][0]), 1, support=True,
+                 id="heatmap-snippet-raises",
+                 control=Control(f"the same snippet after a forward that returns its weights "
+                                 f"too, then {HEATMAP_CELLS['control']}",
+                                 f"同一段代码，forward 同时返回注意力权重，再执行 "
+                                 f"{HEATMAP_CELLS['control']}", float(heat["control"][0]))),
     ]
 
     rows: list[list[Any]] = []
@@ -539,6 +683,18 @@ def run(
                      f"max |out − attnlab| = {fmt_num(out_err)}, max |weights − attnlab| = "
                      f"{fmt_num(w_err)}" if math.isfinite(out_err) else ""])
     rows += view_rows
+    for rec, label in zip(recs2[:2], (
+            f"001 tip as printed: qkv_proj = {fused_call_001}, d_model = {EMBED_DIM}",
+            f"001's listing call: qkv_proj = {LISTING_CALL_001}, d_model = {EMBED_DIM}")):
+        result, line, msg = _describe(rec)
+        rows.append([label, result, line, msg])
+    for key, label in (
+            ("listing", "001 heat-map snippet after the corrected listing and out = model(x)"),
+            ("output-as-attn", "001 heat-map snippet after the corrected listing and "
+                               "attn = model(x) (the output taken for the weights)"),
+            ("control", "001 heat-map snippet, control: forward returns (output, attn), then "
+                        "out, attn = model(x)")):
+        rows.append([label, *heat[key][1:]])
 
     fig = _figure(checks[1:5], attn1.get("causal")) if plot else None
     printed = _describe(recs1[0])

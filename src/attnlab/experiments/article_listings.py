@@ -29,8 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Edit", "Listing", "LISTINGS", "FIXES_001", "DEDENT_001", "listing_source",
-           "apply_edits", "diff_lines", "run_listings"]
+__all__ = ["Edit", "Listing", "LISTINGS", "FIXES_001", "DEDENT_001", "FUSED_CALL_001",
+           "LISTING_CALL_001", "HEATMAP_001", "RETURN_WEIGHTS_001", "fused_call_source",
+           "listing_source", "apply_edits", "diff_lines", "run_listings"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,35 @@ DEDENT_001: tuple[Edit, ...] = (
          "取消 masked_fill 一行的缩进（`if` 仍留在注释里）"),
     *FIXES_001[1:],
 )
+
+
+#: The fused QKV projection as article 001's tip names it (「通过 nn.Linear(3*d_model) 一次性计算
+#: QKV」), verbatim; and the call its listing makes for the same projection.
+FUSED_CALL_001 = "nn.Linear(3*d_model)"
+LISTING_CALL_001 = "nn.Linear(d_model, 3*d_model)"
+
+#: Article 001's heat-map snippet (可视化复现方法), verbatim: it plots ``attn``, a local
+#: variable of the listing's ``forward``, which returns only ``self.out_proj(out)``.
+HEATMAP_001 = """# 示例：绘制第一个头的注意力热图
+import matplotlib.pyplot as plt
+plt.matshow(attn[0,0].detach().numpy(), cmap='Reds')
+plt.colorbar()
+plt.title("Attention Head 1")
+"""
+
+#: The control of the heat-map snippet: the corrected 001 listing with a ``forward`` that
+#: returns its weights too, ``(output, attn)``, as attnlab's modules and torch's
+#: ``nn.MultiheadAttention`` do.
+RETURN_WEIGHTS_001 = Edit("        return self.out_proj(out)\n",
+                          "        return self.out_proj(out), attn\n",
+                          "forward returns its weights too: (output, attn)",
+                          "forward 同时返回注意力权重：(output, attn)")
+
+
+def fused_call_source(call: str) -> str:
+    """A few lines that build the fused projection with ``call`` at article 001's size, as
+    its listing's ``__init__`` would (``d_model = 512``)."""
+    return f"import torch.nn as nn\n\nd_model = 512\nqkv_proj = {call}\n"
 
 
 def listing_source(article: str) -> str:

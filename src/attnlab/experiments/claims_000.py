@@ -82,18 +82,38 @@ CLAIMS_000: tuple[Claim, ...] = (
     Claim(
         "000-error-projection-raises-dimension", "000", "error",
         "线性投影：升维与子空间切割",
-        "The heading calls the linear projection a raising of the dimension (升维), but it "
-        "never raises it: W^Q, W^K, W^V are d × d_k with d_k = d/h ≤ d (the article's own "
-        "next lines say d × d_k), so each head's projection maps the d-dimensional input to "
-        "d/h dimensions; measured on attnlab's MultiHeadAttention, d_k / d ≤ 1.",
-        "该标题把线性投影称为“升维”，但它从不升维：W^Q、W^K、W^V 是 d × d_k 的矩阵，"
-        "d_k = d/h ≤ d（文章紧接着的正文自己也写的是 d × d_k），每个头的投影把 d 维的输入映射到 "
-        "d/h 维；在 attnlab 的 MultiHeadAttention 上实测 d_k / d ≤ 1。",
-        evidence("!dot-product-geometry:projection-no-wider"),
-        reading_en="The heading's plain reading: the linear projection to Q, K, V raises the "
-                   "dimension, its output (per head) wider than its d-dimensional input.",
-        reading_zh="标题的字面意思：到 Q、K、V 的线性投影是升维，（每个头的）输出比 d 维的"
-                   "输入更宽。",
+        "The heading calls the linear projection a raising of the dimension (升维), but no "
+        "projection to Q, K or V raises it: per head, W_i^Q, W_i^K, W_i^V map d_model to "
+        "d_k = d_model / h (the article's own next lines say d × d_k), and each of W^Q, W^K, "
+        "W^V as one matrix outputs at most d_model. Measured on the weight files of two real "
+        "models: MiniLM (384 → 32 per head, 384 → 384 whole) and SmolLM2 (576 → 64 per head; "
+        "W^Q 576 → 576, its shared-head W^K, W^V 576 → 192): d_k / d_model ≤ 0.111 and whole "
+        "width / d_model ≤ 1, while their feed-forward up-projections do raise the dimension "
+        "(384 → 1536, 576 → 1536). Only stacked into one matrix [W^Q W^K W^V], as article "
+        "001's fused Linear(d, 3d) does, is the output wider than the input (3 d_model; "
+        "1.67 d_model for SmolLM2), and that is three projections side by side, none of "
+        "which raises the dimension.",
+        "该标题把线性投影称为“升维”，但到 Q、K、V 的投影没有一个是升维：每个头的 W_i^Q、W_i^K、"
+        "W_i^V 把 d_model 维映射到 d_k = d_model / h 维（文章紧接着的正文自己也写的是 d × d_k），"
+        "W^Q、W^K、W^V 各自作为整体也最多输出 d_model 维。在两个真实模型的权重文件上实测："
+        "MiniLM（每个头 384 → 32，整体 384 → 384）与 SmolLM2（每个头 576 → 64；W^Q 为 "
+        "576 → 576，共享头的 W^K、W^V 为 576 → 192）：d_k / d_model ≤ 0.111，整体宽度 / "
+        "d_model ≤ 1；而它们的前馈层上投影确实升维（384 → 1536，576 → 1536）。只有把 "
+        "[W^Q W^K W^V] 叠成一个矩阵（如文章 001 融合的 Linear(d, 3d)）时，输出才比输入宽"
+        "（3 d_model；SmolLM2 为 1.67 d_model），而那只是三个投影并排放在一起，其中没有一个"
+        "是升维。",
+        evidence("!head-dimensions:headline", "!head-dimensions:whole-projection-no-wider"),
+        reading_en="The heading's plain reading: the projection to Q, K, V raises the "
+                   "dimension — each of W^Q, W^K, W^V (per head, or as one matrix) outputs "
+                   "more dimensions than its d_model-dimensional input.",
+        reading_zh="标题的字面意思：到 Q、K、V 的投影是升维——W^Q、W^K、W^V 中的每一个（按头，"
+                   "或作为整体）输出的维数都多于 d_model 维的输入。",
+        readings=(Reading("Stacked: the three projections as one matrix [W^Q W^K W^V] (article "
+                          "001's fused Linear(d, 3d)) output more dimensions than their input "
+                          "(measured at least 1.5 d_model on both models).",
+                          "叠成一体：把三个投影合成一个矩阵 [W^Q W^K W^V]（文章 001 融合的 "
+                          "Linear(d, 3d)），其输出维数多于输入（两个模型上实测至少 1.5 d_model）。",
+                          evidence("head-dimensions:stacked-qkv-wider")),),
     ),
     Claim(
         "000-qkv-subspaces", "000", "claim",
@@ -183,6 +203,29 @@ CLAIMS_000: tuple[Claim, ...] = (
         evidence("dynamic-graph:complete-graph"),
     ),
     Claim(
+        "000-error-score-is-attention-degree", "000", "error",
+        "精确地量化了序列中第 $i$ 个词对第 $j$ 个词的“关注程度”",
+        "Entry (i, j) of QKᵀ is a score, not how much token i attends to token j: that is the "
+        "weight A_ij = softmax_j(s_ij / √d_k), which depends on the whole row i, so one score "
+        "gives different weights in different rows. Measured on an untrained attnlab "
+        "MultiHeadAttention (4 heads, 64 tokens): over pairs of entries from different rows "
+        "of a head, the higher score has the lower weight in 11 % of pairs (within one row, "
+        "where softmax is monotone: 0 %); raising the other scores of row i by 1 changes A_ij "
+        "by 63 % on average with s_ij unchanged (raising the whole row: 0).",
+        "QKᵀ 的第 (i, j) 个元素只是分数，并不是第 i 个词元对第 j 个词元的关注程度：关注程度是"
+        "权重 A_ij = softmax_j(s_ij / √d_k)，它取决于第 i 行的全部分数，所以同一个分数在不同的"
+        "行中对应不同的权重。在未经训练的 attnlab MultiHeadAttention（4 个头，64 个词元）上"
+        "实测：同一个头中来自不同行的两个元素，分数较高者权重反而较低的占 11%（同一行之内，"
+        "softmax 单调：0%）；把第 i 行的其他分数都加 1，s_ij 不变而 A_ij 平均变化 63%"
+        "（整行都加 1：0）。",
+        evidence("!dot-product-geometry:score-not-weight-across-rows,weight-depends-on-row"),
+        reading_en="The sentence's plain reading: entry (i, j) of QKᵀ by itself exactly "
+                   "quantifies how much token i attends to token j, so a higher score means "
+                   "more attention, whichever row it is in.",
+        reading_zh="这句话的字面意思：QKᵀ 的第 (i, j) 个元素本身就精确量化了第 i 个词元对第 j "
+                   "个词元的关注程度，所以分数越高关注越多，无论它在哪一行。",
+    ),
+    Claim(
         "000-qk-mean-zero", "000", "claim",
         "的数学期望为 0",
         "For q, k with independent components of mean 0 and variance 1, E[q·k] = 0.",
@@ -197,6 +240,25 @@ CLAIMS_000: tuple[Claim, ...] = (
         "在同样的假设下，Var(q·k) 随 d_k 线性增长：恰为 d_k。",
         evidence("qk-variance"),
         conditions_en=IID_EN, conditions_zh=IID_ZH,
+    ),
+    Claim(
+        "000-error-dk-model-dimension", "000", "error",
+        "当模型维度 $d_k$ 很大时",
+        "The sentence calls d_k the model dimension (模型维度), but d_k is the dimension of one "
+        "head's queries and keys, d_model / h; the model dimension is d_model. Read from the "
+        "weight files, MiniLM has d_model 384 and d_k 32 (12 heads), SmolLM2 d_model 576 and "
+        "d_k 64 (9 heads), and article 000's own listing d_model 512 and d_k 64 (8 heads): "
+        "d_k / d_model = 1/h ≤ 0.125. The two coincide only with one head (h = 1: ratio 1). "
+        "The sentence's example 64 is the head dimension of SmolLM2 and of the listing.",
+        "这句话把 d_k 称为“模型维度”，但 d_k 是一个头的查询与键的维度，等于 d_model / h；"
+        "模型维度是 d_model。从权重文件读取：MiniLM 的 d_model 为 384、d_k 为 32（12 个头），"
+        "SmolLM2 的 d_model 为 576、d_k 为 64（9 个头），文章 000 自己的代码 d_model 为 512、"
+        "d_k 为 64（8 个头）：d_k / d_model = 1/h ≤ 0.125。只有单头时两者才相同（h = 1："
+        "比值为 1）。句中举例的 64 正是 SmolLM2 和该代码的头维度。",
+        evidence("!head-dimensions:dk-below-model-dim"),
+        reading_en="The plain reading: d_k, the dimension of the vectors whose dot product is "
+                   "scaled, is the model's dimension d_model.",
+        reading_zh="字面意思：d_k，即做点积并被缩放的那些向量的维度，就是模型的维度 d_model。",
     ),
     Claim(
         "000-large-scores", "000", "claim",
@@ -312,6 +374,31 @@ CLAIMS_000: tuple[Claim, ...] = (
         "都正是这样计算的，与使用相同权重的 attnlab 模块结果相等。",
         evidence("article-code:printed-000-output,printed-000-weights",
                  "article-code:fixed-001-output"),
+    ),
+    Claim(
+        "000-error-head-formula-double-projection", "000", "error",
+        r"\text{head}_i = \text{Attention}(Q W_i^Q, K W_i^K, V W_i^V)",
+        "The formula is the paper's ('Attention Is All You Need'), where Q, K, V are the "
+        "layer's inputs (X in self-attention). Article 000 has already defined Q = XW^Q, "
+        "K = XW^K, V = XW^V (N × d_k, with W^Q of d × d_k), so in its own symbols head_i "
+        "projects Q a second time with W_i^Q (d_model × d_k): an N × d_k matrix times a "
+        "d_model × d_k one, which do not compose unless d_k = d_model. Run as written at its "
+        "listing's sizes (N = 10, d_model = 512, 8 heads), the product raises a shape error "
+        "(measured 1); with Q = K = V = X it runs (0). The listing itself projects once "
+        "(W_q, then view), as the paper does.",
+        "这个公式来自原论文（《Attention Is All You Need》），其中 Q、K、V 是该层的输入"
+        "（自注意力中即 X）。文章 000 前面已经定义 Q = XW^Q、K = XW^K、V = XW^V（N × d_k，"
+        "W^Q 为 d × d_k），所以按它自己的符号，head_i 又用 W_i^Q（d_model × d_k）把 Q 再投影"
+        "一次：N × d_k 的矩阵乘以 d_model × d_k 的矩阵，除非 d_k = d_model，否则形状对不上。"
+        "按文中写法在其代码的规模下运行（N = 10，d_model = 512，8 个头），这个乘积报形状错误"
+        "（实测为 1）；取 Q = K = V = X 时则能运行（0）。文章的代码本身只投影一次（先 W_q，"
+        "再 view），与原论文一致。",
+        evidence("!head-dimensions:article-head-formula-shapes-fail"),
+        reading_en="The plain reading in the article's own symbols: head_i = Attention(QW_i^Q, "
+                   "KW_i^K, VW_i^V), with Q = XW^Q, K = XW^K, V = XW^V as defined in section 一, "
+                   "is a computation that runs.",
+        reading_zh="按文章自己的符号的字面意思：head_i = Attention(QW_i^Q, KW_i^K, VW_i^V)，"
+                   "其中 Q = XW^Q、K = XW^K、V = XW^V 如第一节所定义，是一个能够运行的计算。",
     ),
     Claim(
         "000-one-relation-per-head", "000", "claim",
@@ -565,6 +652,46 @@ CLAIMS_000: tuple[Claim, ...] = (
         "自注意力本质上完成了一次“动态邻居聚合”；不加位置信息时它把词看作集合"
         "（对置换等变），就像图上的聚合一样。",
         evidence("dynamic-graph:headline", "dynamic-graph:input-dependent"),
+    ),
+    Claim(
+        "000-error-kernel-measures-distance", "000", "error",
+        "是衡量距离的核函数",
+        "The sentence says the kernel K(·,·) measures distance, but a Nadaraya–Watson kernel "
+        "measures similarity: it is largest for identical inputs (distance 0) and falls as "
+        "the distance grows, so the nearest training points get the largest weights, while a "
+        "distance is 0 there and grows. Measured on the regression's Gaussian kernel and on "
+        "the attention kernel exp(q·k/√d) for unit vectors: in every row K(x, ·) peaks at x "
+        "itself, and its within-row Spearman correlation with the distance is −1 (the "
+        "distance itself: +1). A Gaussian kernel is computed from a distance, but what it "
+        "measures is closeness.",
+        "这句话说核函数 K(·,·) 衡量距离，但 Nadaraya–Watson 的核衡量的是相似度：输入相同"
+        "（距离为 0）时它最大，距离越大它越小，所以最近的训练点得到最大的权重；而距离在那里"
+        "为 0，并随之增大。在回归所用的高斯核与单位向量上的注意力核 exp(q·k/√d) 上实测："
+        "每一行中 K(x, ·) 都在 x 自身处最大，它与距离的行内 Spearman 相关系数为 −1（距离本身："
+        "+1）。高斯核虽然由距离算出，但它衡量的是接近程度。",
+        evidence("!kernel-smoothing:kernel-largest-at-zero-distance,kernel-falls-with-distance"),
+        reading_en="The plain reading: K(x, x_i) measures the distance between x and x_i — "
+                   "larger the farther apart they are.",
+        reading_zh="字面意思：K(x, x_i) 衡量 x 与 x_i 之间的距离——两者相距越远，它越大。",
+    ),
+    Claim(
+        "000-error-kernel-formula-unscaled", "000", "error",
+        r"\text{Output} = \sum_{i=1}^N \text{softmax}(q \cdot k_i) v_i",
+        "Set beside Nadaraya–Watson as the attention formula, Output = Σ_i softmax(q·k_i) v_i "
+        "drops the 1/√d_k of the attention the article defines (softmax(QKᵀ/√d_k)V): its "
+        "kernel is exp(q·k), not attention's exp(q·k/√d_k). At d_k = 16 (fp64) its output "
+        "differs from attnlab's attention by up to 1.98; with the 1/√d_k restored the two "
+        "agree exactly (0). The kernel-smoothing reading stands with the kernel "
+        "exp(q·k/√d_k) (000-kernel-smoothing).",
+        "在与 Nadaraya–Watson 对比时，Output = Σ_i softmax(q·k_i) v_i 这个注意力公式丢掉了"
+        "文章自己定义的注意力（softmax(QKᵀ/√d_k)V）中的 1/√d_k：它的核是 exp(q·k)，而不是"
+        "注意力的 exp(q·k/√d_k)。在 d_k = 16（fp64）时，它的输出与 attnlab 注意力的输出最多"
+        "相差 1.98；恢复 1/√d_k 后两者完全一致（0）。以 exp(q·k/√d_k) 为核，核平滑的解读"
+        "依然成立（000-kernel-smoothing）。",
+        evidence("!kernel-smoothing:article-formula-unscaled"),
+        reading_en="The plain reading: Σ_i softmax(q·k_i) v_i, as printed, is the output of the "
+                   "attention the article defines.",
+        reading_zh="字面意思：按原样印出的 Σ_i softmax(q·k_i) v_i 就是文章所定义的注意力的输出。",
     ),
     Claim(
         "000-kernel-smoothing", "000", "claim",

@@ -49,11 +49,41 @@ CLAIMS_001: tuple[Claim, ...] = (
     Claim(
         "001-pe-formula", "001", "code",
         r"PE_{(pos,2i)} = \sin\left(\frac{pos}{10000^{2i/d_{\text{model}}}}\right)",
-        "The sinusoidal encoding PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) (and cos at "
-        "2i + 1), as attnlab's table computes it.",
-        "正弦位置编码 PE(pos, 2i) = sin(pos / 10000^(2i/d_model))（2i + 1 维为 cos），"
-        "attnlab 的位置编码表按此计算。",
+        "The sinusoidal encoding PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), as attnlab's "
+        "table computes it; the table also has cos at 2i + 1, which the article does not "
+        "print (item 001-error-pe-sin-half-only).",
+        "正弦位置编码 PE(pos, 2i) = sin(pos / 10000^(2i/d_model))，attnlab 的位置编码表按此"
+        "计算；该表在 2i + 1 维还有 cos，而文章没有给出这一半（见条目 "
+        "001-error-pe-sin-half-only）。",
         evidence("pe-relative-position"),
+    ),
+    Claim(
+        "001-error-pe-sin-half-only", "001", "error",
+        r"PE_{(pos,2i)} = \sin\left(\frac{pos}{10000^{2i/d_{\text{model}}}}\right)",
+        "The article prints only the sin half of the encoding, PE(pos, 2i) = "
+        "sin(pos / 10000^(2i/d_model)), and nothing for the odd dimensions 2i + 1; yet its "
+        "next point, that by the angle-sum formulas PE_{pos+k} is a linear combination of "
+        "PE_{pos}, needs the cos half: sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk reads "
+        "cos ωp, which the sin half does not hold. With the sin half alone no linear map "
+        "shifts the encoding (at pos = 0 it is the zero vector, which every linear map sends "
+        "to 0, while PE_k is not 0): even the best least-squares map misses by more than 1 "
+        "(d_model = 128, k ≤ 64; sin-half-no-linear-shift). With PE(pos, 2i + 1) = "
+        "cos(pos / 10000^(2i/d_model)) interleaved, as the original Transformer defines it, "
+        "one rotation per k does it exactly (the same fit: about 1e-13).",
+        "文章只给出了位置编码的 sin 一半 PE(pos, 2i) = sin(pos / 10000^(2i/d_model))，"
+        "奇数维 2i + 1 没有给出任何公式；而它紧接着说由三角函数的和角公式可以证明 PE_{pos+k} "
+        "能表示为 PE_{pos} 的线性组合，这需要 cos 一半：sin(ω(p+k)) = sin ωp cos ωk + "
+        "cos ωp sin ωk 用到了 cos ωp，而 sin 一半中没有它。只有 sin 一半时，不存在把编码平移的"
+        "线性映射（pos = 0 时它是零向量，任何线性映射都把它映到 0，而 PE_k 不是 0）：即使用"
+        "最小二乘最优映射，误差也超过 1（d_model = 128，k ≤ 64；sin-half-no-linear-shift）。"
+        "按原始 Transformer 的定义交错加入 PE(pos, 2i + 1) = cos(pos / 10000^(2i/d_model)) 后，"
+        "每个 k 用一个旋转即可精确实现（同样的拟合：约 1e-13）。",
+        evidence("!pe-relative-position:sin-half-no-linear-shift"),
+        reading_en="The encoding as the article prints it, PE(pos, 2i) = "
+                   "sin(pos / 10000^(2i/d_model)) alone, is one whose PE_{pos+k} is a linear "
+                   "combination of PE_{pos} (the property its next point claims for it).",
+        reading_zh="按文章给出的公式，只有 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) 的"
+                   "编码，其 PE_{pos+k} 能表示为 PE_{pos} 的线性组合（即文章下一条所说的性质）。",
     ),
     Claim(
         "001-error-wavelength-decay", "001", "error",
@@ -176,6 +206,24 @@ CLAIMS_001: tuple[Claim, ...] = (
         "torch.einsum('bhqd,bhkd->bhqk', q, k) 一句完成多头矩阵乘法，无需手动 permute 维度；"
         "einsum 写法与 attnlab 的多头注意力结果相等。",
         evidence("article-code:einsum"),
+    ),
+    Claim(
+        "001-error-fused-linear-call", "001", "error",
+        "通过 nn.Linear(3*d_model) 一次性计算 QKV",
+        "The tip names the fused projection nn.Linear(3*d_model), which is not a valid call: "
+        "nn.Linear takes in_features and out_features, and nn.Linear(3*512) raises TypeError "
+        "(missing 'out_features'; fused-call-raises). The projection the listing itself "
+        "builds, nn.Linear(d_model, 3*d_model) (d_model inputs, 3·d_model outputs), runs; "
+        "read as one argument, 3*d_model is the input size, not the output.",
+        "该技巧给出的融合投影 nn.Linear(3*d_model) 不是合法的调用：nn.Linear 需要 "
+        "in_features 和 out_features 两个参数，nn.Linear(3*512) 抛出 TypeError（缺少 "
+        "'out_features'；fused-call-raises）。代码清单自己构建的投影 "
+        "nn.Linear(d_model, 3*d_model)（d_model 个输入、3·d_model 个输出）可以运行；"
+        "只写一个参数时，3*d_model 是输入维度而不是输出维度。",
+        evidence("!article-code:fused-call-raises"),
+        reading_en="The tip's plain reading: nn.Linear(3*d_model), as printed, builds the "
+                   "fused QKV projection.",
+        reading_zh="该技巧的字面意思：按原样写的 nn.Linear(3*d_model) 能构建融合的 QKV 投影。",
     ),
     Claim(
         "001-fused-qkv-faster", "001", "claim",
@@ -408,12 +456,27 @@ CLAIMS_001: tuple[Claim, ...] = (
     Claim(
         "001-heatmap-code", "001", "code",
         "plt.matshow(attn[0,0].detach().numpy(), cmap='Reds')",
-        "A heat map of the first head's attention matrix (plt.matshow of attn[0, 0]).",
-        "绘制第一个头的注意力矩阵热力图（对 attn[0, 0] 调用 plt.matshow）。",
-        not_testable_en="A plotting snippet with nothing to compute: it draws whatever attn "
-                        "holds (attn is local to the listing's forward, which never returns it).",
-        not_testable_zh="这是一段绘图代码，没有可计算的内容：它画出 attn 中的任何内容"
-                        "（而 attn 是代码 forward 内部的局部变量，从未被返回）。",
+        "The snippet is meant to draw a heat map of the first head's attention matrix "
+        "(plt.matshow of attn[0, 0]), but nothing the article gives defines attn: it is a "
+        "local variable of the listing's forward, which returns only self.out_proj(out). Run "
+        "in a notebook after the listing (corrected so that it runs) and out = model(x), the "
+        "snippet raises NameError (name 'attn' is not defined; heatmap-snippet-raises); "
+        "taking forward's return value for the weights (attn = model(x)) fails too, in "
+        "matshow (attn[0, 0] is a vector of the output). After a forward that returns its "
+        "weights as well, (output, attn), the same snippet runs and draws the 10 × 10 map of "
+        "head 1.",
+        "这段代码本意是绘制第一个头的注意力矩阵热力图（对 attn[0, 0] 调用 plt.matshow），"
+        "但文章给出的代码中没有任何地方定义 attn：它是代码清单 forward 内部的局部变量，"
+        "而 forward 只返回 self.out_proj(out)。在 notebook 中先运行（修正到能运行的）代码清单"
+        "和 out = model(x)，再运行这段代码，会抛出 NameError（名称 'attn' 未定义；"
+        "heatmap-snippet-raises）；把 forward 的返回值当作权重（attn = model(x)）同样失败，"
+        "错误出在 matshow（attn[0, 0] 是输出中的一个向量）。若 forward 同时返回权重 "
+        "(output, attn)，同一段代码可以运行，画出第 1 个头 10 × 10 的热力图。",
+        evidence("!article-code:heatmap-snippet-raises"),
+        reading_en="The snippet as printed, run after the article's MultiHeadAttention and "
+                   "its forward call, draws the first head's attention heat map.",
+        reading_zh="按原样运行这段代码（在文章的 MultiHeadAttention 及其 forward 调用之后），"
+                   "能画出第一个头的注意力热力图。",
     ),
     Claim(
         "001-debug-small-data", "001", "recommendation",

@@ -34,6 +34,16 @@ to d_k = d/h dimensions (the last axis at ``hook_q`` / ``hook_k`` against the in
 it never raises the dimension (:func:`widening` ≤ 1), whatever article 000's heading
 「线性投影：升维与子空间切割」 says. That is a count by construction; its control is a
 projection that does widen (d → 2d), which the same test rejects.
+
+Two support checks read article 000's 「矩阵中第 $i$ 行第 $j$ 列的元素，精确地量化了序列中第
+$i$ 个词对第 $j$ 个词的“关注程度”」 on the same untrained layer: the score s_ij = q_i·k_j is
+not how much token i attends to j; the weight A_ij = softmax_j(s_i·/√d) is, and it depends
+on the whole row. Over pairs of entries from different rows of one head, the fraction where
+the higher score has the lower weight (:func:`score_weight_discordance`) is far from 0,
+while within one row, where softmax is monotone (the control), it is 0; and adding a
+constant to the other scores of row i changes A_ij with s_ij unchanged
+(:func:`shift_others_change`), while adding it to the whole row (the control) changes
+nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core import positional
+from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.nn import MultiHeadAttention
 
 from . import scaling_training as recall
@@ -75,6 +86,10 @@ ZH: dict[str, str] = {
         "训练后的回忆头：与查询严格正交的键的 softmax 权重 × N（1 为均匀份额），对各键与各行取平均",
     "trained recall head: mean within-row Spearman(cos θ_j, score_j)":
         "训练后的回忆头：行内 Spearman(cos θ_j, 分数_j) 的平均值",
+    "pairs of entries from different rows of one head: the higher score q·k has the lower "
+    "weight, fraction": "同一个头中来自不同行的两个元素：分数 q·k 较高者权重反而较低的比例",
+    "the other scores of row i raised by {}: mean |ΔA_ij| / A_ij with s_ij unchanged":
+        "把第 i 行其他分数都加 {}：s_ij 不变时 |ΔA_ij| / A_ij 的平均值",
     # table
     "head": "头",
     "Var(score)": "Var(分数)",
@@ -204,6 +219,56 @@ def orthogonal_key_weights_in_row(q: Tensor, k: Tensor) -> tuple[float, float]:
     return float(torch.stack(got).mean()), float(lowest.mean())
 
 
+def score_weight_discordance(s: Tensor, w: Tensor) -> tuple[float, float]:
+    """For scores ``s`` and weights ``w`` of shape (H, N, N): among pairs of entries of one
+    head with different scores, the fraction where the higher score has the lower weight,
+    over pairs from different rows and over pairs within one row.
+
+    >>> s = torch.tensor([[[0., 1.], [2., 3.]]])
+    >>> score_weight_discordance(s, torch.softmax(s, -1))
+    (0.25, 0.0)
+    """
+    if s.shape != w.shape or s.dim() != 3:
+        raise ValueError(f"s and w must be (H, N, N) of one shape, got {tuple(s.shape)} and "
+                         f"{tuple(w.shape)}")
+    n = s.shape[-1]
+    row = torch.arange(n).repeat_interleave(n)
+    same = row[:, None] == row[None, :]
+    counts = torch.zeros(2, 2, dtype=torch.float64)  # [across, within] x [discordant, all]
+    for sh, wh in zip(s.flatten(1), w.flatten(1)):
+        higher = sh[:, None] > sh[None, :]
+        lower_w = wh[:, None] < wh[None, :]
+        for k, where in enumerate((~same, same)):
+            counts[k, 0] += (higher & lower_w & where).sum()
+            counts[k, 1] += (higher & where).sum()
+    frac = counts[:, 0] / counts[:, 1].clamp_min(1)
+    return float(frac[0]), float(frac[1])
+
+
+def shift_others_change(q: Tensor, k: Tensor, shift: float) -> tuple[float, float]:
+    """attnlab's weights A (q, k: (H, N, d)) and the weights with ``shift`` added to every
+    score of row i except s_ij (an additive mask, one key j at a time): the mean of
+    |ΔA_ij| / A_ij, and the same with the shift added to the whole row (s_ij too)."""
+    n = k.shape[-2]
+    v = k.new_zeros(*k.shape[:-1], 1)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    changed = torch.empty_like(w)
+    for j in range(n):
+        bias = torch.full((n,), shift, dtype=q.dtype)
+        bias[j] = 0.0
+        _, wj = scaled_dot_product_attention(q, k, v, bias, return_weights=True)
+        changed[..., j] = wj[..., j]
+    _, whole = scaled_dot_product_attention(q, k, v, torch.full((n,), shift, dtype=q.dtype),
+                                            return_weights=True)
+    return (float(((changed - w).abs() / w).mean()), float(((whole - w).abs() / w).mean()))
+
+
+def attnlab_weights(q: Tensor, k: Tensor) -> Tensor:
+    """attnlab's attention weights softmax(q·k/√d) for (H, N, d) queries and keys."""
+    v = k.new_zeros(*k.shape[:-1], 1)
+    return scaled_dot_product_attention(q, k, v, return_weights=True)[1]
+
+
 def widening(input_dim: int, *projected: Tensor) -> float:
     """The largest output dimension / input dimension over ``projected`` (their last axis):
     > 1 only when a projection raises the dimension.
@@ -246,6 +311,8 @@ def run(
     angle_fn: Callable[[Tensor, Tensor], Tensor] = stable_angle,
     control_angle_fn: Callable[[Tensor, Tensor], Tensor] = raw_dot_angle,
     order_control_fn: Callable[[Tensor, Tensor], Tensor] = key_length,
+    weights_fn: Callable[[Tensor, Tensor], Tensor] = attnlab_weights,
+    shift: float = 1.0,
     plot: bool = True,
 ) -> Result:
     """Score every query against every key, per head; compare with |q||k|cos θ; then read
@@ -256,6 +323,12 @@ def run(
     ``order_control_fn`` (default :func:`key_length`) must fail to order the trained
     head's scores; handing either the right thing (``stable_angle``, or the cosine) makes
     the control pass and the result not hold.
+
+    ``weights_fn`` (default :func:`attnlab_weights`) gives the weights whose order is set
+    against the scores' (:func:`score_weight_discordance`); a wrong variant, weights that are
+    a function of the score alone (``exp(q·k/√d)`` unnormalised), has no discordant pair
+    and fails that support check. ``shift``: the constant added to the other scores of a
+    row (:func:`shift_others_change`).
     """
     if not isinstance(train_steps, int) or train_steps < 1:
         raise ValueError(f"train_steps must be an int >= 1, got {train_steps!r}")
@@ -293,6 +366,22 @@ def run(
                            control=Control("a projection that widens, d → 2d (nn.Linear)",
                                            "一个升维的投影，d → 2d（nn.Linear）",
                                            widening(embed_dim, wide))))
+    across, within = score_weight_discordance(s, weights_fn(q, k))
+    others, whole_row = shift_others_change(q, k, shift)
+    checks.append(check_ge("pairs of entries from different rows of one head: the higher "
+                           "score q·k has the lower weight, fraction", across, 0.05,
+                           id="score-not-weight-across-rows", support=True,
+                           control=Control("the same pairs within one row, where softmax is "
+                                           "monotone in the score",
+                                           "同一行之内的同样配对（行内 softmax 随分数单调）",
+                                           within)))
+    checks.append(check_ge(f"the other scores of row i raised by {shift:g}: mean |ΔA_ij| / "
+                           "A_ij with s_ij unchanged", others, 0.1,
+                           id="weight-depends-on-row", support=True, by_construction=True,
+                           control=Control("the whole row raised by the same constant, s_ij "
+                                           "included (softmax ignores a shift of the row)",
+                                           "整行（包括 s_ij）加上同一常数（softmax 不受整行"
+                                           "平移影响）", whole_row)))
     checks.append(check_ge("trained recall head: mean within-row Spearman(cos θ_j, score_j)",
                            after["angle"], 0.9, id="trained-angle-order",
                            control=Control("the key lengths |k_j| in place of the angle (what "

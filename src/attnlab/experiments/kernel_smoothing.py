@@ -17,6 +17,20 @@ Both equalities are identities (algebra, whatever the data): they hold by constr
 is put beside the deliberately wrong variant the same test must reject: the NW estimate with
 another kernel, the Laplace kernel exp(−|x − x_i|/σ) (:func:`laplace_kernel`), for the first;
 keys of unequal norms for the second.
+
+Three support checks read article 000's section 五 against what it compares:
+
+* its formula Output = Σ_i softmax(q·k_i) v_i (:func:`article_output`) is printed without
+  the 1/√d_k of the attention it defines in section 一 (「对比我们的注意力公式」): at d = 16
+  its output differs from attnlab's attention by far more than rounding, while the same
+  formula with the 1/√d_k restored (:func:`scaled_output`, the control) agrees to fp64
+  rounding;
+* it calls K(·,·) 「衡量距离的核函数」 (a kernel that measures distance), but a kernel
+  measures similarity: for the Gaussian kernel of the regression and for the attention
+  kernel exp(q·k/√d) on unit vectors, K(x, ·) is largest at x itself (distance 0) and
+  falls as the distance grows (within-row Spearman rank correlation with the distance −1),
+  while a distance, the control, is smallest there and rises with itself (+1). Both hold
+  by construction: each kernel is a decreasing function of the distance.
 """
 
 from __future__ import annotations
@@ -29,8 +43,9 @@ from torch import Tensor
 
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
-from ._common import check_le, label_axes, new_figure, seeded
+from ._common import check_ge, check_le, label_axes, new_figure, seeded
 from ._result import Control, Result
+from .dot_product_geometry import row_spearman
 
 NAME = "kernel-smoothing"
 CLAIM = ("Attention with score −(x−x_i)²/(2σ²) is exactly the Nadaraya–Watson estimator; "
@@ -42,6 +57,15 @@ ZH: dict[str, str] = {
     # checks
     "equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|":
         "键范数相等时：|softmax(q·k/√d) − 高斯核权重（σ² = √d）| 的最大值",
+    "article {}'s Output = Σ softmax(q·k_i) v_i (no {}/√d_k): max |it − attention| "
+    "(d = {}, fp{})": "文章 {} 的 Output = Σ softmax(q·k_i) v_i（没有 {}/√d_k）："
+    "|它 − 注意力| 的最大值（d = {}，fp{}）",
+    "Gaussian kernel and exp(q·k/√d) on unit vectors: rows whose largest K(x, ·) is at x "
+    "itself (distance 0), fraction": "高斯核与单位向量上的 exp(q·k/√d)：K(x, ·) 的最大值恰在 x "
+    "自身（距离为 0）的行所占比例",
+    "Gaussian kernel and exp(q·k/√d) on unit vectors: within-row Spearman(K(x, x_j), "
+    "‖x − x_j‖), the larger of the two": "高斯核与单位向量上的 exp(q·k/√d)：行内 "
+    "Spearman(K(x, x_j), ‖x − x_j‖)，取两者中较大者",
     # table
     "max |attention − NW|": "|注意力 − NW| 的最大值",
     "MSE against 2 sin x + x": "相对 2 sin x + x 的均方误差",
@@ -59,6 +83,35 @@ ZH: dict[str, str] = {
 
 
 Kernel = Callable[[Tensor, float], Tensor]
+Formula = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def article_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Article 000's Output = Σ_i softmax(q·k_i) v_i as printed: no 1/√d_k."""
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+def scaled_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The same formula with the 1/√d_k restored (the control: attention as defined)."""
+    return torch.softmax(q @ k.transpose(-2, -1) * default_scale(q.shape[-1]), dim=-1) @ v
+
+
+def sphere_kernel(x: Tensor, y: Tensor) -> Tensor:
+    """The attention kernel exp(x·y/√d) between rows of ``x`` and ``y`` (M, N)."""
+    return torch.exp(x @ y.T * default_scale(x.shape[-1]))
+
+
+def distance(x: Tensor, y: Tensor) -> Tensor:
+    """‖x − y‖ between rows (the control: a distance, not a similarity)."""
+    return torch.cdist(x, y)
+
+
+def kernel_vs_distance(kernel: Tensor, dist: Tensor) -> tuple[float, float]:
+    """For square (N, N) matrices of K(x_i, x_j) and ‖x_i − x_j‖: the fraction of rows whose
+    largest entry is the diagonal (x itself), and the mean within-row Spearman correlation
+    of K with the distance."""
+    top = float((kernel.argmax(-1) == torch.arange(len(kernel))).double().mean())
+    return top, float(row_spearman(kernel, dist).mean())
 
 
 def gaussian_kernel(diff: Tensor, sigma: float) -> Tensor:
@@ -98,6 +151,9 @@ def run(
     d: int = 16,
     equal_norm_keys: bool = True,
     control_kernel: Kernel = laplace_kernel,
+    article_fn: Formula = article_output,
+    restored_fn: Formula = scaled_output,
+    similarity_fn: Callable[[Tensor, Tensor], Tensor] = sphere_kernel,
     plot: bool = True,
 ) -> Result:
     """The 1-D regression of noisy y = 2 sin x + x, then the d-dim equal-norm-key identity.
@@ -107,6 +163,13 @@ def run(
     (default :func:`laplace_kernel`) must differ from attention; keys of unequal norms must
     fail the Gaussian identity. Handing :func:`gaussian_kernel` as the control kernel makes
     it pass and the result not hold.
+
+    Support checks (article 000's section 五): ``article_fn`` (default
+    :func:`article_output`) against attnlab's attention, with ``restored_fn`` (default
+    :func:`scaled_output`) as the control; ``similarity_fn`` (default :func:`sphere_kernel`)
+    and the Gaussian kernel against the distance (:func:`distance`, the control). Wrong
+    variants: ``article_fn=scaled_output`` (the gap vanishes), ``similarity_fn=distance``
+    (a distance in place of the kernel: it rises with the distance).
     """
     with seeded(seed) as g:
         xi = (torch.rand(n_train, generator=g, dtype=torch.float64) * 5).sort().values
@@ -128,6 +191,19 @@ def run(
         q = torch.randn(32, d, generator=g, dtype=torch.float64)
         k_raw = torch.randn(40, d, generator=g, dtype=torch.float64)
         k_equal = 2.0 * k_raw / k_raw.norm(dim=-1, keepdim=True)
+        v = torch.randn(40, 3, generator=g, dtype=torch.float64)
+        unit = torch.randn(40, d, generator=g, dtype=torch.float64)
+        unit = unit / unit.norm(dim=-1, keepdim=True)
+    attended = scaled_dot_product_attention(q, k_raw, v)  # attnlab: softmax(q·k/√d) V
+    article_gap = float((article_fn(q, k_raw, v) - attended).abs().max())
+    restored_gap = float((restored_fn(q, k_raw, v) - attended).abs().max())
+    # the regression's Gaussian kernel (its widest σ: no entry underflows) on the training
+    # points, and the attention kernel on unit vectors, each beside the distance
+    wide = max(sigmas)
+    pairs = [(gaussian_kernel(xi[:, None] - xi[None, :], wide), (xi[:, None] - xi[None, :]).abs()),
+             (similarity_fn(unit, unit), distance(unit, unit))]
+    measured = [kernel_vs_distance(kern, dist) for kern, dist in pairs]
+    nulls = [kernel_vs_distance(dist, dist) for _, dist in pairs]
     tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
 
     def gauss_error(k: Tensor) -> float:
@@ -140,7 +216,26 @@ def run(
                        gauss_err, 1e-12, id="gaussian-equal-norms", by_construction=True,
                        control=Control("keys of unequal norms (Gaussian keys, unnormalised)",
                                        "范数不等的键（未归一化的高斯随机键）",
-                                       gauss_error(k_raw)))]
+                                       gauss_error(k_raw))),
+              check_ge(f"article 000's Output = Σ softmax(q·k_i) v_i (no 1/√d_k): max |it − "
+                       f"attention| (d = {d}, fp64)", article_gap, 0.1,
+                       id="article-formula-unscaled", support=True,
+                       control=Control("the same formula with the 1/√d_k restored, "
+                                       "softmax(q·k_i/√d_k)",
+                                       "恢复 1/√d_k 的同一公式 softmax(q·k_i/√d_k)",
+                                       restored_gap)),
+              check_ge("Gaussian kernel and exp(q·k/√d) on unit vectors: rows whose largest "
+                       "K(x, ·) is at x itself (distance 0), fraction",
+                       min(m[0] for m in measured), 0.99, id="kernel-largest-at-zero-distance",
+                       support=True, by_construction=True,
+                       control=Control("the distance ‖x − x_j‖ in place of the kernel",
+                                       "以距离 ‖x − x_j‖ 代替核", max(n[0] for n in nulls))),
+              check_le("Gaussian kernel and exp(q·k/√d) on unit vectors: within-row "
+                       "Spearman(K(x, x_j), ‖x − x_j‖), the larger of the two",
+                       max(m[1] for m in measured), -0.9, id="kernel-falls-with-distance",
+                       support=True, by_construction=True,
+                       control=Control("the distance ‖x − x_j‖ in place of the kernel",
+                                       "以距离 ‖x − x_j‖ 代替核", min(n[1] for n in nulls)))]
     fig = _figure(xi, yi, x, curves, sigmas) if plot else None
     return Result(
         NAME, CLAIM, CLAIM_ZH,

@@ -17,6 +17,14 @@ linear shift exists; the same table for the offset dot products; and, for the wa
 slips of the exponent — pairs counted from i = 1 (:func:`off_by_one_table`, whose last
 wavelength is the 10000·2π the article names) and i/d in place of 2i/d
 (:func:`half_exponent_table`).
+
+The cos half is needed. Article 001 prints only PE(pos, 2i) = sin(pos/10000^(2i/d_model)),
+then says that PE_{pos+k} is a linear combination of PE_{pos}; the angle-sum formula
+sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk reads cos ωp, which the sin half does not hold.
+So the same best least-squares map M̂_k is fit to the sin half alone (:func:`sin_half`, the
+table's even columns): it misses by more than 1 (at pos = 0 the sin half is the zero vector,
+which every linear map sends to 0, while PE_k is not), where the full table, sin and cos
+interleaved, is its control: there the best map is exact to rounding.
 """
 
 from __future__ import annotations
@@ -50,6 +58,10 @@ ZH: dict[str, str] = {
     "max relative deviation of wavelength ratio from 10000^(2/d)":
         "相邻波长之比相对 10000^(2/d) 的最大相对偏差",
     "|last wavelength / (2π·10000^(1−2/d)) − 1|": "|最长波长 / (2π·10000^(1−2/d)) − 1|",
+    "the sin half alone (PE[pos, 2i], the formula article 001 prints): max |PE[pos+k] − "
+    "M̂_k PE[pos]| with its best least-squares map":
+        "只有 sin 一半（PE[pos, 2i]，即文章 001 给出的公式）：用其最小二乘最优映射 M̂_k 时 "
+        "|PE[pos+k] − M̂_k PE[pos]| 的最大值",
     # table
     "offset k": "偏移 k",
     "max |PE[p+k] − M_k PE[p]|": "|PE[p+k] − M_k PE[p]| 的最大值",
@@ -106,6 +118,12 @@ def decaying_table(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor
     """Wrong, as the label 波长衰减 (article 001) reads: wavelengths that decay with i, from
     2π·10000^(1−2/d) down to 2π (the sinusoidal frequencies in reverse order)."""
     return table_from_frequencies(n, positional.frequencies(d).flip(0), dtype)
+
+
+def sin_half(pe: Tensor) -> Tensor:
+    """The sin half of a table: its even columns PE[:, 2i] = sin(ω_i pos), all that article
+    001's formula PE(pos, 2i) = sin(pos/10000^(2i/d_model)) defines."""
+    return pe[:, 0::2]
 
 
 def random_table(n: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -166,6 +184,7 @@ def run(
     max_offset: int = 64,
     table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
     control_fn: Callable[..., Tensor] | None = None,
+    half_fn: Callable[[Tensor], Tensor] = sin_half,
     plot: bool = True,
 ) -> Result:
     """Check all three properties on ``table_fn(n_positions, embed_dim)`` in fp64.
@@ -174,7 +193,9 @@ def run(
     (default :func:`random_table` with ``seed``) with its best linear maps, and the wrong
     exponents :func:`off_by_one_table` and :func:`half_exponent_table` for the wavelengths;
     passing ``control_fn=positional.sinusoidal_table`` (the table as its own control) must
-    make the result not hold.
+    make the result not hold. ``half_fn`` takes the table to what article 001 prints of it
+    (default :func:`sin_half`); one that keeps the cos half (``lambda pe: pe``) must fail
+    the check that the sin half has no linear shift.
     """
     if not 0 < max_offset < n_positions - embed_dim:
         raise ValueError(f"max_offset must be in (0, n_positions − embed_dim = "
@@ -208,6 +229,9 @@ def run(
     decay = table_wavelengths(decaying_table(2, embed_dim))
     decay_grow = float((decay[1:] / decay[:-1]).min())
     what, what_zh = _control_words(control_fn)
+    # the formula as article 001 prints it, the sin half alone: no linear map shifts it
+    half_err = best_shift_error(half_fn(pe), max_offset)
+    full_err = best_shift_error(pe, max_offset)
     checks = [
         check_ge("smallest ratio of each wavelength to the one before it (> 1: they grow)",
                  grow, 1.0 + 1e-6, id="wavelengths-grow", by_construction=True,
@@ -230,6 +254,12 @@ def run(
                  id="last-wavelength", by_construction=True,
                  control=Control("pairs counted from i = 1, so the last wavelength is 10000·2π",
                                  "维度对从 i = 1 起算，最长波长因而为 10000·2π", shifted[2])),
+        check_ge("the sin half alone (PE[pos, 2i], the formula article 001 prints): max "
+                 "|PE[pos+k] − M̂_k PE[pos]| with its best least-squares map", half_err, 0.1,
+                 support=True, id="sin-half-no-linear-shift", by_construction=True,
+                 control=Control("the whole table, sin and cos interleaved, with the same "
+                                 "least-squares fit",
+                                 "完整的表（sin 与 cos 交错），做同样的最小二乘拟合", full_err)),
     ]
     fig = _figure(pe, wl, dots, embed_dim) if plot else None
     return Result(
@@ -259,12 +289,16 @@ def run(
                 f" = 2π, last {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim}) (10000·2π = "
                 f"{10000 * 2 * math.pi:.1f} is not reached). Control, {what}: off by up to "
                 f"{ctrl_err:.2f} even with its best linear map M̂_k, and its PE[p]·PE[p+k] "
-                f"varies by {ctrl_spread:.1f} over p.",
+                f"varies by {ctrl_spread:.1f} over p. The sin half alone (what article 001 "
+                f"prints): its best linear map misses by {half_err:.2f} (the whole table: "
+                f"{full_err:.1e}).",
         caption_zh=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) 与 "
                    f"relative_rotation(k, {embed_dim})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
                    f"最长 {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim})（达不到 10000·2π = "
                    f"{10000 * 2 * math.pi:.1f}）。对照（{what_zh}）即使用其最优线性映射 M̂_k，"
-                   f"误差仍达 {ctrl_err:.2f}，其 PE[p]·PE[p+k] 随 p 的极差为 {ctrl_spread:.1f}。",
+                   f"误差仍达 {ctrl_err:.2f}，其 PE[p]·PE[p+k] 随 p 的极差为 {ctrl_spread:.1f}。"
+                   f"只取 sin 一半（文章 001 给出的公式）时，最优线性映射的误差为 {half_err:.2f}"
+                   f"（完整的表：{full_err:.1e}）。",
     )
 
 

@@ -40,6 +40,7 @@ EXPERIMENTS: dict[str, str] = {
     "pe-frequency-roles": "attnlab.experiments.pe_frequency_roles",
     "relative-position-learned": "attnlab.experiments.relative_position_learned",
     "learned-kernel": "attnlab.experiments.learned_kernel",
+    "head-dimensions": "attnlab.experiments.head_dimensions",
 }
 
 

@@ -18,6 +18,9 @@
  * the query's pieces (the payload holds each kept head's merged value-weighted rows, since
  * such a row is not a merged weight times a norm); a score belongs to a pair of pieces, so a
  * merged pair is taken apart as the list of its piece pairs, one of them drawn. */
+import {
+  BLUE, Explorer, blue, clamp, css, decode, fmt, h, heatImage, label, s, shapeRow, svgRoot,
+} from "./core.js";
 var ATTR_KINDS = ["weights", "value", "rollout"];
 
 /* The decoded attribution data of the current trace: the data, undefined while decoding,

@@ -13,43 +13,45 @@
  * or a block fetches the exact row or tile from that server (same origin only); in Jupyter
  * (attnlab.viz.widget) the same requests go to the kernel over the widget's comm.
  *
- * The script is joined from the parts in viz/static/explorer/, in the order viz/assets.py
- * lists, inside one closure (static_asset("explorer.js")); parts share its names.
+ * The script is built from the modules in viz/static/explorer/, in the order viz/assets.py
+ * lists (static_asset("explorer.js")): each part imports what it uses from the parts
+ * before it and runs in its own scope; this part exports what the views share.
  *
  * core.js, the first part: DOM and number helpers, the wire codec's JS side (blobs
  * {dtype, gz, shape, b64} decoded), colour maps, score shaping (the one JS copy of what a
  * trace's ScoreShape does, pinned to Python by tests/fixtures/score_shape_golden.json) and
  * the Explorer's state: the payload's traces loaded, weights, the answers of the server or
  * the kernel (one fetch layer, two transports). */
-var SVGNS = "http://www.w3.org/2000/svg";
+import { LANGS, I18N } from "./i18n.json";
+export var SVGNS = "http://www.w3.org/2000/svg";
 
 // -- small DOM helpers ----------------------------------------------------------------
-function h(tag, attrs, parent, text) {
+export function h(tag, attrs, parent, text) {
   var e = document.createElement(tag);
   for (var a in attrs || {}) e.setAttribute(a, attrs[a]);
   if (text !== undefined) e.textContent = text;
   if (parent) parent.appendChild(e);
   return e;
 }
-function s(tag, attrs, parent, text) {
+export function s(tag, attrs, parent, text) {
   var e = document.createElementNS(SVGNS, tag);
   for (var a in attrs || {}) e.setAttribute(a, attrs[a]);
   if (text !== undefined) e.textContent = text;
   if (parent) parent.appendChild(e);
   return e;
 }
-function svgRoot(w, hgt, view) {
+export function svgRoot(w, hgt, view) {
   return s("svg", {xmlns: SVGNS, width: w, height: hgt, viewBox: "0 0 " + w + " " + hgt,
     "class": "ax-svg", "data-view": view, "font-family": "system-ui, sans-serif",
     "font-size": 12});
 }
-function fmt(x, n) {
+export function fmt(x, n) {
   if (!isFinite(x)) return String(x);
   var a = Math.abs(x);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) return x.toExponential(2);
   return x.toFixed(n === undefined ? 4 : n);
 }
-function clamp(x, a, b) { return Math.max(a, Math.min(b, x)); }
+export function clamp(x, a, b) { return Math.max(a, Math.min(b, x)); }
 
 // -- decoding ------------------------------------------------------------------------
 function b64bytes(b64) {
@@ -75,7 +77,7 @@ function halfTable() {
 }
 /* A blob {dtype, gz, shape, b64} as a typed array (u8/u16 as fractions of 1, or as the
  * stored integers when raw). */
-function decode(blob, raw) {
+export function decode(blob, raw) {
   var bytes = b64bytes(blob.b64);
   var p = blob.gz ? gunzip(bytes) : Promise.resolve(bytes.buffer);
   return p.then(function (buf) {
@@ -99,13 +101,13 @@ function decode(blob, raw) {
 
 // -- colours -------------------------------------------------------------------------
 var BLUES = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-function blue(v) {
+export function blue(v) {
   v = clamp(v, 0, 1) * (BLUES.length - 1);
   var i = Math.min(Math.floor(v), BLUES.length - 2), f = v - i, a = BLUES[i], b = BLUES[i + 1];
   return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
 }
-function css(rgb) { return "rgb(" + rgb.map(Math.round).join(",") + ")"; }
-function diverge(v) {  // -1 red .. 0 white .. 1 blue
+export function css(rgb) { return "rgb(" + rgb.map(Math.round).join(",") + ")"; }
+export function diverge(v) {  // -1 red .. 0 white .. 1 blue
   v = clamp(v, -1, 1);
   return v >= 0 ? [255 - 222 * v, 255 - 142 * v, 255 - 74 * v]
     : [255 + 77 * v, 255 + 180 * v, 255 + 175 * v];
@@ -113,12 +115,12 @@ function diverge(v) {  // -1 red .. 0 white .. 1 blue
 /* Heat over a picture: cold (dark blue) for little weight to hot (dark red) for the most. */
 var HEAT = [[49, 54, 149], [69, 117, 180], [171, 217, 233], [254, 224, 144], [244, 109, 67],
   [165, 0, 38]];
-function heat(v) {
+export function heat(v) {
   v = clamp(v, 0, 1) * (HEAT.length - 1);
   var i = Math.min(Math.floor(v), HEAT.length - 2), f = v - i, a = HEAT[i], b = HEAT[i + 1];
   return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
 }
-function headColor(hd, H) { return "hsl(" + Math.round(360 * hd / Math.max(H, 1)) + ",65%,42%)"; }
+export function headColor(hd, H) { return "hsl(" + Math.round(360 * hd / Math.max(H, 1)) + ",65%,42%)"; }
 /* A colour map as a table of 256 RGB triples over [lo, hi]: one lookup per pixel. */
 function lut(fn, lo, hi) {
   var rgb = new Uint8Array(768);
@@ -128,9 +130,9 @@ function lut(fn, lo, hi) {
   }
   return {lo: lo, k: 255 / (hi - lo), rgb: rgb};
 }
-var BLUE = lut(blue, 0, 1), DIVERGE = lut(diverge, -1, 1);
+export var BLUE = lut(blue, 0, 1), DIVERGE = lut(diverge, -1, 1);
 /* Write rows×cols values, coloured by the table, into ImageData at (x0, y0). */
-function paint(img, x0, y0, get, rows, cols, map) {
+export function paint(img, x0, y0, get, rows, cols, map) {
   var d = img.data, W = img.width, rgb = map.rgb;
   for (var i = 0; i < rows; i++) {
     var o = 4 * ((y0 + i) * W + x0);
@@ -142,7 +144,7 @@ function paint(img, x0, y0, get, rows, cols, map) {
   }
 }
 /* An image (data URI) of rows×cols values, coloured by a table (BLUE, DIVERGE). */
-function heatImage(get, rows, cols, map) {
+export function heatImage(get, rows, cols, map) {
   var c = document.createElement("canvas");
   c.width = cols; c.height = rows;
   var ctx = c.getContext("2d"), img = ctx.createImageData(cols, rows);
@@ -158,7 +160,7 @@ function heatImage(get, rows, cols, map) {
  * A window w keeps the keys less than w positions from the query's, on both sides (a
  * causal shape hides the later ones anyway).
  * lq queries sit at the last lq of the lk key positions; km: the decoded key mask or null. */
-function shapeRow(sh, l, hd, i, lq, lk, km) {
+export function shapeRow(sh, l, hd, i, lq, lk, km) {
   sh = sh || {};
   var off = lk - lq, ok = new Uint8Array(lk), bias = null, j;
   var win = sh.window ? sh.window[l] : null;
@@ -182,7 +184,7 @@ function shapeRow(sh, l, hd, i, lq, lk, km) {
  * bias (ALiBi), masked keys at −∞; p = softmax(z / temp) in float64, where a learned sink
  * logit (divided by temp too) joins the softmax and takes its share from every key.
  * Returns {z (before temp), p}; a row with no visible key and no sink is all 0. */
-function softmaxRow(src, scale, temp) {
+export function softmaxRow(src, scale, temp) {
   var n = src.dots.length, z = new Float64Array(n), p = new Float64Array(n), mx = -Infinity, j;
   var zs = (src.sink === null || src.sink === undefined) ? null : src.sink;
   if (zs !== null) mx = zs;
@@ -205,7 +207,7 @@ function softmaxRow(src, scale, temp) {
  * as many as keys), keyMask (0/1 per key, or null), scale (default sh.scale[layer]),
  * temperature (default 1)}. Returns {scores: z before temperature, probs}. Exposed as
  * window.AttnlabExplorer.scoreRow so that a test pins it to Python. */
-function scoreRow(sh, o) {
+export function scoreRow(sh, o) {
   var lk = o.dots.length, lq = o.lq === undefined ? lk : o.lq;
   var scale = o.scale === undefined || o.scale === null ? sh.scale[o.layer] : o.scale;
   var src = shapeRow(sh, o.layer, o.head, o.row, lq, lk, o.keyMask || null);
@@ -233,7 +235,7 @@ function viewsOf(data) {
 }
 
 // -- the explorer --------------------------------------------------------------------
-function Explorer(root, data, transport) {
+export function Explorer(root, data, transport) {
   this.root = root;
   this.data = data;
   this.transport = transport || httpTransport;  // where exact data come from (fetchApi)
@@ -280,7 +282,7 @@ Explorer.prototype.math = function (e, key) {
 };
 
 /* Whitespace-only tokens get a visible mark; the text itself is never altered. */
-function label(t) { return /^\s*$/.test(t) ? "␣" + t.replace(/ /g, "") : t; }
+export function label(t) { return /^\s*$/.test(t) ? "␣" + t.replace(/ /g, "") : t; }
 
 Explorer.prototype.load = function () {
   var self = this, jobs = [];
@@ -330,7 +332,7 @@ function queryString(params) {
   }).join("&");
 }
 /* HTTP, for a page that came from `attnlab serve`: GET <api>/<path>?<params> (same origin). */
-function httpTransport(api, path, params) {
+export function httpTransport(api, path, params) {
   return fetch(api + "/" + path + "?" + queryString(params), {headers: {Accept: "application/json"}})
     .then(function (r) {
       return r.json().then(function (j) {
@@ -346,7 +348,7 @@ httpTransport.kind = "server";
  * path answers (body {error} when status >= 400). A request not answered within timeoutMs
  * (default 120 s: a restarted kernel answers nothing) is rejected; close() stops listening
  * and rejects what is still waiting. */
-function commTransport(model, timeoutMs) {
+export function commTransport(model, timeoutMs) {
   var waiting = {}, n = 0, tag = Math.random().toString(36).slice(2);
   var limit = timeoutMs || 120000;
   function onMsg(msg) {

@@ -1,4 +1,5 @@
 // -- diagnostics: sortable head table --------------------------------------------
+import { Explorer, fmt, h, s, svgRoot } from "./core.js";
 Explorer.prototype.view_diagnostics = function () {
   var self = this, m = this.cur().meta;
   h("div", {"class": "ax-note"}, this.controls, this.t("diagNote"));

@@ -1,4 +1,5 @@
 // -- export ------------------------------------------------------------------------
+import { Explorer, SVGNS, h } from "./core.js";
 Explorer.prototype.svgText = function () {
   var svg = this.stage.querySelector("svg");
   if (!svg) return null;

@@ -1,4 +1,5 @@
 // -- the frame: toolbar, tabs, export buttons, language; state changes, render, tooltips
+import { Explorer, clamp, fmt, h, s } from "./core.js";
 Explorer.prototype.build = function () {
   var self = this, root = this.root;
   root.innerHTML = "";

@@ -4,6 +4,7 @@
  * marked), and buttons that step the query through the generation, one generated token at
  * a time: each view then shows that token's row, the keys it could see when the model
  * chose the next one (a causal model: the prompt and the tokens generated before it). */
+import { Explorer, h, s } from "./core.js";
 Explorer.prototype.renderGeneration = function () {
   var self = this, m = this.cur().meta, g = m.generation, s = this.s;
   if (this.genBox) this.genBox.innerHTML = "";

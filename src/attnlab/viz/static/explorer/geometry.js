@@ -2,6 +2,7 @@
 /* A merged trace (byte pieces merged into characters): the points are the pieces, each
  * labelled as a piece of its character; the lines from a query piece are its weights
  * recomputed from the page's q and k at the model's scale (qkRow in qk.js). */
+import { Explorer, clamp, h, s, softmaxRow, svgRoot } from "./core.js";
 Explorer.prototype.view_geometry = function () {
   var self = this, T = this.cur(), m = T.meta, n = this.qkHead(), M = this.pieceMap();
   if (n === null) {

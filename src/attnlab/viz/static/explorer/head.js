@@ -1,4 +1,5 @@
 // -- head view: arcs between query and key tokens (or blocks) -------------------------
+import { Explorer, clamp, h, headColor, s, svgRoot } from "./core.js";
 Explorer.prototype.view_head = function () {
   var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
   var l = this.s.layer, hd = this.s.head, color = headColor(hd, m.H);

@@ -1,6 +1,7 @@
 // -- image view: the query's attention over the image's patches -----------------------
 /* The exact weights of the current query row over every key: from the page (short
  * inputs) or the server (long ones); null when neither has it, undefined while loading. */
+import { Explorer, css, fmt, h, heat, s, svgRoot } from "./core.js";
 Explorer.prototype.queryRow = function () {
   var m = this.cur().meta, st = this.s, row, j;
   if (!m.pooled) {

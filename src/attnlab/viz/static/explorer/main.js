@@ -4,6 +4,7 @@
  * softmaxRow are core.js's score shaping of one query row (from the page's own q and k;
  * from the server's answer), for tests against Python; the transports are where a
  * mounted explorer asks for exact data (default HTTP; the Jupyter widget's comm). */
+import { Explorer, commTransport, httpTransport, scoreRow, softmaxRow } from "./core.js";
 function mount(uid) {
   var root = document.getElementById(uid), src = document.getElementById(uid + "-data");
   if (!root || !src || root.__attnlab) return root && root.__attnlab;

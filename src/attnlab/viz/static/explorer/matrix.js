@@ -1,4 +1,5 @@
 // -- matrix view: heatmap with token labels; long inputs: pooled map + exact tile -----
+import { BLUE, Explorer, clamp, fmt, h, heatImage, s, svgRoot } from "./core.js";
 Explorer.prototype.view_matrix = function () {
   var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
   var l = this.s.layer, hd = this.s.head;

@@ -1,6 +1,7 @@
 // -- model view: layers × heads thumbnails ------------------------------------------
 /* Every head as a thumbnail of at most 64×64 (the max of each cell keeps thin diagonals
  * visible), all painted into one image: one PNG for the whole model, whatever its size. */
+import { BLUE, Explorer, clamp, h, paint, s, svgRoot } from "./core.js";
 Explorer.prototype.view_model = function () {
   var self = this, m = this.cur().meta, R = m.rows.length, C = m.cols.length;
   h("div", {"class": "ax-note"}, this.controls, this.t("clickHead"));

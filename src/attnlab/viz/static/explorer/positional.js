@@ -1,4 +1,5 @@
 // -- positional view: sinusoidal table and its rotations ------------------------------
+import { DIVERGE, Explorer, clamp, h, heatImage, s, svgRoot } from "./core.js";
 Explorer.prototype.view_positional = function () {
   var self = this, pe = this.data.pe, n = pe.n, d = pe.d, P = this.pe;
   var ctl = this.controls;

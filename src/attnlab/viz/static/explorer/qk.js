@@ -1,4 +1,8 @@
 // -- QK view: softmax(q·k·scale / T) recomputed live ---------------------------------
+import {
+  DIVERGE, Explorer, clamp, css, diverge, fmt, h, headColor, heatImage, s, shapeRow, softmaxRow,
+  svgRoot
+} from "./core.js";
 Explorer.prototype.qkHead = function () {
   var T = this.cur(), n = T.qkIndex[this.s.layer + ":" + this.s.head];
   return n === undefined || !T.q ? null : n;

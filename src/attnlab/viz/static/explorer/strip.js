@@ -1,4 +1,5 @@
 // -- the token strip (long inputs): every block of the input, and one block's tokens ----
+import { Explorer, blue, clamp, css, fmt, h, s } from "./core.js";
 Explorer.prototype.renderStrip = function () {
   var self = this, m = this.cur().meta, box = this.strip, st = this.s;
   box.innerHTML = "";

@@ -37,7 +37,7 @@ LANGS = ("en", "zh")
 if str(HERE) not in sys.path:  # cells.py and parts/ sit beside this file
     sys.path.insert(0, str(HERE))
 
-from cells import Code, Exercise, Part, Text  # noqa: E402
+from cells import Code, Exercise, Part, Predict, Text  # noqa: E402
 
 
 def _load_parts() -> tuple[Part, ...]:
@@ -176,7 +176,62 @@ def answered(**answers):
     """Fails (AssertionError) while an exercise's answer is still `...`."""
     for name, value in answers.items():
         assert value is not ..., T(f"{{name}} is still `...`: compute it in the cell above",
-                                   f"{{name}} 仍是 `...`：请先在上面的单元格中算出它")'''
+                                   f"{{name}} 仍是 `...`：请先在上面的单元格中算出它")
+
+
+def predicted(guess, truth, *, within, why_en="", why_zh=""):
+    """Predict, then check: prints the prediction ``guess``, the measured ``truth`` and
+    the gap between them; fails (AssertionError) while the guess is `...` or not a number,
+    and when it is further than ``within`` from the truth (the message says why)."""
+    assert guess is not ..., T("your prediction is still `...`: write a number in the cell "
+                               "above before the measurement runs",
+                               "你的预测仍是 `...`：请先在上面的单元格中写下一个数，再运行测量")
+    assert (isinstance(guess, (int, float)) and not isinstance(guess, bool)
+            and math.isfinite(guess)), T(f"write your prediction as a number, not {{guess!r}}",
+                                         f"请把预测写成一个数，而不是 {{guess!r}}")
+    truth = float(truth)
+    gap = abs(guess - truth)
+    print(T(f"your prediction {{fmt_num(guess)}}, measured {{fmt_num(truth)}}: "
+            f"off by {{fmt_num(gap)}}",
+            f"你的预测 {{fmt_num(guess)}}，实测 {{fmt_num(truth)}}：相差 {{fmt_num(gap)}}"))
+    assert gap <= within, T(f"off by more than {{fmt_num(within)}}. {{why_en}}",
+                            f"相差超过 {{fmt_num(within)}}。{{why_zh}}")
+    print(T("close enough (within ", "足够接近（相差不超过 ") + fmt_num(within)
+          + T("). ", "）。") + T(why_en, why_zh))
+
+
+SLIDERS = []  # every slider cell's figure function and controls (what the tests move)
+
+
+def slider(draw, **controls):
+    """A figure with sliders. ``draw(**values)`` draws it; each control is
+    ``(low, high, step, default)`` or ``([choices], default)``. The figure is drawn once at
+    the defaults (a still figure, which a page without a kernel shows too), then offered
+    again under ipywidgets sliders, redrawn as they move, where a Jupyter front end is."""
+    from types import SimpleNamespace
+
+    defaults = {{name: spec[-1] for name, spec in controls.items()}}
+    SLIDERS.append(SimpleNamespace(draw=draw, controls=controls, defaults=defaults))
+    draw(**defaults)
+    try:
+        import ipywidgets as w
+    except ImportError:  # the course extra installs it
+        print(T("(ipywidgets is not installed: the figure stays still)",
+                "（未安装 ipywidgets：图不能拖动）"))
+        return
+    widgets = {{}}
+    for name, spec in controls.items():
+        if len(spec) == 2:
+            widgets[name] = w.SelectionSlider(options=spec[0], value=spec[1], description=name,
+                                              continuous_update=False)
+        elif all(isinstance(x, int) for x in spec):
+            widgets[name] = w.IntSlider(min=spec[0], max=spec[1], step=spec[2], value=spec[3],
+                                        description=name, continuous_update=False)
+        else:
+            widgets[name] = w.FloatSlider(min=spec[0], max=spec[1], step=spec[2],
+                                          value=spec[3], description=name,
+                                          continuous_update=False)
+    w.interact(draw, **widgets)'''
 PARTS: tuple[Part, ...] = _load_parts()
 
 
@@ -224,6 +279,10 @@ def notebook(part: Part, lang: str) -> dict:
             md(_flow(getattr(cell, lang), lang))
         elif isinstance(cell, Code):
             code(_code(cell.src))
+        elif isinstance(cell, Predict):  # in the body, before the measurement it predicts
+            md(_flow(getattr(cell, lang), lang), ("exercise-prompt", "predict-then-check"))
+            code(_code(cell.blank), ("exercise", cell.key))
+            code(_code(cell.check), ("check", cell.key, "raises-exception"))
         else:
             if not heading:
                 md("## 练习" if lang == "zh" else "## Exercises")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Text", "Code", "Exercise", "Part"]
+__all__ = ["Text", "Code", "Exercise", "Predict", "Part"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,17 @@ class Exercise:
                              f"`...`, got {self.blank!r}")
         if self.blank.strip() == self.answer.strip():
             raise ValueError(f"Exercise {self.key!r}: blank must not be the answer")
+
+
+@dataclass(frozen=True)
+class Predict(Exercise):
+    """Predict, then check: an exercise placed in the body of a part, *before* the cells
+    that make the measurement, not among the exercises at the end. The learner writes a
+    number (``blank``: ``name = ...``); the ``check`` runs the measurement itself and passes
+    it to SETUP's ``predicted(guess, truth, within=...)``, which prints the guess, the
+    measured value and the gap, and fails on ``...``, on a value that is not a number and on
+    a guess further from the truth than ``within``. ``wrong`` is the misconception the part
+    corrects (it must fail); ``answer`` is a reasoned guess (it must pass)."""
 
 
 @dataclass(frozen=True)

@@ -54,14 +54,18 @@ def _missing_model_packages() -> list[str]:
             if importlib.util.find_spec(name) is None]
 
 
-def test_every_part_has_both_languages_and_two_or_three_exercises():
+def test_every_part_has_both_languages_a_prediction_and_two_to_four_exercises():
     # one part per module of parts/ (pNN_<slug>.py), numbered 0, 1, 2, ... in order
     modules = sorted(p.stem for p in (COURSE / "parts").glob("p[0-9][0-9]_*.py"))
     assert [f"p{p.number:02d}_{p.slug}" for p in build.PARTS] == modules
     assert [p.number for p in build.PARTS] == list(range(len(modules)))
     assert len(build.PARTS) >= 11
+    from cells import Predict
+
     for part in build.PARTS:
-        assert 2 <= len(build.exercises(part)) <= 3, part.stem
+        assert 2 <= len(build.exercises(part)) <= 4, part.stem
+        # predict, then check: a number written before the measurement, in every part
+        assert any(isinstance(e, Predict) for e in build.exercises(part)), part.stem
         keys = [e.key for e in build.exercises(part)]
         assert len(set(keys)) == len(keys), part.stem
     files = sorted(p.relative_to(COURSE).as_posix() for p in COURSE.glob("*/*.ipynb"))
@@ -304,7 +308,39 @@ def _execute(part, lang, client):
         _check_fails(client, ex, "wrong")
         _run(client, solutions[(part.number, ex.key)])
         _run(client, build._code(ex.check))  # the reference answer passes
+    _move_sliders(client, part)
     return elapsed
+
+
+#: The parts whose notebooks have slider cells (SETUP's slider()), and how many.
+SLIDER_PARTS = {2: 2, 3: 1, 6: 1}
+
+
+def _shown(cell) -> list:
+    """What a cell showed: its printed text and its figures' images."""
+    return [(o.get("text"), (o.get("data") or {}).get("image/png")) for o in cell.outputs
+            if o["output_type"] in ("stream", "display_data", "execute_result")]
+
+
+def _move_sliders(client, part):
+    """Each slider's callback, run in the kernel at two values of each of its controls (the
+    lowest and the highest, the others at their defaults), draws and prints something
+    different for the two."""
+    count = _run(client, "print(len(SLIDERS))").outputs[0]["text"].strip()
+    assert int(count) == SLIDER_PARTS.get(part.number, 0), (part.stem, count)
+    for i in range(int(count)):
+        names = _run(client, f"print(' '.join(SLIDERS[{i}].controls))").outputs[0]["text"].split()
+        for name in names:
+            shown = []
+            for end in (0, 1):  # the lowest value, then the highest
+                cell = _run(client, f"_s = SLIDERS[{i}]\n"
+                                    f"_spec = _s.controls[{name!r}]\n"
+                                    f"_ends = (_spec[0][0], _spec[0][-1]) if len(_spec) == 2 "
+                                    f"else _spec[:2]\n"
+                                    f"_s.draw(**{{**_s.defaults, {name!r}: _ends[{end}]}})")
+                shown.append(_shown(cell))
+                assert any(png for _, png in shown[-1]), (part.stem, i, name, "no figure")
+            assert shown[0] != shown[1], (part.stem, i, name, "the output did not change")
 
 
 NOTEBOOK_CASES = [pytest.param(part, lang, id=f"{lang}-{part.stem}",

@@ -1,7 +1,7 @@
 """Part 0 of the course, Attention from scratch: a first part for a beginner, who knows
 Python and a little PyTorch (its cells in English and in Chinese; see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 00 attention from scratch
@@ -126,6 +126,28 @@ PART = Part(0, "attention_from_scratch", "Attention from scratch", "从零开始
         ax.legend(loc="lower right", fontsize=8)
         plt.show()
         """),
+    Predict("predict", """
+        **Predict, then check.** Before you compute anything: make the query key 4 instead
+        of key 2 (key 4 points at 150°, far from the four others). At scale 4, what weight
+        does key 4 get? Write your guess as a number in `predict_weight`, then run the check:
+        it computes the true weight and tells you how far your guess was (within 0.3 passes).
+        """, """
+        **先预测，再核对。** 先别计算：把查询换成第 4 个键，而不是第 2 个键（第 4 个键指向
+        150°，离其余四个键都很远）。缩放系数为 4 时，第 4 个键得到多大的权重？把你的猜测写成一个数，
+        赋给 `predict_weight`，再运行检查：它会算出真实的权重，并告诉你猜得差多少（相差不超过
+        0.3 即通过）。
+        """,
+        blank="predict_weight = ...  # your prediction: a number between 0 and 1",
+        answer="predict_weight = 0.97  # score 1 against about 0 or less for the others: e^4 ≈ 55",
+        check="""
+            true_weight = float(torch.softmax(4 * (keys @ keys[4]), dim=0)[4])
+            predicted(predict_weight, true_weight, within=0.3, why_en=(
+                "Key 4 scores 1 and every other key about 0 or less: a wide gap, so even scale "
+                "4 gives it almost all the weight."), why_zh=(
+                "第 4 个键的分数是 1，其余的键大约为 0 或更小：差距很大，所以缩放系数只有 4 时"
+                "它也几乎拿到全部权重。"))
+            """,
+        wrong="predict_weight = 0.2  # uniform, as if a scale of 4 were too small to matter"),
     Text("""
         ## 3. Attention, written from scratch
 
@@ -204,47 +226,13 @@ PART = Part(0, "attention_from_scratch", "Attention from scratch", "从零开始
               torch.allclose(ours_causal[0], V[0], atol=1e-6))
         """),
     Exercise("ex1", """
-        **Exercise 1 (predict, then check).** Before you compute anything: make the query
-        key 4 instead of key 2 (key 4 points at 150°, far from the four others). At scale 4,
-        what weight does key 4 get? Write your guess as a number in `ex1_guess`. The check
-        computes the true weight and tells you how far your guess was; any number between 0
-        and 1 is accepted, the point is the gap.
-        """, """
-        **练习 1（先预测，再核对）。** 先别计算：把查询换成第 4 个键，而不是第 2 个键（第 4 个键
-        指向 150°，离其余四个键都很远）。缩放系数为 4 时，第 4 个键得到多大的权重？把你的猜测写成
-        一个数，赋给 `ex1_guess`。检查单元格会算出真实的权重，并告诉你猜得差多少；0 到 1 之间的
-        任何数都会被接受，重要的是这个差距。
-        """,
-        blank="ex1_guess = ...  # your prediction: a number between 0 and 1",
-        answer="ex1_guess = 0.97  # score 1 against about 0 or less for the others: e^4 ≈ 55 to 1",
-        check="""
-            answered(ex1_guess=ex1_guess)
-            assert isinstance(ex1_guess, (int, float)) and not isinstance(ex1_guess, bool), T(
-                "write your guess as a number, e.g. ex1_guess = 0.5",
-                "请把猜测写成一个数，例如 ex1_guess = 0.5")
-            assert 0 <= ex1_guess <= 1, T("a weight lies between 0 and 1",
-                                          "权重在 0 与 1 之间")
-            true_weight = float(torch.softmax(4 * (keys @ keys[4]), dim=0)[4])
-            gap = abs(ex1_guess - true_weight)
-            print(T(f"your guess {ex1_guess:.3f}, the true weight {true_weight:.3f}: "
-                    f"off by {gap:.3f}",
-                    f"你的猜测 {ex1_guess:.3f}，真实权重 {true_weight:.3f}：相差 {gap:.3f}"))
-            print(T("spot on" if gap < 0.02 else
-                    "key 4 scores 1 and every other key about 0 or less: a wide gap, so even "
-                    "scale 4 gives it almost all the weight",
-                    "非常接近" if gap < 0.02 else
-                    "第 4 个键的分数是 1，其余的键大约为 0 或更小：差距很大，所以缩放系数只有 4 时"
-                    "它也几乎拿到全部权重"))
-            """,
-        wrong='ex1_guess = "about a half"'),
-    Exercise("ex2", """
-        **Exercise 2.** Write `causal_mask(n)`: an $n \\times n$ boolean matrix that is True
+        **Exercise 1.** Write `causal_mask(n)`: an $n \\times n$ boolean matrix that is True
         where token $i$ (the row) may look at token $j$ (the column), that is where
         $j \\le i$. Build it by comparing positions (`torch.arange`) rather than with
         `torch.tril`; the check compares it with `torch.tril` for several $n$ and then runs
         your `attention` with it.
         """, """
-        **练习 2.** 写出 `causal_mask(n)`：一个 $n \\times n$ 的布尔矩阵，在第 $i$ 个词元（行）
+        **练习 1.** 写出 `causal_mask(n)`：一个 $n \\times n$ 的布尔矩阵，在第 $i$ 个词元（行）
         可以看第 $j$ 个词元（列）的位置为 True，也就是 $j \\le i$ 的位置。请通过比较位置
         （`torch.arange`）来构造它，而不是用 `torch.tril`；检查单元格会对几个不同的 $n$ 把它与
         `torch.tril` 比较，再用它运行你的 `attention`。

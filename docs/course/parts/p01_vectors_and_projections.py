@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 01 vectors and projections
@@ -53,6 +53,55 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         q0 = captured["q"][0, 0]  # (N, d_k)
         print(tuple(captured["q"].shape), torch.allclose(q0, X @ W_q0.T, atol=1e-6))
         """),
+    Text("""
+        **The heading 「线性投影：升维与子空间切割」 is wrong about the dimension.** It calls the
+        projection a raising of the dimension (升维), but each head's $W^Q$, $W^K$, $W^V$ map
+        the $d$ numbers of a token to $d_k = d/h$ numbers: as many as $d$ with one head, fewer
+        with more (the article's own next lines say $d \\times d_k$). Measured on attnlab's
+        `MultiHeadAttention` for a few widths and head counts:
+        """, """
+        **标题「线性投影：升维与子空间切割」在维度上说错了。** 它把投影称为“升维”，但每个头的
+        $W^Q$、$W^K$、$W^V$ 都把一个词元的 $d$ 个数映射为 $d_k = d/h$ 个数：只有一个头时与 $d$
+        相等，头更多时更少（文章紧接着的正文自己写的也是 $d \\times d_k$）。在 attnlab 的
+        `MultiHeadAttention` 上对几种宽度和头数实测：
+        """),
+    Code("""
+        widths = []
+        for d_model, h in [(8, 1), (8, 2), (64, 8), (512, 8)]:
+            d_head = attnlab.MultiHeadAttention(embed_dim=d_model, num_heads=h).head_dim
+            widths.append((d_model, d_head))
+            print(T(f"d = {d_model}, h = {h}: each head's q, k, v have d_k = {d_head} numbers, "
+                    f"d_k / d = {d_head / d_model:.3f}",
+                    f"d = {d_model}，h = {h}：每个头的 q、k、v 有 d_k = {d_head} 个数，"
+                    f"d_k / d = {d_head / d_model:.3f}"))
+        raised = any(d_head > d_model for d_model, d_head in widths)
+        print(T("does any projection raise the dimension?", "有没有哪个投影升维？"),
+              T("yes", "有") if raised else
+              T("no: d_k ≤ d everywhere, the heading's 升维 is an error",
+                "没有：处处 d_k ≤ d，标题中的“升维”是错的"))
+        """),
+    Predict("predict", """
+        **Predict, then check.** Head 0 reads the 8 numbers of a token through `W_q0`, a
+        $4 \\times 8$ matrix. How many independent directions of the 8-dimensional input does
+        head 0 not see at all (they reach its queries as zero)? Write a number in
+        `predict_unseen`; the check measures it (within 0.5 passes).
+        """, """
+        **先预测，再核对。** 第 0 个头透过 `W_q0`（一个 $4 \\times 8$ 的矩阵）读取一个词元的
+        8 个数。8 维输入中有多少个相互独立的方向是第 0 个头完全看不见的（它们到达查询时变成零）？
+        把一个数写进 `predict_unseen`；检查单元格会测量它（相差不超过 0.5 即通过）。
+        """,
+        blank="predict_unseen = ...  # your prediction: how many directions head 0 cannot see",
+        answer="predict_unseen = 4  # 8 input dimensions, a rank of at most d_k = 4: 8 - 4 lost",
+        check="""
+            unseen = X.shape[1] - int(torch.linalg.matrix_rank(W_q0))  # the null space's dimension
+            predicted(predict_unseen, unseen, within=0.5, why_en=(
+                "A 4 x 8 matrix has rank at most 4, so at least 8 - 4 = 4 directions of the "
+                "input vanish: a head's projection keeps or lowers the dimension, never "
+                "raises it."),
+                why_zh=("一个 4 × 8 的矩阵秩至多为 4，所以输入中至少有 8 - 4 = 4 个方向消失：一个头"
+                        "的投影保持或降低维度，从不升维。"))
+            """,
+        wrong="predict_unseen = 0  # as if the projection raised the dimension and lost nothing"),
     Text("""
         **What a projection throws away.** A map $\\mathbb{R}^8 \\to \\mathbb{R}^4$ has a null
         space of dimension at least 4: every direction in it reaches head 0's queries as zero.

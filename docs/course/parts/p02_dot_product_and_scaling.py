@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 02 the dot product and the sqrt(d_k) argument
@@ -60,6 +60,73 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         print(T("60 deg, |k| = 3:", "夹角 60°，|k| = 3："), round(float(q2 @ k_far), 3))
         """),
     Text("""
+        **Turn the query.** Below, five keys of different lengths in the plane and one query:
+        move its direction (`angle`, in degrees) and its length, and watch the scores and the
+        weights. The longest key wins over a wide range of angles; lengthening the query
+        sharpens the weights without changing their order.
+        """, """
+        **转动查询。** 下面是平面上五个长度不同的键和一个查询：改变查询的方向（`angle`，单位为度）
+        和长度，看分数和权重如何变化。最长的键在很大的角度范围内都胜出；把查询变长会让权重更集中，
+        但不改变它们的大小顺序。
+        """),
+    Code("""
+        key_deg = torch.tensor([0.0, 60.0, 130.0, 200.0, 290.0])
+        key_len = torch.tensor([1.0, 2.5, 1.0, 1.5, 0.7])
+        keys2 = key_len[:, None] * torch.stack([torch.deg2rad(key_deg).cos(),
+                                                torch.deg2rad(key_deg).sin()], 1)
+
+        def draw_direction(angle, length):
+            q_ = length * torch.tensor([math.cos(math.radians(angle)),
+                                        math.sin(math.radians(angle))])
+            s_ = keys2 @ q_
+            w_ = torch.softmax(s_, dim=0)
+            fig, (ax, bx) = plt.subplots(1, 2, figsize=(8, 3.5))
+            for j, kj in enumerate(keys2):
+                ax.annotate("", xy=kj.tolist(), xytext=(0, 0),
+                            arrowprops=dict(arrowstyle="-|>", color="gray"))
+                ax.text(float(kj[0]) * 1.1, float(kj[1]) * 1.1, f"k{j}", ha="center")
+            ax.annotate("", xy=q_.tolist(), xytext=(0, 0),
+                        arrowprops=dict(arrowstyle="-|>", color="C3", lw=2))
+            ax.text(float(q_[0]) * 1.1, float(q_[1]) * 1.1, "q", color="C3", ha="center")
+            ax.set_xlim(-3, 3)
+            ax.set_ylim(-3, 3)
+            ax.set_aspect("equal")
+            ax.set_title(T(f"query at {angle:.0f}°, length {length:.1f}",
+                           f"查询：{angle:.0f}°，长度 {length:.1f}"))
+            bx.bar(range(5), w_.tolist(), color="C0")
+            bx.set_xticks(range(5), [f"k{j}\\n{float(s):.2f}" for j, s in enumerate(s_)])
+            bx.set_ylim(0, 1)
+            bx.set_title(T("weights (scores under the bars)", "权重（柱下为分数）"))
+            plt.show()
+            print(T(f"the winner: k{int(w_.argmax())}, weight {float(w_.max()):.3f}",
+                    f"胜出的键：k{int(w_.argmax())}，权重 {float(w_.max()):.3f}"))
+
+        slider(draw_direction, angle=(0.0, 360.0, 5.0, 30.0), length=(0.2, 4.0, 0.1, 1.0))
+        """),
+    Predict("predict", """
+        **Predict, then check.** Take $q$ and $k$ with $d_k = 64$ independent components, each
+        of mean 0 and variance 1, and do **not** scale the score. Over many pairs, what is
+        the variance of $q \\cdot k$? Write a number in `predict_var`; the check measures it on
+        20 000 pairs (within 12 passes).
+        """, """
+        **先预测，再核对。** 取 $d_k = 64$ 维的 $q$ 与 $k$，各分量相互独立、均值为 0、方差为 1，
+        并且**不**对分数做缩放。在大量的向量对上，$q \\cdot k$ 的方差是多少？把一个数写进
+        `predict_var`；检查单元格会在两万对向量上测量它（相差不超过 12 即通过）。
+        """,
+        blank="predict_var = ...  # your prediction: Var(q·k) at d_k = 64, unscaled",
+        answer="predict_var = 64  # 64 independent products of variance 1: the variances add up",
+        check="""
+            g_var = torch.Generator().manual_seed(7)
+            qs_, ks_ = (torch.randn(20_000, 64, generator=g_var) for _ in range(2))
+            predicted(predict_var, float((qs_ * ks_).sum(-1).var()), within=12, why_en=(
+                "q·k adds up 64 independent products, each of variance 1: the variances add, "
+                "to d_k = 64 (a standard deviation of 8), far from the 1 the softmax was made "
+                "for; dividing by √64 = 8 brings it back to 1."), why_zh=(
+                "q·k 是 64 个独立乘积之和，每个乘积的方差为 1：方差相加，得到 d_k = 64"
+                "（标准差为 8），远离 softmax 所适合的 1；除以 √64 = 8 才把它拉回 1。"))
+            """,
+        wrong="predict_var = 1  # as if the score kept its components' variance"),
+    Text("""
         **The variance argument.** If the components of $q$ and $k$ are independent, with
         mean 0 and variance 1, then $q \\cdot k = \\sum_{i=1}^{d_k} q_i k_i$ is a sum of
         $d_k$ independent terms of variance 1, so $\\mathrm{Var}(q \\cdot k) = d_k$, and
@@ -102,6 +169,38 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         r = run("qk-variance", pairs=65536, dims=(16, 64, 256), mean_blocks=8, real_model=None)
         report(r)
         show(r)
+        """),
+    Text("""
+        **Saturation, by hand.** One query and eight keys with random components of variance
+        1: move $d_k$ and choose whether the scores are divided by $\\sqrt{d_k}$. Without the
+        scale, the largest weight goes to 1 as $d_k$ grows (the row becomes one-hot: the
+        softmax saturates); with it, the row keeps the same spread at every $d_k$.
+        """, """
+        **亲手看饱和。** 一个查询、八个键，各分量都是方差为 1 的随机数：改变 $d_k$，并选择分数是否
+        除以 $\\sqrt{d_k}$。不缩放时，随着 $d_k$ 增大，最大的权重趋向 1（这一行变成独热：
+        softmax 饱和了）；缩放后，这一行在任何 $d_k$ 下都保持相同的分散程度。
+        """),
+    Code("""
+        g_sat = torch.Generator().manual_seed(4)
+        q_sat, k_sat = torch.randn(1024, generator=g_sat), torch.randn(8, 1024, generator=g_sat)
+
+        def draw_saturation(d_k, scale):
+            s_ = k_sat[:, :d_k] @ q_sat[:d_k]  # the first d_k components
+            if scale == "1/√d_k":
+                s_ = s_ / math.sqrt(d_k)
+            w_ = torch.softmax(s_, dim=0)
+            entropy = float(-(w_ * w_.clamp_min(1e-30).log()).sum()) / math.log(8)
+            fig, ax = plt.subplots(figsize=(5, 3))
+            ax.bar(range(8), w_.tolist(), color="C0" if scale == "1/√d_k" else "C3")
+            ax.set_ylim(0, 1)
+            ax.set_xlabel(T("key", "键"))
+            ax.set_ylabel(T("weight", "权重"))
+            ax.set_title(T(f"d_k = {d_k}, scale {scale}", f"d_k = {d_k}，缩放 {scale}"))
+            plt.show()
+            print(T(f"largest weight {float(w_.max()):.3f}, entropy / log 8 = {entropy:.3f}",
+                    f"最大权重 {float(w_.max()):.3f}，熵 / log 8 = {entropy:.3f}"))
+
+        slider(draw_saturation, d_k=([4, 16, 64, 256, 1024], 64), scale=(["1", "1/√d_k"], "1"))
         """),
     Text("""
         **Without the scale, softmax saturates — and the gradient?** Article 000 says the

@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 03 softmax as a convex combination
@@ -47,6 +47,29 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         report(r)
         show(r)
         """),
+    Predict("predict", """
+        **Predict, then check.** A row has the scores $(1.0, 0.8, 0.5, 0.0, -0.5)$. The
+        softmax at temperature $\\tau$ is $\\mathrm{softmax}(s / \\tau)$. At $\\tau = 0.1$, what
+        is the largest weight? Write a number in `predict_top`; the check computes it
+        (within 0.1 passes).
+        """, """
+        **先预测，再核对。** 一行的分数是 $(1.0, 0.8, 0.5, 0.0, -0.5)$。温度为 $\\tau$ 的
+        softmax 是 $\\mathrm{softmax}(s / \\tau)$。当 $\\tau = 0.1$ 时，最大的权重是多少？
+        把一个数写进        `predict_top`；检查单元格会算出它（相差不超过 0.1 即通过）。
+        """,
+        blank="predict_top = ...  # your prediction: the largest weight at temperature 0.1",
+        answer="predict_top = 0.87  # the runner-up is 0.2 / 0.1 = 2 lower: e^-2 ≈ 0.14 of the top",
+        check="""
+            row_s = torch.tensor([1.0, 0.8, 0.5, 0.0, -0.5])
+            predicted(predict_top, float(torch.softmax(row_s / 0.1, dim=0).max()), within=0.1,
+                      why_en=("At τ = 0.1 the scores become 10, 8, 5, 0, -5: the top one beats "
+                              "the runner-up by e^2 ≈ 7.4 to 1, so it takes about 0.88, not 1: "
+                              "a low temperature sharpens the row without making it one-hot."),
+                      why_zh=("τ = 0.1 时分数变成 10、8、5、0、-5：最大的比第二大的"
+                              "多出 e^2 ≈ 7.4 倍，所以它拿到约 0.88，而不是 1："
+                              "低温让这一行更集中，但并不让它成为独热。"))
+            """,
+        wrong="predict_top = 0.2  # uniform, as if the temperature flattened the row"),
     Text("""
         **The scale moves the output inside the hull.** Take five values on a circle (a
         convex pentagon) and one query, and multiply the scores by a factor $t$. As $t \\to 0$
@@ -82,6 +105,48 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
               bool((cross >= -1e-6).all()))
         print(T("distance to the centroid at the smallest t:", "最小的 t 处到重心的距离："),
               fmt_num(float((path[0] - V.mean(0)).norm())))
+        """),
+    Text("""
+        **Move the temperature yourself.** The same pentagon, values and keys: the slider sets
+        the temperature $\\tau$ of $\\mathrm{softmax}(q \\cdot k_j / \\tau)$ (the factor $t$ above
+        is $1/\\tau$). On the left the output (the weighted centre of the values) moves
+        between the centroid (high $\\tau$) and one vertex (low $\\tau$); on the right, the
+        weights that place it.
+        """, """
+        **亲手调温度。** 同一个五边形、同样的值和键：滑块设定
+        $\\mathrm{softmax}(q \\cdot k_j / \\tau)$ 中的温度 $\\tau$
+        （上面的系数 $t$ 就是 $1/\\tau$）。
+        左图中，输出（各值的加权重心）在重心（$\\tau$ 高）与某个顶点（$\\tau$ 低）之间移动；
+        右图是决定它位置的权重。
+        """),
+    Code("""
+        def draw_temperature(tau):
+            w_ = torch.softmax((K @ qv) / tau, dim=0)
+            point = w_ @ V
+            fig, (ax, bx) = plt.subplots(1, 2, figsize=(8, 3.6))
+            ax.plot(ring[:, 0], ring[:, 1], "k-", lw=1)
+            ax.plot(path[:, 0], path[:, 1], "-", color="lightgray", lw=1)
+            ax.scatter(V[:, 0], V[:, 1], s=30 + 400 * w_, color="k")
+            for j in range(5):
+                ax.text(float(V[j, 0]) * 1.18, float(V[j, 1]) * 1.18, f"V{j}", ha="center",
+                        va="center")
+            ax.scatter([float(point[0])], [float(point[1])], color="C3", zorder=3,
+                       label=T("output", "输出"))
+            ax.scatter([float(V.mean(0)[0])], [float(V.mean(0)[1])], marker="+", color="gray",
+                       label=T("centroid", "重心"))
+            ax.set_aspect("equal")
+            ax.set_xlim(-1.4, 1.4)
+            ax.set_ylim(-1.4, 1.4)
+            ax.legend(loc="lower left", fontsize=8)
+            ax.set_title(T(f"temperature τ = {tau:.2f}", f"温度 τ = {tau:.2f}"))
+            bx.bar([f"V{j}" for j in range(5)], w_.tolist())
+            bx.set_ylim(0, 1)
+            bx.set_title(T("weights", "权重"))
+            plt.show()
+            print(T(f"largest weight {float(w_.max()):.3f}; output at {point.numpy().round(3)}",
+                    f"最大权重 {float(w_.max()):.3f}；输出位于 {point.numpy().round(3)}"))
+
+        slider(draw_temperature, tau=(0.05, 5.0, 0.05, 1.0))
         """),
     Text("""
         attnlab also returns each row's **log-sum-exp** $\\log \\sum_j e^{s_{ij}}$: any weight
@@ -162,25 +227,42 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
             ex2_w = torch.full((3,), 1 / 3, dtype=torch.float64)
             """),
     Exercise("ex3", """
-        **Exercise 3.** Compute each row's log-sum-exp `ex3_lse` from `scores` (above), in
-        a way that cannot overflow, and compare it with attnlab's `lse`.
+        **Exercise 3.** Write `ex3_lse(s)`: each row's log-sum-exp of the scores `s` (last
+        axis), computed in a way that cannot overflow. The check compares it with attnlab's
+        `lse` on `scores` (above), then runs it on `scores + 1000.0`, where $e^{1000}$
+        overflows even in float64: the naive `torch.log(torch.exp(s).sum(-1))` gives `inf`.
         """, """
-        **练习 3.** 由上面的 `scores` 算出每一行的 log-sum-exp `ex3_lse`，要求不会溢出，
-        并与 attnlab 的 `lse` 比较。
+        **练习 3.** 写出 `ex3_lse(s)`：分数 `s` 每一行（最后一维）的 log-sum-exp，要求算法不会
+        溢出。检查单元格先在上面的 `scores` 上把它与 attnlab 的 `lse` 比较，再在
+        `scores + 1000.0` 上运行它：$e^{1000}$ 即使在 float64 中也会溢出，朴素的
+        `torch.log(torch.exp(s).sum(-1))` 会得到 `inf`。
         """,
         blank="""
-            ex3_lse = ...  # one log-sum-exp per row of scores, computed so that it cannot overflow
+            def ex3_lse(s):
+                return ...  # one log-sum-exp per row of s, computed so that it cannot overflow
             """,
         answer="""
-            m = scores.amax(dim=-1, keepdim=True)
-            ex3_lse = (m + torch.log(torch.exp(scores - m).sum(dim=-1, keepdim=True)))[..., 0]
+            def ex3_lse(s):
+                m = s.amax(dim=-1, keepdim=True)  # shift by the row's maximum: exp(s - m) <= 1
+                return (m + torch.log(torch.exp(s - m).sum(dim=-1, keepdim=True)))[..., 0]
             """,
         check="""
-            answered(ex3_lse=ex3_lse)
-            assert ex3_lse.shape == lse.shape, T("one number per row", "每行一个数")
-            assert torch.allclose(ex3_lse, lse, atol=1e-5), T("not the log-sum-exp",
-                                                              "这不是 log-sum-exp")
-            print(T("right", "正确"))
+            answered(ex3_lse=ex3_lse(scores))
+            assert ex3_lse(scores).shape == lse.shape, T("one number per row", "每行一个数")
+            assert torch.allclose(ex3_lse(scores), lse, atol=1e-5), T("not the log-sum-exp",
+                                                                      "这不是 log-sum-exp")
+            big = ex3_lse(scores + 1000.0)  # exp(1000) = inf in float32 and in float64
+            assert bool(torch.isfinite(big).all()), T(
+                "at scores near 1000 your log-sum-exp overflows to inf: shift each row by its "
+                "maximum before exponentiating", "分数接近 1000 时你的 log-sum-exp 溢出为 inf："
+                "请先把每一行减去它的最大值再取指数")
+            assert torch.allclose(big, lse + 1000.0, atol=1e-3), T(
+                "lse(s + c) must be lse(s) + c", "lse(s + c) 必须等于 lse(s) + c")
+            print(T("right, and it survives scores near 1000",
+                    "正确，而且分数接近 1000 时也不溢出"))
             """,
-        wrong="ex3_lse = scores.amax(dim=-1)"),
+        wrong="""
+            def ex3_lse(s):
+                return torch.log(torch.exp(s).sum(dim=-1))  # overflows at large scores
+            """),
 ))

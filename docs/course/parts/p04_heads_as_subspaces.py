@@ -1,6 +1,6 @@
 """Part 4 of the course, Heads as subspaces: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 04 heads as subspaces
@@ -127,6 +127,28 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         for id_, en, zh in readings:
             check_line(r.check(id_), en, zh)
         """),
+    Predict("predict", """
+        **Predict, then check.** `MultiHeadAttention(E, h)` with $E = 32$: how many times as
+        many parameters does it have with $h = 8$ heads as with $h = 1$? Write the ratio in
+        `predict_ratio`; the check counts them (within 0.05 passes).
+        """, """
+        **先预测，再核对。** $E = 32$ 的 `MultiHeadAttention(E, h)`：$h = 8$ 个头时的参数量是
+        $h = 1$ 时的多少倍？把这个倍数写进 `predict_ratio`；检查单元格会数出它们（相差不超过 0.05
+        即通过）。
+        """,
+        blank="predict_ratio = ...  # your prediction: parameters with 8 heads / with 1 head",
+        answer="predict_ratio = 1  # the heads slice W_q, W_k, W_v, W_o (E x E), add none",
+        check="""
+            n_params = {h_: sum(p_.numel()
+                                for p_ in attnlab.MultiHeadAttention(32, h_).parameters())
+                        for h_ in (1, 8)}
+            predicted(predict_ratio, n_params[8] / n_params[1], within=0.05, why_en=(
+                f"{n_params[8]} parameters against {n_params[1]}: the heads only slice the "
+                "E x E matrices into E/h-wide blocks; more heads do not mean more weights."),
+                why_zh=(f"{n_params[8]} 个参数对 {n_params[1]} 个：各头只是把 E × E 的矩阵切成宽 "
+                        "E/h 的块；头多了，权重并不会变多。"))
+            """,
+        wrong="predict_ratio = 8  # as if each head had its own E x E matrices"),
     Text("""
         Each reading gets its own answer above: a sentence of the article can hold in one
         reading and not in another. The control says where a difference between heads

@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 05 attention as a graph and as kernel smoothing
@@ -37,16 +37,21 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
             xy = torch.stack([ang.cos(), ang.sin()], -1)
             for i in range(n):
                 for j in range(n):
-                    if i != j and A[i, j] > 0.15:  # the stronger edges, i attends j
-                        ax.annotate("", xy=xy[j].tolist(), xytext=xy[i].tolist(),
-                                    arrowprops=dict(arrowstyle="-|>", lw=5 * float(A[i, j]),
-                                                    alpha=0.7, shrinkA=14, shrinkB=14,
-                                                    connectionstyle="arc3,rad=0.15"))
+                    if A[i, j] <= 0.15:  # only the stronger edges, i attends j
+                        continue
+                    if i == j:  # a self-edge: a loop just outside the node
+                        ax.add_patch(plt.Circle((1.2 * xy[i]).tolist(), 0.13, fill=False,
+                                                lw=5 * float(A[i, i]), alpha=0.7))
+                        continue
+                    ax.annotate("", xy=xy[j].tolist(), xytext=xy[i].tolist(),
+                                arrowprops=dict(arrowstyle="-|>", lw=5 * float(A[i, j]),
+                                                alpha=0.7, shrinkA=14, shrinkB=14,
+                                                connectionstyle="arc3,rad=0.15"))
             for (px, py), lab in zip(xy.tolist(), labels):
                 ax.text(px, py, lab, ha="center", va="center",
                         bbox=dict(boxstyle="round", fc="w"))
-            ax.set_xlim(-1.4, 1.4)
-            ax.set_ylim(-1.4, 1.4)
+            ax.set_xlim(-1.5, 1.5)
+            ax.set_ylim(-1.5, 1.5)
             ax.set_axis_off()
             ax.set_title(title)
 
@@ -59,6 +64,29 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         print(T("total variation between the two graphs:", "两张图之间的总变差："),
               round(float(0.5 * (A - A2).abs().sum(-1).mean()), 3))
         """),
+    Predict("predict", """
+        **Predict, then check.** "the" comes twice in the first sentence, at positions 0 and
+        4, and nothing here tells the layer where a token is. How far apart are the two rows
+        of weights the two "the" send, $\\max_j |A_{0j} - A_{4j}|$? Write a number in
+        `predict_diff`; the check measures it (within 0.01 passes).
+        """, """
+        **先预测，再核对。** 第一句话里 “the” 出现了两次，位于第 0 和第 4 个位置，而这里没有任何
+        东西告诉这一层一个词元在哪里。这两个 “the” 发出的两行权重相差多少，即
+        $\\max_j |A_{0j} - A_{4j}|$？把一个数写进 `predict_diff`；检查单元格会测量它（相差不超过
+        0.01 即通过）。
+        """,
+        blank="predict_diff = ...  # your prediction: max |A[0, j] - A[4, j]| over the keys j",
+        answer="predict_diff = 0  # the same token, no positions: the same query, the same row",
+        check="""
+            A_the = attn(torch.stack([emb[t_] for t_ in tokens])[None])[1][0, 0].detach()
+            predicted(predict_diff, float((A_the[0] - A_the[4]).abs().max()), within=0.01,
+                      why_en=("The two 'the' have the same embedding and no position: the "
+                              "same query, compared with the same keys, gives the same row. "
+                              "Without positions attention cannot tell them apart."),
+                      why_zh=("两个 “the” 的嵌入相同，又没有位置信息：同样的查询与同样的键比较，"
+                              "得到同样的一行。没有位置编码，注意力分不清它们。"))
+            """,
+        wrong="predict_diff = 0.5  # as if the two places in the sentence changed the weights"),
     Text("""
         A graph has no order of its nodes. Without positions, self-attention is
         **permutation-equivariant**: permuting the tokens permutes the outputs the same way,

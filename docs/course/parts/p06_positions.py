@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 06 positions: sinusoidal and RoPE
@@ -23,6 +23,32 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         （「低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置」），以及相对位置性质：
         「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合」。
         """),
+    Predict("predict", """
+        **Predict, then check.** With $d_{model} = 32$, pair $i$ turns by
+        $\\omega_i = 10000^{-2i/d_{model}}$ radians per position. What is the wavelength, in
+        positions, of pair $i = 8$ (how many positions it takes to come back to where it
+        started)? Write a number in `predict_wavelength`; the check reads it off attnlab's
+        encoding (within 25% passes).
+        """, """
+        **先预测，再核对。** 当 $d_{model} = 32$ 时，第 $i$ 对维度每移动一个位置转过
+        $\\omega_i = 10000^{-2i/d_{model}}$ 弧度。第 $i = 8$ 对的波长（以位置计：转回起点需要走过
+        多少个位置）是多少？把一个数写进 `predict_wavelength`；检查单元格会从 attnlab 的编码中读出它
+        （相差不超过 25% 即通过）。
+        """,
+        blank="predict_wavelength = ...  # your prediction: the wavelength of pair 8, in positions",
+        answer="predict_wavelength = 628  # 2π / ω_8 = 2π · 10000^(16/32) = 2π · 100",
+        check="""
+            from attnlab import positional as positional_
+
+            true_wavelength = float(2 * math.pi / positional_.frequencies(32)[8])
+            predicted(predict_wavelength, true_wavelength, within=0.25 * true_wavelength,
+                      why_en=("The wavelength of pair i is 2π / ω_i = 2π · 10000^(2i/d): "
+                              "2π · 100 ≈ 628 positions for i = 8 of d = 32. It grows with i; "
+                              "it is the frequency ω_i that decays."),
+                      why_zh=("第 i 对的波长是 2π / ω_i = 2π · 10000^(2i/d)：d = 32 时第 8 对约为 "
+                              "2π · 100 ≈ 628 个位置。它随 i 增长；衰减的是频率 ω_i。"))
+            """,
+        wrong="predict_wavelength = 0.063  # 2π / 100: a wavelength that decayed with i"),
     Code("""
         from attnlab import positional
 
@@ -37,6 +63,69 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         print(T("wavelengths 2π/ω_i:", "波长 2π/ω_i："),
               [round(float(2 * math.pi / w), 1) for w in omega[::4]])
 
+        """),
+    Text("""
+        **「波长衰减」 (wavelength decay) is the wrong word.** Article 001 labels this item
+        「波长衰减」, yet the wavelengths it describes grow with $i$: $2\\pi / \\omega_i =
+        2\\pi \\cdot 10000^{2i/d_{model}}$, from $2\\pi$ for the first pair to almost
+        $10000 \\cdot 2\\pi$ for the last. What decays with $i$ is the frequency $\\omega_i$.
+        Measured on attnlab's table:
+        """, """
+        **「波长衰减」这个说法是错的。** 文章 001 给这一条起的标题是「波长衰减」，但它描述的波长
+        随 $i$ 增长：$2\\pi / \\omega_i = 2\\pi \\cdot 10000^{2i/d_{model}}$，从第一对的 $2\\pi$
+        增长到最后一对的接近 $10000 \\cdot 2\\pi$。随 $i$ 衰减的是频率 $\\omega_i$。在 attnlab
+        的编码表上实测：
+        """),
+    Code("""
+        lam = 2 * math.pi / omega  # the wavelength of every pair, in positions
+        print(T("wavelengths of pairs 0, 1, 2 and the last:", "第 0、1、2 对与最后一对的波长："),
+              [round(float(x), 1) for x in (*lam[:3], lam[-1])])
+        print(T("each pair's wavelength / the previous one's:", "每一对的波长 / 前一对的波长："),
+              round(float(lam[1] / lam[0]), 4), "= 10000^(2/32) =", round(10000 ** (2 / 32), 4))
+        grows, decays = bool((lam[1:] > lam[:-1]).all()), bool((omega[1:] < omega[:-1]).all())
+        print(T("the wavelengths grow with i:", "波长随 i 增长："), grows,
+              T("| the frequencies decay with i:", "| 频率随 i 衰减："), decays)
+        print(T("so the label 「波长衰减」 is wrong: the wavelength grows, the frequency decays",
+                "所以标题「波长衰减」是错的：波长在增长，衰减的是频率")
+              if grows and decays else T("unexpected", "出乎预期"))
+        """),
+    Text("""
+        **Move the position and the frequency.** Pair $i$ of the encoding is the point
+        $(\\sin \\omega_i p, \\cos \\omega_i p)$. The slider `pair` sets $i$ (the frequency
+        $\\omega_i$), `position` sets $p$: on the left the pair's two coordinates over the
+        positions, on the right the point on the unit circle. A fast pair (small $i$) goes
+        round many times over 64 positions; a slow one barely moves.
+        """, """
+        **移动位置，改变频率。** 编码的第 $i$ 对是点 $(\\sin \\omega_i p, \\cos \\omega_i p)$。
+        滑块 `pair` 设定 $i$（即频率 $\\omega_i$），`position` 设定 $p$：
+        左图是这一对的两个坐标随位置的变化，右图是单位圆上的那个点。
+        快的维度对（$i$ 小）在 64 个位置上转很多圈；慢的几乎不动。
+        """),
+    Code("""
+        def draw_pair(position, pair):
+            ps = torch.arange(64)
+            w_i = float(omega[pair])
+            fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.5, 3.2),
+                                         gridspec_kw={"width_ratios": [2, 1]})
+            ax.plot(ps, pe[:, 2 * pair], label=f"sin(ω_{pair} p)")
+            ax.plot(ps, pe[:, 2 * pair + 1], label=f"cos(ω_{pair} p)")
+            ax.axvline(position, color="gray", ls=":")
+            ax.scatter([position, position], [math.sin(w_i * position), math.cos(w_i * position)],
+                       color="k", zorder=3)
+            ax.set_xlabel(T("position p", "位置 p"))
+            ax.set_title(T(f"pair {pair}: ω = {w_i:.4f}, wavelength {2 * math.pi / w_i:.1f}",
+                           f"第 {pair} 对：ω = {w_i:.4f}，波长 {2 * math.pi / w_i:.1f}"))
+            ax.legend(loc="lower left", fontsize=8)
+            circle = torch.linspace(0, 2 * math.pi, 100)
+            bx.plot(circle.sin(), circle.cos(), color="lightgray")
+            bx.scatter([math.sin(w_i * position)], [math.cos(w_i * position)], color="C3")
+            bx.set_aspect("equal")
+            bx.set_title(T(f"position {position}", f"位置 {position}"))
+            plt.show()
+            print(f"PE[{position}, {2 * pair}:{2 * pair + 2}] =",
+                  [round(float(x), 4) for x in pe[position, 2 * pair:2 * pair + 2]])
+
+        slider(draw_pair, position=(0, 63, 1, 10), pair=(0, 15, 1, 2))
         """),
     Text("""
         **Which pairs record what.** Each pair $(PE_{p,2i}, PE_{p,2i+1})$ is a point on the

@@ -1,6 +1,6 @@
 """Part 7 of the course, Masks: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 07 masks
@@ -61,6 +61,31 @@ PART = Part(7, "masks", "Masks", "掩码", (
                     f"{type(e).__name__}，位于第 {e.lineno} 行："), e.text.strip())
         print([line for line in source.splitlines() if "if mask" in line])
         """),
+    Predict("predict", """
+        **Predict, then check.** The mask is usually applied by filling the masked scores
+        with $-\\infty$ before the softmax. Fill them with $-10^4$ instead (a common finite
+        choice): what weight does a masked key then get? Write a number in `predict_masked`;
+        the check measures the largest weight on a masked key (within $10^{-6}$ passes).
+        """, """
+        **先预测，再核对。** 掩码通常是这样施加的：在 softmax 之前把被遮蔽的分数填成 $-\\infty$。
+        如果改填 $-10^4$（一个常见的有限值），被遮蔽的键会得到多大的权重？把一个数写进
+        `predict_masked`；检查单元格会测出被遮蔽的键上最大的权重（相差不超过 $10^{-6}$ 即通过）。
+        """,
+        blank="predict_masked = ...  # your prediction: the weight of a key masked with -1e4",
+        answer="predict_masked = 0.0  # exp(-1e4 - max) underflows: exactly 0, as with -inf",
+        check="""
+            g_m = torch.Generator().manual_seed(11)
+            s_m = torch.randn(6, 6, generator=g_m)
+            blocked = ~masks.causal(6)
+            w_m = torch.softmax(s_m.masked_fill(blocked, -1e4), dim=-1)
+            predicted(predict_masked, float(w_m[blocked].max()), within=1e-6, why_en=(
+                "e^(-10000) underflows to exactly 0 (in float32 and in float64): a masked key "
+                "gets weight 0, as with -inf. The weight is 0, never -inf: -inf is the score "
+                "before the softmax."), why_zh=(
+                "e^(-10000) 下溢为精确的 0（float32 与 float64 都如此）：被遮蔽的键得到权重 0，"
+                "与填负无穷时一样。权重是 0，而不是负无穷：负无穷是 softmax 之前的分数。"))
+            """,
+        wrong="predict_masked = -1e4  # the fill itself: but that is the score, not the weight"),
     Text("""
         **A fully masked row.** The usual `masked_fill(-inf)` then softmax gives NaN for a row
         whose every key is masked (0 / 0), and the NaN spreads. attnlab gives that row weight
@@ -83,6 +108,41 @@ PART = Part(7, "masks", "Masks", "掩码", (
         print(T("article 001's check, masked weights are 0:",
                 "文章 001 的检查，被遮蔽的权重为 0："),
               bool(w.masked_fill(~m, 0).sum() == w.sum()))
+        """),
+    Text("""
+        **Article 001's check cannot see $-\\infty$.** Its tip says to check that the masked
+        positions 「是否真的是负无穷」 (really are $-\\infty$), with
+        `attn.masked_fill(mask == 0, 0).sum() == attn.sum()`. That reads the weights after
+        the softmax, where a masked key has weight 0, and only tests that zeroing them
+        changes nothing. Fill the masked scores with $-\\infty$, $-10^9$ or $-10^4$: the
+        weights are the same zeros, and the check passes all three times. It cannot tell
+        $-\\infty$ from a finite fill; what does tell is the score itself.
+        """, """
+        **文章 001 的检查看不见负无穷。** 它的技巧说要检查掩码位置「是否真的是负无穷」，用的是
+        `attn.masked_fill(mask == 0, 0).sum() == attn.sum()`。这读的是 softmax 之后的权重，
+        被遮蔽的键权重为 0，它检验的只是把这些权重置零不改变总和。把被遮蔽的分数分别填成
+        $-\\infty$、$-10^9$ 或 $-10^4$：得到的权重都是同样的零，检查三次都通过。它无法区分负无穷与
+        有限的填充值；能区分的是分数本身。
+        """),
+    Code("""
+        scores_m = q @ k.transpose(-2, -1) / math.sqrt(4)
+        causal_m = masks.causal(3)
+        passed = []
+        for fill in (float("-inf"), -1e9, -1e4):
+            attn_w = torch.softmax(scores_m.masked_fill(~causal_m, fill), dim=-1)
+            mask = causal_m.int()  # the article's mask: 1 where allowed, 0 where masked
+            passes = bool(attn_w.masked_fill(mask == 0, 0).sum() == attn_w.sum())
+            passed.append(passes)
+            print(T(f"fill {fill:g}: the printed check passes: {passes}; the masked weights: "
+                    f"{attn_w[..., ~causal_m].unique().tolist()}; a masked score is -inf: "
+                    f"{bool(scores_m.masked_fill(~causal_m, fill)[..., ~causal_m].isinf().all())}",
+                    f"填充 {fill:g}：印出的检查通过：{passes}；被遮蔽的权重："
+                    f"{attn_w[..., ~causal_m].unique().tolist()}；被遮蔽的分数是负无穷："
+                    f"{bool(scores_m.masked_fill(~causal_m, fill)[..., ~causal_m].isinf().all())}"))
+        print(T(f"the check passes for {sum(passed)} of 3 fills: it cannot see -inf"
+                if all(passed) else "unexpected: the check told the fills apart",
+                f"3 种填充中检查通过 {sum(passed)} 种：它看不见负无穷"
+                if all(passed) else "出乎预期：检查区分出了不同的填充"))
         """),
     Text("""
         **Causality is a statement about gradients**: with a causal mask, output $t$ does not

@@ -1,6 +1,6 @@
 """Part 8 of the course, The modules: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 08 the modules
@@ -263,6 +263,31 @@ PART = Part(8, "modules", "The modules", "模块", (
                       if isinstance(v, float)]
             print(f"{tr(row[0])}{T(', ', '，')}{tr(row[1])}: " + T(", ", "，").join(cells_))
         """),
+    Predict("predict", """
+        **Predict, then check.** `MultiHeadAttention(embed_dim=64, num_heads=8)` stacks
+        $W_q, W_k, W_v$ into one `qkv_proj` of $3 \\times 64 = 192$ rows. With
+        `num_kv_heads=2` (grouped-query attention: every 4 query heads share one key/value
+        head), how many rows does `qkv_proj` have? Write a number in `predict_rows`; the
+        check builds the module and counts (within 0.5 passes).
+        """, """
+        **先预测，再核对。** `MultiHeadAttention(embed_dim=64, num_heads=8)` 把
+        $W_q, W_k, W_v$ 叠成一个 `qkv_proj`，共 $3 \\times 64 = 192$ 行。取 `num_kv_heads=2`
+        （分组查询注意力：每 4 个查询头共享一个键/值头）时，`qkv_proj` 有多少行？把一个数写进
+        `predict_rows`；检查单元格会构造这个模块并数出来（相差不超过 0.5 即通过）。
+        """,
+        blank="predict_rows = ...  # your prediction: qkv_proj's rows with num_kv_heads=2",
+        answer="predict_rows = 96  # 64 for the queries, 2 kv heads x 8 dims each for k and for v",
+        check="""
+            rows_ = attnlab.MultiHeadAttention(embed_dim=64, num_heads=8,
+                                               num_kv_heads=2).qkv_proj.weight.shape[0]
+            predicted(predict_rows, rows_, within=0.5, why_en=(
+                "The queries keep their 64 rows (8 heads of 8); the keys and the values have "
+                "2 heads of 8 each, 16 rows apiece: 64 + 16 + 16 = 96, half of 192."),
+                why_zh=("查询保留 64 行（8 个头，每个 8 维）；"
+                        "键和值各只有 2 个头，每个 8 维，各 16 行："
+                        "64 + 16 + 16 = 96，是 192 的一半。"))
+            """,
+        wrong="predict_rows = 192  # as if grouping changed nothing in the projection"),
     Text("""
         **Grouped-query attention** (`num_kv_heads`): groups of query heads share one
         key/value head, which shrinks the K and V projections and the cache. **KV cache**:

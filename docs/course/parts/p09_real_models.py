@@ -1,6 +1,6 @@
 """Part 9 of the course, Real models: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 09 real models
@@ -56,6 +56,31 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
                 f"的权重 = {best:.3f}"))
         figures.heatmap(t, L, Hd, lang=LANG)
         """),
+    Predict("predict", """
+        **Predict, then check.** Shuffle the sentence's words (the first shuffle of the cell
+        below), so that 'it' refers to nothing, and search the heads again: what weight does
+        the best head now put from 'it' on 'animal'? Write a number in `predict_shuffled`;
+        the check traces the shuffled text (within 0.2 passes).
+        """, """
+        **先预测，再核对。** 把句子的词打乱（就是下面单元格的第一次打乱），让 'it' 什么也不指代，
+        再搜索一遍所有的头：最好的头现在从 'it' 放到 'animal' 上的权重是多少？把一个数写进
+        `predict_shuffled`；检查单元格会追踪打乱后的文本（相差不超过 0.2 即通过）。
+        """,
+        blank="predict_shuffled = ...  # your prediction: the best head's weight, shuffled words",
+        answer="predict_shuffled = 0.5  # the best of 72 heads is high on any text: a bit below",
+        check="""
+            words_ = text.split()
+            order_ = torch.randperm(len(words_), generator=torch.Generator().manual_seed(0))
+            shuffled_ = " ".join(words_[i] for i in order_)
+            best_ = float(to_word(attnlab.trace(minilm, shuffled_)).max())
+            predicted(predict_shuffled, best_, within=0.2, why_en=(
+                "The best of 72 heads finds a large weight on 'animal' even when 'it' refers to "
+                "nothing: picking the maximum over many heads makes a high weight, so the real "
+                "sentence's best weight is weak evidence on its own."), why_zh=(
+                "即使 'it' 什么也不指代，72 个头中最好的一个也会在 'animal' 上找到很大的权重："
+                "在许多头中取最大值本身就会得到高权重，所以真实句子中最好的权重单独看只是很弱的证据。"))
+            """,
+        wrong="predict_shuffled = 0.0  # as if no head attended 'animal' once the sense is gone"),
     Text("""
         **A baseline for the search.** The best of many heads is high whether or not any
         head tracks what *it* refers to: the largest of many numbers is large even when none

@@ -1,6 +1,6 @@
 """Part 10 of the course, Training a head: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 10 training a head
@@ -102,6 +102,36 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
                 print(label, T(f"layer {layer}:", f"第 {layer} 层："),
                       [round(float(v), 2) for v in row])
         """),
+    Predict("predict", """
+        **Predict, then check.** Before training does anything: in this model ($E = 64$, 4
+        heads, so each head's slice of $W_q$ spans a 16-dimensional subspace of
+        $\\mathbb{R}^{64}$), what is the mean principal angle, in degrees, between the
+        slices of heads 0 and 1 of the first layer **at initialisation**? Write a number in
+        `predict_angle`; the check rebuilds the run's initial weights (within 15° passes).
+        """, """
+        **先预测，再核对。** 在训练起任何作用之前：这个模型（$E = 64$，4 个头，所以每个头在 $W_q$
+        中的切片张成 $\\mathbb{R}^{64}$ 中的一个 16 维子空间）第一层的第 0 与第 1 个头的切片之间，
+        **初始化时**的平均主夹角是多少度？把一个数写进 `predict_angle`；检查单元格会重建这次训练的
+        初始权重（相差不超过 15° 即通过）。
+        """,
+        blank="predict_angle = ...  # your prediction: the mean angle between 2 heads at init, °",
+        answer="predict_angle = 60  # two random 16-dim subspaces of R^64 are already far apart",
+        check="""
+            from attnlab.train.checkpoint import build_model as build_model_
+
+            attn0 = build_model_(config).blocks[0].attn  # the run's initial weights (its seed)
+            slices_ = attn0.qkv_proj.weight.detach()[:attn0.embed_dim].chunk(attn0.num_heads, 0)
+            qa_, qb_ = (torch.linalg.qr(s_.T.double()).Q for s_ in slices_[:2])
+            angle_ = float(torch.rad2deg(torch.acos(torch.linalg.svdvals(qa_.T @ qb_)
+                                                    .clamp(-1, 1))).mean())
+            predicted(predict_angle, angle_, within=15, why_en=(
+                "Random subspaces of a larger space are far apart already: heads start in "
+                "different subspaces, before gradient descent has done anything. That is why "
+                "the initial weights are the control below."), why_zh=(
+                "大空间中的随机子空间本来就相距很远：各头在梯度下降起作用之前就处在不同的子空间里。"
+                "所以下面用初始权重作对照。"))
+            """,
+        wrong="predict_angle = 0  # as if the heads started in one subspace, split by training"),
     Text("""
         **Different subspaces?** Each head reads its queries through its own slice of $W_q$
         ($E/h$ rows of the $E \\times E$ matrix) and its keys through its slice of $W_k$: each

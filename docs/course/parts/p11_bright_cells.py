@@ -2,7 +2,7 @@
 and in Chinese (see build.py): value-weighted attention, rollout and the effect of hiding a
 token, measured on SmolLM2."""
 
-from cells import Code, Exercise, Part, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
 
 # ======================================================================================
 # 11 does a bright cell mean an important token?
@@ -55,6 +55,29 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         print(t)
         print(T(f"{N} tokens, the first ones:", f"{N} 个词元，前几个："), t.tokens[:12])
         """),
+    Predict("predict", """
+        **Predict, then check.** The text has 64 tokens. Averaged over every layer and head
+        of SmolLM2 and over the later half of the rows, what share of a row's attention
+        weight lands on the **first** token? Write a number in `predict_first`; the check
+        reads it off the trace (within 0.2 passes).
+        """, """
+        **先预测，再核对。** 这段文本有 64 个词元。对 SmolLM2 的所有层、所有头以及后一半的行取平均，
+        一行的注意力权重有多大份额落在**第一个**词元上？把一个数写进 `predict_first`；检查单元格会
+        从追踪中读出它（相差不超过 0.2 即通过）。
+        """,
+        blank="predict_first = ...  # your prediction: the share of the weight on the first token",
+        answer="predict_first = 0.4  # an attention sink: far more than 1/64 of every row",
+        check="""
+            share_ = float(t.weights[:, :, t.seq_len // 2:, 0].mean())
+            predicted(predict_first, share_, within=0.2, why_en=(
+                "Far more than the 1/64 of a uniform row: many heads park their weight on the "
+                "first token when they have nothing better to do (an attention sink). The "
+                "brightest column of the heatmaps is that token; whether it matters is what "
+                "the rest of this part measures."), why_zh=(
+                "远多于均匀分配时的 1/64：许多头在没有更好的去处时把权重停放在第一个词元上"
+                "（注意力汇）。热力图中最亮的一列就是这个词元；它是否重要，是本节其余部分要测量的。"))
+            """,
+        wrong="predict_first = 0.016  # 1/64, as if the weight were spread evenly"),
     Text("""
         **Value-weighted attention.** What key $j$ adds to row $i$ through head $h$ is the
         vector $\\alpha_{ij} \\, v_j W_O^h$ (its value through the head's slice of the output

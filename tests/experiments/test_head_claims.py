@@ -79,8 +79,9 @@ def test_multihead_cost_training_brings_heads_closer(results):
     assert rows["copy, identical initial heads: max |W_q(head h) − W_q(head 0)|"][1] == 0.0
     assert rows["copy, identical initial heads: held-out accuracy"][1] >= 0.85
     assert r.check("wq-angle-change").value < -3 and r.check("wk-angle-change").value < -3
-    # ... yet the trained heads stay in different subspaces: the headline (plain reading)
-    assert r.headline_holds and r.measured > 40
+    # ... and the closest pair too (the headline): trained heads stay apart only as far as
+    # their random initialisation put them
+    assert not r.headline_holds and r.measured < -3
 
 
 def test_multihead_cost_penalty_pushing_heads_apart_misses_the_verdict():

@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from attnlab.models import ModelNotAvailableError, load
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result, fmt_num
+from ._result import Check, Control, Result, fmt_num
 
 NAME = "contextualisation"
 CLAIM = ("The output vector of 苹果 moves toward 水果 when its context is about eating and "
@@ -404,7 +404,7 @@ def shuffled(fruit: Sequence[str], company: Sequence[str], seed: int
 
 
 @dataclass(frozen=True)
-class _Best:
+class BestDraw:
     """The control's values, per layer, most favourable to each test over the random draws
     (a control fails only if no draw passes): the largest mean shift, separation and
     minimum fruit lean, the smallest maximum company lean; ``mean_*``: the draws' means."""
@@ -417,7 +417,7 @@ class _Best:
     mean_company: Tensor
 
     @classmethod
-    def of(cls, draws: Sequence[Leans]) -> _Best:
+    def of(cls, draws: Sequence[Leans]) -> BestDraw:
         def most(xs: list[Tensor]) -> Tensor:
             return torch.stack(xs).max(0).values
 
@@ -428,7 +428,7 @@ class _Best:
                    torch.stack([d.company.mean(0) for d in draws]).mean(0))
 
 
-def _context_checks(lv: Leans, best: _Best, layer: int, anchors: tuple[str, str], where: str,
+def _context_checks(lv: Leans, best: BestDraw, layer: int, anchors: tuple[str, str], where: str,
                     prefix: str, what: tuple[str, str]) -> list:
     """The three per-context checks at ``layer``, each with the control's value."""
     def control(x: Tensor) -> Control:
@@ -464,6 +464,203 @@ def _control_leans(model: nn.Module, tok: Any, seed: int, draws: int,
     return out
 
 
+@dataclass(frozen=True)
+class LayerRow:
+    """One layer of the table: the model's leans and the control's best draw."""
+
+    layer: int
+    mean_fruit: float
+    mean_company: float
+    shift: float  # mean fruit − mean company
+    separation: float  # min fruit − max company
+    control_shift: float
+    control_separation: float
+    p: float  # label-permutation p-value of the separation
+
+    def cells(self) -> list:
+        return [self.layer, self.mean_fruit, self.mean_company, self.shift, self.separation,
+                self.control_shift, self.control_separation, self.p]
+
+
+@dataclass(frozen=True)
+class ContextualisationMeasurement:
+    """The leans of 苹果 on SmolLM2 and on the random-weights control (the draw most
+    favourable to each test), with the separation's permutation p-values."""
+
+    fruit: tuple[str, ...]
+    company: tuple[str, ...]
+    anchors: tuple[str, str]
+    seed: int
+    draws: int
+    permutations: int
+    model: Leans
+    control: BestDraw
+    p: Tensor  # (L + 1,) permutation p of the separation, per layer
+    control_p: Tensor  # (L + 1,) the smallest over the control's draws
+    first: int  # first layer of the separating run up to the last (L + 1: none)
+    control_first: int
+    exact_p: float | None  # exact p at the last layer (None: too many splits)
+    word_tokens: int  # tokens of 苹果 in the first fruit context
+
+    @property
+    def top(self) -> int:
+        return self.model.shift.shape[0] - 1
+
+    @property
+    def mid(self) -> int:
+        return self.top // 2
+
+    @property
+    def splits(self) -> int:
+        return math.comb(len(self.fruit) + len(self.company), len(self.fruit))
+
+    @property
+    def layers(self) -> list[LayerRow]:
+        lv, best = self.model, self.control
+        return [LayerRow(layer, float(lv.fruit[:, layer].mean()),
+                         float(lv.company[:, layer].mean()), float(lv.shift[layer]),
+                         float(lv.separation[layer]), float(best.shift[layer]),
+                         float(best.separation[layer]), float(self.p[layer]))
+                for layer in range(self.top + 1)]
+
+
+def measure(
+    seed: int = 0,
+    *,
+    fruit: Sequence[str] = FRUIT,
+    company: Sequence[str] = COMPANY,
+    anchors: tuple[str, str] = ANCHORS,
+    attention_patch: Callable[[nn.Module], contextlib.AbstractContextManager] | None = None,
+    control_model: Callable[[nn.Module, int], nn.Module] = random_weights,
+    draws: int = DRAWS,
+    permutations: int = PERMUTATIONS,
+    shuffle_labels: bool = False,
+) -> ContextualisationMeasurement:
+    """The leans of 苹果 on SmolLM2 and on ``draws`` control networks, and the
+    permutation p-values of the separation (arguments: see :func:`run`)."""
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be an int ≥ 1 (random networks for the control), got "
+                         f"{draws!r}")
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(f"permutations must be an int ≥ 1 (random relabellings), got "
+                         f"{permutations!r}")
+    if shuffle_labels:
+        fruit, company = shuffled(fruit, company, seed)
+    try:
+        loaded = load("smollm2", progress=False)
+    except ModelNotAvailableError as exc:
+        raise ModelNotAvailableError(
+            f"the contextualisation experiment needs SmolLM2 (attnlab.models.load('smollm2')): "
+            f"{exc}") from exc
+    model, tok = loaded.model, loaded.tokenizer
+    texts = (fruit, company, anchors)
+    patch = contextlib.nullcontext() if attention_patch is None else attention_patch(model)
+    with seeded(seed):
+        with patch:
+            lv = leans(model, tok, *texts)
+        control_leans = _control_leans(model, tok, seed, draws, control_model, attention_patch,
+                                       texts)
+    p = permutation_p(lv.fruit, lv.company, permutations, seed)
+    best_p = torch.stack([permutation_p(d.fruit, d.company, permutations, seed)
+                          for d in control_leans]).min(0).values
+    top = lv.shift.shape[0] - 1
+    splits = math.comb(len(fruit) + len(company), len(fruit))
+    exact = float(exact_p(lv.fruit, lv.company)[top]) if splits <= 10**5 else None
+    ids = word_span(tok, fruit[0], WORD)
+    return ContextualisationMeasurement(
+        tuple(fruit), tuple(company), anchors, seed, draws, permutations, lv,
+        BestDraw.of(control_leans), p, best_p, separating_from(lv.separation),
+        min(separating_from(d.separation) for d in control_leans), exact, ids[2] - ids[1])
+
+
+def _control_what(m: ContextualisationMeasurement) -> tuple[str, str]:
+    """The random-weights control, in words (English, Chinese)."""
+    return (f"{RANDOM[0]}, the most favourable of {m.draws} draw{'s' if m.draws > 1 else ''}",
+            f"{RANDOM[1]}，{m.draws} 次抽取中最有利的一次")
+
+
+def headline_control(m: ContextualisationMeasurement) -> Control:
+    """The best draw's mean lean difference at the last layer."""
+    return Control(*_control_what(m), float(m.control.shift[m.top]))
+
+
+def checks(m: ContextualisationMeasurement) -> list[Check]:
+    """Embeddings alike, the contexts separate (last and middle layer), causal order, the
+    permutation p-value and the separating layers, each with its control."""
+    lv, top, first, what = m.model, m.top, m.first, _control_what(m)
+    return [
+        check_le("layer 0 (embeddings): |mean lean fruit − company|", abs(float(lv.shift[0])),
+                 1e-6, id="embeddings-same", support=True,
+                 control=Control("the same measure after the first layer (layer 1)",
+                                 "第一层之后（第 1 层）的同一度量", abs(float(lv.shift[1])))),
+        *_context_checks(lv, m.control, top, m.anchors, "layer", "", what),
+        *_context_checks(lv, m.control, m.mid, m.anchors, "middle layer", "mid-", what),
+        check_le(f"causal order: {WORD} in “{CONTEXT_AFTER}” vs “{WORD}” alone, every layer: "
+                 "max |difference| / max |state|", lv.order_gap, 1e-5, id="causal-order",
+                 support=True),
+        check_le(f"layer {top}: label-permutation p-value of min fruit − max company "
+                 f"({m.permutations} permutations)", float(m.p[top]), MAX_P, id="separation-p",
+                 control=Control(*what, float(m.control_p[top]))),
+        check_le(f"layers {first}–{top}: the run of layers up to the last where min fruit − "
+                 f"max company ≥ {fmt_num(MARGIN)}: its first layer" if first <= top else
+                 f"no layer up to the last ({top}) where min fruit − max company ≥ "
+                 f"{fmt_num(MARGIN)}: its first layer", first, top, id="separating-layers",
+                 control=Control(*what, m.control_first)),
+    ]
+
+
+def table(m: ContextualisationMeasurement) -> tuple[list[str], list[list]]:
+    return (["layer", "mean lean, fruit contexts", "mean lean, company contexts",
+             "fruit − company", "min fruit − max company",
+             "fruit − company, random weights (best draw)",
+             "min fruit − max company, random weights (best draw)",
+             "label-permutation p of min fruit − max company"],
+            [row.cells() for row in m.layers])
+
+
+def captions(m: ContextualisationMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the setting, the separating layers, the
+    permutations, the control, the middle layer."""
+    anchors, top, mid, first, splits = m.anchors, m.top, m.mid, m.first, m.splits
+    n_f, n_c, permutations, seed, draws = (len(m.fruit), len(m.company), m.permutations,
+                                           m.seed, m.draws)
+    exact = fmt_num(m.exact_p) if m.exact_p is not None else None
+    p_top = fmt_num(float(m.p[top]))
+    shift, separation = m.model.shift, m.model.separation
+    since = (f" Every fruit context leans more to {anchors[0]} than every company context "
+             f"(by ≥ {fmt_num(MARGIN)}) from layer {first} on." if first <= top else "")
+    since_zh = (f"从第 {first} 层起，每个水果语境都比每个公司语境更偏向“{anchors[0]}”"
+                f"（至少 {fmt_num(MARGIN)}）。" if first <= top else "")
+    perm = (f" Label permutations: {permutations} random splits of the {n_f} + {n_c} "
+            f"contexts (seed {seed}); at layer {top} the real split's separation gives "
+            f"p = {p_top}"
+            + (f" (exact, over all {splits} splits: {exact}; it cannot be below 1/{splits}, "
+               "the real split being one of them)." if exact else "."))
+    perm_zh = (f"标签置换：把 {n_f} + {n_c} 个语境随机重新划分 {permutations} 次"
+               f"（种子 {seed}）；在第 {top} 层，真实划分的分离度对应 p = {p_top}"
+               + (f"（对全部 {splits} 种划分精确计算：{exact}；真实划分是其中之一，"
+                  f"p 不可能低于 1/{splits}）。" if exact else "。"))
+    c_shift, c_sep = fmt_num(float(m.control.shift[top])), fmt_num(float(m.control.separation[top]))
+    s_top, sep_top = fmt_num(float(shift[top])), fmt_num(float(separation[top]))
+    s_mid, sep_mid = fmt_num(float(shift[mid])), fmt_num(float(separation[mid]))
+    en = (f"SmolLM2-135M, fp32, {n_f} fruit and {n_c} company contexts; {WORD} is "
+          f"{m.word_tokens} tokens, its state is its last token's; states centred per layer; "
+          f"layer {top} is after the final norm. Anchors: {anchors[0]}, {anchors[1]} averaged "
+          f"over {len(NEUTRAL)} neutral frames.{since}{perm} Control: the same network with "
+          f"random weights, {draws} draws; at layer {top} the most favourable draw reaches a "
+          f"mean lean difference of {c_shift} (the model: {s_top}) but a min fruit − max "
+          f"company of only {c_sep} (the model: {sep_top}). Middle layer {mid}: the model's "
+          f"mean lean difference is {s_mid}, its min fruit − max company {sep_mid}.")
+    zh = (f"SmolLM2-135M，fp32，{n_f} 个水果语境和 {n_c} 个公司语境；“{WORD}”占 "
+          f"{m.word_tokens} 个词元，取其最后一个词元的状态；各层状态先中心化；第 {top} 层为最终"
+          f"归一化之后。锚点：{anchors[0]}、{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。"
+          f"{since_zh}{perm_zh}对照：同一网络、随机权重，抽取 {draws} 次；在第 {top} 层，最有利"
+          f"的一次平均倾向之差达到 {c_shift}（模型：{s_top}），但水果最小值 − 公司最大值只有 "
+          f"{c_sep}（模型：{sep_top}）。中间的第 {mid} 层：模型的平均倾向之差为 {s_mid}，"
+          f"水果最小值 − 公司最大值为 {sep_mid}。")
+    return en, zh
+
+
 def run(
     seed: int = 0,
     *,
@@ -491,124 +688,25 @@ def run(
     Raises :class:`~attnlab.models.ModelNotAvailableError` when SmolLM2 cannot be loaded
     here.
     """
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
-        raise ValueError(f"draws must be an int ≥ 1 (random networks for the control), got "
-                         f"{draws!r}")
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be an int ≥ 1 (random relabellings), got "
-                         f"{permutations!r}")
-    if shuffle_labels:
-        fruit, company = shuffled(fruit, company, seed)
-    try:
-        loaded = load("smollm2", progress=False)
-    except ModelNotAvailableError as exc:
-        raise ModelNotAvailableError(
-            f"the contextualisation experiment needs SmolLM2 (attnlab.models.load('smollm2')): "
-            f"{exc}") from exc
-    model, tok = loaded.model, loaded.tokenizer
-    texts = (fruit, company, anchors)
-    patch = contextlib.nullcontext() if attention_patch is None else attention_patch(model)
-    with seeded(seed):
-        with patch:
-            lv = leans(model, tok, *texts)
-        control_leans = _control_leans(model, tok, seed, draws, control_model, attention_patch,
-                                       texts)
-    best = _Best.of(control_leans)
-    p = permutation_p(lv.fruit, lv.company, permutations, seed)
-    best_p = torch.stack([permutation_p(d.fruit, d.company, permutations, seed)
-                          for d in control_leans]).min(0).values
-    top = lv.shift.shape[0] - 1
-    first = separating_from(lv.separation)
-    best_first = min(separating_from(d.separation) for d in control_leans)
-    splits = math.comb(len(fruit) + len(company), len(fruit))
-    exact = (fmt_num(float(exact_p(lv.fruit, lv.company)[top])) if splits <= 10**5
-             else None)
-    mid = top // 2
-    shift, separation = lv.shift, lv.separation
-    what = (f"{RANDOM[0]}, the most favourable of {draws} draw{'s' if draws > 1 else ''}",
-            f"{RANDOM[1]}，{draws} 次抽取中最有利的一次")
-    checks = [
-        check_le("layer 0 (embeddings): |mean lean fruit − company|", abs(float(shift[0])), 1e-6,
-                 id="embeddings-same", support=True,
-                 control=Control("the same measure after the first layer (layer 1)",
-                                 "第一层之后（第 1 层）的同一度量", abs(float(shift[1])))),
-        *_context_checks(lv, best, top, anchors, "layer", "", what),
-        *_context_checks(lv, best, mid, anchors, "middle layer", "mid-", what),
-        check_le(f"causal order: {WORD} in “{CONTEXT_AFTER}” vs “{WORD}” alone, every layer: "
-                 "max |difference| / max |state|", lv.order_gap, 1e-5, id="causal-order",
-                 support=True),
-        check_le(f"layer {top}: label-permutation p-value of min fruit − max company "
-                 f"({permutations} permutations)", float(p[top]), MAX_P, id="separation-p",
-                 control=Control(*what, float(best_p[top]))),
-        check_le(f"layers {first}–{top}: the run of layers up to the last where min fruit − "
-                 f"max company ≥ {fmt_num(MARGIN)}: its first layer" if first <= top else
-                 f"no layer up to the last ({top}) where min fruit − max company ≥ "
-                 f"{fmt_num(MARGIN)}: its first layer", first, top, id="separating-layers",
-                 control=Control(*what, best_first)),
-    ]
-    rows = [[layer, float(lv.fruit[:, layer].mean()), float(lv.company[:, layer].mean()),
-             float(shift[layer]), float(separation[layer]), float(best.shift[layer]),
-             float(best.separation[layer]), float(p[layer])] for layer in range(top + 1)]
-    fig = _figure(lv, best, anchors) if plot else None
-    ids = word_span(tok, fruit[0], WORD)
-    since = (f" Every fruit context leans more to {anchors[0]} than every company context "
-             f"(by ≥ {fmt_num(MARGIN)}) from layer {first} on." if first <= top else "")
-    since_zh = (f"从第 {first} 层起，每个水果语境都比每个公司语境更偏向“{anchors[0]}”"
-                f"（至少 {fmt_num(MARGIN)}）。" if first <= top else "")
-    perm = (f" Label permutations: {permutations} random splits of the {len(fruit)} + "
-            f"{len(company)} contexts (seed {seed}); at layer {top} the real split's "
-            f"separation gives p = {fmt_num(float(p[top]))}"
-            + (f" (exact, over all {splits} splits: {exact}; it cannot be below 1/{splits}, "
-               "the real split being one of them)." if exact else "."))
-    perm_zh = (f"标签置换：把 {len(fruit)} + {len(company)} 个语境随机重新划分 {permutations} 次"
-               f"（种子 {seed}）；在第 {top} 层，真实划分的分离度对应 p = "
-               f"{fmt_num(float(p[top]))}"
-               + (f"（对全部 {splits} 种划分精确计算：{exact}；真实划分是其中之一，"
-                  f"p 不可能低于 1/{splits}）。" if exact else "。"))
-    c_shift, c_sep = fmt_num(float(best.shift[top])), fmt_num(float(best.separation[top]))
+    m = measure(seed, fruit=fruit, company=company, anchors=anchors,
+                attention_patch=attention_patch, control_model=control_model, draws=draws,
+                permutations=permutations, shuffle_labels=shuffle_labels)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"last layer: mean lean of fruit contexts − mean lean of company contexts, "
                  f"lean = cos({WORD}, {anchors[0]}) − cos({WORD}, {anchors[1]})",
         quantity_zh=f"最后一层：水果语境的平均倾向 − 公司语境的平均倾向，倾向 = "
                     f"cos({WORD}, {anchors[0]}) − cos({WORD}, {anchors[1]})",
-        measured=float(shift[top]), expected=MIN_SHIFT, tolerance=0.0, relation=">=",
-        checks=checks,
-        control=Control(*what, float(best.shift[top])),
-        expect_holds=False,
-        expect_why=EXPECT_WHY,
-        expect_why_zh=EXPECT_WHY_ZH,
-        table=(["layer", "mean lean, fruit contexts", "mean lean, company contexts",
-                "fruit − company", "min fruit − max company",
-                "fruit − company, random weights (best draw)",
-                "min fruit − max company, random weights (best draw)",
-                "label-permutation p of min fruit − max company"], rows),
-        figure=fig,
-        caption=f"SmolLM2-135M, fp32, {len(fruit)} fruit and {len(company)} company contexts; "
-                f"{WORD} is {ids[2] - ids[1]} tokens, its state is its last token's; states "
-                f"centred per layer; layer {top} is after the final norm. Anchors: "
-                f"{anchors[0]}, {anchors[1]} averaged over {len(NEUTRAL)} neutral frames."
-                f"{since}{perm}"
-                f" Control: the same network with random weights, {draws} draws; at layer "
-                f"{top} the most favourable draw reaches a mean lean difference of {c_shift} "
-                f"(the model: {fmt_num(float(shift[top]))}) but a min fruit − max company of "
-                f"only {c_sep} (the model: {fmt_num(float(separation[top]))}). Middle layer "
-                f"{mid}: the model's mean lean difference is {fmt_num(float(shift[mid]))}, its "
-                f"min fruit − max company {fmt_num(float(separation[mid]))}.",
-        caption_zh=f"SmolLM2-135M，fp32，{len(fruit)} 个水果语境和 {len(company)} 个公司语境；"
-                   f"“{WORD}”占 {ids[2] - ids[1]} 个词元，取其最后一个词元的状态；"
-                   f"各层状态先中心化；第 {top} 层为最终归一化之后。锚点：{anchors[0]}、"
-                   f"{anchors[1]}，在 {len(NEUTRAL)} 个中性句式上取平均。{since_zh}{perm_zh}"
-                   f"对照：同一网络、随机权重，抽取 {draws} 次；在第 {top} 层，最有利的一次"
-                   f"平均倾向之差达到 {c_shift}（模型：{fmt_num(float(shift[top]))}），"
-                   f"但水果最小值 − 公司最大值只有 {c_sep}（模型："
-                   f"{fmt_num(float(separation[top]))}）。中间的第 {mid} 层：模型的平均倾向之差为 "
-                   f"{fmt_num(float(shift[mid]))}，水果最小值 − 公司最大值为 "
-                   f"{fmt_num(float(separation[mid]))}。",
-    )
+        measured=float(m.model.shift[m.top]), expected=MIN_SHIFT, tolerance=0.0,
+        relation=">=", checks=checks(m), control=headline_control(m), expect_holds=False,
+        expect_why=EXPECT_WHY, expect_why_zh=EXPECT_WHY_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(lv: Leans, best: _Best, anchors: tuple[str, str]):
+def figure(m: ContextualisationMeasurement):
+    """The lean per layer of every context, the model and the control's mean."""
+    lv, best, anchors = m.model, m.control, m.anchors
     fig, (ax,) = new_figure(8.5, 3.8)
     layers = list(range(lv.fruit.shape[1]))
     # English texts in English only (the Chinese figure gets the characters from ZH)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -38,7 +39,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "learned-kernel"
 CLAIM = ("Attention is Nadaraya–Watson smoothing with the kernel K(x, x_i) = exp(q·k_i/√d), "
@@ -158,6 +159,201 @@ def _attend(xq: Tensor, xk: Tensor, y: Tensor, w_q: Tensor, w_k: Tensor) -> Tens
     return scaled_dot_product_attention(xq @ w_q, xk @ w_k, y[:, None])[:, 0]
 
 
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel of (c) in the table: its test error against the truth."""
+
+    kernel: str
+    parameters: str
+    mse: float
+    ratio: float  # MSE / that of the best Gaussian
+
+    def cells(self) -> list:
+        return [self.kernel, self.parameters, self.mse, self.ratio]
+
+
+@dataclass(frozen=True)
+class LearnedKernelMeasurement:
+    """(a) attention against NW, (b) softmax against Gaussian weights, (c) the learned
+    kernel against the best Gaussian; each beside its control."""
+
+    d: int  # head dimension of (a) and (b)
+    nw_error: float  # max |attention − NW with kernel_fn|
+    nw_error_control: float  # the same with control_kernel_fn
+    polarisation_error: float  # the expansion of q·k, / √d
+    polarisation_error_control: float  # the same without the key-norm term
+    spreads: tuple[float, ...]
+    tv: tuple[float, ...]  # per spread: max over queries of TV(softmax, Gaussian)
+    n_train: int
+    n_test: int
+    dims: int
+    rank: int
+    nuisance: float
+    noise: float
+    steps: int
+    lr: float
+    sigma: float  # best Gaussian width on the raw inputs
+    sigma_circle: float  # best width on the circle's 2 dims
+    mse_gaussian: float
+    mse_untrained: float  # NW with W_Q, W_K at their initial values
+    mse_learned: float
+    mse_circle: float
+    phi: Tensor  # (n_test,) test angles
+    truth: Tensor  # (n_test,) sin 3φ
+    pred_gaussian: Tensor  # (n_test,)
+    pred_learned: Tensor  # (n_test,)
+    w_q: Tensor  # (dims, rank) learned
+    w_k: Tensor
+
+    @property
+    def ratio(self) -> float:
+        """Test MSE of the learned kernel / that of the best Gaussian."""
+        return self.mse_learned / self.mse_gaussian
+
+    @property
+    def widest(self) -> int:
+        """Index of the largest spread."""
+        return max(range(len(self.spreads)), key=lambda i: self.spreads[i])
+
+    @property
+    def rows(self) -> list[KernelRow]:
+        g, params = self.mse_gaussian, f"W_Q, W_K: {self.dims} × {self.rank} each"
+        return [
+            KernelRow("Gaussian on raw inputs, best σ (leave-one-out)", f"σ = {self.sigma:.3g}",
+                      g, 1.0),
+            KernelRow("exp(q·k/√d), W_Q, W_K untrained", params, self.mse_untrained,
+                      self.mse_untrained / g),
+            KernelRow("exp(q·k/√d), W_Q, W_K learned", params, self.mse_learned, self.ratio),
+            KernelRow("reference: Gaussian on the circle's 2 dims, best σ",
+                      f"σ = {self.sigma_circle:.3g}", self.mse_circle, self.mse_circle / g),
+        ]
+
+
+def _gaussian_deviation(g: torch.Generator, q: Tensor, k: Tensor, spreads: Sequence[float]
+                        ) -> list[float]:
+    """(b): per spread, keys of norm √d(1 ± spread·u) in the directions of ``k``: the max
+    over queries of the total variation between softmax and Gaussian weights."""
+    d = q.shape[-1]
+    tau = 1 / default_scale(d)
+    direction = k / k.norm(dim=-1, keepdim=True)
+    u = torch.rand(k.shape[0], 1, generator=g, dtype=torch.float64) * 2 - 1  # in [−1, 1]
+    dev = []
+    for spread in spreads:
+        keys = math.sqrt(d) * direction * (1 + spread * u)  # norms √d(1 ± spread)
+        _, w = scaled_dot_product_attention(q, keys, keys, return_weights=True)
+        gauss = torch.softmax(-torch.cdist(q, keys) ** 2 / (2 * tau), -1)
+        dev.append(float((w - gauss).abs().sum(-1).max() / 2))  # total variation
+    return dev
+
+
+def measure(
+    seed: int = 0,
+    *,
+    n_train: int = 200,
+    n_test: int = 400,
+    dims: int = 8,
+    rank: int = 4,
+    nuisance: float = 0.5,
+    noise: float = 0.1,
+    steps: int = 150,
+    lr: float = 0.1,
+    spreads: Sequence[float] = (0.0, 0.05, 0.1, 0.2, 0.5),
+    kernel_fn: Callable[[Tensor, Tensor], Tensor] = dot_kernel,
+    control_kernel_fn: Callable[[Tensor, Tensor], Tensor] = unscaled_kernel,
+) -> LearnedKernelMeasurement:
+    """(a), (b) and (c) of :func:`run` (same arguments)."""
+    if not spreads or spreads[0] != 0.0 or max(spreads) <= 0:
+        raise ValueError(f"spreads must start at 0.0 (equal norms) and include a positive "
+                         f"spread, got {tuple(spreads)}")
+    with seeded(seed) as g:
+        # (a) exactly Nadaraya–Watson
+        d = 16
+        q = torch.randn(32, d, generator=g, dtype=torch.float64)
+        k = torch.randn(40, d, generator=g, dtype=torch.float64)
+        v = torch.randn(40, 3, generator=g, dtype=torch.float64)
+        attended = scaled_dot_product_attention(q, k, v)
+        nw_err = float((attended - nadaraya_watson(kernel_fn(q, k), v)).abs().max())
+        nw_control = float((attended - nadaraya_watson(control_kernel_fn(q, k), v)).abs().max())
+        # (b) the Gaussian and the key-norm factor
+        tau = 1 / default_scale(d)
+        gauss_part = -torch.cdist(q, k) ** 2 / 2 + (q * q).sum(-1, keepdim=True) / 2
+        ident = (q @ k.T - (gauss_part + (k * k).sum(-1)[None, :] / 2)).abs().max() / tau
+        no_key_norm = (q @ k.T - gauss_part).abs().max() / tau  # the key-norm term dropped
+        dev = _gaussian_deviation(g, q, k, spreads)
+        # (c) learned against fixed
+        x, y, _, _ = _circle_data(n_train, dims, nuisance, noise, g)
+        xt, _, truth, phi = _circle_data(n_test, dims, nuisance, noise, g)
+        sigmas = torch.logspace(-1.5, 0.5, 30, dtype=torch.float64)
+        sigma = _best_gaussian(x, y, sigmas)
+        sigma2 = _best_gaussian(x[:, :2], y, sigmas)
+        w_q, w_k, w_q0, w_k0 = train_kernel(x, y, rank, steps, lr, g)
+        with torch.no_grad():
+            pred_g = _gaussian(xt, x, y, sigma)
+            pred_l = _attend(xt, x, y, w_q, w_k)
+            pred_0 = _attend(xt, x, y, w_q0, w_k0)
+            pred_2 = _gaussian(xt[:, :2], x[:, :2], y, sigma2)
+
+    def mse(pred: Tensor) -> float:
+        return float((pred - truth).pow(2).mean())
+
+    return LearnedKernelMeasurement(
+        d, nw_err, nw_control, float(ident), float(no_key_norm), tuple(spreads), tuple(dev),
+        n_train, n_test, dims, rank, nuisance, noise, steps, lr, sigma, sigma2, mse(pred_g),
+        mse(pred_0), mse(pred_l), mse(pred_2), phi, truth, pred_g, pred_l, w_q, w_k)
+
+
+def headline_control(m: LearnedKernelMeasurement) -> Control:
+    """The same NW with W_Q, W_K untrained."""
+    return Control("the same NW with W_Q, W_K at their initial random values (untrained)",
+                   "W_Q、W_K 取初始随机值（未训练）的同一 NW", m.mse_untrained / m.mse_gaussian)
+
+
+def checks(m: LearnedKernelMeasurement) -> list[Check]:
+    """(a) and (b), identities each beside its wrong variant."""
+    big, dev = m.widest, m.tv
+    spread_words = (f"keys whose norms spread ±{m.spreads[big]:.0%}",
+                    f"范数相差 ±{m.spreads[big]:.0%} 的键")
+    return [
+        check_le("max |attention output − NW estimate with exp(q·k/√d)| (fp64)", m.nw_error,
+                 1e-12, id="nw-estimate", by_construction=True,
+                 control=Control("the kernel exp(q·k) without the 1/√d",
+                                 "去掉 1/√d 的核 exp(q·k)", m.nw_error_control)),
+        check_le("max |q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d (fp64)",
+                 m.polarisation_error, 1e-12, id="polarisation", by_construction=True,
+                 control=Control("the expansion without the key-norm term ‖k‖²/2",
+                                 "去掉键范数项 ‖k‖²/2 的展开式", m.polarisation_error_control)),
+        check_le("equal key norms: max over queries of TV(softmax weights, Gaussian weights)",
+                 dev[0], 1e-12, id="gaussian-equal-norms", by_construction=True,
+                 control=Control(*spread_words, dev[big])),
+        check_ge(f"key norms spread ±{m.spreads[big]:.0%}: max over queries of TV(softmax "
+                 "weights, Gaussian weights)", dev[big], 0.1, id="gaussian-spread-norms",
+                 control=Control("keys of equal norms", "范数相等的键", dev[0])),
+    ]
+
+
+def table(m: LearnedKernelMeasurement) -> tuple[list[str], list[list]]:
+    return (["kernel", "width / parameters", "test MSE against sin 3φ", "MSE / best Gaussian"],
+            [r.cells() for r in m.rows])
+
+
+def captions(m: LearnedKernelMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the settings of (a), (b) and (c)."""
+    en = (f"(a) 32 queries, 40 keys, d = {m.d}, fp64. (b) keys of norm √d(1 ± spread·u), u "
+          f"uniform in [−1, 1], Gaussian weights softmax(−‖q − k‖²/2√d), compared by their "
+          f"total variation distance ½Σ|w − w'|. (c) {m.n_train} training and {m.n_test} test "
+          f"inputs (cos φ, sin φ) plus {m.dims - 2} nuisance dims of sd {m.nuisance}, targets "
+          f"sin 3φ + noise sd {m.noise}; W_Q, W_K ({m.dims} × {m.rank}) trained by Adam (lr "
+          f"{m.lr}, {m.steps} steps) on the leave-one-out error through attnlab's attention; "
+          "σ chosen from 30 widths by leave-one-out.")
+    zh = (f"(a) 32 个查询、40 个键，d = {m.d}，fp64。(b) 键的范数为 √d(1 ± 波动·u)，u 在 "
+          f"[−1, 1] 上均匀分布，高斯核权重为 softmax(−‖q − k‖²/2√d)，以总变差距离 ½Σ|w − w'| "
+          f"比较。(c) {m.n_train} 个训练输入与 {m.n_test} 个测试输入：(cos φ, sin φ) 加上 "
+          f"{m.dims - 2} 个标准差为 {m.nuisance} 的干扰维度，目标为 sin 3φ 加标准差 {m.noise} "
+          f"的噪声；W_Q、W_K（{m.dims} × {m.rank}）经 attnlab 注意力、以留一法误差为目标用 "
+          f"Adam 训练（学习率 {m.lr}，{m.steps} 步）；σ 用留一法从 30 个宽度中选出。")
+    return en, zh
+
+
 def run(
     seed: int = 0,
     *,
@@ -182,112 +378,31 @@ def run(
     equals the measurement. ``control_kernel_fn`` (default :func:`unscaled_kernel`) is (a)'s
     control; handing :func:`dot_kernel` makes it pass and the result not hold.
     """
-    if not spreads or spreads[0] != 0.0 or max(spreads) <= 0:
-        raise ValueError(f"spreads must start at 0.0 (equal norms) and include a positive "
-                         f"spread, got {tuple(spreads)}")
-    with seeded(seed) as g:
-        # (a) exactly Nadaraya–Watson
-        d = 16
-        q = torch.randn(32, d, generator=g, dtype=torch.float64)
-        k = torch.randn(40, d, generator=g, dtype=torch.float64)
-        v = torch.randn(40, 3, generator=g, dtype=torch.float64)
-        attended = scaled_dot_product_attention(q, k, v)
-        nw_err = float((attended - nadaraya_watson(kernel_fn(q, k), v)).abs().max())
-        nw_control = float((attended - nadaraya_watson(control_kernel_fn(q, k), v)).abs().max())
-        # (b) the Gaussian and the key-norm factor
-        tau = 1 / default_scale(d)
-        gauss_part = -torch.cdist(q, k) ** 2 / 2 + (q * q).sum(-1, keepdim=True) / 2
-        ident = (q @ k.T - (gauss_part + (k * k).sum(-1)[None, :] / 2)).abs().max() / tau
-        no_key_norm = (q @ k.T - gauss_part).abs().max() / tau  # the key-norm term dropped
-        direction = k / k.norm(dim=-1, keepdim=True)
-        u = torch.rand(40, 1, generator=g, dtype=torch.float64) * 2 - 1  # in [−1, 1]
-        dev = []
-        for spread in spreads:
-            keys = math.sqrt(d) * direction * (1 + spread * u)  # norms √d(1 ± spread)
-            _, w = scaled_dot_product_attention(q, keys, keys, return_weights=True)
-            gauss = torch.softmax(-torch.cdist(q, keys) ** 2 / (2 * tau), -1)
-            dev.append(float((w - gauss).abs().sum(-1).max() / 2))  # total variation
-        # (c) learned against fixed
-        x, y, _, _ = _circle_data(n_train, dims, nuisance, noise, g)
-        xt, _, truth, phi = _circle_data(n_test, dims, nuisance, noise, g)
-        sigmas = torch.logspace(-1.5, 0.5, 30, dtype=torch.float64)
-        sigma = _best_gaussian(x, y, sigmas)
-        sigma2 = _best_gaussian(x[:, :2], y, sigmas)
-        w_q, w_k, w_q0, w_k0 = train_kernel(x, y, rank, steps, lr, g)
-        with torch.no_grad():
-            pred_g = _gaussian(xt, x, y, sigma)
-            pred_l = _attend(xt, x, y, w_q, w_k)
-            pred_0 = _attend(xt, x, y, w_q0, w_k0)
-            pred_2 = _gaussian(xt[:, :2], x[:, :2], y, sigma2)
-    mse = {name: float((p - truth).pow(2).mean())
-           for name, p in (("g", pred_g), ("l", pred_l), ("0", pred_0), ("2", pred_2))}
-    ratio = mse["l"] / mse["g"]
-    rows = [
-        ["Gaussian on raw inputs, best σ (leave-one-out)", f"σ = {sigma:.3g}", mse["g"], 1.0],
-        ["exp(q·k/√d), W_Q, W_K untrained", f"W_Q, W_K: {dims} × {rank} each", mse["0"],
-         mse["0"] / mse["g"]],
-        ["exp(q·k/√d), W_Q, W_K learned", f"W_Q, W_K: {dims} × {rank} each", mse["l"], ratio],
-        ["reference: Gaussian on the circle's 2 dims, best σ", f"σ = {sigma2:.3g}", mse["2"],
-         mse["2"] / mse["g"]],
-    ]
-    big = max(range(len(spreads)), key=lambda i: spreads[i])
-    spread_words = (f"keys whose norms spread ±{spreads[big]:.0%}",
-                    f"范数相差 ±{spreads[big]:.0%} 的键")
-    checks = [
-        check_le("max |attention output − NW estimate with exp(q·k/√d)| (fp64)", nw_err,
-                 1e-12, id="nw-estimate", by_construction=True,
-                 control=Control("the kernel exp(q·k) without the 1/√d",
-                                 "去掉 1/√d 的核 exp(q·k)", nw_control)),
-        check_le("max |q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d (fp64)", float(ident),
-                 1e-12, id="polarisation", by_construction=True,
-                 control=Control("the expansion without the key-norm term ‖k‖²/2",
-                                 "去掉键范数项 ‖k‖²/2 的展开式", float(no_key_norm))),
-        check_le("equal key norms: max over queries of TV(softmax weights, Gaussian weights)",
-                 dev[0], 1e-12, id="gaussian-equal-norms", by_construction=True,
-                 control=Control(*spread_words, dev[big])),
-        check_ge(f"key norms spread ±{spreads[big]:.0%}: max over queries of TV(softmax "
-                 "weights, Gaussian weights)", dev[big], 0.1, id="gaussian-spread-norms",
-                 control=Control("keys of equal norms", "范数相等的键", dev[0])),
-    ]
-    fig = _figure(phi, truth, pred_g, pred_l, w_q, w_k, spreads, dev) if plot else None
+    m = measure(seed, n_train=n_train, n_test=n_test, dims=dims, rank=rank,
+                nuisance=nuisance, noise=noise, steps=steps, lr=lr, spreads=spreads,
+                kernel_fn=kernel_fn, control_kernel_fn=control_kernel_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="test MSE of NW with learned W_Q, W_K / that of the best fixed Gaussian",
         quantity_zh="学到的 W_Q、W_K 的 NW 测试均方误差 / 最优固定高斯核的测试均方误差",
-        measured=ratio, expected=0.5, tolerance=0.0, relation="<=", checks=checks,
-        control=Control("the same NW with W_Q, W_K at their initial random values (untrained)",
-                        "W_Q、W_K 取初始随机值（未训练）的同一 NW", mse["0"] / mse["g"]),
-        table=(["kernel", "width / parameters", "test MSE against sin 3φ",
-                "MSE / best Gaussian"], rows),
-        figure=fig,
-        caption=f"(a) 32 queries, 40 keys, d = {d}, fp64. (b) keys of norm √d(1 ± spread·u), "
-                f"u uniform in [−1, 1], Gaussian weights softmax(−‖q − k‖²/2√d), compared by "
-                f"their total variation distance ½Σ|w − w'|. "
-                f"(c) {n_train} training and {n_test} test inputs (cos φ, sin φ) plus "
-                f"{dims - 2} nuisance dims of sd {nuisance}, targets sin 3φ + noise sd {noise}; "
-                f"W_Q, W_K ({dims} × {rank}) trained by Adam (lr {lr}, {steps} steps) on the "
-                f"leave-one-out error through attnlab's attention; σ chosen from 30 widths by "
-                f"leave-one-out.",
-        caption_zh=f"(a) 32 个查询、40 个键，d = {d}，fp64。(b) 键的范数为 √d(1 ± 波动·u)，"
-                   f"u 在 [−1, 1] 上均匀分布，高斯核权重为 softmax(−‖q − k‖²/2√d)，"
-                   f"以总变差距离 ½Σ|w − w'| 比较。"
-                   f"(c) {n_train} 个训练输入与 {n_test} 个测试输入：(cos φ, sin φ) 加上 "
-                   f"{dims - 2} 个标准差为 {nuisance} 的干扰维度，目标为 sin 3φ 加标准差 {noise} "
-                   f"的噪声；W_Q、W_K（{dims} × {rank}）经 attnlab 注意力、以留一法误差为目标"
-                   f"用 Adam 训练（学习率 {lr}，{steps} 步）；σ 用留一法从 30 个宽度中选出。",
-    )
+        measured=m.ratio, expected=0.5, tolerance=0.0, relation="<=", checks=checks(m),
+        control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh)
 
 
-def _figure(phi, truth, pred_g, pred_l, w_q, w_k, spreads, dev):
+def figure(m: LearnedKernelMeasurement):
+    """Test predictions, the learned W_Q W_Kᵀ, and softmax against Gaussian weights."""
+    phi, truth, spreads, dev = m.phi, m.truth, list(m.spreads), list(m.tv)
     fig, (ax0, ax1, ax2) = new_figure(13, 3.8, ncols=3)
     order = phi.argsort()
-    ax0.scatter(phi.numpy(), pred_g.numpy(), s=5, color="#b3261e", alpha=0.6,
+    ax0.scatter(phi.numpy(), m.pred_gaussian.numpy(), s=5, color="#b3261e", alpha=0.6,
                 label="Gaussian on raw inputs")
-    ax0.scatter(phi.numpy(), pred_l.numpy(), s=5, color="#3451b2", alpha=0.6,
+    ax0.scatter(phi.numpy(), m.pred_learned.numpy(), s=5, color="#3451b2", alpha=0.6,
                 label="learned kernel")
     ax0.plot(phi[order].numpy(), truth[order].numpy(), "k-", lw=1, label="truth sin 3φ")
     label_axes(ax0, "angle φ of the input", "prediction", "Test predictions")
-    a = (w_q @ w_k.T).numpy()
+    a = (m.w_q @ m.w_k.T).numpy()
     lim = float(abs(a).max())
     im = ax1.imshow(a, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
     ax1.set_xlabel("input dimension (key side)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from attnlab.core.functional import count_flops, scaled_dot_product_attention
 from attnlab.core.linear import linear_attention
 
 from ._common import check_ge, check_le, fit_exponent, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "linear-attention"
 CLAIM = ("elu+1 linear attention's recurrent (RNN) form equals its parallel causal form, its "
@@ -136,6 +137,194 @@ def _seconds(fn: Callable[..., object], *args: object) -> float:
     return time.perf_counter() - t0
 
 
+#: Why the claim holds whatever the input.
+BY_CONSTRUCTION = ("The recurrent form adds φ(k_j)v_jᵀ and φ(k_j) to its state one token at a "
+                   "time, the parallel form sums the same terms for j ≤ i at once: the same sums "
+                   "in another order, whatever q, k, v (fp64 rounding only); the FLOP counts are "
+                   "fixed by the two algorithms.")
+BY_CONSTRUCTION_ZH = ("递归形式每次向状态中加入一个词元的 φ(k_j)v_jᵀ 与 φ(k_j)，并行形式"
+                      "一次性对 j ≤ i 求同样的和：只是求和顺序不同，与 q、k、v 无关"
+                      "（只差 fp64 舍入）；FLOPs 计数由两种算法本身决定。")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One sequence length timed: the fastest of the repeats, in seconds."""
+
+    n: int
+    linear: float
+    softmax: float
+
+    def cells(self) -> list:
+        return [self.n, "", "", 1e3 * self.linear, 1e3 * self.softmax,
+                self.softmax / self.linear]
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """One sequence length's FLOPs per forward, counted."""
+
+    n: int
+    linear: int  # backend="linear" (chunked scan)
+    softmax: int  # softmax attention, explicit path
+    parallel: int  # the parallel form of the same linear attention
+
+    def cells(self) -> list:
+        return [self.n, self.linear, self.softmax, "", "", ""]
+
+
+@dataclass(frozen=True)
+class LinearAttentionMeasurement:
+    """Exactness of the forms in fp64 (with their wrong variants), counted FLOPs and
+    timings per sequence length."""
+
+    n_exact: int
+    d: int
+    repeats: int
+    recurrent_error: float  # max |recurrent_fn − parallel form|
+    control_error: float  # the same for control_fn
+    chunked_error: float  # max |backend='linear' − parallel form|
+    stateless_error: float  # the same, chunks scanned with the state reset
+    textbook_error: float  # max |parallel form − textbook formula|
+    non_causal_error: float  # the same against the formula without the causal mask
+    softmax_distance: float  # relative L2 distance from softmax attention's outputs
+    timings: tuple[Timing, ...]
+    flops: tuple[FlopCount, ...]
+
+    def _fit(self, rows: Sequence, field: str) -> float:
+        return fit_exponent([r.n for r in rows], [getattr(r, field) for r in rows])
+
+    @property
+    def time_exponents(self) -> tuple[float, float]:
+        """Fitted exponents of the time, linear and softmax."""
+        return self._fit(self.timings, "linear"), self._fit(self.timings, "softmax")
+
+    @property
+    def flop_exponents(self) -> tuple[float, float, float]:
+        """Fitted exponents of the FLOPs: linear, softmax, linear's parallel form."""
+        return (self._fit(self.flops, "linear"), self._fit(self.flops, "softmax"),
+                self._fit(self.flops, "parallel"))
+
+
+def _timings(g: torch.Generator, lengths: Sequence[int], d: int, repeats: int
+             ) -> tuple[Timing, ...]:
+    """fp32, one head: the fastest of ``repeats`` interleaved runs per length."""
+    out = []
+    for n in lengths:
+        qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
+        attnlab_fast(qt[..., :64, :], kt[..., :64, :], vt[..., :64, :])  # warm-up
+        _softmax_causal(qt[..., :64, :], kt[..., :64, :], vt[..., :64, :])
+        with torch.no_grad():  # interleaved; the fastest of the repeats (noise only adds)
+            tl, ts = [], []
+            for _ in range(repeats):
+                tl.append(_seconds(attnlab_fast, qt, kt, vt))
+                ts.append(_seconds(_softmax_causal, qt, kt, vt))
+        out.append(Timing(n, min(tl), min(ts)))
+    return tuple(out)
+
+
+def _flop_counts(g: torch.Generator, lengths: Sequence[int], d: int) -> tuple[FlopCount, ...]:
+    """FLOPs are exact polynomials in N: small N suffice."""
+    out = []
+    for n in lengths:
+        qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
+        out.append(FlopCount(n, _flops(attnlab_fast, qt, kt, vt),
+                             _flops(_softmax_causal, qt, kt, vt, True),  # explicit: matmuls
+                             _flops(attnlab_parallel, qt, kt, vt)))
+    return tuple(out)
+
+
+def measure(
+    seed: int = 0,
+    *,
+    n_exact: int = 150,
+    lengths: Sequence[int] = (1024, 2048, 4096, 8192),
+    flop_lengths: Sequence[int] = (256, 512, 1024, 2048),
+    d: int = 32,
+    repeats: int = 3,
+    recurrent_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = attnlab_recurrent,
+    control_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = recurrent_reads_before_writing,
+) -> LinearAttentionMeasurement:
+    """Exactness in fp64, timings, counted FLOPs (arguments: see :func:`run`)."""
+    with seeded(seed) as g:
+        q, k, v = (torch.randn(2, 2, n_exact, 16, generator=g, dtype=torch.float64)
+                   for _ in range(3))
+        par = attnlab_parallel(q, k, v)
+        rec = recurrent_fn(q, k, v)
+        fast = attnlab_fast(q, k, v)
+        soft = scaled_dot_product_attention(q, k, v, causal=True)
+
+        def error(x: Tensor) -> float:  # from attnlab's parallel form
+            return float((x - par).abs().max())
+
+        exact = (error(rec), error(control_fn(q, k, v)), error(fast),
+                 error(chunks_without_state(q, k, v)), error(reference_parallel(q, k, v)),
+                 error(reference_non_causal(q, k, v)), float((par - soft).norm() / soft.norm()))
+        timings = _timings(g, lengths, d, repeats)
+        flops = _flop_counts(g, flop_lengths, d)
+    return LinearAttentionMeasurement(n_exact, d, repeats, *exact, timings, flops)
+
+
+def headline_control(m: LinearAttentionMeasurement) -> Control:
+    """An RNN that reads its state before adding the token."""
+    return Control("an RNN that reads its state before adding the token",
+                   "先读取状态、再加入当前词元的 RNN", m.control_error)
+
+
+def checks(m: LinearAttentionMeasurement) -> list[Check]:
+    """The textbook formula, the chunked scan, the two FLOP exponents; each beside its
+    wrong variant."""
+    ef_lin, ef_soft, ef_par = m.flop_exponents
+    return [
+        check_le("max |attnlab parallel form − textbook formula| (fp64)", m.textbook_error,
+                 1e-12, id="textbook-formula", by_construction=True,
+                 control=Control("the textbook formula without the causal mask",
+                                 "去掉因果掩码的教科书公式", m.non_causal_error)),
+        check_le("max |backend='linear' (chunked scan) − parallel form| (fp64)",
+                 m.chunked_error, 1e-10, id="chunked-scan", by_construction=True,
+                 control=Control("chunks of 64 scanned with the state reset at each chunk",
+                                 "每 64 个词元一块、每块重置状态的扫描", m.stateless_error)),
+        check_le("FLOP exponent of linear attention (FLOPs ∝ N^e, counted)", ef_lin, 1.05,
+                 id="linear-flop-exponent", by_construction=True,
+                 control=Control("the same linear attention in its parallel form (an N × N "
+                                 "matrix)", "同一线性注意力的并行形式（N × N 矩阵）", ef_par)),
+        check_ge("FLOP exponent of softmax attention (counted)", ef_soft, 1.8,
+                 id="softmax-flop-exponent", by_construction=True,
+                 control=Control("linear attention (backend='linear')",
+                                 "线性注意力（线性后端）", ef_lin)),
+    ]
+
+
+def table(m: LinearAttentionMeasurement) -> tuple[list[str], list[list]]:
+    """The counted FLOPs per length, then the timings per length."""
+    return (["N", "linear FLOPs", "softmax FLOPs", "linear (ms)", "softmax (ms)",
+             "time softmax / linear"],
+            [r.cells() for r in m.flops] + [r.cells() for r in m.timings])
+
+
+def captions(m: LinearAttentionMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the settings, the fitted time exponents, the
+    distance from softmax attention."""
+    e_lin, e_soft = m.time_exponents
+    n_exact, d, repeats, rel_soft = m.n_exact, m.d, m.repeats, m.softmax_distance
+    en = (f"Exactness: B·H = 4 sequences of {n_exact} tokens, d = 16, fp64; recurrent = "
+          f"attnlab's RNN form (one token per step). FLOPs counted by torch.utils.flop_counter "
+          f"(softmax on its explicit path). Timing: one head, d = {d}, fp32, one thread, best "
+          f"of {repeats}; linear = backend='linear'; fitted time exponents: linear "
+          f"{e_lin:.2f}, softmax {e_soft:.2f}. Distance from softmax attention's outputs: "
+          f"relative L2 error {rel_soft:.2f} (a different kernel, not an approximation that "
+          "converges). Timings are shown, not judged: pass/fail rests on exact numbers and "
+          "counted FLOPs.")
+    zh = (f"精确性：B·H = 4 个长为 {n_exact} 的序列，d = 16，fp64；“递归”指 attnlab "
+          f"的 RNN 形式（每步一个词元）。FLOPs 由 PyTorch 的 FLOP 计数器统计（softmax "
+          f"走显式路径）。计时：单头，d = {d}，fp32，单线程，取 {repeats} 次中最快的"
+          f"一次；线性注意力走分块扫描的线性后端；拟合的时间指数：线性 {e_lin:.2f}，"
+          f"softmax {e_soft:.2f}。与 softmax 注意力输出的相对 L2 误差为 "
+          f"{rel_soft:.2f}：这是另一种核，而不是会收敛到 softmax 的近似。计时只作展示，"
+          "通过与否只看精确数值和计数得到的 FLOPs。")
+    return en, zh
+
+
 def run(
     seed: int = 0,
     *,
@@ -156,106 +345,33 @@ def run(
     control (``control_fn``); handing :func:`attnlab_recurrent` as the control makes it
     pass and the result not hold.
     """
-    with seeded(seed) as g:
-        q, k, v = (torch.randn(2, 2, n_exact, 16, generator=g, dtype=torch.float64)
-                   for _ in range(3))
-        par = attnlab_parallel(q, k, v)
-        rec = recurrent_fn(q, k, v)
-        fast = attnlab_fast(q, k, v)
-        soft = scaled_dot_product_attention(q, k, v, causal=True)
-        err = float((rec - par).abs().max())
-        control_err = float((control_fn(q, k, v) - par).abs().max())
-        fast_err = float((fast - par).abs().max())
-        stateless_err = float((chunks_without_state(q, k, v) - par).abs().max())
-        theory_err = float((par - reference_parallel(q, k, v)).abs().max())
-        non_causal_err = float((par - reference_non_causal(q, k, v)).abs().max())
-        rel_soft = float((par - soft).norm() / soft.norm())
-
-        t_lin, t_soft, f_lin, f_soft, f_par = [], [], [], [], []
-        for n in lengths:
-            qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
-            attnlab_fast(qt[..., :64, :], kt[..., :64, :], vt[..., :64, :])  # warm-up
-            _softmax_causal(qt[..., :64, :], kt[..., :64, :], vt[..., :64, :])
-            with torch.no_grad():  # interleaved; the fastest of the repeats (noise only adds)
-                tl, ts = [], []
-                for _ in range(repeats):
-                    tl.append(_seconds(attnlab_fast, qt, kt, vt))
-                    ts.append(_seconds(_softmax_causal, qt, kt, vt))
-            t_lin.append(min(tl))
-            t_soft.append(min(ts))
-        for n in flop_lengths:  # FLOPs are exact polynomials in N: small N suffice
-            qt, kt, vt = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))  # (B, H, N, d)
-            f_lin.append(_flops(attnlab_fast, qt, kt, vt))
-            f_par.append(_flops(attnlab_parallel, qt, kt, vt))
-            f_soft.append(_flops(_softmax_causal, qt, kt, vt, True))  # explicit: matmuls seen
-    e_lin, e_soft = fit_exponent(lengths, t_lin), fit_exponent(lengths, t_soft)
-    ef_lin, ef_soft = fit_exponent(flop_lengths, f_lin), fit_exponent(flop_lengths, f_soft)
-    ef_par = fit_exponent(flop_lengths, f_par)
-    checks = [
-        check_le("max |attnlab parallel form − textbook formula| (fp64)", theory_err, 1e-12,
-                 id="textbook-formula", by_construction=True,
-                 control=Control("the textbook formula without the causal mask",
-                                 "去掉因果掩码的教科书公式", non_causal_err)),
-        check_le("max |backend='linear' (chunked scan) − parallel form| (fp64)", fast_err,
-                 1e-10, id="chunked-scan", by_construction=True,
-                 control=Control("chunks of 64 scanned with the state reset at each chunk",
-                                 "每 64 个词元一块、每块重置状态的扫描", stateless_err)),
-        check_le("FLOP exponent of linear attention (FLOPs ∝ N^e, counted)", ef_lin, 1.05,
-                 id="linear-flop-exponent", by_construction=True,
-                 control=Control("the same linear attention in its parallel form (an N × N "
-                                 "matrix)", "同一线性注意力的并行形式（N × N 矩阵）", ef_par)),
-        check_ge("FLOP exponent of softmax attention (counted)", ef_soft, 1.8,
-                 id="softmax-flop-exponent", by_construction=True,
-                 control=Control("linear attention (backend='linear')",
-                                 "线性注意力（线性后端）", ef_lin)),
-    ]
-    rows = [[n, "", "", 1e3 * a, 1e3 * b, b / a] for n, a, b in zip(lengths, t_lin, t_soft)]
-    rows = [[n, fl, fs, "", "", ""] for n, fl, fs in zip(flop_lengths, f_lin, f_soft)] + rows
-    fig = (_figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft)
-           if plot else None)
+    m = measure(seed, n_exact=n_exact, lengths=lengths, flop_lengths=flop_lengths, d=d,
+                repeats=repeats, recurrent_fn=recurrent_fn, control_fn=control_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH, origin="attnlab",  # attnlab's addition, not the articles'
         quantity="max |recurrent (RNN) form − parallel causal form| (fp64)",
         quantity_zh="递归（RNN）形式与并行因果形式之差的最大绝对值（fp64）",
-        measured=err, expected=0.0, tolerance=1e-10, checks=checks,
-        control=Control("an RNN that reads its state before adding the token",
-                        "先读取状态、再加入当前词元的 RNN", control_err),
-        by_construction=("The recurrent form adds φ(k_j)v_jᵀ and φ(k_j) to its state one token "
-                         "at a time, the parallel form sums the same terms for j ≤ i at once: "
-                         "the same sums in another order, whatever q, k, v (fp64 rounding "
-                         "only); the FLOP counts are fixed by the two algorithms."),
-        by_construction_zh=("递归形式每次向状态中加入一个词元的 φ(k_j)v_jᵀ 与 φ(k_j)，并行形式"
-                            "一次性对 j ≤ i 求同样的和：只是求和顺序不同，与 q、k、v 无关"
-                            "（只差 fp64 舍入）；FLOPs 计数由两种算法本身决定。"),
-        table=(["N", "linear FLOPs", "softmax FLOPs", "linear (ms)", "softmax (ms)",
-                "time softmax / linear"], rows),
-        figure=fig,
-        caption=f"Exactness: B·H = 4 sequences of {n_exact} tokens, d = 16, fp64; recurrent = "
-                f"attnlab's RNN form (one token per step). "
-                f"FLOPs counted by torch.utils.flop_counter (softmax on its explicit path). "
-                f"Timing: one head, d = {d}, fp32, one thread, best of {repeats}; linear = "
-                f"backend='linear'; fitted time exponents: linear {e_lin:.2f}, softmax "
-                f"{e_soft:.2f}. "
-                f"Distance from softmax attention's outputs: relative L2 error {rel_soft:.2f} "
-                "(a different kernel, not an approximation that converges). Timings are shown, "
-                "not judged: pass/fail rests on exact numbers and counted FLOPs.",
-        caption_zh=f"精确性：B·H = 4 个长为 {n_exact} 的序列，d = 16，fp64；“递归”指 attnlab "
-                   f"的 RNN 形式（每步一个词元）。FLOPs 由 PyTorch 的 FLOP 计数器统计（softmax "
-                   f"走显式路径）。计时：单头，d = {d}，fp32，单线程，取 {repeats} 次中最快的"
-                   f"一次；线性注意力走分块扫描的线性后端；拟合的时间指数：线性 {e_lin:.2f}，"
-                   f"softmax {e_soft:.2f}。与 softmax 注意力输出的相对 L2 误差为 "
-                   f"{rel_soft:.2f}：这是另一种核，而不是会收敛到 softmax 的近似。计时只作展示，"
-                   "通过与否只看精确数值和计数得到的 FLOPs。",
-    )
+        measured=m.recurrent_error, expected=0.0, tolerance=1e-10, checks=checks(m),
+        control=headline_control(m), by_construction=BY_CONSTRUCTION,
+        by_construction_zh=BY_CONSTRUCTION_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft):
+def figure(m: LinearAttentionMeasurement):
+    """Counted FLOPs and measured time against N, linear and softmax."""
     from matplotlib.ticker import NullFormatter
 
+    e_lin, e_soft = m.time_exponents
+    flop_lengths = [r.n for r in m.flops]
+    lengths = [r.n for r in m.timings]
+    t_lin, t_soft = [r.linear for r in m.timings], [r.softmax for r in m.timings]
     fig, (ax0, ax) = new_figure(11, 3.9, ncols=2)
-    ax0.loglog(flop_lengths, f_soft, "o-", color="#b3261e", label="softmax attention")
-    ax0.loglog(flop_lengths, f_lin, "s-", color="#3451b2", label="elu+1 linear attention")
-    ax0.set_xticks(list(flop_lengths), [str(n) for n in flop_lengths])
+    ax0.loglog(flop_lengths, [r.softmax for r in m.flops], "o-", color="#b3261e",
+               label="softmax attention")
+    ax0.loglog(flop_lengths, [r.linear for r in m.flops], "s-", color="#3451b2",
+               label="elu+1 linear attention")
+    ax0.set_xticks(flop_lengths, [str(n) for n in flop_lengths])
     ax0.xaxis.set_minor_formatter(NullFormatter())
     label_axes(ax0, "sequence length N (tokens)", "FLOPs per forward (counted, log scale)",
                "Counted FLOPs: ∝ N² vs ∝ N", log_grid=True)
@@ -267,7 +383,7 @@ def _figure(lengths, t_lin, t_soft, e_lin, e_soft, flop_lengths, f_lin, f_soft):
     ax.loglog(lengths, [t0 * (n / n0) ** 2 for n in lengths], "k:", lw=1, label="∝ N²")
     n1, t1 = lengths[-1], 1e3 * t_lin[-1]
     ax.loglog(lengths, [t1 * (n / n1) for n in lengths], "k--", lw=1, label="∝ N")
-    ax.set_xticks(list(lengths), [str(n) for n in lengths])
+    ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.xaxis.set_minor_formatter(NullFormatter())
     label_axes(ax, "sequence length N (tokens)", "time per forward (ms, log scale)",
                "Measured time, causal, one head, one thread", log_grid=True)

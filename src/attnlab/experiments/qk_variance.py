@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ._common import check_le, label_axes, new_figure, scores_via_attnlab, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "qk-variance"
 CLAIM = ("If the components of q and k are independent with mean 0 and variance 1, "
@@ -108,6 +109,100 @@ ZH: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class ScoreStats:
+    """One set of queries and keys (one table row): their component statistics and the
+    statistics of their scores q·k."""
+
+    label: str
+    d_k: int
+    component_rms: float  # RMS over components of the per-component mean
+    component_var: float  # mean per-component variance, q and k pooled
+    mean: float  # E[q·k]
+    var: float  # Var(q·k)
+    var_independent: float  # Var(q·k) if the components were independent
+    var_scaled: float  # Var(q·k/√d_k)
+
+    @property
+    def ratio(self) -> float:
+        """Var(q·k) / Var(q·k) if independent."""
+        return self.var / self.var_independent
+
+    @property
+    def rel_errors(self) -> tuple[float, float]:
+        """Mean 0: relative errors of Var(q·k)/d_k and Var(q·k/√d_k) against 1."""
+        return abs(self.var / self.d_k - 1), abs(self.var_scaled - 1)
+
+    def cells(self) -> list:
+        return [self.label, self.d_k, self.component_rms, self.component_var, self.mean,
+                self.var, self.var_independent, self.ratio, self.var_scaled]
+
+
+@dataclass(frozen=True)
+class CentredScores:
+    """Mean 0, variance 1, one d_k: the scores and their sampling errors."""
+
+    stats: ScoreStats
+    mean_z: float  # |E[q·k]| / its standard error
+    std_err: float  # standard error of the relative variance estimate
+
+
+@dataclass(frozen=True)
+class MuBlock:
+    """Mean-μ statistics of blocks of queries and keys (see :func:`_mu_block`)."""
+
+    mean: float
+    mean_dev: float  # |E[q·k] − d_k μ²|
+    var: float
+    var_scaled: float
+    theory: float
+    rel: float  # largest relative error of the variances against the theory
+    se_rel: float  # its standard error
+
+
+@dataclass(frozen=True)
+class ShiftedScores:
+    """Mean μ ≠ 0 at d_k = mean_dim: the measurement and its two controls."""
+
+    mu: float
+    stats: ScoreStats
+    block: MuBlock
+    mean_se: float  # standard error of the block mean of q·k
+    control_mean: MuBlock  # q and k correlated with each other
+    control_var: MuBlock  # components correlated within each vector
+
+
+@dataclass(frozen=True)
+class QKVarianceMeasurement:
+    """Everything :func:`run` shows: mean 0 per d_k, mean μ, the controls, a real model."""
+
+    m: int
+    rho: float
+    mean_dim: int
+    centred: tuple[CentredScores, ...]
+    shifted: tuple[ShiftedScores, ...]
+    control: tuple[ScoreStats, ...]  # mean 0, correlated within each vector, per d_k
+    control_mean_dim: int
+    control_mean_z: float  # q and k correlated with each other, at control_mean_dim
+    real_model: str | None
+    real: tuple[ScoreStats, ...]
+    real_note: str
+
+    @property
+    def headline(self) -> float:
+        """Max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1 (mean 0)."""
+        errors = [c.stats.rel_errors for c in self.centred]
+        return max([e[0] for e in errors] + [e[1] for e in errors])
+
+    @property
+    def tolerance(self) -> float:
+        return 6 * max(c.std_err for c in self.centred)
+
+    @property
+    def control_rel(self) -> float:
+        return max(e for s in self.control for e in s.rel_errors)
+
+
 def _moments(q: Tensor, k: Tensor) -> tuple[float, float, float]:
     """For (..., m, d) queries and keys: the RMS over components of the per-component mean
     (over the m vectors), the mean per-component variance (q and k pooled), and the score
@@ -121,13 +216,10 @@ def _moments(q: Tensor, k: Tensor) -> tuple[float, float, float]:
     return rms, var, indep
 
 
-def real_model_rows(name: str = "minilm", text: str = REAL_TEXT
-                    ) -> tuple[list[list], list[tuple[float, float, float]], int]:
-    """Per layer of model ``name``: its queries' and keys' component statistics.
-
-    Returns table rows, per layer (scaled variance, variance if independent / d_k,
-    component variance), and d_k. Raises :class:`attnlab.models.ModelNotAvailableError`
-    when the model cannot be loaded here.
+def real_model_scores(name: str = "minilm", text: str = REAL_TEXT) -> tuple[ScoreStats, ...]:
+    """Per layer of model ``name``: its queries' and keys' statistics (the scaled variance
+    is Var(q·k)/d_k). Raises :class:`attnlab.models.ModelNotAvailableError` when the model
+    cannot be loaded here.
     """
     from attnlab.models import load
     from attnlab.tracing import trace
@@ -138,17 +230,16 @@ def real_model_rows(name: str = "minilm", text: str = REAL_TEXT
     if t.num_kv_heads != t.num_heads:  # grouped keys: one key head per group of query heads
         k = k.repeat_interleave(t.num_heads // t.num_kv_heads, dim=1)
     d_k = q.shape[-1]
-    rows, series = [], []
+    layers = []
     for layer in range(q.shape[0]):
         ql, kl = q[layer], k[layer]  # (H, N, d)
         s = ql @ kl.transpose(-2, -1)  # (H, N, N) every query against every key, per head
-        mean_s = float(s.mean())
         var_s = float(s.var(dim=(-2, -1), unbiased=False).mean())  # per head, averaged
         rms, var, indep = _moments(ql, kl)
-        rows.append([f"{MODEL_LABELS[name]} layer {layer} (mean of {ql.shape[0]} heads)",
-                     d_k, rms, var, mean_s, var_s, indep, var_s / indep, var_s / d_k])
-        series.append((var_s / d_k, indep / d_k, var))
-    return rows, series, d_k
+        layers.append(ScoreStats(
+            f"{MODEL_LABELS[name]} layer {layer} (mean of {ql.shape[0]} heads)", d_k, rms, var,
+            float(s.mean()), var_s, indep, var_s / d_k))
+    return tuple(layers)
 
 
 def _mu_id(mu: float) -> str:
@@ -194,7 +285,7 @@ def _centred(q: Tensor, k: Tensor, scale: float | None) -> tuple[float, float, f
 
 
 def _mu_block(q: Tensor, k: Tensor, mu: float, scale: float | None,
-              variance_theory: Callable[[int, float], float]) -> dict[str, float]:
+              variance_theory: Callable[[int, float], float]) -> MuBlock:
     """The mean-μ statistics of (G, m, d) queries and keys, every pair of each block: the
     mean of q·k and its distance from d_k μ², the variances of q·k and of the scaled score
     around the known mean, the theory's variance, their largest relative error against it,
@@ -208,10 +299,186 @@ def _mu_block(q: Tensor, k: Tensor, mu: float, scale: float | None,
     var_raw, var_scaled = float(block_var.mean()), float(block_var_s.mean())
     theory = float(variance_theory(d_k, mu))
     mean_raw = float(raw.mean())
-    return {"mean": mean_raw, "mean_dev": abs(mean_raw - mean_th), "var": var_raw,
-            "var_scaled": var_scaled, "theory": theory,
-            "rel": max(abs(var_raw / theory - 1), abs(var_scaled / (theory / d_k) - 1)),
-            "se_rel": float(block_var.std() / math.sqrt(groups)) / theory}
+    return MuBlock(mean_raw, abs(mean_raw - mean_th), var_raw, var_scaled, theory,
+                   max(abs(var_raw / theory - 1), abs(var_scaled / (theory / d_k) - 1)),
+                   float(block_var.std() / math.sqrt(groups)) / theory)
+
+
+def _centred_scores(g: torch.Generator, d_k: int, groups: int, m: int, scale: float | None
+                    ) -> CentredScores:
+    """G blocks of independent (q, k) of mean 0 and variance 1: all pairs of each block."""
+    q = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
+    k = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
+    mean_raw, var_raw, var_scaled = _centred(q, k, scale)
+    rms, var, _ = _moments(q, k)
+    stats = ScoreStats("independent, mean μ = 0, variance 1", d_k, rms, var, mean_raw, var_raw,
+                       float(d_k), var_scaled)
+    return CentredScores(stats, abs(mean_raw) / math.sqrt(d_k / (m * m * groups)),
+                         ((2 / m**2 + 4 / (d_k * m)) / groups) ** 0.5)
+
+
+def _control_scores(g: torch.Generator, d_k: int, m: int, rho: float, scale: float | None
+                    ) -> ScoreStats:
+    """One block of mean-0 (q, k) whose components are correlated within each vector."""
+    q, k = correlated_within(g, 1, m, d_k, 0.0, rho)
+    mean_raw, var_raw, var_scaled = _centred(q, k, scale)
+    rms, var, indep = _moments(q, k)
+    return ScoreStats(f"control: correlated within each vector (ρ = {rho}), mean 0, "
+                      "variance 1", d_k, rms, var, mean_raw, var_raw, indep, var_scaled)
+
+
+def measure(
+    seed: int = 0,
+    *,
+    dims: Sequence[int] = (16, 64, 256, 1024),
+    pairs: int = 2_097_152,
+    m: int = 256,
+    scale_fn: Callable[[int], float | None] = lambda d_k: None,
+    means: Sequence[float] = (0.5, 1.0),
+    mean_dim: int = 64,
+    mean_blocks: int = 32,
+    variance_theory: Callable[[int, float], float] = lambda d_k, mu: d_k * (1 + 2 * mu**2),
+    real_model: str | None = "minilm",
+    control_rho: float = 0.1,
+) -> QKVarianceMeasurement:
+    """The scores of every measurement and control that :func:`run` describes (same
+    arguments, drawn in this order: mean 0 per d_k, mean μ, then the controls)."""
+    if not 0 < control_rho < 1:
+        raise ValueError(f"control_rho must be in (0, 1) (a correlation that breaks the "
+                         f"condition), got {control_rho!r}")
+    if real_model is not None and real_model not in MODEL_LABELS:
+        raise ValueError(f"real_model must be one of {sorted(MODEL_LABELS)} or None, "
+                         f"got {real_model!r}")
+    if mean_blocks < 8:
+        raise ValueError(f"mean_blocks must be >= 8 (its spread gives the standard error), "
+                         f"got {mean_blocks}")
+    rho, d0, g0 = control_rho, dims[0], 4
+    with seeded(seed) as g:
+        centred = tuple(_centred_scores(g, d_k, max(4, pairs // (m * m) * min(dims) // d_k), m,
+                                        scale_fn(d_k)) for d_k in dims)
+        mu_blocks = []
+        for mu in means:
+            q = mu + torch.randn(mean_blocks, m, mean_dim, generator=g, dtype=torch.float64)
+            k = mu + torch.randn(mean_blocks, m, mean_dim, generator=g, dtype=torch.float64)
+            st = _mu_block(q, k, mu, scale_fn(mean_dim), variance_theory)
+            rms, var, _ = _moments(q, k)
+            mu_blocks.append((mu, st, ScoreStats(
+                f"independent, mean μ = {mu}, variance 1", mean_dim, rms, var, st.mean, st.var,
+                st.theory, st.var_scaled)))
+        # the controls, drawn after the measurements (which keep their numbers): the same
+        # statistics where the condition is broken, which the laws must not fit
+        control = tuple(_control_scores(g, d_k, m, rho, scale_fn(d_k)) for d_k in dims)
+        q, k = correlated_across(g, g0, m, d0, 0.0, rho)
+        control_mean_z = abs(_centred(q, k, scale_fn(d0))[0]) / math.sqrt(d0 / (m * m * g0))
+        shifted = []
+        for mu, st, stats in mu_blocks:
+            q, k = correlated_across(g, 8, m, mean_dim, mu, rho)
+            c_mean = _mu_block(q, k, mu, scale_fn(mean_dim), variance_theory)
+            q, k = correlated_within(g, 8, m, mean_dim, mu, rho)
+            c_var = _mu_block(q, k, mu, scale_fn(mean_dim), variance_theory)
+            mean_se = math.sqrt(mean_dim * (2 * mu**2 / m + 1 / m**2) / mean_blocks)
+            shifted.append(ShiftedScores(mu, stats, st, mean_se, c_mean, c_var))
+    real, real_note = (), ""
+    if real_model is not None:
+        from attnlab.models import ModelNotAvailableError
+
+        try:
+            real = real_model_scores(real_model)
+        except ModelNotAvailableError as e:
+            real_note = str(e)
+    return QKVarianceMeasurement(m, rho, mean_dim, centred, tuple(shifted), control, d0,
+                                 control_mean_z, real_model, real, real_note)
+
+
+def headline_control(m: QKVarianceMeasurement) -> Control:
+    """The headline measured on components correlated within each vector."""
+    return Control(f"components correlated within each vector (ρ = {m.rho}), mean 0, "
+                   "variance 1", f"每个向量内各分量相关（ρ = {m.rho}），均值 0，方差 1",
+                   m.control_rel)
+
+
+def checks(m: QKVarianceMeasurement) -> list[Check]:
+    """The mean-0 mean check, then per μ its mean and variance checks, each with its
+    control."""
+    rho, d0 = m.rho, m.control_mean_dim
+    out = [check_le("μ = 0: max over d_k of |E[q·k]| / its standard error",
+                    max(c.mean_z for c in m.centred), 5.0, id="centred-mean",
+                    control=Control(f"q and k correlated with each other (ρ = {rho} per "
+                                    f"component), mean 0, variance 1, d_k = {d0}",
+                                    f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 0，"
+                                    f"方差 1，d_k = {d0}", m.control_mean_z))]
+    for s in m.shifted:
+        mu = s.mu
+        out += [
+            check_le(f"μ = {mu}: |E[q·k] − d_k μ²| / its standard error",
+                     s.block.mean_dev / s.mean_se, 5.0, id=f"{_mu_id(mu)}-mean",
+                     control=Control(
+                         f"q and k correlated with each other (ρ = {rho} per component), "
+                         f"mean {mu}, variance 1: E[q·k] = d_k(μ² + ρ)",
+                         f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 {mu}，方差 1："
+                         "E[q·k] = d_k(μ² + ρ)", s.control_mean.mean_dev / s.mean_se)),
+            check_le(f"μ = {mu}: relative error of Var(q·k) and Var(q·k/√d_k) against "
+                     "d_k(1 + 2μ²) and 1 + 2μ²", s.block.rel, 6 * s.block.se_rel,
+                     id=f"{_mu_id(mu)}-variance",
+                     control=Control(
+                         f"components correlated within each vector (ρ = {rho}), mean "
+                         f"{mu}, variance 1", f"每个向量内各分量相关（ρ = {rho}），均值 "
+                         f"{mu}，方差 1", s.control_var.rel)),
+        ]
+    return out
+
+
+def table(m: QKVarianceMeasurement) -> tuple[list[str], list[list]]:
+    rows = ([c.stats for c in m.centred] + [s.stats for s in m.shifted] + list(m.control)
+            + list(m.real))
+    return (["q, k", "d_k", "component mean (RMS)", "component variance", "E[q·k]",
+             "Var(q·k)", "Var(q·k) if independent", "Var(q·k) / that", "Var(q·k/√d_k)"],
+            [r.cells() for r in rows])
+
+
+CAPTION = ("fp64 Gaussian (q, k): all pairs of blocks of m queries × m keys; the scaled "
+           "scores are attnlab's own; tolerance = 6 standard errors of the variance "
+           "estimate (mean 0); the means are checked within 5 standard errors. "
+           "'Var(q·k) if independent' is Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + μ_qi²σ_ki² "
+           "(d_k(1 + 2μ²) for the independent rows).")
+CAPTION_ZH = ("fp64 高斯 (q, k)：每块 m 个查询 × m 个键的全部配对；缩放后的分数取自 "
+              "attnlab 本身；容差为方差估计标准误差的 6 倍（均值为 0 时）；均值在 5 个"
+              "标准误差内检验。“分量独立时的 Var(q·k)”为 Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + "
+              "μ_qi²σ_ki²（各分量独立的各行即 d_k(1 + 2μ²)）。")
+
+
+def captions(m: QKVarianceMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the method, the control, the real model."""
+    rho, d0, last = m.rho, m.control_mean_dim, m.control[-1]
+    d_last, ratio, theory = last.d_k, last.var / last.d_k, 1 + (last.d_k - 1) * m.rho**2
+    ctrl, tol, z = m.control_rel, m.tolerance, m.control_mean_z
+    en = (f" Control: components of mean 0 and variance 1 but correlated within each "
+          f"vector (ρ = {rho}), where Var(q·k) = d_k(1 + (d_k − 1)ρ²): measured "
+          f"Var(q·k)/d_k = {ratio:.3g} at d_k = {d_last} (theory {theory:.3g}), a largest "
+          f"relative error against 1 of {ctrl:.3g} against the tolerance {tol:.3g}: the law "
+          "Var = d_k fails without independence, as it must. The mean checks' control, q "
+          f"and k correlated with each other, misses E[q·k] by {z:.3g} standard errors "
+          f"(d_k = {d0}).")
+    zh = (f" 对照：各分量均值 0、方差 1，但每个向量内各分量相关（ρ = {rho}），此时 "
+          f"Var(q·k) = d_k(1 + (d_k − 1)ρ²)：d_k = {d_last} 时实测 Var(q·k)/d_k = "
+          f"{ratio:.3g}（理论 {theory:.3g}），相对 1 的最大相对误差为 {ctrl:.3g}，容差为 "
+          f"{tol:.3g}：分量不独立时 Var = d_k 不成立，正如应有的那样。均值各项检验的对照（q 与 k "
+          f"相互相关）偏离 E[q·k] {z:.3g} 个标准误差（d_k = {d0}）。")
+    if m.real:
+        v = [r.var_scaled for r in m.real]
+        c = [r.component_var for r in m.real]
+        label, n = MODEL_LABELS[m.real_model], len(REAL_TEXT)
+        en += (f" {label} rows (information, no claim): its q, k over the {n}-character text "
+               f"have component variances {min(c):.2f}–{max(c):.2f} but Var(q·k/√d_k) = "
+               f"{min(v):.2f}–{max(v):.2f}, not 1: the components are correlated and have "
+               "non-zero means.")
+        zh += (f" {label} 各行（仅供参考，不作论断）：在这段 {n} 个字符的文本上，其 q、k 的分量"
+               f"方差为 {min(c):.2f}–{max(c):.2f}，但 Var(q·k/√d_k) = {min(v):.2f}–"
+               f"{max(v):.2f}，而不是 1：各分量相互相关，且均值不为 0。")
+    elif m.real_model is not None:
+        en += f" {m.real_model} was not measured: {m.real_note}"
+        zh += f" 未测量 {m.real_model}：{m.real_note}"
+    return CAPTION + en, CAPTION_ZH + zh
 
 
 def run(
@@ -254,198 +521,70 @@ def run(
     (:func:`correlated_across`: 4 blocks at the smallest d_k, 8 per μ). Each must fail the
     test its measurement passes.
     """
-    if not 0 < control_rho < 1:
-        raise ValueError(f"control_rho must be in (0, 1) (a correlation that breaks the "
-                         f"condition), got {control_rho!r}")
-    if real_model is not None and real_model not in MODEL_LABELS:
-        raise ValueError(f"real_model must be one of {sorted(MODEL_LABELS)} or None, "
-                         f"got {real_model!r}")
-    if mean_blocks < 8:
-        raise ValueError(f"mean_blocks must be >= 8 (its spread gives the standard error), "
-                         f"got {mean_blocks}")
-    rows, raw_rel, scaled_rel, std_errs, mean_z = [], [], [], [], []
-    mu_stats, mu_points = [], []
-    with seeded(seed) as g:
-        for d_k in dims:
-            groups = max(4, pairs // (m * m) * min(dims) // d_k)
-            std_errs.append(((2 / m**2 + 4 / (d_k * m)) / groups) ** 0.5)
-            q = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
-            k = torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)  # (G, m, d)
-            mean_raw, var_raw, var_scaled = _centred(q, k, scale_fn(d_k))
-            mean_z.append(abs(mean_raw) / math.sqrt(d_k / (m * m * groups)))
-            raw_rel.append(abs(var_raw / d_k - 1))
-            scaled_rel.append(abs(var_scaled - 1))
-            rms, var, _ = _moments(q, k)
-            rows.append(["independent, mean μ = 0, variance 1", d_k, rms, var, mean_raw,
-                         var_raw, float(d_k), var_raw / d_k, var_scaled])
-            if d_k == mean_dim:
-                mu_points.append((0.0, var_raw / d_k, mean_raw / d_k))
-        for mu in means:
-            d_k, groups = mean_dim, mean_blocks
-            q = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
-            k = mu + torch.randn(groups, m, d_k, generator=g, dtype=torch.float64)
-            st = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
-            mu_stats.append((mu, st))
-            rms, var, _ = _moments(q, k)
-            rows.append([f"independent, mean μ = {mu}, variance 1", d_k, rms, var, st["mean"],
-                         st["var"], st["theory"], st["var"] / st["theory"], st["var_scaled"]])
-            mu_points.append((mu, st["var"] / d_k, st["mean"] / d_k))
-        # the controls, drawn after the measurements (which keep their numbers): the same
-        # statistics where the condition is broken, which the laws must not fit
-        rho = control_rho
-        ctrl_rel, ctrl_points = [], []
-        for d_k in dims:  # one block each: the control only has to miss by far
-            q, k = correlated_within(g, 1, m, d_k, 0.0, rho)
-            mean_raw, var_raw, var_scaled = _centred(q, k, scale_fn(d_k))
-            ctrl_rel += [abs(var_raw / d_k - 1), abs(var_scaled - 1)]
-            rms, var, indep = _moments(q, k)
-            rows.append([f"control: correlated within each vector (ρ = {rho}), mean 0, "
-                         "variance 1", d_k, rms, var, mean_raw, var_raw, indep, var_raw / indep,
-                         var_scaled])
-            ctrl_points.append((d_k, var_raw))
-        d0, g0 = dims[0], 4
-        q, k = correlated_across(g, g0, m, d0, 0.0, rho)
-        ctrl_mean_z = abs(_centred(q, k, scale_fn(d0))[0]) / math.sqrt(d0 / (m * m * g0))
-        mu_checks = []
-        for mu, st in mu_stats:
-            d_k = mean_dim
-            q, k = correlated_across(g, 8, m, d_k, mu, rho)
-            c_mean = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
-            q, k = correlated_within(g, 8, m, d_k, mu, rho)
-            c_var = _mu_block(q, k, mu, scale_fn(d_k), variance_theory)
-            mean_se = math.sqrt(d_k * (2 * mu**2 / m + 1 / m**2) / mean_blocks)
-            mu_checks += [
-                check_le(f"μ = {mu}: |E[q·k] − d_k μ²| / its standard error",
-                         st["mean_dev"] / mean_se, 5.0, id=f"{_mu_id(mu)}-mean",
-                         control=Control(
-                             f"q and k correlated with each other (ρ = {rho} per component), "
-                             f"mean {mu}, variance 1: E[q·k] = d_k(μ² + ρ)",
-                             f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 {mu}，方差 1："
-                             "E[q·k] = d_k(μ² + ρ)", c_mean["mean_dev"] / mean_se)),
-                check_le(f"μ = {mu}: relative error of Var(q·k) and Var(q·k/√d_k) against "
-                         "d_k(1 + 2μ²) and 1 + 2μ²", st["rel"], 6 * st["se_rel"],
-                         id=f"{_mu_id(mu)}-variance",
-                         control=Control(
-                             f"components correlated within each vector (ρ = {rho}), mean "
-                             f"{mu}, variance 1", f"每个向量内各分量相关（ρ = {rho}），均值 "
-                             f"{mu}，方差 1", c_var["rel"])),
-            ]
-    real_rows, real_series, real_d, real_note = [], [], 0, ""
-    if real_model is not None:
-        from attnlab.models import ModelNotAvailableError
-
-        try:
-            real_rows, real_series, real_d = real_model_rows(real_model)
-        except ModelNotAvailableError as e:
-            real_note = str(e)
-    measured = max(raw_rel + scaled_rel)
-    tolerance = 6 * max(std_errs)
-    control = Control(f"components correlated within each vector (ρ = {rho}), mean 0, "
-                      "variance 1", f"每个向量内各分量相关（ρ = {rho}），均值 0，方差 1",
-                      max(ctrl_rel))
-    checks = [check_le("μ = 0: max over d_k of |E[q·k]| / its standard error", max(mean_z),
-                       5.0, id="centred-mean",
-                       control=Control(f"q and k correlated with each other (ρ = {rho} per "
-                                       f"component), mean 0, variance 1, d_k = {d0}",
-                                       f"q 与 k 相互相关（每个分量 ρ = {rho}），均值 0，"
-                                       f"方差 1，d_k = {d0}", ctrl_mean_z)),
-              *mu_checks]
-    fig = _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model,
-                  real_note, ctrl_points, rho) if plot else None
-    d_last, v_last = ctrl_points[-1]
-    ctrl_en = (f" Control: components of mean 0 and variance 1 but correlated within each "
-               f"vector (ρ = {rho}), where Var(q·k) = d_k(1 + (d_k − 1)ρ²): measured "
-               f"Var(q·k)/d_k = {v_last / d_last:.3g} at d_k = {d_last} (theory "
-               f"{1 + (d_last - 1) * rho**2:.3g}), a largest relative error against 1 of "
-               f"{max(ctrl_rel):.3g} against the tolerance {tolerance:.3g}: the law Var = d_k "
-               "fails without independence, as it must. The mean checks' control, q and k "
-               f"correlated with each other, misses E[q·k] by {ctrl_mean_z:.3g} standard "
-               f"errors (d_k = {d0}).")
-    ctrl_zh = (f" 对照：各分量均值 0、方差 1，但每个向量内各分量相关（ρ = {rho}），此时 "
-               f"Var(q·k) = d_k(1 + (d_k − 1)ρ²)：d_k = {d_last} 时实测 Var(q·k)/d_k = "
-               f"{v_last / d_last:.3g}（理论 {1 + (d_last - 1) * rho**2:.3g}），相对 1 的最大"
-               f"相对误差为 {max(ctrl_rel):.3g}，容差为 {tolerance:.3g}：分量不独立时 Var = d_k "
-               f"不成立，正如应有的那样。均值各项检验的对照（q 与 k 相互相关）偏离 E[q·k] "
-               f"{ctrl_mean_z:.3g} 个标准误差（d_k = {d0}）。")
-    real_en = real_zh = ""
-    if real_rows:
-        v = [r[8] for r in real_rows]
-        c = [r[3] for r in real_rows]
-        label = MODEL_LABELS[real_model]
-        real_en = (f" {label} rows (information, no claim): its q, k over the {len(REAL_TEXT)}"
-                   f"-character text have component variances {min(c):.2f}–{max(c):.2f} but "
-                   f"Var(q·k/√d_k) = {min(v):.2f}–{max(v):.2f}, not 1: the components are "
-                   "correlated and have non-zero means.")
-        real_zh = (f" {label} 各行（仅供参考，不作论断）：在这段 {len(REAL_TEXT)} 个字符的文本上，"
-                   f"其 q、k 的分量方差为 {min(c):.2f}–{max(c):.2f}，但 Var(q·k/√d_k) = "
-                   f"{min(v):.2f}–{max(v):.2f}，而不是 1：各分量相互相关，且均值不为 0。")
-    elif real_model is not None:
-        real_en = f" {real_model} was not measured: {real_note}"
-        real_zh = f" 未测量 {real_model}：{real_note}"
+    meas = measure(seed, dims=dims, pairs=pairs, m=m, scale_fn=scale_fn, means=means,
+                   mean_dim=mean_dim, mean_blocks=mean_blocks,
+                   variance_theory=variance_theory, real_model=real_model,
+                   control_rho=control_rho)
+    caption, caption_zh = captions(meas)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="mean 0: max relative error of Var(q·k)/d_k and Var(q·k/√d_k) against 1",
         quantity_zh="均值为 0 时：Var(q·k)/d_k 与 Var(q·k/√d_k) 相对于 1 的最大相对误差",
-        measured=measured, expected=0.0, tolerance=tolerance, checks=checks, control=control,
-        table=(["q, k", "d_k", "component mean (RMS)", "component variance", "E[q·k]",
-                "Var(q·k)", "Var(q·k) if independent", "Var(q·k) / that", "Var(q·k/√d_k)"],
-               rows + real_rows),
-        figure=fig,
-        caption="fp64 Gaussian (q, k): all pairs of blocks of m queries × m keys; the scaled "
-                "scores are attnlab's own; tolerance = 6 standard errors of the variance "
-                "estimate (mean 0); the means are checked within 5 standard errors. "
-                "'Var(q·k) if independent' is Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + μ_qi²σ_ki² "
-                "(d_k(1 + 2μ²) for the independent rows)." + ctrl_en + real_en,
-        caption_zh="fp64 高斯 (q, k)：每块 m 个查询 × m 个键的全部配对；缩放后的分数取自 "
-                   "attnlab 本身；容差为方差估计标准误差的 6 倍（均值为 0 时）；均值在 5 个"
-                   "标准误差内检验。“分量独立时的 Var(q·k)”为 Σ_i σ_qi²σ_ki² + σ_qi²μ_ki² + "
-                   "μ_qi²σ_ki²（各分量独立的各行即 d_k(1 + 2μ²)）。" + ctrl_zh + real_zh,
-    )
+        measured=meas.headline, expected=0.0, tolerance=meas.tolerance, checks=checks(meas),
+        control=headline_control(meas), table=table(meas),
+        figure=figure(meas) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(dims, rows, mu_points, mean_dim, real_series, real_d, real_model, real_note,
-            ctrl_points, rho):
+def figure(m: QKVarianceMeasurement):
+    """Variance against d_k (mean 0 and its control), against μ, and on the real model."""
     from matplotlib.ticker import NullFormatter
 
     fig, (ax0, ax1, ax2) = new_figure(13, 3.8, ncols=3)
-    zero = [r for r in rows if r[0].endswith("μ = 0, variance 1")]
-    d = [r[1] for r in zero]
+    zero = [c.stats for c in m.centred]
+    d = [s.d_k for s in zero]
     ax0.loglog(d, d, "k--", lw=1, label="theory: Var = d_k")
     ax0.loglog(d, [1.0] * len(d), "k:", lw=1, label="theory: Var = 1")
-    ax0.loglog(d, [r[5] for r in zero], "o-", color="#b3261e", label="raw q·k")
-    ax0.loglog(d, [r[8] for r in zero], "s-", color="#3451b2", label="attnlab score q·k/√d_k")
-    ax0.loglog([p[0] for p in ctrl_points], [p[1] for p in ctrl_points], "x:", color="#7a5c00",
-               label=f"control, raw q·k: components correlated (ρ = {rho})")
-    ax0.set_xticks(list(dims), [str(x) for x in dims])
+    ax0.loglog(d, [s.var for s in zero], "o-", color="#b3261e", label="raw q·k")
+    ax0.loglog(d, [s.var_scaled for s in zero], "s-", color="#3451b2",
+               label="attnlab score q·k/√d_k")
+    ax0.loglog([s.d_k for s in m.control], [s.var for s in m.control], "x:", color="#7a5c00",
+               label=f"control, raw q·k: components correlated (ρ = {m.rho})")
+    ax0.set_xticks(d, [str(x) for x in d])
     ax0.xaxis.set_minor_formatter(NullFormatter())
     label_axes(ax0, "head dimension d_k", "variance of the score",
                "Mean 0, variance 1: Var grows as d_k unless scaled", log_grid=True)
 
-    mus = torch.linspace(0, max(p[0] for p in mu_points), 50)
+    points = [(0.0, s.var / s.d_k, s.mean / s.d_k) for s in zero if s.d_k == m.mean_dim]
+    points += [(s.mu, s.stats.var / s.stats.d_k, s.stats.mean / s.stats.d_k) for s in m.shifted]
+    mus = torch.linspace(0, max(p[0] for p in points), 50)
     ax1.plot(mus, 1 + 2 * mus**2, "k--", lw=1, label="theory 1 + 2μ²")
-    ax1.plot([p[0] for p in mu_points], [p[1] for p in mu_points], "o", color="#b3261e",
+    ax1.plot([p[0] for p in points], [p[1] for p in points], "o", color="#b3261e",
              label="measured Var(q·k)/d_k")
     ax1.plot(mus, mus**2, "k:", lw=1, label="theory μ²")
-    ax1.plot([p[0] for p in mu_points], [p[2] for p in mu_points], "s", color="#3451b2",
+    ax1.plot([p[0] for p in points], [p[2] for p in points], "s", color="#3451b2",
              label="measured E[q·k]/d_k")
-    label_axes(ax1, f"component mean μ (variance 1, d_k = {mean_dim})", "per dimension of q·k",
-               "Outside the condition: mean μ ≠ 0")
-
-    if real_series:
-        layers = list(range(len(real_series)))
-        ax2.plot(layers, [s[0] for s in real_series], "o-", color="#b3261e",
-                 label="Var(q·k/√d_k) measured")
-        ax2.plot(layers, [s[1] for s in real_series], "s--", color="#137a3a",
-                 label="same, if the components were independent")
-        ax2.plot(layers, [s[2] for s in real_series], "^:", color="#3451b2",
-                 label="component variance (q and k)")
-        ax2.axhline(1.0, color="k", ls=":", lw=1, label="the articles' assumption: 1")
-        ax2.set_xticks(layers)
-        label_axes(ax2, "layer", "variance",
-                   f"{MODEL_LABELS[real_model]}: real q, k (d_k = {real_d})")
-    else:
-        ax2.text(0.5, 0.5, f"{MODEL_LABELS[real_model]} not available (see the caption)"
-                 if real_note else "no real model measured", ha="center", va="center",
-                 fontsize=9)
-        ax2.set_axis_off()
+    label_axes(ax1, f"component mean μ (variance 1, d_k = {m.mean_dim})",
+               "per dimension of q·k", "Outside the condition: mean μ ≠ 0")
+    _real_panel(ax2, m)
     return fig
+
+
+def _real_panel(ax, m: QKVarianceMeasurement) -> None:
+    """The real model's scaled score variance per layer against the articles' 1."""
+    if m.real:
+        layers = list(range(len(m.real)))
+        ax.plot(layers, [s.var_scaled for s in m.real], "o-", color="#b3261e",
+                label="Var(q·k/√d_k) measured")
+        ax.plot(layers, [s.var_independent / s.d_k for s in m.real], "s--", color="#137a3a",
+                label="same, if the components were independent")
+        ax.plot(layers, [s.component_var for s in m.real], "^:", color="#3451b2",
+                label="component variance (q and k)")
+        ax.axhline(1.0, color="k", ls=":", lw=1, label="the articles' assumption: 1")
+        ax.set_xticks(layers)
+        label_axes(ax, "layer", "variance",
+                   f"{MODEL_LABELS[m.real_model]}: real q, k (d_k = {m.real[0].d_k})")
+    else:
+        ax.text(0.5, 0.5, f"{MODEL_LABELS[m.real_model]} not available (see the caption)"
+                if m.real_note else "no real model measured", ha="center", va="center",
+                fontsize=9)
+        ax.set_axis_off()

@@ -51,7 +51,7 @@ from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
 
 from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
 from ._heads import accuracy, read_hooks, train
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "qkv-roles"
 CLAIM = ("A token's query, key and value features usually point in different directions; "
@@ -205,7 +205,22 @@ def _batch(task: str, c: RolesConfig, g: torch.Generator, size: int
     return x, x[:, partner(task, c.seq_len)], torch.ones_like(x, dtype=torch.bool)
 
 
-def _measure(model: Encoder, task: str, c: RolesConfig, seed: int) -> dict:
+@dataclass(frozen=True)
+class RoleStats:
+    """What one model (trained or not) does on held-out sequences of one task."""
+
+    accuracy: float
+    asym: float  # ‖S − Sᵀ‖/‖S‖, mean over sequences
+    asym_max: float  # its max
+    gap: float  # directed score gap (:func:`directed_gap`), nats
+    on_partner: float  # mean attention on the partner
+    on_self: float  # mean attention on itself
+    mutual_max: float  # log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs
+    mutual_mean: float  # the same, mean over pairs
+    scores: Tensor  # (N, N) scores q·k·scale of the first held-out sequence
+
+
+def role_stats(model: Encoder, task: str, c: RolesConfig, seed: int) -> RoleStats:
     """What one model (trained or not) does on held-out sequences of ``task``."""
     x, y, scored = _batch(task, c, torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
     seen = read_hooks(model, model.attn, x, ("q", "k", "weights"))
@@ -214,34 +229,182 @@ def _measure(model: Encoder, task: str, c: RolesConfig, seed: int) -> dict:
     i = torch.arange(c.seq_len)
     asym = asymmetry(seen["q"], seen["k"])
     mutual = mutual_log_preference(w, p)
-    return dict(
-        acc=accuracy(model, x, y, scored), asym=float(asym.mean()), asym_max=float(asym.max()),
-        gap=directed_gap(seen["q"], seen["k"], p, model.attn.scale),
+    return RoleStats(
+        accuracy(model, x, y, scored), float(asym.mean()), float(asym.max()),
+        directed_gap(seen["q"], seen["k"], p, model.attn.scale),
         on_partner=float(w[..., i, p].mean()), on_self=float(w[..., i, i].mean()),
         mutual_max=float(mutual.max()), mutual_mean=float(mutual.mean()),
-        scores=(seen["q"][0, 0].double() @ seen["k"][0, 0].double().T) * model.attn.scale,
-    )
+        scores=(seen["q"][0, 0].double() @ seen["k"][0, 0].double().T) * model.attn.scale)
+
+
+@dataclass(frozen=True)
+class RolesModel:
+    """One model, untied or tied, trained on one task; and the same before training."""
+
+    task: str
+    tied: bool
+    losses: list[float]
+    trained: RoleStats
+    init: RoleStats
 
 
 def train_model(task: str, tied: bool, seed: int, c: RolesConfig,
-                tie: Callable[[MultiHeadAttention], None]) -> dict:
+                tie: Callable[[MultiHeadAttention], None]) -> RolesModel:
     """One model, untied or tied with ``tie``, trained on ``task``; what it does trained,
-    and (``"init"``) what the same model did before training."""
+    and what the same model did before training."""
     with seeded(seed):
         model = Encoder(c)
     if tied:
         tie(model.attn)
     model.eval()
-    init = _measure(model, task, c, seed)
+    init = role_stats(model, task, c, seed)
     g = torch.Generator().manual_seed(seed)
     with seeded(seed):
         losses = train(model, lambda step: _batch(task, c, g, c.batch), c.steps, c.lr)
-    return dict(losses=losses, init=init, **_measure(model, task, c, seed))
+    return RolesModel(task, tied, losses, role_stats(model, task, c, seed), init)
 
 
 #: Which model stands as the control: ``"untrained"`` (the same models before training:
 #: random W_Q ≠ W_K) or ``"trained"`` (a wrong control: the trained models themselves).
 CONTROLS = ("untrained", "trained")
+
+
+@dataclass(frozen=True)
+class QKVRolesMeasurement:
+    """The four trained models (swap and cyclic, untied and tied), each with its untrained
+    self; ``control`` says which stands as the control (see :data:`CONTROLS`)."""
+
+    config: RolesConfig
+    seed: int
+    control: str
+    swap_untied: RolesModel
+    swap_tied: RolesModel
+    cyclic_untied: RolesModel
+    cyclic_tied: RolesModel
+
+    def control_of(self, model: RolesModel) -> RoleStats:
+        """The control's measurement of ``model``: untrained, or (a wrong control) trained."""
+        return model.trained if self.control == "trained" else model.init
+
+
+def measure(
+    seed: int = 0,
+    *,
+    config: RolesConfig = RolesConfig(),
+    tie: Callable[[MultiHeadAttention], None] = tie_qk,
+    control: str = "untrained",
+) -> QKVRolesMeasurement:
+    """Train untied and tied models on both tasks, each measured before and after training
+    (arguments: see :func:`run`)."""
+    expect_type("config", config, RolesConfig)
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+    res = {(t, tied): train_model(t, tied, seed, config, tie)
+           for t in TASKS for tied in (False, True)}
+    return QKVRolesMeasurement(config, seed, control, res[("swap", False)], res[("swap", True)],
+                               res[("previous (cyclic)", False)], res[("previous (cyclic)", True)])
+
+
+def _control_what(m: QKVRolesMeasurement) -> tuple[str, str]:
+    if m.control == "untrained":
+        return ("the untrained untied model (same init, W_Q ≠ W_K at random)",
+                "未训练的未绑定模型（相同初始化，W_Q ≠ W_K 为随机矩阵）")
+    return ("the trained untied model itself (a wrong control)",
+            "训练后的未绑定模型本身（错误的对照）")
+
+
+def headline_control(m: QKVRolesMeasurement) -> Control:
+    """The directed gap of the untied model, untrained, on the cyclic task."""
+    return Control(*_control_what(m), m.control_of(m.cyclic_untied).gap)
+
+
+def checks(m: QKVRolesMeasurement) -> list[Check]:
+    """Tied: symmetric scores, no mutual preference; untied: mutual preference, attention
+    on the partner, accuracy, and beating the tied model."""
+    su, st, pu, pt = (x.trained for x in (m.swap_untied, m.swap_tied, m.cyclic_untied,
+                                          m.cyclic_tied))
+    su0, pu0, pt0 = (m.control_of(x) for x in (m.swap_untied, m.cyclic_untied, m.cyclic_tied))
+    what = _control_what(m)
+    untrained = m.control == "untrained"
+    return [
+        check_le("tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)", max(st.asym_max, pt.asym_max),
+                 1e-6, id="tied-symmetric", by_construction=True,
+                 control=Control(*what, pu0.asym_max)),
+        check_le("tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ 0)",
+                 st.mutual_max, 1e-6, id="tied-no-mutual", by_construction=True,
+                 control=Control(*what, su0.mutual_max)),
+        check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su.mutual_mean, 2.0,
+                 id="untied-mutual", control=Control(*what, su0.mutual_mean)),
+        check_ge("untied: attention on the partner, swap", su.on_partner, 0.8,
+                 id="untied-partner", control=Control(*what, su0.on_partner)),
+        check_ge("untied: held-out accuracy, previous (cyclic)", pu.accuracy, 0.95,
+                 support=True, id="untied-accuracy"),
+        check_ge("held-out accuracy, previous (cyclic): untied − tied",
+                 pu.accuracy - pt.accuracy, 0.03, id="untied-beats-tied",
+                 control=Control("the untrained untied and tied models (same init)"
+                                 if untrained else
+                                 "the trained models themselves (a wrong control)",
+                                 "未训练的未绑定与绑定模型（相同初始化）"
+                                 if untrained else "训练后的模型本身（错误的对照）",
+                                 pu0.accuracy - pt0.accuracy)),
+    ]
+
+
+def table(m: QKVRolesMeasurement) -> tuple[list[str], list[list]]:
+    """Per task: accuracy, attention on the partner and on itself, asymmetry, final loss;
+    then the directed gap and the mutual preference."""
+    rows = []
+    for t, a, b in (("swap", m.swap_untied, m.swap_tied),
+                    ("previous (cyclic)", m.cyclic_untied, m.cyclic_tied)):
+        for label, field in (("held-out accuracy", "accuracy"),
+                             ("attention on the partner", "on_partner"),
+                             ("attention on itself", "on_self"),
+                             ("‖S − Sᵀ‖/‖S‖, mean over sequences", "asym")):
+            rows.append([f"{t}: {label}"] + [getattr(x, field) for x in (a.trained, b.trained,
+                                                                         a.init, b.init)])
+        rows.append([f"{t}: final training loss", a.losses[-1], b.losses[-1], "—", "—"])
+    for label, field, a, b in (
+            ("previous (cyclic): scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean (nats)", "gap",
+             m.cyclic_untied, m.cyclic_tied),
+            ("swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs", "mutual_mean",
+             m.swap_untied, m.swap_tied),
+            ("swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs", "mutual_max",
+             m.swap_untied, m.swap_tied)):
+        rows.append([label] + [getattr(x, field) for x in (a.trained, b.trained, a.init,
+                                                            b.init)])
+    return (["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)",
+             "untied, untrained (control)", "tied, untrained"], rows)
+
+
+def captions(m: QKVRolesMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    c, seed = m.config, m.seed
+    su, st, pu, pt = (x.trained for x in (m.swap_untied, m.swap_tied, m.cyclic_untied,
+                                          m.cyclic_tied))
+    pu0, su0 = m.cyclic_untied.init, m.swap_untied.init
+    en = (f"Bidirectional attnlab models (one encoder layer, one head, E = {c.embed_dim}, no "
+          f"biases), {c.steps} Adam steps, seed {seed}, {c.seq_len} tokens of {c.n_values} "
+          f"values. Random untied W_Q, W_K already give asymmetric scores (‖S − Sᵀ‖/‖S‖ = "
+          f"{pu0.asym:.2f} untrained, {pu.asym:.2f} trained), so asymmetry alone shows "
+          f"nothing; what training adds is its direction: on the cyclic previous-token task "
+          f"query i scores its previous token {pu.gap:.1f} nats above that token's score for "
+          f"i ({pu0.gap:+.2f} untrained, {pt.gap:.1f} tied). Swap: the untied model puts "
+          f"{su.on_partner:.2f} of the weight on the partner ({su0.on_partner:.2f} "
+          f"untrained). Tied: the scores are a Gram matrix, so a token cannot prefer a partner "
+          f"that prefers it back over itself: {st.on_partner:.2f} on the partner, "
+          f"{st.on_self:.2f} on itself; accuracy on the cyclic previous-token task "
+          f"{pt.accuracy:.3f} tied vs {pu.accuracy:.3f} untied.")
+    zh = (f"双向 attnlab 模型（一个编码层、一个头，E = {c.embed_dim}，无偏置），Adam 训练 "
+          f"{c.steps} 步，种子 {seed}，序列 {c.seq_len} 个词元、取值 {c.n_values} 种。随机的"
+          f"未绑定 W_Q、W_K 本来就给出不对称的分数（‖S − Sᵀ‖/‖S‖ 未训练时为 {pu0.asym:.2f}，"
+          f"训练后为 {pu.asym:.2f}），所以不对称本身说明不了什么；训练带来的是它的方向：在循环"
+          f"前一词元任务上，查询 i 对前一词元的分数比该词元对 i 的分数高 {pu.gap:.1f} 奈特"
+          f"（未训练时 {pu0.gap:+.2f}，绑定模型 {pt.gap:.1f}）。交换任务：未绑定模型把 "
+          f"{su.on_partner:.2f} 的权重放在伙伴上（未训练时 {su0.on_partner:.2f}）。绑定：分数"
+          f"矩阵是 Gram 矩阵，两个互为伙伴的词元不可能都更关注对方而非自己：伙伴 "
+          f"{st.on_partner:.2f}，自身 {st.on_self:.2f}；循环前一词元任务的准确率为绑定 "
+          f"{pt.accuracy:.3f}、未绑定 {pu.accuracy:.3f}。")
+    return en, zh
 
 
 def run(
@@ -260,60 +423,8 @@ def run(
     claim's symmetric side fails. Wrong control: ``control="trained"`` measures the trained
     models in the control's place; the control passes too and the result does not hold.
     """
-    expect_type("config", config, RolesConfig)
-    if control not in CONTROLS:
-        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
-    c = config
-    res = {(t, tied): train_model(t, tied, seed, c, tie) for t in TASKS for tied in (False, True)}
-    su, st = res[("swap", False)], res[("swap", True)]
-    pu, pt = res[("previous (cyclic)", False)], res[("previous (cyclic)", True)]
-    # the control: the same untied model before training (random W_Q ≠ W_K)
-    su0, pu0, pt0 = ((r if control == "trained" else r["init"]) for r in (su, pu, pt))
-    what, what_zh = (("the untrained untied model (same init, W_Q ≠ W_K at random)",
-                      "未训练的未绑定模型（相同初始化，W_Q ≠ W_K 为随机矩阵）")
-                     if control == "untrained" else
-                     ("the trained untied model itself (a wrong control)",
-                      "训练后的未绑定模型本身（错误的对照）"))
-    checks = [
-        check_le("tied: max ‖S − Sᵀ‖/‖S‖ (symmetric scores)",
-                 max(st["asym_max"], pt["asym_max"]), 1e-6, id="tied-symmetric",
-                 by_construction=True, control=Control(what, what_zh, pu0["asym_max"])),
-        check_le("tied: max log[(w_ip/w_ii)·(w_pi/w_pp)], swap (Gram bound ≤ 0)",
-                 st["mutual_max"], 1e-6, id="tied-no-mutual", by_construction=True,
-                 control=Control(what, what_zh, su0["mutual_max"])),
-        check_ge("untied: mean log[(w_ip/w_ii)·(w_pi/w_pp)], swap", su["mutual_mean"], 2.0,
-                 id="untied-mutual", control=Control(what, what_zh, su0["mutual_mean"])),
-        check_ge("untied: attention on the partner, swap", su["on_partner"], 0.8,
-                 id="untied-partner", control=Control(what, what_zh, su0["on_partner"])),
-        check_ge("untied: held-out accuracy, previous (cyclic)", pu["acc"], 0.95,
-                 support=True, id="untied-accuracy"),
-        check_ge("held-out accuracy, previous (cyclic): untied − tied", pu["acc"] - pt["acc"],
-                 0.03, id="untied-beats-tied",
-                 control=Control("the untrained untied and tied models (same init)"
-                                 if control == "untrained" else
-                                 "the trained models themselves (a wrong control)",
-                                 "未训练的未绑定与绑定模型（相同初始化）"
-                                 if control == "untrained" else "训练后的模型本身（错误的对照）",
-                                 pu0["acc"] - pt0["acc"])),
-    ]
-    rows = []
-    for t, a, b in (("swap", su, st), ("previous (cyclic)", pu, pt)):
-        a0, b0 = a["init"], b["init"]
-        rows += [[f"{t}: held-out accuracy", a["acc"], b["acc"], a0["acc"], b0["acc"]],
-                 [f"{t}: attention on the partner", a["on_partner"], b["on_partner"],
-                  a0["on_partner"], b0["on_partner"]],
-                 [f"{t}: attention on itself", a["on_self"], b["on_self"], a0["on_self"],
-                  b0["on_self"]],
-                 [f"{t}: ‖S − Sᵀ‖/‖S‖, mean over sequences", a["asym"], b["asym"], a0["asym"],
-                  b0["asym"]],
-                 [f"{t}: final training loss", a["losses"][-1], b["losses"][-1], "—", "—"]]
-    rows.append(["previous (cyclic): scale·(q_i·k_{i−1} − q_{i−1}·k_i), mean (nats)",
-                 pu["gap"], pt["gap"], pu["init"]["gap"], pt["init"]["gap"]])
-    rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], mean over pairs", su["mutual_mean"],
-                 st["mutual_mean"], su["init"]["mutual_mean"], st["init"]["mutual_mean"]])
-    rows.append(["swap: log[(w_ip/w_ii)·(w_pi/w_pp)], max over pairs", su["mutual_max"],
-                 st["mutual_max"], su["init"]["mutual_max"], st["init"]["mutual_max"]])
-    fig = _figure(su, st, pu, pt) if plot else None
+    m = measure(seed, config=config, tie=tie, control=control)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="directed score gap of the trained untied model (W_Q ≠ W_K) on the cyclic "
@@ -321,52 +432,26 @@ def run(
                  "(nats)",
         quantity_zh="训练后的未绑定模型（W_Q ≠ W_K）在循环前一词元任务上的有向分数差："
                     "缩放·(q_i·k_{i−1} − q_{i−1}·k_i)，对位置取平均（奈特）",
-        measured=pu["gap"], expected=1.0, tolerance=0.0, relation=">=", checks=checks,
-        control=Control(what, what_zh, pu0["gap"]),
-        table=(["task: quantity", "W_Q ≠ W_K (untied)", "W_Q = W_K (tied)",
-                "untied, untrained (control)", "tied, untrained"], rows),
-        figure=fig,
-        caption=f"Bidirectional attnlab models (one encoder layer, one head, E = "
-                f"{c.embed_dim}, no biases), {c.steps} Adam steps, seed {seed}, "
-                f"{c.seq_len} tokens of {c.n_values} values. Random untied W_Q, W_K already "
-                f"give asymmetric scores (‖S − Sᵀ‖/‖S‖ = {pu['init']['asym']:.2f} untrained, "
-                f"{pu['asym']:.2f} trained), so asymmetry alone shows nothing; what training "
-                f"adds is its direction: on the cyclic previous-token task query i scores "
-                f"its previous token {pu['gap']:.1f} nats above that token's score for i "
-                f"({pu['init']['gap']:+.2f} untrained, {pt['gap']:.1f} tied). Swap: the "
-                f"untied model puts {su['on_partner']:.2f} of the weight on the partner "
-                f"({su['init']['on_partner']:.2f} untrained). Tied: the scores are a Gram "
-                f"matrix, so a token cannot prefer a partner that prefers it back over itself: "
-                f"{st['on_partner']:.2f} on the partner, {st['on_self']:.2f} on itself; "
-                f"accuracy on the cyclic previous-token task {pt['acc']:.3f} tied vs "
-                f"{pu['acc']:.3f} untied.",
-        caption_zh=f"双向 attnlab 模型（一个编码层、一个头，E = {c.embed_dim}，无偏置），"
-                   f"Adam 训练 {c.steps} 步，种子 {seed}，序列 {c.seq_len} 个词元、取值 "
-                   f"{c.n_values} 种。随机的未绑定 W_Q、W_K 本来就给出不对称的分数"
-                   f"（‖S − Sᵀ‖/‖S‖ 未训练时为 {pu['init']['asym']:.2f}，训练后为 "
-                   f"{pu['asym']:.2f}），所以不对称本身说明不了什么；训练带来的是它的方向："
-                   f"在循环前一词元任务上，查询 i 对前一词元的分数比该词元对 i 的分数高 "
-                   f"{pu['gap']:.1f} 奈特（未训练时 {pu['init']['gap']:+.2f}，绑定模型 "
-                   f"{pt['gap']:.1f}）。交换任务：未绑定模型把 {su['on_partner']:.2f} 的权重放在"
-                   f"伙伴上（未训练时 {su['init']['on_partner']:.2f}）。"
-                   f"绑定：分数矩阵是 Gram 矩阵，两个互为伙伴的词元不可能都更关注对方而非自己："
-                   f"伙伴 {st['on_partner']:.2f}，自身 {st['on_self']:.2f}；循环前一词元任务的"
-                   f"准确率为绑定 {pt['acc']:.3f}、未绑定 {pu['acc']:.3f}。",
-    )
+        measured=m.cyclic_untied.trained.gap, expected=1.0, tolerance=0.0, relation=">=",
+        checks=checks(m), control=headline_control(m), table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(su, st, pu, pt):
+def figure(m: QKVRolesMeasurement):
+    """The swap scores untied and tied; what tying costs."""
+    su, st, pu, pt = (x.trained for x in (m.swap_untied, m.swap_tied, m.cyclic_untied,
+                                          m.cyclic_tied))
     fig, (ax0, ax1, ax2) = new_figure(13, 4.0, ncols=3)
     for ax, r, title in ((ax0, su, "Scores S, W_Q ≠ W_K (swap)"),
                          (ax1, st, "Scores S, W_Q = W_K (swap)")):
-        s = r["scores"]
+        s = r.scores
         lim = float(s.abs().max())
         im = ax.imshow(s.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim)
         fig.colorbar(im, ax=ax, shrink=0.8, label="score q·k·scale")
         label_axes(ax, "key position", "query position", title, legend=False)
     groups = ["swap: on partner", "swap: on itself", "cyclic: on previous", "cyclic: accuracy"]
-    un = [su["on_partner"], su["on_self"], pu["on_partner"], pu["acc"]]
-    ti = [st["on_partner"], st["on_self"], pt["on_partner"], pt["acc"]]
+    un = [su.on_partner, su.on_self, pu.on_partner, pu.accuracy]
+    ti = [st.on_partner, st.on_self, pt.on_partner, pt.accuracy]
     x = torch.arange(len(groups), dtype=torch.float64)
     ax2.bar((x - 0.2).tolist(), un, width=0.4, color="#3451b2", label="W_Q ≠ W_K (untied)")
     ax2.bar((x + 0.2).tolist(), ti, width=0.4, color="#b3261e", label="W_Q = W_K (tied)")

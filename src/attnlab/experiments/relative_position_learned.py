@@ -38,7 +38,7 @@ from attnlab.core import positional
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_between, check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "relative-position-learned"
 CLAIM = ("Trained to copy the token k = 3 back only on windows at absolute positions < 64, "
@@ -188,6 +188,218 @@ def evaluate(model: OffsetModel, c: OffsetConfig, lo: int, hi: int, g: torch.Gen
     return acc, peak
 
 
+#: How the table names each kind of positions.
+POSITION_NAMES = {"sinusoidal": "sinusoidal table", "learned": "learned nn.Embedding",
+                  "shuffled": "shuffled sinusoidal table"}
+#: The control model of each kind, in words (English, Chinese).
+NULL_EN = {"shuffled": "the same model trained the same way on the sinusoidal rows in a "
+                       "fixed random order (no linear shift between positions)",
+           "learned": "the same model trained the same way with learned absolute "
+                      "embeddings (nn.Embedding)",
+           "sinusoidal": "the same model trained the same way on the sinusoidal table"}
+NULL_ZH = {"shuffled": "以同样方式训练、但正弦编码表的行按固定随机顺序打乱的同一模型"
+                       "（相邻位置之间没有线性平移关系）",
+           "learned": "以同样方式训练、使用可学习绝对位置嵌入（nn.Embedding）的同一模型",
+           "sinusoidal": "以同样方式训练、使用正弦位置编码表的同一模型"}
+
+
+@dataclass(frozen=True)
+class Copying:
+    """:func:`evaluate` on one range of window positions."""
+
+    accuracy: float  # copy accuracy
+    peak: float  # fraction of rows whose attention peaks at t − k
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """One trained model, tested on the trained positions and on unseen ones."""
+
+    positions: str
+    qk: str
+    trained: Copying  # windows in [0, P)
+    near: Copying  # unseen, [P, 2P)
+    far: Copying  # unseen, [2P, test_positions)
+    unseen: Copying  # unseen, [P, test_positions)
+
+    def cells(self) -> list:
+        return [POSITION_NAMES[self.positions],
+                "positions only" if self.qk == "positions" else "token + position",
+                self.trained.accuracy, self.near.accuracy, self.far.accuracy, self.unseen.peak]
+
+
+@dataclass(frozen=True)
+class AccuracyCurve:
+    """Copy accuracy of one model against the window's start position (the figure)."""
+
+    positions: str
+    qk: str
+    starts: tuple[int, ...]
+    accuracy: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RelativePositionMeasurement:
+    """Every trained model, the untrained null models, and what the figure draws."""
+
+    config: OffsetConfig
+    positions: str
+    control: str
+    models: tuple[TrainedModel, ...]
+    init_main: Copying  # the main model at initialisation, trained positions
+    init_mixed: Copying | None  # the token + position model at initialisation, unseen
+    curves: tuple[AccuracyCurve, ...]  # empty when not drawn
+    unseen_weights: Tensor | None  # (L, L) main model's weights on the last window
+
+    def model(self, positions: str, qk: str = "positions") -> TrainedModel:
+        return next(r for r in self.models if (r.positions, r.qk) == (positions, qk))
+
+    @property
+    def main(self) -> TrainedModel:
+        return self.model(self.positions)
+
+    @property
+    def null(self) -> TrainedModel:
+        return self.model(self.control)
+
+    @property
+    def mixed(self) -> TrainedModel | None:
+        return self.model("sinusoidal", "mixed") if self.init_mixed is not None else None
+
+
+@torch.no_grad()
+def _figure_data(models: dict, c: OffsetConfig, seed: int, positions: str
+                 ) -> tuple[tuple[AccuracyCurve, ...], Tensor]:
+    """Accuracy by window start for every model, and the main model's weights on the last
+    window of the unseen positions."""
+    starts = tuple(range(0, c.test_positions - c.window + 1, 16))
+    g = torch.Generator().manual_seed(seed + 2)
+    curves = tuple(AccuracyCurve(pos, qk, starts, tuple(
+        evaluate(model, c, s, s + c.window, g, n=64)[0] for s in starts))
+        for (pos, qk), model in models.items())
+    tokens = torch.randint(0, c.vocab, (1, c.window), generator=g)
+    _, w = models[positions, "positions"](tokens, torch.tensor([c.test_positions - c.window]),
+                                          need_weights=True)
+    return curves, w[0, 0]
+
+
+def measure(
+    seed: int = 0,
+    *,
+    config: OffsetConfig = OffsetConfig(),
+    positions: str = "sinusoidal",
+    mixed: bool = True,
+    make: Callable[[OffsetConfig, str, str, int], OffsetModel] = train,
+    control: str = "shuffled",
+    with_figure: bool = False,
+) -> RelativePositionMeasurement:
+    """Train and test every model :func:`run` describes (same arguments); ``with_figure``:
+    also what the figure draws (accuracy by window position, the attention at unseen ones)."""
+    c = config
+    if control not in POSITIONS:
+        raise ValueError(f"control must be one of {POSITIONS}, got {control!r}")
+    if not 0 < c.offset < c.window <= c.train_positions < c.test_positions:
+        raise ValueError(f"config must have 0 < offset < window <= train_positions < "
+                         f"test_positions, got {c}")
+    p, hi = c.train_positions, c.test_positions
+    runs = [(positions, "positions")]
+    if positions != "learned":
+        runs.append(("learned", "positions"))
+    if mixed:
+        runs.append(("sinusoidal", "mixed"))
+    if (control, "positions") not in runs:
+        runs.append((control, "positions"))
+    models, tested = {}, []
+    with torch.enable_grad():
+        for pos, qk in runs:
+            models[pos, qk] = make(c, pos, qk, seed)
+    with seeded(seed + 1) as g:
+        for (pos, qk), model in models.items():
+            model.eval()
+            tested.append(TrainedModel(pos, qk, *(Copying(*evaluate(model, c, lo, up, g))
+                                                  for lo, up in ((0, p), (p, 2 * p),
+                                                                 (2 * p, hi), (p, hi)))))
+    # null models: the same ones at initialisation (no training)
+    with seeded(seed + 3) as g:
+        init_main = Copying(*evaluate(untrained(c, positions, "positions", seed).eval(), c, 0,
+                                      p, g))
+        init_mixed = (Copying(*evaluate(untrained(c, "sinusoidal", "mixed", seed).eval(), c,
+                                        p, hi, g)) if mixed else None)
+    curves, weights = (_figure_data(models, c, seed, positions) if with_figure
+                      else ((), None))
+    return RelativePositionMeasurement(c, positions, control, tuple(tested), init_main,
+                                       init_mixed, curves, weights)
+
+
+def headline_control(m: RelativePositionMeasurement) -> Control:
+    """The control model's accuracy on the unseen positions."""
+    return Control(NULL_EN[m.control], NULL_ZH[m.control], m.null.unseen.accuracy)
+
+
+def checks(m: RelativePositionMeasurement) -> list[Check]:
+    """Trained positions learnt, attention peaks at t − k unseen, learned embeddings fail
+    unseen, token + position partial; each with its null model."""
+    c, p, main, base = m.config, m.config.train_positions, m.main, m.model("learned")
+    out = [
+        check_ge(f"accuracy on the trained positions < {p}", main.trained.accuracy, 0.95,
+                 id="trained-positions",
+                 control=Control("the same model at initialisation (no training)",
+                                 "初始化时的同一模型（未训练）", m.init_main.accuracy)),
+        check_ge(f"attention peak at t − {c.offset} on unseen positions", main.unseen.peak,
+                 0.95, id="peak-unseen",
+                 control=Control(NULL_EN[m.control], NULL_ZH[m.control], m.null.unseen.peak)),
+        check_le("learned absolute embeddings: accuracy on unseen positions",
+                 base.unseen.accuracy, 0.5, id="absolute-fails-unseen",
+                 control=Control(f"the learned-embedding model on its trained positions < {p}",
+                                 f"可学习嵌入模型在其训练过的位置 < {p} 上",
+                                 base.trained.accuracy)),
+    ]
+    if m.mixed is not None:
+        out.append(check_between("token + position in q, k: accuracy on unseen positions "
+                                 "(partial)", m.mixed.unseen.accuracy, 0.3, 0.95,
+                                 id="mixed-partial",
+                                 control=Control("the token + position model at "
+                                                 "initialisation (no training)",
+                                                 "初始化时的词元 + 位置模型（未训练）",
+                                                 m.init_mixed.accuracy)))
+    return out
+
+
+def table(m: RelativePositionMeasurement) -> tuple[list[str], list[list]]:
+    c, p, hi = m.config, m.config.train_positions, m.config.test_positions
+    return (["positions", "q, k read", f"accuracy, trained positions < {p}",
+             f"accuracy, unseen {p}–{2 * p - 1}", f"accuracy, unseen {2 * p}–{hi - 1}",
+             f"attention peak at t − {c.offset} (unseen)"], [r.cells() for r in m.models])
+
+
+def captions(m: RelativePositionMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the task, the control, the token + position
+    model."""
+    c, p, null, init = m.config, m.config.train_positions, m.null, m.init_main.accuracy
+    mixed_en = mixed_zh = ""
+    if m.mixed is not None:
+        acc = m.mixed.unseen.accuracy
+        mixed_en = (f" When queries and keys read token + position (the standard input), "
+                    f"accuracy on unseen positions is {acc:.2f}: the tokens interfere with "
+                    f"the positional scores.")
+        mixed_zh = (f" 当查询和键读取词元 + 位置（标准输入）时，未见过的位置上的准确率为 "
+                    f"{acc:.2f}：词元内容干扰了位置分数。")
+    en = (f"Copy the token {c.offset} back; vocabulary {c.vocab} (chance {1 / c.vocab:.3f}); "
+          f"windows of {c.window} tokens; one causal head, E = {c.embed_dim}; Adam lr {c.lr}, "
+          f"batch {c.batch}, {c.steps} steps on windows at positions < {p}; tested on 512 "
+          f"windows per range. Control, {NULL_EN[m.control]}: accuracy "
+          f"{null.unseen.accuracy:.2f} on the unseen positions ({null.trained.accuracy:.2f} on "
+          f"the trained ones); at initialisation the model copies {init:.2f} of the trained "
+          "positions.")
+    zh = (f"任务：复制 {c.offset} 个位置之前的词元；词表大小 {c.vocab}（随机水平 "
+          f"{1 / c.vocab:.3f}）；每个窗口 {c.window} 个词元；单个因果注意力头，"
+          f"E = {c.embed_dim}；Adam 学习率 {c.lr}，批大小 {c.batch}，在位置 < {p} 的"
+          f"窗口上训练 {c.steps} 步；每个范围用 512 个窗口测试。对照（{NULL_ZH[m.control]}）："
+          f"在未见过的位置上准确率为 {null.unseen.accuracy:.2f}（训练过的位置上为 "
+          f"{null.trained.accuracy:.2f}）；初始化时模型在训练过的位置上的准确率为 {init:.2f}。")
+    return en + mixed_en, zh + mixed_zh
+
+
 def run(
     seed: int = 0,
     *,
@@ -205,137 +417,46 @@ def run(
     Wrong variants: ``positions="learned"`` or ``positions="shuffled"`` must fail; so must
     the model as its own control (``control=positions``).
     """
-    c = config
-    if control not in POSITIONS:
-        raise ValueError(f"control must be one of {POSITIONS}, got {control!r}")
-    if not 0 < c.offset < c.window <= c.train_positions < c.test_positions:
-        raise ValueError(f"config must have 0 < offset < window <= train_positions < "
-                         f"test_positions, got {c}")
-    p, hi = c.train_positions, c.test_positions
-    runs = [(positions, "positions")]
-    if positions != "learned":
-        runs.append(("learned", "positions"))
-    if mixed:
-        runs.append(("sinusoidal", "mixed"))
-    if (control, "positions") not in runs:
-        runs.append((control, "positions"))
-    results, models = {}, {}
-    with torch.enable_grad():
-        for pos, qk in runs:
-            models[pos, qk] = make(c, pos, qk, seed)
-    with seeded(seed + 1) as g:
-        for (pos, qk), model in models.items():
-            model.eval()
-            results[pos, qk] = (evaluate(model, c, 0, p, g), evaluate(model, c, p, 2 * p, g),
-                                evaluate(model, c, 2 * p, hi, g), evaluate(model, c, p, hi, g))
-    # null models: the same ones at initialisation (no training)
-    with seeded(seed + 3) as g:
-        init_main = evaluate(untrained(c, positions, "positions", seed).eval(), c, 0, p, g)
-        init_mixed = (evaluate(untrained(c, "sinusoidal", "mixed", seed).eval(), c, p, hi, g)
-                      if mixed else None)
-    names = {"sinusoidal": "sinusoidal table", "learned": "learned nn.Embedding",
-             "shuffled": "shuffled sinusoidal table"}
-    rows = [[names[pos], "positions only" if qk == "positions" else "token + position",
-             r[0][0], r[1][0], r[2][0], r[3][1]] for (pos, qk), r in results.items()]
-    main = results[positions, "positions"]
-    base = results["learned", "positions"]
-    null = results[control, "positions"]
-    null_en = {"shuffled": "the same model trained the same way on the sinusoidal rows in a "
-                           "fixed random order (no linear shift between positions)",
-               "learned": "the same model trained the same way with learned absolute "
-                          "embeddings (nn.Embedding)",
-               "sinusoidal": "the same model trained the same way on the sinusoidal table"}
-    null_zh = {"shuffled": "以同样方式训练、但正弦编码表的行按固定随机顺序打乱的同一模型"
-                           "（相邻位置之间没有线性平移关系）",
-               "learned": "以同样方式训练、使用可学习绝对位置嵌入（nn.Embedding）的同一模型",
-               "sinusoidal": "以同样方式训练、使用正弦位置编码表的同一模型"}
-    trained_null = Control(null_en[control], null_zh[control], null[3][0])
-    checks = [
-        check_ge(f"accuracy on the trained positions < {p}", main[0][0], 0.95,
-                 id="trained-positions",
-                 control=Control("the same model at initialisation (no training)",
-                                 "初始化时的同一模型（未训练）", init_main[0])),
-        check_ge(f"attention peak at t − {c.offset} on unseen positions", main[3][1], 0.95,
-                 id="peak-unseen", control=Control(null_en[control], null_zh[control],
-                                                   null[3][1])),
-        check_le("learned absolute embeddings: accuracy on unseen positions", base[3][0], 0.5,
-                 id="absolute-fails-unseen",
-                 control=Control(f"the learned-embedding model on its trained positions < {p}",
-                                 f"可学习嵌入模型在其训练过的位置 < {p} 上", base[0][0])),
-    ]
-    if mixed:
-        checks.append(check_between("token + position in q, k: accuracy on unseen positions "
-                                    "(partial)", results["sinusoidal", "mixed"][3][0], 0.3,
-                                    0.95, id="mixed-partial",
-                                    control=Control("the token + position model at "
-                                                    "initialisation (no training)",
-                                                    "初始化时的词元 + 位置模型（未训练）",
-                                                    init_mixed[0])))
-    fig = _figure(models, c, seed, positions) if plot else None
-    mixed_en = mixed_zh = ""
-    if mixed:
-        m = results["sinusoidal", "mixed"]
-        mixed_en = (f" When queries and keys read token + position (the standard input), "
-                    f"accuracy on unseen positions is {m[3][0]:.2f}: the tokens interfere with "
-                    f"the positional scores.")
-        mixed_zh = (f" 当查询和键读取词元 + 位置（标准输入）时，未见过的位置上的准确率为 "
-                    f"{m[3][0]:.2f}：词元内容干扰了位置分数。")
+    m = measure(seed, config=config, positions=positions, mixed=mixed, make=make,
+                control=control, with_figure=plot)
+    caption, caption_zh = captions(m)
+    p, hi, name = config.train_positions, config.test_positions, POSITION_NAMES[positions]
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"copy accuracy of the {positions} model on unseen positions {p}–{hi - 1}",
-        quantity_zh=f"{ZH.get(names[positions], names[positions])}模型在未见过的位置 "
-                    f"{p}–{hi - 1} 上的复制准确率",
-        measured=main[3][0], expected=0.95, tolerance=0.0, relation=">=", checks=checks,
-        control=trained_null,
-        table=(["positions", "q, k read", f"accuracy, trained positions < {p}",
-                f"accuracy, unseen {p}–{2 * p - 1}", f"accuracy, unseen {2 * p}–{hi - 1}",
-                f"attention peak at t − {c.offset} (unseen)"], rows),
-        figure=fig,
-        caption=f"Copy the token {c.offset} back; vocabulary {c.vocab} (chance "
-                f"{1 / c.vocab:.3f}); windows of {c.window} tokens; one causal head, "
-                f"E = {c.embed_dim}; Adam lr {c.lr}, batch {c.batch}, {c.steps} steps on "
-                f"windows at positions < {p}; tested on 512 windows per range. Control, "
-                f"{null_en[control]}: accuracy {null[3][0]:.2f} on the unseen positions "
-                f"({null[0][0]:.2f} on the trained ones); at initialisation the model copies "
-                f"{init_main[0]:.2f} of the trained positions." + mixed_en,
-        caption_zh=f"任务：复制 {c.offset} 个位置之前的词元；词表大小 {c.vocab}（随机水平 "
-                   f"{1 / c.vocab:.3f}）；每个窗口 {c.window} 个词元；单个因果注意力头，"
-                   f"E = {c.embed_dim}；Adam 学习率 {c.lr}，批大小 {c.batch}，在位置 < {p} 的"
-                   f"窗口上训练 {c.steps} 步；每个范围用 512 个窗口测试。"
-                   f"对照（{null_zh[control]}）："
-                   f"在未见过的位置上准确率为 {null[3][0]:.2f}（训练过的位置上为 "
-                   f"{null[0][0]:.2f}）；初始化时模型在训练过的位置上的准确率为 "
-                   f"{init_main[0]:.2f}。" + mixed_zh,
-    )
+        quantity_zh=f"{ZH.get(name, name)}模型在未见过的位置 {p}–{hi - 1} 上的复制准确率",
+        measured=m.main.unseen.accuracy, expected=0.95, tolerance=0.0, relation=">=",
+        checks=checks(m), control=headline_control(m), table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-@torch.no_grad()
-def _figure(models, c, seed, positions):
+def figure(m: RelativePositionMeasurement):
+    """Accuracy by window position per model; the main model's attention at unseen
+    positions."""
+    from matplotlib.ticker import MaxNLocator
+
+    if m.unseen_weights is None:
+        raise ValueError("the figure needs measure(..., with_figure=True)")
+    c, positions = m.config, m.positions
     fig, (ax0, ax1) = new_figure(11, 3.8, ncols=2)
-    starts = list(range(0, c.test_positions - c.window + 1, 16))
     labels = {("sinusoidal", "positions"): "sinusoidal, q/k from positions",
               ("learned", "positions"): "learned embedding, q/k from positions",
               ("shuffled", "positions"): "shuffled sinusoidal table",
               ("sinusoidal", "mixed"): "sinusoidal, q/k from token + position"}
     colors = {("sinusoidal", "positions"): "#3451b2", ("learned", "positions"): "#b3261e",
               ("shuffled", "positions"): "#a05a00", ("sinusoidal", "mixed"): "#137a3a"}
-    g = torch.Generator().manual_seed(seed + 2)
-    for key, model in models.items():
-        accs = [evaluate(model, c, s, s + c.window, g, n=64)[0] for s in starts]
-        ax0.plot(starts, accs, "-", color=colors[key], lw=1.2, label=labels[key])
+    for curve in m.curves:
+        key = (curve.positions, curve.qk)
+        ax0.plot(list(curve.starts), list(curve.accuracy), "-", color=colors[key], lw=1.2,
+                 label=labels[key])
     ax0.axvspan(0, c.train_positions, color="#ccc", alpha=0.5,
                 label=f"trained on positions < {c.train_positions}")
     ax0.set_ylim(0, 1.05)
     label_axes(ax0, "window start position", "copy accuracy", "Accuracy by window position")
-    model = models[positions, "positions"]
     start = c.test_positions - c.window
-    tokens = torch.randint(0, c.vocab, (1, c.window), generator=g)
-    _, w = model(tokens, torch.tensor([start]), need_weights=True)
     extent = (start - 0.5, start + c.window - 0.5, start + c.window - 0.5, start - 0.5)
-    im = ax1.imshow(w[0, 0].numpy(), cmap="Blues", vmin=0, vmax=1, extent=extent,
+    im = ax1.imshow(m.unseen_weights.numpy(), cmap="Blues", vmin=0, vmax=1, extent=extent,
                     interpolation="nearest")
-    from matplotlib.ticker import MaxNLocator
-
     ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.set_xlabel("key position")

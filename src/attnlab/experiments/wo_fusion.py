@@ -31,7 +31,7 @@ beyond the largest initial singular value) while leaving the rest near their ini
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +41,7 @@ from attnlab.nn import GPT, GPTConfig
 
 from ._common import check_ge, expect_type, label_axes, new_figure, seeded
 from ._heads import TwoRelationTask, accuracy, plot_losses, read_hooks, train
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "wo-fusion"
 CLAIM = ("Finally the W^O matrix concatenates the heads again and projects them back to the "
@@ -164,7 +164,18 @@ def head_columns(embed_dim: int, heads: int, head: int) -> Tensor:
 CONTROLS = ("drop-head-1", "learned")
 
 
-def wo_numbers(w: Tensor, concat: Tensor, heads: int) -> dict:
+@dataclass(frozen=True)
+class WOProperties:
+    """What a W^O (E, E) does to the concatenated head outputs (see :func:`wo_properties`)."""
+
+    sv: Tensor  # singular values, largest first
+    rank: int
+    cond_inv: float  # σ_min / σ_max
+    share: float  # cross-head share of ‖W^O‖²_F
+    recon: float  # relative error of the concatenation recovered from W^O·concat
+
+
+def wo_properties(w: Tensor, concat: Tensor, heads: int) -> WOProperties:
     """What a W^O (E, E) does to the concatenated head outputs ``concat`` (M, E): its rank,
     σ_min/σ_max, cross-head share, and how well the concatenation is recovered from
     ``concat @ Wᵀ`` (relative error; least squares, minimum norm, when W^O is singular)."""
@@ -177,12 +188,38 @@ def wo_numbers(w: Tensor, concat: Tensor, heads: int) -> dict:
         back = torch.linalg.solve(w, out.T).T  # float32, as the model computes
     else:
         back = torch.linalg.lstsq(w.double(), out.T.double(), driver="gelsd").solution.T.float()
-    return dict(sv=sv, rank=rank, cond_inv=float(sv[-1] / sv[0]),
-                share=cross_head_share(w, heads),
-                recon=float((back - concat).norm() / concat.norm()))
+    return WOProperties(sv, rank, float(sv[-1] / sv[0]), cross_head_share(w, heads),
+                        float((back - concat).norm() / concat.norm()))
 
 
-def train_model(variant: str, seed: int, c: FusionConfig) -> dict:
+def wo_numbers(w: Tensor, concat: Tensor, heads: int) -> dict:
+    """:func:`wo_properties` as a dict (keys ``sv``, ``rank``, ``cond_inv``, ``share``,
+    ``recon``)."""
+    props = wo_properties(w, concat, heads)
+    return {f.name: getattr(props, f.name) for f in fields(props)}
+
+
+@dataclass(frozen=True)
+class FusionModel:
+    """One trained model: its W^O before and after training, and its accuracy."""
+
+    variant: str
+    losses: list[float]
+    accuracy: float  # held-out
+    accuracy_init: float  # held-out, before training
+    accuracy_without_head_1: float  # held-out, head 1's block of the concatenation zeroed
+    w: Tensor  # (E, E) trained W^O
+    concat: Tensor  # (B·N, E) concatenated head outputs on the held-out data
+    trained: WOProperties
+    init: WOProperties  # W^O as built, before training
+
+    @property
+    def amplified(self) -> int:
+        """Singular values of the trained W^O above the largest at initialisation."""
+        return int((self.trained.sv > self.init.sv[0]).sum())
+
+
+def train_model(variant: str, seed: int, c: FusionConfig) -> FusionModel:
     """The two-head model with W^O as ``variant``, trained; its W^O before and after
     training, the concatenated head outputs on held-out data, and what W^O gives back."""
     task = c.task
@@ -209,14 +246,142 @@ def train_model(variant: str, seed: int, c: FusionConfig) -> dict:
         acc_drop = accuracy(model, x, y, scored)
     finally:
         handle.remove()
-    now, init = wo_numbers(w, concat, c.heads), wo_numbers(w0, concat, c.heads)
-    return dict(
-        variant=variant, losses=losses, acc=accuracy(model, x, y, scored), acc0=acc0,
-        acc_drop=acc_drop, w=w, w0=w0, concat=concat, sv=now["sv"], sv0=init["sv"],
-        rank=now["rank"], rank0=init["rank"], share=now["share"], share0=init["share"],
-        cond_inv=now["cond_inv"], cond_inv0=init["cond_inv"], recon=now["recon"],
-        recon0=init["recon"], amplified=int((now["sv"] > init["sv"][0]).sum()),
-    )
+    now, init = wo_properties(w, concat, c.heads), wo_properties(w0, concat, c.heads)
+    return FusionModel(variant, losses, accuracy(model, x, y, scored), acc0, acc_drop, w,
+                       concat, now, init)
+
+
+@dataclass(frozen=True)
+class WOFusionMeasurement:
+    """The model, its two trained controls, and the trained W^O's wrong variants."""
+
+    config: FusionConfig
+    seed: int
+    wo: str
+    control_wo: str
+    model: FusionModel
+    block_diagonal: FusionModel  # trained with W^O block-diagonal
+    identity: FusionModel  # trained with W^O = identity
+    drop: WOProperties  # the trained W^O without head 1's columns (or itself)
+    block: WOProperties  # the trained W^O with its cross-head blocks zeroed
+
+
+def measure(
+    seed: int = 0,
+    *,
+    config: FusionConfig = FusionConfig(),
+    wo: str = "learned",
+    control_wo: str = "drop-head-1",
+) -> WOFusionMeasurement:
+    """Train the model with W^O built as ``wo`` and the two trained controls; measure W^O
+    and its wrong variants (arguments: see :func:`run`)."""
+    expect_type("config", config, FusionConfig)
+    if wo not in VARIANTS:
+        raise ValueError(f"wo must be one of {VARIANTS}, got {wo!r}")
+    if control_wo not in CONTROLS:
+        raise ValueError(f"control_wo must be one of {CONTROLS}, got {control_wo!r}")
+    e, h = config.embed_dim, config.heads
+    main = train_model(wo, seed, config)
+    blk, ident = (train_model(v, seed, config) for v in ("block-diagonal", "identity"))
+    keep = head_columns(e, h, 1) if control_wo == "drop-head-1" else torch.ones(e)
+    drop = wo_properties(main.w * keep, main.concat, h)  # the wrong variant of W^O
+    block = wo_properties(main.w * block_mask(e, h), main.concat, h)
+    return WOFusionMeasurement(config, seed, wo, control_wo, main, blk, ident, drop, block)
+
+
+def _drop_what(m: WOFusionMeasurement) -> tuple[str, str]:
+    """The headline's control, in words (English, Chinese)."""
+    if m.control_wo == "drop-head-1":
+        return ("W^O without head 1's columns (rank E − E/h), the wrong variant",
+                "去掉头 1 各列的 W^O（秩 E − E/h），错误变体")
+    return "the trained W^O itself (a wrong control)", "训练后的 W^O 本身（错误的对照）"
+
+
+def headline_control(m: WOFusionMeasurement) -> Control:
+    """The concatenation recovered from the wrong variant of the trained W^O."""
+    return Control(*_drop_what(m), m.drop.recon)
+
+
+def checks(m: WOFusionMeasurement) -> list[Check]:
+    """W^O full rank and mixing the heads (each beside its wrong variant); the task
+    learnt."""
+    main = m.model
+    return [
+        check_ge("trained W^O: rank (of E)", main.trained.rank, m.config.embed_dim,
+                 id="wo-full-rank", by_construction=True,
+                 control=Control(*_drop_what(m), m.drop.rank)),
+        check_ge("trained W^O: cross-head share of ‖W^O‖²", main.trained.share, 0.25,
+                 id="wo-mixes-heads", by_construction=True,
+                 control=Control("the trained W^O made block-diagonal (its cross-head blocks "
+                                 "zeroed), the wrong variant",
+                                 "把训练后 W^O 的跨头块置零（块对角），错误变体", m.block.share)),
+        check_ge("held-out accuracy, the task needs both heads", main.accuracy, 0.95,
+                 support=True, id="accuracy"),
+    ]
+
+
+def table(m: WOFusionMeasurement) -> tuple[list[str], list[list]]:
+    """One row per quantity: the model, at initialisation, the three controls."""
+    main, blk, ident, drop, na = m.model, m.block_diagonal, m.identity, m.drop, "—"
+    rows: list[list] = [
+        ["held-out accuracy", main.accuracy, main.accuracy_init, main.accuracy_without_head_1,
+         blk.accuracy, ident.accuracy],
+        ["final training loss", main.losses[-1], na, na, blk.losses[-1], ident.losses[-1]],
+    ]
+    for label, field in (("cross-head share of ‖W^O‖²", "share"),
+                         (f"rank of W^O (of {m.config.embed_dim})", "rank"),
+                         ("σ_min / σ_max of W^O", "cond_inv"),
+                         ("concatenation recovered: relative error", "recon")):
+        rows.append([label] + [getattr(x, field) for x in (main.trained, main.init, drop,
+                                                            blk.trained, ident.trained)])
+    rows.append(["singular values above the largest at initialisation", main.amplified, na, na,
+                 blk.amplified, ident.amplified])
+    return (["quantity", VARIANT_LABEL[m.wo], "at initialisation",
+             "control: W^O without head 1", "control: block-diagonal W^O",
+             "control: W^O = identity"], rows)
+
+
+def by_construction(m: WOFusionMeasurement) -> tuple[str, str]:
+    """Why the claim holds whatever the training, in English and in Chinese."""
+    e, init, random_share = m.config.embed_dim, m.model.init, (m.config.heads - 1) / m.config.heads
+    return (f"A generic square matrix is invertible and mixes every block: W^O is E × E and "
+            f"random at initialisation, already of rank {init.rank} of {e} (σ_min/σ_max = "
+            f"{init.cond_inv:.1e}) with a cross-head share of {init.share:.2f} (a random "
+            f"matrix: (h − 1)/h = {random_share:.2f}); training adds neither.",
+            f"一般的方阵都可逆，且混合所有块：W^O 是 E × E 矩阵，初始化时是随机的，秩已为 "
+            f"{init.rank}（共 {e}，σ_min/σ_max = {init.cond_inv:.1e}），跨头比例为 "
+            f"{init.share:.2f}（随机矩阵为 (h − 1)/h = {random_share:.2f}）；这两点都不是训练"
+            f"带来的。")
+
+
+def captions(m: WOFusionMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    c, seed, main, now, init = m.config, m.seed, m.model, m.model.trained, m.model.init
+    e, h, random_share = c.embed_dim, c.heads, (c.heads - 1) / c.heads
+    drop, ident, blk = m.drop.recon, m.identity.accuracy, m.block_diagonal.accuracy
+    en = (f"One-block attnlab GPTs, {h} heads, E = {e}, task: the ordered pair of the tokens at "
+          f"t − 1 and t − {c.task.far}, {c.steps} Adam steps, seed {seed}. The trained W^O has "
+          f"rank {now.rank} of {e} (σ_min/σ_max = {now.cond_inv:.1e}): the concatenation comes "
+          f"back to {now.recon:.1e}, lossless; without head 1's columns the error is "
+          f"{drop:.2f} and the accuracy {main.accuracy_without_head_1:.3f}. That is true of "
+          f"W^O at initialisation too (error {init.recon:.1e}): a random square matrix is "
+          f"invertible. It mixes the heads ({now.share:.2f} of its energy across heads) as a "
+          f"random matrix does ({init.share:.2f} at initialisation, (h − 1)/h = "
+          f"{random_share:.2f}). Concatenation alone (W^O = identity) learns the task as well "
+          f"({ident:.3f}), and so does a block-diagonal W^O ({blk:.3f}): the next layers fuse "
+          f"the heads anyway. Training amplified {main.amplified} of the {e} directions of "
+          f"W^O beyond the initial scale.")
+    zh = (f"单层 attnlab GPT，{h} 个头，E = {e}，任务：t − 1 与 t − {c.task.far} 处词元组成的"
+          f"有序对，Adam 训练 {c.steps} 步，种子 {seed}。训练后的 W^O 秩为 {now.rank}（共 {e}，"
+          f"σ_min/σ_max = {now.cond_inv:.1e}）：拼接向量可恢复到相对误差 {now.recon:.1e}，"
+          f"是无损的；去掉头 1 的各列后误差为 {drop:.2f}，准确率为 "
+          f"{main.accuracy_without_head_1:.3f}。初始化时的 W^O 同样如此（误差 "
+          f"{init.recon:.1e}）：随机方阵本来就可逆。它混合各头（能量的 {now.share:.2f} 落在"
+          f"跨头块上），与随机矩阵相同（初始化时 {init.share:.2f}，(h − 1)/h = "
+          f"{random_share:.2f}）。只做拼接（W^O = 单位矩阵）同样学会了任务（{ident:.3f}），块对角 "
+          f"W^O 也一样（{blk:.3f}）：后面的层本来就会融合各头。训练把 W^O 的 {e} 个方向中的 "
+          f"{main.amplified} 个放大到超过初始尺度。")
+    return en, zh
 
 
 def run(
@@ -236,106 +401,24 @@ def run(
     ``control_wo="learned"`` puts the trained W^O itself in the control's place; it passes
     the same tests, so the result does not hold.
     """
-    expect_type("config", config, FusionConfig)
-    if wo not in VARIANTS:
-        raise ValueError(f"wo must be one of {VARIANTS}, got {wo!r}")
-    if control_wo not in CONTROLS:
-        raise ValueError(f"control_wo must be one of {CONTROLS}, got {control_wo!r}")
-    c = config
-    e, h = c.embed_dim, c.heads
-    main = train_model(wo, seed, c)
-    controls = [train_model(v, seed, c) for v in ("block-diagonal", "identity")]
-    keep = head_columns(e, h, 1) if control_wo == "drop-head-1" else torch.ones(e)
-    drop = wo_numbers(main["w"] * keep, main["concat"], h)  # the wrong variant of W^O
-    block = wo_numbers(main["w"] * block_mask(e, h), main["concat"], h)
-    drop_what = ("W^O without head 1's columns (rank E − E/h), the wrong variant"
-                 if control_wo == "drop-head-1" else "the trained W^O itself (a wrong control)")
-    drop_zh = ("去掉头 1 各列的 W^O（秩 E − E/h），错误变体" if control_wo == "drop-head-1"
-               else "训练后的 W^O 本身（错误的对照）")
-    checks = [
-        check_ge("trained W^O: rank (of E)", main["rank"], e, id="wo-full-rank",
-                 by_construction=True, control=Control(drop_what, drop_zh, drop["rank"])),
-        check_ge("trained W^O: cross-head share of ‖W^O‖²", main["share"], 0.25,
-                 id="wo-mixes-heads", by_construction=True,
-                 control=Control("the trained W^O made block-diagonal (its cross-head blocks "
-                                 "zeroed), the wrong variant",
-                                 "把训练后 W^O 的跨头块置零（块对角），错误变体", block["share"])),
-        check_ge("held-out accuracy, the task needs both heads", main["acc"], 0.95,
-                 support=True, id="accuracy"),
-    ]
-    ident, blk = controls[1], controls[0]
-    na = "—"
-    rows: list[list] = [
-        ["held-out accuracy", main["acc"], main["acc0"], main["acc_drop"], blk["acc"],
-         ident["acc"]],
-        ["final training loss", main["losses"][-1], na, na, blk["losses"][-1],
-         ident["losses"][-1]],
-        ["cross-head share of ‖W^O‖²", main["share"], main["share0"], drop["share"],
-         blk["share"], ident["share"]],
-        [f"rank of W^O (of {e})", main["rank"], main["rank0"], drop["rank"], blk["rank"],
-         ident["rank"]],
-        ["σ_min / σ_max of W^O", main["cond_inv"], main["cond_inv0"], drop["cond_inv"],
-         blk["cond_inv"], ident["cond_inv"]],
-        ["concatenation recovered: relative error", main["recon"], main["recon0"],
-         drop["recon"], blk["recon"], ident["recon"]],
-        ["singular values above the largest at initialisation", main["amplified"], na, na,
-         blk["amplified"], ident["amplified"]],
-    ]
-    fig = _figure(main, controls, c) if plot else None
-    random_share = (h - 1) / h
+    m = measure(seed, config=config, wo=wo, control_wo=control_wo)
+    caption, caption_zh = captions(m)
+    why, why_zh = by_construction(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="concatenation recovered from the trained W^O·concat: relative error",
         quantity_zh="由训练后的 W^O·拼接向量恢复拼接向量：相对误差",
-        measured=main["recon"], expected=1e-3, tolerance=0.0, relation="<=", checks=checks,
-        control=Control(drop_what, drop_zh, drop["recon"]),
-        by_construction=f"A generic square matrix is invertible and mixes every block: W^O "
-                        f"is E × E and random at initialisation, already of rank "
-                        f"{main['rank0']} of {e} (σ_min/σ_max = {main['cond_inv0']:.1e}) "
-                        f"with a cross-head share of {main['share0']:.2f} (a random matrix: "
-                        f"(h − 1)/h = {random_share:.2f}); training adds neither.",
-        by_construction_zh=f"一般的方阵都可逆，且混合所有块：W^O 是 E × E 矩阵，初始化时是随机的，"
-                           f"秩已为 {main['rank0']}（共 {e}，σ_min/σ_max = "
-                           f"{main['cond_inv0']:.1e}），跨头比例为 {main['share0']:.2f}"
-                           f"（随机矩阵为 (h − 1)/h = {random_share:.2f}）；这两点都不是训练"
-                           f"带来的。",
-        table=(["quantity", VARIANT_LABEL[wo], "at initialisation",
-                "control: W^O without head 1", "control: block-diagonal W^O",
-                "control: W^O = identity"], rows),
-        figure=fig,
-        caption=f"One-block attnlab GPTs, {h} heads, E = {e}, task: the ordered pair of the "
-                f"tokens at t − 1 and t − {c.task.far}, {c.steps} Adam steps, seed {seed}. "
-                f"The trained W^O has rank {main['rank']} of {e} (σ_min/σ_max = "
-                f"{main['cond_inv']:.1e}): the concatenation comes back to "
-                f"{main['recon']:.1e}, lossless; without head 1's columns the error is "
-                f"{drop['recon']:.2f} and the accuracy {main['acc_drop']:.3f}. That is true "
-                f"of W^O at initialisation too (error {main['recon0']:.1e}): a random square "
-                f"matrix is invertible. It mixes the heads ({main['share']:.2f} of its energy "
-                f"across heads) as a random matrix does ({main['share0']:.2f} at "
-                f"initialisation, (h − 1)/h = {random_share:.2f}). Concatenation alone "
-                f"(W^O = identity) learns the task as well ({ident['acc']:.3f}), and so does "
-                f"a block-diagonal W^O ({blk['acc']:.3f}): the next layers fuse the heads "
-                f"anyway. Training amplified {main['amplified']} of the {e} directions of "
-                f"W^O beyond the initial scale.",
-        caption_zh=f"单层 attnlab GPT，{h} 个头，E = {e}，任务：t − 1 与 t − {c.task.far} "
-                   f"处词元组成的有序对，Adam 训练 {c.steps} 步，种子 {seed}。"
-                   f"训练后的 W^O 秩为 {main['rank']}（共 {e}，σ_min/σ_max = "
-                   f"{main['cond_inv']:.1e}）：拼接向量可恢复到相对误差 {main['recon']:.1e}，"
-                   f"是无损的；去掉头 1 的各列后误差为 {drop['recon']:.2f}，准确率为 "
-                   f"{main['acc_drop']:.3f}。初始化时的 W^O 同样如此（误差 "
-                   f"{main['recon0']:.1e}）：随机方阵本来就可逆。它混合各头（能量的 "
-                   f"{main['share']:.2f} 落在跨头块上），与随机矩阵相同（初始化时 "
-                   f"{main['share0']:.2f}，(h − 1)/h = {random_share:.2f}）。只做拼接"
-                   f"（W^O = 单位矩阵）同样学会了任务（{ident['acc']:.3f}），块对角 W^O 也一样"
-                   f"（{blk['acc']:.3f}）：后面的层本来就会融合各头。训练把 W^O 的 {e} 个方向中的 "
-                   f"{main['amplified']} 个放大到超过初始尺度。",
-    )
+        measured=m.model.trained.recon, expected=1e-3, tolerance=0.0, relation="<=",
+        checks=checks(m), control=headline_control(m), by_construction=why,
+        by_construction_zh=why_zh, table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh)
 
 
-def _figure(main, controls, c):
+def figure(m: WOFusionMeasurement):
+    """The trained |W^O| by head blocks, its singular values, the training losses."""
+    c, main = m.config, m.model
     fig, (ax0, ax1, ax2) = new_figure(13, 4.0, ncols=3)
-    w = main["w"].abs()
-    im = ax0.imshow(w.numpy(), cmap="viridis")
+    im = ax0.imshow(main.w.abs().numpy(), cmap="viridis")
     fig.colorbar(im, ax=ax0, shrink=0.8, label="|W^O| entry")
     d = c.embed_dim // c.heads
     for k in range(1, c.heads):
@@ -344,11 +427,13 @@ def _figure(main, controls, c):
     label_axes(ax0, "concatenated input coordinate (head blocks)", "output coordinate",
                "Trained W^O: cross-head blocks are not zero", legend=False)
     idx = range(1, c.embed_dim + 1)
-    ax1.semilogy(idx, main["sv0"].tolist(), color="0.5", ls=":", label="at initialisation")
-    ax1.semilogy(idx, main["sv"].tolist(), color="#3451b2", marker="o", ms=3, label="trained")
+    ax1.semilogy(idx, main.init.sv.tolist(), color="0.5", ls=":", label="at initialisation")
+    ax1.semilogy(idx, main.trained.sv.tolist(), color="#3451b2", marker="o", ms=3,
+                 label="trained")
     label_axes(ax1, "singular value index", "singular value of W^O",
                "Singular values of W^O: full rank", log_grid=True)
-    plot_losses(ax2, [(r["losses"], col, VARIANT_LABEL[r["variant"]]) for r, col in
-                      zip([main] + controls, ("#3451b2", "#e8a33d", "#b3261e"))],
+    plot_losses(ax2, [(r.losses, col, VARIANT_LABEL[r.variant]) for r, col in
+                      zip((main, m.block_diagonal, m.identity),
+                          ("#3451b2", "#e8a33d", "#b3261e"))],
                 "With and without W^O mixing")
     return fig

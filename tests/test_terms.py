@@ -123,3 +123,38 @@ def test_the_pages_chinese_cells_hold_no_english_prose():
             if w not in _NAMES}
     assert not left, "English in the page's Chinese text:\n" + "\n".join(
         f"{where}: {w}" for where, w in sorted(left))
+
+
+#: The projections' notation in prose: W^Q, W^K, W^V, W^O (article 000's), never W_Q or
+#: W_q, which stand only for code (`W_q`, `self.W_q`) inside backticks.
+_SUBSCRIPT = re.compile(r"(?<![`\w.])W_([qkvoQKVO])(?![\w`])")
+
+
+def _notation_problems(texts: list[tuple[str, str]]) -> list[str]:
+    out = []
+    for where, text in texts:
+        prose = re.sub(r"`[^`]*`", "", text)
+        out += [f"{where}: {m.group(0)} -> write W^{m.group(1).upper()}"
+                for m in _SUBSCRIPT.finditer(prose)]
+    return out
+
+
+def _inventory_prose() -> list[tuple[str, str]]:
+    """Every text of the inventory in both languages but the quotation."""
+    out = []
+    for c in CLAIMS:
+        for f in dataclasses.fields(c):
+            v = getattr(c, f.name)
+            if f.name != "quote_zh" and isinstance(v, str) and v:
+                out.append((f"claim {c.id} {f.name}", v))
+        out += [(f"claim {c.id} reading", r.en + " " + r.zh) for r in c.readings]
+    return out
+
+
+def test_the_inventory_writes_the_projections_one_way():
+    texts = _inventory_prose()
+    assert sum("W^Q" in t for _, t in texts) >= 5  # the scan reads the inventory
+    problems = _notation_problems(texts)
+    assert not problems, "\n".join(problems)
+    planted = [("x", "the gradient reaching W_q grows"), ("y", "`self.W_q` is code")]
+    assert _notation_problems(planted) == ["x: W_q -> write W^Q"]

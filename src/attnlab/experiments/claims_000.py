@@ -119,17 +119,17 @@ CLAIMS_000: tuple[Claim, ...] = (
         "000-qkv-subspaces", "000", "claim",
         "通过三个不同的矩阵，模型允许词在三个不同的几何空间中表达不同的角色",
         "W^Q, W^K and W^V project each token into three different subspaces, so that it can "
-        "play different roles as query, key and value: with W_Q ≠ W_K the score of i on j "
+        "play different roles as query, key and value: with W^Q ≠ W^K the score of i on j "
         "can differ from that of j on i, and a trained model uses that in a chosen "
         "direction. Random untied matrices already give an asymmetric score matrix "
         "(‖S − Sᵀ‖/‖S‖ ≈ √2), so what is tested is the direction: on a previous-token task "
         "query i scores its previous token far above that token's score for i, which the "
-        "untrained model does not and a tied one (W_Q = W_K) cannot.",
+        "untrained model does not and a tied one (W^Q = W^K) cannot.",
         "W^Q、W^K、W^V 把每个词投影到三个不同的子空间，使它作为查询、键、值时扮演不同角色："
-        "W_Q ≠ W_K 时，i 对 j 的分数可以不同于 j 对 i 的分数，训练后的模型会把这种不对称用在"
+        "W^Q ≠ W^K 时，i 对 j 的分数可以不同于 j 对 i 的分数，训练后的模型会把这种不对称用在"
         "特定的方向上。随机的未绑定矩阵本来就给出不对称的分数矩阵（‖S − Sᵀ‖/‖S‖ ≈ √2），"
         "所以检验的是方向：在前一词元任务上，查询 i 对前一词元的分数远高于该词元对 i 的分数，"
-        "未训练的模型做不到这一点，绑定的模型（W_Q = W_K）也不可能做到。",
+        "未训练的模型做不到这一点，绑定的模型（W^Q = W^K）也不可能做到。",
         evidence("qkv-roles"),
     ),
     Claim(
@@ -385,13 +385,13 @@ CLAIMS_000: tuple[Claim, ...] = (
         "d_model × d_k one, which do not compose unless d_k = d_model. Run as written at its "
         "listing's sizes (N = 10, d_model = 512, 8 heads), the product raises a shape error "
         "(measured 1); with Q = K = V = X it runs (0). The listing itself projects once "
-        "(W_q, then view), as the paper does.",
+        "(`W_q`, then view), as the paper does.",
         "这个公式来自原论文（《Attention Is All You Need》），其中 Q、K、V 是该层的输入"
         "（自注意力中即 X）。文章 000 前面已经定义 Q = XW^Q、K = XW^K、V = XW^V（N × d_k，"
         "W^Q 为 d × d_k），所以按它自己的符号，head_i 又用 W_i^Q（d_model × d_k）把 Q 再投影"
         "一次：N × d_k 的矩阵乘以 d_model × d_k 的矩阵，除非 d_k = d_model，否则形状对不上。"
         "按文中写法在其代码的规模下运行（N = 10，d_model = 512，8 个头），这个乘积报形状错误"
-        "（实测为 1）；取 Q = K = V = X 时则能运行（0）。文章的代码本身只投影一次（先 W_q，"
+        "（实测为 1）；取 Q = K = V = X 时则能运行（0）。文章的代码本身只投影一次（先 `W_q`，"
         "再 view），与原论文一致。",
         evidence("!head-dimensions:article-head-formula-shapes-fail"),
         reading_en="The plain reading in the article's own symbols: head_i = Attention(QW_i^Q, "
@@ -428,18 +428,18 @@ CLAIMS_000: tuple[Claim, ...] = (
         "将高维语义空间正交分解为多个低秩子空间",
         "Multi-head attention decomposes the semantic space orthogonally into low-rank "
         "subspaces, one per head: in the input (semantic) space, the subspaces the trained "
-        "heads read through (the row spaces of their slices of W_q, W_k) are orthogonal — "
+        "heads read through (the row spaces of their slices of W^Q, W^K) are orthogonal — "
         "measured by the mean principal angle between heads. (That the heads' coordinate "
         "blocks after view/transpose are disjoint is true of any split and is item "
         "000-head-low-dim-subspace, not evidence of a decomposition.)",
         "多头注意力把高维语义空间正交分解为若干低秩子空间，每个头一个：在输入（语义）空间中，"
-        "训练后各头所读取的子空间（它们的 W_q、W_k 切片的行空间）相互正交——以各头之间的平均主"
+        "训练后各头所读取的子空间（它们的 W^Q、W^K 切片的行空间）相互正交——以各头之间的平均主"
         "夹角衡量。（切分之后各头的坐标块互不相交，这对任何切分都成立，见条目 "
         "000-head-low-dim-subspace，不能作为正交分解的证据。）",
         evidence("multihead-cost:heads-orthogonal"),
-        reading_en="In the input space: the trained heads' W_q and W_k subspaces are "
+        reading_en="In the input space: the trained heads' W^Q and W^K subspaces are "
                    "orthogonal (mean principal angle between heads ≥ 75°, near 90°).",
-        reading_zh="在输入空间中：训练后各头的 W_q、W_k 子空间相互正交（各头之间的平均主夹角 "
+        reading_zh="在输入空间中：训练后各头的 W^Q、W^K 子空间相互正交（各头之间的平均主夹角 "
                    "≥ 75°，接近 90°）。",
         null_result=True,
         positive_control=evidence("multihead-cost:heads-orthogonal-penalised"),
@@ -471,22 +471,22 @@ CLAIMS_000: tuple[Claim, ...] = (
         "Because the heads' W matrices are initialised differently, gradient descent drives "
         "them to converge to different representation subspaces. Measured as what training "
         "changes, against the same models before training: the mean principal angle between "
-        "the heads' W_q and W_k subspaces, trained − initial (heads started identical change "
+        "the heads' W^Q and W^K subspaces, trained − initial (heads started identical change "
         "by 0), and the total variation between the heads' attention rows, trained − initial. "
         "Untrained heads are already far apart (about 61–62° for the closest pair), so an "
         "absolute angle after training says nothing about gradient descent.",
         "由于各个头的 W 矩阵初始化不同，梯度下降会驱使它们收敛到不同的表征子空间。以训练带来的"
-        "变化来衡量，对照为训练前的同一批模型：各头 W_q、W_k 子空间之间的平均主夹角（训练后 − "
+        "变化来衡量，对照为训练前的同一批模型：各头 W^Q、W^K 子空间之间的平均主夹角（训练后 − "
         "初始化；初始完全相同的头变化为 0），以及各头注意力分布逐行之间的全变差距离（训练后 − "
         "初始化）。未训练的头本来就相距很远（最接近的一对约 61–62°），所以训练后夹角的绝对值"
         "说明不了梯度下降做了什么。",
         evidence("multihead-cost:wq-angle-change,wk-angle-change"),
         reading_en="The plain reading: gradient descent drives the heads' subspaces apart — "
                    "the mean principal angle between heads grows in training (by ≥ 1°). It "
-                   "shrinks instead (about −11° for W_q, −10° for W_k): training moves the "
+                   "shrinks instead (about −11° for W^Q, −10° for W^K): training moves the "
                    "heads' subspaces closer.",
         reading_zh="字面意思：梯度下降把各头的子空间推开——各头之间的平均主夹角在训练中增大"
-                   "（至少 1°）。实际上它反而减小（W_q 约 −11°，W_k 约 −10°）：训练使各头的子空间"
+                   "（至少 1°）。实际上它反而减小（W^Q 约 −11°，W^K 约 −10°）：训练使各头的子空间"
                    "彼此靠近。",
         readings=(Reading("The heads' behaviour: gradient descent makes the heads attend "
                           "differently — the total variation between their attention rows "
@@ -721,11 +721,11 @@ CLAIMS_000: tuple[Claim, ...] = (
         "总结：线性投影让词在多个正交子空间中扮演不同角色（不同角色见 `qkv-roles`；"
         "正交性分别在输入空间中和切分之后检验，见 `multihead-cost`）。",
         evidence("qkv-roles", "multihead-cost:heads-orthogonal"),
-        reading_en="Different roles (directed scores with W_Q ≠ W_K) in subspaces that are "
-                   "orthogonal in the input space: the trained heads' W_q and W_k subspaces "
+        reading_en="Different roles (directed scores with W^Q ≠ W^K) in subspaces that are "
+                   "orthogonal in the input space: the trained heads' W^Q and W^K subspaces "
                    "(mean principal angle between heads ≥ 75°).",
-        reading_zh="在输入空间中相互正交的子空间里扮演不同角色（W_Q ≠ W_K 时的有向分数）："
-                   "训练后各头的 W_q、W_k 子空间（各头之间的平均主夹角 ≥ 75°）。",
+        reading_zh="在输入空间中相互正交的子空间里扮演不同角色（W^Q ≠ W^K 时的有向分数）："
+                   "训练后各头的 W^Q、W^K 子空间（各头之间的平均主夹角 ≥ 75°）。",
         readings=(Reading("Different roles in the heads' coordinate blocks after the split, "
                           "orthogonal by construction of view/transpose.",
                           "在切分后各头的坐标块中扮演不同角色，这些坐标块按 view/transpose 的"

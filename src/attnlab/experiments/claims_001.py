@@ -274,34 +274,34 @@ CLAIMS_001: tuple[Claim, ...] = (
         "001-gradient-explosion", "001", "claim",
         "梯度爆炸问题",
         "Without the 1/√d_k scale, large scores make the gradient explode as d_k grows (the "
-        "section is titled 'the gradient explosion problem'): the gradient reaching W_q, "
-        "relative to W_q, grows with d_k unscaled and stays flat scaled.",
+        "section is titled 'the gradient explosion problem'): the gradient reaching W^Q, "
+        "relative to W^Q, grows with d_k unscaled and stays flat scaled.",
         "不使用 1/√d_k 缩放时，分数过大会使梯度随 d_k 增大而爆炸（该节标题为“梯度爆炸问题”）："
-        "到达 W_q 的梯度（相对 W_q 本身）在不缩放时随 d_k 增大，缩放时保持不变。",
+        "到达 W^Q 的梯度（相对 W^Q 本身）在不缩放时随 d_k 增大，缩放时保持不变。",
         evidence("softmax-saturation:wq-gradient-grows-unscaled,wq-gradient-flat-scaled"),
         reading_en="The heading read as a statement about the gradient that trains the "
-                   "projections: without the scale the gradient reaching W_q, relative to W_q, "
+                   "projections: without the scale the gradient reaching W^Q, relative to W^Q, "
                    "grows with d_k (each measurement against the other run as its control: "
                    "the scaled gradient does not grow, the unscaled one is not flat).",
-        reading_zh="把标题理解为关于训练投影矩阵的梯度的陈述：不缩放时，到达 W_q 的梯度（相对 "
-                   "W_q 本身）随 d_k 增大（每项测量都以另一种情形为对照：缩放时梯度不增大，"
+        reading_zh="把标题理解为关于训练投影矩阵的梯度的陈述：不缩放时，到达 W^Q 的梯度（相对 "
+                   "W^Q 本身）随 d_k 增大（每项测量都以另一种情形为对照：缩放时梯度不增大，"
                    "不缩放时梯度不平稳）。",
         readings=(Reading(
             "The heading read with the sentence under it: the saturated softmax is what makes "
             "the gradient explode, so the gradient passing through the saturated rows grows "
             "(measured: the largest row's gradient to its scores over d_k, unscaled, and the "
-            "saturated rows' share of the gradient reaching W_q).",
+            "saturated rows' share of the gradient reaching W^Q).",
             "把标题与其下一句连起来理解：正是饱和的 softmax 使梯度爆炸，因此经过饱和行的梯度"
-            "增大（实测：不缩放时各 d_k 上最大一行传给分数的梯度，以及饱和行在到达 W_q 的梯度"
+            "增大（实测：不缩放时各 d_k 上最大一行传给分数的梯度，以及饱和行在到达 W^Q 的梯度"
             "中所占的份额）。",
             evidence("!softmax-saturation:no-explosion,saturated-share")),),
-        conditions_en="The explosion is in the gradient reaching W_q, carried by the few rows "
+        conditions_en="The explosion is in the gradient reaching W^Q, carried by the few rows "
                       "not yet saturated (RMS over rows ∝ d_k^¼): from d_k = 4 to 4096 it grows "
                       "6–25× unscaled (5.9–24.6 over seeds 0–5 at 64–256 rows) while the scaled "
                       "control stays within 1.1–1.5×. It is polynomial, not exponential, and "
                       "the typical row's gradient to its scores vanishes instead (median "
                       "‖∂L/∂s‖ falls by 1e-9; no row's gradient to its scores grows).",
-        conditions_zh="爆炸发生在到达 W_q 的梯度上，由少数尚未饱和的行承载（各行均方根 ∝ d_k^¼）："
+        conditions_zh="爆炸发生在到达 W^Q 的梯度上，由少数尚未饱和的行承载（各行均方根 ∝ d_k^¼）："
                       "d_k 从 4 到 4096，不缩放时增大 6–25 倍（种子 0–5、64–256 行时为 5.9–24.6），"
                       "缩放的对照只相差 1.1–1.5 倍。这是多项式增长而不是指数增长；一般的一行传给"
                       "分数的梯度反而消失（‖∂L/∂s‖ 的中位数降到 1e-9 量级；任何一行传给分数的梯度"
@@ -314,16 +314,16 @@ CLAIMS_001: tuple[Claim, ...] = (
         "unscaled, saturated softmax 「梯度爆炸问题」 (the gradient explosion problem), while "
         "article 000 says of the very same regime 「梯度会变得非常趋近于 0（梯度消失）」 (the "
         "gradient vanishes). Measured without the scale, from the smallest to the largest "
-        "d_k: the typical (median) row's gradient to its scores and to W_q falls by orders "
+        "d_k: the typical (median) row's gradient to its scores and to W^Q falls by orders "
         "of magnitude (gradient-vanishes-scores, gradient-vanishes-wq): it vanishes, as "
-        "article 000 says. Only the RMS over rows of the gradient to W_q grows (6–8×, "
+        "article 000 says. Only the RMS over rows of the gradient to W^Q grows (6–8×, "
         "carried by the few rows not yet saturated; item 001-gradient-explosion), so "
         "'explosion' describes the few rows, not the typical one.",
         "两篇文章对同一现象的说法相互矛盾：文章 001 把不缩放时饱和的 softmax 称为「梯度爆炸问题」，"
         "而文章 000 对同一情形写道「梯度会变得非常趋近于 0（梯度消失）」。不缩放时从最小到最大的 "
-        "d_k 实测：一般的（中位数）一行传给分数和传给 W_q 的梯度都下降若干个数量级"
+        "d_k 实测：一般的（中位数）一行传给分数和传给 W^Q 的梯度都下降若干个数量级"
         "（gradient-vanishes-scores、gradient-vanishes-wq）：梯度是消失，如文章 000 所说。"
-        "只有各行到达 W_q 的梯度的均方根增大（6–8 倍，由少数尚未饱和的行承载；见条目 "
+        "只有各行到达 W^Q 的梯度的均方根增大（6–8 倍，由少数尚未饱和的行承载；见条目 "
         "001-gradient-explosion），所以“爆炸”说的是少数几行，而不是一般的一行。",
         evidence("!softmax-saturation:gradient-vanishes-scores,gradient-vanishes-wq"),
         reading_en="The heading's plain reading: in the unscaled regime the gradient explodes "

@@ -39,7 +39,7 @@ lint: $(STAMP)
 
 # two processes (pytest-xdist), each test file whole on one of them: its module and session
 # fixtures are built once there; PYTEST_ARGS= runs the suite on one process
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 
 test: $(STAMP) lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -108,7 +108,7 @@ def test_the_check_catches_a_planted_variant():
 
 #: English that Chinese cells may keep: names, code and formulas' words.
 _NAMES = {"Transformer", "BERT", "GPT", "attnlab", "softmax", "QK", "cos", "sin", "exp",
-          "GNN", "Nadaraya", "Watson", "Mamba", "RWKV", "AI", "RNN", "CPU", "attn",
+          "GNN", "Nadaraya", "Watson", "Spearman", "Mamba", "RWKV", "AI", "RNN", "CPU", "attn",
           "forward", "einsum", "torch", "elu", "pos", "view", "transpose", "permute",
           "reshape", "SmolLM", "fp", "max", "min", "one", "hot", "Linear", "Attention",
           "linear", "attention", "FLOPs", "KiB", "MiB", "PyTorch", "Blue", "Brown", "fp32",

@@ -223,7 +223,7 @@ CLAIMS_001: tuple[Claim, ...] = (
         evidence("!article-code:fused-call-raises"),
         reading_en="The tip's plain reading: nn.Linear(3*d_model), as printed, builds the "
                    "fused QKV projection.",
-        reading_zh="该技巧的字面意思：按原样写的 nn.Linear(3*d_model) 能构建融合的 QKV 投影。",
+        reading_zh="该技巧的字面意思：按原样写的 nn.Linear(3*d_model) 能构建融合的 Q、K、V 投影。",
     ),
     Claim(
         "001-fused-qkv-faster", "001", "claim",
@@ -465,13 +465,13 @@ CLAIMS_001: tuple[Claim, ...] = (
         "matshow (attn[0, 0] is a vector of the output). After a forward that returns its "
         "weights as well, (output, attn), the same snippet runs and draws the 10 × 10 map of "
         "head 1.",
-        "这段代码本意是绘制第一个头的注意力矩阵热力图（对 attn[0, 0] 调用 plt.matshow），"
-        "但文章给出的代码中没有任何地方定义 attn：它是代码清单 forward 内部的局部变量，"
-        "而 forward 只返回 self.out_proj(out)。在 notebook 中先运行（修正到能运行的）代码清单"
-        "和 out = model(x)，再运行这段代码，会抛出 NameError（名称 'attn' 未定义；"
-        "heatmap-snippet-raises）；把 forward 的返回值当作权重（attn = model(x)）同样失败，"
-        "错误出在 matshow（attn[0, 0] 是输出中的一个向量）。若 forward 同时返回权重 "
-        "(output, attn)，同一段代码可以运行，画出第 1 个头 10 × 10 的热力图。",
+        "这段代码本意是绘制第一个头的注意力矩阵热力图（对 `attn[0, 0]` 调用 `plt.matshow`），"
+        "但文章给出的代码中没有任何地方定义 `attn`：它是代码清单 `forward` 内部的局部变量，"
+        "而 `forward` 只返回 `self.out_proj(out)`。在笔记本中先运行（修正到能运行的）代码清单"
+        "和 `out = model(x)`，再运行这段代码，会抛出 NameError（名称 `attn` 未定义；"
+        "heatmap-snippet-raises）；把 `forward` 的返回值当作权重（`attn = model(x)`）同样失败，"
+        "错误出在 `matshow`（`attn[0, 0]` 是输出中的一个向量）。若 `forward` 同时返回权重 "
+        "`(output, attn)`，同一段代码可以运行，画出第 1 个头 10 × 10 的热力图。",
         evidence("!article-code:heatmap-snippet-raises"),
         reading_en="The snippet as printed, run after the article's MultiHeadAttention and "
                    "its forward call, draws the first head's attention heat map.",

@@ -84,7 +84,7 @@ def test_rank_agreement_is_spearmans_rho_with_ties_averaged():
 
 
 def test_bad_arguments_are_named(model, ids):
-    with pytest.raises(ValueError, match="targets must hold ints"):
+    with pytest.raises(ValueError, match=r"targets\[0\] must be an int in \[0, "):
         ablate_keys(model, ids, targets=[N - 1])
     with pytest.raises(ValueError, match="keys must not repeat"):
         ablate_keys(model, ids, targets=[5], keys=[1, 1])

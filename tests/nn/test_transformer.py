@@ -158,7 +158,7 @@ def _tiny_gpt() -> GPT:
         (dict(temperature=0.0), ValueError, ["temperature", "> 0", "greedy=True"]),
         (dict(temperature=-1.0), ValueError, ["temperature", "-1.0"]),
         (dict(temperature="1"), TypeError, ["temperature", "str"]),
-        (dict(top_k=0), ValueError, ["top_k", ">= 1", "0"]),
+        (dict(top_k=0), ValueError, ["top_k", "a positive int", "0"]),
         (dict(top_k=-1), ValueError, ["top_k", "-1"]),
         (dict(top_k=2.5), TypeError, ["top_k", "float"]),
         (dict(top_k="3"), TypeError, ["top_k", "str"]),

@@ -174,7 +174,7 @@ def test_max_tokens_within_is_the_largest_that_fits(budget):
 def test_arguments_are_checked():
     with pytest.raises(TypeError, match="num_tokens must be an int"):
         estimate_trace_bytes(SMOL, 1.5)
-    with pytest.raises(ValueError, match="num_tokens must be >= 0"):
+    with pytest.raises(ValueError, match="num_tokens must be an int >= 0"):
         estimate_trace_bytes(SMOL, -1)
     with pytest.raises(ValueError, match="ModelShape.head_dim must be an int >= 0"):
         ModelShape(num_layers=1, num_heads=1, num_kv_heads=1, head_dim=-1, hidden_size=1,

@@ -117,5 +117,5 @@ def test_the_layer_being_read_stays_whatever_the_bound():
     r.touch(("strided", 1), t[1, :, ::2])
     assert r.held() == [("q", 1)]
     for bad in (-1, 1.5, True, None):
-        with pytest.raises(ValueError, match="limit must be a number of bytes ≥ 0, got"):
+        with pytest.raises(ValueError, match="limit must be an int >= 0, got"):
             Resident(mm, limit=bad)

@@ -115,7 +115,7 @@ def test_attend_equals_the_core_and_fully_masked_rows_are_zero():
 
 
 def test_score_shape_checks_its_arguments():
-    with pytest.raises(ValueError, match="window must be an int >= 1"):
+    with pytest.raises(ValueError, match="window must be a positive int"):
         ScoreShape(scale=1.0, window=0)
     with pytest.raises(ValueError, match="sinks must be a float tensor"):
         ScoreShape(scale=1.0, sinks=torch.zeros(2, 3, 4))

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.analysis.alignment import spearman
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import rollout_rows
@@ -58,10 +59,8 @@ def _check_rows(name: str, rows: Any, n: int, lo: int = 0) -> list[int]:
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise ValueError(f"{name} must be a non-empty sequence of positions, got {rows!r}")
     out = []
-    for r in rows:
-        if isinstance(r, bool) or not isinstance(r, int) or not lo <= r < n:
-            raise ValueError(f"{name} must hold ints in [{lo}, {n}), got {r!r}")
-        out.append(r)
+    for i, r in enumerate(rows):
+        out.append(check_int(f"{name}[{i}]", r, minimum=lo, maximum=n - 1))
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must not repeat a position, got {out}")
     return sorted(out)
@@ -129,8 +128,7 @@ def ablate_keys(model: Any, ids: Sequence[int], *, targets: Sequence[int] | None
     heads = int(getattr(cfg, "num_attention_heads", 0) or 1)
     vocab = int(getattr(cfg, "vocab_size", 0) or 0)
     per = _per_batch(n, heads, len(tg), vocab) if batch is None else batch
-    if isinstance(per, bool) or not isinstance(per, int) or per < 1:
-        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    per = check_int("batch", per, minimum=1)
     x = torch.tensor([ids])
     clean = float(_losses(net, x, _mask(n, [None], dtype), tg)[0])
     effect = torch.empty(len(ks), dtype=torch.float64)

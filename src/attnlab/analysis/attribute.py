@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from attnlab._errors import check_int
 from attnlab._proc import release_memory
 from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
 from attnlab.analysis.eviction import evict
@@ -35,8 +36,7 @@ def prefix(trace: AttentionTrace, n: int) -> AttentionTrace:
     before ``n`` do not depend on what follows in a causal model)."""
     if not trace.causal or trace.seq_len != trace.key_len or trace.groups is not None:
         raise ValueError("a prefix is read from a causal self-attention trace of pieces")
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= trace.seq_len:
-        raise ValueError(f"n must be an int in [1, {trace.seq_len}], got {n!r}")
+    check_int("n", n, minimum=1, maximum=trace.seq_len)
     if n == trace.seq_len:
         return trace
     if any(s.key_mask is not None or s.bias is not None
@@ -72,9 +72,8 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
     if trace.token_ids is None:
         raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
-    for name, v, lo in (("ablation_tokens", ablation_tokens, 3), ("max_keys", max_keys, 2)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    check_int("ablation_tokens", ablation_tokens, minimum=3)
+    check_int("max_keys", max_keys, minimum=2)
     out: dict[str, Any] = {"model": trace.model, "tokens": trace.seq_len}
     release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.analysis.survey_config import EPSILON as _EPSILON
 
 __all__ = ["EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "abs_from_sums",
@@ -276,8 +277,7 @@ def prefix_matching_score(patterns: Tensor, *, period: int, repeats: int = 2,
 
 
 def _check_length(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_int("n", n, minimum=1)
 
 
 def _check_square(name: str, t: Any) -> None:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.tracing.attention import AttentionTrace
 
 __all__ = ["POLICIES", "CONTROLS", "EvictionResult", "key_scores", "evict", "kept_keys"]
@@ -66,9 +67,7 @@ def _check(trace: Any, context: int | None) -> tuple[AttentionTrace, int]:
         raise ValueError("eviction scores need the trace's q and k (knorm reads the keys)")
     n = trace.seq_len
     c = n - max(1, n // 8) if context is None else context
-    if isinstance(c, bool) or not isinstance(c, int) or not 2 <= c < n:
-        raise ValueError(f"context must be an int in [2, {n - 1}] (the prefill's length; the "
-                         f"rows after it are the later queries), got {context!r}")
+    c = check_int("context", c, minimum=2, maximum=n - 1)
     return trace, c
 
 
@@ -122,16 +121,16 @@ def key_scores(trace: AttentionTrace, layer: int, kv_head: int, policy: str, *,
 
 
 def _group(trace: AttentionTrace, kv_head: int) -> list[int]:
-    if isinstance(kv_head, bool) or not isinstance(kv_head, int) or not (
-            0 <= kv_head < trace.num_kv_heads):
+    check_int("kv_head", kv_head, minimum=None)
+    if not 0 <= kv_head < trace.num_kv_heads:
         raise IndexError(f"kv_head must be an int in [0, {trace.num_kv_heads}), got {kv_head!r}")
     return [h for h in range(trace.num_heads) if trace.kv_head(h) == kv_head]
 
 
 def _check_knobs(c: int, window: int, pool: int, sinks: int) -> None:
-    for name, v, lo in (("window", window, 1), ("pool", pool, 1), ("sinks", sinks, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    check_int("window", window, minimum=1)
+    check_int("pool", pool, minimum=1)
+    check_int("sinks", sinks)
     if window >= c:
         raise ValueError(f"window must be shorter than the context ({c} tokens), got {window}")
     if pool % 2 == 0:

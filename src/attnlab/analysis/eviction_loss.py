@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab._proc import release_memory
 
 __all__ = ["CHUNK", "IMPLEMENTATION", "later_loss", "eviction_losses"]
@@ -120,9 +121,7 @@ CHUNK = 256
 
 
 def _check_chunk(chunk: Any) -> int:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int (tokens per forward), got {chunk!r}")
-    return chunk
+    return check_int("chunk", chunk, minimum=1)
 
 
 def _run(net: Any, x: Tensor, start: int, stop: int, cache: Any, **kw: Any) -> Any:
@@ -199,9 +198,7 @@ def later_loss(model: Any, ids: Any, context: int, keep: Tensor | None = None, *
     x = _ids(ids)
     n = x.shape[1]
     chunk = _check_chunk(chunk)
-    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context < n - 1:
-        raise ValueError(f"context must be an int in [1, {n - 2}] (later tokens must remain "
-                         f"to be scored), got {context!r}")
+    check_int("context", context, minimum=1, maximum=n - 2)
     if keep is not None:
         keep = _check_keep(keep, net, context)
     base = _prefill(net, x, context, chunk) if cache is None else cache

@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, scan
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
@@ -336,10 +337,8 @@ def _repeat_spec(induction: Any, period: int | None, start: int | None) -> tuple
         raise ValueError("period is required with an induction trace that was not made by "
                          "induction_trace (no meta['repeated_random'])")
     n = induction.seq_len
-    if isinstance(period, bool) or not isinstance(period, int) or period < 2:
-        raise ValueError(f"period must be an int >= 2, got {period!r}")
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-        raise ValueError(f"start must be an int >= 0, got {start!r}")
+    period = check_int("period", period, minimum=2)
+    start = check_int("start", start)
     if start + 2 * period > n or induction.key_len != n:
         raise ValueError(
             f"period={period} with start={start} needs a self-attention trace of "

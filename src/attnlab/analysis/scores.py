@@ -61,6 +61,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
 from attnlab.core import _kernel
 from attnlab.core.scores import row_tiles
@@ -345,8 +346,7 @@ def head_scores(trace: Any, *, queries: range | slice | None = None,
 def pool_block(lq: int, lk: int, max_blocks: int) -> int:
     """The side of the square blocks that pool an (lq, lk) pattern to at most
     ``max_blocks`` a side."""
-    if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
-        raise ValueError(f"max_blocks must be a positive int, got {max_blocks!r}")
+    check_int("max_blocks", max_blocks, minimum=1)
     return max(1, -(-max(lq, lk) // max_blocks))
 
 

@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 
 from attnlab._dist import join, leave
-from attnlab._errors import AttnlabWarning, Error
+from attnlab._errors import AttnlabWarning, Error, check_optional_int
 from attnlab._io import FolderBusyError, atomic_write_text, lock_folder
 from attnlab.analysis import survey_result
 from attnlab.analysis._survey_state import STATE_DIR, resume, state_path, write_state
@@ -141,9 +141,7 @@ def survey(model: Any, corpus: Corpus, out_dir: str | os.PathLike[str], *,
     check_survey_budget(model, cfg.batch_size, tokens, max_memory)
     t0 = time.perf_counter()
     count, digest = corpus.scan()
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    check_optional_int("threads", threads, minimum=1)
     group = join(device)
     rank, world, dev = group.rank, group.world, group.device
     before = torch.get_num_threads()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from attnlab._errors import check_int
+
 __all__ = ["EPSILON", "SurveyConfig"]
 
 #: Gu et al.'s threshold: a head has an attention sink when the first token's importance
@@ -39,9 +41,7 @@ class SurveyConfig:
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "bins", "max_distance", "sink_tokens",
                      "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(name, getattr(self, name), minimum=1)
         if self.max_tokens < 2:
             raise ValueError(f"max_tokens must be >= 2, got {self.max_tokens}")
         if not 0.0 <= float(self.epsilon) < 1.0:

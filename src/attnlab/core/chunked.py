@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.core._checks import check_optional_int
 from attnlab.core._tiles import (
     _check_dropout,
     _check_flag,
@@ -276,8 +277,7 @@ def chunked_attention(
     causal = _check_flag("causal", causal)
     scale = _check_scale(scale, q.shape[-1])
     dropout_p = _check_dropout(dropout_p)
-    for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
-            raise ValueError(f"{name} must be a positive int or None, got {b!r}")
+    block_q = check_optional_int("block_q", block_q, minimum=1)
+    block_k = check_optional_int("block_k", block_k, minimum=1)
     return _chunked(q, k, v, mask, causal, scale, dropout_p, block_q, block_k, batch=batch,
                     group=group)

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.core._checks import check_int
 from attnlab.core._tiles import (
     _all_finite,
     _check_flag,
@@ -213,7 +214,6 @@ def linear_attention(
     return_weights = _check_flag("return_weights", return_weights)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    chunk = check_int("chunk", chunk, minimum=1)
     return _linear(q, k, v, mask, causal, return_weights, form, chunk, batch=batch,
                    group=group)

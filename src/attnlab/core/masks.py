@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnlab.core._checks import check_int
+from attnlab.core._checks import check_int, check_optional_int
 
 __all__ = [
     "causal",
@@ -89,9 +89,7 @@ def causal(
     """
     lq = check_int("lq", lq)
     lk = lq if lk is None else check_int("lk", lk)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                               or window < 1):
-        raise ValueError(f"window must be an int >= 1 or None, got {window!r}")
+    window = check_optional_int("window", window, minimum=1)
     return _band(lq, lk, lk - lq, window, device)
 
 

@@ -228,8 +228,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+    num_heads = check_int("num_heads", num_heads, minimum=1)
 
     def power_of_2(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

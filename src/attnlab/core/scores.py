@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.core._checks import check_int, check_optional_int
 from attnlab.core._layout import aligned
 
 __all__ = ["ScoreShape", "row_logsumexp", "attend", "row_tiles", "TILE_BYTES", "TENSOR_FIELDS"]
@@ -138,7 +139,7 @@ class ScoreShape:
     >>> ScoreShape(scale=1.0, window=0)
     Traceback (most recent call last):
     ...
-    ValueError: window must be an int >= 1 or None, got 0
+    attnlab.ArgumentError: window must be a positive int, got 0
     """
 
     scale: float
@@ -154,10 +155,7 @@ class ScoreShape:
         object.__setattr__(self, "scale", _finite("scale", self.scale))
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be a bool, got {type(self.causal).__name__}")
-        w = self.window
-        if w is not None:
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-                raise ValueError(f"window must be an int >= 1 or None, got {w!r}")
+        check_optional_int("window", self.window, minimum=1)
         km = self.key_mask
         if km is not None and (not isinstance(km, Tensor) or km.dtype != torch.bool
                                or km.dim() != 1):
@@ -438,8 +436,7 @@ class ScoreShape:
         0.5
         """
         temperature = _finite("temperature", temperature, positive=True)
-        if isinstance(head, bool) or not isinstance(head, int):
-            raise TypeError(f"head must be an int, got {type(head).__name__}")
+        check_int("head", head, minimum=None)
         if q_rows.dim() != 2:
             raise ValueError(f"q_rows must be (R, d) for one head, got {tuple(q_rows.shape)}")
         z = self.scores(q_rows, k, rows=rows, head=head, lq=lq, lk=lk, scale=scale,
@@ -491,8 +488,8 @@ def row_tiles(lq: int, lk: int, tile_rows: int | None = None) -> Iterator[tuple[
     """(r0, r1) row ranges whose float32 scores over ``lk`` keys fit :data:`TILE_BYTES`."""
     if tile_rows is None:
         tile_rows = max(1, TILE_BYTES // max(1, 4 * lk))
-    elif isinstance(tile_rows, bool) or not isinstance(tile_rows, int) or tile_rows < 1:
-        raise ValueError(f"tile_rows must be a positive int or None, got {tile_rows!r}")
+    else:
+        tile_rows = check_int("tile_rows", tile_rows, minimum=1)
     for r0 in range(0, lq, tile_rows):
         yield r0, min(lq, r0 + tile_rows)
 

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core import _kernel
+from attnlab.core._checks import check_int
 from attnlab.core._layout import aligned
 from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
 from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
@@ -213,14 +214,13 @@ def pooled_attention_map(
     batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
     if mask is not None:
         _check_mask(mask, (*batch, lq, lk))
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    size = check_int("size", size, minimum=1)
     if block is None:
         bq, bk = max(1, -(-lq // size)), max(1, -(-lk // size))
+    elif isinstance(block, int):
+        bq = bk = check_int("block", block, minimum=1)
     else:
-        bq, bk = (block, block) if isinstance(block, int) else tuple(block)
-        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in (bq, bk)):
-            raise ValueError(f"block must be a positive int or a pair of them, got {block!r}")
+        bq, bk = (check_int(f"block[{i}]", b, minimum=1) for i, b in enumerate(block))
     n = math.prod(batch)
     gq, gk = -(-lq // bq), -(-lk // bk)
     if n == 0 or gq == 0 or gk == 0:

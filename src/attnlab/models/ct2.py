@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from attnlab._errors import check_int
+
 __all__ = ["CT2_PACKAGE", "ct2_package_folder", "read_ct2", "whisper_from_ct2",
            "whisper_state_dict"]
 
@@ -200,10 +202,7 @@ def whisper_from_ct2(folder: str | os.PathLike[str], *, eos_token_id: int = 5025
     kwargs, state = whisper_state_dict(variables)
     for arg, value in (("eos_token_id", eos_token_id),
                        ("decoder_start_token_id", decoder_start_token_id)):
-        if isinstance(value, bool) or not isinstance(value, int) or not (
-                0 <= value < kwargs["vocab_size"]):
-            raise ValueError(f"{arg} must be a token id below the model's vocabulary size "
-                             f"{kwargs['vocab_size']}, got {value!r}")
+        check_int(arg, value, maximum=kwargs["vocab_size"] - 1)
     config = transformers.WhisperConfig(
         **kwargs, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
         bos_token_id=decoder_start_token_id, decoder_start_token_id=decoder_start_token_id,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.core._checks import check_instance, check_int
+from attnlab.core._checks import check_instance, check_int, check_optional_int
 from attnlab.core.positional import RotaryEmbedding, SinusoidalPositionalEncoding
 from attnlab.nn.attention import (
     KVCache,
@@ -483,11 +483,7 @@ class GPT(nn.Module):
         if idx.shape[1] < 1:
             raise ValueError(f"idx must hold a prompt of at least one token per row, got "
                              f"shape {tuple(idx.shape)}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens must be an int >= 0, got "
-                            f"{type(max_new_tokens).__name__} {max_new_tokens!r}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens}")
+        check_int("max_new_tokens", max_new_tokens)
         if idx.shape[1] + max_new_tokens > self.config.block_size:
             raise ValueError(
                 f"{idx.shape[1]} prompt + {max_new_tokens} new tokens (max_new_tokens) exceed "
@@ -497,12 +493,7 @@ class GPT(nn.Module):
         if not math.isfinite(t) or t <= 0:
             raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for "
                              f"the most likely token), got {temperature!r}")
-        if top_k is not None:
-            if isinstance(top_k, bool) or not isinstance(top_k, int):
-                raise TypeError(f"top_k must be an int >= 1 or None, got "
-                                f"{type(top_k).__name__} {top_k!r}")
-            if top_k < 1:
-                raise ValueError(f"top_k must be an int >= 1 or None, got {top_k}")
+        check_optional_int("top_k", top_k, minimum=1)
         _check_bool("greedy", greedy)
         _check_bool("use_cache", use_cache)
         if generator is not None and not isinstance(generator, torch.Generator):

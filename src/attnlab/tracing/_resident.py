@@ -36,6 +36,8 @@ from collections.abc import Hashable
 
 from torch import Tensor
 
+from attnlab._errors import check_int
+
 __all__ = ["RESIDENT_BYTES", "Resident"]
 
 #: What an opened trace keeps of its file in the resident set, by default: 1 GiB of the
@@ -51,9 +53,7 @@ class Resident:
     size). Thread-safe."""
 
     def __init__(self, mm: mmap.mmap, limit: int = RESIDENT_BYTES) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a number of bytes ≥ 0, got {limit!r}")
-        self.limit = limit
+        self.limit = check_int("limit", limit)
         self._mm = mm
         self._size = len(mm)
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(mm)) if self._size else 0

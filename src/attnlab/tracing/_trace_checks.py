@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab.core.functional import default_scale
 from attnlab.core.scores import ScoreShape
 
@@ -23,8 +24,7 @@ def shape_of(t: Tensor | None) -> tuple[int, ...] | str:
 
 def index(name: str, i: object, size: int) -> int:
     """An int index into ``size`` items (negative ones count from the end), as ``0..size-1``."""
-    if isinstance(i, bool) or not isinstance(i, int):
-        raise TypeError(f"{name} must be an int, got {type(i).__name__}")
+    i = check_int(name, i, minimum=None)
     if not -size <= i < size:
         raise IndexError(f"{name} must be in [0, {size}), got {i}")
     return i % size

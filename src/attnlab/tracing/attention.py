@@ -66,7 +66,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab._errors import Error
+from attnlab._errors import Error, check_int
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import shaped_weights, why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
@@ -460,10 +460,8 @@ class AttentionTrace:
 
     def topk(self, layer: int, head: int, query: int, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` largest weights of row ``query`` and their key positions."""
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.key_len:
-            raise ValueError(f"k must be an int in [1, {self.key_len}], got {k!r}")
-        if isinstance(query, bool) or not isinstance(query, int):
-            raise TypeError(f"query must be an int, got {type(query).__name__}")
+        check_int("k", k, minimum=1, maximum=self.key_len)
+        check_int("query", query, minimum=None)
         row = self.weights_rows(layer, head, query)[0]
         values, indices = torch.topk(row, k)
         return values, indices
@@ -471,8 +469,7 @@ class AttentionTrace:
     def _tile_rows(self, tile_rows: int | None, budget: int = TILE_BYTES) -> int:
         if tile_rows is None:
             return max(1, budget // max(1, 4 * self._pieces_k))
-        if isinstance(tile_rows, bool) or not isinstance(tile_rows, int) or tile_rows < 1:
-            raise ValueError(f"tile_rows must be a positive int or None, got {tile_rows!r}")
+        check_int("tile_rows", tile_rows, minimum=1)
         return tile_rows
 
     def iter_row_tiles(self, layer: int, head: int, tile_rows: int | None = None

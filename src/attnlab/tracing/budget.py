@@ -72,7 +72,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from attnlab._errors import Error
+from attnlab._errors import Error, check_int
 
 __all__ = [
     "DENSE_MASK_ENTRIES",
@@ -224,9 +224,7 @@ class ModelShape:
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
                      "ff_size", "vocab_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"ModelShape.{name} must be an int >= 0, got {v!r}")
+            check_int(f"ModelShape.{name}", getattr(self, name))
 
 
 def first_int(obj: Any, *names: str) -> int | None:
@@ -340,11 +338,7 @@ class MemoryEstimate:
 
 
 def _check_tokens(num_tokens: Any) -> int:
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
-        raise TypeError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
-    if num_tokens < 0:
-        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    return num_tokens
+    return check_int("num_tokens", num_tokens)
 
 
 def estimate_trace_bytes(model_like: Any, num_tokens: int, *, keep_context: bool = False,
@@ -470,9 +464,8 @@ def estimate_survey_bytes(model_like: Any, batch_size: int, max_tokens: int
     >>> eight.weights == 9 * one.weights // 2, eight.total > one.total
     (True, True)
     """
-    for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("max_tokens", max_tokens, minimum=1)
     s = model_shape(model_like)
     b, n, h = batch_size, max_tokens, s.num_heads
     one_layer = estimate_trace_bytes(s, n, streamed=True)

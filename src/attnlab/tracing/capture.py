@@ -59,6 +59,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab._errors import check_int
 from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
@@ -214,8 +215,7 @@ class Capture:
         if generation:
             meta = {**generation, **(meta or {})}
         b = records[0].batch
-        if isinstance(batch_index, bool) or not isinstance(batch_index, int):
-            raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+        check_int("batch_index", batch_index, minimum=None)
         if not -b <= batch_index < b:
             raise IndexError(f"batch_index must be in [0, {b}), got {batch_index}")
         bi = batch_index % b
@@ -285,8 +285,7 @@ class Capture:
                     "nothing was captured: no attention module of the model ran inside the "
                     "capture block (attnlab modules, torch.nn.MultiheadAttention and Hugging "
                     "Face models are recognised)")
-            if isinstance(batch_index, bool) or not isinstance(batch_index, int):
-                raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+            check_int("batch_index", batch_index, minimum=None)
             if s.repeat is not None:
                 raise GenerationError(s.repeat)
             if batch_index % s.batch != s.bi:

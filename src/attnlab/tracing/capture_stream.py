@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab._errors import check_int
 from attnlab.tracing.adapters import AttentionRecord
 from attnlab.tracing.budget import first_int
 from attnlab.tracing.model_parts import output_projection
@@ -29,8 +30,7 @@ class LayerStream:
     """
 
     def __init__(self, root: nn.Module, writer: TraceStream, batch_index: int) -> None:
-        if isinstance(batch_index, bool) or not isinstance(batch_index, int):
-            raise TypeError(f"batch_index must be an int, got {type(batch_index).__name__}")
+        check_int("batch_index", batch_index, minimum=None)
         self.root = root
         self.writer = writer
         self.bi = batch_index

@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab._errors import check_int
 from attnlab._text import one_line
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture import Capture, capture
@@ -552,9 +553,7 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
     net, name, folder, info, tok = _unpack(model)
     net, family = _speech_model(net, name)
     tok = tokenizer if tokenizer is not None else tok
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 1):
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
     if family in AUDIO_ENCODER_FAMILIES:
         if target is not None:
             raise ValueError(f"target= is for speech models with a decoder "

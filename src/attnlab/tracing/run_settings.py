@@ -13,7 +13,7 @@ user wrote into torch's objects, refusing in one line what this machine cannot r
 >>> RunSettings(generate=-1)
 Traceback (most recent call last):
 ...
-ValueError: generate must be an int >= 0 (new tokens), got -1
+attnlab.ArgumentError: generate must be an int >= 0, got -1
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from attnlab._errors import check_int, check_optional_int
 
 __all__ = ["DEVICES", "DTYPES", "RunSettings", "chat_text", "model_device", "model_dtype",
            "resolve_device", "resolve_dtype"]
@@ -52,9 +54,7 @@ class RunSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.chat, bool):
             raise TypeError(f"chat must be a bool, got {type(self.chat).__name__}")
-        g = self.generate
-        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
-            raise ValueError(f"generate must be an int >= 0 (new tokens), got {g!r}")
+        check_int("generate", self.generate)
         if self.temperature is not None:
             t = self.temperature
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
@@ -64,9 +64,7 @@ class RunSettings:
             p = self.top_p
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
                 raise ValueError(f"top_p must be a number in (0, 1], got {p!r}")
-        if self.seed is not None and (isinstance(self.seed, bool)
-                                      or not isinstance(self.seed, int)):
-            raise TypeError(f"seed must be an int, got {type(self.seed).__name__}")
+        check_optional_int("seed", self.seed, minimum=None)
         if not self.generate and (self.sampling or self.seed is not None):
             raise ValueError("temperature, top_p and seed shape a generation: give "
                              "generate=N (--generate N) too")

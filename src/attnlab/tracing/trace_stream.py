@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from attnlab._errors import check_int
 from attnlab._io import temp_beside
 from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
 from attnlab.tracing.trace_file import (
@@ -106,9 +107,8 @@ class TraceStream:
 
     def __init__(self, path: str | os.PathLike[str], num_layers: int, *,
                  reserve: int = 0) -> None:
-        for name, value, least in (("num_layers", num_layers, 1), ("reserve", reserve, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        check_int("num_layers", num_layers, minimum=1)
+        check_int("reserve", reserve)
         self.path = Path(path)
         self.num_layers = num_layers
         self.reserve = reserve

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab._errors import AttnlabWarning
+from attnlab._errors import AttnlabWarning, check_int
 from attnlab._proc import release_memory
 from attnlab._text import too_long
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
@@ -190,8 +190,7 @@ def token_limit(loaded: Any, max_tokens: int | None = None) -> int:
     window = int(loaded.max_length)
     if max_tokens is None:
         return window
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    max_tokens = check_int("max_tokens", max_tokens, minimum=1)
     if max_tokens > window:
         why = _past_window_refusal(loaded)
         if why is not None:
@@ -440,9 +439,7 @@ class TraceOptions:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        n = self.max_new_tokens
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {n!r}")
+        check_int("max_new_tokens", self.max_new_tokens, minimum=1)
         out = self.out
         if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
             raise ValueError(f"out must be a file path, got {out!r}")

@@ -145,3 +145,65 @@ def test_budget_one_costs_exactly_nothing(model_and_ids):
     assert all(out["delta"][p][1.0] == 0.0 for p in res.policies)  # the same path, bit for bit
     with pytest.raises(ValueError, match="chunk must be a positive int"):
         eviction_losses(model, ids, res, chunk=0)
+
+
+def _masked_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      **kwargs):
+    """The reference: every context key scored, the evicted ones masked with -inf (what
+    the gathering attention must equal)."""
+    from attnlab.analysis import eviction_loss as el
+
+    keep = el._STATE.keep[int(module.layer_idx)]
+    b, h, lq, d = query.shape
+    hkv, lk = key.shape[1], key.shape[2]
+    c, past = keep.shape[-1], lk - lq
+    allowed = (torch.arange(lk)[None, :] <= torch.arange(past, lk)[:, None]).expand(
+        hkv, lq, lk).clone()
+    allowed[:, :, :c] &= keep[:, None, :]
+    mask = allowed.repeat_interleave(h // hkv, dim=0)[None]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                         enable_gqa=hkv != h)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def test_gathered_kept_keys_equal_masking_the_evicted_ones(model_and_ids, monkeypatch):
+    """Heads that keep different numbers of keys (the gathered keys padded, the padding
+    masked) give the loss of scoring every key and masking the evicted ones."""
+    from attnlab.analysis import eviction_loss as el
+
+    model, ids = model_and_ids
+    keep = _keep_all_but(model, [])
+    g = torch.Generator().manual_seed(1)
+    keep[0, 0] = torch.rand(C, generator=g) < 0.2  # about 14 keys kept
+    keep[1, 1] = torch.rand(C, generator=g) < 0.6  # about 43
+    keep[1, 0, :] = False  # none: only the later tokens
+    got = later_loss(model, ids, C, keep)
+    monkeypatch.setattr(el, "_attention", _masked_attention)
+    want = later_loss(model, ids, C, keep)
+    assert got == pytest.approx(want, abs=2e-5)
+    # a wrong variant: the gathered keys with their padding left unmasked
+    monkeypatch.setattr(el, "_attention", _unmasked_padding)
+    assert abs(later_loss(model, ids, C, keep) - want) > 1e-4
+
+
+def _unmasked_padding(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      **kwargs):
+    """The gathering attention with its padded slots attended to (wrong)."""
+    from attnlab.analysis import eviction_loss as el
+
+    keep = el._STATE.keep[int(module.layer_idx)]
+    b, h, lq, d = query.shape
+    hkv, lk = key.shape[1], key.shape[2]
+    c, past = keep.shape[-1], lk - lq
+    most = int(keep.sum(-1).max())
+    where = torch.sort(~keep, dim=-1, stable=True).indices[:, :most]
+    at = where[None, :, :, None].expand(b, hkv, most, d)
+    key = torch.cat([key[:, :, :c].gather(2, at), key[:, :, c:]], dim=2)
+    value = torch.cat([value[:, :, :c].gather(2, at), value[:, :, c:]], dim=2)
+    later = torch.arange(c, lk)[None, :] <= torch.arange(past, lk)[:, None]
+    allowed = torch.cat([torch.ones(hkv, lq, most, dtype=torch.bool),
+                         later[None].expand(hkv, lq, lk - c)], dim=-1)
+    mask = allowed.repeat_interleave(h // hkv, dim=0)[None]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                         enable_gqa=hkv != h)
+    return out.transpose(1, 2).contiguous(), None

@@ -10,8 +10,9 @@ the mean next-token cross-entropy of the later rows (row ``t`` predicts token ``
 
 The prefill runs once; each policy and budget then runs only the ``N − C`` later tokens on
 a copy of its cache, through an attention function registered with transformers
-(``AttentionInterface``) that hides each layer's and head's evicted keys: an exact
-``-inf`` on those scores, nothing else changed. Keeping every key gives the loss of the
+(``AttentionInterface``) that leaves out each layer's and head's evicted keys (gathers the
+kept ones: the softmax over exactly the keys a ``-inf`` mask would leave, at the cost of the
+kept cache), nothing else changed. Keeping every key gives the loss of the
 full forward (tested), so a difference is the eviction's and nothing else's.
 
 Both runs go through the model in chunks of ``chunk`` tokens (default 256), each chunk
@@ -53,7 +54,12 @@ def _attention(module: Any, query: Tensor, key: Tensor, value: Tensor,
                dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
     """Scaled dot-product attention of the later rows, each layer's and KV head's evicted
     context keys hidden (``_STATE.keep``: bool (L, H_kv, C)); causal among the later rows.
-    query (B, H, Lq, d), key / value (B, H_kv, Lk, d) → (B, Lq, H, d)."""
+    query (B, H, Lq, d), key / value (B, H_kv, Lk, d) → (B, Lq, H, d).
+
+    The evicted keys are left out, not masked: each KV head's kept context keys are gathered
+    (in order, padded to the most any head keeps, the padding masked), so the attention
+    costs what the kept cache costs — a tenth of the context at a budget of 10 % — and
+    gives the softmax over exactly the keys a masked one would."""
     keep: Tensor = _STATE.keep
     layer = int(module.layer_idx)
     b, h, lq, d = query.shape
@@ -63,11 +69,22 @@ def _attention(module: Any, query: Tensor, key: Tensor, value: Tensor,
     if past < c:
         raise RuntimeError(f"the eviction attention runs after a prefill of {c} tokens; this "
                            f"chunk sees {past} cached tokens")
+    kept = keep[layer].to(query.device)  # (H_kv, C)
+    counts = kept.sum(-1)
+    most = int(counts.max())
+    real = kept  # which of the (gathered) context slots hold a kept key: (H_kv, most)
+    if most < c:  # (some head keeps every key: nothing is gathered, the rest masked)
+        # each head's kept context positions first, in order (a stable sort of "evicted")
+        where = torch.sort(~kept, dim=-1, stable=True).indices[:, :most]  # (H_kv, most)
+        at = where[None, :, :, None].expand(b, hkv, most, d)
+        key = torch.cat([key[:, :, :c].gather(2, at), key[:, :, c:]], dim=2)
+        value = torch.cat([value[:, :, :c].gather(2, at), value[:, :, c:]], dim=2)
+        real = torch.arange(most, device=query.device)[None, :] < counts[:, None]
     rows = torch.arange(past, lk, device=query.device)[:, None]
-    cols = torch.arange(lk, device=query.device)[None, :]
-    allowed = (cols <= rows).expand(hkv, lq, lk).clone()  # (H_kv, Lq, Lk)
-    allowed[:, :, :c] &= keep[layer].to(query.device)[:, None, :]
-    mask = allowed.repeat_interleave(h // hkv, dim=0)[None]  # (1, H, Lq, Lk)
+    later = torch.arange(c, lk, device=query.device)[None, :] <= rows  # (Lq, Lk − C) causal
+    allowed = torch.cat([real[:, None, :].expand(hkv, lq, most),
+                         later[None].expand(hkv, lq, lk - c)], dim=-1)  # (H_kv, Lq, ·)
+    mask = allowed.repeat_interleave(h // hkv, dim=0)[None]  # (1, H, Lq, ·)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                          scale=scaling, enable_gqa=hkv != h)
     return out.transpose(1, 2).contiguous(), None

@@ -45,7 +45,7 @@ LAYERS: dict[str, int] = {
     "models": 6,
     "experiments": 7,
     "viz": 8,
-    "report": 9, "serve": 9, "bench": 9,
+    "report": 9, "serve": 9, "bench": 9, "course": 9,
     "commands": 10,
     "cli": 11, "__main__": 11,
 }

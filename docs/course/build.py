@@ -78,160 +78,49 @@ def _code(src: str) -> str:
     return textwrap.dedent(src).strip("\n")
 
 
-SETUP = '''\
-%matplotlib inline
-import math  # noqa: F401 (the setup is the same in every part; not every part uses all)
-import os
-
-import matplotlib.pyplot as plt
-import torch
-
-import attnlab  # noqa: F401
-from attnlab.experiments import run  # noqa: F401
-from attnlab.experiments._result import fmt_num
-from attnlab.experiments.registry import catalog
-from attnlab.i18n import COMMON, translate, translate_figure
-from attnlab.viz.figures import cjk_font
-
-LANG = "{lang}"  # "en" or "zh": the language of this notebook's figures and messages
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the real models load offline
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-torch.manual_seed(0)
-if LANG == "zh" and cjk_font():
-    plt.rcParams["font.family"] = ["DejaVu Sans", cjk_font()]
-plt.rcParams["figure.dpi"] = 80
+#: What the setup cell may import, in its order: the modules, then attnlab.course's helpers
+#: (a notebook imports those its cells, exercises and answers use; ``setup`` always).
+_MODULES = (("math", "import math"), ("plt", "import matplotlib.pyplot as plt"),
+            ("torch", "import torch"), ("attnlab", "import attnlab"))
+_HELPERS = ("T", "answered", "check_line", "fmt_num", "predicted", "report", "run", "show",
+            "show_checks", "slider")
+#: The most lines the setup cell may have.
+SETUP_MAX_LINES = 10
 
 
-def T(en, zh):
-    """The text in this notebook's language."""
-    return zh if LANG == "zh" else en
+def _names_used(part: Part) -> set[str]:
+    """Every name the part's code reads: its code cells, and its exercises' blanks, checks,
+    reference and wrong answers (the tests run those in the notebook's kernel too)."""
+    import ast
+
+    sources = []
+    for cell in part.cells:
+        if isinstance(cell, Code):
+            sources.append(cell.src)
+        elif isinstance(cell, Exercise):
+            sources += [cell.blank, cell.check, cell.answer, cell.wrong]
+    return {n.id for src in sources for n in ast.walk(ast.parse(_code(src)))
+            if isinstance(n, ast.Name)}
 
 
-def show(result):
-    """An experiment's figure, its texts in this notebook's language."""
-    if LANG == "zh":
-        cat = {{**COMMON, **catalog(result.name)}}
-        translate_figure(result.figure, cat, family=["DejaVu Sans", cjk_font() or "sans-serif"])
-    return result.figure
+def setup_cell(part: Part, lang: str) -> str:
+    """The notebook's first code cell: the imports its cells use and
+    ``LANG = setup(lang)`` (:func:`attnlab.course.setup`: the language of the figures and
+    messages, the fonts, the seed, inline figures). The helpers live in
+    :mod:`attnlab.course`; the cell holds no definition."""
+    used = _names_used(part)
+    stdlib = [line for name, line in _MODULES[:1] if name in used]
+    third = [line for name, line in _MODULES[1:3] if name in used]
+    ours = [line for name, line in _MODULES[3:] if name in used]
+    helpers = sorted({"setup", *(h for h in _HELPERS if h in used)})
+    ours.append("from attnlab.course import " + ", ".join(helpers))
+    blocks = [b for b in (stdlib, third, ours) if b]
+    lines = [line for block in blocks for line in [*block, ""]]
+    lines.append(f'LANG = setup("{lang}")  # "en" or "zh": the language of this notebook\'s '
+                 "figures and messages")
+    return "\n".join(lines)
 
 
-def report(result):
-    """An experiment's result in this notebook's language: the quantity measured against
-    what is expected, the control (the same measurement on something that should not show
-    the property) and the verdict."""
-    zh = LANG == "zh"
-    expected = result.expected_text.replace("slack", "容差") if zh else result.expected_text
-    print(T("measured: ", "测量：") + f"{{result.quantity_zh if zh else result.quantity}}")
-    print(f"  = {{fmt_num(result.measured)}}   " + T("expected: ", "预期：") + expected)
-    c = result.control
-    if c is None:
-        print(T("control: none for this experiment", "对照：该实验没有对照"))
-    else:
-        judged = (T("passes too — the measurement does not tell", "同样满足——该测量无法区分")
-                  if c.holds else T("fails, as it should", "不满足，符合预期"))
-        print(T("control: ", "对照：") + f"{{c.what_zh if zh else c.what}}")
-        print(f"  = {{fmt_num(c.measured)}}   {{judged}}")
-    if result.by_construction:
-        why = result.by_construction_zh if zh else result.by_construction
-        print(T("why: ", "原因：") + why)
-    verdict = COMMON.get(result.verdict, result.verdict) if zh else result.verdict
-    print(T("verdict: ", "结论：") + verdict)
-    if not result.passed:
-        print(T("unexpected: attnlab expected the other verdict",
-                "出乎预期：attnlab 预期的是另一个结论"))
-
-
-def check_line(check, en, zh):
-    """One of an experiment's checks (``result.check(id)``) in this notebook's language:
-    what it measures (``en`` / ``zh``), its value, what it must be and whether it passes;
-    then its control, when it has one."""
-    ok = T("yes", "是") if check.passed else T("no", "否")
-    print(T(f"{{en}}: {{fmt_num(check.value)}} ({{check.expected}}) → {{ok}}",
-            f"{{zh}}：{{fmt_num(check.value)}}（{{check.expected}}）→ {{ok}}"))
-    if check.control is not None:
-        c = check.control
-        print("    " + T(f"control: {{c.what}} = {{fmt_num(c.measured)}}",
-                          f"对照：{{c.what_zh}} = {{fmt_num(c.measured)}}"))
-
-
-def show_checks(result):
-    """Every check behind an experiment's verdict, in this notebook's language: each value
-    against what it must be, and its control when it has one."""
-    cat = {{**COMMON, **catalog(result.name)}}
-    tr = (lambda s: translate(s, cat) or s) if LANG == "zh" else str
-    for c in result.checks:
-        ok = T("pass", "通过") if c.passed else T("fail", "未通过")
-        print(T(f"- {{c.name}}: {{fmt_num(c.value)}} ({{c.expected}}) {{ok}}",
-                f"- {{tr(c.name)}}：{{fmt_num(c.value)}}（{{tr(c.expected)}}）{{ok}}"))
-        if c.control is not None:
-            judged = (T("passes too", "同样满足") if c.control.holds
-                      else T("fails, as it should", "不满足，符合预期"))
-            print("    " + T(f"control: {{c.control.what}} = "
-                             f"{{fmt_num(c.control.measured)}}, {{judged}}",
-                             f"对照：{{c.control.what_zh}} = "
-                             f"{{fmt_num(c.control.measured)}}，{{judged}}"))
-
-
-def answered(**answers):
-    """Fails (AssertionError) while an exercise's answer is still `...`."""
-    for name, value in answers.items():
-        assert value is not ..., T(f"{{name}} is still `...`: compute it in the cell above",
-                                   f"{{name}} 仍是 `...`：请先在上面的单元格中算出它")
-
-
-def predicted(guess, truth, *, within, why_en="", why_zh=""):
-    """Predict, then check: prints the prediction ``guess``, the measured ``truth`` and
-    the gap between them; fails (AssertionError) while the guess is `...` or not a number,
-    and when it is further than ``within`` from the truth (the message says why)."""
-    assert guess is not ..., T("your prediction is still `...`: write a number in the cell "
-                               "above before the measurement runs",
-                               "你的预测仍是 `...`：请先在上面的单元格中写下一个数，再运行测量")
-    assert (isinstance(guess, (int, float)) and not isinstance(guess, bool)
-            and math.isfinite(guess)), T(f"write your prediction as a number, not {{guess!r}}",
-                                         f"请把预测写成一个数，而不是 {{guess!r}}")
-    truth = float(truth)
-    gap = abs(guess - truth)
-    print(T(f"your prediction {{fmt_num(guess)}}, measured {{fmt_num(truth)}}: "
-            f"off by {{fmt_num(gap)}}",
-            f"你的预测 {{fmt_num(guess)}}，实测 {{fmt_num(truth)}}：相差 {{fmt_num(gap)}}"))
-    assert gap <= within, T(f"off by more than {{fmt_num(within)}}. {{why_en}}",
-                            f"相差超过 {{fmt_num(within)}}。{{why_zh}}")
-    print(T("close enough (within ", "足够接近（相差不超过 ") + fmt_num(within)
-          + T("). ", "）。") + T(why_en, why_zh))
-
-
-SLIDERS = []  # every slider cell's figure function and controls (what the tests move)
-
-
-def slider(draw, **controls):
-    """A figure with sliders. ``draw(**values)`` draws it; each control is
-    ``(low, high, step, default)`` or ``([choices], default)``. The figure is drawn once at
-    the defaults (a still figure, which a page without a kernel shows too), then offered
-    again under ipywidgets sliders, redrawn as they move, where a Jupyter front end is."""
-    from types import SimpleNamespace
-
-    defaults = {{name: spec[-1] for name, spec in controls.items()}}
-    SLIDERS.append(SimpleNamespace(draw=draw, controls=controls, defaults=defaults))
-    draw(**defaults)
-    try:
-        import ipywidgets as w
-    except ImportError:  # the course extra installs it
-        print(T("(ipywidgets is not installed: the figure stays still)",
-                "（未安装 ipywidgets：图不能拖动）"))
-        return
-    widgets = {{}}
-    for name, spec in controls.items():
-        if len(spec) == 2:
-            widgets[name] = w.SelectionSlider(options=spec[0], value=spec[1], description=name,
-                                              continuous_update=False)
-        elif all(isinstance(x, int) for x in spec):
-            widgets[name] = w.IntSlider(min=spec[0], max=spec[1], step=spec[2], value=spec[3],
-                                        description=name, continuous_update=False)
-        else:
-            widgets[name] = w.FloatSlider(min=spec[0], max=spec[1], step=spec[2],
-                                          value=spec[3], description=name,
-                                          continuous_update=False)
-    w.interact(draw, **widgets)'''
 PARTS: tuple[Part, ...] = _load_parts()
 
 
@@ -272,7 +161,7 @@ def notebook(part: Part, lang: str) -> dict:
     md(f"# {part.number:02d} · {title}\n\n"
        + _flow(getattr(_NAV, lang), lang).replace("{n}", str(part.number))
        .replace("{total}", str(len(PARTS))))
-    code(SETUP.format(lang=lang), ("setup",))
+    code(setup_cell(part, lang), ("setup",))
     heading = False
     for cell in part.cells:
         if isinstance(cell, Text):
@@ -339,10 +228,10 @@ Run them with the project's environment (`make setup`, then open a notebook with
 stored without outputs; `tests/course` runs them all. The exercises ship blank; their
 reference answers are in [solutions.md](solutions.md).
 
-两篇文章的论证，一步一步，由 attnlab 完成计算：{zh}个 notebook，每个都有英文版和中文版，
+两篇文章的论证，一步一步，由 attnlab 完成计算：{zh}个笔记本，每个都有英文版和中文版，
 每个都以练习结束，练习的答案由一个单元格检查。用项目的环境运行（先 `make setup`，再用 `.venv`
-的内核打开 notebook）；不需要网络。这里的每个 notebook 都由 `build.py` 生成，不带输出保存；
-`tests/course` 会运行全部 notebook。练习以空白形式提供，参考答案见 [solutions.md](solutions.md)。
+的内核打开笔记本）；不需要网络。这里的每个笔记本都由 `build.py` 生成，不带输出保存；
+`tests/course` 会运行全部笔记本。练习以空白形式提供，参考答案见 [solutions.md](solutions.md)。
 
 | part | English | 中文 |
 |---|---|---|
@@ -383,7 +272,7 @@ def solutions_text() -> str:
            "exercise's cell of `...`; the check cell below it then passes. `tests/course` "
            "runs every notebook with these answers.", "",
            "由 `docs/course/build.py` 生成（请勿手改）。每个答案替换练习中写着 `...` 的单元格，"
-           "其下的检查单元格随即通过。`tests/course` 用这些答案运行每个 notebook。", ""]
+           "其下的检查单元格随即通过。`tests/course` 用这些答案运行每个笔记本。", ""]
     for part in PARTS:
         out += [f"## {part.number:02d} · {part.title_en} · {part.title_zh}", ""]
         for ex in exercises(part):

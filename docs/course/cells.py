@@ -62,7 +62,7 @@ class Predict(Exercise):
     """Predict, then check: an exercise placed in the body of a part, *before* the cells
     that make the measurement, not among the exercises at the end. The learner writes a
     number (``blank``: ``name = ...``); the ``check`` runs the measurement itself and passes
-    it to SETUP's ``predicted(guess, truth, within=...)``, which prints the guess, the
+    it to ``attnlab.course.predicted(guess, truth, within=...)``, which prints the guess, the
     measured value and the gap, and fails on ``...``, on a value that is not a number and on
     a guess further from the truth than ``within``. ``wrong`` is the misconception the part
     corrects (it must fail); ``answer`` is a reasoned guess (it must pass)."""

@@ -425,6 +425,8 @@ WRONG_TERMS: dict[str, str] = {
 TERMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "token": ("词元", ("令牌", "标记", "词符", "记号", "符元")),
     "mask": ("掩码", ("遮罩", "蒙版", "掩膜", "屏蔽")),
+    "previous-token head": ("前一个词元头", ("前一词头", "前一词元头", "前词元头", "上一词元头")),
+    "induction head": ("归纳头", ("感应头", "归纳注意力头")),
 }
 
 

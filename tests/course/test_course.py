@@ -86,7 +86,7 @@ def test_each_notebook_says_which_part_of_how_many_it_is():
         assert f"第 {part.number} 部分（共 {total} 部分）" in zh, zh[:120]
     en_count, zh_count = build._in_words(total)
     assert f"computation: {en_count} notebooks" in build.index()
-    assert f"完成计算：{zh_count}个 notebook" in build.index()
+    assert f"完成计算：{zh_count}个笔记本" in build.index()
     assert build._in_words(10) == ("ten", "十") and build._in_words(11) == ("eleven", "十一")
     assert build._in_words(23) == ("23", "二十三") and build._in_words(40) == ("40", "四十")
 
@@ -187,7 +187,7 @@ def test_every_chinese_markdown_cell_is_chinese(part):
     assert [c["cell_type"] for c in zh] == [c["cell_type"] for c in en]
     for c_zh, c_en in zip(zh, en):
         if c_zh["cell_type"] == "code":
-            assert c_zh["source"].replace('LANG = "zh"', 'LANG = "en"') == c_en["source"]
+            assert c_zh["source"].replace('setup("zh")', 'setup("en")') == c_en["source"]
             continue
         share = _chinese_share(_prose(c_zh["source"]))
         assert share >= 0.6, f"{part.stem}: not Chinese ({share:.2f}): {c_zh['source'][:80]!r}"
@@ -197,6 +197,159 @@ def test_every_chinese_markdown_cell_is_chinese(part):
 def test_the_chinese_check_rejects_english():
     assert _chinese_share(_prose("**Exercise 1.** Compute the `q` of $h$ heads.")) < 0.6
     assert _chinese_share(_prose("**练习 1.** 算出 `q`，$h$ 个头。")) >= 0.6
+
+
+def _private_imports(source: str) -> list[str]:
+    """The private attnlab modules (a dotted part starting with ``_``: attnlab.x._y) that a
+    code cell imports (its IPython magics and shell lines left out)."""
+    import ast
+
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                     for line in source.splitlines())
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] if "._" in f".{node.module}" else [
+                f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n.split(".")[0] == "attnlab"
+                  and any(p.startswith("_") for p in n.split(".")[1:])]
+    return found
+
+
+def _notebook_code_problems(nb: dict) -> list[str]:
+    """A notebook's setup cell over build.SETUP_MAX_LINES lines, a setup cell that is not
+    the first code cell, and every import of a private attnlab module in its code cells."""
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    source = lambda c: "".join(c["source"])  # noqa: E731 (a file's cells are lists of lines)
+    problems = []
+    if not code or "setup" not in code[0]["metadata"].get("tags", ()):
+        problems.append("the first code cell is not the setup cell")
+    elif len(source(code[0]).splitlines()) > build.SETUP_MAX_LINES:
+        problems.append(f"the setup cell has {len(source(code[0]).splitlines())} lines, more "
+                        f"than {build.SETUP_MAX_LINES}")
+    for i, cell in enumerate(code):
+        problems += [f"code cell {i} imports the private module {m}"
+                     for m in _private_imports(source(cell))]
+    return problems
+
+
+@pytest.mark.parametrize("part,lang", CASES, ids=[f"{lang}-{p.stem}" for p, lang in CASES])
+def test_the_setup_cell_is_short_and_no_cell_imports_a_private_module(part, lang):
+    """Every committed notebook opens with a setup cell of at most SETUP_MAX_LINES lines
+    (the helpers live in the public attnlab.course) and imports no private module."""
+    nb = json.loads(build.path_of(part, lang).read_text(encoding="utf-8"))
+    assert _notebook_code_problems(nb) == [], build.path_of(part, lang)
+    setup = "".join(nb["cells"][1]["source"])
+    assert "from attnlab.course import" in setup and f'LANG = setup("{lang}")' in setup
+
+
+def test_the_code_check_catches_a_long_setup_and_a_private_import():
+    nb = json.loads(json.dumps(build.notebook(build.PARTS[0], "zh")))
+    assert _notebook_code_problems(nb) == []
+    long_setup = json.loads(json.dumps(nb))
+    long_setup["cells"][1]["source"] += "\n" + "\n".join(f"x{i} = {i}" for i in range(10))
+    assert _notebook_code_problems(long_setup) == [
+        f"the setup cell has {10 + len(nb['cells'][1]['source'].splitlines())} lines, more "
+        f"than {build.SETUP_MAX_LINES}"]
+    private = json.loads(json.dumps(nb))
+    cell = next(c for c in private["cells"][2:] if c["cell_type"] == "code")
+    cell["source"] = "%matplotlib inline\nfrom attnlab.experiments._result import fmt_num\n"
+    assert _notebook_code_problems(private) == [
+        "code cell 1 imports the private module attnlab.experiments._result"]
+    assert _private_imports("import attnlab._io as io\nfrom attnlab import _lazy") == [
+        "attnlab._io", "attnlab._lazy"]
+    assert _private_imports("from attnlab.course import setup\nimport _thread") == []
+
+
+#: English that the Chinese notebooks' prose may keep: names (of people, models, libraries,
+#: the language), code words a sentence quotes, and words of the articles' own examples.
+_ENGLISH_NAMES = {"attnlab", "softmax", "Transformer", "Nadaraya", "Watson", "KV", "torch",
+                  "einsum", "Python", "Llama", "Spearman", "GPT", "BERT", "CPU", "QK", "True",
+                  "Instruct", "Kobayashi", "Abnar", "Zuidema", "SmolLM", "MiniLM", "RoPE",
+                  "NaN", "PyTorch", "it", "animal", "street", "tired", "wide", "too", "the",
+                  "bool", "float", "view", "transpose", "all", "dv", "Lk", "GNN", "RNN", "fp"}
+#: What the Chinese notebooks never write: a part is 第 N 部分 (not 第 N 节, 本节), and a
+#: translator's note (本节统一译作 …) has no place in a textbook.
+_NOT_IN_A_TEXTBOOK = re.compile(r"第 ?\d+ ?节|本节|译作|译为|译法")
+
+
+def _zh_problems(where: str, markdown: str) -> list[str]:
+    """The Chinese markdown's term problems: a variant of a term (attnlab.i18n.TERMS), a
+    glossary term in English or in a wrong Chinese word (attnlab.i18n.term_problems), an
+    English word that is not a name, a part called 节, a translator's note."""
+    from attnlab.i18n import english_words, term_problems, term_variants
+
+    out = [f"{where}: {v!r} -> write {t}" for v, t in term_variants(markdown)]
+    out += term_problems(markdown, where=f"{where}: ")
+    out += [f"{where}: English {w!r} in Chinese prose" for w in english_words(markdown)
+            if w not in _ENGLISH_NAMES]
+    out += [f"{where}: {m.group()!r}" for m in _NOT_IN_A_TEXTBOOK.finditer(markdown)]
+    return out
+
+
+def _zh_markdown(part) -> list[tuple[str, str]]:
+    cells = build.notebook(part, "zh")["cells"]
+    return [(f"zh/{part.stem} cell {i}", c["source"]) for i, c in enumerate(cells)
+            if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("part", build.PARTS, ids=[p.stem for p in build.PARTS])
+def test_the_chinese_notebooks_use_one_term_per_concept(part):
+    problems = [p for where, text in _zh_markdown(part) for p in _zh_problems(where, text)]
+    assert not problems, f"{len(problems)} term problem(s):\n" + "\n".join(problems)
+
+
+def test_the_term_check_catches_a_planted_variant():
+    where, text = _zh_markdown(build.PARTS[1])[1]
+    assert _zh_problems(where, text) == []
+    planted = _zh_problems(where, text + "每个令牌都有一个遮罩。")
+    assert f"{where}: '令牌' -> write 词元" in planted
+    assert f"{where}: '遮罩' -> write 掩码" in planted
+    assert _zh_problems(where, "见第 04 节。本节统一译作值加权。") == [
+        f"{where}: '第 04 节'", f"{where}: '本节'", f"{where}: '译作'"]
+    assert _zh_problems(where, "这个 notebook 用 one-hot 向量") == [
+        f"{where}: English 'notebook' in Chinese prose", f"{where}: English 'one' in Chinese "
+        "prose", f"{where}: English 'hot' in Chinese prose"]
+
+
+#: How README.md and docs/course/README.md state the number of parts: a number (in words or
+#: digits), then a few words, then notebooks or parts; in Chinese, a number, 个, 笔记本.
+_NUMBER_EN = "|".join(build._in_words(n)[0] for n in range(1, 20)) + r"|\d+"
+_COUNT_EN = re.compile(rf"\b({_NUMBER_EN})(?:\s+[\w-]+){{0,3}}?\s+(?:notebooks|parts)\b", re.I)
+_COUNT_ZH = re.compile(r"([零一二三四五六七八九十百\d]+) ?个 ?(?:笔记本|notebook|部分)")
+
+
+def _stated_counts(text: str) -> list[str]:
+    """Every count of the course's parts that ``text`` states, as written."""
+    return ([m.group(1) for m in _COUNT_EN.finditer(text)]
+            + [m.group(1) for m in _COUNT_ZH.finditer(text)])
+
+
+def _count_problems(text: str, total: int) -> list[str]:
+    en, zh = build._in_words(total)
+    return [c for c in _stated_counts(text) if c.lower() not in (en, zh, str(total))]
+
+
+def test_every_stated_count_of_parts_is_the_number_of_parts():
+    """README.md and docs/course/README.md say how many parts the course has; each count
+    they state is the number of parts in docs/course/parts (and the check catches a wrong
+    one)."""
+    total = len(build.PARTS)
+    for path in (ROOT / "README.md", COURSE / "README.md"):
+        text = path.read_text(encoding="utf-8")
+        assert len(_stated_counts(text)) >= 2, (path, _stated_counts(text))
+        assert _count_problems(text, total) == [], path
+    en, zh = build._in_words(total)
+    wrong_en, wrong_zh = build._in_words(total - 1)
+    planted = (ROOT / "README.md").read_text(encoding="utf-8").replace(
+        en.capitalize(), wrong_en.capitalize())
+    assert _count_problems(planted, total) == [wrong_en.capitalize()]
+    assert _count_problems(build.index().replace(f"{zh}个", f"{wrong_zh}个"), total) == [wrong_zh]
+    assert _count_problems("as 13 bilingual Jupyter notebooks", total) == ["13"]
 
 
 @pytest.fixture(scope="module")
@@ -218,26 +371,30 @@ def _run(client, source: str):
     return runner.run_cell(client, source)  # CellExecutionError on any error
 
 
-#: What SETUP's report(result) prints, in either language, for an unexpected verdict.
+#: What attnlab.course.report(result) prints, in either language, for an unexpected verdict.
 UNEXPECTED = ("unexpected: attnlab expected", "出乎预期：attnlab 预期")
 
 
 def test_report_flags_an_unexpected_verdict_in_both_languages():
     """The words the notebook run looks for are the ones report() prints."""
-    setup = build.SETUP
-    assert all(w in setup for w in UNEXPECTED)
+    import inspect
+
+    import attnlab.course as course
+
+    assert course.UNEXPECTED == UNEXPECTED
+    assert "UNEXPECTED[0]" in inspect.getsource(course.report)
+    assert "UNEXPECTED[1]" in inspect.getsource(course.report)
 
 
 def _setup(lang: str) -> dict:
-    """SETUP's namespace (its %magic line left out), for LANG = ``lang``."""
-    namespace: dict = {}
-    source = "\n".join(line for line in build.SETUP.format(lang=lang).splitlines()
-                        if not line.startswith("%"))
+    """attnlab.course's names after its setup(lang), as a notebook of ``lang`` sees them."""
     import matplotlib as mpl
 
-    with mpl.rc_context():  # SETUP sets the notebook's fonts; this process keeps its own
-        exec(compile(source, f"SETUP-{lang}", "exec"), namespace)
-    return namespace
+    import attnlab.course as course
+
+    with mpl.rc_context():  # setup() sets the notebook's fonts; this process keeps its own
+        course.setup(lang)
+    return vars(course)
 
 
 @pytest.mark.parametrize("lang", build.LANGS)
@@ -312,7 +469,7 @@ def _execute(part, lang, client):
     return elapsed
 
 
-#: The parts whose notebooks have slider cells (SETUP's slider()), and how many.
+#: The parts whose notebooks have slider cells (attnlab.course.slider()), and how many.
 SLIDER_PARTS = {2: 2, 3: 1, 6: 1}
 
 
@@ -326,7 +483,8 @@ def _move_sliders(client, part):
     """Each slider's callback, run in the kernel at two values of each of its controls (the
     lowest and the highest, the others at their defaults), draws and prints something
     different for the two."""
-    count = _run(client, "print(len(SLIDERS))").outputs[0]["text"].strip()
+    count = _run(client, "from attnlab.course import SLIDERS\nprint(len(SLIDERS))"
+                 ).outputs[0]["text"].strip()
     assert int(count) == SLIDER_PARTS.get(part.number, 0), (part.stem, count)
     for i in range(int(count)):
         names = _run(client, f"print(' '.join(SLIDERS[{i}].controls))").outputs[0]["text"].split()

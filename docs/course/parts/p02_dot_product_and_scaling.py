@@ -213,7 +213,7 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         """, """
         **不缩放，softmax 就会饱和——梯度呢？** 文章 000 说此时梯度会**消失**；文章 001 给同一节
         起的标题是「梯度爆炸问题」。实验 `softmax-saturation` 随着 $d_k$ 增大把两者都测出来：
-        各行有多接近 one-hot，一行传回给自己分数的梯度（一般的一行：取各行的中位数），以及到达
+        各行有多接近独热向量，一行传回给自己分数的梯度（一般的一行：取各行的中位数），以及到达
         $W_q$ 的梯度相对 $W_q$ 本身的大小（对所有行）。它的对照是除以 $\\sqrt{d_k}$ 之后的同样各行。
         """),
     Code("""
@@ -362,7 +362,7 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         **Exercise 3.** Compute the angle `ex3_deg` (in degrees) between `q` and `k` (the
         64-dimensional pair at the top) from their dot product and norms.
         """, """
-        **练习 3.** 用点积与范数算出 `q` 和 `k`（本节开头那对 64 维向量）之间的夹角
+        **练习 3.** 用点积与范数算出 `q` 和 `k`（本部分开头那对 64 维向量）之间的夹角
         `ex3_deg`（单位：度）。
         """,
         blank="ex3_deg = ...  # the angle between q and k, in degrees",

@@ -90,42 +90,13 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         它们的注意力分布是否不同？
         """),
     Code("""
-        import re
-
+        from attnlab.course import multihead_cost_summary
         from attnlab.experiments.multihead_cost import HeadsConfig
 
         r = run("multihead-cost", config=HeadsConfig(tasks=("copy",), seeds=1, steps=80), n=16,
                 plot=False)
         report(r)
-        task_name = {"copy": T("copy", "复制"), "sort": T("sort", "排序"),
-                     "reverse": T("reverse", "反转")}
-        angle_row = re.compile(r"(\\w+), seed (\\d+): mean principal angle between heads, "
-                               r"(W_q|W_k) \\(°\\)")
-        print(T("mean principal angle between heads, at initialisation → trained:",
-                "各头之间的平均主夹角，初始化时 → 训练后："))
-        rows = [(angle_row.fullmatch(row[0]), row[1], row[2]) for row in r.table[1]]
-        assert any(m for m, _, _ in rows), "multihead-cost's table has no angle rows"
-        for m, init, trained in rows:
-            if m:
-                task, seed, w = m.groups()
-                print(f"  {task_name[task]}, " + T("seed", "种子") + f" {seed}, {w}: "
-                      f"{init:.1f}° → {trained:.1f}°")
-        readings = [
-            ("head-blocks-orthogonal", "after the split, the heads' coordinate blocks are "
-             "orthogonal", "切分后各头的坐标块正交"),
-            ("heads-orthogonal", "the trained heads' W_q, W_k subspaces are orthogonal",
-             "训练后各头的 W_q、W_k 子空间正交"),
-            ("wq-angle-change", "training pushes the heads' W_q subspaces apart",
-             "训练把各头的 W_q 子空间推开"),
-            ("wk-angle-change", "training pushes the heads' W_k subspaces apart",
-             "训练把各头的 W_k 子空间推开"),
-            ("patterns-diverge", "the trained heads attend differently (total variation)",
-             "训练后各头的注意力分布不同（全变差）")]
-        print(T("trained heads stay in different subspaces (the headline):",
-                "训练后各头处在不同的子空间（主测量）："),
-              T("yes", "是") if r.headline_holds else T("no", "否"))
-        for id_, en, zh in readings:
-            check_line(r.check(id_), en, zh)
+        multihead_cost_summary(r)  # the angles between the heads, then each reading's check
         """),
     Predict("predict", """
         **Predict, then check.** `MultiHeadAttention(E, h)` with $E = 32$: how many times as
@@ -163,7 +134,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         $N \\times N$ matrix per head.
         """, """
         上面每种读法都有各自的答案：文章的一句话可能在一种读法下成立，在另一种读法下不成立。对照说明
-        各头之间的差别从何而来：初始完全相同的头得到完全相同的梯度。第 10 节在另一个任务上训练一个
+        各头之间的差别从何而来：初始完全相同的头得到完全相同的梯度。第 10 部分在另一个任务上训练一个
         两层模型，用字面的读法和更强的读法检验它的头，以这次训练自己的初始权重作为对照。
 
         **代价。** 无论 $h$ 是多少，$W_q, W_k, W_v, W_o$ 都是 $E \\times E$ 的：各头只是切分它们，
@@ -197,8 +168,7 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         的任务上，训练宽度相同的单头模型和双头模型；按这个论断，单头应当学不会，而双头能学会。
         """),
     Code("""
-        from attnlab.experiments._heads import TwoRelationTask
-        from attnlab.experiments.one_relation_per_head import RelationConfig
+        from attnlab.experiments.one_relation_per_head import RelationConfig, TwoRelationTask
 
         r = run("one-relation-per-head", plot=False,
                 config=RelationConfig(runs=((TwoRelationTask("offsets"), 60),)))
@@ -215,8 +185,8 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         """, """
         **为什么要两个矩阵 $W^Q$ 和 $W^K$？** 文章 000：「通过三个不同的矩阵，模型允许词在三个不同的
         几何空间中表达不同的角色」。若 $W^Q = W^K$，分数矩阵是一个格拉姆矩阵，是对称的：词元 $i$
-        要找 $j$，$j$ 就一定也同样地找 $i$。实验 `qkv-roles` 在一个循环的前一词元任务上训练未绑定和
-        绑定（令 $W^K$ 等于 $W^Q$）的单头模型，测量有方向的分数差
+        要找 $j$，$j$ 就一定也同样地找 $i$。实验 `qkv-roles` 在一个循环的前一个词元任务上训练未绑定
+        和绑定（令 $W^K$ 等于 $W^Q$）的单头模型，测量有方向的分数差
         $q_i \\cdot k_{i-1} - q_{i-1} \\cdot k_i$；它的对照是训练前的同一个未绑定模型，其随机的
         不对称没有方向。
         """),

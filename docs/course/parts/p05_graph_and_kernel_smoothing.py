@@ -95,7 +95,7 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         encoding added, which must break the symmetry.
         """, """
         图的节点没有顺序。没有位置信息时，自注意力是**置换等变**的：把词元重新排列，输出也以同样的
-        方式重新排列，$f(PX) = P f(X)$。这就是需要位置编码的原因（第 06 节）。实验 `dynamic-graph`
+        方式重新排列，$f(PX) = P f(X)$。这就是需要位置编码的原因（第 06 部分）。实验 `dynamic-graph`
         测量这一点，并附上对照：加入正弦位置编码的同一层，它必须打破这种对称。
         """),
     Code("""

@@ -17,7 +17,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         (「低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置」), and a relative
         position property: 「$PE_{pos+k}$ 能表示为 $PE_{pos}$ 的线性组合」.
         """, """
-        只靠注意力分不清词的顺序（第 05 节）。文章 001 用两条性质解释正弦位置编码
+        只靠注意力分不清词元的顺序（第 05 部分）。文章 001 用两条性质解释正弦位置编码
         $PE_{(pos,2i)} = \\sin(pos / 10000^{2i/d_{model}})$（奇数维用余弦）：
         波长随 $i$ 按几何级数增长
         （「低频（大波长）捕获长距离依赖，高频（小波长）记录局部位置」），以及相对位置性质：
@@ -206,7 +206,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         pairs with $i + d/2$). The map of scores over $(m, n)$ is constant along diagonals:
         """, """
         在标准模型中，分数看到的是 $x + PE$：位置与内容混在一起。**RoPE**（SmolLM2 使用它，
-        见第 09 节）把旋转放到直接起作用的地方：按位置旋转 $q$ 和 $k$ 本身，使
+        见第 09 部分）把旋转放到直接起作用的地方：按位置旋转 $q$ 和 $k$ 本身，使
         $\\langle R_m q, R_n k \\rangle = \\langle q, R_{n-m} k \\rangle$
         只依赖于 $m - n$。attnlab 的
         `RotaryEmbedding` 采用 Llama 的前后半分布局（第 $i$ 维与第 $i + d/2$ 维成对）。分数在

@@ -17,8 +17,8 @@ PART = Part(7, "masks", "Masks", "掩码", (
         文章 000 把掩码剥离掉了（「剥离一切无关的模块（如 Mask 机制、Dropout）」）；文章 001 加了一
         行
         「掩码处理（解码器需要）」。掩码决定一个查询可以看到哪些键。attnlab 处处只用一种约定：
-        bool 掩码在**允许关注的位置为 True**，float 掩码加到分数上，`key_mask`（B, Lk）对真实的词为
-        True。所有掩码都来自 `attnlab.masks`。
+        bool 掩码在**允许关注的位置为 True**，float 掩码加到分数上，`key_mask`（B, Lk）对真实的
+        词元为 True。所有掩码都来自 `attnlab.masks`。
         """),
     Code("""
         from attnlab import masks
@@ -27,7 +27,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
         shown = {
             T("causal", "因果"): masks.causal(n),
             T("causal, window 3", "因果，窗口 3"): masks.causal(n, window=3),
-            T("padding (4 real)", "填充（4 个真实词）"): masks.key_mask_to_attn_mask(
+            T("padding (4 real)", "填充（4 个真实词元）"): masks.key_mask_to_attn_mask(
                 masks.padding([4], n))[0, 0].expand(n, n),
             T("causal and padding", "因果与填充"): masks.combine(
                 masks.causal(n), masks.padding([4], n)[0]),
@@ -165,9 +165,9 @@ PART = Part(7, "masks", "Masks", "掩码", (
         `n = 6`, `p = 3`. The check compares it with which inputs each output really depends
         on, through the Jacobian of a `SelfAttention`.
         """, """
-        **练习 1.** *前缀语言模型*掩码：前 `p` 个词（提示）彼此双向可见，之后的每个词都是因果的。
-        为 `n = 6`、`p = 3` 构造 `ex1_mask`（n × n，bool）。检查单元格通过 `SelfAttention` 的雅可比
-        矩阵，把它与每个输出实际依赖哪些输入进行比较。
+        **练习 1.** *前缀语言模型*掩码：前 `p` 个词元（提示）彼此双向可见，之后的每个词元都是
+        因果的。为 `n = 6`、`p = 3` 构造 `ex1_mask`（n × n，bool）。检查单元格通过
+        `SelfAttention` 的雅可比矩阵，把它与每个输出实际依赖哪些输入进行比较。
         """,
         blank="""
             n, p = 6, 3
@@ -216,7 +216,7 @@ PART = Part(7, "masks", "Masks", "掩码", (
                 "padded keys must get weight 0", "填充的键权重必须为 0")
             alone, _ = mha(xb[:1, :3])  # the short sequence without padding
             assert torch.allclose(outb[0, :3], alone[0], atol=1e-6), T(
-                "padding changed the real tokens' outputs", "填充改变了真实词的输出")
+                "padding changed the real tokens' outputs", "填充改变了真实词元的输出")
             print(T("right", "正确"))
             """,
         wrong="ex2_key_mask = ~masks.padding([3, 5], 5)  # torch's key_padding_mask convention"),

@@ -54,37 +54,17 @@ PART = Part(8, "modules", "The modules", "模块", (
         **与 PyTorch 的一致性**。`attnlab.experiments.parity` 在随机输入上逐项比较 attnlab 与
         PyTorch：缩放点积函数（各种掩码、缩放系数、因果掩码）、带或不带 `batch_first` 的
         `MultiheadAttention`、交叉注意力、编码器层与解码器层、KV 缓存，以及完整的
-        `nn.Transformer`。对于所有键都被遮蔽的一行，torch 返回 NaN，attnlab 返回 0（第 07 节），
+        `nn.Transformer`。对于所有键都被遮蔽的一行，torch 返回 NaN，attnlab 返回 0（第 07 部分），
         比较中会注明这一点。一个不可能失败的比较什么也证明不了，所以每一项比较还会用同一个 torch
         参照测量 attnlab 一侧的一个故意写错的变体（漏掉缩放、忽略掩码、不加因果掩码……），只有当容差
         拒绝了这个变体时，这项比较才算通过。
         """),
     Code("""
-
+        from attnlab.course import parity_summary
         from attnlab.experiments import parity
 
         comparisons = parity.run_parity()
-        par = {**COMMON, **parity.ZH}
-        name_of = (lambda s: translate(s, par) or s) if LANG == "zh" else str
-        ok = [c for c in comparisons if c.passed]
-        print(T(f"{len(ok)} of {len(comparisons)} comparisons pass (within their tolerance, "
-                "their wrong variant outside it)",
-                f"{len(comparisons)} 项比较中有 {len(ok)} 项通过"
-                "（误差在容差以内，错误变体在容差以外）"))
-        for c in comparisons:
-            if not c.passed:
-                print(T("fails:", "未通过："), name_of(c.name), fmt_num(c.max_error))
-        closest = max(comparisons, key=lambda c: c.max_error / c.tolerance)
-        print(T("closest to its tolerance:", "最接近容差的一项："), name_of(closest.name),
-              fmt_num(closest.max_error), "≤", fmt_num(closest.tolerance))
-        controlled = [c for c in comparisons if c.control is not None]
-        weakest = min(controlled, key=lambda c: c.control / c.tolerance
-                      if math.isfinite(c.control) else math.inf)
-        print(T(f"{len(controlled)} comparisons measure a wrong variant; the one closest to "
-                "passing:", f"{len(controlled)} 项比较测量了错误变体；最接近通过的一个："),
-              name_of(weakest.name), "—", weakest.wrong_zh if LANG == "zh" else weakest.wrong,
-              fmt_num(weakest.control), "≤" if weakest.control_holds else ">",
-              fmt_num(weakest.tolerance))
+        parity_summary(comparisons)  # how many pass, the closest ones
         """),
     Text("""
         **Article 000's listing**, executed here as printed (its own demo aside), against
@@ -203,17 +183,11 @@ PART = Part(8, "modules", "The modules", "模块", (
         的建议也一并检查。下表列出每次运行、它遇到的错误（及其在清单中的行号）和每处修正。
         """),
     Code("""
+        from attnlab.course import article_code_table
+
         r = run("article-code", plot=False)
         report(r)
-        cat = {**COMMON, **catalog(r.name)}
-        tr = (lambda s: translate(str(s), cat) or str(s)) if LANG == "zh" else str
-        for row in r.table[1]:
-            label, outcome, line, message = row[:4]
-            if not outcome:  # a line of a fix's diff
-                print(f"    {tr(label)}: {message}")
-                continue
-            where = T(f" (line {line})", f"（第 {line} 行）") if line != "" else ""
-            print(f"- {tr(label)}: {tr(outcome)}{where}" + (f" — {tr(message)}" if message else ""))
+        article_code_table(r)  # each run of a listing, its error and each fix
         """),
     Text("""
         **Is the fused projection faster?** The fused and the separate projections do the
@@ -236,32 +210,12 @@ PART = Part(8, "modules", "The modules", "模块", (
         都会不同。
         """),
     Code("""
+        from attnlab.course import timing_report
+
         r = run("fused-qkv-speed", sizes=((2, 10, 512), (1, 16, 64), (2, 64, 256)), rounds=2,
                 repeats=3, layers=False, plot=False)
-        zh = LANG == "zh"
         # a timing: its verdict is this run's on this machine, shown as such (no report())
-        print(T("measured on this machine: ", "在这台机器上测得：")
-              + (r.quantity_zh if zh else r.quantity) + f" = {fmt_num(r.measured)}")
-        if r.control is not None:
-            print(T("control: ", "对照：") + (r.control.what_zh if zh else r.control.what)
-                  + f" = {fmt_num(r.control.measured)}")
-        print(T("threshold: ", "阈值：") + r.expected_text
-              + T(", for the measurement and not for the control",
-                  "，测量值须达到，对照不得达到"))
-        print(T("this run, on this machine: ", "这次运行、在这台机器上：")
-              + (COMMON.get(r.verdict, r.verdict) if zh else r.verdict))
-        show_checks(r)
-        cat = {**COMMON, **catalog(r.name)}
-        tr = (lambda s: translate(str(s), cat) or str(s)) if LANG == "zh" else str
-        headers, rows_ = r.table
-        for row in rows_:
-            if str(row[0]).startswith("load average"):  # before | after, and the CPUs
-                print(f"{tr(row[0])}{T(' (', '（')}{tr(row[1])}{T('): ', '）：')}"
-                      f"{fmt_num(row[2])} | {fmt_num(row[3])}")
-                continue
-            cells_ = [f"{tr(h)} {fmt_num(v)}" for h, v in zip(headers[2:], row[2:])
-                      if isinstance(v, float)]
-            print(f"{tr(row[0])}{T(', ', '，')}{tr(row[1])}: " + T(", ", "，").join(cells_))
+        timing_report(r)
         """),
     Predict("predict", """
         **Predict, then check.** `MultiHeadAttention(embed_dim=64, num_heads=8)` stacks
@@ -295,7 +249,7 @@ PART = Part(8, "modules", "The modules", "模块", (
         whole sequence gives; the cell compares the two.
         """, """
         **分组查询注意力**（`num_kv_heads`）：若干个查询头共享一个键/值头，K、V
-        的投影与缓存都因此变小。**KV 缓存**：用 `KVCache` 一次解码一个词，结果必须与对整个序列做
+        的投影与缓存都因此变小。**KV 缓存**：用 `KVCache` 一次解码一个词元，结果必须与对整个序列做
         一次因果计算相同；下面的单元格比较这两者。
         """),
     Code("""

@@ -16,7 +16,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         """, """
         到目前为止一切都是在随机权重上运行的。attnlab 可以离线加载两个预训练模型：`minilm`
         （all-MiniLM-L6-v2，BERT 编码器）和 `smollm2`（SmolLM2-135M-Instruct，Llama 架构：因果、
-        RoPE，若干查询头共享一个键/值头）；打印一个追踪（trace）就能看到它的层数和头数。**追踪**
+        RoPE，若干查询头共享一个键/值头）；打印一个追踪就能看到它的层数和头数。**追踪**
         保存每个头的 q、k、v 与每一行的 log-sum-exp，需要哪个权重就精确地算出哪个。
         """),
     Code("""
@@ -155,7 +155,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         queries and keys, the positional rotation and per-head diagnostics, in English and
         Chinese. Nothing in it makes a network request.
         """, """
-        **内嵌的探索器**。`attnlab.Explorer(trace)` 在 notebook 中通过 `_repr_html_` 显示自己：
+        **内嵌的探索器**。`attnlab.Explorer(trace)` 在笔记本中通过 `_repr_html_` 显示自己：
         带有实时 $1/\\sqrt{d_k}$ 滑块的 QK 视图、一个头的查询与键的几何、位置旋转、各头的诊断，
         中英双语。它不发出任何网络请求。
         """),
@@ -196,7 +196,7 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         状态，分别在水果语境（吃、洗、果园、削）和公司语境（发布会、科技新闻、市值）之后，测量
         它的倾向 $\\cos(苹果, 水果) - \\cos(苹果, 科技公司)$。它的对照是同一架构、随机权重的网络；
         各项检查在最后一层读取每个语境，并在中间层（网络的一半处）再读一次。这里的对照只抽取一次
-        （`draws=1`，让 notebook 运行得快一些）；`attnlab verify` 抽取多次并保留最有利的一次，
+        （`draws=1`，让笔记本运行得快一些）；`attnlab verify` 抽取多次并保留最有利的一次，
         是更严格的对照。图中是每一层的倾向。
         """),
     Code("""

@@ -21,9 +21,9 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         """, """
         文章 000 说，由于各个头从不同的权重出发，「梯度下降会驱使它们收敛到不同的表征子空间」：
         按字面读，训练后的各个头落在不同的子空间中。我们训练一个小模型，看看它的头学到了什么，再测量
-        训练前后它们的子空间。归纳（induction）任务重复一段随机序列
-        `<bos> s1..sn s1..sn s1..`：要预测下一个词，模型必须找到当前词上一次出现的位置，
-        并复制紧随其后的词。已知的解法需要两层 attnlab `GPT` 中两个协作的头：
+        训练前后它们的子空间。归纳任务重复一段随机序列
+        `<bos> s1..sn s1..sn s1..`：要预测下一个词元，模型必须找到当前词元上一次出现的位置，
+        并复制紧随其后的词元。已知的解法需要两层 attnlab `GPT` 中两个协作的头：
         第 0 层的**前一个词元头**和第 1 层的**归纳头**。下面的训练很小（200 步；单元格会打印用时）；
         完整的训练是 `attnlab train --task induction`（600 步）。
         """),
@@ -96,7 +96,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         """),
     Code("""
         s = head_scores(tt, token_ids=ids)
-        for name, label in (("previous", T("previous-token scores", "前一词分数")),
+        for name, label in (("previous", T("previous-token scores", "前一个词元分数")),
                             ("induction", T("induction scores", "归纳分数"))):
             for layer, row in enumerate(s[name]):
                 print(label, T(f"layer {layer}:", f"第 {layer} 层："),
@@ -145,7 +145,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         """, """
         **不同的子空间吗**？每个头通过 $W_q$ 中属于自己的切片（$E \\times E$ 矩阵中的 $E/h$ 行）读取
         查询，通过 $W_k$ 中的切片读取键：每个切片张成一个 $E/h$ 维的子空间。两个子空间用它们之间的
-        主夹角来比较（第 04 节）：同一个子空间的主夹角全是 0°，正交的子空间全是 90°。下面的单元格
+        主夹角来比较（第 04 部分）：同一个子空间的主夹角全是 0°，正交的子空间全是 90°。下面的单元格
         在每一层计算每两个头之间的主夹角，既在训练后的模型上，也在初始化时的同一个模型上（这次训练
         自己的初始权重，由它的随机种子重建）。初始权重就是对照：如果它们已经通过某个检验，那么训练后
         通过同一个检验并不能说明梯度下降做了什么。最后一行是训练带来的变化。
@@ -265,8 +265,8 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         token and counts as 0). Compute it by hand for the previous-token head:
         `ex2_score`.
         """, """
-        **练习 2.** 一个头的前一词分数，是落在键 `i - 1` 上的注意力质量对各行求和，再除以**全部**
-        N 行（第 0 行没有前一个词，记为 0）。为前一个词元头手工算出它：`ex2_score`。
+        **练习 2.** 一个头的前一个词元分数，是落在键 `i - 1` 上的注意力质量对各行求和，再除以
+        **全部** N 行（第 0 行没有前一个词元，记为 0）。为前一个词元头手工算出它：`ex2_score`。
         """,
         blank="ex2_score = ...  # the previous-token score of the head prev, by hand",
         answer="""

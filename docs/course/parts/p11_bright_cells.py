@@ -30,10 +30,10 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         可是权重只是一个头所做之事的一半：键 $j$ 把 $\\alpha_{ij} \\, v_j W_O^h$ 加到第 $i$ 行的
         残差流上，而很大的权重也可能只搬动一个很小的向量。亮的格子就是重要的词元吗？
         文献中有三种回答，这里都在 SmolLM2 上算出来：**值加权注意力**（Kobayashi 等，2020）、
-        跨层的注意力展开（rollout，Abnar 与 Zuidema，2020），以及起决定作用的
+        跨层的注意力展开（Abnar 与 Zuidema，2020），以及起决定作用的
         检验——把这个词元藏起来，测量模型损失了多少。所用的文本是一小段普通的英文叙述，截取前 64 个
         词元（取小是为了让最后的测量几秒钟就能跑完），追踪时每个词元片段占一行
-        （`merge_pieces=False`）。本节统一译作值加权（value-weighted），与值的译法一致。
+        （`merge_pieces=False`）。
         """),
     Code("""
         from matplotlib.colors import PowerNorm
@@ -75,7 +75,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
                 "brightest column of the heatmaps is that token; whether it matters is what "
                 "the rest of this part measures."), why_zh=(
                 "远多于均匀分配时的 1/64：许多头在没有更好的去处时把权重停放在第一个词元上"
-                "（注意力汇）。热力图中最亮的一列就是这个词元；它是否重要，是本节其余部分要测量的。"))
+                "（注意力汇）。热力图中最亮的一列就是这个词元；它是否重要，是本部分接下来要测量的。"))
             """,
         wrong="predict_first = 0.016  # 1/64, as if the weight were spread evenly"),
     Text("""
@@ -133,7 +133,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         by side, each row summing to 1: the weights (averaged over the heads) and the
         value-weighted norms, on a square-root colour scale so that the small cells show.
         """, """
-        为什么？第一个词元是一个注意力汇（attention sink）：许多头在没有更好的去处时
+        为什么？第一个词元是一个注意力汇：许多头在没有更好的去处时
         把权重停放在它上面，而权重大并不说明它搬动的向量有多大。下面的单元格对第 `L` 层的每个头
         打印各行放在第一个词元上的权重、它搬动的向量的范数 $\\lVert v_0 W_O^h \\rVert$，以及
         其他词元的范数的中位数；然后把第 `L` 层的两张图并排画出，每行之和都是 1：注意力权重
@@ -179,8 +179,8 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         `t.rollout_rows(rows, value_weighted=False)` computes it from the trace's exact
         weights; `value_weighted=True` mixes each layer by the value-weighted norms instead.
         """, """
-        **rollout**。一层把它收到的各行混合起来，下一层再混合一次：输出的第 $i$ 行从输入词元 $j$
-        得到的东西要经过每一层。rollout 把各层复合起来，并把残差流算作每层的一半：
+        **注意力展开**。一层把它收到的各行混合起来，下一层再混合一次：输出的第 $i$ 行从输入词元 $j$
+        得到的东西要经过每一层。注意力展开把各层复合起来，并把残差流算作每层的一半：
         $\\hat A_l = \\tfrac12 \\, \\mathrm{mean}_h A_{l,h} + \\tfrac12 I$，输出第 $i$ 行的归因是
         $\\hat A_L \\cdots \\hat A_2 \\hat A_1$ 的第 $i$ 行。
         `t.rollout_rows(rows, value_weighted=False)` 由追踪中精确的权重算出它；
@@ -190,8 +190,8 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         last = list(range(N - 17, N))  # the 16 rows the ablation below reads, then the last row
         roll = t.rollout_rows(last)  # (17, N)
         roll_vw = t.rollout_rows(last, value_weighted=True)
-        for name, row in ((T("rollout", "rollout"), roll[-1]),
-                          (T("value-weighted rollout", "值加权 rollout"), roll_vw[-1])):
+        for name, row in ((T("rollout", "注意力展开"), roll[-1]),
+                          (T("value-weighted rollout", "值加权注意力展开"), roll_vw[-1])):
             rest = row[1:].topk(3)
             print(T(f"{name}, the last row: the first token's share {float(row[0]):.4f}; then",
                     f"{name}，最后一行：第一个词元的份额 {float(row[0]):.4f}；其后"),
@@ -217,9 +217,9 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         **重要性与干预的对照**。上面每个分数都给词元排了序；哪一种排序说出了对模型真正要紧的东西？
         `ablation.ablate_keys` 测量这一点：把键 $j$ 在每一层每个头中对其他所有查询藏起来（注意力掩码
         中的一列 $-\\infty$；它自己那一行仍保留它，所以没有位置移动），其**效应**就是目标行上平均
-        下一个词元损失的上升——这种做法叫作消融（ablation）。目标行是最后一行之前的 16 行，键是在
+        下一个词元损失的上升——这种做法叫作消融。目标行是最后一行之前的 16 行，键是在
         它们之前的词元中均匀取的 16 个位置（每个目标行都看得见每个键）。`ablation.importances`
-        从干净的追踪中读出基于注意力的分数（所有层和头的平均权重、最后一层的权重、rollout、所有
+        从干净的追踪中读出基于注意力的分数（所有层和头的平均权重、最后一层的权重、注意力展开、所有
         查询累计的注意力，以及一个固定种子的随机分数）；我们再加两个值加权的分数。
         `ablation.rank_agreement` 给出每个分数与效应的 Spearman $\\rho$。只有 16 个键时，
         随机排序也能达到不小的 $|\\rho|$，而且六个分数中最好的那个是事后挑出来的，所以对照是随机的：
@@ -227,6 +227,8 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         搜索相比）。
         """),
     Code("""
+        from attnlab.course import agreement_answer, agreement_report, score_label
+
         targets = list(range(N - 17, N - 1))  # 16 rows; row r predicts token r + 1
         keys = list(range(0, N - 17, 3))      # 16 keys, each before every target
         ab = ablation.ablate_keys(smollm2, t.token_ids, targets=targets, keys=keys)
@@ -248,27 +250,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         null = ((centre(orders) * centre(effect_ranks)).sum(-1)
                 / (centre(orders).norm(dim=-1) * centre(effect_ranks).norm()))
         null_one, null_best = null[:, 0], null.max(1).values
-        LABELS = {
-            "weights": T("weights, all layers and heads", "注意力权重，所有层和头"),
-            "last_layer": T("weights, last layer", "注意力权重，最后一层"),
-            "rollout": T("rollout", "rollout"),
-            "accumulated": T("accumulated over every query", "所有查询累计的注意力"),
-            "random": T("random score (seeded)", "随机分数（固定种子）"),
-            "value_weighted": T("value-weighted, all layers", "值加权，所有层"),
-            "value_weighted_rollout": T("value-weighted rollout", "值加权 rollout"),
-        }
-        print(T(f"clean loss over the targets: {ab.clean:.3f}",
-                f"目标行上的干净损失：{ab.clean:.3f}"))
-        for name in sorted(rho, key=rho.get, reverse=True):
-            reach = float((null_one >= rho[name]).float().mean())
-            print(T(f"  {LABELS[name]}: ρ = {rho[name]:+.3f}  (random orders reaching it: "
-                    f"{reach:.1%})",
-                    f"  {LABELS[name]}：ρ = {rho[name]:+.3f}（达到它的随机排列：{reach:.1%}）"))
-        print(T(f"control: 95% of single random orders below ρ = "
-                f"{float(null_one.quantile(0.95)):+.3f}, 95% of the best of {n_scores} below "
-                f"ρ = {float(null_best.quantile(0.95)):+.3f}",
-                f"对照：95% 的单个随机排列低于 ρ = {float(null_one.quantile(0.95)):+.3f}，"
-                f"{n_scores} 个中最好者的 95% 低于 ρ = {float(null_best.quantile(0.95)):+.3f}"))
+        agreement_report(ab.clean, rho, null_one, null_best)  # each score's ρ, the control
 
         fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
         ax.bar(range(len(keys)), ab.effect.float())
@@ -289,40 +271,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         词元——热力图中最亮的那一列——被藏起后会怎样。
         """),
     Code("""
-        best = max((name for name in rho if name != "random"), key=rho.get)
-        reach_one = float((null_one >= rho[best]).float().mean())
-        reach_best = float((null_best >= rho[best]).float().mean())
-        print(T(f"best predictor: {LABELS[best]}, ρ = {rho[best]:+.3f}; the random score: "
-                f"ρ = {rho['random']:+.3f} (a difference of {rho[best] - rho['random']:+.3f})",
-                f"最好的预测者：{LABELS[best]}，ρ = {rho[best]:+.3f}；随机分数："
-                f"ρ = {rho['random']:+.3f}（相差 {rho[best] - rho['random']:+.3f}）"))
-        print(T(f"random orders reaching ρ = {rho[best]:+.3f}: {reach_one:.1%} of single ones, "
-                f"{reach_best:.1%} of the best of {n_scores}",
-                f"达到 ρ = {rho[best]:+.3f} 的随机排列：单个的 {reach_one:.1%}，"
-                f"{n_scores} 个中最好者的 {reach_best:.1%}"))
-        if reach_best < 0.05:
-            print(T(f"So {LABELS[best]} predicts which token matters better than the best of "
-                    f"{n_scores} random scores: at this size it carries information about the "
-                    "effect of hiding a token.",
-                    f"所以「{LABELS[best]}」预测哪个词元要紧的能力好于 {n_scores} 个随机分数中"
-                    "最好的那个：在这个规模下，它带有关于藏起一个词元的效应的信息。"))
-        else:
-            print(T(f"So, once the pick of the best of {n_scores} is accounted for, no score is "
-                    "clearly better than chance here: on this text, how bright a cell is does "
-                    "not tell which token matters (a longer run can resolve a weaker agreement).",
-                    f"所以，把从 {n_scores} 个中挑出最好者这一点考虑进去之后，这里没有哪个分数明显"
-                    "好于随机：在这段文本上，格子有多亮并不能说明哪个词元要紧（更长的测量能分辨"
-                    "更弱的一致性）。"))
-        print(T(f"the raw weights: ρ = {rho['weights']:+.3f}; value-weighted: "
-                f"ρ = {rho['value_weighted']:+.3f}",
-                f"原始注意力权重：ρ = {rho['weights']:+.3f}；"
-                f"值加权：ρ = {rho['value_weighted']:+.3f}"))
-        rank = lambda s: int((s > s[0]).sum()) + 1  # noqa: E731 (the first key's place, 1 = top)
-        print(T(f"the first token: place {rank(scores['weights'])} of {len(keys)} by weight, place "
-                f"{rank(ab.effect)} of {len(keys)} by the loss rise when hidden "
-                f"({float(ab.effect[0]):+.4f})",
-                f"第一个词元：按权重排第 {rank(scores['weights'])} 位（共 {len(keys)} 个），"
-                f"按藏起后损失的上升排第 {rank(ab.effect)} 位（{float(ab.effect[0]):+.4f}）"))
+        agreement_answer(rho, scores, ab.effect, null_one, null_best)
         """),
     Text("""
         These sizes are small on purpose; `attnlab attribute` runs the same measurement on
@@ -378,7 +327,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         A_{l,h} + \\tfrac12 I$, from `t.weights` (layers, heads, N, N). Start from the last
         layer: a row vector times $\\hat A_L$ first.
         """, """
-        **练习 2.** 自己算出第 `N - 1` 行的 rollout：`ex2_row`（N,），即
+        **练习 2.** 自己算出第 `N - 1` 行的注意力展开：`ex2_row`（N,），即
         $e_{N-1}^T \\hat A_L \\cdots \\hat A_1$，其中
         $\\hat A_l = \\tfrac12 \\, \\mathrm{mean}_h A_{l,h} + \\tfrac12 I$，所用的是
         `t.weights`（层、头、N、N）。从最后一层开始：先用一个行向量乘以 $\\hat A_L$。
@@ -401,7 +350,7 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
                                                  f"每个词元一个份额：形状应为 {tuple(ref.shape)}")
             assert torch.allclose(ex2_row.double(), ref, atol=1e-5), T(
                 "not the trace's rollout (is the residual, ½·I, in each layer?)",
-                "与追踪的 rollout 不同（每一层都加上残差 ½·I 了吗？）")
+                "与追踪的注意力展开不同（每一层都加上残差 ½·I 了吗？）")
             print(T("right: t.rollout_rows([N - 1])", "正确：与 t.rollout_rows([N - 1]) 相同"))
             """,
         wrong="""
@@ -442,8 +391,8 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
             answered(ex3_spearman=ex3_spearman(torch.arange(3.0), torch.arange(3.0)))
             for name, s in scores.items():
                 assert abs(ex3_spearman(ab.effect, s) - rho[name]) < 1e-9, T(
-                    f"{LABELS[name]}: rank_agreement gives {rho[name]:.4f}",
-                    f"{LABELS[name]}：rank_agreement 给出 {rho[name]:.4f}")
+                    f"{score_label(name)}: rank_agreement gives {rho[name]:.4f}",
+                    f"{score_label(name)}：rank_agreement 给出 {rho[name]:.4f}")
             x = torch.randn(50, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
             assert abs(ex3_spearman(x, x**3) - 1.0) < 1e-9, T(
                 "x and x³ rise together: their ranks agree exactly, ρ = 1 (not the correlation "

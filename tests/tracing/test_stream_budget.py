@@ -101,7 +101,7 @@ PEAK = textwrap.dedent("""
         t = trace(model, ids, out=out)
         got[mode] = {"growth": peak_rss_bytes() - before, "reset": ok,
                      "kept": sum(getattr(t, a).numel() * 4 for a in ("q", "k", "v", "lse")),
-                     "layers": t.num_layers, "opened": hasattr(t, "opened_from")}
+                     "layers": t.num_layers, "opened": t.opened_from is not None}
         del t
     print(json.dumps(got))
 """)

@@ -68,10 +68,11 @@ from torch import Tensor
 
 from attnlab._errors import Error, check_int
 from attnlab.core.scores import TILE_BYTES, ScoreShape
-from attnlab.core.weights import shaped_weights, why_not_kernel_rows
+from attnlab.core.weights import why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES
+from attnlab.tracing._storage import storage_of
 from attnlab.tracing._trace_checks import (
     check_groups,
     check_one_device,
@@ -161,12 +162,18 @@ class AttentionTrace:
             if t is not None and not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a tensor or None, got {type(t).__name__}")
         self._weights = weights
+        self._store = storage_of(weights)
         self.q, self.k, self.v, self.lse, self.context = q, k, v, lse, context
         self.out_proj = out_proj
         self._dense: Tensor | None = None  # lazily built weights
         # an opened version-5 file's per-layer sha256 (trace_file.LayerDigests), else None
         self._layer_digests: Any = None
         self._resident: Any = None  # an opened file's bound on the pages held, else None
+        #: the file this trace was opened from (:meth:`open`), else None
+        self.opened_from: Path | None = None
+        self._opened_stack: str | None = None  # its stack's name in a file of several
+        self._mapped: dict[str, Tensor] | None = None  # the file's own mapping, for verify()
+        self._unmerged: AttentionTrace | None = None  # a merged trace's pieces, when asked
         if weights is None and (q is None or k is None or lse is None):
             missing = [n for n, t in (("q", q), ("k", k), ("lse", lse)) if t is None]
             raise ValueError(
@@ -199,12 +206,23 @@ class AttentionTrace:
 
     # -- construction ---------------------------------------------------------------------
 
+    def _opened(self, path: Path, mapped: dict[str, Tensor], resident: Any, *,
+                digests: Any = None, stack: str | None = None) -> None:
+        """Record the file this trace was just opened from (:mod:`.trace_file`, once): its
+        path and stack, its memory mapping (which :meth:`verify` reads through), the bound
+        on its resident pages and, for a version-5 file, the layer digests checked on first
+        read."""
+        self.opened_from, self._opened_stack, self._mapped = path, stack, mapped
+        self._resident = resident
+        if digests is not None:
+            self._layer_digests = digests
+
     def _check_devices(self) -> None:
         """Every stored tensor, and every score shape's, on the trace's one device."""
         tensors = {n: self._weights if n == "weights" else getattr(self, n)
                    for n in TRACE_TENSORS}
         check_one_device(tensors, self._shapes, self.device,
-                         "weights" if self._weights is not None else "q")
+                         "q" if self._store.from_qk else "weights")
 
     # -- shape ----------------------------------------------------------------------------
 
@@ -228,7 +246,14 @@ class AttentionTrace:
     @property
     def _first(self) -> Tensor:
         """The dense weights, or q: the tensor that gives (L, H) and the device."""
-        return self._weights if self._weights is not None else self._q
+        return self._store.first(self)
+
+    def _dense_kept(self) -> Tensor:
+        """The dense weights this trace was made with (its storage's tensor)."""
+        if self._weights is None:
+            raise Error("this trace holds no dense weights (q, k and lse: its weights are "
+                        "computed on demand)")
+        return self._weights
 
     @property
     def num_layers(self) -> int:
@@ -279,9 +304,8 @@ class AttentionTrace:
         >>> m.device, t.device, m.weights_rows(0, 1, [0, 2]).shape
         (device(type='meta'), device(type='cpu'), torch.Size([2, 3]))
         """
-        opened = getattr(self, "opened_from", None) is not None or (
-            self._layer_digests is not None)
-        dev = move_target(device, self.device, opened, getattr(self, "opened_from", None))
+        opened = self.opened_from is not None or self._layer_digests is not None
+        dev = move_target(device, self.device, opened, self.opened_from)
         if opened:
             return copy.copy(self)  # the same mapped tensors, checks and bound
         moved: dict[int, ScoreShape] = {}  # one copy of a shape shared by several layers
@@ -321,7 +345,7 @@ class AttentionTrace:
     @property
     def weights_from_qk(self) -> bool:
         """The weights are computed from q, k and lse (no dense weights are kept)."""
-        return self._weights is None and self.has_qk and self.lse is not None
+        return self._store.from_qk and self.has_qk and self.lse is not None
 
     @property
     def causal(self) -> bool:
@@ -412,32 +436,10 @@ class AttentionTrace:
         return positions.to(self.device)
 
     def _piece_rows(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
-        """Weights (R, C) of pieces ``rows`` x ``cols`` (all keys when None), float32."""
-        nq, nk = self._pieces_q, self._pieces_k
-        # rows and cols are positions on the host; the tensors are indexed by their copies
-        # on the trace's device, and every tensor made here is made there
-        dev = self.device
-        at_rows = self._on_device(rows)
-        if self._weights is not None:
-            w = self.layer_tensor("weights", layer)[head].index_select(0, at_rows)
-            return (w if cols is None else w.index_select(1, self._on_device(cols))).float()
-        shape = self._shapes[layer]
-        q = self.layer_tensor("q", layer)[head].index_select(0, at_rows)
-        k = self.layer_tensor("k", layer)[self.kv_head(head)]
-        lse = self.layer_tensor("lse", layer)[head].index_select(0, at_rows)
-        if cols is not None:
-            return shaped_weights(q, k.index_select(0, self._on_device(cols)), lse, shape,
-                                  rows=rows, cols=cols, head=head, lq=nq, lk=nk)
-        c0, c1 = 0, nk
-        if rows.numel():
-            c0, c1 = shape.key_range(int(rows.min()), int(rows.max()) + 1, lq=nq, lk=nk)
-        if (c0, c1) == (0, nk):
-            return shaped_weights(q, k, lse, shape, rows=rows, head=head, lq=nq, lk=nk)
-        out = torch.zeros(rows.shape[0], nk, device=dev)
-        if c1 > c0:  # only the keys some row may see; the others are 0
-            out[:, c0:c1] = shaped_weights(q, k[c0:c1], lse, shape, rows=rows,
-                                           cols=torch.arange(c0, c1), head=head, lq=nq, lk=nk)
-        return out
+        """Weights (R, C) of pieces ``rows`` x ``cols`` (all keys when None), float32, read
+        or computed by the trace's storage (:mod:`attnlab.tracing._storage`); ``rows`` and
+        ``cols`` are positions on the host, the result is on the trace's device."""
+        return self._store.piece_rows(self, layer, head, rows, cols)
 
     def _tile(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
         """Weights (R, C) of tokens ``rows`` x ``cols``, the merge applied."""
@@ -488,8 +490,13 @@ class AttentionTrace:
     def head_weights(self, layer: int, head: int) -> Tensor:
         """The dense (Lq, Lk) weights of one head."""
         layer, head = self._layer(layer), self._head(head)
-        if self._weights is not None and self.groups is None:
-            return self.layer_tensor("weights", layer)[head].float()
+        if self.groups is None:
+            return self._store.head_weights(self, layer, head)
+        return self._tiled_head(layer, head)
+
+    def _tiled_head(self, layer: int, head: int) -> Tensor:
+        """One head's (Lq, Lk) weights, built a tile of rows at a time (the merge
+        applied)."""
         out = torch.empty(self.seq_len, self.key_len, device=self.device)
         step = self._tile_rows(None, _POOL_TILE_BYTES)
         for r0, r1, tile in self.iter_row_tiles(layer, head, step):
@@ -526,8 +533,9 @@ class AttentionTrace:
         ``attnlab.tracing.attention.DENSE_BUDGET_BYTES``; the on-demand methods work at any
         length.
         """
-        if self._weights is not None and self.groups is None:
-            return self._weights
+        kept = self._store.kept(self)
+        if kept is not None and self.groups is None:
+            return kept
         if self._dense is None:
             nl, nh = self.num_layers, self.num_heads
             need = nl * nh * self.seq_len * self.key_len * 4
@@ -547,16 +555,7 @@ class AttentionTrace:
 
     def _layer_weights(self, layer: int) -> Tensor:
         """(H, Lq, Lk) weights of every head of one layer at once, the merge applied."""
-        if self._weights is not None:
-            w = self.layer_tensor("weights", layer).float()
-        else:
-            group = self.num_heads // self.num_kv_heads
-            k = self.layer_tensor("k", layer).repeat_interleave(group, dim=0)  # (H, Lk, d)
-            w = shaped_weights(self.layer_tensor("q", layer), k,
-                               self.layer_tensor("lse", layer), self._shapes[layer],
-                               rows=torch.arange(self._pieces_q),
-                               head=torch.arange(self.num_heads), lq=self._pieces_q,
-                               lk=self._pieces_k)
+        w = self._store.layer_weights(self, layer)
         if self.groups is None:
             return w
         member = torch.zeros(len(self.groups), self._pieces_q)  # (G, N): piece i in group a
@@ -622,7 +621,7 @@ class AttentionTrace:
         merged by the rule (:mod:`attnlab.tracing.attribution`)."""
         if self.groups is None:
             return self
-        if getattr(self, "_unmerged", None) is None:
+        if self._unmerged is None:
             labels, meta, ids = _merge.piece_fields(self.meta, self.tokens, self.groups)
             self._unmerged = self._regrouped(labels, None, meta, ids)
         return self._unmerged
@@ -703,7 +702,7 @@ class AttentionTrace:
         """For an opened trace: every check :meth:`load` makes (each tensor's sha256, each
         layer's for a version-5 file, the values), reading the file once; raises
         :class:`TraceFormatError`, else returns the trace."""
-        where = getattr(self, "opened_from", None)
+        where = self.opened_from
         if where is None:
             raise ValueError("verify() checks a trace against the file it was opened from; "
                              "this trace was not opened (AttentionTrace.open)")
@@ -711,7 +710,7 @@ class AttentionTrace:
         return self
 
     def __repr__(self) -> str:
-        kind = "q, k, lse" if self._weights is None else "dense weights"
+        kind = self._store.kind
         extra = [n for n in ("v", "context", "out_proj") if getattr(self, n) is not None]
         merged = f", merged={len(self.groups)} groups" if self.groups is not None else ""
         stack = "" if self.stack == "self" else f"stack={self.stack!r}, "

@@ -276,12 +276,10 @@ def open_one(path: str | os.PathLike[str], build: Build, *,
         trace = build(**_READERS[version](meta, tensors))
     except (KeyError, ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
-    trace.opened_from = path
-    trace._mapped = tensors  # the file's own mapping: verify() reads through it, not a second
-    trace._resident = resident
     chunks = {n: e["layer_sha256"] for n, e in meta["tensors"].items() if "layer_sha256" in e}
-    if chunks:
-        trace._layer_digests = LayerDigests(path, chunks, tensors)
+    # the file's own mapping: verify() reads through it, not a second
+    trace._opened(path, tensors, resident,
+                  digests=LayerDigests(path, chunks, tensors) if chunks else None)
     return trace
 
 
@@ -335,7 +333,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
     stack's metadata and tensors, and errors name the stack."""
     path = Path(path)
     meta, _info = _read_header(path)
-    stack = getattr(trace, "_opened_stack", None)
+    stack = trace._opened_stack
     where: Path | str = path
     if stack is not None:
         where = f"{path} [stack {stack!r}]"
@@ -345,8 +343,9 @@ def verify_one(path: str | Path, trace: Any) -> None:
         meta = sub
     # the trace's own mapping where it was opened from this file: a second mapping would
     # count every page of the file twice in the resident set
-    mapped = getattr(trace, "_mapped", None)
-    same = mapped is not None and Path(getattr(trace, "opened_from", "")) == path
+    mapped = trace._mapped
+    same = mapped is not None and trace.opened_from is not None and Path(
+        trace.opened_from) == path
     if same and mapped is not None and trace._resident is not None:
         tensors, resident = mapped, trace._resident
     else:
@@ -360,7 +359,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
         _check_digests(where, name, t, entry, resident.touch)
     check_values(where, tensors, trace.shapes, TraceFormatError, resident.touch)
     resident.release()  # the whole file was read: none of it is held for what comes next
-    digests = getattr(trace, "_layer_digests", None)
+    digests = trace._layer_digests
     if same and digests is not None:
         digests.mark_all()  # every chunk was just checked: a first read need not hash again
 
@@ -441,10 +440,7 @@ def open_stacked(path: str | os.PathLike[str], build: Build, build_stacked: Buil
             trace = build(**_READERS[meta["format_version"]](sub, own))
         except (KeyError, ValueError, TypeError) as exc:
             raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
-        trace.opened_from = path
-        trace._opened_stack = name
-        trace._mapped = own
-        trace._resident = resident
+        trace._opened(path, own, resident, stack=name)
         traces[name] = trace
     try:
         return build_stacked(traces, model=meta["model"], text=meta.get("text"),

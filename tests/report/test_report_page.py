@@ -112,3 +112,18 @@ def test_attnlab_debug_shows_the_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_DEBUG", "1")
     with pytest.raises(ValueError, match="--out"):
         main(["report", "--out", str(blocker / "sub"), "--quiet"])
+
+
+def test_each_part_states_its_time_at_its_top():
+    from attnlab.report.html import Section
+    from attnlab.report.page import render_page
+
+    page = render_page([Section("a", "A", "甲", "<p>body-a</p>", seconds=3.21),
+                        Section("b", "B", "乙", "<p>body-b</p>", seconds=7.0, seconds_shared=2),
+                        Section("c", "C", "丙", "<p>body-c</p>")])
+    a = page[page.index('id="a"'):page.index("body-a")]
+    assert "computed in 3.2 s" in a and "用时 3.2 秒" in a
+    b = page[page.index('id="b"'):page.index("body-b")]
+    assert "computed in 7.0 s, with the 2 sections of its part" in b
+    c = page[page.index('id="c"'):page.index("body-c")]
+    assert "computed in" not in c  # a section not built by the report states no time

@@ -57,7 +57,7 @@ CLAIM_ZH = ("注意力就是以 K(x, x_i) = exp(q·k_i/√d)（q = xW_Q，k_i = 
 ZH: dict[str, str] = {
     # checks
     "max |attention output − NW estimate with exp(q·k/√d)| (fp64)":
-        "|注意力输出 − 以 exp(q·k/√d) 为核的 NW 估计| 的最大值（fp64）",
+        "|注意力输出 − 以 exp(q·k/√d) 为核的 Nadaraya–Watson 估计| 的最大值（fp64）",
     "max |q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d (fp64)":
         "|q·k − (−‖q − k‖²/2 + ‖q‖²/2 + ‖k‖²/2)| / √d 的最大值（fp64）",
     "equal key norms: max over queries of TV(softmax weights, Gaussian weights)":

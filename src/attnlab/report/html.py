@@ -226,6 +226,9 @@ class Section:
     passed: bool | None = None
     rows: list[tuple[str, str, bool | None]] = field(default_factory=list)
     seconds: float = 0.0
+    #: how many sections the part that built this one built in those ``seconds`` (the
+    #: experiments are one part of many sections)
+    seconds_shared: int = 1
     #: the section reports a claim the numbers refute, as expected: badge "FINDING"
     finding: bool = False
 

@@ -190,6 +190,7 @@ nav.toc h2 { margin:0 0 8px; font-size:20px; }
 math[display="block"] { margin: 4px 0; }
 table.data math[display="block"] { display: inline math; math-style: normal; margin: 0 2px; }
 section.card h2 { margin: 0 0 10px; font-size:20px; display:flex; gap:10px; align-items:center; }
+p.took { margin: -6px 0 10px; color:#666; font-size:12px; }
 .badge { font-size:12px; font-weight:700; padding:2px 8px; border-radius:99px; color:#fff; }
 .badge.pass { background:var(--pass); } .badge.fail { background:var(--fail); }
 .badge.finding { background:#a15c00; }
@@ -351,6 +352,27 @@ def _with_size(page: str) -> str:
     raise AssertionError("the page's size does not settle")  # pragma: no cover
 
 
+def _took(s: Section) -> str:
+    """The line under a section's title: how long its part took to build (nothing for a
+    section built outside :func:`build_report`).
+
+    >>> _took(Section("x", "X", "X", "", seconds=12.34))
+    '<p class="took"><span class="en">computed in 12.3 s</span><span class="zh" lang="zh">用时 12.3 秒</span></p>'
+    >>> "with the 3 sections of its part" in _took(Section("x", "X", "X", "", seconds=2,
+    ...                                                    seconds_shared=3))
+    True
+    """
+    if s.seconds <= 0:
+        return ""
+    if s.seconds_shared > 1:
+        en = f"computed in {s.seconds:.1f} s, with the {s.seconds_shared} sections of its part"
+        zh = f"与所在部分的 {s.seconds_shared} 节一起用时 {s.seconds:.1f} 秒"
+    else:
+        en, zh = f"computed in {s.seconds:.1f} s", f"用时 {s.seconds:.1f} 秒"
+    return (f'<p class="took"><span class="en">{en}</span><span class="zh" lang="zh">{zh}'
+            "</span></p>")
+
+
 def render_page(sections: list[Section], *, title: str = "attnlab report",
                 title_zh: str = "attnlab 报告", generated: str | None = None,
                 build_seconds: float | None = None) -> str:
@@ -365,7 +387,7 @@ def render_page(sections: list[Section], *, title: str = "attnlab report",
         f'<section class="card" id="{esc(s.id)}" data-passed="{s.passed}" '
         f'data-status="{status_of(s)}">'
         f'<h2><span class="en">{esc(s.title)}</span><span class="zh">{esc(s.title_zh)}</span>'
-        f"{_badge(s.passed, s.finding)}</h2>{s.html}</section>"
+        f"{_badge(s.passed, s.finding)}</h2>{_took(s)}{s.html}</section>"
         for s in sections
     )
     gen = esc(generated or time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -458,8 +480,9 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
             progress.update(task, description=f"report: {name}")
             t0 = time.perf_counter()
             result = provider(ctx)
-            for s in result if isinstance(result, list) else [result]:
-                s.seconds = time.perf_counter() - t0
+            built = result if isinstance(result, list) else [result]
+            for s in built:
+                s.seconds, s.seconds_shared = time.perf_counter() - t0, len(built)
                 sections.append(s)
             progress.advance(task)
     path = out / "index.html"

@@ -59,6 +59,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -190,22 +191,33 @@ def _locked(out: Path, rank: int, world: int, dev: torch.device, wait: bool
         yield
 
 
-def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int, world: int,
-            backend: str | None, dev: torch.device,
-            on_batch: Callable[[int, int], Any] | None, write_result: bool, restart: bool,
-            count: int, digest: str, t0: float) -> SurveyResult:
-    """:func:`survey` once the process group is joined."""
-    if dev.type == "cuda":
-        model.model.to(dev)
-    causal = bool(model.causal)
-    names = survey_result.score_names(causal)
+def _fingerprint(model: Any, digest: str, count: int, cfg: SurveyConfig,
+                 names: list[str]) -> str:
+    """What a saved state must match to be resumed: the corpus, the settings, the model and
+    the scores, hashed."""
     nl, nh = int(model.num_layers), int(model.num_heads)
-    sums = SurveySums(nl, nh, names, cfg)
-    fingerprint = hashlib.sha256(json.dumps(
+    return hashlib.sha256(json.dumps(
         {"corpus": digest, "texts": count, "config": cfg.fingerprint_fields(),
          "model": model.name, "path": getattr(model, "path", None), "layers": nl,
          "heads": nh, "scores": names}, sort_keys=True).encode()).hexdigest()
-    n_batches = -(-count // cfg.batch_size)
+
+
+@dataclass(frozen=True)
+class _Share:
+    """A process's share of a survey of ``n_batches`` global batches: ``split`` is
+    ``"batches"`` (the batches ``mine``, every head) or ``"heads"`` (every batch, the
+    heads ``heads``); ``count``: whether it counts the texts."""
+
+    n_batches: int
+    split: str
+    heads: range
+    mine: tuple[int, ...]
+    count: bool
+
+
+def _share(count: int, batch_size: int, nh: int, rank: int, world: int) -> _Share:
+    """The :class:`_Share` of process ``rank`` among ``world`` for ``count`` texts."""
+    n_batches = -(-count // batch_size)
     # global batch b (texts b*B ... b*B + B - 1, the same whatever the number of
     # processes) is this process's when b % world == rank; with fewer batches than
     # processes (one long text, say) each process runs every batch for its share of the
@@ -213,40 +225,14 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
     split = "heads" if n_batches < world else "batches"
     heads = (range(rank * nh // world, (rank + 1) * nh // world) if split == "heads"
              else range(nh))
-    mine = [b for b in range(n_batches) if split == "heads" or b % world == rank]
-    mine_set = set(mine)
-    path = state_path(out, rank, world)
-    saved, start, done = resume(out, rank, world, fingerprint, restart)
-    resumed_from = None
-    if saved is not None:
-        for k, v in saved.items():
-            sums.t[k] = v.to(torch.float64)
-        resumed_from = start
-    meta = {"fingerprint": fingerprint, "rank": rank, "world": world, "split": split,
-            "format": survey_result.FORMAT}
+    mine = tuple(b for b in range(n_batches) if split == "heads" or b % world == rank)
+    return _Share(n_batches, split, heads, mine, split == "batches" or rank == 0)
 
-    def save(next_batch: int, finished: bool) -> None:
-        write_state(path, sums.t, {**meta, "next_batch": next_batch, "done": finished})
 
-    done_count = len(mine) if done else sum(b < start for b in mine)
-    since = 0
-    it = iter(corpus)
-    for b_index in range(n_batches if not done else 0):
-        batch = [t for _, t in zip(range(cfg.batch_size), it)]
-        if b_index not in mine_set or b_index < start:
-            continue
-        _run_batch(model, batch, cfg, names, sums, causal, heads=heads,
-                   count=split == "batches" or rank == 0)
-        done_count += 1
-        since += 1
-        if on_batch is not None:
-            on_batch(done_count, len(mine))
-        if since >= cfg.checkpoint_every:
-            save(b_index + 1, False)
-            since = 0
-    if not done:
-        save(n_batches, True)
-    seconds = time.perf_counter() - t0
+def _reduced(sums: SurveySums, seconds: float, world: int,
+             dev: torch.device) -> tuple[dict[str, Tensor], float]:
+    """(the sums of every process, the longest of their ``seconds``): a copy of this
+    process's alone when it is the only one."""
     reduced = {k: v.clone() for k, v in sums.t.items()}
     if world > 1:
         import torch.distributed as dist
@@ -258,28 +244,102 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
         wall = torch.tensor([seconds], dtype=torch.float64, device=dev)
         dist.all_reduce(wall, op=dist.ReduceOp.MAX)
         seconds = float(wall.cpu())
+    return reduced, seconds
+
+
+def _model_json(model: Any) -> dict[str, Any]:
+    """The JSON-plain fields of the model's ``describe()`` (else its name)."""
+    return {k: v for k, v in (model.describe().items() if hasattr(model, "describe")
+                              else {"name": model.name}.items())
+            if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def _probes(model: Any, cfg: SurveyConfig, causal: bool) -> dict[str, Any]:
+    """The literature's induction probes of the model (and attnlab's repeat_induction when
+    it is causal), seeded by ``cfg.seed``."""
+    demo, info = demo_induction_score(model, seed=cfg.seed)
+    pm, pinfo = prefix_matching(model, seed=cfg.seed)
+    probes: dict[str, Any] = {
+        "tl-demo-induction": {"scores": demo.tolist(), "info": info},
+        "olsson-prefix-matching": {"scores": pm.tolist(), "info": pinfo}}
+    if causal:
+        # attnlab's repeat_induction: the induction share over the second copy of BOS +
+        # 40 distinct random ids, twice (as diagnose computes it)
+        ri, rinfo = repeat_induction(induction_trace(model, seed=cfg.seed))
+        probes["repeat_induction"] = {
+            "scores": ri.tolist(),
+            "info": {"period": rinfo["period"], "start": rinfo["start"], "seed": cfg.seed}}
+    return probes
+
+
+def _run_share(model: Any, corpus: Corpus, cfg: SurveyConfig, names: list[str],
+               sums: SurveySums, causal: bool, share: _Share, start: int, done: bool,
+               on_batch: Callable[[int, int], Any] | None,
+               save: Callable[[int, bool], None]) -> None:
+    """Add this process's ``share`` of the corpus's batches from batch ``start`` to
+    ``sums`` (none when the saved state is ``done``), telling ``on_batch`` (batches done,
+    of how many) after each and saving the state (next batch, finished) every
+    ``cfg.checkpoint_every`` batches and at the end."""
+    mine, mine_set = share.mine, set(share.mine)
+    done_count = len(mine) if done else sum(b < start for b in mine)
+    since = 0
+    it = iter(corpus)
+    for b_index in range(share.n_batches if not done else 0):
+        batch = [t for _, t in zip(range(cfg.batch_size), it)]
+        if b_index not in mine_set or b_index < start:
+            continue
+        _run_batch(model, batch, cfg, names, sums, causal, heads=share.heads,
+                   count=share.count)
+        done_count += 1
+        since += 1
+        if on_batch is not None:
+            on_batch(done_count, len(mine))
+        if since >= cfg.checkpoint_every:
+            save(b_index + 1, False)
+            since = 0
+    if not done:
+        save(share.n_batches, True)
+
+
+def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int, world: int,
+            backend: str | None, dev: torch.device,
+            on_batch: Callable[[int, int], Any] | None, write_result: bool, restart: bool,
+            count: int, digest: str, t0: float) -> SurveyResult:
+    """:func:`survey` once the process group is joined."""
+    if dev.type == "cuda":
+        model.model.to(dev)
+    causal = bool(model.causal)
+    names = survey_result.score_names(causal)
+    nl, nh = int(model.num_layers), int(model.num_heads)
+    sums = SurveySums(nl, nh, names, cfg)
+    fingerprint = _fingerprint(model, digest, count, cfg, names)
+    share = _share(count, cfg.batch_size, nh, rank, world)
+    path = state_path(out, rank, world)
+    saved, start, done = resume(out, rank, world, fingerprint, restart)
+    resumed_from = None
+    if saved is not None:
+        for k, v in saved.items():
+            sums.t[k] = v.to(torch.float64)
+        resumed_from = start
+    meta = {"fingerprint": fingerprint, "rank": rank, "world": world, "split": share.split,
+            "format": survey_result.FORMAT}
+
+    def save(next_batch: int, finished: bool) -> None:
+        write_state(path, sums.t, {**meta, "next_batch": next_batch, "done": finished})
+
+    _run_share(model, corpus, cfg, names, sums, causal, share, start, done, on_batch, save)
+    reduced, seconds = _reduced(sums, time.perf_counter() - t0, world, dev)
     result = SurveyResult(
-        model={k: v for k, v in (model.describe().items() if hasattr(model, "describe")
-                                 else {"name": model.name}.items())
-               if isinstance(v, (str, int, float, bool, type(None)))},
+        model=_model_json(model),
         corpus={"name": corpus.name, "sha256": digest, "texts": count},
         config=cfg, scores=names, sums=reduced, world_size=world, backend=backend,
-        seconds={"survey": round(seconds, 3)}, threads=torch.get_num_threads(), split=split)
+        seconds={"survey": round(seconds, 3)}, threads=torch.get_num_threads(),
+        split=share.split)
     if resumed_from is not None:
         result.seconds["resumed_from_batch"] = resumed_from
     if rank == 0 and cfg.probes:
         t1 = time.perf_counter()
-        demo, info = demo_induction_score(model, seed=cfg.seed)
-        pm, pinfo = prefix_matching(model, seed=cfg.seed)
-        result.probes = {"tl-demo-induction": {"scores": demo.tolist(), "info": info},
-                         "olsson-prefix-matching": {"scores": pm.tolist(), "info": pinfo}}
-        if causal:
-            # attnlab's repeat_induction: the induction share over the second copy of BOS +
-            # 40 distinct random ids, twice (as diagnose computes it)
-            ri, rinfo = repeat_induction(induction_trace(model, seed=cfg.seed))
-            result.probes["repeat_induction"] = {
-                "scores": ri.tolist(),
-                "info": {"period": rinfo["period"], "start": rinfo["start"], "seed": cfg.seed}}
+        result.probes = _probes(model, cfg, causal)
         result.seconds["probes"] = round(time.perf_counter() - t1, 3)
     if rank == 0 and write_result:
         atomic_write_text(out / RESULT_NAME, json.dumps(result.to_json(), indent=1,

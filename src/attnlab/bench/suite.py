@@ -7,6 +7,7 @@ import math
 import os
 import platform
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -90,6 +91,69 @@ def _peak(config: BenchConfig, **spec: Any) -> dict[str, Any]:
         return {"error": str(exc)}
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One measured cell: a row per contender (``peak_mb`` still None), the GEMM rate
+    (GFLOP/s) measured between its kernels, and the largest error of explicit's gradients
+    (None when not measured)."""
+
+    rows: list[dict[str, Any]]
+    gemm_gflops: float
+    grad_error: float | None
+
+
+def _measure_cell(cfg: BenchConfig, g: torch.Generator, gemm: tuple[Tensor, Tensor],
+                  dev: str, n: int, causal: bool, mode: str) -> _Cell:
+    """Time every contender of the cell (``dev``, ``n``, ``causal``, ``mode``) on inputs
+    drawn from ``g``, interleaved with the GEMM ``gemm`` whose rate judges them."""
+    b, h, d = cfg.batch, cfg.heads, cfg.head_dim
+    grad = mode == "fwd+bwd"
+    q, k, v = (torch.randn(b, h, n, d, generator=g).to(dev).requires_grad_(grad)
+               for _ in range(3))
+    fns: dict[str, Callable[[], Any]] = {}
+    for name, fn in attention_contenders(causal, n, cfg, dev).items():
+        call = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
+        fns[name] = fwd_bwd(call, (q, k, v)) if grad else call
+    mha = mha_contenders(n, cfg, dev) if not causal else None
+    if mha is not None:
+        x = torch.randn(b, n, cfg.mha_embed_dim, generator=g).to(dev).requires_grad_(grad)
+        for name, (module, call) in mha.items():
+            module.requires_grad_(grad)
+            f = (lambda module=module, call=call, x=x: call(module, x))
+            fns[name] = fwd_bwd(f, (x,)) if grad else f
+    # the GEMM rate runs in every cell, interleaved with the kernels it judges
+    fns["_gemm"] = lambda ab=gemm: torch.mm(*ab)
+    with torch.enable_grad() if grad else torch.no_grad():
+        secs = interleaved(fns, cfg.repeats, dev)
+    error = None
+    if grad and dev == "cpu" and {"naive", "explicit"} <= fns.keys():
+        error = grad_error(q, k, v, causal)
+    cell_peak = 2 * cfg.gemm_n**3 / secs.pop("_gemm") / 1e9
+    flops = attention_flops(n, cfg, causal, mode)
+    rows = []
+    for name, s in secs.items():
+        rate = None if name.endswith("_mha") or name == "linear" else flops / s / 1e9
+        rows.append({"device": dev, "n": n, "causal": causal, "mode": mode,
+                     "contender": name, "ms": round(s * 1e3, 3),
+                     "gflops": None if rate is None else round(rate, 2),
+                     "frac_peak": None if rate is None else round(rate / cell_peak, 3),
+                     "cell_gemm_gflops": round(cell_peak, 2), "peak_mb": None})
+    return _Cell(rows, cell_peak, error)
+
+
+def _add_peak_memory(cfg: BenchConfig, rows: list[dict[str, Any]],
+                     next_step: Callable[[str], None]) -> None:
+    """Fill ``peak_mb`` of the forward full-attention rows: one fresh process per device
+    and size."""
+    for dev in cfg.devices:
+        for n in cfg.sizes:
+            next_step(f"peak memory on {dev}, N={n} (own process)")
+            peak = _peak(cfg, n=n, causal=False, device=dev).get("peak_mb", {})
+            for r in rows:
+                if (r["device"], r["n"], r["mode"], r["causal"]) == (dev, n, "fwd", False):
+                    r["peak_mb"] = peak.get(r["contender"])
+
+
 def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
               ) -> dict[str, Any]:
     """Measure everything in ``cfg`` (default :class:`BenchConfig`); ``on_step`` hears of
@@ -121,50 +185,14 @@ def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
         gemm[dev] = (torch.randn(cfg.gemm_n, cfg.gemm_n).to(dev),
                      torch.randn(cfg.gemm_n, cfg.gemm_n).to(dev))
     g = torch.Generator().manual_seed(cfg.seed)
-    b, h, d = cfg.batch, cfg.heads, cfg.head_dim
     for dev, n, causal, mode in plan:
         next_step(f"{dev} N={n} {'causal' if causal else 'full'} {mode}")
-        grad = mode == "fwd+bwd"
-        q, k, v = (torch.randn(b, h, n, d, generator=g).to(dev).requires_grad_(grad)
-                   for _ in range(3))
-        fns: dict[str, Callable[[], Any]] = {}
-        for name, fn in attention_contenders(causal, n, cfg, dev).items():
-            call = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
-            fns[name] = fwd_bwd(call, (q, k, v)) if grad else call
-        mha = mha_contenders(n, cfg, dev) if not causal else None
-        x = None
-        if mha is not None:
-            x = torch.randn(b, n, cfg.mha_embed_dim, generator=g).to(dev).requires_grad_(grad)
-            for name, (module, call) in mha.items():
-                module.requires_grad_(grad)
-                f = (lambda module=module, call=call, x=x: call(module, x))
-                fns[name] = fwd_bwd(f, (x,)) if grad else f
-        # the GEMM rate runs in every cell, interleaved with the kernels it judges
-        fns["_gemm"] = lambda ab=gemm[dev]: torch.mm(*ab)
-        with torch.enable_grad() if grad else torch.no_grad():
-            secs = interleaved(fns, cfg.repeats, dev)
-        if grad and dev == "cpu" and {"naive", "explicit"} <= fns.keys():
-            grad_errors.append(grad_error(q, k, v, causal))
-        cell_peak = 2 * cfg.gemm_n**3 / secs.pop("_gemm") / 1e9
-        cell_peaks.setdefault(dev, []).append(cell_peak)
-        flops = attention_flops(n, cfg, causal, mode)
-        for name, s in secs.items():
-            rate = None if name.endswith("_mha") or name == "linear" else flops / s / 1e9
-            rows.append({"device": dev, "n": n, "causal": causal, "mode": mode,
-                         "contender": name, "ms": round(s * 1e3, 3),
-                         "gflops": None if rate is None else round(rate, 2),
-                         "frac_peak": None if rate is None else round(rate / cell_peak, 3),
-                         "cell_gemm_gflops": round(cell_peak, 2), "peak_mb": None})
-        del q, k, v, x, fns
-
-    # peak memory of each forward (full attention), one fresh process per size
-    for dev in cfg.devices:
-        for n in cfg.sizes:
-            next_step(f"peak memory on {dev}, N={n} (own process)")
-            peak = _peak(cfg, n=n, causal=False, device=dev).get("peak_mb", {})
-            for r in rows:
-                if (r["device"], r["n"], r["mode"], r["causal"]) == (dev, n, "fwd", False):
-                    r["peak_mb"] = peak.get(r["contender"])
+        cell = _measure_cell(cfg, g, gemm[dev], dev, n, causal, mode)
+        if cell.grad_error is not None:
+            grad_errors.append(cell.grad_error)
+        cell_peaks.setdefault(dev, []).append(cell.gemm_gflops)
+        rows.extend(cell.rows)
+    _add_peak_memory(cfg, rows, next_step)
     rows_note = f", {cfg.long_rows} query rows" if cfg.long_rows else ""
     next_step(f"chunked vs torch SDPA at N={cfg.long_n}{rows_note} (own process)")
     long = _peak(cfg, n=cfg.long_n, causal=False, device="cpu", rows=cfg.long_rows,

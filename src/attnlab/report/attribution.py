@@ -126,9 +126,10 @@ def _finite(doc: dict[str, Any]) -> bool:
     return all(math.isfinite(v) for v in vals)
 
 
-def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | None]]]:
-    """The section's HTML, verdict and summary rows from a :func:`measure` document."""
-    a, e = doc["ablation"], doc["eviction"]
+def _importance_parts(doc: dict[str, Any]) -> list[str]:
+    """What the section tests, and how well each importance read from the clean trace
+    ranks with the measured effect of hiding a token."""
+    a = doc["ablation"]
     parts = [bilingual(
         "A weight is not an importance: a large α_ij can move a small vector, and removing a "
         "token is the test. Here each importance read from the clean trace is ranked against "
@@ -155,10 +156,16 @@ def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | 
         f"{fmt(rand)}。最后一个词元穿过所有层的 rollout 行用时 "
         f"{doc['rollout_row']['seconds']} 秒，首个词元得到其质量的 "
         f"{fmt(doc['rollout_row']['first_token_share'])}。"))
+    return parts
+
+
+def _eviction_parts(e: dict[str, Any]) -> list[str]:
+    """The attention each KV-cache policy loses by budget, and (when measured) what that
+    costs the model's loss."""
     budgets = e["budgets"]
     ev_rows = [(row["policy"], *[fmt(row[f"lost@{b:g}"]) for b in budgets])
                for row in e["table"]]
-    parts.append(table(["policy", *[f"keep {b:g}" for b in budgets]], ev_rows, catalog=ZH))
+    parts = [table(["policy", *[f"keep {b:g}" for b in budgets]], ev_rows, catalog=ZH)]
     if "loss" in e:
         lo = e["loss"]
         parts.append(bilingual(
@@ -172,14 +179,29 @@ def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | 
         parts.append(table(["policy", *[f"keep {b:g}" for b in budgets]],
                            [(p, *[f"{row[f'{b:g}']:+.4f}" for b in budgets])
                             for p, row in lo["delta"].items()], catalog=ZH))
+    return parts
+
+
+def _bands_table(doc: dict[str, Any]) -> str:
+    """Each strongest head's share of the lift by rotary band."""
     band_rows = []
     for role, info in doc["bands"].items():
         label = f"{role} L{info['layer']} H{info['head']}"
         for b in info["bands"]:
             wl = "–" if b["wavelength"] is None else f"{b['wavelength']:,.0f}"
             band_rows.append((label, f"{b['dims'][0]}, {b['dims'][1]}", wl, fmt(b["share"])))
-    parts.append(table(["head", "band (dims)", "wavelength (tokens)", "share of the lift"],
-                       band_rows, catalog=ZH))
+    return table(["head", "band (dims)", "wavelength (tokens)", "share of the lift"],
+                 band_rows, catalog=ZH)
+
+
+def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | None]]]:
+    """The section's HTML, verdict and summary rows from a :func:`measure` document."""
+    a, e = doc["ablation"], doc["eviction"]
+    parts = _importance_parts(doc)
+    best, rand = a["best"], a["rho"]["random"]
+    budgets = e["budgets"]
+    parts.extend(_eviction_parts(e))
+    parts.append(_bands_table(doc))
     parts.append(figure(_figure(doc),
                         "Left: the share of later queries' attention each policy loses, by the "
                         "share of the cache kept. Right: each importance's rank agreement with "

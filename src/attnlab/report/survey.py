@@ -366,16 +366,13 @@ def _headline(data: dict[str, Any]) -> dict[str, Any]:
     return res.headline()
 
 
-def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] | None = None,
-                 section_id: str = "survey") -> Section:
-    """The survey of ``data`` (a survey JSON) as a report :class:`Section`; ``checks``:
-    (name, value, passed) rows shown first (the section then passes or fails)."""
-    head = _headline(data)
+def _scope_claim(data: dict[str, Any]) -> str:
+    """What was surveyed: the model, the corpus, the processes and the time taken."""
     model = data["model"].get("name", "model")
     corpus = data["corpus"]
     corpus_zh = ZH.get(corpus["name"], corpus["name"])
     secs = data["seconds"]
-    parts = [bilingual(
+    return bilingual(
         f"{model} ({data['num_layers']} layers × {data['num_heads']} heads) over "
         f"{data['texts']} texts of the corpus '{corpus['name']}' ({data['tokens']} tokens, "
         f"at most {data['config']['max_tokens']} per text, BOS first as TransformerLens "
@@ -385,23 +382,26 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
         f"“{corpus_zh}” 的 {data['texts']} 条文本上（共 {data['tokens']} 个词元，每条"
         f"最多 {data['config']['max_tokens']} 个，与 TransformerLens 处理字符串一样以 BOS "
         f"开头），用 {data['world_size']} 个进程，统计用时 {secs.get('survey')} 秒"
-        + (f"，探针 {secs['probes']} 秒" if "probes" in secs else "") + "。", cls="claim")]
-    if checks:
-        parts.append(table([BiText("check", "检查项"), BiText("value", "数值"),
-                            BiText("result", "结果")], checks, passed_col=2, catalog=ZH))
-    sink = data["sink"]
+        + (f"，探针 {secs['probes']} 秒" if "probes" in secs else "") + "。", cls="claim")
+
+
+def _sink_text(sink: dict[str, Any]) -> str:
+    """Gu et al.'s Sink% of the survey, or why there is none."""
     if sink["sink_percent"] is not None:
-        parts.append(bilingual(
+        return bilingual(
             f"Sink% (Gu et al., ε = {sink['epsilon']}, {sink['tokens']}-token inputs, "
             f"{sink['samples']} samples): {sink['sink_percent']:.1f} % of (sample, layer, "
             f"head) have a first-token importance above ε.",
             f"Sink%（Gu 等，ε = {sink['epsilon']}，{sink['tokens']} 个词元的输入，"
             f"{sink['samples']} 个样本）：{sink['sink_percent']:.1f}% 的（样本，层，头）"
-            f"首词元重要性超过 ε。"))
-    else:
-        parts.append(bilingual(f"Sink%: no text has {sink['tokens']} tokens.",
-                               f"Sink%：没有文本达到 {sink['tokens']} 个词元。"))
-    parts.append(bilingual(
+            f"首词元重要性超过 ε。")
+    return bilingual(f"Sink%: no text has {sink['tokens']} tokens.",
+                     f"Sink%：没有文本达到 {sink['tokens']} 个词元。")
+
+
+def _tables_note() -> str:
+    """What the headline tables rank the heads by."""
+    return bilingual(
         "Induction heads by TransformerLens's demo score (10 × 50 random tokens repeated "
         "twice, no BOS), beside Olsson et al.'s prefix matching, attnlab's repeat_induction "
         "and the same heads' induction scores on the corpus; previous-token heads by both "
@@ -413,24 +413,45 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
         "按 TransformerLens 两种度量排序的前一个词元头；在最多文本中出现汇聚的头。"
         "TransformerLens 'abs' 度量的语料均值取未舍入的值（TransformerLens 对每个分数保留 3 位"
         "小数）。",
-        cls="muted"))
+        cls="muted")
+
+
+def _figures(data: dict[str, Any]) -> list[str]:
+    """The heatmaps, the distributions over the texts and the distance profiles."""
+    return [
+        figure(_heatmaps(data), "Layer × head: the corpus mean of every score, and the "
+               "random-token probes; each block is scaled to its own range, given under it.",
+               "层 × 头：每个分数在语料上的均值，以及随机词元探针；每块按自身的取值范围着色，"
+               "范围标在下方。", catalog=ZH),
+        figure(_distributions(data), "Per head (rows), how a score is distributed over the "
+               "texts: a role played in every text is one bright cell.",
+               "每个头（行）的分数在各文本上的分布：每条文本都扮演同一角色的头只有一个亮格。",
+               catalog=ZH),
+        figure(_profiles(data), "Attention by relative distance i − j: previous-token heads "
+               "peak at 1, self heads at 0; sink heads spread over every distance (the first "
+               "token is i tokens back from query i).",
+               "按相对距离 i − j 的注意力：前一个词元头在 1 处最高，自身头在 0 处；"
+               "汇聚头分散在各个距离上（首词元距查询 i 恰为 i 个词元）。", catalog=ZH),
+    ]
+
+
+def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] | None = None,
+                 section_id: str = "survey") -> Section:
+    """The survey of ``data`` (a survey JSON) as a report :class:`Section`; ``checks``:
+    (name, value, passed) rows shown first (the section then passes or fails)."""
+    head = _headline(data)
+    model = data["model"].get("name", "model")
+    parts = [_scope_claim(data)]
+    if checks:
+        parts.append(table([BiText("check", "检查项"), BiText("value", "数值"),
+                            BiText("result", "结果")], checks, passed_col=2, catalog=ZH))
+    sink = data["sink"]
+    parts.append(_sink_text(sink))
+    parts.append(_tables_note())
     parts.append(_headline_tables(head))
     parts.append("<h3>" + bilingual("Roles", "角色", tag="span") + "</h3>")
     parts.append(_roles_table(data))
-    parts.append(figure(_heatmaps(data), "Layer × head: the corpus mean of every score, and "
-                        "the random-token probes; each block is scaled to its own range, "
-                        "given under it.", "层 × 头：每个分数在语料上的均值，以及随机词元"
-                        "探针；每块按自身的取值范围着色，范围标在下方。", catalog=ZH))
-    parts.append(figure(_distributions(data), "Per head (rows), how a score is distributed "
-                        "over the texts: a role played in every text is one bright cell.",
-                        "每个头（行）的分数在各文本上的分布：每条文本都扮演同一角色的头只有一个"
-                        "亮格。", catalog=ZH))
-    parts.append(figure(_profiles(data), "Attention by relative distance i − j: "
-                        "previous-token heads peak at 1, self heads at 0; sink heads spread "
-                        "over every distance (the first token is i tokens back from query i).",
-                        "按相对距离 i − j 的注意力：前一个词元头在 1 处最高，自身头在 0 处；"
-                        "汇聚头分散在各个距离上（首词元距查询 i 恰为 i 个词元）。",
-                        catalog=ZH))
+    parts.extend(_figures(data))
     parts.append("<h3>" + bilingual("Definitions", "定义", tag="span") + "</h3>")
     parts.append(_definitions_table(data))
     passed = None if not checks else all(ok for _, _, ok in checks)

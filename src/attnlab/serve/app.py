@@ -38,8 +38,9 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
@@ -66,6 +67,9 @@ from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
 from attnlab.viz.payload import ExplorerConfig
+
+if TYPE_CHECKING:
+    from attnlab.serve.trace_api import TraceStore
 
 __all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
 
@@ -155,6 +159,62 @@ def _parse_body(body: bytes) -> ExploreRequest:
         raise Refused(422, "invalid request: " + "; ".join(parts)) from None
 
 
+@dataclass(frozen=True)
+class _Explore:
+    """What ``/api/explore`` works with: the tracers by name, the character limit, the
+    memory budget and the largest body it reads; the budget's reservations, the lock that
+    runs one forward pass at a time, the explorer's settings and the store of the explored
+    traces (their exact rows on demand)."""
+
+    tracers: Mapping[str, Tracer]
+    names: list[str]
+    max_chars: int
+    budget: int
+    max_body: int
+    reserve: _Reservations
+    infer_lock: threading.Lock
+    cfg: ExplorerConfig
+    store: TraceStore
+
+
+def _explore(ex: _Explore, tracer: Tracer, texts: list[str], need: int) -> Any:
+    """The explorer's payload of ``texts`` traced by ``tracer`` (``need`` bytes reserved
+    meanwhile), each trace added to the store; a 422 error when the model refuses one."""
+    with ex.reserve(need):  # in flight together, requests stay within the budget
+        traces = []
+        try:
+            with ex.infer_lock:  # one forward pass at a time; the rest is per request
+                for text in texts:
+                    traces.append(tracer(text))
+        except ValueError as exc:  # the model refuses this input
+            return _error(422, one_line(exc))
+        # exact rows on demand: one id per trace, per stack of an encoder–decoder input
+        api = [ex.store.api_url(tid) for t in traces for tid in ex.store.add_input(t)]
+        return Explorer(traces, config=ex.cfg, api=api).payload()
+
+
+def _add_explore_route(app: Any, ex: _Explore) -> None:
+    """``POST /api/explore``: a JSON body's texts, admitted within the limits, traced (in a
+    worker thread) and explored."""
+    schema = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": ExploreRequest.model_json_schema()}}}}
+
+    @app.post("/api/explore", openapi_extra=schema)
+    async def explore(request: Request) -> Any:
+        from starlette.concurrency import run_in_threadpool
+
+        wrong_type = json_content_type_error(request)
+        if wrong_type is not None:
+            return _error(415, wrong_type)
+        try:
+            body = await _read_body(request, ex.max_body)
+            req = _parse_body(body)
+            tracer, texts, need = _admit(req, ex.tracers, ex.names, ex.max_chars, ex.budget)
+        except Refused as exc:
+            return _error(exc.status, exc.message)
+        return await run_in_threadpool(_explore, ex, tracer, texts, need)
+
+
 def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
                max_memory: int | None = None, allowed_hosts: tuple[str, ...] = (),
                host: str | None = None, explorer: ExplorerConfig | None = None) -> Any:
@@ -170,6 +230,8 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
 
+    from attnlab.serve.trace_api import TraceStore, trace_router
+
     if not tracers:
         raise ValueError("tracers must name at least one model, got none")
     ServeConfig(max_chars=max_chars, max_memory=max_memory, allowed_hosts=tuple(allowed_hosts))
@@ -178,9 +240,8 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
     names = list(tracers)
     limits = {name: _limits(t, budget) for name, t in tracers.items()}
     max_body = 16 * 2 * max_chars + 65536  # two texts of 4-byte characters, escaped
-    infer_lock = threading.Lock()
-    reserve = _Reservations(budget)
     cfg = explorer or ExplorerConfig()
+    store = TraceStore(capacity=8, max_bytes=budget // 2, explorer=cfg)  # explored traces
 
     app = FastAPI(title="attnlab explorer", version="1",
                   description="Attention of real models, explored live. Local use.")
@@ -195,44 +256,13 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
         return {"models": names, "max_chars": max_chars, "max_memory": budget,
                 "limits": limits}
 
-    schema = {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": ExploreRequest.model_json_schema()}}}}
-
-    @app.post("/api/explore", openapi_extra=schema)
-    async def explore(request: Request) -> Any:
-        from starlette.concurrency import run_in_threadpool
-
-        wrong_type = json_content_type_error(request)
-        if wrong_type is not None:
-            return _error(415, wrong_type)
-        try:
-            body = await _read_body(request, max_body)
-            req = _parse_body(body)
-            tracer, texts, need = _admit(req, tracers, names, max_chars, budget)
-        except Refused as exc:
-            return _error(exc.status, exc.message)
-        return await run_in_threadpool(_run, tracer, texts, need)
-
-    def _run(tracer: Tracer, texts: list[str], need: int) -> Any:
-        with reserve(need):  # in flight together, requests stay within the budget
-            traces = []
-            try:
-                with infer_lock:  # one forward pass at a time; the rest is per request
-                    for text in texts:
-                        traces.append(tracer(text))
-            except ValueError as exc:  # the model refuses this input
-                return _error(422, one_line(exc))
-            # exact rows on demand: one id per trace, per stack of an encoder–decoder input
-            api = [store.api_url(tid) for t in traces for tid in store.add_input(t)]
-            return Explorer(traces, config=cfg, api=api).payload()
+    _add_explore_route(app, _Explore(tracers, names, max_chars, budget, max_body,
+                                     _Reservations(budget), threading.Lock(), cfg, store))
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return _page(names, max_chars)
 
-    from attnlab.serve.trace_api import TraceStore, trace_router
-
-    store = TraceStore(capacity=8, max_bytes=budget // 2, explorer=cfg)  # explored traces
     app.include_router(trace_router(store))
     return app
 

@@ -233,20 +233,20 @@ def _summary(tid: str, t: AttentionTrace) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def trace_router(store: TraceStore) -> Any:
-    """A FastAPI ``APIRouter`` serving the traces of ``store`` (endpoints: module docstring)."""
-    from fastapi import APIRouter
-    from fastapi.responses import HTMLResponse
+def _answer(store: TraceStore, tid: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(trace tid, *args, **kwargs)``, or the error response of a trace ``store`` does
+    not hold (404) or of a refusal (its status)."""
+    try:
+        return fn(store.get(tid), *args, **kwargs)
+    except KeyError as exc:
+        return error(404, str(exc.args[0]))
+    except Refused as exc:  # the viz functions' refusals too (one class)
+        return error(exc.status, exc.message)
 
-    router = APIRouter()
 
-    def answer(tid: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(store.get(tid), *args, **kwargs)
-        except KeyError as exc:
-            return error(404, str(exc.args[0]))
-        except Refused as exc:  # the viz functions' refusals too (one class)
-            return error(exc.status, exc.message)
+def _add_trace_routes(router: Any, store: TraceStore) -> None:
+    """The list of ``store``'s traces, one trace's summary, tokens and score shapes, and its
+    explorer's payload."""
 
     @router.get("/api/traces")
     def traces() -> dict[str, Any]:
@@ -259,43 +259,59 @@ def trace_router(store: TraceStore) -> Any:
             return {**_summary(tid, t), "tokens": list(t.tokens),
                     "key_tokens": None if t.key_tokens is None else list(t.key_tokens),
                     "score_shape": shapes}
-        return answer(tid, info)
+        return _answer(store, tid, info)
 
     @router.get("/api/traces/{tid}/explorer")
     def explorer(tid: str) -> Any:
-        return answer(tid, lambda t: store.explorer(tid).payload())
+        return _answer(store, tid, lambda t: store.explorer(tid).payload())
+
+
+def _add_data_routes(router: Any, store: TraceStore) -> None:
+    """What a page fetches of one trace: weight rows, tiles and pooled maps, a query's top
+    keys and QK view, attribution rows and one score's parts."""
 
     @router.get("/api/traces/{tid}/rows")
     def rows(tid: str, layer: int, head: int, queries: str, top: int = 0,
              encoding: str = "b64") -> Any:
-        return answer(tid, rows_data, layer, head, queries, top=top, encoding=encoding)
+        return _answer(store, tid, rows_data, layer, head, queries, top=top, encoding=encoding)
 
     @router.get("/api/traces/{tid}/tile")
     def tile(tid: str, layer: int, head: int, rows: str, cols: str,
              encoding: str = "b64") -> Any:
-        return answer(tid, tile_data, layer, head, rows, cols, encoding=encoding)
+        return _answer(store, tid, tile_data, layer, head, rows, cols, encoding=encoding)
 
     @router.get("/api/traces/{tid}/pooled")
     def pooled(tid: str, layer: int, head: int, block: int, encoding: str = "b64") -> Any:
-        return answer(tid, pooled_data, layer, head, block, encoding=encoding)
+        return _answer(store, tid, pooled_data, layer, head, block, encoding=encoding)
 
     @router.get("/api/traces/{tid}/topk")
     def topk(tid: str, layer: int, head: int, query: int, k: int = 10) -> Any:
-        return answer(tid, topk_data, layer, head, query, k)
+        return _answer(store, tid, topk_data, layer, head, query, k)
 
     @router.get("/api/traces/{tid}/qk")
     def qk(tid: str, layer: int, head: int, query: int, top: int = 48) -> Any:
-        return answer(tid, qk_data, layer, head, query, top=top)
+        return _answer(store, tid, qk_data, layer, head, query, top=top)
 
     @router.get("/api/traces/{tid}/attribution/rows")
     def attribution(tid: str, kind: str, rows: str, layer: int | None = None,
                     head: int | None = None, encoding: str = "b64") -> Any:
-        return answer(tid, attribution_rows, kind, layer, head, rows, encoding=encoding)
+        return _answer(store, tid, attribution_rows, kind, layer, head, rows,
+                       encoding=encoding)
 
     @router.get("/api/traces/{tid}/score_parts")
     def score_parts(tid: str, layer: int, head: int, i: int, j: int,
                     pairing: str | None = None) -> Any:
-        return answer(tid, score_parts_json, layer, head, i, j, pairing=pairing)
+        return _answer(store, tid, score_parts_json, layer, head, i, j, pairing=pairing)
+
+
+def trace_router(store: TraceStore) -> Any:
+    """A FastAPI ``APIRouter`` serving the traces of ``store`` (endpoints: module docstring)."""
+    from fastapi import APIRouter
+    from fastapi.responses import HTMLResponse
+
+    router = APIRouter()
+    _add_trace_routes(router, store)
+    _add_data_routes(router, store)
 
     @router.get("/traces/{tid}", response_class=HTMLResponse)
     def page(tid: str) -> Any:

@@ -54,6 +54,7 @@ import ctypes.util
 import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -106,6 +107,21 @@ def _nbytes(record: AttentionRecord) -> int:
 #: What :meth:`Capture.trace` merges: (groups of consecutive pieces, their labels or None,
 #: the rule recorded in ``meta["merged"]``), as :meth:`AttentionTrace.merge_tokens` takes them.
 Merge = tuple[list[list[int]], list[str] | None, str]
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """The labels given to :meth:`Capture.trace`: the queries' (or the encoder's)
+    ``tokens``, ``token_ids`` and ``text``, cross-attention's ``key_tokens``, and the
+    decoder's rows (``target_tokens``, ``target_ids``, ``target``)."""
+
+    tokens: list[str] | None
+    token_ids: list[int] | None
+    text: str | None
+    key_tokens: list[str] | None
+    target_tokens: list[str] | None
+    target_ids: list[int] | None
+    target: str | None
 
 
 class Capture:
@@ -226,22 +242,45 @@ class Capture:
             self.records = []
         del records
         model = model or type(self.root).__name__
+        labels = _Labels(tokens, token_ids, text, key_tokens, target_tokens, target_ids, target)
         if len(by_stack) == 1:
             (name, records), = by_stack.items()
-            if name != "self" and set(self._stacks.values()) | (
-                    {"cross"} if self._cross else set()) == {name}:
-                name = "self"  # the model's only stack (nn.TransformerEncoder on its own)
-            if name in ("decoder", "cross") and target_tokens is not None:
-                tokens, token_ids, text = target_tokens, target_ids, target
-            one = _one_stack(records, name, bi, release, tokens=tokens, model=model,
-                             token_ids=token_ids, text=text, key_tokens=key_tokens,
-                             meta=meta, root=self.root)
-            if merge is not None:
-                one = one.merge_tokens(merge[0], merge[1], rule=merge[2])
-            return one
+            return self._single_stack(name, records, bi, release, labels, model=model,
+                                      meta=meta, merge=merge)
         if merge is not None:
             raise ValueError("merge applies to a trace of one attention stack; this capture "
                              f"holds several ({', '.join(by_stack)})")
+        return self._stacked(by_stack, bi, release, labels, model=model, meta=meta)
+
+    def _single_stack(self, name: str, records: list[AttentionRecord], bi: int,
+                      release: bool, labels: _Labels, *, model: str,
+                      meta: dict[str, Any] | None, merge: Merge | None) -> AttentionTrace:
+        """The trace of a capture whose records come from one stack ``name`` (``"self"``
+        when it is the model's only stack), its rows labelled by the target when it is a
+        decoder or cross stack given ``target_tokens``; ``merge`` applied."""
+        if name != "self" and set(self._stacks.values()) | (
+                {"cross"} if self._cross else set()) == {name}:
+            name = "self"  # the model's only stack (nn.TransformerEncoder on its own)
+        tokens, token_ids, text = labels.tokens, labels.token_ids, labels.text
+        if name in ("decoder", "cross") and labels.target_tokens is not None:
+            tokens, token_ids, text = labels.target_tokens, labels.target_ids, labels.target
+        one = _one_stack(records, name, bi, release, tokens=tokens, model=model,
+                         token_ids=token_ids, text=text, key_tokens=labels.key_tokens,
+                         meta=meta, root=self.root)
+        if merge is not None:
+            one = one.merge_tokens(merge[0], merge[1], rule=merge[2])
+        return one
+
+    def _stacked(self, by_stack: dict[str, list[AttentionRecord]], bi: int, release: bool,
+                 labels: _Labels, *, model: str,
+                 meta: dict[str, Any] | None) -> StackedTrace:
+        """The :class:`StackedTrace` of records from several stacks (``by_stack`` is
+        emptied): the encoder labelled by ``tokens``, the decoder and cross stacks' rows by
+        the target (by ``tokens`` too without an encoder or a target), cross-attention's
+        keys by ``key_tokens`` or the encoder's tokens. Calls outside every stack are
+        listed in the first stack's ``meta["skipped"]``."""
+        tokens, token_ids, text = labels.tokens, labels.token_ids, labels.text
+        target_tokens, target_ids, target = labels.target_tokens, labels.target_ids, labels.target
         if "encoder" not in by_stack and target_tokens is None:
             target_tokens, target_ids, target = tokens, token_ids, text
         stacks: dict[str, AttentionTrace] = {}
@@ -249,27 +288,26 @@ class Capture:
             if name not in by_stack:
                 continue
             records = by_stack.pop(name)
-            labels: dict[str, Any]  # (_one_stack's keyword arguments)
+            kwargs: dict[str, Any]  # (_one_stack's keyword arguments)
             if name == "encoder":
-                labels = dict(tokens=tokens, token_ids=token_ids, text=text, key_tokens=None)
+                kwargs = dict(tokens=tokens, token_ids=token_ids, text=text, key_tokens=None)
             else:
                 keys = None
                 if name == "cross":
-                    keys = key_tokens if key_tokens is not None else (
+                    keys = labels.key_tokens if labels.key_tokens is not None else (
                         stacks["encoder"].tokens if "encoder" in stacks else None)
-                labels = dict(tokens=target_tokens, token_ids=target_ids, text=target,
+                kwargs = dict(tokens=target_tokens, token_ids=target_ids, text=target,
                               key_tokens=keys)
             if name == "cross" and "encoder" in stacks:
                 self._check_cross(records, stacks["encoder"].seq_len)
             stacks[name] = _one_stack(records, name, bi, release, model=model, meta=meta,
-                                      root=self.root, **labels)
+                                      root=self.root, **kwargs)
         if by_stack:  # calls outside every stack of an encoder–decoder model
             extra = [r.name for rs in by_stack.values() for r in rs]
             first = next(iter(stacks.values()))
             first.meta["skipped"] = first.meta.get("skipped", []) + extra
         return StackedTrace(stacks, model=model, text=text, target=target,
                             meta=dict(meta or {}))
-
 
     def _finish_stream(self, batch_index: int, *, tokens: list[str] | None, model: str,
                        token_ids: list[int] | None, text: str | None,

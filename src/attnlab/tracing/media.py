@@ -522,6 +522,110 @@ def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: dict[str, An
     return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
 
 
+def _trace_encoder_only(net: Any, family: str, name: str, folder: str | None,
+                        info: dict[str, Any], audio: Any, target: Any, *, qkv: bool,
+                        context: bool, max_memory: int | str | None) -> AttentionTrace:
+    """``audio`` through a speech encoder of :data:`AUDIO_ENCODER_FAMILIES` (no decoder, so
+    no ``target``): its self-attention over the frames, or the spectrogram patches."""
+    if target is not None:
+        raise ValueError(f"target= is for speech models with a decoder "
+                         f"({', '.join(SPEECH_FAMILIES)}); {name} ({family}) has none")
+    source = "" if isinstance(audio, np.ndarray) else Path(audio).name
+    if family == "audio-spectrogram-transformer":  # it hears its window, cut or padded
+        samples, _cut = read_audio(audio, most=_spectrogram_samples(net.config),
+                                   truncate=True)
+        seconds = _cut if _cut is not None else samples.size / SAMPLE_RATE
+        return _trace_spectrogram(net, name, folder_file(folder, "preprocessor_config.json"),
+                                  info, samples, source, qkv=qkv, context=context,
+                                  max_memory=max_memory, seconds=seconds)
+    samples, _ = read_audio(audio)
+    return _trace_audio_encoder(net, family, name, folder, info, samples, source, qkv=qkv,
+                                context=context, max_memory=max_memory)
+
+
+def _decoder_limit(config: Any) -> int:
+    """The positions a speech decoder holds (its config's first integer of
+    ``max_target_positions``, ``max_position_embeddings``; else no limit)."""
+    return next((int(v) for v in (getattr(config, a, None) for a in (
+        "max_target_positions", "max_position_embeddings")) if isinstance(v, int)), 1 << 30)
+
+
+def _speech_target_ids(net: Any, encoder: Any, name: str, tok: Any, inp: SpeechInput,
+                       target: Any, *, start: int, limit: int, max_new_tokens: int,
+                       truncate: bool, meta: dict[str, Any]) -> tuple[list[int], str | None]:
+    """(the decoder's token ids, behind the start token and fitted to ``limit``; their
+    text): ``target``'s, or the model's greedy generation when it is None. Records in
+    ``meta`` where they came from and what was cut (call with the model in eval mode)."""
+    config = net.config
+    if target is None:
+        logits_of = next_logits(net, config)
+        if logits_of is None:
+            raise needs_target(name, net, " (and its config ties none to the token "
+                               "embedding)")
+        encoded = _run(encoder, name, "its audio", **inp.kwargs)
+        eos = getattr(config, "eos_token_id", None)
+        ids = greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
+                     int(config.vocab_size), min(max_new_tokens, limit - 1))
+        target_text = generated_text(tok, ids)
+        meta["target_from"] = "generated"
+    else:
+        ids, target_text = target_ids(target, tok, start=start, name=name)
+        ids = ids if ids[0] == start else [start, *ids]
+        meta["target_from"] = "given"
+    ids, target_cut = fit_target(ids, limit, truncate=truncate)
+    if target_cut is not None:
+        meta["target_truncated_from"] = target_cut
+    check_ids(ids, int(config.vocab_size), name, "target")
+    return ids, target_text
+
+
+def _speech_input_meta(inp: SpeechInput, audio: Any, name: str,
+                       positions: int) -> dict[str, Any]:
+    """The ``meta["input"]`` of a speech trace whose encoder has ``positions`` frames."""
+    real = min(positions, math.ceil(inp.seconds / inp.frame_seconds - 1e-9))
+    info: dict[str, Any] = {
+        "kind": "audio", "sample_rate": SAMPLE_RATE,
+        "seconds": round(inp.seconds, 6), "frame_seconds": inp.frame_seconds,
+        "path": "" if isinstance(audio, np.ndarray) else Path(audio).name,
+        "positions": positions, "real_positions": real, "preprocess": inp.how}
+    if inp.window is not None:
+        info["window_seconds"] = inp.window
+        info["padding"] = (
+            f"{name} pads every input to its {inp.window:g} s window and refuses a shorter "
+            f"one, so all its positions are kept; the first {real} hold the sound")
+    return info
+
+
+_CROSS = re.compile(r"(^|\.)(encoder_attn|crossattention|cross_attn)(\.|$)")
+
+
+def _speech_stacks(cap: Capture, name: str, times: list[str], labels: list[str],
+                   ids: list[int]) -> dict[str, AttentionTrace]:
+    """The ``encoder``, ``decoder`` and ``cross`` stacks of a speech model's capture
+    (encoder rows labelled by ``times``, decoder rows by ``labels``); refuses a missing
+    stack or one whose layers differ in shape."""
+    parts = {
+        "encoder": _record_filter(cap, lambda n: ".encoder." in f".{n}."),
+        "decoder": _record_filter(cap, lambda n: ".decoder." in f".{n}."
+                                  and not _CROSS.search(n)),
+        "cross": _record_filter(cap, lambda n: bool(_CROSS.search(n))),
+    }
+    stacks: dict[str, AttentionTrace] = {}
+    for stack, sub in parts.items():
+        if not sub.records:
+            raise ValueError(f"{name}: no {stack} attention was recorded; refused rather "
+                             "than incomplete")
+        rows = times if stack == "encoder" else labels
+        keys = times if stack == "cross" else None
+        t = _one(sub.trace(tokens=rows, key_tokens=keys, model=name, release=True))
+        if len(t.meta.get("layer_names", [])) != len(sub.records) and t.meta.get("skipped"):
+            raise ValueError(f"{name}: the {stack} layers differ in shape "
+                             f"({t.meta['skipped']}); refused rather than incomplete")
+        stacks[stack] = _restack(t, stack, tokens=rows, key_tokens=keys,
+                                 token_ids=None if stack == "encoder" else ids)
+    return stacks
+
+
 def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = None,
                 qkv: bool = True, context: bool = False, truncate: bool = False,
                 max_new_tokens: int = MAX_NEW_TOKENS,
@@ -555,20 +659,8 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
     tok = tokenizer if tokenizer is not None else tok
     check_int("max_new_tokens", max_new_tokens, minimum=1)
     if family in AUDIO_ENCODER_FAMILIES:
-        if target is not None:
-            raise ValueError(f"target= is for speech models with a decoder "
-                             f"({', '.join(SPEECH_FAMILIES)}); {name} ({family}) has none")
-        source = "" if isinstance(audio, np.ndarray) else Path(audio).name
-        if family == "audio-spectrogram-transformer":  # it hears its window, cut or padded
-            samples, _cut = read_audio(audio, most=_spectrogram_samples(net.config),
-                                       truncate=True)
-            seconds = _cut if _cut is not None else samples.size / SAMPLE_RATE
-            return _trace_spectrogram(net, name, folder_file(folder, "preprocessor_config.json"),
-                                      info, samples, source, qkv=qkv, context=context,
-                                      max_memory=max_memory, seconds=seconds)
-        samples, _ = read_audio(audio)
-        return _trace_audio_encoder(net, family, name, folder, info, samples, source, qkv=qkv,
-                                    context=context, max_memory=max_memory)
+        return _trace_encoder_only(net, family, name, folder, info, audio, target, qkv=qkv,
+                                   context=context, max_memory=max_memory)
     config = net.config
     window = (whisper_extractor(config, folder)[0].n_samples if family == "whisper"
               else None)  # the samples Whisper hears; the others hear all of the sound
@@ -580,31 +672,15 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
         meta["truncated_from_seconds"] = cut_from if cut_from is not None else (
             inp.truncated_from)
     start = start_id(net)
-    limit = next((int(v) for v in (getattr(config, a, None) for a in (
-        "max_target_positions", "max_position_embeddings")) if isinstance(v, int)), 1 << 30)
+    limit = _decoder_limit(config)
     encoder = net.get_encoder()
     was_training = net.training
     net.eval()
     try:
-        if target is None:
-            logits_of = next_logits(net, config)
-            if logits_of is None:
-                raise needs_target(name, net, " (and its config ties none to the token "
-                                   "embedding)")
-            encoded = _run(encoder, name, "its audio", **inp.kwargs)
-            eos = getattr(config, "eos_token_id", None)
-            ids = greedy(logits_of, encoded, start, eos if isinstance(eos, int) else None,
-                         int(config.vocab_size), min(max_new_tokens, limit - 1))
-            target_text = generated_text(tok, ids)
-            meta["target_from"] = "generated"
-        else:
-            ids, target_text = target_ids(target, tok, start=start, name=name)
-            ids = ids if ids[0] == start else [start, *ids]
-            meta["target_from"] = "given"
-        ids, target_cut = fit_target(ids, limit, truncate=truncate)
-        if target_cut is not None:
-            meta["target_truncated_from"] = target_cut
-        check_ids(ids, int(config.vocab_size), name, "target")
+        ids, target_text = _speech_target_ids(net, encoder, name, tok, inp, target,
+                                              start=start, limit=limit,
+                                              max_new_tokens=max_new_tokens,
+                                              truncate=truncate, meta=meta)
         if max_memory is not None:  # the encoder's positions dominate what the trace keeps
             from attnlab.tracing.budget import check_trace_budget
 
@@ -621,38 +697,9 @@ def trace_audio(model: Any, audio: Any, *, target: Any = None, tokenizer: Any = 
         raise ValueError(f"{name}: no encoder attention was recorded; refused rather than "
                          "incomplete")
     positions = enc[0].dims[1]
-    times = time_labels(positions, inp.frame_seconds)
-    labels = id_labels(tok, ids)
-    real = min(positions, math.ceil(inp.seconds / inp.frame_seconds - 1e-9))
-    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE,
-                     "seconds": round(inp.seconds, 6), "frame_seconds": inp.frame_seconds,
-                     "path": "" if isinstance(audio, np.ndarray) else Path(audio).name,
-                     "positions": positions, "real_positions": real, "preprocess": inp.how}
-    if inp.window is not None:
-        meta["input"]["window_seconds"] = inp.window
-        meta["input"]["padding"] = (
-            f"{name} pads every input to its {inp.window:g} s window and refuses a shorter "
-            f"one, so all its positions are kept; the first {real} hold the sound")
-    cross = re.compile(r"(^|\.)(encoder_attn|crossattention|cross_attn)(\.|$)")
-    parts = {
-        "encoder": _record_filter(cap, lambda n: ".encoder." in f".{n}."),
-        "decoder": _record_filter(cap, lambda n: ".decoder." in f".{n}."
-                                  and not cross.search(n)),
-        "cross": _record_filter(cap, lambda n: bool(cross.search(n))),
-    }
-    stacks: dict[str, AttentionTrace] = {}
-    for stack, sub in parts.items():
-        if not sub.records:
-            raise ValueError(f"{name}: no {stack} attention was recorded; refused rather "
-                             "than incomplete")
-        rows = times if stack == "encoder" else labels
-        keys = times if stack == "cross" else None
-        t = _one(sub.trace(tokens=rows, key_tokens=keys, model=name, release=True))
-        if len(t.meta.get("layer_names", [])) != len(sub.records) and t.meta.get("skipped"):
-            raise ValueError(f"{name}: the {stack} layers differ in shape "
-                             f"({t.meta['skipped']}); refused rather than incomplete")
-        stacks[stack] = _restack(t, stack, tokens=rows, key_tokens=keys,
-                                 token_ids=None if stack == "encoder" else ids)
+    meta["input"] = _speech_input_meta(inp, audio, name, positions)
+    stacks = _speech_stacks(cap, name, time_labels(positions, inp.frame_seconds),
+                            id_labels(tok, ids), ids)
     cap.records = []
     return StackedTrace(stacks, model=name, text=None, target=target_text or None, meta=meta)
 

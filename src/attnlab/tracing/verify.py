@@ -228,6 +228,77 @@ def _renormalised(w: Tensor) -> Tensor:
     return w / share.masked_fill(share == 0, 1.0)
 
 
+@dataclass(frozen=True)
+class _Errors:
+    """What comparing a trace's weights with the model's maps measured: per layer and head
+    the largest |trace − maps| (``raw``) and the same with rows renormalised where the
+    layer has sinks (``renorm``; ``raw``'s value elsewhere); the largest |trace − maps| /
+    the entry's bound, raw and renormalised (``ratios``, 0 unless bounded); the largest
+    row score error (``eps_max``); the largest |weights from q and k − trace's|
+    (``recompute``, 0 unless recomputed)."""
+
+    raw: list[list[float]]
+    renorm: list[list[float]]
+    ratios: tuple[float, float]
+    eps_max: float
+    recompute: float
+
+
+def _measure(trace: AttentionTrace, maps: list[Tensor], dtype: torch.dtype, base: float, *,
+             recompute: bool, bound: bool) -> _Errors:
+    """Compare each head of ``trace`` with the model's ``maps`` (of the right sizes);
+    ``recompute``: also rebuild its weights from q and k; ``bound``: also hold them to the
+    half-precision bound of ``dtype`` entry by entry (float32 term ``base``)."""
+    raw: list[list[float]] = []
+    renorm: list[list[float]] = []
+    ratios = [0.0, 0.0]  # the largest |trace − maps| / bound, raw and renormalised
+    eps_max = 0.0
+    rec = 0.0
+    lq, lk = trace.seq_len, trace.key_len
+    shapes = trace.shapes
+    for layer, want in enumerate(maps):
+        sinks = bool(shapes) and shapes[layer].sinks is not None
+        lse = row_eps = None
+        if recompute or bound:
+            shape = trace.score_shape(layer)
+            q, k = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)  # checked
+        if recompute:
+            lse = row_logsumexp(q, k, shape)  # (H, Lq), recomputed
+        if bound:
+            row_eps = row_score_error(q, k, shape, dtype)  # (H, Lq)
+            eps_max = max(eps_max, float(row_eps.max()) if row_eps.numel() else 0.0)
+        raw.append([])
+        renorm.append([])
+        for h in range(trace.num_heads):
+            got = trace.head_weights(layer, h).double()
+            err = float((got - want[h]).abs().max()) if got.numel() else 0.0
+            raw[-1].append(err)
+            renorm[-1].append(float((_renormalised(got) - want[h]).abs().max())
+                              if sinks and got.numel() else err)
+            if row_eps is not None and got.numel():
+                for i, g in enumerate((got, _renormalised(got) if sinks else got)):
+                    limit = weight_bound(g, want[h], row_eps[h], dtype, base)
+                    ratios[i] = max(ratios[i], float(((g - want[h]).abs() / limit).max()))
+            if lse is not None:
+                w = shaped_weights(q[h], k[trace.kv_head(h)], lse[h], shape, rows=range(lq),
+                                   head=h, lq=lq, lk=lk)
+                if w.numel():
+                    rec = max(rec, float((w.double() - got).abs().max()))
+    return _Errors(raw, renorm, (ratios[0], ratios[1]), eps_max, rec)
+
+
+def _causal_problems(trace: AttentionTrace, maps: list[Tensor]) -> list[str]:
+    """A problem for each layer without a bias whose recorded causal flag the model's maps
+    contradict."""
+    problems = []
+    for layer, (shape, m) in enumerate(zip(trace.shapes, maps)):
+        upper = bool((m.triu(1) != 0).any())  # whether a query sees later keys
+        if shape.bias is None and shape.causal == upper:
+            problems.append(f"layer {layer} is marked causal={shape.causal} but its maps "
+                            f"{'do' if upper else 'do not'} reach later keys")
+    return problems
+
+
 def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = None,
                 recompute: bool | None = None) -> StackCheck:
     """One stack of a trace against the model's own maps for it (``reference``: one
@@ -262,48 +333,16 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
         return StackCheck(**sizes, shape_ok=False, weights_error=math.inf,
                           recompute_error=math.nan, **tols, problems=(wrong_size, *problems),
                           **kind)
-    raw: list[list[float]] = []
-    renorm: list[list[float]] = []
-    ratios = [0.0, 0.0]  # the largest |trace − maps| / bound, raw and renormalised
-    eps_max = 0.0
-    rec = 0.0
-    lq, lk = trace.seq_len, trace.key_len
-    shapes = trace.shapes
-    for layer, want in enumerate(maps):
-        sinks = bool(shapes) and shapes[layer].sinks is not None
-        lse = row_eps = None
-        if not why_not or (half and not no_qk):
-            shape = trace.score_shape(layer)
-            q, k = trace.layer_tensor("q", layer), trace.layer_tensor("k", layer)  # checked
-        if not why_not:
-            lse = row_logsumexp(q, k, shape)  # (H, Lq), recomputed
-        if half and not no_qk:
-            row_eps = row_score_error(q, k, shape, dtype)  # (H, Lq)
-            eps_max = max(eps_max, float(row_eps.max()) if row_eps.numel() else 0.0)
-        raw.append([])
-        renorm.append([])
-        for h in range(trace.num_heads):
-            got = trace.head_weights(layer, h).double()
-            err = float((got - want[h]).abs().max()) if got.numel() else 0.0
-            raw[-1].append(err)
-            renorm[-1].append(float((_renormalised(got) - want[h]).abs().max())
-                              if sinks and got.numel() else err)
-            if row_eps is not None and got.numel():
-                for i, g in enumerate((got, _renormalised(got) if sinks else got)):
-                    bound = weight_bound(g, want[h], row_eps[h], dtype, base)
-                    ratios[i] = max(ratios[i], float(((g - want[h]).abs() / bound).max()))
-            if lse is not None:
-                w = shaped_weights(q[h], k[trace.kv_head(h)], lse[h], shape, rows=range(lq),
-                                   head=h, lq=lq, lk=lk)
-                if w.numel():
-                    rec = max(rec, float((w.double() - got).abs().max()))
+    errors = _measure(trace, maps, dtype, base, recompute=not why_not,
+                      bound=half and not no_qk)
+    raw, renorm, ratios = errors.raw, errors.renorm, errors.ratios
     head_errors, compared = raw, ""
     weights_error = max((e for row in raw for e in row), default=0.0)
     worst_renorm = max((e for row in renorm for e in row), default=0.0)
     ratio = math.nan
     if half:  # the half-precision bound over the stack, and entry by entry (module docstring)
         u = unit_roundoff(dtype)
-        tols["weights_tol"] = math.expm1(2 * eps_max) + u + base
+        tols["weights_tol"] = math.expm1(2 * errors.eps_max) + u + base
         ratio = ratios[0]
         if ratio > 1 and ratios[1] < ratio:  # the sink rule
             head_errors, compared, weights_error, ratio = renorm, SINK_RULE, worst_renorm, \
@@ -318,14 +357,10 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
             head_errors, compared, weights_error = renorm, SINK_RULE, worst_renorm
         if weights_error > tols["weights_tol"]:
             problems.append(f"weights differ from output_attentions by {weights_error:.2e}")
-    recompute_error = math.nan if why_not else rec
+    recompute_error = math.nan if why_not else errors.recompute
     if recompute_error > tols["recompute_tol"]:
         problems.append(f"weights recomputed from q and k differ by {recompute_error:.2e}")
-    for layer, (shape, m) in enumerate(zip(shapes, maps)):
-        upper = bool((m.triu(1) != 0).any())  # whether a query sees later keys
-        if shape.bias is None and shape.causal == upper:
-            problems.append(f"layer {layer} is marked causal={shape.causal} but its maps "
-                            f"{'do' if upper else 'do not'} reach later keys")
+    problems.extend(_causal_problems(trace, maps))
     return StackCheck(**sizes, shape_ok=True, weights_error=weights_error,
                       recompute_error=recompute_error, **tols,
                       head_errors=tuple(tuple(r) for r in head_errors), compared=compared,

@@ -364,11 +364,22 @@ def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = Fa
             leave(group)
 
 
-def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: bool,
-           progress: Any, rank: int, world: int, device: torch.device) -> TrainResult:
-    if config.batch_size % world:
-        raise ValueError(f"--batch-size {config.batch_size} must be divisible by the number "
-                         f"of processes ({world})")
+@dataclass(frozen=True)
+class _Setup:
+    """What a training process steps: its model, the same wrapped in DDP when ``world`` > 1
+    (else the model itself), its optimizer, and the step it starts from."""
+
+    model: nn.Module
+    ddp: nn.Module
+    optimizer: torch.optim.Optimizer
+    start: int
+
+
+def _set_up(config: TrainConfig, run_dir: Path, resume: bool, writer: bool, world: int,
+            device: torch.device) -> _Setup:
+    """The seeded model and its optimizer (restored from the checkpoint when ``resume``);
+    the ``writer`` (rank 0) also writes the run folder's config and resets its metrics (a
+    new run: none and a step-0 checkpoint; a resumed one: its lines up to the checkpoint)."""
     torch.manual_seed(config.seed)
     model = build_model(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
@@ -376,7 +387,6 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
     start = 0
     if resume:
         start = load_checkpoint(run_dir, model, optimizer, config=config)
-    writer = rank == 0
     if writer:
         remove_stale_temps(run_dir)
         write_config(run_dir, config)
@@ -391,7 +401,61 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
 
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
+    return _Setup(model, ddp, optimizer, start)
 
+
+def _train_step(config: TrainConfig, task: Task, run: _Setup, step: int, rank: int,
+                world: int, device: torch.device) -> tuple[Tensor, float]:
+    """One optimizer step on this process's slice of step ``step``'s global batch, at the
+    step's learning rate: ((loss sum, correct, scored count) of the global batch, summed
+    over the processes, as float64; the learning rate)."""
+    lr = config.lr * min(1.0, (step + 1) / max(1, config.warmup_steps))
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    full = task.batch(step, config.batch_size, config.seed)
+    count = float(full.scored.sum())
+    b = _to(full.slice(rank, world), device)
+    loss_sum, correct = _scored_sums(run.ddp, b)
+    loss = loss_sum * (world / count)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+    run.optimizer.step()
+    stats = torch.tensor([float(loss_sum.detach()), float(correct), 0.0],
+                         dtype=torch.float64)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(stats)
+    stats[2] = count
+    return stats, lr
+
+
+def _last_logged(run_dir: Path, resume: bool) -> dict[str, float]:
+    """The loss and accuracy of the run's last metrics line (NaN for a new run): what a
+    resumed run that has nothing left to do reports."""
+    last = {"loss": float("nan"), "accuracy": float("nan")}
+    for row in read_metrics(run_dir) if resume else []:
+        last = {"loss": row["loss"], "accuracy": row["accuracy"]}
+    return last
+
+
+def _finish_metrics(metrics: Any, run_dir: Path, config: TrainConfig,
+                    row: dict[str, Any]) -> None:
+    """Append the final ``row`` to metrics.jsonl, close it and write the plot."""
+    _append_metrics(metrics, row)
+    metrics.close()
+    _write_plot(run_dir, config)
+
+
+def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: bool,
+           progress: Any, rank: int, world: int, device: torch.device) -> TrainResult:
+    if config.batch_size % world:
+        raise ValueError(f"--batch-size {config.batch_size} must be divisible by the number "
+                         f"of processes ({world})")
+    writer = rank == 0
+    run = _set_up(config, run_dir, resume, writer, world, device)
+    start = run.start
     tokens_per_step = config.batch_size * (task.seq_len - 1)
     own_progress = progress is None and writer
     if own_progress:
@@ -402,32 +466,12 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
         bar = progress.add_task(f"train {task.name}", total=config.steps, completed=start,
                                 loss="-", acc="-", tps="-")
     window = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, scored count
-    last = {"loss": float("nan"), "accuracy": float("nan")}
-    for row in read_metrics(run_dir) if resume else []:  # a resumed run that has nothing
-        last = {"loss": row["loss"], "accuracy": row["accuracy"]}  # left to do reports these
+    last = _last_logged(run_dir, resume)
     metrics = open(run_dir / METRICS_NAME, "a", encoding="utf-8") if writer else None
     t0 = time.perf_counter()
     try:
         for step in range(start, config.steps):
-            lr = config.lr * min(1.0, (step + 1) / max(1, config.warmup_steps))
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            full = task.batch(step, config.batch_size, config.seed)
-            count = float(full.scored.sum())
-            b = _to(full.slice(rank, world), device)
-            loss_sum, correct = _scored_sums(ddp, b)
-            loss = loss_sum * (world / count)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            stats = torch.tensor([float(loss_sum.detach()), float(correct), 0.0],
-                                 dtype=torch.float64)
-            if world > 1:
-                import torch.distributed as dist
-
-                dist.all_reduce(stats)
-            stats[2] = count
+            stats, lr = _train_step(config, task, run, step, rank, world, device)
             window += stats
             done = step + 1
             if done % config.log_every == 0 or done == config.steps:
@@ -437,26 +481,24 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
                 if metrics is not None:
                     _append_metrics(metrics, {"step": done, **last, "lr": lr})
             if writer and (done % config.checkpoint_every == 0 or done == config.steps):
-                save_checkpoint(run_dir, model, optimizer, step=done, config=config)
+                save_checkpoint(run_dir, run.model, run.optimizer, step=done, config=config)
             if bar is not None:
                 el = time.perf_counter() - t0
                 progress.update(bar, completed=done, loss=f"{last['loss']:.3f}",
                                 acc=f"{last['accuracy']:.3f}",
                                 tps=f"{(done - start) * tokens_per_step / max(el, 1e-9):,.0f}")
         seconds = time.perf_counter() - t0
-        eval_loss, eval_acc = evaluate(model, task, config, device)
-        heads = _find_heads(model, task, config, device)
+        eval_loss, eval_acc = evaluate(run.model, task, config, device)
+        heads = _find_heads(run.model, task, config, device)
         done = max(start, config.steps)
         tps = (done - start) * tokens_per_step / max(seconds, 1e-9)
         if metrics is not None:
-            _append_metrics(metrics, {
+            _finish_metrics(metrics, run_dir, config, {
                 "step": done, **last, "eval_loss": eval_loss, "eval_accuracy": eval_acc,
                 "final": True, "seconds": round(seconds, 3), "tokens_per_s": round(tps, 1),
                 "world_size": world, **({"heads": heads} if heads else {}),
             })
-            metrics.close()
             metrics = None
-            _write_plot(run_dir, config)
         if bar is not None:
             progress.update(bar, description=f"train {task.name}: held-out acc {eval_acc:.3f}")
     finally:

@@ -52,6 +52,7 @@ import base64
 import gzip
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -317,6 +318,99 @@ def _fine_blob(exact: Tensor, stored: np.ndarray, step: float, dtype: str
     return encode_blob((r / FINE_SPAN + 0.5).clamp_(0, 1), dtype, gz=True)
 
 
+def _empty_payload(trace: AttentionTrace, budget: int, pooled: bool) -> dict[str, Any]:
+    """The attribution payload before any head is added: what the trace lacks, and the
+    bands and layout of its score parts when it has them."""
+    out: dict[str, Any] = {
+        "missing": "long" if pooled else None, "budget": budget, "bytes": 0,
+        "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
+        "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
+        "heads": [], "weights": [], "fine": [], "fine_span": FINE_SPAN, "q": [], "k": [],
+        "bands": None, "layout": None,
+        "value": [],  # a merged trace: each kept head's value-weighted rows (else norms)
+    }
+    if not out["parts_missing"]:
+        out["bands"], out["layout"] = _layout(trace)
+    return out
+
+
+def _map_ints(trace: AttentionTrace, maps: dict[str, Any]) -> tuple[np.ndarray, float]:
+    """(the integers of the page's weight ``maps``, the weight of one step of them);
+    ``ValueError`` unless they are a ``u16`` or ``u8`` blob of the trace's (L, H, Lq, Lk)."""
+    shape = [trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len]
+    if maps.get("dtype") not in FINE or maps.get("shape") != shape:
+        raise ValueError(f"maps must be a u16 or u8 blob of shape {shape}, got "
+                         f"{maps.get('dtype')!r} {maps.get('shape')!r}")
+    return _stored_ints(maps), 1 / 65535 if maps["dtype"] == "u16" else 1 / 255
+
+
+class _Budget:
+    """The bytes left of a payload's budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def take(self, need: int) -> bool:
+        """Whether ``need`` more bytes fit, and if so count them."""
+        if need > self.left:
+            return False
+        self.left -= need
+        return True
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """What adding a head to the payload reads: the trace and its pieces (whose q and k are
+    kept), the page's maps (``stored``, a ``step`` apart; None without maps) and the dtype
+    of a refinement over them, whether merged value-weighted rows are kept, the heads whose
+    q and k the QK payload already holds, and one head's q and k in bytes (0: none)."""
+
+    trace: AttentionTrace
+    pieces: AttentionTrace
+    stored: np.ndarray | None
+    step: float
+    fine: str
+    value_rows: bool
+    in_qk: frozenset[tuple[int, ...]]
+    qk_bytes: int
+
+
+def _add_rows(out: dict[str, Any], heads: _Heads, room: _Budget, layer: int, h: int) -> bool:
+    """Add head ``(layer, h)``'s exact weights (and merged rows) when they fit ``room``."""
+    trace, fine = heads.trace, heads.fine
+    lq, lk = trace.seq_len, trace.key_len
+    w = trace.head_weights(layer, h).float()
+    blob = None if heads.stored is None else _fine_blob(w, heads.stored[layer, h], heads.step,
+                                                        fine)
+    size = (lq * lk * (1 if fine == "u8" else 2)) if blob is not None else lq * lk * 4
+    if not room.take(size + (lq * lk * 4 if heads.value_rows else 0)):
+        return False
+    out["heads"].append([layer, h])
+    out["fine"].append(blob)
+    out["weights"].append(None if blob is not None else encode_blob(w, "f32", gz=True))
+    if heads.value_rows:
+        out["value"].append(encode_blob(trace.value_weighted_rows(layer, h, range(lq)),
+                                        "f32", gz=True))
+    out["q"].append(None)
+    out["k"].append(None)
+    return True
+
+
+def _add_qk(out: dict[str, Any], heads: _Heads, room: _Budget, n: int) -> bool:
+    """Add the pieces' q and k of kept head ``n``, read checked, when they fit ``room``
+    (true when it needs none)."""
+    layer, h = out["heads"][n]
+    if out["parts_missing"] or (layer, h) in heads.in_qk:
+        return True
+    if not room.take(heads.qk_bytes):
+        return False
+    pieces = heads.pieces
+    q, k = pieces.layer_tensor("q", layer), pieces.layer_tensor("k", layer)
+    out["q"][n] = encode_blob(q[h].float(), "f32", gz=True)
+    out["k"][n] = encode_blob(k[pieces.kv_head(h)].float(), "f32", gz=True)
+    return True
+
+
 def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int, int],
                         pooled: bool, qk: dict[str, Any] | None = None,
                         maps: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -332,26 +426,10 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
     page to say or to fetch."""
     check_int("budget", budget)
     lq, lk, d = trace.seq_len, trace.key_len, trace.head_dim
-    out: dict[str, Any] = {
-        "missing": "long" if pooled else None, "budget": budget, "bytes": 0,
-        "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
-        "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
-        "heads": [], "weights": [], "fine": [], "fine_span": FINE_SPAN, "q": [], "k": [],
-        "bands": None, "layout": None,
-        "value": [],  # a merged trace: each kept head's value-weighted rows (else norms)
-    }
-    if not out["parts_missing"]:
-        out["bands"], out["layout"] = _layout(trace)
+    out = _empty_payload(trace, budget, pooled)
     if pooled:
         return out
-    if maps is not None:
-        if maps.get("dtype") not in FINE or maps.get("shape") != [
-                trace.num_layers, trace.num_heads, lq, lk]:
-            raise ValueError(f"maps must be a u16 or u8 blob of shape "
-                             f"{[trace.num_layers, trace.num_heads, lq, lk]}, got "
-                             f"{maps.get('dtype')!r} {maps.get('shape')!r}")
-        stored = _stored_ints(maps)
-        step = 1 / 65535 if maps["dtype"] == "u16" else 1 / 255
+    stored, step = (None, 0.0) if maps is None else _map_ints(trace, maps)
     merged = trace.groups is not None
     value_rows = merged and not out["value_missing"]
     nl, nh = trace.num_layers, trace.num_heads
@@ -367,62 +445,27 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
     # every head's rows in u16 when they fit (32 bits a weight over u16 maps), else 24 bits
     fine = "u16" if maps is None or norms_bytes + rollout_bytes + first_qk + nl * nh * lq * lk * (
         2 + (4 if value_rows else 0)) <= budget else FINE[maps["dtype"]]
-    left = budget
-
-    def take(need: int) -> bool:  # whether ``need`` more bytes fit, and if so count them
-        nonlocal left
-        if need > left:
-            return False
-        left -= need
-        return True
-
+    heads = _Heads(trace, pieces, stored, step, fine, value_rows, frozenset(in_qk), qk_bytes)
+    room = _Budget(budget)
     if norms_bytes:
-        if take(norms_bytes):
+        if room.take(norms_bytes):
             out["norms"] = encode_blob(key_norms(trace), "f32", gz=True)
         else:
             out["value_missing"] = "budget"
-
-    def add_rows(layer: int, h: int) -> bool:  # the head's exact weights (and merged rows)
-        w = trace.head_weights(layer, h).float()
-        blob = None if maps is None else _fine_blob(w, stored[layer, h], step, fine)
-        size = (lq * lk * (1 if fine == "u8" else 2)) if blob is not None else lq * lk * 4
-        if not take(size + (lq * lk * 4 if value_rows else 0)):
-            return False
-        out["heads"].append([layer, h])
-        out["fine"].append(blob)
-        out["weights"].append(None if blob is not None else encode_blob(w, "f32", gz=True))
-        if value_rows:
-            out["value"].append(encode_blob(trace.value_weighted_rows(layer, h, range(lq)),
-                                            "f32", gz=True))
-        out["q"].append(None)
-        out["k"].append(None)
-        return True
-
-    def add_qk(n: int) -> bool:  # the pieces' q and k of kept head n, read checked
-        layer, h = out["heads"][n]
-        if out["parts_missing"] or (layer, h) in in_qk:
-            return True
-        if not take(qk_bytes):
-            return False
-        q, k = pieces.layer_tensor("q", layer), pieces.layer_tensor("k", layer)
-        out["q"][n] = encode_blob(q[h].float(), "f32", gz=True)
-        out["k"][n] = encode_blob(k[pieces.kv_head(h)].float(), "f32", gz=True)
-        return True
-
-    first_kept = add_rows(*first)
+    first_kept = _add_rows(out, heads, room, *first)
     if first_kept:
-        add_qk(0)
+        _add_qk(out, heads, room, 0)
     if rollout_bytes:
-        if take(rollout_bytes):
+        if room.take(rollout_bytes):
             out["rollout"] = encode_blob(trace.rollout_rows(range(lq)).float(), "f32", gz=True)
         else:
             out["rollout_missing"] = "budget"
     if first_kept:
         for lh in [(a, b) for a in range(nl) for b in range(nh) if (a, b) != tuple(first)]:
-            if not add_rows(*lh):
+            if not _add_rows(out, heads, room, *lh):
                 break
         for n in range(1, len(out["heads"])):
-            if not add_qk(n):
+            if not _add_qk(out, heads, room, n):
                 break
-    out["bytes"] = budget - left
+    out["bytes"] = budget - room.left
     return out

@@ -61,6 +61,7 @@ import functools
 import sys
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -328,6 +329,111 @@ def _prefix_kwargs(kwargs: dict[str, Any], lq: int, lk: int, nq: int, nk: int
     return out
 
 
+def _check_prefix(lq: int, lk: int, rule: ScoreShape) -> tuple[int, int] | None:
+    """(queries, keys) of the prefix the eager check runs on, or None when no prefix is
+    an attention of the same kind (a long causal or windowed call with ``lq != lk``)."""
+    if lq == lk:
+        n = min(lq, CHECK_TOKENS)
+        return n, n
+    if lq * lk <= 4 * CHECK_TOKENS ** 2:
+        return lq, lk
+    if not rule.causal and rule.window is None:
+        # cross-attention (no rule ties a query to a key position): the first queries over
+        # the first keys is a smaller attention of the same kind, read the same way
+        return min(lq, CHECK_TOKENS), min(lk, CHECK_TOKENS)
+    return None
+
+
+def _prefix_mask(query: Tensor, rule: ScoreShape, key_mask: Tensor | None,
+                 given: Tensor | None, lk: int, nq: int, nk: int) -> Tensor:
+    """The additive mask eager gets on the first ``nq`` queries and ``nk`` keys: the
+    model's own ``given`` full (B, H|1, Lq, Lk) mask cut to them (a boolean one made
+    additive), else one rebuilt from the rule and key mask attnlab read."""
+    lq = query.shape[2]
+    low = torch.finfo(query.dtype).min
+    if isinstance(given, Tensor) and given.dim() == 4 and given.shape[-2] == lq and (
+            given.shape[-1] >= lk):
+        mask = given[..., :nq, :nk]
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=query.dtype,
+                               device=query.device).masked_fill_(~mask, low)
+        return mask
+    keep = rule.visible(torch.arange(nq, device=query.device), None, lq=nq, lk=nk)
+    keep = (torch.ones(nq, nk, dtype=torch.bool, device=query.device) if keep is None
+            else keep)
+    keep = keep[None, None]
+    if key_mask is not None:
+        keep = keep & key_mask[:, None, None, :nk].to(query.device)
+    return torch.zeros(keep.shape, dtype=query.dtype, device=query.device).masked_fill_(
+        ~keep, low)
+
+
+@dataclass(frozen=True)
+class _Tolerance:
+    """How far attnlab's weights may be from eager's: ``eps`` entry by entry, or, for a
+    half-precision model (``row_eps`` given, per row), within tracing.precision's bound of
+    the exact ones (its float32 term ``base``: float32's eps, as a float32 model is held
+    to)."""
+
+    dtype: torch.dtype
+    eps: float
+    base: float
+    row_eps: Tensor | None
+
+
+def _tolerance(q32: Tensor, k32: Tensor, shapes: list[ScoreShape],
+               dtype: torch.dtype) -> _Tolerance:
+    """The :class:`_Tolerance` of a model computing in ``dtype``."""
+    eps = max(1e-5, 16 * torch.finfo(dtype).eps)
+    row_eps = (torch.stack([row_score_error(q32[bi], k32[bi], shapes[bi], dtype)
+                            for bi in range(len(shapes))]) if is_half(dtype) else None)
+    base = max(1e-5, 16 * torch.finfo(torch.float32).eps)
+    return _Tolerance(dtype, eps, base, row_eps)
+
+
+def _weights_err(got: Tensor, ref: Tensor, tol: _Tolerance) -> tuple[str, float, float]:
+    """``("weights", error, allowed)`` of attnlab's weights ``got`` against eager's."""
+    diff = (got - ref).abs()
+    err = float(diff.max())
+    if tol.row_eps is None:
+        return ("weights", err, tol.eps)
+    bound = weight_bound(got, ref, tol.row_eps, tol.dtype, tol.base)
+    at = int((diff.double() / bound).argmax())  # the entry nearest its own bound
+    if float(diff.flatten()[at]) <= float(bound.flatten()[at]):
+        return ("weights", err, max(err, float(bound.flatten()[at])))
+    return ("weights", float(diff.flatten()[at]), float(bound.flatten()[at]))
+
+
+def _eager_errors(name: str, w: Tensor, out: Tensor, ref_w: Any, ref_out: Any,
+                  seen: Tensor, tol: _Tolerance, sinks: bool,
+                  shape: tuple[int, int, int, int]) -> list[tuple[str, float, float]]:
+    """``(what, error, allowed)`` of attnlab's weights ``w`` (B, H, nq, nk) and output
+    against what eager returned of them; raises when it returned neither. With ``sinks``,
+    weights that differ are compared renormalised per row too (a model may return the
+    softmax before the sink takes its share)."""
+    b, h, nq, nk = shape
+    errs = []
+    if isinstance(ref_w, Tensor) and tuple(ref_w.shape) == (b, h, nq, nk):
+        ref_w = detached(ref_w) * seen
+        errs.append(_weights_err(w, ref_w, tol))
+    ref_o = detached(ref_out)
+    if ref_o is not None and ref_o.shape == (b, nq, h, out.shape[-1]):
+        got = detached(out).transpose(1, 2)
+        errs.append(("output", float((got - ref_o).abs().max()),
+                     tol.eps * max(1.0, float(ref_o.abs().max()))))
+    if not errs:
+        raise UnreadableAttentionError(
+            f"{name}: its eager_attention_forward returns neither weights (B, H, Lq, Lk) nor "
+            "an output (B, Lq, H, dv) attnlab can compare with")
+    if sinks and errs[0][0] == "weights" and not errs[0][1] <= errs[0][2]:
+        # some models return the softmax before the sink takes its share (and scale the
+        # output instead): the recorded weights, renormalised per row, must equal it
+        share = w.sum(-1, keepdim=True)
+        renorm = w / share.masked_fill(share == 0, 1.0)
+        errs[0] = _weights_err(renorm, ref_w, tol)
+    return errs
+
+
 def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                  rule: ScoreShape, key_mask: Tensor | None, given: Tensor | None,
                  ours_dense: Tensor | None, sinks: Tensor | None,
@@ -349,34 +455,14 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
             "cannot check its reading of the module's attention against the model's own")
     b, h, lq, _ = query.shape
     lk = key.shape[2]
-    if lq == lk:
-        nq = nk = min(lq, CHECK_TOKENS)
-    elif lq * lk <= 4 * CHECK_TOKENS ** 2:
-        nq, nk = lq, lk
-    elif not rule.causal and rule.window is None:
-        # cross-attention (no rule ties a query to a key position): the first queries over
-        # the first keys is a smaller attention of the same kind, read the same way
-        nq, nk = min(lq, CHECK_TOKENS), min(lk, CHECK_TOKENS)
-    else:
+    prefix = _check_prefix(lq, lk, rule)
+    if prefix is None:
         return
+    nq, nk = prefix
     q, k, v = query[:, :, :nq], key[:, :, :nk], value[:, :, :nk]
     if sinks is not None:
         sinks = sinks[:, :, :nq]
-    low = torch.finfo(query.dtype).min
-    if isinstance(given, Tensor) and given.dim() == 4 and given.shape[-2] == lq and (
-            given.shape[-1] >= lk):
-        mask = given[..., :nq, :nk]
-        if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=query.dtype, device=q.device).masked_fill_(
-                ~mask, low)
-    else:
-        keep = rule.visible(torch.arange(nq, device=q.device), None, lq=nq, lk=nk)
-        keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device) if keep is None else keep
-        keep = keep[None, None]
-        if key_mask is not None:
-            keep = keep & key_mask[:, None, None, :nk].to(q.device)
-        mask = torch.zeros(keep.shape, dtype=query.dtype, device=q.device).masked_fill_(
-            ~keep, low)
+    mask = _prefix_mask(query, rule, key_mask, given, lk, nq, nk)
     dense = None if ours_dense is None else ours_dense[..., :nq, :nk]
     km = None if key_mask is None else key_mask[:, :nk]
     try:
@@ -390,48 +476,13 @@ def _check_eager(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
         out, lse = eager_order(q, k, v, rule, km, dense, 0.0, sinks)
     shapes = _shapes(rule.scale, rule.causal, rule.window, km, rule.softcap, dense, sinks, b)
     q32, k32 = detached(q), detached(k)
-    half = is_half(query.dtype)
-    if half:  # what the trace records: lse in float32 from the float32 q and k it stores
+    if is_half(query.dtype):  # what the trace records: lse in float32 from the float32 q, k
         lse = exact_lse(q32, k32, shapes)
     w = dense_weights(q32, k32, detached(lse), shapes)
     seen = torch.isfinite(detached(lse))[..., None]  # rows that see no key are 0 in a trace
-    eps = max(1e-5, 16 * torch.finfo(query.dtype).eps)
-    # a half-precision model's weights: within tracing.precision's bound of the exact ones,
-    # entry by entry (its float32 term: float32's eps, as a float32 model is held to)
-    row_eps = (torch.stack([row_score_error(q32[bi], k32[bi], shapes[bi], query.dtype)
-                            for bi in range(b)]) if half else None)
-    base = max(1e-5, 16 * torch.finfo(torch.float32).eps)
-
-    def weights_err(got: Tensor, ref: Tensor) -> tuple[str, float, float]:
-        diff = (got - ref).abs()
-        err = float(diff.max())
-        if row_eps is None:
-            return ("weights", err, eps)
-        bound = weight_bound(got, ref, row_eps, query.dtype, base)
-        at = int((diff.double() / bound).argmax())  # the entry nearest its own bound
-        if float(diff.flatten()[at]) <= float(bound.flatten()[at]):
-            return ("weights", err, max(err, float(bound.flatten()[at])))
-        return ("weights", float(diff.flatten()[at]), float(bound.flatten()[at]))
-
-    errs = []
-    if isinstance(ref_w, Tensor) and tuple(ref_w.shape) == (b, h, nq, nk):
-        ref_w = detached(ref_w) * seen
-        errs.append(weights_err(w, ref_w))
-    ref_o = detached(ref_out)
-    if ref_o is not None and ref_o.shape == (b, nq, h, out.shape[-1]):
-        got = detached(out).transpose(1, 2)
-        errs.append(("output", float((got - ref_o).abs().max()),
-                     eps * max(1.0, float(ref_o.abs().max()))))
-    if not errs:
-        raise UnreadableAttentionError(
-            f"{name}: its eager_attention_forward returns neither weights (B, H, Lq, Lk) nor "
-            "an output (B, Lq, H, dv) attnlab can compare with")
-    if sinks is not None and errs[0][0] == "weights" and not errs[0][1] <= errs[0][2]:
-        # some models return the softmax before the sink takes its share (and scale the
-        # output instead): the recorded weights, renormalised per row, must equal it
-        share = w.sum(-1, keepdim=True)
-        renorm = w / share.masked_fill(share == 0, 1.0)
-        errs[0] = weights_err(renorm, ref_w)
+    tolerance = _tolerance(q32, k32, shapes, query.dtype)
+    errs = _eager_errors(name, w, out, ref_w, ref_out, seen, tolerance, sinks is not None,
+                         (b, h, nq, nk))
     bad = [(what, e, tol) for what, e, tol in errs if not e <= tol]
     if bad:
         what, e, tol = bad[0]

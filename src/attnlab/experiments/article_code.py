@@ -48,6 +48,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,7 +57,7 @@ from torch import Tensor
 from attnlab.nn import MultiHeadAttention, SelfAttention
 
 from ._common import check_ge, check_le, new_figure, seeded
-from ._result import Control, Result, fmt_num
+from ._result import Check, Control, Result, fmt_num
 from .article_listings import (
     DEDENT_001,
     FIXES_001,
@@ -329,22 +330,6 @@ def measure(tensors):
 '''
 
 
-def _snippet_outcome(rec: dict[str, Any] | None) -> tuple[bool, str, Any, str]:
-    """(raised, result, line, message) of a heat-map run: the listing's own error counts as
-    the snippet not running (it never got there), reported as such."""
-    if rec is None:
-        return True, "not applicable", "", ""
-    if rec["error"] is not None:
-        err = rec["error"]
-        return True, err["type"], "", f"the snippet did not run: {err['message']}"
-    v = rec.get("value") or {}
-    if v.get("type"):
-        return True, v["type"], v["line"] if v["line"] is not None else "", v["message"]
-    shape = v.get("shape")
-    return False, "runs", "", (f"drew a {shape[0]} × {shape[1]} image"
-                               if shape and len(shape) == 2 else "")
-
-
 def _err(a: Tensor, b: Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
@@ -394,6 +379,609 @@ def _failed(rec: dict[str, Any]) -> bool:
     return rec["error"] is not None or any(c["error"] for c in rec["calls"])
 
 
+# -- what runs where ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every run shares, drawn from the seed: attnlab's modules (MultiHeadAttention
+    with non-zero biases, so that their handling is compared too), the input, article 001's
+    masks and a tensor for its tip on ``contiguous()``."""
+
+    sa: SelfAttention
+    mha: MultiHeadAttention
+    x: Tensor  # (B, L, E)
+    causal: Tensor  # (L, L), article 001's convention: 0 = blocked
+    padding: Tensor  # (B, 1, 1, L), the second sequence has 3 padding tokens
+    t_view: Tensor  # (B, H, L, d), as after attention
+
+    @property
+    def masks(self) -> dict[str, Tensor | None]:
+        return {"none": None, "causal": self.causal, "padding": self.padding}
+
+
+def draw_inputs(seed: int) -> Inputs:
+    """The modules and tensors of :class:`Inputs`, in the order the seed draws them."""
+    with seeded(seed) as g:
+        sa = SelfAttention(EMBED_DIM, HEADS).eval()
+        mha = MultiHeadAttention(EMBED_DIM, HEADS).eval()
+        with torch.no_grad():
+            for p in (mha.qkv_proj.bias, mha.out_proj.bias):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        x = torch.randn(BATCH, SEQ, EMBED_DIM, generator=g)
+        causal = torch.tril(torch.ones(SEQ, SEQ))
+        padding = torch.ones(BATCH, 1, 1, SEQ)
+        padding[1, ..., SEQ - 3:] = 0
+        t_view = torch.randn(BATCH, HEADS, SEQ, EMBED_DIM // HEADS, generator=g)
+    return Inputs(sa, mha, x, causal, padding, t_view)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The runs of each fresh interpreter (:func:`.article_listings.run_listings`) and where
+    each one's record lands."""
+
+    jobs: list[tuple[list[dict[str, Any]], dict[str, Tensor]]]  # 000's (then the tips'), 001's
+    steps: int  # 001's first runs: as printed, then after each fix
+    at: dict[str, tuple[int, int] | None]  # each wrong variant's (job, run); None: not applicable
+    dedent_at: int | None  # 001's other reading, in its job; None: not applicable
+    first_tip: int  # where the tips' runs begin in 000's job
+    heat_at: dict[str, int | None]  # each heat-map run among the tips' runs
+
+
+_CALLS_000 = [["x", None]]
+_CALLS_001 = [["x", None], ["x", "causal"], ["x", "padding"]]
+
+
+def _driven(label: str, source: str, filename: str, cls: str,
+            calls: list[list[str | None]]) -> dict[str, Any]:
+    """A run that builds ``cls`` at article 001's size with attnlab's weights and calls it."""
+    return {"label": label, "source": source, "filename": filename, "cls": cls,
+            "args": [EMBED_DIM, HEADS], "state": "w/", "calls": calls}
+
+
+def _tip_runs(corrected: str, fused_call_001: str, heatmap_001: str
+              ) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+    """001's tip on the fused projection and its heat-map snippet, with their controls; and
+    where each heat-map run lands (None: a listing the control's edit does not apply to)."""
+    fn_tip, fn1 = "001_fused_qkv_tip.py", LISTINGS["001"].filename.removesuffix(".txt")
+    runs: list[dict[str, Any]] = [
+        {"label": "001 fused call", "source": fused_call_source(fused_call_001),
+         "filename": fn_tip},
+        {"label": "001 listing call", "source": fused_call_source(LISTING_CALL_001),
+         "filename": fn_tip},
+    ]
+    returns_weights = _edited(corrected, RETURN_WEIGHTS_001)
+    heat_at: dict[str, int | None] = {}
+    for key, cell in HEATMAP_CELLS.items():
+        source = returns_weights if key == "control" else corrected
+        heat_at[key] = None if source is None else len(runs)
+        if source is not None:
+            runs.append({"label": f"001 heat map, {key}", "source": source, "filename": fn1,
+                         "harness": _heatmap_harness(heatmap_001, cell), "measure": "measure"})
+    return runs, heat_at
+
+
+def plan_runs(inputs: Inputs, src0: str, src1: str, fixes_001: Sequence[Edit],
+              fused_call_001: str, heatmap_001: str) -> RunPlan:
+    """000 run as ``__main__`` and driven, 001 as printed and after each fix, the wrong
+    variants (:data:`WRONG`, each at a known run), 001's other reading, then the tips."""
+    l0, l1 = LISTINGS["000"], LISTINGS["001"]
+    fn0, fn1 = l0.filename.removesuffix(".txt"), l1.filename.removesuffix(".txt")
+    runs0 = [{"label": "000 main", "source": src0, "filename": fn0, "main": True},
+             _driven("000 driven", src0, fn0, l0.cls, _CALLS_000)]
+    steps = [apply_edits(src1, fixes_001[:i]) for i in range(len(fixes_001) + 1)]
+    runs1 = [_driven(f"001 + {i} fixes", s, fn1, l1.cls, _CALLS_001)
+             for i, s in enumerate(steps)]
+    # None: not applicable to a replaced listing (its control then counts as failing the
+    # test, as a wrong one must)
+    at: dict[str, tuple[int, int] | None] = {}
+    main_bug = _edited(src0, Edit("    num_heads = 8\n", "    num_heads = 7\n",
+                                  "000's own test with 7 heads"))
+    at["000-main-bug"] = None if main_bug is None else (0, len(runs0))
+    if main_bug is not None:
+        runs0.append({"label": "000 main, 7 heads", "source": main_bug, "filename": fn0,
+                      "main": True})
+    for key in WRONG:
+        job_index = 0 if key.startswith("000") else 1
+        job, wrong = (runs0, runs1)[job_index], _edited((src0, steps[-1])[job_index], WRONG[key])
+        at[key] = None if wrong is None else (job_index, len(job))
+        if wrong is not None:
+            job.append(_driven(key, wrong, (fn0, fn1)[job_index], (l0, l1)[job_index].cls,
+                               (_CALLS_000, _CALLS_001)[job_index]))
+    try:
+        dedent = apply_edits(src1, DEDENT_001)
+    except ValueError:
+        dedent = None  # a replaced listing the other reading does not apply to
+    dedent_at = None if dedent is None else len(runs1)
+    if dedent is not None:
+        runs1.append(_driven("001 dedented", dedent, fn1, l1.cls, _CALLS_001))
+    runs2, heat_at = _tip_runs(steps[-1], fused_call_001, heatmap_001)
+    tensors0 = {"x": inputs.x, **{f"w/{k}": v for k, v in inputs.sa.state_dict().items()}}
+    tensors1 = {"x": inputs.x, "causal": inputs.causal, "padding": inputs.padding,
+                **{f"w/{k}": v for k, v in inputs.mha.state_dict().items()}}
+    # the tips run in 000's interpreter, the shorter job (its tensors hold the same x)
+    return RunPlan([(runs0 + runs2, tensors0), (runs1, tensors1)], len(steps), at, dedent_at,
+                   len(runs0), heat_at)
+
+
+# -- what the runs gave ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WrongRun:
+    """A deliberately wrong variant (:data:`WRONG`), run the same way, against attnlab."""
+
+    result: str  # "not applicable", "runs" or its first error's type
+    out_err: float  # max |output − attnlab|; inf when not applicable or it did not run
+    w_err: float  # max |weights − attnlab|; inf likewise
+    weights: dict[str, Tensor]  # by mask; empty when it did not run
+
+
+@dataclass(frozen=True)
+class Records:
+    """The runs' records and tensors, and attnlab's outputs on the same inputs."""
+
+    recs0: list[dict[str, Any]]
+    outs0: dict[str, Tensor]
+    recs1: list[dict[str, Any]]
+    outs1: dict[str, Tensor]
+    ref0: Tensor  # attnlab SelfAttention's output
+    ref0_w: Tensor  # and its weights
+    ref1: dict[str, tuple[Tensor, Tensor]]  # MultiHeadAttention's (output, weights) by mask
+
+    def agreement(self, i: int) -> tuple[float, dict[str, Tensor]]:
+        """001's run ``i`` against attnlab: max |output error| over the masks, and its
+        weights by mask (inf and none when it failed)."""
+        if _failed(self.recs1[i]):
+            return math.inf, {}
+        attn = {k: self.outs1[f"{i}/{j}/attn"] for j, k in enumerate(self.ref1)}
+        errs = [_err(self.outs1[f"{i}/{j}/out"], self.ref1[k][0])
+                for j, k in enumerate(self.ref1)]
+        return max(errs), attn
+
+    def wrong(self, where: tuple[int, int] | None) -> WrongRun:
+        """The wrong variant run at ``where`` (:attr:`RunPlan.at`) against attnlab."""
+        if where is None:
+            return WrongRun("not applicable", math.inf, math.inf, {})
+        job, i = where
+        result = _describe((self.recs0, self.recs1)[job][i])[0]
+        if job == 0:
+            if _failed(self.recs0[i]):
+                return WrongRun(result, math.inf, math.inf, {})
+            return WrongRun(result, _err(self.outs0[f"{i}/0/out"], self.ref0),
+                            _err(self.outs0[f"{i}/0/attn"], self.ref0_w),
+                            {"none": self.outs0[f"{i}/0/attn"]})
+        out_err, attn = self.agreement(i)
+        w_err = max((_err(attn[k], self.ref1[k][1]) for k in attn), default=math.inf)
+        return WrongRun(result, out_err, w_err, attn)
+
+
+def run_plan(inputs: Inputs, plan: RunPlan, seed: int, timeout: float) -> Records:
+    """attnlab's outputs on the inputs, then every run of ``plan``."""
+    with torch.no_grad():
+        ref0, ref0_w = inputs.sa(inputs.x)
+        ref1 = {k: inputs.mha(inputs.x, mask=None if m is None else m.bool(), need_weights=True)
+                for k, m in inputs.masks.items()}
+    (recs0, outs0), (recs1, outs1) = run_listings(plan.jobs, seed=seed, timeout=timeout)
+    return Records(recs0, outs0, recs1, outs1, ref0, ref0_w, ref1)
+
+
+@dataclass(frozen=True)
+class TipOutcomes:
+    """Article 001's two debugging tips, on the right weights and on real bugs."""
+
+    rows_ok: bool  # tip 1 holds on the corrected 001 and attnlab, every mask
+    mask_ok: bool  # tip 2 holds on them, causal and padding masks
+    rows_on_bug: bool  # tip 1 holds on 001 with its softmax over the wrong axis
+    mask_on_bug: bool  # tip 2 holds on 001 with its mask ignored
+    bugs_ran: bool  # both bugs gave weights
+    right_ran: bool  # the corrected 001 gave weights
+
+    @property
+    def catches(self) -> bool:
+        """Each tip flags its bug."""
+        return self.bugs_ran and not self.rows_on_bug and not self.mask_on_bug
+
+    @property
+    def right_flagged(self) -> bool:
+        """The control: the tips flag the right listing."""
+        return self.right_ran and not (self.rows_ok and self.mask_ok)
+
+
+def _tips(attn1: dict[str, Tensor], ours_w: dict[str, Tensor], w_axis: dict[str, Tensor],
+          w_mask: dict[str, Tensor], masks: dict[str, Tensor | None]) -> TipOutcomes:
+    """The tips on the corrected listing's weights and attnlab's, then on each real bug."""
+    every, masked = ("none", "causal", "padding"), ("causal", "padding")
+    return TipOutcomes(_tip_passes(_rows_tip, [attn1, ours_w], masks, every),
+                       _tip_passes(_mask_tip, [attn1, ours_w], masks, masked),
+                       _tip_passes(_rows_tip, [w_axis], masks, every),
+                       _tip_passes(_mask_tip, [w_mask], masks, masked),
+                       bool(w_axis) and bool(w_mask), bool(attn1))
+
+
+@dataclass(frozen=True)
+class ContiguousTip:
+    """Article 001's tip on ``contiguous()``: after ``transpose``, ``view`` raises unless
+    ``contiguous()`` comes first; also the shapes where ``view`` works without it."""
+
+    shape: tuple[int, ...]  # (B, H, L, d), as after attention
+    raised: bool  # view after transpose raised RuntimeError
+    message: str  # its message's first sentence, or "no error"
+    same: float  # max |reshape − contiguous().view|
+    one_head: str  # view after transpose with H = 1: "runs" or "RuntimeError"
+    one_token: str  # the same with L = 1
+    contiguous_raised: bool  # control: view of the contiguous() copy raised
+    merge_wrong: float  # control: the heads merged without the transpose, max |difference|
+
+
+def _view_result(shape: tuple[int, int, int, int]) -> str:
+    """Whether ``view`` after ``transpose(1, 2)`` of a tensor of ``shape`` runs."""
+    u = torch.zeros(shape).transpose(1, 2)
+    try:
+        u.view(shape[0], shape[2], shape[1] * shape[3])
+    except RuntimeError:
+        return "RuntimeError"
+    return "runs"
+
+
+def contiguous_tip(t: Tensor) -> ContiguousTip:
+    """``t`` is (B, H, L, d) as after attention; step 6 of 001 transposes it to
+    (B, L, H, d) and merges the heads."""
+    b, h, n, d = t.shape
+    tt = t.transpose(1, 2)  # (B, L, H, d), not contiguous
+    try:
+        tt.view(b, n, h * d)
+        raised, msg = False, "no error"
+    except RuntimeError as exc:
+        raised, msg = True, str(exc).split(".")[0]
+    same = _err(tt.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
+    try:  # control: view of the contiguous copy raises nothing
+        tt.contiguous().view(b, n, h * d)
+        contiguous_raised = False
+    except RuntimeError:
+        contiguous_raised = True
+    # control: merging the heads without the transpose is not the same tensor
+    merge_wrong = _err(t.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
+    return ContiguousTip(tuple(t.shape), raised, msg, same, _view_result((b, 1, n, d)),
+                         _view_result((b, h, 1, d)), contiguous_raised, merge_wrong)
+
+
+@dataclass(frozen=True)
+class SnippetOutcome:
+    """A heat-map run: whether it raised, and its table cells."""
+
+    raised: bool
+    result: str  # "runs", "not applicable" or the error's type
+    line: Any  # the line in the snippet, or ""
+    message: str
+
+
+def _snippet_outcome(rec: dict[str, Any] | None) -> SnippetOutcome:
+    """A heat-map run's outcome: the listing's own error counts as the snippet not running
+    (it never got there), reported as such."""
+    if rec is None:
+        return SnippetOutcome(True, "not applicable", "", "")
+    if rec["error"] is not None:
+        err = rec["error"]
+        return SnippetOutcome(True, err["type"], "", f"the snippet did not run: {err['message']}")
+    v = rec.get("value") or {}
+    if v.get("type"):
+        return SnippetOutcome(True, v["type"], v["line"] if v["line"] is not None else "",
+                              v["message"])
+    shape = v.get("shape")
+    return SnippetOutcome(False, "runs", "", (f"drew a {shape[0]} × {shape[1]} image"
+                                              if shape and len(shape) == 2 else ""))
+
+
+# -- the measurement ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArticleCodeMeasurement:
+    """Both listings as printed, 001 fix by fix, the wrong variants, the einsum formulation
+    and article 001's tips, each against attnlab with the same weights."""
+
+    src1: str  # 001's listing as run (printed, or a replacement)
+    fixes_001: tuple[Edit, ...]
+    fused_call_001: str
+    main0: dict[str, Any]  # 000's own test, run as __main__
+    driven0: dict[str, Any]  # 000 driven with attnlab's weights
+    err0_out: float  # 000 driven vs attnlab SelfAttention: max |output error| (inf: failed)
+    err0_w: float  # and max |weights error|
+    steps: tuple[dict[str, Any], ...]  # 001 as printed, then after each fix
+    step_errors: tuple[float, ...]  # each step vs attnlab MultiHeadAttention (inf: failed)
+    attn1: dict[str, Tensor]  # the corrected 001's weights by mask (empty: it failed)
+    dedent: dict[str, Any] | None  # 001's other reading (None: not applicable)
+    main_bug_runs: bool  # 000's own test with 7 heads runs
+    wrong: dict[str, WrongRun]  # by key of WRONG
+    einsum_err: float  # fp64, max over the masks
+    einsum_err_wrong: float  # the same without the scale
+    tips: TipOutcomes
+    contiguous: ContiguousTip
+    fused_call: dict[str, Any]  # 001's tip's fused projection, as printed
+    listing_call: dict[str, Any]  # the listing's own call
+    heat: dict[str, SnippetOutcome]  # by key of HEATMAP_CELLS
+
+    @property
+    def err1_fixed(self) -> float:
+        return self.step_errors[-1]
+
+    @property
+    def failing(self) -> int:
+        """Listings (of 2) that fail as printed: an exception or a result not attnlab's."""
+        fails0 = (_failed(self.main0) or _failed(self.driven0)
+                  or max(self.err0_out, self.err0_w) > TOLERANCE)
+        fails1 = not self.step_errors[0] <= TOLERANCE
+        return int(fails0) + int(fails1)
+
+    @property
+    def wrong_failing(self) -> int:
+        """The same count on the two wrong listings (each without its scale)."""
+        return sum(not max(w.out_err, w.w_err) <= TOLERANCE
+                   for w in (self.wrong["000-no-scale"], self.wrong["001-no-scale"]))
+
+
+def _einsum_errors(mha: MultiHeadAttention, x: Tensor, masks: dict[str, Tensor | None],
+                   einsum_fn: Callable[..., tuple[Tensor, Tensor]]) -> tuple[float, float]:
+    """The einsum formulation against attnlab's module in fp64 (the same function, not
+    merely the same result up to fp32 rounding), and the same with the scale dropped."""
+    mha64, x64 = copy.deepcopy(mha).double(), x.double()
+    unscaled = copy.deepcopy(mha64)
+    unscaled.scale = 1.0
+    with torch.no_grad():
+        return tuple(max(
+            _err(einsum_fn(m64, x64, None if m is None else m.bool())[0],
+                 mha64(x64, mask=None if m is None else m.bool())[0])
+            for m in masks.values()) for m64 in (mha64, unscaled))
+
+
+def measure(
+    seed: int = 0,
+    *,
+    listing_000: str | None = None,
+    listing_001: str | None = None,
+    fixes_001: Sequence[Edit] = FIXES_001,
+    einsum_fn: Callable[..., tuple[Tensor, Tensor]] = einsum_attention,
+    fused_call_001: str = FUSED_CALL_001,
+    heatmap_001: str = HEATMAP_001,
+    timeout: float = 120.0,
+) -> ArticleCodeMeasurement:
+    """Run every listing, fix, wrong variant and tip (arguments: see :func:`run`)."""
+    src0 = listing_source("000") if listing_000 is None else listing_000
+    src1 = listing_source("001") if listing_001 is None else listing_001
+    inputs = draw_inputs(seed)
+    plan = plan_runs(inputs, src0, src1, fixes_001, fused_call_001, heatmap_001)
+    r = run_plan(inputs, plan, seed, timeout)
+    recs2 = r.recs0[plan.first_tip:]
+    steps = tuple(r.recs1[:plan.steps])
+    step_errors = tuple(r.agreement(i)[0] for i in range(plan.steps))
+    attn1 = r.agreement(plan.steps - 1)[1]
+    err0_out = err0_w = math.inf
+    if not _failed(r.recs0[1]):
+        err0_out, err0_w = _err(r.outs0["1/0/out"], r.ref0), _err(r.outs0["1/0/attn"], r.ref0_w)
+    wrong = {key: r.wrong(plan.at[key]) for key in WRONG}
+    bug_at = plan.at["000-main-bug"]
+    tips = _tips(attn1, {k: v[1] for k, v in r.ref1.items()},
+                 wrong["001-softmax-wrong-axis"].weights, wrong["001-mask-ignored"].weights,
+                 inputs.masks)
+    heat = {k: _snippet_outcome(None if i is None else recs2[i])
+            for k, i in plan.heat_at.items()}
+    return ArticleCodeMeasurement(
+        src1, tuple(fixes_001), fused_call_001, r.recs0[0], r.recs0[1], err0_out, err0_w,
+        steps, step_errors, attn1,
+        None if plan.dedent_at is None else r.recs1[plan.dedent_at],
+        bug_at is not None and not _failed(r.recs0[bug_at[1]]), wrong,
+        *_einsum_errors(inputs.mha, inputs.x, inputs.masks, einsum_fn), tips,
+        contiguous_tip(inputs.t_view), recs2[0], recs2[1], heat)
+
+
+# -- the checks --------------------------------------------------------------------------------
+
+
+def _ctl(key: str, value: float) -> Control:
+    """The wrong variant ``key`` of :data:`WRONG` as a check's control."""
+    e = WRONG[key]
+    return Control(e.why, e.why_zh, value)
+
+
+def headline_control(m: ArticleCodeMeasurement) -> Control:
+    """The same count on the two wrong listings."""
+    return Control("the same count on two wrong listings (000 and the corrected 001, "
+                   "each without its scale)",
+                   "对两份错误代码（000 与修正后的 001，各自去掉缩放）做同样的计数",
+                   m.wrong_failing)
+
+
+def _listing_checks(m: ArticleCodeMeasurement) -> list[Check]:
+    """000 as printed, the corrected 001 and the einsum formulation against attnlab."""
+    return [
+        check_ge("000 as printed: its own __main__ test runs (1 = yes)",
+                 float(not _failed(m.main0)), 1, id="printed-000-main-runs",
+                 control=Control("000's own test changed to 7 heads (512 is not divisible by "
+                                 "7: its assert must stop it)",
+                                 "把 000 自带测试改为 7 个头（512 不能被 7 整除，其 assert "
+                                 "应当报错）", float(m.main_bug_runs))),
+        check_le("000 as printed vs attnlab SelfAttention, same weights: max |output error|",
+                 m.err0_out, TOLERANCE, id="printed-000-output", by_construction=True,
+                 control=_ctl("000-no-transpose-back", m.wrong["000-no-transpose-back"].out_err)),
+        check_le("000 as printed vs attnlab SelfAttention: max |weights error|",
+                 m.err0_w, TOLERANCE, id="printed-000-weights", by_construction=True,
+                 control=_ctl("000-no-scale", m.wrong["000-no-scale"].w_err)),
+        check_le(f"001 with the {len(m.fixes_001)} fixes vs attnlab MultiHeadAttention: "
+                 "max |output error| (no mask, causal, padding)", m.err1_fixed, TOLERANCE,
+                 support=True, id="fixed-001-output", by_construction=True,
+                 control=_ctl("001-no-scale", m.wrong["001-no-scale"].out_err)),
+        check_le("einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|",
+                 m.einsum_err, EINSUM_TOLERANCE, support=True, id="einsum", by_construction=True,
+                 control=Control("the einsum formulation without the 1/√d_k scale",
+                                 "去掉 1/√d_k 缩放的 einsum 写法", m.einsum_err_wrong)),
+    ]
+
+
+def _tip_checks(m: ArticleCodeMeasurement) -> list[Check]:
+    """Article 001's tips: the two debugging tips, contiguous(), the fused projection and
+    the heat-map snippet, each beside what it must tell apart."""
+    tips, ct, heat = m.tips, m.contiguous, m.heat
+    return [
+        check_ge("tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab "
+                 "(1 = all True)", float(tips.rows_ok), 1, support=True, id="tip-row-sums",
+                 control=_ctl("001-softmax-wrong-axis", float(tips.rows_on_bug))),
+        check_ge("tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 "
+                 "and attnlab, causal and padding masks (1 = all True)", float(tips.mask_ok), 1,
+                 support=True, id="tip-mask",
+                 control=_ctl("001-mask-ignored", float(tips.mask_on_bug))),
+        check_ge("the two tips flag the corrected 001 with its softmax over the wrong axis and "
+                 "with its mask ignored (1 = both flagged)", float(tips.catches), 1,
+                 support=True, id="tips-catch",
+                 control=Control("the two tips on the right listing (corrected 001): flagged",
+                                 "两条技巧用于正确的代码（修正后的 001）：是否报错",
+                                 float(tips.right_flagged))),
+        check_ge("tip: view after transpose raises RuntimeError (1 = raised)",
+                 float(ct.raised), 1, support=True, id="view-after-transpose-raises",
+                 control=Control("view of the contiguous() copy", "对 contiguous() 副本调用 view",
+                                 float(ct.contiguous_raised))),
+        check_le("reshape vs contiguous().view after transpose: max |difference|",
+                 ct.same, 0.0, support=True, id="reshape-equals-contiguous",
+                 by_construction=True,
+                 control=Control("the heads merged without the transpose",
+                                 "不转置直接合并各头", ct.merge_wrong)),
+        check_ge("tip: the fused projection as printed, nn.Linear(3*d_model), raises "
+                 "TypeError (1 = raised)", float(_raised_type_error(m.fused_call)), 1,
+                 support=True, id="fused-call-raises",
+                 control=Control(f"the listing's own call, {LISTING_CALL_001}",
+                                 f"代码清单自己的写法 {LISTING_CALL_001}",
+                                 float(_raised_type_error(m.listing_call)))),
+        check_ge("heat-map snippet after the corrected 001 and out = model(x): raises "
+                 "(1 = raised)", float(heat["listing"].raised), 1, support=True,
+                 id="heatmap-snippet-raises",
+                 control=Control(f"the same snippet after a forward that returns its weights "
+                                 f"too, then {HEATMAP_CELLS['control']}",
+                                 f"同一段代码，forward 同时返回注意力权重，再执行 "
+                                 f"{HEATMAP_CELLS['control']}", float(heat["control"].raised))),
+    ]
+
+
+def _raised_type_error(rec: dict[str, Any]) -> bool:
+    return (rec["error"] or {}).get("type") == "TypeError"
+
+
+def checks(m: ArticleCodeMeasurement) -> list[Check]:
+    """The listings against attnlab, then article 001's tips, each beside its control."""
+    return _listing_checks(m) + _tip_checks(m)
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+def _step_label(i: int, fixes_001: Sequence[Edit]) -> str:
+    if i == 0:
+        return "001 as printed: MultiHeadAttention(512, 8) on (2, 10, 512)"
+    if i == 1:
+        return f"001 + fix 1: {fixes_001[0].why}"
+    return f"001 + fixes 1–{i}, fix {i}: {fixes_001[i - 1].why}"
+
+
+def _listing_rows(m: ArticleCodeMeasurement) -> list[list[Any]]:
+    """000's runs, 001's step by step, its other reading and each fix's diff."""
+    out_line = next((ln for ln in reversed(m.main0["stdout"].splitlines()) if ln.strip()), "")
+    result, line, msg = _describe(m.main0)
+    rows: list[list[Any]] = [["000 as printed, run as __main__ (its own test)", result, line,
+                              msg or out_line]]
+    result, line, msg = _describe(m.driven0)
+    rows.append(["000 as printed, driven: PureSelfAttention(512, 8) on (2, 10, 512)", result,
+                 line, msg or f"max |out − attnlab SelfAttention| = {fmt_num(m.err0_out)}"])
+    for i, rec in enumerate(m.steps):
+        result, line, msg = _describe(rec)
+        if result == "runs":
+            msg = (f"max |out − attnlab MultiHeadAttention| = {fmt_num(m.step_errors[i])} "
+                   "(no mask, causal, padding)")
+        rows.append([_step_label(i, m.fixes_001), result, line, msg])
+    if m.dedent is not None:
+        result, line, msg = _describe(m.dedent)
+        rows.append(["001, other reading: masked_fill dedented (runs unconditionally), "
+                     "forward(x) without a mask", result, line, msg])
+    for i, e in enumerate(m.fixes_001, 1):
+        before = apply_edits(m.src1, m.fixes_001[: i - 1])
+        for d in diff_lines(before, apply_edits(before, [e])):
+            rows.append([f"fix {i} diff", "", "", d])
+    return rows
+
+
+def _wrong_rows(m: ArticleCodeMeasurement) -> list[list[Any]]:
+    """The controls, run the same way."""
+    return [[f"control (wrong on purpose): {e.why}", w.result, "",
+             f"max |out − attnlab| = {fmt_num(w.out_err)}, max |weights − attnlab| = "
+             f"{fmt_num(w.w_err)}" if math.isfinite(w.out_err) else ""]
+            for e, w in ((WRONG[key], m.wrong[key]) for key in WRONG)]
+
+
+def _tip_rows(m: ArticleCodeMeasurement) -> list[list[Any]]:
+    """contiguous(), the fused projection and the heat-map snippet."""
+    ct = m.contiguous
+    b, h, n, d = ct.shape
+    rows: list[list[Any]] = [
+        [f"view after transpose, (B, H, L, d) = {ct.shape}",
+         "RuntimeError" if ct.raised else "runs", "", ct.message],
+        ["reshape / contiguous().view after transpose", "runs", "",
+         f"max |difference| = {fmt_num(ct.same)}"],
+        [f"view after transpose, one head (H = 1): {(b, 1, n, d)}", ct.one_head, "", ""],
+        [f"view after transpose, one token (L = 1): {(b, h, 1, d)}", ct.one_token, "", ""],
+    ]
+    for rec, label in ((m.fused_call, f"001 tip as printed: qkv_proj = {m.fused_call_001}, "
+                                      f"d_model = {EMBED_DIM}"),
+                       (m.listing_call, f"001's listing call: qkv_proj = {LISTING_CALL_001}, "
+                                        f"d_model = {EMBED_DIM}")):
+        rows.append([label, *_describe(rec)])
+    for key, label in (
+            ("listing", "001 heat-map snippet after the corrected listing and out = model(x)"),
+            ("output-as-attn", "001 heat-map snippet after the corrected listing and "
+                               "attn = model(x) (the output taken for the weights)"),
+            ("control", "001 heat-map snippet, control: forward returns (output, attn), then "
+                        "out, attn = model(x)")):
+        s = m.heat[key]
+        rows.append([label, s.result, s.line, s.message])
+    return rows
+
+
+def table(m: ArticleCodeMeasurement) -> tuple[list[str], list[list[Any]]]:
+    """One row per run of a listing (its first error, with its line), each fix's diff, the
+    wrong variants and the tips."""
+    return (["run", "result", "line of the listing run", "message or measurement"],
+            _listing_rows(m) + _wrong_rows(m) + _tip_rows(m))
+
+
+# -- the result --------------------------------------------------------------------------------
+
+
+QUANTITY = ("listings (of 2) that fail as printed (an exception, or a result other than "
+            "attnlab's with the same weights)")
+QUANTITY_ZH = ("按原样运行失败的代码清单数（共 2 份；抛出异常，或与使用相同权重的 attnlab "
+               "结果不符）")
+EXPECT_WHY = ("Article 001's listing does not run as printed: its `if mask is not None:` "
+              "sits inside the comment above the masking line, whose indentation is then "
+              "unexpected; the listing also never sets self.n_heads and self.d_model and "
+              "never splits k and v into heads.")
+EXPECT_WHY_ZH = ("文章 001 的代码清单无法按原样运行：`if mask is not None:` 被写进了"
+                 "掩码那一行上方的注释里，于是下一行的缩进成了意外缩进；此外它从未设置 "
+                 "self.n_heads 和 self.d_model，也没有把 k 和 v 切分成多个头。")
+
+
+def captions(m: ArticleCodeMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    printed = _describe(m.steps[0])
+    return (f"Each listing ran in a fresh interpreter (sys.executable); "
+            f"001 as printed: {printed[0]} at line {printed[1]}. Sizes: E = {EMBED_DIM}, "
+            f"{HEADS} heads, input ({BATCH}, {SEQ}, {EMBED_DIM}), fp32, attnlab's weights. "
+            "Right: article 001's own recipe (matshow of attn[0, 0], cmap 'Reds') on the "
+            "corrected listing's weights.",
+            "每份代码清单都在全新的解释器（sys.executable）中运行；"
+            f"001 按原样运行：第 {printed[1]} 行抛出 {printed[0]}。规模：E = {EMBED_DIM}，"
+            f"{HEADS} 个头，输入 ({BATCH}, {SEQ}, {EMBED_DIM})，fp32，使用 attnlab 的权重。"
+            "右图：按文章 001 自己的方法（对 attn[0, 0] 作 matshow，配色 'Reds'）"
+            "绘制修正后代码清单的注意力权重。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -414,356 +1002,21 @@ def run(
     ``fused_call_001`` the fused projection of 001's tip and ``heatmap_001`` its heat-map
     snippet (a call or a snippet that runs fails its check).
     """
-    src0 = listing_source("000") if listing_000 is None else listing_000
-    src1 = listing_source("001") if listing_001 is None else listing_001
-    with seeded(seed) as g:
-        sa = SelfAttention(EMBED_DIM, HEADS).eval()
-        mha = MultiHeadAttention(EMBED_DIM, HEADS).eval()
-        with torch.no_grad():  # non-zero biases, so that their handling is compared too
-            for p in (mha.qkv_proj.bias, mha.out_proj.bias):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-        x = torch.randn(BATCH, SEQ, EMBED_DIM, generator=g)
-        causal = torch.tril(torch.ones(SEQ, SEQ))  # article 001's convention: 0 = blocked
-        padding = torch.ones(BATCH, 1, 1, SEQ)
-        padding[1, ..., SEQ - 3:] = 0  # the second sequence has 3 padding tokens
-        t_view = torch.randn(BATCH, HEADS, SEQ, EMBED_DIM // HEADS, generator=g)
-    masks = {"none": None, "causal": causal, "padding": padding}
-    with torch.no_grad():
-        ref0, ref0_w = sa(x)
-        ref1 = {k: mha(x, mask=None if m is None else m.bool(), need_weights=True)
-                for k, m in masks.items()}
-
-    tensors0 = {"x": x, **{f"w/{k}": v for k, v in sa.state_dict().items()}}
-    tensors1 = {"x": x, "causal": causal, "padding": padding,
-                **{f"w/{k}": v for k, v in mha.state_dict().items()}}
-    calls1 = [["x", None], ["x", "causal"], ["x", "padding"]]
-    l0, l1 = LISTINGS["000"], LISTINGS["001"]
-    fn0, fn1 = l0.filename.removesuffix(".txt"), l1.filename.removesuffix(".txt")
-    runs0 = [
-        {"label": "000 main", "source": src0, "filename": fn0, "main": True},
-        {"label": "000 driven", "source": src0, "filename": fn0, "cls": l0.cls,
-         "args": [EMBED_DIM, HEADS], "state": "w/", "calls": [["x", None]]},
-    ]
-    steps = [apply_edits(src1, fixes_001[:i]) for i in range(len(fixes_001) + 1)]
-    runs1 = [{"label": f"001 + {i} fixes", "source": s, "filename": fn1, "cls": l1.cls,
-              "args": [EMBED_DIM, HEADS], "state": "w/", "calls": calls1}
-             for i, s in enumerate(steps)]
-    # the wrong variants (controls), each at a known run index; None: not applicable to a
-    # replaced listing (then its control counts as failing the test, as a wrong one must)
-    at: dict[str, tuple[int, int] | None] = {}
-    main_bug = _edited(src0, Edit("    num_heads = 8\n", "    num_heads = 7\n",
-                                  "000's own test with 7 heads"))
-    at["000-main-bug"] = None if main_bug is None else (0, len(runs0))
-    if main_bug is not None:
-        runs0.append({"label": "000 main, 7 heads", "source": main_bug, "filename": fn0,
-                      "main": True})
-    for key in WRONG:
-        base = src0 if key.startswith("000") else steps[-1]
-        wrong = _edited(base, WRONG[key])
-        job = runs0 if key.startswith("000") else runs1
-        at[key] = None if wrong is None else (0 if job is runs0 else 1, len(job))
-        if wrong is not None:
-            job.append({"label": key, "source": wrong, "filename": fn0 if job is runs0 else fn1,
-                        "cls": (l0 if job is runs0 else l1).cls, "args": [EMBED_DIM, HEADS],
-                        "state": "w/", "calls": [["x", None]] if job is runs0 else calls1})
-    try:
-        dedent = apply_edits(src1, DEDENT_001)
-    except ValueError:
-        dedent = None  # a replaced listing the other reading does not apply to
-    dedent_at = len(runs1)
-    if dedent is not None:
-        runs1.append({"label": "001 dedented", "source": dedent, "filename": fn1,
-                      "cls": l1.cls, "args": [EMBED_DIM, HEADS], "state": "w/",
-                      "calls": calls1})
-    # 001's tip on the fused projection and its heat-map snippet, with their controls
-    fn_tip = "001_fused_qkv_tip.py"
-    runs2: list[dict[str, Any]] = [
-        {"label": "001 fused call", "source": fused_call_source(fused_call_001),
-         "filename": fn_tip},
-        {"label": "001 listing call", "source": fused_call_source(LISTING_CALL_001),
-         "filename": fn_tip},
-    ]
-    returns_weights = _edited(steps[-1], RETURN_WEIGHTS_001)
-    heat_at: dict[str, int | None] = {}
-    for key, cell in HEATMAP_CELLS.items():
-        source = returns_weights if key == "control" else steps[-1]
-        heat_at[key] = None if source is None else len(runs2)
-        if source is not None:
-            runs2.append({"label": f"001 heat map, {key}", "source": source, "filename": fn1,
-                          "harness": _heatmap_harness(heatmap_001, cell),
-                          "measure": "measure"})
-    # in 000's interpreter, the shorter job (its tensors hold the same x), after its runs
-    first2 = len(runs0)
-    (recs0, outs0), (recs1, outs1) = run_listings(
-        [(runs0 + runs2, tensors0), (runs1, tensors1)], seed=seed, timeout=timeout)
-    recs2 = recs0[first2:]
-
-    # 000: its own test, then driven with attnlab's weights
-    main0, driven0 = recs0[:2]
-    err0_out = err0_w = math.inf
-    if not _failed(driven0):
-        err0_out = _err(outs0["1/0/out"], ref0)
-        err0_w = _err(outs0["1/0/attn"], ref0_w)
-    fails0 = _failed(main0) or _failed(driven0) or max(err0_out, err0_w) > TOLERANCE
-
-    # 001: as printed, then each fix; the last step is the corrected listing
-    def agreement(run_index: int) -> tuple[float, dict[str, Tensor]]:
-        if _failed(recs1[run_index]):
-            return math.inf, {}
-        attn = {k: outs1[f"{run_index}/{j}/attn"] for j, k in enumerate(masks)}
-        errs = [_err(outs1[f"{run_index}/{j}/out"], ref1[k][0]) for j, k in enumerate(masks)]
-        return max(errs), attn
-
-    err1_printed, _ = agreement(0)
-    fails1 = not err1_printed <= TOLERANCE
-    last = len(steps) - 1
-    err1_fixed, attn1 = agreement(last)
-
-    def wrong(key: str) -> tuple[float, float, dict[str, Tensor]]:
-        """(output error, weights error, weights by mask) of a wrong variant vs attnlab; inf
-        (and no weights) when it is not applicable or did not run."""
-        where = at[key]
-        if where is None:
-            return math.inf, math.inf, {}
-        job, i = where
-        if job == 0:
-            if _failed(recs0[i]):
-                return math.inf, math.inf, {}
-            return (_err(outs0[f"{i}/0/out"], ref0), _err(outs0[f"{i}/0/attn"], ref0_w),
-                    {"none": outs0[f"{i}/0/attn"]})
-        out_err, attn = agreement(i)
-        w_err = max((_err(attn[k], ref1[k][1]) for k in attn), default=math.inf)
-        return out_err, w_err, attn
-
-    w000_scale, w000_merge = wrong("000-no-scale"), wrong("000-no-transpose-back")
-    w001_scale = wrong("001-no-scale")
-    w_axis, w_mask = wrong("001-softmax-wrong-axis")[2], wrong("001-mask-ignored")[2]
-    main_bug_runs = at["000-main-bug"] is not None and not _failed(
-        recs0[at["000-main-bug"][1]])
-    # the headline's control: the same count on the two wrong listings
-    wrong_failing = sum(not max(e[0], e[1]) <= TOLERANCE for e in (w000_scale, w001_scale))
-
-    # the einsum formulation against attnlab's module, in fp64: the same function, not
-    # merely the same result up to fp32 rounding; its control drops the scale
-    mha64, x64 = copy.deepcopy(mha).double(), x.double()
-    unscaled = copy.deepcopy(mha64)
-    unscaled.scale = 1.0
-    with torch.no_grad():
-        err_einsum, err_einsum_wrong = (max(
-            _err(einsum_fn(m64, x64, None if m is None else m.bool())[0],
-                 mha64(x64, mask=None if m is None else m.bool())[0])
-            for m in masks.values()) for m64 in (mha64, unscaled))
-
-    # article 001's debugging tips on the corrected listing's weights and on attnlab's
-    ours_w = {k: v[1] for k, v in ref1.items()}
-    rows_ok = _tip_passes(_rows_tip, [attn1, ours_w], masks, ("none", "causal", "padding"))
-    mask_ok = _tip_passes(_mask_tip, [attn1, ours_w], masks, ("causal", "padding"))
-    # each tip on a real bug of the corrected listing: it must flag it
-    rows_on_bug = _tip_passes(_rows_tip, [w_axis], masks, ("none", "causal", "padding"))
-    mask_on_bug = _tip_passes(_mask_tip, [w_mask], masks, ("causal", "padding"))
-    catches = bool(w_axis) and bool(w_mask) and not rows_on_bug and not mask_on_bug
-
-    # 001's tip on contiguous(): view after transpose raises, reshape and contiguous work
-    view_rows, view_raised, view_same = _contiguous_tip(t_view)
-    b_, h_, n_, d_ = t_view.shape
-    try:  # control: view of the contiguous copy raises nothing
-        t_view.transpose(1, 2).contiguous().view(b_, n_, h_ * d_)
-        contiguous_raised = False
-    except RuntimeError:
-        contiguous_raised = True
-    # control: merging the heads without the transpose is not the same tensor
-    merge_wrong = _err(t_view.reshape(b_, n_, h_ * d_),
-                       t_view.transpose(1, 2).contiguous().view(b_, n_, h_ * d_))
-
-    # 001's fused projection as its tip prints it, and as its listing writes it
-    fused_raised, listing_raised = ((r["error"] or {}).get("type") == "TypeError"
-                                    for r in recs2[:2])
-    # 001's heat-map snippet after the corrected listing; control: a forward with weights
-    heat = {k: _snippet_outcome(None if i is None else recs2[i]) for k, i in heat_at.items()}
-
-    failing = int(fails0) + int(fails1)
-
-    def ctl(key: str, value: float) -> Control:
-        e = WRONG[key]
-        return Control(e.why, e.why_zh, value)
-
-    checks = [
-        check_ge("000 as printed: its own __main__ test runs (1 = yes)",
-                 float(not _failed(main0)), 1, id="printed-000-main-runs",
-                 control=Control("000's own test changed to 7 heads (512 is not divisible by "
-                                 "7: its assert must stop it)",
-                                 "把 000 自带测试改为 7 个头（512 不能被 7 整除，其 assert "
-                                 "应当报错）", float(main_bug_runs))),
-        check_le("000 as printed vs attnlab SelfAttention, same weights: max |output error|",
-                 err0_out, TOLERANCE, id="printed-000-output", by_construction=True,
-                 control=ctl("000-no-transpose-back", w000_merge[0])),
-        check_le("000 as printed vs attnlab SelfAttention: max |weights error|",
-                 err0_w, TOLERANCE, id="printed-000-weights", by_construction=True,
-                 control=ctl("000-no-scale", w000_scale[1])),
-        check_le(f"001 with the {len(fixes_001)} fixes vs attnlab MultiHeadAttention: "
-                 "max |output error| (no mask, causal, padding)", err1_fixed, TOLERANCE,
-                 support=True, id="fixed-001-output", by_construction=True,
-                 control=ctl("001-no-scale", w001_scale[0])),
-        check_le("einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|",
-                 err_einsum, EINSUM_TOLERANCE, support=True, id="einsum", by_construction=True,
-                 control=Control("the einsum formulation without the 1/√d_k scale",
-                                 "去掉 1/√d_k 缩放的 einsum 写法", err_einsum_wrong)),
-        check_ge("tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab "
-                 "(1 = all True)", float(rows_ok), 1, support=True, id="tip-row-sums",
-                 control=ctl("001-softmax-wrong-axis", float(rows_on_bug))),
-        check_ge("tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 "
-                 "and attnlab, causal and padding masks (1 = all True)", float(mask_ok), 1,
-                 support=True, id="tip-mask",
-                 control=ctl("001-mask-ignored", float(mask_on_bug))),
-        check_ge("the two tips flag the corrected 001 with its softmax over the wrong axis and "
-                 "with its mask ignored (1 = both flagged)", float(catches), 1, support=True,
-                 id="tips-catch",
-                 control=Control("the two tips on the right listing (corrected 001): flagged",
-                                 "两条技巧用于正确的代码（修正后的 001）：是否报错",
-                                 float(bool(attn1) and not (rows_ok and mask_ok)))),
-        check_ge("tip: view after transpose raises RuntimeError (1 = raised)",
-                 float(view_raised), 1, support=True, id="view-after-transpose-raises",
-                 control=Control("view of the contiguous() copy", "对 contiguous() 副本调用 view",
-                                 float(contiguous_raised))),
-        check_le("reshape vs contiguous().view after transpose: max |difference|",
-                 view_same, 0.0, support=True, id="reshape-equals-contiguous",
-                 by_construction=True,
-                 control=Control("the heads merged without the transpose",
-                                 "不转置直接合并各头", merge_wrong)),
-        check_ge("tip: the fused projection as printed, nn.Linear(3*d_model), raises "
-                 "TypeError (1 = raised)", float(fused_raised), 1, support=True,
-                 id="fused-call-raises",
-                 control=Control(f"the listing's own call, {LISTING_CALL_001}",
-                                 f"代码清单自己的写法 {LISTING_CALL_001}",
-                                 float(listing_raised))),
-        check_ge("heat-map snippet after the corrected 001 and out = model(x): raises "
-                 "(1 = raised)", float(heat["listing"][0]), 1, support=True,
-                 id="heatmap-snippet-raises",
-                 control=Control(f"the same snippet after a forward that returns its weights "
-                                 f"too, then {HEATMAP_CELLS['control']}",
-                                 f"同一段代码，forward 同时返回注意力权重，再执行 "
-                                 f"{HEATMAP_CELLS['control']}", float(heat["control"][0]))),
-    ]
-
-    rows: list[list[Any]] = []
-    out_line = next((ln for ln in reversed(main0["stdout"].splitlines()) if ln.strip()), "")
-    result, line, msg = _describe(main0)
-    rows.append(["000 as printed, run as __main__ (its own test)", result, line,
-                 msg or out_line])
-    result, line, msg = _describe(driven0)
-    rows.append(["000 as printed, driven: PureSelfAttention(512, 8) on (2, 10, 512)", result,
-                 line, msg or f"max |out − attnlab SelfAttention| = {fmt_num(err0_out)}"])
-    for i, rec in enumerate(recs1[: len(steps)]):
-        result, line, msg = _describe(rec)
-        if i == 0:
-            label = "001 as printed: MultiHeadAttention(512, 8) on (2, 10, 512)"
-        elif i == 1:
-            label = f"001 + fix 1: {fixes_001[0].why}"
-        else:
-            label = f"001 + fixes 1–{i}, fix {i}: {fixes_001[i - 1].why}"
-        if result == "runs":
-            msg = (f"max |out − attnlab MultiHeadAttention| = {fmt_num(agreement(i)[0])} "
-                   "(no mask, causal, padding)")
-        rows.append([label, result, line, msg])
-    if dedent is not None:
-        rec = recs1[dedent_at]
-        result, line, msg = _describe(rec)
-        rows.append(["001, other reading: masked_fill dedented (runs unconditionally), "
-                     "forward(x) without a mask", result, line, msg])
-    for i, e in enumerate(fixes_001, 1):
-        before = apply_edits(src1, fixes_001[: i - 1])
-        for d in diff_lines(before, apply_edits(before, [e])):
-            rows.append([f"fix {i} diff", "", "", d])
-    for key, e in WRONG.items():  # the controls, run the same way
-        out_err, w_err, _ = wrong(key)
-        where = at[key]
-        rec = None if where is None else (recs0, recs1)[where[0]][where[1]]
-        result = "not applicable" if rec is None else _describe(rec)[0]
-        rows.append([f"control (wrong on purpose): {e.why}", result, "",
-                     f"max |out − attnlab| = {fmt_num(out_err)}, max |weights − attnlab| = "
-                     f"{fmt_num(w_err)}" if math.isfinite(out_err) else ""])
-    rows += view_rows
-    for rec, label in zip(recs2[:2], (
-            f"001 tip as printed: qkv_proj = {fused_call_001}, d_model = {EMBED_DIM}",
-            f"001's listing call: qkv_proj = {LISTING_CALL_001}, d_model = {EMBED_DIM}")):
-        result, line, msg = _describe(rec)
-        rows.append([label, result, line, msg])
-    for key, label in (
-            ("listing", "001 heat-map snippet after the corrected listing and out = model(x)"),
-            ("output-as-attn", "001 heat-map snippet after the corrected listing and "
-                               "attn = model(x) (the output taken for the weights)"),
-            ("control", "001 heat-map snippet, control: forward returns (output, attn), then "
-                        "out, attn = model(x)")):
-        rows.append([label, *heat[key][1:]])
-
-    fig = _figure(checks[1:5], attn1.get("causal")) if plot else None
-    printed = _describe(recs1[0])
+    m = measure(seed, listing_000=listing_000, listing_001=listing_001, fixes_001=fixes_001,
+                einsum_fn=einsum_fn, fused_call_001=fused_call_001, heatmap_001=heatmap_001,
+                timeout=timeout)
+    caption, caption_zh = captions(m)
     return Result(
-        NAME, CLAIM, CLAIM_ZH,
-        quantity="listings (of 2) that fail as printed (an exception, or a result other "
-                 "than attnlab's with the same weights)",
-        quantity_zh="按原样运行失败的代码清单数（共 2 份；抛出异常，或与使用相同权重的 attnlab "
-                    "结果不符）",
-        measured=failing, expected=0, tolerance=0, relation="<=", checks=checks,
-        control=Control("the same count on two wrong listings (000 and the corrected 001, "
-                        "each without its scale)",
-                        "对两份错误代码（000 与修正后的 001，各自去掉缩放）做同样的计数",
-                        wrong_failing),
-        table=(["run", "result", "line of the listing run", "message or measurement"], rows),
-        figure=fig,
-        caption=f"Each listing ran in a fresh interpreter (sys.executable); "
-                f"001 as printed: {printed[0]} at line {printed[1]}. Sizes: E = {EMBED_DIM}, "
-                f"{HEADS} heads, input ({BATCH}, {SEQ}, {EMBED_DIM}), fp32, attnlab's weights. "
-                "Right: article 001's own recipe (matshow of attn[0, 0], cmap 'Reds') on the "
-                "corrected listing's weights.",
-        caption_zh="每份代码清单都在全新的解释器（sys.executable）中运行；"
-                   f"001 按原样运行：第 {printed[1]} 行抛出 {printed[0]}。规模：E = {EMBED_DIM}，"
-                   f"{HEADS} 个头，输入 ({BATCH}, {SEQ}, {EMBED_DIM})，fp32，使用 attnlab 的权重。"
-                   "右图：按文章 001 自己的方法（对 attn[0, 0] 作 matshow，配色 'Reds'）"
-                   "绘制修正后代码清单的注意力权重。",
-        expect_holds=False,
-        expect_why="Article 001's listing does not run as printed: its `if mask is not None:` "
-                   "sits inside the comment above the masking line, whose indentation is then "
-                   "unexpected; the listing also never sets self.n_heads and self.d_model and "
-                   "never splits k and v into heads.",
-        expect_why_zh="文章 001 的代码清单无法按原样运行：`if mask is not None:` 被写进了"
-                      "掩码那一行上方的注释里，于是下一行的缩进成了意外缩进；此外它从未设置 "
-                      "self.n_heads 和 self.d_model，也没有把 k 和 v 切分成多个头。",
-    )
+        NAME, CLAIM, CLAIM_ZH, quantity=QUANTITY, quantity_zh=QUANTITY_ZH, measured=m.failing,
+        expected=0, tolerance=0, relation="<=", checks=checks(m), control=headline_control(m),
+        table=table(m), figure=figure(m) if plot else None, caption=caption,
+        caption_zh=caption_zh, expect_holds=False, expect_why=EXPECT_WHY,
+        expect_why_zh=EXPECT_WHY_ZH)
 
 
-def _contiguous_tip(t: Tensor) -> tuple[list[list[Any]], bool, float]:
-    """Article 001: after ``transpose``, ``view`` raises unless ``contiguous()`` comes first.
-
-    ``t`` is (B, H, L, d) as after attention; step 6 of 001 transposes it to (B, L, H, d)
-    and merges the heads. Also measured: the shapes where ``view`` works without it.
-    """
-    b, h, n, d = t.shape
-    tt = t.transpose(1, 2)  # (B, L, H, d), not contiguous
-    try:
-        tt.view(b, n, h * d)
-        raised, msg = False, "no error"
-    except RuntimeError as exc:
-        raised, msg = True, str(exc).split(".")[0]
-    same = _err(tt.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
-    rows: list[list[Any]] = [
-        [f"view after transpose, (B, H, L, d) = {tuple(t.shape)}",
-         "RuntimeError" if raised else "runs", "", msg],
-        ["reshape / contiguous().view after transpose", "runs", "",
-         f"max |difference| = {fmt_num(same)}"],
-    ]
-    for label, shape in (("one head (H = 1)", (b, 1, n, d)), ("one token (L = 1)", (b, h, 1, d))):
-        u = torch.zeros(shape).transpose(1, 2)
-        try:
-            u.view(shape[0], shape[2], shape[1] * shape[3])
-            res = "runs"
-        except RuntimeError:
-            res = "RuntimeError"
-        rows.append([f"view after transpose, {label}: {shape}", res, "", ""])
-    return rows, raised, same
-
-
-def _figure(agree_checks, attn):
+def figure(m: ArticleCodeMeasurement):
+    """The agreements against attnlab on a log axis, and the corrected 001's weights."""
+    agree_checks, attn = _listing_checks(m)[1:5], m.attn1.get("causal")
     fig, (ax0, ax1) = new_figure(10, 3.8, ncols=2)
     labels = ["000 output", "000 weights", "001 fixed", "einsum fp64"]
     floor = 1e-18  # where an exact 0 is drawn on the log axis

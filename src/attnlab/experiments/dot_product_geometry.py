@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -60,7 +61,7 @@ from attnlab.nn import MultiHeadAttention
 
 from . import scaling_training as recall
 from ._common import check_between, check_ge, check_le, new_figure, scores_via_attnlab, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "dot-product-geometry"
 CLAIM = ("On queries and keys projected by a randomly initialised (untrained) attnlab "
@@ -301,6 +302,207 @@ def _capture_qk(seed: int, n_tokens: int, embed_dim: int, heads: int) -> tuple[T
     return got["q"][0], got["k"][0]  # (H, N, d) each
 
 
+@dataclass(frozen=True)
+class VarianceSplit:
+    """One head's score variance, split into its angle part and its norm part."""
+
+    head: int
+    var: float  # Var(score)
+    angle_part: float  # E[n]²Var(c)
+    norm_part: float  # Var(n)E[c²]
+    mean_theta: float  # mean θ (°)
+
+    @property
+    def ratio(self) -> float:
+        """(angle part + norm part) / Var(score): 1 when n and c are independent."""
+        return (self.angle_part + self.norm_part) / self.var
+
+    def cells(self) -> list:
+        return [self.head, self.var, self.angle_part, self.norm_part, self.ratio,
+                self.mean_theta]
+
+
+def _variance_split(h: int, s: Tensor, n: Tensor, c: Tensor, theta: Tensor) -> VarianceSplit:
+    """Head ``h``'s split, from its scores ``s``, norms ``n = |q||k|`` and cosines ``c``."""
+    sh, nh, ch = s[h].flatten(), n[h].flatten(), c[h].flatten()
+    return VarianceSplit(h, float(sh.var(unbiased=False)),
+                         float(nh.mean() ** 2 * ch.var(unbiased=False)),
+                         float(nh.var(unbiased=False) * (ch**2).mean()),
+                         float(torch.rad2deg(theta[h]).mean()))
+
+
+@dataclass(frozen=True)
+class DotProductMeasurement:
+    """The identity and its control, the variance split per head, the dimensions, the
+    scores against the weights on the untrained layer, and the trained recall head."""
+
+    n_tokens: int
+    embed_dim: int
+    heads: int
+    train_steps: int
+    shift: float
+    q: Tensor  # (H, N, d) queries, fp64
+    k: Tensor  # (H, N, d) keys
+    s: Tensor  # (H, N, N) raw scores q·k, as attnlab computes them
+    n: Tensor  # (H, N, N) |q||k|
+    c: Tensor  # (H, N, N) cos θ, θ by ``angle_fn``
+    err: float  # max |q·k − |q||k|cos θ| / (|q||k|)
+    control_err: float  # the same with ``control_angle_fn``
+    splits: tuple[VarianceSplit, ...]  # per head
+    before: dict[str, float]  # the recall head's rows, untrained (see trained_recall_rows)
+    after: dict[str, float]  # and trained
+    loss: float  # its final loss
+    widening: float  # d_k / d of the heads' projections
+    wide_widening: float  # the same for a projection that widens (the control)
+    across: float  # pairs from different rows: the higher score has the lower weight
+    within: float  # the same pairs within one row (the control)
+    others: float  # the other scores of a row shifted: mean |ΔA_ij| / A_ij
+    whole_row: float  # the whole row shifted (the control)
+    orthogonal_weight: float  # a key made orthogonal to its query: its weight × N
+
+
+def measure(
+    seed: int = 0,
+    *,
+    n_tokens: int = 64,
+    embed_dim: int = 64,
+    heads: int = 4,
+    train_steps: int = 200,
+    angle_fn: Callable[[Tensor, Tensor], Tensor] = stable_angle,
+    control_angle_fn: Callable[[Tensor, Tensor], Tensor] = raw_dot_angle,
+    order_control_fn: Callable[[Tensor, Tensor], Tensor] = key_length,
+    weights_fn: Callable[[Tensor, Tensor], Tensor] = attnlab_weights,
+    shift: float = 1.0,
+) -> DotProductMeasurement:
+    """Every measurement of :func:`run` (same arguments)."""
+    if not isinstance(train_steps, int) or train_steps < 1:
+        raise ValueError(f"train_steps must be an int >= 1, got {train_steps!r}")
+    q, k = _capture_qk(seed, n_tokens, embed_dim, heads)  # (H, N, d)
+    s = scores_via_attnlab(q, k, scale=1.0)  # (H, N, N) raw q·k, as attnlab computes it
+    nq, nk = q.norm(dim=-1), k.norm(dim=-1)  # (H, N)
+    n = nq[:, :, None] * nk[:, None, :]  # (H, N, N)
+
+    def identity_error(fn: Callable[[Tensor, Tensor], Tensor]) -> tuple[float, Tensor]:
+        th = fn(q[:, :, None, :], k[:, None, :, :])  # (H, N, N)
+        return float(((s - n * torch.cos(th)).abs() / n).max()), th
+
+    err, theta = identity_error(angle_fn)
+    control_err, _ = identity_error(control_angle_fn)
+    c = torch.cos(theta)
+    splits = tuple(_variance_split(h, s, n, c, theta) for h in range(heads))
+    before, after, loss = trained_recall_rows(seed, train_steps, embed_dim, angle_fn,
+                                              order_control_fn)
+    with seeded(seed), torch.no_grad():  # a projection that does raise the dimension
+        wide = torch.nn.Linear(embed_dim, 2 * embed_dim).double()(q.new_zeros(1, embed_dim))
+    across, within = score_weight_discordance(s, weights_fn(q, k))
+    others, whole_row = shift_others_change(q, k, shift)
+    return DotProductMeasurement(
+        n_tokens, embed_dim, heads, train_steps, shift, q, k, s, n, c, err, control_err,
+        splits, before, after, loss, widening(embed_dim, q, k), widening(embed_dim, wide),
+        across, within, others, whole_row, orthogonal_key_weight(q, k))
+
+
+def headline_control(m: DotProductMeasurement) -> Control:
+    """The identity with θ taken from the raw dot product."""
+    return Control("θ = acos(q·k) of the raw dot product, not normalised by |q||k|",
+                   "θ = acos(q·k)，取未按 |q||k| 归一化的原始点积", m.control_err)
+
+
+def _untrained_checks(m: DotProductMeasurement) -> list[Check]:
+    """The untrained layer: the variance split per head, the dimensions, and the scores
+    against the weights, each beside its control."""
+    return [check_between(f"head {s.head}: (angle part + norm part) / Var(score)", s.ratio,
+                          0.8, 1.2, id=f"head-{s.head}-variance-split", support=True)
+            for s in m.splits] + [
+        check_le("per-head projection: output dimension d_k / input dimension d "
+                 "(q and k)", m.widening, 1.0, id="projection-no-wider", by_construction=True,
+                 control=Control("a projection that widens, d → 2d (nn.Linear)",
+                                 "一个升维的投影，d → 2d（nn.Linear）", m.wide_widening)),
+        check_ge("pairs of entries from different rows of one head: the higher "
+                 "score q·k has the lower weight, fraction", m.across, 0.05,
+                 id="score-not-weight-across-rows", support=True,
+                 control=Control("the same pairs within one row, where softmax is "
+                                 "monotone in the score",
+                                 "同一行之内的同样配对（行内 softmax 随分数单调）", m.within)),
+        check_ge(f"the other scores of row i raised by {m.shift:g}: mean |ΔA_ij| / "
+                 "A_ij with s_ij unchanged", m.others, 0.1,
+                 id="weight-depends-on-row", support=True, by_construction=True,
+                 control=Control("the whole row raised by the same constant, s_ij "
+                                 "included (softmax ignores a shift of the row)",
+                                 "整行（包括 s_ij）加上同一常数（softmax 不受整行"
+                                 "平移影响）", m.whole_row)),
+    ]
+
+
+def _trained_checks(m: DotProductMeasurement) -> list[Check]:
+    """The angle orders the trained head's scores; an orthogonal key keeps its weight."""
+    after = m.after
+    return [
+        check_ge("trained recall head: mean within-row Spearman(cos θ_j, score_j)",
+                 after["angle"], 0.9, id="trained-angle-order",
+                 control=Control("the key lengths |k_j| in place of the angle (what "
+                                 "the sentence sets aside)",
+                                 "以键的长度 |k_j| 代替夹角（这句话所抛开的长度）",
+                                 after["control"])),
+        check_ge("a key made exactly orthogonal to its query: its softmax weight × "
+                 "N (1 = the uniform share), mean over heads and queries",
+                 m.orthogonal_weight, 0.1, id="orthogonal-key-keeps-weight", support=True),
+        check_ge("trained recall head: a key made exactly orthogonal to the query, "
+                 "its softmax weight × N (1 = the uniform share), mean over keys "
+                 "and rows", after["orth"], 0.1, id="trained-orthogonal-key-keeps-weight",
+                 control=Control("the least-weighted key of each row as trained (a "
+                                 "key the head does ignore)",
+                                 "训练后每行中权重最小的键（该头确实忽略的键）",
+                                 after["lowest"])),
+    ]
+
+
+def checks(m: DotProductMeasurement) -> list[Check]:
+    return _untrained_checks(m) + _trained_checks(m)
+
+
+def table(m: DotProductMeasurement) -> tuple[list[str], list[list]]:
+    """One row per head: the variance split."""
+    return (["head", "Var(score)", "angle part E[n]²Var(c)", "norm part Var(n)E[c²]",
+             "sum / Var", "mean θ (°)"], [s.cells() for s in m.splits])
+
+
+BY_CONSTRUCTION = ("θ is the angle between the unit vectors q/|q| and k/|k| and cos θ is "
+                   "their dot product, so |q||k|cos θ = q·k for any two non-zero "
+                   "vectors: no weights or inputs can break it (fp64 rounding only).")
+BY_CONSTRUCTION_ZH = ("θ 是单位向量 q/|q| 与 k/|k| 的夹角，cos θ 就是它们的点积，"
+                      "因此对任意两个非零向量都有 |q||k|cos θ = q·k：任何权重或输入都"
+                      "无法打破它（只差 fp64 舍入）。")
+
+
+def captions(m: DotProductMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    heads, embed_dim, n_tokens, train_steps = m.heads, m.embed_dim, m.n_tokens, m.train_steps
+    before, after, loss = m.before, m.after, m.loss
+    chance, keys = math.log(recall.RecallConfig().n_keys), recall.RecallConfig().n_pairs + 1
+    return (f"Queries and keys of a {heads}-head attnlab MultiHeadAttention "
+            f"(E = {embed_dim}, fp64) with its initial random weights (untrained), on "
+            f"{n_tokens} tokens drawn from 50 random embeddings plus sinusoidal positions, "
+            f"read at hook_q/hook_k; scores read back from attnlab's attention. Trained "
+            f"head: scaling-training's one-head associative-recall model (d_k = "
+            f"{embed_dim}), {train_steps} Adam steps, final loss {loss:.2f} nats (chance "
+            f"{chance:.2f}); on 256 fresh sequences, "
+            f"within the query's row of {keys} keys, "
+            f"Spearman(cos θ, score) = {after['angle']:.3f} (untrained "
+            f"{before['angle']:.3f}), Spearman(|k|, score) = {after['length']:.3f}, the "
+            f"top-scoring key has the smallest angle in {after['top']:.0%} of rows.",
+            f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64），取其随机"
+            f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个词元"
+            f"加正弦位置编码；从 hook_q/hook_k 读取查询与键；"
+            f"分数从 attnlab 的注意力中读回。训练后的头：scaling-training 的单头关联回忆"
+            f"模型（d_k = {embed_dim}），Adam 训练 {train_steps} 步，最终损失 {loss:.2f} "
+            f"奈特（随机水平 {chance:.2f}）；在 256 个"
+            f"新序列上，查询那一行的 {keys} 个键之内，"
+            f"Spearman(cos θ, 分数) = {after['angle']:.3f}（未训练时 "
+            f"{before['angle']:.3f}），Spearman(|k|, 分数) = {after['length']:.3f}，"
+            f"分数最高的键在 {after['top']:.0%} 的行中也是夹角最小的键。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -330,120 +532,23 @@ def run(
     and fails that support check. ``shift``: the constant added to the other scores of a
     row (:func:`shift_others_change`).
     """
-    if not isinstance(train_steps, int) or train_steps < 1:
-        raise ValueError(f"train_steps must be an int >= 1, got {train_steps!r}")
-    q, k = _capture_qk(seed, n_tokens, embed_dim, heads)  # (H, N, d)
-    s = scores_via_attnlab(q, k, scale=1.0)  # (H, N, N) raw q·k, as attnlab computes it
-    nq, nk = q.norm(dim=-1), k.norm(dim=-1)  # (H, N)
-    n = nq[:, :, None] * nk[:, None, :]  # (H, N, N)
-
-    def identity_error(fn: Callable[[Tensor, Tensor], Tensor]) -> tuple[float, Tensor]:
-        th = fn(q[:, :, None, :], k[:, None, :, :])  # (H, N, N)
-        return float(((s - n * torch.cos(th)).abs() / n).max()), th
-
-    err, theta = identity_error(angle_fn)
-    control_err, _ = identity_error(control_angle_fn)
-    c = torch.cos(theta)
-    rows, ratios = [], []
-    for h in range(heads):
-        sh, nh, ch = s[h].flatten(), n[h].flatten(), c[h].flatten()
-        var_s = float(sh.var(unbiased=False))
-        angle_part = float(nh.mean() ** 2 * ch.var(unbiased=False))
-        norm_part = float(nh.var(unbiased=False) * (ch**2).mean())
-        ratios.append((angle_part + norm_part) / var_s)
-        rows.append([h, var_s, angle_part, norm_part, ratios[-1],
-                     float(torch.rad2deg(theta[h]).mean())])
-    before, after, loss = trained_recall_rows(seed, train_steps, embed_dim, angle_fn,
-                                              order_control_fn)
-    with seeded(seed), torch.no_grad():  # a projection that does raise the dimension
-        wide = torch.nn.Linear(embed_dim, 2 * embed_dim).double()(q.new_zeros(1, embed_dim))
-    checks = [check_between(f"head {h}: (angle part + norm part) / Var(score)", r, 0.8, 1.2,
-                            id=f"head-{h}-variance-split", support=True)
-              for h, r in enumerate(ratios)]
-    checks.append(check_le("per-head projection: output dimension d_k / input dimension d "
-                           "(q and k)", widening(embed_dim, q, k), 1.0,
-                           id="projection-no-wider", by_construction=True,
-                           control=Control("a projection that widens, d → 2d (nn.Linear)",
-                                           "一个升维的投影，d → 2d（nn.Linear）",
-                                           widening(embed_dim, wide))))
-    across, within = score_weight_discordance(s, weights_fn(q, k))
-    others, whole_row = shift_others_change(q, k, shift)
-    checks.append(check_ge("pairs of entries from different rows of one head: the higher "
-                           "score q·k has the lower weight, fraction", across, 0.05,
-                           id="score-not-weight-across-rows", support=True,
-                           control=Control("the same pairs within one row, where softmax is "
-                                           "monotone in the score",
-                                           "同一行之内的同样配对（行内 softmax 随分数单调）",
-                                           within)))
-    checks.append(check_ge(f"the other scores of row i raised by {shift:g}: mean |ΔA_ij| / "
-                           "A_ij with s_ij unchanged", others, 0.1,
-                           id="weight-depends-on-row", support=True, by_construction=True,
-                           control=Control("the whole row raised by the same constant, s_ij "
-                                           "included (softmax ignores a shift of the row)",
-                                           "整行（包括 s_ij）加上同一常数（softmax 不受整行"
-                                           "平移影响）", whole_row)))
-    checks.append(check_ge("trained recall head: mean within-row Spearman(cos θ_j, score_j)",
-                           after["angle"], 0.9, id="trained-angle-order",
-                           control=Control("the key lengths |k_j| in place of the angle (what "
-                                           "the sentence sets aside)",
-                                           "以键的长度 |k_j| 代替夹角（这句话所抛开的长度）",
-                                           after["control"])))
-    checks.append(check_ge("a key made exactly orthogonal to its query: its softmax weight × "
-                           "N (1 = the uniform share), mean over heads and queries",
-                           orthogonal_key_weight(q, k), 0.1, id="orthogonal-key-keeps-weight",
-                           support=True))
-    checks.append(check_ge("trained recall head: a key made exactly orthogonal to the query, "
-                           "its softmax weight × N (1 = the uniform share), mean over keys "
-                           "and rows", after["orth"], 0.1,
-                           id="trained-orthogonal-key-keeps-weight",
-                           control=Control("the least-weighted key of each row as trained (a "
-                                           "key the head does ignore)",
-                                           "训练后每行中权重最小的键（该头确实忽略的键）",
-                                           after["lowest"])))
-    fig = _figure(q, k, s, n, c) if plot else None
+    m = measure(seed, n_tokens=n_tokens, embed_dim=embed_dim, heads=heads,
+                train_steps=train_steps, angle_fn=angle_fn, control_angle_fn=control_angle_fn,
+                order_control_fn=order_control_fn, weights_fn=weights_fn, shift=shift)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max |q·k − |q||k|cos θ| / (|q||k|) over all heads and pairs (fp64)",
         quantity_zh="所有头与配对上 |q·k − |q||k|cos θ| / (|q||k|) 的最大值（fp64）",
-        measured=err, expected=0.0, tolerance=1e-12, checks=checks,
-        control=Control("θ = acos(q·k) of the raw dot product, not normalised by |q||k|",
-                        "θ = acos(q·k)，取未按 |q||k| 归一化的原始点积", control_err),
-        by_construction=("θ is the angle between the unit vectors q/|q| and k/|k| and cos θ is "
-                         "their dot product, so |q||k|cos θ = q·k for any two non-zero "
-                         "vectors: no weights or inputs can break it (fp64 rounding only)."),
-        by_construction_zh=("θ 是单位向量 q/|q| 与 k/|k| 的夹角，cos θ 就是它们的点积，"
-                            "因此对任意两个非零向量都有 |q||k|cos θ = q·k：任何权重或输入都"
-                            "无法打破它（只差 fp64 舍入）。"),
-        table=(["head", "Var(score)", "angle part E[n]²Var(c)", "norm part Var(n)E[c²]",
-                "sum / Var", "mean θ (°)"], rows),
-        figure=fig,
-        caption=f"Queries and keys of a {heads}-head attnlab MultiHeadAttention "
-                f"(E = {embed_dim}, fp64) with its initial random weights (untrained), on "
-                f"{n_tokens} tokens drawn from 50 random embeddings plus sinusoidal positions, "
-                f"read at hook_q/hook_k; scores read back from attnlab's attention. Trained "
-                f"head: scaling-training's one-head associative-recall model (d_k = "
-                f"{embed_dim}), {train_steps} Adam steps, final loss {loss:.2f} nats (chance "
-                f"{math.log(recall.RecallConfig().n_keys):.2f}); on 256 fresh sequences, "
-                f"within the query's row of {recall.RecallConfig().n_pairs + 1} keys, "
-                f"Spearman(cos θ, score) = {after['angle']:.3f} (untrained "
-                f"{before['angle']:.3f}), Spearman(|k|, score) = {after['length']:.3f}, the "
-                f"top-scoring key has the smallest angle in {after['top']:.0%} of rows.",
-        caption_zh=f"{heads} 头 attnlab MultiHeadAttention（E = {embed_dim}，fp64），取其随机"
-                   f"初始权重（未经训练），输入为从 50 个随机词嵌入中抽取的 {n_tokens} 个词元"
-                   f"加正弦位置编码；从 hook_q/hook_k 读取查询与键；"
-                   f"分数从 attnlab 的注意力中读回。训练后的头：scaling-training 的单头关联回忆"
-                   f"模型（d_k = {embed_dim}），Adam 训练 {train_steps} 步，最终损失 {loss:.2f} "
-                   f"奈特（随机水平 {math.log(recall.RecallConfig().n_keys):.2f}）；在 256 个"
-                   f"新序列上，查询那一行的 {recall.RecallConfig().n_pairs + 1} 个键之内，"
-                   f"Spearman(cos θ, 分数) = {after['angle']:.3f}（未训练时 "
-                   f"{before['angle']:.3f}），Spearman(|k|, 分数) = {after['length']:.3f}，"
-                   f"分数最高的键在 {after['top']:.0%} 的行中也是夹角最小的键。",
-    )
+        measured=m.err, expected=0.0, tolerance=1e-12, checks=checks(m),
+        control=headline_control(m), by_construction=BY_CONSTRUCTION,
+        by_construction_zh=BY_CONSTRUCTION_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(q, k, s, n, c):
-    import math
-
+def figure(m: DotProductMeasurement):
+    """Head 0: its query and five keys at their true angles, and score against cos θ."""
+    q, k, s, n, c = m.q, m.k, m.s, m.n, m.c
     fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
     # left: the query along the x axis and five keys drawn at their true angle θ to it (in
     # all d dimensions) and their true length: a faithful picture of q·k = |q||k|cos θ.

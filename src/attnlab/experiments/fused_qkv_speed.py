@@ -40,6 +40,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,7 +51,7 @@ from attnlab.nn import TransformerEncoderLayer
 
 from . import article_listings
 from ._common import check_le, label_axes, new_figure, seeded
-from ._result import Control, Result, fmt_num
+from ._result import Check, Control, Result, fmt_num
 
 NAME = "fused-qkv-speed"
 CLAIM = ("Computing Q, K, V with one nn.Linear(d_model, 3·d_model) is faster than three "
@@ -223,14 +224,51 @@ def _time_layers(g: torch.Generator, rounds: int, repeats: int,
                                  rounds=rounds, repeats=repeats, clock=clock)
 
 
+@dataclass(frozen=True)
+class TimedCase:
+    """One (size, pass): seconds per call of the fused, separate and twin projections."""
+
+    size: tuple[int, int, int]  # B, N, E
+    mode: str  # "forward" or "forward+backward"
+    fused: float
+    separate: float
+    twin: float  # the separate projections again (the control)
+
+    @property
+    def ratio(self) -> float:
+        """separate / fused (> 1: the fused projection is faster)."""
+        return self.separate / self.fused if self.fused > 0 else float("nan")
+
+    @property
+    def control(self) -> float:
+        """separate / twin (the same implementation timed twice)."""
+        return self.separate / self.twin if self.twin > 0 else float("nan")
+
+    def cells(self) -> list[Any]:
+        b, n, e = self.size
+        return [f"B = {b}, N = {n}, E = {e}", self.mode, 1e3 * self.fused,
+                1e3 * self.separate, self.ratio, 1e3 * self.twin, self.control]
+
+
+@dataclass(frozen=True)
+class SizeTiming:
+    """One (B, N, E): its two timed cases, and the identities behind them (see
+    :func:`_time_size`)."""
+
+    cases: tuple[TimedCase, TimedCase]  # forward, forward+backward
+    diff: float  # max |q, k, v (fused) − q, k, v (separate)|
+    diff_wrong: float  # the same with the fused rows taken as k, q, v
+    gap: int  # |FLOPs(fused) − FLOPs(separate)|
+    gap_wrong: int  # the same for :func:`project_fused_per_output`
+
+
 def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callable,
                separate_fn: Callable, twin_fn: Callable, rounds: int, repeats: int,
-               clock: Callable[[], float]
-               ) -> tuple[dict[str, Any], dict[str, Any], tuple[float, float], tuple[int, int]]:
+               clock: Callable[[], float]) -> SizeTiming:
     """Forward and forward+backward cases at one (B, N, E), each timing fused, separate and
-    separate's twin (``twin_fn``) interleaved; (the largest |q, k, v difference| between the
-    variants, the same for the fused rows taken in the order k, q, v) and (the difference of
-    their FLOP counts, the same for :func:`project_fused_per_output`)."""
+    separate's twin (``twin_fn``) interleaved; the largest |q, k, v difference| between the
+    variants (and for the fused rows taken in the order k, q, v), and the difference of
+    their FLOP counts (and for :func:`project_fused_per_output`)."""
     b, n, e = size
     fused = nn.Linear(e, 3 * e)
     separate = [nn.Linear(e, e) for _ in range(3)]
@@ -277,11 +315,140 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
                                "twin": lambda step=step: step(twin_fn)},
                               rounds=rounds, repeats=repeats, clock=clock, before=before,
                               number=number)
-        out.append({"size": size, "mode": mode, "fused": t["fused"], "separate": t["separate"],
-                    "twin": t["twin"],
-                    "ratio": t["separate"] / t["fused"] if t["fused"] > 0 else float("nan"),
-                    "control": t["separate"] / t["twin"] if t["twin"] > 0 else float("nan")})
-    return out[0], out[1], (diff, diff_wrong), (gap, gap_wrong)
+        out.append(TimedCase(size, mode, t["fused"], t["separate"], t["twin"]))
+    return SizeTiming((out[0], out[1]), diff, diff_wrong, gap, gap_wrong)
+
+
+@dataclass(frozen=True)
+class FusedQKVMeasurement:
+    """Every size timed, the encoder layers (or None), and the machine's load."""
+
+    rounds: int
+    repeats: int
+    sizes: tuple[SizeTiming, ...]
+    layer_times: dict[str, float] | None  # attnlab's and torch's encoder layer (s)
+    article_times: dict[str, float] | None  # article 001's corrected layer and torch's (s)
+    load_before: float  # load average (1 min)
+    load_after: float
+    cpus: int | None
+
+    @property
+    def cases(self) -> list[TimedCase]:
+        return [c for s in self.sizes for c in s.cases]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [c.ratio for c in self.cases]
+
+    @property
+    def geomean(self) -> float:
+        """The headline: geometric mean of the ratios separate / fused."""
+        return _geomean(self.ratios)
+
+    @property
+    def control_mean(self) -> float:
+        return _geomean([c.control for c in self.cases])
+
+    @property
+    def max_diff(self) -> float:
+        return max([0.0] + [s.diff for s in self.sizes])
+
+    @property
+    def wrong_diff(self) -> float:
+        return max([0.0] + [s.diff_wrong for s in self.sizes])
+
+    @property
+    def flops_gap(self) -> int:
+        return max([0] + [s.gap for s in self.sizes])
+
+    @property
+    def wrong_gap(self) -> int:
+        return max([0] + [s.gap_wrong for s in self.sizes])
+
+
+def measure(
+    seed: int = 0,
+    *,
+    sizes: Sequence[tuple[int, int, int]] = SIZES,
+    rounds: int = 3,
+    repeats: int = 5,
+    clock: Callable[[], float] = time.thread_time,
+    fused_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] = project_fused,
+    separate_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] = project_separate,
+    twin_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] | None = None,
+    layers: bool = True,
+) -> FusedQKVMeasurement:
+    """Time every size, then the encoder layers (arguments: see :func:`run`)."""
+    twin = separate_fn if twin_fn is None else twin_fn
+    load_before = os.getloadavg()
+    with seeded(seed) as g:
+        timed = tuple(_time_size(size, g, fused_fn, separate_fn, twin, rounds, repeats, clock)
+                      for size in sizes)
+        layer_times = _time_layers(g, rounds, repeats, clock) if layers else None
+    article_times = _time_article_layer(rounds, repeats, seed) if layers else None
+    load_after = os.getloadavg()
+    return FusedQKVMeasurement(rounds, repeats, timed, layer_times, article_times,
+                               load_before[0], load_after[0], os.cpu_count())
+
+
+def headline_control(m: FusedQKVMeasurement) -> Control:
+    """The same timing of two identical implementations."""
+    return Control("the same timing of two identical implementations: separate / "
+                   "separate (twin), geometric mean",
+                   "同样计时两份相同的实现：分开 / 分开（孪生副本），几何平均", m.control_mean)
+
+
+def checks(m: FusedQKVMeasurement) -> list[Check]:
+    """The two projections compute the same q, k, v with the same FLOPs (identities, each
+    beside a wrong variant)."""
+    return [
+        check_le("fused and separate give the same q, k, v: max |difference|", m.max_diff, 1e-5,
+                 id="same-qkv", by_construction=True,
+                 control=Control("the fused rows taken in the wrong order (k, q, v)",
+                                 "按错误顺序（k、q、v）取融合投影的各行", m.wrong_diff)),
+        check_le("|FLOPs(fused) − FLOPs(separate)|", float(m.flops_gap), 0.0, id="same-flops",
+                 by_construction=True,
+                 control=Control("the fused projection run once for each of q, k, v",
+                                 "为 q、k、v 各运行一次融合投影", float(m.wrong_gap))),
+    ]
+
+
+def table(m: FusedQKVMeasurement) -> tuple[list[str], list[list[Any]]]:
+    """One row per (size, pass), the encoder layers, and the machine's load."""
+    rows: list[list[Any]] = [c.cells() for c in m.cases]
+    b, n, e, h, ff = LAYER_SIZE
+    size = f"encoder layer: B = {b}, N = {n}, E = {e}, H = {h}, ff = {ff}"
+    if m.layer_times is not None:
+        ours, theirs = m.layer_times["attnlab"], m.layer_times["torch"]
+        rows.append([size, "torch nn.TransformerEncoderLayer | attnlab (this process), "
+                     "forward, eval", 1e3 * theirs, 1e3 * ours, ours / theirs, "", ""])
+    if m.article_times is not None:
+        art, theirs = m.article_times["article"], m.article_times["torch"]
+        rows.append([size, "torch nn.TransformerEncoderLayer | article 001's corrected "
+                     "MultiHeadAttention in the same layer (fresh interpreter)",
+                     1e3 * theirs, 1e3 * art, art / theirs, "", ""])
+    rows.append(["load average (1 min) before | after", f"{m.cpus} CPUs",
+                 m.load_before, m.load_after, "", "", ""])
+    return (["size", "pass", "fused (ms)", "separate (ms)", "ratio separate / fused",
+             "separate (twin) (ms)", "ratio separate / separate (twin)"], rows)
+
+
+def captions(m: FusedQKVMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    lo, hi, ctl = fmt_num(min(m.ratios)), fmt_num(max(m.ratios)), fmt_num(m.control_mean)
+    return (f"One CPU thread, its CPU time; min over {m.rounds} rounds of the median of "
+            f"{m.repeats} interleaved calls. Ratios "
+            f"{lo}–{hi}; control (the separate "
+            f"projections against themselves): geometric mean {ctl}; "
+            f"load average {m.load_before:.2f} → {m.load_after:.2f} on "
+            f"{m.cpus} CPUs. Encoder-layer rows: second time column / first, "
+            "for information only.",
+            f"单个 CPU 线程，计其 CPU 时间；取 {m.rounds} 轮中每轮 {m.repeats} 次交替调用的"
+            "中位数的最小值。"
+            f"时间比 {lo}–{hi}；对照（分开投影与自身"
+            f"比较）：几何平均 {ctl}；负载均值 "
+            f"{m.load_before:.2f} → {m.load_after:.2f}（{m.cpus} 个 CPU）。"
+            "编码器层各行：第二个时间列 / 第一个时间列，仅供参考。")
 
 
 def run(
@@ -306,81 +473,17 @@ def run(
     that is not the same, e.g. slower, makes the control pass and the claim not hold),
     ``layers=False`` skips the informative encoder-layer timings.
     """
-    twin = separate_fn if twin_fn is None else twin_fn
-    load_before = os.getloadavg()
-    cases: list[dict[str, Any]] = []
-    max_diff = wrong_diff = 0.0
-    flops_gap = wrong_gap = 0
-    with seeded(seed) as g:
-        for size in sizes:
-            case_fw, case_bw, diffs, gaps = _time_size(size, g, fused_fn, separate_fn, twin,
-                                                       rounds, repeats, clock)
-            cases += [case_fw, case_bw]
-            max_diff, wrong_diff = max(max_diff, diffs[0]), max(wrong_diff, diffs[1])
-            flops_gap, wrong_gap = max(flops_gap, gaps[0]), max(wrong_gap, gaps[1])
-        layer_times = _time_layers(g, rounds, repeats, clock) if layers else None
-    article_times = _time_article_layer(rounds, repeats, seed) if layers else None
-    load_after = os.getloadavg()
-
-    ratios = [c["ratio"] for c in cases]
-    geomean, control_mean = _geomean(ratios), _geomean([c["control"] for c in cases])
-    checks = [
-        check_le("fused and separate give the same q, k, v: max |difference|", max_diff, 1e-5,
-                 id="same-qkv", by_construction=True,
-                 control=Control("the fused rows taken in the wrong order (k, q, v)",
-                                 "按错误顺序（k、q、v）取融合投影的各行", wrong_diff)),
-        check_le("|FLOPs(fused) − FLOPs(separate)|", float(flops_gap), 0.0, id="same-flops",
-                 by_construction=True,
-                 control=Control("the fused projection run once for each of q, k, v",
-                                 "为 q、k、v 各运行一次融合投影", float(wrong_gap))),
-    ]
-    rows: list[list[Any]] = []
-    for c in cases:
-        b, n, e = c["size"]
-        rows.append([f"B = {b}, N = {n}, E = {e}", c["mode"], 1e3 * c["fused"],
-                     1e3 * c["separate"], c["ratio"], 1e3 * c["twin"], c["control"]])
-    b, n, e, h, ff = LAYER_SIZE
-    size = f"encoder layer: B = {b}, N = {n}, E = {e}, H = {h}, ff = {ff}"
-    if layer_times is not None:
-        rows.append([size, "torch nn.TransformerEncoderLayer | attnlab (this process), "
-                     "forward, eval", 1e3 * layer_times["torch"], 1e3 * layer_times["attnlab"],
-                     layer_times["attnlab"] / layer_times["torch"], "", ""])
-    if article_times is not None:
-        rows.append([size, "torch nn.TransformerEncoderLayer | article 001's corrected "
-                     "MultiHeadAttention in the same layer (fresh interpreter)",
-                     1e3 * article_times["torch"], 1e3 * article_times["article"],
-                     article_times["article"] / article_times["torch"], "", ""])
-    rows.append(["load average (1 min) before | after", f"{os.cpu_count()} CPUs",
-                 load_before[0], load_after[0], "", "", ""])
-    fig = _figure(cases) if plot else None
+    m = measure(seed, sizes=sizes, rounds=rounds, repeats=repeats, clock=clock,
+                fused_fn=fused_fn, separate_fn=separate_fn, twin_fn=twin_fn, layers=layers)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="geometric mean over (size, pass) of the time ratio separate / fused "
                  "(> 1: the fused projection is faster)",
         quantity_zh="各（规模，计算）情形下时间比 分开 / 融合 的几何平均（> 1 表示融合投影更快）",
-        measured=geomean, expected=MARGIN, tolerance=0.0, relation=">=", checks=checks,
-        timed=True,
-        control=Control("the same timing of two identical implementations: separate / "
-                        "separate (twin), geometric mean",
-                        "同样计时两份相同的实现：分开 / 分开（孪生副本），几何平均",
-                        control_mean),
-        table=(["size", "pass", "fused (ms)", "separate (ms)", "ratio separate / fused",
-                "separate (twin) (ms)", "ratio separate / separate (twin)"], rows),
-        figure=fig,
-        caption=f"One CPU thread, its CPU time; min over {rounds} rounds of the median of "
-                f"{repeats} interleaved calls. Ratios "
-                f"{fmt_num(min(ratios))}–{fmt_num(max(ratios))}; control (the separate "
-                f"projections against themselves): geometric mean {fmt_num(control_mean)}; "
-                f"load average {load_before[0]:.2f} → {load_after[0]:.2f} on "
-                f"{os.cpu_count()} CPUs. Encoder-layer rows: second time column / first, "
-                "for information only.",
-        caption_zh=f"单个 CPU 线程，计其 CPU 时间；取 {rounds} 轮中每轮 {repeats} 次交替调用的"
-                   "中位数的最小值。"
-                   f"时间比 {fmt_num(min(ratios))}–{fmt_num(max(ratios))}；对照（分开投影与自身"
-                   f"比较）：几何平均 {fmt_num(control_mean)}；负载均值 "
-                   f"{load_before[0]:.2f} → {load_after[0]:.2f}（{os.cpu_count()} 个 CPU）。"
-                   "编码器层各行：第二个时间列 / 第一个时间列，仅供参考。",
-    )
+        measured=m.geomean, expected=MARGIN, tolerance=0.0, relation=">=", checks=checks(m),
+        timed=True, control=headline_control(m), table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
 def _geomean(xs: Sequence[float]) -> float:
@@ -404,13 +507,15 @@ def _time_article_layer(rounds: int, repeats: int, seed: int) -> dict[str, float
     return rec["value"]
 
 
-def _figure(cases):
+def figure(m: FusedQKVMeasurement):
+    """The time ratios per size and pass, beside the control."""
+    cases = m.cases
     fig, (ax,) = new_figure(8, 3.6)
-    labels = [f"{b}×{n}×{e}" for b, n, e in dict.fromkeys(c["size"] for c in cases)]
+    labels = [f"{b}×{n}×{e}" for b, n, e in dict.fromkeys(c.size for c in cases)]
     for mode, marker in (("forward", "o"), ("forward+backward", "s")):
-        rs = [c["ratio"] for c in cases if c["mode"] == mode]
+        rs = [c.ratio for c in cases if c.mode == mode]
         ax.plot(range(len(rs)), rs, marker=marker, label=mode)
-    cs = [c["control"] for c in cases]
+    cs = [c.control for c in cases]
     ax.plot([i / 2 for i in range(len(cs))], cs, ls="none", marker="x", color="0.5",
             label="control: separate / separate (twin)")
     ax.axhline(1.0, color="k", lw=1, label="equal time")

@@ -33,6 +33,7 @@ weights loaded), split into heads by the models' own head counts.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -42,7 +43,7 @@ from attnlab.models.shapes import ModelShapes, projection_shapes
 from attnlab.nn import MultiHeadAttention
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "head-dimensions"
 CLAIM = ("Each head's projections map d_model to d_k = d_model / h: on MiniLM and SmolLM2, "
@@ -167,6 +168,140 @@ def ratios(s: ModelShapes) -> dict[str, float]:
     return out
 
 
+@dataclass(frozen=True)
+class HeadDimensionsMeasurement:
+    """The real models' projection widths, article 000's listing and one head (attnlab
+    modules), and article 000's head formula beside the paper's."""
+
+    shapes: tuple[ModelShapes, ...]
+    per: dict[str, dict[str, float]]  # :func:`ratios` of each model, by name
+    listing: float  # d_k / d_model of attnlab MultiHeadAttention(512, 8)
+    one_head: float  # the same with one head (the control)
+    fails: float  # 1.0 when article 000's head formula raises a shape error
+    control_fails: float  # the same with the control composition
+
+    def _over(self, key: str, pick=max) -> float:
+        return pick(self.per[s.name][key] for s in self.shapes)
+
+    @property
+    def per_head(self) -> float:
+        """The headline: each head's slice of W^Q, W^K, W^V, largest d_k / d_model."""
+        return max(self.per[s.name][f"{k} per head"] for s in self.shapes
+                   for k in ("W^Q", "W^K", "W^V"))
+
+    @property
+    def whole(self) -> float:
+        return max(self.per[s.name][k] for s in self.shapes for k in ("W^Q", "W^K", "W^V"))
+
+    @property
+    def ffn(self) -> float:
+        return self._over("FFN up", min)
+
+    @property
+    def stacked(self) -> float:
+        return self._over("[W^Q W^K W^V]", min)
+
+    @property
+    def w_o(self) -> float:
+        return self._over("W^O")
+
+    @property
+    def dk(self) -> float:
+        """d_k / d_model, largest over the models and the listing."""
+        return max([self.per[s.name]["d_k"] / s.d_model for s in self.shapes] + [self.listing])
+
+
+def measure(
+    seed: int = 0,
+    *,
+    models: Sequence[str] = MODELS,
+    shapes_fn: Callable[[str], ModelShapes] = projection_shapes,
+    compose_fn: Compose = article_composition,
+    control_compose_fn: Compose = paper_composition,
+) -> HeadDimensionsMeasurement:
+    """The shapes and the head formula (arguments: see :func:`run`)."""
+    if not models:
+        raise ValueError("models must name at least one model, got none")
+    shapes = tuple(shapes_fn(name) for name in models)
+    per = {s.name: ratios(s) for s in shapes}
+    d_model, heads, n = ARTICLE_DIMS
+    with seeded(seed) as g:
+        listing = module_head_ratio(d_model, heads, n, g)
+        one_head = module_head_ratio(d_model, 1, n, g)
+        fails = shapes_fail(compose_fn, d_model, heads, n, g)
+        control_fails = shapes_fail(control_compose_fn, d_model, heads, n, g)
+    return HeadDimensionsMeasurement(shapes, per, listing, one_head, fails, control_fails)
+
+
+def headline_control(m: HeadDimensionsMeasurement) -> Control:
+    """The same reading of the feed-forward up-projection (a layer that does widen)."""
+    return Control("the same reading of the feed-forward up-projection d_model → d_ff (a layer "
+                   "that does raise the dimension), smallest over the models",
+                   "对前馈层上投影 d_model → d_ff（确实升维的层）做同样的读取，取各模型中的最小值",
+                   m.ffn)
+
+
+def checks(m: HeadDimensionsMeasurement) -> list[Check]:
+    """No projection widens, d_k is below d_model, the stacked Q, K, V widens, and article
+    000's head formula does not run; each beside its control."""
+    return [
+        check_le("each of W^Q, W^K, W^V as one matrix (all heads): output width / d_model, "
+                 "largest over MiniLM and SmolLM2", m.whole, 1.0, id="whole-projection-no-wider",
+                 control=headline_control(m)),
+        check_le("d_k / d_model: largest over MiniLM, SmolLM2 and article 000's listing "
+                 "(512, 8 heads)", m.dk, 0.5, id="dk-below-model-dim",
+                 control=Control("one head (h = 1, attnlab MultiHeadAttention, 512 dims), "
+                                 "where d_k = d_model",
+                                 "单头（h = 1，attnlab MultiHeadAttention，512 维），"
+                                 "此时 d_k = d_model", m.one_head)),
+        check_ge("[W^Q W^K W^V] stacked into one matrix: output width / d_model, smallest over "
+                 "MiniLM and SmolLM2", m.stacked, 1.5, id="stacked-qkv-wider", support=True,
+                 control=Control("the same reading of W^O (one d_model → d_model matrix of "
+                                 "the same block), largest over the models",
+                                 "对 W^O（同一模块中一个 d_model → d_model 的矩阵）做同样的"
+                                 "读取，取各模型中的最大值", m.w_o)),
+        check_ge("article 000's head_i = Attention(QW_i^Q, KW_i^K, VW_i^V) with its Q = XW^Q "
+                 "(N × d_k), at 512 dims and 8 heads: 1 if the shapes do not match", m.fails,
+                 1.0, id="article-head-formula-shapes-fail", support=True,
+                 control=Control("the same code with Q = K = V = X, the layer's input (as in "
+                                 "'Attention Is All You Need'): 1 if it fails",
+                                 "同一段代码，但 Q = K = V = X，即该层的输入（如《Attention Is "
+                                 "All You Need》）：失败则为 1", m.control_fails)),
+    ]
+
+
+def table(m: HeadDimensionsMeasurement) -> tuple[list[str], list[list]]:
+    """One row per model, then article 000's listing and one head."""
+    d_model, heads, _ = ARTICLE_DIMS
+    rows = [[LABELS.get(s.name, s.name), s.d_model, f"{s.num_heads} / {s.num_kv_heads}",
+             int(p["d_k"]), p["d_k"] / s.d_model, p["W^Q"], p["W^K"], p["[W^Q W^K W^V]"],
+             p["FFN up"]]
+            for s, p in ((s, m.per[s.name]) for s in m.shapes)]
+    rows.append(["article 000's listing (attnlab MultiHeadAttention)", d_model,
+                 f"{heads} / {heads}", int(m.listing * d_model), m.listing, 1.0, 1.0, 3.0, "—"])
+    rows.append(["one head (h = 1, attnlab MultiHeadAttention)", d_model, "1 / 1",
+                 int(m.one_head * d_model), m.one_head, 1.0, 1.0, 3.0, "—"])
+    return (["model", "d_model", "heads (query / key-value)", "d_k (W^Q per head)",
+             "d_k / d_model", "W^Q width / d_model", "W^K width / d_model",
+             "stacked [W^Q W^K W^V] / d_model", "FFN up / d_model"], rows)
+
+
+def captions(m: HeadDimensionsMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    d_model, heads, n = ARTICLE_DIMS
+    return ("Shapes read from the weight files' headers (MiniLM: its package's safetensors "
+            "and config.json; SmolLM2: attnlab's converted cache or the GGUF), every "
+            "layer; each attention projection split into heads by the model's own head "
+            "count (SmolLM2's W^K, W^V into its 3 key/value heads). The listing's row is "
+            "an attnlab MultiHeadAttention(512, 8) read at hook_q; article 000's head "
+            f"formula run at N = {n}, d_model = {d_model}, {heads} heads, fp64.",
+            "形状读自权重文件的头部信息（MiniLM：其软件包中的 safetensors 与 "
+            "config.json；SmolLM2：attnlab 转换后的缓存或 GGUF），逐层读取；每个注意力"
+            "投影按模型自己的头数切分（SmolLM2 的 W^K、W^V 按其 3 个键值头切分）。"
+            "代码那一行是在 hook_q 处读取的 attnlab MultiHeadAttention(512, 8)；"
+            f"文章 000 的头公式在 N = {n}、d_model = {d_model}、{heads} 个头、fp64 下运行。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -185,85 +320,23 @@ def run(
     the support check fails). Raises :class:`~attnlab.models.ModelNotAvailableError` when a
     model's package is not installed here.
     """
-    if not models:
-        raise ValueError("models must name at least one model, got none")
-    shapes = [shapes_fn(name) for name in models]
-    per = {s.name: ratios(s) for s in shapes}
-    d_model, heads, n = ARTICLE_DIMS
-    with seeded(seed) as g:
-        listing = module_head_ratio(d_model, heads, n, g)
-        one_head = module_head_ratio(d_model, 1, n, g)
-        fails = shapes_fail(compose_fn, d_model, heads, n, g)
-        control_fails = shapes_fail(control_compose_fn, d_model, heads, n, g)
-    per_head = max(per[s.name][f"{k} per head"] for s in shapes for k in ("W^Q", "W^K", "W^V"))
-    whole = max(per[s.name][k] for s in shapes for k in ("W^Q", "W^K", "W^V"))
-    ffn = min(per[s.name]["FFN up"] for s in shapes)
-    stacked = min(per[s.name]["[W^Q W^K W^V]"] for s in shapes)
-    w_o = max(per[s.name]["W^O"] for s in shapes)
-    dk = max([per[s.name]["d_k"] / s.d_model for s in shapes] + [listing])
-    ffn_words = ("the same reading of the feed-forward up-projection d_model → d_ff (a layer "
-                 "that does raise the dimension), smallest over the models",
-                 "对前馈层上投影 d_model → d_ff（确实升维的层）做同样的读取，取各模型中的最小值")
-    checks = [
-        check_le("each of W^Q, W^K, W^V as one matrix (all heads): output width / d_model, "
-                 "largest over MiniLM and SmolLM2", whole, 1.0, id="whole-projection-no-wider",
-                 control=Control(*ffn_words, ffn)),
-        check_le("d_k / d_model: largest over MiniLM, SmolLM2 and article 000's listing "
-                 "(512, 8 heads)", dk, 0.5, id="dk-below-model-dim",
-                 control=Control("one head (h = 1, attnlab MultiHeadAttention, 512 dims), "
-                                 "where d_k = d_model",
-                                 "单头（h = 1，attnlab MultiHeadAttention，512 维），"
-                                 "此时 d_k = d_model", one_head)),
-        check_ge("[W^Q W^K W^V] stacked into one matrix: output width / d_model, smallest over "
-                 "MiniLM and SmolLM2", stacked, 1.5, id="stacked-qkv-wider", support=True,
-                 control=Control("the same reading of W^O (one d_model → d_model matrix of "
-                                 "the same block), largest over the models",
-                                 "对 W^O（同一模块中一个 d_model → d_model 的矩阵）做同样的"
-                                 "读取，取各模型中的最大值", w_o)),
-        check_ge("article 000's head_i = Attention(QW_i^Q, KW_i^K, VW_i^V) with its Q = XW^Q "
-                 "(N × d_k), at 512 dims and 8 heads: 1 if the shapes do not match", fails,
-                 1.0, id="article-head-formula-shapes-fail", support=True,
-                 control=Control("the same code with Q = K = V = X, the layer's input (as in "
-                                 "'Attention Is All You Need'): 1 if it fails",
-                                 "同一段代码，但 Q = K = V = X，即该层的输入（如《Attention Is "
-                                 "All You Need》）：失败则为 1", control_fails)),
-    ]
-    rows = [[LABELS.get(s.name, s.name), s.d_model, f"{s.num_heads} / {s.num_kv_heads}",
-             int(per[s.name]["d_k"]), per[s.name]["d_k"] / s.d_model, per[s.name]["W^Q"],
-             per[s.name]["W^K"], per[s.name]["[W^Q W^K W^V]"], per[s.name]["FFN up"]]
-            for s in shapes]
-    rows.append(["article 000's listing (attnlab MultiHeadAttention)", d_model,
-                 f"{heads} / {heads}", int(listing * d_model), listing, 1.0, 1.0, 3.0, "—"])
-    rows.append(["one head (h = 1, attnlab MultiHeadAttention)", d_model, "1 / 1",
-                 int(one_head * d_model), one_head, 1.0, 1.0, 3.0, "—"])
-    fig = _figure(per, [s.name for s in shapes]) if plot else None
+    m = measure(seed, models=models, shapes_fn=shapes_fn, compose_fn=compose_fn,
+                control_compose_fn=control_compose_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="each head's slice of W^Q, W^K, W^V: output width d_k / input width d_model, "
                  "largest over MiniLM and SmolLM2 (from their weight files)",
         quantity_zh="W^Q、W^K、W^V 中每个头的切片：输出宽度 d_k / 输入宽度 d_model，取 MiniLM 与 "
                     "SmolLM2 中的最大值（从权重文件读取）",
-        measured=per_head, expected=1.0, tolerance=0.0, relation="<=", checks=checks,
-        control=Control(*ffn_words, ffn),
-        table=(["model", "d_model", "heads (query / key-value)", "d_k (W^Q per head)",
-                "d_k / d_model", "W^Q width / d_model", "W^K width / d_model",
-                "stacked [W^Q W^K W^V] / d_model", "FFN up / d_model"], rows),
-        figure=fig,
-        caption="Shapes read from the weight files' headers (MiniLM: its package's safetensors "
-                "and config.json; SmolLM2: attnlab's converted cache or the GGUF), every "
-                "layer; each attention projection split into heads by the model's own head "
-                "count (SmolLM2's W^K, W^V into its 3 key/value heads). The listing's row is "
-                "an attnlab MultiHeadAttention(512, 8) read at hook_q; article 000's head "
-                f"formula run at N = {n}, d_model = {d_model}, {heads} heads, fp64.",
-        caption_zh="形状读自权重文件的头部信息（MiniLM：其软件包中的 safetensors 与 "
-                   "config.json；SmolLM2：attnlab 转换后的缓存或 GGUF），逐层读取；每个注意力"
-                   "投影按模型自己的头数切分（SmolLM2 的 W^K、W^V 按其 3 个键值头切分）。"
-                   "代码那一行是在 hook_q 处读取的 attnlab MultiHeadAttention(512, 8)；"
-                   f"文章 000 的头公式在 N = {n}、d_model = {d_model}、{heads} 个头、fp64 下运行。",
-    )
+        measured=m.per_head, expected=1.0, tolerance=0.0, relation="<=", checks=checks(m),
+        control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh)
 
 
-def _figure(per: dict[str, dict[str, float]], names: list[str]):
+def figure(m: HeadDimensionsMeasurement):
+    """Each kind of matrix's output width / input width, per model."""
+    per, names = m.per, [s.name for s in m.shapes]
     fig, (ax,) = new_figure(9, 3.6)
     keys = ["W^Q per head", "W^K per head", "W^V per head", "W^Q", "W^K", "W^V",
             "[W^Q W^K W^V]", "W^O", "FFN up"]

@@ -36,6 +36,7 @@ Three support checks read article 000's section 五 against what it compares:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ from torch import Tensor
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 from .dot_product_geometry import row_spearman
 
 NAME = "kernel-smoothing"
@@ -143,6 +144,168 @@ def attention_regression(x: Tensor, xi: Tensor, yi: Tensor, sigma: float
     return out[:, 0], w
 
 
+@dataclass(frozen=True)
+class SigmaFit:
+    """The 1-D regression at one bandwidth σ: attention against Nadaraya–Watson."""
+
+    sigma: float
+    estimate: Tensor  # (M,) attention's estimate on the grid
+    weights: Tensor  # (M, N) its weights
+    err: float  # max |attention − NW (Gaussian)|
+    control_err: float  # max |attention − NW with the control kernel|
+    mse: float  # MSE against 2 sin x + x
+
+    def cells(self) -> list:
+        return [self.sigma, self.err, self.mse]
+
+
+def _fit(x: Tensor, xi: Tensor, yi: Tensor, sigma: float, control_kernel: Kernel) -> SigmaFit:
+    att, w_att = attention_regression(x, xi, yi, sigma)
+    ref, _ = nadaraya_watson(x, xi, yi, sigma)
+    other, _ = nadaraya_watson(x, xi, yi, sigma, control_kernel)
+    truth = 2 * torch.sin(x) + x
+    return SigmaFit(sigma, att, w_att, float((att - ref).abs().max()),
+                    float((att - other).abs().max()), float(((att - truth) ** 2).mean()))
+
+
+@dataclass(frozen=True)
+class KernelSmoothingMeasurement:
+    """The regression per σ, the equal-norm-key identity, article 000's formula and the
+    kernels against the distance, each beside its control."""
+
+    n_train: int
+    sigmas: tuple[float, ...]
+    d: int
+    xi: Tensor  # (N,) training inputs, sorted
+    yi: Tensor  # (N,) noisy targets
+    x: Tensor  # (M,) the grid
+    fits: tuple[SigmaFit, ...]  # per σ
+    gauss_err: float  # max |softmax(q·k/√d) − Gaussian weights| (keys as the variant says)
+    gauss_err_unequal: float  # the same with keys of unequal norms (the control)
+    article_gap: float  # max |article 000's unscaled formula − attention|
+    restored_gap: float  # the same with the 1/√d_k restored (the control)
+    kernel_top: float  # kernels: fraction of rows largest at distance 0, the smaller
+    kernel_spearman: float  # kernels: Spearman(K, distance), the larger
+    null_top: float  # the distance in place of the kernel: the larger fraction
+    null_spearman: float  # and the smaller Spearman
+
+    @property
+    def nw_err(self) -> float:
+        """max |attention − Nadaraya–Watson| over x and σ."""
+        return max([0.0] + [f.err for f in self.fits])
+
+    @property
+    def control_err(self) -> float:
+        return max([0.0] + [f.control_err for f in self.fits])
+
+
+def measure(
+    seed: int = 0,
+    *,
+    n_train: int = 50,
+    sigmas: Sequence[float] = (0.1, 0.3, 1.0),
+    d: int = 16,
+    equal_norm_keys: bool = True,
+    control_kernel: Kernel = laplace_kernel,
+    article_fn: Formula = article_output,
+    restored_fn: Formula = scaled_output,
+    similarity_fn: Callable[[Tensor, Tensor], Tensor] = sphere_kernel,
+) -> KernelSmoothingMeasurement:
+    """The regression and the identities (arguments: see :func:`run`)."""
+    with seeded(seed) as g:
+        xi = (torch.rand(n_train, generator=g, dtype=torch.float64) * 5).sort().values
+        yi = 2 * torch.sin(xi) + xi + 0.5 * torch.randn(n_train, generator=g,
+                                                         dtype=torch.float64)
+        x = torch.linspace(0, 5, 101, dtype=torch.float64)
+        fits = tuple(_fit(x, xi, yi, sigma, control_kernel) for sigma in sigmas)
+        # equal-norm keys in d dims: softmax(q·k/τ) = Gaussian weights with σ² = τ
+        q = torch.randn(32, d, generator=g, dtype=torch.float64)
+        k_raw = torch.randn(40, d, generator=g, dtype=torch.float64)
+        k_equal = 2.0 * k_raw / k_raw.norm(dim=-1, keepdim=True)
+        v = torch.randn(40, 3, generator=g, dtype=torch.float64)
+        unit = torch.randn(40, d, generator=g, dtype=torch.float64)
+        unit = unit / unit.norm(dim=-1, keepdim=True)
+    attended = scaled_dot_product_attention(q, k_raw, v)  # attnlab: softmax(q·k/√d) V
+    # the regression's Gaussian kernel (its widest σ: no entry underflows) on the training
+    # points, and the attention kernel on unit vectors, each beside the distance
+    wide = max(sigmas)
+    pairs = [(gaussian_kernel(xi[:, None] - xi[None, :], wide), (xi[:, None] - xi[None, :]).abs()),
+             (similarity_fn(unit, unit), distance(unit, unit))]
+    measured = [kernel_vs_distance(kern, dist) for kern, dist in pairs]
+    nulls = [kernel_vs_distance(dist, dist) for _, dist in pairs]
+    tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
+
+    def gauss_error(k: Tensor) -> float:
+        _, w = scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
+        gauss = torch.softmax(-torch.cdist(q, k) ** 2 / (2 * tau), dim=-1)
+        return float((w - gauss).abs().max())
+
+    return KernelSmoothingMeasurement(
+        n_train, tuple(sigmas), d, xi, yi, x, fits,
+        gauss_error(k_equal if equal_norm_keys else k_raw), gauss_error(k_raw),
+        float((article_fn(q, k_raw, v) - attended).abs().max()),
+        float((restored_fn(q, k_raw, v) - attended).abs().max()),
+        min(m[0] for m in measured), max(m[1] for m in measured),
+        max(n[0] for n in nulls), min(n[1] for n in nulls))
+
+
+def headline_control(m: KernelSmoothingMeasurement) -> Control:
+    """The NW estimate with another kernel."""
+    return Control("the NW estimate with another kernel, Laplace exp(−|x − x_i|/σ)",
+                   "换一个核的 NW 估计：拉普拉斯核 exp(−|x − x_i|/σ)", m.control_err)
+
+
+def checks(m: KernelSmoothingMeasurement) -> list[Check]:
+    """The equal-norm identity, article 000's unscaled formula, and the kernels against the
+    distance; each beside its control."""
+    return [check_le("equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|",
+                     m.gauss_err, 1e-12, id="gaussian-equal-norms", by_construction=True,
+                     control=Control("keys of unequal norms (Gaussian keys, unnormalised)",
+                                     "范数不等的键（未归一化的高斯随机键）",
+                                     m.gauss_err_unequal)),
+            check_ge(f"article 000's Output = Σ softmax(q·k_i) v_i (no 1/√d_k): max |it − "
+                     f"attention| (d = {m.d}, fp64)", m.article_gap, 0.1,
+                     id="article-formula-unscaled", support=True,
+                     control=Control("the same formula with the 1/√d_k restored, "
+                                     "softmax(q·k_i/√d_k)",
+                                     "恢复 1/√d_k 的同一公式 softmax(q·k_i/√d_k)",
+                                     m.restored_gap)),
+            check_ge("Gaussian kernel and exp(q·k/√d) on unit vectors: rows whose largest "
+                     "K(x, ·) is at x itself (distance 0), fraction",
+                     m.kernel_top, 0.99, id="kernel-largest-at-zero-distance",
+                     support=True, by_construction=True,
+                     control=Control("the distance ‖x − x_j‖ in place of the kernel",
+                                     "以距离 ‖x − x_j‖ 代替核", m.null_top)),
+            check_le("Gaussian kernel and exp(q·k/√d) on unit vectors: within-row "
+                     "Spearman(K(x, x_j), ‖x − x_j‖), the larger of the two",
+                     m.kernel_spearman, -0.9, id="kernel-falls-with-distance",
+                     support=True, by_construction=True,
+                     control=Control("the distance ‖x − x_j‖ in place of the kernel",
+                                     "以距离 ‖x − x_j‖ 代替核", m.null_spearman))]
+
+
+def table(m: KernelSmoothingMeasurement) -> tuple[list[str], list[list]]:
+    return (["σ", "max |attention − NW|", "MSE against 2 sin x + x"],
+            [f.cells() for f in m.fits])
+
+
+BY_CONSTRUCTION = ("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) is algebra and the last term, "
+                   "the same for every key, cancels in the softmax; for keys of equal "
+                   "norm, q·k/τ = −|q − k|²/(2τ) + terms that cancel likewise. No data can "
+                   "break either (fp64 rounding only).")
+BY_CONSTRUCTION_ZH = ("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) 是代数恒等式，最后一项对所有键"
+                      "都相同，在 softmax 中相消；键范数相等时，q·k/τ = −|q − k|²/(2τ) "
+                      "加上同样会相消的项。任何数据都无法打破它们（只差 fp64 舍入）。")
+
+
+def captions(m: KernelSmoothingMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    return (f"{m.n_train} noisy samples of y = 2 sin x + x (noise sd 0.5), estimates on 101 "
+            "points by attnlab attention with q = (x/σ, 1), k_i = (x_i/σ, −x_i²/2σ²).",
+            f"y = 2 sin x + x 的 {m.n_train} 个带噪样本（噪声标准差 0.5），由 attnlab "
+            "注意力在 101 个点上估计，q = (x/σ, 1)，k_i = (x_i/σ, −x_i²/2σ²)。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -171,99 +334,26 @@ def run(
     variants: ``article_fn=scaled_output`` (the gap vanishes), ``similarity_fn=distance``
     (a distance in place of the kernel: it rises with the distance).
     """
-    with seeded(seed) as g:
-        xi = (torch.rand(n_train, generator=g, dtype=torch.float64) * 5).sort().values
-        yi = 2 * torch.sin(xi) + xi + 0.5 * torch.randn(n_train, generator=g,
-                                                         dtype=torch.float64)
-        x = torch.linspace(0, 5, 101, dtype=torch.float64)
-        rows, nw_err, control_err, curves = [], 0.0, 0.0, {}
-        for sigma in sigmas:
-            att, w_att = attention_regression(x, xi, yi, sigma)
-            ref, _ = nadaraya_watson(x, xi, yi, sigma)
-            other, _ = nadaraya_watson(x, xi, yi, sigma, control_kernel)
-            err = float((att - ref).abs().max())
-            nw_err = max(nw_err, err)
-            control_err = max(control_err, float((att - other).abs().max()))
-            truth = 2 * torch.sin(x) + x
-            rows.append([sigma, err, float(((att - truth) ** 2).mean())])
-            curves[sigma] = (att, w_att)
-        # equal-norm keys in d dims: softmax(q·k/τ) = Gaussian weights with σ² = τ
-        q = torch.randn(32, d, generator=g, dtype=torch.float64)
-        k_raw = torch.randn(40, d, generator=g, dtype=torch.float64)
-        k_equal = 2.0 * k_raw / k_raw.norm(dim=-1, keepdim=True)
-        v = torch.randn(40, 3, generator=g, dtype=torch.float64)
-        unit = torch.randn(40, d, generator=g, dtype=torch.float64)
-        unit = unit / unit.norm(dim=-1, keepdim=True)
-    attended = scaled_dot_product_attention(q, k_raw, v)  # attnlab: softmax(q·k/√d) V
-    article_gap = float((article_fn(q, k_raw, v) - attended).abs().max())
-    restored_gap = float((restored_fn(q, k_raw, v) - attended).abs().max())
-    # the regression's Gaussian kernel (its widest σ: no entry underflows) on the training
-    # points, and the attention kernel on unit vectors, each beside the distance
-    wide = max(sigmas)
-    pairs = [(gaussian_kernel(xi[:, None] - xi[None, :], wide), (xi[:, None] - xi[None, :]).abs()),
-             (similarity_fn(unit, unit), distance(unit, unit))]
-    measured = [kernel_vs_distance(kern, dist) for kern, dist in pairs]
-    nulls = [kernel_vs_distance(dist, dist) for _, dist in pairs]
-    tau = 1 / default_scale(d)  # the temperature: softmax(q·k / τ), τ = √d
-
-    def gauss_error(k: Tensor) -> float:
-        _, w = scaled_dot_product_attention(q, k, k, return_weights=True)  # 1/√d
-        gauss = torch.softmax(-torch.cdist(q, k) ** 2 / (2 * tau), dim=-1)
-        return float((w - gauss).abs().max())
-
-    gauss_err = gauss_error(k_equal if equal_norm_keys else k_raw)
-    checks = [check_le("equal-norm keys: max |softmax(q·k/√d) − Gaussian weights, σ² = √d|",
-                       gauss_err, 1e-12, id="gaussian-equal-norms", by_construction=True,
-                       control=Control("keys of unequal norms (Gaussian keys, unnormalised)",
-                                       "范数不等的键（未归一化的高斯随机键）",
-                                       gauss_error(k_raw))),
-              check_ge(f"article 000's Output = Σ softmax(q·k_i) v_i (no 1/√d_k): max |it − "
-                       f"attention| (d = {d}, fp64)", article_gap, 0.1,
-                       id="article-formula-unscaled", support=True,
-                       control=Control("the same formula with the 1/√d_k restored, "
-                                       "softmax(q·k_i/√d_k)",
-                                       "恢复 1/√d_k 的同一公式 softmax(q·k_i/√d_k)",
-                                       restored_gap)),
-              check_ge("Gaussian kernel and exp(q·k/√d) on unit vectors: rows whose largest "
-                       "K(x, ·) is at x itself (distance 0), fraction",
-                       min(m[0] for m in measured), 0.99, id="kernel-largest-at-zero-distance",
-                       support=True, by_construction=True,
-                       control=Control("the distance ‖x − x_j‖ in place of the kernel",
-                                       "以距离 ‖x − x_j‖ 代替核", max(n[0] for n in nulls))),
-              check_le("Gaussian kernel and exp(q·k/√d) on unit vectors: within-row "
-                       "Spearman(K(x, x_j), ‖x − x_j‖), the larger of the two",
-                       max(m[1] for m in measured), -0.9, id="kernel-falls-with-distance",
-                       support=True, by_construction=True,
-                       control=Control("the distance ‖x − x_j‖ in place of the kernel",
-                                       "以距离 ‖x − x_j‖ 代替核", min(n[1] for n in nulls)))]
-    fig = _figure(xi, yi, x, curves, sigmas) if plot else None
+    m = measure(seed, n_train=n_train, sigmas=sigmas, d=d, equal_norm_keys=equal_norm_keys,
+                control_kernel=control_kernel, article_fn=article_fn, restored_fn=restored_fn,
+                similarity_fn=similarity_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max |attention estimate − Nadaraya–Watson estimate| over x and σ (fp64)",
         quantity_zh="所有 x 与 σ 上 |注意力估计 − Nadaraya–Watson 估计| 的最大值（fp64）",
-        measured=nw_err, expected=0.0, tolerance=1e-10, checks=checks,
-        control=Control("the NW estimate with another kernel, Laplace exp(−|x − x_i|/σ)",
-                        "换一个核的 NW 估计：拉普拉斯核 exp(−|x − x_i|/σ)", control_err),
-        by_construction=("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) is algebra and the last term, "
-                         "the same for every key, cancels in the softmax; for keys of equal "
-                         "norm, q·k/τ = −|q − k|²/(2τ) + terms that cancel likewise. No data can "
-                         "break either (fp64 rounding only)."),
-        by_construction_zh=("q·k_i = −(x − x_i)²/(2σ²) + x²/(2σ²) 是代数恒等式，最后一项对所有键"
-                            "都相同，在 softmax 中相消；键范数相等时，q·k/τ = −|q − k|²/(2τ) "
-                            "加上同样会相消的项。任何数据都无法打破它们（只差 fp64 舍入）。"),
-        table=(["σ", "max |attention − NW|", "MSE against 2 sin x + x"], rows),
-        figure=fig,
-        caption=f"{n_train} noisy samples of y = 2 sin x + x (noise sd 0.5), estimates on 101 "
-                "points by attnlab attention with q = (x/σ, 1), k_i = (x_i/σ, −x_i²/2σ²).",
-        caption_zh=f"y = 2 sin x + x 的 {n_train} 个带噪样本（噪声标准差 0.5），由 attnlab "
-                   "注意力在 101 个点上估计，q = (x/σ, 1)，k_i = (x_i/σ, −x_i²/2σ²)。",
-    )
+        measured=m.nw_err, expected=0.0, tolerance=1e-10, checks=checks(m),
+        control=headline_control(m), by_construction=BY_CONSTRUCTION,
+        by_construction_zh=BY_CONSTRUCTION_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
-def _figure(xi, yi, x, curves, sigmas):
+def figure(m: KernelSmoothingMeasurement):
+    """The estimates per σ against the data and the truth, and the middle σ's weights."""
+    sigmas = m.sigmas
+    curves = {f.sigma: (f.estimate.numpy(), f.weights.numpy()) for f in m.fits}
+    xi, yi, x = m.xi.numpy(), m.yi.numpy(), m.x.numpy()
     fig, (ax0, ax1) = new_figure(10, 3.8, ncols=2)
-    curves = {s: (est.numpy(), w.numpy()) for s, (est, w) in curves.items()}
-    xi, yi, x = xi.numpy(), yi.numpy(), x.numpy()
     ax0.scatter(xi, yi, s=12, color="#888", label="training data (x_i, y_i)")
     ax0.plot(x, 2 * np.sin(x) + x, "k--", lw=1, label="truth 2 sin x + x")
     colors = ["#b3261e", "#3451b2", "#137a3a", "#a05a00"]

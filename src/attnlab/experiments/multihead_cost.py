@@ -76,7 +76,7 @@ from ._heads import (
     read_hooks,
     train,
 )
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "multihead-cost"
 CLAIM = ("Multi-head attention decomposes the semantic space orthogonally into low-rank "
@@ -264,8 +264,33 @@ def top_angle(w: Tensor, heads: int, r: int = 2) -> float:
 POSITIVE_PENALTY = 1.0
 
 
+@dataclass(frozen=True)
+class HeadsRun:
+    """One GPT block trained on a task: its accuracy, the heads' subspaces and attention
+    patterns, at initialisation (``0``) and after training (``1``)."""
+
+    task: str
+    seed: int
+    losses: list[float]
+    chance_loss: float  # log of the number of values
+    acc0: float  # held-out accuracy
+    acc: float
+    q0: float  # W_q: mean principal angle between heads (°)
+    q1: float
+    k0: float  # W_k: the same
+    k1: float
+    closest0: float  # closest pair of heads, W_q or W_k (°)
+    closest1: float
+    top0: float  # mean angle between heads' top 2 singular directions of W_q (°)
+    top1: float
+    tv0: float  # attention rows: mean total variation between heads
+    tv1: float
+    spec0: Tensor  # principal angles between heads 0 and 1, W_q (°, ascending)
+    spec1: Tensor
+    spread: float  # trained max |W_q(head h) − W_q(head 0)|
+
 def train_run(task_name: str, seed: int, c: HeadsConfig, *, penalty: float = 0.0,
-              identical: bool = False) -> dict:
+              identical: bool = False) -> HeadsRun:
     """Train one GPT block on ``task_name``; its weights, accuracy and heads before/after."""
     task = get_task(task_name)
     with seeded(seed):
@@ -294,7 +319,7 @@ def train_run(task_name: str, seed: int, c: HeadsConfig, *, penalty: float = 0.0
     wq, wk = qk_weights(model)
     w1 = read_hooks(model, attn, held.inputs)["weights"]
     h = c.num_heads
-    return dict(
+    return HeadsRun(
         task=task_name, seed=seed, losses=losses, chance_loss=math.log(task.n_values),
         acc0=acc0, acc=accuracy(model, held.inputs, held.targets, held.scored),
         q0=mean_pair_angle(split_heads(wq0, h)), q1=mean_pair_angle(split_heads(wq, h)),
@@ -333,8 +358,34 @@ class UnsplitHeads(nn.Module):
         return sum(h(x, **kw)[0] for h in self.heads), None
 
 
+@dataclass(frozen=True)
+class HeadCount:
+    """The cost of one attnlab MultiHeadAttention (see :func:`_count`)."""
+
+    params: int
+    module: MultiHeadAttention
+    flops: int  # matmul FLOPs, no mask, the explicit path
+    flops_masked: int  # matmul FLOPs, causal mask
+    scores: int  # elements of the weights tensor
+    ops: int  # softmax and mask operations
+    weight_bytes: int  # the weights tensor's bytes
+
+    @property
+    def full(self) -> int:
+        """Full compute: matmul FLOPs + softmax and mask."""
+        return self.flops_masked + self.ops
+
+
+@dataclass(frozen=True)
+class ModuleCount:
+    """Parameters and matmul FLOPs of any attention module (see :func:`_count_module`)."""
+
+    params: int
+    flops: int
+
+
 def _count(embed_dim: int, heads: int, n: int, batch: int,
-           score_cost: Callable[[Tensor], tuple[int, int]] = softmax_mask_cost) -> dict:
+           score_cost: Callable[[Tensor], tuple[int, int]] = softmax_mask_cost) -> HeadCount:
     """Parameters, matmul FLOPs (no mask, the explicit path: every matmul counted), and
     with a causal mask: matmul FLOPs, scores, softmax and mask operations, weights bytes."""
     mha = MultiHeadAttention(embed_dim, heads)
@@ -344,16 +395,16 @@ def _count(embed_dim: int, heads: int, n: int, batch: int,
     with torch.no_grad():
         _, w = mha(x, mask=mask, need_weights=True)  # (B, h, N, N)
     ops, nbytes = score_cost(w)
-    return dict(params=sum(p.numel() for p in mha.parameters()), module=mha,
-                flops=count_flops(mha, x, need_weights=True), flops_masked=flops_masked,
-                scores=w.numel(), ops=ops, bytes=nbytes, full=flops_masked + ops)
+    return HeadCount(params=sum(p.numel() for p in mha.parameters()), module=mha,
+                     flops=count_flops(mha, x, need_weights=True), flops_masked=flops_masked,
+                     scores=w.numel(), ops=ops, weight_bytes=nbytes)
 
 
-def _count_module(module: nn.Module, embed_dim: int, n: int, batch: int) -> dict:
+def _count_module(module: nn.Module, embed_dim: int, n: int, batch: int) -> ModuleCount:
     """Parameters and matmul FLOPs (no mask, weights returned) of any attention module."""
     x = torch.randn(batch, n, embed_dim)
-    return dict(params=sum(p.numel() for p in module.parameters()),
-                flops=count_flops(module, x, need_weights=True))
+    return ModuleCount(params=sum(p.numel() for p in module.parameters()),
+                       flops=count_flops(module, x, need_weights=True))
 
 
 def head_blocks(embed_dim: int, heads: int) -> list[Tensor]:
@@ -390,6 +441,428 @@ def largest_block_cosine(blocks: list[Tensor]) -> float:
 CONTROLS = ("proper", "self")
 
 
+@dataclass(frozen=True)
+class CostMeasurement:
+    """1 head against ``heads`` heads of attnlab's MultiHeadAttention, and the control."""
+
+    embed_dim: int
+    heads: int
+    n: int
+    batch: int
+    one: HeadCount  # 1 head, d = E
+    many: HeadCount  # ``heads`` heads, d = E/h
+    unsplit: ModuleCount  # the control: unsplit heads of width E (or the module itself)
+    t1: float  # forward time of one head, median of 7 (s)
+    th: float  # and of ``heads`` heads
+
+    @property
+    def theory(self) -> int:
+        """FLOPs by the formula 8NE² + 4N²E per sequence."""
+        return self.batch * (8 * self.n * self.embed_dim**2 + 4 * self.n * self.n * self.embed_dim)
+
+    @property
+    def full_excess(self) -> float:
+        return (self.many.full - self.one.full) / self.one.full
+
+    @property
+    def bytes_excess(self) -> float:
+        one, many = self.one.weight_bytes, self.many.weight_bytes
+        return (many - one) / one if one else 0.0
+
+
+def _median_times(timed: tuple[tuple[int, nn.Module], ...], x: Tensor) -> dict[int, float]:
+    """Median of 7 forward times per number of heads, the modules interleaved."""
+    times: dict[int, list[float]] = {h: [] for h, _ in timed}
+    with torch.no_grad():
+        for _ in range(7):
+            for h, m in timed:
+                t0 = time.perf_counter()
+                m(x)
+                times[h].append(time.perf_counter() - t0)
+    return {h: sorted(t)[3] for h, t in times.items()}
+
+
+def measure_cost(seed: int, embed_dim: int, heads: int, n: int, batch: int,
+                 score_cost: Callable[[Tensor], tuple[int, int]], proper: bool
+                 ) -> CostMeasurement:
+    """Count and time 1 head vs ``heads`` heads, and count the unsplit variant (or, for a
+    wrong control, the ``heads``-head module itself)."""
+    with seeded(seed):
+        one = _count(embed_dim, 1, n, batch, score_cost)
+        many = _count(embed_dim, heads, n, batch, score_cost)
+        unsplit = _count_module(UnsplitHeads(embed_dim, heads) if proper else many.module,
+                                embed_dim, n, batch)
+        x = torch.randn(batch, n, embed_dim)
+        t = _median_times(((1, one.module), (heads, many.module)), x)
+    return CostMeasurement(embed_dim, heads, n, batch, one, many, unsplit, t[1], t[heads])
+
+
+@dataclass(frozen=True)
+class MultiheadCostMeasurement:
+    """The cost counts, the heads' coordinate blocks, and the trained models: per task and
+    seed, with identical initial heads, and with an overlap penalty (positive control)."""
+
+    config: HeadsConfig
+    proper: bool  # proper controls (False: each measurement is its own control)
+    cost: CostMeasurement
+    blocks: float  # largest cosine between two heads' coordinate blocks, attnlab's split
+    wrong_blocks: float  # the same, overlapping split (or attnlab's, for a wrong control)
+    random_angle: float  # random E/h × E blocks: mean principal angle between heads (°)
+    runs: tuple[HeadsRun, ...]  # per task, per seed
+    same: HeadsRun  # heads started identical (the first task, the seed)
+    pushed: HeadsRun  # trained with the overlap penalty
+
+    @property
+    def dq(self) -> float:
+        """W_q: mean principal angle, trained − init, mean over runs (°)."""
+        return sum(r.q1 - r.q0 for r in self.runs) / len(self.runs)
+
+    @property
+    def dk(self) -> float:
+        return sum(r.k1 - r.k0 for r in self.runs) / len(self.runs)
+
+    @property
+    def closest(self) -> float:
+        """The closest pair of trained heads (°)."""
+        return min(r.closest1 for r in self.runs)
+
+    @property
+    def closest_change(self) -> float:
+        """The headline: what training did to the closest pair ("further apart than they
+        started"); its null is the same heads before any step, which changed by nothing."""
+        return min(r.closest1 - r.closest0 for r in self.runs)
+
+    @property
+    def tv_trained(self) -> float:
+        return min(r.tv1 for r in self.runs)
+
+    @property
+    def tv_init(self) -> float:
+        return max(r.tv0 for r in self.runs) if self.proper else self.tv_trained
+
+    @property
+    def tv_change(self) -> float:
+        """What training did to the patterns, lowest over runs."""
+        return min(r.tv1 - r.tv0 for r in self.runs)
+
+    @property
+    def same_tv_change(self) -> float:
+        return self.same.tv1 - self.same.tv0 if self.proper else self.tv_change
+
+    @property
+    def ortho(self) -> float:
+        return min(min(r.q1, r.k1) for r in self.runs)
+
+    @property
+    def ortho_init(self) -> float:
+        return max(max(r.q0, r.k0) for r in self.runs) if self.proper else self.ortho
+
+    @property
+    def ortho_pushed(self) -> float:
+        return min(self.pushed.q1, self.pushed.k1)
+
+    @property
+    def same_dq(self) -> float:
+        return self.same.q1 - self.same.q0 if self.proper else self.dq
+
+    @property
+    def same_dk(self) -> float:
+        return self.same.k1 - self.same.k0 if self.proper else self.dk
+
+    def task_runs(self, task: str) -> list[HeadsRun]:
+        return [r for r in self.runs if r.task == task]
+
+
+def measure(
+    seed: int = 0,
+    *,
+    embed_dim: int = 256,
+    heads: int = 8,
+    n: int = 128,
+    batch: int = 4,
+    config: HeadsConfig = HeadsConfig(),
+    separation_penalty: float = 0.0,
+    score_cost: Callable[[Tensor], tuple[int, int]] = softmax_mask_cost,
+    control: str = "proper",
+) -> MultiheadCostMeasurement:
+    """The cost counts and the trained models (arguments: see :func:`run`)."""
+    expect_type("config", config, HeadsConfig)
+    if not math.isfinite(separation_penalty) or separation_penalty < 0:
+        raise ValueError(f"separation_penalty must be a finite float >= 0, got "
+                         f"{separation_penalty!r}")
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+    proper = control == "proper"
+    cost = measure_cost(seed, embed_dim, heads, n, batch, score_cost, proper)
+    c = config
+    e_, h_ = c.embed_dim, c.num_heads  # the trained models' width and heads
+    blocks = largest_block_cosine(head_blocks(e_, h_))
+    wrong_blocks = largest_block_cosine(overlapping_blocks(e_, h_) if proper
+                                        else head_blocks(e_, h_))
+    # independent Gaussian blocks: what random subspaces of the same size give
+    random_angle = mean_pair_angle(split_heads(
+        torch.randn(e_, e_, generator=torch.Generator().manual_seed(seed)), h_))
+    runs = tuple(train_run(t, seed + i, c, penalty=separation_penalty)
+                 for t in c.tasks for i in range(c.seeds))
+    same = train_run(c.tasks[0], seed, c, identical=True)
+    # the positive control of the orthogonality test: the same training with a penalty on
+    # the heads' overlap, so that orthogonal heads do appear (the test can see them)
+    pushed = runs[0] if separation_penalty else train_run(c.tasks[0], seed, c,
+                                                           penalty=POSITIVE_PENALTY)
+    return MultiheadCostMeasurement(c, proper, cost, blocks, wrong_blocks, random_angle, runs,
+                                    same, pushed)
+
+
+def headline_control(m: MultiheadCostMeasurement) -> Control:
+    """The same heads before any training step (a change of 0)."""
+    return Control("the same heads before any training step (untrained: a change of 0)"
+                   if m.proper else "the trained heads' change itself (a wrong control)",
+                   "训练开始之前的同一批头（未训练：变化为 0）" if m.proper
+                   else "训练后的头的变化本身（错误的对照）",
+                   0.0 if m.proper else m.closest_change)
+
+
+def _unsplit_control(m: MultiheadCostMeasurement, value: float) -> Control:
+    heads = m.cost.heads
+    return Control(f"{heads} unsplit heads, each a full single-head attention of width E "
+                   f"(the wrong variant)" if m.proper else f"the {heads}-head module itself "
+                   f"(a wrong control)",
+                   f"{heads} 个不切分的头，每个都是宽度为 E 的完整单头注意力（错误变体）"
+                   if m.proper else f"{heads} 个头的模块本身（错误的对照）", value)
+
+
+def _same_control(m: MultiheadCostMeasurement, value: float) -> Control:
+    return Control(*(("heads started identical, trained alike", "初始完全相同的头，同样训练")
+                     if m.proper else ("the trained heads themselves (a wrong control)",
+                                       "训练后的头本身（错误的对照）")), value)
+
+
+def _init_control(m: MultiheadCostMeasurement, value: float) -> Control:
+    return Control(*(("the same models at initialisation (untrained)",
+                      "初始化时（未训练）的同一批模型") if m.proper
+                     else ("the trained models themselves (a wrong control)",
+                           "训练后的模型本身（错误的对照）")), value)
+
+
+def _support_checks(m: MultiheadCostMeasurement) -> list[Check]:
+    """What holds, and what makes the test sound: a failure is a defect."""
+    cost, heads = m.cost, m.cost.heads
+    p1, f1, theory, unsplit = cost.one.params, cost.one.flops, cost.theory, cost.unsplit
+    return [
+        check_le(f"|params(h={heads}) − params(h=1)|", abs(cost.many.params - p1), 0,
+                 support=True, id="params", by_construction=True,
+                 control=_unsplit_control(m, abs(unsplit.params - p1))),
+        check_le(f"|FLOPs(h={heads}) − FLOPs(h=1)| / FLOPs", abs(cost.many.flops - f1) / f1,
+                 0.0, support=True, id="flops", by_construction=True,
+                 control=_unsplit_control(m, abs(unsplit.flops - f1) / f1)),
+        check_le("|counted FLOPs − 8NE² − 4N²E| / FLOPs", abs(f1 - theory) / theory, 0.0,
+                 support=True, id="flops-formula", by_construction=True,
+                 control=_unsplit_control(m, abs(unsplit.flops - theory) / theory)),
+        check_le(f"|scores(h={heads}) − h·B·N²| (causal mask)",
+                 abs(cost.many.scores - heads * cost.batch * cost.n * cost.n), 0, support=True,
+                 id="scores-count"),
+    ] + [check_ge(f"{t}: lowest held-out accuracy over seeds",
+                  min(r.acc for r in m.task_runs(t)), m.config.min_accuracy, support=True,
+                  id=f"{t}-accuracy")
+         for t in m.config.tasks]
+
+
+def _claim_checks(m: MultiheadCostMeasurement) -> list[Check]:
+    """The cost counted in full, the heads' patterns and subspaces, the coordinate blocks."""
+    heads, proper = m.cost.heads, m.proper
+    return [
+        check_le(f"(full compute(h={heads}) − full compute(h=1)) / full compute(h=1)",
+                 m.cost.full_excess, 0.0, id="full-compute"),
+        check_le(f"(weights bytes(h={heads}) − weights bytes(h=1)) / weights bytes(h=1)",
+                 m.cost.bytes_excess, 0.0,
+                 id="weights-bytes"),
+        check_ge("attention rows: mean total variation between heads, lowest over runs",
+                 m.tv_trained, 0.05, id="patterns-diverge",
+                 control=_init_control(m, m.tv_init)),
+        check_ge("attention rows: mean total variation between heads, trained − init, lowest "
+                 "over runs", m.tv_change, 0.05, id="patterns-diverge-change",
+                 control=_same_control(m, m.same_tv_change)),
+        check_ge("W_q: mean principal angle, trained − init (°)", m.dq, 1.0,
+                 id="wq-angle-change", control=_same_control(m, m.same_dq)),
+        check_ge("W_k: mean principal angle, trained − init (°)", m.dk, 1.0,
+                 id="wk-angle-change", control=_same_control(m, m.same_dk)),
+        check_ge("trained heads' W_q, W_k: mean principal angle between heads, lowest over runs "
+                 "(°; orthogonal: 90)", m.ortho, 75.0, id="heads-orthogonal",
+                 control=_init_control(m, m.ortho_init)),
+        check_ge("positive control: heads trained with an overlap penalty, mean principal angle "
+                 "between heads (°; orthogonal: 90)", m.ortho_pushed, 75.0, support=True,
+                 id="heads-orthogonal-penalised",
+                 control=_init_control(m, m.ortho_init)),
+        check_le("heads' coordinate blocks after the split: largest cosine between two heads",
+                 m.blocks, 1e-12, id="head-blocks-orthogonal", by_construction=True,
+                 control=Control("a split into overlapping blocks (head a reads coordinates "
+                                 "a·d/2 … a·d/2 + d − 1), the wrong variant" if proper else
+                                 "attnlab's split itself (a wrong control)",
+                                 "切分成相互重叠的块（头 a 读取坐标 a·d/2 … a·d/2 + d − 1），"
+                                 "错误变体" if proper else "attnlab 的切分本身（错误的对照）",
+                                 m.wrong_blocks)),
+    ]
+
+
+def checks(m: MultiheadCostMeasurement) -> list[Check]:
+    """The support checks, then the claim's, each beside its control."""
+    return _support_checks(m) + _claim_checks(m)
+
+
+def _cost_rows(m: MultiheadCostMeasurement) -> list[list]:
+    """1 head against h heads, the unsplit control, the timing and the coordinate blocks."""
+    cost, heads = m.cost, m.cost.heads
+    one, many, unsplit = cost.one, cost.many, cost.unsplit
+    return [
+        ["parameters", one.params, many.params], ["FLOPs (counted)", one.flops, many.flops],
+        ["FLOPs (theory 8NE² + 4N²E per sequence)", cost.theory, cost.theory],
+        ["matmul FLOPs (counted, causal mask)", one.flops_masked, many.flops_masked],
+        ["scores (elements of the weights tensor)", one.scores, many.scores],
+        [f"softmax and mask operations ({SCORE_OPS} per score)", one.ops, many.ops],
+        ["full compute: matmul FLOPs + softmax and mask", one.full, many.full],
+        ["attention weights tensor (bytes)", one.weight_bytes, many.weight_bytes],
+        [f"control: {heads} unsplit heads of width E: parameters", one.params, unsplit.params],
+        [f"control: {heads} unsplit heads of width E: FLOPs (counted)", one.flops,
+         unsplit.flops],
+        ["forward time, median of 7 (ms)", 1e3 * cost.t1, 1e3 * cost.th],
+        ["heads' coordinate blocks: largest cosine (attnlab split | overlapping split)",
+         m.blocks, m.wrong_blocks],
+        ["random E/h × E blocks: mean principal angle between heads (°)", m.random_angle,
+         m.random_angle],
+    ]
+
+
+def _run_rows(m: MultiheadCostMeasurement) -> list[list]:
+    """Per run, per task, and the identical initial heads: at initialisation | trained."""
+    rows: list[list] = []
+    for r in m.runs:
+        t, s = r.task, r.seed
+        rows += [[f"{t}, seed {s}: held-out accuracy", r.acc0, r.acc],
+                 [f"{t}, seed {s}: mean principal angle between heads, W_q (°)", r.q0, r.q1],
+                 [f"{t}, seed {s}: mean principal angle between heads, W_k (°)", r.k0, r.k1],
+                 [f"{t}, seed {s}: closest pair of heads, W_q or W_k (°)", r.closest0,
+                  r.closest1]]
+    for t in m.config.tasks:
+        mine = m.task_runs(t)
+        rows += [[f"{t}: mean angle between heads' top 2 singular directions of W_q (°)",
+                  _mean(r.top0 for r in mine), _mean(r.top1 for r in mine)],
+                 [f"{t}: attention rows, mean total variation between heads",
+                  _mean(r.tv0 for r in mine), _mean(r.tv1 for r in mine)]]
+    same = m.same
+    t0_ = same.task
+    rows += [[f"{t0_}, identical initial heads: mean principal angle, W_q (°)", same.q0,
+              same.q1],
+             [f"{t0_}, identical initial heads: max |W_q(head h) − W_q(head 0)|", 0.0,
+              same.spread],
+             [f"{t0_}, identical initial heads: attention rows, mean total variation between "
+              f"heads", same.tv0, same.tv1],
+             [f"{t0_}, identical initial heads: held-out accuracy", same.acc0, same.acc]]
+    return rows
+
+
+def table(m: MultiheadCostMeasurement) -> tuple[list[str], list[list]]:
+    cost = m.cost
+    return ([f"quantity (cost: E = {cost.embed_dim}, N = {cost.n}, batch {cost.batch})",
+             "1 head, d = E | at initialisation",
+             f"{cost.heads} heads, d = E/{cost.heads} | after training"],
+            _cost_rows(m) + _run_rows(m))
+
+
+def _cost_captions(m: MultiheadCostMeasurement) -> tuple[str, str]:
+    """The cost half of the caption, in English and in Chinese."""
+    cost, heads = m.cost, m.cost.heads
+    p1, c1, ch, full_excess = cost.one.params, cost.one, cost.many, cost.full_excess
+    unsplit_ratio, t1, th = cost.unsplit.params / p1, cost.t1, cost.th
+    bytes_ratio = ch.weight_bytes / max(c1.weight_bytes, 1)
+    mib_h, mib_1 = ch.weight_bytes / 2**20, c1.weight_bytes / 2**20
+    en = (f"Cost: attnlab MultiHeadAttention, explicit path, matmuls counted by "
+          f"torch.utils.flop_counter: parameters and matmul FLOPs are equal by "
+          f"construction (the heads slice the same E × E matrices; {heads} unsplit heads "
+          f"of width E would take {unsplit_ratio:.1f}× the parameters). With a "
+          f"causal mask, each head's softmax and mask add {SCORE_OPS} operations per "
+          f"score: the full compute of {heads} heads is {full_excess:+.2%} that of one "
+          f"head, and the weights tensor takes {bytes_ratio:.0f}× "
+          f"the bytes ({mib_h:.2f} MiB vs {mib_1:.2f} MiB): "
+          f"more, not the same. Time ratio h={heads} / h=1: {th / t1:.2f} "
+          f"(shared machine, informative only). ")
+    zh = (f"代价：attnlab MultiHeadAttention 显式路径，矩阵乘法由 "
+          f"torch.utils.flop_counter 计数：参数量和矩阵乘法 FLOPs 按构造相等（各头切分的是"
+          f"同一组 E × E 矩阵；{heads} 个宽度为 E 的不切分的头需要 "
+          f"{unsplit_ratio:.1f} 倍的参数）。加因果掩码时，每个头的 softmax "
+          f"与掩码对每个分数另需 {SCORE_OPS} 次运算：{heads} 个头的全部计算量比一个头多 "
+          f"{full_excess:+.2%}，权重张量的字节数是一个头的 "
+          f"{bytes_ratio:.0f} 倍"
+          f"（{mib_h:.2f} MiB 对 {mib_1:.2f} MiB）：代价更大，"
+          f"而不是相同。时间比 h={heads} / h=1：{th / t1:.2f}（共享机器，仅供参考）。")
+    return en, zh
+
+
+def _subspace_captions(m: MultiheadCostMeasurement) -> tuple[str, str]:
+    """The coordinate blocks and the subspaces half of the caption, in English and Chinese."""
+    c, runs, same = m.config, m.runs, m.same
+    lo_acc, tv0_max = min(r.acc for r in runs), max(r.tv0 for r in runs)
+    en = (f"After the split, the heads' coordinate "
+          f"blocks are orthogonal by construction (largest cosine {m.blocks:.1g}; "
+          f"overlapping blocks: {m.wrong_blocks:.1g}). Subspaces in the input space: "
+          f"{len(runs)} one-block attnlab GPTs ({c.num_heads} heads, E = "
+          f"{c.embed_dim}), tasks {', '.join(c.tasks)} × {c.seeds} seeds, {c.steps} Adam "
+          f"steps each (lowest held-out accuracy {lo_acc:.3f}). Trained heads stay in "
+          f"different subspaces (closest pair {m.closest:.1f}°; heads started identical: "
+          f"{same.closest1:.1g}°) and attend differently (total variation between "
+          f"heads ≥ {m.tv_trained:.2f}, ≤ {tv0_max:.3f} at "
+          f"initialisation), but they are not orthogonal (mean angle ≥ {m.ortho:.1f}°, "
+          f"random blocks: {m.random_angle:.1f}°) and training does not push them apart: "
+          f"it changes the mean principal angle by {m.dq:+.1f}° (W_q) and {m.dk:+.1f}° "
+          f"(W_k), and the closest pair by {m.closest_change:+.1f}° at least (the "
+          f"headline; untrained heads change by 0, the heads at initialisation are as "
+          f"far apart as random blocks: a distance alone does not show that training "
+          f"separated them). Heads started identical stay identical (max difference "
+          f"{same.spread:.1e}).")
+    zh = (f"切分之后，各头的坐标块按构造正交（最大余弦 {m.blocks:.1g}；重叠的块："
+          f"{m.wrong_blocks:.1g}）。输入空间中的子空间："
+          f"{len(runs)} 个单层 attnlab GPT（{c.num_heads} 个头，E = {c.embed_dim}），"
+          f"任务 {'、'.join(TASK_ZH[t] for t in c.tasks)} × {c.seeds} 个种子，"
+          f"各训练 {c.steps} 步 Adam（留出集准确率最低 {lo_acc:.3f}）。训练后的头处在不同"
+          f"的子空间中（最接近的一对 {m.closest:.1f}°；初始完全相同的头："
+          f"{same.closest1:.1g}°），注意力模式也不同（各头之间的全变差 ≥ "
+          f"{m.tv_trained:.2f}，初始化时 ≤ {tv0_max:.3f}），但并不正交"
+          f"（平均主夹角 ≥ {m.ortho:.1f}°，随机块为 {m.random_angle:.1f}°），训练也没有把它们"
+          f"推开：各头之间的平均主夹角变化 {m.dq:+.1f}°（W_q）和 {m.dk:+.1f}°（W_k），最接近的一对"
+          f"至少变化 {m.closest_change:+.1f}°（首要指标；未训练的头变化为 0，初始化时的头"
+          f"与随机块相距一样远：只看距离并不能说明是训练把它们分开的）。"
+          f"初始完全相同的头训练后仍相同（最大差 {same.spread:.1e}）。")
+    return en, zh
+
+
+def captions(m: MultiheadCostMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese: the cost, then the heads' subspaces."""
+    (cost_en, cost_zh), (sub_en, sub_zh) = _cost_captions(m), _subspace_captions(m)
+    return cost_en + sub_en, cost_zh + sub_zh
+
+
+QUANTITY = ("mean principal angle between the closest pair of heads' W_q or W_k "
+            "subspaces: trained − at initialisation, lowest over tasks and seeds (°)")
+QUANTITY_ZH = ("最接近的一对头的 W_q 或 W_k 子空间之间的平均主夹角：训练后减去初始化时，"
+               "各任务与种子中的最小值（度）")
+EXPECT_WHY = ("Cost: only the parameters and the matmul FLOPs are equal, by "
+              "construction; every head scales, masks and normalises its own N × N "
+              "scores, so with E = 256, N = 128 and 8 heads the full compute is about "
+              "+0.7 % (5 operations per score) and the weights tensor takes 8× the bytes. "
+              "Subspaces: pilot runs (E = 64, 4 heads, 120 steps, copy and sort, 3 seeds "
+              "each): trained heads stay in different subspaces and attend differently, "
+              "but the mean principal angle between heads' W_q falls from 63° at "
+              "initialisation to 47–48° (copy) and 55–56° (sort) after training, W_k "
+              "likewise: not orthogonal, and not pushed apart. Different initialisations "
+              "make the heads different; training makes them more alike.")
+EXPECT_WHY_ZH = ("代价：只有参数量和矩阵乘法 FLOPs 相等，这是按构造成立的；每个头都要对自己的 "
+                 "N × N 分数做缩放、掩码和归一化，所以 E = 256、N = 128、8 个头时全部计算量"
+                 "约多 0.7%（每个分数 5 次运算），权重张量的字节数是 8 倍。子空间：预实验"
+                 "（E = 64，4 个头，120 步，复制与排序任务各 3 个种子）：训练后的头仍处在不同"
+                 "的子空间中，注意力模式也不同，但各头 W_q 之间的平均主夹角从初始化时的 63° "
+                 "降到训练后的 47–48°（复制）和 55–56°（排序），W_k 同样如此：既不正交，"
+                 "也没有被推开。使各头不同的是初始化，训练反而使它们更相似。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -416,249 +889,15 @@ def run(
     control is the measurement itself, so the controls pass and the support checks that
     need a failing control (the by-construction counts) fail.
     """
-    expect_type("config", config, HeadsConfig)
-    if not math.isfinite(separation_penalty) or separation_penalty < 0:
-        raise ValueError(f"separation_penalty must be a finite float >= 0, got "
-                         f"{separation_penalty!r}")
-    if control not in CONTROLS:
-        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
-    proper = control == "proper"
-    with seeded(seed):
-        c1 = _count(embed_dim, 1, n, batch, score_cost)
-        ch = _count(embed_dim, heads, n, batch, score_cost)
-        unsplit = _count_module(UnsplitHeads(embed_dim, heads) if proper else ch["module"],
-                                embed_dim, n, batch)
-        (p1, f1, m1), (ph, fh, mh) = ((c["params"], c["flops"], c["module"]) for c in (c1, ch))
-        x = torch.randn(batch, n, embed_dim)
-        times: dict[int, list[float]] = {1: [], heads: []}
-        with torch.no_grad():
-            for _ in range(7):  # interleaved, median
-                for h, m in ((1, m1), (heads, mh)):
-                    t0 = time.perf_counter()
-                    m(x)
-                    times[h].append(time.perf_counter() - t0)
-    t1, th = sorted(times[1])[3], sorted(times[heads])[3]
-    theory = batch * (8 * n * embed_dim**2 + 4 * n * n * embed_dim)
-    c = config
-    e_, h_ = c.embed_dim, c.num_heads  # the trained models' width and heads
-    blocks = largest_block_cosine(head_blocks(e_, h_))
-    wrong_blocks = largest_block_cosine(overlapping_blocks(e_, h_) if proper
-                                        else head_blocks(e_, h_))
-    # independent Gaussian blocks: what random subspaces of the same size give
-    random_angle = mean_pair_angle(split_heads(
-        torch.randn(e_, e_, generator=torch.Generator().manual_seed(seed)), h_))
-    runs = [train_run(t, seed + i, c, penalty=separation_penalty)
-            for t in c.tasks for i in range(c.seeds)]
-    same = train_run(c.tasks[0], seed, c, identical=True)
-    # the positive control of the orthogonality test: the same training with a penalty on
-    # the heads' overlap, so that orthogonal heads do appear (the test can see them)
-    pushed = runs[0] if separation_penalty else train_run(c.tasks[0], seed, c,
-                                                           penalty=POSITIVE_PENALTY)
-    ortho_pushed = min(pushed["q1"], pushed["k1"])
-    dq = sum(r["q1"] - r["q0"] for r in runs) / len(runs)
-    dk = sum(r["k1"] - r["k0"] for r in runs) / len(runs)
-    closest = min(r["closest1"] for r in runs)  # the closest pair of trained heads
-    # the headline: what training did to the closest pair ("further apart than they
-    # started"); its null is the same heads before any step, which changed by nothing
-    closest_change = min(r["closest1"] - r["closest0"] for r in runs)
-    tv_trained = min(r["tv1"] for r in runs)
-    tv_init = max(r["tv0"] for r in runs) if proper else tv_trained
-    tv_change = min(r["tv1"] - r["tv0"] for r in runs)  # what training did to the patterns
-    same_tv_change = same["tv1"] - same["tv0"] if proper else tv_change
-    ortho = min(min(r["q1"], r["k1"]) for r in runs)
-    ortho_init = max(max(r["q0"], r["k0"]) for r in runs) if proper else ortho
-    same_dq = same["q1"] - same["q0"] if proper else dq
-    same_dk = same["k1"] - same["k0"] if proper else dk
-
-    unsplit_what = (f"{heads} unsplit heads, each a full single-head attention of width E "
-                    f"(the wrong variant)" if proper else f"the {heads}-head module itself "
-                    f"(a wrong control)")
-    unsplit_zh = (f"{heads} 个不切分的头，每个都是宽度为 E 的完整单头注意力（错误变体）" if proper
-                  else f"{heads} 个头的模块本身（错误的对照）")
-    same_what, same_zh = (("heads started identical, trained alike",
-                           "初始完全相同的头，同样训练") if proper
-                          else ("the trained heads themselves (a wrong control)",
-                                "训练后的头本身（错误的对照）"))
-    init_what, init_zh = (("the same models at initialisation (untrained)",
-                           "初始化时（未训练）的同一批模型") if proper
-                          else ("the trained models themselves (a wrong control)",
-                                "训练后的模型本身（错误的对照）"))
-    support = [  # what holds, and what makes the test sound: a failure is a defect
-        check_le(f"|params(h={heads}) − params(h=1)|", abs(ph - p1), 0, support=True,
-                 id="params", by_construction=True,
-                 control=Control(unsplit_what, unsplit_zh, abs(unsplit["params"] - p1))),
-        check_le(f"|FLOPs(h={heads}) − FLOPs(h=1)| / FLOPs", abs(fh - f1) / f1, 0.0,
-                 support=True, id="flops", by_construction=True,
-                 control=Control(unsplit_what, unsplit_zh, abs(unsplit["flops"] - f1) / f1)),
-        check_le("|counted FLOPs − 8NE² − 4N²E| / FLOPs", abs(f1 - theory) / theory, 0.0,
-                 support=True, id="flops-formula", by_construction=True,
-                 control=Control(unsplit_what, unsplit_zh,
-                                 abs(unsplit["flops"] - theory) / theory)),
-        check_le(f"|scores(h={heads}) − h·B·N²| (causal mask)",
-                 abs(ch["scores"] - heads * batch * n * n), 0, support=True, id="scores-count"),
-    ] + [check_ge(f"{t}: lowest held-out accuracy over seeds",
-                  min(r["acc"] for r in runs if r["task"] == t), c.min_accuracy, support=True,
-                  id=f"{t}-accuracy")
-         for t in c.tasks]
-    full_excess = (ch["full"] - c1["full"]) / c1["full"]
-    bytes_excess = (ch["bytes"] - c1["bytes"]) / c1["bytes"] if c1["bytes"] else 0.0
-    checks = support + [
-        check_le(f"(full compute(h={heads}) − full compute(h=1)) / full compute(h=1)",
-                 full_excess, 0.0, id="full-compute"),
-        check_le(f"(weights bytes(h={heads}) − weights bytes(h=1)) / weights bytes(h=1)",
-                 bytes_excess, 0.0,
-                 id="weights-bytes"),
-        check_ge("attention rows: mean total variation between heads, lowest over runs",
-                 tv_trained, 0.05, id="patterns-diverge",
-                 control=Control(init_what, init_zh, tv_init)),
-        check_ge("attention rows: mean total variation between heads, trained − init, lowest "
-                 "over runs", tv_change, 0.05, id="patterns-diverge-change",
-                 control=Control(same_what, same_zh, same_tv_change)),
-        check_ge("W_q: mean principal angle, trained − init (°)", dq, 1.0, id="wq-angle-change",
-                 control=Control(same_what, same_zh, same_dq)),
-        check_ge("W_k: mean principal angle, trained − init (°)", dk, 1.0, id="wk-angle-change",
-                 control=Control(same_what, same_zh, same_dk)),
-        check_ge("trained heads' W_q, W_k: mean principal angle between heads, lowest over runs "
-                 "(°; orthogonal: 90)", ortho, 75.0, id="heads-orthogonal",
-                 control=Control(init_what, init_zh, ortho_init)),
-        check_ge("positive control: heads trained with an overlap penalty, mean principal angle "
-                 "between heads (°; orthogonal: 90)", ortho_pushed, 75.0, support=True,
-                 id="heads-orthogonal-penalised",
-                 control=Control(init_what, init_zh, ortho_init)),
-        check_le("heads' coordinate blocks after the split: largest cosine between two heads",
-                 blocks, 1e-12, id="head-blocks-orthogonal", by_construction=True,
-                 control=Control("a split into overlapping blocks (head a reads coordinates "
-                                 "a·d/2 … a·d/2 + d − 1), the wrong variant" if proper else
-                                 "attnlab's split itself (a wrong control)",
-                                 "切分成相互重叠的块（头 a 读取坐标 a·d/2 … a·d/2 + d − 1），"
-                                 "错误变体" if proper else "attnlab 的切分本身（错误的对照）",
-                                 wrong_blocks)),
-    ]
-    rows: list[list] = [
-        ["parameters", p1, ph], ["FLOPs (counted)", f1, fh],
-        ["FLOPs (theory 8NE² + 4N²E per sequence)", theory, theory],
-        ["matmul FLOPs (counted, causal mask)", c1["flops_masked"], ch["flops_masked"]],
-        ["scores (elements of the weights tensor)", c1["scores"], ch["scores"]],
-        [f"softmax and mask operations ({SCORE_OPS} per score)", c1["ops"], ch["ops"]],
-        ["full compute: matmul FLOPs + softmax and mask", c1["full"], ch["full"]],
-        ["attention weights tensor (bytes)", c1["bytes"], ch["bytes"]],
-        [f"control: {heads} unsplit heads of width E: parameters", p1, unsplit["params"]],
-        [f"control: {heads} unsplit heads of width E: FLOPs (counted)", f1, unsplit["flops"]],
-        ["forward time, median of 7 (ms)", 1e3 * t1, 1e3 * th],
-        ["heads' coordinate blocks: largest cosine (attnlab split | overlapping split)",
-         blocks, wrong_blocks],
-        ["random E/h × E blocks: mean principal angle between heads (°)", random_angle,
-         random_angle],
-    ]
-    for r in runs:
-        t, s = r["task"], r["seed"]
-        rows += [[f"{t}, seed {s}: held-out accuracy", r["acc0"], r["acc"]],
-                 [f"{t}, seed {s}: mean principal angle between heads, W_q (°)", r["q0"],
-                  r["q1"]],
-                 [f"{t}, seed {s}: mean principal angle between heads, W_k (°)", r["k0"],
-                  r["k1"]],
-                 [f"{t}, seed {s}: closest pair of heads, W_q or W_k (°)", r["closest0"],
-                  r["closest1"]]]
-    for t in c.tasks:
-        mine = [r for r in runs if r["task"] == t]
-        rows += [[f"{t}: mean angle between heads' top 2 singular directions of W_q (°)",
-                  _mean(r["top0"] for r in mine), _mean(r["top1"] for r in mine)],
-                 [f"{t}: attention rows, mean total variation between heads",
-                  _mean(r["tv0"] for r in mine), _mean(r["tv1"] for r in mine)]]
-    t0_ = same["task"]
-    rows += [[f"{t0_}, identical initial heads: mean principal angle, W_q (°)", same["q0"],
-              same["q1"]],
-             [f"{t0_}, identical initial heads: max |W_q(head h) − W_q(head 0)|", 0.0,
-              same["spread"]],
-             [f"{t0_}, identical initial heads: attention rows, mean total variation between "
-              f"heads", same["tv0"], same["tv1"]],
-             [f"{t0_}, identical initial heads: held-out accuracy", same["acc0"], same["acc"]]]
-
-    fig = _figure(runs, same, c) if plot else None
-    lo_acc = min(r["acc"] for r in runs)
+    m = measure(seed, embed_dim=embed_dim, heads=heads, n=n, batch=batch, config=config,
+                separation_penalty=separation_penalty, score_cost=score_cost, control=control)
+    caption, caption_zh = captions(m)
     return Result(
-        NAME, CLAIM, CLAIM_ZH,
-        quantity="mean principal angle between the closest pair of heads' W_q or W_k "
-                 "subspaces: trained − at initialisation, lowest over tasks and seeds (°)",
-        quantity_zh="最接近的一对头的 W_q 或 W_k 子空间之间的平均主夹角：训练后减去初始化时，"
-                    "各任务与种子中的最小值（度）",
-        measured=closest_change, expected=1.0, tolerance=0.0, relation=">=", checks=checks,
-        control=Control("the same heads before any training step (untrained: a change of 0)"
-                        if proper else "the trained heads' change itself (a wrong control)",
-                        "训练开始之前的同一批头（未训练：变化为 0）" if proper
-                        else "训练后的头的变化本身（错误的对照）",
-                        0.0 if proper else closest_change),
-        table=([f"quantity (cost: E = {embed_dim}, N = {n}, batch {batch})",
-                "1 head, d = E | at initialisation",
-                f"{heads} heads, d = E/{heads} | after training"], rows),
-        figure=fig,
-        caption=f"Cost: attnlab MultiHeadAttention, explicit path, matmuls counted by "
-                f"torch.utils.flop_counter: parameters and matmul FLOPs are equal by "
-                f"construction (the heads slice the same E × E matrices; {heads} unsplit heads "
-                f"of width E would take {unsplit['params'] / p1:.1f}× the parameters). With a "
-                f"causal mask, each head's softmax and mask add {SCORE_OPS} operations per "
-                f"score: the full compute of {heads} heads is {full_excess:+.2%} that of one "
-                f"head, and the weights tensor takes {ch['bytes'] / max(c1['bytes'], 1):.0f}× "
-                f"the bytes ({ch['bytes'] / 2**20:.2f} MiB vs {c1['bytes'] / 2**20:.2f} MiB): "
-                f"more, not the same. Time ratio h={heads} / h=1: {th / t1:.2f} "
-                f"(shared machine, informative only). After the split, the heads' coordinate "
-                f"blocks are orthogonal by construction (largest cosine {blocks:.1g}; "
-                f"overlapping blocks: {wrong_blocks:.1g}). Subspaces in the input space: "
-                f"{len(runs)} one-block attnlab GPTs ({c.num_heads} heads, E = "
-                f"{c.embed_dim}), tasks {', '.join(c.tasks)} × {c.seeds} seeds, {c.steps} Adam "
-                f"steps each (lowest held-out accuracy {lo_acc:.3f}). Trained heads stay in "
-                f"different subspaces (closest pair {closest:.1f}°; heads started identical: "
-                f"{same['closest1']:.1g}°) and attend differently (total variation between "
-                f"heads ≥ {tv_trained:.2f}, ≤ {max(r['tv0'] for r in runs):.3f} at "
-                f"initialisation), but they are not orthogonal (mean angle ≥ {ortho:.1f}°, "
-                f"random blocks: {random_angle:.1f}°) and training does not push them apart: "
-                f"it changes the mean principal angle by {dq:+.1f}° (W_q) and {dk:+.1f}° "
-                f"(W_k), and the closest pair by {closest_change:+.1f}° at least (the "
-                f"headline; untrained heads change by 0, the heads at initialisation are as "
-                f"far apart as random blocks: a distance alone does not show that training "
-                f"separated them). Heads started identical stay identical (max difference "
-                f"{same['spread']:.1e}).",
-        caption_zh=f"代价：attnlab MultiHeadAttention 显式路径，矩阵乘法由 "
-                   f"torch.utils.flop_counter 计数：参数量和矩阵乘法 FLOPs 按构造相等（各头切分的是"
-                   f"同一组 E × E 矩阵；{heads} 个宽度为 E 的不切分的头需要 "
-                   f"{unsplit['params'] / p1:.1f} 倍的参数）。加因果掩码时，每个头的 softmax "
-                   f"与掩码对每个分数另需 {SCORE_OPS} 次运算：{heads} 个头的全部计算量比一个头多 "
-                   f"{full_excess:+.2%}，权重张量的字节数是一个头的 "
-                   f"{ch['bytes'] / max(c1['bytes'], 1):.0f} 倍"
-                   f"（{ch['bytes'] / 2**20:.2f} MiB 对 {c1['bytes'] / 2**20:.2f} MiB）：代价更大，"
-                   f"而不是相同。时间比 h={heads} / h=1：{th / t1:.2f}（共享机器，仅供参考）。"
-                   f"切分之后，各头的坐标块按构造正交（最大余弦 {blocks:.1g}；重叠的块："
-                   f"{wrong_blocks:.1g}）。输入空间中的子空间："
-                   f"{len(runs)} 个单层 attnlab GPT（{c.num_heads} 个头，E = {c.embed_dim}），"
-                   f"任务 {'、'.join(TASK_ZH[t] for t in c.tasks)} × {c.seeds} 个种子，"
-                   f"各训练 {c.steps} 步 Adam（留出集准确率最低 {lo_acc:.3f}）。训练后的头处在不同"
-                   f"的子空间中（最接近的一对 {closest:.1f}°；初始完全相同的头："
-                   f"{same['closest1']:.1g}°），注意力模式也不同（各头之间的全变差 ≥ "
-                   f"{tv_trained:.2f}，初始化时 ≤ {max(r['tv0'] for r in runs):.3f}），但并不正交"
-                   f"（平均主夹角 ≥ {ortho:.1f}°，随机块为 {random_angle:.1f}°），训练也没有把它们"
-                   f"推开：各头之间的平均主夹角变化 {dq:+.1f}°（W_q）和 {dk:+.1f}°（W_k），最接近的一对"
-                   f"至少变化 {closest_change:+.1f}°（首要指标；未训练的头变化为 0，初始化时的头"
-                   f"与随机块相距一样远：只看距离并不能说明是训练把它们分开的）。"
-                   f"初始完全相同的头训练后仍相同（最大差 {same['spread']:.1e}）。",
-        expect_holds=False,
-        expect_why="Cost: only the parameters and the matmul FLOPs are equal, by "
-                   "construction; every head scales, masks and normalises its own N × N "
-                   "scores, so with E = 256, N = 128 and 8 heads the full compute is about "
-                   "+0.7 % (5 operations per score) and the weights tensor takes 8× the bytes. "
-                   "Subspaces: pilot runs (E = 64, 4 heads, 120 steps, copy and sort, 3 seeds "
-                   "each): trained heads stay in different subspaces and attend differently, "
-                   "but the mean principal angle between heads' W_q falls from 63° at "
-                   "initialisation to 47–48° (copy) and 55–56° (sort) after training, W_k "
-                   "likewise: not orthogonal, and not pushed apart. Different initialisations "
-                   "make the heads different; training makes them more alike.",
-        expect_why_zh="代价：只有参数量和矩阵乘法 FLOPs 相等，这是按构造成立的；每个头都要对自己的 "
-                      "N × N 分数做缩放、掩码和归一化，所以 E = 256、N = 128、8 个头时全部计算量"
-                      "约多 0.7%（每个分数 5 次运算），权重张量的字节数是 8 倍。子空间：预实验"
-                      "（E = 64，4 个头，120 步，复制与排序任务各 3 个种子）：训练后的头仍处在不同"
-                      "的子空间中，注意力模式也不同，但各头 W_q 之间的平均主夹角从初始化时的 63° "
-                      "降到训练后的 47–48°（复制）和 55–56°（排序），W_k 同样如此：既不正交，"
-                      "也没有被推开。使各头不同的是初始化，训练反而使它们更相似。",
-    )
+        NAME, CLAIM, CLAIM_ZH, quantity=QUANTITY, quantity_zh=QUANTITY_ZH,
+        measured=m.closest_change, expected=1.0, tolerance=0.0, relation=">=", checks=checks(m),
+        control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh, expect_holds=False, expect_why=EXPECT_WHY,
+        expect_why_zh=EXPECT_WHY_ZH)
 
 
 def _mean(xs) -> float:
@@ -669,16 +908,19 @@ def _mean(xs) -> float:
 _COLORS = {"copy": "#3451b2", "sort": "#b3261e", "reverse": "#2e7d32"}
 
 
-def _figure(runs, same, c):
+def figure(m: MultiheadCostMeasurement):
+    """The heads' mean principal angles before and after training, the principal angles of
+    one pair, and the training losses."""
+    runs, same, c = m.runs, m.same, m.config
     fig, (ax0, ax1, ax2) = new_figure(13, 3.9, ncols=3)
     done = set()
     for r in runs:
-        col = _COLORS[r["task"]]
-        lab = None if r["task"] in done else r["task"]
-        done.add(r["task"])
-        ax0.plot([0, 1], [r["q0"], r["q1"]], color=col, marker="o", ms=4, label=lab)
-        ax0.plot([0, 1], [r["k0"], r["k1"]], color=col, marker="s", ms=4, ls="--", lw=0.8)
-    ax0.plot([0, 1], [same["q0"], same["q1"]], color="0.4", marker="^", ms=5,
+        col = _COLORS[r.task]
+        lab = None if r.task in done else r.task
+        done.add(r.task)
+        ax0.plot([0, 1], [r.q0, r.q1], color=col, marker="o", ms=4, label=lab)
+        ax0.plot([0, 1], [r.k0, r.k1], color=col, marker="s", ms=4, ls="--", lw=0.8)
+    ax0.plot([0, 1], [same.q0, same.q1], color="0.4", marker="^", ms=5,
              label="identical initial heads")
     ax0.set_xticks([0, 1], ["at initialisation", "after training"])
     ax0.set_xlim(-0.3, 1.3)
@@ -686,15 +928,15 @@ def _figure(runs, same, c):
     label_axes(ax0, "training", "mean principal angle between heads (°)",
                "Heads' subspaces: W_q (solid), W_k (dashed)")
     for t in c.tasks:
-        r = next(r for r in runs if r["task"] == t)
-        idx = range(1, len(r["spec0"]) + 1)
-        ax1.plot(idx, r["spec0"].tolist(), color=_COLORS[t], ls=":", label=f"{t}, at init")
-        ax1.plot(idx, r["spec1"].tolist(), color=_COLORS[t], label=f"{t}, trained")
+        r = m.task_runs(t)[0]
+        idx = range(1, len(r.spec0) + 1)
+        ax1.plot(idx, r.spec0.tolist(), color=_COLORS[t], ls=":", label=f"{t}, at init")
+        ax1.plot(idx, r.spec1.tolist(), color=_COLORS[t], label=f"{t}, trained")
     ax1.set_ylim(0, 90)
     label_axes(ax1, "principal angle index (ascending)", "principal angle (°)",
-               f"Heads 0 and 1, W_q, seed {runs[0]['seed']}")
-    first = [next(r for r in runs if r["task"] == t) for t in c.tasks]
-    plot_losses(ax2, [(r["losses"], _COLORS[r["task"]], r["task"]) for r in first],
-                f"One-block GPTs, {c.num_heads} heads, seed {runs[0]['seed']}",
-                chance=runs[0]["chance_loss"])
+               f"Heads 0 and 1, W_q, seed {runs[0].seed}")
+    first = [m.task_runs(t)[0] for t in c.tasks]
+    plot_losses(ax2, [(r.losses, _COLORS[r.task], r.task) for r in first],
+                f"One-block GPTs, {c.num_heads} heads, seed {runs[0].seed}",
+                chance=runs[0].chance_loss)
     return fig

@@ -40,7 +40,7 @@ from attnlab.nn import GPT, GPTConfig
 
 from ._common import check_ge, expect_type, label_axes, new_figure, seeded
 from ._heads import TwoRelationTask, accuracy, read_hooks, relation_mass, train
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "one-relation-per-head"
 CLAIM = ("With a single attention head the model can fuse context but can learn only one "
@@ -163,6 +163,142 @@ def split_score(mass: Tensor) -> float:
     return max(a, b)
 
 
+@dataclass(frozen=True)
+class ModelRun:
+    """One trained model (see :func:`train_model`)."""
+
+    acc: float  # held-out accuracy at the end
+    curve: list[tuple[int, float]]  # (step, held-out accuracy) checkpoints, from step 0
+    losses: list[float]
+    mass: Tensor  # (H, 2) attention on each relation's source, per head
+
+    def acc_at(self, step: int) -> float:
+        """Accuracy at the last checkpoint at or before ``step``."""
+        return _at(self.curve, step)
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    """One task: the single-head model and the multi-head one."""
+
+    task: TwoRelationTask
+    steps: int
+    one: ModelRun
+    many: ModelRun
+
+
+@dataclass(frozen=True)
+class OneRelationMeasurement:
+    """Per task, 1 head against ``config.heads`` heads of the same total width."""
+
+    config: RelationConfig
+    seed: int
+    control: str
+    tasks: tuple[TaskRuns, ...]
+
+    @property
+    def gaps(self) -> list[float]:
+        """Held-out accuracy, many heads − 1 head, per task."""
+        return [t.many.acc - t.one.acc for t in self.tasks]
+
+    @property
+    def gaps0(self) -> list[float]:
+        """The control: the same gap at initialisation (or, for a wrong control, trained)."""
+        if self.control == "trained":
+            return self.gaps
+        return [t.many.acc_at(0) - t.one.acc_at(0) for t in self.tasks]
+
+
+def measure(
+    seed: int = 0,
+    *,
+    config: RelationConfig = RelationConfig(),
+    one_head_budget: float = 1.0,
+    tie_attention: bool = False,
+    control: str = "untrained",
+) -> OneRelationMeasurement:
+    """Train both models on each task (arguments: see :func:`run`)."""
+    expect_type("config", config, RelationConfig)
+    if not 0 < one_head_budget <= 1:
+        raise ValueError(f"one_head_budget must be in (0, 1], got {one_head_budget!r}")
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+    c = config
+    tasks = []
+    for task, steps in c.runs:
+        one = ModelRun(**train_model(task, 1, max(1, round(one_head_budget * steps)), seed, c))
+        many = ModelRun(**train_model(task, c.heads, steps, seed, c,
+                                      tie_attention=tie_attention))
+        tasks.append(TaskRuns(task, steps, one, many))
+    return OneRelationMeasurement(c, seed, control, tuple(tasks))
+
+
+def headline_control(m: OneRelationMeasurement) -> Control:
+    """The same two models at initialisation."""
+    if m.control == "untrained":
+        return Control("the same two models at initialisation (untrained, both at chance)",
+                       "初始化时（未训练、都处于随机水平）的同两个模型", min(m.gaps0))
+    return Control("the trained models themselves (a wrong control)",
+                   "训练后的模型本身（错误的对照）", min(m.gaps0))
+
+
+def checks(m: OneRelationMeasurement) -> list[Check]:
+    """The multi-head model learns each task (support)."""
+    return [check_ge(f"{t.task.kind}: held-out accuracy, {m.config.heads} heads", t.many.acc,
+                     m.config.min_accuracy, support=True, id=f"{t.task.kind}-accuracy")
+            for t in m.tasks]
+
+
+def _task_rows(t: TaskRuns, heads: int) -> list[list]:
+    """One task's rows: accuracies, then the relation masses per head."""
+    r0, r1 = t.task.relations
+    k, steps, one, many = t.task.kind, t.steps, t.one, t.many
+    rows = [[f"{k}: held-out accuracy after {steps} steps", one.acc, many.acc],
+            [f"{k}: held-out accuracy at initialisation (control)", one.acc_at(0),
+             many.acc_at(0)],
+            [f"{k}: held-out accuracy after {steps // 2} steps",
+             one.acc_at(steps // 2), many.acc_at(steps // 2)],
+            [f"{k}: attention on {r0}, head 0", float(one.mass[0, 0]), float(many.mass[0, 0])],
+            [f"{k}: attention on {r1}, head 0", float(one.mass[0, 1]), float(many.mass[0, 1])]]
+    for h in range(1, heads):
+        rows += [[f"{k}: attention on {r0}, head {h}", "—", float(many.mass[h, 0])],
+                 [f"{k}: attention on {r1}, head {h}", "—", float(many.mass[h, 1])]]
+    if heads == 2:
+        rows.append([f"{k}: relations split between heads (0–1)", "—", split_score(many.mass)])
+    return rows
+
+
+def table(m: OneRelationMeasurement) -> tuple[list[str], list[list]]:
+    heads = m.config.heads
+    return (["task: quantity", "1 head, d = E", f"{heads} heads, d = E/{heads}"],
+            [row for t in m.tasks for row in _task_rows(t, heads)])
+
+
+def captions(m: OneRelationMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    c, seed = m.config, m.seed
+    accs = ", ".join(f"{t.task.kind} {t.one.acc:.3f} vs {t.many.acc:.3f}" for t in m.tasks)
+    accs_zh = "，".join(f"{TASK_ZH[t.task.kind]} {t.one.acc:.3f} 对 {t.many.acc:.3f}"
+                       for t in m.tasks)
+    return (f"One-block attnlab GPTs, E = {c.embed_dim}, seed {seed}, Adam lr {c.lr}, "
+            f"batch {c.batch}, the same initial seed and batches for both models. Held-out "
+            f"accuracy, 1 head vs {c.heads} heads: {accs}. One head learns both relations "
+            f"by splitting its attention between the two sources.",
+            f"单层 attnlab GPT，E = {c.embed_dim}，种子 {seed}，Adam 学习率 {c.lr}，"
+            f"批大小 {c.batch}，两个模型的初始种子和数据批次相同。留出集准确率，1 个头对 "
+            f"{c.heads} 个头：{accs_zh}。单个头把注意力分配到两个来源上，"
+            f"同时学会了两种关系。")
+
+
+EXPECT_WHY = ("Pilot runs (E = 64, seeds 0–3): a single head reaches 100 % held-out "
+              "accuracy on both two-relation tasks, like two heads, by putting about "
+              "0.7 / 0.27 (offsets) and 0.4 / 0.5 (marked) of its attention on the two "
+              "sources.")
+EXPECT_WHY_ZH = ("预实验（E = 64，种子 0–3）：单个头在两个双关系任务上的留出集准确率都达到 "
+                 "100%，与两个头相同；它把约 0.7 / 0.27（两个偏移）和 0.4 / 0.5（标记）的"
+                 "注意力分给两个来源。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -186,76 +322,18 @@ def run(
     the heads' doing. ``control="trained"`` is a wrong control (the trained models as their
     own control).
     """
-    expect_type("config", config, RelationConfig)
-    if not 0 < one_head_budget <= 1:
-        raise ValueError(f"one_head_budget must be in (0, 1], got {one_head_budget!r}")
-    if control not in CONTROLS:
-        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
-    c = config
-    out = []
-    for task, steps in c.runs:
-        one = train_model(task, 1, max(1, round(one_head_budget * steps)), seed, c)
-        many = train_model(task, c.heads, steps, seed, c, tie_attention=tie_attention)
-        out.append((task, steps, one, many))
-    gaps = [many["acc"] - one["acc"] for _, _, one, many in out]
-    gaps0 = gaps if control == "trained" else [
-        _at(many["curve"], 0) - _at(one["curve"], 0) for _, _, one, many in out]
-    support = [check_ge(f"{t.kind}: held-out accuracy, {c.heads} heads", m["acc"],
-                        c.min_accuracy, support=True,
-                        id=f"{t.kind}-accuracy") for t, _, _, m in out]
-    rows: list[list] = []
-    for task, steps, one, many in out:
-        r0, r1 = task.relations
-        k = task.kind
-        rows += [[f"{k}: held-out accuracy after {steps} steps", one["acc"], many["acc"]],
-                 [f"{k}: held-out accuracy at initialisation (control)", _at(one["curve"], 0),
-                  _at(many["curve"], 0)],
-                 [f"{k}: held-out accuracy after {steps // 2} steps",
-                  _at(one["curve"], steps // 2), _at(many["curve"], steps // 2)],
-                 [f"{k}: attention on {r0}, head 0", float(one["mass"][0, 0]),
-                  float(many["mass"][0, 0])],
-                 [f"{k}: attention on {r1}, head 0", float(one["mass"][0, 1]),
-                  float(many["mass"][0, 1])]]
-        for h in range(1, c.heads):
-            rows += [[f"{k}: attention on {r0}, head {h}", "—", float(many["mass"][h, 0])],
-                     [f"{k}: attention on {r1}, head {h}", "—", float(many["mass"][h, 1])]]
-        if c.heads == 2:
-            rows.append([f"{k}: relations split between heads (0–1)", "—",
-                         split_score(many["mass"])])
-    fig = _figure(out, c) if plot else None
-    accs = ", ".join(f"{t.kind} {o['acc']:.3f} vs {m['acc']:.3f}" for t, _, o, m in out)
-    accs_zh = "，".join(f"{TASK_ZH[t.kind]} {o['acc']:.3f} 对 {m['acc']:.3f}"
-                       for t, _, o, m in out)
+    m = measure(seed, config=config, one_head_budget=one_head_budget,
+                tie_attention=tie_attention, control=control)
+    caption, caption_zh = captions(m)
+    heads = m.config.heads
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity=f"held-out accuracy, {c.heads} heads − 1 head (same width), lowest over tasks",
-        quantity_zh=f"留出集准确率之差：{c.heads} 个头 − 1 个头（总宽度相同），各任务中的最小值",
-        measured=min(gaps), expected=0.2, tolerance=0.0, relation=">=",
-        checks=support,
-        control=Control("the same two models at initialisation (untrained, both at chance)",
-                        "初始化时（未训练、都处于随机水平）的同两个模型", min(gaps0))
-        if control == "untrained" else
-        Control("the trained models themselves (a wrong control)",
-                "训练后的模型本身（错误的对照）", min(gaps0)),
-        table=(["task: quantity", "1 head, d = E", f"{c.heads} heads, d = E/{c.heads}"], rows),
-        figure=fig,
-        caption=f"One-block attnlab GPTs, E = {c.embed_dim}, seed {seed}, Adam lr {c.lr}, "
-                f"batch {c.batch}, the same initial seed and batches for both models. Held-out "
-                f"accuracy, 1 head vs {c.heads} heads: {accs}. One head learns both relations "
-                f"by splitting its attention between the two sources.",
-        caption_zh=f"单层 attnlab GPT，E = {c.embed_dim}，种子 {seed}，Adam 学习率 {c.lr}，"
-                   f"批大小 {c.batch}，两个模型的初始种子和数据批次相同。留出集准确率，1 个头对 "
-                   f"{c.heads} 个头：{accs_zh}。单个头把注意力分配到两个来源上，"
-                   f"同时学会了两种关系。",
-        expect_holds=False,
-        expect_why="Pilot runs (E = 64, seeds 0–3): a single head reaches 100 % held-out "
-                   "accuracy on both two-relation tasks, like two heads, by putting about "
-                   "0.7 / 0.27 (offsets) and 0.4 / 0.5 (marked) of its attention on the two "
-                   "sources.",
-        expect_why_zh="预实验（E = 64，种子 0–3）：单个头在两个双关系任务上的留出集准确率都达到 "
-                      "100%，与两个头相同；它把约 0.7 / 0.27（两个偏移）和 0.4 / 0.5（标记）的"
-                      "注意力分给两个来源。",
-    )
+        quantity=f"held-out accuracy, {heads} heads − 1 head (same width), lowest over tasks",
+        quantity_zh=f"留出集准确率之差：{heads} 个头 − 1 个头（总宽度相同），各任务中的最小值",
+        measured=min(m.gaps), expected=0.2, tolerance=0.0, relation=">=", checks=checks(m),
+        control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh, expect_holds=False, expect_why=EXPECT_WHY,
+        expect_why_zh=EXPECT_WHY_ZH)
 
 
 def _at(curve: list[tuple[int, float]], step: int) -> float:
@@ -263,26 +341,28 @@ def _at(curve: list[tuple[int, float]], step: int) -> float:
     return [a for s, a in curve if s <= step][-1]
 
 
-def _figure(out, c):
-    fig, axes = new_figure(4.2 * (len(out) + 1), 3.8, ncols=len(out) + 1)
-    for ax, (task, _, one, many) in zip(axes, out):
-        for res, lab, col in ((one, "1 head", "#b3261e"),
-                              (many, f"{c.heads} heads", "#3451b2")):
-            s, a = zip(*res["curve"])
+def figure(m: OneRelationMeasurement):
+    """Accuracy curves per task, and where each head looks."""
+    c, tasks = m.config, m.tasks
+    fig, axes = new_figure(4.2 * (len(tasks) + 1), 3.8, ncols=len(tasks) + 1)
+    for ax, t in zip(axes, tasks):
+        for res, lab, col in ((t.one, "1 head", "#b3261e"),
+                              (t.many, f"{c.heads} heads", "#3451b2")):
+            s, a = zip(*res.curve)
             ax.plot(s, a, marker="o", ms=3, color=col, label=lab)
-        ax.axhline(1 / task.n_values ** 2, color="k", ls=":", lw=1, label="chance")
+        ax.axhline(1 / t.task.n_values ** 2, color="k", ls=":", lw=1, label="chance")
         ax.set_ylim(-0.02, 1.02)
-        label_axes(ax, "training step", "held-out accuracy", f"Task: {task.kind}")
+        label_axes(ax, "training step", "held-out accuracy", f"Task: {t.task.kind}")
     ax = axes[-1]
     labels, first, second = [], [], []
-    for task, _, one, many in out:
-        labels.append(f"{task.kind}: 1 head")
-        first.append(float(one["mass"][0, 0]))
-        second.append(float(one["mass"][0, 1]))
+    for t in tasks:
+        labels.append(f"{t.task.kind}: 1 head")
+        first.append(float(t.one.mass[0, 0]))
+        second.append(float(t.one.mass[0, 1]))
         for h in range(c.heads):
-            labels.append(f"{task.kind}: head {h} of {c.heads}")
-            first.append(float(many["mass"][h, 0]))
-            second.append(float(many["mass"][h, 1]))
+            labels.append(f"{t.task.kind}: head {h} of {c.heads}")
+            first.append(float(t.many.mass[h, 0]))
+            second.append(float(t.many.mass[h, 1]))
     y = torch.arange(len(labels)).tolist()
     ax.barh(y, first, color="#3451b2", label="on t − 1")
     ax.barh(y, second, left=first, color="#e8a33d", label="on the second source")

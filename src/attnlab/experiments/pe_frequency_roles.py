@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -42,7 +43,7 @@ from torch import Tensor
 from attnlab.core import positional
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "pe-frequency-roles"
 CLAIM = ("In the sinusoidal table (d = 512), decoding an offset Δ from one (sin, cos) pair's "
@@ -137,6 +138,153 @@ def decode_errors(pe: Tensor, delta: int, noise: float, samples: int, g: torch.G
     return ((decoded - delta).abs() / delta).mean(0)
 
 
+@dataclass(frozen=True)
+class Band:
+    """One quarter of the pairs (a table row)."""
+
+    first: int  # first pair index
+    last: int  # last pair index
+    shortest: float  # shortest wavelength
+    longest: float  # longest wavelength
+    step: float  # mean change per position ‖ΔPE_i‖
+    err_near: float  # mean relative error at Δ = near
+    err_far: float  # and at Δ = far
+
+    def cells(self) -> list:
+        return [f"pairs {self.first}–{self.last}", self.shortest, self.longest, self.step,
+                self.err_near, self.err_far]
+
+
+@dataclass(frozen=True)
+class ControlBands:
+    """The control table's first and last quarter: mean relative errors."""
+
+    high_near: float
+    high_far: float
+    low_near: float
+    low_far: float
+
+
+@dataclass(frozen=True)
+class FrequencyRolesMeasurement:
+    """Per pair of the table: its wavelength, its change per position, and the decoding
+    errors at Δ = near and far; the same errors on the control table."""
+
+    embed_dim: int
+    n_positions: int
+    near: int
+    far: int
+    noise: float
+    samples: int
+    c_samples: int  # samples of the control
+    control_fn: Callable[..., Tensor]
+    pe: Tensor  # (P, d)
+    wavelength: Tensor  # (d/2,) 2π/ω_i, ω read from the table's first two rows
+    step: Tensor  # (d/2,) ‖PE_i(p+1) − PE_i(p)‖ averaged over p
+    err_near: Tensor  # (d/2,) mean |Δ̂ − Δ| / Δ at Δ = near
+    err_far: Tensor  # (d/2,) and at Δ = far
+    control: ControlBands
+
+    @property
+    def quarter(self) -> int:
+        return self.embed_dim // 2 // 4
+
+    @property
+    def bands(self) -> list[Band]:
+        return _bands(self.wavelength, self.step, self.err_near, self.err_far, self.quarter)
+
+
+def measure(
+    seed: int = 0,
+    *,
+    embed_dim: int = 512,
+    n_positions: int = 4096,
+    near: int = 1,
+    far: int = 1000,
+    noise: float = 0.01,
+    samples: int = 2000,
+    table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
+    control_fn: Callable[..., Tensor] = reversed_table,
+) -> FrequencyRolesMeasurement:
+    """Decode both offsets from every pair of the table and of the control (arguments: see
+    :func:`run`)."""
+    if far + 1 >= n_positions:
+        raise ValueError(f"n_positions must exceed far + 1 = {far + 1}, got {n_positions}")
+    if embed_dim % 8:
+        raise ValueError(f"embed_dim must be a multiple of 8 (four bands of pairs), got "
+                         f"{embed_dim}")
+    pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
+    with seeded(seed) as g:
+        err_near = decode_errors(pe, near, noise, samples, g)  # (d/2,)
+        err_far = decode_errors(pe, far, noise, samples, g)
+    omega = _wrap(_phase(pe[1]) - _phase(pe[0])).abs()  # (d/2,)
+    step = (pe[1:].view(n_positions - 1, -1, 2) - pe[:-1].view(n_positions - 1, -1, 2)
+            ).norm(dim=-1).mean(0)  # (d/2,) ‖PE_i(p+1) − PE_i(p)‖ averaged over p
+    quarter = embed_dim // 2 // 4
+    ctrl = control_fn(n_positions, embed_dim, dtype=torch.float64)
+    # independent noise and positions for the control; a quarter of the samples is plenty
+    # for errors that sit orders of magnitude from the thresholds
+    c_samples = max(samples // 4, 100)
+    with seeded(seed + 1) as g:
+        c_near = decode_errors(ctrl, near, noise, c_samples, g)
+        c_far = decode_errors(ctrl, far, noise, c_samples, g)
+    control = ControlBands(float(c_near[:quarter].mean()), float(c_far[:quarter].mean()),
+                           float(c_near[-quarter:].mean()), float(c_far[-quarter:].mean()))
+    return FrequencyRolesMeasurement(embed_dim, n_positions, near, far, noise, samples,
+                                     c_samples, control_fn, pe, 2 * math.pi / omega, step,
+                                     err_near, err_far, control)
+
+
+def headline_control(m: FrequencyRolesMeasurement) -> Control:
+    """The control table's lowest-frequency quarter at Δ = far."""
+    return Control(*_control_words(m.control_fn), m.control.low_far)
+
+
+def checks(m: FrequencyRolesMeasurement) -> list[Check]:
+    """The high frequencies resolve neighbours and alias far; the low ones do not resolve
+    neighbours; each beside the control table."""
+    what = _control_words(m.control_fn)
+    high, low, c = m.bands[0], m.bands[-1], m.control
+    return [
+        check_le(f"highest-frequency quarter: relative error at Δ = {m.near}", high.err_near,
+                 0.25, id="high-near", control=Control(*what, c.high_near)),
+        check_ge(f"highest-frequency quarter: relative error at Δ = {m.far} (aliasing)",
+                 high.err_far, 0.5, id="high-far-aliasing", control=Control(*what, c.high_far)),
+        check_ge(f"lowest-frequency quarter: relative error at Δ = {m.near} (below the noise)",
+                 low.err_near, 1.0, id="low-near", control=Control(*what, c.low_near)),
+    ]
+
+
+def table(m: FrequencyRolesMeasurement) -> tuple[list[str], list[list]]:
+    """One row per quarter of the pairs."""
+    return (["pairs", "shortest wavelength", "longest wavelength",
+             "change per position ‖ΔPE_i‖", f"relative error at Δ = {m.near}",
+             f"relative error at Δ = {m.far}"], [b.cells() for b in m.bands])
+
+
+def captions(m: FrequencyRolesMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    n_positions, embed_dim, pairs, samples = m.n_positions, m.embed_dim, m.embed_dim // 2, m.samples
+    near, far, noise, c_samples, c = m.near, m.far, m.noise, m.c_samples, m.control
+    what, what_zh = _control_words(m.control_fn)
+    return (f"Table of {n_positions} positions, d = {embed_dim} ({pairs} pairs, in four "
+            f"quarters by index); for each pair, Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω over "
+            f"{samples} random p, Gaussian noise σ = {noise} on every value, ω read from "
+            f"the table's first two rows. A relative error ≥ 1 means nothing is decoded "
+            f"(as bad as answering 0). Control, {what}, over {c_samples} p: its first "
+            f"quarter errs by {c.high_near:.3g} at Δ = {near} and {c.high_far:.3g} at "
+            f"Δ = {far}, its last by "
+            f"{c.low_near:.3g} and {c.low_far:.3g}: the roles follow the frequencies.",
+            f"共 {n_positions} 个位置、d = {embed_dim} 的位置编码表（{pairs} 个维度对，"
+            f"按序号分为四等份）；对每个维度对，在 {samples} 个随机位置 p 上计算 "
+            f"Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω，每个值加标准差 σ = {noise} 的高斯噪声，"
+            f"ω 取自表的前两行。相对误差 ≥ 1 表示什么也解码不出（与回答 0 一样差）。"
+            f"对照（{what_zh}，{c_samples} 个 p）：其前四分之一在 Δ = {near} 处误差 "
+            f"{c.high_near:.3g}、"
+            f"Δ = {far} 处 {c.high_far:.3g}，后四分之一分别为 {c.low_near:.3g} 和 "
+            f"{c.low_far:.3g}：作用随频率而定。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -157,84 +305,29 @@ def run(
     Wrong variants: :func:`shuffled_table`, :func:`constant_table`; the table as its own
     control (``control_fn=positional.sinusoidal_table``) must make the result not hold.
     """
-    if far + 1 >= n_positions:
-        raise ValueError(f"n_positions must exceed far + 1 = {far + 1}, got {n_positions}")
-    if embed_dim % 8:
-        raise ValueError(f"embed_dim must be a multiple of 8 (four bands of pairs), got "
-                         f"{embed_dim}")
-    pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
-    with seeded(seed) as g:
-        err_near = decode_errors(pe, near, noise, samples, g)  # (d/2,)
-        err_far = decode_errors(pe, far, noise, samples, g)
-    omega = _wrap(_phase(pe[1]) - _phase(pe[0])).abs()  # (d/2,)
-    wavelength = 2 * math.pi / omega
-    step = (pe[1:].view(n_positions - 1, -1, 2) - pe[:-1].view(n_positions - 1, -1, 2)
-            ).norm(dim=-1).mean(0)  # (d/2,) ‖PE_i(p+1) − PE_i(p)‖ averaged over p
-    pairs = embed_dim // 2
-    quarter = pairs // 4
-    rows = _bands(wavelength, step, err_near, err_far, quarter)
-    ctrl = control_fn(n_positions, embed_dim, dtype=torch.float64)
-    # independent noise and positions for the control; a quarter of the samples is plenty
-    # for errors that sit orders of magnitude from the thresholds
-    c_samples = max(samples // 4, 100)
-    with seeded(seed + 1) as g:
-        c_near = decode_errors(ctrl, near, noise, c_samples, g)
-        c_far = decode_errors(ctrl, far, noise, c_samples, g)
-    c_high = (float(c_near[:quarter].mean()), float(c_far[:quarter].mean()))
-    c_low = (float(c_near[-quarter:].mean()), float(c_far[-quarter:].mean()))
-    what, what_zh = _control_words(control_fn)
-    high, low = rows[0], rows[-1]
-    checks = [
-        check_le(f"highest-frequency quarter: relative error at Δ = {near}", high[4], 0.25,
-                 id="high-near", control=Control(what, what_zh, c_high[0])),
-        check_ge(f"highest-frequency quarter: relative error at Δ = {far} (aliasing)",
-                 high[5], 0.5, id="high-far-aliasing", control=Control(what, what_zh, c_high[1])),
-        check_ge(f"lowest-frequency quarter: relative error at Δ = {near} (below the noise)",
-                 low[4], 1.0, id="low-near", control=Control(what, what_zh, c_low[0])),
-    ]
-    fig = _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter) \
-        if plot else None
+    m = measure(seed, embed_dim=embed_dim, n_positions=n_positions, near=near, far=far,
+                noise=noise, samples=samples, table_fn=table_fn, control_fn=control_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"lowest-frequency quarter: mean |Δ̂ − Δ| / Δ at Δ = {far}",
         quantity_zh=f"频率最低的四分之一：Δ = {far} 处 |Δ̂ − Δ| / Δ 的均值",
-        measured=low[5], expected=0.1, tolerance=0.0, relation="<=", checks=checks,
-        control=Control(what, what_zh, c_low[1]),
-        table=(["pairs", "shortest wavelength", "longest wavelength",
-                "change per position ‖ΔPE_i‖", f"relative error at Δ = {near}",
-                f"relative error at Δ = {far}"], rows),
-        figure=fig,
-        caption=f"Table of {n_positions} positions, d = {embed_dim} ({pairs} pairs, in four "
-                f"quarters by index); for each pair, Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω over "
-                f"{samples} random p, Gaussian noise σ = {noise} on every value, ω read from "
-                f"the table's first two rows. A relative error ≥ 1 means nothing is decoded "
-                f"(as bad as answering 0). Control, {what}, over {c_samples} p: its first "
-                f"quarter errs by {c_high[0]:.3g} at Δ = {near} and {c_high[1]:.3g} at "
-                f"Δ = {far}, its last by "
-                f"{c_low[0]:.3g} and {c_low[1]:.3g}: the roles follow the frequencies.",
-        caption_zh=f"共 {n_positions} 个位置、d = {embed_dim} 的位置编码表（{pairs} 个维度对，"
-                   f"按序号分为四等份）；对每个维度对，在 {samples} 个随机位置 p 上计算 "
-                   f"Δ̂ = wrap(φ(p + Δ) − φ(p)) / ω，每个值加标准差 σ = {noise} 的高斯噪声，"
-                   f"ω 取自表的前两行。相对误差 ≥ 1 表示什么也解码不出（与回答 0 一样差）。"
-                   f"对照（{what_zh}，{c_samples} 个 p）：其前四分之一在 Δ = {near} 处误差 "
-                   f"{c_high[0]:.3g}、"
-                   f"Δ = {far} 处 {c_high[1]:.3g}，后四分之一分别为 {c_low[0]:.3g} 和 "
-                   f"{c_low[1]:.3g}：作用随频率而定。",
-    )
+        measured=m.bands[-1].err_far, expected=0.1, tolerance=0.0, relation="<=",
+        checks=checks(m), control=headline_control(m), table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
 def _bands(wavelength: Tensor, step: Tensor, err_near: Tensor, err_far: Tensor, quarter: int
-           ) -> list[list]:
-    """One table row per quarter of the pairs: label, shortest and longest wavelength, mean
-    change per position, mean relative error at Δ = near and at Δ = far."""
-    rows = []
+           ) -> list[Band]:
+    """One band per quarter of the pairs: shortest and longest wavelength, mean change per
+    position, mean relative error at Δ = near and at Δ = far."""
+    bands = []
     for b in range(4):
         sl = slice(b * quarter, (b + 1) * quarter)
-        rows.append([f"pairs {b * quarter}–{(b + 1) * quarter - 1}",
-                     float(wavelength[sl].min()), float(wavelength[sl].max()),
-                     float(step[sl].mean()), float(err_near[sl].mean()),
-                     float(err_far[sl].mean())])
-    return rows
+        bands.append(Band(b * quarter, (b + 1) * quarter - 1, float(wavelength[sl].min()),
+                          float(wavelength[sl].max()), float(step[sl].mean()),
+                          float(err_near[sl].mean()), float(err_far[sl].mean())))
+    return bands
 
 
 def _control_words(control_fn: Callable[..., Tensor]) -> tuple[str, str]:
@@ -247,7 +340,11 @@ def _control_words(control_fn: Callable[..., Tensor]) -> tuple[str, str]:
     return f"table {name}", f"位置编码表 {name}"
 
 
-def _figure(wavelength, err_near, err_far, step, near, far, noise, pe, quarter):
+def figure(m: FrequencyRolesMeasurement):
+    """Decoding error and change per position against the wavelength, and three pairs'
+    phases."""
+    wavelength, err_near, err_far, step = m.wavelength, m.err_near, m.err_far, m.step
+    near, far, noise, pe, quarter = m.near, m.far, m.noise, m.pe, m.quarter
     fig, (ax0, ax1, ax2) = new_figure(13, 3.8, ncols=3)
     wl = wavelength.numpy()
     order = wavelength.argsort().numpy()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -38,7 +39,7 @@ from torch import Tensor
 from attnlab.core import positional
 
 from ._common import check_ge, check_le, label_axes, new_figure, one_thread, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "pe-relative-position"
 CLAIM = ("For the sinusoidal table, PE[pos+k] = M_k·PE[pos] with one rotation M_k for all "
@@ -168,12 +169,194 @@ def _spread(x: Tensor) -> float:
     return float(x.max() - x.min())
 
 
-def _wavelength_errors(wl: Tensor, d: int) -> tuple[float, float, float]:
-    """(|first − 2π|, max |ratio / 10000^(2/d) − 1|, |last / (2π·10000^(1−2/d)) − 1|)."""
+@dataclass(frozen=True)
+class WavelengthErrors:
+    """How far a table's wavelengths are from the formula's (see :func:`_wavelength_errors`)."""
+
+    first: float  # |first − 2π|
+    ratio: float  # max |ratio / 10000^(2/d) − 1|
+    last: float  # |last / (2π·10000^(1−2/d)) − 1|
+
+
+def _wavelength_errors(wl: Tensor, d: int) -> WavelengthErrors:
+    """|first − 2π|, max |ratio / 10000^(2/d) − 1|, |last / (2π·10000^(1−2/d)) − 1|."""
     ratio = wl[1:] / wl[:-1]
-    return (abs(float(wl[0]) - 2 * math.pi),
-            float((ratio / 10000 ** (2 / d) - 1).abs().max()),
-            abs(float(wl[-1]) / (2 * math.pi * 10000 ** (1 - 2 / d)) - 1))
+    return WavelengthErrors(abs(float(wl[0]) - 2 * math.pi),
+                            float((ratio / 10000 ** (2 / d) - 1).abs().max()),
+                            abs(float(wl[-1]) / (2 * math.pi * 10000 ** (1 - 2 / d)) - 1))
+
+
+@dataclass(frozen=True)
+class OffsetStats:
+    """One offset k of the table: the rotation's error and PE[p]·PE[p+k] over p."""
+
+    k: int
+    err: float  # max |PE[p+k] − M_k PE[p]|
+    mean_dot: float  # mean PE[p]·PE[p+k]
+    spread: float  # its max − min over p
+
+    def cells(self, embed_dim: int) -> list:
+        """A table row, with the theory Σ cos(ω_i k)."""
+        theory = float(torch.cos(positional.frequencies(embed_dim) * self.k).sum())
+        return [self.k, self.err, self.mean_dot, theory, self.spread]
+
+
+#: The offsets shown in the table.
+TABLE_OFFSETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class PERelativeMeasurement:
+    """The table's rotations, dot products and wavelengths, beside their controls."""
+
+    n_positions: int
+    embed_dim: int
+    max_offset: int
+    control_fn: Callable[..., Tensor] | None
+    pe: Tensor  # (P, d) the table
+    offsets: tuple[OffsetStats, ...]  # k = 1 … max_offset
+    wl: Tensor  # (d/2,) wavelengths read from the table
+    wavelengths: WavelengthErrors
+    ctrl_err: float  # the control table: best least-squares shift error
+    ctrl_spread: float  # the control table: largest spread of PE[p]·PE[p+k] over p
+    shifted: WavelengthErrors  # pairs counted from i = 1
+    halved: WavelengthErrors  # i/d in place of 2i/d
+    grow: float  # smallest ratio of successive wavelengths
+    decay_grow: float  # the same for decaying wavelengths (the control)
+    half_err: float  # the sin half alone: best least-squares shift error
+    full_err: float  # the whole table: the same
+
+    @property
+    def rot_err(self) -> float:
+        """max |PE[pos+k] − M_k·PE[pos]| over every pos and k."""
+        return max([0.0] + [o.err for o in self.offsets])
+
+    @property
+    def dot_spread(self) -> float:
+        return max([0.0] + [o.spread for o in self.offsets])
+
+
+def _offset_stats(pe: Tensor, k: int, embed_dim: int) -> OffsetStats:
+    m_k = positional.relative_rotation(k, embed_dim)  # (d, d)
+    err = float((pe[k:] - pe[:-k] @ m_k.T).abs().max())
+    dot = (pe[:-k] * pe[k:]).sum(-1)  # (P-k,) PE[p]·PE[p+k] for every p
+    return OffsetStats(k, err, float(dot.mean()), _spread(dot))
+
+
+def measure(
+    seed: int = 0,
+    *,
+    n_positions: int = 512,
+    embed_dim: int = 128,
+    max_offset: int = 64,
+    table_fn: Callable[..., Tensor] = positional.sinusoidal_table,
+    control_fn: Callable[..., Tensor] | None = None,
+    half_fn: Callable[[Tensor], Tensor] = sin_half,
+) -> PERelativeMeasurement:
+    """The three properties on ``table_fn(n_positions, embed_dim)`` in fp64, and their
+    controls (arguments: see :func:`run`)."""
+    if not 0 < max_offset < n_positions - embed_dim:
+        raise ValueError(f"max_offset must be in (0, n_positions − embed_dim = "
+                         f"{n_positions - embed_dim}) so that every least-squares map is "
+                         f"determined, got {max_offset}")
+    pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
+    offsets = tuple(_offset_stats(pe, k, embed_dim) for k in range(1, max_offset + 1))
+    wl = table_wavelengths(pe)  # (d/2,) read from the table
+    # controls: a table with no linear shift, and the two slips of the exponent
+    ctrl = (control_fn(n_positions, embed_dim, dtype=torch.float64) if control_fn is not None
+            else random_table(n_positions, embed_dim, seed))
+    ctrl_spread = max(_spread((ctrl[:-k] * ctrl[k:]).sum(-1)) for k in range(1, max_offset + 1))
+    decay = table_wavelengths(decaying_table(2, embed_dim))
+    return PERelativeMeasurement(
+        n_positions, embed_dim, max_offset, control_fn, pe, offsets, wl,
+        _wavelength_errors(wl, embed_dim), best_shift_error(ctrl, max_offset), ctrl_spread,
+        _wavelength_errors(table_wavelengths(off_by_one_table(2, embed_dim)), embed_dim),
+        _wavelength_errors(table_wavelengths(half_exponent_table(2, embed_dim)), embed_dim),
+        float((wl[1:] / wl[:-1]).min()), float((decay[1:] / decay[:-1]).min()),
+        # the formula as article 001 prints it, the sin half alone: no linear map shifts it
+        best_shift_error(half_fn(pe), max_offset), best_shift_error(pe, max_offset))
+
+
+def headline_control(m: PERelativeMeasurement) -> Control:
+    """The control table with its best least-squares maps."""
+    what, what_zh = _control_words(m.control_fn)
+    return Control(f"{what}, with its best least-squares map M̂_k for k = 1, 2, 4, …, "
+                   f"{m.max_offset} (fit on pos < {m.n_positions - m.max_offset})",
+                   f"{what_zh}，k = 1, 2, 4, …, {m.max_offset} 各用其最小二乘最优映射 M̂_k"
+                   f"（在 pos < {m.n_positions - m.max_offset} 上拟合）", m.ctrl_err)
+
+
+def checks(m: PERelativeMeasurement) -> list[Check]:
+    """The wavelengths grow, the dot product depends on the offset alone, the wavelengths'
+    formula, and the sin half has no linear shift; each beside its wrong variant."""
+    return [
+        check_ge("smallest ratio of each wavelength to the one before it (> 1: they grow)",
+                 m.grow, 1.0 + 1e-6, id="wavelengths-grow", by_construction=True,
+                 control=Control("wavelengths that decay with i (the sinusoidal frequencies in "
+                                 "reverse order, as the label 波长衰减 reads)",
+                                 "随 i 衰减的波长（把正弦编码的频率倒序排列，即标题“波长衰减”"
+                                 "的字面意思）", m.decay_grow)),
+        check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", m.dot_spread, 1e-9,
+                 id="dot-depends-on-offset", by_construction=True,
+                 control=Control(*_control_words(m.control_fn), m.ctrl_spread)),
+        check_le("|first wavelength − 2π|", m.wavelengths.first, 1e-12, id="first-wavelength",
+                 by_construction=True,
+                 control=Control("pairs counted from i = 1: ω_i = 10000^(−2(i+1)/d)",
+                                 "维度对从 i = 1 起算：ω_i = 10000^(−2(i+1)/d)",
+                                 m.shifted.first)),
+        check_le("max relative deviation of wavelength ratio from 10000^(2/d)",
+                 m.wavelengths.ratio, 1e-12, id="wavelength-ratio", by_construction=True,
+                 control=Control("i/d in place of 2i/d: ω_i = 10000^(−i/d)",
+                                 "用 i/d 代替 2i/d：ω_i = 10000^(−i/d)", m.halved.ratio)),
+        check_le("|last wavelength / (2π·10000^(1−2/d)) − 1|", m.wavelengths.last, 1e-12,
+                 id="last-wavelength", by_construction=True,
+                 control=Control("pairs counted from i = 1, so the last wavelength is 10000·2π",
+                                 "维度对从 i = 1 起算，最长波长因而为 10000·2π", m.shifted.last)),
+        check_ge("the sin half alone (PE[pos, 2i], the formula article 001 prints): max "
+                 "|PE[pos+k] − M̂_k PE[pos]| with its best least-squares map", m.half_err, 0.1,
+                 support=True, id="sin-half-no-linear-shift", by_construction=True,
+                 control=Control("the whole table, sin and cos interleaved, with the same "
+                                 "least-squares fit",
+                                 "完整的表（sin 与 cos 交错），做同样的最小二乘拟合", m.full_err)),
+    ]
+
+
+def table(m: PERelativeMeasurement) -> tuple[list[str], list[list]]:
+    """The offsets 1, 2, 4, …, 64 (those up to ``max_offset``)."""
+    return (["offset k", "max |PE[p+k] − M_k PE[p]|", "mean PE[p]·PE[p+k]",
+             "theory Σ cos(ω_i k)", "spread over p"],
+            [o.cells(m.embed_dim) for o in m.offsets if o.k in TABLE_OFFSETS])
+
+
+BY_CONSTRUCTION = ("The angle-sum formulas sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk "
+                   "and cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk make PE[p+k] = M_k·PE[p]"
+                   " for every p, and PE[p]·PE[p+k] = Σ cos(ω_i k); the wavelengths are "
+                   "2π·10000^(2i/d) by the formula itself.")
+BY_CONSTRUCTION_ZH = ("和角公式 sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk、"
+                      "cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk 使 PE[p+k] = M_k·PE[p] "
+                      "对所有 p 成立，且 PE[p]·PE[p+k] = Σ cos(ω_i k)；波长 "
+                      "2π·10000^(2i/d) 由公式本身给出。")
+
+
+def captions(m: PERelativeMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    n, d, wl = m.n_positions, m.embed_dim, m.wl
+    what, what_zh = _control_words(m.control_fn)
+    return (f"attnlab.positional.sinusoidal_table({n}, {d}) and "
+            f"relative_rotation(k, {d}), fp64. Wavelengths: first {float(wl[0]):.4f}"
+            f" = 2π, last {float(wl[-1]):.1f} = 2π·10000^(1−2/{d}) (10000·2π = "
+            f"{10000 * 2 * math.pi:.1f} is not reached). Control, {what}: off by up to "
+            f"{m.ctrl_err:.2f} even with its best linear map M̂_k, and its PE[p]·PE[p+k] "
+            f"varies by {m.ctrl_spread:.1f} over p. The sin half alone (what article 001 "
+            f"prints): its best linear map misses by {m.half_err:.2f} (the whole table: "
+            f"{m.full_err:.1e}).",
+            f"attnlab.positional.sinusoidal_table({n}, {d}) 与 "
+            f"relative_rotation(k, {d})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
+            f"最长 {float(wl[-1]):.1f} = 2π·10000^(1−2/{d})（达不到 10000·2π = "
+            f"{10000 * 2 * math.pi:.1f}）。对照（{what_zh}）即使用其最优线性映射 M̂_k，"
+            f"误差仍达 {m.ctrl_err:.2f}，其 PE[p]·PE[p+k] 随 p 的极差为 {m.ctrl_spread:.1f}。"
+            f"只取 sin 一半（文章 001 给出的公式）时，最优线性映射的误差为 {m.half_err:.2f}"
+            f"（完整的表：{m.full_err:.1e}）。")
 
 
 def run(
@@ -197,109 +380,19 @@ def run(
     (default :func:`sin_half`); one that keeps the cos half (``lambda pe: pe``) must fail
     the check that the sin half has no linear shift.
     """
-    if not 0 < max_offset < n_positions - embed_dim:
-        raise ValueError(f"max_offset must be in (0, n_positions − embed_dim = "
-                         f"{n_positions - embed_dim}) so that every least-squares map is "
-                         f"determined, got {max_offset}")
-    pe = table_fn(n_positions, embed_dim, dtype=torch.float64)  # (P, d)
-    rot_err, dot_spread, rows = 0.0, 0.0, []
-    dots = []
-    for k in range(1, max_offset + 1):
-        m_k = positional.relative_rotation(k, embed_dim)  # (d, d)
-        err = float((pe[k:] - pe[:-k] @ m_k.T).abs().max())
-        rot_err = max(rot_err, err)
-        dot = (pe[:-k] * pe[k:]).sum(-1)  # (P-k,) PE[p]·PE[p+k] for every p
-        dots.append(float(dot.mean()))
-        spread = _spread(dot)
-        dot_spread = max(dot_spread, spread)
-        if k in (1, 2, 4, 8, 16, 32, 64):
-            theory = float(torch.cos(positional.frequencies(embed_dim) * k).sum())
-            rows.append([k, err, float(dot.mean()), theory, spread])
-    wl = table_wavelengths(pe)  # (d/2,) read from the table
-    first_err, ratio_err, last_err = _wavelength_errors(wl, embed_dim)
-    # controls: a table with no linear shift, and the two slips of the exponent
-    ctrl = (control_fn(n_positions, embed_dim, dtype=torch.float64) if control_fn is not None
-            else random_table(n_positions, embed_dim, seed))
-    ctrl_err = best_shift_error(ctrl, max_offset)
-    ctrl_spread = max(_spread((ctrl[:-k] * ctrl[k:]).sum(-1)) for k in range(1, max_offset + 1))
-    shifted = _wavelength_errors(table_wavelengths(off_by_one_table(2, embed_dim)), embed_dim)
-    halved = _wavelength_errors(table_wavelengths(half_exponent_table(2, embed_dim)),
-                                embed_dim)
-    grow = float((wl[1:] / wl[:-1]).min())  # smallest ratio of successive wavelengths
-    decay = table_wavelengths(decaying_table(2, embed_dim))
-    decay_grow = float((decay[1:] / decay[:-1]).min())
-    what, what_zh = _control_words(control_fn)
-    # the formula as article 001 prints it, the sin half alone: no linear map shifts it
-    half_err = best_shift_error(half_fn(pe), max_offset)
-    full_err = best_shift_error(pe, max_offset)
-    checks = [
-        check_ge("smallest ratio of each wavelength to the one before it (> 1: they grow)",
-                 grow, 1.0 + 1e-6, id="wavelengths-grow", by_construction=True,
-                 control=Control("wavelengths that decay with i (the sinusoidal frequencies in "
-                                 "reverse order, as the label 波长衰减 reads)",
-                                 "随 i 衰减的波长（把正弦编码的频率倒序排列，即标题“波长衰减”"
-                                 "的字面意思）", decay_grow)),
-        check_le("max over k of (max_p PE[p]·PE[p+k] − min_p …)", dot_spread, 1e-9,
-                 id="dot-depends-on-offset", by_construction=True,
-                 control=Control(what, what_zh, ctrl_spread)),
-        check_le("|first wavelength − 2π|", first_err, 1e-12, id="first-wavelength",
-                 by_construction=True,
-                 control=Control("pairs counted from i = 1: ω_i = 10000^(−2(i+1)/d)",
-                                 "维度对从 i = 1 起算：ω_i = 10000^(−2(i+1)/d)", shifted[0])),
-        check_le("max relative deviation of wavelength ratio from 10000^(2/d)", ratio_err,
-                 1e-12, id="wavelength-ratio", by_construction=True,
-                 control=Control("i/d in place of 2i/d: ω_i = 10000^(−i/d)",
-                                 "用 i/d 代替 2i/d：ω_i = 10000^(−i/d)", halved[1])),
-        check_le("|last wavelength / (2π·10000^(1−2/d)) − 1|", last_err, 1e-12,
-                 id="last-wavelength", by_construction=True,
-                 control=Control("pairs counted from i = 1, so the last wavelength is 10000·2π",
-                                 "维度对从 i = 1 起算，最长波长因而为 10000·2π", shifted[2])),
-        check_ge("the sin half alone (PE[pos, 2i], the formula article 001 prints): max "
-                 "|PE[pos+k] − M̂_k PE[pos]| with its best least-squares map", half_err, 0.1,
-                 support=True, id="sin-half-no-linear-shift", by_construction=True,
-                 control=Control("the whole table, sin and cos interleaved, with the same "
-                                 "least-squares fit",
-                                 "完整的表（sin 与 cos 交错），做同样的最小二乘拟合", full_err)),
-    ]
-    fig = _figure(pe, wl, dots, embed_dim) if plot else None
+    m = measure(seed, n_positions=n_positions, embed_dim=embed_dim, max_offset=max_offset,
+                table_fn=table_fn, control_fn=control_fn, half_fn=half_fn)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity=f"max |PE[pos+k] − M_k·PE[pos]| over pos < {n_positions}, k ≤ {max_offset} "
                  "(fp64)",
         quantity_zh=f"pos < {n_positions}、k ≤ {max_offset} 上 |PE[pos+k] − M_k·PE[pos]| 的"
                     "最大值（fp64）",
-        measured=rot_err, expected=0.0, tolerance=1e-9, checks=checks,
-        control=Control(f"{what}, with its best least-squares map M̂_k for k = 1, 2, 4, …, "
-                        f"{max_offset} (fit on pos < {n_positions - max_offset})",
-                        f"{what_zh}，k = 1, 2, 4, …, {max_offset} 各用其最小二乘最优映射 M̂_k"
-                        f"（在 pos < {n_positions - max_offset} 上拟合）", ctrl_err),
-        by_construction="The angle-sum formulas sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk "
-                        "and cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk make PE[p+k] = M_k·PE[p]"
-                        " for every p, and PE[p]·PE[p+k] = Σ cos(ω_i k); the wavelengths are "
-                        "2π·10000^(2i/d) by the formula itself.",
-        by_construction_zh="和角公式 sin(ω(p+k)) = sin ωp cos ωk + cos ωp sin ωk、"
-                           "cos(ω(p+k)) = cos ωp cos ωk − sin ωp sin ωk 使 PE[p+k] = M_k·PE[p] "
-                           "对所有 p 成立，且 PE[p]·PE[p+k] = Σ cos(ω_i k)；波长 "
-                           "2π·10000^(2i/d) 由公式本身给出。",
-        table=(["offset k", "max |PE[p+k] − M_k PE[p]|", "mean PE[p]·PE[p+k]",
-                "theory Σ cos(ω_i k)", "spread over p"], rows),
-        figure=fig,
-        caption=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) and "
-                f"relative_rotation(k, {embed_dim}), fp64. Wavelengths: first {float(wl[0]):.4f}"
-                f" = 2π, last {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim}) (10000·2π = "
-                f"{10000 * 2 * math.pi:.1f} is not reached). Control, {what}: off by up to "
-                f"{ctrl_err:.2f} even with its best linear map M̂_k, and its PE[p]·PE[p+k] "
-                f"varies by {ctrl_spread:.1f} over p. The sin half alone (what article 001 "
-                f"prints): its best linear map misses by {half_err:.2f} (the whole table: "
-                f"{full_err:.1e}).",
-        caption_zh=f"attnlab.positional.sinusoidal_table({n_positions}, {embed_dim}) 与 "
-                   f"relative_rotation(k, {embed_dim})，fp64。波长：最短 {float(wl[0]):.4f} = 2π，"
-                   f"最长 {float(wl[-1]):.1f} = 2π·10000^(1−2/{embed_dim})（达不到 10000·2π = "
-                   f"{10000 * 2 * math.pi:.1f}）。对照（{what_zh}）即使用其最优线性映射 M̂_k，"
-                   f"误差仍达 {ctrl_err:.2f}，其 PE[p]·PE[p+k] 随 p 的极差为 {ctrl_spread:.1f}。"
-                   f"只取 sin 一半（文章 001 给出的公式）时，最优线性映射的误差为 {half_err:.2f}"
-                   f"（完整的表：{full_err:.1e}）。",
-    )
+        measured=m.rot_err, expected=0.0, tolerance=1e-9, checks=checks(m),
+        control=headline_control(m), by_construction=BY_CONSTRUCTION,
+        by_construction_zh=BY_CONSTRUCTION_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
 def _control_words(control_fn: Callable[..., Tensor] | None) -> tuple[str, str]:
@@ -312,7 +405,10 @@ def _control_words(control_fn: Callable[..., Tensor] | None) -> tuple[str, str]:
     return f"table {name}", f"位置编码表 {name}"
 
 
-def _figure(pe, wl, dots, embed_dim):
+def figure(m: PERelativeMeasurement):
+    """The table, its wavelengths, and PE[p]·PE[p+k] against the offset."""
+    pe, wl, embed_dim = m.pe, m.wl, m.embed_dim
+    dots = [o.mean_dot for o in m.offsets]
     fig, (ax0, ax1, ax2) = new_figure(12, 3.6, ncols=3)
     im = ax0.imshow(pe[:128].T.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
                     interpolation="nearest")

@@ -113,9 +113,9 @@ _NAMES = {"Transformer", "BERT", "GPT", "attnlab", "softmax", "QK", "cos", "sin"
           "reshape", "SmolLM", "fp", "max", "min", "one", "hot", "Linear", "Attention",
           "linear", "attention", "FLOPs", "KiB", "MiB", "PyTorch", "Blue", "Brown", "fp32",
           "argmax", "mean", "std", "log", "tanh", "ReLU", "GELU", "nn", "LayerNorm",
-          # notation of the experiments' catalogs: NW (Nadaraya–Watson), pp (percentage
-          # points), NE (N·E), vs, and code (assert, True, inf)
-          "NW", "pp", "NE", "vs", "assert", "True", "inf"}
+          # notation inside the experiments' formulas: pp (p·pᵀ, w_pp), NE (N·E), and code
+          # (assert, True, inf)
+          "pp", "NE", "assert", "True", "inf"}
 
 
 def test_the_pages_chinese_cells_hold_no_english_prose():

@@ -87,15 +87,15 @@ ZH: dict[str, str] = {
     "000 as printed: its own __main__ test runs (1 = yes)":
         "000 按原样：其自带的 __main__ 测试可运行（1 = 是）",
     "000 as printed vs attnlab SelfAttention, same weights: max |output error|":
-        "000 按原样 vs attnlab SelfAttention（相同权重）：输出最大绝对误差",
+        "000 按原样与 attnlab SelfAttention 对比（相同权重）：输出最大绝对误差",
     "000 as printed vs attnlab SelfAttention: max |weights error|":
-        "000 按原样 vs attnlab SelfAttention：注意力权重最大绝对误差",
+        "000 按原样与 attnlab SelfAttention 对比：注意力权重最大绝对误差",
     "{} with the {} fixes vs attnlab MultiHeadAttention: max |output error| (no mask, "
     "causal, padding)":
-        "{} 经 {} 处修正后 vs attnlab MultiHeadAttention：输出最大绝对误差（无掩码、因果掩码、"
+        "{} 经 {} 处修正后与 attnlab MultiHeadAttention 对比：输出最大绝对误差（无掩码、因果掩码、"
         "填充掩码）",
     "einsum formulation vs attnlab MultiHeadAttention, fp64: max |output error|":
-        "einsum 写法 vs attnlab MultiHeadAttention（fp64）：输出最大绝对误差",
+        "einsum 写法与 attnlab MultiHeadAttention 对比（fp64）：输出最大绝对误差",
     "tip: torch.allclose(attn.sum(-1), 1) on the corrected 001 and attnlab (1 = all True)":
         "调试技巧：在修正后的 001 与 attnlab 上 torch.allclose(attn.sum(-1), 1)（1 = 全部为 True）",
     "tip: attn.masked_fill(mask==0, 0).sum() == attn.sum() on the corrected 001 and attnlab, "
@@ -113,7 +113,7 @@ ZH: dict[str, str] = {
     "tip: the fused projection as printed, nn.Linear(3*d_model), raises TypeError (1 = raised)":
         "技巧：按原样构建融合投影 nn.Linear(3*d_model) 抛出 TypeError（1 = 抛出）",
     "heat-map snippet after the corrected 001 and out = model(x): raises (1 = raised)":
-        "在修正后的 001 与 out = model(x) 之后运行热力图代码：抛出异常（1 = 抛出）",
+        "在修正后的 001 与 `out = model(x)` 之后运行热力图代码：抛出异常（1 = 抛出）",
     # table
     "run": "运行",
     "result": "结果",

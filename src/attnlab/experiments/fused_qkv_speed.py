@@ -89,7 +89,7 @@ ZH: dict[str, str] = {
     "size B×N×E": "规模 B×N×E",
     "time ratio separate / fused": "时间比 分开 / 融合",
     "Three E→E projections vs one E→3E projection (one CPU thread)":
-        "三个 E→E 投影 vs 一个 E→3E 投影（单个 CPU 线程）",
+        "三个 E→E 投影对比一个 E→3E 投影（单个 CPU 线程）",
 }
 
 __all__ = ["NAME", "CLAIM", "CLAIM_ZH", "ZH", "SIZES", "MARGIN", "project_fused",

@@ -68,7 +68,7 @@ ZH: dict[str, str] = {
     "‖x − x_j‖), the larger of the two": "高斯核与单位向量上的 exp(q·k/√d)：行内 "
     "Spearman(K(x, x_j), ‖x − x_j‖)，取两者中较大者",
     # table
-    "max |attention − NW|": "|注意力 − NW| 的最大值",
+    "max |attention − NW|": "|注意力 − Nadaraya–Watson 估计| 的最大值",
     "MSE against 2 sin x + x": "相对 2 sin x + x 的均方误差",
     # figure
     "training data (x_i, y_i)": "训练数据 (x_i, y_i)",
@@ -252,7 +252,7 @@ def measure(
 def headline_control(m: KernelSmoothingMeasurement) -> Control:
     """The NW estimate with another kernel."""
     return Control("the NW estimate with another kernel, Laplace exp(−|x − x_i|/σ)",
-                   "换一个核的 NW 估计：拉普拉斯核 exp(−|x − x_i|/σ)", m.control_err)
+                   "换一个核的 Nadaraya–Watson 估计：拉普拉斯核 exp(−|x − x_i|/σ)", m.control_err)
 
 
 def checks(m: KernelSmoothingMeasurement) -> list[Check]:

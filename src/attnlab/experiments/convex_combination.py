@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -24,7 +25,7 @@ from torch import Tensor
 from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_le, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "convex-combination"
 CLAIM = ("Attention weights are non-negative and each row sums to 1, so every output is a "
@@ -69,7 +70,28 @@ def signed_weights(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return w @ v, w
 
 
-def run(
+@dataclass(frozen=True)
+class ConvexMeasurement:
+    """The weights' sign and row sums, the fused path and the hull, each beside its control,
+    and a 2-D example for the figure."""
+
+    batch: int
+    n: int
+    d: int
+    dv: int
+    negative: float  # most negative weight (as −w)
+    negative_control: float  # the same of the weight control
+    row_sum: float  # max |row sum − 1|
+    row_sum_control: float  # the same of the weight control
+    fused_err: float  # max |fused output − weights @ V|
+    outside: float  # max distance of an output coordinate outside [min V, max V]
+    outside_control: float  # the same of the hull control
+    values_2d: Tensor  # (7, 2) the example's values
+    outputs_2d: Tensor  # (12, 2) its outputs
+    weights_2d: Tensor  # (12, 7) its weights
+
+
+def measure(
     seed: int = 0,
     *,
     batch: int = 64,
@@ -79,15 +101,8 @@ def run(
     attend: Attend = attnlab_attend,
     hull_control: Attend = signed_weights,
     weight_control: Attend = raw_scores,
-    plot: bool = True,
-) -> Result:
-    """Random q, k, v (fp64, scores spread by a factor 3 to make rows peaked and flat).
-
-    Wrong variant: ``attend`` returning the raw scores as weights (no softmax), whose
-    outputs leave the hull. Controls: ``hull_control`` (default :func:`signed_weights`) for
-    the hull, ``weight_control`` (default :func:`raw_scores`) for the sign and the row sums;
-    handing attnlab's attention as a control makes it pass and the result not hold.
-    """
+) -> ConvexMeasurement:
+    """Outputs, weights and controls on random q, k, v (arguments: see :func:`run`)."""
     with seeded(seed) as g:
         q = 3 * torch.randn(batch, n, d, generator=g, dtype=torch.float64)  # (B, N, d)
         k = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
@@ -111,41 +126,87 @@ def run(
     def outside(out_: Tensor) -> float:
         return float(torch.maximum(lo - out_, out_ - hi).clamp_min(0).max())
 
-    fast_err = float((fused - out).abs().max())
-    no_softmax = ("the raw scores q·k/√d as weights (no softmax)", "以原始分数 q·k/√d 作权重"
-                  "（不经 softmax）")
-    checks = [
-        check_le("most negative weight (as −w)", negative(w), 0.0, id="no-negative-weight",
-                 by_construction=True, control=Control(*no_softmax, negative(w_c))),
-        check_le("max |row sum − 1|", row_sum(w), 1e-12, id="row-sum", by_construction=True,
-                 control=Control(*no_softmax, row_sum(w_c))),
-        check_le("max |fused output − weights @ V|", fast_err, 1e-12, id="fused-output",
+    return ConvexMeasurement(
+        batch, n, d, dv, negative(w), negative(w_c), row_sum(w), row_sum(w_c),
+        float((fused - out).abs().max()), outside(out), outside(out_h), v2[0], out2[0], w2[0])
+
+
+NO_SOFTMAX = ("the raw scores q·k/√d as weights (no softmax)", "以原始分数 q·k/√d 作权重"
+              "（不经 softmax）")
+
+
+def headline_control(m: ConvexMeasurement) -> Control:
+    """Signed weights that still sum to 1."""
+    return Control("signed weights that still sum to 1 (2·softmax − 1/N)",
+                   "有正有负但每行之和仍为 1 的权重（2·softmax − 1/N）", m.outside_control)
+
+
+def checks(m: ConvexMeasurement) -> list[Check]:
+    """The sign and the row sums (beside the raw scores), and the fused path."""
+    return [
+        check_le("most negative weight (as −w)", m.negative, 0.0, id="no-negative-weight",
+                 by_construction=True, control=Control(*NO_SOFTMAX, m.negative_control)),
+        check_le("max |row sum − 1|", m.row_sum, 1e-12, id="row-sum", by_construction=True,
+                 control=Control(*NO_SOFTMAX, m.row_sum_control)),
+        check_le("max |fused output − weights @ V|", m.fused_err, 1e-12, id="fused-output",
                  support=True),
     ]
-    rows = [[c.name, c.value] for c in checks] + [["max distance outside [min V, max V]",
-                                                   outside(out)]]
-    fig = _figure(q2[0], v2[0], out2[0], w2[0]) if plot else None
+
+
+def table(m: ConvexMeasurement) -> tuple[list[str], list[list]]:
+    return (["quantity", "value (fp64)"],
+            [["most negative weight (as −w)", m.negative], ["max |row sum − 1|", m.row_sum],
+             ["max |fused output − weights @ V|", m.fused_err],
+             ["max distance outside [min V, max V]", m.outside]])
+
+
+BY_CONSTRUCTION = ("softmax weights are exp(s)/Σexp(s): positive and summing to 1 for any "
+                   "scores, so every output is a convex combination of the values and "
+                   "each coordinate lies between the values' min and max (fp64 rounding "
+                   "only).")
+BY_CONSTRUCTION_ZH = ("softmax 权重为 exp(s)/Σexp(s)：对任何分数都为正且每行之和为 1，"
+                      "因此每个输出都是值向量的凸组合，每个坐标都介于各值向量在该坐标上的"
+                      "最小值与最大值之间（只差 fp64 舍入）。")
+
+
+def captions(m: ConvexMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    return (f"{m.batch} × {m.n} outputs of attnlab attention (fp64, d = {m.d}, dv = {m.dv}). "
+            "Figure: 2-D values, their convex hull, and 12 outputs as weighted centroids.",
+            f"attnlab 注意力的 {m.batch} × {m.n} 个输出（fp64，d = {m.d}，d_v = {m.dv}）。"
+            "图：二维的值向量、它们的凸包，以及 12 个输出——每个都是值向量的加权重心。")
+
+
+def run(
+    seed: int = 0,
+    *,
+    batch: int = 64,
+    n: int = 32,
+    d: int = 16,
+    dv: int = 8,
+    attend: Attend = attnlab_attend,
+    hull_control: Attend = signed_weights,
+    weight_control: Attend = raw_scores,
+    plot: bool = True,
+) -> Result:
+    """Random q, k, v (fp64, scores spread by a factor 3 to make rows peaked and flat).
+
+    Wrong variant: ``attend`` returning the raw scores as weights (no softmax), whose
+    outputs leave the hull. Controls: ``hull_control`` (default :func:`signed_weights`) for
+    the hull, ``weight_control`` (default :func:`raw_scores`) for the sign and the row sums;
+    handing attnlab's attention as a control makes it pass and the result not hold.
+    """
+    m = measure(seed, batch=batch, n=n, d=d, dv=dv, attend=attend, hull_control=hull_control,
+                weight_control=weight_control)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="max distance of an output coordinate outside [min_j v_j, max_j v_j]",
         quantity_zh="输出坐标落在 [min_j v_j, max_j v_j] 之外的最大距离",
-        measured=outside(out), expected=0.0, tolerance=1e-12, checks=checks,
-        control=Control("signed weights that still sum to 1 (2·softmax − 1/N)",
-                        "有正有负但每行之和仍为 1 的权重（2·softmax − 1/N）", outside(out_h)),
-        by_construction=("softmax weights are exp(s)/Σexp(s): positive and summing to 1 for any "
-                         "scores, so every output is a convex combination of the values and "
-                         "each coordinate lies between the values' min and max (fp64 rounding "
-                         "only)."),
-        by_construction_zh=("softmax 权重为 exp(s)/Σexp(s)：对任何分数都为正且每行之和为 1，"
-                            "因此每个输出都是值向量的凸组合，每个坐标都介于各值向量在该坐标上的"
-                            "最小值与最大值之间（只差 fp64 舍入）。"),
-        table=(["quantity", "value (fp64)"], rows),
-        figure=fig,
-        caption=f"{batch} × {n} outputs of attnlab attention (fp64, d = {d}, dv = {dv}). "
-                "Figure: 2-D values, their convex hull, and 12 outputs as weighted centroids.",
-        caption_zh=f"attnlab 注意力的 {batch} × {n} 个输出（fp64，d = {d}，d_v = {dv}）。"
-                   "图：二维的值向量、它们的凸包，以及 12 个输出——每个都是值向量的加权重心。",
-    )
+        measured=m.outside, expected=0.0, tolerance=1e-12, checks=checks(m),
+        control=headline_control(m), by_construction=BY_CONSTRUCTION,
+        by_construction_zh=BY_CONSTRUCTION_ZH, table=table(m),
+        figure=figure(m) if plot else None, caption=caption, caption_zh=caption_zh)
 
 
 def convex_hull(points: Tensor) -> Tensor:
@@ -168,11 +229,12 @@ def convex_hull(points: Tensor) -> Tensor:
     return torch.tensor(lower[:-1] + upper[:-1])
 
 
-def _figure(q2, v2, out2, w2):
+def figure(m: ConvexMeasurement):
+    """The 2-D example's values, hull and outputs, and its weights."""
     fig, (ax0, ax1) = new_figure(10, 4.2, ncols=2)
-    hull = convex_hull(v2)
+    hull = convex_hull(m.values_2d)
     closed = torch.cat([hull, hull[:1]]).numpy()
-    v2, out2, w2 = v2.numpy(), out2.numpy(), w2.numpy()
+    v2, out2, w2 = m.values_2d.numpy(), m.outputs_2d.numpy(), m.weights_2d.numpy()
     ax0.fill(closed[:, 0], closed[:, 1], color="#3451b2", alpha=0.08, label="convex hull of V")
     ax0.plot(closed[:, 0], closed[:, 1], color="#3451b2", lw=1)
     ax0.scatter(v2[:, 0], v2[:, 1], s=60, color="#3451b2", zorder=3, label="values v_j")

@@ -359,42 +359,64 @@ def run_parity(seed: int = 0) -> list[ParityCheck]:
         torch.random.set_rng_state(state)
 
 
+@dataclass(frozen=True)
+class DemoMeasurement:
+    """The articles' own demos on attnlab's modules, each beside the wrong weights the same
+    demo must flag."""
+
+    self_attention_shape: tuple[int, ...]  # 000: SelfAttention(512, 8) output on (2, 10, 512)
+    weights_shape: tuple[int, ...]  # its weights (B, H, N, N)
+    row_sum_dev: float  # max |row sum − 1| of those weights
+    row_sum_dev_wrong: float  # the same, weights normalised over the query axis
+    mha_shape: tuple[int, ...]  # 001: MultiHeadAttention(512, 8) output, causal mask
+    leaked: float  # max weight on masked positions
+    leaked_wrong: float  # the same, weights computed without the mask
+    allclose: bool  # torch.allclose(attn.sum(-1), 1)
+    allclose_wrong: bool  # the same, weights normalised over the query axis
+
+
+def measure_demos(seed: int = 0) -> DemoMeasurement:
+    """Run the articles' demos (seeds torch's global generator with ``seed``)."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        sa = SelfAttention(embed_dim=512, num_heads=8)
+        x = torch.randn(2, 10, 512)
+        out, w = sa(x)
+        wrong_axis = w / w.sum(-2, keepdim=True)  # normalised over the query axis
+        mha = MultiHeadAttention(512, 8)
+        causal = masks.causal(10)
+        m_out, m_w = mha(x, mask=causal, need_weights=True)
+        _, unmasked = mha(x, need_weights=True)
+        wrong_cols = m_w / m_w.sum(-2, keepdim=True)  # normalised over the query axis
+        return DemoMeasurement(
+            tuple(out.shape), tuple(w.shape), float((w.sum(-1) - 1).abs().max()),
+            float((wrong_axis.sum(-1) - 1).abs().max()), tuple(m_out.shape),
+            float(m_w.masked_fill(causal, 0).abs().max()),
+            float(unmasked.masked_fill(causal, 0).abs().max()),
+            bool(torch.allclose(m_w.sum(-1), torch.ones(2, 8, 10))),
+            bool(torch.allclose(wrong_cols.sum(-1), torch.ones(2, 8, 10))))
+
+
+def demo_rows(m: DemoMeasurement) -> list[tuple[str, str, bool]]:
+    """(check, value, passed) per demo; a demo passes only if its wrong weights fail it."""
+    return [
+        ("000 PureSelfAttention output shape", str(m.self_attention_shape),
+         m.self_attention_shape == (2, 10, 512)),
+        ("000 attention weights shape (B, H, N, N)", str(m.weights_shape),
+         m.weights_shape == (2, 8, 10, 10)),
+        ("000 max |row sum − 1|", f"{m.row_sum_dev:.1e}",
+         m.row_sum_dev < 1e-5 and not m.row_sum_dev_wrong < 1e-5),
+        ("001 MultiHeadAttention output shape", str(m.mha_shape), m.mha_shape == (2, 10, 512)),
+        ("001 max weight on masked positions", f"{m.leaked:.1e}",
+         m.leaked == 0.0 and m.leaked_wrong != 0.0),
+        ("001 torch.allclose(attn.sum(-1), 1)", str(m.allclose),
+         m.allclose and not m.allclose_wrong),
+    ]
+
+
 def seed_demos(seed: int = 0) -> list[tuple[str, str, bool]]:
     """The articles' own demos: shapes and the debugging checks of article 001."""
-    torch.manual_seed(seed)
-    rows = []
-    with torch.no_grad():
-        return _seed_demo_rows(rows)
-
-
-def _seed_demo_rows(rows: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
-    sa = SelfAttention(embed_dim=512, num_heads=8)
-    x = torch.randn(2, 10, 512)
-    out, w = sa(x)
-    rows.append(("000 PureSelfAttention output shape", str(tuple(out.shape)),
-                 tuple(out.shape) == (2, 10, 512)))
-    rows.append(("000 attention weights shape (B, H, N, N)", str(tuple(w.shape)),
-                 tuple(w.shape) == (2, 8, 10, 10)))
-    # controls: the same demos on wrong weights, which each must flag
-    wrong_axis = w / w.sum(-2, keepdim=True)  # normalised over the query axis
-    dev = float((w.sum(-1) - 1).abs().max())
-    dev_wrong = float((wrong_axis.sum(-1) - 1).abs().max())
-    rows.append(("000 max |row sum − 1|", f"{dev:.1e}", dev < 1e-5 and not dev_wrong < 1e-5))
-    mha = MultiHeadAttention(512, 8)
-    causal = masks.causal(10)
-    out, w = mha(x, mask=causal, need_weights=True)
-    _, unmasked = mha(x, need_weights=True)
-    rows.append(("001 MultiHeadAttention output shape", str(tuple(out.shape)),
-                 tuple(out.shape) == (2, 10, 512)))
-    leaked = float(w.masked_fill(causal, 0).abs().max())
-    leaked_wrong = float(unmasked.masked_fill(causal, 0).abs().max())
-    rows.append(("001 max weight on masked positions", f"{leaked:.1e}",
-                 leaked == 0.0 and leaked_wrong != 0.0))
-    ok = bool(torch.allclose(w.sum(-1), torch.ones(2, 8, 10)))
-    wrong_cols = w / w.sum(-2, keepdim=True)  # normalised over the query axis
-    ok_wrong = bool(torch.allclose(wrong_cols.sum(-1), torch.ones(2, 8, 10)))
-    rows.append(("001 torch.allclose(attn.sum(-1), 1)", str(ok), ok and not ok_wrong))
-    return rows
+    return demo_rows(measure_demos(seed))
 
 
 def _catalog() -> dict[str, str]:

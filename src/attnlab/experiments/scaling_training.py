@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from attnlab.core.functional import scaled_dot_product_attention
 
 from ._common import check_ge, check_le, new_figure, seeded
-from ._result import Control, Result
+from ._result import Check, Control, Result
 
 NAME = "scaling-training"
 CLAIM = ("Trained on the same task with the same initial weights and batches, a model with "
@@ -176,6 +176,141 @@ RATIO = 0.6
 MATCH = 0.5
 
 
+@dataclass(frozen=True)
+class ScalingMeasurement:
+    """The scaled run (trained and untrained read on fresh sequences), the unscaled run, and
+    the control: a second scaled run with seed + 1."""
+
+    config: RecallConfig
+    seed: int
+    probe: int  # fresh sequences read after training
+    scaled: Trained  # scale_fn's scale, seed
+    unscaled: tuple[float, ...]  # loss per step with scale 1, seed
+    again: Trained  # scale_fn's scale, seed + 1 (the control)
+
+    @property
+    def control_seed(self) -> int:
+        return self.seed + 1
+
+    @property
+    def tail(self) -> int:
+        """The last steps averaged for a final loss."""
+        return max(1, self.config.steps // 10)
+
+    def _end(self, losses: Sequence[float]) -> float:
+        return sum(losses[-self.tail:]) / self.tail
+
+    @property
+    def end_scaled(self) -> float:
+        return self._end(self.scaled.losses)
+
+    @property
+    def end_unscaled(self) -> float:
+        return self._end(self.unscaled)
+
+    @property
+    def end_again(self) -> float:
+        return self._end(self.again.losses)
+
+    @property
+    def ratio(self) -> float:
+        """Final loss scaled / unscaled."""
+        return self.end_scaled / self.end_unscaled
+
+    @property
+    def control_ratio(self) -> float:
+        """Final loss scaled / scaled with seed + 1."""
+        return self.end_scaled / self.end_again
+
+    @property
+    def chance(self) -> float:
+        return math.log(self.config.n_keys)
+
+    @property
+    def slots(self) -> int:
+        """The query's row: every pair and the query itself."""
+        return self.config.n_pairs + 1
+
+
+def measure(
+    seed: int = 0,
+    *,
+    config: RecallConfig = RecallConfig(),
+    scale_fn: Callable[[int], float | None] = lambda d_k: None,
+    probe: int = 1024,
+) -> ScalingMeasurement:
+    """The three runs (arguments: see :func:`run`)."""
+    with torch.enable_grad():
+        run_s = train_and_probe(config, scale_fn(config.embed_dim), seed, probe)
+        unscaled = train(config, 1.0, seed)
+        run_c = train_and_probe(config, scale_fn(config.embed_dim), seed + 1, probe)
+    return ScalingMeasurement(config, seed, probe, run_s, tuple(unscaled), run_c)
+
+
+UNTRAINED = ("the same model untrained (its initial weights), on the same fresh sequences",
+             "同一模型未训练时（其初始权重），在同样的新序列上")
+
+
+def headline_control(m: ScalingMeasurement) -> Control:
+    """A second scaled run, seed + 1."""
+    return Control(f"a second scaled run (seed {m.control_seed}: other initial weights and "
+                   "batches): final loss ratio scaled / scaled",
+                   f"另一次缩放训练（种子 {m.control_seed}：不同的初始权重与批次）："
+                   "最终损失之比 缩放 / 缩放", m.control_ratio)
+
+
+def checks(m: ScalingMeasurement) -> list[Check]:
+    """The scaled model beats chance and looks up the matching pair; each beside the same
+    model untrained."""
+    run_s = m.scaled
+    return [
+        check_le("final loss, scaled / chance log(n_keys)", m.end_scaled / m.chance, 0.5,
+                 id="scaled-vs-chance",
+                 control=Control(*UNTRAINED, run_s.initial_loss / m.chance)),
+        check_ge(f"scaled model: mean attention weight of the query on the pair whose key "
+                 f"matches ({m.probe} fresh sequences; chance 1/{m.slots})", run_s.probe_match,
+                 MATCH, id="match-attention", control=Control(*UNTRAINED, run_s.initial_match)),
+    ]
+
+
+def table(m: ScalingMeasurement) -> tuple[list[str], list[list]]:
+    """One row per run, then the untrained model."""
+    run_s, run_c = m.scaled, m.again
+    return (["run", "first-step loss", f"final loss (last {m.tail} steps)",
+             f"loss on {m.probe} fresh sequences", "attention on the matching pair"],
+            [["scaled 1/√d_k", run_s.losses[0], m.end_scaled, run_s.probe_loss,
+              run_s.probe_match],
+             ["unscaled", m.unscaled[0], m.end_unscaled, "—", "—"],
+             [f"scaled 1/√d_k, seed {m.control_seed} (control)", run_c.losses[0], m.end_again,
+              run_c.probe_loss, run_c.probe_match],
+             ["scaled 1/√d_k, untrained (control)", "—", "—", run_s.initial_loss,
+              run_s.initial_match]])
+
+
+def captions(m: ScalingMeasurement) -> tuple[str, str]:
+    """The caption in English and in Chinese."""
+    c, probe, slots = m.config, m.probe, m.slots
+    end_s, end_u, end_c, ratio = m.end_scaled, m.end_unscaled, m.end_again, m.ratio
+    match, initial = m.scaled.probe_match, m.scaled.initial_match
+    return (f"Associative recall, {c.n_pairs} pairs of {c.n_keys} keys/values, "
+            f"one head with d_k = {c.embed_dim}, Adam lr {c.lr}, batch "
+            f"{c.batch}, {c.steps} steps. Final loss {end_s:.3g} scaled against "
+            f"{end_u:.3g} unscaled (ratio {ratio:.3g}); two scaled runs that differ only by "
+            f"their seed end at {end_s:.3g} and {end_c:.3g} (ratio {end_s / end_c:.3g}, "
+            f"the control). On {probe} fresh sequences the trained scaled head puts "
+            f"{match:.3g} of the query's attention on the pair whose key "
+            f"matches (chance 1/{slots} = {1 / slots:.3g}; untrained "
+            f"{initial:.3g}): it has learned the lookup.",
+            f"关联回忆任务：每个序列 {c.n_pairs} 个键值对（键与值各有 "
+            f"{c.n_keys} 种），单头，d_k = {c.embed_dim}；Adam 优化器，学习率 "
+            f"{c.lr}，批大小 {c.batch}，共 {c.steps} 步。最终损失：缩放 "
+            f"{end_s:.3g}，不缩放 {end_u:.3g}（比值 {ratio:.3g}）；只有种子不同的两次缩放"
+            f"训练分别为 {end_s:.3g} 与 {end_c:.3g}（比值 {end_s / end_c:.3g}，即对照）。"
+            f"在 {probe} 个新序列上，训练后的缩放模型把查询 {match:.3g} 的"
+            f"注意力放在键与之匹配的那一对上（随机水平 1/{slots} = {1 / slots:.3g}；"
+            f"未训练时为 {initial:.3g}）：它学会了这种检索。")
+
+
 def run(
     seed: int = 0,
     *,
@@ -191,74 +326,27 @@ def run(
     Wrong variant: ``scale_fn=lambda d: 1.0`` trains two identical unscaled models, whose
     loss ratio is exactly 1, and must fail.
     """
-    with torch.enable_grad():
-        run_s = train_and_probe(config, scale_fn(config.embed_dim), seed, probe)
-        unscaled = train(config, 1.0, seed)
-        run_c = train_and_probe(config, scale_fn(config.embed_dim), seed + 1, probe)
-    scaled, again = run_s.losses, run_c.losses
-    tail = max(1, config.steps // 10)
-    end_s = sum(scaled[-tail:]) / tail
-    end_u = sum(unscaled[-tail:]) / tail
-    end_c = sum(again[-tail:]) / tail
-    ratio = end_s / end_u
-    chance = math.log(config.n_keys)
-    slots = config.n_pairs + 1  # the query's row: every pair and the query itself
-    untrained = ("the same model untrained (its initial weights), on the same fresh sequences",
-                 "同一模型未训练时（其初始权重），在同样的新序列上")
-    checks = [
-        check_le("final loss, scaled / chance log(n_keys)", end_s / chance, 0.5,
-                 id="scaled-vs-chance", control=Control(*untrained, run_s.initial_loss / chance)),
-        check_ge(f"scaled model: mean attention weight of the query on the pair whose key "
-                 f"matches ({probe} fresh sequences; chance 1/{slots})", run_s.probe_match,
-                 MATCH, id="match-attention", control=Control(*untrained, run_s.initial_match)),
-    ]
-    rows = [["scaled 1/√d_k", scaled[0], end_s, run_s.probe_loss, run_s.probe_match],
-            ["unscaled", unscaled[0], end_u, "—", "—"],
-            [f"scaled 1/√d_k, seed {seed + 1} (control)", again[0], end_c, run_c.probe_loss,
-             run_c.probe_match],
-            ["scaled 1/√d_k, untrained (control)", "—", "—", run_s.initial_loss,
-             run_s.initial_match]]
-    fig = _figure(scaled, unscaled, chance, config, again, seed + 1) if plot else None
+    m = measure(seed, config=config, scale_fn=scale_fn, probe=probe)
+    caption, caption_zh = captions(m)
     return Result(
         NAME, CLAIM, CLAIM_ZH,
-        quantity=f"final loss ratio scaled / unscaled (mean of the last {tail} steps)",
-        quantity_zh=f"最终损失之比：缩放 / 不缩放（取最后 {tail} 步的平均）",
-        measured=ratio, expected=RATIO, tolerance=0.0, relation="<=", checks=checks,
-        control=Control(f"a second scaled run (seed {seed + 1}: other initial weights and "
-                        "batches): final loss ratio scaled / scaled",
-                        f"另一次缩放训练（种子 {seed + 1}：不同的初始权重与批次）："
-                        "最终损失之比 缩放 / 缩放", end_s / end_c),
-        table=(["run", "first-step loss", f"final loss (last {tail} steps)",
-                f"loss on {probe} fresh sequences", "attention on the matching pair"], rows),
-        figure=fig,
-        caption=f"Associative recall, {config.n_pairs} pairs of {config.n_keys} keys/values, "
-                f"one head with d_k = {config.embed_dim}, Adam lr {config.lr}, batch "
-                f"{config.batch}, {config.steps} steps. Final loss {end_s:.3g} scaled against "
-                f"{end_u:.3g} unscaled (ratio {ratio:.3g}); two scaled runs that differ only by "
-                f"their seed end at {end_s:.3g} and {end_c:.3g} (ratio {end_s / end_c:.3g}, "
-                f"the control). On {probe} fresh sequences the trained scaled head puts "
-                f"{run_s.probe_match:.3g} of the query's attention on the pair whose key "
-                f"matches (chance 1/{slots} = {1 / slots:.3g}; untrained "
-                f"{run_s.initial_match:.3g}): it has learned the lookup.",
-        caption_zh=f"关联回忆任务：每个序列 {config.n_pairs} 个键值对（键与值各有 "
-                   f"{config.n_keys} 种），单头，d_k = {config.embed_dim}；Adam 优化器，学习率 "
-                   f"{config.lr}，批大小 {config.batch}，共 {config.steps} 步。最终损失：缩放 "
-                   f"{end_s:.3g}，不缩放 {end_u:.3g}（比值 {ratio:.3g}）；只有种子不同的两次缩放"
-                   f"训练分别为 {end_s:.3g} 与 {end_c:.3g}（比值 {end_s / end_c:.3g}，即对照）。"
-                   f"在 {probe} 个新序列上，训练后的缩放模型把查询 {run_s.probe_match:.3g} 的"
-                   f"注意力放在键与之匹配的那一对上（随机水平 1/{slots} = {1 / slots:.3g}；"
-                   f"未训练时为 {run_s.initial_match:.3g}）：它学会了这种检索。",
-    )
+        quantity=f"final loss ratio scaled / unscaled (mean of the last {m.tail} steps)",
+        quantity_zh=f"最终损失之比：缩放 / 不缩放（取最后 {m.tail} 步的平均）",
+        measured=m.ratio, expected=RATIO, tolerance=0.0, relation="<=", checks=checks(m),
+        control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
+        caption=caption, caption_zh=caption_zh)
 
 
-def _figure(scaled, unscaled, chance, c, again, seed_again):
+def figure(m: ScalingMeasurement):
+    """The loss per step of the three runs against chance."""
+    scaled, unscaled, again, c = m.scaled.losses, m.unscaled, m.again.losses, m.config
     fig, (ax,) = new_figure(6.8, 3.8)
     steps = range(1, len(scaled) + 1)
     ax.plot(steps, unscaled, color="#b3261e", lw=1.2, label="without scaling (scale = 1)")
     ax.plot(steps, scaled, color="#3451b2", lw=1.2, label="with 1/√d_k scaling")
     ax.plot(steps, again, color="#3451b2", lw=1.0, ls="--", alpha=0.6,
-            label=f"with 1/√d_k scaling, seed {seed_again} (control)")
-    ax.axhline(chance, color="k", ls=":", lw=1, label=f"chance = log {c.n_keys}")
+            label=f"with 1/√d_k scaling, seed {m.control_seed} (control)")
+    ax.axhline(m.chance, color="k", ls=":", lw=1, label=f"chance = log {c.n_keys}")
     ax.set_xlabel("training step")
     ax.set_ylabel("cross-entropy loss (nats)")
     ax.set_title(f"Associative recall, one head, d_k = {c.embed_dim}")

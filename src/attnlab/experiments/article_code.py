@@ -857,8 +857,9 @@ def _tip_checks(m: ArticleCodeMeasurement) -> list[Check]:
                  id="heatmap-snippet-raises",
                  control=Control(f"the same snippet after a forward that returns its weights "
                                  f"too, then {HEATMAP_CELLS['control']}",
-                                 f"同一段代码，forward 同时返回注意力权重，再执行 "
-                                 f"{HEATMAP_CELLS['control']}", float(heat["control"].raised))),
+                                 f"同一段代码，`forward` 同时返回注意力权重，再执行 "
+                                 f"`{HEATMAP_CELLS['control']}`",
+                                 float(heat["control"].raised))),
     ]
 
 

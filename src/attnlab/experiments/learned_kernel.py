@@ -305,7 +305,8 @@ def measure(
 def headline_control(m: LearnedKernelMeasurement) -> Control:
     """The same NW with W_Q, W_K untrained."""
     return Control("the same NW with W_Q, W_K at their initial random values (untrained)",
-                   "W_Q、W_K 取初始随机值（未训练）的同一 NW", m.mse_untrained / m.mse_gaussian)
+                   "W_Q、W_K 取初始随机值（未训练）的同一 Nadaraya–Watson 估计",
+                   m.mse_untrained / m.mse_gaussian)
 
 
 def checks(m: LearnedKernelMeasurement) -> list[Check]:
@@ -385,7 +386,8 @@ def run(
     return Result(
         NAME, CLAIM, CLAIM_ZH,
         quantity="test MSE of NW with learned W_Q, W_K / that of the best fixed Gaussian",
-        quantity_zh="学到的 W_Q、W_K 的 NW 测试均方误差 / 最优固定高斯核的测试均方误差",
+        quantity_zh="学到的 W_Q、W_K 的 Nadaraya–Watson 估计的测试均方误差 / "
+                    "最优固定高斯核的测试均方误差",
         measured=m.ratio, expected=0.5, tolerance=0.0, relation="<=", checks=checks(m),
         control=headline_control(m), table=table(m), figure=figure(m) if plot else None,
         caption=caption, caption_zh=caption_zh)

@@ -83,6 +83,7 @@ def _code(src: str) -> str:
 _MODULES = (("math", "import math"), ("plt", "import matplotlib.pyplot as plt"),
             ("torch", "import torch"), ("attnlab", "import attnlab"))
 _HELPERS = ("T", "answered", "check_line", "fmt_num", "predicted", "report", "run", "show",
+            "show_code",
             "show_checks", "slider")
 #: The most lines the setup cell may have.
 SETUP_MAX_LINES = 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Text", "Code", "Exercise", "Predict", "Part"]
+__all__ = ["Text", "Code", "Exercise", "Predict", "Part", "measured", "by_hand"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,27 @@ class Part:
     @property
     def stem(self) -> str:
         return f"{self.number:02d}_{self.slug}"
+
+
+def measured(module: str, en: str, zh: str, call: str) -> tuple[Text, Code, Code]:
+    """The cells placed before an experiment's verdict (``run("...")`` and ``report``):
+    what its ``measure`` does (``en`` / ``zh``, a sentence or two), that function's source
+    as attnlab holds it (``attnlab.course.show_code``: the page cannot drift from what the
+    verdict runs), and ``call``, a cell that runs it at a small size and prints a few of
+    its named fields (``m = <module>.measure(...)``)."""
+    return (Text(en, zh),
+            Code(f"from attnlab.experiments import {module}\n\nshow_code({module}.measure)"),
+            Code(call))
+
+
+#: The first line of a code cell that makes an experiment's measurement by hand, in plain
+#: torch, where its module has no ``measure`` yet: ``BY_HAND.format(name="rope-relative")``.
+BY_HAND = '# what run("{name}") measures, by hand in plain torch'
+
+
+def by_hand(name: str, src: str) -> Code:
+    """A code cell of plain torch that makes the measurement of the experiment ``name``
+    (placed before its ``run``), marked with :data:`BY_HAND` as its first line."""
+    import textwrap
+
+    return Code(BY_HAND.format(name=name) + "\n" + textwrap.dedent(src).strip("\n"))

@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["LANG", "LANGS", "SLIDERS", "setup", "T", "fmt_num", "run", "show", "report",
-           "check_line", "show_checks", "answered", "predicted", "slider", "UNEXPECTED",
+__all__ = ["LANG", "LANGS", "SLIDERS", "setup", "T", "fmt_num", "run", "show_code", "show",
+           "report", "check_line", "show_checks", "answered", "predicted", "slider", "UNEXPECTED",
            "multihead_cost_summary", "parity_summary", "article_code_table", "timing_report",
            "score_label", "agreement_report", "agreement_answer"]
 
@@ -116,6 +116,39 @@ def run(name: str, seed: int = 0, **kwargs: Any) -> Any:
     from attnlab.experiments import run as run_
 
     return run_(name, seed=seed, **kwargs)
+
+
+def show_code(obj: Any) -> None:
+    """Print the source of ``obj`` (a function or class of attnlab, e.g. an experiment's
+    ``measure``) as the library holds it, so the page and the verdict cannot drift:
+    highlighted in a notebook when IPython and pygments are there, plain text otherwise.
+
+    >>> _ = setup("en"); show_code(fmt_num)  # doctest: +ELLIPSIS
+    # attnlab.course.fmt_num
+    def fmt_num(x: float) -> str:
+    ...
+    """
+    import inspect
+
+    src = inspect.getsource(obj)
+    where = f"# {getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}\n"
+    text = where + src
+    shell = None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        pass
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        try:
+            from IPython.display import Code, display
+
+            display(Code(text, language="python"))
+            return
+        except ImportError:  # pragma: no cover (pygments missing)
+            pass
+    print(text, end="" if text.endswith("\n") else "\n")
 
 
 def _catalog(name: str | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -518,3 +518,96 @@ def test_notebook_runs_and_its_checks_reject_wrong_answers(part, lang, kernel, r
                     f"(make setup installs them)")
     elapsed = _execute(part, lang, kernel)
     record_property("notebook_seconds", elapsed)  # listed at the end (tests/course/conftest.py)
+
+
+# --------------------------------------------------------------------------------------
+# the computation on the page: every verdict comes after the code that measures it
+# --------------------------------------------------------------------------------------
+
+#: Experiments a part runs whose measurement the page does not show yet, and why (none
+#: now): each must have no ``measure`` in its module (the test fails once it has one).
+NOT_SHOWN_YET: dict[str, str] = {}
+_RUN = re.compile(r"""\brun\(\s*["']([\w-]+)["']""")
+
+
+def _has_measure(name: str) -> bool:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"attnlab.experiments.{name.replace('-', '_')}")
+    except ModuleNotFoundError:
+        return False
+    return callable(getattr(module, "measure", None))
+
+
+def _unshown_runs(nb: dict) -> list[str]:
+    """Each ``run("X")`` of a notebook that the code cells since the previous verdict (the
+    previous cell with a ``run``) do not show: where X's module has a ``measure``, a cell
+    ``show_code(x.measure)`` and a cell calling ``x.measure(...)``; where it has none, a
+    cell of plain torch that starts with cells.BY_HAND for X."""
+    from cells import BY_HAND
+
+    problems, since = [], []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        names = _RUN.findall(re.sub(r"(?m)^\s*#.*$", "", src))  # not in a comment
+        for name in names:
+            mod = name.replace("-", "_")
+            if _has_measure(name):
+                shown = (any(f"show_code({mod}.measure)" in s for s in since)
+                         and any(f"{mod}.measure(" in s for s in since))
+            else:
+                shown = any(s.startswith(BY_HAND.format(name=name)) for s in since)
+            if not shown and name not in NOT_SHOWN_YET:
+                problems.append(name)
+        since = [] if names else [*since, src]
+    return problems
+
+
+@pytest.mark.parametrize("part", build.PARTS, ids=[p.stem for p in build.PARTS])
+def test_every_verdict_comes_after_the_code_of_its_measurement(part):
+    """Before each ``run("X")`` (and its ``report``) the learner sees and runs X's
+    measurement: its ``measure``'s source from the library (``show_code``, so that page and
+    verdict cannot drift) and a small call of it, or, without a ``measure``, the same
+    computation in plain torch."""
+    for lang in build.LANGS:
+        assert _unshown_runs(build.notebook(part, lang)) == [], (part.stem, lang)
+
+
+def test_the_measurement_check_catches_a_verdict_without_its_code():
+    for name in NOT_SHOWN_YET:
+        assert not _has_measure(name), f"{name} has a measure() now: show it, and drop it here"
+    part = next(p for p in build.PARTS if p.number == 2)
+    nb = build.notebook(part, "en")
+    assert _unshown_runs(nb) == []
+    planted = json.loads(json.dumps(nb))
+    planted["cells"] = [c for c in planted["cells"]
+                        if "show_code(qk_variance.measure)" not in c["source"]]
+    assert _unshown_runs(planted) == ["qk-variance"]
+    # the source shown but never run, or shown in the verdict's own cell: caught too
+    planted = json.loads(json.dumps(nb))
+    planted["cells"] = [c for c in planted["cells"] if "qk_variance.measure(" not in c["source"]]
+    assert _unshown_runs(planted) == ["qk-variance"]
+    code = lambda s: {"cell_type": "code", "source": s}  # noqa: E731
+    assert _unshown_runs({"cells": [code('show_code(masking.measure)\nm = masking.measure()\n'
+                                         'r = run("masking")')]}) == ["masking"]
+    # an experiment without a measure: a cell of plain torch marked as its measurement
+    from cells import BY_HAND
+
+    assert not _has_measure("no-such-experiment")
+    by_hand = BY_HAND.format(name="no-such-experiment") + "\nx = torch.randn(3)"
+    assert _unshown_runs({"cells": [code(by_hand), code('r = run("no-such-experiment")')]}) == []
+    assert _unshown_runs({"cells": [code("x = 1"), code('r = run("no-such-experiment")')]}) == [
+        "no-such-experiment"]
+    # where the module has a measure, a cell by hand is not enough: its source is shown
+    assert _unshown_runs({"cells": [code(BY_HAND.format(name="masking")),
+                                    code('r = run("masking")')]}) == ["masking"]
+
+
+def test_part_10_shows_its_training_step_before_it_trains():
+    part = next(p for p in build.PARTS if p.number == 10)
+    code = [c["source"] for c in build.notebook(part, "en")["cells"] if c["cell_type"] == "code"]
+    at = next(i for i, s in enumerate(code) if "tr.train(" in s)
+    assert any("show_code(" in s for s in code[:at]), "part 10 trains before showing its loop"

@@ -1,7 +1,7 @@
 """Part 0 of the course, Attention from scratch: a first part for a beginner, who knows
 Python and a little PyTorch (its cells in English and in Chinese; see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 00 attention from scratch

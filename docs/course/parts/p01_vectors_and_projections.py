@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 01 vectors and projections

@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 02 the dot product and the sqrt(d_k) argument
@@ -37,6 +37,24 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         q, k = torch.randn(2, 64, dtype=torch.float64)
         cos = torch.nn.functional.cosine_similarity(q, k, dim=0)
         print(float(q @ k), float(q.norm() * k.norm() * cos))
+        """),
+    *measured("dot_product_geometry", """
+        The experiment `dot-product-geometry` makes this check on the queries and keys of an
+        attnlab attention layer: `measure` rebuilds every score from the two norms and the
+        angle (and, as its control, from an angle computed the wrong way), splits the
+        scores' variance into the angle's share and the lengths' share, and trains a small
+        recall model to see which keys win. Its code, then a small run:
+        """, """
+        实验 `dot-product-geometry` 在 attnlab 注意力层的查询和键上做这个检验：`measure`
+        用两个范数和夹角重建每个分数（对照是用错误方法算出的夹角），把分数的方差分成夹角的份额和
+        长度的份额，再训练一个小的回忆模型，看哪些键胜出。下面是它的代码，然后是一次小规模的运行：
+        """, """
+        m = dot_product_geometry.measure(train_steps=20)
+        print(T("largest |q·k − ‖q‖‖k‖cos θ| / ‖q‖‖k‖:", "最大的 |q·k − ‖q‖‖k‖cos θ| / ‖q‖‖k‖："),
+              fmt_num(m.err))
+        print(T("the same with the control's angle:", "换成对照的夹角："), fmt_num(m.control_err))
+        """),
+    Code("""
         r = run("dot-product-geometry", train_steps=100)
         report(r)
         show(r)
@@ -165,6 +183,21 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         若均值 $\\mu \\neq 0$，方差是 $d_k(1 + 2\\mu^2)$，除以 $\\sqrt{d_k}$ 就不再得到 1。
         它的对照破坏的是另一个前提——独立性：每个向量内部的各分量彼此相关。
         """),
+    *measured("qk_variance", """
+        `measure` draws the queries and keys in blocks of $256 \\times 256$ pairs, for each
+        $d_k$ (mean 0), then with a mean $\\mu$, then the controls (components correlated
+        within a vector), and keeps each set's score statistics. Run small, it prints the
+        variance of $q \\cdot k$ and of $q \\cdot k / \\sqrt{d_k}$:
+        """, """
+        `measure` 以每块 $256 \\times 256$ 对的方式抽取查询和键：先对每个 $d_k$（均值为 0），
+        再取均值 $\\mu$，最后是对照（同一向量内各分量相关），并记下每一组分数的统计量。
+        小规模运行时，它打印 $q \\cdot k$ 与 $q \\cdot k / \\sqrt{d_k}$ 的方差：
+        """, """
+        m = qk_variance.measure(dims=(16, 256), pairs=20_000, mean_blocks=8, real_model=None)
+        for c in m.centred:
+            print(f"d_k = {c.stats.d_k}: Var(q·k) = {fmt_num(c.stats.var)}, "
+                  f"Var(q·k/√d_k) = {fmt_num(c.stats.var_scaled)}")
+        """),
     Code("""
         r = run("qk-variance", pairs=65536, dims=(16, 64, 256), mean_blocks=8, real_model=None)
         report(r)
@@ -216,6 +249,22 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         各行有多接近独热向量，一行传回给自己分数的梯度（一般的一行：取各行的中位数），以及到达
         $W_q$ 的梯度相对 $W_q$ 本身的大小（对所有行）。它的对照是除以 $\\sqrt{d_k}$ 之后的同样各行。
         """),
+    *measured("softmax_saturation", """
+        `measure` draws, for each $d_k$, a batch of rows (one query, 16 keys, their values and
+        a readout), computes each row's statistics unscaled and scaled — largest weight,
+        entropy, the gradient to the scores and to $W_q$ — and checks the two gradient
+        formulas against autograd. At three $d_k$:
+        """, """
+        `measure` 对每个 $d_k$ 抽取一批行（一个查询、16 个键、它们的值和一个读出向量），在不缩放和
+        缩放两种情况下算出每行的统计量——最大权重、熵、传给分数和 $W_q$ 的梯度——并用自动求导核对
+        两个梯度公式。取三个 $d_k$：
+        """, """
+        m = softmax_saturation.measure(dims=(4, 64, 1024), rows=64)
+        for row in m.per_dim:
+            print(f"d_k = {row.d_k}: " + T("largest weight", "最大权重")
+                  + f" {fmt_num(row.unscaled.max_weight)} → {fmt_num(row.scaled.max_weight)} "
+                  + T("(unscaled → scaled)", "（不缩放 → 缩放）"))
+        """),
     Code("""
         r = run("softmax-saturation", rows=128)
         report(r)
@@ -253,6 +302,19 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         （$d_k$ 等于整个模型的宽度），初始权重相同、训练批次相同；
         唯一的区别是缩放系数：$1/\\sqrt{d_k}$ 或 1。
         """),
+    *measured("scaling_training", """
+        `measure` trains three runs from the same initial weights: scaled, unscaled, and the
+        scaled one again with another seed (the control: how much two runs differ by chance
+        alone). Ten steps:
+        """, """
+        `measure` 从相同的初始权重训练三次：缩放的、不缩放的，以及换一个种子再训练一次缩放的
+        （对照：仅仅由于偶然，两次训练会相差多少）。训练十步：
+        """, """
+        m = scaling_training.measure(config=scaling_training.RecallConfig(steps=10), probe=64)
+        print(T("final loss, scaled:", "最终损失，缩放："), fmt_num(m.scaled.losses[-1]),
+              T(", unscaled:", "，不缩放："), fmt_num(m.unscaled[-1]),
+              T(", scaled, another seed:", "，缩放、换一个种子："), fmt_num(m.again.losses[-1]))
+        """),
     Code("""
         r = run("scaling-training", probe=256)
         report(r)
@@ -274,6 +336,21 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         和默认增益 1.0 训练同一个回忆模型：一是在这个建议针对的情形（头很宽、分数不缩放，默认初始化
         一开始就饱和），二是作为对照，在默认初始化并不饱和的情形（分数经过缩放）：那里没有什么需要
         治的，这个建议就不应带来好处。
+        """),
+    *measured("init_scale", """
+        `measure` first reads the initial attention of each gain (entropy over $\\log N$,
+        without training), in the saturated regime and in the control's, then trains the
+        recall model with each gain. A short run:
+        """, """
+        `measure` 先读出每个增益下的初始注意力（熵除以 $\\log N$，不训练），包括饱和情形和对照
+        情形，然后用各个增益训练回忆模型。一次短的运行：
+        """, """
+        m = init_scale.measure(gains=(0.02, 1.0), saturating_gain=None,
+                               train_config=init_scale.InitTrainConfig(heads=1, steps=20))
+        print(T("saturated regime, initial entropy / log N:", "饱和情形，初始熵 / log N："),
+              {g: fmt_num(e) for g, e in m.sat_init.items()})
+        print(T("control (scaled scores), gain 1.0:", "对照（缩放的分数），增益 1.0："),
+              fmt_num(m.control_init))
         """),
     Code("""
         r = run("init-scale", gains=(0.02, 0.1, 1.0, 10.0), saturating_gain=None, plot=False)

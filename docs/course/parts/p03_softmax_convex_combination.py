@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 03 softmax as a convex combination
@@ -41,6 +41,44 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         """, """
         实验 `convex-combination` 在大量随机输入上测量输出落在各值包围盒之外的最大距离。它的对照
         是每行之和仍为 1、但可以为负的权重——只有“和为 1”并不能把输出留在凸包内。
+        """),
+    Text("""
+        The same measurement by hand first: 200 random rows of softmax weights, and the
+        control's weights (the same rows plus noise, shifted back to a sum of 1).
+        """, """
+        先亲手做同样的测量：200 行随机的 softmax 权重，以及对照的权重（同样的行加上噪声，
+        再平移回和为 1）。
+        """),
+    by_hand("convex-combination", """
+        g_c = torch.Generator().manual_seed(0)
+        qc, kc, vc = (torch.randn(200, 6, 8, generator=g_c) for _ in range(3))
+        w_c = torch.softmax(qc @ kc.transpose(-1, -2) / math.sqrt(8), dim=-1)  # (200, 6, 6)
+        signed = w_c + torch.randn(200, 6, 6, generator=g_c)
+        signed = signed - signed.mean(-1, keepdim=True) + 1 / 6  # rows still sum to 1
+
+        def outside(weights):  # how far any output lies outside the box of its values
+            out_c = weights @ vc
+            lo_c, hi_c = vc.min(-2, keepdim=True).values, vc.max(-2, keepdim=True).values
+            return float(((lo_c - out_c).clamp_min(0) + (out_c - hi_c).clamp_min(0)).max())
+
+        print(T("softmax weights, outside the box by:", "softmax 权重，超出包围盒："),
+              fmt_num(outside(w_c)))
+        print(T("control (signed, sum 1), outside by:", "对照（有正有负、和为 1），超出："),
+              fmt_num(outside(signed)))
+        """),
+    *measured("convex_combination", """
+        attnlab's `measure` does the same on random $q, k, v$ with its attention, and also
+        checks that the weights are non-negative and sum to 1, against the controls' weights.
+        Its code and a small run:
+        """, """
+        attnlab 的 `measure` 用它的注意力在随机的 $q, k, v$ 上做同样的事，还检查权重非负、每行和为
+        1，并与对照的权重相比较。下面是它的代码和一次小规模运行：
+        """, """
+        m = convex_combination.measure(batch=8)
+        print(T("outside the box by:", "超出包围盒："), fmt_num(m.outside),
+              T("(control:", "（对照："), fmt_num(m.outside_control) + T(")", "）"))
+        print(T("most negative weight:", "最负的权重："), fmt_num(m.negative),
+              T("(control:", "（对照："), fmt_num(m.negative_control) + T(")", "）"))
         """),
     Code("""
         r = run("convex-combination")

@@ -1,6 +1,6 @@
 """Part 4 of the course, Heads as subspaces: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 04 heads as subspaces
@@ -89,6 +89,25 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         它要回答：训练后各头是否处在不同的子空间（字面的读法）？它们正交吗？是训练把它们推开的吗？
         它们的注意力分布是否不同？
         """),
+    *measured("multihead_cost", """
+        `measure` counts the parameters and operations of one head against $h$ heads, takes
+        the largest cosine between the heads' coordinate blocks (and, as the wrong variant,
+        between overlapping blocks), the angle random subspaces of that size make, then
+        trains the models: the real ones, the one whose heads start identical, and one
+        pushed apart on purpose. Small and short:
+        """, """
+        `measure` 统计一个头与 $h$ 个头的参数量和运算量，算出各头坐标块之间最大的余弦（错误变体是
+        相互重叠的坐标块），以及同样大小的随机子空间之间的夹角，然后训练各个模型：真实的模型、
+        各头初始完全相同的模型，以及一个被刻意推开的模型。小规模、短训练：
+        """, """
+        m = multihead_cost.measure(embed_dim=64, heads=4, n=16, batch=2, config=multihead_cost
+                                   .HeadsConfig(tasks=("copy",), seeds=1, steps=10))
+        print(T("largest cosine between the heads' blocks:", "各头坐标块之间最大的余弦："),
+              fmt_num(m.blocks), T("(overlapping blocks:", "（相互重叠的坐标块："),
+              fmt_num(m.wrong_blocks) + T(")", "）"))
+        print(T("random subspaces of that size, mean angle (°):",
+                "同样大小的随机子空间，平均夹角（°）："), fmt_num(m.random_angle))
+        """),
     Code("""
         from attnlab.course import multihead_cost_summary
         from attnlab.experiments.multihead_cost import HeadsConfig
@@ -167,6 +186,20 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         `one-relation-per-head` 在一个每个答案都同时需要两种关系（位置 $t - 1$ 与 $t - 3$ 上的词元）
         的任务上，训练宽度相同的单头模型和双头模型；按这个论断，单头应当学不会，而双头能学会。
         """),
+    *measured("one_relation_per_head", """
+        `measure` trains, for each task, the one-head model and the two-head model of the same
+        width for the same steps, and keeps their held-out accuracy. Ten steps only:
+        """, """
+        `measure` 对每个任务，用相同的步数训练宽度相同的单头模型和双头模型，并记下它们在留出数据上
+        的准确率。只训练十步：
+        """, """
+        from attnlab.experiments.one_relation_per_head import RelationConfig, TwoRelationTask
+
+        m = one_relation_per_head.measure(config=RelationConfig(runs=((TwoRelationTask("offsets"),
+                                                                        10),)))
+        print(T("accuracy, one head:", "准确率，单头："), fmt_num(m.tasks[0].one.acc),
+              T("two heads:", "双头："), fmt_num(m.tasks[0].many.acc))
+        """),
     Code("""
         from attnlab.experiments.one_relation_per_head import RelationConfig, TwoRelationTask
 
@@ -189,6 +222,24 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         和绑定（令 $W^K$ 等于 $W^Q$）的单头模型，测量有方向的分数差
         $q_i \\cdot k_{i-1} - q_{i-1} \\cdot k_i$；它的对照是训练前的同一个未绑定模型，其随机的
         不对称没有方向。
+        """),
+    *measured("qkv_roles", """
+        `measure` trains four models — untied ($W^Q \\neq W^K$) and tied ($W^Q = W^K$), on the
+        swap task and on the cyclic one — and reads each before and after training: its
+        accuracy and how far its score matrix is from symmetric. Twenty steps:
+        """, """
+        `measure` 训练四个模型——未绑定（$W^Q \\neq W^K$）和绑定（$W^Q = W^K$），分别在交换任务和
+        循环任务上——并在训练前后读出每个模型的准确率，以及它的分数矩阵离对称有多远。训练二十步：
+        """, """
+        from attnlab.experiments.qkv_roles import RolesConfig
+
+        m = qkv_roles.measure(config=RolesConfig(steps=20, batch=16))
+        for model in (m.cyclic_untied, m.cyclic_tied):
+            print(T("cyclic task, tied:" if model.tied else "cyclic task, untied:",
+                    "循环任务，绑定：" if model.tied else "循环任务，未绑定："),
+                  T("accuracy", "准确率"), fmt_num(model.trained.accuracy),
+                  T(", asymmetry ‖S − Sᵀ‖/‖S‖", "，不对称度 ‖S − Sᵀ‖/‖S‖"),
+                  fmt_num(model.trained.asym))
         """),
     Code("""
         from attnlab.experiments.qkv_roles import RolesConfig
@@ -234,6 +285,26 @@ PART = Part(4, "heads_as_subspaces", "Heads as subspaces", "多头与子空间",
         **无损吗？** 文章 000 称这种融合是「无损」的。从拼接向量到 $W^O \\cdot$ 拼接向量的映射，
         恰好在 $W^O$ 可逆时不丢失任何信息。实验 `wo-fusion` 在一个需要两个头的任务上训练双头模型，
         检查能否从输出恢复出拼接向量；它的对照是错误变体：去掉头 1 各列的 $W^O$。
+        """),
+    *measured("wo_fusion", """
+        `measure` trains the two-head model with a learned $W^O$ (and two trained controls:
+        $W^O$ block-diagonal, and the identity), then reads the learned $W^O$: its rank, and
+        how well the concatenation is recovered from the output — also with head 1's columns
+        dropped, the wrong variant. Twenty steps:
+        """, """
+        `measure` 用学出来的 $W^O$ 训练双头模型
+        （另有两个训练过的对照：分块对角的 $W^O$ 和单位矩阵），
+        再读出学到的 $W^O$：它的秩，以及从输出恢复拼接向量的误差——也包括去掉头 1 各列的错误变体。
+        训练二十步：
+        """, """
+        from attnlab.experiments.wo_fusion import FusionConfig
+
+        m = wo_fusion.measure(config=FusionConfig(steps=20, batch=16))
+        print(T("rank of the learned W^O:", "学到的 W^O 的秩："), m.model.trained.rank,
+              T("of", "/"), m.config.embed_dim)
+        print(T("concatenation recovered, error:", "恢复拼接向量的误差："),
+              fmt_num(m.model.trained.recon), T("(head 1's columns dropped:", "（去掉头 1 各列："),
+              fmt_num(m.drop.recon) + T(")", "）"))
         """),
     Code("""
         from attnlab.experiments.wo_fusion import FusionConfig

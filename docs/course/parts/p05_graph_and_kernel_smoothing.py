@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 05 attention as a graph and as kernel smoothing
@@ -103,6 +103,26 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         out_p, _ = attn(X[:, perm])
         print(T("f(PX) = P f(X):", "f(PX) = P f(X)："),
               torch.allclose(out_p, out[:, perm], atol=1e-6))
+        """),
+    *measured("dynamic_graph", """
+        `measure` makes this check on an attnlab attention layer in fp64 and a ten-word
+        sentence: it permutes the tokens and compares $f(PX)$ with $P f(X)$, without
+        positions and (the control) with them; it also compares the weights on another input,
+        to show that the graph depends on the input. Its code and one run:
+        """, """
+        `measure` 在 fp64 的 attnlab 注意力层和一个十个词的句子上做这个检验：把词元重新排列，比较
+        $f(PX)$ 与 $P f(X)$——不加位置编码，以及（对照）加上位置编码；它还比较另一个输入上的权重，
+        说明这张图取决于输入。下面是它的代码和一次运行：
+        """, """
+        m = dynamic_graph.measure()
+        print(T("max |f(PX) − P f(X)|, no positions:", "max |f(PX) − P f(X)|，无位置编码："),
+              fmt_num(m.equivariance_error))
+        print(T("with positions (the control):", "加上位置编码（对照）："),
+              fmt_num(m.equivariance_error_control))
+        print(T("weights change on another input by:", "换一个输入，权重变化："),
+              fmt_num(m.input_change))
+        """),
+    Code("""
         r = run("dynamic-graph", plot=False)
         report(r)
         """),
@@ -147,6 +167,23 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
             ax.plot(x_test, as_attention(x_test, sigma), label=f"σ = {sigma}  (|Δ| = {err:.0e})")
         ax.set_title(T("attention = Nadaraya–Watson", "注意力 = Nadaraya–Watson"))
         ax.legend(fontsize=8)
+        plt.show()
+        """),
+    *measured("kernel_smoothing", """
+        The experiment `kernel-smoothing` makes the same regression, then checks the identity
+        behind it: with keys of equal norm, `softmax(q·k/√d)` equals Gaussian weights, and the
+        article's formula is compared with attnlab's attention. Its code and one run:
+        """, """
+        实验 `kernel-smoothing` 做同样的回归，再检验背后的恒等式：各键范数相同时，
+        `softmax(q·k/√d)` 等于高斯权重；并把文章的公式与 attnlab 的注意力相比较。
+        下面是它的代码和一次运行：
+        """, """
+        m = kernel_smoothing.measure()
+        print(T("softmax(q·k/√d) − Gaussian weights, equal-norm keys:",
+                "softmax(q·k/√d) − 高斯权重，范数相同的键："), fmt_num(m.gauss_err))
+        print(T("keys of different norms:", "范数不同的键："), fmt_num(m.gauss_err_unequal))
+        """),
+    Code("""
         r = run("kernel-smoothing", plot=False)
         report(r)
         """),
@@ -172,6 +209,21 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         高斯核相比较。它的对照是 $W^Q$、$W^K$ 停留在随机初始值的同一个估计量：造成差别的必须是
         学习，而不是核的形式。
         """),
+    *measured("learned_kernel", """
+        `measure` checks (a) attention against Nadaraya–Watson with the kernel
+        $e^{q \\cdot k / \\sqrt{d}}$, (b) the Gaussian and its key-norm factor, (c) learns
+        $W^Q$, $W^K$ by gradient descent and compares the test errors. With 30 steps:
+        """, """
+        `measure` 检验 (a) 注意力与核为 $e^{q \\cdot k / \\sqrt{d}}$ 的 Nadaraya–Watson
+        估计是否一致，(b) 高斯核与它的键范数因子，(c) 用梯度下降学习 $W^Q$、$W^K$，并比较测试误差。
+        训练 30 步：
+        """, """
+        m = learned_kernel.measure(steps=30)
+        print(T("attention − Nadaraya–Watson:", "注意力 − Nadaraya–Watson："), fmt_num(m.nw_error))
+        print(T("test error: best fixed Gaussian", "测试误差：最好的固定高斯核"),
+              fmt_num(m.mse_gaussian), T(", untrained", "，未训练"), fmt_num(m.mse_untrained),
+              T(", learned", "，学习后"), fmt_num(m.mse_learned))
+        """),
     Code("""
         r = run("learned-kernel")
         report(r)
@@ -195,6 +247,22 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         每读入一个词元就更新一次状态 $S, z$。两种形式必须完全一致，而循环形式的代价随 $N$ 线性增长，
         而不是平方增长。实验 `linear-attention` 比较这两种形式并统计 FLOPs；它的对照是一个先读取
         状态、再加入当前词元的循环网络。
+        """),
+    *measured("linear_attention", """
+        `measure` computes the causal linear attention of random $q, k, v$ in fp64 in the
+        parallel form and in the recurrent one (and in the control's), then times both and
+        counts their FLOPs at each length. Small:
+        """, """
+        `measure` 在 fp64 下对随机的 $q, k, v$ 计算因果线性注意力：并行形式、循环形式（以及对照的
+        形式），然后在每个长度上为两者计时并统计 FLOPs。小规模：
+        """, """
+        m = linear_attention.measure(n_exact=50, lengths=(256,), flop_lengths=(256, 512),
+                                     repeats=1)
+        print(T("recurrent − parallel:", "循环 − 并行："), fmt_num(m.recurrent_error),
+              T("(the control:", "（对照："), fmt_num(m.control_error) + T(")", "）"))
+        for f in m.flops:
+            print(f"N = {f.n}: FLOPs " + T("linear", "线性") + f" {fmt_num(f.linear)}, softmax "
+                  f"{fmt_num(f.softmax)}")
         """),
     Code("""
         r = run("linear-attention", lengths=(512, 1024, 2048), repeats=1, n_exact=100)

@@ -3,7 +3,7 @@
 Its cells in English and in Chinese (see build.py).
 """
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 06 positions: sinusoidal and RoPE
@@ -150,6 +150,22 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         从来不会精确地读出编码表），再比较最快的四分之一维度对与最慢的四分之一。`report`
         打印测量值、它的对照和结论；其下的各项检查是这条论断的另一半。
         """),
+    *measured("pe_frequency_roles", """
+        `measure` builds the table, decodes $\\Delta$ = 1 and $\\Delta$ = 1000 from every
+        dimension pair of random pairs of positions, with the read-out noise, and does the
+        same on the control table. Its code and a small run (the error is in units of
+        $\\Delta$, per pair, the fastest pair first):
+        """, """
+        `measure` 构造编码表，从随机的位置对中，用每个维度对解码 $\\Delta$ = 1 和
+        $\\Delta$ = 1000（带读出噪声），并在对照表上做同样的事。下面是它的代码和一次小规模运行
+        （误差以 $\\Delta$ 为单位，按维度对列出，最快的在前）：
+        """, """
+        m = pe_frequency_roles.measure(samples=200)
+        for i in (0, len(m.err_near) - 1):
+            print(T(f"pair {i}: wavelength", f"维度对 {i}：波长"), fmt_num(float(m.wavelength[i])),
+                  T(", error at Δ = 1:", "，Δ = 1 处的误差："), fmt_num(float(m.err_near[i])),
+                  T(", at Δ = 1000:", "，Δ = 1000 处："), fmt_num(float(m.err_far[i])))
+        """),
     Code("""
         r = run("pe-frequency-roles", samples=500)
         report(r)
@@ -172,6 +188,22 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         M = positional.relative_rotation(5, 32)
         print(T("max |PE[p+5] - M PE[p]| =", "max |PE[p+5] - M PE[p]| ="),
               float((pe64[5:] - pe64[:-5] @ M.T).abs().max()))
+        """),
+    *measured("pe_relative_position", """
+        The experiment `pe-relative-position` checks the rotation at every offset up to 64 on
+        the table in fp64, with the dot product $PE_p \\cdot PE_{p+k}$ over $p$, and the same
+        on its control. Its code and a smaller run:
+        """, """
+        实验 `pe-relative-position` 在 fp64 的编码表上检验直到 64 的每个偏移处的旋转，以及
+        $PE_p \\cdot PE_{p+k}$ 在各个 $p$ 上的取值，并在对照上做同样的事。下面是它的代码和一次
+        更小的运行：
+        """, """
+        m = pe_relative_position.measure(n_positions=128, embed_dim=32, max_offset=16)
+        print(T("largest |PE[p+k] − M_k PE[p]|, k ≤ 16:", "最大的 |PE[p+k] − M_k PE[p]|，k ≤ 16："),
+              fmt_num(max(o.err for o in m.offsets)))
+        print(T("the same on the control:", "对照上的同一误差："), fmt_num(m.ctrl_err))
+        """),
+    Code("""
         r = run("pe-relative-position")
         report(r)
         show(r)
@@ -191,6 +223,21 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         从未见过的更大位置上测试。它的查询和键只读取正弦编码表，所以等于 $M_{-k}$ 的查询投影在每个
         位置上都能找到往回 $k$ 个位置的键。作为比较，同一个模型改用可学习的绝对位置嵌入
         （`nn.Embedding`：从未见过的位置对应的行从未被训练）以同样方式训练。
+        """),
+    *measured("relative_position_learned", """
+        `measure` trains each model (sinusoidal positions, learned ones, and the control)
+        and tests it on the trained positions and on unseen ones. Thirty steps:
+        """, """
+        `measure` 训练每个模型（正弦位置编码、可学习的位置嵌入，以及对照），并在训练过的位置和
+        从未见过的位置上测试。训练三十步：
+        """, """
+        from attnlab.experiments.relative_position_learned import OffsetConfig
+
+        m = relative_position_learned.measure(config=OffsetConfig(steps=30), mixed=False)
+        for model in m.models:
+            print(f"{model.positions}, {model.qk}: " + T("accuracy, trained positions",
+                  "准确率，训练过的位置"), fmt_num(model.trained.accuracy),
+                  T(", unseen ones", "，从未见过的位置"), fmt_num(model.unseen.accuracy))
         """),
     Code("""
         r = run("relative-position-learned", mixed=False, plot=False)
@@ -212,7 +259,7 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         `RotaryEmbedding` 采用 Llama 的前后半分布局（第 $i$ 维与第 $i + d/2$ 维成对）。分数在
         $(m, n)$ 上的图沿对角线不变：
         """),
-    Code("""
+    by_hand("rope-relative", """
         rope = positional.RotaryEmbedding(16)
         qr, kr = torch.randn(16), torch.randn(16)
         pos = torch.arange(24)
@@ -223,6 +270,25 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         ax.set_ylabel(T("query position m", "查询位置 m"))
         ax.set_title(T("⟨R_m q, R_n k⟩", "⟨R_m q, R_n k⟩"))
         fig.colorbar(im, ax=ax)
+        plt.show()
+        spread = max(float(S.diagonal(o).std()) for o in range(-22, 23))
+        print(T("largest spread along a diagonal:", "沿一条对角线的最大离散："), fmt_num(spread))
+        """),
+    *measured("rope_relative", """
+        The experiment `rope-relative` makes this map in fp64 with attnlab's rotation and
+        measures the spread of the scores along each diagonal, and whether the rotation keeps
+        the norms; its control adds the positions to $q$ and $k$ instead. Its code and a
+        small run:
+        """, """
+        实验 `rope-relative` 在 fp64 下用 attnlab 的旋转画出这张图，测量分数沿每条对角线的离散，
+        以及旋转是否保持范数；它的对照改为把位置加到 $q$ 和 $k$ 上。下面是它的代码和一次小规模运行：
+        """, """
+        m = rope_relative.measure(head_dim=16, n_positions=32)
+        print(T("largest spread along a diagonal:", "沿一条对角线的最大离散："), fmt_num(m.spread),
+              T("(control:", "（对照："), fmt_num(m.control_spread) + T(")", "）"))
+        print(T("norm change under the rotation:", "旋转前后范数的变化："), fmt_num(m.norm_err))
+        """),
+    Code("""
         r = run("rope-relative")
         report(r)
         """),

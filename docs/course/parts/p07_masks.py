@@ -1,6 +1,6 @@
 """Part 7 of the course, Masks: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 07 masks
@@ -153,6 +153,24 @@ PART = Part(7, "masks", "Masks", "掩码", (
         **因果性是关于梯度的命题**：加了因果掩码，第 $t$ 个输出不依赖任何 $s > t$ 的输入。实验
         `masking` 测量所有 $s > t$ 上的 $\\sum |\\partial \\mathrm{out}_t / \\partial x_s|$（因果性
         要求它恰好为 0），以及它的对照上的同一个和：
+        """),
+    *measured("masking", """
+        `measure` builds an attnlab attention layer in fp64, applies random masks (the
+        boolean way, and the wrong ones: multiplied, added), takes the Jacobian of the outputs
+        with the causal mask and with the control's off-by-one mask, and feeds a fully masked
+        row. Its code and one run:
+        """, """
+        `measure` 在 fp64 下构造一个 attnlab 注意力层，施加随机掩码（布尔方式，以及错误的方式：
+        相乘、相加），在因果掩码和对照的错一位掩码下求输出的雅可比矩阵，并输入一整行都被遮蔽的行。
+        下面是它的代码和一次运行：
+        """, """
+        m = masking.measure()
+        print(T("weight on masked keys:", "被遮蔽的键上的权重："), fmt_num(m.masked_weight),
+              T("(mask multiplied in:", "（把掩码乘进去："), fmt_num(m.masked_weight_multiplied)
+              + T(")", "）"))
+        print(T("Σ|∂out_t/∂x_s| over s > t, causal:", "s > t 上的 Σ|∂out_t/∂x_s|，因果掩码："),
+              fmt_num(m.leak), T("(off-by-one control:", "（错一位的对照："),
+              fmt_num(m.leak_control) + T(")", "）"))
         """),
     Code("""
         r = run("masking")

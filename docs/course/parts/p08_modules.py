@@ -1,6 +1,6 @@
 """Part 8 of the course, The modules: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 08 the modules
@@ -182,6 +182,21 @@ PART = Part(8, "modules", "The modules", "模块", (
         清单必须与 attnlab 的模块相等。文章的调试技巧、关于 einsum 和 `contiguous()`
         的建议也一并检查。下表列出每次运行、它遇到的错误（及其在清单中的行号）和每处修正。
         """),
+    *measured("article_code", """
+        `measure` writes each listing into a fresh interpreter, runs it with attnlab's
+        weights, applies the fixes one by one, and compares every output with attnlab's
+        module, as well as the einsum formulation. Its code and one run:
+        """, """
+        `measure` 把每份清单写进一个全新的解释器，用 attnlab 的权重运行它，
+        逐一应用各处修正，并把每个
+        输出与 attnlab 的模块相比较，einsum 的写法也一样。下面是它的代码和一次运行：
+        """, """
+        m = article_code.measure()
+        print(T("listing 000 − attnlab, largest |Δ| of the outputs:",
+                "清单 000 − attnlab，输出的最大 |Δ|："), fmt_num(m.err0_out))
+        print(T("einsum − attnlab:", "einsum − attnlab："), fmt_num(m.einsum_err),
+              T("(wrong variant:", "（错误变体："), fmt_num(m.einsum_err_wrong) + T(")", "）"))
+        """),
     Code("""
         from attnlab.course import article_code_table
 
@@ -208,6 +223,20 @@ PART = Part(8, "modules", "The modules", "模块", (
         这里测得的时间比 分开 / 融合，以及机器的负载。它的对照用同样的方法给两份相同的实现计时：它们
         的比值就是计时本身的噪声，真正的差别必须超出它。换一台机器、换一个负载或者再运行一次，比值
         都会不同。
+        """),
+    *measured("fused_qkv_speed", """
+        `measure` times the fused projection, the separate one and the control's twin on one
+        CPU thread, interleaved, at each size, and keeps the best median of each. One tiny
+        size (the numbers vary from run to run):
+        """, """
+        `measure` 在单个 CPU 线程上、在每个规模下交替为融合投影、分开的投影和对照的孪生实现计时，并
+        保留各自最好的中位数。只取一个很小的规模（每次运行的数字都不同）：
+        """, """
+        m = fused_qkv_speed.measure(sizes=((1, 16, 64),), rounds=1, repeats=2, layers=False)
+        for case in m.sizes[0].cases:
+            print(f"{case.size}, {case.mode}: "
+                  + T("seconds per call, fused", "每次调用的秒数，融合"), fmt_num(case.fused),
+                  T(", separate", "，分开"), fmt_num(case.separate))
         """),
     Code("""
         from attnlab.course import timing_report

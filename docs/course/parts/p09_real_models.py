@@ -1,6 +1,6 @@
 """Part 9 of the course, Real models: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 09 real models
@@ -198,6 +198,21 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         各项检查在最后一层读取每个语境，并在中间层（网络的一半处）再读一次。这里的对照只抽取一次
         （`draws=1`，让笔记本运行得快一些）；`attnlab verify` 抽取多次并保留最有利的一次，
         是更严格的对照。图中是每一层的倾向。
+        """),
+    *measured("contextualisation", """
+        `measure` runs SmolLM2 on every sentence, takes the lean of 苹果 toward each anchor at
+        every layer, does the same on networks of the same shape with random weights (the
+        control), and computes the permutation p-values of the separation. Its code, then
+        one run with few permutations:
+        """, """
+        `measure` 在每个句子上运行 SmolLM2，取出每一层上「苹果」偏向各个锚点的倾向，在形状相同、
+        权重随机的网络上做同样的事（对照），并算出两类语境分离程度的置换检验 p 值。下面是它的代码，
+        然后是一次置换次数很少的运行：
+        """, """
+        m = contextualisation.measure(draws=1, permutations=99)
+        print(T("p-value of the separation, last layer:", "分离的 p 值，最后一层："),
+              fmt_num(float(m.p[-1])), T("(control:", "（对照："),
+              fmt_num(float(m.control_p[-1])) + T(")", "）"))
         """),
     Code("""
         r = run("contextualisation", draws=1)

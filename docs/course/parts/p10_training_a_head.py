@@ -1,6 +1,6 @@
 """Part 10 of the course, Training a head: its cells in English and in Chinese (see build.py)."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 10 training a head
@@ -26,6 +26,22 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         并复制紧随其后的词元。已知的解法需要两层 attnlab `GPT` 中两个协作的头：
         第 0 层的**前一个词元头**和第 1 层的**归纳头**。下面的训练很小（200 步；单元格会打印用时）；
         完整的训练是 `attnlab train --task induction`（600 步）。
+        """),
+    Text("""
+        `tr.train` repeats one step, `steps` times, logging and saving as it goes. Here is
+        that step, as attnlab runs it: set the learning rate (a linear warm-up), draw the
+        step's batch of the task, compute the loss on the scored positions, backpropagate,
+        clip the gradient's norm and let Adam update the weights.
+        """, """
+        `tr.train` 把同一个训练步重复 `steps` 次，一边记录、一边保存。
+        下面就是 attnlab 运行的这一步：
+        设定学习率（线性预热），取出这一步的任务批次，在需要打分的位置上算出损失，反向传播，
+        裁剪梯度的范数，再让优化器更新权重。
+        """),
+    Code("""
+        from attnlab.train import trainer
+
+        show_code(trainer._train_step)
         """),
     Code("""
         import tempfile

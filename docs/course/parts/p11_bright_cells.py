@@ -2,7 +2,7 @@
 and in Chinese (see build.py): value-weighted attention, rollout and the effect of hiding a
 token, measured on SmolLM2."""
 
-from cells import Code, Exercise, Part, Predict, Text  # noqa: F401
+from cells import Code, Exercise, Part, Predict, Text, by_hand, measured  # noqa: F401
 
 # ======================================================================================
 # 11 does a bright cell mean an important token?

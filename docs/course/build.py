@@ -82,9 +82,10 @@ def _code(src: str) -> str:
 #: (a notebook imports those its cells, exercises and answers use; ``setup`` always).
 _MODULES = (("math", "import math"), ("plt", "import matplotlib.pyplot as plt"),
             ("torch", "import torch"), ("attnlab", "import attnlab"))
+#: (``show_code`` and ``slider`` are imported by the cells that use them, so that the setup
+#: line stays one line)
 _HELPERS = ("T", "answered", "check_line", "fmt_num", "predicted", "report", "run", "show",
-            "show_code",
-            "show_checks", "slider")
+            "show_checks")
 #: The most lines the setup cell may have.
 SETUP_MAX_LINES = 10
 

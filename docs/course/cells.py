@@ -92,7 +92,8 @@ def measured(module: str, en: str, zh: str, call: str) -> tuple[Text, Code, Code
     verdict runs), and ``call``, a cell that runs it at a small size and prints a few of
     its named fields (``m = <module>.measure(...)``)."""
     return (Text(en, zh),
-            Code(f"from attnlab.experiments import {module}\n\nshow_code({module}.measure)"),
+            Code(f"from attnlab.course import show_code\nfrom attnlab.experiments import {module}"
+                 f"\n\nshow_code({module}.measure)"),
             Code(call))
 
 

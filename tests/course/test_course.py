@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -271,7 +272,9 @@ _ENGLISH_NAMES = {"attnlab", "softmax", "Transformer", "Nadaraya", "Watson", "KV
                   "einsum", "Python", "Llama", "Spearman", "GPT", "BERT", "CPU", "QK", "True",
                   "Instruct", "Kobayashi", "Abnar", "Zuidema", "SmolLM", "MiniLM", "RoPE",
                   "NaN", "PyTorch", "it", "animal", "street", "tired", "wide", "too", "the",
-                  "bool", "float", "view", "transpose", "all", "dv", "Lk", "GNN", "RNN", "fp"}
+                  "bool", "float", "view", "transpose", "all", "dv", "Lk", "GNN", "RNN", "fp",
+                  # the notebook applications a widget runs in, by their names
+                  "Jupyter", "JupyterLab", "Notebook", "VS", "Code"}
 #: What the Chinese notebooks never write: a part is 第 N 部分 (not 第 N 节, 本节), and a
 #: translator's note (本节统一译作 …) has no place in a textbook.
 _NOT_IN_A_TEXTBOOK = re.compile(r"第 ?\d+ ?节|本节|译作|译为|译法")
@@ -466,7 +469,32 @@ def _execute(part, lang, client):
         _run(client, solutions[(part.number, ex.key)])
         _run(client, build._code(ex.check))  # the reference answer passes
     _move_sliders(client, part)
+    _ask_the_widget(client, part)
     return elapsed
+
+
+#: The parts whose notebooks open the explorer as a live widget (``live``).
+WIDGET_PARTS = (9, 11)
+
+
+def _ask_the_widget(client, part):
+    """In the parts that open the explorer as a live widget, the widget ``live`` answers a
+    request of its page, in the kernel, with the trace's exact row (as ``attnlab serve``
+    would); elsewhere there is no ``live``."""
+    probe = _run(client, "print('live' in dir())").outputs[0]["text"].strip()
+    assert probe == str(part.number in WIDGET_PARTS), (part.stem, probe)
+    if part.number not in WIDGET_PARTS:
+        return
+    got = _run(client, textwrap.dedent("""
+        from attnlab.viz.codec import decode_blob as _decode
+        _api = next(iter(live.traces))
+        _r = live.answer({"kind": "attnlab-request", "id": 1, "api": _api, "path": "rows",
+                          "params": {"layer": 0, "head": 0, "queries": "5"}})
+        _got = _decode(_r["body"]["weights"]).float().reshape(-1)
+        _w = live.traces[_api].weights_rows(0, 0, [5])[0]
+        print(_r["status"], type(live).__name__, float((_got - _w).abs().max()) < 1e-6)
+        """)).outputs[0]["text"].split()
+    assert got == ["200", "ExplorerWidget", "True"], (part.stem, got)
 
 
 #: The parts whose notebooks have slider cells (attnlab.course.slider()), and how many.

@@ -88,6 +88,8 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         但不改变它们的大小顺序。
         """),
     Code("""
+        from attnlab.course import slider
+
         key_deg = torch.tensor([0.0, 60.0, 130.0, 200.0, 290.0])
         key_len = torch.tensor([1.0, 2.5, 1.0, 1.5, 0.7])
         keys2 = key_len[:, None] * torch.stack([torch.deg2rad(key_deg).cos(),
@@ -214,6 +216,8 @@ PART = Part(2, "dot_product_and_scaling", "The dot product and the √d_k argume
         softmax 饱和了）；缩放后，这一行在任何 $d_k$ 下都保持相同的分散程度。
         """),
     Code("""
+        from attnlab.course import slider
+
         g_sat = torch.Generator().manual_seed(4)
         q_sat, k_sat = torch.randn(1024, generator=g_sat), torch.randn(8, 1024, generator=g_sat)
 

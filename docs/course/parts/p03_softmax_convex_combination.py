@@ -158,6 +158,9 @@ PART = Part(3, "softmax_convex_combination", "Softmax as a convex combination",
         右图是决定它位置的权重。
         """),
     Code("""
+        from attnlab.course import slider
+
+
         def draw_temperature(tau):
             w_ = torch.softmax((K @ qv) / tau, dim=0)
             point = w_ @ V

@@ -102,6 +102,9 @@ PART = Part(6, "positions", "Positions: sinusoidal and RoPE", "位置：正弦�
         快的维度对（$i$ 小）在 64 个位置上转很多圈；慢的几乎不动。
         """),
     Code("""
+        from attnlab.course import slider
+
+
         def draw_pair(position, pair):
             ps = torch.arange(64)
             w_i = float(omega[pair])

@@ -163,6 +163,23 @@ PART = Part(9, "real_models", "Real models", "真实模型", (
         attnlab.Explorer(t, layer=L, head=Hd)
         """),
     Text("""
+        **The same page, live.** `attnlab.viz.widget.widget(trace)` is the explorer as a
+        Jupyter widget: instead of carrying only what fits in the page, it asks this kernel
+        for the exact row or tile you click, as `attnlab serve` would (JupyterLab, Notebook 7,
+        VS Code). On the course's site there is no kernel; the page above stands for it.
+        """, """
+        **同一个页面，实时版。** `attnlab.viz.widget.widget(trace)` 是作为 Jupyter 部件的探索器：
+        它不只带着页面装得下的数据，而是在你点选时向这个内核请求精确的行或块，就像
+        `attnlab serve` 那样（JupyterLab、Notebook 7、VS Code）。课程网站没有内核，上面的页面
+        代替它。
+        """),
+    Code("""
+        from attnlab.viz.widget import widget
+
+        live = widget(t, layer=L, head=Hd)
+        live
+        """),
+    Text("""
         **SmolLM2 and the article's example.** Article 000: 「比如“苹果”这个词，如果周围有“吃”字，
         它的输出向量就会向“水果”的语义空间偏移」. SmolLM2 reads Chinese; its byte-level
         tokenizer cuts a character into pieces, which the trace merges back (weights summed

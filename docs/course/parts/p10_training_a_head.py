@@ -39,6 +39,7 @@ PART = Part(10, "training_a_head", "Training a head", "训练一个头", (
         裁剪梯度的范数，再让优化器更新权重。
         """),
     Code("""
+        from attnlab.course import show_code
         from attnlab.train import trainer
 
         show_code(trainer._train_step)

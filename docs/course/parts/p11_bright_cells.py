@@ -15,20 +15,22 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         「精确地量化了序列中第 $i$ 个词对第 $j$ 个词的“关注程度”」, and article 001 says of the
         heatmap 「亮的区域就是模型聚焦的位置」. Every heatmap of this course draws the weights
         $\\alpha_{ij}$. But a weight is only half of what a head does: key $j$ adds
-        $\\alpha_{ij} \\, v_j W_O^h$ to row $i$'s residual stream, and a large weight can move a
-        small vector. Does a bright cell mean an important token? Three answers from the
-        literature, each computed here on SmolLM2: **value-weighted attention** (Kobayashi
-        et al. 2020), **rollout** over the layers (Abnar & Zuidema 2020), and the test that
-        decides: hide the token and measure what the model loses. The text is a short
-        paragraph of ordinary prose, cut to its first 64 tokens (small, so that the
-        measurement at the end runs in seconds), traced with one row per token piece
-        (`merge_pieces=False`).
+        $\\alpha_{ij} \\, v_j W_O^h$ to row $i$'s residual stream (the vector a token carries
+        from layer to layer: each layer adds its output to it, and the next layer reads it),
+        and a large weight can move a small vector. Does a bright cell mean an important
+        token? Three answers from the literature, each computed here on SmolLM2:
+        **value-weighted attention** (Kobayashi et al. 2020), **rollout** over the layers
+        (Abnar & Zuidema 2020), and the test that decides: hide the token and measure what
+        the model loses. The text is a short paragraph of ordinary prose, cut to its first
+        64 tokens (small, so that the measurement at the end runs in seconds), traced with
+        one row per token piece (`merge_pieces=False`).
         """, """
         文章 000 把注意力矩阵中的格子 $(i, j)$ 读作一种度量：
         「精确地量化了序列中第 $i$ 个词对第 $j$ 个词的“关注程度”」；文章 001 谈到热力图时说
         「亮的区域就是模型聚焦的位置」。本课程的每张热力图画的都是权重 $\\alpha_{ij}$。
         可是权重只是一个头所做之事的一半：键 $j$ 把 $\\alpha_{ij} \\, v_j W_O^h$ 加到第 $i$ 行的
-        残差流上，而很大的权重也可能只搬动一个很小的向量。亮的格子就是重要的词元吗？
+        残差流（一个词元从一层带到下一层的向量：每一层把自己的输出加到它上面，下一层再读它）上，
+        而很大的权重也可能只搬动一个很小的向量。亮的格子就是重要的词元吗？
         文献中有三种回答，这里都在 SmolLM2 上算出来：**值加权注意力**（Kobayashi 等，2020）、
         跨层的注意力展开（Abnar 与 Zuidema，2020），以及起决定作用的
         检验——把这个词元藏起来，测量模型损失了多少。所用的文本是一小段普通的英文叙述，截取前 64 个
@@ -282,6 +284,25 @@ PART = Part(11, "bright_cells", "Does a bright cell mean an important token?",
         这里的规模是故意取小的；`attnlab attribute` 在更长文本的每个键上做同样的测量。改动上面的
         文本、`targets` 或 `keys` 再运行一次：哪个分数胜出、它是否胜过随机排列组，要看这些数字，
         而不是热力图给人的印象。
+        """),
+    Text("""
+        **See it live.** The explorer's *attribution* view draws, for the query you click,
+        each key's weight, its value-weighted size and its rollout side by side. As a
+        Jupyter widget (`attnlab.viz.widget.widget`) it asks this kernel for the exact rows
+        of every head as you click, in JupyterLab, Notebook 7 and VS Code; on the course's
+        site, which has no kernel, the cell shows what it would open.
+        """, """
+        **实时查看。** 探索器的*归因*视图为你点选的查询并排画出每个键的权重、按值加权的大小和
+        注意力展开。作为 Jupyter 部件（`attnlab.viz.widget.widget`），你每点一次，它就向这个内核
+        请求每个头的精确行，可在 JupyterLab、Notebook 7 和 VS Code 中使用；课程网站没有内核，
+        这个单元格只显示它会打开的内容。
+        """),
+    Code("""
+        from attnlab.viz.payload import ExplorerConfig
+        from attnlab.viz.widget import widget
+
+        live = widget(t, config=ExplorerConfig(view="attribution"), layer=t.num_layers - 1)
+        live
         """),
     Exercise("ex1", """
         **Exercise 1.** Compute row `N - 1` of layer `L`'s value-weighted attention with

@@ -65,7 +65,7 @@ def resample(x: np.ndarray, rate_from: int, rate_to: int) -> np.ndarray:
     ((16000,), True)
     """
     for name, r in (("rate_from", rate_from), ("rate_to", rate_to)):
-        check_int(f"{name} (Hz)", r, minimum=1)
+        check_int(name, r, minimum=1)  # (in Hz)
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"x must be 1-D samples, got shape {x.shape}")

@@ -14,17 +14,41 @@ devices over the same tensors, and the storage is the one thing those views neve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from attnlab.core.scores import ScoreShape
 from attnlab.core.weights import shaped_weights
 
-if TYPE_CHECKING:  # (attention.py imports this module)
-    from attnlab.tracing.attention import AttentionTrace
+__all__ = ["DenseWeights", "Storage", "TraceParts", "WeightsFromQK", "storage_of"]
 
-__all__ = ["DenseWeights", "Storage", "WeightsFromQK", "storage_of"]
+
+class TraceParts(Protocol):
+    """What a storage reads of its trace (an
+    :class:`~attnlab.tracing.attention.AttentionTrace`, which imports this module)."""
+
+    @property
+    def _pieces_q(self) -> int: ...
+    @property
+    def _pieces_k(self) -> int: ...
+    @property
+    def _shapes(self) -> Sequence[ScoreShape]: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def _q(self) -> Tensor: ...
+    def layer_tensor(self, name: str, layer: int) -> Tensor: ...
+    def kv_head(self, head: int) -> int: ...
+    def _on_device(self, positions: Tensor) -> Tensor: ...
+    def _tiled_head(self, layer: int, head: int) -> Tensor: ...
+    def _dense_kept(self) -> Tensor: ...
 
 
 class Storage(Protocol):
@@ -35,25 +59,25 @@ class Storage(Protocol):
     #: the weights are computed from q, k and the lse (not read)
     from_qk: bool
 
-    def piece_rows(self, trace: AttentionTrace, layer: int, head: int, rows: Tensor,
+    def piece_rows(self, trace: TraceParts, layer: int, head: int, rows: Tensor,
                    cols: Tensor | None) -> Tensor:
         """Weights (R, C) float32 of pieces ``rows`` x ``cols`` (every key when None);
         ``rows`` and ``cols`` are positions on the host."""
         ...
 
-    def layer_weights(self, trace: AttentionTrace, layer: int) -> Tensor:
+    def layer_weights(self, trace: TraceParts, layer: int) -> Tensor:
         """(H, Lq, Lk) float32 weights of every head of one layer, in pieces."""
         ...
 
-    def head_weights(self, trace: AttentionTrace, layer: int, head: int) -> Tensor:
+    def head_weights(self, trace: TraceParts, layer: int, head: int) -> Tensor:
         """The dense (Lq, Lk) float32 weights of one head, in pieces."""
         ...
 
-    def first(self, trace: AttentionTrace) -> Tensor:
+    def first(self, trace: TraceParts) -> Tensor:
         """The tensor that gives the trace's (L, H) and its device."""
         ...
 
-    def kept(self, trace: AttentionTrace) -> Tensor | None:
+    def kept(self, trace: TraceParts) -> Tensor | None:
         """The dense (L, H, Lq, Lk) weights as kept, or None when they are computed."""
         ...
 
@@ -64,21 +88,21 @@ class DenseWeights:
     kind = "dense weights"
     from_qk = False
 
-    def piece_rows(self, trace: AttentionTrace, layer: int, head: int, rows: Tensor,
+    def piece_rows(self, trace: TraceParts, layer: int, head: int, rows: Tensor,
                    cols: Tensor | None) -> Tensor:
         w = trace.layer_tensor("weights", layer)[head].index_select(0, trace._on_device(rows))
         return (w if cols is None else w.index_select(1, trace._on_device(cols))).float()
 
-    def layer_weights(self, trace: AttentionTrace, layer: int) -> Tensor:
+    def layer_weights(self, trace: TraceParts, layer: int) -> Tensor:
         return trace.layer_tensor("weights", layer).float()
 
-    def head_weights(self, trace: AttentionTrace, layer: int, head: int) -> Tensor:
+    def head_weights(self, trace: TraceParts, layer: int, head: int) -> Tensor:
         return trace.layer_tensor("weights", layer)[head].float()
 
-    def first(self, trace: AttentionTrace) -> Tensor:
+    def first(self, trace: TraceParts) -> Tensor:
         return trace._dense_kept()
 
-    def kept(self, trace: AttentionTrace) -> Tensor | None:
+    def kept(self, trace: TraceParts) -> Tensor | None:
         return trace._dense_kept()
 
 
@@ -90,7 +114,7 @@ class WeightsFromQK:
     kind = "q, k, lse"
     from_qk = True
 
-    def piece_rows(self, trace: AttentionTrace, layer: int, head: int, rows: Tensor,
+    def piece_rows(self, trace: TraceParts, layer: int, head: int, rows: Tensor,
                    cols: Tensor | None) -> Tensor:
         nq, nk = trace._pieces_q, trace._pieces_k
         shape = trace._shapes[layer]
@@ -112,7 +136,7 @@ class WeightsFromQK:
                                            cols=torch.arange(c0, c1), head=head, lq=nq, lk=nk)
         return out
 
-    def layer_weights(self, trace: AttentionTrace, layer: int) -> Tensor:
+    def layer_weights(self, trace: TraceParts, layer: int) -> Tensor:
         group = trace.num_heads // trace.num_kv_heads
         k = trace.layer_tensor("k", layer).repeat_interleave(group, dim=0)  # (H, Lk, d)
         return shaped_weights(trace.layer_tensor("q", layer), k,
@@ -121,13 +145,13 @@ class WeightsFromQK:
                               head=torch.arange(trace.num_heads), lq=trace._pieces_q,
                               lk=trace._pieces_k)
 
-    def head_weights(self, trace: AttentionTrace, layer: int, head: int) -> Tensor:
+    def head_weights(self, trace: TraceParts, layer: int, head: int) -> Tensor:
         return trace._tiled_head(layer, head)
 
-    def first(self, trace: AttentionTrace) -> Tensor:
+    def first(self, trace: TraceParts) -> Tensor:
         return trace._q
 
-    def kept(self, trace: AttentionTrace) -> Tensor | None:
+    def kept(self, trace: TraceParts) -> Tensor | None:
         return None
 
 

@@ -261,8 +261,8 @@ PART = Part(5, "graph_and_kernel_smoothing", "Attention as a graph and as kernel
         print(T("recurrent − parallel:", "循环 − 并行："), fmt_num(m.recurrent_error),
               T("(the control:", "（对照："), fmt_num(m.control_error) + T(")", "）"))
         for f in m.flops:
-            print(f"N = {f.n}: FLOPs " + T("linear", "线性") + f" {fmt_num(f.linear)}, softmax "
-                  f"{fmt_num(f.softmax)}")
+            print(f"N = {f.n}: FLOPs " + T("linear", "线性") + f" {fmt_num(f.linear)}"
+                  + T(", softmax ", "，softmax ") + fmt_num(f.softmax))
         """),
     Code("""
         r = run("linear-attention", lengths=(512, 1024, 2048), repeats=1, n_exact=100)

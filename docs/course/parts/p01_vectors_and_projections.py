@@ -150,12 +150,12 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         $W^Q$, $W^K$, $W^V$ are three 4-dimensional subspaces of $\\mathbb{R}^8$; their
         *principal angles* (notebook 04 builds them) say how far apart they are: 0° for a
         shared direction, 90° for orthogonal ones. The cell prints them at random
-        initialisation, and whether every one is clearly between the two.
+        initialisation, with the smallest and the largest.
         """, """
         **三个不同的子空间——差别有多大？** 文章说投影让词「在三个不同的几何空间中」扮演不同角色。
         第 0 个头的 $W^Q$、$W^K$、$W^V$ 的行空间是 $\\mathbb{R}^8$ 中的三个 4 维子空间，它们之间的
         *主夹角*（第 04 部分会构造）说明它们相距多远：共有的方向为 0°，正交的方向为 90°。
-        下面的单元格打印随机初始化时的主夹角，以及它们是否都明显介于两者之间。
+        下面的单元格打印随机初始化时的主夹角，以及其中最小和最大的一个。
         """),
     Code("""
         def principal_angles(A, B):
@@ -167,9 +167,14 @@ PART = Part(1, "vectors_and_projections", "Vectors and projections", "向量与�
         qk, qv = principal_angles(W_q0, W_k0), principal_angles(W_q0, W_v0)
         print("Q-K:", qk.round().tolist())
         print("Q-V:", qv.round().tolist())
-        between = bool(((torch.cat([qk, qv]) > 1) & (torch.cat([qk, qv]) < 89)).all())
-        print(T("every angle more than 1° away from both 0° and 90°:",
-                "每个主夹角与 0° 和 90° 都相差 1° 以上："), between)
+        angles = torch.cat([qk, qv])
+        print(T("smallest and largest angle (°):", "最小与最大的主夹角（°）："),
+              round(float(angles.min()), 2), round(float(angles.max()), 2))
+        print(T("Neither one subspace (every angle 0°) nor orthogonal ones (every angle 90°): "
+                "random subspaces of R^8 meet at angles spread between the two, and the "
+                "smallest can come close to 0° by chance.",
+                "既不是同一个子空间（主夹角全为 0°），也不是相互正交的子空间（全为 90°）："
+                "R^8 中随机子空间的主夹角分布在两者之间，最小的一个也可能偶然接近 0°。"))
         """),
     Exercise("ex1", """
         **Exercise 1.** Compute head 1's queries `ex1_q1` (N × d_k) from `X` and `W_q` by

@@ -18,10 +18,12 @@ body is over 10 bytes
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 __all__ = ["ArgumentError", "ArgumentTypeError", "AttnlabWarning", "Error", "Refused",
-           "check_int", "check_optional_int"]
+           "check_int", "check_optional_int", "check_real"]
 
 
 class Error(ValueError):
@@ -119,6 +121,56 @@ def check_optional_int(name: str, value: object, *, minimum: int | None = 0,
     """
     return None if value is None else check_int(name, value, minimum=minimum,
                                                 maximum=maximum)
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return ""
+
+
+def check_real(name: str, value: object, *, low: float | None = None,
+               high: float | None = None, low_open: bool = False, high_open: bool = False,
+               finite: bool = True, nonzero: bool = False) -> float:
+    """``value`` as a float if it is a real number (an int or a float, not a bool) that is
+    finite (unless ``finite=False``), non-zero when ``nonzero``, and within ``low`` and
+    ``high`` (None: no bound; ``low_open``/``high_open``: the bound itself excluded); else
+    :class:`ArgumentTypeError` (a wrong type) or :class:`ArgumentError` (a value out of
+    range, or NaN), naming ``name``, what was expected and what was received.
+
+    >>> check_real("dropout", 0.1, low=0, high=1, high_open=True)
+    0.1
+    >>> check_real("dropout", 1.0, low=0, high=1, high_open=True)
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentError: dropout must be a float in [0, 1), got 1.0
+    >>> check_real("eps", 0, low=0, low_open=True)
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentError: eps must be a finite float > 0, got 0.0
+    >>> check_real("scale", "1")
+    Traceback (most recent call last):
+    ...
+    attnlab.ArgumentTypeError: scale must be a finite float, got str '1'
+    """
+    bound = _interval(low, high, low_open, high_open)
+    kind = ("a finite " if finite and (low is None or high is None) else "a ") + (
+        "non-zero float" if nonzero else "float")
+    want = f"{kind} {bound}".rstrip()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be {want}, got {type(value).__name__} "
+                                f"{value!r}")
+    x = float(value)
+    bad = (math.isnan(x) or (finite and math.isinf(x)) or (nonzero and x == 0.0)
+           or (low is not None and (x <= low if low_open else x < low))
+           or (high is not None and (x >= high if high_open else x > high)))
+    if bad:
+        raise ArgumentError(f"{name} must be {want}, got {x!r}")
+    return x
 
 
 # the public spelling (``attnlab.Error``), in tracebacks too (doctest therefore runs the

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from attnlab._errors import check_int, check_optional_int
+from attnlab._errors import check_int, check_optional_int, check_real
 
 _T = TypeVar("_T")
 
-__all__ = ["check_instance", "check_int", "check_optional_int"]
+__all__ = ["check_instance", "check_int", "check_optional_int", "check_real"]
 
 
 def check_instance(name: str, value: object, cls: type[_T]) -> _T:

@@ -15,13 +15,13 @@ Plain attention is ``G = 1``.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterator
 from typing import cast, overload
 
 import torch
 from torch import Tensor
 
+from attnlab.core._checks import check_int, check_real
 from attnlab.core.masks import _band, causal, combine
 
 # --------------------------------------------------------------------------------------
@@ -36,11 +36,7 @@ def default_scale(head_dim: int) -> float:
     >>> default_scale(64)
     0.125
     """
-    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral):
-        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__}")
-    if head_dim < 1:
-        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
-    return 1.0 / math.sqrt(int(head_dim))
+    return 1.0 / math.sqrt(check_int("head_dim", head_dim, minimum=1))
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -53,22 +49,11 @@ def _check_scale(scale: object, head_dim: int) -> float:
     """None -> the default; otherwise a finite, non-zero real number."""
     if scale is None:
         return default_scale(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    value = float(scale)
-    if not math.isfinite(value) or value == 0.0:
-        raise ValueError(f"scale must be a finite, non-zero float or None, got {value}")
-    return value
+    return check_real("scale", scale, nonzero=True)
 
 
 def _check_dropout(dropout_p: object) -> float:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"dropout_p must be a float in [0, 1), got {type(dropout_p).__name__}"
-                        f" {dropout_p!r}")
-    value = float(dropout_p)
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {value}")
-    return value
+    return check_real("dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
 
 
 def _qkv_tensor(name: str, t: object) -> Tensor:

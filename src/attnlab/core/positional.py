@@ -14,12 +14,11 @@ Each (sin, cos) pair is a point on a circle turning at angular frequency
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.core._checks import check_int
+from attnlab.core._checks import check_int, check_real
 
 __all__ = [
     "frequencies",
@@ -41,12 +40,7 @@ def _check_dim(name: str, d: object, *, even: bool = True) -> int:
 
 
 def _check_real(name: str, x: object) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    value = float(x)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
+    return check_real(name, x)
 
 
 def _check_tensor(name: str, x: object) -> Tensor:

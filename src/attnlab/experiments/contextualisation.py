@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab._errors import check_int
 from attnlab.models import ModelNotAvailableError, load
 
 from ._common import check_ge, check_le, label_axes, new_figure, seeded
@@ -455,12 +456,8 @@ def measure(
 ) -> ContextualisationMeasurement:
     """The leans of 苹果 on SmolLM2 and on ``draws`` control networks, and the
     permutation p-values of the separation (arguments: see :func:`run`)."""
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
-        raise ValueError(f"draws must be an int ≥ 1 (random networks for the control), got "
-                         f"{draws!r}")
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be an int ≥ 1 (random relabellings), got "
-                         f"{permutations!r}")
+    check_int("draws", draws, minimum=1)  # random networks for the control
+    check_int("permutations", permutations, minimum=1)  # random relabellings
     if shuffle_labels:
         fruit, company = shuffled(fruit, company, seed)
     try:

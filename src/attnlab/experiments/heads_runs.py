@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnlab._errors import check_int
 from attnlab.core.functional import count_flops
 from attnlab.nn import GPT, GPTConfig, MultiHeadAttention
 from attnlab.train.tasks import get_task
@@ -56,9 +57,7 @@ class HeadsConfig:
             raise ValueError(f"tasks must be a non-empty tuple of {sorted(TASK_ZH)}, got "
                              f"{self.tasks!r}")
         for name in ("seeds", "num_heads", "embed_dim", "steps", "batch", "eval_batch"):
-            v, least = getattr(self, name), 0 if name == "steps" else 1
-            if isinstance(v, bool) or not isinstance(v, int) or v < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
+            check_int(name, getattr(self, name), minimum=0 if name == "steps" else 1)
         if self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim={self.embed_dim} must be divisible by "
                              f"num_heads={self.num_heads}")

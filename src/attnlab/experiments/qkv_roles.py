@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from attnlab._errors import check_int
 from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
 
 from ._common import check_ge, check_le, expect_type, label_axes, new_figure, seeded
@@ -109,9 +110,7 @@ class RolesConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_values", "seq_len", "embed_dim", "steps", "batch", "eval_batch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(name, getattr(self, name), minimum=1)
         if self.seq_len % 2:
             raise ValueError(f"seq_len must be even (swap pairs positions), got {self.seq_len}")
 

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnlab._errors import check_int
+
 #: Smallest margin of the per-context checks (a lean of exactly 0 is no lean).
 MARGIN = 1e-3
 #: Random relabellings of the contexts for the separation's permutation p-value (seeded).
@@ -27,8 +29,7 @@ def permutation_p(fruit: Tensor, company: Tensor, permutations: int = PERMUTATIO
     >>> float(permutation_p(f, c, 99)[0]) < 0.3, float(permutation_p(c, f, 99)[0])
     (True, 1.0)
     """
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise ValueError(f"permutations must be an int ≥ 1, got {permutations!r}")
+    check_int("permutations", permutations, minimum=1)
     pooled = torch.cat([fruit, company])  # (S, L + 1)
     n_f = fruit.shape[0]
     g = torch.Generator().manual_seed(seed)

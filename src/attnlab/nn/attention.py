@@ -33,7 +33,6 @@ the factor its scores are multiplied by.
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import cast
 
@@ -42,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab._errors import Error
-from attnlab.core._checks import check_int
+from attnlab.core._checks import check_int, check_real
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine
 from attnlab.core.positional import RotaryEmbedding
@@ -89,13 +88,7 @@ def _check_heads(embed_dim: object, num_heads: object) -> tuple[int, int]:
 
 
 def _check_dropout(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}"
-        )
-    if not 0.0 <= value < 1.0:  # also refuses NaN
-        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
-    return float(value)
+    return check_real(name, value, low=0.0, high=1.0, high_open=True)
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -428,12 +421,7 @@ class MultiHeadAttention(nn.Module):
 
         Article 001's tip: a small gain (e.g. 0.02) gives near-uniform initial attention.
         """
-        if gain is not None and (
-            isinstance(gain, bool) or not isinstance(gain, (int, float))
-            or not math.isfinite(gain) or gain <= 0
-        ):
-            raise ValueError(f"init_gain must be a positive finite float or None, got {gain!r}")
-        g = 1.0 if gain is None else float(gain)
+        g = 1.0 if gain is None else check_real("init_gain", gain, low=0.0, low_open=True)
         for lin in self._projections():
             nn.init.xavier_uniform_(lin.weight, gain=g)
             if lin.bias is not None:

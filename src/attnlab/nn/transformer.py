@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.core._checks import check_instance, check_int, check_optional_int
+from attnlab._errors import ArgumentError, ArgumentTypeError
+from attnlab.core._checks import check_instance, check_int, check_optional_int, check_real
 from attnlab.core.positional import RotaryEmbedding, SinusoidalPositionalEncoding
 from attnlab.nn.attention import (
     KVCache,
@@ -60,10 +61,7 @@ def _torch_activation(layer: nn.Module) -> str:
 
 
 def _check_eps(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite float, got {value!r}")
-    return float(value)
+    return check_real(name, value, low=0.0, low_open=True)
 
 
 class FeedForward(nn.Module):
@@ -393,12 +391,6 @@ class _Block(nn.Module):
         return x + self.dropout(self.mlp(self.ln_2(x)))
 
 
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    return float(value)
-
-
 class GPT(nn.Module):
     """Decoder-only Transformer (pre-LN, tied embeddings), as in nanoGPT.
 
@@ -489,10 +481,12 @@ class GPT(nn.Module):
                 f"{idx.shape[1]} prompt + {max_new_tokens} new tokens (max_new_tokens) exceed "
                 f"block_size={self.config.block_size}"
             )
-        t = _check_real("temperature", temperature)
-        if not math.isfinite(t) or t <= 0:
-            raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for "
-                             f"the most likely token), got {temperature!r}")
+        try:
+            t = check_real("temperature", temperature, low=0.0, low_open=True)
+        except ArgumentTypeError:
+            raise
+        except ArgumentError as e:
+            raise ArgumentError(f"{e} (greedy=True picks the most likely token)") from None
         check_optional_int("top_k", top_k, minimum=1)
         _check_bool("greedy", greedy)
         _check_bool("use_cache", use_cache)

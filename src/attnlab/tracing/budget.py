@@ -72,7 +72,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from attnlab._errors import Error, check_int
+from attnlab._errors import ArgumentTypeError, Error, check_int
 
 __all__ = [
     "DENSE_MASK_ENTRIES",
@@ -194,11 +194,9 @@ def resolve_budget(budget: int | str | None, *, name: str = "max_memory") -> int
     if isinstance(budget, str):
         return parse_memory(budget, name=name)
     if isinstance(budget, bool) or not isinstance(budget, int):
-        raise TypeError(f"{name} must be a number of bytes, a size string such as '4GB', or "
-                        f"None, got {type(budget).__name__}")
-    if budget < 1:
-        raise ValueError(f"{name} must be a positive number of bytes, got {budget}")
-    return budget
+        raise ArgumentTypeError(f"{name} must be a number of bytes, a size string such as "
+                                f"'4GB', or None, got {type(budget).__name__}")
+    return check_int(name, budget, minimum=1)
 
 
 # --------------------------------------------------------------------------------------

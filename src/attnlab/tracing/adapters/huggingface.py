@@ -7,14 +7,15 @@ implementation named ``"attnlab"`` in both (inert for every model whose config d
 name it) and, while capturing, points the configs of the observed attention modules at it
 and marks those modules. Then, for each attention call:
 
-* the **mask function** (called once per forward and mask kind) recognises the model's
-  rule (bidirectional, causal, causal sliding window, or a band around each query as
-  ModernBERT's local layers use), checks it exactly against the model's own mask function
-  tile by tile, and returns the model's own eager mask labelled with the rule and the
-  padding's key mask, so that a model that builds something from its mask (Doge) builds it
-  from the real one. Above :data:`DENSE_MASK_MAX_ENTRIES` it returns only the labelled
-  (B, 1, 1, Lk) key mask (O(N)); a model that then changes its mask is refused. A mask no
-  rule describes is the model's own, unlabelled, kept densely (short inputs only);
+* the **mask function** (called once per forward and mask kind;
+  :mod:`attnlab.tracing.adapters._hf_masks`) recognises the model's rule (bidirectional,
+  causal, causal sliding window, or a band around each query as ModernBERT's local layers
+  use), checks it exactly against the model's own mask function tile by tile, and returns
+  the model's own eager mask labelled with the rule and the padding's key mask, so that a
+  model that builds something from its mask (Doge) builds it from the real one. Above
+  :data:`DENSE_MASK_MAX_ENTRIES` it returns only the labelled (B, 1, 1, Lk) key mask
+  (O(N)); a model that then changes its mask is refused. A mask no rule describes is the
+  model's own, kept densely (short inputs only);
 * the **attention function** reads the call: scale (any ``scaling``), soft-cap, sliding
   window, a position bias, sink logits (``s_aux``, or per-row ``sinks``). It computes the
   attention without an N x N tensor: up to :data:`EAGER_ORDER_MAX_TOKENS` tokens in the
@@ -37,18 +38,34 @@ and marks those modules. Then, for each attention call:
   map and is recorded once), and returns the output the model expects; while captured,
   the model returns no attention weights (``output_attentions``).
 
-  For a model run in half precision (bfloat16, float16: :func:`~attnlab.tracing.precision
-  .is_half`) the recorded log-sum-exp is computed in float32 from the float32 q and k the
-  trace stores, under the recorded score shapes, by tiles of rows
-  (:func:`~attnlab.tracing.adapters._base.exact_lse`), in both paths: the model's own comes
-  from its scores rounded in its dtype, and ``exp(s − lse)`` of the trace's float32 scores
-  would not sum to 1. The output handed back to the model is still the one its eager path
-  computes in its dtype. The check against eager then holds attnlab's weights to the bound
-  of :mod:`attnlab.tracing.precision`, entry by entry.
+  For a model run in half precision (bfloat16, float16:
+  :func:`~attnlab.tracing.precision.is_half`) the recorded log-sum-exp is computed in
+  float32 from the float32 q and k the trace stores, under the recorded score shapes, by
+  tiles of rows (:func:`~attnlab.tracing.adapters._base.exact_lse`), in both paths: the
+  model's own comes from its scores rounded in its dtype, and ``exp(s − lse)`` of the
+  trace's float32 scores would not sum to 1. The output handed back to the model is still
+  the one its eager path computes in its dtype. The check against eager then holds
+  attnlab's weights to the bound of :mod:`attnlab.tracing.precision`, entry by entry.
+
+How the attention function knows a mask's label. transformers hands the mask function
+the model's config (its ``config`` argument) and the attention function the module (whose
+``config`` is the same object) and the mask the model passes: nothing else is common to
+the two calls, and nothing rides on the mask tensor. Each capture's attach makes one
+:class:`~attnlab.tracing.adapters._hf_masks.MaskLabels` (the rule, the real keys and
+whether the mask is only the compact key mask, of each mask handed out, held by weak
+reference to it: as long as the model holds the mask, that is its forward), and each route
+of a config to attnlab registers it in
+:data:`~attnlab.tracing.adapters._hf_masks.ROUTES` until the capture removes its handles;
+both functions look it up there from the config and take it as an argument from then on.
+A mask with no label that reaches the attention while a compact mask of the same capture
+is still held was built by the model from that compact mask, which lacks the rule: that is
+the refusal above. The capture's sink is out of the mask function's reach (it sees no
+module, only the config), and a label set on the tensor or a flag per thread would be
+state that no signature shows and no capture owns.
 
 A module whose modeling file has no attention interface or no ``eager_attention_forward``
-is not read here (:func:`unreadable_reason` says why); :mod:`attnlab.tracing.adapters
-.inline` reads some of them, and capture refuses the others before the model runs.
+is not read here (:func:`unreadable_reason` says why); :mod:`attnlab.tracing.adapters.inline`
+reads some of them, and capture refuses the others before the model runs.
 
 Everything is put back in ``finally``. The helpers that describe a Hugging Face model
 (:func:`is_causal_config`, :func:`max_length`, :func:`describe_model`) live here too, so
@@ -59,7 +76,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, cast
@@ -70,7 +86,7 @@ from torch import Tensor, nn
 from attnlab._text import one_line
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine, from_torch_key_padding_mask
-from attnlab.core.scores import ScoreShape, row_tiles
+from attnlab.core.scores import ScoreShape
 from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
@@ -97,6 +113,7 @@ from attnlab.tracing.adapters._hf_describe import (
     is_hf_module,
     max_length,
 )
+from attnlab.tracing.adapters._hf_masks import ROUTES, MaskLabels, model_mask
 from attnlab.tracing.precision import is_half, row_score_error, weight_bound
 
 __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
@@ -105,9 +122,23 @@ __all__ = ["ADAPTER", "CAUSAL_TYPES", "CHECK_TOKENS", "DENSE_MASK_MAX_ENTRIES",
 
 #: The name under which attnlab registers its attention and mask functions.
 IMPLEMENTATION = "attnlab"
+#: Up to this many tokens (queries and keys) the attention of a captured Hugging Face model
+#: is computed in the eager order (:func:`~attnlab.tracing.adapters._eager.eager_order`:
+#: the model's outputs equal its eager path's bit for bit); above it, by attnlab's core
+#: attention (torch's fused CPU kernel or the chunked backend), whose float32 rounding
+#: differs from eager's as the model's own ``sdpa`` path does, and whose cost does not grow
+#: with a materialised tile of scores.
+EAGER_ORDER_MAX_TOKENS = 2048
+#: Up to this many entries (batch x queries x keys) the mask function hands the model its
+#: own eager mask (labelled with the rule it follows), so that a model that changes the mask
+#: before its attention changes the real one; above it only the (B, 1, 1, Lk) key mask.
+DENSE_MASK_MAX_ENTRIES = 1 << 22
+#: Each attention call is also run through the module's own ``eager_attention_forward`` on
+#: its first this-many tokens (queries and keys), and attnlab's weights and output must
+#: equal it there: a module that shapes its scores in a way attnlab does not record is
+#: refused, never traced wrongly.
+CHECK_TOKENS = 32
 _OBSERVERS = "_attnlab_observers"  # attribute on an observed attention module
-_RULE = "_attnlab_rule"  # attribute on a mask our mask function returned: (causal, window)
-_KEYS = "_attnlab_keys"  # attribute on a mask our mask function returned: (B, Lk) real keys
 _LAST = "_attnlab_last"  # on an observed module: the q, k and mask of its last call
 # on an observed module: the kinds of call already checked against eager in this capture
 # (a prompt; a decoding step through the cache; each rule, dtype and argument set apart)
@@ -117,114 +148,39 @@ _CHECKED = "_attnlab_checked"
 # -- the mask function ------------------------------------------------------------------------
 
 
-def _mask_rows(fn: Any, b: int, lk: int, q_off: int, kv_off: int, r0: int, r1: int) -> Tensor:
-    """(B, R, Lk) bool: the model's mask function over rows [r0, r1), no padding."""
-    bi = torch.arange(b)[:, None, None, None]
-    hi = torch.zeros(1, 1, 1, 1, dtype=torch.long)
-    qi = (torch.arange(r0, r1) + q_off)[None, None, :, None]
-    kv = (torch.arange(lk) + kv_off)[None, None, None, :]
-    # on the host whatever the mask function indexes (a padding mask on the model's device)
-    return torch.as_tensor(fn(bi, hi, qi, kv)).to("cpu").expand(b, 1, r1 - r0, lk)[:, 0]
-
-
-def _infer_rule(fn: Any, b: int, lq: int, lk: int, q_off: int, kv_off: int
-                ) -> tuple[bool, int | None] | None:
-    """(causal, window) if the mask function is exactly that rule, else None."""
-    try:
-        first = _mask_rows(fn, b, lk, q_off, kv_off, 0, 1)[:, 0]  # (B, Lk)
-        last = _mask_rows(fn, b, lk, q_off, kv_off, lq - 1, lq)[:, 0]
-    except Exception:  # a mask function that needs vmap or data we cannot index
-        return None
-    seen_last, seen_first = int(last[0].sum()), int(first[0].sum())
-    candidates: list[tuple[bool, int | None]] = [(False, None), (True, None)]
-    if 0 < seen_last < lk:
-        candidates.append((True, seen_last))
-    if 0 < seen_first < lk:  # a band around each query (bidirectional local attention)
-        candidates.append((False, seen_first))
-    for causal, window in candidates:
-        rule = ScoreShape(scale=1.0, causal=causal, window=window)
-        ok = True
-        for r0, r1, got in ((0, 1, first[:, None]), (lq - 1, lq, last[:, None])):
-            want = rule.visible(torch.arange(r0, r1), None, lq=lq, lk=lk)
-            if not bool((got == (True if want is None else want)).all()):
-                ok = False
-                break
-        if not ok:
-            continue
-        for r0, r1 in row_tiles(lq, lk):  # exactly, every row, one tile at a time
-            want = rule.visible(torch.arange(r0, r1), None, lq=lq, lk=lk)
-            got = _mask_rows(fn, b, lk, q_off, kv_off, r0, r1)
-            if not bool((got == (True if want is None else want)).all()):
-                ok = False
-                break
-        if ok:
-            return causal, window
-    return None
-
-
 def _mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
           kv_offset: int = 0, mask_function: Any = None, attention_mask: Tensor | None = None,
           use_vmap: bool = False, device: Any = "cpu", dtype: torch.dtype = torch.float32,
-          **kwargs: Any) -> Tensor:
-    """transformers' mask interface: the model's own eager mask labelled with its rule, or
-    for long inputs only the labelled (B, 1, 1, Lk) key mask; a mask no rule describes is
-    the model's own eager mask, unlabelled."""
-    from transformers.masking_utils import causal_mask_function, eager_mask, prepare_padding_mask
-
-    fn = mask_function if mask_function is not None else causal_mask_function
-    q_offset, kv_offset = int(q_offset), int(kv_offset)
-    rule = None if use_vmap else _infer_rule(fn, batch_size, q_length, kv_length, q_offset,
-                                             kv_offset)
-    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-    if padding is None:
-        keys = torch.ones(batch_size, kv_length, dtype=torch.bool, device=device)
-    else:
-        keys = padding[:, kv_offset: kv_offset + kv_length].to(device=device, dtype=torch.bool)
-    if rule is None or batch_size * q_length * kv_length <= DENSE_MASK_MAX_ENTRIES:
-        m = eager_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                       q_offset=q_offset, kv_offset=kv_offset, mask_function=fn,
-                       attention_mask=attention_mask, dtype=dtype, use_vmap=use_vmap,
-                       device=device)
-        _STATE.compact = False
-        if rule is None:
-            return m
-    else:
-        m = torch.zeros(batch_size, 1, 1, kv_length, dtype=dtype, device=device)
-        m.masked_fill_(~keys[:, None, None, :], torch.finfo(dtype).min)
-        _STATE.compact = True
-    setattr(m, _RULE, rule)
-    setattr(m, _KEYS, keys)
-    return m
+          config: Any = None, **kwargs: Any) -> Tensor:
+    """transformers' mask interface: :func:`~attnlab.tracing.adapters._hf_masks.model_mask`,
+    labelled in the :class:`~attnlab.tracing.adapters._hf_masks.MaskLabels` of the capture
+    that routes ``config``, compact above :data:`DENSE_MASK_MAX_ENTRIES` entries."""
+    return model_mask(ROUTES.labels_for(config), DENSE_MASK_MAX_ENTRIES,
+                      batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                      q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,
+                      attention_mask=attention_mask, use_vmap=use_vmap, device=device,
+                      dtype=dtype)
 
 
 # -- the attention function -------------------------------------------------------------------
 
 
-def _label_of(m: Tensor) -> Tensor | None:
-    """The labelled mask ``m`` is, or is an equal-shaped view of (models slice masks)."""
-    if getattr(m, _RULE, None) is not None:
-        return m
-    base = m._base
-    if base is not None and getattr(base, _RULE, None) is not None and base.shape == m.shape:
-        return base
-    return None
-
-
 def _read_mask(module: nn.Module, m: Tensor | None, is_causal: bool | None,
-               sliding_window: int | None, lk: int
+               sliding_window: int | None, lk: int, labels: MaskLabels | None
                ) -> tuple[bool, int | None, Tensor | None, Tensor | None]:
     """(causal, window, key mask (B, Lk) or None, the model's own dense float mask
-    (B, H|1, Lq, Lk), 0 = visible, very negative = hidden, or None)."""
+    (B, H|1, Lq, Lk), 0 = visible, very negative = hidden, or None). ``labels`` are those
+    of the capture that routes the module's config (None when no capture does)."""
     flash_causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal",
                                                                          False))
     window = sliding_window if flash_causal and sliding_window else None
     if m is None:
         return flash_causal, window, None, None
-    labelled = _label_of(m)
-    if labelled is not None:
-        causal, window = getattr(labelled, _RULE)
-        return causal, window, getattr(labelled, _KEYS)[:, :lk], None
-    if getattr(_STATE, "compact", False):
+    label = None if labels is None else labels.label_of(m)
+    if label is not None and label.rule is not None:
+        causal, window = label.rule
+        return causal, window, label.keys[:, :lk], None
+    if label is None and labels is not None and labels.compact_in_use():
         raise UnreadableAttentionError(
             f"{type(module).__name__} changes the attention mask before its attention; "
             f"attnlab then needs the model's own dense mask, which it builds only up to "
@@ -287,25 +243,6 @@ def _shapes(scale: float, causal: bool, window: int | None, key_mask: Tensor | N
                               key_mask=key_mask_of(key_mask, bi), softcap=softcap,
                               bias=batch_item(bias, bi), sinks=sk))
     return out
-
-
-#: Up to this many tokens (queries and keys) the attention of a captured Hugging Face model
-#: is computed in the eager order (:func:`~attnlab.tracing.adapters._eager.eager_order`:
-#: the model's outputs equal its eager path's bit for bit); above it, by attnlab's core
-#: attention (torch's fused CPU kernel or the chunked backend), whose float32 rounding
-#: differs from eager's as the model's own ``sdpa`` path does, and whose cost does not grow
-#: with a materialised tile of scores.
-EAGER_ORDER_MAX_TOKENS = 2048
-#: Up to this many entries (batch x queries x keys) the mask function hands the model its
-#: own eager mask (labelled with the rule it follows), so that a model that changes the mask
-#: before its attention changes the real one; above it only the (B, 1, 1, Lk) key mask.
-DENSE_MASK_MAX_ENTRIES = 1 << 22
-#: Each attention call is also run through the module's own ``eager_attention_forward`` on
-#: its first this-many tokens (queries and keys), and attnlab's weights and output must
-#: equal it there: a module that shapes its scores in a way attnlab does not record is
-#: refused, never traced wrongly.
-CHECK_TOKENS = 32
-_STATE = threading.local()  # .compact: the last mask built on this thread is a key mask only
 
 
 def _eager_function(module: nn.Module) -> Any:
@@ -539,8 +476,9 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     scale = float(scaling) if scaling is not None else default_scale(d)
     softcap = kwargs.get("softcap")
     softcap = None if softcap is None else float(softcap)
+    labels = ROUTES.labels_for(getattr(module, "config", None))
     causal, window, key_mask, dense = _read_mask(module, attention_mask, kwargs.get("is_causal"),
-                                                 kwargs.get("sliding_window"), lk)
+                                                 kwargs.get("sliding_window"), lk, labels)
     position_bias = kwargs.get("position_bias")
     if position_bias is not None:  # T5-style relative bias: (B|1, H, Lq, Lk), added
         pb = position_bias[..., :lk]
@@ -674,11 +612,11 @@ class _HuggingFaceAdapter:
 
     def attach(self, cap: Sink, modules: list[nn.Module]) -> list[Handle]:
         _register()
-        _STATE.compact = False
+        labels = MaskLabels()  # the masks handed out while this capture routes the configs
         configs = {id(m.config): m.config for m in modules}
         # each module observed by cap, then each config routed to attnlab: all or nothing
         steps = ([functools.partial(_observe, m, cap) for m in modules]
-                 + [functools.partial(_route, c) for c in configs.values()])
+                 + [functools.partial(_route, c, labels) for c in configs.values()])
         return attach_each(steps, lambda step: [step()])
 
 
@@ -689,11 +627,18 @@ def _observe(m: nn.Module, cap: Sink) -> Handle:
     return Restore(lambda: _unobserve(m, cap))
 
 
-def _route(config: Any) -> Handle:
-    """``config``'s attention implementation set to attnlab's (until the handle is removed)."""
+def _route(config: Any, labels: MaskLabels) -> Handle:
+    """``config``'s attention implementation set to attnlab's, and the masks built for it
+    labelled in ``labels`` (until the handle is removed)."""
     before = config._attn_implementation_internal
     config._attn_implementation_internal = IMPLEMENTATION
-    return Restore(lambda: setattr(config, "_attn_implementation_internal", before))
+    unroute = ROUTES.route(config, labels)
+
+    def undo() -> None:
+        unroute.remove()
+        config._attn_implementation_internal = before
+
+    return Restore(undo)
 
 
 def _unobserve(m: nn.Module, cap: Sink) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -240,6 +240,17 @@ def greedy(step: Callable[..., tuple[Tensor, Any]], encoded: Any, start: int,
 # -- a causal model's own continuation ----------------------------------------------------------
 
 
+class _SamplingKnobs(TypedDict, total=False):
+    """The sampling keywords :func:`continue_ids` gives Hugging Face's ``generate``: whether
+    it samples, and the knobs it samples with (a knob given as None is switched off, not
+    left to the model's generation config)."""
+
+    do_sample: bool
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+
+
 def continue_ids(net: Any, name: str, input_ids: Tensor, settings: Any, *,
                  feed_last: bool = True) -> list[int]:
     """The model's own continuation of ``input_ids`` (1, P): ``settings.generate`` new ids
@@ -268,12 +279,14 @@ def continue_ids(net: Any, name: str, input_ids: Tensor, settings: Any, *,
             raise ValueError(f"generate: {name} ({type(net).__name__}) has no language-model "
                              "head to generate with; load it with its head "
                              "(...ForCausalLM), or trace the text without --generate")
-        sample: dict[str, Any] = {"do_sample": settings.sampling}
-        if settings.sampling:
-            sample.update({k: v for k, v in (("temperature", settings.temperature),
-                                             ("top_p", settings.top_p)) if v is not None})
+        sample: _SamplingKnobs = {"do_sample": settings.sampling}
+        if settings.sampling:  # the knobs given; the generation config's for the others
+            if settings.temperature is not None:
+                sample["temperature"] = settings.temperature
+            if settings.top_p is not None:
+                sample["top_p"] = settings.top_p
         else:  # greedy: no sampling knob of the model's generation config applies
-            sample.update(temperature=None, top_p=None, top_k=None)
+            sample.update({"temperature": None, "top_p": None, "top_k": None})
         mask = torch.ones_like(input_ids)
         out = net.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=n,
                            num_beams=1, return_dict_in_generate=True, use_cache=True,

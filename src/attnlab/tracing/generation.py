@@ -37,7 +37,7 @@ is the attention the model computed, row by row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import torch
 from torch import Tensor
@@ -46,11 +46,23 @@ from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.adapters._base import AttentionRecord
 
-__all__ = ["CHECK_POSITIONS", "CacheSteps", "GenerationError"]
+__all__ = ["CHECK_POSITIONS", "CacheSteps", "GenerationError", "GenerationSteps"]
 
 #: Positions of the cache compared with the chain's keys and values at each step (all of
 #: them when the chain holds no more; otherwise this many spread evenly, the last always).
 CHECK_POSITIONS = 48
+
+
+class GenerationSteps(TypedDict, total=False):
+    """What a trace's ``meta`` says of a generation stitched from a KV cache's calls
+    (:meth:`CacheSteps.describe`): all three fields, or none without a generation."""
+
+    #: The first call's queries: the prompt's positions.
+    prompt_tokens: int
+    #: The positions fed in the later calls.
+    generated: list[int]
+    #: How many calls continued the cache.
+    steps: int
 
 
 class GenerationError(Error):
@@ -221,7 +233,7 @@ class CacheSteps:
             out.append(joined.get(id(r), r))
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> GenerationSteps:
         """What the trace's ``meta`` says of the generation: ``prompt_tokens`` (the first
         call's queries), ``generated`` (the positions fed in later calls) and ``steps``."""
         chains = [cs[0] for cs in self.chains.values() if cs and cs[0].stack != "cross"]

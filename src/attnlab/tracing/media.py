@@ -63,6 +63,7 @@ from torch import nn
 
 from attnlab._errors import check_int
 from attnlab._text import one_line
+from attnlab.tracing._media_records import AudioInput, ImageInput, ModelInfo
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture import Capture, capture
 from attnlab.tracing.decode import (
@@ -189,7 +190,7 @@ _SAME_AS = {"mlcd": "mlcd_vision_model"}
 # -- the model --------------------------------------------------------------------------------
 
 
-def _unpack(model: Any) -> tuple[nn.Module, str, str | None, dict[str, Any], Any]:
+def _unpack(model: Any) -> tuple[nn.Module, str, str | None, ModelInfo, Any]:
     """(module, name, folder, model_info, tokenizer) of a loaded model or a module."""
     if isinstance(model, nn.Module):
         cfg = getattr(model, "config", None)
@@ -198,9 +199,9 @@ def _unpack(model: Any) -> tuple[nn.Module, str, str | None, dict[str, Any], Any
     inner = getattr(model, "model", None)
     if isinstance(inner, nn.Module):
         describe = getattr(model, "describe", None)
-        info = describe() if callable(describe) else {}
-        info = {k: v for k, v in info.items()
-                if isinstance(v, (str, int, float, bool, type(None)))}
+        described = describe() if callable(describe) else {}
+        info: ModelInfo = {k: v for k, v in described.items()
+                           if isinstance(v, (str, int, float, bool, type(None)))}
         folder = getattr(model, "path", None) or getattr(
             getattr(inner, "config", None), "_name_or_path", None) or None
         return (inner, str(getattr(model, "name", type(inner).__name__)), folder, info,
@@ -352,13 +353,15 @@ def trace_image(model: Any, image: Any, *, qkv: bool = True, context: bool = Fal
         image, (str, os.PathLike)) else str(image)
     meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
                             "family": family}
-    meta["input"] = {"kind": "image", "grid": [rows, cols], "prefix": len(prefix),
-                     "patch_size": ph if ph == pw else [ph, pw],
-                     "image_size": [int(pixels.shape[-2]), int(pixels.shape[-1])],
-                     "image_png": _png_base64(seen), "path": Path(source).name if source else "",
-                     "preprocess": how}
+    input_meta: ImageInput = {
+        "kind": "image", "grid": [rows, cols], "prefix": len(prefix),
+        "patch_size": ph if ph == pw else [ph, pw],
+        "image_size": [int(pixels.shape[-2]), int(pixels.shape[-1])],
+        "image_png": _png_base64(seen), "path": Path(source).name if source else "",
+        "preprocess": how}
+    meta["input"] = input_meta
     if img.info.get("attnlab_conversion"):
-        meta["input"]["conversion"] = img.info["attnlab_conversion"]
+        input_meta["conversion"] = img.info["attnlab_conversion"]
     t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
     if t.stack != "self":
         t = _restack(t, "self", tokens=tokens)
@@ -396,7 +399,7 @@ def _speech_model(net: Any, name: str) -> tuple[Any, str]:
 
 
 def _trace_audio_encoder(net: Any, family: str, name: str, folder: str | None,
-                         info: dict[str, Any], samples: np.ndarray, source: str, *,
+                         info: ModelInfo, samples: np.ndarray, source: str, *,
                          qkv: bool, context: bool,
                          max_memory: int | str | None) -> AttentionTrace:
     """A speech encoder's self-attention over the frames of a waveform (one stack)."""
@@ -446,10 +449,11 @@ def _trace_audio_encoder(net: Any, family: str, name: str, folder: str | None,
     frame_seconds = stride / SAMPLE_RATE
     meta: dict[str, Any] = {"model_info": info or {"name": name, "family": family},
                             "family": family}
-    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE,
-                     "seconds": round(samples.size / SAMPLE_RATE, 6),
-                     "frame_seconds": frame_seconds, "path": source, "positions": frames,
-                     "real_positions": frames, "preprocess": how}
+    heard: AudioInput = {"kind": "audio", "sample_rate": SAMPLE_RATE,
+                         "seconds": round(samples.size / SAMPLE_RATE, 6),
+                         "frame_seconds": frame_seconds, "path": source, "positions": frames,
+                         "real_positions": frames, "preprocess": how}
+    meta["input"] = heard
     tokens = time_labels(frames, frame_seconds)
     t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
     return t if t.stack == "self" else _restack(t, "self", tokens=tokens)
@@ -461,7 +465,7 @@ def _spectrogram_samples(config: Any) -> int:
     return (int(config.max_length) - 1) * 160 + 400 + SAMPLE_RATE
 
 
-def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: dict[str, Any],
+def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: ModelInfo,
                        samples: np.ndarray, source: str, *, qkv: bool, context: bool,
                        max_memory: int | str | None,
                        seconds: float | None = None) -> AttentionTrace:
@@ -508,14 +512,15 @@ def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: dict[str, An
     seconds = samples.size / SAMPLE_RATE if seconds is None else seconds
     window = int(config.max_length) / 100
     meta: dict[str, Any] = {"model_info": info or {"name": name}, "family": _family(net)}
-    meta["input"] = {"kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
-                     "frame_seconds": column_seconds, "path": source, "positions": len(tokens),
-                     "real_positions": 2 + rows * min(cols, math.ceil(
-                         seconds / column_seconds - 1e-9)),
-                     "grid": [rows, cols], "prefix": 2, "patch_size": p,
-                     "window_seconds": window, "preprocess": how,
-                     "padding": f"{name} pads or cuts every input to {window:g} s of "
-                                f"spectrogram; patch columns start every {column_seconds:g} s"}
+    heard: AudioInput = {
+        "kind": "audio", "sample_rate": SAMPLE_RATE, "seconds": round(seconds, 6),
+        "frame_seconds": column_seconds, "path": source, "positions": len(tokens),
+        "real_positions": 2 + rows * min(cols, math.ceil(seconds / column_seconds - 1e-9)),
+        "grid": [rows, cols], "prefix": 2, "patch_size": p, "window_seconds": window,
+        "preprocess": how,
+        "padding": f"{name} pads or cuts every input to {window:g} s of spectrogram; patch "
+                   f"columns start every {column_seconds:g} s"}
+    meta["input"] = heard
     if seconds > window:
         meta["truncated_from_seconds"] = round(seconds, 4)
     t = _one(cap.trace(tokens=tokens, model=name, meta=meta, release=True))
@@ -523,7 +528,7 @@ def _trace_spectrogram(net: Any, name: str, pre: Path | None, info: dict[str, An
 
 
 def _trace_encoder_only(net: Any, family: str, name: str, folder: str | None,
-                        info: dict[str, Any], audio: Any, target: Any, *, qkv: bool,
+                        info: ModelInfo, audio: Any, target: Any, *, qkv: bool,
                         context: bool, max_memory: int | str | None) -> AttentionTrace:
     """``audio`` through a speech encoder of :data:`AUDIO_ENCODER_FAMILIES` (no decoder, so
     no ``target``): its self-attention over the frames, or the spectrogram patches."""
@@ -580,10 +585,10 @@ def _speech_target_ids(net: Any, encoder: Any, name: str, tok: Any, inp: SpeechI
 
 
 def _speech_input_meta(inp: SpeechInput, audio: Any, name: str,
-                       positions: int) -> dict[str, Any]:
+                       positions: int) -> AudioInput:
     """The ``meta["input"]`` of a speech trace whose encoder has ``positions`` frames."""
     real = min(positions, math.ceil(inp.seconds / inp.frame_seconds - 1e-9))
-    info: dict[str, Any] = {
+    info: AudioInput = {
         "kind": "audio", "sample_rate": SAMPLE_RATE,
         "seconds": round(inp.seconds, 6), "frame_seconds": inp.frame_seconds,
         "path": "" if isinstance(audio, np.ndarray) else Path(audio).name,

@@ -18,12 +18,12 @@ included) and the pairing its family rotates (``rotate_half`` or interleaved).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["OUT_NAMES", "INTERLEAVED", "output_projection", "output_projections",
+__all__ = ["OUT_NAMES", "INTERLEAVED", "RopeLayout", "output_projection", "output_projections",
            "rope_layout"]
 
 #: The names an attention module gives its output projection, in the order tried.
@@ -75,7 +75,24 @@ def _config(root: nn.Module) -> Any:
     return getattr(root, "config", None)
 
 
-def rope_layout(root: nn.Module) -> dict[str, Any] | None:
+class RopeLayout(TypedDict):
+    """A model's rotary positions, as a trace's ``meta["positional"]`` records them."""
+
+    kind: Literal["rope"]
+    #: ``"interleaved"`` (dimensions 2a, 2a+1 rotate together) or ``"half"`` (a, a + r/2).
+    pairing: Literal["interleaved", "half"]
+    #: How many dimensions of each head rotate: two per frequency.
+    rotary_dim: int
+    #: The frequency of each rotated pair (``inv_freq``); None when the model has several
+    #: rotary embeddings that differ.
+    freqs: list[float] | None
+    #: The config's ``rope_theta``, when it states one.
+    base: float | None
+    #: The config's ``model_type`` ("" without one).
+    model_type: str
+
+
+def rope_layout(root: nn.Module) -> RopeLayout | None:
     """``{"kind": "rope", "pairing", "rotary_dim", "freqs", "base"}`` read from the
     model's rotary embedding, or None for a model without one. ``freqs`` is None when the
     model has several rotary embeddings that differ (e.g. local and global layers)."""

@@ -48,16 +48,16 @@ float32 or float64 is held to the float32 rule alone.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.core.scores import ScoreShape, row_tiles
 
-__all__ = ["EXACT_RULE", "HALF_RULE", "ROUNDINGS", "dtype_named", "is_half", "precision_of",
-           "half_tolerance", "row_score_error", "score_roundings", "unit_roundoff",
-           "weight_bound"]
+__all__ = ["EXACT_RULE", "HALF_RULE", "ROUNDINGS", "Precision", "dtype_named", "is_half",
+           "precision_of", "half_tolerance", "row_score_error", "score_roundings",
+           "unit_roundoff", "weight_bound"]
 
 #: ``meta["precision"]["rule"]`` of a model run in float32 or float64: the trace's weights
 #: equal the model's within float32 rounding (:func:`attnlab.tracing.verify.tolerance`).
@@ -127,7 +127,20 @@ def _floating_dtypes(module: nn.Module) -> list[torch.dtype]:
     return [p.dtype for p in module.parameters() if p.dtype.is_floating_point]
 
 
-def precision_of(model: nn.Module) -> dict[str, Any]:
+class Precision(TypedDict):
+    """What a trace's ``meta["precision"]`` says of the model's dtype (:func:`precision_of`)."""
+
+    #: The dtype the attention computes in, torch's name without ``torch.``
+    #: (``"bfloat16"``).
+    dtype: str
+    #: :data:`HALF_RULE` or :data:`EXACT_RULE`: the rule that holds the model's own weights
+    #: to the trace's.
+    rule: str
+    #: ``u`` of ``dtype`` (2⁻²⁴ for float32 and float64).
+    unit_roundoff: float
+
+
+def precision_of(model: nn.Module) -> Precision:
     """Which rule holds the model's own attention weights to the trace's, for
     ``meta["precision"]``: ``{"dtype": "bfloat16", "rule": HALF_RULE, "unit_roundoff":
     0.00390625}``, or for a model in float32/float64 ``{"dtype": "float32", "rule":

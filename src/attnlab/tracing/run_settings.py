@@ -20,20 +20,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import torch
 from torch import nn
 
 from attnlab._errors import check_int, check_optional_int
 
-__all__ = ["DEVICES", "DTYPES", "RunSettings", "chat_text", "model_device", "model_dtype",
-           "resolve_device", "resolve_dtype"]
+__all__ = ["DEVICES", "DTYPES", "GenerationSettings", "RunSettings", "Sampling", "chat_text",
+           "model_device", "model_dtype", "resolve_device", "resolve_dtype"]
 
 #: The dtypes a model can be traced in, by the names the commands take.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: The devices the commands name (``auto``: CUDA, else MPS, else the CPU).
 DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+class Sampling(TypedDict):
+    """The knobs of a sampled generation (a knob not given is None)."""
+
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+
+
+class GenerationSettings(TypedDict):
+    """What a trace's ``meta["generation"]`` records of how the model generated
+    (:meth:`RunSettings.describe`)."""
+
+    #: The new tokens asked for (``generate``).
+    new_tokens: int
+    #: The sampling knobs, or ``"greedy"``.
+    sampling: Sampling | Literal["greedy"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +94,7 @@ class RunSettings:
         """Whether the generation samples (``temperature`` or ``top_p`` given)."""
         return self.temperature is not None or self.top_p is not None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> GenerationSettings:
         """JSON-ready: what a trace's ``meta["generation"]`` records of the sampling."""
         return {"new_tokens": self.generate,
                 "sampling": ({"temperature": self.temperature, "top_p": self.top_p,

@@ -46,13 +46,12 @@ not match, which is a defect (the test suite allows none).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -61,7 +60,7 @@ from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.families import families, text_families
 from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family values, here too)
     _OVERRIDES,
-    _TINY,
+    _VOCAB_SIZE,
     WINDOW,
     NotBuiltError,
     _cause,
@@ -69,13 +68,13 @@ from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family val
     tiny_config,
     tiny_model,
 )
-from attnlab.tracing.verify import EXACT_TOL, RECOMPUTE_TOL, check_stack, worst
+from attnlab.tracing.verify import EXACT_TOL, RECOMPUTE_TOL, StackCheck, check_stack, worst
 
 __all__ = ["CHECKERS", "EXACT_TOL", "NOT_YET", "RECOMPUTE_TOL", "SEQ_LEN", "STATUSES",
-           "TARGET_LEN", "WINDOW", "FamilyResult", "check_family", "check_media_family",
-           "checked_families", "compare_trace", "counts", "eager_maps", "eager_stack_maps",
-           "families", "judge", "support_matrix", "text_families", "tiny_config", "tiny_model",
-           "to_json", "to_markdown", "to_summary"]
+           "TARGET_LEN", "WINDOW", "FamilyResult", "FamilyRow", "StackErrors", "SupportMatrix",
+           "check_family", "check_media_family", "checked_families", "compare_trace", "counts",
+           "eager_maps", "eager_stack_maps", "families", "judge", "support_matrix",
+           "text_families", "tiny_config", "tiny_model", "to_json", "to_markdown", "to_summary"]
 
 #: Tokens run through each tiny model; longer than :data:`WINDOW`, so windows matter.
 SEQ_LEN = 12
@@ -89,6 +88,63 @@ NOT_YET = {
     "time series": "not yet: time-series input",
     "other": "not yet: a part of a larger model or another input, in no text task mapping",
 }
+
+
+class FamilyRow(TypedDict):
+    """One row of the support matrix as JSON (:meth:`FamilyResult.to_dict`): the fields of
+    :class:`FamilyResult`, errors as floats or None."""
+
+    family: str
+    kind: str
+    status: str
+    reason: str
+    model_class: str
+    layers: int | None
+    heads: int | None
+    max_weight_error: float | None
+    max_recompute_error: float | None
+    compared: str
+    features: list[str]
+    seconds: float
+    stacks: dict[str, int]
+
+
+class SupportMatrix(TypedDict):
+    """The support matrix as JSON (:func:`to_json`)."""
+
+    #: The installed transformers' version.
+    transformers: str
+    seq_len: int
+    window: int
+    exact_tolerance: float
+    recompute_tolerance: float
+    #: How many families have each status (every status, zeros included).
+    counts: dict[str, int]
+    families: list[FamilyRow]
+
+
+class StackErrors(TypedDict):
+    """A trace's stack against the model's own maps (:func:`compare_trace`)."""
+
+    #: The largest |Δ| of the weights.
+    weights: float
+    #: The largest |Δ| of the weights rebuilt from q and k under the recorded shapes.
+    recomputed: float
+    #: "" or how the weights were compared (:data:`attnlab.tracing.verify.SINK_RULE`).
+    compared: str
+
+
+class _Measured(TypedDict, total=False):
+    """The fields of a :class:`FamilyResult` a checker fills as it goes (by their names)."""
+
+    model_class: str
+    layers: int | None
+    heads: int | None
+    max_weight_error: float | None
+    max_recompute_error: float | None
+    compared: str
+    features: list[str]
+    stacks: dict[str, int]
 
 
 @dataclass
@@ -109,9 +165,14 @@ class FamilyResult:
     seconds: float = 0.0
     stacks: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FamilyRow:
         """JSON-ready (errors as floats or None)."""
-        return dataclasses.asdict(self)
+        return {"family": self.family, "kind": self.kind, "status": self.status,
+                "reason": self.reason, "model_class": self.model_class, "layers": self.layers,
+                "heads": self.heads, "max_weight_error": self.max_weight_error,
+                "max_recompute_error": self.max_recompute_error, "compared": self.compared,
+                "features": list(self.features), "seconds": self.seconds,
+                "stacks": dict(self.stacks)}
 
     def detail(self) -> str:
         """One line: the errors and what shapes the scores, or the reason."""
@@ -163,7 +224,7 @@ def _features(trace: Any) -> list[str]:
 # -- the check --------------------------------------------------------------------------------
 
 
-def compare_trace(trace: Any, reference: list[torch.Tensor]) -> dict[str, Any]:
+def compare_trace(trace: Any, reference: list[torch.Tensor]) -> StackErrors:
     """The trace's weights against the model's own attention maps (one (1, H, Lq, Lk)
     tensor per layer): ``{"weights": max |Δ|, "recomputed": max |Δ| of the weights rebuilt from q
     and k under the recorded shapes, "compared": "" or how}``, as
@@ -175,7 +236,7 @@ def compare_trace(trace: Any, reference: list[torch.Tensor]) -> dict[str, Any]:
     return _errors(check)
 
 
-def _errors(check: Any) -> dict[str, Any]:
+def _errors(check: StackCheck) -> StackErrors:
     return {"weights": check.weights_error, "recomputed": check.recompute_error,
             "compared": check.compared}
 
@@ -211,7 +272,7 @@ def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
     model = text_model(family, kind, seed)  # NotBuiltError: check_family's "not built"
     name = type(model).__name__
     res = functools.partial(FamilyResult, family, kind)
-    ids = torch.randint(3, _TINY["vocab_size"] - 8, (1, seq_len),
+    ids = torch.randint(3, _VOCAB_SIZE - 8, (1, seq_len),
                         generator=torch.Generator().manual_seed(seed))
     try:
         reference = eager_maps(model, ids)
@@ -234,20 +295,21 @@ def _check(family: str, kind: str, seq_len: int, seed: int) -> FamilyResult:
                    model_class=name)
     if isinstance(t, StackedTrace):  # (a text model of one stack, traced as one)
         raise Error(f"{name}: traced as several attention stacks, not one")
-    info: dict[str, Any] = dict(model_class=name, layers=t.num_layers, heads=t.num_heads)
+    info: _Measured = {"model_class": name, "layers": t.num_layers, "heads": t.num_heads}
     try:
         errors, problems = judge(t, maps, ids[0].tolist())
     except ValueError as exc:
         return res("wrong", f"wrong: {exc}", **info)
-    info.update(max_weight_error=errors["weights"], max_recompute_error=errors["recomputed"],
-                compared=errors["compared"], features=_features(t))
+    info.update({"max_weight_error": errors["weights"],
+                 "max_recompute_error": errors["recomputed"], "compared": errors["compared"],
+                 "features": _features(t)})
     if problems:
         return res("wrong", "wrong: " + "; ".join(problems), **info)
     return res("exact", "", **info)
 
 
 def judge(trace: Any, maps: list[torch.Tensor], ids: list[int],
-          key_ids: list[int] | None = None) -> tuple[dict[str, Any], list[str]]:
+          key_ids: list[int] | None = None) -> tuple[StackErrors, list[str]]:
     """(:func:`compare_trace`'s errors, the problems found): those of
     :func:`attnlab.tracing.verify.check_stack` (weights beyond :data:`EXACT_TOL`, recomputed
     weights beyond :data:`RECOMPUTE_TOL`, a layer whose causal flag disagrees with the
@@ -325,8 +387,8 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
     name = type(model).__name__
     res = functools.partial(FamilyResult, family, kind)
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, _TINY["vocab_size"] - 8, (1, seq_len), generator=g)
-    target = torch.randint(3, _TINY["vocab_size"] - 8, (1, TARGET_LEN), generator=g)
+    ids = torch.randint(3, _VOCAB_SIZE - 8, (1, seq_len), generator=g)
+    target = torch.randint(3, _VOCAB_SIZE - 8, (1, TARGET_LEN), generator=g)
     try:
         reference = eager_stack_maps(model, ids, target)
     except Exception as exc:
@@ -343,9 +405,9 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
                    "decoder and cross-attention apart", model_class=name)
     src, tgt = ids[0].tolist(), target[0].tolist()
     rows = {"encoder": (src, None), "decoder": (tgt, None), "cross": (tgt, src)}
-    info: dict[str, Any] = dict(model_class=name, layers=sum(x.num_layers for x in t.values()),
-                                heads=t[t.names[0]].num_heads,
-                                stacks={n: x.num_layers for n, x in t.items()})
+    info: _Measured = {"model_class": name, "layers": sum(x.num_layers for x in t.values()),
+                       "heads": t[t.names[0]].num_heads,
+                       "stacks": {n: x.num_layers for n, x in t.items()}}
     problems: list[str] = []
     largest = {"weights": 0.0, "recomputed": 0.0}
     compared: list[str] = []
@@ -367,14 +429,14 @@ def _check_seq2seq(family: str, kind: str, seq_len: int, seed: int) -> FamilyRes
         if any(s.causal != want_causal and s.bias is None for s in t[stack].shapes):
             found.append(f"marked causal={not want_causal}")
         problems += [f"{stack}: {p}" for p in found]
-        for key in largest:
-            largest[key] = max(largest[key], errors[key])
+        largest["weights"] = max(largest["weights"], errors["weights"])
+        largest["recomputed"] = max(largest["recomputed"], errors["recomputed"])
         if errors["compared"]:
             compared.append(f"{stack}: {errors['compared']}")
         features += [f"{stack}: {f}" for f in _features(t[stack])]
-    info.update(max_weight_error=largest["weights"],
-                max_recompute_error=largest["recomputed"], compared="; ".join(compared),
-                features=features)
+    info.update({"max_weight_error": largest["weights"],
+                 "max_recompute_error": largest["recomputed"], "compared": "; ".join(compared),
+                 "features": features})
     if problems:
         return res("wrong", "wrong: " + "; ".join(problems), **info)
     return res("exact", "", **info)
@@ -530,7 +592,7 @@ def counts(results: Iterable[FamilyResult]) -> dict[str, int]:
     return out
 
 
-def to_json(results: list[FamilyResult]) -> dict[str, Any]:
+def to_json(results: list[FamilyResult]) -> SupportMatrix:
     """The matrix as JSON: the transformers version, the counts, one object per family."""
     import transformers
 

@@ -38,11 +38,13 @@ __all__ = ["INIT_STD", "TINY_AUDIO_ENCODER", "TINY_SPECTROGRAM", "TINY_SPEECH_SE
 WINDOW = 4
 #: The most parameters a tiny text model may have (a config field left large is refused).
 _MAX_PARAMS = 3_000_000
+#: The vocabulary size of every tiny text model.
+_VOCAB_SIZE = 96
 
 #: The values every tiny config gets, for each field its config class has (by name or
 #: through the class's ``attribute_map``).
-_TINY: dict[str, Any] = dict(
-    vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+_TINY: dict[str, int | float] = dict(
+    vocab_size=_VOCAB_SIZE, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
     sliding_window=WINDOW, local_attention=2 * WINDOW, moe_intermediate_size=16,
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
@@ -57,7 +59,7 @@ _TINY: dict[str, Any] = dict(
 )
 #: The values an encoder–decoder family's tiny config also gets (2 + 2 layers, 4 heads on
 #: both sides), for each field its config class has.
-_TINY_SEQ2SEQ: dict[str, Any] = dict(
+_TINY_SEQ2SEQ: dict[str, int | float] = dict(
     d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_layers=2,
     num_decoder_layers=2, num_heads=4, d_kv=8, num_encoder_layers=2,
@@ -89,21 +91,21 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
 
 #: The sizes of every tiny vision model the support matrix checks (fields its config has):
 #: a 32 x 32 image in 8 x 8 patches (a 4 x 4 grid), 2 layers, 4 heads.
-TINY_VISION: dict[str, Any] = dict(
+TINY_VISION: dict[str, int | float | bool] = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
     image_size=32, patch_size=8, initializer_range=0.2, num_register_tokens=2,
     use_relative_position_bias=True)
-_TINY_TEXT: dict[str, Any] = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+_TINY_TEXT: dict[str, int] = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                   intermediate_size=48, vocab_size=64)
 #: The tiny Whisper the support matrix checks: 2 + 2 layers, a 1 s window (50 positions).
-TINY_WHISPER: dict[str, Any] = dict(
+TINY_WHISPER: dict[str, int | float] = dict(
     vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, num_mel_bins=80,
     max_source_positions=50, max_target_positions=32, decoder_start_token_id=1,
     eos_token_id=2, pad_token_id=0, bos_token_id=1, init_std=0.2)
 #: The other tiny speech encoder–decoders (fields their configs have): 2 + 2 layers, 4 heads
 #: and small convolutions.
-TINY_SPEECH_SEQ2SEQ: dict[str, Any] = dict(
+TINY_SPEECH_SEQ2SEQ: dict[str, int | float] = dict(
     vocab_size=96, hidden_size=32, d_model=32, intermediate_size=48, encoder_layers=2,
     decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
     encoder_ffn_dim=48, decoder_ffn_dim=48, encoder_num_hidden_layers=2,
@@ -115,13 +117,13 @@ TINY_SPEECH_SEQ2SEQ: dict[str, Any] = dict(
 
 #: The tiny speech encoders the support matrix checks: two convolutions of stride 5 and 2
 #: (a frame every 10 samples), 2 layers, 4 heads; 0.1 s of sound is 159 frames.
-TINY_AUDIO_ENCODER: dict[str, Any] = dict(
+TINY_AUDIO_ENCODER: dict[str, int | float | tuple[int, ...]] = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
     conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=4, initializer_range=0.2)
 #: The tiny Audio Spectrogram Transformer besides: 32 mel bins x 64 frames in 16 x 16
 #: patches of stride 8 (3 x 7 of them).
-TINY_SPECTROGRAM: dict[str, Any] = dict(num_mel_bins=32, max_length=64, patch_size=16,
+TINY_SPECTROGRAM: dict[str, int] = dict(num_mel_bins=32, max_length=64, patch_size=16,
                                         frequency_stride=8, time_stride=8)
 
 
@@ -223,8 +225,7 @@ def _tiny_kwargs(cls: Any, kind: str) -> dict[str, Any]:
     for name in fields:
         val = getattr(base, name, None)
         if name.endswith("_token_id"):
-            if isinstance(val, int) and not isinstance(val, bool) and val >= _TINY[
-                    "vocab_size"] - 8:
+            if isinstance(val, int) and not isinstance(val, bool) and val >= _VOCAB_SIZE - 8:
                 kw[name] = 0
             elif isinstance(val, list):
                 kw[name] = [0]
@@ -336,9 +337,9 @@ def tiny_media_model(family: str, seed: int = 0) -> Any:
     if family in media.AUDIO_ENCODER_FAMILIES:
         with _quiet():
             inner = getattr(cls(), "encoder_config", None)  # Parakeet: an encoder config
-        values = {**TINY_AUDIO_ENCODER, **(
+        sizes = {**TINY_AUDIO_ENCODER, **(
             TINY_SPECTROGRAM if family == "audio-spectrogram-transformer" else {})}
-        config = (_eager(cls, _kwargs_for(cls, values)) if inner is None else _eager(
+        config = (_eager(cls, _kwargs_for(cls, sizes)) if inner is None else _eager(
             cls, {"encoder_config": _kwargs_for(type(inner), TINY_AUDIO_ENCODER)}))
     elif family in media.SPEECH_FAMILIES:
         values = TINY_WHISPER if family == "whisper" else _kwargs_for(cls, TINY_SPEECH_SEQ2SEQ)
@@ -394,9 +395,10 @@ def tiny_whisper(seed: int = 0, *, vocab_size: int = 96) -> Any:
     positions and no suppressed tokens (with its language-model head)."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    values = {**TINY_WHISPER, "vocab_size": vocab_size, "encoder_ffn_dim": 64,
-              "decoder_ffn_dim": 64, "max_target_positions": 16, "suppress_tokens": [],
-              "begin_suppress_tokens": [], "init_std": INIT_STD}
+    values: dict[str, int | float | list[int]] = {
+        **TINY_WHISPER, "vocab_size": vocab_size, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+        "max_target_positions": 16, "suppress_tokens": [], "begin_suppress_tokens": [],
+        "init_std": INIT_STD}
     return _seeded(WhisperForConditionalGeneration, _eager(WhisperConfig, values), seed)
 
 

@@ -1,10 +1,11 @@
-"""The adapter interface, and the record each observed attention call becomes."""
+"""The adapter interface, the record each observed attention call becomes, and what the
+tracer knows of a model's shape (:class:`ModelShape`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypedDict, TypeVar, overload
 
 import torch
 from torch import Tensor, nn
@@ -13,10 +14,33 @@ from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.core.weights import shaped_weights
 
-__all__ = ["Adapter", "AttentionRecord", "Handle", "Restore", "Sink", "UnreadableAttentionError",
-           "attach_each", "dense_weights", "exact_lse"]
+__all__ = ["Adapter", "AttentionRecord", "Handle", "ModelShape", "Restore", "Sink",
+           "UnreadableAttentionError", "attach_each", "dense_weights", "exact_lse"]
 
 T = TypeVar("T")
+
+
+class _Shape(TypedDict):
+    """The fields every model description has."""
+
+    #: Whether the model is a decoder (each token attends to those before it).
+    causal: bool
+    num_layers: int
+    num_heads: int
+    #: Fewer than ``num_heads`` under grouped-query attention.
+    num_kv_heads: int
+    head_dim: int
+    #: The longest input the model takes, in tokens.
+    max_length: int
+
+
+class ModelShape(_Shape, total=False):
+    """A model as the tracer and :class:`attnlab.models.LoadedModel` know it: what the
+    ``describe_model`` of the attnlab and Hugging Face adapters give (0 for a number a
+    Hugging Face config does not state at the top level)."""
+
+    #: The Hugging Face config's ``model_type`` (Hugging Face models only).
+    model_type: str
 
 
 @dataclass

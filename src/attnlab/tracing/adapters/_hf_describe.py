@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.tracing.adapters._base import ModelShape
 from attnlab.tracing.budget import first_int
 
 __all__ = ["CAUSAL_TYPES", "describe_model", "is_causal_config", "is_hf_model", "is_hf_module",
@@ -65,7 +66,7 @@ def max_length(config: Any, tokenizer: Any) -> int:
 
 
 def describe_model(model: nn.Module, tokenizer: Any = None,
-                   causal: bool | None = None) -> dict[str, Any]:
+                   causal: bool | None = None) -> ModelShape:
     """causal/layers/heads/head_dim/max_length/model_type of a Hugging Face model (0 for
     a number the config does not state at the top level, e.g. per-layer head counts)."""
     c: Any = model.config  # (a Hugging Face config, of the model's own class)

@@ -21,7 +21,9 @@ is untouched).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict, cast
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +36,7 @@ from attnlab.nn.transformer import GPT
 from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
+    ModelShape,
     Restore,
     Sink,
     attach_each,
@@ -47,7 +50,38 @@ from attnlab.tracing.precision import is_half
 __all__ = ["ADAPTER", "describe_model"]
 
 
-def describe_model(model: nn.Module) -> dict[str, Any]:
+class _Call(TypedDict, total=False):
+    """The arguments of one call of an attnlab attention module that shape its scores, by
+    the names of its ``forward``'s parameters (a ``SelfAttention``'s positional ``mask``
+    among them); a call leaves out those it does not give."""
+
+    #: Bool (True = may attend) or additive: (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk).
+    mask: Tensor | None
+    #: (B, Lk) bool, True = a real key.
+    key_mask: Tensor | None
+    causal: bool
+    window: int | None
+
+
+#: The hook points a capture observes on an attnlab module, by the name after ``hook_``.
+_Observed = Literal["q", "k", "v", "lse", "weights"]
+
+
+@dataclass
+class _Pending:
+    """What the hooks of one module call have seen so far: the call's arguments, then the
+    tensor of each observed hook point (q, k (B, H_kv, Lk, d), v, lse (B, H, Lq), weights
+    (B, H, Lq, Lk)); cleared when the call's record is made."""
+
+    call: _Call = field(default_factory=_Call)
+    seen: dict[_Observed, Tensor] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.call = {}
+        self.seen.clear()
+
+
+def describe_model(model: nn.Module) -> ModelShape:
     """causal/layers/heads/max_length of a model built from attnlab attention modules
     (causal: a :class:`~attnlab.nn.transformer.GPT`, or a model whose ``config.causal`` is
     true).
@@ -75,7 +109,7 @@ def _bias(mask: Tensor, bi: int) -> Tensor:
     return to_additive(m[None] if mask.dim() == 3 else m, torch.float32)
 
 
-def _shapes(module: MultiHeadAttention | SelfAttention, call: dict[str, Any], b: int, lq: int,
+def _shapes(module: MultiHeadAttention | SelfAttention, call: _Call, b: int, lq: int,
             lk: int) -> list[ScoreShape]:
     """One ScoreShape per batch element from the call's arguments."""
     causal = bool(call.get("causal", False))
@@ -105,25 +139,27 @@ class _AttnlabAdapter:
             cap, cast("MultiHeadAttention | SelfAttention", m)))
 
     def _attach_one(self, cap: Sink, m: MultiHeadAttention | SelfAttention) -> list[Handle]:
-        pending: dict[str, Any] = {}
+        pending = _Pending()
         name = cap.name_of(m)
         is_self = isinstance(m, SelfAttention)
 
         def pre(_mod, args, kwargs):
             pending.clear()
-            call = dict(kwargs)
+            # the keyword arguments of the module's forward, whose parameters attnlab's
+            # own modules fix (mask, key_mask, causal, ...)
+            call = cast(_Call, dict(kwargs))
             if is_self and len(args) > 1:
                 call["mask"] = args[1]
-            pending["call"] = call
+            pending.call = call
 
-        def keep(key):
-            def hook(_mod, _inp, out):
-                pending[key] = out.detach()
+        def keep(key: _Observed) -> Callable[[nn.Module, object, Tensor], None]:
+            def hook(_mod: nn.Module, _inp: object, out: Tensor) -> None:
+                pending.seen[key] = out.detach()
             return hook
 
         def done(_mod, _inp, out):
-            call = pending.get("call", {})
-            q, k = pending.get("q"), pending.get("k")
+            call = pending.call
+            q, k = pending.seen.get("q"), pending.seen.get("k")
             half = q is not None and is_half(q.dtype)
             if cap.qkv or half:
                 if q is None or k is None:
@@ -131,7 +167,7 @@ class _AttnlabAdapter:
                 b, _, lq, _ = q.shape
                 shapes = _shapes(m, call, b, lq, k.shape[2])
                 q32, k32 = detached(q), detached(k)
-                lse = pending.get("lse")
+                lse = pending.seen.get("lse")
                 if half:  # the module's own lse comes from scores rounded in its dtype
                     lse = exact_lse(q32, k32, shapes)
                 elif lse is None:  # the module did not report it: compute it in tiles
@@ -140,12 +176,12 @@ class _AttnlabAdapter:
                 if cap.qkv:
                     rec = AttentionRecord(
                         name=name, source=self.name, shapes=shapes, q=q32, k=k32,
-                        v=detached(pending.get("v")), lse=detached(lse))
+                        v=detached(pending.seen.get("v")), lse=detached(lse))
                 else:
                     rec = AttentionRecord(name=name, source=self.name, shapes=shapes,
                                           weights=dense_weights(q32, k32, lse, shapes))
             else:
-                w = pending.get("weights")
+                w = pending.seen.get("weights")
                 if w is None:
                     return
                 b, _, lq, lk = w.shape
@@ -159,7 +195,7 @@ class _AttnlabAdapter:
         handles: list[Handle] = [m.register_forward_pre_hook(pre, with_kwargs=True)]
         # a module in half precision: q and k too, for weights exp(s − lse) in float32
         half = any(is_half(p.dtype) for p in m.parameters() if p.dtype.is_floating_point)
-        observed = ("q", "k", "v", "lse") if cap.qkv else (
+        observed: tuple[_Observed, ...] = ("q", "k", "v", "lse") if cap.qkv else (
             ("weights", "q", "k") if half else ("weights",))
         for key in observed:
             handles.append(getattr(m, f"hook_{key}").register_forward_hook(keep(key)))

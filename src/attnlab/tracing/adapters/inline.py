@@ -38,7 +38,7 @@ import inspect
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -55,6 +55,7 @@ from attnlab.tracing.adapters._base import (
     detached,
 )
 from attnlab.tracing.adapters._batch import alibi_slopes, batch_item, key_mask_of, visible_rule
+from attnlab.tracing.adapters._inline_records import CallArguments, InlineReading
 
 __all__ = ["ADAPTER", "ASKED_FOR_WEIGHTS", "OUTPUTS", "READERS", "STILL_INLINE"]
 
@@ -128,7 +129,7 @@ def _seen(module: Any, mask: Tensor | None, b: int, lq: int, lk: int) -> Tensor 
     return seen[:, 0].expand(b, lq, lk)
 
 
-def _bloom(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _bloom(module: Any, a: CallArguments) -> InlineReading:
     """BloomAttention: fused q, k, v; scores ``beta · alibi + q·k / √d``; float mask."""
     _no_past(module, a.get("layer_past"))
     if float(module.beta) != 1.0:
@@ -137,14 +138,18 @@ def _bloom(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     h = a["hidden_states"]
     q, k, v = module._reshape(module.query_key_value(h))  # (B, H, L, d) each
     b, heads, lq, _ = q.shape
-    alibi = a["alibi"].reshape(b, heads, 1, -1)
+    given = a.get("alibi")
+    if given is None:
+        raise UnreadableAttentionError(
+            f"{type(module).__name__} is called without the ALiBi bias its scores add")
+    alibi = given.reshape(b, heads, 1, -1)
     m = a.get("attention_mask")
     visible = None if m is None else (m[:, 0] > torch.finfo(m.dtype).min / 2)
     return {"q": q, "k": k, "v": v, "scale": float(module.inv_norm_factor), "alibi": alibi,
             "visible": visible}
 
 
-def _mpt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _mpt(module: Any, a: CallArguments) -> InlineReading:
     """MptAttention: fused (clipped) q, k, v; scores ``q·k · scale + position_bias``; a
     bool mask, True where a key is hidden."""
     _no_past(module, a.get("cache"))
@@ -169,7 +174,7 @@ def _mpt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "visible": visible}
 
 
-def _falcon(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _falcon(module: Any, a: CallArguments) -> InlineReading:
     """FalconAttention: fused q, k, v (grouped or multi-query keys); with rotary positions
     ``q·k / √d + mask``; with ALiBi ``(q·k + alibi) / √d + mask``, where the model's mask
     carries ``alibi / √d`` once more on the keys a row sees (so the bias counts twice)."""
@@ -226,7 +231,7 @@ def _own_rule(module: Any, own: Tensor, window: int | None) -> Tensor:
     return seen
 
 
-def _gpt_neo(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _gpt_neo(module: Any, a: CallArguments) -> InlineReading:
     """GPTNeoSelfAttention: scores ``q·k`` (no scaling), the causal mask of its own buffer
     (a local window on its ``local`` layers), then the model's mask added."""
     _no_past(module, a.get("layer_past"))
@@ -249,7 +254,7 @@ def _gpt_neo(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "window": window}
 
 
-def _openai(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _openai(module: Any, a: CallArguments) -> InlineReading:
     """OpenAI GPT's Attention: fused q, k, v (Conv1D); scores ``q·k`` (over √d when built
     with ``scale``), the causal mask of its own buffer (``-1e4`` on hidden keys), the
     model's mask added."""
@@ -265,7 +270,7 @@ def _openai(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": scale, "visible": visible}
 
 
-def _gpt_neox_japanese(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _gpt_neox_japanese(module: Any, a: CallArguments) -> InlineReading:
     """GPTNeoXJapaneseAttention: fused q, k, v per head; rotary positions on the first
     ``rotary_ndims`` of each head; scores ``q·k / norm_factor`` plus the model's mask."""
     _no_past(module, a.get("layer_past"))
@@ -284,7 +289,7 @@ def _gpt_neox_japanese(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, n, n)}
 
 
-def _bart_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _bart_like(module: Any, a: CallArguments) -> InlineReading:
     """XGLMAttention, MvpAttention, TrOCRAttention (the BART-style module): scores
     ``q·k · scaling`` plus the model's additive mask; keys and values from the encoder's
     states (``key_value_states``) in cross-attention."""
@@ -304,7 +309,7 @@ def _bart_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _fsmt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _fsmt(module: Any, a: CallArguments) -> InlineReading:
     """FSMT's Attention: (L, B, D) inputs; scores ``q·k · scaling`` plus the causal
     ``attn_mask`` (Lq, Lk) of the decoder, keys where ``key_padding_mask`` is True hidden;
     keys and values from ``key`` (the encoder's states) in cross-attention."""
@@ -326,7 +331,7 @@ def _fsmt(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": float(module.scaling), "visible": visible}
 
 
-def _bert_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _bert_like(module: Any, a: CallArguments) -> InlineReading:
     """The BERT-style self-attention of Megatron-BERT, RemBERT and TAPAS: scores
     ``q·k / √d`` plus the model's additive mask; keys and values from the encoder's states
     (``encoder_hidden_states``) in cross-attention."""
@@ -342,7 +347,7 @@ def _bert_like(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _roformer(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _roformer(module: Any, a: CallArguments) -> InlineReading:
     """RoFormerSelfAttention: :func:`_bert_like` with rotary positions (``sinusoidal_pos``)
     applied by the module's own rotation to q and k (and to v when ``rotary_value``) in
     self-attention; q and k are recorded after the rotation."""
@@ -357,7 +362,7 @@ def _roformer(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
-def _mpnet(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _mpnet(module: Any, a: CallArguments) -> InlineReading:
     """MPNetSelfAttention: scores ``q·k / √d`` plus the model's relative position bias
     (one additive (Lq, Lk) term per head, kept as it is) plus the model's additive mask."""
     h = a["hidden_states"]
@@ -374,7 +379,7 @@ def _mpnet(module: Any, a: dict[str, Any]) -> dict[str, Any]:
             "visible": _seen(module, a.get("attention_mask"), b, lq, k.shape[2])}
 
 
-def _xlm(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _xlm(module: Any, a: CallArguments) -> InlineReading:
     """XLM's and FlauBERT's MultiHeadAttention: scores ``(q / √d)·k``; ``mask`` (B, Lk) or
     (B, Lq, Lk) hides the keys where it is 0; keys and values from ``kv`` when given."""
     kv = a.get("kv")
@@ -395,7 +400,7 @@ def _xlm(module: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, "scale": 1.0 / math.sqrt(d), "visible": visible}
 
 
-def _ibert(module: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _ibert(module: Any, a: CallArguments) -> InlineReading:
     """IBertSelfAttention outside its integer-only mode: its quantising layers are then
     plain linear maps and identities, and the scores ``q·k / √d`` plus the model's mask go
     through a float softmax. With ``quant_mode`` (integer softmax) it is refused."""
@@ -414,7 +419,7 @@ def _ibert(module: Any, a: dict[str, Any]) -> dict[str, Any]:
 _HF = "transformers.models."
 #: ``module.ClassName`` -> reader of a call's q, k, v, scale and visible keys (and, where the
 #: module has them, ALiBi bias and window).
-READERS: dict[str, Callable[[nn.Module, dict[str, Any]], dict[str, Any]]] = {
+READERS: dict[str, Callable[[nn.Module, CallArguments], InlineReading]] = {
     _HF + "bloom.modeling_bloom.BloomAttention": _bloom,
     _HF + "mpt.modeling_mpt.MptAttention": _mpt,
     _HF + "falcon.modeling_falcon.FalconAttention": _falcon,
@@ -479,7 +484,7 @@ def _key(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
+def _shapes(read: InlineReading) -> list[ScoreShape]:
     """One ScoreShape per batch element from a reader's output."""
     q, k = read["q"], read["k"]
     b, _, lq, _ = q.shape
@@ -487,30 +492,27 @@ def _shapes(read: dict[str, Any]) -> list[ScoreShape]:
     alibi = read.get("alibi")
     vis = read["visible"]
     window = read.get("window")
+    own = read.get("bias")
     rule = None if vis is None else visible_rule(vis, window)
     out = []
     for bi in range(b):
-        slopes, bias = None, None
+        slopes, alibi_bias = None, None
         if alibi is not None:  # each batch element on its own (padding shifts positions)
             one = alibi.shape[0] == 1
-            slopes, bias = alibi_slopes(alibi[0:1] if one else alibi[bi: bi + 1])
-        kw: dict[str, Any] = {"scale": read["scale"]}
+            slopes, alibi_bias = alibi_slopes(alibi[0:1] if one else alibi[bi: bi + 1])
+        causal, rule_window, key_mask, bias = False, None, None, None
         if vis is not None and rule is None:  # no rule: the mask itself (short inputs)
-            dense = torch.zeros(1, lq, lk).masked_fill_(~vis[bi].cpu()[None], float("-inf"))
-            kw["bias"] = dense
+            bias = torch.zeros(1, lq, lk).masked_fill_(~vis[bi].cpu()[None], float("-inf"))
         elif rule is not None:
-            kw["causal"] = rule[0]
-            kw["window"] = window
-            kw["key_mask"] = key_mask_of(rule[1], bi)
-        if slopes is not None:
-            kw["alibi_slopes"] = slopes
-        elif bias is not None:
-            extra = bias[0].cpu()  # (H, 1, Lk)
-            kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
-        if read.get("bias") is not None:  # a model's own additive term, kept as it is
-            extra = batch_item(read["bias"], bi)  # (H, Lq|1, Lk)
-            kw["bias"] = extra if "bias" not in kw else kw["bias"] + extra
-        out.append(ScoreShape(**kw))
+            causal, rule_window, key_mask = rule[0], window, key_mask_of(rule[1], bi)
+        if slopes is None and alibi_bias is not None:
+            extra = alibi_bias[0].cpu()  # (H, 1, Lk)
+            bias = extra if bias is None else bias + extra
+        if own is not None:  # a model's own additive term, kept as it is
+            extra = batch_item(own, bi)  # (H, Lq|1, Lk)
+            bias = extra if bias is None else bias + extra
+        out.append(ScoreShape(scale=read["scale"], causal=causal, window=rule_window,
+                              key_mask=key_mask, alibi_slopes=slopes, bias=bias))
     return out
 
 
@@ -531,8 +533,11 @@ class _InlineAdapter:
 
             def pre(mod: nn.Module, args: tuple, kwargs: dict) -> Any:
                 bound = sig.bind_partial(*args, **kwargs)
+                # the arguments by the parameter names of the module's own forward: its
+                # class (the key of its reader) fixes which they are and what they hold
+                call = cast(CallArguments, dict(bound.arguments))
                 with torch.no_grad():
-                    read = reader(mod, dict(bound.arguments))
+                    read = reader(mod, call)
                 shapes = _shapes(read)
                 q, k, v = detached(read["q"]), detached(read["k"]), detached(read["v"])
                 lse = torch.stack([row_logsumexp(q[bi], k[bi], s)

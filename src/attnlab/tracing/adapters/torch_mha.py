@@ -18,7 +18,7 @@ modules have hooks.)
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,25 @@ _ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask
          "average_attn_weights", "is_causal")
 
 
+class _Call(TypedDict, total=False):
+    """The arguments of one ``nn.MultiheadAttention`` call, by the names of its
+    ``forward``'s parameters (:data:`_ARGS`, in order); a call leaves out those it does not
+    give."""
+
+    #: (B, Lq, E) with ``batch_first``, else (Lq, B, E); (Lq, E) unbatched.
+    query: Tensor
+    #: (B, Lk, E), (Lk, B, E) or (Lk, E), as ``query``.
+    key: Tensor
+    value: Tensor
+    #: (B, Lk) or (Lk,): bool True, or an additive float, where a key is padding.
+    key_padding_mask: Tensor | None
+    need_weights: bool
+    #: (Lq, Lk) or (B·H, Lq, Lk): bool True where a key is hidden, or an additive float.
+    attn_mask: Tensor | None
+    average_attn_weights: bool
+    is_causal: bool
+
+
 def _project(m: nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor
              ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-head q (B, H, Lq, d), k (B, H, Lk, d), v (B, H, Lk, d) as the module computes."""
@@ -65,7 +84,7 @@ def _project(m: nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor
     return q, k, v
 
 
-def _shapes(m: nn.MultiheadAttention, call: dict[str, Any], b: int, lq: int, lk: int
+def _shapes(m: nn.MultiheadAttention, call: _Call, b: int, lq: int, lk: int
             ) -> list[ScoreShape]:
     scale = default_scale(m.head_dim)
     causal, bias = False, None
@@ -128,8 +147,10 @@ class _TorchMHAAdapter:
         name = cap.name_of(m)
 
         def pre(_mod, args, kwargs):
-            call = dict(zip(_ARGS, args))
-            call.update(kwargs)
+            named = dict(zip(_ARGS, args))
+            named.update(kwargs)
+            # trusted to be _Call: named by the parameters of torch's own forward
+            call = cast(_Call, named)
             query, key, value = call["query"], call["key"], call["value"]
             if not m.batch_first and query.dim() == 3:
                 query, key, value = (t.transpose(0, 1) for t in (query, key, value))

@@ -7,7 +7,7 @@ REPORT_DIR ?= report
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup report test lint bench docs clean
+.PHONY: setup report test lint bench docs course clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,11 @@ bench: $(STAMP)
 # the reference site, offline, into build/site (embeds $(REPORT_DIR)/index.html if built)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 ATTNLAB_REPORT_DIR=$(REPORT_DIR) $(VENV)/bin/mkdocs build --strict
+
+# the course notebooks, written from their source (docs/course/parts) and run in one kernel,
+# with their outputs; only those whose cells or attnlab changed run (docs/course/execute.py)
+course: $(STAMP)
+	$(PY) docs/course/build.py --execute
 
 clean:
 	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache .ruff_cache

@@ -10,10 +10,13 @@
   as ``make report`` writes it), it is copied into the site under ``report/`` and the
   report page embeds it (the link to it is checked like any other); otherwise the page
   says how to build it.
-* The course's notebooks are committed without outputs; each page is rendered from an
-  executed copy (``docs/course/execute.py``: the runner ``tests/course`` uses, whose copies
-  it reuses when they are current), so the pages show their figures, tables and explorers.
-  The setup cell (tagged ``setup``) is folded away in a ``<details>``.
+* The course's notebooks are committed with the outputs of ``make course``, made small
+  for a reader of the repository (the explorer's inlined page, which only runs in a live
+  notebook, left out). Each page is rendered from the runner's executed copy instead
+  (``docs/course/execute.py``: the runner ``make course`` and ``tests/course`` use, whose
+  copies it reuses when they are current for the notebook's cells), so the pages show
+  their figures, tables and explorers whole. The setup cell (tagged ``setup``) is folded
+  away in a ``<details>``.
 * Formulas are MathML, converted when the site is built (``attnlab._mathml``): no script,
   no font and no request. In Markdown pages the ``$...$`` and ``$$...$$`` outside code are
   set aside before Markdown reads them (so that ``_`` or ``\\`` in TeX stay TeX) and put

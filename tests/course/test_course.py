@@ -1,8 +1,9 @@
-"""The course notebooks (docs/course): generated from one source, stored without outputs,
-Chinese where they should be, and every one of them runs from top to bottom in a Jupyter
-kernel, as shipped: its exercises blank, every check failing on the blank. Then each check
-fails on the exercise's wrong answer and passes on its reference answer, read from the
-generated docs/course/solutions.md."""
+"""The course notebooks (docs/course): generated from one source, stored with the outputs of
+`make course` (stable, small, nothing of the machine that ran them; never compared with the
+source), Chinese where they should be, and every one of them runs from top to bottom in a
+Jupyter kernel from its source, as shipped: its exercises blank, every check failing on the
+blank. Then each check fails on the exercise's wrong answer and passes on its reference
+answer, read from the generated docs/course/solutions.md."""
 
 from __future__ import annotations
 
@@ -105,16 +106,261 @@ def test_the_packages_course_text_is_the_generators():
 
 
 @pytest.mark.parametrize("part,lang", CASES, ids=[f"{lang}-{p.stem}" for p, lang in CASES])
-def test_committed_notebook_is_the_generators_output_without_outputs(part, lang):
+def test_committed_notebook_cells_are_the_generators_output(part, lang):
+    """The committed notebook's cells (sources, ids, tags, metadata) are what the source
+    makes; its outputs, if it has any (those of `make course`), are not compared, but must
+    be stable and small (:func:`_output_problems`)."""
     path = build.path_of(part, lang)
     assert path.exists(), f"{path} is missing: run python docs/course/build.py"
-    text = path.read_text(encoding="utf-8")
-    assert text == build.dumps(build.notebook(part, lang)), (
-        f"{path.name} ({lang}) differs from docs/course/build.py: run python docs/course/build.py")
-    nb = json.loads(text)
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            assert cell["outputs"] == [] and cell["execution_count"] is None, path
+    committed = json.loads(path.read_text(encoding="utf-8"))
+    expected = build.notebook(part, lang)
+    assert build.notebook_differences(committed, expected) == [], (
+        f"{path.name} ({lang}) differs from docs/course/build.py: run make course")
+    # what the runner keys and runs is the source, whatever outputs the file holds
+    assert runner.source_text(committed) == runner.source_text(expected)
+    assert _output_problems(committed) == [], path
+
+
+def test_a_committed_code_cell_that_differs_from_its_source_is_caught():
+    """A copy of a committed notebook with one code cell changed differs from the source,
+    by that cell; a copy whose outputs alone changed does not."""
+    part, lang = build.PARTS[2], "en"
+    expected = build.notebook(part, lang)
+    committed = json.loads(build.path_of(part, lang).read_text(encoding="utf-8"))
+    planted = json.loads(json.dumps(committed))
+    cell = next(c for c in planted["cells"][2:] if c["cell_type"] == "code")
+    cell["source"] = ["".join(cell["source"]) + "\nplanted = 1"]
+    assert build.notebook_differences(planted, expected) == [f"cell {cell['id']}: source"]
+    retagged = json.loads(json.dumps(committed))
+    retagged["cells"][1]["metadata"]["tags"] = []
+    assert build.notebook_differences(retagged, expected) == ["cell c01: metadata"]
+    other_outputs = json.loads(json.dumps(committed))
+    for n, cell in enumerate((c for c in other_outputs["cells"] if c["cell_type"] == "code"), 1):
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["other\n"]}]
+        cell["execution_count"] = n
+    assert build.notebook_differences(other_outputs, expected) == []
+    shorter = json.loads(json.dumps(committed))
+    shorter["cells"].pop()
+    assert build.notebook_differences(shorter, expected) == [
+        f"{len(expected['cells']) - 1} cells, expected {len(expected['cells'])}"]
+
+
+#: The folders of the machine that ran a notebook, which its committed outputs never name.
+_MACHINE = tuple(f for f in (str(ROOT), str(Path.home()), str(Path(sys.prefix)), "/tmp/",
+                             "ipykernel_") if len(f) > 1)
+#: The most bytes one committed output may take (a figure takes up to about 200 kB).
+OUTPUT_MAX_BYTES = 400_000
+#: The most bytes the committed notebooks may take together (docs/course/en and zh).
+COURSE_MAX_BYTES = 8_000_000
+_PROMPT = re.compile(r"Cell(?:\x1b\[[0-9;]*m|\s)*In\[(\d+)\]")
+
+
+def _output_problems(nb: dict) -> list[str]:
+    """What makes a committed notebook's outputs unstable or large: code cells not
+    numbered 1, 2, ... in order (or outputs without numbers), a result or a traceback
+    numbered otherwise than its cell, a timing or an execution key in the metadata, a
+    folder of this machine or an object's address in a text, a script (it runs in no
+    reader's view), an image other than PNG, an output over OUTPUT_MAX_BYTES. A notebook
+    without any output (not run since its cells changed) has none."""
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    counts = [c.get("execution_count") for c in code]
+    if not any(c.get("outputs") for c in code) and set(counts) <= {None}:
+        return []
+    problems = []
+    if counts != list(range(1, len(code) + 1)):
+        problems.append(f"code cells numbered {counts[:6]}..., not 1, 2, ... in order")
+    if runner.KEY in nb.get("metadata", {}):
+        problems.append("the runner's execution key in the metadata")
+    for n, cell in enumerate(code, 1):
+        if "execution" in cell.get("metadata", {}):
+            problems.append(f"cell {n}: execution timings in its metadata")
+        for o in cell.get("outputs", ()):
+            size = len(json.dumps(o))
+            if size > OUTPUT_MAX_BYTES:
+                problems.append(f"cell {n}: an output of {size} bytes")
+            data = o.get("data", {})
+            text = json.dumps({**o, "data": {k: v for k, v in data.items()
+                                            if not k.startswith("image/")}},
+                              ensure_ascii=False)
+            problems += [f"cell {n}: names {f}" for f in _MACHINE if f in text]
+            if " at 0x" in text:
+                problems.append(f"cell {n}: an object's address")
+            if "<script" in text.lower() or "application/javascript" in data:
+                problems.append(f"cell {n}: a script")
+            problems += [f"cell {n}: a {k} image" for k in data
+                         if k.startswith("image/") and k != "image/png"]
+            if o.get("output_type") == "execute_result" and o.get("execution_count") != n:
+                problems.append(f"cell {n}: a result numbered {o.get('execution_count')}")
+            prompts = {int(k) for k in _PROMPT.findall("".join(o.get("traceback", ())))}
+            if prompts - set(range(1, n + 1)):
+                problems.append(f"cell {n}: a traceback names cells {sorted(prompts)}")
+    return problems
+
+
+def test_build_doctests():
+    import doctest
+
+    result = doctest.testmod(build, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_the_committed_notebooks_are_small():
+    sizes = {p.relative_to(COURSE).as_posix(): p.stat().st_size
+             for p in COURSE.glob("*/*.ipynb")}
+    assert sum(sizes.values()) < COURSE_MAX_BYTES, sorted(sizes.items(), key=lambda x: -x[1])
+
+
+def _run_of(nb: dict) -> dict:
+    """A run of the notebook ``nb`` as the runner keeps it, holding one output of each kind
+    the committed notebook must not keep as it is: a folder of this machine, a kernel's
+    file of a cell, an address, a page's script, JavaScript, a widget's id of the run."""
+    executed = json.loads(json.dumps(nb))
+    executed["metadata"][runner.KEY] = "0" * 64
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    for n, cell in enumerate(code, 1):
+        cell["execution_count"] = n
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout",
+                            "text": f"wrote {ROOT}/build/x.png\n"}]
+    code[0]["outputs"] += [
+        {"output_type": "stream", "name": "stderr",
+         "text": "/tmp/ipykernel_6768/1828758385.py:12: UserWarning: w\n"},
+        {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+         "data": {"text/plain": "<attnlab.viz.explorer.Explorer at 0x7fde1fcaa750>",
+                  "text/html": "<div id='ax-1'></div><script>mount('ax-1')</script>"}},
+        {"output_type": "display_data", "metadata": {},
+         "data": {"text/plain": "interactive(children=(FloatSlider(value=30.0),))",
+                  "application/vnd.jupyter.widget-view+json": {
+                      "version_major": 2, "version_minor": 0,
+                      "model_id": "c3b885b9a90f4c87b959764f109b0b93"}}},
+        {"output_type": "display_data", "metadata": {},
+         "data": {"application/javascript": "alert(1)"}},
+        {"output_type": "display_data", "metadata": {},
+         "data": {"text/plain": "<Figure size 640x480 with 1 Axes>",
+                  "image/png": "iVBORw0KGgo="}}]
+    code[1]["outputs"] = [{"output_type": "error", "ename": "AssertionError", "evalue": "x",
+                           "traceback": ["\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[2]"
+                                         "\x1b[39m\x1b[32m, line 3",
+                                         f"File \x1b[32m{ROOT}/src/attnlab/course.py:271"]}]
+    return executed
+
+
+def test_the_committed_outputs_are_scrubbed_numbered_and_without_scripts():
+    """build.with_outputs keeps a run's outputs without what belongs to the machine or the
+    run (folders, the kernel's file of a cell, addresses, a widget's id of the run) and
+    without what runs only live (a page's script, JavaScript); the check of the committed
+    notebooks catches each of those in a run kept as it is."""
+    part = build.PARTS[0]
+    nb = build.notebook(part, "en")
+    executed = _run_of(nb)
+    raw = _output_problems(executed)
+    for what in ("names /tmp/", "names ipykernel_", f"names {ROOT}", "an object's address",
+                 "a script", "execution key"):
+        assert any(what in p for p in raw), (what, raw)
+    committed = build.with_outputs(nb, executed, f"en/{part.stem}")
+    assert _output_problems(committed) == []
+    assert build.notebook_differences(committed, nb) == []
+    first, second = [c for c in committed["cells"] if c["cell_type"] == "code"][:2]
+    stream, stderr, result, view, figure = first["outputs"]
+    assert stream["text"] == "wrote build/x.png\n"
+    assert stderr["text"] == "<cell>:12: UserWarning: w\n"
+    assert result == {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                      "data": {"text/plain": "<attnlab.viz.explorer.Explorer>"}}
+    model = view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", model) and model != "c3b885b9a90f4c87b959764f109b0b93"
+    assert figure["data"]["image/png"] == "iVBORw0KGgo="
+    assert second["outputs"][0]["traceback"][1] == "File \x1b[32msrc/attnlab/course.py:271"
+    # another run (another widget id, other addresses) gives the same file
+    again = json.loads(json.dumps(executed).replace("c3b885b9", "0000aaaa")
+                       .replace("0x7fde", "0x7f00"))
+    assert build.dumps(build.with_outputs(nb, again, f"en/{part.stem}")) == build.dumps(committed)
+    # the file is Jupyter's: the same text when nbformat reads and writes it
+    nbformat = pytest.importorskip("nbformat")
+    text = build.dumps(committed)
+    nbformat.validate(nbformat.reads(text, as_version=4))
+    assert nbformat.writes(nbformat.reads(text, as_version=4)).rstrip("\n") == text.rstrip("\n")
+    # a run of other cells is refused
+    other = json.loads(json.dumps(executed))
+    next(c for c in other["cells"] if c["cell_type"] == "code")["source"] += "\nx = 1"
+    with pytest.raises(ValueError, match="not of this notebook's cells"):
+        build.with_outputs(nb, other, f"en/{part.stem}")
+
+
+def test_the_runner_keys_a_notebook_by_its_cells_not_its_outputs(tmp_path):
+    """An executed copy is current for the committed notebook whatever outputs the file
+    holds, and stale once a cell changes; the runner runs the cells, never the outputs."""
+    part = build.PARTS[0]
+    nb = build.notebook(part, "en")
+    path, cache = tmp_path / "en" / f"{part.stem}.ipynb", tmp_path / "cache"
+    path.parent.mkdir()
+    runner.store(path, _run_of(nb), cache, "digest")
+    path.write_text(build.dumps(nb), encoding="utf-8")
+    assert runner.current(path, cache, "digest")
+    path.write_text(build.dumps(build.with_outputs(nb, _run_of(nb), "x")), encoding="utf-8")
+    assert runner.current(path, cache, "digest") and runner.current(path, cache, "digest", nb)
+    assert not runner.current(path, cache, "another digest")
+    changed = json.loads(json.dumps(nb))
+    next(c for c in changed["cells"] if c["cell_type"] == "code")["source"] += "\nx = 1"
+    assert not runner.current(path, cache, "digest", changed)
+    path.write_text(build.dumps(changed), encoding="utf-8")
+    assert not runner.current(path, cache, "digest")
+
+
+class _Kernel:
+    """A stand-in for the runner's kernel client: it records the sources it is given, and
+    counts them from 40 on (a kernel that ran other notebooks before); a source of
+    ``fails`` raises as an exercise's check does on the blank."""
+
+    def __init__(self, fails: set[str]):
+        import nbformat
+
+        self.nb, self.ran, self.fails = nbformat.v4.new_notebook(), [], fails
+
+    def execute_cell(self, cell, index):
+        from nbclient.exceptions import CellExecutionError
+
+        self.ran.append(cell.source)
+        cell.execution_count = 39 + len(self.ran)
+        prompt = f"Cell In[{cell.execution_count}], line 1"
+        if cell.source in self.fails:
+            cell.outputs = [{"output_type": "error", "ename": "AssertionError", "evalue": "",
+                             "traceback": [prompt]}]
+            raise CellExecutionError(prompt, "AssertionError", "")
+        cell.outputs = [{"output_type": "execute_result", "metadata": {}, "data": {
+            "text/plain": str(len(self.ran))}, "execution_count": cell.execution_count}]
+        return cell
+
+
+def test_the_runner_runs_the_source_and_numbers_the_prompts_from_1():
+    """A committed notebook handed to the runner runs as its source: its stored outputs
+    are neither run nor kept; the copy numbers its cells, results and tracebacks 1, 2, ...
+    whatever the kernel's count."""
+    part = build.PARTS[0]
+    nb = build.notebook(part, "en")
+    committed = json.loads(build.dumps(build.with_outputs(nb, _run_of(nb), "x")))
+    code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
+    checks = {c["source"] for c in nb["cells"] if "check" in c["metadata"].get("tags", ())}
+    kernel = _Kernel(checks)
+    executed, _ = runner.execute(kernel, committed)
+    assert kernel.ran[1:] == code and kernel.ran[0] == runner.RESET
+    assert runner.without_outputs(executed) == runner.without_outputs(nb)
+    for n, cell in enumerate((c for c in executed["cells"] if c["cell_type"] == "code"), 1):
+        (out,) = cell["outputs"]
+        assert cell["execution_count"] == n
+        if cell["source"] in checks:
+            assert out["traceback"] == [f"Cell In[{n}], line 1"]
+        else:
+            assert out["execution_count"] == n and out["data"]["text/plain"] == str(n + 1)
+
+
+def test_make_course_runs_the_build_with_its_outputs_and_on_demand_only():
+    """`make course` (set up first, like `make docs`) is build.py --execute; `make test`
+    and `make report` do not run it."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^course: \$\(STAMP\)\n\t\$\(PY\) docs/course/build\.py --execute\n",
+                     makefile, re.M)
+    assert "course" in re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    for target in ("test", "report", "lint"):
+        assert "course" not in re.search(rf"^{target}:(.*)$", makefile, re.M).group(1).split()
 
 
 def test_the_notebooks_ship_blank_exercises_and_the_solutions_file_holds_the_answers():
@@ -155,16 +401,54 @@ def test_an_exercise_needs_a_blank_with_dots():
     assert Exercise(blank="x = ...  # one", **fields).blank
 
 
-def test_the_generator_check_mode_catches_a_stale_notebook(tmp_path, monkeypatch):
-    part = build.PARTS[0]
+def _generated_tree(tmp_path, monkeypatch) -> None:
+    """Every generated file written under ``tmp_path``, and build.py pointed there."""
     monkeypatch.setattr(build, "HERE", tmp_path)
+    monkeypatch.setattr(build, "LONG_TEXT", tmp_path / build.LONG_TEXT.name)
     for p, text in build.expected_files(tmp_path).items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
+
+
+def test_the_generator_check_mode_catches_a_stale_notebook(tmp_path, monkeypatch, capsys):
+    part = build.PARTS[0]
+    _generated_tree(tmp_path, monkeypatch)
     assert build.main(["--check"]) == 0
     stale = build.path_of(part, "zh", tmp_path)
     stale.write_text(stale.read_text(encoding="utf-8").replace("向量", "vector"), encoding="utf-8")
     assert build.main(["--check"]) == 1
+    # a notebook with outputs passes while its cells are the source's; a code cell changed
+    # fails, and the check names it
+    stale.write_text(build.dumps(build.notebook(part, "zh")), encoding="utf-8")
+    ran = build.path_of(part, "en", tmp_path)
+    nb = build.notebook(part, "en")
+    ran.write_text(build.dumps(build.with_outputs(nb, _run_of(nb), "x")), encoding="utf-8")
+    capsys.readouterr()
+    assert build.main(["--check"]) == 0 and capsys.readouterr().out == ""
+    planted = json.loads(ran.read_text(encoding="utf-8"))
+    cell = next(c for c in planted["cells"][2:] if c["cell_type"] == "code")
+    cell["source"][0] = "planted = 1\n" + cell["source"][0]
+    ran.write_text(build.dumps(planted), encoding="utf-8")
+    assert build.main(["--check"]) == 1
+    assert capsys.readouterr().out == f"differs: {ran} (cell {cell['id']}: source)\n"
+
+
+def test_the_generator_keeps_the_outputs_of_current_cells_only(tmp_path, monkeypatch, capsys):
+    """Without --execute, a notebook whose cells are current keeps its outputs; one whose
+    cells changed is written from its source, without outputs."""
+    part = build.PARTS[0]
+    _generated_tree(tmp_path, monkeypatch)
+    nb = build.notebook(part, "en")
+    with_outputs = build.dumps(build.with_outputs(nb, _run_of(nb), "x"))
+    kept, stale = build.path_of(part, "en", tmp_path), build.path_of(part, "zh", tmp_path)
+    kept.write_text(with_outputs, encoding="utf-8")
+    stale.write_text(stale.read_text(encoding="utf-8").replace("向量", "vector"), encoding="utf-8")
+    capsys.readouterr()
+    assert build.main([]) == 0
+    assert capsys.readouterr().out == (f"wrote: {stale} (without outputs: `make course` runs "
+                                       "it)\n")
+    assert kept.read_text(encoding="utf-8") == with_outputs
+    assert stale.read_text(encoding="utf-8") == build.dumps(build.notebook(part, "zh"))
 
 
 def _prose(source: str) -> str:
@@ -451,8 +735,12 @@ def _execute(part, lang, client):
     answers substituted would run it."""
     solutions = build.read_solutions(build.SOLUTIONS.read_text(encoding="utf-8"))
     executed, elapsed = runner.execute(client, build.notebook(part, lang))
-    # the run's outputs, for the reference site (docs/site/hooks.py shows them)
+    # the run's outputs, for the committed notebook (make course) and the reference site
+    # (docs/site/hooks.py shows them)
     runner.store(build.path_of(part, lang), executed)
+    # the prompts are the notebook's own, 1, 2, ... (not the shared kernel's count)
+    assert _output_problems(build.with_outputs(build.notebook(part, lang), executed,
+                                               f"{lang}/{part.stem}")) == []
     # report(r) says so when an experiment's verdict is not the one attnlab expected (the
     # sizes a notebook runs were too small for it, or the experiment changed): never shown
     unexpected = [c["source"][:80] for c in executed["cells"] for o in c.get("outputs", ())

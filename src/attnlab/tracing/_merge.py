@@ -27,15 +27,44 @@ tensor([[1.0000, 0.0000],
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
 
-__all__ = ["RULE", "pieces_of", "merge", "piece_labels", "token_of_piece", "piece_fields"]
+__all__ = ["RULE", "MergeRecord", "PieceLabel", "pieces_of", "merge", "piece_labels",
+           "token_of_piece", "piece_fields"]
 
 #: The rule, as :meth:`AttentionTrace.merge_tokens` records it by default.
 RULE = "weights summed over keys, averaged over queries"
+
+
+class MergeRecord(TypedDict):
+    """What a merged trace's ``meta["merged"]`` records
+    (:meth:`~attnlab.tracing.attention.AttentionTrace.merge_tokens`)."""
+
+    rule: str
+    #: The pieces of each merged token.
+    groups: list[list[int]]
+    #: The pieces' labels, as before the first merge.
+    pieces: list[str]
+    #: The pieces' token ids, as before the first merge (None: the trace had none).
+    piece_ids: list[int] | None
+
+
+class PieceLabel(TypedDict):
+    """One piece of a merged token, labelled as a piece of its token (:func:`piece_labels`)."""
+
+    #: Its position among the pieces.
+    piece: int
+    #: Its token's index.
+    token: int
+    #: Its place among the token's pieces, from 1.
+    index: int
+    #: How many pieces the token has.
+    count: int
+    #: The token's label, with ``(piece k of n)`` when it has more than one piece.
+    label: str
 
 
 def pieces_of(groups: Sequence[Sequence[int]], tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -73,12 +102,12 @@ def token_of_piece(groups: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
 
 
 def piece_labels(groups: Sequence[Sequence[int]], tokens: Sequence[str],
-                 pieces: Sequence[int]) -> list[dict[str, Any]]:
+                 pieces: Sequence[int]) -> list[PieceLabel]:
     """Each of ``pieces`` as a piece of its token: ``piece``, ``token`` (its index),
     ``index`` (1-based among the token's pieces), ``count`` and ``label`` — the token's
     label, with ``(piece k of n)`` when the token has more than one piece."""
     where = token_of_piece(groups)
-    out = []
+    out: list[PieceLabel] = []
     for p in pieces:
         a, k = where[p]
         n = len(groups[a])
@@ -92,11 +121,11 @@ def piece_fields(meta: dict[str, Any], tokens: Sequence[str], groups: Sequence[S
     """The tokens, meta and token ids of the pieces of a merged trace: the labels recorded
     before the merge (``meta["merged"]["pieces"]``, else each piece its token's label), the
     meta without ``"merged"``, the recorded piece ids (or None)."""
-    merged = meta.get("merged")
-    m: dict[str, Any] = merged if isinstance(merged, dict) else {}
+    merged = meta.get("merged")  # (a MergeRecord, as the trace's meta holds it)
+    recorded = merged if isinstance(merged, dict) else {}
     n = sum(len(g) for g in groups)
-    pieces: Any = m.get("pieces")  # (a JSON value, checked here)
+    pieces: Any = recorded.get("pieces")  # (a JSON value, checked here)
     labels = pieces if len(pieces or ()) == n else [
         tokens[a] for a, g in enumerate(groups) for _ in g]
-    ids = m.get("piece_ids") if len(m.get("piece_ids") or ()) == n else None
+    ids = recorded.get("piece_ids") if len(recorded.get("piece_ids") or ()) == n else None
     return list(labels), {k: v for k, v in meta.items() if k != "merged"}, ids

@@ -70,6 +70,7 @@ from attnlab._errors import Error, check_int
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 from attnlab.core.weights import why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
+from attnlab.tracing._file_records import TraceFields
 from attnlab.tracing._names import STACKS, TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES
 from attnlab.tracing._storage import storage_of
@@ -308,14 +309,15 @@ class AttentionTrace:
         dev = move_target(device, self.device, opened, self.opened_from)
         if opened:
             return copy.copy(self)  # the same mapped tensors, checks and bound
+        def mv(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(dev)
+
         moved: dict[int, ScoreShape] = {}  # one copy of a shape shared by several layers
         for shape in self._shapes:
             if id(shape) not in moved:
-                fields: dict[str, Any] = {n: t.to(dev) for n, t in shape.tensors().items()}
-                moved[id(shape)] = dataclasses.replace(shape, **fields)
-
-        def mv(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(dev)
+                moved[id(shape)] = dataclasses.replace(
+                    shape, key_mask=mv(shape.key_mask), alibi_slopes=mv(shape.alibi_slopes),
+                    bias=mv(shape.bias), sinks=mv(shape.sinks))
 
         out = AttentionTrace(
             tokens=list(self.tokens), weights=mv(self._weights), q=mv(self.q), k=mv(self.k),
@@ -596,9 +598,10 @@ class AttentionTrace:
         merged = [[p for i in g for p in pieces[i]] for g in groups]
         meta = dict(self.meta)
         before = meta.get("merged", {})
-        meta["merged"] = {"rule": rule, "groups": merged,
-                          "pieces": before.get("pieces", list(self.tokens)),
-                          "piece_ids": before.get("piece_ids", self.token_ids)}
+        record: _merge.MergeRecord = {"rule": rule, "groups": merged,
+                                      "pieces": before.get("pieces", list(self.tokens)),
+                                      "piece_ids": before.get("piece_ids", self.token_ids)}
+        meta["merged"] = record
         return self._regrouped(labels, merged, meta, None)
 
     def _regrouped(self, tokens: Sequence[str], groups: list[list[int]] | None,
@@ -652,7 +655,7 @@ class AttentionTrace:
 
     # -- files ----------------------------------------------------------------------------
 
-    def _file_fields(self) -> dict[str, Any]:
+    def _file_fields(self) -> TraceFields:
         """What a trace file holds of this trace: its constructor's arguments
         (:mod:`attnlab.tracing.trace_file` writes them)."""
         return {"stack": self.stack, "tokens": self.tokens, "key_tokens": self.key_tokens,

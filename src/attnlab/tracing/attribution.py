@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -73,8 +73,11 @@ from torch import Tensor
 from attnlab.core.scores import TILE_BYTES
 from attnlab.tracing import _merge
 
+if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
+    from typing import NotRequired
+
 __all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
-           "ROLLOUT_MAX_DENSE", "value_weighted_rows"]
+           "ROLLOUT_MAX_DENSE", "value_weighted_rows", "Band", "BandLift", "Layout"]
 
 #: One stack's trace (:class:`attnlab.tracing.attention.AttentionTrace`), read by its query
 #: API; this module does not import the class, whose own methods call it.
@@ -234,7 +237,58 @@ def rollout(trace: Trace, *, tile_rows: int | None = None) -> Tensor:
 # ----------------------------------------------------------------------------------------
 
 
-def _layout(trace: Trace, pairing: str | None) -> dict[str, Any]:
+class Layout(TypedDict):
+    """The positional layout a score is taken apart by (``layout`` of :func:`score_parts`
+    and :func:`band_lift`)."""
+
+    #: ``"rope"``, or ``"none"``: no rotation (the bands are consecutive dimensions).
+    kind: str
+    #: One of :data:`PAIRINGS`.
+    pairing: str
+    #: The rotated dimensions (the first ones of the head).
+    rotary_dim: int
+    #: The rotary base, where recorded.
+    base: float | None
+    #: The model's own (possibly scaled) frequencies, one per pair, where recorded.
+    freqs: list[float] | None
+    #: ``"trace"`` (recorded), ``"argument"`` (``pairing=``), or why neither.
+    source: str
+
+
+class Band(TypedDict):
+    """One band of a head's dimensions (:func:`band_pairs`): a RoPE pair, or unrotated
+    dimensions."""
+
+    dims: list[int]
+    rotated: bool
+    #: Its angular frequency, in radians per position (None: not rotated).
+    freq: float | None
+    #: ``2π / freq``, in positions.
+    wavelength: float | None
+    #: :func:`score_parts`: the band's part of the score.
+    value: NotRequired[float]
+    #: :func:`band_lift`: how much the band lifts the attended keys, and its share of the
+    #: head's whole lift.
+    lift: NotRequired[float]
+    share: NotRequired[float]
+
+
+class BandLift(TypedDict):
+    """Which bands carry a head's pattern (:func:`band_lift`)."""
+
+    layer: int
+    head: int
+    #: How many rows (query tokens) were summed over.
+    rows: int
+    #: The head's whole lift (the bands' lifts sum to it).
+    lift: float
+    bands: list[Band]
+    layout: Layout
+    #: A merged trace: how many pieces the rows hold.
+    pieces: NotRequired[int]
+
+
+def _layout(trace: Trace, pairing: str | None) -> Layout:
     """The positional layout: the recorded one, else ``pairing`` given, else adjacent."""
     d = trace.head_dim
     if d is None:
@@ -283,11 +337,11 @@ def band_pairs(head_dim: int, pairing: str, rotary_dim: int | None = None
     return pairs
 
 
-def _bands(layout: dict[str, Any], d: int) -> list[dict[str, Any]]:
+def _bands(layout: Layout, d: int) -> list[Band]:
     r = layout["rotary_dim"]
     pairs = band_pairs(d, layout["pairing"], r)
-    base, freqs = layout.get("base"), layout.get("freqs")
-    out = []
+    base, freqs = layout["base"], layout["freqs"]
+    out: list[Band] = []
     for p, dims in enumerate(pairs):
         rotated = layout["kind"] == "rope" and p < r // 2
         freq: float | None
@@ -366,7 +420,7 @@ def score_parts(trace: Trace, layer: int, head: int, i: int, j: int, *,
 
 
 def band_lift(trace: Trace, layer: int, head: int, *, rows: Any = None,
-              pairing: str | None = None, tile_rows: int | None = None) -> dict[str, Any]:
+              pairing: str | None = None, tile_rows: int | None = None) -> BandLift:
     """Which bands carry a head's pattern: for each band, summed over ``rows`` (default all),
     ``Σ_j α_ij·part_ij − (Σ_j α_ij)·mean_{j visible} part_ij`` — how much the band raises
     the keys the head attends to above the average key the row may see. The bands' lifts

@@ -55,25 +55,29 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import Tensor, nn
 
 from attnlab._errors import check_int
+from attnlab.tracing._file_records import TraceTensors
 from attnlab.tracing.adapters import ADAPTERS, AttentionRecord
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture_stream import LayerStream, stream_layers
 from attnlab.tracing.generation import CacheSteps, GenerationError
-from attnlab.tracing.model_parts import output_projections, rope_layout
-from attnlab.tracing.precision import precision_of
+from attnlab.tracing.model_parts import RopeLayout, output_projections, rope_layout
+from attnlab.tracing.precision import Precision, precision_of
 from attnlab.tracing.stacks import STACK_ORDER, StackedTrace
 from attnlab.tracing.trace_stream import TraceStream
 
-__all__ = ["AttentionRecord", "Capture", "GenerationError", "UnreadableAttentionError", "capture",
-           "stack_table"]
+if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
+    from typing import NotRequired
+
+__all__ = ["AttentionRecord", "Capture", "CaptureInfo", "GenerationError",
+           "UnreadableAttentionError", "capture", "stack_table"]
 
 #: A record (or a stacked layer) at least this large hands freed memory back to the OS.
 _TRIM_BYTES = 8 << 20
@@ -107,6 +111,32 @@ def _nbytes(record: AttentionRecord) -> int:
 #: What :meth:`Capture.trace` merges: (groups of consecutive pieces, their labels or None,
 #: the rule recorded in ``meta["merged"]``), as :meth:`AttentionTrace.merge_tokens` takes them.
 Merge = tuple[list[list[int]], list[str] | None, str]
+
+
+class CaptureInfo(TypedDict):
+    """What a capture records in its trace's ``meta``, before the ``meta`` it is given
+    (which follows, and wins on a shared key)."""
+
+    #: The attention modules stacked as layers, in call order.
+    layer_names: list[str]
+    #: The adapter that read them (``"huggingface"``, ``"attnlab"``, ...).
+    source: str
+    #: Which rule ties the trace to the model's own weights (given the model).
+    precision: NotRequired[Precision]
+    #: The model's rotary layout, for a model with rotary positions (not cross-attention).
+    positional: NotRequired[RopeLayout]
+    #: The modules called with another (H, Lq, Lk) than the first one, not stacked.
+    skipped: NotRequired[list[str]]
+
+
+class _StackLabels(TypedDict):
+    """The labels of one stack of a :class:`StackedTrace` (its queries', and its keys' for
+    cross-attention), as :func:`_one_stack` takes them."""
+
+    tokens: list[str] | None
+    token_ids: list[int] | None
+    text: str | None
+    key_tokens: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -288,20 +318,21 @@ class Capture:
             if name not in by_stack:
                 continue
             records = by_stack.pop(name)
-            kwargs: dict[str, Any]  # (_one_stack's keyword arguments)
+            own: _StackLabels
             if name == "encoder":
-                kwargs = dict(tokens=tokens, token_ids=token_ids, text=text, key_tokens=None)
+                own = _StackLabels(tokens=tokens, token_ids=token_ids, text=text,
+                                   key_tokens=None)
             else:
                 keys = None
                 if name == "cross":
                     keys = labels.key_tokens if labels.key_tokens is not None else (
                         stacks["encoder"].tokens if "encoder" in stacks else None)
-                kwargs = dict(tokens=target_tokens, token_ids=target_ids, text=target,
-                              key_tokens=keys)
+                own = _StackLabels(tokens=target_tokens, token_ids=target_ids, text=target,
+                                   key_tokens=keys)
             if name == "cross" and "encoder" in stacks:
                 self._check_cross(records, stacks["encoder"].seq_len)
             stacks[name] = _one_stack(records, name, bi, release, model=model, meta=meta,
-                                      root=self.root, **kwargs)
+                                      root=self.root, **own)
         if by_stack:  # calls outside every stack of an encoder–decoder model
             extra = [r.name for rs in by_stack.values() for r in rs]
             first = next(iter(stacks.values()))
@@ -338,14 +369,13 @@ class Capture:
             heads, lq, lk = s.dims
             if key_tokens is None and lk != lq:
                 key_tokens = [str(j) for j in range(lk)]
-            info: dict[str, Any] = {"layer_names": list(s.names), "source": s.source,
-                                    "precision": precision_of(self.root)}
+            info: CaptureInfo = {"layer_names": list(s.names), "source": s.source,
+                                 "precision": precision_of(self.root)}
             layout = rope_layout(self.root)
             if layout is not None:
                 info["positional"] = layout
             if s.skipped:
                 info["skipped"] = list(s.skipped)
-            info.update(meta or {})
             labels = [str(t) for t in tokens] if tokens is not None else [
                 str(i) for i in range(lq)]
             for name, got, want in (("tokens", labels, lq), ("key_tokens", key_tokens, lk),
@@ -358,7 +388,7 @@ class Capture:
                 "key_tokens": None if key_tokens is None else [str(t) for t in key_tokens],
                 "token_ids": None if token_ids is None else [int(i) for i in token_ids],
                 "model": model or type(self.root).__name__, "causal": s.causal, "text": text,
-                "meta": info, "groups": None})
+                "meta": {**info, **(meta or {})}, "groups": None})
             if merge is not None:
                 merged = AttentionTrace.open(s.writer.temp_path).merge_tokens(
                     merge[0], merge[1], rule=merge[2])
@@ -403,13 +433,18 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
     if key_tokens is None and (lk != lq or stack == "cross"):
         key_tokens = [str(j) for j in range(lk)]
     names = ("weights", "context") if dense else ("q", "k", "v", "lse", "context")
-    # the trace's tensors by name (AttentionTrace's keyword arguments)
-    stacked: dict[str, Any] = {n: _stack(kept, n, bi, release) for n in names}
+
+    def part(name: str) -> Tensor | None:
+        return _stack(kept, name, bi, release) if name in names else None
+
+    # the trace's tensors (AttentionTrace's keyword arguments), stacked in this order
+    stacked = TraceTensors(weights=part("weights"), q=part("q"), k=part("k"), v=part("v"),
+                           lse=part("lse"), context=part("context"), out_proj=None)
     shapes = [r.shapes[bi] for r in kept]
-    info: dict[str, Any] = {"layer_names": [r.name for r in kept], "source": first.source}
+    info: CaptureInfo = {"layer_names": [r.name for r in kept], "source": first.source}
     if root is not None:
         info["precision"] = precision_of(root)  # which rule ties the trace to the model
-        v = stacked.get("v")
+        v = stacked["v"]
         if v is not None:
             stacked["out_proj"] = output_projections(root, info["layer_names"], heads,
                                                      v.shape[-1])
@@ -418,11 +453,10 @@ def _one_stack(records: list[AttentionRecord], stack: str, bi: int, release: boo
             info["positional"] = layout
     if skipped:
         info["skipped"] = skipped
-    info.update(meta or {})
     return AttentionTrace(
         tokens=tokens if tokens is not None else [str(i) for i in range(lq)],
         **stacked, shapes=shapes, model=model, token_ids=token_ids, key_tokens=key_tokens,
-        text=text, meta=info, stack=stack)
+        text=text, meta={**info, **(meta or {})}, stack=stack)
 
 
 def _refuse_repeats(kept: list[AttentionRecord], skipped: list[str]) -> None:

@@ -56,7 +56,7 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,20 @@ from torch import Tensor
 from attnlab._io import atomic_open
 from attnlab._text import one_line
 from attnlab.core._layout import aligned
-from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
+from attnlab.core.scores import ScoreShape
+from attnlab.tracing._file_records import (
+    SHAPE_TENSORS,
+    ManifestEntry,
+    OneTraceHeader,
+    ShapeEntry,
+    ShapeTensor,
+    StackedHeader,
+    TensorPlace,
+    TraceArgs,
+    TraceFields,
+    TraceLabels,
+    TraceMetadata,
+)
 from attnlab.tracing._names import TRACE_TENSORS
 from attnlab.tracing._resident import RESIDENT_BYTES, Resident
 from attnlab.tracing._safetensors import map_tensors, read_header
@@ -80,6 +93,7 @@ from attnlab.tracing.trace_header import (
     _bad,
     _check_one,
     _check_stacked,
+    _in_stack,
     _parse_json,
     _unprefixed,
 )
@@ -101,22 +115,23 @@ Build = Callable[..., Any]
 # -- writing ------------------------------------------------------------------------------
 
 
-def save_one(path: str | os.PathLike[str], fields: Mapping[str, Any]) -> Path:
+def save_one(path: str | os.PathLike[str], fields: TraceFields) -> Path:
     """Write one trace (``fields``: its constructor's arguments, as
     ``AttentionTrace._file_fields()`` gives them) to ``path``, atomically."""
     meta, tensors = _file_part(fields)
-    return _write_file(Path(path), {"format": ONE_STACK, "format_version": FORMAT_VERSION,
-                                    **meta}, tensors)
+    header: OneTraceHeader = {"format": ONE_STACK, "format_version": FORMAT_VERSION, **meta}
+    return _write_file(Path(path), header, tensors)
 
 
-def save_stacked(path: str | os.PathLike[str], stacks: Mapping[str, Mapping[str, Any]], *,
+def save_stacked(path: str | os.PathLike[str], stacks: Mapping[str, TraceFields], *,
                  model: str, text: str | None, target: str | None, meta: dict[str, Any]
                  ) -> Path:
     """Write several stacks (name -> one trace's fields, as for :func:`save_one`) to one
-    file at ``path``, atomically: each stack's tensors under a ``<stack>/`` prefix."""
-    head: dict[str, Any] = {"format": SEVERAL_STACKS, "format_version": FORMAT_VERSION,
-                            "model": model, "text": text, "target": target, "meta": meta,
-                            "stacks": {}}
+    file at ``path``, atomically: each stack's tensors under a ``<stack>/`` prefix
+    (``meta``: the stacked trace's own, any JSON-ready values)."""
+    head: StackedHeader = {"format": SEVERAL_STACKS, "format_version": FORMAT_VERSION,
+                           "model": model, "text": text, "target": target, "meta": meta,
+                           "stacks": {}}
     tensors = {}
     for name, fields in stacks.items():
         part, own = _file_part(fields)
@@ -125,25 +140,27 @@ def save_stacked(path: str | os.PathLike[str], stacks: Mapping[str, Mapping[str,
     return _write_file(Path(path), head, tensors)
 
 
-def _file_part(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def _file_part(fields: TraceFields) -> tuple[TraceMetadata, dict[str, Tensor]]:
     """One trace's metadata (all but ``format`` and ``format_version``) and tensors, as a
     file holds them (a file of several stacks holds one such part per stack)."""
     tensors: dict[str, Tensor] = {}
-    for name in TRACE_TENSORS:
-        t = fields.get(name)
+    stored = (fields["weights"], fields["q"], fields["k"], fields["v"], fields["lse"],
+              fields["context"], fields["out_proj"])
+    for name, t in zip(TRACE_TENSORS, stored):
         if t is not None:
             tensors[name] = t.detach().to("cpu").contiguous()
     shapes = _shape_entries(fields["shapes"], tensors)
     for name, t in tensors.items():
         if t.dtype not in _DTYPES:
             raise ValueError(f"{name} has dtype {t.dtype}, which a trace file cannot hold")
-    manifest = {n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "sha256": _sha256(t)}
-                for n, t in tensors.items()}
+    manifest: dict[str, ManifestEntry] = {
+        n: {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "sha256": _sha256(t)}
+        for n, t in tensors.items()}
     return _trace_meta(fields, shapes, manifest), tensors
 
 
-def _trace_meta(fields: Mapping[str, Any], shapes: list[dict[str, Any]],
-                manifest: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _trace_meta(fields: TraceLabels, shapes: list[ShapeEntry],
+                manifest: dict[str, ManifestEntry]) -> TraceMetadata:
     """One trace's metadata as a file holds it: the labels and descriptions of ``fields``,
     the score shapes' entries and the tensors' manifest."""
     return {
@@ -155,14 +172,32 @@ def _trace_meta(fields: Mapping[str, Any], shapes: list[dict[str, Any]],
     }
 
 
-def _shape_entries(shapes: tuple[ScoreShape, ...], tensors: dict[str, Tensor]
-                   ) -> list[dict[str, Any]]:
+def _shape_entry(shape: ScoreShape, refs: Mapping[ShapeTensor, str]) -> ShapeEntry:
+    """One layer's score shape as a file holds it: its numbers (as
+    :meth:`~attnlab.core.scores.ScoreShape.describe` gives them), then the names in the file
+    of its tensors (``refs``, in :data:`~attnlab.tracing._file_records.SHAPE_TENSORS`
+    order), then None for each tensor field it does not have."""
+    entry: ShapeEntry = {"scale": shape.scale, "causal": shape.causal,
+                         "window": shape.window, "softcap": shape.softcap}
+    for field in SHAPE_TENSORS:
+        if field in refs:
+            entry[field] = refs[field]
+    for field in SHAPE_TENSORS:
+        entry.setdefault(field, None)
+    return entry
+
+
+def _shape_entries(shapes: Sequence[ScoreShape], tensors: dict[str, Tensor]
+                   ) -> list[ShapeEntry]:
     """One JSON entry per layer's score shape; its tensors added to ``tensors`` under
     ``shapes.<layer>.<field>``, a tensor equal to an earlier layer's stored once."""
-    entries: list[dict[str, Any]] = []
+    entries: list[ShapeEntry] = []
     for i, s in enumerate(shapes):
-        entry: dict[str, Any] = s.describe()
-        for field, t in s.tensors().items():
+        refs: dict[ShapeTensor, str] = {}
+        for field in SHAPE_TENSORS:
+            t = getattr(s, field)
+            if t is None:
+                continue
             ref = None
             for j in range(i):  # the same tensor as an earlier layer's: stored once
                 prev = getattr(shapes[j], field)
@@ -172,18 +207,17 @@ def _shape_entries(shapes: tuple[ScoreShape, ...], tensors: dict[str, Tensor]
             if ref is None:
                 ref = f"shapes.{i}.{field}"
                 tensors[ref] = t.detach().to("cpu").contiguous()
-            entry[field] = ref
-        for field in TENSOR_FIELDS:
-            entry.setdefault(field, None)
-        entries.append(entry)
+            refs[field] = ref
+        entries.append(_shape_entry(s, refs))
     return entries
 
 
-def _write_file(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+def _write_file(path: Path, meta: OneTraceHeader | StackedHeader, tensors: dict[str, Tensor]
+                ) -> Path:
     """A safetensors file at ``path`` (atomically): ``meta`` as JSON under the header key
     ``"attnlab"``, then the tensors' bytes in order, each written straight from its tensor."""
-    header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
-                                                                      ensure_ascii=False)}}
+    header: dict[str, dict[str, str] | TensorPlace] = {
+        "__metadata__": {"attnlab": json.dumps(meta, ensure_ascii=False)}}
     offset = 0
     for name, t in tensors.items():
         n = t.numel() * t.element_size()
@@ -244,14 +278,13 @@ def load_one(path: str | os.PathLike[str], build: Build) -> Any:
     from attnlab.tracing.budget import format_bytes, machine_memory
 
     path = Path(path)
-    meta, info = _read_header(path)
-    _check_one(path, meta, info)
+    header = _check_one(path, *_read_header(path))
     size, memory = path.stat().st_size, machine_memory()
     if size > memory:
         raise ValueError(f"{path}: {format_bytes(size)}, more than this machine's memory "
                          f"({format_bytes(memory)}) to load whole; AttentionTrace.open(path) "
                          "reads it memory-mapped, a part at a time")
-    return _finish(path, meta, _read_tensors(path), meta["format_version"], build)
+    return _finish(path, header, _read_tensors(path), header["format_version"], build)
 
 
 def open_one(path: str | os.PathLike[str], build: Build, *,
@@ -265,18 +298,18 @@ def open_one(path: str | os.PathLike[str], build: Build, *,
     :class:`~attnlab.tracing._resident.Resident` (``trace._resident``), which keeps at most
     ``resident_bytes`` of the layer chunks it read in the process's resident set."""
     path = Path(path)
-    meta, info = _read_header(path)
-    _check_one(path, meta, info)
-    version = meta["format_version"]
+    header = _check_one(path, *_read_header(path))
+    version = header["format_version"]
     if version < 2:
         raise TraceFormatError(f"{path} is a version-1 trace (dense weights); read it with "
                                "AttentionTrace.load")
     tensors, resident = _map_tensors(path, resident_bytes)
     try:
-        trace = build(**_READERS[version](meta, tensors))
+        trace = build(**_READERS[version](header, tensors))
     except (KeyError, ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent trace ({exc})") from None
-    chunks = {n: e["layer_sha256"] for n, e in meta["tensors"].items() if "layer_sha256" in e}
+    chunks = {n: e["layer_sha256"] for n, e in header["tensors"].items()
+              if "layer_sha256" in e}
     # the file's own mapping: verify() reads through it, not a second
     trace._opened(path, tensors, resident,
                   digests=LayerDigests(path, chunks, tensors) if chunks else None)
@@ -336,7 +369,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
     stack = trace._opened_stack
     where: Path | str = path
     if stack is not None:
-        where = f"{path} [stack {stack!r}]"
+        where = _in_stack(path, stack)
         sub = meta.get("stacks", {}).get(stack) if isinstance(meta.get("stacks"), dict) else None
         if not isinstance(sub, dict) or not isinstance(sub.get("tensors"), dict):
             raise TraceFormatError(f"{where}: the file no longer holds this stack")
@@ -364,7 +397,7 @@ def verify_one(path: str | Path, trace: Any) -> None:
         digests.mark_all()  # every chunk was just checked: a first read need not hash again
 
 
-def _check_digests(where: Path | str, name: str, t: Tensor, entry: Mapping[str, Any],
+def _check_digests(where: Path | str, name: str, t: Tensor, entry: ManifestEntry,
                    seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
     """``t``'s bytes against the sha256 its manifest ``entry`` states and, where it states
     them (version 5), each layer's chunk against its own, in one pass over the bytes;
@@ -407,15 +440,14 @@ def load_stacked(path: str | os.PathLike[str], build: Build, build_stacked: Buil
     ``build_stacked(traces, model=, text=, target=, meta=)``. A one-trace file is refused,
     saying how to read it."""
     path = Path(path)
-    meta, info = _read_header(path)
-    parts = _check_stacked(path, meta, info)
+    header, parts = _check_stacked(path, *_read_header(path))
     tensors = _read_tensors(path)
-    traces = {name: _finish(where, sub, _unprefixed(tensors, name), meta["format_version"],
-                            build)
+    traces = {name: _finish(where, sub, _unprefixed(tensors, name),
+                            header["format_version"], build)
               for name, (where, sub) in parts.items()}
     try:
-        return build_stacked(traces, model=meta["model"], text=meta.get("text"),
-                             target=meta.get("target"), meta=meta.get("meta") or {})
+        return build_stacked(traces, model=header["model"], text=header.get("text"),
+                             target=header.get("target"), meta=header.get("meta") or {})
     except (ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
 
@@ -430,29 +462,30 @@ def open_stacked(path: str | os.PathLike[str], build: Build, build_stacked: Buil
     (at most ``resident_bytes`` of the file held, whichever stack read it). A one-trace file
     is refused, saying how to read it."""
     path = Path(path)
-    meta, info = _read_header(path)
-    parts = _check_stacked(path, meta, info)
+    header, parts = _check_stacked(path, *_read_header(path))
     tensors, resident = _map_tensors(path, resident_bytes)
     traces = {}
     for name, (where, sub) in parts.items():
         own = _unprefixed(tensors, name)
         try:
-            trace = build(**_READERS[meta["format_version"]](sub, own))
+            trace = build(**_READERS[header["format_version"]](sub, own))
         except (KeyError, ValueError, TypeError) as exc:
             raise TraceFormatError(f"{where}: inconsistent trace ({exc})") from None
         trace._opened(path, own, resident, stack=name)
         traces[name] = trace
     try:
-        return build_stacked(traces, model=meta["model"], text=meta.get("text"),
-                             target=meta.get("target"), meta=meta.get("meta") or {})
+        return build_stacked(traces, model=header["model"], text=header.get("text"),
+                             target=header.get("target"), meta=header.get("meta") or {})
     except (ValueError, TypeError) as exc:
         raise TraceFormatError(f"{path}: inconsistent stacks ({exc})") from None
 
 
 def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, list[int]]]]:
     """(the attnlab metadata, name -> (dtype, shape) of each tensor) of the file at
-    ``path``, no tensor read. Bytes that are not safetensors, or a header without attnlab's
-    JSON metadata, raise :class:`TraceFormatError`; a missing file ``FileNotFoundError``."""
+    ``path``, no tensor read: the metadata as a JSON object whose fields are not checked
+    yet (``_check_one`` and ``_check_stacked`` check them). Bytes that are not safetensors,
+    or a header without attnlab's JSON metadata, raise :class:`TraceFormatError`; a missing
+    file ``FileNotFoundError``."""
     if not path.is_file():
         raise FileNotFoundError(f"no trace file at {path}")
     try:  # read, not mapped: safe_open's mapping is refused for a file larger than memory
@@ -474,14 +507,15 @@ def _read_tensors(path: Path) -> dict[str, Tensor]:
         raise TraceFormatError(f"{path} is not a safetensors file ({one_line(exc)})") from None
 
 
-def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
+def _finish(where: Path | str, meta: TraceMetadata, tensors: dict[str, Tensor],
             version: int, build: Build) -> Any:
     """The trace of checked metadata and its tensors: sha256 verified (version 2 on),
     upgraded to the constructor's arguments, built, values checked. ``where`` names the
     file (and stack) in errors."""
     if version >= 2:
+        manifest = meta["tensors"]
         for name, t in tensors.items():
-            _check_digests(where, name, t, meta["tensors"][name])
+            _check_digests(where, name, t, manifest[name])
     # each tensor on a 64-byte boundary, as a freshly computed one (the bytes as hashed): the
     # weights on demand are then the same bits whether the trace was computed or read
     tensors = {name: aligned(t) for name, t in tensors.items()}
@@ -496,18 +530,21 @@ def _finish(where: Path | str, meta: dict[str, Any], tensors: dict[str, Tensor],
 # -- upgrading: each version's metadata and tensors -> the constructor's arguments ---------
 
 
-def _from_v1(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]:
-    """A version-1 file: dense weights (already merged), q/k/v/context repeated per head."""
-    return dict(
+def _from_v1(meta: TraceMetadata, tensors: dict[str, Tensor]) -> TraceArgs:
+    """A version-1 file: dense weights (already merged), q/k/v/context repeated per head, one
+    scale for every layer (no score shapes, lse, out_proj, groups or stack: the
+    constructor's defaults)."""
+    return TraceArgs(
         tokens=meta["tokens"], weights=tensors["weights"], q=tensors.get("q"),
-        k=tensors.get("k"), v=tensors.get("v"), context=tensors.get("context"),
-        scale=meta.get("scale"), causal=bool(meta.get("causal", False)),
-        model=meta.get("model", ""), token_ids=meta.get("token_ids"),
-        key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
+        k=tensors.get("k"), v=tensors.get("v"), lse=None, context=tensors.get("context"),
+        out_proj=None, shapes=None, scale=meta.get("scale"),
+        causal=bool(meta.get("causal", False)), model=meta.get("model", ""),
+        token_ids=meta.get("token_ids"), key_tokens=meta.get("key_tokens"),
+        text=meta.get("text"), meta=meta.get("meta") or {}, groups=None, stack="self",
     )
 
 
-def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]:
+def _from_v2(meta: TraceMetadata, tensors: dict[str, Tensor]) -> TraceArgs:
     """A file of version 2 to 5: the stored tensors and one score shape per layer (versions
     2 and 3 have no ``stack``: ``"self"``; version 5's layer digests are checked apart)."""
     shapes = []
@@ -516,13 +553,14 @@ def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]
             shapes.append(ScoreShape(
                 scale=s["scale"], causal=s["causal"], window=s.get("window"),
                 softcap=s.get("softcap"),
-                **{f: tensors[s[f]] for f in TENSOR_FIELDS if s.get(f) is not None}))
+                **{f: tensors[ref] for f in SHAPE_TENSORS if (ref := s.get(f)) is not None}))
         except (KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"shapes[{i}]: {exc}") from None
-    stored = {n: tensors.get(n) for n in TRACE_TENSORS}
-    return dict(
-        tokens=meta["tokens"], **stored, shapes=shapes or None,
-        causal=None if shapes else bool(meta.get("causal", False)),
+    return TraceArgs(
+        tokens=meta["tokens"], weights=tensors.get("weights"), q=tensors.get("q"),
+        k=tensors.get("k"), v=tensors.get("v"), lse=tensors.get("lse"),
+        context=tensors.get("context"), out_proj=tensors.get("out_proj"),
+        shapes=shapes or None, causal=None if shapes else bool(meta.get("causal", False)),
         model=meta.get("model", ""), token_ids=meta.get("token_ids"),
         key_tokens=meta.get("key_tokens"), text=meta.get("text"), meta=meta.get("meta") or {},
         groups=meta.get("groups"), stack=meta.get("stack", "self"),
@@ -530,5 +568,5 @@ def _from_v2(meta: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, Any]
 
 
 #: format_version -> the reader of its metadata and tensors.
-_READERS: dict[int, Callable[[dict[str, Any], dict[str, Tensor]], dict[str, Any]]] = {
+_READERS: dict[int, Callable[[TraceMetadata, dict[str, Tensor]], TraceArgs]] = {
     1: _from_v1, 2: _from_v2, 3: _from_v2, 4: _from_v2, 5: _from_v2}

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar, cast
 
 from attnlab._errors import Error
 from attnlab.core.scores import TENSOR_FIELDS
+from attnlab.tracing._file_records import (
+    ManifestEntry,
+    OneTraceHeader,
+    StackedHeader,
+    TraceMetadata,
+)
 from attnlab.tracing._names import STACK_ORDER, STACKS, TRACE_TENSORS
 
 __all__ = ["FORMAT_VERSION", "ONE_STACK", "SEVERAL_STACKS", "STREAM_FORMAT_VERSION",
@@ -32,13 +39,16 @@ SEVERAL_STACKS = "attnlab.StackedTrace"
 _OLDEST = {ONE_STACK: 1, SEVERAL_STACKS: 4}
 _NEWEST = {ONE_STACK: STREAM_FORMAT_VERSION, SEVERAL_STACKS: FORMAT_VERSION}
 
+V = TypeVar("V")
+
 
 class TraceFormatError(Error):
     """A file that is not a readable attnlab trace (corrupt, foreign, inconsistent, too new)."""
 
 
-def _unprefixed(items: dict[str, Any], stack: str) -> dict[str, Any]:
-    """The entries of one stack (names under ``<stack>/``), the prefix taken off."""
+def _unprefixed(items: Mapping[str, V], stack: str) -> dict[str, V]:
+    """The entries of one stack (names under ``<stack>/``), the prefix taken off: its
+    tensors, or what the header says of them."""
     prefix = f"{stack}/"
     return {n[len(prefix):]: v for n, v in items.items() if n.startswith(prefix)}
 
@@ -55,7 +65,9 @@ def _is_int(x: object) -> TypeGuard[int]:
 
 
 def _parse_json(path: Path, raw: str | None) -> dict[str, Any]:
-    """The attnlab metadata of a safetensors header, as a JSON object."""
+    """The attnlab metadata of a safetensors header, as a JSON object whose fields are not
+    checked yet (:func:`_check_one` and :func:`_check_stacked` check them, each giving the
+    header's record)."""
     if raw is None:
         raise TraceFormatError(f"{path} is a safetensors file but not an attnlab trace")
     try:
@@ -67,21 +79,25 @@ def _parse_json(path: Path, raw: str | None) -> dict[str, Any]:
     return meta
 
 
-def _check_format(path: Path, meta: dict[str, Any], fmt: str) -> None:
-    """The file holds ``fmt`` at a format_version this attnlab reads."""
-    if meta.get("format") != fmt:
+def _check_format(path: Path, fmt: str, stated: object, version: object) -> int:
+    """The file holds ``fmt`` (``stated``: the ``format`` its header states) at a
+    format_version this attnlab reads (``version``: the one it states), which is returned."""
+    if stated != fmt:
         what = "an AttentionTrace" if fmt == ONE_STACK else "a StackedTrace"
-        raise TraceFormatError(f"{path} holds {meta.get('format')!r}, not {what}")
-    version, oldest, newest = meta.get("format_version"), _OLDEST[fmt], _NEWEST[fmt]
+        raise TraceFormatError(f"{path} holds {stated!r}, not {what}")
+    oldest, newest = _OLDEST[fmt], _NEWEST[fmt]
     if not _is_int(version) or not oldest <= version <= newest:
         raise TraceFormatError(
             f"{path} has format_version {version!r}; this attnlab reads {oldest} to "
             f"{newest} for {fmt}")
+    return version
 
 
 def _check_one(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
-               ) -> None:
-    """The header of a one-trace file, before any tensor is read."""
+               ) -> OneTraceHeader:
+    """The header of a one-trace file (``meta``: its attnlab metadata as
+    :func:`_parse_json` gives it; ``info``: each tensor's dtype and shape), before any
+    tensor is read; returns the metadata as the header's record."""
     if meta.get("format") == SEVERAL_STACKS:
         stacks = meta.get("stacks")
         names = ", ".join(stacks) if isinstance(stacks, dict) else "several"
@@ -89,20 +105,25 @@ def _check_one(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list
             f"{path} holds several attention stacks ({names}), not one "
             "AttentionTrace; read it with attnlab.tracing.load_trace(path) or "
             "attnlab.tracing.StackedTrace.load(path)")
-    _check_format(path, meta, ONE_STACK)
-    _check_fields(path, meta, meta["format_version"])
-    _check_manifest(path, meta, info)
+    version = _check_format(path, ONE_STACK, meta.get("format"), meta.get("format_version"))
+    _check_fields(path, meta, version)
+    _check_manifest(path, version, None if version == 1 else meta["tensors"], info)
+    # every field a reader uses is checked: the format and version above, the trace's
+    # fields and manifest by _check_fields (each tensor's sha256 is checked when read)
+    return cast(OneTraceHeader, meta)
 
 
 def _check_stacked(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
-                   ) -> dict[str, tuple[str, dict[str, Any]]]:
-    """The header of a file of several stacks, before any tensor is read: stack name ->
-    (how errors name it, its metadata)."""
+                   ) -> tuple[StackedHeader, dict[str, tuple[str, TraceMetadata]]]:
+    """The header of a file of several stacks (``meta`` and ``info`` as for
+    :func:`_check_one`), before any tensor is read: the metadata as the header's record,
+    and stack name -> (how errors name it, its metadata)."""
     if meta.get("format") == ONE_STACK:
         raise TraceFormatError(
             f"{path} holds one AttentionTrace, not several stacks; read it with "
             "attnlab.tracing.load_trace(path) or AttentionTrace.load(path)")
-    _check_format(path, meta, SEVERAL_STACKS)
+    version = _check_format(path, SEVERAL_STACKS, meta.get("format"),
+                            meta.get("format_version"))
     for field, types, want in (("model", (str,), "a str"),
                                ("text", (str, type(None)), "null or a str"),
                                ("target", (str, type(None)), "null or a str"),
@@ -118,22 +139,29 @@ def _check_stacked(path: Path, meta: dict[str, Any], info: dict[str, tuple[str, 
     if stray:
         raise TraceFormatError(f"{path}: tensors {sorted(stray)} belong to no stack "
                                "the metadata lists")
-    parts = {}
     for name, sub in stacks.items():
-        where = f"{path} [stack {name!r}]"
+        where = _in_stack(path, name)
         if not isinstance(sub, dict):
             raise _bad(path, f"stacks.{name}", "a JSON object", sub)
-        _check_fields(where, sub, meta["format_version"])
+        _check_fields(where, sub, version)
         if sub.get("stack") != name:
             raise _bad(where, "stack", repr(name), sub.get("stack"))
-        own = _unprefixed(info, name)
-        _check_manifest(where, {**sub, "format_version": meta["format_version"]}, own)
-        parts[name] = (where, sub)
-    return parts
+        _check_manifest(where, version, sub["tensors"], _unprefixed(info, name))
+    # every field a reader uses is checked: the file's above, each stack's by _check_fields
+    # (each tensor's sha256 is checked when read)
+    header = cast(StackedHeader, meta)
+    return header, {name: (_in_stack(path, name), sub)
+                    for name, sub in header["stacks"].items()}
+
+
+def _in_stack(path: Path, stack: str) -> str:
+    """How errors name the stack ``stack`` of the file at ``path``."""
+    return f"{path} [stack {stack!r}]"
 
 
 def _check_fields(path: Path | str, meta: dict[str, Any], version: int) -> None:
-    """The fields of one trace's metadata have the types ``version`` of the format states."""
+    """The fields of one trace's metadata (a JSON object, not checked yet) have the types
+    ``version`` of the format states (:class:`~attnlab.tracing._file_records.TraceMetadata`)."""
     tokens = meta.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise _bad(path, "tokens", "a list of str", tokens)
@@ -197,22 +225,22 @@ def _check_shape_entry(path: Path | str, f: str, s: object, version: int) -> Non
             raise _bad(path, f"{f}.{field}", "null or a tensor name", s[field])
 
 
-def _check_manifest(path: Path | str, meta: dict[str, Any], info: dict[str, tuple[str, list[int]]]
-                    ) -> None:
-    """Every tensor present with the shape and dtype the metadata states, no others."""
-    if meta["format_version"] == 1:
-        expect = {n: None for n in info}
+def _check_manifest(path: Path | str, version: int, manifest: dict[str, ManifestEntry] | None,
+                    info: dict[str, tuple[str, list[int]]]) -> None:
+    """Every tensor present with the shape and dtype the metadata's ``manifest`` states (its
+    types checked; None for a version-1 file, which has none), no others."""
+    if manifest is None:
+        manifest = {}
         if "weights" not in info:
             raise TraceFormatError(f"{path} has no 'weights' tensor")
         unknown = set(info) - {"weights", "q", "k", "v", "scores", "context"}
     else:
-        expect = meta["tensors"]
-        unknown = set(info) ^ set(expect)
+        unknown = set(info) ^ set(manifest)
     if unknown:
         raise TraceFormatError(
             f"{path}: tensors {sorted(unknown)} are not the ones the metadata lists")
     for name, (dtype, shape) in info.items():
-        want = expect.get(name)
+        want = manifest.get(name)
         if want is not None and (want["dtype"] != dtype or want["shape"] != shape):
             raise TraceFormatError(
                 f"{path}: tensor {name!r} is {dtype} {shape}, the metadata says "
@@ -224,7 +252,7 @@ def _check_manifest(path: Path | str, meta: dict[str, Any], info: dict[str, tupl
                 raise TraceFormatError(
                     f"{path}: tensor {name!r} must be a float tensor with "
                     f"{3 if name == 'lse' else 4} dims, got {dtype} {shape}")
-        if meta["format_version"] >= 5 and want is not None:
+        if version >= 5 and want is not None:
             _check_layer_digests(path, name, shape, want.get("layer_sha256"))
 
 

@@ -24,13 +24,23 @@ from torch import Tensor
 
 from attnlab._errors import check_int
 from attnlab._io import temp_beside
-from attnlab.core.scores import TENSOR_FIELDS, ScoreShape
+from attnlab.core.scores import ScoreShape
+from attnlab.tracing._file_records import (
+    SHAPE_TENSORS,
+    ManifestEntry,
+    OneTraceHeader,
+    ShapeEntry,
+    ShapeTensor,
+    TensorPlace,
+    TraceLabels,
+)
 from attnlab.tracing.trace_file import (
     _DTYPES,
     ONE_STACK,
     STREAM_FORMAT_VERSION,
     _bytes,
     _layer_digest,
+    _shape_entry,
     _trace_meta,
 )
 
@@ -123,7 +133,7 @@ class TraceStream:
         self._tail: list[tuple[str, str, list[int], int, int, str]] = []  # score-shape tensors
         self._tail_bytes = 0
         self._seen: dict[tuple[str, tuple[int, ...], str], str] = {}
-        self._entries: list[dict[str, Any]] = []
+        self._entries: list[ShapeEntry] = []
         self._headed = False
         self._state = "open"
 
@@ -175,12 +185,9 @@ class TraceStream:
                 data = _bytes(parts[name])
                 self._write(data, self._start + slot.offset + layer * slot.chunk)
                 slot.digests.append(_layer_digest(data, slot.whole, pool))
-        entry: dict[str, Any] = shape.describe()
-        for f, t in shape.tensors().items():
-            entry[f] = self._shape_tensor(layer, f, t)
-        for f in TENSOR_FIELDS:
-            entry.setdefault(f, None)
-        self._entries.append(entry)
+        refs = {f: self._shape_tensor(layer, f, t) for f in SHAPE_TENSORS
+                if (t := getattr(shape, f)) is not None}
+        self._entries.append(_shape_entry(shape, refs))
         self.layers += 1
 
     def _plan(self, parts: dict[str, Tensor], shape: ScoreShape) -> None:
@@ -211,17 +218,18 @@ class TraceStream:
     def _room_needed(self, shape: ScoreShape) -> int:
         """Bytes of a header of L layers whose entries are like the first one's."""
         n = self.num_layers
-        entry: dict[str, Any] = shape.describe()
-        entry.update({f: f"shapes.{n}.{f}" for f in TENSOR_FIELDS})
+        refs: dict[ShapeTensor, str] = {f: f"shapes.{n}.{f}" for f in SHAPE_TENSORS}
+        entry = _shape_entry(shape, refs)
         digest = "0" * 64
         assert self._slots is not None
-        manifest: dict[str, Any] = {
+        manifest: dict[str, ManifestEntry] = {
             name: {"dtype": s.dtype, "shape": [n, *s.shape], "sha256": digest,
                    "layer_sha256": [digest] * n} for name, s in self._slots.items()}
-        meta = {"format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
-                **_trace_meta({"stack": "encoder", "tokens": [], "key_tokens": None,
-                               "token_ids": None, "model": "", "causal": False, "text": None,
-                               "meta": {}, "groups": None}, [entry] * n, manifest)}
+        meta: OneTraceHeader = {
+            "format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
+            **_trace_meta({"stack": "encoder", "tokens": [], "key_tokens": None,
+                           "token_ids": None, "model": "", "causal": False, "text": None,
+                           "meta": {}, "groups": None}, [entry] * n, manifest)}
         raw = len(self._header_json(meta))
         per_tensor = 160  # a score-shape tensor's entries, should every layer have its own
         return raw + len(shape.tensors()) * n * per_tensor + self.reserve + 4096
@@ -267,9 +275,11 @@ class TraceStream:
 
     # -- the header, the end ----------------------------------------------------------------
 
-    def _header_json(self, meta: dict[str, Any]) -> bytes:
-        header: dict[str, Any] = {"__metadata__": {"attnlab": json.dumps(meta,
-                                                                          ensure_ascii=False)}}
+    def _header_json(self, meta: OneTraceHeader) -> bytes:
+        """The safetensors header of the file: ``meta`` as JSON under ``"attnlab"``, and
+        each tensor's place in the data."""
+        header: dict[str, dict[str, str] | TensorPlace] = {
+            "__metadata__": {"attnlab": json.dumps(meta, ensure_ascii=False)}}
         assert self._slots is not None
         for name, s in self._slots.items():
             end = s.offset + s.chunk * self.num_layers
@@ -280,7 +290,7 @@ class TraceStream:
                            "data_offsets": [self._main + start, self._main + start + n]}
         return json.dumps(header, ensure_ascii=False).encode("utf-8")
 
-    def write_header(self, fields: Mapping[str, Any]) -> None:
+    def write_header(self, fields: TraceLabels) -> None:
         """Write (or rewrite) the header: the trace's fields (``stack``, ``tokens``,
         ``key_tokens``, ``token_ids``, ``model``, ``causal``, ``text``, ``meta``,
         ``groups``, as ``AttentionTrace._file_fields()`` gives them; its tensors and score
@@ -291,14 +301,14 @@ class TraceStream:
             raise ValueError(
                 f"the trace stream to {self.path} holds {self.layers} of the "
                 f"{self.num_layers} layers it was laid out for; a header needs them all")
-        manifest: dict[str, dict[str, Any]] = {
+        manifest: dict[str, ManifestEntry] = {
             name: {"dtype": s.dtype, "shape": [self.num_layers, *s.shape],
                    "sha256": s.whole.copy().hexdigest(), "layer_sha256": list(s.digests)}
             for name, s in self._slots.items()}
         for ref, dtype, shape, _start, _n, digest in self._tail:
             manifest[ref] = {"dtype": dtype, "shape": shape, "sha256": digest}
-        meta = {"format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
-                **_trace_meta(fields, self._entries, manifest)}
+        meta: OneTraceHeader = {"format": ONE_STACK, "format_version": STREAM_FORMAT_VERSION,
+                                **_trace_meta(fields, self._entries, manifest)}
         raw = self._header_json(meta)
         if 8 + len(raw) > self._start:
             self._move_data(self._room(len(raw)))

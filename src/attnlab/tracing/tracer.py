@@ -38,13 +38,14 @@ its attention there shows how its rotary positions extrapolate, not how it reads
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -52,6 +53,7 @@ from torch import Tensor, nn
 from attnlab._errors import AttnlabWarning, check_int
 from attnlab._proc import release_memory
 from attnlab._text import too_long
+from attnlab.tracing.adapters._base import ModelShape
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
 from attnlab.tracing.adapters.huggingface import is_hf_model
@@ -71,6 +73,7 @@ from attnlab.tracing.decode import (
 from attnlab.tracing.encoded import UNKNOWN_WARN_FRACTION, Encoded, encode
 from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.run_settings import (
+    GenerationSettings,
     RunSettings,
     model_device,
     model_dtype,
@@ -80,14 +83,78 @@ from attnlab.tracing.run_settings import (
 from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["trace", "is_seq2seq", "placed", "token_limit", "BeyondWindowWarning",
-           "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION", "Target", "TraceOptions"]
+           "MAX_NEW_TOKENS", "MERGE_RULE", "UNKNOWN_WARN_FRACTION", "Target", "TraceOptions",
+           "TracedMeta"]
 
 MERGE_RULE = "pieces of one character merged: weights summed over keys, averaged over queries"
 #: The most tokens an encoder–decoder model generates as the target when none is given.
 MAX_NEW_TOKENS = 32
 
 
+# -- what a trace's meta records ----------------------------------------------------------------
+
+
+class RunInfo(TypedDict):
+    """How the model ran (``meta["run"]``)."""
+
+    #: torch's name of the model's dtype, without ``torch.`` (``"float32"``).
+    dtype: str | None
+    device: str
+
+
+class ChatInfo(TypedDict):
+    """The chat template the text was wrapped in (``meta["chat"]``)."""
+
+    template: bool
+    #: The user's own text, before the template.
+    user_text: str | None
+
+
+class GenerationInfo(GenerationSettings):
+    """A generation's settings and what it gave (``meta["generation"]``)."""
+
+    generated_tokens: int
+    #: The generated tokens' text (None without a tokenizer).
+    text: str | None
+    #: How the generated tokens were traced: through the KV cache, or one forward pass.
+    traced_as: str
+
+
+class TracedMeta(TypedDict, total=False):
+    """What :func:`trace` records in a trace's ``meta`` (the capture's own record,
+    :class:`~attnlab.tracing.capture.CaptureInfo`, comes first); each field only where it
+    applies."""
+
+    #: The model's description (``describe()``), its JSON scalars.
+    model_info: dict[str, str | int | float | bool | None]
+    #: The input's length before ``truncate`` cut it.
+    truncated_from: int
+    #: The model's window, for a trace past it (``max_tokens``).
+    trained_window: int
+    #: The share of the input's tokens the tokenizer did not know.
+    unknown_fraction: float
+    run: RunInfo
+    chat: ChatInfo
+    #: Where an encoder–decoder model's target came from (:attr:`Target.origin`).
+    target_from: str
+    #: The target's length before ``truncate`` cut it.
+    target_truncated_from: int
+    #: The prompt's tokens, after a merge of its pieces.
+    prompt_tokens: int
+    #: The generated tokens' positions in the trace.
+    generated: list[int]
+    generation: GenerationInfo
+
+
 # -- the model --------------------------------------------------------------------------------
+
+
+class _BareDescription(ModelShape):
+    """A bare module's description, as a loaded model's ``describe()`` starts."""
+
+    name: str
+    #: ``"hf"`` or ``"attnlab"``: which adapter describes it.
+    kind: str
 
 
 class _Bare:
@@ -97,6 +164,7 @@ class _Bare:
         self.model = model
         self.tokenizer = tokenizer
         self.name = type(model).__name__
+        info: ModelShape
         if is_hf_model(model):
             info = describe_hf(model, tokenizer)
             self.kind = "hf"
@@ -112,7 +180,7 @@ class _Bare:
         self.num_layers = int(info["num_layers"])
         self.max_length = int(info["max_length"])
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> _BareDescription:
         return {"name": self.name, "kind": self.kind, **self.info}
 
 
@@ -209,7 +277,7 @@ def beyond_window_note(name: str, n: int, window: int) -> str:
             "positions extrapolate, not how it reads a text")
 
 
-def _header_reserve(enc: Encoded, meta: dict[str, Any], layers: int) -> int:
+def _header_reserve(enc: Encoded, meta: TracedMeta, layers: int) -> int:
     """Bytes of header room a streamed trace keeps for its labels and ``meta``: the labels,
     ids, text and meta as JSON, three times over (tokens, a merge's pieces and groups, the
     escaping of JSON inside the header), plus the layer names."""
@@ -458,6 +526,15 @@ class Target:
     truncated_from: int | None = None
 
 
+class _StreamTo(TypedDict, total=False):
+    """Where a streamed trace goes (:func:`~attnlab.tracing.capture.capture`'s keywords of
+    these names); none for a trace in memory."""
+
+    out: str | os.PathLike[str]
+    num_layers: int | None
+    reserve: int
+
+
 def _dtype_name(dtype: str | torch.dtype | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
@@ -508,12 +585,12 @@ class _Run:
         tok = tokenizer if tokenizer is not None else loaded.tokenizer
         return cls(loaded, tok, net, settings, opts, seq2seq, limit)
 
-    def encode(self, text_or_token_ids: Any) -> tuple[Encoded, dict[str, Any]]:
+    def encode(self, text_or_token_ids: Any) -> tuple[Encoded, TracedMeta]:
         """The input as ids (cut to the limit with ``truncate``, else refused), checked
         against the vocabulary, and the trace's ``meta`` so far."""
         loaded, s = self.loaded, self.settings
         enc = encode(self.tok, text_or_token_ids, loaded.name, chat=s.chat)
-        meta: dict[str, Any] = {"model_info": {
+        meta: TracedMeta = {"model_info": {
             k: v for k, v in loaded.describe().items()
             if isinstance(v, (str, int, float, bool, type(None)))}}
         n, limit, window = len(enc.ids), self.limit, int(loaded.max_length)
@@ -544,7 +621,7 @@ class _Run:
     def _ids(self, enc: Encoded) -> Tensor:
         return torch.tensor([enc.ids], dtype=torch.long, device=model_device(self.net))
 
-    def target(self, enc: Encoded, target: Any, meta: dict[str, Any]) -> Target | None:
+    def target(self, enc: Encoded, target: Any, meta: TracedMeta) -> Target | None:
         """An encoder–decoder model's target (given, or its own generation), else None."""
         if not self.seq2seq:
             return None
@@ -557,7 +634,7 @@ class _Run:
             meta["target_truncated_from"] = tgt.truncated_from
         return tgt
 
-    def check_budget(self, enc: Encoded, tgt: Target | None, meta: dict[str, Any]) -> None:
+    def check_budget(self, enc: Encoded, tgt: Target | None, meta: TracedMeta) -> None:
         """Refuse, before the model runs, a trace that would not fit ``max_memory``."""
         o = self.opts
         if o.max_memory is None:
@@ -569,7 +646,7 @@ class _Run:
         check_trace_budget(self.loaded, n, o.max_memory, what="text", keep_weights=not o.qkv,
                            keep_context=o.context, streamed=o.out is not None)
 
-    def record(self, enc: Encoded, tgt: Target | None, meta: dict[str, Any]
+    def record(self, enc: Encoded, tgt: Target | None, meta: TracedMeta
                ) -> tuple[Capture, Encoded]:
         """The model run under capture: one forward pass; or a generation through its KV
         cache (in memory); or, streamed, the model's generation first, then one streamed
@@ -591,7 +668,7 @@ class _Run:
         if decoding and calls:
             calls *= s.generate + 1  # the prompt, then one call per new token
         bar = _Progress(calls, name) if o.progress else None
-        stream: dict[str, Any] = {}
+        stream: _StreamTo = {}
         if o.out is not None:
             layers = int(getattr(self.loaded, "num_layers", 0) or 0)
             stream = {"out": o.out, "num_layers": layers or None,
@@ -613,17 +690,18 @@ class _Run:
             enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=False)
         return cap, enc
 
-    def finish(self, cap: Capture, enc: Encoded, tgt: Target | None, meta: dict[str, Any]
+    def finish(self, cap: Capture, enc: Encoded, tgt: Target | None, meta: TracedMeta
                ) -> AttentionTrace | StackedTrace:
         """The capture's trace, labelled, its pieces merged (streamed: the file finished,
         the merge in its header, the trace opened from it)."""
         name = self.loaded.name
-        labels = dict(tokens=enc.labels, model=name, token_ids=enc.ids, text=enc.text,
-                      meta=meta)
+        # the trace's meta: an open document from here on (the capture's record goes first;
+        # a merge, a StackedTrace's stacks add their own)
+        labelled = functools.partial(cap.trace, model=name, token_ids=enc.ids, text=enc.text,
+                                     meta=dict(meta))
         if tgt is not None:
-            labels["tokens"] = enc.piece_labels(self.tok)
-            t = cap.trace(target_tokens=tgt.labels, target_ids=tgt.ids, target=tgt.text,
-                          release=True, **labels)
+            t = labelled(tokens=enc.piece_labels(self.tok), target_tokens=tgt.labels,
+                         target_ids=tgt.ids, target=tgt.text, release=True)
             if not isinstance(t, StackedTrace):
                 raise ValueError(
                     f"{name} is an encoder–decoder model but only its {t.stack!r} attention "
@@ -632,8 +710,8 @@ class _Run:
             return t
         merge = enc.merge(MERGE_RULE) if self.opts.merge_pieces else None
         if self.opts.out is not None:
-            return cap.trace(merge=merge, **labels)
-        t = cap.trace(release=True, **labels)
+            return labelled(tokens=enc.labels, merge=merge)
+        t = labelled(tokens=enc.labels, release=True)
         if isinstance(t, AttentionTrace) and merge is not None:
             t = t.merge_tokens(*merge[:2], rule=merge[2])
         return t
@@ -642,7 +720,7 @@ class _Run:
 # -- a generation -----------------------------------------------------------------------------
 
 
-def _generated(enc: Encoded, meta: dict[str, Any], tok: Any, new: list[int],
+def _generated(enc: Encoded, meta: TracedMeta, tok: Any, new: list[int],
                settings: RunSettings, merge_pieces: bool, *, streamed: bool) -> Encoded:
     """The input with the generated ids appended (each its own token), and what the trace's
     ``meta`` says of the generation: ``prompt_tokens`` and ``generated`` (positions as the

@@ -60,7 +60,7 @@ import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -126,6 +126,23 @@ class StackCheck:
     def passed(self) -> bool:
         """No problem found: the trace is this stack of the model, exactly."""
         return not self.problems
+
+
+class _Sizes(TypedDict):
+    """What a stack was compared over: :class:`StackCheck`'s fields of these names."""
+
+    stack: str
+    layers: int
+    heads: int
+    queries: int
+    keys: int
+
+
+class _Tolerances(TypedDict):
+    """What a stack was held to: :class:`StackCheck`'s fields of these names."""
+
+    weights_tol: float
+    recompute_tol: float
 
 
 def tolerance(base: float, trace: AttentionTrace) -> float:
@@ -315,24 +332,24 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     maps = _maps(reference)
     name = trace.stack if stack is None else stack
     # StackCheck's fields, by group
-    sizes: dict[str, Any] = dict(stack=name, layers=trace.num_layers, heads=trace.num_heads,
-                 queries=trace.seq_len, keys=trace.key_len)
+    sizes = _Sizes(stack=name, layers=trace.num_layers, heads=trace.num_heads,
+                   queries=trace.seq_len, keys=trace.key_len)
     problems: list[str] = []
     why_not = _can_recompute(trace) if recompute is not False else "not asked"
     if why_not and recompute:
         problems.append(why_not)
     wrong_size = _sizes_problem(trace, maps)
-    tols: dict[str, Any] = dict(weights_tol=tolerance(EXACT_TOL, trace),
-                recompute_tol=tolerance(RECOMPUTE_TOL, trace))
+    tols = _Tolerances(weights_tol=tolerance(EXACT_TOL, trace),
+                       recompute_tol=tolerance(RECOMPUTE_TOL, trace))
     base = tols["weights_tol"]
-    kind: dict[str, Any] = dict(precision=str(dtype).removeprefix("torch.") if half else "float32")
+    precision = str(dtype).removeprefix("torch.") if half else "float32"
     no_qk = _can_recompute(trace) if half else ""
     if no_qk:  # the bound needs each row's scores
-        problems.append(f"the {kind['precision']} rule needs each row's scores: {no_qk}")
+        problems.append(f"the {precision} rule needs each row's scores: {no_qk}")
     if wrong_size:
         return StackCheck(**sizes, shape_ok=False, weights_error=math.inf,
                           recompute_error=math.nan, **tols, problems=(wrong_size, *problems),
-                          **kind)
+                          precision=precision)
     errors = _measure(trace, maps, dtype, base, recompute=not why_not,
                       bound=half and not no_qk)
     raw, renorm, ratios = errors.raw, errors.renorm, errors.ratios
@@ -350,7 +367,7 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
         if ratio > 1:
             problems.append(
                 f"weights differ from output_attentions by {weights_error:.2e}, beyond the "
-                f"{kind['precision']} bound at some entry (|trace − maps| / bound = "
+                f"{precision} bound at some entry (|trace − maps| / bound = "
                 f"{ratio:.3g}, must be at most 1)")
     else:
         if weights_error > tols["weights_tol"] and worst_renorm < weights_error:  # sink rule
@@ -364,7 +381,7 @@ def check_stack(trace: AttentionTrace, reference: Any, *, stack: str | None = No
     return StackCheck(**sizes, shape_ok=True, weights_error=weights_error,
                       recompute_error=recompute_error, **tols,
                       head_errors=tuple(tuple(r) for r in head_errors), compared=compared,
-                      problems=tuple(problems), bound_ratio=ratio, **kind)
+                      problems=tuple(problems), bound_ratio=ratio, precision=precision)
 
 
 def verify(trace: Any, reference: Any, *, recompute: bool | None = None

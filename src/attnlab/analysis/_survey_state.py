@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from torch import Tensor
 
 from attnlab._io import atomic_write_bytes, remove_stale_temps
 from attnlab._text import one_line
 
-__all__ = ["STATE_DIR", "read_state", "resume", "state_path", "write_state"]
+__all__ = ["STATE_DIR", "StateMeta", "read_state", "resume", "state_path", "write_state"]
 
 STATE_DIR = "state"
+
+
+class StateMeta(TypedDict):
+    """What a state file says of the sums it holds (its safetensors metadata, as JSON)."""
+
+    fingerprint: str  # the corpus, settings, model and scores, hashed
+    rank: int
+    world: int
+    split: str  # how the processes share the work: "batches" or "heads"
+    format: str  # :data:`attnlab.analysis.survey_result.FORMAT`
+    next_batch: int  # the first global batch not yet added
+    done: bool
 
 
 def state_path(out: Path, rank: int, world: int) -> Path:
@@ -27,7 +39,7 @@ def state_path(out: Path, rank: int, world: int) -> Path:
     return out / STATE_DIR / f"rank-{rank}-of-{world}.safetensors"
 
 
-def write_state(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+def write_state(path: Path, tensors: dict[str, Tensor], meta: StateMeta) -> None:
     """Write ``tensors`` and ``meta`` (JSON) to ``path`` atomically."""
     from safetensors.torch import save
 
@@ -36,14 +48,16 @@ def write_state(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) ->
     atomic_write_bytes(path, data)
 
 
-def read_state(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+def read_state(path: Path) -> tuple[dict[str, Tensor], StateMeta]:
     """The tensors and meta of a state file; a damaged file is a ``ValueError`` saying how
-    to go on."""
+    to go on. The meta is trusted to be :func:`write_state`'s once its ``fingerprint``
+    matches (:func:`resume` checks it first)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            meta = json.loads((f.metadata() or {}).get("attnlab", "{}"))
+            # the metadata write_state wrote (a file without any gives {}: no fingerprint)
+            meta = cast(StateMeta, json.loads((f.metadata() or {}).get("attnlab", "{}")))
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as exc:  # a damaged file: say which and how to go on
         raise ValueError(f"{path}: not a readable survey state ({type(exc).__name__}: "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -35,7 +35,8 @@ from attnlab.analysis.alignment import spearman
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import rollout_rows
 
-__all__ = ["IMPORTANCES", "Ablation", "ablate_keys", "importances", "rank_agreement"]
+__all__ = ["IMPORTANCES", "Ablation", "AblationSettings", "ablate_keys", "importances",
+           "rank_agreement"]
 
 IMPORTANCES = ("weights", "last_layer", "rollout", "accumulated", "random")
 
@@ -66,6 +67,13 @@ def _check_rows(name: str, rows: Any, n: int, lo: int = 0) -> list[int]:
     return sorted(out)
 
 
+class AblationSettings(TypedDict, total=False):
+    """How :func:`ablate_keys` ran (every key set by it; none on a result made by hand)."""
+
+    batch: int  # ablated keys per forward pass
+    mask: str  # how a key is hidden
+
+
 @dataclass
 class Ablation:
     """The measured effect (len(keys),) of hiding each of ``keys`` on the mean loss over
@@ -75,7 +83,7 @@ class Ablation:
     targets: list[int]
     clean: float
     effect: Tensor
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: AblationSettings = field(default_factory=AblationSettings)
 
 
 def _mask(n: int, keys: Sequence[int | None], dtype: torch.dtype) -> Tensor:

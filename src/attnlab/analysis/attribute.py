@@ -1,7 +1,8 @@
 """The attribution study of one text through one causal model: attention-based importances
 against the measured effect of removing each token (:mod:`attnlab.analysis.ablation`), and
 every KV-cache eviction policy at every budget (:mod:`attnlab.analysis.eviction`), as one
-JSON-ready mapping (what ``attnlab attribute --json`` prints).
+JSON-ready mapping, an :class:`AttributionStudy` (what ``attnlab attribute --json``
+prints).
 
 The ablation study costs one forward pass per ablated key, so it runs on the first
 ``ablation_tokens`` tokens of the text (the rows of a causal trace before position ``n`` are
@@ -16,19 +17,69 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from attnlab._errors import check_int
 from attnlab._proc import release_memory
 from attnlab.analysis.ablation import IMPORTANCES, ablate_keys, importances, rank_agreement
-from attnlab.analysis.eviction import evict
-from attnlab.analysis.eviction_loss import eviction_losses
+from attnlab.analysis.eviction import EvictionTable, evict
+from attnlab.analysis.eviction_loss import EvictionLossesJSON, eviction_losses
 from attnlab.analysis.eviction_loss import to_json as losses_to_json
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["attribute", "prefix"]
+if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
+    from typing import NotRequired
+
+__all__ = ["AblationEffect", "AblationStudy", "AttributionStudy", "EvictionLossStudy",
+           "EvictionStudy", "attribute", "prefix"]
+
+
+class AblationEffect(TypedDict):
+    """The measured effects of hiding the keys, summed up."""
+
+    mean: float
+    max: float
+    argmax_key: int  # the key whose hiding raises the loss most
+
+
+class AblationStudy(TypedDict):
+    """The importances against the ablation (``ablation``)."""
+
+    tokens: int  # the prefix it ran on
+    targets: list[int]  # [first, last] of the rows whose loss is measured
+    num_targets: int
+    keys: int  # the keys hidden, one at a time
+    clean_loss: float
+    effect: AblationEffect
+    rho: dict[str, float]  # importance -> Spearman's rho with the effect
+    rho_abs: dict[str, float]  # importance -> Spearman's rho with |effect|
+    importances: list[str]
+    best: str | None  # the importance of highest rho, the random one aside (None: all NaN)
+    seconds: float
+
+
+class EvictionLossStudy(EvictionLossesJSON):
+    """The loss with each policy's kept keys (``eviction["loss"]``), and its time."""
+
+    seconds: float
+
+
+class EvictionStudy(EvictionTable):
+    """Every eviction policy at every budget (``eviction``), and its time."""
+
+    seconds: float
+    loss: NotRequired[EvictionLossStudy]  # unless eviction_loss=False
+
+
+class AttributionStudy(TypedDict):
+    """:func:`attribute`'s study: each part that ran."""
+
+    model: str  # the trace's model
+    tokens: int
+    ablation: NotRequired[AblationStudy]
+    eviction: NotRequired[EvictionStudy]
 
 
 def prefix(trace: AttentionTrace, n: int) -> AttentionTrace:
@@ -65,7 +116,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
               eviction: bool = True, ablation_tokens: int = 512, max_keys: int = 128,
               targets: Sequence[int] | None = None, budgets: Sequence[float] = (0.1, 0.25, 0.5),
               context: int | None = None, batch: int | None = None, seed: int = 0,
-              eviction_loss: bool = True) -> dict[str, Any]:
+              eviction_loss: bool = True) -> AttributionStudy:
     """The study (see the module docstring) of ``trace``, the trace of ``model`` (a causal
     Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``."""
     if not isinstance(trace, AttentionTrace):
@@ -74,7 +125,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
     check_int("ablation_tokens", ablation_tokens, minimum=3)
     check_int("max_keys", max_keys, minimum=2)
-    out: dict[str, Any] = {"model": trace.model, "tokens": trace.seq_len}
+    out: AttributionStudy = {"model": trace.model, "tokens": trace.seq_len}
     release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:
         t0 = time.perf_counter()
@@ -103,8 +154,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
     if eviction:
         t0 = time.perf_counter()
         ev = evict(trace, tuple(budgets), context=context, seed=seed)
-        out["eviction"] = {**{k: v for k, v in ev.to_json().items() if k != "lost"},
-                           "seconds": round(time.perf_counter() - t0, 2)}
+        out["eviction"] = {**ev.summary(), "seconds": round(time.perf_counter() - t0, 2)}
         release_memory()
         if eviction_loss:
             t0 = time.perf_counter()

@@ -30,7 +30,7 @@ budget, the prefill's cache shared).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +39,8 @@ from torch import Tensor
 from attnlab._errors import check_int
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["POLICIES", "CONTROLS", "EvictionResult", "key_scores", "evict", "kept_keys"]
+__all__ = ["POLICIES", "CONTROLS", "EvictionJSON", "EvictionResult", "EvictionSettings",
+           "EvictionTable", "key_scores", "evict", "kept_keys"]
 
 #: The realisable policies, in the order tables show them.
 POLICIES = ("h2o", "snapkv", "tova", "streaming", "knorm")
@@ -171,6 +172,33 @@ def kept_keys(scores: Tensor, budget: float) -> Tensor:
     return keep
 
 
+class EvictionSettings(TypedDict, total=False):
+    """What :func:`evict` ran with (every key set by it; none on a result made by hand)."""
+
+    window: int  # SnapKV's observation window (queries)
+    pool: int  # SnapKV's pooling width
+    sinks: int  # StreamingLLM's sink tokens
+    seed: int  # the random control's seed
+
+
+class EvictionTable(TypedDict):
+    """An eviction measure's summary (:meth:`EvictionResult.summary`): its sizes, settings
+    and the table of every policy at every budget."""
+
+    context: int  # the prefill's tokens, the cache the policies evict from
+    later: int  # the queries after it whose attention is read
+    budgets: list[float]
+    settings: EvictionSettings
+    table: list[dict[str, Any]]  # :meth:`EvictionResult.table`: a column per budget
+
+
+class EvictionJSON(EvictionTable):
+    """:meth:`EvictionResult.to_json`: the summary, and the (L, H) loss of every policy at
+    every budget (``lost[policy]["0.25"]``)."""
+
+    lost: dict[str, dict[str, list[list[float]]]]
+
+
 @dataclass
 class EvictionResult:
     """``lost[policy][budget]``: (L, H) float64, the mean share of a later query's attention
@@ -181,7 +209,7 @@ class EvictionResult:
     budgets: tuple[float, ...]
     policies: tuple[str, ...]
     lost: dict[str, dict[float, Tensor]]
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: EvictionSettings = field(default_factory=EvictionSettings)
     #: ``keep[policy][budget]``: bool (L, H_kv, C), the context keys each layer and KV head
     #: keeps (what :func:`attnlab.analysis.eviction_loss.eviction_losses` runs the model with).
     keep: dict[str, dict[float, Tensor]] = field(default_factory=dict, repr=False)
@@ -195,7 +223,9 @@ class EvictionResult:
         return i // t.shape[1], i % t.shape[1], float(t.flatten()[i])
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per policy: the mean and the worst head's loss at each budget."""
+        """One row per policy: ``policy``, then at each budget ``b`` the mean loss
+        (``lost@b``, a float) and the worst head's (``worst@b``: ``{"layer", "head",
+        "lost"}``); the columns are the budgets measured, not a fixed set."""
         rows = []
         for p in self.policies:
             row: dict[str, Any] = {"policy": p}
@@ -206,9 +236,14 @@ class EvictionResult:
             rows.append(row)
         return rows
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> EvictionTable:
+        """The sizes, the settings and :meth:`table`, as JSON-ready data."""
         return {"context": self.context, "later": self.later, "budgets": list(self.budgets),
-                "settings": self.settings, "table": self.table(),
+                "settings": self.settings, "table": self.table()}
+
+    def to_json(self) -> EvictionJSON:
+        """:meth:`summary` and every head's loss, as JSON-ready data."""
+        return {**self.summary(),
                 "lost": {p: {f"{b:g}": self.lost[p][b].tolist() for b in self.budgets}
                          for p in self.policies}}
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +41,8 @@ from torch import Tensor
 from attnlab._errors import check_int
 from attnlab._proc import release_memory
 
-__all__ = ["CHUNK", "IMPLEMENTATION", "later_loss", "eviction_losses"]
+__all__ = ["CHUNK", "IMPLEMENTATION", "EvictionLosses", "EvictionLossesJSON", "later_loss",
+           "eviction_losses"]
 
 #: The name attnlab's eviction attention is registered under with transformers.
 IMPLEMENTATION = "attnlab_evict"
@@ -230,10 +231,31 @@ def later_loss(model: Any, ids: Any, context: int, keep: Tensor | None = None, *
         release_memory()  # the copy and the chunks' scores: the next policy starts clean
 
 
+class EvictionLosses(TypedDict):
+    """:func:`eviction_losses`: the later rows' mean loss with each policy's kept keys, by
+    policy and budget, beside the loss with the whole cache."""
+
+    context: int  # the prefill's tokens
+    later: int  # the rows whose loss is measured
+    full: float  # the loss with every key kept
+    loss: dict[str, dict[float, float]]
+    delta: dict[str, dict[float, float]]  # loss - full
+
+
+class EvictionLossesJSON(TypedDict):
+    """:func:`to_json`: :class:`EvictionLosses` with the budgets as strings (``"0.25"``)."""
+
+    context: int
+    later: int
+    full: float
+    loss: dict[str, dict[str, float]]
+    delta: dict[str, dict[str, float]]
+
+
 def eviction_losses(model: Any, ids: Any, result: Any, *,
                     budgets: Sequence[float] | None = None,
                     policies: Sequence[str] | None = None,
-                    chunk: int = CHUNK) -> dict[str, Any]:
+                    chunk: int = CHUNK) -> EvictionLosses:
     """The loss of the later rows with each policy's kept keys at each budget, beside the
     loss with the whole cache: ``{"full": float, "loss": {policy: {budget: float}},
     "delta": {policy: {budget: float}}}`` (``delta`` = loss − full). ``result`` is the
@@ -270,9 +292,9 @@ def eviction_losses(model: Any, ids: Any, result: Any, *,
             "delta": {p: {b: v - full for b, v in row.items()} for p, row in loss.items()}}
 
 
-def to_json(losses: Mapping[str, Any]) -> dict[str, Any]:
+def to_json(losses: EvictionLosses) -> EvictionLossesJSON:
     """:func:`eviction_losses` with budgets as strings (JSON keys)."""
-    return {**losses,
+    return {"context": losses["context"], "later": losses["later"], "full": losses["full"],
             "loss": {p: {f"{b:g}": v for b, v in r.items()} for p, r in losses["loss"].items()},
             "delta": {p: {f"{b:g}": v for b, v in r.items()}
                       for p, r in losses["delta"].items()}}

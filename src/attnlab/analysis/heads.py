@@ -16,26 +16,33 @@ by stack (:class:`StackedDiagnostics`): the encoder's and the decoder's self-att
 every score, cross-attention with the scores that do not place a query among the keys
 (entropy, max weight): the others (:data:`POSITIONAL_SCORES`) need queries and keys from
 one sequence, and are listed as skipped in its ``meta["skipped_scores"]`` with the reason.
+
+What the diagnostics say beside the scores is a :class:`DiagnosticsMeta`; their JSON
+(``attnlab diagnose --json``) a :class:`HeadDiagnosticsJSON` or
+:class:`StackedDiagnosticsJSON`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, cast
 
 import torch
 from torch import Tensor
 
 from attnlab._errors import check_int
+from attnlab.analysis._records import RepeatInductionInfo
 from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, scan
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
 
-__all__ = ["MAX_CLUSTER_HEADS", "POOLED_BYTES", "POSITIONAL_SCORES", "ROLES", "HeadDiagnostics",
-           "StackedDiagnostics", "Thresholds", "cluster_heads", "diagnose", "diagnose_model",
-           "induction_trace", "pooled_block", "repeat_induction", "repeated_random_tokens"]
+__all__ = ["MAX_CLUSTER_HEADS", "POOLED_BYTES", "POSITIONAL_SCORES", "ROLES", "DiagnosticsMeta",
+           "HeadDiagnostics", "HeadDiagnosticsJSON", "StackedDiagnostics",
+           "StackedDiagnosticsJSON", "Thresholds", "ThresholdValues", "cluster_heads", "diagnose",
+           "diagnose_model", "induction_trace", "pooled_block", "repeat_induction",
+           "repeated_random_tokens"]
 
 #: Scores that place query ``i`` at key position ``i + Lk − Lq`` (the first key, the
 #: previous or same token, distances, earlier copies): defined when queries and keys are one
@@ -44,6 +51,16 @@ POSITIONAL_SCORES = ("sink", "previous", "diagonal", "distance", "duplicate", "i
 #: Why cross-attention leaves out :data:`POSITIONAL_SCORES`.
 CROSS_SKIPPED = ("needs queries and keys from one sequence; cross-attention's queries are "
                  "target tokens and its keys source tokens")
+
+
+class ThresholdValues(TypedDict):
+    """The fields of :class:`Thresholds`, as the diagnostics' JSON records them."""
+
+    sink: float
+    previous: float
+    induction: float
+    diagonal: float
+    cluster_similarity: float
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,16 @@ class Thresholds:
     induction: float = 0.3
     diagonal: float = 0.5
     cluster_similarity: float = 0.9
+
+    def to_json(self) -> ThresholdValues:
+        """Every field, in the order they are declared.
+
+        >>> import dataclasses
+        >>> Thresholds().to_json() == dataclasses.asdict(Thresholds())
+        True
+        """
+        return {"sink": self.sink, "previous": self.previous, "induction": self.induction,
+                "diagonal": self.diagonal, "cluster_similarity": self.cluster_similarity}
 
 
 #: role name -> (score it is read from, field of :class:`Thresholds` that gates it).
@@ -184,6 +211,98 @@ def pooled_block(heads: int, lq: int, lk: int, max_blocks: int,
     return block
 
 
+class TraceSampling(TypedDict):
+    """How a generation sampled (``temperature`` or ``top_p`` given)."""
+
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+
+
+class TraceGeneration(TypedDict):
+    """A generation, as the tracer records it in a trace's ``meta["generation"]``."""
+
+    new_tokens: int  # the tokens asked for
+    sampling: TraceSampling | str  # or "greedy"
+    generated_tokens: int
+    text: str | None  # the generated text (None without a tokenizer)
+    traced_as: str  # how the generated tokens were traced
+
+
+class TraceChat(TypedDict):
+    """A chat template's use, as the tracer records it in a trace's ``meta["chat"]``."""
+
+    template: bool
+    user_text: str  # the text inside the template
+
+
+class TraceRun(TypedDict):
+    """Where the model ran, as the tracer records it in a trace's ``meta["run"]``."""
+
+    dtype: str
+    device: str
+
+
+class DiagnosticsMeta(TypedDict, total=False):
+    """What :class:`HeadDiagnostics` and :class:`StackedDiagnostics` say beside the scores
+    (``meta``): each key only where it applies."""
+
+    similarity_block: int  # tokens a side of the pooled blocks the similarity compares
+    stack: str  # the stack diagnosed, when not "self"
+    skipped_scores: dict[str, str]  # score -> why it was left out (cross-attention)
+    induction: RepeatInductionInfo  # the sequence repeat_induction read
+    similarity_skipped: str  # why the similarity and the clusters were left out
+    text: str | None  # the text diagnosed (diagnose_model), or an encoder's source
+    target: str | None  # an encoder–decoder's target text
+    seed: int  # the induction sequence's seed (diagnose_model)
+    target_from: str | None  # "given" or "generated" (an encoder–decoder's target)
+    target_truncated_from: int  # the target's length before --truncate cut it
+    target_tokens: int  # the target's tokens after the cut
+    # how the model ran on the text, copied from the trace's meta (diagnose_model):
+    prompt_tokens: int
+    generated: list[int]  # the generated tokens' positions
+    generation: TraceGeneration
+    chat: TraceChat
+    run: TraceRun
+
+
+#: The keys of a trace's meta :func:`diagnose_model` copies to the diagnostics' meta: how
+#: the model ran on the text.
+_RUN_META: tuple[Literal["prompt_tokens", "generated", "generation", "chat", "run"], ...] = (
+    "prompt_tokens", "generated", "generation", "chat", "run")
+
+
+class RoleHit(TypedDict):
+    """A head that earns a role, and its score (6 decimals)."""
+
+    layer: int
+    head: int
+    score: float
+
+
+class HeadDiagnosticsJSON(TypedDict):
+    """:meth:`HeadDiagnostics.to_json`: what ``attnlab diagnose --json`` prints of a trace of
+    one stack."""
+
+    model: str
+    tokens: list[str]
+    num_layers: int
+    num_heads: int
+    roles: dict[str, list[RoleHit]]  # role -> its heads, best first
+    num_clusters: int | None  # None where the similarity was left out
+    thresholds: ThresholdValues
+    heads: list[dict[str, Any]]  # :meth:`HeadDiagnostics.rows`
+    meta: DiagnosticsMeta
+
+
+class StackedDiagnosticsJSON(TypedDict):
+    """:meth:`StackedDiagnostics.to_json`: each stack's :class:`HeadDiagnosticsJSON`."""
+
+    model: str
+    stacks: dict[str, HeadDiagnosticsJSON]
+    meta: DiagnosticsMeta
+
+
 @dataclass
 class HeadDiagnostics:
     """Scores (L, H) for every head of one trace, the roles they earn, and clusters.
@@ -204,7 +323,7 @@ class HeadDiagnostics:
     similarity: Tensor | None  # (L·H, L·H)
     clusters: list[int] | None
     thresholds: Thresholds = field(default_factory=Thresholds)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: DiagnosticsMeta = field(default_factory=DiagnosticsMeta)
     pooled: Tensor | None = None  # (L, H, nq, nk)
 
     @property
@@ -251,7 +370,9 @@ class HeadDiagnostics:
         return [(int(i) // h, int(i) % h, float(v)) for v, i in zip(vals, idx)]
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per head: layer, head, every score, redundancy, cluster, roles."""
+        """One dict per head: layer, head, every score, redundancy, cluster, roles. The
+        columns are the scores computed (:attr:`scores`), so a row's keys are the data's,
+        not a fixed set; callers reshape the rows (the explorer joins the roles)."""
         red = self.redundancy()
         roles: dict[tuple[int, int], list[str]] = {
             (l_, h): [] for l_ in range(self.num_layers) for h in range(self.num_heads)}
@@ -311,14 +432,15 @@ class HeadDiagnostics:
                       f"{float(self.scores['entropy'].flatten()[low]):.3f}", "")
         return [roles, heads]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HeadDiagnosticsJSON:
         """Everything as JSON-ready data (scores rounded to 6 decimals)."""
-        roles = {r: [{"layer": l_, "head": h, "score": round(s, 6)} for l_, h, s in hits]
-                 for r, hits in self.roles().items()}
+        roles: dict[str, list[RoleHit]] = {
+            r: [{"layer": l_, "head": h, "score": round(s, 6)} for l_, h, s in hits]
+            for r, hits in self.roles().items()}
         n_clusters = None if self.clusters is None else len(set(self.clusters))
         return {"model": self.model, "tokens": self.tokens, "num_layers": self.num_layers,
                 "num_heads": self.num_heads, "roles": roles, "num_clusters": n_clusters,
-                "thresholds": asdict(self.thresholds),
+                "thresholds": self.thresholds.to_json(),
                 "heads": self.rows(), "meta": self.meta}
 
 
@@ -348,7 +470,7 @@ def _repeat_spec(induction: Any, period: int | None, start: int | None) -> tuple
 
 
 def repeat_induction(induction: Any, *, period: int | None = None, start: int | None = None,
-                     tile_rows: int | None = None) -> tuple[Tensor, dict[str, int]]:
+                     tile_rows: int | None = None) -> tuple[Tensor, RepeatInductionInfo]:
     """attnlab's ``repeat_induction``: TransformerLens's ``induction_head`` score over the
     rows of the second copy of a repeated random sequence (``prefix + r + r``, the trace
     of :func:`induction_trace`, or ``period``/``start`` given); (L, H) float64 and
@@ -450,7 +572,7 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         if pooled is not None:
             dist.all_reduce(pooled)
     scores = scores_from_sums(sums, with_ids)
-    meta: dict[str, Any] = {"similarity_block": block}
+    meta: DiagnosticsMeta = {"similarity_block": block}
     stack = getattr(trace, "stack", "self")
     if stack != "self":
         meta["stack"] = stack
@@ -489,7 +611,7 @@ class StackedDiagnostics:
 
     model: str
     stacks: dict[str, HeadDiagnostics]
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: DiagnosticsMeta = field(default_factory=DiagnosticsMeta)
 
     def __getitem__(self, stack: str) -> HeadDiagnostics:
         try:
@@ -502,7 +624,7 @@ class StackedDiagnostics:
         """The tables of :meth:`HeadDiagnostics.tables`, stack by stack (titles name it)."""
         return [t for d in self.stacks.values() for t in d.tables(top)]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StackedDiagnosticsJSON:
         """``{"model", "stacks": {name: HeadDiagnostics.to_json()}, "meta"}``."""
         return {"model": self.model, "stacks": {n: d.to_json() for n, d in self.stacks.items()},
                 "meta": self.meta}
@@ -585,12 +707,12 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
-    kw: dict[str, Any] = {} if target is None else {"target": target}
-    main = run_trace(model, text, truncate=truncate, merge_pieces=False, progress=progress,
-                     **kw, **(run or {}))
+    main = run_trace(model, text, target=target, truncate=truncate, merge_pieces=False,
+                     progress=progress, **(run or {}))
     if not hasattr(main, "weights_rows"):  # a StackedTrace
         d = diagnose(main, thresholds=thresholds, tile_rows=tile_rows, progress=progress)
-        d.meta.update(seed=seed, target_from=main.meta.get("target_from"))
+        d.meta["seed"] = seed
+        d.meta["target_from"] = main.meta.get("target_from")
         if "target_truncated_from" in main.meta:
             d.meta["target_truncated_from"] = main.meta["target_truncated_from"]
             d.meta["target_tokens"] = main["decoder"].seq_len
@@ -600,7 +722,7 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
                  progress=progress)
     d.meta["text"] = text
     d.meta["seed"] = seed
-    for key in ("prompt_tokens", "generated", "generation", "chat", "run"):
+    for key in _RUN_META:
         if key in main.meta:  # how the model ran on the text
             d.meta[key] = main.meta[key]
     return d

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
 
 from attnlab._text import too_long
+from attnlab.analysis._records import DemoInductionInfo, PrefixMatchingInfo
 from attnlab.analysis.detection import (
     EPSILON,
     ERROR_MEASURES,
@@ -65,7 +66,7 @@ from attnlab.tracing.runner import attention_patterns, check_loaded, for_each_la
 from attnlab.tracing.tracer import trace as run_trace
 
 __all__ = [
-    "DEFINITIONS", "EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "Definition",
+    "DEFINITIONS", "EPSILON", "ERROR_MEASURES", "HEAD_NAMES", "Definition", "GuSinkRate",
     "abs_from_sums", "attention_patterns", "compute_definitions", "demo_induction_score",
     "demo_induction_stripe", "detect_head", "detection_pattern", "duplicate_token_pattern",
     "for_each_layer", "gu_sink_rate", "head_similarity", "induction_pattern",
@@ -157,7 +158,7 @@ def _id_pool(model: Any, low: int, high: int) -> tuple[Tensor | None, list[int],
 
 def demo_induction_score(model: Any, *, batch: int = 10, seq_len: int = 50,
                          low: int = 1000, high: int = 10000, seed: int = 0
-                         ) -> tuple[Tensor, dict[str, Any]]:
+                         ) -> tuple[Tensor, DemoInductionInfo]:
     """The induction score of TransformerLens's main demonstration: ``batch`` sequences of
     ``seq_len`` random token ids drawn uniformly with replacement from ``[low, high)``
     (``torch.randint(1000, 10000, (10, 50))``), each repeated twice, no BOS; the score of
@@ -183,14 +184,14 @@ def demo_induction_score(model: Any, *, batch: int = 10, seq_len: int = 50,
     repeated = torch.cat([tokens, tokens], dim=1)
     pats = torch.stack(attention_patterns(model, repeated.tolist()))  # (B, L, H, 2n, 2n)
     score = demo_induction_stripe(pats, n).mean(0)
-    info = {"batch": batch, "seq_len": n, "ids": span, "seed": seed, "bos": False,
-            "scaled": scaled_ids or n != seq_len}
+    info: DemoInductionInfo = {"batch": batch, "seq_len": n, "ids": span, "seed": seed,
+                               "bos": False, "scaled": scaled_ids or n != seq_len}
     return score, info
 
 
 def prefix_matching(model: Any, *, period: int = 25, repeats: int = 4, batch: int = 10,
                     low: int = 1000, high: int = 10000, seed: int = 0
-                    ) -> tuple[Tensor, dict[str, Any]]:
+                    ) -> tuple[Tensor, PrefixMatchingInfo]:
     """Olsson et al.'s prefix-matching score on a model: ``batch`` sequences, each the
     model's BOS token (when its tokenizer has one) then ``period`` distinct random ids
     from ``[low, high)`` (scaled like :func:`demo_induction_score` for a small
@@ -217,19 +218,31 @@ def prefix_matching(model: Any, *, period: int = 25, repeats: int = 4, batch: in
     pats = torch.stack(attention_patterns(model, seqs))
     score = prefix_matching_score(pats, period=period, repeats=repeats,
                                   start=len(prefix)).mean(0)
-    info = {"batch": batch, "period": period, "repeats": repeats, "ids": span,
-            "seed": seed, "bos": bool(prefix), "scaled": scaled or period != given}
+    info: PrefixMatchingInfo = {"batch": batch, "period": period, "repeats": repeats,
+                                "ids": span, "seed": seed, "bos": bool(prefix),
+                                "scaled": scaled or period != given}
     return score, info
 
 
+class GuSinkRate(TypedDict):
+    """Gu et al.'s Sink% on a model (:func:`gu_sink_rate`), and what it was counted on."""
+
+    sink_percent: float
+    per_head: Tensor  # (L, H) float64: the share of the samples with a sink
+    importance: Tensor  # (L, H): the first token's mean importance alpha_1
+    samples: int  # the texts of ``tokens`` tokens or more
+    skipped: int  # the shorter ones
+    tokens: int
+    epsilon: float
+
+
 def gu_sink_rate(model: Any, texts: Sequence[str], *, tokens: int = 64,
-                 epsilon: float = EPSILON, batch_size: int = 8) -> dict[str, Any]:
+                 epsilon: float = EPSILON, batch_size: int = 8) -> GuSinkRate:
     """Gu et al.'s Sink% on a model: each text's first ``tokens`` tokens (BOS first, see
     :func:`literature_ids`; texts shorter than ``tokens`` are skipped, as the metric is
     defined on inputs of one length), the first token's importance
     (:func:`token_importance`) in every layer and head, and the share with importance
-    above ``epsilon``. Returns ``{"sink_percent", "per_head" (L, H share of samples),
-    "importance" (L, H mean alpha_1), "samples", "skipped"}``."""
+    above ``epsilon``. Returns a :class:`GuSinkRate`."""
     check_loaded(model)
     inputs = []
     skipped = 0
@@ -425,12 +438,12 @@ def compute_definitions(model: Any, text: str, names: Sequence[str] | None = Non
         elif not model.causal:
             out["repeat_induction"] = {"unavailable": "needs a causal model"}
         else:
-            s, info = repeat_induction(induction_trace(model, seed=seed))
-            out["repeat_induction"] = {"scores": s, "info": info}
+            s, repeat_info = repeat_induction(induction_trace(model, seed=seed))
+            out["repeat_induction"] = {"scores": s, "info": repeat_info}
     if "tl-demo-induction" in wanted:
-        s, info = demo_induction_score(model, seed=seed)
-        out["tl-demo-induction"] = {"scores": s, "info": info}
+        s, demo_info = demo_induction_score(model, seed=seed)
+        out["tl-demo-induction"] = {"scores": s, "info": demo_info}
     if "olsson-prefix-matching" in wanted:
-        s, info = prefix_matching(model, seed=seed)
-        out["olsson-prefix-matching"] = {"scores": s, "info": info}
+        s, prefix_info = prefix_matching(model, seed=seed)
+        out["olsson-prefix-matching"] = {"scores": s, "info": prefix_info}
     return {n: out[n] for n in wanted}

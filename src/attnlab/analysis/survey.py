@@ -70,6 +70,7 @@ from attnlab._dist import join, leave
 from attnlab._errors import AttnlabWarning, Error, check_optional_int
 from attnlab._io import FolderBusyError, atomic_write_text, lock_folder
 from attnlab.analysis import survey_result
+from attnlab.analysis._records import JSONScalar, ProbeScores
 from attnlab.analysis._survey_state import STATE_DIR, resume, state_path, write_state
 from attnlab.analysis.corpus import CHARS_PER_TOKEN, Corpus, builtin_corpus, first_ids
 from attnlab.analysis.detection import abs_from_sums
@@ -247,19 +248,19 @@ def _reduced(sums: SurveySums, seconds: float, world: int,
     return reduced, seconds
 
 
-def _model_json(model: Any) -> dict[str, Any]:
+def _model_json(model: Any) -> dict[str, JSONScalar]:
     """The JSON-plain fields of the model's ``describe()`` (else its name)."""
     return {k: v for k, v in (model.describe().items() if hasattr(model, "describe")
                               else {"name": model.name}.items())
             if isinstance(v, (str, int, float, bool, type(None)))}
 
 
-def _probes(model: Any, cfg: SurveyConfig, causal: bool) -> dict[str, Any]:
+def _probes(model: Any, cfg: SurveyConfig, causal: bool) -> dict[str, ProbeScores]:
     """The literature's induction probes of the model (and attnlab's repeat_induction when
     it is causal), seeded by ``cfg.seed``."""
     demo, info = demo_induction_score(model, seed=cfg.seed)
     pm, pinfo = prefix_matching(model, seed=cfg.seed)
-    probes: dict[str, Any] = {
+    probes: dict[str, ProbeScores] = {
         "tl-demo-induction": {"scores": demo.tolist(), "info": info},
         "olsson-prefix-matching": {"scores": pm.tolist(), "info": pinfo}}
     if causal:
@@ -321,11 +322,11 @@ def _survey(model: Any, corpus: Corpus, out: Path, cfg: SurveyConfig, rank: int,
         for k, v in saved.items():
             sums.t[k] = v.to(torch.float64)
         resumed_from = start
-    meta = {"fingerprint": fingerprint, "rank": rank, "world": world, "split": share.split,
-            "format": survey_result.FORMAT}
 
     def save(next_batch: int, finished: bool) -> None:
-        write_state(path, sums.t, {**meta, "next_batch": next_batch, "done": finished})
+        write_state(path, sums.t, {"fingerprint": fingerprint, "rank": rank, "world": world,
+                                   "split": share.split, "format": survey_result.FORMAT,
+                                   "next_batch": next_batch, "done": finished})
 
     _run_share(model, corpus, cfg, names, sums, causal, share, start, done, on_batch, save)
     reduced, seconds = _reduced(sums, time.perf_counter() - t0, world, dev)

@@ -6,16 +6,36 @@ fields, defaults and checks are the options'), and the survey itself reads it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from attnlab._errors import check_int
 
-__all__ = ["EPSILON", "SurveyConfig"]
+__all__ = ["EPSILON", "SurveyConfig", "SurveyConfigFields", "SurveyFingerprintFields"]
 
 #: Gu et al.'s threshold: a head has an attention sink when the first token's importance
 #: exceeds it.
 EPSILON = 0.3
+
+
+class SurveyFingerprintFields(TypedDict):
+    """The settings a saved survey state must share with the run that resumes it: every
+    field of :class:`SurveyConfig` but ``checkpoint_every`` and ``probes``."""
+
+    batch_size: int
+    max_tokens: int
+    bins: int
+    max_distance: int
+    sink_tokens: int
+    epsilon: float
+    seed: int
+
+
+class SurveyConfigFields(SurveyFingerprintFields):
+    """Every field of :class:`SurveyConfig`, as a survey's JSON records them (``config``)."""
+
+    checkpoint_every: int
+    probes: bool
 
 
 @dataclass(frozen=True)
@@ -47,9 +67,21 @@ class SurveyConfig:
         if not 0.0 <= float(self.epsilon) < 1.0:
             raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon!r}")
 
-    def fingerprint_fields(self) -> dict[str, Any]:
+    def to_json(self) -> SurveyConfigFields:
+        """Every field, in the order they are declared.
+
+        >>> import dataclasses
+        >>> SurveyConfig().to_json() == dataclasses.asdict(SurveyConfig())
+        True
+        """
+        return {"batch_size": self.batch_size, "max_tokens": self.max_tokens,
+                "bins": self.bins, "max_distance": self.max_distance,
+                "sink_tokens": self.sink_tokens, "epsilon": self.epsilon,
+                "checkpoint_every": self.checkpoint_every, "probes": self.probes,
+                "seed": self.seed}
+
+    def fingerprint_fields(self) -> SurveyFingerprintFields:
         """What a resumed state must share (``checkpoint_every`` and ``probes`` may change)."""
-        d = asdict(self)
-        d.pop("checkpoint_every")
-        d.pop("probes")
-        return d
+        return {"batch_size": self.batch_size, "max_tokens": self.max_tokens,
+                "bins": self.bins, "max_distance": self.max_distance,
+                "sink_tokens": self.sink_tokens, "epsilon": self.epsilon, "seed": self.seed}

@@ -4,26 +4,40 @@
 aggregates; :class:`SurveySums` holds the float64 sums whose size depends on the model
 and settings only (what each process adds and saves, and what the processes reduce);
 :class:`SurveyResult` turns the reduced sums into per-head means, standard deviations,
-histograms, role shares, profiles and Sink% (:meth:`SurveyResult.to_json`). The run
-itself is :func:`attnlab.analysis.survey.survey`.
+histograms, role shares, profiles and Sink% (:meth:`SurveyResult.to_json`, a
+:class:`~attnlab.analysis._records.SurveyDocument`). The run itself is
+:func:`attnlab.analysis.survey.survey`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from attnlab.analysis._records import (
+    InductionHead,
+    JSONScalar,
+    PreviousTokenHead,
+    ProbeScores,
+    RoleShares,
+    ScoreStats,
+    SinkHead,
+    SurveyCorpus,
+    SurveyDocument,
+    SurveyHeadline,
+    SurveyRun,
+)
 from attnlab.analysis.detection import EPSILON
 from attnlab.analysis.heads import Thresholds
 from attnlab.analysis.survey_config import SurveyConfig
 
 __all__ = ["FORMAT", "NEEDS_REPEAT", "ROLES", "SCORES", "VERSION", "SurveyConfig",
-           "SurveyResult", "SurveySums", "score_names", "score_ranges"]
+           "SurveyDocument", "SurveyHeadline", "SurveyResult", "SurveySums", "score_names",
+           "score_ranges"]
 
 #: Per-text scores the survey aggregates, and their histogram ranges (``"max_tokens"``:
 #: the range scales with the longest input). ``tl-*-abs`` are computed for causal models
@@ -99,8 +113,8 @@ class SurveyResult:
     """The reduced sums of a survey and what it ran on; :meth:`to_json` gives the per-head
     means, standard deviations, histograms, role shares, profiles and Sink%."""
 
-    model: dict[str, Any]
-    corpus: dict[str, Any]
+    model: dict[str, JSONScalar]
+    corpus: SurveyCorpus
     config: SurveyConfig
     scores: list[str]
     sums: dict[str, Tensor]
@@ -108,7 +122,7 @@ class SurveyResult:
     backend: str | None = None
     threads: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
-    probes: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, ProbeScores] = field(default_factory=dict)
     #: how the processes shared the work: "batches" (each its share of the batches) or
     #: "heads" (fewer batches than processes: each ran every batch for its share of the
     #: heads)
@@ -173,22 +187,16 @@ class SurveyResult:
         h = self.num_heads
         return [(int(i) // h, int(i) % h, float(x)) for x, i in zip(v, idx)]
 
-    def headline(self, k: int = 5) -> dict[str, Any]:
+    def headline(self, k: int = 5) -> SurveyHeadline:
         """The numbers a reader asks first: Gu et al.'s Sink%, the ``k`` strongest
         induction heads by the TransformerLens demo score (with Olsson et al.'s prefix
         matching, attnlab's ``repeat_induction`` and the corpus scores of the same heads),
         the ``k`` strongest previous-token heads (TransformerLens ``"mul"`` = attnlab's
         ``previous``, the ``"abs"`` measure, the share of texts), the ``k`` heads with a sink
         in the largest share of texts; and the run's size and time."""
-        out: dict[str, Any] = {
-            "model": self.model.get("name"), "texts": int(self.sums["texts"]),
-            "tokens": int(self.sums["tokens"]), "world_size": self.world_size,
-            "backend": self.backend, "threads": self.threads, "seconds": self.seconds,
-            "sink_percent": self.sink_percent(),
-            "sink_samples": int(self.sums["sink_samples"])}
-
-        def at(name: str, values: Tensor | None, layer: int, head: int) -> dict[str, float]:
-            return {} if values is None else {name: round(float(values[layer, head]), 4)}
+        def at(values: Tensor | None, layer: int, head: int) -> float | None:
+            """``values[layer, head]`` to 4 decimals (None when not computed)."""
+            return None if values is None else round(float(values[layer, head]), 4)
 
         def probe(name: str) -> Tensor | None:
             p = self.probes.get(name)
@@ -197,41 +205,63 @@ class SurveyResult:
         def corpus(name: str) -> Tensor | None:
             return self.mean(name) if name in self.scores else None
 
+        run: SurveyRun = {
+            "model": self.model.get("name"), "texts": int(self.sums["texts"]),
+            "tokens": int(self.sums["tokens"]), "world_size": self.world_size,
+            "backend": self.backend, "threads": self.threads, "seconds": self.seconds,
+            "sink_percent": self.sink_percent(),
+            "sink_samples": int(self.sums["sink_samples"])}
+        induction: list[InductionHead] | None = None
         demo = probe("tl-demo-induction")
         if demo is not None:
-            out["induction"] = [
-                {"layer": l_, "head": h, "tl_demo_induction": round(v, 4),
-                 **at("olsson_prefix_matching", probe("olsson-prefix-matching"), l_, h),
-                 **at("attnlab_repeat_induction", probe("repeat_induction"), l_, h),
-                 **at("corpus_induction_mul", corpus("induction"), l_, h),
-                 **at("corpus_induction_abs", corpus("tl-induction-abs"), l_, h),
-                 **at("corpus_induction_share", self.role_share("induction"), l_, h)}
-                for l_, h, v in self.top(demo, k)]
-        out["previous_token"] = [
-            {"layer": l_, "head": h, "previous_mul": round(v, 4),
-             **at("previous_abs", corpus("tl-previous-abs"), l_, h),
-             **at("share_of_texts", self.role_share("previous-token"), l_, h),
-             **at("diagonal", corpus("diagonal"), l_, h)}
-            for l_, h, v in self.top(self.mean("previous"), k)]
+            induction = []
+            for l_, h, v in self.top(demo, k):
+                ind: InductionHead = {"layer": l_, "head": h, "tl_demo_induction": round(v, 4)}
+                if (x := at(probe("olsson-prefix-matching"), l_, h)) is not None:
+                    ind["olsson_prefix_matching"] = x
+                if (x := at(probe("repeat_induction"), l_, h)) is not None:
+                    ind["attnlab_repeat_induction"] = x
+                if (x := at(corpus("induction"), l_, h)) is not None:
+                    ind["corpus_induction_mul"] = x
+                if (x := at(corpus("tl-induction-abs"), l_, h)) is not None:
+                    ind["corpus_induction_abs"] = x
+                if (x := at(self.role_share("induction"), l_, h)) is not None:
+                    ind["corpus_induction_share"] = x
+                induction.append(ind)
+        previous: list[PreviousTokenHead] = []
+        for l_, h, v in self.top(self.mean("previous"), k):
+            prev: PreviousTokenHead = {"layer": l_, "head": h, "previous_mul": round(v, 4)}
+            if (x := at(corpus("tl-previous-abs"), l_, h)) is not None:
+                prev["previous_abs"] = x
+            if (x := at(self.role_share("previous-token"), l_, h)) is not None:
+                prev["share_of_texts"] = x
+            if (x := at(corpus("diagonal"), l_, h)) is not None:
+                prev["diagonal"] = x
+            previous.append(prev)
         share, gu = self.role_share("sink"), self.mean("gu-sink")
         order = sorted(((float(share[l_, h]), float(gu[l_, h]), l_, h)
                         for l_ in range(self.num_layers) for h in range(self.num_heads)),
                        reverse=True)[:k]  # most texts first, then the larger importance
-        out["sink"] = [
-            {"layer": l_, "head": h, "share_of_texts": round(v, 4),
-             "gu_importance": round(g, 4), **at("attnlab_sink", corpus("sink"), l_, h)}
-            for v, g, l_, h in order]
-        return out
+        sinks: list[SinkHead] = []
+        for v, g, l_, h in order:
+            sink: SinkHead = {"layer": l_, "head": h, "share_of_texts": round(v, 4),
+                              "gu_importance": round(g, 4)}
+            if (x := at(corpus("sink"), l_, h)) is not None:
+                sink["attnlab_sink"] = x
+            sinks.append(sink)
+        if induction is None:
+            return {**run, "previous_token": previous, "sink": sinks}
+        return {**run, "induction": induction, "previous_token": previous, "sink": sinks}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SurveyDocument:
         """Everything as JSON-ready data (float64 values unrounded)."""
         cfg = self.config
         ranges = score_ranges(self.scores, cfg)
-        scores = {}
+        scores: dict[str, ScoreStats] = {}
         for i, s in enumerate(self.scores):
             n = float(self.sums["score_texts"][i])
             hist = self.sums["hist"][..., i, :]
-            entry = {"texts": int(n), "range": ranges[i].tolist(),
+            entry: ScoreStats = {"texts": int(n), "range": ranges[i].tolist(),
                      "mean": self.mean(s).tolist(), "std": self.std(s).tolist(),
                      "histogram": (hist / n if n else hist).tolist()}
             if s in NEEDS_REPEAT:  # TransformerLens's list average counts every text
@@ -239,7 +269,7 @@ class SurveyResult:
                 entry["mean_all_texts"] = (self.sums["sum"][..., i] / t if t else
                                            self.sums["sum"][..., i]).tolist()
             scores[s] = entry
-        roles = {}
+        roles: dict[str, RoleShares] = {}
         for j, (role, (score, th, strict)) in enumerate(ROLES.items()):
             if score not in self.scores:
                 continue
@@ -249,7 +279,7 @@ class SurveyResult:
         d = cfg.max_distance
         return {
             "format": FORMAT, "version": VERSION, "model": self.model, "corpus": self.corpus,
-            "config": asdict(cfg), "num_layers": self.num_layers, "num_heads": self.num_heads,
+            "config": cfg.to_json(), "num_layers": self.num_layers, "num_heads": self.num_heads,
             "world_size": self.world_size, "split": self.split, "backend": self.backend,
             "threads": self.threads, "seconds": self.seconds,
             "texts": int(self.sums["texts"]), "tokens": int(self.sums["tokens"]),

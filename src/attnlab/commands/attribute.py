@@ -10,8 +10,12 @@ queries' attention each one loses.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from attnlab.commands.model_run import add_model_run_arguments
+
+if TYPE_CHECKING:  # the command imports torch only when it runs
+    from attnlab.analysis.attribute import AttributionStudy
 
 __all__ = ["HELP", "add_arguments", "run_from_args"]
 
@@ -49,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the whole study as JSON")
 
 
-def _print(got: dict) -> None:
+def _print(got: AttributionStudy) -> None:
     print(f"{got['model']}: {got['tokens']} tokens")
     if "ablation" in got:
         a = got["ablation"]

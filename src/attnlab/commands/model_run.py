@@ -12,7 +12,8 @@ import argparse
 import contextlib
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from attnlab._cli import UsageError, read_text_file
 from attnlab._text import one_line, too_long
@@ -300,11 +301,13 @@ class ModelRun:
         print(f"attnlab {self.args.command}: {arg} truncated: kept {kept} of {given} tokens "
               f"({most})", file=sys.stderr, flush=True)
 
-    def announce_target_cut(self, meta: dict, kept: int, arg: str, loaded: Any) -> None:
-        """The target's cut, as the source's (``meta["target_truncated_from"]``)."""
+    def announce_target_cut(self, meta: Mapping[str, object], kept: int, arg: str,
+                            loaded: Any) -> None:
+        """The target's cut, as the source's (``meta["target_truncated_from"]``, the tokens
+        before the cut, in a trace's or its diagnostics' meta)."""
         given = meta.get("target_truncated_from")
-        if given is not None:
-            self.announce_cut(arg, kept, int(given), loaded)
+        if isinstance(given, int):
+            self.announce_cut(arg, kept, given, loaded)
 
     @contextlib.contextmanager
     def layers(self, loaded: Any, what: str):
@@ -383,7 +386,16 @@ class ModelRun:
                 "peak_memory_bytes": peak_rss_bytes()}
 
 
-def generation_json(trace: Any) -> dict[str, Any]:
+class GenerationJSON(TypedDict):
+    """What ``--json`` says of a trace's generation (:func:`generation_json`)."""
+
+    prompt_tokens: int | None  # the prompt's tokens (the trace's, without a generation)
+    generated: list[int]  # the generated tokens' positions
+    generated_text: str | None
+    chat: bool  # whether the text was put in the model's chat template
+
+
+def generation_json(trace: Any) -> GenerationJSON:
     """What ``--json`` says of a trace's generation: ``prompt_tokens``, ``generated`` (the
     generated tokens' positions; empty without --generate) and the generated text."""
     meta = getattr(trace, "meta", {}) or {}

@@ -45,13 +45,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from attnlab._errors import Error
 
-__all__ = ["kernel_status", "release_memory", "ENV_DISABLE", "ENV_DIR"]
+__all__ = ["KernelStatus", "kernel_status", "release_memory", "ENV_DISABLE", "ENV_DIR"]
 
 #: Set to 1/true/yes/on to never build or load the kernel (0/false/no/off/empty: use it).
 ENV_DISABLE = "ATTNLAB_NO_KERNEL"
@@ -63,9 +63,34 @@ _NAME = "attnlab_kernel"
 _MANIFEST = f"{_NAME}.json"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
+
+class _State(TypedDict):
+    """What this process has tried of the kernel, and what came of it."""
+
+    tried: bool  # whether get() has built or loaded it (or failed to)
+    ops: Any  # torch.ops.attnlab_kernel once loaded, else None
+    reason: str | None  # why it is unavailable
+    build_seconds: float | None  # this process's build
+    cache_dir: str | None  # the folder of the built kernel
+    flags: list[str] | None  # the compiler flags
+    source: str | None  # "built" or "cache"
+
+
+class KernelStatus(TypedDict):
+    """Where the compiled kernel stands (:func:`kernel_status`)."""
+
+    available: bool
+    reason: str | None  # why not (None when available)
+    capability: str | None  # the vector ISA it was compiled for
+    build_seconds: float | None  # this process's build (None: loaded from the cache, or none)
+    cache_dir: str | None
+    flags: list[str] | None
+    source: str | None  # "built", "cache" or None
+
+
 _lock = threading.Lock()
-_state: dict[str, Any] = {"tried": False, "ops": None, "reason": None, "build_seconds": None,
-                          "cache_dir": None, "flags": None, "source": None}
+_state: _State = {"tried": False, "ops": None, "reason": None, "build_seconds": None,
+                  "cache_dir": None, "flags": None, "source": None}
 
 
 _said: set[str] = set()  # the stderr lines this process has written (each once)
@@ -339,7 +364,7 @@ def loaded() -> Any:
     return ops
 
 
-def kernel_status(build: bool = False) -> dict[str, Any]:
+def kernel_status(build: bool = False) -> KernelStatus:
     """Where the compiled kernel stands: ``available`` (bool), ``reason`` (why not, or
     None), ``capability`` (the vector ISA it was compiled for), ``build_seconds`` (this
     process's build, None if it was loaded from the cache or not built), ``cache_dir``,
@@ -375,5 +400,5 @@ def release_memory() -> int:
 def _reset_for_tests() -> None:
     """Forget what was tried (the loaded library stays loaded)."""
     with _lock:
-        _state.update(tried=False, ops=None, reason=None, build_seconds=None, cache_dir=None,
-                      flags=None, source=None)
+        _state.update({"tried": False, "ops": None, "reason": None, "build_seconds": None,
+                       "cache_dir": None, "flags": None, "source": None})

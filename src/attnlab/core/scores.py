@@ -47,7 +47,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -188,8 +187,10 @@ class ScoreShape:
 
     # -- description ----------------------------------------------------------------------
 
-    def describe(self) -> dict[str, Any]:
-        """The scalar parameters, JSON-ready (tensors are not included)."""
+    def describe(self) -> dict[str, float | int | bool | None]:
+        """The scalar parameters, JSON-ready (tensors are not included): ``scale``,
+        ``causal``, ``window`` and ``softcap``. A plain dict: a trace file's header adds
+        the tensors' entries to it."""
         return {"scale": self.scale, "causal": self.causal, "window": self.window,
                 "softcap": self.softcap}
 

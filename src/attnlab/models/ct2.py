@@ -23,11 +23,14 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnlab._errors import check_int
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["CT2_PACKAGE", "ct2_package_folder", "read_ct2", "whisper_from_ct2",
            "whisper_state_dict"]
@@ -117,14 +120,14 @@ def _layers(v: dict[str, np.ndarray], side: str) -> int:
     return len({k.split("/")[1] for k in v if re.match(rf"{side}/layer_\d+/", k)})
 
 
-def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
+def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(WhisperConfig keywords, a ``WhisperForConditionalGeneration`` state dict in
     float32) for the variables of a CTranslate2 ``WhisperSpec``. The fused projections
     are split; the key projections have no bias in Whisper (their part of the fused bias
     must be zero, checked)."""
     import torch
 
-    def t(name: str) -> Any:
+    def t(name: str) -> Tensor:
         if name not in v:
             raise ValueError(f"the CTranslate2 Whisper model has no variable {name!r}")
         # a torch allocation (64-byte aligned, as any model's own weights): NumPy's buffers
@@ -144,7 +147,7 @@ def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[s
         max_source_positions=int(v["encoder/position_encodings/encodings"].shape[0]),
         max_target_positions=int(v["decoder/position_encodings/encodings"].shape[0]),
         tie_word_embeddings=True)
-    sd: dict[str, Any] = {}
+    sd: dict[str, Tensor] = {}
 
     def norm(dst: str, src: str) -> None:
         sd[f"{dst}.weight"], sd[f"{dst}.bias"] = t(f"{src}/gamma"), t(f"{src}/beta")

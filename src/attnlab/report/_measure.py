@@ -19,29 +19,68 @@ tokenizer;
 ``"tiny-llama"`` (a random-weight two-layer Llama, for quick runs of this machinery) takes
 seeded random ids instead.
 
-The result: ``kind``, ``tokens``, ``num_layers``, ``num_heads``, ``num_kv_heads``,
-``load_seconds``, ``forward_seconds`` (the forward or the trace alone),
+The result (:class:`Measured`): ``kind``, ``tokens``, ``num_layers``, ``num_heads``,
+``num_kv_heads``, ``load_seconds``, ``forward_seconds`` (the forward or the trace alone),
 ``peak_rss_bytes``, ``kept_bytes`` (the attention weights eager returned, or the tensors
 the trace holds), ``loadavg`` (1, 5, 15 min, at the start); :func:`run_isolated` adds
-``process_seconds`` (the whole process) or gives ``error`` instead of the numbers.
+``process_seconds`` (the whole process) or gives ``error`` instead of the numbers
+(:class:`Failed`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, final
 
 from attnlab._proc import IsolatedCallError, call_isolated, peak_rss_bytes
 
 if TYPE_CHECKING:
+    from typing import NotRequired  # Python 3.11's; annotations here are never evaluated
+
     from attnlab.tracing.tiny import tiny_llama
 
-__all__ = ["KINDS", "MODELS", "job_ids", "run_isolated", "run_job", "tiny_llama"]
+__all__ = ["KINDS", "MODELS", "Failed", "Job", "Measured", "job_ids", "run_isolated", "run_job",
+           "tiny_llama"]
 
 KINDS = ("eager", "trace")
 MODELS = ("smollm2", "tiny-llama")
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+class Job(TypedDict):
+    """One point to measure (see the module docstring)."""
+
+    kind: str  # one of KINDS
+    model: str  # one of MODELS
+    tokens: int
+    text: str | None  # a folder of *.txt texts (None: the course)
+
+
+@final  # (so that a reader's `"error" in result` tells the two results apart)
+class Measured(TypedDict):
+    """One point, measured (see the module docstring)."""
+
+    kind: str
+    model: str
+    tokens: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    load_seconds: float
+    forward_seconds: float  # the forward or the trace alone
+    peak_rss_bytes: int  # the process's resident peak at the end
+    kept_bytes: int  # the weights eager returned, or the tensors the trace holds
+    loadavg: list[float]  # 1, 5 and 15 minutes, at the start
+    process_seconds: NotRequired[float]  # the whole process (run_isolated)
+
+
+class Failed(TypedDict):
+    """A point whose process failed (:func:`run_isolated`): the job, and why."""
+
+    kind: str
+    tokens: int
+    error: str
 
 
 def job_ids(tokenizer: Any, text: str | None, n: int) -> list[int]:
@@ -62,7 +101,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _check_job(job: Any) -> dict[str, Any]:
+def _check_job(job: object) -> Job:
+    """``job``'s fields, checked (a refusal names the field)."""
     if not isinstance(job, dict):
         raise TypeError(f"job must be a dict, got {type(job).__name__}")
     if job.get("kind") not in KINDS:
@@ -75,17 +115,17 @@ def _check_job(job: Any) -> dict[str, Any]:
     text = job.get("text")
     if text is not None and (not isinstance(text, str) or not text):
         raise ValueError(f"job['text'] must be null (the course) or a folder, got {text!r}")
-    return job
+    return {"kind": job["kind"], "model": job["model"], "tokens": n, "text": text}
 
 
-def _model_and_ids(job: dict[str, Any]) -> tuple[Any, Any, list[int]]:
+def _model_and_ids(job: Job) -> tuple[Any, Any, list[int]]:
     """(what to trace, the nn.Module, ids) for the job's model."""
     n = job["tokens"]
     if job["model"] == "smollm2":
         from attnlab.models import load
 
         loaded = load("smollm2", progress=False)
-        return loaded, loaded.model, job_ids(loaded.tokenizer, job.get("text"), n)
+        return loaded, loaded.model, job_ids(loaded.tokenizer, job["text"], n)
     import torch
 
     from attnlab.tracing.tiny import tiny_llama
@@ -95,7 +135,7 @@ def _model_and_ids(job: dict[str, Any]) -> tuple[Any, Any, list[int]]:
     return model, model, torch.randint(1, 128, (n,), generator=g).tolist()
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
+def run_job(job: Job) -> Measured:
     """Do one job in this process (see the module docstring)."""
     job = _check_job(job)
     loadavg = list(os.getloadavg())
@@ -128,15 +168,16 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             "peak_rss_bytes": peak_rss_bytes(), "kept_bytes": int(kept), "loadavg": loadavg}
 
 
-def run_isolated(job: dict[str, Any], *, timeout: float = 3600.0) -> dict[str, Any]:
+def run_isolated(job: Job, *, timeout: float = 3600.0) -> Measured | Failed:
     """Do one job in a fresh Python process and return its result; a process that fails
     (killed for memory, an exception, the timeout) gives ``{"error": ...}`` with the job's
     ``kind`` and ``tokens`` instead of the numbers."""
     job = _check_job(job)
     t0 = time.perf_counter()
     try:
-        result = call_isolated("attnlab.report._measure:run_job", job=job, timeout=timeout,
-                               env=_OFFLINE)
+        # run_job's result, read back from the child's JSON
+        result: Measured = call_isolated("attnlab.report._measure:run_job", job=job,
+                                         timeout=timeout, env=_OFFLINE)
     except IsolatedCallError as exc:
         return {"kind": job["kind"], "tokens": job["tokens"], "error": exc.reason}
     result["process_seconds"] = time.perf_counter() - t0

@@ -39,7 +39,7 @@ import functools
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,10 @@ _STACK = {"self": BiText("self-attention", "自注意力"),
 # checks
 # --------------------------------------------------------------------------------------
 
+#: A stack's ``output_attentions`` as the model returns them: one (1, H, Lq, Lk) tensor per
+#: layer, or one (L, H, Lq, Lk) tensor (None: the model returned none for the stack).
+Attentions = torch.Tensor | Sequence[torch.Tensor] | None
+
 
 class Checked:
     """One stack's checks as the part shows them: :func:`attnlab.tracing.verify.check_stack`
@@ -140,7 +144,7 @@ class Checked:
         return self.check.passed and qk_ok
 
 
-def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any], *,
+def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Attentions], *,
                  qk: bool = True) -> list[Checked]:
     """Each stack of ``traces`` against the model's ``output_attentions`` for it
     (``reference[name]``: a tuple of (1, H, Lq, Lk) tensors, one per layer); ``qk`` as
@@ -164,7 +168,9 @@ def stack_checks(traces: dict[str, AttentionTrace], reference: dict[str, Any], *
     return out
 
 
-Case = tuple[Any, dict[str, AttentionTrace], dict[str, Any], tuple[str, str]]
+#: A traced model: (its trace, the trace of each stack, the model's own output_attentions
+#: for each stack, what the input is in English and Chinese).
+Case = tuple[Any, dict[str, AttentionTrace], dict[str, Attentions], tuple[str, str]]
 
 
 def trace_bart(tok: Any) -> Case:

@@ -13,7 +13,9 @@ a KV cache worth — SmolLM2 on the long text, measured exactly.
    strongest induction and previous-token heads, which RoPE bands lift the attended keys.
 
 The section's verdict is the measurement's own sanity (the oracle loses no more than any
-policy, the numbers are finite); what the numbers say of attention is shown as found.
+policy, the numbers are finite); what the numbers say of attention is shown as found. The
+numbers are also written next to the page as :data:`JSON_NAME` (an
+:class:`AttributionDoc`).
 """
 
 from __future__ import annotations
@@ -22,14 +24,19 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from attnlab._io import atomic_write_text
 from attnlab.report.html import ReportContext, Section, bilingual, figure, fmt, table
 from attnlab.report.long_contexts import max_tokens_from_env, strongest_heads
 from attnlab.report.long_text import long_text
 
-__all__ = ["JSON_NAME", "build", "measure", "render"]
+if TYPE_CHECKING:  # NotRequired is Python 3.11's; annotations here are never evaluated
+    from typing import NotRequired
+
+    from attnlab.analysis.attribute import AblationStudy, EvictionStudy
+
+__all__ = ["JSON_NAME", "AttributionDoc", "build", "measure", "render"]
 
 JSON_NAME = "attribution.json"
 ABLATION_TOKENS, MAX_KEYS = 512, 128
@@ -55,6 +62,54 @@ ZH: dict[str, str] = {
 }
 
 
+class RolloutRow(TypedDict):
+    """The last token's rollout row through every layer."""
+
+    seconds: float
+    first_token_share: float
+    top: list[int]  # its five largest keys
+
+
+class Band(TypedDict):
+    """One rotary band's share of a head's lift."""
+
+    dims: list[int]  # the band's pair of dimensions
+    wavelength: float | None  # in tokens (None: a band that does not rotate)
+    share: float
+
+
+class HeadBands(TypedDict):
+    """The rotary bands that lift one head's attended keys, the largest shares first."""
+
+    layer: int
+    head: int
+    lift: float  # the head's whole lift
+    bands: list[Band]
+
+
+class DocText(TypedDict):
+    """The long text's name."""
+
+    en: str
+    zh: str
+
+
+class AttributionDoc(TypedDict):
+    """The part's numbers (:func:`measure`; :func:`build` adds ``text``), written as
+    :data:`JSON_NAME`: the study of :func:`attnlab.analysis.attribute.attribute` (an
+    :class:`~attnlab.analysis.attribute.AttributionStudy`: the model, the tokens and the
+    two parts), the trace's time, the rollout row and the bands of the strongest heads."""
+
+    model: str
+    tokens: int
+    trace_s: float
+    ablation: NotRequired[AblationStudy]
+    eviction: NotRequired[EvictionStudy]
+    rollout_row: NotRequired[RolloutRow]
+    bands: NotRequired[dict[str, HeadBands]]  # role -> its strongest head's bands
+    text: NotRequired[DocText]
+
+
 def _heads(loaded: Any, seed: int) -> dict[str, tuple[int, int]]:
     """The strongest induction and previous-token heads, on a repeated random sequence."""
     top, _ = strongest_heads(loaded, ("repeat_induction", "previous"), seed=seed)
@@ -62,7 +117,7 @@ def _heads(loaded: Any, seed: int) -> dict[str, tuple[int, int]]:
 
 
 def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
-            ablation_tokens: int = ABLATION_TOKENS, max_keys: int = MAX_KEYS) -> dict[str, Any]:
+            ablation_tokens: int = ABLATION_TOKENS, max_keys: int = MAX_KEYS) -> AttributionDoc:
     """Every number the part shows, as a JSON-ready document."""
     from attnlab.analysis.attribute import attribute
     from attnlab.tracing import trace
@@ -70,7 +125,7 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
 
     t0 = time.perf_counter()
     t = trace(loaded, ids, merge_pieces=False)
-    doc: dict[str, Any] = {"model": loaded.name, "tokens": t.seq_len,
+    doc: AttributionDoc = {"model": loaded.name, "tokens": t.seq_len,
                            "trace_s": round(time.perf_counter() - t0, 1)}
     log(f"attribution: traced {t.seq_len} tokens; ablating {max_keys} keys")
     doc.update(attribute(loaded, t, ablation_tokens=ablation_tokens, max_keys=max_keys,
@@ -80,7 +135,7 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
     doc["rollout_row"] = {"seconds": round(time.perf_counter() - t0, 1),
                           "first_token_share": float(row[0]),
                           "top": [int(i) for i in row.topk(5).indices]}
-    bands = {}
+    bands: dict[str, HeadBands] = {}
     rows = range(max(0, t.seq_len - 512), t.seq_len)
     for role, (layer, head) in _heads(loaded, seed).items():
         got = band_lift(t, layer, head, rows=rows)
@@ -92,7 +147,7 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
     return doc
 
 
-def _figure(doc: dict[str, Any]) -> Any:
+def _figure(doc: AttributionDoc) -> Any:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.4))
@@ -117,7 +172,7 @@ def _figure(doc: dict[str, Any]) -> Any:
     return fig
 
 
-def _finite(doc: dict[str, Any]) -> bool:
+def _finite(doc: AttributionDoc) -> bool:
     vals = [v for row in doc["eviction"]["table"] for k, v in row.items()
             if k.startswith("lost@")]
     vals += [doc["ablation"]["clean_loss"]]
@@ -126,7 +181,12 @@ def _finite(doc: dict[str, Any]) -> bool:
     return all(math.isfinite(v) for v in vals)
 
 
-def _importance_parts(doc: dict[str, Any]) -> list[str]:
+def _best_rho(a: AblationStudy) -> float | None:
+    """The best importance's ρ (None when every importance's ρ is NaN: no best)."""
+    return None if a["best"] is None else a["rho"][a["best"]]
+
+
+def _importance_parts(doc: AttributionDoc) -> list[str]:
     """What the section tests, and how well each importance read from the clean trace
     ranks with the measured effect of hiding a token."""
     a = doc["ablation"]
@@ -146,20 +206,20 @@ def _importance_parts(doc: dict[str, Any]) -> list[str]:
     imp_rows = [(name, fmt(a["rho"][name]), fmt(a["rho_abs"][name])) for name in a["rho"]]
     parts.append(table(["importance", "Spearman ρ with the effect", "Spearman ρ with |effect|"],
                        imp_rows, catalog=ZH))
-    best, rand = a["best"], a["rho"]["random"]
+    best, rand = str(a["best"]), a["rho"]["random"]
     parts.append(bilingual(
-        f"Best predictor of the effect: {best} (ρ = {fmt(a['rho'][best])}), against "
+        f"Best predictor of the effect: {best} (ρ = {fmt(_best_rho(a))}), against "
         f"{fmt(rand)} for a random score. The rollout row of the last token through all "
         f"layers took {doc['rollout_row']['seconds']} s and gives the first token "
         f"{fmt(doc['rollout_row']['first_token_share'])} of its mass.",
-        f"最能预测效应的是 {ZH.get(best, best)}（ρ = {fmt(a['rho'][best])}），随机分数为 "
+        f"最能预测效应的是 {ZH.get(best, best)}（ρ = {fmt(_best_rho(a))}），随机分数为 "
         f"{fmt(rand)}。最后一个词元穿过所有层的 rollout 行用时 "
         f"{doc['rollout_row']['seconds']} 秒，首个词元得到其质量的 "
         f"{fmt(doc['rollout_row']['first_token_share'])}。"))
     return parts
 
 
-def _eviction_parts(e: dict[str, Any]) -> list[str]:
+def _eviction_parts(e: EvictionStudy) -> list[str]:
     """The attention each KV-cache policy loses by budget, and (when measured) what that
     costs the model's loss."""
     budgets = e["budgets"]
@@ -182,7 +242,7 @@ def _eviction_parts(e: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _bands_table(doc: dict[str, Any]) -> str:
+def _bands_table(doc: AttributionDoc) -> str:
     """Each strongest head's share of the lift by rotary band."""
     band_rows = []
     for role, info in doc["bands"].items():
@@ -194,7 +254,7 @@ def _bands_table(doc: dict[str, Any]) -> str:
                  band_rows, catalog=ZH)
 
 
-def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | None]]]:
+def render(doc: AttributionDoc) -> tuple[str, bool, list[tuple[str, str, bool | None]]]:
     """The section's HTML, verdict and summary rows from a :func:`measure` document."""
     a, e = doc["ablation"], doc["eviction"]
     parts = _importance_parts(doc)
@@ -217,7 +277,7 @@ def render(doc: dict[str, Any]) -> tuple[str, bool, list[tuple[str, str, bool | 
     parts.append(table(["check", "measured", "result"], checks, passed_col=2, catalog=ZH))
     parts.append(bilingual(f"These numbers are also in {JSON_NAME} beside this page.",
                            f"这些数字也写在本页旁边的 {JSON_NAME} 中。", cls="muted"))
-    summary = [*checks, ("best importance (ρ)", f"{best} {fmt(a['rho'][best])}", None),
+    summary = [*checks, ("best importance (ρ)", f"{best} {fmt(_best_rho(a))}", None),
                ("random baseline (ρ)", fmt(rand), None)]
     return "".join(parts), bound and finite, summary
 

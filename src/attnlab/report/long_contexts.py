@@ -24,7 +24,8 @@ parts in English, then in Chinese, shipped in the package), or the ``*.txt`` fil
    computed on demand at that length.
 
 The numbers are also written next to the page as ``long_contexts.json``
-(:data:`JSON_NAME`). Tables and figures are shown in English and in Chinese (:data:`ZH`).
+(:data:`JSON_NAME`, a :class:`LongContextsDoc`). Tables and figures are shown in English
+and in Chinese (:data:`ZH`).
 
 Settings (environment variables, read when the section is built):
 
@@ -49,19 +50,22 @@ import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from attnlab._errors import check_int
 from attnlab._io import atomic_write_text
-from attnlab.report._measure import run_isolated
+from attnlab.report._measure import Failed, Job, Measured, run_isolated
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, figure, table
 from attnlab.report.long_text import ARTICLES_ENV, LongText, long_text
+
+if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
+    from typing import NotRequired
 
 __all__ = ["SIZES", "JSON_NAME", "TRACE_PEAK_TARGET_BYTES", "DEFAULT_DENSE_BUDGET_BYTES",
            "TOKENS_ENV", "BUDGET_ENV", "ARTICLES_ENV", "build", "sizes_up_to",
            "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes",
            "measure", "choose_head", "induction_queries", "exact_rows",
-           "article_map", "render", "ZH"]
+           "article_map", "render", "ZH", "LongContextsDoc", "MapInfo"]
 
 #: The curve's token counts.
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -77,7 +81,125 @@ BUDGET_ENV = "ATTNLAB_REPORT_DENSE_BUDGET_GB"
 _MAP_BLOCKS = 128  # the map has at most this many blocks a side
 _GB = 1e9
 
-Runner = Callable[[dict[str, Any]], dict[str, Any]]
+#: Measures one point: :func:`attnlab.report._measure.run_isolated`, or a stand-in.
+Runner = Callable[[Job], Measured | Failed]
+
+
+class Machine(TypedDict):
+    """The machine the curve was measured on."""
+
+    cpus: int | None
+    memory_bytes: int | None
+    platform: str
+    python: str
+    loadavg_start: list[float]  # 1, 5 and 15 minutes
+    loadavg_end: NotRequired[list[float]]
+
+
+class TextSource(TypedDict):
+    """The long text (:func:`attnlab.report.long_text.long_text`)."""
+
+    source: str  # "course", or the folder of its texts
+    en: str  # its name in English
+    zh: str  # and in Chinese
+
+
+class Point(TypedDict):
+    """The curve at one N: the trace's process, and eager's when it ran."""
+
+    tokens: int
+    trace: Measured | Failed
+    eager: Measured | Failed | None  # None: not run
+    eager_predicted_bytes: int | None  # None: the trace failed, so nothing was predicted
+
+
+class DenseStop(TypedDict):
+    """Where the dense curve stopped, and why."""
+
+    tokens: int
+    predicted_bytes: int
+    reason: str  # "over budget", or "failed: ..."
+
+
+class Target(TypedDict):
+    """The trace's peak at :data:`TARGET_TOKENS` against its target."""
+
+    tokens: int
+    trace_peak_bytes: int  # the target
+    measured_bytes: int | None  # None: the curve did not reach the tokens, or failed there
+    passed: bool | None  # None: not checked
+
+
+class HeadChoice(TypedDict):
+    """The head the map shows (:func:`choose_head`)."""
+
+    layer: int
+    head: int
+    score: float  # its repeat_induction
+    role: str
+    period: int  # the repeated random sequence's
+    seed: int
+
+
+class KeyWeight(TypedDict):
+    """One of a row's largest weights (:func:`exact_rows`)."""
+
+    key: int
+    token: str
+    weight: float
+    after_copy: bool  # the key follows an earlier copy of the query's token
+
+
+class ExactRow(TypedDict):
+    """One row of a head computed on demand (:func:`exact_rows`)."""
+
+    query: int
+    token: str
+    row_sum: float
+    milliseconds: float  # the row's computation
+    top: list[KeyWeight]
+
+
+class MapInfo(TypedDict):
+    """One head's pooled map (:func:`article_map`); the section's map adds what it shows
+    beside it (``doc["map"]``)."""
+
+    layer: int
+    head: int
+    block: int  # tokens per block
+    blocks: int  # blocks a side
+    tokens: int
+    seconds: float  # the pooled computation
+    max_row_sum_error: float
+    title: NotRequired[str]
+    title_zh: NotRequired[str]
+    text_en: NotRequired[str]  # the long text's name
+    text_zh: NotRequired[str]
+    text_tokens: NotRequired[int]  # the long text's tokens (the map shows the first ones)
+    window: NotRequired[int]  # the model's
+    trace_seconds: NotRequired[float]
+    choice: NotRequired[HeadChoice]
+    rows: NotRequired[list[ExactRow]]
+
+
+class LongContextsDoc(TypedDict):
+    """The section's numbers (:func:`measure`; :func:`build` adds ``settings`` and ``map``),
+    written as :data:`JSON_NAME`."""
+
+    model: str
+    sizes: list[int]
+    dense_budget_bytes: int
+    dense_budget_origin: str  # "given", "environment" or "default"
+    machine: Machine
+    text: TextSource
+    points: list[Point]
+    dense_stop: DenseStop | None  # None: eager ran at every N
+    num_layers: NotRequired[int]  # the model's, once a trace ran
+    num_heads: NotRequired[int]
+    num_kv_heads: NotRequired[int]
+    target: NotRequired[Target]
+    settings: NotRequired[dict[str, int | str | None]]  # the environment's settings, by name
+    map: NotRequired[MapInfo]
 
 #: Chinese for the section's tables and figures (:mod:`attnlab.i18n` catalog).
 ZH: dict[str, str] = {
@@ -210,7 +332,7 @@ def _gb(x: float | None) -> str:
 
 def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | None = None,
             budget_bytes: int | None = None, runner: Runner = run_isolated,
-            log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+            log: Callable[[str], Any] | None = None) -> LongContextsDoc:
     """Peak memory and time of the trace and of eager ``output_attentions`` at each of
     ``sizes`` (increasing), interleaved per N: the trace first, then eager while its
     predicted peak stays within ``budget_bytes``.
@@ -228,9 +350,9 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
     origin = ("given" if budget_bytes is not None else
               "environment" if os.environ.get(BUDGET_ENV, "").strip() else "default")
     say = log or (lambda _msg: None)
-    job = {"model": model, "text": None if text is None else str(text)}
-    source = long_text({ARTICLES_ENV: job["text"]} if job["text"] else {})
-    doc: dict[str, Any] = {
+    folder = None if text is None else str(text)
+    source = long_text({ARTICLES_ENV: folder} if folder else {})
+    doc: LongContextsDoc = {
         "model": model, "sizes": sizes, "dense_budget_bytes": budget,
         "dense_budget_origin": origin,
         "machine": {"cpus": os.cpu_count(), "memory_bytes": _total_memory(),
@@ -242,9 +364,8 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
     base: int | None = None
     for n in sizes:
         say(f"long contexts: trace, {n} tokens")
-        tr = runner({**job, "kind": "trace", "tokens": n})
-        point: dict[str, Any] = {"tokens": n, "trace": tr, "eager": None,
-                                 "eager_predicted_bytes": None}
+        tr = runner({"kind": "trace", "model": model, "tokens": n, "text": folder})
+        point: Point = {"tokens": n, "trace": tr, "eager": None, "eager_predicted_bytes": None}
         doc["points"].append(point)
         if "error" in tr:
             say(f"long contexts: the trace at {n} tokens failed: {tr['error']}")
@@ -265,7 +386,7 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
                 f"budget {_gb(budget)} GB)")
             continue
         say(f"long contexts: eager output_attentions, {n} tokens")
-        ea = runner({**job, "kind": "eager", "tokens": n})
+        ea = runner({"kind": "eager", "model": model, "tokens": n, "text": folder})
         point["eager"] = ea
         if "error" in ea:
             doc["dense_stop"] = {"tokens": n, "predicted_bytes": predicted,
@@ -274,7 +395,7 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
         base = ea["peak_rss_bytes"] - dense_bytes(n, **shape)
     doc["machine"]["loadavg_end"] = list(os.getloadavg())
     last = doc["points"][-1]
-    peak = last["trace"].get("peak_rss_bytes")  # None when the process failed
+    peak = None if "error" in last["trace"] else last["trace"]["peak_rss_bytes"]
     at_target = last["tokens"] == TARGET_TOKENS
     doc["target"] = {"tokens": TARGET_TOKENS, "trace_peak_bytes": TRACE_PEAK_TARGET_BYTES,
                      "measured_bytes": peak if at_target else None,
@@ -286,7 +407,7 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
 # -- the map ----------------------------------------------------------------------------------
 
 
-def choose_head(loaded: Any, *, seed: int = 0, period: int = 40) -> dict[str, Any]:
+def choose_head(loaded: Any, *, seed: int = 0, period: int = 40) -> HeadChoice:
     """The strongest induction head of an already-loaded causal model: the head that, on a
     repeated random sequence (:func:`attnlab.analysis.induction_trace`), puts the most
     weight on the token after the earlier copy of the current one."""
@@ -336,27 +457,28 @@ def induction_queries(ids: Sequence[int], *, count: int = 2, min_distance: int =
 
 
 def exact_rows(trace: Any, layer: int, head: int, queries: Sequence[int], *, k: int = 5
-               ) -> list[dict[str, Any]]:
+               ) -> list[ExactRow]:
     """Rows of one head computed on demand: each query's top-``k`` keys (position, token,
     weight, and whether the key follows an earlier copy of the query's token), the row's
     sum and the milliseconds the row took."""
     ids = trace.token_ids
-    out = []
+    out: list[ExactRow] = []
     for q in queries:
         t0 = time.perf_counter()
         row = trace.weights_rows(layer, head, [q])[0]  # (Lk,), exact
         ms = (time.perf_counter() - t0) * 1e3
         values, keys = trace.topk(layer, head, q, min(k, trace.key_len))
-        top = [{"key": int(j), "token": trace.tokens[int(j)], "weight": float(w),
-                "after_copy": bool(ids is not None and 0 < j <= q and ids[j - 1] == ids[q])}
-               for w, j in zip(values.tolist(), keys.tolist())]
+        top: list[KeyWeight] = [
+            {"key": int(j), "token": trace.tokens[int(j)], "weight": float(w),
+             "after_copy": bool(ids is not None and 0 < j <= q and ids[j - 1] == ids[q])}
+            for w, j in zip(values.tolist(), keys.tolist())]
         out.append({"query": int(q), "token": trace.tokens[q], "row_sum": float(row.sum()),
                     "milliseconds": ms, "top": top})
     return out
 
 
 def article_map(trace: Any, layer: int, head: int, *, max_blocks: int = _MAP_BLOCKS,
-                title: str = "") -> tuple[Any, dict[str, Any]]:
+                title: str = "") -> tuple[Any, MapInfo]:
     """One head of ``trace`` as its pooled map (at most ``max_blocks`` blocks a side; each
     block the mean over its queries of the sum over its keys), drawn on a log colour scale.
 
@@ -397,13 +519,13 @@ def article_map(trace: Any, layer: int, head: int, *, max_blocks: int = _MAP_BLO
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03,
                      label="pooled weight (log scale)")
         fig.tight_layout()
-    info = {"layer": layer, "head": head, "block": block, "blocks": len(rows),
-            "tokens": trace.seq_len, "seconds": seconds, "max_row_sum_error": err}
+    info: MapInfo = {"layer": layer, "head": head, "block": block, "blocks": len(rows),
+                     "tokens": trace.seq_len, "seconds": seconds, "max_row_sum_error": err}
     return fig, info
 
 
 def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
-              log: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
+              log: Callable[[str], Any]) -> tuple[Any, MapInfo]:
     from attnlab.tracing.tracer import trace as run_trace
 
     head = choose_head(loaded, seed=seed)
@@ -442,7 +564,7 @@ def _minor_label(v: float, _pos: Any) -> str:
     return f"{v:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
 
 
-def _curve_figure(doc: dict[str, Any]) -> Any:
+def _curve_figure(doc: LongContextsDoc) -> Any:
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -455,7 +577,9 @@ def _curve_figure(doc: dict[str, Any]) -> Any:
             if p["eager_predicted_bytes"] is not None and not p["eager"]]
     if ea and pred:
         pred = [(ea[-1][0], ea[-1][1]["peak_rss_bytes"]), *pred]
-    for ax, key, unit in ((ax_m, "peak_rss_bytes", _GB), (ax_t, "forward_seconds", 1.0)):
+    panels: tuple[tuple[Any, Literal["peak_rss_bytes", "forward_seconds"], float], ...] = (
+        (ax_m, "peak_rss_bytes", _GB), (ax_t, "forward_seconds", 1.0))
+    for ax, key, unit in panels:
         if tr:
             ax.plot([n for n, _ in tr], [r[key] / unit for _, r in tr], "o-", color="#3451b2",
                     label="attnlab trace (q, k, v, lse)")
@@ -486,7 +610,7 @@ def _curve_figure(doc: dict[str, Any]) -> Any:
     return fig
 
 
-def _curve_table(doc: dict[str, Any]) -> str:
+def _curve_table(doc: LongContextsDoc) -> str:
     rows = []
     for p in doc["points"]:
         tr, ea = p["trace"], p["eager"]
@@ -521,7 +645,7 @@ _ORIGIN = {
 }
 
 
-def _stop_text(doc: dict[str, Any]) -> str:
+def _stop_text(doc: LongContextsDoc) -> str:
     origin_en, origin_zh = _ORIGIN.get(doc.get("dense_budget_origin", "given"),
                                        _ORIGIN["given"])
     budget = _gb(doc["dense_budget_bytes"])
@@ -551,7 +675,7 @@ def _stop_text(doc: dict[str, Any]) -> str:
                      f"稠密曲线停在 N = {n}：eager 进程 {stop['reason']}。", cls="claim")
 
 
-def _machine_text(doc: dict[str, Any]) -> str:
+def _machine_text(doc: LongContextsDoc) -> str:
     m = doc["machine"]
     mem = _gb(m.get("memory_bytes"))
     la0 = ", ".join(f"{x:.2f}" for x in m["loadavg_start"])
@@ -568,7 +692,7 @@ def _machine_text(doc: dict[str, Any]) -> str:
         "两者都跳过词表输出层。", cls="muted")
 
 
-def _map_html(info: dict[str, Any], fig: Any) -> str:
+def _map_html(info: MapInfo, fig: Any) -> str:
     head = info["choice"]
     layer, h, block = info["layer"], info["head"], info["block"]
     catalog = dict(ZH)
@@ -610,7 +734,7 @@ def _map_html(info: dict[str, Any], fig: Any) -> str:
     return "".join(parts)
 
 
-def render(doc: dict[str, Any], map_fig: Any = None) -> tuple[str, bool | None,
+def render(doc: LongContextsDoc, map_fig: Any = None) -> tuple[str, bool | None,
                                                               list[tuple[str, str,
                                                                          bool | None]]]:
     """The section's HTML, its verdict and its summary rows from a :func:`measure`

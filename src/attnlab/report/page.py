@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from attnlab._io import atomic_write_text
 from attnlab.report.html import ReportContext, Section
@@ -113,6 +113,32 @@ def status_of(s: Section) -> str:
     return "fail"
 
 
+class SummaryRow(TypedDict):
+    """One of a section's summary rows (:attr:`Section.rows`)."""
+
+    check: str
+    value: str
+    passed: bool | None  # None: a row that only shows a number
+
+
+class SectionSummary(TypedDict):
+    """One section of a written report: its verdict and summary rows."""
+
+    id: str
+    title: str
+    passed: bool | None  # None: a section that only shows things
+    seconds: float  # the time it took to build
+    rows: list[SummaryRow]
+
+
+class ReportSummary(TypedDict):
+    """:meth:`ReportResult.to_json`: the page written, and each section's verdict."""
+
+    path: str
+    passed: bool
+    sections: list[SectionSummary]
+
+
 @dataclass
 class ReportResult:
     """The written page and its sections; ``passed`` unless some section failed."""
@@ -124,7 +150,8 @@ class ReportResult:
     def passed(self) -> bool:
         return all(s.passed is not False for s in self.sections)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportSummary:
+        """The page's path, the verdict and every section's summary, JSON-ready."""
         return {
             "path": str(self.path),
             "passed": self.passed,

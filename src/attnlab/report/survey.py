@@ -1,6 +1,7 @@
 """The survey, shown: the page ``attnlab survey`` writes and the report's "survey" section.
 
-Both are drawn from a survey's JSON (:meth:`attnlab.analysis.survey.SurveyResult.to_json`):
+Both are drawn from a survey's JSON (:meth:`attnlab.analysis.survey.SurveyResult.to_json`,
+a :class:`~attnlab.analysis.survey_result.SurveyDocument`):
 
 * the headline: Gu et al.'s Sink% on 64-token inputs, the strongest induction heads by
   TransformerLens's demo score beside Olsson et al.'s prefix matching and attnlab's own
@@ -24,10 +25,13 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from attnlab._io import atomic_write_text
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, escape, figure, table
+
+if TYPE_CHECKING:
+    from attnlab.analysis._records import SinkStats, SurveyDocument, SurveyHeadline
 
 __all__ = ["REPORT_TEXTS", "ZH", "build", "headline_text", "section_from", "write_page"]
 
@@ -144,7 +148,7 @@ def _mosaic(ax: Any, panels: list[Any], labels: list[str], gap: int = 1, **kw: A
     return im
 
 
-def _heatmaps(data: dict[str, Any]) -> Any:
+def _heatmaps(data: SurveyDocument) -> Any:
     """Layer x head maps of every score's corpus mean and of the probes, side by side,
     each scaled from its own minimum to its maximum (given under it)."""
     import matplotlib.pyplot as plt
@@ -172,7 +176,7 @@ def _heatmaps(data: dict[str, Any]) -> Any:
 _DIST_SCORES = ("previous", "gu-sink", "induction", "entropy", "tl-previous-abs", "diagonal")
 
 
-def _distributions(data: dict[str, Any]) -> Any:
+def _distributions(data: SurveyDocument) -> Any:
     """Per head (rows) the histogram of a score over the texts (columns: bins), one block
     per score."""
     import matplotlib.pyplot as plt
@@ -198,7 +202,7 @@ def _distributions(data: dict[str, Any]) -> Any:
     return fig
 
 
-def _role_heads(data: dict[str, Any], role: str, k: int = 4) -> list[tuple[int, int, float]]:
+def _role_heads(data: SurveyDocument, role: str, k: int = 4) -> list[tuple[int, int, float]]:
     """The ``k`` heads that play ``role`` in the largest share of texts (ties: the higher
     mean score first), as (layer, head, share)."""
     import numpy as np
@@ -211,7 +215,7 @@ def _role_heads(data: dict[str, Any], role: str, k: int = 4) -> list[tuple[int, 
     return [(int(i) // nh, int(i) % nh, float(share[i])) for i in order]
 
 
-def _profiles(data: dict[str, Any]) -> Any:
+def _profiles(data: SurveyDocument) -> Any:
     """Every head's attention by relative distance, and the mean profile of the heads
     that play each role most often."""
     import matplotlib.pyplot as plt
@@ -252,7 +256,7 @@ def _profiles(data: dict[str, Any]) -> Any:
 # --------------------------------------------------------------------------------------
 
 
-def _heads_cell(data: dict[str, Any], role: str, k: int = 5) -> BiText:
+def _heads_cell(data: SurveyDocument, role: str, k: int = 5) -> BiText:
     import numpy as np
 
     score = data["roles"][role]["score"]
@@ -266,7 +270,7 @@ def _heads_cell(data: dict[str, Any], role: str, k: int = 5) -> BiText:
     return BiText(", ".join(parts_en) or "none", "，".join(parts_zh) or "无")
 
 
-def _roles_table(data: dict[str, Any]) -> str:
+def _roles_table(data: SurveyDocument) -> str:
     import numpy as np
 
     rows = []
@@ -285,34 +289,36 @@ def _roles_table(data: dict[str, Any]) -> str:
                          "最强的头（文本占比，分数均值）")], rows, catalog=ZH)
 
 
-def _headline_tables(head: dict[str, Any]) -> str:
+def _headline_tables(head: SurveyHeadline) -> str:
     parts = []
     if head.get("induction"):
-        rows = [(f"L{r['layer']}.H{r['head']}", r["tl_demo_induction"],
-                 r.get("olsson_prefix_matching"), r.get("attnlab_repeat_induction"),
-                 r.get("corpus_induction_mul"), r.get("corpus_induction_abs"),
-                 r.get("corpus_induction_share")) for r in head["induction"]]
+        ind_rows = [(f"L{r['layer']}.H{r['head']}", r["tl_demo_induction"],
+                     r.get("olsson_prefix_matching"), r.get("attnlab_repeat_induction"),
+                     r.get("corpus_induction_mul"), r.get("corpus_induction_abs"),
+                     r.get("corpus_induction_share")) for r in head["induction"]]
         parts.append(table([BiText("layer.head", "层.头"), "TL demo induction",
                             "prefix matching (Olsson)", "attnlab repeat induction",
                             "corpus induction (TL mul)", "corpus induction (TL abs)",
                             "share of texts with induction"],
-                           [tuple("–" if v is None else v for v in r) for r in rows],
+                           [tuple("–" if v is None else v for v in r) for r in ind_rows],
                            catalog=ZH))
-    rows = [(f"L{r['layer']}.H{r['head']}", r["previous_mul"], r.get("previous_abs"),
-             r.get("share_of_texts"), r.get("diagonal")) for r in head["previous_token"]]
+    prev_rows = [(f"L{p['layer']}.H{p['head']}", p["previous_mul"], p.get("previous_abs"),
+                  p.get("share_of_texts"), p.get("diagonal")) for p in head["previous_token"]]
     parts.append(table([BiText("layer.head", "层.头"),
                         "previous-token (TL mul = attnlab previous)",
                         "previous-token (TL abs)", "share of texts", "self (diagonal) mean"],
-                       [tuple("–" if v is None else v for v in r) for r in rows], catalog=ZH))
-    rows = [(f"L{r['layer']}.H{r['head']}", r["share_of_texts"], r.get("gu_importance"),
-             r.get("attnlab_sink")) for r in head["sink"]]
+                       [tuple("–" if v is None else v for v in r) for r in prev_rows],
+                       catalog=ZH))
+    sink_rows = [(f"L{s['layer']}.H{s['head']}", s["share_of_texts"], s.get("gu_importance"),
+                  s.get("attnlab_sink")) for s in head["sink"]]
     parts.append(table([BiText("layer.head", "层.头"), "share of texts with a sink",
                         "first-token importance (Gu)", "first-token share (attnlab)"],
-                       [tuple("–" if v is None else v for v in r) for r in rows], catalog=ZH))
+                       [tuple("–" if v is None else v for v in r) for r in sink_rows],
+                       catalog=ZH))
     return "".join(parts)
 
 
-def _definitions_table(data: dict[str, Any]) -> str:
+def _definitions_table(data: SurveyDocument) -> str:
     from attnlab.analysis.literature import DEFINITIONS
 
     rows = []
@@ -333,7 +339,7 @@ def _definitions_table(data: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _headline(data: dict[str, Any]) -> dict[str, Any]:
+def _headline(data: SurveyDocument) -> SurveyHeadline:
     """SurveyResult.headline() recomputed from the JSON (the page has only the JSON)."""
     import torch
 
@@ -366,7 +372,7 @@ def _headline(data: dict[str, Any]) -> dict[str, Any]:
     return res.headline()
 
 
-def _scope_claim(data: dict[str, Any]) -> str:
+def _scope_claim(data: SurveyDocument) -> str:
     """What was surveyed: the model, the corpus, the processes and the time taken."""
     model = data["model"].get("name", "model")
     corpus = data["corpus"]
@@ -385,7 +391,7 @@ def _scope_claim(data: dict[str, Any]) -> str:
         + (f"，探针 {secs['probes']} 秒" if "probes" in secs else "") + "。", cls="claim")
 
 
-def _sink_text(sink: dict[str, Any]) -> str:
+def _sink_text(sink: SinkStats) -> str:
     """Gu et al.'s Sink% of the survey, or why there is none."""
     if sink["sink_percent"] is not None:
         return bilingual(
@@ -416,7 +422,7 @@ def _tables_note() -> str:
         cls="muted")
 
 
-def _figures(data: dict[str, Any]) -> list[str]:
+def _figures(data: SurveyDocument) -> list[str]:
     """The heatmaps, the distributions over the texts and the distance profiles."""
     return [
         figure(_heatmaps(data), "Layer × head: the corpus mean of every score, and the "
@@ -435,7 +441,7 @@ def _figures(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] | None = None,
+def section_from(data: SurveyDocument, *, checks: list[tuple[str, float, bool]] | None = None,
                  section_id: str = "survey") -> Section:
     """The survey of ``data`` (a survey JSON) as a report :class:`Section`; ``checks``:
     (name, value, passed) rows shown first (the section then passes or fails)."""
@@ -455,7 +461,8 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
     parts.append("<h3>" + bilingual("Definitions", "定义", tag="span") + "</h3>")
     parts.append(_definitions_table(data))
     passed = None if not checks else all(ok for _, _, ok in checks)
-    rows = [(name, f"{value:.3g}", ok) for name, value, ok in (checks or [])]
+    rows: list[tuple[str, str, bool | None]] = [(name, f"{value:.3g}", ok)
+                                                for name, value, ok in (checks or [])]
     if sink["sink_percent"] is not None:
         rows.append((f"Sink% ({model})", f"{sink['sink_percent']:.1f}", None))
     return Section(id=section_id, title=f"Head survey over a corpus: {model}",
@@ -463,7 +470,7 @@ def section_from(data: dict[str, Any], *, checks: list[tuple[str, float, bool]] 
                    passed=passed, rows=rows)
 
 
-def write_page(data: dict[str, Any], path: str | Path) -> Path:
+def write_page(data: SurveyDocument, path: str | Path) -> Path:
     """The survey's own page (self-contained HTML) at ``path``."""
     from attnlab.report.page import render_page
 
@@ -472,7 +479,7 @@ def write_page(data: dict[str, Any], path: str | Path) -> Path:
                                                f"{data['model'].get('name', '')}"))
 
 
-def headline_text(head: dict[str, Any]) -> str:
+def headline_text(head: SurveyHeadline) -> str:
     """The headline numbers as a few lines for the terminal."""
     secs = ", ".join(f"{k} {v} s" for k, v in head["seconds"].items()
                      if k in ("survey", "probes"))
@@ -481,21 +488,22 @@ def headline_text(head: dict[str, Any]) -> str:
     if head.get("sink_percent") is not None:
         lines.append(f"Sink% (Gu et al., eps 0.3, {head['sink_samples']} samples): "
                      f"{head['sink_percent']:.1f}")
-    def opt(r: dict[str, Any], key: str, name: str) -> str:
-        return f", {name} {r[key]:.3f}" if key in r else ""
+    def opt(value: float | None, name: str) -> str:
+        """``, NAME VALUE`` for a score the headline has, nothing for one it has not."""
+        return f", {name} {value:.3f}" if value is not None else ""
 
     for r in head.get("induction", []):
         lines.append(f"induction L{r['layer']}.H{r['head']}: TL demo "
                      f"{r['tl_demo_induction']:.3f}"
-                     + opt(r, "olsson_prefix_matching", "prefix matching")
-                     + opt(r, "attnlab_repeat_induction", "attnlab repeat"))
-    for r in head["previous_token"]:
-        lines.append(f"previous-token L{r['layer']}.H{r['head']}: TL mul "
-                     f"{r['previous_mul']:.3f}" + opt(r, "previous_abs", "abs")
-                     + opt(r, "share_of_texts", "share of texts"))
-    for r in head["sink"]:
-        lines.append(f"sink L{r['layer']}.H{r['head']}: share of texts "
-                     f"{r['share_of_texts']:.2f}, Gu importance {r['gu_importance']:.3f}")
+                     + opt(r.get("olsson_prefix_matching"), "prefix matching")
+                     + opt(r.get("attnlab_repeat_induction"), "attnlab repeat"))
+    for p in head["previous_token"]:
+        lines.append(f"previous-token L{p['layer']}.H{p['head']}: TL mul "
+                     f"{p['previous_mul']:.3f}" + opt(p.get("previous_abs"), "abs")
+                     + opt(p.get("share_of_texts"), "share of texts"))
+    for s in head["sink"]:
+        lines.append(f"sink L{s['layer']}.H{s['head']}: share of texts "
+                     f"{s['share_of_texts']:.2f}, Gu importance {s['gu_importance']:.3f}")
     return "\n".join(lines)
 
 
@@ -526,7 +534,8 @@ def build(ctx: ReportContext) -> Section:
         single = survey(loaded, few, work / "single",
                         config=SurveyConfig(batch_size=1, probes=False), write_result=False,
                         threads=1)
-    data = json.loads(json.dumps(result.to_json()))
+    # the document as a page reads it back from survey.json (JSON through and through)
+    data = cast("SurveyDocument", json.loads(json.dumps(result.to_json())))
     diff = max(float((batched.mean(s) - single.mean(s)).abs().max()) / (hi - lo)
                for s, (lo, hi) in zip(batched.scores, batched.ranges()))
     prof_err = float((result.profile().sum(-1) - 1.0).abs().max())

@@ -76,7 +76,7 @@ from typing import IO, Any
 from attnlab.bench.config import BenchConfig
 from attnlab.bench.contenders import naive_attention
 from attnlab.bench.render import render_summary, render_table
-from attnlab.bench.suite import FORMAT_VERSION, TARGETS, OnStep, run_bench
+from attnlab.bench.suite import FORMAT_VERSION, TARGETS, BenchResult, OnStep, run_bench
 from attnlab.bench.timing import attention_flops
 
 __all__ = ["FORMAT_VERSION", "TARGETS", "BenchConfig", "attention_flops", "main_cli",
@@ -101,7 +101,7 @@ def plain_progress(stream: IO[str] | None = None) -> OnStep:
 
 def main_cli(*, quick: bool = False, json_out: bool = False, quiet: bool = False,
              sizes: Sequence[int] | None = None, repeats: int | None = None,
-             backward: bool = False, long_rows: int | None = None) -> dict[str, Any]:
+             backward: bool = False, long_rows: int | None = None) -> BenchResult:
     """What ``attnlab bench`` runs (the CLI only parses and calls this): measure, then
     print the whole table and the summary on stdout unless ``json_out``."""
     kw: dict[str, Any] = {}

@@ -13,13 +13,33 @@ ValueError: sizes must be positive ints, got [0]
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from attnlab._errors import check_int, check_optional_int
 
-__all__ = ["BenchConfig"]
+__all__ = ["BenchConfig", "BenchConfigJSON"]
+
+
+class BenchConfigJSON(TypedDict):
+    """A :class:`BenchConfig` as plain JSON (:meth:`BenchConfig.to_json`): every field by
+    name, tuples as lists."""
+
+    sizes: list[int]
+    batch: int
+    heads: int
+    head_dim: int
+    repeats: int
+    backward: bool
+    causal: list[bool]
+    max_weights_bytes: int
+    long_n: int
+    long_rows: int | None
+    mha_embed_dim: int
+    gemm_n: int
+    devices: list[str]
+    seed: int
 
 
 def _default_devices() -> tuple[str, ...]:
@@ -67,12 +87,21 @@ class BenchConfig:
         base.update(kw)
         return cls(**base)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BenchConfigJSON:
         """The config as plain JSON (tuples as lists); ``BenchConfig.from_json`` reads it."""
-        from dataclasses import asdict
-
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {"sizes": list(self.sizes), "batch": self.batch, "heads": self.heads,
+                "head_dim": self.head_dim, "repeats": self.repeats, "backward": self.backward,
+                "causal": list(self.causal), "max_weights_bytes": self.max_weights_bytes,
+                "long_n": self.long_n, "long_rows": self.long_rows,
+                "mha_embed_dim": self.mha_embed_dim, "gemm_n": self.gemm_n,
+                "devices": list(self.devices), "seed": self.seed}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> BenchConfig:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()})
+    def from_json(cls, doc: BenchConfigJSON) -> BenchConfig:
+        """The config :meth:`to_json` wrote (lists back to tuples)."""
+        return cls(sizes=tuple(doc["sizes"]), batch=doc["batch"], heads=doc["heads"],
+                   head_dim=doc["head_dim"], repeats=doc["repeats"], backward=doc["backward"],
+                   causal=tuple(doc["causal"]), max_weights_bytes=doc["max_weights_bytes"],
+                   long_n=doc["long_n"], long_rows=doc["long_rows"],
+                   mha_embed_dim=doc["mha_embed_dim"], gemm_n=doc["gemm_n"],
+                   devices=tuple(doc["devices"]), seed=doc["seed"])

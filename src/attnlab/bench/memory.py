@@ -12,18 +12,29 @@ measurement, so that nothing measured before inflates it.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict, final
 
 import torch
 
 from attnlab._proc import reset_peak_rss
-from attnlab.bench.config import BenchConfig
+from attnlab.bench.config import BenchConfig, BenchConfigJSON
 from attnlab.bench.contenders import attention_contenders
 
-__all__ = ["METHOD", "peak_memory"]
+__all__ = ["METHOD", "PeakMemory", "peak_memory"]
 
 METHOD = ("fresh subprocess: reset VmHWM via /proc/self/clear_refs after the inputs exist, "
           "run once, peak = VmHWM - VmRSS before (MiB)")
+
+
+@final
+class PeakMemory(TypedDict):
+    """What :func:`peak_memory` measured, by contender (final: it holds no other key)."""
+
+    peak_mb: dict[str, float]  # peak extra MiB of one forward
+    seconds: dict[str, float]  # its time
+    #: whether VmHWM could be reset before each call on the CPU (False: each peak is an
+    #: upper bound); None on CUDA
+    hwm_reset: bool | None
 
 
 def _status_kb(field_name: str) -> int:
@@ -34,8 +45,8 @@ def _status_kb(field_name: str) -> int:
     raise OSError(f"{field_name} not in /proc/self/status")
 
 
-def peak_memory(config: dict[str, Any], n: int, causal: bool = False, device: str = "cpu",
-                rows: int | None = None, only: list[str] | None = None) -> dict[str, Any]:
+def peak_memory(config: BenchConfigJSON, n: int, causal: bool = False, device: str = "cpu",
+                rows: int | None = None, only: list[str] | None = None) -> PeakMemory:
     """Peak extra MiB (and seconds) of one forward of each contender at length ``n``.
 
     ``config`` is :meth:`BenchConfig.to_json`; ``rows`` runs only the last ``rows`` queries
@@ -55,7 +66,7 @@ def peak_memory(config: dict[str, Any], n: int, causal: bool = False, device: st
         if causal:
             fns.pop("torch_sdpa")  # its is_causal is top-left aligned
     names = [name for name in (only or list(fns)) if name in fns]
-    result: dict[str, Any] = {"peak_mb": {}, "seconds": {}, "hwm_reset": None}
+    result: PeakMemory = {"peak_mb": {}, "seconds": {}, "hwm_reset": None}
     small = torch.randn(b, h, 64, d, generator=g).to(device)
     warm = attention_contenders(causal, 64, cfg, device)
     for name in names:  # first calls allocate pools and caches: not the kernel's memory

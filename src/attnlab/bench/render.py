@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnlab.bench.suite import BenchResult, ResultRow
 
 __all__ = ["render_table", "render_summary", "CONTENDERS"]
 
@@ -11,7 +14,7 @@ CONTENDERS = ["torch_sdpa", "fused", "chunked", "linear", "naive", "explicit", "
               "attnlab_mha"]
 
 
-def render_table(result: dict[str, Any]) -> Any:
+def render_table(result: BenchResult) -> Any:
     """A rich Table: one row per cell, one column per contender (ms), ratios at the end."""
     from rich.table import Table
 
@@ -21,17 +24,18 @@ def render_table(result: dict[str, Any]) -> Any:
     for col in ["device", "N", "causal", "mode", *present, "fused×", "explicit×", "mha×",
                 "fused %peak"]:
         t.add_column(col, justify="right", no_wrap=True)
-    cells: dict[tuple, dict[str, dict[str, Any]]] = {}
+    cells: dict[tuple, dict[str, ResultRow]] = {}
     for r in rows:
         cells.setdefault((r["device"], r["n"], r["causal"], r["mode"]), {})[r["contender"]] = r
 
-    def ratio(c: dict[str, dict[str, Any]], ours: str, theirs: str) -> str:
+    def ratio(c: dict[str, ResultRow], ours: str, theirs: str) -> str:
         if ours in c and theirs in c:
             return f"{c[theirs]['ms'] / c[ours]['ms']:.2f}"
         return "-"
 
     for (dev, n, causal, mode), c in cells.items():
-        frac = c.get("fused", {}).get("frac_peak")
+        fused = c.get("fused")
+        frac = None if fused is None else fused["frac_peak"]
         t.add_row(dev, str(n), "yes" if causal else "no", mode,
                   *[f"{c[nm]['ms']:.1f}" if nm in c else "-" for nm in present],
                   ratio(c, "fused", "torch_sdpa"), ratio(c, "explicit", "naive"),
@@ -40,7 +44,7 @@ def render_table(result: dict[str, Any]) -> Any:
     return t
 
 
-def render_summary(result: dict[str, Any]) -> str:
+def render_summary(result: BenchResult) -> str:
     """The targets, met or not, the GEMM rate, the machine and the long-sequence probe."""
     lines = [f"GEMM rate: {result['gemm_gflops']} GFLOP/s   machine: {result['machine']}"]
     for key, tgt in result["targets"].items():

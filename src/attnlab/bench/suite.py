@@ -8,20 +8,22 @@ import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, final
 
 import torch
 from torch import Tensor
 
 from attnlab._proc import IsolatedCallError, call_isolated
-from attnlab.bench.config import BenchConfig
+from attnlab.bench.config import BenchConfig, BenchConfigJSON
 from attnlab.bench.contenders import attention_contenders, mha_contenders, naive_attention
-from attnlab.bench.memory import METHOD
+from attnlab.bench.memory import METHOD, PeakMemory
 from attnlab.bench.timing import attention_flops, fwd_bwd, interleaved, measure_gemm_gflops
+from attnlab.core._kernel import KernelStatus
 from attnlab.core.functional import kernel_status, scaled_dot_product_attention
 from attnlab.core.masks import causal as causal_mask
 
-__all__ = ["FORMAT_VERSION", "TARGETS", "run_bench", "summarize"]
+__all__ = ["FORMAT_VERSION", "TARGETS", "run_bench", "summarize", "BenchResult", "Headline",
+           "ResultRow", "Machine", "LongProbe", "LoadAvg", "Target", "BenchExtra"]
 
 FORMAT_VERSION = 1
 
@@ -44,12 +46,116 @@ TARGETS: list[tuple[str, float, str]] = [
 OnStep = Callable[[int, int, str], None]
 
 
+# --------------------------------------------------------------------------------------
+# the result (``--json``; the keys are listed in :mod:`attnlab.bench`)
+# --------------------------------------------------------------------------------------
+
+
+class ResultRow(TypedDict):
+    """One contender in one cell."""
+
+    device: str
+    n: int
+    causal: bool
+    mode: str  # "fwd" or "fwd+bwd"
+    contender: str
+    ms: float  # the median time
+    gflops: float | None  # achieved rate of the attention GEMMs (None: not counted)
+    frac_peak: float | None  # gflops / cell_gemm_gflops
+    cell_gemm_gflops: float  # the GEMM rate measured between the cell's kernels
+    peak_mb: float | None  # peak extra MiB of one forward (None: not measured)
+
+
+class Machine(TypedDict):
+    """Where the run ran."""
+
+    cpu: str
+    cores: int | None
+    torch_threads: int
+    torch: str
+    python: str
+    load_avg_1m: float | None
+    cuda: str | None  # the first CUDA device's name
+
+
+@final
+class _PeakError(TypedDict):
+    """A peak-memory process that failed (final: it holds no other key)."""
+
+    error: str
+
+
+class LongProbe(TypedDict):
+    """Chunked against torch SDPA at ``n`` keys, on the last ``query_rows`` queries."""
+
+    n: int
+    query_rows: int
+    seconds: dict[str, float]  # by contender
+    peak_mb: dict[str, float] | None  # by contender (None: the process failed)
+    error: str | None  # why the process failed
+
+
+class LoadAvg(TypedDict):
+    """The 1, 5 and 15-minute load averages at the start and at the end of the run."""
+
+    start: list[float] | None
+    end: list[float] | None
+
+
+class Target(TypedDict):
+    """A promise of :data:`TARGETS` and whether the run kept it."""
+
+    value: float | None
+    target: str  # e.g. ">= 0.95"
+    met: bool | None  # None: not measured
+
+
+class BenchExtra(TypedDict, total=False):
+    """What :func:`summarize` adds to the measured rows."""
+
+    load_avg: LoadAvg
+    kernel: KernelStatus
+    explicit_grad_max_err: float | None
+
+
+class Headline(TypedDict):
+    """The ratios and measurements the targets judge (None: not measured)."""
+
+    fused_vs_sdpa: float | None
+    explicit_vs_naive: float | None
+    mha_weights_vs_torch: float | None
+    chunked_peak_mb_n32k: float | None
+    chunked_vs_sdpa: float | None
+    linear_vs_softmax: float | None
+    chunked_n32k_time_vs_sdpa: float | None
+    fused_frac_peak_n4096: float | None
+    mha_weights_vs_torch_min: float | None
+    weights_vs_naive_min: float | None
+    explicit_fwd_bwd_vs_naive_min: float | None
+    explicit_grad_max_err: float | None
+
+
+class BenchResult(Headline):
+    """What ``attnlab bench --json`` prints (:func:`summarize`)."""
+
+    format_version: int
+    gemm_gflops: dict[str, float]  # by device: the best GEMM rate seen
+    long_probe: LongProbe
+    machine: Machine
+    load_avg: LoadAvg | None
+    kernel: KernelStatus | None  # :func:`attnlab.core.functional.kernel_status`
+    config: BenchConfigJSON
+    memory_method: str
+    results: list[ResultRow]
+    targets: dict[str, Target]  # by key of TARGETS
+
+
 def _geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and math.isfinite(x) and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def _machine() -> dict[str, Any]:
+def _machine() -> Machine:
     cpu = platform.processor() or "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -83,7 +189,7 @@ def grad_error(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(got, want))
 
 
-def _peak(config: BenchConfig, **spec: Any) -> dict[str, Any]:
+def _peak(config: BenchConfig, **spec: Any) -> PeakMemory | _PeakError:
     try:
         return call_isolated("attnlab.bench.memory:peak_memory", config=config.to_json(),
                              **spec)
@@ -97,7 +203,7 @@ class _Cell:
     (GFLOP/s) measured between its kernels, and the largest error of explicit's gradients
     (None when not measured)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[ResultRow]
     gemm_gflops: float
     grad_error: float | None
 
@@ -130,7 +236,7 @@ def _measure_cell(cfg: BenchConfig, g: torch.Generator, gemm: tuple[Tensor, Tens
         error = grad_error(q, k, v, causal)
     cell_peak = 2 * cfg.gemm_n**3 / secs.pop("_gemm") / 1e9
     flops = attention_flops(n, cfg, causal, mode)
-    rows = []
+    rows: list[ResultRow] = []
     for name, s in secs.items():
         rate = None if name.endswith("_mha") or name == "linear" else flops / s / 1e9
         rows.append({"device": dev, "n": n, "causal": causal, "mode": mode,
@@ -141,26 +247,27 @@ def _measure_cell(cfg: BenchConfig, g: torch.Generator, gemm: tuple[Tensor, Tens
     return _Cell(rows, cell_peak, error)
 
 
-def _add_peak_memory(cfg: BenchConfig, rows: list[dict[str, Any]],
+def _add_peak_memory(cfg: BenchConfig, rows: list[ResultRow],
                      next_step: Callable[[str], None]) -> None:
     """Fill ``peak_mb`` of the forward full-attention rows: one fresh process per device
     and size."""
     for dev in cfg.devices:
         for n in cfg.sizes:
             next_step(f"peak memory on {dev}, N={n} (own process)")
-            peak = _peak(cfg, n=n, causal=False, device=dev).get("peak_mb", {})
+            measured = _peak(cfg, n=n, causal=False, device=dev)
+            peak = {} if "error" in measured else measured.get("peak_mb", {})
             for r in rows:
                 if (r["device"], r["n"], r["mode"], r["causal"]) == (dev, n, "fwd", False):
                     r["peak_mb"] = peak.get(r["contender"])
 
 
 def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
-              ) -> dict[str, Any]:
+              ) -> BenchResult:
     """Measure everything in ``cfg`` (default :class:`BenchConfig`); ``on_step`` hears of
     each step before it runs. Returns the JSON-ready result."""
     cfg = cfg or BenchConfig()
     say = on_step or (lambda i, total, text: None)
-    rows: list[dict[str, Any]] = []
+    rows: list[ResultRow] = []
     machine = _machine()
     load_start = _load()
     kernel = kernel_status(build=True)  # a first build is not timed with the kernels
@@ -199,12 +306,12 @@ def run_bench(cfg: BenchConfig | None = None, on_step: OnStep | None = None
                  only=["chunked", "torch_sdpa"])
     # the GEMM rate: the best of the standalone and the per-cell measurements
     peaks = {dev: max([p, *cell_peaks.get(dev, [])]) for dev, p in peaks.items()}
-    extra = {"load_avg": {"start": load_start, "end": _load()}, "kernel": kernel,
-             "explicit_grad_max_err": max(grad_errors) if grad_errors else None}
+    extra: BenchExtra = {"load_avg": {"start": load_start, "end": _load()}, "kernel": kernel,
+                         "explicit_grad_max_err": max(grad_errors) if grad_errors else None}
     return summarize(cfg, machine, peaks, rows, long, extra)
 
 
-def _ratio_cells(rows: list[dict[str, Any]], ours: str, theirs: str, min_n: int = 1024
+def _ratio_cells(rows: list[ResultRow], ours: str, theirs: str, min_n: int = 1024
                  ) -> list[float]:
     by: dict[tuple, dict[str, float]] = {}
     for r in rows:
@@ -218,7 +325,7 @@ def _ratio_cells(rows: list[dict[str, Any]], ours: str, theirs: str, min_n: int 
     return [t[theirs] / t[ours] for t in big.values()]
 
 
-def _cell_min(rows: list[dict[str, Any]], ours: str, theirs: str, mode: str, min_n: int
+def _cell_min(rows: list[ResultRow], ours: str, theirs: str, mode: str, min_n: int
               ) -> float | None:
     """The smallest speed-up ``theirs / ours`` over the CPU cells of ``mode`` with N >=
     ``min_n`` (causal or not); None when no such cell was measured."""
@@ -230,52 +337,70 @@ def _cell_min(rows: list[dict[str, Any]], ours: str, theirs: str, mode: str, min
     return min(ratios) if ratios else None
 
 
-def summarize(cfg: BenchConfig, machine: dict[str, Any], peaks: dict[str, float],
-              rows: list[dict[str, Any]], long: dict[str, Any],
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _probe(long: PeakMemory | _PeakError
+           ) -> tuple[dict[str, float], dict[str, float] | None, str | None]:
+    """(seconds, peak MiB, why it failed) of a peak-memory measurement, by contender."""
+    if "error" in long:
+        return {}, None, long["error"]
+    return long.get("seconds", {}), long.get("peak_mb"), None
+
+
+def _rounded(val: float | None, *, significant: bool = False) -> float | None:
+    """A measurement as the result holds it: 3 decimals, or 3 significant digits for an
+    error bound (``significant``); None where it is not finite (JSON has no NaN)."""
+    if not isinstance(val, float):
+        return val
+    keep = float(f"{val:.3g}") if significant else round(val, 3)
+    return keep if math.isfinite(val) else None
+
+
+def summarize(cfg: BenchConfig, machine: Machine, peaks: dict[str, float],
+              rows: list[ResultRow], long: PeakMemory | _PeakError,
+              extra: BenchExtra | None = None) -> BenchResult:
     """The result object from the measured rows (the keys :mod:`attnlab.bench` lists)."""
     extra = extra or {}
     cpu_rows = [r for r in rows if r["device"] == "cpu"]
     frac4096 = [r["frac_peak"] for r in cpu_rows if r["contender"] == "fused"
                 and r["n"] == 4096 and not r["causal"] and r["mode"] == "fwd"]
-    secs = long.get("seconds", {})
-    out: dict[str, Any] = {
+    secs, peak_mb, error = _probe(long)
+    headline: Headline = {
+        "fused_vs_sdpa": _rounded(_geomean(_ratio_cells(cpu_rows, "fused", "torch_sdpa"))),
+        "explicit_vs_naive": _rounded(_geomean(_ratio_cells(cpu_rows, "explicit", "naive"))),
+        "mha_weights_vs_torch": _rounded(_geomean(_ratio_cells(cpu_rows, "attnlab_mha",
+                                                               "torch_mha"))),
+        "chunked_peak_mb_n32k": _rounded((peak_mb or {}).get("chunked")),
+        "chunked_vs_sdpa": _rounded(_geomean(_ratio_cells(cpu_rows, "chunked", "torch_sdpa"))),
+        "linear_vs_softmax": _rounded(_geomean(_ratio_cells(cpu_rows, "linear", "fused"))),
+        "chunked_n32k_time_vs_sdpa": _rounded(secs["chunked"] / secs["torch_sdpa"]
+                                              if {"chunked", "torch_sdpa"} <= secs.keys()
+                                              else None),
+        "fused_frac_peak_n4096": _rounded(frac4096[0] if frac4096 else None),
+        "mha_weights_vs_torch_min": _rounded(_cell_min(cpu_rows, "attnlab_mha", "torch_mha",
+                                                       "fwd", 1024)),
+        "weights_vs_naive_min": _rounded(_cell_min(cpu_rows, "explicit", "naive", "fwd", 2048)),
+        "explicit_fwd_bwd_vs_naive_min": _rounded(_cell_min(cpu_rows, "explicit", "naive",
+                                                            "fwd+bwd", 1024)),
+        "explicit_grad_max_err": _rounded(extra.get("explicit_grad_max_err"), significant=True),
+    }
+    targets: dict[str, Target] = {}
+    for key, target, op in TARGETS:
+        val = headline.get(key)
+        value = val if isinstance(val, (int, float)) else None
+        met = None
+        if value is not None and math.isfinite(value):
+            met = value >= target if op == ">=" else value <= target
+        targets[key] = {"value": value, "target": f"{op} {target}", "met": met}
+    return {
         "format_version": FORMAT_VERSION,
-        "fused_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "fused", "torch_sdpa")),
-        "explicit_vs_naive": _geomean(_ratio_cells(cpu_rows, "explicit", "naive")),
-        "mha_weights_vs_torch": _geomean(_ratio_cells(cpu_rows, "attnlab_mha", "torch_mha")),
-        "chunked_peak_mb_n32k": long.get("peak_mb", {}).get("chunked"),
-        "chunked_vs_sdpa": _geomean(_ratio_cells(cpu_rows, "chunked", "torch_sdpa")),
-        "linear_vs_softmax": _geomean(_ratio_cells(cpu_rows, "linear", "fused")),
-        "chunked_n32k_time_vs_sdpa": (secs["chunked"] / secs["torch_sdpa"]
-                                      if {"chunked", "torch_sdpa"} <= secs.keys() else None),
-        "fused_frac_peak_n4096": frac4096[0] if frac4096 else None,
-        "mha_weights_vs_torch_min": _cell_min(cpu_rows, "attnlab_mha", "torch_mha", "fwd", 1024),
-        "weights_vs_naive_min": _cell_min(cpu_rows, "explicit", "naive", "fwd", 2048),
-        "explicit_fwd_bwd_vs_naive_min": _cell_min(cpu_rows, "explicit", "naive", "fwd+bwd",
-                                                   1024),
-        "explicit_grad_max_err": extra.get("explicit_grad_max_err"),
+        **headline,
         "gemm_gflops": {dev: round(p, 2) for dev, p in peaks.items()},
         "long_probe": {"n": cfg.long_n, "query_rows": cfg.long_rows or cfg.long_n,
-                       "seconds": secs, "peak_mb": long.get("peak_mb"),
-                       "error": long.get("error")},
+                       "seconds": secs, "peak_mb": peak_mb, "error": error},
         "machine": machine,
         "load_avg": extra.get("load_avg"),
         "kernel": extra.get("kernel"),
         "config": cfg.to_json(),
         "memory_method": METHOD,
         "results": rows,
+        "targets": targets,
     }
-    for key, val in out.items():  # JSON has no NaN: what could not be measured is null
-        if isinstance(val, float):  # 3 decimals; an error bound keeps 3 significant digits
-            keep = float(f"{val:.3g}") if key.endswith("_err") else round(val, 3)
-            out[key] = keep if math.isfinite(val) else None
-    targets = {}
-    for key, target, op in TARGETS:
-        val = out.get(key)
-        met = None
-        if isinstance(val, (int, float)) and math.isfinite(val):
-            met = val >= target if op == ">=" else val <= target
-        targets[key] = {"value": val, "target": f"{op} {target}", "met": met}
-    out["targets"] = targets
-    return out

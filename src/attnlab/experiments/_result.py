@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 __all__ = ["Result", "Check", "Control", "RELATIONS", "ORIGINS", "VERDICTS", "CHECK_ID",
-           "fmt_num", "relation_holds", "control_margin"]
+           "fmt_num", "relation_holds", "control_margin", "ControlJSON", "CheckJSON",
+           "ResultJSON"]
 
 
 def fmt_num(x: float) -> str:
@@ -56,6 +57,59 @@ def relation_holds(measured: float, relation: str, expected: float, tolerance: f
     return m <= e + t if relation == "<=" else m >= e - t
 
 
+class ControlJSON(TypedDict):
+    """A :class:`Control` as JSON."""
+
+    what: str
+    what_zh: str
+    measured: float | None  # None where not finite
+    holds: bool
+
+
+class CheckJSON(TypedDict):
+    """A :class:`Check` as JSON (numbers that are not finite are None)."""
+
+    id: str
+    name: str
+    value: float | None
+    expected: str
+    passed: bool
+    support: bool
+    control: ControlJSON | None
+    control_value: float | None  # the control's measurement
+    control_margin: float | None
+    by_construction: bool
+
+
+class ResultJSON(TypedDict):
+    """A :class:`Result` as JSON (:meth:`Result.to_json`; numbers that are not finite are
+    None)."""
+
+    name: str
+    claim: str
+    claim_zh: str
+    quantity: str
+    measured: float | None
+    expected: float | None
+    relation: str
+    tolerance: float | None
+    holds: bool
+    verdict: str
+    expect_holds: bool
+    expect_why: str
+    finding: bool
+    origin: str
+    passed: bool
+    checks: list[CheckJSON]
+    control: ControlJSON | None
+    control_value: float | None  # the control's measurement
+    control_margin: float | None
+    by_construction: str
+    by_construction_zh: str
+    timed: bool
+    seconds: float
+
+
 @dataclass(frozen=True)
 class Control:
     """The same measurement on something that should *not* show the property: random or
@@ -90,7 +144,7 @@ class Control:
         """This control with ``holds`` set by the test it was put to."""
         return Control(self.what, self.what_zh, self.measured, bool(holds))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ControlJSON:
         m = self.measured
         return {"what": self.what, "what_zh": self.what_zh,
                 "measured": m if math.isfinite(m) else None, "holds": self.holds}
@@ -314,7 +368,7 @@ class Result:
         sign = "≤" if self.relation == "<=" else "≥"
         return f"{sign} {e}" + (f" (slack {t})" if self.tolerance else "")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ResultJSON:
         """Plain JSON (no NaN): name, claim, claim_zh, measured, expected, tolerance, holds,
         verdict, expect_holds, finding, origin, passed…"""
 

@@ -67,6 +67,7 @@ from .article_listings import (
     LISTINGS,
     Edit,
     Listing,
+    RunRecord,
     apply_edits,
     diff_lines,
     listing_source,
@@ -289,22 +290,22 @@ class ArticleCodeMeasurement:
     src1: str  # 001's listing as run (printed, or a replacement)
     fixes_001: tuple[Edit, ...]
     fused_call_001: str
-    main0: dict[str, Any]  # 000's own test, run as __main__
-    driven0: dict[str, Any]  # 000 driven with attnlab's weights
+    main0: RunRecord  # 000's own test, run as __main__
+    driven0: RunRecord  # 000 driven with attnlab's weights
     err0_out: float  # 000 driven vs attnlab SelfAttention: max |output error| (inf: failed)
     err0_w: float  # and max |weights error|
-    steps: tuple[dict[str, Any], ...]  # 001 as printed, then after each fix
+    steps: tuple[RunRecord, ...]  # 001 as printed, then after each fix
     step_errors: tuple[float, ...]  # each step vs attnlab MultiHeadAttention (inf: failed)
     attn1: dict[str, Tensor]  # the corrected 001's weights by mask (empty: it failed)
-    dedent: dict[str, Any] | None  # 001's other reading (None: not applicable)
+    dedent: RunRecord | None  # 001's other reading (None: not applicable)
     main_bug_runs: bool  # 000's own test with 7 heads runs
     wrong: dict[str, WrongRun]  # by key of WRONG
     einsum_err: float  # fp64, max over the masks
     einsum_err_wrong: float  # the same without the scale
     tips: TipOutcomes
     contiguous: ContiguousTip
-    fused_call: dict[str, Any]  # 001's tip's fused projection, as printed
-    listing_call: dict[str, Any]  # the listing's own call
+    fused_call: RunRecord  # 001's tip's fused projection, as printed
+    listing_call: RunRecord  # the listing's own call
     heat: dict[str, SnippetOutcome]  # by key of HEATMAP_CELLS
 
     @property
@@ -467,8 +468,9 @@ def _tip_checks(m: ArticleCodeMeasurement) -> list[Check]:
     ]
 
 
-def _raised_type_error(rec: dict[str, Any]) -> bool:
-    return (rec["error"] or {}).get("type") == "TypeError"
+def _raised_type_error(rec: RunRecord) -> bool:
+    err = rec["error"]
+    return err is not None and err["type"] == "TypeError"
 
 
 def checks(m: ArticleCodeMeasurement) -> list[Check]:

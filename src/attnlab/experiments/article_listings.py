@@ -24,14 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import torch
 from torch import Tensor
 
 __all__ = ["Edit", "Listing", "LISTINGS", "FIXES_001", "DEDENT_001", "FUSED_CALL_001",
            "LISTING_CALL_001", "HEATMAP_001", "RETURN_WEIGHTS_001", "fused_call_source",
-           "listing_source", "apply_edits", "diff_lines", "run_listings"]
+           "listing_source", "apply_edits", "diff_lines", "run_listings", "ListingRun",
+           "RunError", "CallRecord", "RunRecord"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,50 @@ def diff_lines(before: str, after: str) -> list[str]:
     return out
 
 
+# -- what a run is, and what it records ------------------------------------------------------
+
+
+class ListingRun(TypedDict):
+    """One run of a listing in the driver (:func:`run_listings`)."""
+
+    label: str
+    source: str  # the listing's text
+    filename: str  # how the listing names itself in tracebacks
+    main: NotRequired[bool]  # execute its ``__main__`` block, capturing stdout
+    cls: NotRequired[str]  # the class to build, with ``args``
+    args: NotRequired[list[int]]
+    state: NotRequired[str]  # the key prefix in the tensors of its load_state_dict
+    #: each call: (input name, mask name or None) in the tensors -> ``forward(x[, mask])``
+    calls: NotRequired[list[list[str | None]]]
+    harness: NotRequired[str]  # source executed after the listing, in its namespace
+    measure: NotRequired[str]  # the harness's function the driver calls with the tensors
+
+
+class RunError(TypedDict):
+    """The first error of a run or a call."""
+
+    type: str  # the exception's class name
+    message: str  # its first line
+    line: int | None  # the line of the listing it arose in (None: not in the listing)
+    text: str  # that line's text
+
+
+class CallRecord(TypedDict):
+    """One call of a run's module."""
+
+    error: RunError | None
+
+
+class RunRecord(TypedDict):
+    """What one run recorded."""
+
+    label: str
+    error: RunError | None  # the listing (or its harness, or building its class) failed
+    stdout: str
+    calls: list[CallRecord]
+    value: NotRequired[Any]  # what the harness's ``measure`` returned (a run with a harness)
+
+
 # -- the driver: runs in a fresh interpreter, imports nothing of attnlab ---------------------
 
 _DRIVER = r'''
@@ -233,22 +278,23 @@ print(json.dumps(results))
 
 
 def run_listings(
-    jobs: Sequence[tuple[Sequence[dict[str, Any]], dict[str, Tensor]]],
+    jobs: Sequence[tuple[Sequence[ListingRun], dict[str, Tensor]]],
     *,
     seed: int = 0,
     timeout: float = 120.0,
-) -> list[tuple[list[dict[str, Any]], dict[str, Tensor]]]:
+) -> list[tuple[list[RunRecord], dict[str, Tensor]]]:
     """Run each job ``(runs, tensors)`` in its own fresh interpreter, all at once.
 
-    A run is a dict: ``label``, ``source`` (the listing's text), ``filename`` (how the
-    listing names itself in tracebacks), optional ``main`` (execute the ``__main__`` block,
-    capturing stdout), ``cls`` and ``args`` (build the class), ``state`` (a key prefix in
-    ``tensors``: ``load_state_dict(strict=True)`` of those entries) and ``calls``
-    (``[(input name, mask name or None), ...]`` -> ``forward(x[, mask])``). Returns per job
-    the runs' records (``error`` = ``{type, message, line, text}`` or None, ``stdout``,
-    ``calls``: each with its ``error``, and ``value``: what ``ns[measure](tensors)`` returned
-    when the run has a ``harness``, source executed after the listing in its namespace) and
-    the tensors they produced, named
+    A run is a :class:`ListingRun`: ``label``, ``source`` (the listing's text),
+    ``filename`` (how the listing names itself in tracebacks), optional ``main`` (execute
+    the ``__main__`` block, capturing stdout), ``cls`` and ``args`` (build the class),
+    ``state`` (a key prefix in ``tensors``: ``load_state_dict(strict=True)`` of those
+    entries) and ``calls`` (``[(input name, mask name or None), ...]`` ->
+    ``forward(x[, mask])``). Returns per job the runs' records (:class:`RunRecord`:
+    ``error`` = ``{type, message, line, text}`` or None, ``stdout``, ``calls``: each with
+    its ``error``, and ``value``: what ``ns[measure](tensors)`` returned when the run has a
+    ``harness``, source executed after the listing in its namespace) and the tensors they
+    produced, named
     ``"{run}/{call}/out"`` and ``"{run}/{call}/attn"`` (the last softmax of the call).
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-listing-") as tmp:
@@ -264,7 +310,7 @@ def run_listings(
             procs.append((subprocess.Popen(
                 [sys.executable, "-c", _DRIVER, str(spec_path)], cwd=tmp, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out_path))
-        done = []
+        done: list[tuple[list[RunRecord], dict[str, Tensor]]] = []
         try:
             for proc, out_path in procs:
                 try:
@@ -277,7 +323,9 @@ def run_listings(
                     last = (stderr.strip().splitlines() or ["no error output"])[-1]
                     raise RuntimeError(f"the listing driver failed (exit status "
                                        f"{proc.returncode}): {last[:300]}")
-                done.append((json.loads(lines[-1]), torch.load(out_path, weights_only=True)))
+                # the driver's last line: its records, as the driver above writes them
+                records = cast(list[RunRecord], json.loads(lines[-1]))
+                done.append((records, torch.load(out_path, weights_only=True)))
         finally:
             for proc, _ in procs:
                 if proc.poll() is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import torch
 from torch import Tensor
@@ -28,6 +28,8 @@ from .article_listings import (
     LISTINGS,
     RETURN_WEIGHTS_001,
     Edit,
+    ListingRun,
+    RunRecord,
     apply_edits,
     fused_call_source,
     run_listings,
@@ -68,6 +70,15 @@ WRONG: dict[str, Edit] = {
         "修正后的 001 忽略掩码"),
 }
 
+
+
+class HeatmapValue(TypedDict):
+    """What the heat-map harness's ``measure`` returns (:func:`_heatmap_harness`)."""
+
+    type: str | None  # the snippet's first error's class name (None: it ran)
+    line: int | None  # that error's line in the snippet
+    message: str  # its first line
+    shape: list[int] | None  # the shape of the image it drew (None: none)
 
 
 def _heatmap_harness(snippet: str, cell: str) -> str:
@@ -138,7 +149,7 @@ def _edited(source: str, edit: Edit) -> str | None:
         return None
 
 
-def _describe(rec: dict[str, Any]) -> tuple[str, Any, str]:
+def _describe(rec: RunRecord) -> tuple[str, int | str, str]:
     """(result, line, message) of a run: its first error, or "runs"."""
     errs = [rec["error"]] + [c["error"] for c in rec["calls"]]
     first = next((e for e in errs if e), None)
@@ -148,7 +159,7 @@ def _describe(rec: dict[str, Any]) -> tuple[str, Any, str]:
     return first["type"], line, first["message"]
 
 
-def _failed(rec: dict[str, Any]) -> bool:
+def _failed(rec: RunRecord) -> bool:
     return rec["error"] is not None or any(c["error"] for c in rec["calls"])
 
 
@@ -194,7 +205,7 @@ class RunPlan:
     """The runs of each fresh interpreter (:func:`.article_listings.run_listings`) and where
     each one's record lands."""
 
-    jobs: list[tuple[list[dict[str, Any]], dict[str, Tensor]]]  # 000's (then the tips'), 001's
+    jobs: list[tuple[list[ListingRun], dict[str, Tensor]]]  # 000's (then the tips'), 001's
     steps: int  # 001's first runs: as printed, then after each fix
     at: dict[str, tuple[int, int] | None]  # each wrong variant's (job, run); None: not applicable
     dedent_at: int | None  # 001's other reading, in its job; None: not applicable
@@ -202,23 +213,23 @@ class RunPlan:
     heat_at: dict[str, int | None]  # each heat-map run among the tips' runs
 
 
-_CALLS_000 = [["x", None]]
-_CALLS_001 = [["x", None], ["x", "causal"], ["x", "padding"]]
+_CALLS_000: list[list[str | None]] = [["x", None]]
+_CALLS_001: list[list[str | None]] = [["x", None], ["x", "causal"], ["x", "padding"]]
 
 
 def _driven(label: str, source: str, filename: str, cls: str,
-            calls: list[list[str | None]]) -> dict[str, Any]:
+            calls: list[list[str | None]]) -> ListingRun:
     """A run that builds ``cls`` at article 001's size with attnlab's weights and calls it."""
     return {"label": label, "source": source, "filename": filename, "cls": cls,
             "args": [EMBED_DIM, HEADS], "state": "w/", "calls": calls}
 
 
 def _tip_runs(corrected: str, fused_call_001: str, heatmap_001: str
-              ) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+              ) -> tuple[list[ListingRun], dict[str, int | None]]:
     """001's tip on the fused projection and its heat-map snippet, with their controls; and
     where each heat-map run lands (None: a listing the control's edit does not apply to)."""
     fn_tip, fn1 = "001_fused_qkv_tip.py", LISTINGS["001"].filename.removesuffix(".txt")
-    runs: list[dict[str, Any]] = [
+    runs: list[ListingRun] = [
         {"label": "001 fused call", "source": fused_call_source(fused_call_001),
          "filename": fn_tip},
         {"label": "001 listing call", "source": fused_call_source(LISTING_CALL_001),
@@ -241,8 +252,9 @@ def plan_runs(inputs: Inputs, src0: str, src1: str, fixes_001: Sequence[Edit],
     variants (:data:`WRONG`, each at a known run), 001's other reading, then the tips."""
     l0, l1 = LISTINGS["000"], LISTINGS["001"]
     fn0, fn1 = l0.filename.removesuffix(".txt"), l1.filename.removesuffix(".txt")
-    runs0 = [{"label": "000 main", "source": src0, "filename": fn0, "main": True},
-             _driven("000 driven", src0, fn0, l0.cls, _CALLS_000)]
+    runs0: list[ListingRun] = [
+        {"label": "000 main", "source": src0, "filename": fn0, "main": True},
+        _driven("000 driven", src0, fn0, l0.cls, _CALLS_000)]
     steps = [apply_edits(src1, fixes_001[:i]) for i in range(len(fixes_001) + 1)]
     runs1 = [_driven(f"001 + {i} fixes", s, fn1, l1.cls, _CALLS_001)
              for i, s in enumerate(steps)]
@@ -295,9 +307,9 @@ class WrongRun:
 class Records:
     """The runs' records and tensors, and attnlab's outputs on the same inputs."""
 
-    recs0: list[dict[str, Any]]
+    recs0: list[RunRecord]
     outs0: dict[str, Tensor]
-    recs1: list[dict[str, Any]]
+    recs1: list[RunRecord]
     outs1: dict[str, Tensor]
     ref0: Tensor  # attnlab SelfAttention's output
     ref0_w: Tensor  # and its weights
@@ -426,11 +438,11 @@ class SnippetOutcome:
 
     raised: bool
     result: str  # "runs", "not applicable" or the error's type
-    line: Any  # the line in the snippet, or ""
+    line: int | str  # the line in the snippet, or ""
     message: str
 
 
-def _snippet_outcome(rec: dict[str, Any] | None) -> SnippetOutcome:
+def _snippet_outcome(rec: RunRecord | None) -> SnippetOutcome:
     """A heat-map run's outcome: the listing's own error counts as the snippet not running
     (it never got there), reported as such."""
     if rec is None:
@@ -438,11 +450,11 @@ def _snippet_outcome(rec: dict[str, Any] | None) -> SnippetOutcome:
     if rec["error"] is not None:
         err = rec["error"]
         return SnippetOutcome(True, err["type"], "", f"the snippet did not run: {err['message']}")
-    v = rec.get("value") or {}
-    if v.get("type"):
+    v: HeatmapValue | None = rec.get("value")  # a heat-map run: its harness's HeatmapValue
+    if v and v["type"]:
         return SnippetOutcome(True, v["type"], v["line"] if v["line"] is not None else "",
                               v["message"])
-    shape = v.get("shape")
+    shape = v["shape"] if v else None
     return SnippetOutcome(False, "runs", "", (f"drew a {shape[0]} × {shape[1]} image"
                                               if shape and len(shape) == 2 else ""))
 

@@ -69,9 +69,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
-from ._result import Control, Result, fmt_num
+from ._result import Control, ControlJSON, Result, fmt_num
 from .claim_types import (
     ARTICLES,
     HEADLINE,
@@ -90,7 +90,8 @@ __all__ = ["ARTICLES", "KINDS", "KIND_ZH", "CLAIM_VERDICTS", "HEADLINE", "JSON_K
            "ClaimVerdict", "ExtensionVerdict",
            "CLAIMS", "EXTENSIONS", "claim", "check_ids", "counts", "kind_counts",
            "covering_experiments", "evidence", "measure", "verdicts", "extension_verdicts",
-           "to_json"]
+           "to_json", "MeasurementJSON", "ReadingVerdictJSON", "ClaimVerdictJSON",
+           "ExtensionVerdictJSON", "InventoryJSON"]
 
 #: What the numbers say of an item.
 CLAIM_VERDICTS = ("holds", "holds under stated conditions", "holds by construction",
@@ -113,6 +114,90 @@ ZH: dict[str, str] = {
     "not testable": "无法检验",
     **KIND_ZH,
 }
+
+
+class MeasuredNumber(TypedDict):
+    """One number of a :class:`Measurement`, as JSON."""
+
+    quantity: str
+    measured: float | None  # None where not finite
+    expected_text: str
+
+
+class MeasuredControl(ControlJSON):
+    """A control of a :class:`Measurement`, as JSON, with the measurement's margin over it
+    (None where not finite)."""
+
+    margin: float | None
+
+
+class MeasurementJSON(TypedDict):
+    """A :class:`Measurement` as JSON."""
+
+    experiment: str
+    part: str  # "all" for the whole result
+    against: bool
+    numbers: list[MeasuredNumber]
+    holds: bool
+    supports: bool
+    controls: list[MeasuredControl]
+    by_construction: bool
+
+
+class ReadingVerdictJSON(TypedDict):
+    """A :class:`ReadingVerdict` as JSON."""
+
+    reading: str
+    reading_zh: str
+    verdict: str  # "holds" or "does not hold"
+    measured: list[MeasurementJSON]
+
+
+class ClaimVerdictJSON(TypedDict):
+    """A :class:`ClaimVerdict` as JSON: the keys :data:`JSON_KEYS`, in that order."""
+
+    id: str
+    article: str
+    kind: str
+    quote_zh: str
+    claim_en: str
+    claim_zh: str
+    covered_by: list[str]  # the experiments that decide it
+    conditions_en: str
+    conditions_zh: str
+    not_testable_en: str
+    not_testable_zh: str
+    reading: str  # the reading it refutes (the claim's reading_en)
+    reading_zh: str
+    readings: list[ReadingVerdictJSON]  # its other readings
+    verdict: str  # one of CLAIM_VERDICTS
+    verdict_zh: str
+    measured: list[MeasurementJSON]
+    positive_control: list[MeasurementJSON]
+    existence: bool
+    search_en: str
+    search_zh: str
+
+
+class ExtensionVerdictJSON(TypedDict):
+    """An :class:`ExtensionVerdict` as JSON."""
+
+    experiment: str
+    what_en: str
+    what_zh: str
+    origin: str
+    verdict: str  # "holds" or "does not hold"
+    verdict_zh: str
+    measured: MeasurementJSON
+    passed: bool
+
+
+class InventoryJSON(TypedDict):
+    """The whole inventory's verdicts as JSON (:func:`to_json`)."""
+
+    claims: list[ClaimVerdictJSON]
+    extensions: list[ExtensionVerdictJSON]
+    counts: dict[str, int]  # by verdict, every verdict listed
 
 
 @dataclass(frozen=True)
@@ -190,7 +275,7 @@ class Measurement:
                 f"{'passes too: the measurement does not tell' if c.holds else 'fails'}"
                 + (f" (margin {fmt_num(margin)})" if shown else ""))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MeasurementJSON:
         return {
             "experiment": self.experiment,
             "part": self.part or "all",
@@ -200,7 +285,7 @@ class Measurement:
                         for q, v, e in zip(self.quantities, self.values, self.expected)],
             "holds": self.holds,
             "supports": self.supports,
-            "controls": [c.to_json() | {"margin": _finite(self.margin(c))}
+            "controls": [{**c.to_json(), "margin": _finite(self.margin(c))}
                          for c in self.controls],
             "by_construction": self.by_construction,
         }
@@ -287,7 +372,7 @@ class ReadingVerdict:
     def holds(self) -> bool:
         return all(m.supports for m in self.measurements)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReadingVerdictJSON:
         return {"reading": self.reading.en, "reading_zh": self.reading.zh,
                 "verdict": "holds" if self.holds else "does not hold",
                 "measured": [m.to_json() for m in self.measurements]}
@@ -314,7 +399,7 @@ class ClaimVerdict:
         return any(not m.passed for m in self.measurements + self.positive_controls
                    + tuple(m for r in self.readings for m in r.measurements))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ClaimVerdictJSON:
         """Plain JSON with the keys :data:`JSON_KEYS`."""
         c = self.claim
         return {
@@ -343,7 +428,7 @@ class ExtensionVerdict:
     def verdict(self) -> str:
         return "holds" if self.measurement.holds else "does not hold"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExtensionVerdictJSON:
         e = self.extension
         return {"experiment": e.experiment, "what_en": e.what_en, "what_zh": e.what_zh,
                 "origin": self.origin, "verdict": self.verdict, "verdict_zh": ZH[self.verdict],
@@ -420,7 +505,7 @@ def extension_verdicts(results: Iterable[Result]) -> list[ExtensionVerdict]:
 
 
 def to_json(claim_verdicts: Sequence[ClaimVerdict],
-            extensions: Sequence[ExtensionVerdict] = ()) -> dict[str, Any]:
+            extensions: Sequence[ExtensionVerdict] = ()) -> InventoryJSON:
     """``{"claims": [...], "extensions": [...], "counts": {verdict: n}}``."""
     return {
         "claims": [v.to_json() for v in claim_verdicts],

@@ -45,6 +45,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+# pydantic, which turns a route's return type into its response model, reads
+# typing_extensions' TypedDict on Python < 3.12
+from typing_extensions import NotRequired, TypedDict
+
 from attnlab._text import one_line
 from attnlab.serve._common import (
     Refused,
@@ -74,6 +78,31 @@ if TYPE_CHECKING:
 __all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
 
 Tracer = Callable[[str], AttentionTrace]
+
+class ModelLimits(TypedDict):
+    """The most tokens a model accepts here (:func:`_limits`): each key only where the
+    tracer says."""
+
+    max_length: NotRequired[int]  # the model's own limit
+    max_tokens: NotRequired[int]  # what the memory budget allows (at most max_length)
+
+
+class Health(TypedDict):
+    """What ``/healthz`` answers."""
+
+    status: str  # "ok"
+    models: list[str]
+    max_chars: int
+
+
+class ModelsInfo(TypedDict):
+    """What ``/api/models`` answers."""
+
+    models: list[str]
+    max_chars: int
+    max_memory: int  # the memory budget, in bytes
+    limits: dict[str, ModelLimits]  # by model
+
 
 MAX_JSON_DEPTH = 32  # a request body is one flat object; anything deeper is refused
 
@@ -248,11 +277,11 @@ def create_app(tracers: Mapping[str, Tracer], *, max_chars: int = 100_000,
     install_guards(app, hosts)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    def healthz() -> Health:
         return {"status": "ok", "models": names, "max_chars": max_chars}
 
     @app.get("/api/models")
-    def models() -> dict[str, Any]:
+    def models() -> ModelsInfo:
         return {"models": names, "max_chars": max_chars, "max_memory": budget,
                 "limits": limits}
 
@@ -280,9 +309,9 @@ async def _read_body(request: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _limits(tracer: Any, budget: int) -> dict[str, Any]:
+def _limits(tracer: Any, budget: int) -> ModelLimits:
     """The most tokens a model accepts here: its own limit and the memory budget's."""
-    out: dict[str, Any] = {}
+    out: ModelLimits = {}
     if hasattr(tracer, "max_length"):
         out["max_length"] = int(tracer.max_length)
     if hasattr(tracer, "estimate"):

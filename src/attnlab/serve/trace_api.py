@@ -50,6 +50,10 @@ from typing import Any
 
 import torch  # noqa: F401  (the doctests)
 
+# pydantic, which turns a route's return type into its response model, reads
+# typing_extensions' TypedDict on Python < 3.12
+from typing_extensions import TypedDict
+
 from attnlab._errors import Refused, check_int, check_optional_int
 from attnlab.serve._common import error
 from attnlab.tracing.attention import AttentionTrace
@@ -221,7 +225,45 @@ class TraceStore:
 # --------------------------------------------------------------------------------------
 
 
-def _summary(tid: str, t: AttentionTrace) -> dict[str, Any]:
+class TraceSummary(TypedDict):
+    """One held trace, as ``/api/traces`` lists it."""
+
+    id: str
+    model: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    seq_len: int
+    key_len: int
+    head_dim: int | None  # None: a trace of weights alone
+    causal: bool
+    has_qk: bool
+    page: str  # the URL path of its explorer page
+
+
+class TraceList(TypedDict):
+    """What ``/api/traces`` answers."""
+
+    traces: list[TraceSummary]
+
+
+class TraceInfo(TraceSummary):
+    """One trace, as ``/api/traces/{tid}`` describes it."""
+
+    tokens: list[str]
+    key_tokens: list[str] | None  # None: the keys are the tokens
+    #: each layer's score shaping (:meth:`attnlab.core.scores.ScoreShape.describe`)
+    score_shape: list[dict[str, float | int | bool | None]]
+
+
+class TracesHealth(TypedDict):
+    """What ``/healthz`` of the traces server answers."""
+
+    status: str  # "ok"
+    traces: list[str]  # the ids held
+
+
+def _summary(tid: str, t: AttentionTrace) -> TraceSummary:
     return {"id": tid, "model": t.model, "num_layers": t.num_layers, "num_heads": t.num_heads,
             "num_kv_heads": t.num_kv_heads, "seq_len": t.seq_len, "key_len": t.key_len,
             "head_dim": t.head_dim, "causal": bool(t.causal), "has_qk": bool(t.has_qk),
@@ -249,12 +291,12 @@ def _add_trace_routes(router: Any, store: TraceStore) -> None:
     explorer's payload."""
 
     @router.get("/api/traces")
-    def traces() -> dict[str, Any]:
+    def traces() -> TraceList:
         return {"traces": [_summary(tid, store.get(tid)) for tid in store.ids()]}
 
     @router.get("/api/traces/{tid}")
     def trace_info(tid: str) -> Any:
-        def info(t: AttentionTrace) -> dict[str, Any]:
+        def info(t: AttentionTrace) -> TraceInfo:
             shapes = [t.score_shape(layer).describe() for layer in range(t.num_layers)]
             return {**_summary(tid, t), "tokens": list(t.tokens),
                     "key_tokens": None if t.key_tokens is None else list(t.key_tokens),
@@ -354,7 +396,7 @@ def create_trace_app(traces: Sequence[AttentionTrace | StackedTrace] | TraceStor
     install_guards(app, allowed_hosts_for(host, tuple(allowed_hosts)))
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    def healthz() -> TracesHealth:
         return {"status": "ok", "traces": store.ids()}
 
     @app.get("/", response_class=HTMLResponse)

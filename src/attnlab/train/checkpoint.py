@@ -37,7 +37,7 @@ import os
 import struct
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import torch
 from safetensors.torch import load as st_load
@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from attnlab._errors import Error
 from attnlab._io import atomic_write_bytes
 from attnlab._io import remove_stale_temps as _remove_temps
-from attnlab.train.config import TrainConfig
+from attnlab.train.config import TrainConfig, TrainConfigDict
 from attnlab.train.tasks import Task, get_task
 
 __all__ = [
@@ -112,7 +112,18 @@ def remove_stale_temps(run_dir: str | os.PathLike[str]) -> list[Path]:
 # --------------------------------------------------------------------------------------
 
 
-def _task_json(task: Task) -> dict[str, Any]:
+class TaskJSON(TypedDict):
+    """The task of a run, as its config.json records it (for people: a run is rebuilt
+    from its ``config``)."""
+
+    name: str
+    relation: str
+    symbols: list[str]  # the text of each token id
+    seq_len: int
+    n_specials: int
+
+
+def _task_json(task: Task) -> TaskJSON:
     return {"name": task.name, "relation": task.relation, "symbols": list(task.symbols),
             "seq_len": task.seq_len, "n_specials": task.n_specials}
 
@@ -137,7 +148,8 @@ def _config_from_json(obj: object, where: str) -> TrainConfig:
         raise CheckpointError(f"{where}: 'config' must be a JSON object, got "
                               f"{type(obj).__name__}")
     try:
-        return TrainConfig.from_dict(obj)
+        # a JSON object that claims to be a TrainConfig's fields: from_dict checks them
+        return TrainConfig.from_dict(cast(TrainConfigDict, obj))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{where}: invalid 'config' ({_one_line(exc)})") from None
 

@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from attnlab._errors import check_int
 from attnlab._options import add_dataclass_options, flag_of
@@ -31,8 +31,8 @@ from attnlab.train.tasks import get_task, task_names
 if TYPE_CHECKING:  # the model's config is imported where it is built: no torch for --help
     from attnlab.nn.transformer import GPTConfig
 
-__all__ = ["FLAGS", "OPTIONS", "RESUME_MAY_CHANGE", "TrainConfig", "add_arguments",
-           "config_from_args"]
+__all__ = ["FLAGS", "OPTIONS", "RESUME_MAY_CHANGE", "TrainConfig", "TrainConfigDict",
+           "add_arguments", "config_from_args"]
 
 #: The flags that are not ``--`` and the field's name.
 FLAGS = {"num_layers": "--layers", "num_heads": "--heads", "embed_dim": "--dim"}
@@ -59,8 +59,37 @@ def _named(field: str) -> str:
     that has no option."""
     return f"{flag_of(field, FLAGS)} ({field})" if field in OPTIONS else field
 
+class _AddedLater(TypedDict):
+    """The fields added after runs were first written."""
+
+    token_shift: bool
+
+
 #: Fields added after runs were first written, with the value those runs had.
-_ADDED_LATER: dict[str, Any] = {"token_shift": False}
+_ADDED_LATER: _AddedLater = {"token_shift": False}
+
+
+class TrainConfigDict(TypedDict):
+    """Every field of a :class:`TrainConfig` by name: the ``config`` of a run's config.json
+    and of its checkpoints (:meth:`TrainConfig.to_dict`)."""
+
+    task: str
+    steps: int
+    num_layers: int
+    num_heads: int
+    embed_dim: int
+    positional: str
+    batch_size: int
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float
+    seed: int
+    checkpoint_every: int
+    log_every: int
+    eval_batches: int
+    threads: int
+    token_shift: NotRequired[bool]  # absent in runs written before it existed (then False)
 
 #: Fields a resumed run may change; every other field must match the checkpoint's.
 RESUME_MAY_CHANGE = frozenset({"steps", "checkpoint_every", "log_every", "threads"})
@@ -146,12 +175,19 @@ class TrainConfig:
                          num_layers=self.num_layers, num_heads=self.num_heads,
                          embed_dim=self.embed_dim, dropout=0.0, positional=self.positional)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TrainConfigDict:
         """Every field by name (the ``config`` of config.json and of a checkpoint)."""
-        return dataclasses.asdict(self)
+        return {"task": self.task, "steps": self.steps, "num_layers": self.num_layers,
+                "num_heads": self.num_heads, "embed_dim": self.embed_dim,
+                "positional": self.positional, "batch_size": self.batch_size, "lr": self.lr,
+                "weight_decay": self.weight_decay, "warmup_steps": self.warmup_steps,
+                "grad_clip": self.grad_clip, "seed": self.seed,
+                "checkpoint_every": self.checkpoint_every, "log_every": self.log_every,
+                "eval_batches": self.eval_batches, "threads": self.threads,
+                "token_shift": self.token_shift}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, d: TrainConfigDict) -> TrainConfig:
         """The config :meth:`to_dict` wrote; unknown or missing fields raise ``ValueError``.
 
         >>> TrainConfig.from_dict({**TrainConfig().to_dict(), "n_embd": 64})
@@ -166,11 +202,12 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"config has unknown field(s) {unknown}; expected the fields of "
                              "TrainConfig")
-        d = {**_ADDED_LATER, **d}  # runs written before a field existed ran without it
-        missing = sorted(known - set(d))
+        # runs written before a field existed ran without it
+        full: TrainConfigDict = {**_ADDED_LATER, **d}
+        missing = sorted(known - set(full))
         if missing:
             raise ValueError(f"config is missing field(s) {missing}")
-        return cls(**d)
+        return cls(**full)
 
     def mismatches(self, other: TrainConfig) -> list[str]:
         """Fields (other than those a resume may change) that differ, as 'name: a != b'."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -36,8 +36,30 @@ from torch import Tensor, nn
 from attnlab.analysis import head_scores
 from attnlab.tracing.capture import capture
 
-__all__ = ["HeadScores", "LookupScores", "capture_weights", "first_repeat", "score_heads",
-           "score_lookup_heads", "score_lookup_traces", "score_traces", "trace_batch"]
+__all__ = ["BestHead", "HeadScores", "LookupScores", "TaskHeads", "capture_weights",
+           "first_repeat", "score_heads", "score_lookup_heads", "score_lookup_traces",
+           "score_traces", "trace_batch"]
+
+
+class BestHead(TypedDict):
+    """Per-head scores of one kind as JSON: the best head and every score (4 places)."""
+
+    layer: int
+    head: int
+    score: float  # the best head's
+    scores: list[list[float]]  # (L, H)
+
+
+class TaskHeads(TypedDict, total=False):
+    """The heads a run's task is about, as JSON: ``previous_token`` and ``induction``
+    (:meth:`HeadScores.to_json`), or ``query_to_value``, ``query_to_key`` and
+    ``sequences`` (:meth:`LookupScores.to_json`)."""
+
+    previous_token: BestHead
+    induction: BestHead
+    query_to_value: BestHead  # the lookup head: the query key's attention to the value
+    query_to_key: BestHead  # the same to the key's earlier occurrence
+    sequences: int  # the sequences the lookup scores average over
 
 
 def _check_idx(idx: Tensor) -> None:
@@ -85,7 +107,7 @@ def _best(s: Tensor) -> tuple[int, int, float]:
     return i // s.shape[1], i % s.shape[1], float(s.flatten()[i])
 
 
-def _scores_json(s: Tensor) -> dict:
+def _scores_json(s: Tensor) -> BestHead:
     """Per-head scores ``s`` (L, H) as JSON: the best head (layer, head, score) and every
     score, rounded to 4 places."""
     layer, head, score = _best(s)
@@ -108,7 +130,7 @@ class HeadScores:
     def best_induction(self) -> tuple[int, int, float]:
         return _best(self.induction)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> TaskHeads:
         return {"previous_token": _scores_json(self.previous_token),
                 "induction": _scores_json(self.induction)}
 
@@ -155,7 +177,7 @@ class LookupScores:
         """(layer, head, score) of the head that puts the most attention on the key."""
         return _best(self.key)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> TaskHeads:
         return {"query_to_value": _scores_json(self.value),
                 "query_to_key": _scores_json(self.key), "sequences": self.sequences}
 

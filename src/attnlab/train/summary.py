@@ -37,7 +37,7 @@ from attnlab.train.heads import (
     score_lookup_heads,
 )
 from attnlab.train.tasks import Task, get_task
-from attnlab.train.trainer import read_metrics, train
+from attnlab.train.trainer import MetricsRow, read_metrics, train
 
 __all__ = ["ACCURACY_TARGET", "INDUCTION_THRESHOLD", "LOOKUP_ACCURACY_TARGET",
            "LOOKUP_THRESHOLD", "PREVIOUS_THRESHOLD", "STANDOUT", "RunSummary", "ensure_run",
@@ -105,8 +105,8 @@ class RunSummary:
     run_dir: Path
     config: TrainConfig
     task: Task
-    metrics: list[dict[str, Any]]
-    final: dict[str, Any]
+    metrics: list[MetricsRow]
+    final: MetricsRow  # the run's final line (held-out evaluation)
     scores: HeadScores
     checks: list[tuple[str, str, bool]]
     example_tokens: list[str]

@@ -29,10 +29,10 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -55,12 +55,56 @@ from attnlab.train.checkpoint import (
 from attnlab.train.config import TrainConfig, add_arguments
 from attnlab.train.tasks import Batch, Task, get_task
 
-__all__ = ["TrainResult", "add_arguments", "evaluate", "plot_metrics", "prepare_run_dir",
-           "read_metrics", "train"]
+if TYPE_CHECKING:  # the heads' scoring is imported where it runs
+    from attnlab.train.heads import HeadScores, LookupScores, TaskHeads
+
+__all__ = ["MetricsRow", "TrainResult", "TrainResultJSON", "add_arguments", "evaluate",
+           "plot_metrics", "prepare_run_dir", "read_metrics", "train"]
 
 #: The name of the run folder's lock (``lock_folder`` keeps it in ``.attnlab-lock-train``).
 LOCK_NAME = "train"
 _LOCK_FILE = f".attnlab-lock-{LOCK_NAME}"
+
+
+class _Logged(TypedDict):
+    """The training loss and accuracy over a logged window of steps."""
+
+    loss: float
+    accuracy: float
+
+
+class MetricsRow(TypedDict):
+    """One line of metrics.jsonl: a training line (``lr``) every ``log_every`` steps, and
+    at the end one ``final`` line with the held-out evaluation and the run's speed."""
+
+    step: int
+    loss: float  # training loss over the window that ends at ``step``
+    accuracy: float
+    lr: NotRequired[float]
+    eval_loss: NotRequired[float]  # the final line only, from here on
+    eval_accuracy: NotRequired[float]
+    final: NotRequired[bool]  # True
+    seconds: NotRequired[float]
+    tokens_per_s: NotRequired[float]
+    world_size: NotRequired[int]
+    heads: NotRequired[TaskHeads]  # the heads the task is about (none for most tasks)
+
+
+class TrainResultJSON(TypedDict):
+    """A :class:`TrainResult` as JSON (``attnlab train --json``)."""
+
+    run_dir: str
+    task: str
+    step: int
+    start_step: int
+    loss: float
+    accuracy: float
+    eval_loss: float
+    eval_accuracy: float
+    seconds: float
+    tokens_per_s: float
+    world_size: int
+    heads: TaskHeads | None
 
 
 @dataclass
@@ -76,20 +120,21 @@ class TrainResult:
     seconds: float  # wall time of this invocation's training loop
     tokens_per_s: float
     world_size: int = 1
-    heads: dict[str, Any] | None = None  # the task's heads: previous-token / induction heads
+    heads: TaskHeads | None = None  # the task's heads: previous-token / induction heads
     #                                      (induction), lookup heads (assoc-recall)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # anything else a caller keeps with it
 
     def heads_text(self) -> str:
         """The heads found, in one line ("" when the task reports none), e.g.
         ``previous-token head L0H3 (score 0.41), induction head L1H0 (score 0.99)``."""
-        names = {"previous_token": "previous-token head", "induction": "induction head",
-                 "query_to_value": "lookup head (query key -> value after it)"}
+        heads = self.heads or {}
+        found = [("previous-token head", heads.get("previous_token")),
+                 ("induction head", heads.get("induction")),
+                 ("lookup head (query key -> value after it)", heads.get("query_to_value"))]
         return ", ".join(f"{label} L{h['layer']}H{h['head']} (score {h['score']:.2f})"
-                         for key, label in names.items()
-                         if (h := (self.heads or {}).get(key)) is not None)
+                         for label, h in found if h is not None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TrainResultJSON:
         return {
             "run_dir": str(self.run_dir), "task": self.config.task, "step": self.step,
             "start_step": self.start_step, "loss": self.loss, "accuracy": self.accuracy,
@@ -233,19 +278,19 @@ def _to(b: Batch, device: torch.device | str) -> Batch:
 # --------------------------------------------------------------------------------------
 
 
-def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_metrics(run_dir: str | os.PathLike[str]) -> list[MetricsRow]:
     """The valid lines of metrics.jsonl (a line cut short by a kill is skipped)."""
     path = Path(run_dir) / METRICS_NAME
     if not path.exists():
         return []
-    rows = []
+    rows: list[MetricsRow] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(row, dict) and "step" in row:
-            rows.append(row)
+            rows.append(cast(MetricsRow, row))  # a line this module wrote (it has a step)
     return rows
 
 
@@ -256,12 +301,12 @@ def _rewrite_metrics(run_dir: Path, upto: int) -> None:
                        "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
 
 
-def _append_metrics(f, row: dict[str, Any]) -> None:
+def _append_metrics(f, row: MetricsRow) -> None:
     f.write(json.dumps(row) + "\n")
     f.flush()
 
 
-def plot_metrics(rows: list[dict[str, Any]], title: str = ""):
+def plot_metrics(rows: list[MetricsRow], title: str = ""):
     """Loss (log scale) and accuracy against step, train and held-out: a matplotlib figure."""
     import matplotlib
 
@@ -431,17 +476,17 @@ def _train_step(config: TrainConfig, task: Task, run: _Setup, step: int, rank: i
     return stats, lr
 
 
-def _last_logged(run_dir: Path, resume: bool) -> dict[str, float]:
+def _last_logged(run_dir: Path, resume: bool) -> _Logged:
     """The loss and accuracy of the run's last metrics line (NaN for a new run): what a
     resumed run that has nothing left to do reports."""
-    last = {"loss": float("nan"), "accuracy": float("nan")}
+    last: _Logged = {"loss": float("nan"), "accuracy": float("nan")}
     for row in read_metrics(run_dir) if resume else []:
         last = {"loss": row["loss"], "accuracy": row["accuracy"]}
     return last
 
 
 def _finish_metrics(metrics: Any, run_dir: Path, config: TrainConfig,
-                    row: dict[str, Any]) -> None:
+                    row: MetricsRow) -> None:
     """Append the final ``row`` to metrics.jsonl, close it and write the plot."""
     _append_metrics(metrics, row)
     metrics.close()
@@ -493,11 +538,14 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
         done = max(start, config.steps)
         tps = (done - start) * tokens_per_step / max(seconds, 1e-9)
         if metrics is not None:
-            _finish_metrics(metrics, run_dir, config, {
+            row: MetricsRow = {
                 "step": done, **last, "eval_loss": eval_loss, "eval_accuracy": eval_acc,
                 "final": True, "seconds": round(seconds, 3), "tokens_per_s": round(tps, 1),
-                "world_size": world, **({"heads": heads} if heads else {}),
-            })
+                "world_size": world,
+            }
+            if heads:
+                row["heads"] = heads
+            _finish_metrics(metrics, run_dir, config, row)
             metrics = None
         if bar is not None:
             progress.update(bar, description=f"train {task.name}: held-out acc {eval_acc:.3f}")
@@ -511,13 +559,15 @@ def _train(config: TrainConfig, task: Task, run_dir: Path, resume: bool, quiet: 
 
 
 def _find_heads(model: nn.Module, task: Task, config: TrainConfig,
-                device: torch.device) -> dict[str, Any] | None:
+                device: torch.device) -> TaskHeads | None:
     """The heads the run's task is about, scored on 16 held-out sequences (see
     :mod:`attnlab.train.heads`): previous-token and induction heads for ``induction``, the
     query position's lookup heads for ``assoc-recall``; None for the other tasks."""
     from attnlab.train.heads import score_heads, score_lookup_heads
 
-    scorer = {"induction": score_heads, "assoc-recall": score_lookup_heads}.get(task.name)
+    scorers: dict[str, Callable[[nn.Module, Tensor], HeadScores | LookupScores]] = {
+        "induction": score_heads, "assoc-recall": score_lookup_heads}
+    scorer = scorers.get(task.name)
     if scorer is None:
         return None
     idx = task.batch(0, 16, config.seed, split="eval").inputs.to(device)

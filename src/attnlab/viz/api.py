@@ -28,20 +28,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 from torch import Tensor
 
 from attnlab._errors import Refused
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.attribution_payload import attribution_rows, score_parts_json
-from attnlab.viz.codec import encode_blob
+from attnlab.viz.attribution_payload import AttributionRows, attribution_rows, score_parts_json
+from attnlab.viz.codec import Blob, encode_blob
 from attnlab.viz.qk import qk_pieces_data
 
 __all__ = ["MAX_ROWS", "MAX_TILE", "MAX_POOLED_BLOCKS", "MAX_TOP", "RequestError", "Param",
            "Endpoint", "ENDPOINTS", "answer", "rows_data", "tile_data", "pooled_data",
-           "topk_data", "qk_data"]
+           "topk_data", "qk_data", "Answer", "RowsData", "TileData", "PooledData", "TopkData",
+           "QKData"]
 
 MAX_ROWS = 256  # rows of one /rows request: 256 × 8,192 keys = 8 MB of float32
 MAX_TILE = 1 << 20  # weights in one /tile request (4 MB of float32)
@@ -52,6 +53,81 @@ MAX_TOP = 256  # keys of one /topk or /qk request
 #: A request refused: ``status`` (the HTTP status a server answers with) and ``message``
 #: (what is wrong, naming the parameter). The one refusal class, :class:`attnlab.Refused`.
 RequestError = Refused
+
+
+# --------------------------------------------------------------------------------------
+# what the requests answer
+# --------------------------------------------------------------------------------------
+
+#: An array of weights as a request asks for it: a blob (``encoding="b64"``) or nested
+#: lists, one per row (``encoding="list"``).
+Weights = Blob | list[list[float]]
+
+
+class RowsData(TypedDict):
+    """Exact rows of one head (:func:`rows_data`)."""
+
+    layer: int
+    head: int
+    queries: list[int]
+    weights: Weights  # (len(queries), Lk) float32
+    top_values: NotRequired[list[float]]  # with top > 0: the first row's strongest keys
+    top_indices: NotRequired[list[int]]
+
+
+class TileData(TypedDict):
+    """An exact tile of one head (:func:`tile_data`)."""
+
+    layer: int
+    head: int
+    rows: list[int]  # [start, stop)
+    cols: list[int]  # [start, stop)
+    weights: Weights  # float32
+
+
+class PooledData(TypedDict):
+    """The pooled map of one head (:func:`pooled_data`)."""
+
+    layer: int
+    head: int
+    block: int  # tokens a block
+    weights: Weights  # float32, rows sum to 1
+
+
+class TopkData(TypedDict):
+    """The strongest keys of one query (:func:`topk_data`)."""
+
+    layer: int
+    head: int
+    query: int
+    values: list[float]
+    indices: list[int]
+    tokens: list[str]  # the keys' tokens
+
+
+class QKData(TypedDict):
+    """What the QK view draws for one query of one head (:func:`qk_data`)."""
+
+    layer: int
+    head: int
+    query: int
+    scale: float
+    softcap: float | None
+    sink: float | None  # the head's learned sink logit for this query
+    q: Blob  # (d,) float32
+    dots: Blob  # (Lk,) float64: q·k of every key, unscaled
+    allowed: Blob  # (Lk,) b8: the keys the query may see
+    bias: Blob | None  # (Lk,) float64: ALiBi and dense bias (0 where hidden)
+    weights: Blob  # (Lk,) float32: the exact row
+    keys: list[int]  # the strongest keys and the query's own position
+    k: Blob  # (len(keys), d) float32
+
+
+#: One request's answer (:func:`answer`). The attribution view's score parts
+#: (:func:`~attnlab.viz.attribution_payload.score_parts_json`) and a merged trace's QK data
+#: (:func:`attnlab.viz.qk.qk_pieces_data`) are the documents of those modules.
+Answer = (RowsData | TileData | PooledData | TopkData | QKData | AttributionRows
+          | dict[str, Any])
 
 
 # --------------------------------------------------------------------------------------
@@ -103,7 +179,7 @@ def _head(trace: AttentionTrace, layer: int, head: int) -> tuple[int, int]:
     return (_index("layer", layer, trace.num_layers), _index("head", head, trace.num_heads))
 
 
-def _array(t: Tensor, dtype: str, encoding: str) -> Any:
+def _array(t: Tensor, dtype: str, encoding: str) -> Weights:
     if encoding == "list":
         return t.tolist()
     return encode_blob(t, dtype)
@@ -121,15 +197,15 @@ def _encoding(encoding: str) -> str:
 
 
 def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: int = 0,
-              encoding: str = "b64") -> dict[str, Any]:
+              encoding: str = "b64") -> RowsData:
     """Exact rows ``(len(queries), Lk)``; ``top`` > 0 adds the first row's strongest keys."""
     layer, head = _head(t, layer, head)
     qs = _queries(queries, t.seq_len)
     if not 0 <= top <= MAX_TOP:
         raise Refused(422, f"top must be in [0, {MAX_TOP}], got {top}")
     w = t.weights_rows(layer, head, qs).float()  # (R, Lk)
-    out: dict[str, Any] = {"layer": layer, "head": head, "queries": qs,
-                           "weights": _array(w, "f32", _encoding(encoding))}
+    out: RowsData = {"layer": layer, "head": head, "queries": qs,
+                     "weights": _array(w, "f32", _encoding(encoding))}
     if top:
         vals, idx = torch.topk(w[0], min(top, w.shape[1]))
         out["top_values"], out["top_indices"] = vals.tolist(), idx.tolist()
@@ -137,7 +213,7 @@ def rows_data(t: AttentionTrace, layer: int, head: int, queries: str, *, top: in
 
 
 def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
-              encoding: str = "b64") -> dict[str, Any]:
+              encoding: str = "b64") -> TileData:
     """The exact tile rows ``a:b`` × cols ``c:d``."""
     layer, head = _head(t, layer, head)
     r, c = _span("rows", rows, t.seq_len), _span("cols", cols, t.key_len)
@@ -149,7 +225,7 @@ def tile_data(t: AttentionTrace, layer: int, head: int, rows: str, cols: str, *,
 
 
 def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
-                encoding: str = "b64") -> dict[str, Any]:
+                encoding: str = "b64") -> PooledData:
     """The pooled map of one head in blocks of ``block`` tokens (rows sum to 1)."""
     layer, head = _head(t, layer, head)
     n = max(t.seq_len, t.key_len)
@@ -162,7 +238,7 @@ def pooled_data(t: AttentionTrace, layer: int, head: int, block: int, *,
             "weights": _array(p, "f32", _encoding(encoding))}
 
 
-def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> dict[str, Any]:
+def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> TopkData:
     """The ``k`` strongest keys of one query: values, indices and their tokens."""
     layer, head = _head(t, layer, head)
     query = _index("query", query, t.seq_len)
@@ -177,7 +253,7 @@ def topk_data(t: AttentionTrace, layer: int, head: int, query: int, k: int) -> d
 
 
 def qk_data(t: AttentionTrace, layer: int, head: int, query: int, *,
-            top: int = 48) -> dict[str, Any]:
+            top: int = 48) -> QKData | dict[str, Any]:
     """Everything the QK view draws for one query of one head, at any length.
 
     ``dots`` = q·k of every key (float64, unscaled), ``allowed`` = the keys the score
@@ -255,7 +331,7 @@ class Endpoint:
     the function that answers it (called as ``function(trace, **parameters)``)."""
 
     params: tuple[Param, ...]
-    function: Callable[..., dict[str, Any]]
+    function: Callable[..., Answer]
 
 
 _LAYER_HEAD = (_required("layer", int), _required("head", int))
@@ -299,7 +375,7 @@ def _typed(p: Param, value: Any) -> Any:
     raise Refused(422, f"{p.name} must be a string, got {value!r}")
 
 
-def answer(trace: AttentionTrace, path: str, params: Mapping[str, Any]) -> dict[str, Any]:
+def answer(trace: AttentionTrace, path: str, params: Mapping[str, Any]) -> Answer:
     """The answer to one request of the page: ``path`` (a key of :data:`ENDPOINTS`, e.g.
     ``"rows"``) with ``params`` as the page sends them (values as numbers or text); what
     the server's route of that path answers. A bad path, a missing, unknown or mistyped

@@ -53,7 +53,7 @@ import gzip
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -61,10 +61,11 @@ from torch import Tensor
 
 from attnlab._errors import Refused, check_int
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.codec import encode_blob
+from attnlab.viz.codec import Blob, encode_blob
 
 __all__ = ["KINDS", "MAX_ROWS", "AttributionError", "parse_rows", "attribution_rows",
-           "score_parts_json", "attribution_payload", "key_norms"]
+           "score_parts_json", "attribution_payload", "key_norms", "AttributionRows",
+           "AttributionPayload", "Band"]
 
 #: The rows the view shows: the head's weights, value-weighted, the whole model's rollout.
 KINDS = ("weights", "value", "rollout")
@@ -76,6 +77,55 @@ MAX_ROWS = 256
 #: server answers with (422 bad argument, 409 the trace lacks what is asked, 413 too much at
 #: once). The one refusal class, :class:`attnlab.Refused`.
 AttributionError = Refused
+
+
+class AttributionRows(TypedDict):
+    """Rows of one kind for some queries (:func:`attribution_rows`)."""
+
+    kind: str  # one of KINDS
+    layer: int | None  # None for "rollout" (the whole model's)
+    head: int | None  # None for "rollout", and for "value" summed over the layer's heads
+    rows: list[int]  # the query positions
+    key_len: int
+    sums: list[float]  # each row's sum
+    values: Blob | list[list[float]]  # (len(rows), Lk): a blob, or nested lists
+
+
+class Band(TypedDict):
+    """One band of a score's parts, without its value (``score_parts``' ``bands``)."""
+
+    dims: list[int]  # the head dimensions of the band
+    rotated: bool  # RoPE turns it
+    freq: float | None  # its angular frequency (None: not rotated)
+    wavelength: float | None  # 2π / freq, in positions
+
+
+class AttributionPayload(TypedDict):
+    """What a static page embeds for the attribution view (:func:`attribution_payload`):
+    why something is not there, and the arrays that fit the budget. The lists ``heads``,
+    ``weights``, ``fine``, ``q`` and ``k`` run in step, one entry per kept head."""
+
+    missing: str | None  # "long": a pooled page, which embeds nothing exact
+    budget: int  # bytes of arrays allowed (before gzip)
+    bytes: int  # bytes of arrays taken
+    #: why value-weighted rows cannot be drawn: "none" (no v or out_proj), "budget" (the
+    #: key norms did not fit); None: they can
+    value_missing: str | None
+    rollout_missing: str | None  # why there is no rollout: "cross", "budget"
+    parts_missing: str | None  # why there are no score parts: "none" (no q and k)
+    rollout: Blob | None  # (Lq, Lk) float32
+    norms: Blob | None  # (L, H, Lk) float32: ‖v_j W_O^h‖
+    heads: list[list[int]]  # [layer, head] of each kept head
+    weights: list[Blob | None]  # a head's float32 weights (None: refined from the maps)
+    fine: list[Blob | None]  # a head's refinement of the page's maps (None: weights given)
+    fine_span: float  # the span of a refinement, in steps of the map
+    q: list[Blob | None]  # a head's q (of the pieces); None: the QK payload holds it
+    k: list[Blob | None]
+    bands: list[Band] | None  # the bands of a score's parts (None without q and k)
+    #: the positional layout the score's parts use, as ``score_parts`` reports it
+    #: (:mod:`attnlab.tracing.attribution`); None without q and k
+    layout: dict[str, Any] | None
+    value: list[Blob]  # a merged trace: each kept head's value-weighted rows (else empty)
 
 
 def _int(name: str, value: Any, n: int) -> int:
@@ -163,7 +213,7 @@ def _check_trace(trace: Any) -> None:
 
 def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
                      head: int | None = None, rows: Any = 0, *,
-                     encoding: str = "b64") -> dict[str, Any]:
+                     encoding: str = "b64") -> AttributionRows:
     """Rows ``(len(rows), Lk)`` of one ``kind`` (see :data:`KINDS`) for query ``rows``.
 
     ``"weights"``: the trace's ``weights_rows(layer, head, rows)`` (float32).
@@ -207,8 +257,9 @@ def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
                                f"{trace.num_heads})")
         if head is not None:
             head = _int("head", head, trace.num_heads)
-        if kind == "value" and _value_missing(trace):
-            raise _refuse("value:" + _value_missing(trace), trace)
+        why = _value_missing(trace)
+        if kind == "value" and why:
+            raise _refuse("value:" + why, trace)
     picked = parse_rows(rows, trace.seq_len)
     if kind == "weights":
         values = trace.weights_rows(layer, head, picked).float()
@@ -216,12 +267,11 @@ def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
         values = trace.value_weighted_rows(layer, head, picked).float()
     else:
         values = trace.rollout_rows(picked).double()
-    out: dict[str, Any] = {"kind": kind, "layer": layer, "head": head, "rows": picked,
-                           "key_len": trace.key_len,
-                           "sums": [float(x) for x in values.double().sum(-1)]}
-    out["values"] = (values.tolist() if encoding == "list"
-                     else encode_blob(values, "f64" if kind == "rollout" else "f32"))
-    return out
+    sums = [float(x) for x in values.double().sum(-1)]
+    return {"kind": kind, "layer": layer, "head": head, "rows": picked,
+            "key_len": trace.key_len, "sums": sums,
+            "values": (values.tolist() if encoding == "list"
+                       else encode_blob(values, "f64" if kind == "rollout" else "f32"))}
 
 
 def _finite(x: float) -> float | None:
@@ -249,8 +299,9 @@ def score_parts_json(trace: AttentionTrace, layer: int, head: int, i: int, j: in
     if pairing is not None and pairing not in ("half", "interleaved", "adjacent"):
         raise Refused(422, f"pairing must be one of 'half', 'interleaved', "
                            f"'adjacent' or omitted, got {pairing!r}")
-    if _parts_missing(trace):
-        raise _refuse("parts:" + _parts_missing(trace), trace)
+    why = _parts_missing(trace)
+    if why:
+        raise _refuse("parts:" + why, trace)
     p = trace.score_parts(layer, head, i, j, pairing=pairing)
     keys = trace.key_tokens if trace.key_tokens is not None else trace.tokens
     for part in p.get("pairs", [p]):  # a merged pair: each pair of its pieces
@@ -280,14 +331,15 @@ def key_norms(trace: AttentionTrace) -> Tensor:
     return torch.stack([of_layer(layer) for layer in range(trace.num_layers)])
 
 
-def _layout(trace: AttentionTrace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _layout(trace: AttentionTrace) -> tuple[list[Band], dict[str, Any]]:
     """The bands (without values) and the layout that ``score_parts`` uses for this trace."""
     p = trace.unmerged().score_parts(0, 0, 0, 0)
-    bands = [{k: b[k] for k in ("dims", "rotated", "freq", "wavelength")} for b in p["bands"]]
+    bands: list[Band] = [{"dims": b["dims"], "rotated": b["rotated"], "freq": b["freq"],
+                          "wavelength": b["wavelength"]} for b in p["bands"]]
     return bands, p["layout"]
 
 
-def _stored_ints(blob: dict[str, Any]) -> np.ndarray:
+def _stored_ints(blob: Blob) -> np.ndarray:
     """The integers a ``u8``/``u16`` blob stores (the page's maps, as the page reads them)."""
     data = base64.b64decode(blob["b64"])
     if blob["gz"]:
@@ -307,7 +359,7 @@ FINE_SPAN = 1.02
 
 
 def _fine_blob(exact: Tensor, stored: np.ndarray, step: float, dtype: str
-               ) -> dict[str, Any] | None:
+               ) -> Blob | None:
     """``exact`` (Lq, Lk) less the page's map ``stored · step``, in steps, divided by
     :data:`FINE_SPAN` and offset by ½ into [0, 1], stored as ``dtype`` (the page's weight:
     ``(stored + (x − ½)·FINE_SPAN)·step``); None: the map is not this head's weights
@@ -318,10 +370,10 @@ def _fine_blob(exact: Tensor, stored: np.ndarray, step: float, dtype: str
     return encode_blob((r / FINE_SPAN + 0.5).clamp_(0, 1), dtype, gz=True)
 
 
-def _empty_payload(trace: AttentionTrace, budget: int, pooled: bool) -> dict[str, Any]:
+def _empty_payload(trace: AttentionTrace, budget: int, pooled: bool) -> AttributionPayload:
     """The attribution payload before any head is added: what the trace lacks, and the
     bands and layout of its score parts when it has them."""
-    out: dict[str, Any] = {
+    out: AttributionPayload = {
         "missing": "long" if pooled else None, "budget": budget, "bytes": 0,
         "value_missing": _value_missing(trace), "rollout_missing": _rollout_missing(trace),
         "parts_missing": _parts_missing(trace), "rollout": None, "norms": None,
@@ -334,7 +386,7 @@ def _empty_payload(trace: AttentionTrace, budget: int, pooled: bool) -> dict[str
     return out
 
 
-def _map_ints(trace: AttentionTrace, maps: dict[str, Any]) -> tuple[np.ndarray, float]:
+def _map_ints(trace: AttentionTrace, maps: Blob) -> tuple[np.ndarray, float]:
     """(the integers of the page's weight ``maps``, the weight of one step of them);
     ``ValueError`` unless they are a ``u16`` or ``u8`` blob of the trace's (L, H, Lq, Lk)."""
     shape = [trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len]
@@ -375,7 +427,7 @@ class _Heads:
     qk_bytes: int
 
 
-def _add_rows(out: dict[str, Any], heads: _Heads, room: _Budget, layer: int, h: int) -> bool:
+def _add_rows(out: AttributionPayload, heads: _Heads, room: _Budget, layer: int, h: int) -> bool:
     """Add head ``(layer, h)``'s exact weights (and merged rows) when they fit ``room``."""
     trace, fine = heads.trace, heads.fine
     lq, lk = trace.seq_len, trace.key_len
@@ -396,7 +448,7 @@ def _add_rows(out: dict[str, Any], heads: _Heads, room: _Budget, layer: int, h: 
     return True
 
 
-def _add_qk(out: dict[str, Any], heads: _Heads, room: _Budget, n: int) -> bool:
+def _add_qk(out: AttributionPayload, heads: _Heads, room: _Budget, n: int) -> bool:
     """Add the pieces' q and k of kept head ``n``, read checked, when they fit ``room``
     (true when it needs none)."""
     layer, h = out["heads"][n]
@@ -413,7 +465,7 @@ def _add_qk(out: dict[str, Any], heads: _Heads, room: _Budget, n: int) -> bool:
 
 def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int, int],
                         pooled: bool, qk: dict[str, Any] | None = None,
-                        maps: dict[str, Any] | None = None) -> dict[str, Any]:
+                        maps: Blob | None = None) -> AttributionPayload:
     """What a page embeds for the attribution view of ``trace`` (see the module docstring):
     within ``budget`` bytes (before gzip), the key norms, the head ``first`` (its exact
     weights and, unless ``qk``, the trace's QK payload, holds them in float32, its q and k),

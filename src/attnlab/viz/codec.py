@@ -6,13 +6,23 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["json_for_html", "encode_blob", "decode_blob", "nbytes", "QUANTIZATION_ERROR"]
+__all__ = ["Blob", "json_for_html", "encode_blob", "decode_blob", "nbytes",
+           "QUANTIZATION_ERROR"]
+
+
+class Blob(TypedDict):
+    """A tensor as the page receives it (:func:`encode_blob`)."""
+
+    dtype: str  # the stored element: "u8", "u16", "b8", "f16", "f32" or "f64"
+    gz: bool  # the bytes are gzipped
+    shape: list[int]
+    b64: str  # the little-endian bytes (gzipped or not), in base64
 
 
 def json_for_html(obj: Any) -> str:
@@ -29,7 +39,7 @@ def json_for_html(obj: Any) -> str:
 _KINDS = {"u8": "u1", "u16": "<u2", "f16": "<f2", "f32": "<f4", "f64": "<f8", "b8": "u1"}
 
 
-def encode_blob(t: Tensor, dtype: str, *, gz: bool = False) -> dict[str, Any]:
+def encode_blob(t: Tensor, dtype: str, *, gz: bool = False) -> Blob:
     """A tensor as little-endian bytes, optionally gzipped, in base64 (what the page reads).
 
     ``u8``/``u16`` store values in [0, 1] as fractions of 255/65535; ``b8`` stores bools;
@@ -61,7 +71,7 @@ def encode_blob(t: Tensor, dtype: str, *, gz: bool = False) -> dict[str, Any]:
             "b64": base64.b64encode(data).decode("ascii")}
 
 
-def decode_blob(blob: dict[str, Any]) -> Tensor:
+def decode_blob(blob: Blob) -> Tensor:
     """Inverse of :func:`encode_blob` (tests and tools): float64 values as the page sees them."""
     data = base64.b64decode(blob["b64"])
     if blob["gz"]:

@@ -75,7 +75,14 @@ from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import decode_blob, json_for_html
 from attnlab.viz.inputs import POSITION_SCORES, image_input, input_stacks, is_cross, is_stacked
-from attnlab.viz.payload import FORMAT_VERSION, IMAGE_VIEW, VIEWS, ExplorerConfig, page_payload
+from attnlab.viz.payload import (
+    FORMAT_VERSION,
+    IMAGE_VIEW,
+    VIEWS,
+    ExplorerConfig,
+    PagePayload,
+    page_payload,
+)
 from attnlab.viz.pooling import block_spans, coarsen_pooled
 from attnlab.viz.qk import qk_row_probs, sink_logits
 
@@ -156,9 +163,9 @@ class Explorer:
                              f"stack of a several-stack input ({len(self.traces)}), got {api!r}")
         self.layer, self.head, self.api = layer, head, api
         self.uid = uid or f"ax-{uuid.uuid4().hex[:12]}"
-        self._payload: dict[str, Any] | None = None
+        self._payload: PagePayload | None = None
 
-    def payload(self, progress: bool = False, *, group: Any = None) -> dict[str, Any]:
+    def payload(self, progress: bool = False, *, group: Any = None) -> PagePayload:
         """Everything the page receives, as a JSON-ready dict (computed once, then kept).
 
         ``progress``: show a progress bar on stderr over the one pass that reads every

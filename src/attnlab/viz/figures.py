@@ -26,7 +26,7 @@ import re
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 import torch
@@ -36,6 +36,9 @@ from torch import Tensor
 from attnlab._io import atomic_open
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.tracer import MERGE_RULE
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = ["cjk_font", "LANGS", "heatmap", "grid", "arcs", "qk_projection", "decomposition",
            "qk_joint_transform", "score_decomposition", "head_map", "save_figure", "KINDS",
@@ -129,7 +132,7 @@ def cjk_font() -> str | None:
     return next((n for n in CJK_FONTS if n in names), None)
 
 
-def _rc(tokens: list[str], lang: str = "en") -> dict[str, Any]:
+def _rc(tokens: list[str], lang: str = "en") -> dict[RcKeyType, Any]:
     """rcParams for a figure showing ``tokens`` in ``lang``: DejaVu first, the CJK font as
     fallback (when a token or the language needs it)."""
     family = ["DejaVu Sans"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import torch  # noqa: F401  (the doctests)
 
@@ -14,8 +14,8 @@ from attnlab.tracing.attention import STACKS as STACK_NAMES
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.stacks import StackedTrace
 
-__all__ = ["STACK_NAMES", "POSITION_SCORES", "POSITION_ROLES", "input_stacks", "is_cross",
-           "is_stacked", "stack_name", "image_input"]
+__all__ = ["STACK_NAMES", "POSITION_SCORES", "POSITION_ROLES", "About", "ImageInput",
+           "input_stacks", "is_cross", "is_stacked", "stack_name", "image_input"]
 
 #: Diagnostics that read a query's position against its keys' (first token, previous, own
 #: token, distance, repeats): they mean nothing when queries and keys are different
@@ -39,7 +39,31 @@ def stack_name(trace: AttentionTrace) -> str:
     return str(getattr(trace, "stack", None) or "self")
 
 
-def input_stacks(obj: Any) -> tuple[dict[str, Any], list[tuple[str, AttentionTrace]]]:
+class About(TypedDict):
+    """What the explorer says of one input besides its stacks (:func:`input_stacks`)."""
+
+    model: str
+    text: str | None
+    target: str | None  # the target text of an encoder–decoder input (None: none given)
+    #: the trace's ``meta["input"]`` as given: what kind of input (text, image, audio) and
+    #: how it was made; the page reads it only when it is a mapping
+    input: Any
+    target_truncated_from: int | None  # the target's tokens before ``truncate`` cut it
+
+
+class ImageInput(TypedDict):
+    """The image a vision trace saw, as the page draws it (:func:`image_input`)."""
+
+    grid: list[int]  # [rows, cols] of patches
+    prefix: int  # tokens before the patches (a class token, registers)
+    patch_size: Any  # as ``meta["input"]`` gives it (None when it does not say)
+    image_size: list[int] | None
+    png: str  # the image, a base64 PNG
+    path: str  # where the image came from ("" when not known)
+    prefix_tokens: list[str]
+
+
+def input_stacks(obj: Any) -> tuple[About, list[tuple[str, AttentionTrace]]]:
     """What the explorer shows of one input: ``(about, [(stack name, trace), ...])``.
 
     ``obj`` is an :class:`AttentionTrace` (one stack, named by its ``stack``, ``"self"`` by
@@ -87,7 +111,7 @@ def is_cross(trace: AttentionTrace) -> bool:
     return keys is not None and list(keys[len(keys) - len(trace.tokens):]) != trace.tokens
 
 
-def image_input(trace: AttentionTrace) -> dict[str, Any] | None:
+def image_input(trace: AttentionTrace) -> ImageInput | None:
     """The image a vision trace saw, checked against its tokens, as the page draws it:
     ``{"grid": [rows, cols], "prefix": n, "patch_size", "image_size", "png", "path",
     "prefix_tokens"}``; ``None`` for a trace of anything else.

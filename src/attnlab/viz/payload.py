@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -19,14 +19,23 @@ from attnlab.core.positional import frequencies, sinusoidal_table
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.viz.assets import static_asset
-from attnlab.viz.attribution_payload import attribution_payload
-from attnlab.viz.codec import QUANTIZATION_ERROR, encode_blob, json_for_html, nbytes
-from attnlab.viz.inputs import POSITION_ROLES, POSITION_SCORES, image_input, is_cross, stack_name
+from attnlab.viz.attribution_payload import AttributionPayload, attribution_payload
+from attnlab.viz.codec import QUANTIZATION_ERROR, Blob, encode_blob, json_for_html, nbytes
+from attnlab.viz.inputs import (
+    POSITION_ROLES,
+    POSITION_SCORES,
+    About,
+    ImageInput,
+    image_input,
+    is_cross,
+    stack_name,
+)
 from attnlab.viz.pooling import block_label, block_spans, coarsen_pooled, pooled_maps
 from attnlab.viz.qk import pieces_payload, qk_heads, qk_payload
 
 __all__ = ["FORMAT_VERSION", "VIEWS", "IMAGE_VIEW", "ExplorerConfig", "page_payload",
-           "shapes_payload", "math_payload", "MATH_TEXTS"]
+           "shapes_payload", "math_payload", "MATH_TEXTS", "PagePayload", "TracePayload",
+           "ShapePayload", "ShapeRules"]
 
 #: The version of the page's data (module docstring of :mod:`attnlab.viz.explorer`).
 FORMAT_VERSION = 2
@@ -66,7 +75,151 @@ class ExplorerConfig:
                              f"got {self.view!r}")
 
 
-def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
+# --------------------------------------------------------------------------------------
+# the page's data, as the page's JavaScript reads it
+# --------------------------------------------------------------------------------------
+
+
+class ShapeRules(TypedDict):
+    """How a trace's scores are shaped, as the page applies them to a row it recomputes
+    (:func:`shapes_payload`); a list has one entry per layer."""
+
+    causal: bool
+    window: list[int | None] | None  # None: no layer has a window
+    softcap: list[float | None] | None  # None: no layer has a soft-cap
+    alibi: list[float] | None  # one slope per head (the same in every layer), or None
+    key_mask: Blob | None  # a "b8" blob of the keys every query may see, or None
+    bias: bool  # some layer has a dense bias: the page then does not recompute rows
+    #: per layer None or one logit per head (or per head and query row); None: no sinks
+    sinks: list[list[float] | list[list[float]] | None] | None
+
+
+class ShapePayload(ShapeRules):
+    """:class:`ShapeRules` with each layer's ``scale`` (None: a trace of dense weights
+    alone that does not know its scale)."""
+
+    scale: list[float | None]
+
+
+class DiagnosticsTable(TypedDict):
+    """The head table of the diagnostics view (:func:`attnlab.analysis.diagnose`)."""
+
+    columns: list[str]
+    #: one per head: layer, head, each score :func:`~attnlab.analysis.diagnose` computed
+    #: (by its name: which ones depends on the trace), redundancy, cluster and its roles
+    #: (one text, comma-separated)
+    rows: list[dict[str, Any]]
+
+
+class GenerationPayload(TypedDict):
+    """Where a generation's prompt ends and which positions it generated."""
+
+    prompt_tokens: int
+    generated: list[int]  # the generated positions
+    chat: bool  # the prompt went through the model's chat template
+    text: str | None  # the generated text
+
+
+class _Blocks(TypedDict):
+    """The blocks of a pooled map (None for exact maps: one token a block)."""
+
+    row_blocks: list[list[int]] | None  # [start, stop) of each row block
+    col_blocks: list[list[int]] | None
+    rows: list[str] | None  # each row block's label
+    cols: list[str] | None
+
+
+class _TraceHead(TypedDict):
+    """What :class:`TracePayload` holds besides the weight maps and the attribution view's
+    data (a pooled page sizes its maps to what these and that view's data leave of the
+    budget)."""
+
+    stack: str
+    cross: bool  # queries and keys are different sequences (:func:`is_cross`)
+    image: ImageInput | None
+    model: str
+    text: str  # the first 200 characters
+    causal: bool
+    L: int
+    H: int
+    H_kv: int
+    Lq: int
+    Lk: int
+    d: int | None
+    scale: list[float | None]  # per layer
+    shape: ShapeRules
+    tokens: list[str]
+    key_tokens: list[str] | None  # None: the keys are the tokens
+    pooled: bool  # the maps are pooled (a long input)
+    max_tokens: int
+    api: str | None  # the URL prefix of exact data (None: nothing to fetch)
+    diagnostics: DiagnosticsTable
+    #: q and k of the heads that fit the budget (:func:`attnlab.viz.qk.qk_payload`'s
+    #: document), or None
+    qk: dict[str, Any] | None
+    qk_missing: str  # why a head's q and k are not here: "none", "long", "bias", "budget"
+    generation: GenerationPayload | None
+    #: how a merged trace's tokens are made of pieces
+    #: (:func:`attnlab.viz.qk.pieces_payload`'s document), or None
+    pieces: dict[str, Any] | None
+
+
+class TracePayload(_TraceHead, _Blocks):
+    """One trace of the page: what it is, its scores' shaping, its diagnostics, q and k,
+    its weight maps (exact or pooled) and the attribution view's data."""
+
+    attribution: AttributionPayload
+    block: int  # tokens a row block (1: exact maps)
+    col_block: int  # tokens a column block
+    weights: Blob  # the maps (L, H, rows, cols), u16 or u8
+    weights_error: float  # the largest |error| of that encoding
+
+
+class PEPayload(TypedDict):
+    """The sinusoidal table of the positional view."""
+
+    n: int  # positions
+    d: int  # embed_dim
+    omega: list[float]  # the frequency of each (sin, cos) pair
+    table: Blob  # (n, d) float32
+
+
+class StackRef(TypedDict):
+    """One stack of an input: its name and its trace's index in ``traces``."""
+
+    name: str
+    t: int
+
+
+class InputPayload(TypedDict):
+    """One input of the page."""
+
+    model: str
+    text: str  # the first 200 characters
+    target: str | None  # the target text's first 200 characters
+    #: the trace's ``meta["input"]`` when it is a mapping (without the image itself): the
+    #: caller's own description of the input, as given
+    media: dict[str, Any] | None
+    stacks: list[StackRef]
+
+
+class PagePayload(TypedDict):
+    """Everything the page receives (:func:`page_payload`), the JSON the page reads."""
+
+    format_version: int
+    uid: str
+    view: str  # the view the page opens on
+    views: list[str]  # the tabs in order
+    layer: int  # the head the page opens on
+    head: int
+    stack: str
+    inputs: list[InputPayload]
+    traces: list[TracePayload]  # every stack of every input, in order
+    pe: PEPayload
+    math: dict[str, dict[str, str]]  # language -> key -> HTML (:func:`math_payload`)
+
+
+def _shape_payload(trace: AttentionTrace) -> ShapePayload:
     """The score-shaping rules per layer, as the page applies them (one row at a time)."""
     if not trace.shapes:  # dense weights only: the page has no q/k to shape anyway
         return {"scale": [trace.scale] * trace.num_layers, "causal": bool(trace.causal),
@@ -75,7 +228,7 @@ def _shape_payload(trace: AttentionTrace) -> dict[str, Any]:
     return shapes_payload(trace.shapes)
 
 
-def shapes_payload(shapes: Sequence[ScoreShape]) -> dict[str, Any]:
+def shapes_payload(shapes: Sequence[ScoreShape]) -> ShapePayload:
     """The score shaping of each layer (``shapes``, one :class:`ScoreShape` a layer) as the
     page reads it: ``scale`` per layer; ``causal``; ``window`` and ``softcap`` per layer or
     None; ``alibi`` one slope per head or None; ``key_mask`` a ``b8`` blob or None;
@@ -115,7 +268,7 @@ def shapes_payload(shapes: Sequence[ScoreShape]) -> dict[str, Any]:
 
 
 def _diagnostics(trace: AttentionTrace, progress: bool, group: Any = None
-                 ) -> tuple[dict[str, Any], Tensor, int]:
+                 ) -> tuple[DiagnosticsTable, Tensor, int]:
     """The head table of :func:`attnlab.analysis.diagnose` (columns, one row per head), and
     the pooled maps its one pass over the weights made, with their block size: the page's
     maps come from that same pass, so every weight is computed once. ``group``: a torchrun
@@ -145,7 +298,7 @@ def _diagnostics(trace: AttentionTrace, progress: bool, group: Any = None
 _PAGE_FRAME = 2000  # bytes of the page around the data, CSS and JS (head, CSP, wrappers)
 
 
-def _maps_blob(maps: Tensor, budget: int) -> dict[str, Any]:
+def _maps_blob(maps: Tensor, budget: int) -> Blob:
     return encode_blob(maps, "u16" if maps.numel() * 2 <= budget else "u8", gz=True)
 
 
@@ -162,7 +315,7 @@ def _row_col_blocks(trace: AttentionTrace, cfg: ExplorerConfig) -> tuple[int, in
 
 def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Tensor,
                 base: int, col_base: int | None = None
-                ) -> tuple[dict[str, Any], list[tuple[int, int]], list[tuple[int, int]]]:
+                ) -> tuple[Blob, list[tuple[int, int]], list[tuple[int, int]]]:
     """Pooled maps of every head at the finest block size whose encoding fits ``room`` bytes.
 
     ``maps`` (L, H, nq, nk) are pooled in blocks of ``base`` tokens (the diagnostics' pass
@@ -190,7 +343,7 @@ def _fit_pooled(trace: AttentionTrace, cfg: ExplorerConfig, room: int, maps: Ten
         maps, rows, cols = coarsen_pooled(maps, rows, cols, 2)
 
 
-def _generation_payload(trace: AttentionTrace) -> dict[str, Any] | None:
+def _generation_payload(trace: AttentionTrace) -> GenerationPayload | None:
     """Where a generation's prompt ends and which positions it generated (the trace's
     ``meta``), or None for a trace of a text alone."""
     meta = trace.meta or {}
@@ -202,77 +355,86 @@ def _generation_payload(trace: AttentionTrace) -> dict[str, Any] | None:
             "text": (meta.get("generation") or {}).get("text")}
 
 
+def _rules(shape: ShapePayload) -> ShapeRules:
+    """``shape`` without its ``scale`` (which the page reads at the trace's top level)."""
+    return {"causal": shape["causal"], "window": shape["window"], "softcap": shape["softcap"],
+            "alibi": shape["alibi"], "key_mask": shape["key_mask"], "bias": shape["bias"],
+            "sinks": shape["sinks"]}
+
+
 def _trace_payload(trace: AttentionTrace, cfg: ExplorerConfig, first: tuple[int, int],
                    api: str | None, room: int, progress: bool = False,
-                   group: Any = None) -> dict:
+                   group: Any = None) -> TracePayload:
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
     keys = trace.key_tokens
     pooled = max(lq, lk) > cfg.max_tokens
     shape = _shape_payload(trace)
+    rules = _rules(shape)
     image = image_input(trace)
-    payload: dict[str, Any] = {
+    generation = _generation_payload(trace)
+    diagnostics, given_maps, given_block = _diagnostics(trace, progress, group)
+    # a merged trace: q and k belong to the pieces; the page gets the pieces' (viz.qk)
+    pieces = pieces_payload(trace)
+    if not trace.has_qk:
+        qk_missing = "none"
+    elif pooled:
+        qk_missing = "long"
+    elif rules["bias"]:
+        qk_missing = "bias"
+    else:
+        qk_missing = "budget"  # a head not in qk: its q and k did not fit the budget
+    qk = (qk_payload(trace.unmerged(), *qk_heads(trace.unmerged(), cfg.qk_budget, first))
+          if qk_missing == "budget" else None)
+    head: _TraceHead = {
         "stack": stack_name(trace), "cross": is_cross(trace), "image": image,
         "model": trace.model, "text": (trace.text or "")[:200], "causal": bool(trace.causal),
         "L": nl, "H": nh, "H_kv": trace.num_kv_heads, "Lq": lq, "Lk": lk,
-        "d": trace.head_dim, "scale": shape.pop("scale"), "shape": shape,
+        "d": trace.head_dim, "scale": shape["scale"], "shape": rules,
         "tokens": list(trace.tokens), "key_tokens": None if keys is None else list(keys),
         "pooled": pooled, "max_tokens": cfg.max_tokens, "api": api,
-        "diagnostics": None, "qk": None, "qk_missing": None,
-        "generation": _generation_payload(trace),
+        "diagnostics": diagnostics, "qk": qk, "qk_missing": qk_missing,
+        "generation": generation, "pieces": pieces,
     }
-    payload["diagnostics"], given_maps, given_block = _diagnostics(trace, progress, group)
-    # a merged trace: q and k belong to the pieces; the page gets the pieces' (viz.qk)
-    payload["pieces"] = pieces_payload(trace)
-    if not trace.has_qk:
-        payload["qk_missing"] = "none"
-    elif pooled:
-        payload["qk_missing"] = "long"
-    elif shape["bias"]:
-        payload["qk_missing"] = "bias"
-    else:
-        heads, dtype = qk_heads(trace.unmerged(), cfg.qk_budget, first)
-        payload["qk"] = qk_payload(trace.unmerged(), heads, dtype)
-        payload["qk_missing"] = "budget"
     if pooled:  # the attribution view has nothing exact to embed: only why
-        payload["attribution"] = attribution_payload(trace, budget=cfg.attribution_budget,
-                                                     first=first, pooled=True, qk=payload["qk"])
+        attribution = attribution_payload(trace, budget=cfg.attribution_budget, first=first,
+                                          pooled=True, qk=qk)
         keys = keys if keys is not None else trace.tokens
 
-        def blocks(rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> dict:
+        def blocks(rows: list[tuple[int, int]], cols: list[tuple[int, int]]) -> _Blocks:
             return {"row_blocks": [list(r) for r in rows], "col_blocks": [list(c) for c in cols],
                     "rows": [block_label(trace.tokens, a, b) for a, b in rows],
                     "cols": [block_label(keys, a, b) for a, b in cols]}
 
         rb, cb = _row_col_blocks(trace, cfg)
         labels = blocks(block_spans(lq, rb), block_spans(lk, cb))  # the most there can be
-        other = nbytes(json_for_html(payload)) + nbytes(json_for_html(labels)) + 200
+        before_maps = {**head, "attribution": attribution}  # the trace's data but its maps
+        other = nbytes(json_for_html(before_maps)) + nbytes(json_for_html(labels)) + 200
         if rb == cb:
             blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0), given_maps,
                                            given_block)
         else:
             blob, rows, cols = _fit_pooled(trace, cfg, max(room - other, 0),
                                            pooled_maps(trace, rb, cb), rb, cb)
-        payload.update({"block": rows[0][1] - rows[0][0], "col_block": cols[0][1] - cols[0][0],
-                        "weights": blob, **blocks(rows, cols)})
+        return {**head, "attribution": attribution, "block": rows[0][1] - rows[0][0],
+                "col_block": cols[0][1] - cols[0][0], "weights": blob, **blocks(rows, cols),
+                "weights_error": QUANTIZATION_ERROR[blob["dtype"]]}
+    if given_block == 1 and tuple(given_maps.shape) == (nl, nh, lq, lk):
+        maps = given_maps.float()  # blocks of one token: the exact weights, same pass
     else:
-        if given_block == 1 and tuple(given_maps.shape) == (nl, nh, lq, lk):
-            maps = given_maps.float()  # blocks of one token: the exact weights, same pass
-        else:
-            maps = torch.stack([torch.stack([trace.head_weights(l_, h).float()
-                                             for h in range(nh)]) for l_ in range(nl)])
-        payload.update({"block": 1, "col_block": 1,
-                        "weights": _maps_blob(maps, cfg.weights_budget),
-                        "row_blocks": None, "col_blocks": None, "rows": None, "cols": None})
-        # the attribution view refines these maps to each head's exact weights
-        payload["attribution"] = attribution_payload(
-            trace, budget=cfg.attribution_budget, first=first, pooled=False, qk=payload["qk"],
-            maps=payload["weights"])
-    payload["weights_error"] = QUANTIZATION_ERROR[payload["weights"]["dtype"]]
-    return payload
+        maps = torch.stack([torch.stack([trace.head_weights(l_, h).float()
+                                         for h in range(nh)]) for l_ in range(nl)])
+    weights = _maps_blob(maps, cfg.weights_budget)
+    return {**head, "block": 1, "col_block": 1, "weights": weights,
+            "row_blocks": None, "col_blocks": None, "rows": None, "cols": None,
+            # the attribution view refines these maps to each head's exact weights
+            "attribution": attribution_payload(trace, budget=cfg.attribution_budget,
+                                               first=first, pooled=False, qk=qk,
+                                               maps=weights),
+            "weights_error": QUANTIZATION_ERROR[weights["dtype"]]}
 
 
 @cache
-def _pe_payload(n: int, d: int) -> dict[str, Any]:
+def _pe_payload(n: int, d: int) -> PEPayload:
     """The sinusoidal table for the positional view (the same for every page: cached)."""
     return {"n": n, "d": d, "omega": frequencies(d).tolist(),
             "table": encode_blob(sinusoidal_table(n, d), "f32", gz=True)}
@@ -307,10 +469,10 @@ def math_payload() -> dict[str, dict[str, str]]:
 
 
 
-def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, AttentionTrace]]]],
+def page_payload(inputs: Sequence[tuple[About, list[tuple[str, AttentionTrace]]]],
                  cfg: ExplorerConfig, *, uid: str, layer: int, head: int, stack: str,
                  firsts: Sequence[tuple[int, int]], api: Sequence[str | None],
-                 progress: bool = False, group: Any = None) -> dict[str, Any]:
+                 progress: bool = False, group: Any = None) -> PagePayload:
     """Everything the page receives, as a JSON-ready dict.
 
     ``inputs`` are :func:`attnlab.viz.inputs.input_stacks` of each input; every stack of
@@ -328,10 +490,12 @@ def page_payload(inputs: Sequence[tuple[dict[str, Any], list[tuple[str, Attentio
     n = len(traces)  # several traces share the q/k, weights and attribution budgets
     each = replace(cfg, qk_budget=cfg.qk_budget // n, weights_budget=cfg.weights_budget // n,
                    attribution_budget=cfg.attribution_budget // n)
-    about_inputs, t_index = [], 0
+    about_inputs: list[InputPayload] = []
+    t_index = 0
     for about, stacks in inputs:
-        media = about["input"] if isinstance(about["input"], Mapping) else None
-        media = None if media is None else {k: v for k, v in media.items() if k != "image_png"}
+        given = about["input"]
+        media = (None if not isinstance(given, Mapping)
+                 else {k: v for k, v in given.items() if k != "image_png"})
         about_inputs.append({"model": about["model"], "text": (about["text"] or "")[:200],
                              "target": None if about["target"] is None
                              else str(about["target"])[:200], "media": media,

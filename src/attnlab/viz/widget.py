@@ -40,19 +40,35 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict
 
 from attnlab._errors import Refused
 from attnlab.tracing.attention import AttentionTrace
-from attnlab.viz.api import answer
+from attnlab.viz.api import Answer, answer
 from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
 from attnlab.viz.payload import FORMAT_VERSION, ExplorerConfig
 
-__all__ = ["widget", "answer_message", "widget_esm", "API_PREFIX"]  # + ExplorerWidget, on demand
+__all__ = ["widget", "answer_message", "widget_esm", "API_PREFIX", "Reply",
+           "ErrorBody"]  # + ExplorerWidget, on demand
 
 _LOG = logging.getLogger(__name__)
+
+class ErrorBody(TypedDict):
+    """The body of a refused or failed request: what is wrong."""
+
+    error: str
+
+
+class Reply(TypedDict):
+    """The kernel's answer to one request of the front end (:func:`answer_message`)."""
+
+    kind: str  # "attnlab-response"
+    id: Any  # the request's id, as the front end sent it
+    status: int  # the HTTP status the server's route would answer with
+    body: Answer | ErrorBody  # the route's JSON, or what is wrong (status >= 400)
+
 
 #: The ``api`` of the widget's trace ``i`` is ``f"{API_PREFIX}{i}"`` (page order).
 API_PREFIX = "kernel:"
@@ -96,7 +112,7 @@ def widget_esm() -> str:
     return static_asset("explorer.js") + _RENDER % {"version": FORMAT_VERSION}
 
 
-def answer_message(traces: Mapping[str, AttentionTrace], message: Any) -> dict[str, Any] | None:
+def answer_message(traces: Mapping[str, AttentionTrace], message: Any) -> Reply | None:
     """The kernel's reply to one message of the widget's front end, or None for a message
     that is not a request (``kind`` other than ``"attnlab-request"``).
 
@@ -122,6 +138,7 @@ def answer_message(traces: Mapping[str, AttentionTrace], message: Any) -> dict[s
     if not isinstance(message, Mapping) or message.get("kind") != "attnlab-request":
         return None
     rid = message.get("id")
+    body: Answer | ErrorBody
     try:
         api = message.get("api")
         if not isinstance(api, str) or api not in traces:
@@ -165,7 +182,7 @@ def _widget_class() -> type:
             super().__init__(_payload=json_for_html(explorer.payload()), **kwargs)
             self.on_msg(self._on_request)
 
-        def answer(self, message: Any) -> dict[str, Any] | None:
+        def answer(self, message: Any) -> Reply | None:
             """The reply to one message of the front end (:func:`answer_message`)."""
             return answer_message(self.traces, message)
 

@@ -84,15 +84,15 @@ from .article_runs import (
     SnippetOutcome,
     TipOutcomes,
     WrongRun,
-    _describe,
-    _err,
-    _failed,
-    _snippet_outcome,
-    _tips,
     contiguous_tip,
+    describe_run,
     draw_inputs,
+    max_error,
     plan_runs,
+    run_failed,
     run_plan,
+    snippet_outcome,
+    tip_outcomes,
 )
 
 NAME = "article-code"
@@ -315,7 +315,7 @@ class ArticleCodeMeasurement:
     @property
     def failing(self) -> int:
         """Listings (of 2) that fail as printed: an exception or a result not attnlab's."""
-        fails0 = (_failed(self.main0) or _failed(self.driven0)
+        fails0 = (run_failed(self.main0) or run_failed(self.driven0)
                   or max(self.err0_out, self.err0_w) > TOLERANCE)
         fails1 = not self.step_errors[0] <= TOLERANCE
         return int(fails0) + int(fails1)
@@ -336,7 +336,7 @@ def _einsum_errors(mha: MultiHeadAttention, x: Tensor, masks: dict[str, Tensor |
     unscaled.scale = 1.0
     with torch.no_grad():
         return tuple(max(
-            _err(einsum_fn(m64, x64, None if m is None else m.bool())[0],
+            max_error(einsum_fn(m64, x64, None if m is None else m.bool())[0],
                  mha64(x64, mask=None if m is None else m.bool())[0])
             for m in masks.values()) for m64 in (mha64, unscaled))
 
@@ -363,20 +363,21 @@ def measure(
     step_errors = tuple(r.agreement(i)[0] for i in range(plan.steps))
     attn1 = r.agreement(plan.steps - 1)[1]
     err0_out = err0_w = math.inf
-    if not _failed(r.recs0[1]):
-        err0_out, err0_w = _err(r.outs0["1/0/out"], r.ref0), _err(r.outs0["1/0/attn"], r.ref0_w)
+    if not run_failed(r.recs0[1]):
+        err0_out = max_error(r.outs0["1/0/out"], r.ref0)
+        err0_w = max_error(r.outs0["1/0/attn"], r.ref0_w)
     wrong = {key: r.wrong(plan.at[key]) for key in WRONG}
     bug_at = plan.at["000-main-bug"]
-    tips = _tips(attn1, {k: v[1] for k, v in r.ref1.items()},
+    tips = tip_outcomes(attn1, {k: v[1] for k, v in r.ref1.items()},
                  wrong["001-softmax-wrong-axis"].weights, wrong["001-mask-ignored"].weights,
                  inputs.masks)
-    heat = {k: _snippet_outcome(None if i is None else recs2[i])
+    heat = {k: snippet_outcome(None if i is None else recs2[i])
             for k, i in plan.heat_at.items()}
     return ArticleCodeMeasurement(
         src1, tuple(fixes_001), fused_call_001, r.recs0[0], r.recs0[1], err0_out, err0_w,
         steps, step_errors, attn1,
         None if plan.dedent_at is None else r.recs1[plan.dedent_at],
-        bug_at is not None and not _failed(r.recs0[bug_at[1]]), wrong,
+        bug_at is not None and not run_failed(r.recs0[bug_at[1]]), wrong,
         *_einsum_errors(inputs.mha, inputs.x, inputs.masks, einsum_fn), tips,
         contiguous_tip(inputs.t_view), recs2[0], recs2[1], heat)
 
@@ -402,7 +403,7 @@ def _listing_checks(m: ArticleCodeMeasurement) -> list[Check]:
     """000 as printed, the corrected 001 and the einsum formulation against attnlab."""
     return [
         check_ge("000 as printed: its own __main__ test runs (1 = yes)",
-                 float(not _failed(m.main0)), 1, id="printed-000-main-runs",
+                 float(not run_failed(m.main0)), 1, id="printed-000-main-runs",
                  control=Control("000's own test changed to 7 heads (512 is not divisible by "
                                  "7: its assert must stop it)",
                                  "把 000 自带测试改为 7 个头（512 不能被 7 整除，其 assert "
@@ -492,20 +493,20 @@ def _step_label(i: int, fixes_001: Sequence[Edit]) -> str:
 def _listing_rows(m: ArticleCodeMeasurement) -> list[list[Any]]:
     """000's runs, 001's step by step, its other reading and each fix's diff."""
     out_line = next((ln for ln in reversed(m.main0["stdout"].splitlines()) if ln.strip()), "")
-    result, line, msg = _describe(m.main0)
+    result, line, msg = describe_run(m.main0)
     rows: list[list[Any]] = [["000 as printed, run as __main__ (its own test)", result, line,
                               msg or out_line]]
-    result, line, msg = _describe(m.driven0)
+    result, line, msg = describe_run(m.driven0)
     rows.append(["000 as printed, driven: PureSelfAttention(512, 8) on (2, 10, 512)", result,
                  line, msg or f"max |out − attnlab SelfAttention| = {fmt_num(m.err0_out)}"])
     for i, rec in enumerate(m.steps):
-        result, line, msg = _describe(rec)
+        result, line, msg = describe_run(rec)
         if result == "runs":
             msg = (f"max |out − attnlab MultiHeadAttention| = {fmt_num(m.step_errors[i])} "
                    "(no mask, causal, padding)")
         rows.append([_step_label(i, m.fixes_001), result, line, msg])
     if m.dedent is not None:
-        result, line, msg = _describe(m.dedent)
+        result, line, msg = describe_run(m.dedent)
         rows.append(["001, other reading: masked_fill dedented (runs unconditionally), "
                      "forward(x) without a mask", result, line, msg])
     for i, e in enumerate(m.fixes_001, 1):
@@ -539,7 +540,7 @@ def _tip_rows(m: ArticleCodeMeasurement) -> list[list[Any]]:
                                       f"d_model = {EMBED_DIM}"),
                        (m.listing_call, f"001's listing call: qkv_proj = {LISTING_CALL_001}, "
                                         f"d_model = {EMBED_DIM}")):
-        rows.append([label, *_describe(rec)])
+        rows.append([label, *describe_run(rec)])
     for key, label in (
             ("listing", "001 heat-map snippet after the corrected listing and out = model(x)"),
             ("output-as-attn", "001 heat-map snippet after the corrected listing and "
@@ -576,7 +577,7 @@ EXPECT_WHY_ZH = ("文章 001 的代码清单无法按原样运行：`if mask is 
 
 def captions(m: ArticleCodeMeasurement) -> tuple[str, str]:
     """The caption in English and in Chinese."""
-    printed = _describe(m.steps[0])
+    printed = describe_run(m.steps[0])
     return (f"Each listing ran in a fresh interpreter (sys.executable); "
             f"001 as printed: {printed[0]} at line {printed[1]}. Sizes: E = {EMBED_DIM}, "
             f"{HEADS} heads, input ({BATCH}, {SEQ}, {EMBED_DIM}), fp32, attnlab's weights. "

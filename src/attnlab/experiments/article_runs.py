@@ -114,7 +114,8 @@ def measure(tensors):
 '''
 
 
-def _err(a: Tensor, b: Tensor) -> float:
+def max_error(a: Tensor, b: Tensor) -> float:
+    """The largest absolute difference of two tensors, in float64."""
     return float((a.double() - b.double()).abs().max())
 
 
@@ -149,7 +150,7 @@ def _edited(source: str, edit: Edit) -> str | None:
         return None
 
 
-def _describe(rec: RunRecord) -> tuple[str, int | str, str]:
+def describe_run(rec: RunRecord) -> tuple[str, int | str, str]:
     """(result, line, message) of a run: its first error, or "runs"."""
     errs = [rec["error"]] + [c["error"] for c in rec["calls"]]
     first = next((e for e in errs if e), None)
@@ -159,7 +160,8 @@ def _describe(rec: RunRecord) -> tuple[str, int | str, str]:
     return first["type"], line, first["message"]
 
 
-def _failed(rec: RunRecord) -> bool:
+def run_failed(rec: RunRecord) -> bool:
+    """Whether the run or one of its calls raised."""
     return rec["error"] is not None or any(c["error"] for c in rec["calls"])
 
 
@@ -318,10 +320,10 @@ class Records:
     def agreement(self, i: int) -> tuple[float, dict[str, Tensor]]:
         """001's run ``i`` against attnlab: max |output error| over the masks, and its
         weights by mask (inf and none when it failed)."""
-        if _failed(self.recs1[i]):
+        if run_failed(self.recs1[i]):
             return math.inf, {}
         attn = {k: self.outs1[f"{i}/{j}/attn"] for j, k in enumerate(self.ref1)}
-        errs = [_err(self.outs1[f"{i}/{j}/out"], self.ref1[k][0])
+        errs = [max_error(self.outs1[f"{i}/{j}/out"], self.ref1[k][0])
                 for j, k in enumerate(self.ref1)]
         return max(errs), attn
 
@@ -330,15 +332,15 @@ class Records:
         if where is None:
             return WrongRun("not applicable", math.inf, math.inf, {})
         job, i = where
-        result = _describe((self.recs0, self.recs1)[job][i])[0]
+        result = describe_run((self.recs0, self.recs1)[job][i])[0]
         if job == 0:
-            if _failed(self.recs0[i]):
+            if run_failed(self.recs0[i]):
                 return WrongRun(result, math.inf, math.inf, {})
-            return WrongRun(result, _err(self.outs0[f"{i}/0/out"], self.ref0),
-                            _err(self.outs0[f"{i}/0/attn"], self.ref0_w),
+            return WrongRun(result, max_error(self.outs0[f"{i}/0/out"], self.ref0),
+                            max_error(self.outs0[f"{i}/0/attn"], self.ref0_w),
                             {"none": self.outs0[f"{i}/0/attn"]})
         out_err, attn = self.agreement(i)
-        w_err = max((_err(attn[k], self.ref1[k][1]) for k in attn), default=math.inf)
+        w_err = max((max_error(attn[k], self.ref1[k][1]) for k in attn), default=math.inf)
         return WrongRun(result, out_err, w_err, attn)
 
 
@@ -374,7 +376,7 @@ class TipOutcomes:
         return self.right_ran and not (self.rows_ok and self.mask_ok)
 
 
-def _tips(attn1: dict[str, Tensor], ours_w: dict[str, Tensor], w_axis: dict[str, Tensor],
+def tip_outcomes(attn1: dict[str, Tensor], ours_w: dict[str, Tensor], w_axis: dict[str, Tensor],
           w_mask: dict[str, Tensor], masks: dict[str, Tensor | None]) -> TipOutcomes:
     """The tips on the corrected listing's weights and attnlab's, then on each real bug."""
     every, masked = ("none", "causal", "padding"), ("causal", "padding")
@@ -420,14 +422,14 @@ def contiguous_tip(t: Tensor) -> ContiguousTip:
         raised, msg = False, "no error"
     except RuntimeError as exc:
         raised, msg = True, str(exc).split(".")[0]
-    same = _err(tt.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
+    same = max_error(tt.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
     try:  # control: view of the contiguous copy raises nothing
         tt.contiguous().view(b, n, h * d)
         contiguous_raised = False
     except RuntimeError:
         contiguous_raised = True
     # control: merging the heads without the transpose is not the same tensor
-    merge_wrong = _err(t.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
+    merge_wrong = max_error(t.reshape(b, n, h * d), tt.contiguous().view(b, n, h * d))
     return ContiguousTip(tuple(t.shape), raised, msg, same, _view_result((b, 1, n, d)),
                          _view_result((b, h, 1, d)), contiguous_raised, merge_wrong)
 
@@ -442,7 +444,7 @@ class SnippetOutcome:
     message: str
 
 
-def _snippet_outcome(rec: RunRecord | None) -> SnippetOutcome:
+def snippet_outcome(rec: RunRecord | None) -> SnippetOutcome:
     """A heat-map run's outcome: the listing's own error counts as the snippet not running
     (it never got there), reported as such."""
     if rec is None:

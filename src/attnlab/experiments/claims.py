@@ -230,9 +230,9 @@ class Measurement:
 
     @property
     def controlled(self) -> bool:
-        """The part has a control and every control fails (or it is an identity that holds
-        by construction, whose control is the wrong variant)."""
-        return bool(self.controls) and not any(c.holds for c in self.controls)
+        """The part has a control and :attr:`tells` (every control fails; for an identity
+        that holds by construction, the control is the wrong variant)."""
+        return bool(self.controls) and self.tells
 
     @property
     def tells(self) -> bool:

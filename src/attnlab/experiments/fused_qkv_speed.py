@@ -498,7 +498,7 @@ def _time_article_layer(rounds: int, repeats: int, seed: int) -> dict[str, float
     b, n, e, h, ff = LAYER_SIZE
     src = article_listings.apply_edits(article_listings.listing_source("001"),
                                          article_listings.FIXES_001)
-    job = [{"label": "001 corrected, timed", "source": src,
+    job: list[article_listings.ListingRun] = [{"label": "001 corrected, timed", "source": src,
             "filename": "001_multi_head_attention.py",
             "harness": _layer_harness(b, n, e, h, ff, rounds, repeats), "measure": "measure"}]
     ((rec,), _), = article_listings.run_listings([(job, {})], seed=seed)

@@ -66,8 +66,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab._errors import Error, check_int
-from attnlab.core.scores import TILE_BYTES, ScoreShape
+from attnlab._errors import check_int
+from attnlab.core.scores import ScoreShape
 from attnlab.core.weights import why_not_kernel_rows
 from attnlab.tracing import _merge, _pooling, trace_file
 from attnlab.tracing._file_records import TraceFields
@@ -77,11 +77,11 @@ from attnlab.tracing._storage import storage_of
 from attnlab.tracing._trace_checks import (
     check_groups,
     check_one_device,
-    index,
     make_shapes,
     move_target,
     trace_dims,
 )
+from attnlab.tracing._trace_reads import _POOL_TILE_BYTES, Selector, TraceReads
 from attnlab.tracing.trace_file import FORMAT_VERSION, TraceFormatError
 
 __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET_BYTES",
@@ -90,15 +90,10 @@ __all__ = ["AttentionTrace", "TraceFormatError", "FORMAT_VERSION", "DENSE_BUDGET
 #: The most bytes :attr:`AttentionTrace.weights` may build (float32, all layers and heads).
 DENSE_BUDGET_BYTES = 1 << 30
 
-#: Bytes of float32 weights one tile of :meth:`AttentionTrace.pooled` holds: a whole head
-#: is visited, so fewer, larger tiles pay less per-operation overhead.
-_POOL_TILE_BYTES = 32 << 20
 _ON_DEMAND = ("weights_rows, weights_tile, pooled, topk, head_weights, iter_row_tiles")
 
-Selector = int | slice | range | Sequence[int] | Tensor
 
-
-class AttentionTrace:
+class AttentionTrace(TraceReads):
     """Attention of one input through one model (see the module docstring).
 
     Args:
@@ -228,35 +223,6 @@ class AttentionTrace:
     # -- shape ----------------------------------------------------------------------------
 
     @property
-    def _q(self) -> Tensor:
-        """``q``, for the methods that need it; :class:`attnlab.Error` if the trace holds
-        none (dense weights only: traced without ``qkv=True``)."""
-        if self.q is None:
-            raise Error("this trace holds no q (dense weights only; trace with qkv=True to "
-                        "keep q and k)")
-        return self.q
-
-    @property
-    def _k(self) -> Tensor:
-        """``k``, as :attr:`_q`."""
-        if self.k is None:
-            raise Error("this trace holds no k (dense weights only; trace with qkv=True to "
-                        "keep q and k)")
-        return self.k
-
-    @property
-    def _first(self) -> Tensor:
-        """The dense weights, or q: the tensor that gives (L, H) and the device."""
-        return self._store.first(self)
-
-    def _dense_kept(self) -> Tensor:
-        """The dense weights this trace was made with (its storage's tensor)."""
-        if self._weights is None:
-            raise Error("this trace holds no dense weights (q, k and lse: its weights are "
-                        "computed on demand)")
-        return self._weights
-
-    @property
     def num_layers(self) -> int:
         return self._first.shape[0]
 
@@ -375,9 +341,6 @@ class AttentionTrace:
         h = self._head(head)
         return h // (self.num_heads // self.num_kv_heads)
 
-    def _layer(self, layer: int) -> int:
-        return index("layer", layer, self.num_layers)
-
     def layer_tensor(self, name: str, layer: int) -> Tensor:
         """One layer of a stored tensor: ``getattr(trace, name)[layer]`` (``name``: one of
         ``weights``, ``q``, ``k``, ``v``, ``lse``, ``context``, ``out_proj``), the one place
@@ -400,56 +363,7 @@ class AttentionTrace:
             self._resident.touch((name, layer), t[layer])
         return t[layer]
 
-    def _head(self, head: int) -> int:
-        return index("head", head, self.num_heads)
-
     # -- on demand ------------------------------------------------------------------------
-
-    def _select(self, name: str, sel: Selector, size: int) -> Tensor:
-        """Any row/column selector -> 1-D long tensor of positions in [0, size)."""
-        if isinstance(sel, bool):
-            raise TypeError(f"{name} must be an int, slice, range or sequence of ints, got bool")
-        if isinstance(sel, int):
-            return torch.tensor([index(name, sel, size)])
-        if isinstance(sel, slice):
-            return torch.arange(size)[sel]
-        if isinstance(sel, range):
-            t = torch.arange(sel.start, sel.stop, sel.step)
-        else:
-            try:
-                t = torch.as_tensor(sel)
-            except (TypeError, ValueError, RuntimeError):
-                raise TypeError(
-                    f"{name} must be an int, slice, range or sequence of ints, got "
-                    f"{type(sel).__name__}") from None
-        if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
-            raise TypeError(
-                f"{name} must be an int, slice, range or sequence of ints, got dtype {t.dtype} "
-                f"shape {tuple(t.shape)}"
-            )
-        t = t.long()
-        if t.numel() and (int(t.min()) < -size or int(t.max()) >= size):
-            raise IndexError(f"{name} must index [0, {size}), got {t.tolist()}")
-        return t % size if size else t
-
-    def _on_device(self, positions: Tensor) -> Tensor:
-        """Positions bookkept on the host, copied to the trace's device to index its
-        tensors."""
-        return positions.to(self.device)
-
-    def _piece_rows(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
-        """Weights (R, C) of pieces ``rows`` x ``cols`` (all keys when None), float32, read
-        or computed by the trace's storage (:mod:`attnlab.tracing._storage`); ``rows`` and
-        ``cols`` are positions on the host, the result is on the trace's device."""
-        return self._store.piece_rows(self, layer, head, rows, cols)
-
-    def _tile(self, layer: int, head: int, rows: Tensor, cols: Tensor | None) -> Tensor:
-        """Weights (R, C) of tokens ``rows`` x ``cols``, the merge applied."""
-        if self.groups is None:
-            return self._piece_rows(layer, head, rows, cols)
-        pcol = None if cols is None else _merge.pieces_of(self.groups, cols)[0]
-        raw = self._piece_rows(layer, head, _merge.pieces_of(self.groups, rows)[0], pcol)
-        return _merge.merge(raw, self.groups, rows, cols)
 
     def weights_rows(self, layer: int, head: int, queries: Selector) -> Tensor:
         """Exact weights (len(queries), Lk) of query rows ``queries`` of one head."""
@@ -470,12 +384,6 @@ class AttentionTrace:
         values, indices = torch.topk(row, k)
         return values, indices
 
-    def _tile_rows(self, tile_rows: int | None, budget: int = TILE_BYTES) -> int:
-        if tile_rows is None:
-            return max(1, budget // max(1, 4 * self._pieces_k))
-        check_int("tile_rows", tile_rows, minimum=1)
-        return tile_rows
-
     def iter_row_tiles(self, layer: int, head: int, tile_rows: int | None = None
                        ) -> Iterator[tuple[int, int, Tensor]]:
         """``(r0, r1, weights of rows [r0, r1))`` over all rows of one head.
@@ -495,15 +403,6 @@ class AttentionTrace:
         if self.groups is None:
             return self._store.head_weights(self, layer, head)
         return self._tiled_head(layer, head)
-
-    def _tiled_head(self, layer: int, head: int) -> Tensor:
-        """One head's (Lq, Lk) weights, built a tile of rows at a time (the merge
-        applied)."""
-        out = torch.empty(self.seq_len, self.key_len, device=self.device)
-        step = self._tile_rows(None, _POOL_TILE_BYTES)
-        for r0, r1, tile in self.iter_row_tiles(layer, head, step):
-            out[r0:r1] = tile
-        return out
 
     def pooled(self, layer: int, head: int, blocks: int | Sequence[tuple[int, int]]
                ) -> Tensor:
@@ -554,18 +453,6 @@ class AttentionTrace:
                 dense[li] = self._layer_weights(li)
             self._dense = dense
         return self._dense
-
-    def _layer_weights(self, layer: int) -> Tensor:
-        """(H, Lq, Lk) weights of every head of one layer at once, the merge applied."""
-        w = self._store.layer_weights(self, layer)
-        if self.groups is None:
-            return w
-        member = torch.zeros(len(self.groups), self._pieces_q)  # (G, N): piece i in group a
-        for a, g in enumerate(self.groups):
-            member[a, g] = 1.0  # (made on the host, from the groups, then sent over)
-        member = member.to(w.device)
-        mean = member / member.sum(-1, keepdim=True)
-        return mean @ w @ member.T  # queries averaged, keys summed
 
     # -- views ----------------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 import os
 import warnings
@@ -50,12 +49,26 @@ from typing import Any, TypedDict
 import torch
 from torch import Tensor, nn
 
-from attnlab._errors import AttnlabWarning, check_int
+from attnlab._errors import AttnlabWarning
 from attnlab._proc import release_memory
 from attnlab._text import too_long
-from attnlab.tracing.adapters._base import ModelShape
-from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
-from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
+from attnlab.tracing._trace_records import (  # noqa: F401 (the records: importable here too)
+    MAX_NEW_TOKENS,
+    ChatInfo,
+    GenerationInfo,
+    RunInfo,
+    Target,
+    TracedMeta,
+    TraceOptions,
+)
+from attnlab.tracing._traced_model import (
+    _forward,
+    _resolve,
+    _vocab_size,
+    beyond_window_note,
+    is_seq2seq,
+    token_limit,
+)
 from attnlab.tracing.adapters.huggingface import is_hf_model
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.budget import check_trace_budget
@@ -73,7 +86,6 @@ from attnlab.tracing.decode import (
 from attnlab.tracing.encoded import UNKNOWN_WARN_FRACTION, Encoded, encode
 from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.run_settings import (
-    GenerationSettings,
     RunSettings,
     model_device,
     model_dtype,
@@ -87,194 +99,10 @@ __all__ = ["trace", "is_seq2seq", "placed", "token_limit", "BeyondWindowWarning"
            "TracedMeta"]
 
 MERGE_RULE = "pieces of one character merged: weights summed over keys, averaged over queries"
-#: The most tokens an encoder–decoder model generates as the target when none is given.
-MAX_NEW_TOKENS = 32
-
-
-# -- what a trace's meta records ----------------------------------------------------------------
-
-
-class RunInfo(TypedDict):
-    """How the model ran (``meta["run"]``)."""
-
-    #: torch's name of the model's dtype, without ``torch.`` (``"float32"``).
-    dtype: str | None
-    device: str
-
-
-class ChatInfo(TypedDict):
-    """The chat template the text was wrapped in (``meta["chat"]``)."""
-
-    template: bool
-    #: The user's own text, before the template.
-    user_text: str | None
-
-
-class GenerationInfo(GenerationSettings):
-    """A generation's settings and what it gave (``meta["generation"]``)."""
-
-    generated_tokens: int
-    #: The generated tokens' text (None without a tokenizer).
-    text: str | None
-    #: How the generated tokens were traced: through the KV cache, or one forward pass.
-    traced_as: str
-
-
-class TracedMeta(TypedDict, total=False):
-    """What :func:`trace` records in a trace's ``meta`` (the capture's own record,
-    :class:`~attnlab.tracing.capture.CaptureInfo`, comes first); each field only where it
-    applies."""
-
-    #: The model's description (``describe()``), its JSON scalars.
-    model_info: dict[str, str | int | float | bool | None]
-    #: The input's length before ``truncate`` cut it.
-    truncated_from: int
-    #: The model's window, for a trace past it (``max_tokens``).
-    trained_window: int
-    #: The share of the input's tokens the tokenizer did not know.
-    unknown_fraction: float
-    run: RunInfo
-    chat: ChatInfo
-    #: Where an encoder–decoder model's target came from (:attr:`Target.origin`).
-    target_from: str
-    #: The target's length before ``truncate`` cut it.
-    target_truncated_from: int
-    #: The prompt's tokens, after a merge of its pieces.
-    prompt_tokens: int
-    #: The generated tokens' positions in the trace.
-    generated: list[int]
-    generation: GenerationInfo
-
-
-# -- the model --------------------------------------------------------------------------------
-
-
-class _BareDescription(ModelShape):
-    """A bare module's description, as a loaded model's ``describe()`` starts."""
-
-    name: str
-    #: ``"hf"`` or ``"attnlab"``: which adapter describes it.
-    kind: str
-
-
-class _Bare:
-    """What the tracer needs to know of a bare ``nn.Module`` (a LoadedModel's fields)."""
-
-    def __init__(self, model: nn.Module, tokenizer: Any) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.name = type(model).__name__
-        info: ModelShape
-        if is_hf_model(model):
-            info = describe_hf(model, tokenizer)
-            self.kind = "hf"
-        else:
-            try:
-                info = describe_attnlab(model)
-            except TypeError:
-                info = {"causal": False, "num_layers": 0, "num_heads": 0, "num_kv_heads": 0,
-                        "head_dim": 0, "max_length": 1 << 30}
-            self.kind = "attnlab"
-        self.info = info
-        self.causal = bool(info["causal"])
-        self.num_layers = int(info["num_layers"])
-        self.max_length = int(info["max_length"])
-
-    def describe(self) -> _BareDescription:
-        return {"name": self.name, "kind": self.kind, **self.info}
-
-
-def _resolve(model: Any, tokenizer: Any) -> Any:
-    if isinstance(model, nn.Module):
-        return _Bare(model, tokenizer)
-    inner = getattr(model, "model", None)
-    if isinstance(inner, nn.Module) and all(
-            hasattr(model, a) for a in ("tokenizer", "name", "max_length", "describe")):
-        return model
-    if isinstance(model, str):
-        raise TypeError(
-            f"model must be a loaded model or a torch.nn.Module, got the name {model!r}; "
-            "load it first (attnlab.models.load(name)) or call attnlab.trace(name, text), "
-            "which loads then traces"
-        )
-    raise TypeError(
-        "model must be a loaded model (with .model, .tokenizer, .name, .max_length, "
-        f".describe(), like attnlab.models.LoadedModel) or a torch.nn.Module, got "
-        f"{type(model).__name__}"
-    )
 
 
 class BeyondWindowWarning(AttnlabWarning):
     """A trace past the model's trained window (``max_tokens=`` above ``max_length``)."""
-
-
-#: The names a model gives a learned table of absolute positions.
-_POSITION_TABLES = ("wpe", "position_embeddings", "embed_positions", "pos_embed",
-                    "position_embedding")
-
-
-def _rope_theta(cfg: Any) -> float | None:
-    """The rotary base a config states (``rope_theta``, or inside ``rope_parameters`` /
-    ``rope_scaling``), else None."""
-    theta = getattr(cfg, "rope_theta", None)
-    for name in ("rope_parameters", "rope_scaling"):
-        params = getattr(cfg, name, None)
-        if theta is None and isinstance(params, dict):
-            theta = params.get("rope_theta")
-    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
-        return float(theta)
-    return None
-
-
-def _past_window_refusal(loaded: Any) -> str | None:
-    """None when ``loaded``'s positions go on past its window (rotary positions, stated by
-    its config), else why they do not."""
-    net, window = loaded.model, int(loaded.max_length)
-    cfg: Any = getattr(net, "config", None)  # (a Hugging Face model's config, of any class)
-    if not is_hf_model(net):
-        if getattr(cfg, "positional", None) == "rope":
-            return (f"it is an attnlab model whose forward accepts at most its block_size "
-                    f"({window}) tokens")
-        return ("it learns one absolute position embedding per position (positional="
-                f"{getattr(cfg, 'positional', None)!r}): there is none past the window")
-    if _rope_theta(cfg) is not None:
-        return None
-    kind = getattr(cfg, "position_embedding_type", None)
-    tables = [n for n, m in net.named_modules()
-              if isinstance(m, nn.Embedding) and n.rsplit(".", 1)[-1] in _POSITION_TABLES]
-    if kind == "absolute" or tables:
-        where = f" ({tables[0]})" if tables else ""
-        return (f"its config ({cfg.model_type}) gives it learned absolute positions{where}, "
-                f"one embedding per position up to {window}: there is none past the window")
-    return (f"its config ({cfg.model_type}) states no rotary positions (no rope_theta or "
-            "rope_parameters)")
-
-
-def token_limit(loaded: Any, max_tokens: int | None = None) -> int:
-    """The most tokens :func:`trace` admits for ``loaded``: its own window
-    (``max_length``), or ``max_tokens``. Past the window only for a model with rotary
-    positions (see the module docstring); any other raises ``ValueError`` naming the
-    model and why."""
-    window = int(loaded.max_length)
-    if max_tokens is None:
-        return window
-    max_tokens = check_int("max_tokens", max_tokens, minimum=1)
-    if max_tokens > window:
-        why = _past_window_refusal(loaded)
-        if why is not None:
-            raise ValueError(
-                f"max_tokens: {max_tokens} is past {loaded.name}'s window of {window} tokens "
-                f"and {loaded.name} cannot go past it: {why}; tracing past the window is for "
-                "models with rotary positions (RoPE)")
-    return max_tokens
-
-
-def beyond_window_note(name: str, n: int, window: int) -> str:
-    """The warning of a trace of ``n`` tokens past a window of ``window``."""
-    return (f"{n} tokens are past {name}'s trained window of {window}: the attention there is "
-            f"traced exactly as the model computes it, but the model never saw positions past "
-            f"{window} in training; quality there is not the point: it shows how its rotary "
-            "positions extrapolate, not how it reads a text")
 
 
 def _header_reserve(enc: Encoded, meta: TracedMeta, layers: int) -> int:
@@ -284,51 +112,6 @@ def _header_reserve(enc: Encoded, meta: TracedMeta, layers: int) -> int:
     size = len(json.dumps([enc.labels, enc.ids, enc.text, meta],
                           ensure_ascii=False).encode("utf-8"))
     return 3 * size + 160 * max(layers, 1) + 65536
-
-
-def is_seq2seq(model: nn.Module) -> bool:
-    """Whether ``model`` is an encoder–decoder model: a Hugging Face model whose config says
-    ``is_encoder_decoder``, or attnlab's :class:`~attnlab.nn.transformer.Transformer`."""
-    if is_hf_model(model):
-        return bool(getattr(model.config, "is_encoder_decoder", False))
-    from attnlab.nn.transformer import Transformer
-
-    return isinstance(model, Transformer)
-
-
-def _forward(model: nn.Module, ids: Tensor, target: Tensor | None = None) -> None:
-    """One forward pass with what the trace needs (no KV cache, no vocabulary logits);
-    ``target``: the decoder's input ids of an encoder–decoder model."""
-    if is_hf_model(model):
-        base = getattr(model, "base_model", model)  # skips the LM head: no N x V logits
-        params = inspect.signature(base.forward).parameters
-        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if target is not None:
-            kwargs["decoder_input_ids"] = target
-            if "decoder_attention_mask" in params:
-                kwargs["decoder_attention_mask"] = torch.ones_like(target)
-        if "use_cache" in params:
-            kwargs["use_cache"] = False
-        base(**kwargs)
-    elif is_seq2seq(model):
-        model(ids, target if target is not None else ids)
-    else:
-        model(ids)
-
-
-def _vocab_size(model: Any) -> int | None:
-    """How many token ids ``model`` embeds, when it says (None when it does not)."""
-    if is_hf_model(model):
-        try:
-            n = getattr(model.get_input_embeddings(), "num_embeddings", None)
-        except (AttributeError, NotImplementedError):
-            n = None
-        return n if isinstance(n, int) else None
-    config = getattr(model, "config", None)  # attnlab: one vocabulary, or src and tgt ones
-    sizes = [getattr(config, n, None) for n in ("vocab_size", "src_vocab_size",
-                                                "tgt_vocab_size")]
-    known = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
-    return min(known) if known else None
 
 
 # -- progress ---------------------------------------------------------------------------------
@@ -489,41 +272,6 @@ def trace(
 
 
 # -- the seams of a trace -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TraceOptions:
-    """What the tracer keeps and how (the keywords of :func:`trace` that are not how the
-    model runs, :class:`~attnlab.tracing.run_settings.RunSettings`), checked."""
-
-    qkv: bool = True
-    context: bool = False
-    truncate: bool = False
-    merge_pieces: bool = True
-    max_memory: int | str | None = None
-    progress: bool = False
-    out: str | os.PathLike[str] | None = None
-    max_new_tokens: int = MAX_NEW_TOKENS
-    max_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        check_int("max_new_tokens", self.max_new_tokens, minimum=1)
-        out = self.out
-        if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
-            raise ValueError(f"out must be a file path, got {out!r}")
-
-
-@dataclass(frozen=True)
-class Target:
-    """The decoder's input of an encoder–decoder model: its ids and labels, its text, where
-    it came from (``"given"``, ``"generated"``, or ``"source"`` for attnlab's Transformer,
-    which has no generation of its own) and the length it was cut from, if it was."""
-
-    ids: list[int]
-    labels: list[str]
-    text: str | None
-    origin: str
-    truncated_from: int | None = None
 
 
 class _StreamTo(TypedDict, total=False):

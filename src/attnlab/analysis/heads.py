@@ -27,12 +27,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor
 
 from attnlab._errors import check_int
+from attnlab.analysis._diagnostics_records import (
+    DiagnosticsMeta,
+    HeadDiagnosticsJSON,
+    RoleHit,
+    StackedDiagnosticsJSON,
+    ThresholdValues,
+)
 from attnlab.analysis._records import RepeatInductionInfo
 from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, scan
 from attnlab.analysis.sums import scores_from_sums
@@ -51,16 +58,6 @@ POSITIONAL_SCORES = ("sink", "previous", "diagonal", "distance", "duplicate", "i
 #: Why cross-attention leaves out :data:`POSITIONAL_SCORES`.
 CROSS_SKIPPED = ("needs queries and keys from one sequence; cross-attention's queries are "
                  "target tokens and its keys source tokens")
-
-
-class ThresholdValues(TypedDict):
-    """The fields of :class:`Thresholds`, as the diagnostics' JSON records them."""
-
-    sink: float
-    previous: float
-    induction: float
-    diagonal: float
-    cluster_similarity: float
 
 
 @dataclass(frozen=True)
@@ -209,98 +206,6 @@ def pooled_block(heads: int, lq: int, lk: int, max_blocks: int,
     while block < top and heads * -(-lq // block) * -(-lk // block) * 4 > budget:
         block += 1
     return block
-
-
-class TraceSampling(TypedDict):
-    """How a generation sampled (``temperature`` or ``top_p`` given)."""
-
-    temperature: float | None
-    top_p: float | None
-    seed: int | None
-
-
-class TraceGeneration(TypedDict):
-    """A generation, as the tracer records it in a trace's ``meta["generation"]``."""
-
-    new_tokens: int  # the tokens asked for
-    sampling: TraceSampling | str  # or "greedy"
-    generated_tokens: int
-    text: str | None  # the generated text (None without a tokenizer)
-    traced_as: str  # how the generated tokens were traced
-
-
-class TraceChat(TypedDict):
-    """A chat template's use, as the tracer records it in a trace's ``meta["chat"]``."""
-
-    template: bool
-    user_text: str  # the text inside the template
-
-
-class TraceRun(TypedDict):
-    """Where the model ran, as the tracer records it in a trace's ``meta["run"]``."""
-
-    dtype: str
-    device: str
-
-
-class DiagnosticsMeta(TypedDict, total=False):
-    """What :class:`HeadDiagnostics` and :class:`StackedDiagnostics` say beside the scores
-    (``meta``): each key only where it applies."""
-
-    similarity_block: int  # tokens a side of the pooled blocks the similarity compares
-    stack: str  # the stack diagnosed, when not "self"
-    skipped_scores: dict[str, str]  # score -> why it was left out (cross-attention)
-    induction: RepeatInductionInfo  # the sequence repeat_induction read
-    similarity_skipped: str  # why the similarity and the clusters were left out
-    text: str | None  # the text diagnosed (diagnose_model), or an encoder's source
-    target: str | None  # an encoder–decoder's target text
-    seed: int  # the induction sequence's seed (diagnose_model)
-    target_from: str | None  # "given" or "generated" (an encoder–decoder's target)
-    target_truncated_from: int  # the target's length before --truncate cut it
-    target_tokens: int  # the target's tokens after the cut
-    # how the model ran on the text, copied from the trace's meta (diagnose_model):
-    prompt_tokens: int
-    generated: list[int]  # the generated tokens' positions
-    generation: TraceGeneration
-    chat: TraceChat
-    run: TraceRun
-
-
-#: The keys of a trace's meta :func:`diagnose_model` copies to the diagnostics' meta: how
-#: the model ran on the text.
-_RUN_META: tuple[Literal["prompt_tokens", "generated", "generation", "chat", "run"], ...] = (
-    "prompt_tokens", "generated", "generation", "chat", "run")
-
-
-class RoleHit(TypedDict):
-    """A head that earns a role, and its score (6 decimals)."""
-
-    layer: int
-    head: int
-    score: float
-
-
-class HeadDiagnosticsJSON(TypedDict):
-    """:meth:`HeadDiagnostics.to_json`: what ``attnlab diagnose --json`` prints of a trace of
-    one stack."""
-
-    model: str
-    tokens: list[str]
-    num_layers: int
-    num_heads: int
-    roles: dict[str, list[RoleHit]]  # role -> its heads, best first
-    num_clusters: int | None  # None where the similarity was left out
-    thresholds: ThresholdValues
-    heads: list[dict[str, Any]]  # :meth:`HeadDiagnostics.rows`
-    meta: DiagnosticsMeta
-
-
-class StackedDiagnosticsJSON(TypedDict):
-    """:meth:`StackedDiagnostics.to_json`: each stack's :class:`HeadDiagnosticsJSON`."""
-
-    model: str
-    stacks: dict[str, HeadDiagnosticsJSON]
-    meta: DiagnosticsMeta
 
 
 @dataclass
@@ -649,6 +554,11 @@ def repeated_random_tokens(vocab: Sequence[int] | int, period: int, *, seed: int
 
 #: What :func:`induction_trace` and :func:`diagnose_model` read of a loaded model.
 _LOADED = ("model", "tokenizer", "name", "causal", "max_length")
+
+#: The keys of a trace's meta :func:`diagnose_model` copies to the diagnostics' meta: how
+#: the model ran on the text.
+_RUN_META: tuple[Literal["prompt_tokens", "generated", "generation", "chat", "run"], ...] = (
+    "prompt_tokens", "generated", "generation", "chat", "run")
 
 
 def induction_trace(model: Any, *, period: int = 40, seed: int = 0) -> Any:

@@ -50,7 +50,7 @@ import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from attnlab._errors import check_int
 from attnlab._io import atomic_write_text
@@ -65,9 +65,6 @@ from attnlab.report._long_records import (
 from attnlab.report._measure import Failed, Job, Measured, run_isolated
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, figure, table
 from attnlab.report.long_text import ARTICLES_ENV, LongText, long_text
-
-if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
-    pass
 
 __all__ = ["SIZES", "JSON_NAME", "TRACE_PEAK_TARGET_BYTES", "DEFAULT_DENSE_BUDGET_BYTES",
            "TOKENS_ENV", "BUDGET_ENV", "ARTICLES_ENV", "build", "sizes_up_to",

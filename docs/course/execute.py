@@ -38,9 +38,12 @@ ROOT = HERE.parents[1]
 CACHE = ROOT / "build" / "course-executed"
 KEY = "attnlab_execution_key"  # in the executed copy's notebook metadata
 RESET = "import matplotlib.pyplot as _plt\n_plt.close('all')\n%reset -f"
-# two threads: the docs build and the tests run on two shared cores
+# two threads: the docs build and the tests run on two shared cores; the sliders' figures
+# still (attnlab.course.STILL_ENV): no front end here moves them, and nbclient's client
+# stalled for minutes on their widgets' messages on a busy machine (the tests move each
+# slider by calling its drawing function)
 ENV = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
-       "TRANSFORMERS_OFFLINE": "1"}
+       "TRANSFORMERS_OFFLINE": "1", "ATTNLAB_COURSE_STILL": "1"}
 TIMEOUT_S = 300
 #: A traceback's name of a cell the kernel ran ("Cell In[127], line 3"), colours and all.
 _CELL_PROMPT = re.compile(r"(Cell(?:\x1b\[[0-9;]*m|\s)*In\[)(\d+)(\])")

@@ -287,12 +287,19 @@ def predicted(guess: Any, truth: float, *, within: float, why_en: str = "",
           + T("). ", "）。") + T(why_en, why_zh))
 
 
+#: The environment variable that keeps :func:`slider`'s figures still (``"1"``).
+STILL_ENV = "ATTNLAB_COURSE_STILL"
+
+
 def slider(draw: Callable[..., Any], **controls: Sequence[Any]) -> None:
     """A figure with sliders. ``draw(**values)`` draws it; each control is
     ``(low, high, step, default)`` or ``([choices], default)``. The figure is drawn once at
     the defaults (a still figure, which a page without a kernel shows too), then offered
     again under ipywidgets sliders, redrawn as they move, where a Jupyter front end is.
-    Each slider is kept in :data:`SLIDERS`."""
+    Each slider is kept in :data:`SLIDERS`. With :data:`STILL_ENV` set to ``1`` (as the
+    course's runner sets it: it executes the notebooks with no front end to move a slider,
+    and its client can stall on the widget's messages) the sliders are built but not
+    shown: the still figure stays."""
     defaults = {name: spec[-1] for name, spec in controls.items()}
     SLIDERS.append(SimpleNamespace(draw=draw, controls=controls, defaults=defaults))
     draw(**defaults)
@@ -314,6 +321,8 @@ def slider(draw: Callable[..., Any], **controls: Sequence[Any]) -> None:
             widgets[name] = w.FloatSlider(min=spec[0], max=spec[1], step=spec[2],
                                           value=spec[3], description=name,
                                           continuous_update=False)
+    if os.environ.get(STILL_ENV) == "1":
+        return
     w.interact(draw, **widgets)
 
 

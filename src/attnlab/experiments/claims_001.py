@@ -8,8 +8,8 @@ Every claim, code listing, recommendation and error of the article in reading or
 
 from __future__ import annotations
 
+from .claim_conditions import IID_EN, IID_ZH, NORM_EN, NORM_ZH
 from .claim_types import Claim, Reading, evidence
-from .claims_000 import IID_EN, IID_ZH, NORM_EN, NORM_ZH
 
 __all__ = ["CLAIMS_001"]
 

@@ -13,6 +13,18 @@ from limits import PAGE_MS
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+#: The threads torch runs on in a pytest-xdist worker. `make test` runs two workers on the
+#: machine's cores: each on one thread (and what it starts, notebook kernels and command
+#: lines, inherits it), so the two do not fight over the same cores (measured on 2 cores:
+#: 8-19 % less CPU for the same tests). tests/core runs its kernels on two threads, so that
+#: the compiled kernel's split of the rows between threads is tested too (`two_threads`).
+WORKER_THREADS = 1
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(WORKER_THREADS))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -93,3 +105,15 @@ def page(browser):
     assert not outside, f"the page tried to reach the network: {outside}"
     assert not errors, f"console errors: {errors}"
 
+
+
+@pytest.fixture
+def two_threads():
+    """Torch on two threads for the test (the compiled kernel's split of rows between
+    threads is then exercised, whatever the worker's own count)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

@@ -20,6 +20,9 @@ from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.core.weights import HEAD_SUMS, head_sums
 from attnlab.tracing.attention import AttentionTrace
 
+# the compiled kernel splits rows between threads: two, whatever the worker runs on
+pytestmark = pytest.mark.usefixtures("two_threads")
+
 TOL = 1e-6
 HAVE_COMPILER = shutil.which(os.environ.get("CXX") or "c++") is not None
 

@@ -8,18 +8,49 @@ import copy
 import pytest
 
 from attnlab.report import attribution as part
+from attnlab.report.long_contexts import LongTextTrace
 from attnlab.report.long_text import long_text
 
 
 @pytest.fixture(scope="module")
-def doc():
+def model_and_ids():
     from attnlab.models import load
 
     m = load("smollm2", progress=False)
-    ids = m.tokenizer(long_text().text)["input_ids"][:160]
-    d = part.measure(m, ids, log=lambda _m: None, ablation_tokens=48, max_keys=8)
+    return m, m.tokenizer(long_text().text)["input_ids"][:160]
+
+
+@pytest.fixture(scope="module")
+def doc(model_and_ids):
+    """The part's document, from a trace made before (as the long contexts part's is): the
+    part reads it and traces nothing (a second trace would fail here)."""
+    from attnlab.tracing import trace
+
+    m, ids = model_and_ids
+    made = LongTextTrace(trace(m, ids, merge_pieces=False), 1.25)
+    said = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("attnlab.tracing.trace", _no_second_trace)
+        d = part.measure(m, ids, log=said.append, ablation_tokens=48, max_keys=8,
+                         traced=made)
+    assert d["trace_s"] == 1.2 and d["tokens"] == 160
+    assert any("reading the long contexts part's trace of these 160 tokens" in s for s in said)
     d["text"] = {"en": "the course", "zh": "课程"}
     return d
+
+
+def _no_second_trace(*args, **kwargs):
+    raise AssertionError("the part traced again the tokens it was given a trace of")
+
+
+def test_a_trace_of_other_tokens_is_not_read(model_and_ids):
+    from attnlab.tracing import trace
+
+    m, ids = model_and_ids
+    other = LongTextTrace(trace(m, ids[:20], merge_pieces=False), 9.0)
+    t, seconds = part.trace_of(m, ids[:24], other, log=lambda _m: None)
+    assert t.token_ids == ids[:24] and t is not other.trace and seconds != 9.0
+    assert part.trace_of(m, ids[:20], other, log=lambda _m: None) is other
 
 
 def test_the_part_shows_every_measure_in_both_languages(doc):

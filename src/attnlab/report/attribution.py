@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from attnlab._io import atomic_write_text
 from attnlab.report.html import ReportContext, Section, bilingual, figure, fmt, table
-from attnlab.report.long_contexts import max_tokens_from_env, strongest_heads
+from attnlab.report.long_contexts import (
+    LONG_TRACE_KEY,
+    LongTextTrace,
+    max_tokens_from_env,
+    strongest_heads,
+)
 from attnlab.report.long_text import long_text
 
 if TYPE_CHECKING:  # NotRequired is Python 3.11's; annotations here are never evaluated
@@ -36,7 +41,7 @@ if TYPE_CHECKING:  # NotRequired is Python 3.11's; annotations here are never ev
 
     from attnlab.analysis.attribute import AblationStudy, EvictionStudy
 
-__all__ = ["JSON_NAME", "AttributionDoc", "build", "measure", "render"]
+__all__ = ["JSON_NAME", "AttributionDoc", "build", "measure", "render", "trace_of"]
 
 JSON_NAME = "attribution.json"
 ABLATION_TOKENS, MAX_KEYS = 512, 128
@@ -116,18 +121,33 @@ def _heads(loaded: Any, seed: int) -> dict[str, tuple[int, int]]:
     return {"induction": top["repeat_induction"][:2], "previous-token": top["previous"][:2]}
 
 
-def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
-            ablation_tokens: int = ABLATION_TOKENS, max_keys: int = MAX_KEYS) -> AttributionDoc:
-    """Every number the part shows, as a JSON-ready document."""
-    from attnlab.analysis.attribute import attribute
+def trace_of(loaded: Any, ids: list[int], traced: LongTextTrace | None = None,
+             log: Any = print) -> LongTextTrace:
+    """The trace of ``loaded`` on ``ids`` and its seconds: ``traced`` where its tokens are
+    ``ids`` (read, not made again), else a new one."""
     from attnlab.tracing import trace
-    from attnlab.tracing.attribution import band_lift
 
+    if traced is not None and traced.trace.token_ids == list(ids):
+        log(f"attribution: reading the long contexts part's trace of these {len(ids)} tokens")
+        return traced
     t0 = time.perf_counter()
     t = trace(loaded, ids, merge_pieces=False)
+    return LongTextTrace(t, time.perf_counter() - t0)
+
+
+def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
+            ablation_tokens: int = ABLATION_TOKENS, max_keys: int = MAX_KEYS,
+            traced: LongTextTrace | None = None) -> AttributionDoc:
+    """Every number the part shows, as a JSON-ready document. ``traced``: a trace already
+    made of the model on these ids (the long contexts part's, and its seconds), read
+    instead of tracing again when its tokens are ``ids``."""
+    from attnlab.analysis.attribute import attribute
+    from attnlab.tracing.attribution import band_lift
+
+    t, seconds = trace_of(loaded, ids, traced, log)
     doc: AttributionDoc = {"model": loaded.name, "tokens": t.seq_len,
-                           "trace_s": round(time.perf_counter() - t0, 1)}
-    log(f"attribution: traced {t.seq_len} tokens; ablating {max_keys} keys")
+                           "trace_s": round(seconds, 1)}
+    log(f"attribution: a trace of {t.seq_len} tokens; ablating {max_keys} keys")
     doc.update(attribute(loaded, t, ablation_tokens=ablation_tokens, max_keys=max_keys,
                          seed=seed))
     t0 = time.perf_counter()
@@ -294,7 +314,9 @@ def build(ctx: ReportContext) -> Section:
                        bilingual(f"skipped smollm2: {exc}", f"已跳过 smollm2：{exc}",
                                  cls="muted"), None, [("skipped", str(exc), None)])
     ids = loaded.tokenizer(source.text)["input_ids"][: max_tokens_from_env()]
-    doc = measure(loaded, ids, seed=ctx.seed, log=ctx.log)
+    # the long contexts part traced the same tokens (when it ran first, and they agree)
+    doc = measure(loaded, ids, seed=ctx.seed, log=ctx.log,
+                  traced=ctx.cache.pop(LONG_TRACE_KEY, None))
     doc["text"] = {"en": source.name_en, "zh": source.name_zh}
     atomic_write_text(Path(ctx.out_dir) / JSON_NAME, json.dumps(doc, indent=1,
                                                                 ensure_ascii=False))

@@ -50,7 +50,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from attnlab._io import atomic_write_text
 from attnlab.report._long_records import (
@@ -81,7 +81,8 @@ __all__ = ["SIZES", "JSON_NAME", "TRACE_PEAK_TARGET_BYTES", "DEFAULT_DENSE_BUDGE
            "TOKENS_ENV", "BUDGET_ENV", "ARTICLES_ENV", "build", "sizes_up_to",
            "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes",
            "measure", "choose_head", "induction_queries", "exact_rows",
-           "article_map", "render", "ZH", "LongContextsDoc", "MapInfo"]
+           "article_map", "render", "ZH", "LongContextsDoc", "MapInfo", "LONG_TRACE_KEY",
+           "LongTextTrace"]
 
 #: The file the numbers go to, in the report's folder.
 JSON_NAME = "long_contexts.json"
@@ -334,8 +335,22 @@ def article_map(trace: Any, layer: int, head: int, *, max_blocks: int = _MAP_BLO
     return fig, info
 
 
+#: The key of :class:`~attnlab.report.html.ReportContext`'s cache under which the long
+#: text's trace is kept for the attribution part (which reads the same tokens): a
+#: :class:`LongTextTrace`.
+LONG_TRACE_KEY = "long-text-trace"
+
+
+class LongTextTrace(NamedTuple):
+    """The long text's trace and the seconds it took."""
+
+    trace: Any  # an AttentionTrace
+    seconds: float
+
+
 def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
-              log: Callable[[str], Any]) -> tuple[Any, MapInfo]:
+              log: Callable[[str], Any], cache: dict[str, Any] | None = None
+              ) -> tuple[Any, MapInfo]:
     from attnlab.tracing.tracer import trace as run_trace
 
     head = choose_head(loaded, seed=seed)
@@ -349,6 +364,8 @@ def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
     t0 = time.perf_counter()
     t = run_trace(loaded, text, truncate=True, merge_pieces=False)
     trace_s = time.perf_counter() - t0
+    if cache is not None:
+        cache[LONG_TRACE_KEY] = LongTextTrace(t, trace_s)
     layer, h = head["layer"], head["head"]
     title = f"{loaded.name} layer {layer} head {h} (induction), {t.seq_len} tokens"
     title_zh = (f"{loaded.name} 第 {layer} 层第 {h} 个头（归纳头），{t.seq_len} 个词元")
@@ -619,7 +636,7 @@ def build(ctx: ReportContext) -> Section:
     folder = None if source.source == "course" else source.source
     doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log)
     doc["settings"] = {TOKENS_ENV: max_tokens, ARTICLES_ENV: folder}
-    map_fig, doc["map"] = _map_part(loaded, source, max_tokens, ctx.seed, ctx.log)
+    map_fig, doc["map"] = _map_part(loaded, source, max_tokens, ctx.seed, ctx.log, ctx.cache)
     atomic_write_text(Path(ctx.out_dir) / JSON_NAME, json.dumps(doc, indent=1,
                                                                 ensure_ascii=False))
     body, passed, rows = render(doc, map_fig)

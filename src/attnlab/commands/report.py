@@ -15,7 +15,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="report", help="output directory (default: report)")
     p.add_argument("--only", action="append", default=None, metavar="PART",
                    help="build only this part: claims, parity, experiments, explorer, "
-                   "real-models, architectures, long-contexts, survey, trained (repeatable)")
+                   "real-models, architectures, long-contexts, attribution, survey, trained "
+                   "(repeatable)")
+    p.add_argument("--processes", type=int, choices=(1, 2), default=None,
+                   help="2: the long text's parts in this process and the others in a second "
+                   "one beside them; 1: every part in turn (default: 2 on two cores or more)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -24,7 +28,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import emit_json
     from attnlab.report import build_report
 
-    result = build_report(args.out, only=args.only, quiet=args.quiet or args.json)
+    result = build_report(args.out, only=args.only, quiet=args.quiet or args.json,
+                          processes=args.processes)
     if args.json:
         emit_json(result.to_json())
     return 0 if result.passed else 1

@@ -245,7 +245,12 @@ class ReportContext:
     #: results shared between the sections of one build (e.g. ``"experiments"``: the
     #: experiment results, computed once for the claim inventory and the experiments)
     cache: dict[str, Any] = field(default_factory=dict)
+    #: where :meth:`log` sends its lines instead of the progress display (a part built in
+    #: a second process sends them back to the first)
+    say: Any = None  # Callable[[str], Any] or None
 
     def log(self, message: str) -> None:
-        if self.progress is not None:
+        if self.say is not None:
+            self.say(message)
+        elif self.progress is not None:
             self.progress.console.log(message)

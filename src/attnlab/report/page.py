@@ -473,15 +473,22 @@ def _print_summary(sections: list[Section], console: Any, path: Path) -> None:
 
 def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = None,
                  quiet: bool = False, seed: int = 0,
-                 providers: list[str] | None = None) -> ReportResult:
+                 providers: list[str] | None = None,
+                 processes: int | None = None) -> ReportResult:
     """Build every part (or those named in ``only``) and write ``out_dir/index.html`` and
     ``out_dir/summary.json``.
 
     ``only`` takes part names, the keys of :data:`PROVIDERS`; ``providers`` overrides the
-    list itself (``"module:function"`` strings).
+    list itself (``"module:function"`` strings, built in order in this process).
+    ``processes``: 2 builds the long text's parts here and the others in a second process
+    beside them (:mod:`attnlab.report._lanes`), 1 builds every part here in turn; the
+    default is 2 on a machine of two cores or more. The page is the same either way.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnlab._errors import check_optional_int
+    from attnlab.report._lanes import build_beside, build_part, lanes_for
 
     out = Path(out_dir)
     try:
@@ -492,27 +499,37 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         unknown = sorted(set(only) - set(PROVIDERS))
         if unknown:
             raise ValueError(f"--only: unknown part(s) {unknown}; the parts are {list(PROVIDERS)}")
+    processes = check_optional_int("processes", processes, minimum=1, maximum=2)
+    if processes is None:
+        processes = 2 if (os.cpu_count() or 1) >= 2 else 1
+    here: list[str] = list(providers or [])
+    beside: list[str] = []
     if providers is None:
-        providers = [spec for key, spec in PROVIDERS.items() if only is None or key in only]
+        keys, side = lanes_for([k for k in PROVIDERS if only is None or k in only], processes)
+        here, beside = [PROVIDERS[k] for k in keys], [PROVIDERS[k] for k in side]
     started = time.perf_counter()
-    loaded = [_load_provider(p) for p in providers]
+    loaded = [_load_provider(p) for p in here]
     console = Console(stderr=True, quiet=quiet)
-    sections: list[Section] = []
+    built: list[tuple[str, list[Section]]] = []  # (provider, its sections) as each is done
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), console=console,
                   disable=quiet) as progress:
-        task = progress.add_task("report", total=len(loaded))
+        task = progress.add_task("report", total=len(here) + len(beside))
         ctx = ReportContext(out_dir=out, quiet=quiet, seed=seed, progress=progress)
-        for provider in loaded:
+        side = (build_beside(beside, out, seed, log=ctx.log,
+                             part_done=lambda: progress.advance(task)) if beside else None)
+        for spec, provider in zip(here, loaded):
             name = provider.__module__.rsplit(".", 1)[-1].replace("_", " ")
             progress.update(task, description=f"report: {name}")
-            t0 = time.perf_counter()
-            result = provider(ctx)
-            built = result if isinstance(result, list) else [result]
-            for s in built:
-                s.seconds, s.seconds_shared = time.perf_counter() - t0, len(built)
-                sections.append(s)
+            built.append((spec, build_part(provider, ctx, time.perf_counter)))
             progress.advance(task)
+        if side is not None:
+            progress.update(task, description="report: the parts beside")
+            built.extend(zip(beside, side.result()))
+    if beside:  # back in page order
+        rank = {spec: i for i, spec in enumerate(PROVIDERS.values())}
+        built.sort(key=lambda part: rank[part[0]])
+    sections = [s for _, part in built for s in part]
     path = out / "index.html"
     atomic_write_text(path, render_page(sections,
                                         build_seconds=time.perf_counter() - started))

@@ -1,0 +1,135 @@
+"""The report's parts in two processes: the long text's parts here, the others beside them.
+
+Most of the report's arithmetic is in two parts, ``long-contexts`` and ``attribution``
+(:data:`MAIN_PARTS`): they run SmolLM2 over the long text, share its trace, and use every
+thread of this process. The other parts are many small computations, most of them on one
+thread at a time; :func:`build_beside` runs them in a second process, started fresh
+(``spawn``), on one thread and at a lower priority (``nice`` :data:`SIDE_NICE`), so that
+the long parts keep the cores they use and the other parts fill the cycles they leave.
+What each part computes is unchanged; only the wall clock of the whole report shrinks.
+
+The second process says what it is doing through a queue that a thread of this one reads
+into the progress display, and returns its sections (plain data) when it is done; an error
+in one of its parts is raised here, as it would be in one process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from attnlab.report.html import ReportContext, Section
+
+__all__ = ["MAIN_PARTS", "SIDE_NICE", "build_beside", "build_part", "lanes_for"]
+
+#: The parts that stay in the report's own process (every thread) when it builds in two.
+MAIN_PARTS = ("long-contexts", "attribution")
+#: How much lower the second process's priority is (``os.nice``): the long parts first.
+SIDE_NICE = 10
+_DONE = "\x00done"  # the queue's message that one part of the second process is built
+
+
+def lanes_for(keys: Sequence[str], processes: int) -> tuple[list[str], list[str]]:
+    """The parts this process builds and those a second one builds beside it, each in page
+    order: all here with one process, or where either side would be empty.
+
+    >>> lanes_for(["claims", "long-contexts", "attribution", "survey"], 2)
+    (['long-contexts', 'attribution'], ['claims', 'survey'])
+    >>> lanes_for(["claims", "survey"], 2)
+    (['claims', 'survey'], [])
+    >>> lanes_for(["claims", "attribution"], 1)
+    (['claims', 'attribution'], [])
+    """
+    main = [k for k in keys if k in MAIN_PARTS]
+    side = [k for k in keys if k not in MAIN_PARTS]
+    if processes < 2 or not main or not side:
+        return list(keys), []
+    return main, side
+
+
+def build_part(provider: Callable[[ReportContext], Any], ctx: ReportContext,
+               clock: Callable[[], float]) -> list[Section]:
+    """One part's sections, each with the seconds the part took (and how many sections
+    shared them)."""
+    t0 = clock()
+    result = provider(ctx)
+    built = result if isinstance(result, list) else [result]
+    for s in built:
+        s.seconds, s.seconds_shared = clock() - t0, len(built)
+    return built
+
+
+def _side_start(queue: Any) -> None:
+    """The second process's start: one thread, a lower priority, its messages queued."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        os.nice(SIDE_NICE)
+    except OSError:  # a priority this process may not lower: the parts still run
+        pass
+    global _QUEUE
+    _QUEUE = queue
+
+
+_QUEUE: Any = None
+
+
+def _side_build(specs: list[str], out_dir: str, seed: int) -> list[list[Section]]:
+    """In the second process: build each part (``"module:function"``) in order."""
+    import importlib
+    import time
+
+    ctx = ReportContext(out_dir=Path(out_dir), quiet=True, seed=seed, say=_QUEUE.put)
+    parts = []
+    for spec in specs:
+        module, _, func = spec.partition(":")
+        provider = getattr(importlib.import_module(module), func)
+        parts.append(build_part(provider, ctx, time.perf_counter))
+        _QUEUE.put(_DONE)
+    return parts
+
+
+class Beside:
+    """The parts being built in the second process (:func:`build_beside`)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, future: Future[list[list[Section]]],
+                 reader: threading.Thread, queue: Any) -> None:
+        self._pool, self._future, self._reader, self._queue = pool, future, reader, queue
+
+    def result(self) -> list[list[Section]]:
+        """Each part's sections, in the order given, once the second process is done (its
+        error raised here)."""
+        try:
+            return self._future.result()
+        finally:
+            self._queue.put(None)  # the reader's end
+            self._reader.join()
+            self._pool.shutdown()
+
+
+def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[str], Any],
+                 part_done: Callable[[], Any]) -> Beside:
+    """Start building ``specs`` (``"module:function"``, in order) in a second process; what
+    it says goes to ``log``, and ``part_done`` is called as each of its parts is built."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.SimpleQueue()
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_side_start,
+                               initargs=(queue,))
+    future = pool.submit(_side_build, list(specs), str(out_dir), seed)
+
+    def read() -> None:
+        while (message := queue.get()) is not None:
+            if message == _DONE:
+                part_done()
+            else:
+                log(message)
+
+    reader = threading.Thread(target=read, name="attnlab-report-beside", daemon=True)
+    reader.start()
+    return Beside(pool, future, reader, queue)

@@ -1,0 +1,37 @@
+"""Report parts for the two-process build's tests (this module is on the test path, so a
+spawned process imports it too): each says where it ran, on how many threads, at what
+priority."""
+
+from __future__ import annotations
+
+import os
+
+from attnlab.report.html import ReportContext, Section
+
+
+def _where(name: str, ctx: ReportContext) -> Section:
+    import torch
+
+    ctx.log(f"{name} says hello from {os.getpid()}")
+    return Section(name, name.upper(), name, f"{os.getpid()} {torch.get_num_threads()} "
+                   f"{os.nice(0)}", passed=True)
+
+
+def first(ctx: ReportContext) -> Section:
+    return _where("first", ctx)
+
+
+def long_part(ctx: ReportContext) -> Section:
+    return _where("long", ctx)
+
+
+def attribution_part(ctx: ReportContext) -> list[Section]:
+    return [_where("attribution", ctx), _where("attribution-2", ctx)]
+
+
+def last(ctx: ReportContext) -> Section:
+    return _where("last", ctx)
+
+
+def broken(ctx: ReportContext) -> Section:
+    raise ArithmeticError("this part fails on purpose")

@@ -1,0 +1,68 @@
+"""The report built in two processes (attnlab.report._lanes): the long text's parts here,
+the others in a spawned process on one thread at a lower priority; the page the same, in
+page order, every part's lines shown, a part's error raised here."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from attnlab import ArgumentError
+from attnlab.report import page
+from attnlab.report._lanes import SIDE_NICE, build_beside
+
+PARTS = {"claims": "lanes_parts:first", "long-contexts": "lanes_parts:long_part",
+         "attribution": "lanes_parts:attribution_part", "survey": "lanes_parts:last"}
+
+
+def _where(section):
+    pid, threads, nice = (int(x) for x in section.html.split())
+    return pid, threads, nice
+
+
+def test_the_other_parts_run_beside_on_one_thread_at_a_lower_priority(tmp_path, monkeypatch):
+    monkeypatch.setattr(page, "PROVIDERS", PARTS)
+    result = page.build_report(tmp_path, quiet=True, processes=2)
+    assert [s.id for s in result.sections] == ["first", "long", "attribution",
+                                               "attribution-2", "last"]  # page order
+    where = {s.id: _where(s) for s in result.sections}
+    assert where["long"][0] == where["attribution"][0] == os.getpid()
+    assert where["first"][0] == where["last"][0] != os.getpid()
+    assert where["first"][1] == 1 and where["first"][2] >= min(19, os.nice(0) + SIDE_NICE)
+    assert [s.seconds_shared for s in result.sections] == [1, 1, 2, 2, 1]
+    assert all(s.seconds > 0 for s in result.sections)
+    assert (tmp_path / "index.html").is_file() and result.passed
+
+
+def test_one_process_builds_every_part_here_in_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(page, "PROVIDERS", PARTS)
+    result = page.build_report(tmp_path, quiet=True, processes=1)
+    assert [s.id for s in result.sections] == ["first", "long", "attribution",
+                                               "attribution-2", "last"]
+    assert {_where(s)[0] for s in result.sections} == {os.getpid()}
+    # named providers run here, in the order given, whatever the processes
+    named = page.build_report(tmp_path, quiet=True, processes=2,
+                              providers=["lanes_parts:last", "lanes_parts:first"])
+    assert [s.id for s in named.sections] == ["last", "first"]
+    assert {_where(s)[0] for s in named.sections} == {os.getpid()}
+
+
+def test_the_parts_beside_say_what_they_do_and_their_errors_are_raised_here(tmp_path):
+    said, done = [], []
+    side = build_beside(["lanes_parts:first", "lanes_parts:last"], tmp_path, 0,
+                        log=said.append, part_done=lambda: done.append(1))
+    parts = side.result()
+    pid = _where(parts[0][0])[0]
+    assert said == [f"first says hello from {pid}", f"last says hello from {pid}"]
+    assert done == [1, 1] and [p[0].id for p in parts] == ["first", "last"]
+    failing = build_beside(["lanes_parts:first", "lanes_parts:broken"], tmp_path, 0,
+                           log=lambda _m: None, part_done=lambda: None)
+    with pytest.raises(ArithmeticError, match="fails on purpose"):
+        failing.result()
+
+
+@pytest.mark.parametrize("bad", [0, 3, "2", True])
+def test_processes_is_one_or_two(tmp_path, bad):
+    with pytest.raises((ArgumentError, TypeError), match="processes"):
+        page.build_report(tmp_path, quiet=True, processes=bad, providers=[])

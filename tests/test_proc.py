@@ -10,6 +10,7 @@ import pytest
 
 from attnlab._proc import (
     IsolatedCallError,
+    call_forked,
     call_isolated,
     in_fresh_process,
     load_average,
@@ -37,6 +38,33 @@ def test_failures_and_timeouts_are_isolated_call_errors():
     assert info.value.reason.startswith("exit status 1: TypeError")
     with pytest.raises(IsolatedCallError, match="stopped after the 0 s timeout"):
         call_isolated("attnlab._proc:echo", value=1, timeout=0.01)  # the timeout path itself
+
+
+#: What the forked calls' server imports (as the long contexts' jobs' does, in part).
+PRELOAD = ("attnlab.report.long_contexts",)
+
+
+def test_a_forked_call_runs_in_another_process_that_gets_the_environment_given():
+    assert call_forked("attnlab._proc:echo", preload=PRELOAD, value={"a": [1, 2.5]},
+                       timeout=CHILD_S) == {"a": [1, 2.5]}
+    seen = call_forked("attnlab.report.long_contexts:max_tokens_from_env", preload=PRELOAD,
+                       env={"ATTNLAB_REPORT_LONG_TOKENS": "1234"}, timeout=CHILD_S)
+    assert seen == 1234 and "ATTNLAB_REPORT_LONG_TOKENS" not in os.environ
+    # its peak is its own from its start: not this process's
+    assert 0 < call_forked("attnlab._proc:peak_rss_bytes", preload=PRELOAD,
+                           timeout=CHILD_S) < peak_rss_bytes() + 2**30
+    with pytest.raises(ValueError, match="attnlab.module:function"):
+        call_forked("os:getpid", preload=PRELOAD)
+
+
+def test_a_forked_call_s_failures_and_timeouts_are_isolated_call_errors():
+    with pytest.raises(IsolatedCallError, match="echo failed in its own process: exit "
+                       "status 1: TypeError: echo.. got an unexpected keyword"):
+        call_forked("attnlab._proc:echo", preload=PRELOAD, wrong=1, timeout=CHILD_S)
+    with pytest.raises(IsolatedCallError, match="stopped after the 0 s timeout"):
+        # the timeout path itself: no answer can come before the forked child has run
+        call_forked("attnlab.report.long_contexts:max_tokens_from_env", preload=PRELOAD,
+                    timeout=0)
 
 
 def test_peak_rss_is_in_bytes():

@@ -19,12 +19,13 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from attnlab._errors import Error
 
-__all__ = ["IsolatedCallError", "call_isolated", "echo", "in_fresh_process", "load_average",
-           "peak_rss_bytes", "release_memory", "reset_peak_rss"]
+__all__ = ["IsolatedCallError", "call_forked", "call_isolated", "echo", "in_fresh_process",
+           "load_average", "peak_rss_bytes", "release_memory", "reset_peak_rss"]
 
 
 class IsolatedCallError(Error, RuntimeError):
@@ -151,6 +152,86 @@ def call_isolated(target: str, *, timeout: float = 3600, env: dict[str, str] | N
     if not lines:
         raise IsolatedCallError(target, "it wrote no result")
     return json.loads(lines[-1])
+
+
+def _forked(target: str, kwargs: dict[str, Any], env: dict[str, str], conn: Any) -> None:
+    """In the forked child: the environment, the peak memory from here, the call, and its
+    JSON result (or its error) through ``conn``."""
+    os.environ.update(env)
+    reset_peak_rss()
+    try:
+        result = json.dumps(_resolve(target)(**kwargs))
+    except BaseException as exc:  # the parent reports it; the child's exit status says 1
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
+    conn.send(("result", result))
+
+
+_SERVER: dict[str, Any] = {}  # the preload the forkserver was started with, and its context
+
+
+def _forkserver(preload: Sequence[str], env: dict[str, str]) -> Any:
+    """multiprocessing's ``forkserver`` context, its server started once with ``preload``
+    imported and ``env`` in its environment (None where this platform has none)."""
+    import multiprocessing
+
+    if "context" not in _SERVER:
+        try:
+            context = multiprocessing.get_context("forkserver")
+        except ValueError:
+            return None
+        context.set_forkserver_preload(list(preload))
+        saved = dict(os.environ)
+        os.environ.update(env)  # the server's environment is this one when it starts
+        try:
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        _SERVER.update(context=context, preload=tuple(preload))
+    return _SERVER["context"]
+
+
+def call_forked(target: str, *, preload: Sequence[str], timeout: float = 3600,
+                env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    """``target(**kwargs)`` (arguments and result: JSON) in a new process forked from a
+    server that imported the modules of ``preload`` once (multiprocessing's
+    ``forkserver``): what :func:`call_isolated` does, without starting Python and importing
+    torch for every call. The child's peak resident set is reset when it starts
+    (:func:`reset_peak_rss`), so :func:`peak_rss_bytes` measures it from a process that
+    has done nothing but those imports, as a fresh one would have after them. Where there
+    is no forkserver, :func:`call_isolated` runs it.
+
+    The server starts on the first call, with the first call's ``preload`` and ``env``;
+    ``env`` is also set in each child. Raises :class:`IsolatedCallError` when the child
+    fails (its exception, exit status or signal) or runs past ``timeout`` seconds.
+    """
+    if not isinstance(target, str) or ":" not in target or not target.startswith("attnlab."):
+        raise ValueError(f"target must be 'attnlab.module:function', got {target!r}")
+    env = dict(env or {})
+    context = _forkserver(preload, env)
+    if context is None:
+        return call_isolated(target, timeout=timeout, env=env, **kwargs)
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_forked, args=(target, kwargs, env, send), daemon=True)
+    child.start()
+    send.close()
+    if not receive.poll(timeout):  # neither an answer nor the child's end in time
+        child.kill()
+        child.join()
+        raise IsolatedCallError(target, f"stopped after the {timeout:.0f} s timeout")
+    try:
+        message = receive.recv()
+    except EOFError:  # the child died before it answered
+        message = None
+    child.join()
+    if message is not None and message[0] == "result":
+        return json.loads(message[1])
+    code = child.exitcode or 0
+    why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    raise IsolatedCallError(target, f"{why}: {message[1][:300] if message else 'no answer'}")
 
 
 def _main() -> None:

@@ -1,12 +1,14 @@
 """Importance against intervention (attnlab.analysis.ablation): the ablation hides exactly
-the key it names, batches change nothing, importances equal their dense definitions, and
-the rank agreement is Spearman's ρ."""
+the key it names, batches change nothing, the suffix run on the clean cache gives the
+effects of whole forwards (and a wrong suffix does not), importances equal their dense
+definitions, and the rank agreement is Spearman's ρ."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from attnlab.analysis import ablation
 from attnlab.analysis.ablation import _mask, ablate_keys, importances, rank_agreement
 from attnlab.tracing import trace
 from random_models import random_llama
@@ -19,6 +21,18 @@ N = 40
 @pytest.fixture(scope="module")
 def model():
     return random_llama(vocab=61, positions=128)
+
+
+@pytest.fixture(scope="module")
+def sharp():
+    """The random model with its queries and keys 8 times as large: attention peaked
+    enough that a position or a cached key out of place moves the loss by over 1e-3."""
+    m = random_llama(vocab=61, positions=128)
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8)
+            layer.self_attn.k_proj.weight.mul_(8)
+    return m
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +69,97 @@ def test_the_clean_loss_is_the_models_own(model, ids):
     rows = torch.tensor([5, 17, 38])
     ref = torch.nn.functional.cross_entropy(logits[rows], torch.tensor(ids)[rows + 1])
     assert got.clean == pytest.approx(float(ref), abs=1e-5)
+
+
+def _whole_forwards(model, ids, targets, keys, per):
+    """The effects as whole forwards measure them: each key hidden by its own (N, N)
+    additive mask over the whole input, ``per`` keys a forward, the mean loss of the
+    targets against the clean forward's."""
+    n = len(ids)
+    x = torch.tensor([ids])
+    rows = torch.tensor(targets)
+
+    def losses(ks):
+        allow = torch.ones(len(ks), n, n, dtype=torch.bool).tril()
+        for b, j in enumerate(ks):
+            if j is not None:
+                allow[b, :, j] = False
+                allow[b, j, j] = True
+        masks = torch.zeros(len(ks), 1, n, n).masked_fill_(~allow[:, None],
+                                                           torch.finfo(torch.float32).min)
+        with torch.no_grad():
+            logits = model(input_ids=x.repeat(len(ks), 1), attention_mask=masks).logits
+        nll = torch.nn.functional.cross_entropy(
+            logits[:, rows].flatten(0, 1).float(), x[0, rows + 1].repeat(len(ks)),
+            reduction="none")
+        return nll.view(len(ks), -1).mean(1)
+
+    clean = float(losses([None])[0])
+    effect = torch.cat([losses(keys[s:s + per]) - clean for s in range(0, len(keys), per)])
+    return clean, effect.double()
+
+
+#: Targets short of the end; keys at the start, between and among the targets, and after.
+TARGETS = [12, 20, 27, 33]
+KEYS = [0, 1, 2, 9, 15, 19, 20, 26, 30, 33, 36, 39]
+
+
+@pytest.mark.parametrize("per", [1, 3, len(KEYS)])
+@pytest.mark.parametrize("which", ["model", "sharp"])
+def test_the_suffix_on_the_clean_cache_gives_the_whole_forwards_effects(request, ids, per,
+                                                                        which):
+    model = request.getfixturevalue(which)
+    got = ablate_keys(model, ids, targets=TARGETS, keys=KEYS, batch=per)
+    assert got.settings["forward"] == "suffix on the clean cache"
+    clean, ref = _whole_forwards(model, ids, TARGETS, KEYS, per)
+    assert got.clean == pytest.approx(clean, abs=1e-6)
+    assert torch.allclose(got.effect, ref, atol=1e-5)
+    assert float(got.effect[:6].abs().min()) > 1e-5  # keys before the targets matter ...
+    assert got.effect[-3:].tolist() == [0.0, 0.0, 0.0]  # ... keys after them do not
+
+
+def test_a_wrong_suffix_differs_from_the_whole_forwards(sharp, ids, monkeypatch):
+    keys = [2, 9, 15, 19, 26]  # (no key at 0: every batch runs on a cache)
+    clean, ref = _whole_forwards(sharp, ids, TARGETS, keys, 3)
+    assert torch.allclose(ablate_keys(sharp, ids, targets=TARGETS, keys=keys, batch=3).effect,
+                          ref, atol=1e-5)
+    with monkeypatch.context() as m:  # the suffix's positions restarting at 0
+        m.setattr(ablation, "_positions", lambda start, stop: torch.arange(stop - start)[None])
+        wrong = ablate_keys(sharp, ids, targets=TARGETS, keys=keys, batch=3)
+        assert float((wrong.effect - ref).abs().max()) > 1e-3
+    with monkeypatch.context() as m:  # the cache up to the batch's largest key, too long
+        m.setattr(ablation, "_start", lambda ks: ks[-1])
+        wrong = ablate_keys(sharp, ids, targets=TARGETS, keys=keys, batch=3)
+        assert float((wrong.effect - ref).abs().max()) > 1e-3
+
+
+class _NoCache(torch.nn.Module):
+    """The model behind a forward that takes no cache and keeps every row's logits."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, attention_mask):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask)
+
+
+class _CacheIgnored(_NoCache):
+    """A forward that names a cache but never fills it."""
+
+    def forward(self, input_ids, attention_mask, position_ids=None, cache=None,
+                use_cache=None, logits_to_keep=0):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          logits_to_keep=logits_to_keep)
+
+
+@pytest.mark.parametrize("wrap", [_NoCache, _CacheIgnored])
+def test_a_model_without_a_usable_cache_runs_whole_forwards(model, ids, wrap):
+    got = ablate_keys(wrap(model), ids, targets=TARGETS, keys=KEYS, batch=3)
+    assert got.settings["forward"] == "whole input"
+    clean, ref = _whole_forwards(model, ids, TARGETS, KEYS, 3)
+    assert got.clean == pytest.approx(clean, abs=1e-6)
+    assert torch.allclose(got.effect, ref, atol=1e-5)
 
 
 def test_importances_equal_their_dense_definitions(model, ids):

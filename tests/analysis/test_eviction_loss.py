@@ -207,3 +207,158 @@ def _unmasked_padding(module, query, key, value, attention_mask, scaling=None, d
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
                                          enable_gqa=hkv != h)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _result(keeps):
+    """An eviction result made by hand: ``keeps[policy][budget]``, bool (L, H_kv, C)."""
+    from attnlab.analysis.eviction import EvictionResult
+
+    budgets = tuple(next(iter(keeps.values())))
+    return EvictionResult(context=C, later=N - C, budgets=budgets, policies=tuple(keeps),
+                          lost={}, keep=keeps)
+
+
+def test_the_batch_equals_each_policy_alone(model_and_ids):
+    """Every policy and budget of an eviction result, run as one batch per budget, gives the
+    loss of running its keep mask alone."""
+    model, ids = model_and_ids
+    res = evict(trace(model, ids), (0.1, 0.25, 0.5), context=C)
+    out = eviction_losses(model, ids, res)
+    assert out["full"] == pytest.approx(later_loss(model, ids, C), abs=2e-5)
+    for p in res.policies:
+        for b in res.budgets:
+            alone = later_loss(model, ids, C, res.keep[p][b])
+            assert out["loss"][p][b] == pytest.approx(alone, abs=2e-5), (p, b)
+    assert len({round(v, 4) for row in out["loss"].values() for v in row.values()}) > 10
+
+
+@pytest.mark.parametrize("chunk", [7, 256])
+def test_the_batch_equals_a_dense_mask(model_and_ids, chunk):
+    """Keys hidden from every layer and head, three sets at once, against one full forward
+    each whose 4-D mask hides them from the later rows."""
+    model, ids = model_and_ids
+    hidden = {"a": [0, 3, 10, 40, 71], "b": list(range(0, C, 3)), "c": list(range(20, 60))}
+    out = eviction_losses(model, ids, _result(
+        {p: {0.5: _keep_all_but(model, h)} for p, h in hidden.items()}), chunk=chunk)
+    assert out["full"] == pytest.approx(_dense_loss(model, ids, []), abs=2e-5)
+    for p, h in hidden.items():
+        assert out["loss"][p][0.5] == pytest.approx(_dense_loss(model, ids, h), abs=2e-5), p
+
+
+def test_heads_and_items_that_keep_different_counts(model_and_ids, monkeypatch):
+    """Items and heads that keep different numbers of keys in one batch (the gathered keys
+    padded to the most any head of any item keeps, the padding masked), one head keeping
+    none and one every key, give each item's loss alone; with the padding left unmasked
+    (wrong) they do not."""
+    from attnlab.analysis import eviction_loss as el
+
+    model, ids = model_and_ids
+    g = torch.Generator().manual_seed(2)
+    keeps = {}
+    for name, share in {"sparse": 0.15, "half": 0.4, "dense": 0.8}.items():
+        keep = torch.rand(2, 2, C, generator=g) < share  # (L, H_kv, C)
+        keep[1, 0] = False  # layer 1's KV head 0 keeps no context key
+        keeps[name] = {0.3: keep}
+    keeps["dense"][0.3][1, 1] = True  # and one head keeps every one
+    counts = torch.stack([k[0.3].sum(-1) for k in keeps.values()])  # (items, L, H_kv)
+    assert len(set(counts[:, 0].flatten().tolist())) == 6  # layer 0: six counts, no two equal
+    out = eviction_losses(model, ids, _result(keeps))
+    alone = {p: later_loss(model, ids, C, k[0.3]) for p, k in keeps.items()}
+    for p in keeps:
+        assert out["loss"][p][0.3] == pytest.approx(alone[p], abs=2e-5), p
+    assert len({round(v, 4) for v in alone.values()}) == 3
+    slots = el._slots
+    monkeypatch.setattr(el, "_slots", lambda keeps: [(w, None) for w, _ in slots(keeps)])
+    wrong = eviction_losses(model, ids, _result(keeps))
+    assert all(abs(wrong["loss"][p][0.3] - alone[p]) > 1e-4 for p in keeps)
+
+
+def test_items_that_read_each_others_keys_are_caught(model_and_ids, monkeypatch):
+    """The wrong variant the batch tests reject: each item's kept slots taken from another
+    item (the batch's keep masks in reverse order)."""
+    from attnlab.analysis import eviction_loss as el
+
+    model, ids = model_and_ids
+    keeps = {"front": {0.5: _keep_all_but(model, list(range(C // 2)))},
+             "back": {0.5: _keep_all_but(model, list(range(C // 2, C)))}}
+    right = eviction_losses(model, ids, _result(keeps))
+    slots = el._slots
+    monkeypatch.setattr(el, "_slots", lambda keeps: slots(keeps.flip(0)))
+    wrong = eviction_losses(model, ids, _result(keeps))
+    for p in keeps:
+        assert abs(wrong["loss"][p][0.5] - right["loss"][p][0.5]) > 1e-4
+    assert wrong["loss"]["front"][0.5] == pytest.approx(right["loss"]["back"][0.5], abs=2e-5)
+
+
+def test_later_positions_start_at_the_context(model_and_ids, monkeypatch):
+    """The later tokens run at positions [C, N) although their cache holds only them: the
+    wrong variant, positions from 0 (the rotary embedding then puts them before the context
+    keys), gives another loss. The queries and keys are scaled up so that the attention is
+    sharp and the distances matter."""
+    from attnlab.analysis import eviction_loss as el
+
+    _, ids = model_and_ids
+    model = random_llama(layers=2, heads=4, kv_heads=2, seed=3)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8)
+            layer.self_attn.k_proj.weight.mul_(8)
+    res = _result({"h": {0.5: _keep_all_but(model, [1, 5, 30])}})
+    right = eviction_losses(model, ids, res)
+    assert right["loss"]["h"][0.5] == pytest.approx(_dense_loss(model, ids, [1, 5, 30]),
+                                                    abs=2e-5)
+    assert right["full"] == pytest.approx(_dense_loss(model, ids, []), abs=2e-5)
+    positions = el._positions
+    monkeypatch.setattr(el, "_positions",
+                        lambda start, stop: positions(start, stop) - (C if start >= C else 0))
+    wrong = eviction_losses(model, ids, res)
+    assert abs(wrong["loss"]["h"][0.5] - right["loss"]["h"][0.5]) > 1e-4
+    assert abs(wrong["full"] - right["full"]) > 1e-4
+
+
+def test_the_prefill_cache_is_read_not_changed(model_and_ids, monkeypatch):
+    """The batch reads the prefill's keys and values by reference and never writes them."""
+    from attnlab.analysis import eviction_loss as el
+
+    model, ids = model_and_ids
+    seen = []
+    prefill = el._prefill
+
+    def kept_aside(*args, **kwargs):
+        cache = prefill(*args, **kwargs)
+        seen.append((cache, [(layer.keys.clone(), layer.values.clone())
+                             for layer in cache.layers]))
+        return cache
+
+    monkeypatch.setattr(el, "_prefill", kept_aside)
+    res = evict(trace(model, ids), (0.25, 0.5), context=C)
+    eviction_losses(model, ids, res)
+    (cache, before), = seen
+    assert cache.get_seq_length() == C
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert keys.shape[0] == 1 and torch.equal(layer.keys, keys)
+        assert torch.equal(layer.values, values)
+
+
+def test_equal_keep_masks_run_once(model_and_ids, monkeypatch):
+    """Policies that keep the same keys share one run (and so one loss, to the bit), every
+    key kept being the full run's; each budget's other masks run as one batch."""
+    from attnlab.analysis import eviction_loss as el
+
+    model, ids = model_and_ids
+    a, b = _keep_all_but(model, [4, 8]), _keep_all_but(model, [9])
+    everything = _keep_all_but(model, [])
+    batches = []
+    nlls = el._later_nlls
+
+    def counted(net, x, context, cache, keeps, chunk=el.CHUNK):
+        batches.append(keeps.shape[0])
+        return nlls(net, x, context, cache, keeps, chunk)
+
+    monkeypatch.setattr(el, "_later_nlls", counted)
+    out = eviction_losses(model, ids, _result({"p": {0.5: a, 1.0: everything},
+                                               "q": {0.5: a.clone(), 1.0: everything},
+                                               "r": {0.5: b, 1.0: everything}}))
+    assert batches == [1, 2]
+    assert out["loss"]["p"][0.5] == out["loss"]["q"][0.5] != out["loss"]["r"][0.5]
+    assert all(out["delta"][p][1.0] == 0.0 for p in "pqr")

@@ -74,7 +74,7 @@ def _attention(module: Any, query: Tensor, key: Tensor, value: Tensor,
     costs what the kept cache costs — a tenth of the context at a budget of 10 % — and
     gives the softmax over exactly the keys a masked one would.
 
-    Inside :func:`_batched` (the cache then holds only the later tokens, the context is
+    Inside ``_routed(net, batch=...)`` (the cache then holds only the later tokens, the context is
     aside) it is :func:`_batched_attention`."""
     batch: _Kept | None = getattr(_STATE, "batch", None)
     if batch is not None:
@@ -223,27 +223,17 @@ def _register() -> None:
 
 
 @contextlib.contextmanager
-def _routed(net: Any, keep: Tensor) -> Iterator[None]:
-    """``net``'s attention through :func:`_attention` with ``keep`` for the block."""
+def _routed(net: Any, keep: Tensor | None = None, batch: _Kept | None = None
+            ) -> Iterator[None]:
+    """``net``'s attention through :func:`_attention` for the block: with one ``keep``
+    mask, or with a ``batch`` of them (:func:`_batched_attention`)."""
     _register()
-    _STATE.keep = keep
+    _STATE.keep, _STATE.batch = keep, batch
     try:
         with _implementation(net, IMPLEMENTATION):
             yield
     finally:
-        _STATE.keep = None
-
-
-@contextlib.contextmanager
-def _batched(net: Any, kept: _Kept) -> Iterator[None]:
-    """``net``'s attention through :func:`_batched_attention` with ``kept`` for the block."""
-    _register()
-    _STATE.batch = kept
-    try:
-        with _implementation(net, IMPLEMENTATION):
-            yield
-    finally:
-        _STATE.batch = None
+        _STATE.keep = _STATE.batch = None
 
 
 def _net(model: Any) -> Any:
@@ -320,7 +310,7 @@ def _later_nlls(net: Any, x: Tensor, context: int, cache: Any, keeps: Tensor,
                  batch=b, later=n - 1 - context)
     run = DynamicCache(config=net.config)
     totals = [torch.zeros((), dtype=torch.float64) for _ in range(b)]
-    with _batched(net, kept):
+    with _routed(net, batch=kept):
         for s in range(context, n - 1, chunk):
             e = min(s + chunk, n - 1)  # rows [s, e) predict tokens [s+1, e]; the last row none
             logits = _run(net, x, s, e, run, batch=b).logits.float()  # (B, e − s, vocab)

@@ -12,9 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 setup: $(STAMP)
 
 # torch==2.13.0 goes in first and alone: it is the CPU build; anything else pulls CUDA.
-# --no-compile: Python compiles a module when it is first imported, so only what runs is
-# compiled (25 s less set-up on 2 cores than compiling every installed file up front).
-PIP := $(PY) -m pip install --quiet --no-compile
+PIP := $(PY) -m pip install --quiet
 $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

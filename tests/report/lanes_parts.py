@@ -35,3 +35,24 @@ def last(ctx: ReportContext) -> Section:
 
 def broken(ctx: ReportContext) -> Section:
     raise ArithmeticError("this part fails on purpose")
+
+
+def slow(ctx: ReportContext) -> Section:
+    """A part beside that says its pid (``slow.pid`` in the report's folder), then takes
+    minutes."""
+    import time
+
+    (ctx.out_dir / "slow.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+    return _where("slow", ctx)
+
+
+def broken_once_slow_runs(ctx: ReportContext) -> Section:
+    """A part here that fails once the slow part beside has started."""
+    import time
+
+    for _ in range(600):
+        if (ctx.out_dir / "slow.pid").is_file():
+            break
+        time.sleep(0.1)
+    raise ArithmeticError("this part fails on purpose, the slow part running beside it")

@@ -5,12 +5,14 @@ page order, every part's lines shown, a part's error raised here."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from attnlab import ArgumentError
 from attnlab.report import page
 from attnlab.report._lanes import SIDE_NICE, build_beside
+from limits import CHILD_S
 
 PARTS = {"claims": "lanes_parts:first", "long-contexts": "lanes_parts:long_part",
          "attribution": "lanes_parts:attribution_part", "survey": "lanes_parts:last"}
@@ -60,6 +62,28 @@ def test_the_parts_beside_say_what_they_do_and_their_errors_are_raised_here(tmp_
                            log=lambda _m: None, part_done=lambda: None)
     with pytest.raises(ArithmeticError, match="fails on purpose"):
         failing.result()
+
+
+def test_a_failing_part_here_ends_the_parts_beside_without_waiting(tmp_path, monkeypatch):
+    monkeypatch.setattr(page, "PROVIDERS", {"claims": "lanes_parts:slow",
+                                            "long-contexts": "lanes_parts:broken_once_slow_runs"})
+    with pytest.raises(ArithmeticError, match="slow part running beside it"):
+        page.build_report(tmp_path, quiet=True, processes=2)
+    pid = int((tmp_path / "slow.pid").read_text())
+    for _ in range(int(CHILD_S * 10)):  # its end is asked for before the error is raised
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid), "the second process still runs its slow part"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("bad", [0, 3, "2", True])

@@ -25,7 +25,8 @@ from typing import Any
 
 from attnlab.report.html import ReportContext, Section
 
-__all__ = ["MAIN_PARTS", "SIDE_NICE", "build_beside", "build_part", "lanes_for"]
+__all__ = ["MAIN_PARTS", "SIDE_NICE", "build_beside", "build_part", "lanes_for",
+           "load_provider"]
 
 #: The parts that stay in the report's own process (every thread) when it builds in two.
 MAIN_PARTS = ("long-contexts", "attribution")
@@ -52,6 +53,14 @@ def lanes_for(keys: Sequence[str], processes: int) -> tuple[list[str], list[str]
     return main, side
 
 
+def load_provider(spec: str) -> Callable[[ReportContext], Any]:
+    """The section builder a ``"module:function"`` string names, its module imported."""
+    import importlib
+
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]
+
+
 def build_part(provider: Callable[[ReportContext], Any], ctx: ReportContext,
                clock: Callable[[], float]) -> list[Section]:
     """One part's sections, each with the seconds the part took (and how many sections
@@ -62,6 +71,9 @@ def build_part(provider: Callable[[ReportContext], Any], ctx: ReportContext,
     for s in built:
         s.seconds, s.seconds_shared = clock() - t0, len(built)
     return built
+
+
+_QUEUE: Any = None  # the second process's queue to the first (set by _side_start)
 
 
 def _side_start(queue: Any) -> None:
@@ -77,20 +89,14 @@ def _side_start(queue: Any) -> None:
     _QUEUE = queue
 
 
-_QUEUE: Any = None
-
-
 def _side_build(specs: list[str], out_dir: str, seed: int) -> list[list[Section]]:
     """In the second process: build each part (``"module:function"``) in order."""
-    import importlib
     import time
 
     ctx = ReportContext(out_dir=Path(out_dir), quiet=True, seed=seed, say=_QUEUE.put)
     parts = []
     for spec in specs:
-        module, _, func = spec.partition(":")
-        provider = getattr(importlib.import_module(module), func)
-        parts.append(build_part(provider, ctx, time.perf_counter))
+        parts.append(build_part(load_provider(spec), ctx, time.perf_counter))
         _QUEUE.put(_DONE)
     return parts
 
@@ -108,9 +114,18 @@ class Beside:
         try:
             return self._future.result()
         finally:
-            self._queue.put(None)  # the reader's end
-            self._reader.join()
-            self._pool.shutdown()
+            self._end()
+
+    def stop(self) -> None:
+        """End the second process now, its parts unfinished (a part here failed)."""
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.terminate()
+        self._end(wait=False)
+
+    def _end(self, wait: bool = True) -> None:
+        self._queue.put(None)  # the reader's end
+        self._reader.join()
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[str], Any],

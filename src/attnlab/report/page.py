@@ -15,7 +15,6 @@ title below it (``scroll-padding-top`` is the bar's height).
 from __future__ import annotations
 
 import html
-import importlib
 import json
 import os
 import time
@@ -161,11 +160,6 @@ class ReportResult:
                 for s in self.sections
             ],
         }
-
-
-def _load_provider(spec: str):
-    module, _, func = spec.partition(":")
-    return getattr(importlib.import_module(module), func)
 
 
 def _badge(passed: bool | None, finding: bool = False) -> str:
@@ -488,7 +482,7 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnlab._errors import check_optional_int
-    from attnlab.report._lanes import build_beside, build_part, lanes_for
+    from attnlab.report._lanes import build_beside, build_part, lanes_for, load_provider
 
     out = Path(out_dir)
     try:
@@ -508,7 +502,7 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         keys, side = lanes_for([k for k in PROVIDERS if only is None or k in only], processes)
         here, beside = [PROVIDERS[k] for k in keys], [PROVIDERS[k] for k in side]
     started = time.perf_counter()
-    loaded = [_load_provider(p) for p in here]
+    loaded = [load_provider(p) for p in here]
     console = Console(stderr=True, quiet=quiet)
     built: list[tuple[str, list[Section]]] = []  # (provider, its sections) as each is done
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
@@ -518,11 +512,16 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         ctx = ReportContext(out_dir=out, quiet=quiet, seed=seed, progress=progress)
         side = (build_beside(beside, out, seed, log=ctx.log,
                              part_done=lambda: progress.advance(task)) if beside else None)
-        for spec, provider in zip(here, loaded):
-            name = provider.__module__.rsplit(".", 1)[-1].replace("_", " ")
-            progress.update(task, description=f"report: {name}")
-            built.append((spec, build_part(provider, ctx, time.perf_counter)))
-            progress.advance(task)
+        try:
+            for spec, provider in zip(here, loaded):
+                name = provider.__module__.rsplit(".", 1)[-1].replace("_", " ")
+                progress.update(task, description=f"report: {name}")
+                built.append((spec, build_part(provider, ctx, time.perf_counter)))
+                progress.advance(task)
+        except BaseException:
+            if side is not None:
+                side.stop()  # a part here failed: the parts beside are not waited for
+            raise
         if side is not None:
             progress.update(task, description="report: the parts beside")
             built.extend(zip(beside, side.result()))

@@ -362,3 +362,33 @@ def test_equal_keep_masks_run_once(model_and_ids, monkeypatch):
     assert batches == [1, 2]
     assert out["loss"]["p"][0.5] == out["loss"]["q"][0.5] != out["loss"]["r"][0.5]
     assert all(out["delta"][p][1.0] == 0.0 for p in "pqr")
+
+
+def test_the_traces_keys_and_values_are_the_prefills_cache(model_and_ids, monkeypatch):
+    """The losses on the cache read from the trace (its keys after the rotary embedding,
+    and values) are the losses on a prefill's cache, to float32's rounding; another layer's
+    keys and values, or a trace of other ids, are not that cache."""
+    from attnlab.analysis.eviction_loss import trace_cache
+
+    model, ids = model_and_ids
+    t = trace(model, ids, merge_pieces=False)
+    res = evict(t, (0.25, 0.5), context=C)
+    ref = eviction_losses(model, ids, res)
+    got = eviction_losses(model, ids, res, trace=t)
+    assert got["full"] == pytest.approx(ref["full"], abs=2e-6)
+    for p in res.policies:
+        for b in (0.25, 0.5):
+            assert got["loss"][p][b] == pytest.approx(ref["loss"][p][b], abs=2e-6), (p, b)
+    # wrong variant: each layer reads another layer's keys and values
+    cache = trace_cache(t, model, ids, C)
+    cache.layers.reverse()
+    with monkeypatch.context() as m:
+        m.setattr("attnlab.analysis.eviction_loss.trace_cache", lambda *a: cache)
+        wrong = eviction_losses(model, ids, res, trace=t)
+    assert abs(wrong["full"] - ref["full"]) > 1e-4, (wrong["full"], ref["full"])
+    other = trace(model, ids[::-1], merge_pieces=False)
+    with pytest.raises(ValueError, match="trace must be the trace of these ids"):
+        eviction_losses(model, ids, res, trace=other)
+    with pytest.raises(TypeError, match="trace must be an AttentionTrace"):
+        eviction_losses(model, ids, res, trace={"k": None})
+

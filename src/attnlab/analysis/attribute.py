@@ -10,7 +10,7 @@ the trace of those ``n`` tokens, so no second trace is made) and on at most ``ma
 keys spread evenly; the eviction measure reads the whole trace, and the change in the
 loss of the later tokens when the model runs on with only each policy's kept keys
 (:mod:`attnlab.analysis.eviction_loss`) costs one forward of those tokens per policy and
-budget.
+budget; the context's cache they run on is the trace's own keys and values (no prefill).
 """
 
 from __future__ import annotations
@@ -158,7 +158,9 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         release_memory()
         if eviction_loss:
             t0 = time.perf_counter()
-            losses = losses_to_json(eviction_losses(model, trace.token_ids, ev))
+            # the prefill's cache is the trace's own keys and values where it has them
+            kv = trace if trace.v is not None and trace.groups is None else None
+            losses = losses_to_json(eviction_losses(model, trace.token_ids, ev, trace=kv))
             out["eviction"]["loss"] = {**losses,
                                        "seconds": round(time.perf_counter() - t0, 2)}
     return out

@@ -54,7 +54,7 @@ from attnlab._errors import check_int
 from attnlab._proc import release_memory
 
 __all__ = ["CHUNK", "IMPLEMENTATION", "EvictionLosses", "EvictionLossesJSON", "later_loss",
-           "eviction_losses"]
+           "eviction_losses", "trace_cache"]
 
 #: The name attnlab's eviction attention is registered under with transformers.
 IMPLEMENTATION = "attnlab_evict"
@@ -347,6 +347,50 @@ def _prefill(net: Any, x: Tensor, context: int, chunk: int = CHUNK) -> Any:
     return cache
 
 
+@dataclass
+class _CacheLayer:
+    keys: Tensor  # (1, H_kv, C, d)
+    values: Tensor
+
+
+@dataclass
+class _TraceCache:
+    """A prefill's cache read from a trace: per layer, the context's keys and values (views
+    of the trace's tensors, never written): what :func:`_later_nlls` reads of a cache."""
+
+    layers: list[_CacheLayer]
+
+
+def trace_cache(trace: Any, model: Any, ids: Any, context: int) -> Any:
+    """The cache a prefill of the first ``context`` of ``ids`` leaves, read from ``trace``
+    (the model's trace of ``ids``, with values): each layer's keys (after the rotary
+    embedding, as the model caches them) and values of those tokens, as views of the
+    trace's own tensors. Refused (``ValueError`` naming what differs) unless the trace is
+    of these ids, unmerged, with keys and values of the model's layers, KV heads and dtype."""
+    from attnlab.tracing.attention import AttentionTrace
+
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+    net = _net(model)
+    x = _ids(ids)
+    cfg = net.config
+    layers = cfg.num_hidden_layers
+    kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    if trace.token_ids is None or trace.token_ids != x[0].tolist():
+        raise ValueError("trace must be the trace of these ids (its token_ids differ)")
+    if trace.groups is not None or trace.k is None or trace.v is None:
+        raise ValueError("trace must be unmerged, with its keys and values (trace(..., "
+                         "merge_pieces=False), which keeps v)")
+    k, v = trace.k, trace.v
+    dtype = next(net.parameters()).dtype
+    if (k.shape[0], k.shape[1]) != (layers, kv) or k.dtype != dtype or v.dtype != dtype:
+        raise ValueError(f"trace must hold keys of {layers} layers and {kv} KV heads in "
+                         f"{dtype}, got {tuple(k.shape[:2])} in {k.dtype}")
+    check_int("context", context, minimum=1, maximum=x.shape[1] - 2)
+    return _TraceCache([_CacheLayer(k[i, None, :, :context], v[i, None, :, :context])
+                        for i in range(layers)])
+
+
 def _params(net: Any) -> Any:
     import inspect
 
@@ -415,7 +459,7 @@ class EvictionLossesJSON(TypedDict):
 def eviction_losses(model: Any, ids: Any, result: Any, *,
                     budgets: Sequence[float] | None = None,
                     policies: Sequence[str] | None = None,
-                    chunk: int = CHUNK) -> EvictionLosses:
+                    chunk: int = CHUNK, trace: Any = None) -> EvictionLosses:
     """The loss of the later rows with each policy's kept keys at each budget, beside the
     loss with the whole cache: ``{"full": float, "loss": {policy: {budget: float}},
     "delta": {policy: {budget: float}}}`` (``delta`` = loss − full). ``result`` is the
@@ -424,7 +468,13 @@ def eviction_losses(model: Any, ids: Any, result: Any, *,
     policies with every key kept, so a delta is the eviction's alone (0 at budget 1).
 
     The prefill runs once; the policies of each budget then run as one batch, and keep
-    masks that are equal (every key kept: ``full``'s) run once (see the module's doc)."""
+    masks that are equal (every key kept: ``full``'s) run once (see the module's doc).
+
+    ``trace``: the model's :class:`~attnlab.tracing.attention.AttentionTrace` of these ids,
+    with its values (the one the eviction result was measured on): its keys and values of
+    the first ``C`` tokens are the prefill's cache, read instead of running the prefill
+    (:func:`trace_cache`; the same cache to float32's rounding, from the trace's own
+    forward)."""
     from attnlab.analysis.eviction import EvictionResult
 
     if not isinstance(result, EvictionResult) or not result.keep:
@@ -458,7 +508,7 @@ def eviction_losses(model: Any, ids: Any, result: Any, *,
                 masks.append(keeps[p, b])
                 batches[-1].append(i)
             which[p, b] = i
-    cache = _prefill(net, x, c, chunk)
+    cache = _prefill(net, x, c, chunk) if trace is None else trace_cache(trace, net, x, c)
     release_memory()
     losses = [0.0] * len(masks)
     for batch in filter(None, batches):

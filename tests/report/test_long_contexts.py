@@ -181,6 +181,55 @@ def test_jobs_are_checked():
         _measure.run_job({"kind": "trace", "model": "smollm2", "tokens": 8, "text": 3})
 
 
+def test_a_trace_job_writes_its_trace_after_its_numbers_when_asked(tmp_path):
+    """With ``save`` a trace job writes its (unmerged) trace, read back equal to a trace of
+    the same ids, after its numbers are taken; only a trace job may save."""
+    from attnlab.tracing.attention import AttentionTrace
+
+    path = tmp_path / "t.safetensors"
+    res = _measure.run_job({"kind": "trace", "model": "tiny-llama", "tokens": 24,
+                            "save": str(path)})
+    assert res["save_seconds"] > 0 and res["tokens"] == 24
+    got = AttentionTrace.load(path)
+    model, _, ids = _measure._model_and_ids({"kind": "trace", "model": "tiny-llama",
+                                             "tokens": 24, "text": None})
+    assert got.token_ids == ids and got.groups is None and got.v is not None
+    assert torch.equal(got.k, trace(model, ids, merge_pieces=False).k)
+    assert "save_seconds" not in _measure.run_job({"kind": "trace", "model": "tiny-llama",
+                                                   "tokens": 8})
+    with pytest.raises(ValueError, match="job\\['save'\\]"):
+        _measure.run_job({"kind": "eager", "model": "tiny-llama", "tokens": 8,
+                          "save": str(path)})
+
+
+def test_the_curve_keeps_only_its_largest_trace(tmp_path):
+    jobs: list = []
+    run = fake_runner([])
+
+    def keeping(job):
+        jobs.append(dict(job))
+        return run(job)
+    lc.measure([16, 32], model="tiny-llama", budget_bytes=10**15, runner=keeping,
+               keep=tmp_path / "t.safetensors")
+    assert [(j["kind"], j["tokens"], j.get("save")) for j in jobs] == [
+        ("trace", 16, None), ("eager", 16, None),
+        ("trace", 32, str(tmp_path / "t.safetensors")), ("eager", 32, None)]
+
+
+def test_the_map_reads_the_curves_trace_only_where_it_holds_the_same_tokens(tmp_path):
+    ids = list(range(1, 41))
+    model = _measure.tiny_llama(max_length=64)
+    path = tmp_path / "t.safetensors"
+    trace(model, ids, merge_pieces=False).save(path)
+    lines: list = []
+    got = lc._saved_trace((path, 2.5), ids, lines.append)
+    assert got is not None and got[0].token_ids == ids and got[1] == 2.5
+    assert "opened in" in lines[0] and got[0].opened_from == path
+    assert lc._saved_trace((path, 2.5), ids[:-1] + [7], lines.append) is None
+    assert lc._saved_trace((tmp_path / "none.safetensors", 2.5), ids, lines.append) is None
+    assert lc._saved_trace(None, ids, lines.append) is None
+
+
 @pytest.mark.slow  # a fresh Python process that imports torch and transformers
 def test_an_isolated_job_runs_in_a_fresh_process_and_keeps_o_n_per_head():
     res = _measure.run_isolated({"kind": "trace", "model": "tiny-llama", "tokens": 32},

@@ -7,10 +7,13 @@ resident set it reports (:func:`attnlab._proc.peak_rss_bytes` at the end) is tha
 own, model loading included::
 
     {"kind": "eager" | "trace", "model": "smollm2" | "tiny-llama", "tokens": N,
-     "text": null | "DIR"}
+     "text": null | "DIR", "save": null | "FILE"}
 
 * ``eager``: the model's Hugging Face eager attention with ``output_attentions=True``;
-* ``trace``: :func:`attnlab.tracing.tracer.trace` on the same token ids.
+* ``trace``: :func:`attnlab.tracing.tracer.trace` on the same token ids (unmerged); with
+  ``save``, the trace is then written to that file (:meth:`AttentionTrace.save
+  <attnlab.tracing.attention.AttentionTrace.save>`), after the point's numbers are taken,
+  so that the process that asked can read it instead of tracing the same ids again.
 
 Both run the model's base (no vocabulary head: its N x vocabulary logits are not attention,
 and the tracer skips them too). The ids are the first N tokens of the long text
@@ -23,7 +26,8 @@ seeded random ids instead.
 The result (:class:`Measured`): ``kind``, ``tokens``, ``num_layers``, ``num_heads``,
 ``num_kv_heads``, ``load_seconds``, ``forward_seconds`` (the forward or the trace alone),
 ``peak_rss_bytes``, ``kept_bytes`` (the attention weights eager returned, or the tensors
-the trace holds), ``loadavg`` (1, 5, 15 min, at the start); :func:`run_isolated` adds
+the trace holds), ``loadavg`` (1, 5, 15 min, at the start), ``save_seconds`` (writing the
+trace, when saved); :func:`run_isolated` adds
 ``process_seconds`` (the whole process) or gives ``error`` instead of the numbers
 (:class:`Failed`).
 """
@@ -60,6 +64,7 @@ class Job(TypedDict):
     model: str  # one of MODELS
     tokens: int
     text: str | None  # a folder of *.txt texts (None: the course)
+    save: NotRequired[str | None]  # a trace job's file to write the trace to
 
 
 @final  # (so that a reader's `"error" in result` tells the two results apart)
@@ -77,6 +82,7 @@ class Measured(TypedDict):
     peak_rss_bytes: int  # the process's resident peak at the end
     kept_bytes: int  # the weights eager returned, or the tensors the trace holds
     loadavg: list[float]  # 1, 5 and 15 minutes, at the start
+    save_seconds: NotRequired[float]  # writing the trace to the job's ``save`` file
     process_seconds: NotRequired[float]  # the whole process (run_isolated)
 
 
@@ -120,7 +126,12 @@ def _check_job(job: object) -> Job:
     text = job.get("text")
     if text is not None and (not isinstance(text, str) or not text):
         raise ValueError(f"job['text'] must be null (the course) or a folder, got {text!r}")
-    return {"kind": job["kind"], "model": job["model"], "tokens": n, "text": text}
+    save = job.get("save")
+    if save is not None and (not isinstance(save, str) or not save or job["kind"] != "trace"):
+        raise ValueError(f"job['save'] must be null or, for a trace job, a file path, got "
+                         f"{save!r} for a {job['kind']!r} job")
+    return {"kind": job["kind"], "model": job["model"], "tokens": n, "text": text,
+            "save": save}
 
 
 def _model_and_ids(job: Job) -> tuple[Any, Any, list[int]]:
@@ -162,15 +173,21 @@ def run_job(job: Job) -> Measured:
         from attnlab.tracing.tracer import trace
 
         t1 = time.perf_counter()
-        t = trace(subject, ids)
+        t = trace(subject, ids, merge_pieces=False)
         forward_s = time.perf_counter() - t1
         kept = sum(x.nbytes for x in (t.q, t.k, t.v, t.lse, t.context) if x is not None)
-    return {"kind": job["kind"], "model": job["model"], "tokens": len(ids),
-            "num_layers": int(cfg.num_hidden_layers), "num_heads": int(cfg.num_attention_heads),
-            "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None)
-                                or cfg.num_attention_heads),
-            "load_seconds": load_s, "forward_seconds": forward_s,
-            "peak_rss_bytes": peak_rss_bytes(), "kept_bytes": int(kept), "loadavg": loadavg}
+    out: Measured = {
+        "kind": job["kind"], "model": job["model"], "tokens": len(ids),
+        "num_layers": int(cfg.num_hidden_layers), "num_heads": int(cfg.num_attention_heads),
+        "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None)
+                            or cfg.num_attention_heads),
+        "load_seconds": load_s, "forward_seconds": forward_s,
+        "peak_rss_bytes": peak_rss_bytes(), "kept_bytes": int(kept), "loadavg": loadavg}
+    if job.get("save"):  # after the numbers: writing is not the point's cost
+        t2 = time.perf_counter()
+        t.save(str(job["save"]))
+        out["save_seconds"] = time.perf_counter() - t2
+    return out
 
 
 def run_isolated(job: Job, *, timeout: float = 3600.0) -> Measured | Failed:

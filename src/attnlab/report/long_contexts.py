@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -143,7 +144,8 @@ def _gb(x: float | None) -> str:
 
 def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | None = None,
             budget_bytes: int | None = None, runner: Runner = run_isolated,
-            log: Callable[[str], Any] | None = None) -> LongContextsDoc:
+            log: Callable[[str], Any] | None = None,
+            keep: str | Path | None = None) -> LongContextsDoc:
     """Peak memory and time of the trace and of eager ``output_attentions`` at each of
     ``sizes`` (increasing), interleaved per N: the trace first, then eager while its
     predicted peak stays within ``budget_bytes``.
@@ -152,7 +154,9 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
     eager peak less its :func:`dense_bytes`, or, before any, the trace's peak at the same
     N. Once a point is over the budget (or an eager process fails) the dense curve stops
     for every larger N. ``runner`` does one job (:func:`attnlab.report._measure.run_isolated`:
-    a fresh process each). Returns the JSON-ready document (see :func:`render`).
+    a fresh process each). ``keep``: a file the trace at the largest N is written to, once
+    measured (the job's ``save``), for the caller to read instead of tracing those tokens
+    again. Returns the JSON-ready document (see :func:`render`).
     """
     sizes = [int(n) for n in sizes]
     if not sizes or any(b <= a for a, b in zip(sizes, sizes[1:])) or sizes[0] < 1:
@@ -175,7 +179,10 @@ def measure(sizes: Sequence[int], *, model: str = "smollm2", text: str | Path | 
     base: int | None = None
     for n in sizes:
         say(f"long contexts: trace, {n} tokens")
-        tr = runner({"kind": "trace", "model": model, "tokens": n, "text": folder})
+        job: Job = {"kind": "trace", "model": model, "tokens": n, "text": folder}
+        if keep is not None and n == sizes[-1]:
+            job["save"] = str(keep)
+        tr = runner(job)
         point: Point = {"tokens": n, "trace": tr, "eager": None, "eager_predicted_bytes": None}
         doc["points"].append(point)
         if "error" in tr:
@@ -348,9 +355,31 @@ class LongTextTrace(NamedTuple):
     seconds: float
 
 
+def _saved_trace(saved: tuple[Path, float] | None, ids: list[int], log: Callable[[str], Any]
+                 ) -> tuple[Any, float] | None:
+    """The trace the curve's process wrote (its file, and the seconds it took to make) and
+    its seconds, read back, where it is the trace of ``ids``; else None."""
+    from attnlab.tracing.attention import AttentionTrace
+
+    if saved is None or not saved[0].is_file():
+        return None
+    t0 = time.perf_counter()
+    # memory-mapped (the file this report's own process wrote a moment ago): each layer is
+    # read from the page cache when first used, not copied and hashed again
+    t = AttentionTrace.open(saved[0])
+    if t.token_ids != ids or t.groups is not None:
+        return None
+    log(f"long contexts: the curve's trace of these {len(ids)} tokens, opened in "
+        f"{time.perf_counter() - t0:.1f} s")
+    return t, saved[1]
+
+
 def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
-              log: Callable[[str], Any], cache: dict[str, Any] | None = None
-              ) -> tuple[Any, MapInfo]:
+              log: Callable[[str], Any], cache: dict[str, Any] | None = None,
+              saved: tuple[Path, float] | None = None) -> tuple[Any, MapInfo]:
+    """The map of the induction head over the long text. ``saved``: a trace file the curve
+    wrote and the seconds the trace took there, read instead of tracing again when it holds
+    the same tokens."""
     from attnlab.tracing.tracer import trace as run_trace
 
     head = choose_head(loaded, seed=seed)
@@ -360,10 +389,14 @@ def _map_part(loaded: Any, source: LongText, max_tokens: int, seed: int,
     n_text = len(enc["input_ids"])
     if n_text > limit:  # cut the text where token `limit` (counting from 0) starts
         text = text[:enc["offset_mapping"][limit][0]]
-    log(f"long contexts: tracing {source.name_en} ({min(n_text, limit)} tokens)")
-    t0 = time.perf_counter()
-    t = run_trace(loaded, text, truncate=True, merge_pieces=False)
-    trace_s = time.perf_counter() - t0
+    got = _saved_trace(saved, list(loaded.tokenizer(text)["input_ids"]), log)
+    if got is not None:
+        t, trace_s = got
+    else:
+        log(f"long contexts: tracing {source.name_en} ({min(n_text, limit)} tokens)")
+        t0 = time.perf_counter()
+        t = run_trace(loaded, text, truncate=True, merge_pieces=False)
+        trace_s = time.perf_counter() - t0
     if cache is not None:
         cache[LONG_TRACE_KEY] = LongTextTrace(t, trace_s)
     layer, h = head["layer"], head["head"]
@@ -634,9 +667,15 @@ def build(ctx: ReportContext) -> Section:
     except ModelNotAvailableError as exc:
         return _skipped(f"skipped smollm2: {exc}", f"已跳过 smollm2：{exc}")
     folder = None if source.source == "course" else source.source
-    doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log)
-    doc["settings"] = {TOKENS_ENV: max_tokens, ARTICLES_ENV: folder}
-    map_fig, doc["map"] = _map_part(loaded, source, max_tokens, ctx.seed, ctx.log, ctx.cache)
+    with tempfile.TemporaryDirectory(prefix="attnlab-long-") as tmp:
+        # the curve's process writes its largest trace here: the map reads it back
+        kept = Path(tmp) / "trace.safetensors"
+        doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log, keep=kept)
+        doc["settings"] = {TOKENS_ENV: max_tokens, ARTICLES_ENV: folder}
+        last = doc["points"][-1]["trace"]
+        saved = None if "error" in last else (kept, last["forward_seconds"])
+        map_fig, doc["map"] = _map_part(loaded, source, max_tokens, ctx.seed, ctx.log,
+                                        ctx.cache, saved)
     atomic_write_text(Path(ctx.out_dir) / JSON_NAME, json.dumps(doc, indent=1,
                                                                 ensure_ascii=False))
     body, passed, rows = render(doc, map_fig)

@@ -21,7 +21,10 @@ parts in English, then in Chinese, shipped in the package), or the ``*.txt`` fil
 2. **The map.** One SmolLM2 head — the strongest induction head, found on a repeated
    random sequence (:func:`choose_head`) — over the long text's first 8,192 tokens (the
    model's whole window), drawn as its pooled map, and a few of its exact rows (top-k keys)
-   computed on demand at that length.
+   computed on demand at that length. The trace is the curve's own at that N: its process
+   writes it to a temporary file once its point is measured, and the map (then the
+   attribution part) opens that file instead of running the model over the same tokens
+   again.
 
 The numbers are also written next to the page as ``long_contexts.json``
 (:data:`JSON_NAME`, a :class:`LongContextsDoc`). Tables and figures are shown in English

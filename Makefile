@@ -42,8 +42,14 @@ lint: $(STAMP)
 # fixtures are built once there; PYTEST_ARGS= runs the suite on one process
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 
-test: $(STAMP) lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+# lint runs beside the suite (mypy takes most of a minute from a cold cache), its output
+# printed after the suite's; `make test` fails if either fails
+test: $(STAMP)
+	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(PY) -m pytest $(PYTEST_ARGS); tests=$$?; \
+	wait $$lint; linted=$$?; cat $(VENV)/lint.log; \
+	if [ $$linted -ne 0 ]; then echo "make test: lint failed (above)"; fi; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 bench: $(STAMP)
 	$(VENV)/bin/attnlab bench

@@ -1,16 +1,19 @@
 """The head scores on the compiled kernel (:func:`attnlab.core.weights.head_sums`): one pass
 over q, k and the log-sum-exp that writes no weight, held to the dense float64 definitions
 of ``oracles.own_scores`` and to the pass that reads the weights, on every rule the kernel
-takes; the formulas it stands on (entropy from the lse, distance, sink) checked both ways."""
+takes, and to the bit to its own arithmetic written out rounding by rounding; the formulas it
+stands on (entropy from the lse, distance, sink) checked both ways."""
 
 from __future__ import annotations
 
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from oracles import own_scores
+from torch import Tensor
 
 from attnlab.analysis import scores as scores_mod
 from attnlab.analysis.scores import scan
@@ -281,3 +284,254 @@ def test_merged_tokens_are_merged_by_the_kernel_as_the_trace_merges_them(rule, m
     # the merge matters: the pieces' own scores are other numbers
     pieces = scores_from_sums(scan(_trace(300, shape))[0], False)
     assert float((pieces["distance"] - got["distance"]).abs().max()) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's sums to the bit: every rounding of the pass written out in float32 / float64
+
+
+def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a·b + c`` of float32 arrays rounded once to float32, as an FMA rounds it: the exact
+    product in float64 (24 + 24 bits), the sum in float64 with its error (TwoSum), which
+    decides the one case the float64 sum cannot: a float64 sum halfway between two float32s."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    cc = c.astype(np.float64)
+    s = p + cc
+    bb = s - p
+    err = (p - (s - bb)) + (cc - bb)  # s + err == p + c exactly
+    r = s.astype(np.float32)
+    below = np.where(r.astype(np.float64) > s, np.nextafter(r, np.float32(-np.inf)), r)
+    above = np.where(r.astype(np.float64) < s, np.nextafter(r, np.float32(np.inf)), r)
+    tie = (below != above) & (s == (below.astype(np.float64) + above.astype(np.float64)) / 2)
+    return np.where(tie & (err > 0), above, np.where(tie & (err < 0), below, r))
+
+
+def _cpp_max(a, b):
+    """``std::max(a, b)``: ``a < b ? b : a`` (a NaN ``b`` is passed over)."""
+    return b if a < b else a
+
+
+def _reduce_lanes(t: np.ndarray) -> float:
+    """The float64 lanes of mass_distance summed as the kernel sums them: 8 lanes (AVX-512)
+    as ``_mm512_reduce_add_pd`` (the halves added, then their halves, then the two), 4 (AVX2)
+    pairwise."""
+    if len(t) == 8:
+        t = t[4:] + t[:4]
+        t = t[2:] + t[:2]
+        return float(t[0] + t[1])
+    return float((t[0] + t[1]) + (t[2] + t[3]))
+
+
+def _kernel_exps(ops, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The kernel's two exponentials of float32 ``x``, each element both ways: its vector loop's
+    (``Vectorized<float>::exp``, Sleef's; torch's own ``exp`` is MKL's, other bits) and its
+    scalar tail's (``std::exp``), read off ``exp_rows`` (weights of a one-dimensional q·k with
+    q = 1, scale 1 and lse 0: exactly exp(x)) on one row of whole vectors, and on rows of one
+    key."""
+    flat = x.reshape(-1)
+    n = flat.numel()
+    padded = torch.cat([flat, torch.zeros(-n % 16)])
+    c = padded.numel()
+    vec = ops.exp_rows(torch.ones(1, 1, 1), padded.reshape(1, c, 1).contiguous(),
+                       torch.zeros(1, 1), torch.zeros(1, dtype=torch.long), 0, 1, c, False, 0,
+                       None, 1.0)[0, 0, :n]
+    tail = ops.exp_rows(flat.reshape(1, n, 1).contiguous(), torch.ones(1, 1, 1),
+                        torch.zeros(1, n), torch.arange(n), 0, n, 1, False, 0, None,
+                        1.0)[0, :, 0]
+    return vec.reshape(x.shape), tail.reshape(x.shape)
+
+
+def _reference_sums(ops, q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, heads: list[int],
+                    rows: range, pool_block: int, pairs: tuple[Tensor, Tensor] | None,
+                    lanes: int, fused_scale: bool = False) -> tuple[Tensor, Tensor]:
+    """head_sums' sums and pooled blocks, every float32 / float64 operation in the kernel's
+    order: x = (s·scale) − lse, two roundings (one, with ``fused_scale``: a wrong kernel);
+    per row, per tile of keys (1024, or whole pooling blocks) the keys [a, b) seen there,
+    ``lanes`` at a time from a (16 on AVX-512, 8 on AVX2) then the scalar tail (whose
+    exponential is ``std::exp``'s): Σ p·x by a float32 FMA per lane, the lanes summed in
+    float64 in order, then the tail's float32 products; the mass and distance in float64
+    lanes (the first and second half of each vector apart), reduced as ``_mm512_reduce_add_pd``
+    (AVX-512) or pairwise (AVX2), then the tail; the largest p; p at keys; the pair keys;
+    each pooling block's float32 sum (``lanes`` from its first key, its lanes from 0 in order,
+    its tail). The rows' sums then added row by row, pooled blocks included."""
+    h_all, lq, _ = q.shape
+    lk = k.shape[1]
+    group = h_all // k.shape[0]
+    s64 = torch.stack([q[h].double() @ k[h // group].double().T for h in range(h_all)])
+    s = s64.float()
+    assert torch.equal(s.double(), s64), "q and k must give exact scores (a grid of values)"
+    scale = float(torch.tensor(shape.scale, dtype=torch.float32))
+    lse_x = torch.where(torch.isinf(lse), torch.zeros(()), lse)  # rows of -inf: skipped below
+    if fused_scale:
+        x = torch.from_numpy(_fma32(s.numpy(), np.full(s.shape, scale, np.float32),
+                                    -lse_x[..., None].expand_as(s).numpy()))
+    else:
+        x = (s * scale) - lse_x[..., None]
+    assert bool(torch.isfinite(x).all())
+    vec_exp, tail_exp = (t.numpy() for t in _kernel_exps(ops, x))
+    x = x.numpy()
+    tile = 1024
+    if pool_block:
+        tile = pool_block if pool_block >= 1024 else 1024 // pool_block * pool_block
+    tile = min(tile, lk)
+    km = None if shape.key_mask is None else shape.key_mask.numpy()
+    half = lanes // 2
+    nkb = -(-lk // pool_block) if pool_block else 0
+    sums = np.zeros((h_all, len(HEAD_SUMS)), np.float64)
+    pooled = np.zeros((h_all, -(-lq // pool_block) if pool_block else 0, nkb), np.float32)
+    f32 = np.float32
+    for h in heads:
+        for ri, row in enumerate(rows):
+            pos = row + lk - lq
+            lo, hi = 0, lk
+            if shape.causal:
+                hi = pos + 1
+            if shape.window:
+                lo, hi = max(lo, pos - shape.window + 1), min(hi, pos + shape.window)
+            lo = min(max(lo, 0), lk)
+            hi = min(max(hi, lo), lk)
+            st = [0.0] * 9
+            prow = np.zeros(nkb, np.float32)
+            el = float(lse[h, row])
+            for c0 in range(0, lk, tile):
+                a, b = max(lo, c0), min(hi, c0 + tile)
+                if b <= a or el == float("-inf"):
+                    continue
+                n = b - a
+                nv = n // lanes * lanes
+                xs = x[h, row, a:b].copy()
+                es = np.concatenate([vec_exp[h, row, a:a + nv], tail_exp[h, row, a + nv:b]])
+                if km is not None:
+                    hidden = ~km[a:b]
+                    es[hidden] = 0.0
+                    xs[hidden] = 0.0
+                ae = np.zeros(lanes, np.float32)
+                ax = np.zeros(lanes, np.float32)
+                m0, m1 = np.zeros(half), np.zeros(half)
+                d0, d1 = np.zeros(half), np.zeros(half)
+                for j in range(0, nv, lanes):
+                    e, xv = es[j:j + lanes], xs[j:j + lanes]
+                    ae = _fma32(e, xv, ae)
+                    ax = np.maximum(ax, e)  # NaN-propagating, as at::vec::maximum
+                    key = a + j + np.arange(lanes)
+                    e64 = e.astype(np.float64)
+                    m0, m1 = m0 + e64[:half], m1 + e64[half:]
+                    dist = np.abs((key - pos).astype(np.float64))
+                    d0, d1 = d0 + e64[:half] * dist[:half], d1 + e64[half:] * dist[half:]
+                ent = 0.0
+                for v in ae:
+                    ent += float(v)
+                nan, mx = False, f32(0.0)
+                for v in ax:
+                    nan |= bool(np.isnan(v))
+                    mx = _cpp_max(mx, v)
+
+                mass, dd = _reduce_lanes(m0 + m1), _reduce_lanes(d0 + d1)
+                for j in range(nv, n):
+                    ent += float(f32(es[j]) * f32(xs[j]))
+                    nan |= bool(np.isnan(es[j]))
+                    mx = _cpp_max(mx, es[j])
+                    mass += float(es[j])
+                    dd += float(es[j]) * abs(a + j - pos)
+                st[0] += mass
+                st[1] -= ent
+                st[2] = float("nan") if nan else _cpp_max(st[2], float(mx))
+                st[3] += dd
+                st[4] += float(es[0]) if a == 0 else 0.0  # p at key 0 (b > a here)
+                if pos >= 1:
+                    st[5] += float(es[pos - 1 - a]) if a <= pos - 1 < b else 0.0
+                if pos >= 0:
+                    st[6] += float(es[pos - a]) if a <= pos < b else 0.0
+                if pairs is not None:
+                    ptr, keys = pairs
+                    mine = keys[int(ptr[ri]):int(ptr[ri + 1])].tolist()
+                    for key in mine:
+                        if a <= key < b:
+                            st[7] += float(es[key - a])
+                    for key in mine:
+                        if a <= key + 1 < b:
+                            st[8] += float(es[key + 1 - a])
+                for blk in range(a // pool_block, -(-b // pool_block)) if pool_block else ():
+                    seg = es[max(blk * pool_block, a) - a:min((blk + 1) * pool_block, b) - a]
+                    acc = np.zeros(lanes, np.float32)
+                    whole = len(seg) // lanes * lanes
+                    for j in range(0, whole, lanes):
+                        acc = acc + seg[j:j + lanes]
+                    total = f32(0.0)
+                    for v in list(acc) + list(seg[whole:]):
+                        total = f32(total + v)
+                    prow[blk] = f32(prow[blk] + total)
+            for c in range(9):
+                sums[h, c] += st[c]
+            if pos >= 1:
+                sums[h, 9] += st[4]
+                sums[h, 10] += st[0]
+            if pool_block:
+                pooled[h, row // pool_block] += prow
+    return torch.from_numpy(sums), torch.from_numpy(pooled)
+
+
+def _grid(*shape: int, generator: torch.Generator) -> Tensor:
+    """Multiples of 1/8 in [-1, 1]: every q·k over d <= 16 is exact in float32, whatever the
+    order of its sum."""
+    return torch.randint(-8, 9, shape, generator=generator).float() / 8
+
+
+EXACT = {
+    "causal, pairs, pool 32 (vector blocks)": dict(shape=dict(causal=True), pool=32),
+    "causal, window, key mask, pool 7": dict(shape=dict(causal=True, window=24), mask=True,
+                                              pool=7),
+    "window, key mask, pool 16": dict(shape=dict(window=40), mask=True, pool=16, rows=(30, 200)),
+    "bidirectional, no pool": dict(shape=dict(), pool=0, rows=(5, 77)),
+    "tiles of keys, cache": dict(shape=dict(causal=True), pool=16, lq=40, lk=1100,
+                                 heads=[0, 3]),
+}
+
+
+@pytest.mark.parametrize("case", list(EXACT))
+def test_the_kernel_sums_are_the_written_out_roundings_to_the_bit(case, kernel):
+    """Every sum and pooled block equals, bit for bit, the pass written out rounding by
+    rounding (:func:`_reference_sums`); the same reference with the scale fused into the
+    subtraction (one rounding: what an FMA would give) is caught by the same comparison."""
+    cap = kernel.capability()
+    if cap not in ("AVX512", "AVX2"):
+        # justified: the reference follows the lanes of the vector kernels; the DEFAULT build
+        # is held to the dense definitions by the tests above
+        pytest.skip(f"the kernel here is {cap}")
+    lanes = 16 if cap == "AVX512" else 8
+    spec = EXACT[case]
+    lq, lk = spec.get("lq", 200), spec.get("lk", 200)
+    g = torch.Generator().manual_seed(11)
+    h_all, d = 4, 16
+    q, k = _grid(h_all, lq, d, generator=g), _grid(2, lk, d, generator=g)
+    k[:, 0] += 0.5  # a key many rows lean to
+    key_mask = None
+    if spec.get("mask"):
+        key_mask = torch.rand(lk, generator=g) > 0.2
+        key_mask[:3] = True
+    shape = ScoreShape(scale=1.3, key_mask=key_mask, **spec["shape"])
+    lse = row_logsumexp(q, k, shape)
+    lse[1, 7] = float("-inf")  # a row taken as seeing nothing
+    rows = range(*spec.get("rows", (0, lq)))
+    heads = spec.get("heads", [0, 1, 3])
+    ids = torch.randint(6, (lk,), generator=g)  # each row's earlier keys of its own token
+    keys, ptr = [], [0]
+    for row in rows:
+        pos = row + lk - lq
+        keys += [j for j in range(min(pos, lk)) if ids[j] == ids[pos]] if pos < lk else []
+        ptr.append(len(keys))
+    pairs = (torch.tensor(ptr), torch.tensor(keys, dtype=torch.long))
+    pb = spec["pool"]
+    sums = torch.zeros(h_all, len(HEAD_SUMS), dtype=torch.float64)
+    pooled = torch.zeros(h_all, -(-lq // pb), -(-lk // pb)) if pb else None
+    assert head_sums(q, k, lse, shape, heads=torch.tensor(heads), rows=rows, sums=sums,
+                     pooled=pooled, pool_block=pb, pairs=pairs)
+    ref, ref_pooled = _reference_sums(kernel, q, k, lse, shape, heads, rows, pb, pairs, lanes)
+    assert torch.equal(sums, ref), (sums - ref).abs().max()
+    if pb:
+        assert torch.equal(pooled, ref_pooled), (pooled - ref_pooled).abs().max()
+    assert bool(ref[heads].any(-1).all()) and bool((ref[heads, 7] > 0).any())
+    wrong, _ = _reference_sums(kernel, q, k, lse, shape, heads, rows, pb, pairs, lanes,
+                               fused_scale=True)
+    assert not torch.equal(sums, wrong)
+    assert not torch.equal(sums[:, 1], wrong[:, 1])  # the entropy sees x itself

@@ -745,9 +745,9 @@ at::Tensor exp_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 //   9 p at key 0 and 10 the mass, of the rows with pos >= 1 only
 // and, with pool_block > 0, added to pooled (H, nq, ceil(Lk / pool_block)) float32: each
 // row's sums over blocks of pool_block keys, into its block of rows (row / pool_block).
-// Each tile of keys is read once by the query heads that share it (one GEMM each, in cache);
-// mass and distance are summed in float64, the entropy in float32 over one tile's keys
-// (at most 1024), then in float64.
+// Per tile of a head's rows and keys: one GEMM, then each row in two loops (exp_row): the
+// exponentials, then every sum at once; mass and distance are summed in float64, the
+// entropy in float32 over one tile's keys (at most 1024), then in float64.
 constexpr int kStats = 9;     // per row
 constexpr int kHeadSums = 11;  // per head
 
@@ -858,6 +858,217 @@ inline void pair_sums(const int64_t* k0, const int64_t* k1, const float* w, int6
     *ind += w[*it + 1 - c0];
 }
 
+// Whether head_sums takes each row of a tile in one pass (exp_row): where mass_distance's
+// vector loop steps as many keys as Vectorized<float> holds (16 on AVX-512, 8 on AVX2), so
+// that one loop keeps the order of both.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool kOnePass = true;
+#else
+constexpr bool kOnePass = false;
+#endif
+
+// v itself, rounded: the multiply that gave it is not fused with the subtraction that takes
+// it (g++ contracts a * b − c into one FMA, one rounding, in C++ by default); the empty asm
+// hands the compiler a value it cannot see the making of
+inline float held(float v) {
+#if defined(CPU_CAPABILITY_AVX512)
+  asm("" : "+v"(v));
+#elif defined(CPU_CAPABILITY_AVX2)
+  asm("" : "+x"(v));
+#endif
+  return v;
+}
+
+inline Vectorized<float> held(const Vectorized<float>& v) {
+#if defined(CPU_CAPABILITY_AVX512)
+  __m512 r = v;
+  asm("" : "+v"(r));
+  return r;
+#elif defined(CPU_CAPABILITY_AVX2)
+  __m256 r = v;
+  asm("" : "+x"(r));
+  return r;
+#else
+  return v;
+#endif
+}
+
+// The lanes' larger, NaN or not; where every lane is a number, as at::vec::maximum: exp_row
+// tells a NaN weight by its float64 mass instead (weights are >= 0, +inf or NaN: their sum
+// is NaN only if one of them is)
+inline Vectorized<float> max_of(const Vectorized<float>& a, const Vectorized<float>& b) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_max_ps(a, b);
+#elif defined(CPU_CAPABILITY_AVX2)
+  return _mm256_max_ps(a, b);
+#else
+  return at::vec::maximum(a, b);
+#endif
+}
+
+// What exp_row sums over a row of a tile.
+struct RowSums {
+  double ent;  // Σ p·x (x = log p): float32 lanes, then float64
+  bool nan;    // a NaN weight
+  float mx;    // the largest weight
+  int64_t j;   // the first key past the vector loop (the scalar tail is [j, b))
+};
+
+// The end of exp_row: the vector lanes' Σ p·x (lane_sum), NaN and max, then the scalar tail
+// [j, b) as the vector loop takes it (x = s·scale − l, the product rounded first; with
+// kOnePass off s[j:b) is scaled already)
+inline RowSums exp_tail(float* s, int64_t j, int64_t b, float scale, float l, const float* km,
+                        const Vectorized<float>& ae, const Vectorized<float>& ax) {
+  RowSums out{lane_sum(ae), false, 0.f, j};
+  {
+    float lanes[Vectorized<float>::size()];
+    ax.store(lanes);
+    for (int64_t i = 0; i < Vectorized<float>::size(); ++i) {
+      out.nan |= std::isnan(lanes[i]);
+      out.mx = std::max(out.mx, lanes[i]);
+    }
+  }
+  for (; j < b; ++j) {
+    float x = (kOnePass ? held(s[j] * scale) : s[j]) - l;
+    float e = std::exp(x);  // as row_exp's tail
+    if (km && km[j] == 0.f) e = x = 0.f;
+    s[j] = e;
+    out.ent += static_cast<double>(e * x);
+    out.nan |= std::isnan(e);
+    out.mx = std::max(out.mx, e);
+  }
+  return out;
+}
+
+// One row of head_sums' tile over its keys [a, b): s[a:b) holds the raw q·k, x = s·scale − l
+// (the product rounded, then the difference: two roundings, as the scores are scaled before
+// the lse is taken off), p = exp(x) written back over s (p = x = 0 where the key mask km,
+// indexed as s, hides the key). With kOnePass, two loops: the exponentials (x kept in xs,
+// indexed as s), then every sum in one pass over p and x, with nothing live across a call;
+// the sums are those of the separate passes, to the bit: Σ p·x and the max as a vectorised
+// loop over [a, b) then its scalar tail; mass and distance (pos relative to s) added to
+// *mass and *dist as mass_distance adds them (the same float64 lanes, reduced the same way,
+// then the same tail); and, with blocks (pool_block % V::size() == 0 and a on a vector
+// boundary of the blocks, the first of which ends at first_end), each block's vector lanes
+// (the row's n_blocks blocks in order, V::size() floats each: 0 for one the loop never
+// reaches), which seg_sum sums. Without kOnePass, the passes as they are: scale, exp, then
+// mass_distance.
+inline RowSums exp_row(float* s, float* xs, int64_t a, int64_t b, float scale, float l,
+                       const float* km, double pos, double* mass, double* dist, float* blocks,
+                       int64_t n_blocks, int64_t first_end, int64_t pool_block) {
+  using V = Vectorized<float>;
+  const V vl(l), zero(0.f);
+  V ae(0.f), ax(0.f);
+  int64_t j = a;
+  if constexpr (!kOnePass) {
+    for (int64_t i = a; i < b; ++i) s[i] *= scale;
+    for (; j + V::size() <= b; j += V::size()) {
+      V x = V::loadu(s + j) - vl;
+      V e = x.exp();  // as row_exp: Sleef, within 1 ulp
+      if (km) {
+        const V keep = V::loadu(km + j) != zero;
+        e = V::blendv(zero, e, keep);
+        x = V::blendv(zero, x, keep);
+      }
+      e.store(s + j);
+      ae = at::vec::fmadd(e, x, ae);
+      ax = at::vec::maximum(ax, e);
+    }
+    RowSums out = exp_tail(s, j, b, scale, l, km, ae, ax);
+    mass_distance(s, a, b, pos, mass, dist);
+    return out;
+  } else {
+    const V vs(scale);
+    for (; j + V::size() <= b; j += V::size()) {
+      V x = held(V::loadu(s + j) * vs) - vl;
+      V e = x.exp();  // as row_exp: Sleef, within 1 ulp
+      if (km) {
+        const V keep = V::loadu(km + j) != zero;
+        e = V::blendv(zero, e, keep);
+        x = V::blendv(zero, x, keep);
+      }
+      e.store(s + j);
+      x.store(xs + j);
+    }
+    const int64_t jt = j;  // the scalar tail: [jt, b)
+    double m = 0.0, dd = 0.0;
+#if defined(CPU_CAPABILITY_AVX512)
+    __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
+    __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
+    const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
+    const __m512d step = _mm512_set1_pd(16.0);
+    // j − pos of the first 8 keys of the chunk: whole numbers, exact however they are summed
+    __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(static_cast<double>(a) - pos));
+#elif defined(CPU_CAPABILITY_AVX2)
+    __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
+    __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
+    const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
+    const __m256d sign = _mm256_set1_pd(-0.0), step = _mm256_set1_pd(8.0);
+    __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(static_cast<double>(a) - pos));
+#endif
+    int64_t nb = 0;
+    j = a;
+    // block by block (the whole row one block without blocks)
+    for (int64_t end = blocks ? first_end : b; j < jt; end += pool_block) {
+      V acc(0.f);
+      const int64_t stop = std::min(end, jt);
+      for (; j < stop; j += V::size()) {
+        const V e = V::loadu(s + j);
+        ae = at::vec::fmadd(e, V::loadu(xs + j), ae);
+        ax = max_of(ax, e);
+        acc = acc + e;
+        // mass and distance: mass_distance's loop body, its two halves from the register
+#if defined(CPU_CAPABILITY_AVX512)
+        const __m512 ev = e;
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ev));
+        const __m512d hi = _mm512_cvtps_pd(
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ev), 1)));
+        const __m512d x1 = _mm512_add_pd(x0, eight);
+        m0 = _mm512_add_pd(m0, lo);
+        m1 = _mm512_add_pd(m1, hi);
+        d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
+        d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
+        x0 = _mm512_add_pd(x0, step);
+#elif defined(CPU_CAPABILITY_AVX2)
+        const __m256 ev = e;
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(ev));
+        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1));
+        const __m256d x1 = _mm256_add_pd(x0, four);
+        m0 = _mm256_add_pd(m0, lo);
+        m1 = _mm256_add_pd(m1, hi);
+        d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
+        d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
+        x0 = _mm256_add_pd(x0, step);
+#endif
+      }
+      if (blocks) acc.store(blocks + V::size() * nb++);
+    }
+    if (blocks)
+      for (; nb < n_blocks; ++nb) zero.store(blocks + V::size() * nb);
+#if defined(CPU_CAPABILITY_AVX512)
+    m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+    dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
+#elif defined(CPU_CAPABILITY_AVX2)
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
+    m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
+    dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+    // the tail: its weights first, then mass_distance's own tail over them
+    RowSums out = exp_tail(s, jt, b, scale, l, km, ae, ax);
+    out.nan |= std::isnan(m);  // a NaN weight in the vector loop (ax does not keep NaN)
+    for (int64_t i = jt; i < b; ++i) {
+      const double v = s[i];
+      m += v;
+      dd += v * std::fabs(static_cast<double>(i) - pos);
+    }
+    *mass += m;
+    *dist += dd;
+    return out;
+  }
+}
+
 void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
                const at::Tensor& heads, int64_t row0, int64_t R, bool causal, int64_t window,
                const c10::optional<at::Tensor>& key_mask, double scale_d,
@@ -937,16 +1148,24 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
       most = std::max<int64_t>(most, members[g].size());
     }
   // tiles: tc keys (whole pooling blocks where they fit) x tr rows of one head, about 512
-  // KiB of scores. A task takes one key head and a block of rows: each tile of its keys is
-  // read once, while in cache, by every asked query head that shares it, each by its own
-  // GEMM of the same shape whichever heads are asked (so a head's sums do not depend on
-  // the others asked with it: disjoint heads add up to all of them, to the bit)
+  // KiB of scores. A task takes one asked query head and a block of rows (so that the threads
+  // share the work out finely, whatever the number of key heads); each tile of keys by its
+  // own GEMM, of the same shape and at the same place in the buffers whichever heads are
+  // asked (a head's sums do not depend on the others asked with it: disjoint heads add up
+  // to all of them, to the bit). Where the rows are one block and the heads share one key
+  // head, one task takes them all: it runs on the calling thread, outside any parallel
+  // region, and the BLAS may thread its GEMMs as it threads them there
   int64_t tc = 1024;
   if (pool_block > 0) tc = pool_block >= 1024 ? pool_block : (1024 / pool_block) * pool_block;
   tc = std::min(tc, lk);
   const int64_t tr = std::min<int64_t>(R, std::clamp<int64_t>((int64_t(1) << 17) / tc, 8, 128));
   const int64_t nr = (R + tr - 1) / tr;
-  const int64_t tasks = static_cast<int64_t>(groups.size()) * nr;
+  std::vector<std::pair<int64_t, int64_t>> units;  // (key head, index into its members)
+  for (int64_t g : groups)
+    for (int64_t m = 0; m < static_cast<int64_t>(members[g].size()); ++m) units.push_back({g, m});
+  const int64_t nu = static_cast<int64_t>(units.size());
+  const bool whole = groups.size() == 1 && nr == 1;
+  const int64_t tasks = whole ? 1 : nu * nr;
   const float scale = static_cast<float>(scale_d);
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
@@ -955,22 +1174,30 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
   const float kNegInf = -std::numeric_limits<float>::infinity();
   // per row of each asked head: the stats, and its sums over key blocks
   std::vector<double> stats(static_cast<size_t>(hs * R * kStats), 0.0);
-  std::vector<float> prow(static_cast<size_t>(hs * R * nkb), 0.f);
+  // the pooled blocks go straight into pooled where each block of pool_block rows is one
+  // task's (its rows then come in order, as add_rows adds them); else through prow
+  const bool direct = nkb && (nr == 1 || (row0 % pool_block == 0 && tr % pool_block == 0));
+  std::vector<float> prow(static_cast<size_t>(direct ? 0 : hs * R * nkb), 0.f);
 
   for_each_task(tasks, [&](auto&& take) {
     using V = Vectorized<float>;
-    // 64-byte aligned buffers: the GEMM's rounding must not depend on where they sit
-    std::vector<float> sbuf(static_cast<size_t>(tr * tc + 16));
-    std::vector<float> qbuf(static_cast<size_t>(most * tr * d + 16));
-    float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
+    // 64-byte aligned buffers: the GEMM's rounding must not depend on where they sit. Left
+    // uninitialised: the GEMM writes every score it reads (beta = 0)
+    std::unique_ptr<float[]> sbuf(new float[static_cast<size_t>(tr * tc + 16)]);
+    std::unique_ptr<float[]> qbuf(new float[static_cast<size_t>(most * tr * d + 16)]);
+    float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.get()) + 63) &
                                         ~uintptr_t(63));
-    float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
+    float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.get()) + 63) &
                                          ~uintptr_t(63));
     std::vector<int64_t> lo(tr), hi(tr);
+    // a row's pooled blocks in the one pass: each block's vector lanes, then its sums
+    const int64_t row_blocks = nkb ? tc / pool_block + 2 : 0;
+    std::vector<float> lanes(static_cast<size_t>(row_blocks * V::size()));
+    std::vector<float> bsum(static_cast<size_t>(row_blocks));
+    std::vector<float> xs(static_cast<size_t>(kOnePass ? tc : 0));  // a row's x = s·scale − l
     for (int64_t t; (t = take()) >= 0;) {
-      const int64_t g = groups[t / nr], rb = zigzag(t % nr, nr);
-      const std::vector<int64_t>& mem = members[g];
-      const int64_t nm = static_cast<int64_t>(mem.size());
+      const int64_t rb = whole ? 0 : zigzag(t % nr, nr);
+      const int64_t u0 = whole ? 0 : t / nr, u1 = whole ? nu : u0 + 1;
       const int64_t r0 = rb * tr, rows_t = std::min(R, r0 + tr) - r0;
       // the keys each row may see: [lo, hi)
       int64_t cmin = lk, cmax = 0;
@@ -991,19 +1218,25 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
           cmax = std::max(cmax, b);
         }
       }
-      if (cmax <= cmin) continue;
-      for (int64_t m = 0; m < nm; ++m) {  // this tile's query rows of every member head
-        const float* src = qp + (hp[mem[m]] * lq + row0 + r0) * d;
-        std::copy(src, src + rows_t * d, qb + m * rows_t * d);
-      }
-      for (int64_t c0 = cmin / tc * tc; c0 < cmax; c0 += tc) {
-        const int64_t cols = std::min(cmax, c0 + tc) - c0;  // no key past the last one seen
-        for (int64_t m = 0; m < nm; ++m) {
-          const int64_t hq = hp[mem[m]];
-          gemm_rm<float>(false, true, rows_t, cols, d, 1.f, qb + m * rows_t * d, d,
-                         kp + (g * lk + c0) * d, d, 0.f, s, cols);
-          // the scale after q·k, rounded as exp_rows (and torch's (q @ kᵀ) * scale) round it
-          for (int64_t i = 0; i < rows_t * cols; ++i) s[i] *= scale;
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t g = units[u].first, m = units[u].second;
+        const int64_t ih = members[g][m], hq = hp[ih];  // the head: its index in heads, itself
+        if (direct) {
+          // what add_rows adds to the blocks no key of a row falls in: +0 (a −0 becomes +0)
+          for (int64_t rblk = (row0 + r0) / pool_block; rblk * pool_block < row0 + r0 + rows_t;
+               ++rblk) {
+            float* dst = op + (hq * nqb + rblk) * nkb;
+            for (int64_t x = 0; x < nkb; ++x) dst[x] += 0.f;
+          }
+        }
+        if (cmax <= cmin) continue;
+        // the tile's query rows, where they sit among those of every member head
+        float* qm = qb + m * rows_t * d;
+        std::copy(qp + (hq * lq + row0 + r0) * d, qp + (hq * lq + row0 + r0 + rows_t) * d, qm);
+        for (int64_t c0 = cmin / tc * tc; c0 < cmax; c0 += tc) {
+          const int64_t cols = std::min(cmax, c0 + tc) - c0;  // no key past the last one seen
+          gemm_rm<float>(false, true, rows_t, cols, d, 1.f, qm, d, kp + (g * lk + c0) * d, d,
+                         0.f, s, cols);
           for (int64_t r = 0; r < rows_t; ++r) {
             const int64_t a = std::max<int64_t>(lo[r], c0) - c0;
             const int64_t b = std::min<int64_t>(hi[r], c0 + cols) - c0;
@@ -1013,46 +1246,21 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
             if (l == kNegInf) continue;  // no visible key: all zeros
             float* sr = s + r * cols;
             const int64_t pos = row + off;
-            const V vl(l), zero(0.f);
-            V ae(0.f), ax(0.f);
-            int64_t j = a;
-            for (; j + V::size() <= b; j += V::size()) {
-              V x = V::loadu(sr + j) - vl;
-              V e = x.exp();  // as row_exp: Sleef, within 1 ulp
-              if (kmf) {
-                const V keep = V::loadu(kmf + c0 + j) != zero;
-                e = V::blendv(zero, e, keep);
-                x = V::blendv(zero, x, keep);
-              }
-              e.store(sr + j);
-              ae = at::vec::fmadd(e, x, ae);
-              ax = at::vec::maximum(ax, e);
-            }
-            double ent = lane_sum(ae);
-            bool nan = false;
-            float mx = 0.f;
-            {
-              float lanes[V::size()];
-              ax.store(lanes);
-              for (int64_t i = 0; i < V::size(); ++i) {
-                nan |= std::isnan(lanes[i]);
-                mx = std::max(mx, lanes[i]);
-              }
-            }
-            for (; j < b; ++j) {
-              float x = sr[j] - l;
-              float e = std::exp(x);  // as row_exp's tail
-              if (kmf && kmf[c0 + j] == 0.f) e = x = 0.f;
-              sr[j] = e;
-              ent += static_cast<double>(e * x);
-              nan |= std::isnan(e);
-              mx = std::max(mx, e);
-            }
-            double* st = stats.data() + (mem[m] * R + r0 + r) * kStats;
-            mass_distance(sr, a, b, static_cast<double>(pos - c0), &st[0], &st[3]);
-            st[1] -= ent;
-            st[2] = nan ? std::numeric_limits<double>::quiet_NaN()
-                        : std::max(st[2], static_cast<double>(mx));
+            double* st = stats.data() + (ih * R + r0 + r) * kStats;
+            // the row's pooled blocks [blk0, blk1), summed in the pass where the vector loop
+            // steps through them as seg_sum does (from each block's first key)
+            const int64_t blk0 = nkb ? (c0 + a) / pool_block : 0;
+            const int64_t blk1 = nkb ? (c0 + b - 1) / pool_block + 1 : 0;
+            const bool one_pass_blocks = kOnePass && nkb && pool_block % V::size() == 0 &&
+                                         (c0 + a) % V::size() == 0;
+            // the scale after q·k, rounded as exp_rows (and torch's (q @ kᵀ) * scale) round it
+            const RowSums rs = exp_row(sr, xs.data(), a, b, scale, l, kmf ? kmf + c0 : nullptr,
+                                       static_cast<double>(pos - c0), &st[0], &st[3],
+                                       one_pass_blocks ? lanes.data() : nullptr, blk1 - blk0,
+                                       (blk0 + 1) * pool_block - c0, pool_block);
+            st[1] -= rs.ent;
+            st[2] = rs.nan ? std::numeric_limits<double>::quiet_NaN()
+                           : std::max(st[2], static_cast<double>(rs.mx));
             auto at_key = [&](int64_t key) -> double {  // p at absolute key, 0 if not here
               const int64_t jl = key - c0;
               return (jl >= a && jl < b) ? static_cast<double>(sr[jl]) : 0.0;
@@ -1063,9 +1271,21 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
             if (pp)
               pair_sums(pk + pp[r0 + r], pk + pp[r0 + r + 1], sr, c0, c0 + a, c0 + b, &st[7],
                         &st[8]);
-            if (nkb) {
-              float* pr = prow.data() + (mem[m] * R + r0 + r) * nkb;
-              for (int64_t blk = (c0 + a) / pool_block; blk * pool_block < c0 + b; ++blk) {
+            if (!nkb) continue;
+            float* pr = direct ? op + (hq * nqb + row / pool_block) * nkb
+                               : prow.data() + (ih * R + r0 + r) * nkb;
+            if (one_pass_blocks) {
+              // seg_sum's sums: from 0, its lanes in order, then the keys of the scalar tail
+              // (within one block: the tail is shorter than a vector, which does not cross
+              // a block)
+              const int64_t n = blk1 - blk0;
+              std::fill(bsum.begin(), bsum.begin() + n, 0.f);
+              for (int64_t i = 0; i < V::size(); ++i)
+                for (int64_t x = 0; x < n; ++x) bsum[x] += lanes[x * V::size() + i];
+              for (int64_t j = rs.j; j < b; ++j) bsum[(c0 + j) / pool_block - blk0] += sr[j];
+              for (int64_t x = 0; x < n; ++x) pr[blk0 + x] += bsum[x];
+            } else {
+              for (int64_t blk = blk0; blk < blk1; ++blk) {
                 const int64_t s0 = std::max<int64_t>(blk * pool_block - c0, a);
                 const int64_t s1 = std::min<int64_t>((blk + 1) * pool_block - c0, b);
                 pr[blk] += seg_sum(sr + s0, s1 - s0);
@@ -1076,7 +1296,7 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
       }
     }
   });
-  add_rows(stats, prow, hp, hs, row0, R, off, pool_block, nkb, nqb, sums, op);
+  add_rows(stats, prow, hp, hs, row0, R, off, pool_block, direct ? 0 : nkb, nqb, sums, op);
 }
 
 // head_sums for a trace of merged tokens: `groups` (n + 1) int64 cuts the Lq = Lk pieces of

@@ -15,9 +15,12 @@ runs only when the cache holds no copy for its cells and the current attnlab, so
 A copy is current when its key matches: the SHA-256 of the notebook without outputs (its
 cells and metadata: :func:`source_text`), of attnlab's sources (``src/attnlab``) and of this
 file. One kernel runs them all, each from ``%reset -f`` (an empty namespace, no open
-figure): starting Python and importing torch once per notebook would double the time. The
-copy numbers its cells 1, 2, ... as a fresh kernel would (the kernel's own count goes on
-from notebook to notebook), in the prompts of its results and of its tracebacks alike.
+figure): starting Python and importing torch once per notebook would double the time, and
+the kernel keeps each experiment's result (``attnlab.course.run``, a module's variable that
+``%reset -f`` leaves), so that the other language's notebook of a part, whose code cells are
+the same, gets its experiments at once. The copy numbers its cells 1, 2, ... as a fresh
+kernel would (the kernel's own count goes on from notebook to notebook), in the prompts of
+its results and of its tracebacks alike.
 """
 
 from __future__ import annotations
@@ -38,12 +41,16 @@ ROOT = HERE.parents[1]
 CACHE = ROOT / "build" / "course-executed"
 KEY = "attnlab_execution_key"  # in the executed copy's notebook metadata
 RESET = "import matplotlib.pyplot as _plt\n_plt.close('all')\n%reset -f"
-# two threads: the docs build and the tests run on two shared cores; the sliders' figures
-# still (attnlab.course.STILL_ENV): no front end here moves them, and nbclient's client
-# stalled for minutes on their widgets' messages on a busy machine (the tests move each
-# slider by calling its drawing function)
-ENV = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1",
-       "TRANSFORMERS_OFFLINE": "1", "ATTNLAB_COURSE_STILL": "1"}
+# two threads: the docs build and the tests run on two shared cores; waiting OpenMP threads
+# sleep (OMP_WAIT_POLICY=PASSIVE) rather than spin: on shared cores a spinning thread holds
+# the core its partner's share of the work waits for, and the real models' passes (parts 09
+# and 11) took three to ten times as long on a busy machine (the same two threads split the
+# work as before: the numbers are the same); the sliders' figures still
+# (attnlab.course.STILL_ENV): no front end here moves them, and nbclient's client stalled
+# for minutes on their widgets' messages on a busy machine (the tests move each slider by
+# calling its drawing function)
+ENV = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE",
+       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ATTNLAB_COURSE_STILL": "1"}
 TIMEOUT_S = 300
 #: A traceback's name of a cell the kernel ran ("Cell In[127], line 3"), colours and all.
 _CELL_PROMPT = re.compile(r"(Cell(?:\x1b\[[0-9;]*m|\s)*In\[)(\d+)(\])")

@@ -646,7 +646,10 @@ def kernel(tmp_path_factory):
 
     Each notebook starts from ``%reset -f`` (an empty namespace, no open figure): it must
     import and define everything it uses. Sharing the kernel saves starting Python and
-    importing torch twenty times, which would exceed the suite's time budget.
+    importing torch twenty times, which would exceed the suite's time budget; and the
+    second language's notebook of a part (CASES runs the two one after the other) gets
+    the experiments the first ran from ``attnlab.course.run``, which keeps them in the
+    kernel (tests/course/test_course_run.py).
     """
     import nbformat  # noqa: F401 (the `course` extra, in `dev`: missing it is an error)
 

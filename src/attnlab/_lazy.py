@@ -2,7 +2,8 @@
 
 ``attnlab`` and ``attnlab.train`` list their public API as ``name -> module``; nothing is
 imported until a name is used, so ``import attnlab``, ``attnlab --help`` and
-``attnlab COMMAND --help`` do not load torch.
+``attnlab COMMAND --help`` do not load torch. A public subpackage or module is imported on
+first use too (``import attnlab; attnlab.nn.GPT``), as it would be by ``import attnlab.nn``.
 
 >>> import types
 >>> pkg = types.ModuleType("pkg")
@@ -13,11 +14,15 @@ imported until a name is used, so ``import attnlab``, ``attnlab --help`` and
 Traceback (most recent call last):
 ...
 AttributeError: module 'pkg' has no attribute 'nothing'
+>>> import attnlab
+>>> attnlab.analysis.__name__
+'attnlab.analysis'
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +38,10 @@ def lazy_exports(namespace: dict[str, Any], names: Mapping[str, str]
 
     def __getattr__(name: str) -> Any:
         where = names.get(name)
+        if where is None and not name.startswith("_") and "." not in name and \
+                namespace.get("__path__") is not None and \
+                importlib.util.find_spec(f"{package}.{name}") is not None:
+            where = f"{package}.{name}"  # a public subpackage or module, not yet imported
         if where is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(where)

@@ -3,6 +3,8 @@ files are recognisably attnlab's; errors name the target."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from attnlab._io import (
@@ -87,3 +89,22 @@ def test_write_errors_name_the_target_not_the_temp_file(tmp_path):
     assert info.value.filename == str(blocker / "x.txt") and ".tmp" not in str(info.value)
     assert blocker.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == [
         "d", "file"]
+
+
+def test_a_memory_folder_is_chosen_only_with_room_and_without_tmpdir(tmp_path, monkeypatch):
+    """memory_temp_parent: a writable candidate with twice the size free, else the next,
+    else None; never when $TMPDIR is set (the user chose where temporary files go)."""
+    from attnlab._io import memory_temp_parent
+
+    monkeypatch.delenv("TMPDIR", raising=False)
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    room, missing = str(tmp_path), str(tmp_path / "missing")
+    # wide margins: other processes write to the same disk meanwhile
+    assert memory_temp_parent(free // 4, candidates=[missing, room]) == room
+    assert memory_temp_parent(free, candidates=[room]) is None  # not twice as much free
+    assert memory_temp_parent(1, candidates=[missing]) is None
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert memory_temp_parent(1, candidates=[str(a_file), room]) == room
+    monkeypatch.setenv("TMPDIR", room)
+    assert memory_temp_parent(1, candidates=[room]) is None

@@ -41,8 +41,12 @@ __all__ = [
     "check_output_file",
     "is_temp_of",
     "lock_folder",
+    "memory_temp_parent",
     "remove_stale_temps",
 ]
+
+#: Where a large temporary file can live in memory (tmpfs), tried in order.
+MEMORY_TEMP_DIRS = ("/dev/shm",)
 
 #: What distinguishes attnlab's temp files: ``.NAME`` + TEMP_MARK + 8 random chars + ``.tmp``.
 TEMP_MARK = ".attnlab-"
@@ -282,3 +286,30 @@ def lock_folder(folder: str | os.PathLike[str], *, name: str = "writer", wait: b
             del _HELD[key]
     finally:
         os.close(fd)  # releases the lock
+
+
+def memory_temp_parent(need_bytes: int, *, candidates: Iterable[str] = MEMORY_TEMP_DIRS
+                       ) -> str | None:
+    """A folder in memory (tmpfs) for a temporary file of about ``need_bytes`` that one
+    process writes and another maps, or None for the system's default temp folder.
+
+    Written to a disk, such a file waits on the disk (a 1 GB trace took 12 s on a VM disk
+    that writes 150 MB/s, against half a second in memory). A candidate is taken only if it
+    is a writable folder with twice ``need_bytes`` free (the file's pages are memory that
+    stays taken until it is deleted), and never when ``$TMPDIR`` is set: that is the user's
+    choice of where temporary files go.
+
+    >>> memory_temp_parent(1, candidates=["/nowhere"]) is None
+    True
+    """
+    if os.environ.get("TMPDIR"):
+        return None
+    for folder in candidates:
+        try:
+            st = os.statvfs(folder)
+        except OSError:
+            continue
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK) and \
+                st.f_bavail * st.f_frsize >= 2 * need_bytes:
+            return folder
+    return None

@@ -96,7 +96,7 @@ def test_the_mask_is_dense_only_as_far_as_the_adapter_keeps_it_dense():
     from attnlab.tracing.adapters.huggingface import DENSE_MASK_MAX_ENTRIES
     from attnlab.tracing.budget import DENSE_MASK_ENTRIES, TILE
 
-    assert DENSE_MASK_ENTRIES == DENSE_MASK_MAX_ENTRIES and TILE == EAGER_TILE_BYTES
+    assert DENSE_MASK_ENTRIES == DENSE_MASK_MAX_ENTRIES and TILE >= 4 * EAGER_TILE_BYTES
     no_mask = ModelShape(**{**SMOL.__dict__, "n2_mask": False})
     extra = {n: estimate_trace_bytes(SMOL, n).forward - estimate_trace_bytes(no_mask, n).forward
              for n in (1000, 2048, 32768)}
@@ -111,8 +111,11 @@ def test_smollm2_at_its_whole_window_fits_half_a_laptop_but_dense_weights_do_not
 
 
 #: Peak resident set of a whole ``attnlab trace --model smollm2`` process (/usr/bin/time -v)
-#: above that of a 7-token trace (923,224 KiB), the worst of two runs: tokens -> bytes.
-MEASURED_SMOLLM2 = {1022: 376_132 * 1024, 2048: 688_452 * 1024, 4096: 734_080 * 1024,
+#: above that of a 7-token trace, the worst of two runs: tokens -> bytes. Up to 2,048 tokens
+#: with the eager order's 8 MiB tiles, above a 7-token trace of 894,252 KiB (64 MiB tiles
+#: took 376,132 and 688,452 KiB); 4,096 and 8,192 (the fused path, which the tiles do not
+#: touch) above one of 923,224 KiB.
+MEASURED_SMOLLM2 = {1022: 222_788 * 1024, 2048: 514_300 * 1024, 4096: 734_080 * 1024,
                     8192: 1_370_308 * 1024}
 
 
@@ -131,8 +134,8 @@ def test_the_estimate_covers_what_a_real_trace_process_took_and_one_copy_would_n
     # the estimate before the tracer was read closely: a streamed 32k trace at 11 GiB
     assert estimate_trace_bytes(SMOL, 32768, streamed=True).total < 2 * 2**30
     one_copy = {n: estimate_trace_bytes(SMOL, n).total - estimate_trace_bytes(SMOL, n).kept
-                for n in MEASURED_SMOLLM2}  # KEPT_COPIES = 1: too few
-    assert any(one_copy[n] < m for n, m in MEASURED_SMOLLM2.items())
+                for n in MEASURED_SMOLLM2}  # KEPT_COPIES = 1: no margin left
+    assert min(one_copy[n] / m for n, m in MEASURED_SMOLLM2.items()) < 1.1
 
 
 def test_the_tracer_counts_the_context_only_when_it_keeps_it():

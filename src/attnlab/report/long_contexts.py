@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from attnlab._io import atomic_write_text
+from attnlab._io import atomic_write_text, memory_temp_parent
 from attnlab.report._long_records import (
     ExactRow,
     HeadChoice,
@@ -78,6 +78,7 @@ from attnlab.report.long_sizes import (
     max_tokens_from_env,
     predicted_eager_bytes,
     sizes_up_to,
+    trace_bytes,
 )
 from attnlab.report.long_text import ARTICLES_ENV, LongText, long_text
 
@@ -670,8 +671,10 @@ def build(ctx: ReportContext) -> Section:
     except ModelNotAvailableError as exc:
         return _skipped(f"skipped smollm2: {exc}", f"已跳过 smollm2：{exc}")
     folder = None if source.source == "course" else source.source
-    with tempfile.TemporaryDirectory(prefix="attnlab-long-") as tmp:
-        # the curve's process writes its largest trace here: the map reads it back
+    # the curve's process writes its largest trace here, in memory where there is room (on
+    # a slow disk the write alone took 12 s): the map and attribution map it back
+    where = memory_temp_parent(trace_bytes(max_tokens, loaded.model.config))
+    with tempfile.TemporaryDirectory(prefix="attnlab-long-", dir=where) as tmp:
         kept = Path(tmp) / "trace.safetensors"
         doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log, keep=kept)
         doc["settings"] = {TOKENS_ENV: max_tokens, ARTICLES_ENV: folder}

@@ -43,14 +43,16 @@ trace keeps it. The model's own weights are not counted: they are loaded already
 
 Calibrated on SmolLM2-135M (``L=30, H=9, H_kv=3, d=64, E=576, F=1536``): the peak resident
 set of a whole ``attnlab trace`` process (``/usr/bin/time -v``) above that of a 7-token
-trace, the worst of two runs, measured / estimated: 1,022 tokens 0.36 / 0.40 GiB; 2,048
-tokens 0.66 / 0.77 GiB; 4,096 tokens 0.70 / 1.27 GiB; 8,192 tokens 1.31 / 2.28 GiB (kept
-0.89 GiB, counted twice). Streamed (``benchmarks/trace_streaming.py``: the growth of a
-fresh process's peak over its resident set once the model is loaded, which also counts the
-first forward's fixed costs, about 0.3 GiB, that the 7-token baseline removes above),
-measured / estimated: 8,192 tokens 0.67 / 0.57 GiB; 16,384 tokens 0.92 / 0.86 GiB; 32,768
-tokens 1.29 / 1.46 GiB. One copy
-(``KEPT_COPIES = 1``) would fall short at 1,022 tokens.
+trace, the worst of two runs, measured / estimated: 1,022 tokens 0.21 / 0.40 GiB; 2,048
+tokens 0.49 / 0.77 GiB (the eager order's 8 MiB tiles; 0.36 and 0.66 GiB with 64 MiB ones);
+4,096 tokens 0.70 / 1.27 GiB; 8,192 tokens 1.31 / 2.28 GiB (kept 0.89 GiB, counted twice).
+Streamed (``benchmarks/trace_streaming.py``: the growth of a fresh process's peak over its
+resident set once the model is loaded, which also counts the first forward's fixed costs,
+about 0.3 GiB, that the 7-token baseline removes above), measured / estimated: 8,192 tokens
+0.67 / 0.57 GiB; 16,384 tokens 0.92 / 0.86 GiB; 32,768 tokens 1.29 / 1.46 GiB. One copy
+(``KEPT_COPIES = 1``) fell short at 1,022 tokens with 64 MiB tiles; with 8 MiB ones it
+covers every point measured, at 8,192 tokens by 6 %: the second copy is the margin a budget
+needs across allocators and machines.
 
 >>> shape = ModelShape(num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
 ...                    hidden_size=32, ff_size=128, vocab_size=100)
@@ -104,9 +106,11 @@ KEPT_COPIES = 2  # the trace + what the forward pass frees but keeps resident (m
 #: Entries up to which a Hugging Face model's mask is dense (the adapter's
 #: ``DENSE_MASK_MAX_ENTRIES``; above, one entry per key).
 DENSE_MASK_ENTRIES = 1 << 22
-#: The largest tile of scores the attention works on (``adapters._eager.EAGER_TILE_BYTES``);
-#: four are counted: the tile, its probabilities and the eager check's two (measured: what
-#: 1,022 tokens take beyond the trace and the activations).
+#: The attention's working memory, as four tiles of scores of at most this size: the tile,
+#: its probabilities and the eager check's two (measured: what 1,022 tokens take beyond the
+#: trace and the activations). The eager order's tiles are smaller
+#: (``adapters._eager.EAGER_TILE_BYTES``); the allowance also covers the fused kernel's
+#: buffers above 2,048 tokens (a streamed 8,192-token trace's peak needs it).
 TILE = 64 << 20
 DEFAULT_FRACTION = 0.5  # of the machine's memory (or of its cgroup limit, if lower)
 _FALLBACK_TOTAL = 8 * 2**30  # when the machine's memory cannot be read

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at
     from typing import NotRequired
 
 __all__ = ["AblationEffect", "AblationStudy", "AttributionStudy", "EvictionLossStudy",
-           "EvictionStudy", "attribute", "prefix"]
+           "EvictionStudy", "ablation_study", "attribute", "prefix"]
 
 
 class AblationEffect(TypedDict):
@@ -112,6 +112,43 @@ def _spread(top: int, most: int) -> list[int]:
     return sorted({round(i * (top - 1) / (most - 1)) for i in range(most)})
 
 
+def ablation_study(model: Any, trace: AttentionTrace, *, ablation_tokens: int = 512,
+                   max_keys: int = 128, targets: Sequence[int] | None = None,
+                   batch: int | None = None, seed: int = 0) -> AblationStudy:
+    """:func:`attribute`'s first part alone: each of at most ``max_keys`` keys (spread
+    evenly) hidden from every layer of ``model`` on the first ``ablation_tokens`` tokens of
+    ``trace`` (a causal trace of ``model`` that keeps its token ids; a longer one is read as
+    its prefix), the loss over ``targets`` (default: the last quarter's rows) against each
+    attention-based importance."""
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+    if trace.token_ids is None:
+        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
+    check_int("ablation_tokens", ablation_tokens, minimum=3)
+    check_int("max_keys", max_keys, minimum=2)
+    t0 = time.perf_counter()
+    n = min(trace.seq_len, ablation_tokens)
+    short = prefix(trace, n)
+    rows = list(range((3 * n) // 4, n - 1)) if targets is None else list(targets)
+    if not rows:
+        raise ValueError(f"the ablation needs target rows; {n} tokens leave none")
+    keys = _spread(max(rows) + 1, max_keys)
+    if short.token_ids is None:  # (a prefix keeps the trace's ids)
+        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
+    ab = ablate_keys(model, short.token_ids, targets=rows, keys=keys, batch=batch)
+    imp = importances(short, rows, keys, seed=seed)
+    rho = rank_agreement(ab.effect, imp)
+    rho_abs = rank_agreement(ab.effect.abs(), imp)
+    real = {k: v for k, v in rho.items() if k != "random" and v == v}
+    return {"tokens": n, "targets": [rows[0], rows[-1]], "num_targets": len(rows),
+            "keys": len(keys), "clean_loss": ab.clean,
+            "effect": {"mean": float(ab.effect.mean()), "max": float(ab.effect.max()),
+                       "argmax_key": keys[int(ab.effect.argmax())]},
+            "rho": rho, "rho_abs": rho_abs, "importances": list(IMPORTANCES),
+            "best": max(real, key=lambda name: real[name]) if real else None,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
               eviction: bool = True, ablation_tokens: int = 512, max_keys: int = 128,
               targets: Sequence[int] | None = None, budgets: Sequence[float] = (0.1, 0.25, 0.5),
@@ -128,28 +165,9 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
     out: AttributionStudy = {"model": trace.model, "tokens": trace.seq_len}
     release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:
-        t0 = time.perf_counter()
-        n = min(trace.seq_len, ablation_tokens)
-        short = prefix(trace, n)
-        rows = list(range((3 * n) // 4, n - 1)) if targets is None else list(targets)
-        if not rows:
-            raise ValueError(f"the ablation needs target rows; {n} tokens leave none")
-        keys = _spread(max(rows) + 1, max_keys)
-        if short.token_ids is None:  # (a prefix keeps the trace's ids)
-            raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
-        ab = ablate_keys(model, short.token_ids, targets=rows, keys=keys, batch=batch)
-        imp = importances(short, rows, keys, seed=seed)
-        rho = rank_agreement(ab.effect, imp)
-        rho_abs = rank_agreement(ab.effect.abs(), imp)
-        real = {k: v for k, v in rho.items() if k != "random" and v == v}
-        out["ablation"] = {
-            "tokens": n, "targets": [rows[0], rows[-1]], "num_targets": len(rows),
-            "keys": len(keys), "clean_loss": ab.clean,
-            "effect": {"mean": float(ab.effect.mean()), "max": float(ab.effect.max()),
-                       "argmax_key": keys[int(ab.effect.argmax())]},
-            "rho": rho, "rho_abs": rho_abs, "importances": list(IMPORTANCES),
-            "best": max(real, key=lambda name: real[name]) if real else None,
-            "seconds": round(time.perf_counter() - t0, 2)}
+        out["ablation"] = ablation_study(model, trace, ablation_tokens=ablation_tokens,
+                                         max_keys=max_keys, targets=targets, batch=batch,
+                                         seed=seed)
         release_memory()  # the batched forwards' pages: the eviction starts from what is live
     if eviction:
         t0 = time.perf_counter()

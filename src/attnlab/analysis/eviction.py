@@ -85,10 +85,12 @@ def _head_sums(trace: AttentionTrace, layer: int, head: int, c: int, window: int
     w0 = c - window
     for r0 in range(0, c, step):
         r1 = min(c, r0 + step)
-        w = trace.weights_rows(layer, head, range(r0, r1))[:, :c]
-        h2o += w.sum(0, dtype=torch.float64)
+        # a causal row sees no key after it: the tile's columns from r1 on are exact zeros,
+        # neither computed nor summed
+        w = trace.weights_tile(layer, head, range(r0, r1), range(r1))
+        h2o[:r1] += w.sum(0, dtype=torch.float64)
         if r1 > w0:
-            snap += w[max(0, w0 - r0):].sum(0, dtype=torch.float64)
+            snap[:r1] += w[max(0, w0 - r0):].sum(0, dtype=torch.float64)
     tova = trace.weights_rows(layer, head, c - 1)[0, :c].double()
     return h2o, snap, tova, _future(trace, layer, head, c)
 
@@ -99,7 +101,8 @@ def _future(trace: AttentionTrace, layer: int, head: int, c: int) -> Tensor:
     out = torch.zeros(c, dtype=torch.float64)
     for r0 in range(c, trace.seq_len, step):
         r1 = min(trace.seq_len, r0 + step)
-        out += trace.weights_rows(layer, head, range(r0, r1))[:, :c].sum(0, dtype=torch.float64)
+        out += trace.weights_tile(layer, head, range(r0, r1), range(c)).sum(
+            0, dtype=torch.float64)
     return out / (trace.seq_len - c)
 
 

@@ -150,14 +150,25 @@ def rollout_rows(trace: Trace, rows: Any, *, value_weighted: bool = False,
             if value_weighted:
                 tile = value_weighted_rows(trace, layer, None, range(r0, r1)).double()
                 tile = tile / tile.sum(1, keepdim=True).clamp_min(1e-300)
-            else:  # the heads summed in float32 (rounding ~1e-7), then mixed in float64
-                tile32 = trace.weights_rows(layer, 0, range(r0, r1))
-                for head in range(1, nh):
-                    tile32 += trace.weights_rows(layer, head, range(r0, r1))
-                tile = tile32.double().div_(nh)
-            mixed += coef @ tile
+                mixed += coef @ tile
+                continue
+            # the heads summed in float32 (rounding ~1e-7), then mixed in float64, over the
+            # keys some row of the tile sees (a causal tile's later columns are exact zeros)
+            c0, c1 = _seen(trace, layer, r0, r1)
+            keys = range(c0, c1)
+            tile32 = trace.weights_tile(layer, 0, range(r0, r1), keys)
+            for head in range(1, nh):
+                tile32 += trace.weights_tile(layer, head, range(r0, r1), keys)
+            mixed[:, c0:c1] += coef @ tile32.double().div_(nh)
         r = 0.5 * mixed + 0.5 * r
     return r
+
+
+def _seen(trace: Trace, layer: int, r0: int, r1: int) -> tuple[int, int]:
+    """Keys [c0, c1) outside which self-attention rows [r0, r1) of ``layer`` see nothing."""
+    if trace.shapes:
+        return trace.shapes[layer].key_range(r0, r1, lq=trace.seq_len, lk=trace.key_len)
+    return (0, r1) if trace.causal else (0, trace.key_len)  # (a dense trace without shapes)
 
 
 def _need_values(trace: Trace, what: str) -> None:

@@ -26,7 +26,31 @@ def long_part(ctx: ReportContext) -> Section:
 
 
 def attribution_part(ctx: ReportContext) -> list[Section]:
+    """Two sections; what its work started ahead returned (if it was) in ``ahead.txt``."""
+    from attnlab.report._lanes import ahead_key
+
+    work = ctx.cache.pop(ahead_key("attribution"), None)
+    if work is not None:
+        (ctx.out_dir / "ahead.txt").write_text(work())
     return [_where("attribution", ctx), _where("attribution-2", ctx)]
+
+
+def ahead(seed: int) -> str:
+    """Work ahead: where it ran, on how many threads, at what priority, and the seed."""
+    import torch
+
+    return f"{os.getpid()} {torch.get_num_threads()} {os.nice(0)} {seed}"
+
+
+def slow_ahead(seed: int) -> str:
+    """Work ahead that says its pid (``ahead.pid`` in ``$LANES_PARTS_DIR``), then takes
+    minutes."""
+    import time
+    from pathlib import Path
+
+    (Path(os.environ["LANES_PARTS_DIR"]) / "ahead.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+    return "never"
 
 
 def last(ctx: ReportContext) -> Section:
@@ -48,11 +72,14 @@ def slow(ctx: ReportContext) -> Section:
 
 
 def broken_once_slow_runs(ctx: ReportContext) -> Section:
-    """A part here that fails once the slow part beside has started."""
+    """A part here that fails once the slow part beside (and the slow work ahead, when
+    ``$LANES_PARTS_DIR`` is set) has started."""
     import time
 
     for _ in range(600):
-        if (ctx.out_dir / "slow.pid").is_file():
+        if (ctx.out_dir / "slow.pid").is_file() and (
+                "LANES_PARTS_DIR" not in os.environ
+                or (ctx.out_dir / "ahead.pid").is_file()):
             break
         time.sleep(0.1)
     raise ArithmeticError("this part fails on purpose, the slow part running beside it")

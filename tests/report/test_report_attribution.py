@@ -80,3 +80,51 @@ def test_an_oracle_worse_than_a_policy_fails_the_part(doc):
     nan = copy.deepcopy(doc)
     nan["eviction"]["loss"]["delta"]["h2o"]["0.1"] = float("nan")
     assert part.render(nan)[1] is False
+
+
+def _no_ablation_here(*args, **kwargs):
+    raise AssertionError("the part ablated keys itself though the study was measured beside")
+
+
+def test_a_study_measured_beside_is_read_in_its_place_and_none_is_measured_here(
+        model_and_ids, doc):
+    """``ablated`` (the report's work ahead): called once the rest is measured, its study
+    put where attribute() puts its own, no key ablated here; None from it: measured here."""
+    m, ids = model_and_ids
+    study = copy.deepcopy(doc["ablation"])
+    calls = []
+
+    def beside():
+        calls.append(1)
+        return study
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("attnlab.analysis.attribute.ablate_keys", _no_ablation_here)
+        got = part.measure(m, ids, ablation_tokens=48, max_keys=8, log=lambda _m: None,
+                           ablated=beside)
+    assert calls == [1] and got["ablation"] is study
+    assert list(got)[:4] == list(doc)[:4] == ["model", "tokens", "trace_s", "ablation"]
+    assert {k: v for k, v in got.items() if k not in ("trace_s", "eviction", "rollout_row")} \
+        == {k: v for k, v in doc.items() if k not in ("trace_s", "eviction", "rollout_row",
+                                                         "text")}
+    here = part.measure(m, ids[:60], ablation_tokens=48, max_keys=8, log=lambda _m: None,
+                        ablated=lambda: None)
+    assert here["ablation"]["keys"] == 8 and list(here)[3] == "ablation"
+
+
+def test_the_study_ahead_is_the_one_measured_on_the_long_texts_first_tokens(monkeypatch):
+    """ablation_ahead (run in a process of its own by the report) gives exactly the study
+    made here on the same first tokens of the long text: SmolLM2, its own trace."""
+    from attnlab.analysis.attribute import ablation_study
+    from attnlab.models import load
+    from attnlab.tracing import trace
+
+    monkeypatch.setenv("ATTNLAB_REPORT_LONG_TOKENS", "64")
+    ahead = part.ablation_ahead(3)
+    m = load("smollm2", progress=False)
+    ids = m.tokenizer(long_text().text)["input_ids"][:64]
+    assert part.text_ids(m) == ids
+    here = ablation_study(m, trace(m, ids, merge_pieces=False), ablation_tokens=512,
+                          max_keys=128, seed=3)
+    assert ahead is not None and ahead.pop("seconds") > 0 and here.pop("seconds") > 0
+    assert ahead == here and ahead["tokens"] == 64 and ahead["keys"] == 63

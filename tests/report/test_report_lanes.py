@@ -1,6 +1,8 @@
 """The report built in two processes (attnlab.report._lanes): the long text's parts here,
 the others in a spawned process on one thread at a lower priority; the page the same, in
-page order, every part's lines shown, a part's error raised here."""
+page order, every part's lines shown, a part's error raised here. Work of a part here that
+needs nothing before it (_lanes.AHEAD) runs in a third process from the start, at the lower
+priority, and only with two processes."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ import pytest
 
 from attnlab import ArgumentError
 from attnlab.report import page
+from attnlab.report import _lanes
 from attnlab.report._lanes import SIDE_NICE, build_beside
 from limits import CHILD_S
 
 PARTS = {"claims": "lanes_parts:first", "long-contexts": "lanes_parts:long_part",
          "attribution": "lanes_parts:attribution_part", "survey": "lanes_parts:last"}
+
+
+@pytest.fixture(autouse=True)
+def ahead(monkeypatch):
+    """The work ahead of these parts (never the real one: SmolLM2's ablations)."""
+    monkeypatch.setattr(_lanes, "AHEAD", {"attribution": "lanes_parts:ahead"})
 
 
 def _where(section):
@@ -35,6 +44,10 @@ def test_the_other_parts_run_beside_on_one_thread_at_a_lower_priority(tmp_path, 
     assert [s.seconds_shared for s in result.sections] == [1, 1, 2, 2, 1]
     assert all(s.seconds > 0 for s in result.sections)
     assert (tmp_path / "index.html").is_file() and result.passed
+    # the part's work ahead: a third process, one thread, the lower priority, the seed
+    pid, threads, nice, seed = (int(x) for x in (tmp_path / "ahead.txt").read_text().split())
+    assert pid not in (os.getpid(), where["first"][0])
+    assert (threads, seed) == (1, 0) and nice >= min(19, os.nice(0) + SIDE_NICE)
 
 
 def test_one_process_builds_every_part_here_in_order(tmp_path, monkeypatch):
@@ -43,6 +56,7 @@ def test_one_process_builds_every_part_here_in_order(tmp_path, monkeypatch):
     assert [s.id for s in result.sections] == ["first", "long", "attribution",
                                                "attribution-2", "last"]
     assert {_where(s)[0] for s in result.sections} == {os.getpid()}
+    assert not (tmp_path / "ahead.txt").exists()  # nothing ahead: the part does it all here
     # named providers run here, in the order given, whatever the processes
     named = page.build_report(tmp_path, quiet=True, processes=2,
                               providers=["lanes_parts:last", "lanes_parts:first"])
@@ -64,17 +78,21 @@ def test_the_parts_beside_say_what_they_do_and_their_errors_are_raised_here(tmp_
         failing.result()
 
 
-def test_a_failing_part_here_ends_the_parts_beside_without_waiting(tmp_path, monkeypatch):
+def test_a_failing_part_here_ends_the_parts_beside_and_ahead_without_waiting(tmp_path,
+                                                                            monkeypatch):
     monkeypatch.setattr(page, "PROVIDERS", {"claims": "lanes_parts:slow",
                                             "long-contexts": "lanes_parts:broken_once_slow_runs"})
+    monkeypatch.setattr(_lanes, "AHEAD", {"long-contexts": "lanes_parts:slow_ahead"})
+    monkeypatch.setenv("LANES_PARTS_DIR", str(tmp_path))
     with pytest.raises(ArithmeticError, match="slow part running beside it"):
         page.build_report(tmp_path, quiet=True, processes=2)
-    pid = int((tmp_path / "slow.pid").read_text())
-    for _ in range(int(CHILD_S * 10)):  # its end is asked for before the error is raised
-        if not _alive(pid):
-            break
-        time.sleep(0.1)
-    assert not _alive(pid), "the second process still runs its slow part"
+    for name in ("slow.pid", "ahead.pid"):
+        pid = int((tmp_path / name).read_text())
+        for _ in range(int(CHILD_S * 10)):  # its end is asked for before the error is raised
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        assert not _alive(pid), f"the process of {name} still runs its slow work"
 
 
 def _alive(pid: int) -> bool:

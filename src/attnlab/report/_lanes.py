@@ -11,6 +11,12 @@ What each part computes is unchanged; only the wall clock of the whole report sh
 The second process says what it is doing through a queue that a thread of this one reads
 into the progress display, and returns its sections (plain data) when it is done; an error
 in one of its parts is raised here, as it would be in one process.
+
+A part here may also have work that needs nothing the report makes before it (:data:`AHEAD`:
+attribution's ablation study, a model's forwards on the first 512 tokens): with two
+processes it starts in a third one as the report starts (:func:`start_ahead`; one thread,
+the lower priority), so that it runs while the long text's curve leaves a core idle, and the
+part reads its result when it needs it (``ctx.cache[key]``, a callable that waits for it).
 """
 
 from __future__ import annotations
@@ -25,14 +31,27 @@ from typing import Any
 
 from attnlab.report.html import ReportContext, Section
 
-__all__ = ["MAIN_PARTS", "SIDE_NICE", "build_beside", "build_part", "lanes_for",
-           "load_provider"]
+__all__ = ["AHEAD", "MAIN_PARTS", "SIDE_NICE", "Ahead", "ahead_key", "build_beside",
+           "build_part", "lanes_for", "load_provider", "start_ahead"]
 
 #: The parts that stay in the report's own process (every thread) when it builds in two.
 MAIN_PARTS = ("long-contexts", "attribution")
 #: How much lower the second process's priority is (``os.nice``): the long parts first.
 SIDE_NICE = 10
 _DONE = "\x00done"  # the queue's message that one part of the second process is built
+#: A main part -> the ``"module:function"`` of its work started ahead (called with the
+#: report's seed, returning plain data), read by the part at ``ctx.cache[ahead_key(part)]``.
+AHEAD = {"attribution": "attnlab.report.attribution:ablation_ahead"}
+
+
+def ahead_key(part: str) -> str:
+    """Where ``ctx.cache`` holds the part's work started ahead (a callable that waits for
+    its result).
+
+    >>> ahead_key("attribution")
+    'attribution: ahead'
+    """
+    return f"{part}: ahead"
 
 
 def lanes_for(keys: Sequence[str], processes: int) -> tuple[list[str], list[str]]:
@@ -148,3 +167,54 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
     reader = threading.Thread(target=read, name="attnlab-report-beside", daemon=True)
     reader.start()
     return Beside(pool, future, reader, queue)
+
+
+def _ahead_start() -> None:
+    """The start of a process of work ahead: one thread, at the lower priority of the parts
+    beside (the long parts keep the cores they use; the work fills the cycles they leave
+    while the long text's curve runs, and its time is not theirs)."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        os.nice(SIDE_NICE)
+    except OSError:  # a priority this process may not lower: the work still runs
+        pass
+
+
+def _ahead_call(spec: str, seed: int) -> Any:
+    return load_provider(spec)(seed)
+
+
+class Ahead:
+    """One part's work started ahead in its own process (:func:`start_ahead`)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, future: Future[Any]) -> None:
+        self._pool, self._future = pool, future
+
+    def result(self) -> Any:
+        """What the work returned, once it is done (its error raised here)."""
+        try:
+            return self._future.result()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the process (at once, if the work is not done: nothing will read it)."""
+        if not self._future.done():
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
+        self._pool.shutdown(wait=self._future.done(), cancel_futures=True)
+
+
+def start_ahead(keys: Sequence[str], seed: int) -> dict[str, Ahead]:
+    """Start the work of :data:`AHEAD` of each of ``keys`` (the parts built here), each in
+    a fresh process (``spawn``): :func:`ahead_key` of the part -> its :class:`Ahead`."""
+    context = multiprocessing.get_context("spawn")
+    out = {}
+    for key in keys:
+        if key in AHEAD:
+            pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                       initializer=_ahead_start)
+            out[ahead_key(key)] = Ahead(pool, pool.submit(_ahead_call, AHEAD[key], seed))
+    return out

@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from attnlab._io import atomic_write_text
+from attnlab.report._lanes import ahead_key
 from attnlab.report.html import ReportContext, Section, bilingual, figure, fmt, table
 from attnlab.report.long_contexts import (
     LONG_TRACE_KEY,
@@ -41,7 +43,8 @@ if TYPE_CHECKING:  # NotRequired is Python 3.11's; annotations here are never ev
 
     from attnlab.analysis.attribute import AblationStudy, EvictionStudy
 
-__all__ = ["JSON_NAME", "AttributionDoc", "build", "measure", "render", "trace_of"]
+__all__ = ["JSON_NAME", "AttributionDoc", "ablation_ahead", "build", "measure",
+           "render", "text_ids", "trace_of"]
 
 JSON_NAME = "attribution.json"
 ABLATION_TOKENS, MAX_KEYS = 512, 128
@@ -137,19 +140,25 @@ def trace_of(loaded: Any, ids: list[int], traced: LongTextTrace | None = None,
 
 def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
             ablation_tokens: int = ABLATION_TOKENS, max_keys: int = MAX_KEYS,
-            traced: LongTextTrace | None = None) -> AttributionDoc:
+            traced: LongTextTrace | None = None,
+            ablated: Callable[[], AblationStudy | None] | None = None) -> AttributionDoc:
     """Every number the part shows, as a JSON-ready document. ``traced``: a trace already
     made of the model on these ids (the long contexts part's, and its seconds), read
-    instead of tracing again when its tokens are ``ids``."""
-    from attnlab.analysis.attribute import attribute
+    instead of tracing again when its tokens are ``ids``. ``ablated``: the ablation study
+    measured elsewhere on the same ids (:func:`ablation_ahead`), called for it once the rest
+    is measured (None from it: measured here after all)."""
+    from attnlab.analysis.attribute import ablation_study, attribute
     from attnlab.tracing.attribution import band_lift
 
     t, seconds = trace_of(loaded, ids, traced, log)
     doc: AttributionDoc = {"model": loaded.name, "tokens": t.seq_len,
                            "trace_s": round(seconds, 1)}
-    log(f"attribution: a trace of {t.seq_len} tokens; ablating {max_keys} keys")
+    if ablated is None:
+        log(f"attribution: a trace of {t.seq_len} tokens; ablating {max_keys} keys")
+    else:
+        log(f"attribution: a trace of {t.seq_len} tokens; {max_keys} keys ablated beside")
     doc.update(attribute(loaded, t, ablation_tokens=ablation_tokens, max_keys=max_keys,
-                         seed=seed))
+                         seed=seed, ablation=ablated is None))
     t0 = time.perf_counter()
     row = t.rollout_rows([t.seq_len - 1])[0]
     doc["rollout_row"] = {"seconds": round(time.perf_counter() - t0, 1),
@@ -164,7 +173,46 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
                        "bands": [{"dims": b["dims"], "wavelength": b["wavelength"],
                                   "share": b["share"]} for b in top]}
     doc["bands"] = bands
+    if ablated is not None:
+        study = ablated()
+        if study is None:  # (the other process could not load the model)
+            study = ablation_study(loaded, t, ablation_tokens=ablation_tokens,
+                                   max_keys=max_keys, seed=seed)
+        doc = _ablation_first(doc, study)
     return doc
+
+
+def _ablation_first(doc: AttributionDoc, study: AblationStudy) -> AttributionDoc:
+    """``doc`` with ``study`` as its ``ablation``, in the place :func:`attribute` gives it
+    (the JSON's order is the same whichever process measured it)."""
+    out: AttributionDoc = {"model": doc["model"], "tokens": doc["tokens"],
+                           "trace_s": doc["trace_s"], "ablation": study}
+    out.update(doc)
+    return out
+
+
+def ablation_ahead(seed: int) -> AblationStudy | None:
+    """The part's ablation study, alone, for a process of its own
+    (:data:`attnlab.report._lanes.AHEAD`): SmolLM2 on the first :data:`ABLATION_TOKENS`
+    of the long text's ids, traced here (the prefix of the long trace, made again); None
+    without SmolLM2."""
+    from attnlab.analysis.attribute import ablation_study
+    from attnlab.models import ModelNotAvailableError, load
+    from attnlab.tracing import trace
+
+    try:
+        loaded = load("smollm2", progress=False)
+    except ModelNotAvailableError:
+        return None
+    ids = text_ids(loaded)[:ABLATION_TOKENS]
+    return ablation_study(loaded, trace(loaded, ids, merge_pieces=False),
+                          ablation_tokens=ABLATION_TOKENS, max_keys=MAX_KEYS, seed=seed)
+
+
+def text_ids(loaded: Any) -> list[int]:
+    """The part's token ids: the long text's, up to ``$ATTNLAB_REPORT_LONG_TOKENS``."""
+    ids: list[int] = loaded.tokenizer(long_text().text)["input_ids"][: max_tokens_from_env()]
+    return ids
 
 
 def _figure(doc: AttributionDoc) -> Any:
@@ -313,10 +361,11 @@ def build(ctx: ReportContext) -> Section:
         return Section("attribution", "Attribution", "归因",
                        bilingual(f"skipped smollm2: {exc}", f"已跳过 smollm2：{exc}",
                                  cls="muted"), None, [("skipped", str(exc), None)])
-    ids = loaded.tokenizer(source.text)["input_ids"][: max_tokens_from_env()]
-    # the long contexts part traced the same tokens (when it ran first, and they agree)
-    doc = measure(loaded, ids, seed=ctx.seed, log=ctx.log,
-                  traced=ctx.cache.pop(LONG_TRACE_KEY, None))
+    # the long contexts part traced the same tokens (when it ran first, and they agree); the
+    # ablation study may have run beside from the report's start (_lanes.AHEAD)
+    doc = measure(loaded, text_ids(loaded), seed=ctx.seed, log=ctx.log,
+                  traced=ctx.cache.pop(LONG_TRACE_KEY, None),
+                  ablated=ctx.cache.pop(ahead_key("attribution"), None))
     doc["text"] = {"en": source.name_en, "zh": source.name_zh}
     atomic_write_text(Path(ctx.out_dir) / JSON_NAME, json.dumps(doc, indent=1,
                                                                 ensure_ascii=False))

@@ -482,7 +482,13 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attnlab._errors import check_optional_int
-    from attnlab.report._lanes import build_beside, build_part, lanes_for, load_provider
+    from attnlab.report._lanes import (
+        build_beside,
+        build_part,
+        lanes_for,
+        load_provider,
+        start_ahead,
+    )
 
     out = Path(out_dir)
     try:
@@ -498,6 +504,7 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
         processes = 2 if (os.cpu_count() or 1) >= 2 else 1
     here: list[str] = list(providers or [])
     beside: list[str] = []
+    keys: list[str] = []  # the parts built here, by name (none named with ``providers``)
     if providers is None:
         keys, side = lanes_for([k for k in PROVIDERS if only is None or k in only], processes)
         here, beside = [PROVIDERS[k] for k in keys], [PROVIDERS[k] for k in side]
@@ -510,6 +517,8 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
                   disable=quiet) as progress:
         task = progress.add_task("report", total=len(here) + len(beside))
         ctx = ReportContext(out_dir=out, quiet=quiet, seed=seed, progress=progress)
+        ahead = start_ahead(keys, seed) if providers is None and processes > 1 else {}
+        ctx.cache.update({name: work.result for name, work in ahead.items()})
         side = (build_beside(beside, out, seed, log=ctx.log,
                              part_done=lambda: progress.advance(task)) if beside else None)
         try:
@@ -522,6 +531,9 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
             if side is not None:
                 side.stop()  # a part here failed: the parts beside are not waited for
             raise
+        finally:
+            for work in ahead.values():  # (ended when read; else nothing will read it)
+                work.stop()
         if side is not None:
             progress.update(task, description="report: the parts beside")
             built.extend(zip(beside, side.result()))

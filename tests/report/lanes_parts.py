@@ -83,3 +83,11 @@ def broken_once_slow_runs(ctx: ReportContext) -> Section:
             break
         time.sleep(0.1)
     raise ArithmeticError("this part fails on purpose, the slow part running beside it")
+
+
+def waits(ctx: ReportContext) -> Section:
+    """A part here that takes minutes (and says nothing)."""
+    import time
+
+    time.sleep(600)
+    return _where("waits", ctx)

@@ -108,3 +108,45 @@ def _alive(pid: int) -> bool:
 def test_processes_is_one_or_two(tmp_path, bad):
     with pytest.raises((ArgumentError, TypeError), match="processes"):
         page.build_report(tmp_path, quiet=True, processes=bad, providers=[])
+
+
+_KILLED = r"""
+import sys
+sys.path[:0] = sys.argv[2].split("|")
+from attnlab.report import _lanes, page
+page.PROVIDERS = {"claims": "lanes_parts:slow", "long-contexts": "lanes_parts:waits"}
+_lanes.AHEAD = {"long-contexts": "lanes_parts:slow_ahead"}
+page.build_report(sys.argv[1], quiet=True, processes=2)
+"""
+
+
+def test_a_killed_report_takes_its_helper_processes_with_it(tmp_path, monkeypatch):
+    """The report's process killed outright (SIGKILL, no cleanup of its own): the kernel
+    ends the process beside and the one ahead (PR_SET_PDEATHSIG), not left to run on."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("LANES_PARTS_DIR", str(tmp_path))
+    here = str(Path(__file__).parent)
+    report = subprocess.Popen([sys.executable, "-c", _KILLED, str(tmp_path),
+                               "|".join([here, *sys.path])])
+    try:
+        pids = {}
+        for _ in range(int(CHILD_S * 10)):  # the slow part beside and the slow work ahead
+            pids = {n: tmp_path / n for n in ("slow.pid", "ahead.pid")}
+            if all(p.is_file() and p.read_text() for p in pids.values()):
+                break
+            time.sleep(0.1)
+        helpers = [int(p.read_text()) for p in pids.values()]
+        assert all(_alive(pid) for pid in helpers)
+    finally:
+        report.send_signal(signal.SIGKILL)
+        report.wait()
+    for pid in helpers:
+        for _ in range(int(CHILD_S * 10)):
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        assert not _alive(pid), f"helper process {pid} outlived the report"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -95,8 +96,26 @@ def build_part(provider: Callable[[ReportContext], Any], ctx: ReportContext,
 _QUEUE: Any = None  # the second process's queue to the first (set by _side_start)
 
 
-def _side_start(queue: Any) -> None:
+def _end_with_parent(parent: int) -> None:
+    """Have the kernel end this process when the report's process ends (Linux's
+    ``PR_SET_PDEATHSIG``), so that a report killed does not leave its helpers running; if
+    it has already ended, end now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # (no prctl to call: the helper ends with its work)
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _side_start(queue: Any, parent: int) -> None:
     """The second process's start: one thread, a lower priority, its messages queued."""
+    _end_with_parent(parent)
     import torch
 
     torch.set_num_threads(1)
@@ -154,7 +173,7 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
     context = multiprocessing.get_context("spawn")
     queue = context.SimpleQueue()
     pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_side_start,
-                               initargs=(queue,))
+                               initargs=(queue, os.getpid()))
     future = pool.submit(_side_build, list(specs), str(out_dir), seed)
 
     def read() -> None:
@@ -169,10 +188,11 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
     return Beside(pool, future, reader, queue)
 
 
-def _ahead_start() -> None:
+def _ahead_start(parent: int) -> None:
     """The start of a process of work ahead: one thread, at the lower priority of the parts
     beside (the long parts keep the cores they use; the work fills the cycles they leave
     while the long text's curve runs, and its time is not theirs)."""
+    _end_with_parent(parent)
     import torch
 
     torch.set_num_threads(1)
@@ -215,6 +235,6 @@ def start_ahead(keys: Sequence[str], seed: int) -> dict[str, Ahead]:
     for key in keys:
         if key in AHEAD:
             pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                       initializer=_ahead_start)
+                                       initializer=_ahead_start, initargs=(os.getpid(),))
             out[ahead_key(key)] = Ahead(pool, pool.submit(_ahead_call, AHEAD[key], seed))
     return out

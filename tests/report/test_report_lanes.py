@@ -12,8 +12,7 @@ import time
 import pytest
 
 from attnlab import ArgumentError
-from attnlab.report import page
-from attnlab.report import _lanes
+from attnlab.report import _lanes, page
 from attnlab.report._lanes import SIDE_NICE, build_beside
 from limits import CHILD_S
 

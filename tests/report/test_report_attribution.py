@@ -110,6 +110,9 @@ def test_a_study_measured_beside_is_read_in_its_place_and_none_is_measured_here(
     here = part.measure(m, ids[:60], ablation_tokens=48, max_keys=8, log=lambda _m: None,
                         ablated=lambda: None)
     assert here["ablation"]["keys"] == 8 and list(here)[3] == "ablation"
+    other = part.measure(m, ids[:40], ablation_tokens=48, max_keys=8, log=lambda _m: None,
+                         ablated=lambda: study)  # a study of 48 tokens: not these 40
+    assert other["ablation"]["tokens"] == 40 and other["ablation"] is not study
 
 
 def test_the_study_ahead_is_the_one_measured_on_the_long_texts_first_tokens(monkeypatch):

@@ -112,6 +112,15 @@ def _spread(top: int, most: int) -> list[int]:
     return sorted({round(i * (top - 1) / (most - 1)) for i in range(most)})
 
 
+def _check_study(trace: Any, ablation_tokens: int, max_keys: int) -> None:
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
+    if trace.token_ids is None:
+        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
+    check_int("ablation_tokens", ablation_tokens, minimum=3)
+    check_int("max_keys", max_keys, minimum=2)
+
+
 def ablation_study(model: Any, trace: AttentionTrace, *, ablation_tokens: int = 512,
                    max_keys: int = 128, targets: Sequence[int] | None = None,
                    batch: int | None = None, seed: int = 0) -> AblationStudy:
@@ -120,12 +129,7 @@ def ablation_study(model: Any, trace: AttentionTrace, *, ablation_tokens: int = 
     ``trace`` (a causal trace of ``model`` that keeps its token ids; a longer one is read as
     its prefix), the loss over ``targets`` (default: the last quarter's rows) against each
     attention-based importance."""
-    if not isinstance(trace, AttentionTrace):
-        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
-    if trace.token_ids is None:
-        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
-    check_int("ablation_tokens", ablation_tokens, minimum=3)
-    check_int("max_keys", max_keys, minimum=2)
+    _check_study(trace, ablation_tokens, max_keys)
     t0 = time.perf_counter()
     n = min(trace.seq_len, ablation_tokens)
     short = prefix(trace, n)
@@ -156,12 +160,7 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
               eviction_loss: bool = True) -> AttributionStudy:
     """The study (see the module docstring) of ``trace``, the trace of ``model`` (a causal
     Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``."""
-    if not isinstance(trace, AttentionTrace):
-        raise TypeError(f"trace must be an AttentionTrace, got {type(trace).__name__}")
-    if trace.token_ids is None:
-        raise ValueError("the trace must keep its token ids (the ablation re-runs the model)")
-    check_int("ablation_tokens", ablation_tokens, minimum=3)
-    check_int("max_keys", max_keys, minimum=2)
+    _check_study(trace, ablation_tokens, max_keys)
     out: AttributionStudy = {"model": trace.model, "tokens": trace.seq_len}
     release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:

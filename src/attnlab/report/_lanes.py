@@ -113,16 +113,22 @@ def _end_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _side_start(queue: Any, parent: int) -> None:
-    """The second process's start: one thread, a lower priority, its messages queued."""
+def _helper_start(parent: int) -> None:
+    """A helper process's start: it ends with the report, runs torch on one thread and at
+    the lower priority :data:`SIDE_NICE` (the long parts keep the cores they use)."""
     _end_with_parent(parent)
     import torch
 
     torch.set_num_threads(1)
     try:
         os.nice(SIDE_NICE)
-    except OSError:  # a priority this process may not lower: the parts still run
+    except OSError:  # a priority this process may not lower: its work still runs
         pass
+
+
+def _side_start(queue: Any, parent: int) -> None:
+    """The second process's start: one thread, a lower priority, its messages queued."""
+    _helper_start(parent)
     global _QUEUE
     _QUEUE = queue
 
@@ -188,20 +194,6 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
     return Beside(pool, future, reader, queue)
 
 
-def _ahead_start(parent: int) -> None:
-    """The start of a process of work ahead: one thread, at the lower priority of the parts
-    beside (the long parts keep the cores they use; the work fills the cycles they leave
-    while the long text's curve runs, and its time is not theirs)."""
-    _end_with_parent(parent)
-    import torch
-
-    torch.set_num_threads(1)
-    try:
-        os.nice(SIDE_NICE)
-    except OSError:  # a priority this process may not lower: the work still runs
-        pass
-
-
 def _ahead_call(spec: str, seed: int) -> Any:
     return load_provider(spec)(seed)
 
@@ -234,7 +226,9 @@ def start_ahead(keys: Sequence[str], seed: int) -> dict[str, Ahead]:
     out = {}
     for key in keys:
         if key in AHEAD:
+            # one thread at the lower priority, as the parts beside: the work fills the
+            # cycles the long parts leave while the curve runs, and its time is not theirs
             pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                       initializer=_ahead_start, initargs=(os.getpid(),))
+                                       initializer=_helper_start, initargs=(os.getpid(),))
             out[ahead_key(key)] = Ahead(pool, pool.submit(_ahead_call, AHEAD[key], seed))
     return out

@@ -175,7 +175,8 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
     doc["bands"] = bands
     if ablated is not None:
         study = ablated()
-        if study is None:  # (the other process could not load the model)
+        if study is None or study["tokens"] != min(t.seq_len, ablation_tokens):
+            # (the other process could not load the model, or measured other tokens)
             study = ablation_study(loaded, t, ablation_tokens=ablation_tokens,
                                    max_keys=max_keys, seed=seed)
         doc = _ablation_first(doc, study)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from _common import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,17 +69,6 @@ print(json.dumps(out))
 def _load1() -> float:
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def export(rev: str, into: Path) -> Path:
@@ -160,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1} {name}: diagnose {row['diagnose_s']:.1f} s, explore "
                       f"{row['explore_s']:.1f} s (load {row['load_before']:.2f} -> "
                       f"{row['load_after']:.2f})", file=sys.stderr)
-    out: dict = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "torch_threads": 2},
+    out: dict = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": 2},
                  "baseline": args.baseline, "candidate": args.candidate or "checkout",
                  "load_avg_start": start, "load_avg_end": _load1(), "rows": rows}
     for key in ("diagnose_s", "explore_s"):

@@ -35,7 +35,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,21 +45,11 @@ from typing import Any
 from unittest import mock
 
 import torch
+from _common import cpu_name, median_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_SOURCE = "src/attnlab/core/_cpp/attention.cpp"
 BASE_NAME = "attnlab_kernel_base"
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def baseline_ops(rev: str) -> Any:
@@ -93,16 +82,6 @@ def baseline_ops(rev: str) -> Any:
          build_directory=str(folder), is_python_module=False, verbose=False)
     print(f"baseline kernel ({rev}) ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return getattr(torch.ops, BASE_NAME)
-
-
-def _median(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):  # interleaved, the order alternating
         names = list(fns)[rnd % len(fns):] + list(fns)[:rnd % len(fns)]
         for name in names:
-            times[name].append(_median(fns[name], args.repeats))
+            times[name].append(median_seconds(fns[name], args.repeats))
     load1 = os.getloadavg()[0]
     med = {name: statistics.median(v) for name, v in times.items()}
     flops = 2.0 * d * h * n * (n + 1) / 2
@@ -185,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         res["same_bits"] = bool(torch.equal(s_cur, s_base) and (
             p_cur is None or p_base is None or torch.equal(p_cur, p_base)))
     res.update({"capability": current.capability(), "threads": torch.get_num_threads(),
-                "cpu": _cpu(), "load_avg": [round(load0, 2), round(load1, 2)]})
+                "cpu": cpu_name(), "load_avg": [round(load0, 2), round(load1, 2)]})
     if args.json:
         print(json.dumps(res, indent=1))
         return 0

@@ -31,19 +31,9 @@ import json
 import os
 import platform
 import statistics
-import time
 
 import torch
-
-
-def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from _common import median_seconds
 
 
 def main() -> None:
@@ -101,7 +91,7 @@ def main() -> None:
     for rep in range(3):  # interleaved, the order rotating
         names = list(fns)[rep:] + list(fns)[:rep]
         for x in names:
-            times[x].append(_median(fns[x], args.repeats))
+            times[x].append(median_seconds(fns[x], args.repeats))
     med = {x: statistics.median(v) for x, v in times.items()}
     flops = 2.0 * h * r * n * d
     written = 4.0 * h * r * n

@@ -78,7 +78,6 @@ from attnlab.report.long_sizes import (
     max_tokens_from_env,
     predicted_eager_bytes,
     sizes_up_to,
-    trace_bytes,
 )
 from attnlab.report.long_text import ARTICLES_ENV, LongText, long_text
 
@@ -663,6 +662,7 @@ def build(ctx: ReportContext) -> Section:
     import json
 
     from attnlab.models import ModelNotAvailableError, load
+    from attnlab.tracing.budget import estimate_trace_bytes
 
     max_tokens = max_tokens_from_env()
     source = long_text()  # a bad $ATTNLAB_ARTICLES is an error naming it
@@ -673,7 +673,7 @@ def build(ctx: ReportContext) -> Section:
     folder = None if source.source == "course" else source.source
     # the curve's process writes its largest trace here, in memory where there is room (on
     # a slow disk the write alone took 12 s): the map and attribution map it back
-    where = memory_temp_parent(trace_bytes(max_tokens, loaded.model.config))
+    where = memory_temp_parent(estimate_trace_bytes(loaded, max_tokens).kept)
     with tempfile.TemporaryDirectory(prefix="attnlab-long-", dir=where) as tmp:
         kept = Path(tmp) / "trace.safetensors"
         doc = measure(sizes_up_to(max_tokens), text=folder, log=ctx.log, keep=kept)

@@ -14,13 +14,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from attnlab._errors import check_int
 
 __all__ = ["SIZES", "DEFAULT_DENSE_BUDGET_BYTES", "TOKENS_ENV", "BUDGET_ENV", "sizes_up_to",
-           "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes",
-           "trace_bytes"]
+           "max_tokens_from_env", "dense_budget_bytes", "dense_bytes", "predicted_eager_bytes"]
 
 #: The curve's token counts.
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -103,21 +101,6 @@ def dense_bytes(n: int, *, num_layers: int, num_heads: int) -> int:
     ``n`` tokens, float32: every layer's weights, kept to be returned (L·H·N²), and in the
     layer being computed its scores and masked scores (2·H·N²) and the causal mask (N²)."""
     return 4 * n * n * (num_layers * num_heads + 2 * num_heads + 1)
-
-
-def trace_bytes(n: int, config: Any) -> int:
-    """The bytes of a float32 trace of ``n`` tokens of a decoder with this Hugging Face
-    ``config``: q (every head), k and v (every key-value head) and one log-sum-exp a row.
-
-    >>> from types import SimpleNamespace as C
-    >>> trace_bytes(8192, C(num_hidden_layers=30, num_attention_heads=9, hidden_size=576,
-    ...                     num_key_value_heads=3)) / 1e9
-    0.95256576
-    """
-    heads = int(config.num_attention_heads)
-    dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or heads)
-    return 4 * int(config.num_hidden_layers) * n * (heads * dim + 2 * kv * dim + heads)
 
 
 def predicted_eager_bytes(n: int, *, num_layers: int, num_heads: int, base_bytes: int) -> int:

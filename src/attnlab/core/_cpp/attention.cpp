@@ -940,6 +940,20 @@ inline RowSums exp_tail(float* s, int64_t j, int64_t b, float scale, float l, co
   return out;
 }
 
+// exp(x) of the keys [j, j + V::size()) of a row, as row_exp (Sleef, within 1 ulp); where the
+// key mask km (indexed as the row) hides a key, both the exponential and x are set to 0.
+inline Vectorized<float> masked_exp(Vectorized<float>& x, const float* km, int64_t j) {
+  using V = Vectorized<float>;
+  const V zero(0.f);
+  V e = x.exp();
+  if (km) {
+    const V keep = V::loadu(km + j) != zero;
+    e = V::blendv(zero, e, keep);
+    x = V::blendv(zero, x, keep);
+  }
+  return e;
+}
+
 // One row of head_sums' tile over its keys [a, b): s[a:b) holds the raw q·k, x = s·scale − l
 // (the product rounded, then the difference: two roundings, as the scores are scaled before
 // the lse is taken off), p = exp(x) written back over s (p = x = 0 where the key mask km,
@@ -964,12 +978,7 @@ inline RowSums exp_row(float* s, float* xs, int64_t a, int64_t b, float scale, f
     for (int64_t i = a; i < b; ++i) s[i] *= scale;
     for (; j + V::size() <= b; j += V::size()) {
       V x = V::loadu(s + j) - vl;
-      V e = x.exp();  // as row_exp: Sleef, within 1 ulp
-      if (km) {
-        const V keep = V::loadu(km + j) != zero;
-        e = V::blendv(zero, e, keep);
-        x = V::blendv(zero, x, keep);
-      }
+      const V e = masked_exp(x, km, j);
       e.store(s + j);
       ae = at::vec::fmadd(e, x, ae);
       ax = at::vec::maximum(ax, e);
@@ -981,12 +990,7 @@ inline RowSums exp_row(float* s, float* xs, int64_t a, int64_t b, float scale, f
     const V vs(scale);
     for (; j + V::size() <= b; j += V::size()) {
       V x = held(V::loadu(s + j) * vs) - vl;
-      V e = x.exp();  // as row_exp: Sleef, within 1 ulp
-      if (km) {
-        const V keep = V::loadu(km + j) != zero;
-        e = V::blendv(zero, e, keep);
-        x = V::blendv(zero, x, keep);
-      }
+      const V e = masked_exp(x, km, j);
       e.store(s + j);
       x.store(xs + j);
     }

@@ -19,6 +19,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,8 +38,12 @@ class IsolatedCallError(Error, RuntimeError):
         self.reason = reason
 
 
-def echo(value: Any) -> Any:
-    """Returns ``value``: the smallest target, for checking the helper itself."""
+def echo(value: Any, after: float = 0.0) -> Any:
+    """Returns ``value``, ``after`` seconds from now: the smallest target, for checking the
+    helper itself (``after``: a call still running when its timeout comes, whatever the
+    machine's load)."""
+    if after:
+        time.sleep(after)
     return value
 
 

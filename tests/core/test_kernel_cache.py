@@ -208,8 +208,42 @@ def test_an_unwritable_cache_folder_says_so_once(open_folder, good_build):
               f"ATTNLAB_KERNEL_DIR={folder}", "not writable")
 
 
+# the race two processes run on a cold cache: each builds and loads its own copy from its
+# private folder, one copy takes the cache's folder, and the other process then finds that
+# copy (the same build, at another path) when it looks again; here, the second path is a
+# second cache root
+SWAPPED = """
+import json, os, sys, torch
+from attnlab.core import _kernel
+from attnlab.core.functional import kernel_status, scaled_dot_product_attention
+q = torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(0))
+ref = torch.softmax(q @ q.transpose(-1, -2) / 2, -1) @ q
+assert _kernel.get() is not None, kernel_status()
+os.environ["ATTNLAB_KERNEL_DIR"] = sys.argv[1]
+_kernel._reset_for_tests()
+out, w = scaled_dot_product_attention(q, q, q, return_weights=True)
+assert (out - ref).abs().max() < 1e-5, "wrong result"
+print(json.dumps(kernel_status()))
+"""
+
+
+def test_another_copy_of_the_loaded_build_is_not_loaded_again(tmp_path, good_build):
+    """A library registers its operators once per process: loading a second file of the same
+    build aborted the process (SIGABRT) before; the loaded one is used."""
+    first = _cache(tmp_path / "one", good_build)
+    second = _cache(tmp_path / "two", good_build)
+    env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(first.parent), CXX="no-such-compiler")
+    env.pop(_kernel.ENV_DISABLE, None)
+    r = subprocess.run([sys.executable, "-c", SWAPPED, str(second.parent)], env=env,
+                       capture_output=True, text=True, timeout=CHILD_S)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    status = json.loads(r.stdout)
+    assert status["available"] and status["source"] == "cache", status
+    assert status["cache_dir"] == str(second), status
+
+
 @pytest.mark.slow
-# justified: a rebuild compiles the kernel (about a minute); the skip without a compiler is
+# justified: a rebuild compiles the kernel (about ten seconds); the skip without a compiler is
 # tested above
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler")
 def test_a_damaged_library_is_rebuilt_when_it_can_be(tmp_path, good_build):

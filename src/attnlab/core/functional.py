@@ -166,7 +166,7 @@ def why_not_kernel(
 ) -> str | None:
     """Why the explicit path (weights returned) would not run attnlab's compiled CPU kernel
     here, or None if it would. ``build=True`` (default) builds the kernel first if this
-    process has not tried yet (about a minute the first time on a machine, then cached);
+    process has not tried yet (about ten seconds the first time on a machine, then cached);
     ``build=False`` never does. :func:`kernel_status` tells how the kernel stands.
 
     >>> q = k = v = torch.randn(1, 1, 4, 8)

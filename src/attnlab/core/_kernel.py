@@ -35,6 +35,7 @@ machine that runs it, checked at run time, never ``-march=native``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -44,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -286,20 +288,7 @@ def _load() -> None:
     if present:
         damaged = _check(final)
         if damaged is None:
-            try:
-                if final.name not in _loaded_key:
-                    torch.ops.load_library(str(lib))
-                    _loaded_key.append(final.name)
-            except Exception as exc:  # noqa: BLE001  (a library that will not load)
-                msg = str(exc).strip().splitlines()
-                _state["reason"] = (f"the cached kernel {lib} cannot load "
-                                    f"({type(exc).__name__}: {msg[-1] if msg else ''})")[:500]
-                _say(f"cannot load the cached kernel {lib} ({type(exc).__name__}); delete "
-                     f"the folder {final} to rebuild it; using the PyTorch path")
-                return
-            _state["source"] = "cache"
-            _register_flops(torch.ops.attnlab_kernel)
-            _state["ops"] = torch.ops.attnlab_kernel
+            _load_cached(final, lib)
             return
     bad_root = _unusable_root(root)
     if bad_root is not None:
@@ -315,13 +304,55 @@ def _load() -> None:
             _say(f"{_state['reason']}; delete the folder {final} (it is rebuilt where a "
                  f"compiler is); using the PyTorch path")
         return
-    t0 = time.perf_counter()
-    _build(final, flags)  # (loads the library it builds)
-    _loaded_key.append(final.name)
+    with _one_build_at_a_time(root):
+        if lib.exists() and _check(final) is None:  # built by the process this one waited for
+            _load_cached(final, lib)
+            return
+        t0 = time.perf_counter()
+        _build(final, flags)  # (loads the library it builds)
+        _loaded_key.append(final.name)
     _state["build_seconds"] = round(time.perf_counter() - t0, 1)
     _state["source"] = "built"
     _register_flops(torch.ops.attnlab_kernel)
     _state["ops"] = torch.ops.attnlab_kernel
+
+
+def _load_cached(final: Path, lib: Path) -> None:
+    """Load the cache's library (checked), or say why it will not load."""
+    try:
+        if final.name not in _loaded_key:
+            torch.ops.load_library(str(lib))
+            _loaded_key.append(final.name)
+    except Exception as exc:  # noqa: BLE001  (a library that will not load)
+        msg = str(exc).strip().splitlines()
+        _state["reason"] = (f"the cached kernel {lib} cannot load "
+                            f"({type(exc).__name__}: {msg[-1] if msg else ''})")[:500]
+        _say(f"cannot load the cached kernel {lib} ({type(exc).__name__}); delete "
+             f"the folder {final} to rebuild it; using the PyTorch path")
+        return
+    _state["source"] = "cache"
+    _register_flops(torch.ops.attnlab_kernel)
+    _state["ops"] = torch.ops.attnlab_kernel
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(root: Path) -> Iterator[None]:
+    """Hold the cache root's lock (``flock`` on the folder: nothing is written, and it is
+    released when the process ends, however it ends): processes that start on a cold cache
+    together (pytest's workers, ``torchrun``'s ranks) compile once, the others wait and load
+    that build."""
+    try:
+        import fcntl
+
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except (ImportError, OSError):  # (no flock here: each process builds, as before)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def _register_flops(ops: Any) -> None:

@@ -136,3 +136,28 @@ def test_bad_settings_are_refused_naming_the_argument(traced):
                          shapes=shape)
     with pytest.raises(ValueError, match="causal self-attention"):
         evict(enc)
+
+
+def _within_block_rounding(sums, w):
+    """|sums − the exact column sums| within the float32 roundings of a 32-row block."""
+    exact = w.double().sum(0)
+    bound = 32 * 2.0 ** -24 * w.double().abs().sum(0)
+    return bool(((sums - exact).abs() <= bound).all())
+
+
+def test_column_sums_keep_a_long_column_s_small_weights():
+    """One large weight then 2¹² weights of 2⁻²⁵ (each under half a float32 step of 1.0):
+    the column sums add them (blocks of 32 in float32, the blocks in float64); summed in
+    float32 row after row, every one is lost."""
+    from attnlab.analysis.eviction import _column_sums
+
+    w = torch.full((2**12 + 1, 3), 2.0 ** -25)
+    w[0] = 1.0
+    w[:, 2] = torch.rand(w.shape[0], generator=torch.Generator().manual_seed(0))
+    assert _within_block_rounding(_column_sums(w), w)
+    assert float(_column_sums(w)[1]) > 1 + 2**-13 - 2**-20
+    row_by_row = torch.zeros(3)
+    for row in w:
+        row_by_row += row
+    assert float(row_by_row[1]) == 1.0
+    assert not _within_block_rounding(row_by_row.double(), w)

@@ -17,11 +17,33 @@ def _where(name: str, ctx: ReportContext) -> Section:
                    f"{os.nice(0)}", passed=True)
 
 
+def _wait_for(path, what: str) -> None:
+    import time
+
+    for _ in range(6000):
+        if path.is_file():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} never came")
+
+
 def first(ctx: ReportContext) -> Section:
+    (ctx.out_dir / "first.started").write_text("")
+    return _where("first", ctx)
+
+
+def first_waits_for_last(ctx: ReportContext) -> Section:
+    """``first``, built only once ``last`` is (a part beside still running when the parts
+    here are done)."""
+    (ctx.out_dir / "first.started").write_text("")
+    _wait_for(ctx.out_dir / "last.done", "the last part")
     return _where("first", ctx)
 
 
 def long_part(ctx: ReportContext) -> Section:
+    """Built once ``first`` has started (with two processes: beside, as the process there
+    takes the parts from the first)."""
+    _wait_for(ctx.out_dir / "first.started", "the first part")
     return _where("long", ctx)
 
 
@@ -54,7 +76,9 @@ def slow_ahead(seed: int) -> str:
 
 
 def last(ctx: ReportContext) -> Section:
-    return _where("last", ctx)
+    section = _where("last", ctx)
+    (ctx.out_dir / "last.done").write_text("")
+    return section
 
 
 def broken(ctx: ReportContext) -> Section:

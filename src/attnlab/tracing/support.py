@@ -56,6 +56,7 @@ from typing import Any, TypedDict
 import torch
 
 from attnlab._errors import Error
+from attnlab._proc import torch_threads
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.families import families, text_families
 from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family values, here too)
@@ -253,14 +254,11 @@ def check_family(family: str, *, seq_len: int = SEQ_LEN, seed: int = 0) -> Famil
     if checker is None:
         return FamilyResult(family, kind, "not yet", NOT_YET[kind])
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is many times faster than several
     try:
-        result = checker(family, kind, seq_len, seed)
+        with torch_threads(1):  # tiny matrices: one thread is many times faster than several
+            result = checker(family, kind, seq_len, seed)
     except NotBuiltError as exc:
         result = FamilyResult(family, kind, "not built", str(exc))
-    finally:
-        torch.set_num_threads(threads)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 

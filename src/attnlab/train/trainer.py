@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from attnlab._dist import join, leave
 from attnlab._io import atomic_write_bytes, check_output_dir, is_temp_of, lock_folder
+from attnlab._proc import torch_threads
 from attnlab.train.checkpoint import (
     CHECKPOINT_NAME,
     METRICS_NAME,
@@ -399,13 +400,11 @@ def train(config: TrainConfig, out: str | os.PathLike[str], *, resume: bool = Fa
         run_dir = prepare_run_dir(out, resume=resume, force=force)
         task = get_task(config.task)
         group = join("auto")
-        threads = torch.get_num_threads()
-        torch.set_num_threads(config.threads)
         try:
-            return _train(config, task, run_dir, resume, quiet, progress, group.rank,
-                          group.world, group.device)
+            with torch_threads(config.threads):
+                return _train(config, task, run_dir, resume, quiet, progress, group.rank,
+                              group.world, group.device)
         finally:
-            torch.set_num_threads(threads)
             leave(group)
 
 

@@ -212,7 +212,9 @@ def test_the_served_long_page_shows_the_servers_rows_and_parts(page, saved, serv
         assert max(abs(v - float(other[j])) for j, v in top) > 100 * TOL, kind
         # 600 keys: one image; the pointer names the key under it and its value
         img = page.locator(".ax-attr-img")
+        img.wait_for(state="visible")  # (drawn after the row's numbers: a busy machine lags)
         box = img.bounding_box()
+        assert box is not None, kind
         img.hover(position={"x": (123.5) * box["width"] / N, "y": box["height"] / 2})
         assert page.get_attribute(".ax-tip", "data-key") == "123"
         assert float(page.get_attribute(".ax-tip", "data-value")) == pytest.approx(

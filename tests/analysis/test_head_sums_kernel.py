@@ -267,23 +267,46 @@ def test_merged_tokens_are_merged_by_the_kernel_as_the_trace_merges_them(rule, m
     ids = torch.randint(12, (n,), generator=torch.Generator().manual_seed(7)).tolist()
     w = merged.weights  # (L, H, n, n): the trace's own merge of its pieces' weights
     ref = own_scores(w, ids)
-    block = 5
+    # blocks of 5 keys (summed block by block), on 40 rows at a time; and of 16 (a multiple
+    # of the vector width: summed in each row's one pass), on all rows at once (the kernel's
+    # tiles of rows, whose last block of keys is cut short by their last row's last key, in
+    # the order its threads take them)
+    runs = ((5, 40), (16, 1000))
     with monkeypatch.context() as m:
         m.setattr(scores_mod, "_kernel_shapes", lambda trace: None)
-        read_sums, read_pooled, _ = scan(merged, token_ids=ids, pool_block=block,
-                                         tile_rows=40)
+        read = [scan(merged, token_ids=ids, pool_block=b, tile_rows=t) for b, t in runs]
     _no_weights_read(monkeypatch)
     assert scores_mod._kernel_shapes(merged) is not None
-    sums, pooled, _ = scan(merged, token_ids=ids, pool_block=block, tile_rows=40)
-    got = scores_from_sums(sums, True)
-    assert _max_diff(got, ref) < TOL
-    assert _max_diff(got, scores_from_sums(read_sums, True)) < TOL
-    assert float((pooled.double() - _dense_pooled(w, block)).abs().max()) < TOL
-    assert float((pooled - read_pooled).abs().max()) < TOL
+    for (block, rows), (read_sums, read_pooled, _) in zip(runs, read):
+        sums, pooled, _ = scan(merged, token_ids=ids, pool_block=block, tile_rows=rows)
+        got = scores_from_sums(sums, True)
+        assert _max_diff(got, ref) < TOL
+        assert _max_diff(got, scores_from_sums(read_sums, True)) < TOL
+        assert float((pooled.double() - _dense_pooled(w, block)).abs().max()) < TOL, block
+        assert float((pooled - read_pooled).abs().max()) < TOL
     assert all(float(v.abs().max()) > 1e3 * TOL for v in ref.values()), ref
     # the merge matters: the pieces' own scores are other numbers
     pieces = scores_from_sums(scan(_trace(300, shape))[0], False)
     assert float((pieces["distance"] - got["distance"]).abs().max()) > 1e-2
+
+
+def test_merged_tokens_over_several_tiles_of_keys():
+    """Over 1,024 merged tokens (the kernel's tiles of keys), most of one piece: each row's
+    pooled blocks of 16 keys (summed in its one pass) and scores are the dense ones, where a
+    tile of keys ends short of a block (rows 1,000 to 1,099 at a time, their last key)."""
+    shape = ScoreShape(scale=0.3, causal=True)
+    n = 1130
+    runs = [[i] for i in range(n)]
+    for i in range(n - 2, 0, -47):  # a token of two pieces every 47
+        runs[i:i + 2] = [runs[i] + runs[i + 1]]
+    merged = _trace(n, shape, heads=3, kv_heads=1, d=16, layers=1).merge_tokens(runs)
+    assert merged.groups is not None and 1024 < merged.seq_len < n
+    w = merged.weights
+    ids = torch.randint(40, (merged.seq_len,), generator=torch.Generator().manual_seed(3))
+    block = 16
+    sums, pooled, _ = scan(merged, token_ids=ids.tolist(), pool_block=block, tile_rows=100)
+    assert _max_diff(scores_from_sums(sums, True), own_scores(w, ids.tolist())) < TOL
+    assert float((pooled.double() - _dense_pooled(w, block)).abs().max()) < TOL
 
 
 # ---------------------------------------------------------------------------------------------

@@ -411,7 +411,9 @@ def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Te
             of the merged weights ``w[a, b] = mean_{i in a} sum_{j in b} p_ij`` (the rule of
             :meth:`~attnlab.tracing.attention.AttentionTrace.merge_tokens`); rows, positions,
             pair keys and pooled blocks are then in tokens, and a merged row's entropy is
-            ``−Σ_b w log w`` (w clamped to float32's smallest normal, as the other pass does).
+            ``−Σ_b w log w``: where ``w`` is one piece's ``p`` (a token of one piece against a
+            token of one piece), ``log w`` is taken as ``s − lse`` as above; elsewhere ``w``
+            is clamped to float32's smallest normal, as the other pass does, and its log taken.
 
     The weights are those :func:`shaped_weights` gives (the same GEMM, scale, subtraction
     and exponential); mass and distance are summed in float64, the entropy in float32

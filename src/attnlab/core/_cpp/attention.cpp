@@ -1310,14 +1310,137 @@ void head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
   add_rows(stats, prow, hp, hs, row0, R, off, pool_block, direct ? 0 : nkb, nqb, sums, op);
 }
 
+// One piece row of merged_head_sums' tile over its keys [a, b): s[a:b) holds the raw q·k,
+// x = s·scale − l (the product rounded, then the difference, as head_sums' exp_row), written
+// to x[a:b), and p = exp(x) back over s (Sleef's exponential, the scalar tail std::exp; p =
+// x = 0 where the key mask km, indexed as s, hides the key)
+inline void piece_exp(float* s, float* x, int64_t a, int64_t b, float scale, float l,
+                      const float* km) {
+  using V = Vectorized<float>;
+  const V vs(scale), vl(l);
+  int64_t j = a;
+  for (; j + V::size() <= b; j += V::size()) {
+    V xv = held(V::loadu(s + j) * vs) - vl;
+    const V e = masked_exp(xv, km, j);
+    e.store(s + j);
+    xv.store(x + j);
+  }
+  for (; j < b; ++j) {
+    float xj = held(s[j] * scale) - l;
+    float e = std::exp(xj);
+    if (km && km[j] == 0.f) e = xj = 0.f;
+    s[j] = e;
+    x[j] = xj;
+  }
+}
+
+// One row of merged weights over a tile's key tokens [0, n): w, and x = log w (kept from the
+// exponentials where w is one of them). In one pass, as exp_row's: Σ w·x and the largest
+// weight (a NaN seen through the float64 mass), mass and distance |j − pos| added to *mass
+// and *dist in float64 lanes, and with blocks (pool_block % V::size() == 0, block 0 starting
+// at key 0) each block's vector lanes; the scalar tail [out.j, n) as mass_distance's.
+inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, double* mass,
+                         double* dist, float* blocks, int64_t pool_block) {
+  using V = Vectorized<float>;
+  V ae(0.f), ax(0.f);
+  const int64_t jt = n / V::size() * V::size();
+  double m = 0.0, dd = 0.0;
+#if defined(CPU_CAPABILITY_AVX512)
+  __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
+  __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
+  const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
+  const __m512d step = _mm512_set1_pd(16.0);
+  __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(-pos));
+#elif defined(CPU_CAPABILITY_AVX2)
+  __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
+  __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
+  const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
+  const __m256d sign = _mm256_set1_pd(-0.0), step = _mm256_set1_pd(8.0);
+  __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(-pos));
+#endif
+  int64_t j = 0, nb = 0;
+  for (int64_t end = blocks ? pool_block : jt; j < jt; end += pool_block) {
+    V acc(0.f);
+    const int64_t stop = std::min(end, jt);
+    for (; j < stop; j += V::size()) {
+      const V e = V::loadu(w + j);
+      ae = at::vec::fmadd(e, V::loadu(x + j), ae);
+      ax = max_of(ax, e);
+      acc = acc + e;
+#if defined(CPU_CAPABILITY_AVX512)
+      const __m512 ev = e;
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ev));
+      const __m512d hi = _mm512_cvtps_pd(
+          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ev), 1)));
+      const __m512d x1 = _mm512_add_pd(x0, eight);
+      m0 = _mm512_add_pd(m0, lo);
+      m1 = _mm512_add_pd(m1, hi);
+      d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
+      d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
+      x0 = _mm512_add_pd(x0, step);
+#elif defined(CPU_CAPABILITY_AVX2)
+      const __m256 ev = e;
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(ev));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1));
+      const __m256d x1 = _mm256_add_pd(x0, four);
+      m0 = _mm256_add_pd(m0, lo);
+      m1 = _mm256_add_pd(m1, hi);
+      d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
+      d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
+      x0 = _mm256_add_pd(x0, step);
+#endif
+    }
+    if (blocks) acc.store(blocks + V::size() * nb++);
+  }
+  if (blocks)  // the blocks the vector loop never reaches (the tail's only): 0
+    for (const int64_t all = (n + pool_block - 1) / pool_block; nb < all; ++nb)
+      V(0.f).store(blocks + V::size() * nb);
+#if defined(CPU_CAPABILITY_AVX512)
+  m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+  dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
+#elif defined(CPU_CAPABILITY_AVX2)
+  double lanes[4];
+  _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
+  m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
+  dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#else
+  // no float64 lanes here: the vector part's mass and distance one by one
+  for (int64_t i = 0; i < jt; ++i) {
+    const double v = w[i];
+    m += v;
+    dd += v * std::fabs(static_cast<double>(i) - pos);
+  }
+#endif
+  RowSums out{lane_sum(ae), false, 0.f, jt};
+  {
+    float lanes_[V::size()];
+    ax.store(lanes_);
+    for (int64_t i = 0; i < V::size(); ++i) out.mx = std::max(out.mx, lanes_[i]);
+  }
+  for (int64_t i = jt; i < n; ++i) {
+    out.ent += static_cast<double>(w[i] * x[i]);
+    out.mx = std::max(out.mx, w[i]);
+    const double v = w[i];
+    m += v;
+    dd += v * std::fabs(static_cast<double>(i) - pos);
+  }
+  out.nan = std::isnan(m);  // w >= 0: a NaN weight, and only one, makes the mass NaN
+  *mass += m;
+  *dist += dd;
+  return out;
+}
+
 // head_sums for a trace of merged tokens: `groups` (n + 1) int64 cuts the Lq = Lk pieces of
 // q, k and lse into n tokens of consecutive pieces (token t: pieces groups[t] to
 // groups[t + 1]). A merged weight is w[a, b] = mean over a's pieces i of the sum over b's
 // pieces j of p_ij (summed over the key pieces, then over the query pieces, then divided by
 // their number, as AttentionTrace merges); rows [row0, row0 + rows), pair keys, positions
 // (pos = the token a itself) and pooled blocks are in tokens. Per row the same sums as
-// head_sums, the entropy −Σ_b w log w with w clamped to float32's tiny (w is not one
-// exponential: its log is taken), in float32 over one tile of keys, then in float64.
+// head_sums, the entropy −Σ_b w log w in float32 over one tile of keys, then in float64: where
+// w is one exponential p = exp(x) (a row of one piece, a key token of one piece), log w is x
+// (no log, as head_sums takes it); elsewhere w is clamped to float32's tiny and its log taken.
+// Tiles of up to 128 rows by 1024 keys (in tokens), as head_sums'.
 void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
                       const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
                       bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
@@ -1403,10 +1526,10 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     }
   // tiles in tokens: tr rows x tc keys (whole pooling blocks where they fit); the buffers hold
   // the most pieces any such tile has
-  const int64_t tr = std::min<int64_t>(R, 32);
-  int64_t tc = 256;
-  if (pool_block > 0) tc = pool_block >= 256 ? pool_block : (256 / pool_block) * pool_block;
+  int64_t tc = 1024;
+  if (pool_block > 0) tc = pool_block >= 1024 ? pool_block : (1024 / pool_block) * pool_block;
   tc = std::min(tc, n);
+  const int64_t tr = std::min<int64_t>(R, std::clamp<int64_t>((int64_t(1) << 16) / tc, 8, 128));
   const int64_t nr = (R + tr - 1) / tr;
   int64_t most_rows = 1, most_cols = 1;
   for (int64_t rb = 0; rb < nr; ++rb) {
@@ -1428,13 +1551,22 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   for_each_task(tasks, [&](auto&& take) {
     using V = Vectorized<float>;
     std::vector<float> sbuf(static_cast<size_t>(most_rows * most_cols + 16));
+    std::vector<float> xbuf(static_cast<size_t>(most_rows * most_cols + 16));
     std::vector<float> qbuf(static_cast<size_t>(most * most_rows * d + 16));
     float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
                                         ~uintptr_t(63));
+    float* xs = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(xbuf.data()) + 63) &
+                                         ~uintptr_t(63));
     float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
                                          ~uintptr_t(63));
     std::vector<int64_t> lo(most_rows), hi(most_rows);
     std::vector<float> w(static_cast<size_t>(tc + 16)), part(static_cast<size_t>(tc + 16));
+    std::vector<float> wx(static_cast<size_t>(tc + 16));  // a token row's x = log w
+    // a row's pooled blocks in its one pass (token_row): each block's vector lanes, its sums
+    const bool vec_blocks = nkb && pool_block % V::size() == 0;
+    const int64_t tile_blocks = nkb ? (tc + pool_block - 1) / pool_block : 0;
+    std::vector<float> lanes(static_cast<size_t>(tile_blocks * V::size()));
+    std::vector<float> bsum(static_cast<size_t>(tile_blocks));
     struct Run {
       int64_t b, e;  // key tokens [b, e) of the tile
       bool one;      // each of one piece
@@ -1446,7 +1578,7 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
       const int64_t nm = static_cast<int64_t>(mem.size());
       const int64_t a0 = row0 + rb * tr, a1 = std::min(row0 + R, a0 + tr);
       const int64_t p0 = gp[a0], p1 = gp[a1], np = p1 - p0;  // the tile's query pieces
-      int64_t cmax = 0;
+      int64_t cmin = lp, cmax = 0;
       for (int64_t i = 0; i < np; ++i) {
         const int64_t pos = p0 + i;
         int64_t a = 0, b = lp;
@@ -1459,14 +1591,21 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
         b = std::clamp<int64_t>(b, a, lp);
         lo[i] = a;
         hi[i] = b;
-        if (b > a) cmax = std::max(cmax, b);
+        if (b > a) {
+          cmin = std::min(cmin, a);
+          cmax = std::max(cmax, b);
+        }
       }
+      // the key tokens a row of the tile sees lie in [t_lo, t_hi): the token of piece cmin,
+      // to the last token starting before cmax (tiles of keys stay on multiples of tc)
+      const int64_t t_hi = cmax > 0 ? std::upper_bound(gp, gp + n + 1, cmax - 1) - gp : 0;
+      const int64_t t_lo = std::upper_bound(gp, gp + n + 1, cmin) - gp - 1;
       for (int64_t m = 0; m < nm; ++m) {
         const float* src = qp + (hp[mem[m]] * lp + p0) * d;
         std::copy(src, src + np * d, qb + m * np * d);
       }
-      for (int64_t b0 = 0; b0 < n && gp[b0] < cmax; b0 += tc) {
-        const int64_t b1 = std::min(n, b0 + tc), nt = b1 - b0;  // the tile's key tokens
+      for (int64_t b0 = t_lo / tc * tc; b0 < t_hi; b0 += tc) {
+        const int64_t b1 = std::min({n, b0 + tc, t_hi}), nt = b1 - b0;  // the tile's key tokens
         const int64_t c0 = gp[b0], cols = gp[b1] - c0;           // and their pieces
         // the tile's key tokens as runs: of one piece each (a piece row's values copied as
         // they are) or of several (each token's pieces summed in order, from 0)
@@ -1497,22 +1636,22 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
           const int64_t hq = hp[mem[m]];
           gemm_rm<float>(false, true, np, cols, d, 1.f, qb + m * np * d, d, kp + (g * lp + c0) * d,
                          d, 0.f, s, cols);
-          for (int64_t i = 0; i < np * cols; ++i) s[i] *= scale;
           for (int64_t i = 0; i < np; ++i) {  // each piece row's weights, 0 where hidden
             float* sr = s + i * cols;
+            float* xr = xs + i * cols;
             const int64_t a = std::clamp<int64_t>(lo[i] - c0, 0, cols);
             const int64_t b = std::clamp<int64_t>(hi[i] - c0, a, cols);
             const float l = lp_[hq * lp + p0 + i];
             if (l == kNegInf || b <= a) {
               std::fill(sr, sr + cols, 0.f);
+              std::fill(xr, xr + cols, 0.f);
               continue;
             }
             std::fill(sr, sr + a, 0.f);
             std::fill(sr + b, sr + cols, 0.f);
-            row_exp<float>(sr + a, b - a, l);
-            if (kmf)
-              for (int64_t j = a; j < b; ++j)
-                if (kmf[c0 + j] == 0.f) sr[j] = 0.f;
+            std::fill(xr, xr + a, 0.f);
+            std::fill(xr + b, xr + cols, 0.f);
+            piece_exp(sr, xr, a, b, scale, l, kmf ? kmf + c0 : nullptr);
           }
           for (int64_t ta = a0; ta < a1; ++ta) {  // each token row of the tile
             // summed over each key token's pieces, then over the row's pieces in order, then
@@ -1540,36 +1679,37 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                 for (; bb < nt; ++bb) w[bb] /= cnt;
               }
             }
+            // x = log w in token order: where the row and a key token are one piece each, the
+            // x its exponential was taken of (no log); elsewhere the log of w clamped to
+            // float32's tiny
+            const float* xw = wx.data();
+            if (i1 - i0 == 1 && wr == s + i0 * cols) {
+              xw = xs + i0 * cols;
+            } else if (i1 - i0 == 1) {
+              const float* xr_ = xs + i0 * cols;
+              for (const Run& u : runs) {
+                if (u.one) {
+                  const int64_t j0 = gp[b0 + u.b] - c0;
+                  std::copy(xr_ + j0, xr_ + j0 + (u.e - u.b), wx.data() + u.b);
+                  continue;
+                }
+                for (int64_t bb = u.b; bb < u.e; ++bb) wx[bb] = std::log(std::max(wr[bb], tiny));
+              }
+            } else {
+              const V vt(tiny);
+              int64_t bb = 0;
+              for (; bb + V::size() <= nt; bb += V::size())
+                at::vec::maximum(V::loadu(wr + bb), vt).log().store(wx.data() + bb);
+              for (; bb < nt; ++bb) wx[bb] = std::log(std::max(wr[bb], tiny));
+            }
             const int64_t r = ta - row0;
             double* st = stats.data() + (mem[m] * R + r) * kStats;
-            mass_distance(wr, 0, nt, static_cast<double>(ta - b0), &st[0], &st[3]);
-            V ae(0.f), ax(0.f);
-            const V vt(tiny);
-            int64_t j = 0;
-            for (; j + V::size() <= nt; j += V::size()) {
-              const V x = V::loadu(wr + j);
-              ae = at::vec::fmadd(x, at::vec::maximum(x, vt).log(), ae);
-              ax = at::vec::maximum(ax, x);
-            }
-            double ent = lane_sum(ae);
-            bool nan = false;
-            float mx = 0.f;
-            {
-              float lanes[V::size()];
-              ax.store(lanes);
-              for (int64_t x = 0; x < V::size(); ++x) {
-                nan |= std::isnan(lanes[x]);
-                mx = std::max(mx, lanes[x]);
-              }
-            }
-            for (; j < nt; ++j) {
-              ent += static_cast<double>(wr[j] * std::log(std::max(wr[j], tiny)));
-              nan |= std::isnan(wr[j]);
-              mx = std::max(mx, wr[j]);
-            }
-            st[1] -= ent;
-            st[2] = nan ? std::numeric_limits<double>::quiet_NaN()
-                        : std::max(st[2], static_cast<double>(mx));
+            const RowSums rs = token_row(wr, xw, nt, static_cast<double>(ta - b0), &st[0],
+                                         &st[3], vec_blocks ? lanes.data() : nullptr,
+                                         pool_block);
+            st[1] -= rs.ent;
+            st[2] = rs.nan ? std::numeric_limits<double>::quiet_NaN()
+                           : std::max(st[2], static_cast<double>(rs.mx));
             auto at_key = [&](int64_t key) -> double {
               return (key >= b0 && key < b1) ? static_cast<double>(wr[key - b0]) : 0.0;
             };
@@ -1577,12 +1717,20 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
             if (ta >= 1) st[5] += at_key(ta - 1);
             st[6] += at_key(ta);
             if (pp) pair_sums(pk + pp[r], pk + pp[r + 1], wr, b0, b0, b1, &st[7], &st[8]);
-            if (nkb) {
-              float* pr = prow.data() + (mem[m] * R + r) * nkb;
-              for (int64_t blk = b0 / pool_block; blk * pool_block < b1; ++blk) {
-                const int64_t s0 = std::max<int64_t>(blk * pool_block, b0) - b0;
-                const int64_t s1 = std::min<int64_t>((blk + 1) * pool_block, b1) - b0;
-                pr[blk] += seg_sum(wr + s0, s1 - s0);
+            if (!nkb) continue;
+            float* pr = prow.data() + (mem[m] * R + r) * nkb;
+            const int64_t blk0 = b0 / pool_block, nblk = (nt + pool_block - 1) / pool_block;
+            if (vec_blocks) {
+              // seg_sum's sums of each block: its lanes in order, then the keys of the tail
+              std::fill(bsum.begin(), bsum.begin() + nblk, 0.f);
+              for (int64_t i = 0; i < V::size(); ++i)
+                for (int64_t x = 0; x < nblk; ++x) bsum[x] += lanes[x * V::size() + i];
+              for (int64_t jj = rs.j; jj < nt; ++jj) bsum[jj / pool_block] += wr[jj];
+              for (int64_t x = 0; x < nblk; ++x) pr[blk0 + x] += bsum[x];
+            } else {
+              for (int64_t x = 0; x < nblk; ++x) {
+                const int64_t s0 = x * pool_block, s1 = std::min(nt, s0 + pool_block);
+                pr[blk0 + x] += seg_sum(wr + s0, s1 - s0);
               }
             }
           }

@@ -188,6 +188,9 @@ def _pair_lists(occ: list[Occurrences] | None, pos: Tensor) -> tuple[Tensor, Ten
     return ptr, keys.contiguous()
 
 
+#: Query rows per call of the compiled kernel's pass when ``tile_rows`` is not given.
+KERNEL_TILE_ROWS = 1024
+
 #: Where each of :data:`~attnlab.analysis.sums.SUMS` sits among the kernel's sums.
 _FROM_KERNEL = [HEAD_SUMS.index(name) for name in SUMS]
 
@@ -204,8 +207,10 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
     by_layer: dict[int, list[int]] = {}
     for layer, head in pairs_of:
         by_layer.setdefault(layer, []).append(head)
+    # the kernel writes no weight: a tile of rows only bounds its per-row sums (and the
+    # progress steps); fewer, larger calls keep its threads busy to the end of each
     tiles = [range(rows.start + t0, rows.start + t1)
-             for t0, t1 in row_tiles(len(rows), lk, tile_rows)]
+             for t0, t1 in row_tiles(len(rows), lk, tile_rows or KERNEL_TILE_ROWS)]
     every = _pair_lists(occ, torch.arange(rows.start, rows.stop) + (lk - lq))
     pair_lists = [None if every is None else  # each tile's rows point into the one list
                   (every[0][t.start - rows.start:t.stop - rows.start + 1], every[1])
@@ -329,7 +334,8 @@ def head_scores(trace: Any, *, queries: range | slice | None = None,
         token_ids: the keys' token ids (Lk,), for ``duplicate`` and ``induction``; default
             the trace's ``token_ids`` when they name the keys (self-attention).
         tile_rows: query rows per tile (default: as many as
-            :data:`attnlab.core.scores.TILE_BYTES` of float32 weights hold); memory is
+            :data:`attnlab.core.scores.TILE_BYTES` of float32 weights hold; on the compiled
+            kernel, which writes no weight, :data:`KERNEL_TILE_ROWS`); memory is
             O(tile_rows x Lk), the result does not depend on it.
 
     >>> from attnlab.tracing.attention import AttentionTrace

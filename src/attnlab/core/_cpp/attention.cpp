@@ -771,49 +771,83 @@ inline float seg_sum(const float* e, int64_t n) {
   return sum;
 }
 
-// Σ e[a:b) and Σ e[j] · |j − pos| over [a, b), in float64 (the weights' own float32 values,
-// products and sums exact to float64's rounding)
-inline void mass_distance(const float* e, int64_t a, int64_t b, double pos, double* mass,
-                          double* dist) {
-  int64_t j = a;
-  double m = 0.0, dd = 0.0;
+// mass_distance's float64 lanes, fed one float32 vector of weights at a time (keys j, j + 1,
+// ... from a first key whose j − pos is `first`: whole numbers, exact however they are summed):
+// Σ e and Σ e·|j − pos| in the same lanes, reduced the same way, as mass_distance. (No lanes
+// without AVX: the caller sums those keys one by one.)
+struct MassDistanceLanes {
 #if defined(CPU_CAPABILITY_AVX512)
   __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
   __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
-  const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
-  for (; j + 16 <= b; j += 16) {
-    const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(e + j));
-    const __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(e + j + 8));
-    const __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(static_cast<double>(j) - pos));
-    const __m512d x1 = _mm512_add_pd(x0, eight);
+  __m512d x0;
+  explicit MassDistanceLanes(double first)
+      : x0(_mm512_add_pd(_mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_pd(first))) {}
+  void add(const Vectorized<float>& e) {
+    const __m512 ev = e;
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ev));
+    const __m512d hi = _mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ev), 1)));
+    const __m512d x1 = _mm512_add_pd(x0, _mm512_set1_pd(8.0));
     m0 = _mm512_add_pd(m0, lo);
     m1 = _mm512_add_pd(m1, hi);
     d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
     d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
+    x0 = _mm512_add_pd(x0, _mm512_set1_pd(16.0));
   }
-  m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
-  dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
+  void reduce(double* m, double* dd) const {
+    *m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+    *dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
+  }
 #elif defined(CPU_CAPABILITY_AVX2)
   __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
   __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
-  const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
-  const __m256d sign = _mm256_set1_pd(-0.0);
-  for (; j + 8 <= b; j += 8) {
-    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(e + j));
-    const __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(e + j + 4));
-    const __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(static_cast<double>(j) - pos));
-    const __m256d x1 = _mm256_add_pd(x0, four);
+  __m256d x0;
+  explicit MassDistanceLanes(double first)
+      : x0(_mm256_add_pd(_mm256_set_pd(3, 2, 1, 0), _mm256_set1_pd(first))) {}
+  void add(const Vectorized<float>& e) {
+    const __m256 ev = e;
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(ev));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1));
+    const __m256d x1 = _mm256_add_pd(x0, _mm256_set1_pd(4.0));
     m0 = _mm256_add_pd(m0, lo);
     m1 = _mm256_add_pd(m1, hi);
     d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
     d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
+    x0 = _mm256_add_pd(x0, _mm256_set1_pd(8.0));
   }
-  double lanes[4];
-  _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
-  m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
-  dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  void reduce(double* m, double* dd) const {
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
+    *m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
+    *dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+#else
+  explicit MassDistanceLanes(double) {}
+  void add(const Vectorized<float>&) {}
+  void reduce(double* m, double* dd) const { *m = *dd = 0.0; }
 #endif
+};
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool kMassLanes = true;
+#else
+constexpr bool kMassLanes = false;
+#endif
+
+// Σ e[a:b) and Σ e[j] · |j − pos| over [a, b), in float64 (the weights' own float32 values,
+// products and sums exact to float64's rounding): the lanes, then the scalar tail
+inline void mass_distance(const float* e, int64_t a, int64_t b, double pos, double* mass,
+                          double* dist) {
+  using V = Vectorized<float>;
+  int64_t j = a;
+  double m = 0.0, dd = 0.0;
+  if constexpr (kMassLanes) {
+    MassDistanceLanes md(static_cast<double>(a) - pos);
+    for (; j + V::size() <= b; j += V::size()) md.add(V::loadu(e + j));
+    md.reduce(&m, &dd);
+  }
   for (; j < b; ++j) {
     const double v = e[j];
     m += v;
@@ -1003,20 +1037,7 @@ inline RowSums exp_row(float* s, float* xs, int64_t a, int64_t b, float scale, f
     }
     const int64_t jt = j;  // the scalar tail: [jt, b)
     double m = 0.0, dd = 0.0;
-#if defined(CPU_CAPABILITY_AVX512)
-    __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
-    __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
-    const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
-    const __m512d step = _mm512_set1_pd(16.0);
-    // j − pos of the first 8 keys of the chunk: whole numbers, exact however they are summed
-    __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(static_cast<double>(a) - pos));
-#elif defined(CPU_CAPABILITY_AVX2)
-    __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
-    __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
-    const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
-    const __m256d sign = _mm256_set1_pd(-0.0), step = _mm256_set1_pd(8.0);
-    __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(static_cast<double>(a) - pos));
-#endif
+    MassDistanceLanes md(static_cast<double>(a) - pos);
     int64_t nb = 0;
     j = a;
     // block by block (the whole row one block without blocks)
@@ -1028,44 +1049,13 @@ inline RowSums exp_row(float* s, float* xs, int64_t a, int64_t b, float scale, f
         ae = at::vec::fmadd(e, V::loadu(xs + j), ae);
         ax = max_of(ax, e);
         acc = acc + e;
-        // mass and distance: mass_distance's loop body, its two halves from the register
-#if defined(CPU_CAPABILITY_AVX512)
-        const __m512 ev = e;
-        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ev));
-        const __m512d hi = _mm512_cvtps_pd(
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ev), 1)));
-        const __m512d x1 = _mm512_add_pd(x0, eight);
-        m0 = _mm512_add_pd(m0, lo);
-        m1 = _mm512_add_pd(m1, hi);
-        d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
-        d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
-        x0 = _mm512_add_pd(x0, step);
-#elif defined(CPU_CAPABILITY_AVX2)
-        const __m256 ev = e;
-        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(ev));
-        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1));
-        const __m256d x1 = _mm256_add_pd(x0, four);
-        m0 = _mm256_add_pd(m0, lo);
-        m1 = _mm256_add_pd(m1, hi);
-        d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
-        d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
-        x0 = _mm256_add_pd(x0, step);
-#endif
+        md.add(e);  // mass and distance: mass_distance's loop body, from the register
       }
       if (blocks) acc.store(blocks + V::size() * nb++);
     }
     if (blocks)
       for (; nb < n_blocks; ++nb) zero.store(blocks + V::size() * nb);
-#if defined(CPU_CAPABILITY_AVX512)
-    m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
-    dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
-#elif defined(CPU_CAPABILITY_AVX2)
-    double lanes[4];
-    _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
-    m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
-    dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-#endif
+    md.reduce(&m, &dd);
     // the tail: its weights first, then mass_distance's own tail over them
     RowSums out = exp_tail(s, jt, b, scale, l, km, ae, ax);
     out.nan |= std::isnan(m);  // a NaN weight in the vector loop (ax does not keep NaN)
@@ -1345,19 +1335,7 @@ inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, 
   V ae(0.f), ax(0.f);
   const int64_t jt = n / V::size() * V::size();
   double m = 0.0, dd = 0.0;
-#if defined(CPU_CAPABILITY_AVX512)
-  __m512d m0 = _mm512_setzero_pd(), m1 = _mm512_setzero_pd();
-  __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
-  const __m512d iota = _mm512_set_pd(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_pd(8.0);
-  const __m512d step = _mm512_set1_pd(16.0);
-  __m512d x0 = _mm512_add_pd(iota, _mm512_set1_pd(-pos));
-#elif defined(CPU_CAPABILITY_AVX2)
-  __m256d m0 = _mm256_setzero_pd(), m1 = _mm256_setzero_pd();
-  __m256d d0 = _mm256_setzero_pd(), d1 = _mm256_setzero_pd();
-  const __m256d iota = _mm256_set_pd(3, 2, 1, 0), four = _mm256_set1_pd(4.0);
-  const __m256d sign = _mm256_set1_pd(-0.0), step = _mm256_set1_pd(8.0);
-  __m256d x0 = _mm256_add_pd(iota, _mm256_set1_pd(-pos));
-#endif
+  MassDistanceLanes md(-pos);
   int64_t j = 0, nb = 0;
   for (int64_t end = blocks ? pool_block : jt; j < jt; end += pool_block) {
     V acc(0.f);
@@ -1367,51 +1345,20 @@ inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, 
       ae = at::vec::fmadd(e, V::loadu(x + j), ae);
       ax = max_of(ax, e);
       acc = acc + e;
-#if defined(CPU_CAPABILITY_AVX512)
-      const __m512 ev = e;
-      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ev));
-      const __m512d hi = _mm512_cvtps_pd(
-          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ev), 1)));
-      const __m512d x1 = _mm512_add_pd(x0, eight);
-      m0 = _mm512_add_pd(m0, lo);
-      m1 = _mm512_add_pd(m1, hi);
-      d0 = _mm512_fmadd_pd(lo, _mm512_abs_pd(x0), d0);
-      d1 = _mm512_fmadd_pd(hi, _mm512_abs_pd(x1), d1);
-      x0 = _mm512_add_pd(x0, step);
-#elif defined(CPU_CAPABILITY_AVX2)
-      const __m256 ev = e;
-      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(ev));
-      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1));
-      const __m256d x1 = _mm256_add_pd(x0, four);
-      m0 = _mm256_add_pd(m0, lo);
-      m1 = _mm256_add_pd(m1, hi);
-      d0 = _mm256_fmadd_pd(lo, _mm256_andnot_pd(sign, x0), d0);
-      d1 = _mm256_fmadd_pd(hi, _mm256_andnot_pd(sign, x1), d1);
-      x0 = _mm256_add_pd(x0, step);
-#endif
+      md.add(e);
     }
     if (blocks) acc.store(blocks + V::size() * nb++);
   }
   if (blocks)  // the blocks the vector loop never reaches (the tail's only): 0
     for (const int64_t all = (n + pool_block - 1) / pool_block; nb < all; ++nb)
       V(0.f).store(blocks + V::size() * nb);
-#if defined(CPU_CAPABILITY_AVX512)
-  m = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
-  dd = _mm512_reduce_add_pd(_mm512_add_pd(d0, d1));
-#elif defined(CPU_CAPABILITY_AVX2)
-  double lanes[4];
-  _mm256_storeu_pd(lanes, _mm256_add_pd(m0, m1));
-  m = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  _mm256_storeu_pd(lanes, _mm256_add_pd(d0, d1));
-  dd = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-#else
-  // no float64 lanes here: the vector part's mass and distance one by one
-  for (int64_t i = 0; i < jt; ++i) {
-    const double v = w[i];
-    m += v;
-    dd += v * std::fabs(static_cast<double>(i) - pos);
-  }
-#endif
+  md.reduce(&m, &dd);
+  if constexpr (!kMassLanes)  // no float64 lanes here: the vector part's keys one by one
+    for (int64_t i = 0; i < jt; ++i) {
+      const double v = w[i];
+      m += v;
+      dd += v * std::fabs(static_cast<double>(i) - pos);
+    }
   RowSums out{lane_sum(ae), false, 0.f, jt};
   {
     float lanes_[V::size()];

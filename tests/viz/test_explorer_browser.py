@@ -17,6 +17,16 @@ from servers import serve_in_thread
 pytestmark = pytest.mark.browser
 
 
+def _box(locator) -> dict:
+    """The element's box once it is drawn: a view a click shows is laid out a moment later,
+    and its box read before that is None (on a busy machine, the served attribution page's
+    image once was)."""
+    locator.wait_for(state="visible")
+    box = locator.bounding_box()
+    assert box is not None and box["width"] > 0, box
+    return box
+
+
 def _python_row(t, layer, head, i, scale=None):
     """The QK view's row as Python computes it (float64)."""
     n = t.seq_len
@@ -209,7 +219,7 @@ def test_hovering_isolates_a_row_and_shows_exact_values(page, toy):
     assert len(rows) == strong
     page.click(".ax-tab[data-view=matrix]")
     page.set_viewport_size({"width": 1300, "height": 1400})
-    box = page.locator(".ax-heat").bounding_box()
+    box = _box(page.locator(".ax-heat"))
     n, i, j = t.seq_len, 30, 12
     page.mouse.move(box["x"] + (j + 0.5) * box["width"] / n,
                     box["y"] + (i + 0.5) * box["height"] / n)
@@ -314,7 +324,7 @@ def test_long_page_maps_are_the_pooled_definition(page, long_trace, long_page):
     exact = dense_pooled(long_trace.head_weights(1, 1), block)
     n = exact.shape[0]
     heat = page.locator(".ax-heat")
-    box = heat.bounding_box()
+    box = _box(heat)
     for i, j in ((n - 1, 0), (n - 1, n - 1), (n // 2, n // 3)):
         heat.hover(position={"x": (j + 0.5) * box["width"] / n,
                              "y": (i + 0.5) * box["height"] / n})
@@ -362,7 +372,7 @@ def test_served_page_fetches_exact_rows_and_tiles(page, long_trace, served, arti
     page.screenshot(path=str(artifacts_dir / "explorer-served-row.png"))
     # a click on a block of the pooled map brings that block's exact weights
     page.click(".ax-tab[data-view=matrix]")
-    box = page.locator(".ax-heat").bounding_box()
+    box = _box(page.locator(".ax-heat"))
     n = -(-t.seq_len // block)
     rb, cb = 9, 7
     page.mouse.click(box["x"] + (cb + 0.5) * box["width"] / n,

@@ -24,17 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from _common import cpu_name
-
-
-def _load1() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,12 +80,12 @@ def main(argv: list[str] | None = None) -> dict:
     rounds = []
     for r in range(args.rounds):
         order = list(steps) if r % 2 == 0 else list(reversed(steps))
-        row: dict = {"load_before": _load1()}
+        row: dict = {"load_before": os.getloadavg()[0]}
         for name in order:
             t0 = time.perf_counter()
             row[f"{name}_tokens"] = steps[name]()
             row[f"{name}_s"] = time.perf_counter() - t0
-        row["load_after"] = _load1()
+        row["load_after"] = os.getloadavg()[0]
         for name in ("diagnose", "explore"):
             row[f"{name}_ratio"] = row[f"{name}_s"] / row["forward_s"]
         rounds.append(row)

@@ -66,11 +66,6 @@ print(json.dumps(out))
 """
 
 
-def _load1() -> float:
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
 def export(rev: str, into: Path) -> Path:
     """``src/`` of revision ``rev`` unpacked under ``into``; returns the folder to import."""
     archive = into / "src.tar"
@@ -101,7 +96,7 @@ def smollm2_trace(n: int, path: Path) -> None:
 def measure(src: Path, trace: Path) -> dict:
     """One fresh process of the version in ``src``: its timings and the load around it."""
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "2"}
-    before = _load1()
+    before = os.getloadavg()[0]
     run = subprocess.run([sys.executable, "-c", CHILD, str(trace)], env=env,
                          capture_output=True, text=True, check=False)
     if run.returncode:
@@ -109,7 +104,7 @@ def measure(src: Path, trace: Path) -> dict:
     row = json.loads(run.stdout.strip().splitlines()[-1])
     if not row["attnlab"].startswith(str(src)):
         raise SystemExit(f"{src}: the process imported {row['attnlab']} instead")
-    row.update(load_before=before, load_after=_load1())
+    row.update(load_before=before, load_after=os.getloadavg()[0])
     return row
 
 
@@ -141,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sides["candidate"] = ROOT / "src"
         rows: dict[str, list[dict]] = {name: [] for name in sides}
-        start = _load1()
+        start = os.getloadavg()[0]
         for r in range(args.rounds):
             order = list(sides) if r % 2 == 0 else list(sides)[::-1]
             for name in order:
@@ -152,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['load_after']:.2f})", file=sys.stderr)
     out: dict = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": 2},
                  "baseline": args.baseline, "candidate": args.candidate or "checkout",
-                 "load_avg_start": start, "load_avg_end": _load1(), "rows": rows}
+                 "load_avg_start": start, "load_avg_end": os.getloadavg()[0], "rows": rows}
     for key in ("diagnose_s", "explore_s"):
         base = [x[key] for x in rows["baseline"]]
         cand = [x[key] for x in rows["candidate"]]

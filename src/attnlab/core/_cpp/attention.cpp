@@ -1387,7 +1387,7 @@ inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, 
 // head_sums, the entropy −Σ_b w log w in float32 over one tile of keys, then in float64: where
 // w is one exponential p = exp(x) (a row of one piece, a key token of one piece), log w is x
 // (no log, as head_sums takes it); elsewhere w is clamped to float32's tiny and its log taken.
-// Tiles of up to 128 rows by 1024 keys (in tokens), as head_sums'.
+// Tiles of 64 rows by 1024 keys (in tokens; fewer keys than 1024: up to 128 rows).
 void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
                       const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
                       bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
@@ -1605,9 +1605,11 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
             // divided by their number (the first piece's sums are 0 + them: taken as they are;
             // one piece: no division)
             const int64_t i0 = gp[ta] - p0, i1 = gp[ta + 1] - p0;
+            // one piece against keys of one piece each: the row itself, and its x
+            const bool itself = i1 - i0 == 1 && runs.size() == 1 && runs[0].one;
             const float* wr = w.data();
-            if (i1 - i0 == 1 && runs.size() == 1 && runs[0].one) {
-              wr = s + i0 * cols;  // one piece against keys of one piece each: the row itself
+            if (itself) {
+              wr = s + i0 * cols;
             } else {
               gather(s + i0 * cols, w.data());
               for (int64_t i = i0 + 1; i < i1; ++i) {
@@ -1630,7 +1632,7 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
             // x its exponential was taken of (no log); elsewhere the log of w clamped to
             // float32's tiny
             const float* xw = wx.data();
-            if (i1 - i0 == 1 && wr == s + i0 * cols) {
+            if (itself) {
               xw = xs + i0 * cols;
             } else if (i1 - i0 == 1) {
               const float* xr_ = xs + i0 * cols;

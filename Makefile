@@ -34,9 +34,10 @@ TORCH_STILL := import importlib.metadata as m, sys; v = m.version("torch"); \
 $(RUN_STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --no-compile -c constraints.txt uv
-	@wheels=$$(for d in $${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links \
-	    2>/dev/null)}; do ls "$$d"/torch-2.13.0[+-]*.whl 2>/dev/null; done | head -1); \
-	if [ -n "$$wheels" ]; then echo "torch from $$wheels"; $(UV) --no-deps "$$wheels"; \
+	@tag=$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])'); \
+	wheel=$$(for d in $${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links \
+	    2>/dev/null)}; do ls "$$d"/torch-2.13.0[+-]*-$$tag-$$tag-*.whl 2>/dev/null; done | head -1); \
+	if [ -n "$$wheel" ]; then echo "torch from $$wheel"; $(UV) --no-deps "$$wheel"; \
 	else $(PIP) --no-compile torch==2.13.0; fi
 	@# constraints.txt: the versions of the packages whose results the tests check exactly
 	$(UV) -c constraints.txt -e '.[$(RUN_EXTRAS)]'

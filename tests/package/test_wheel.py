@@ -59,7 +59,7 @@ def _local_torch_wheel() -> Path | None:
         [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
         capture_output=True, text=True, timeout=CHILD_S).stdout
     for folder in links.split():
-        tag = "cp%d%d" % sys.version_info[:2]
+        tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
         wheels = sorted(Path(folder).glob(f"torch-2.13.0[+-]*-{tag}-{tag}-*.whl"))
         if wheels:
             return wheels[0]

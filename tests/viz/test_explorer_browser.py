@@ -72,6 +72,8 @@ def test_opens_offline_with_real_text_labels_and_every_view(page, toy, artifacts
     for view in VIEWS:
         page.click(f".ax-tab[data-view={view}]")
         assert _root(page, "data-view") == view
+        # a view that decodes its data first (attribution) is drawn after the click returns
+        page.locator(f"svg.ax-svg[data-view={view}]").first.wait_for(state="attached")
         assert page.locator(f"svg.ax-svg[data-view={view}]").count() == 1
         page.screenshot(path=str(artifacts_dir / f"explorer-toy-{view}.png"))
     page.click(".ax-tab[data-view=head]")

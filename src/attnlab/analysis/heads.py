@@ -41,7 +41,7 @@ from attnlab.analysis._diagnostics_records import (
     ThresholdValues,
 )
 from attnlab.analysis._records import RepeatInductionInfo
-from attnlab.analysis.scores import check_trace, pattern_cosine, pool_block, scan
+from attnlab.analysis.scores import ForwardSums, check_trace, pattern_cosine, pool_block, scan
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
 
@@ -206,6 +206,25 @@ def pooled_block(heads: int, lq: int, lk: int, max_blocks: int,
     while block < top and heads * -(-lq // block) * -(-lk // block) * 4 > budget:
         block += 1
     return block
+
+
+def forward_sums(max_blocks: int = 256) -> ForwardSums:
+    """A taker of the head sums that :func:`diagnose` with ``max_blocks`` scans, for a
+    trace to compute in its forward (:class:`~attnlab.analysis.scores.ForwardSums`)."""
+    return ForwardSums(lambda heads, lq, lk: pooled_block(heads, lq, lk, max_blocks))
+
+
+def traced_with_sums(trace_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``trace_fn(*args, **kwargs)`` (a :func:`~attnlab.tracing.tracer.trace`) with the head
+    sums :func:`diagnose` scans taken in its forward and attached to the trace it returns,
+    where they could be taken (:meth:`~attnlab.analysis.scores.ForwardSums.attach`)."""
+    from attnlab.tracing.forward_sums import sums_in_forward
+
+    taker = forward_sums()
+    with sums_in_forward(taker):
+        traced = trace_fn(*args, **kwargs)
+    taker.attach(traced)
+    return traced
 
 
 @dataclass
@@ -617,8 +636,9 @@ def diagnose_model(model: Any, text: str, *, seed: int = 0, period: int = 40,
     check_loaded(model, _LOADED)
     from attnlab.tracing.tracer import trace as run_trace
 
-    main = run_trace(model, text, target=target, truncate=truncate, merge_pieces=False,
-                     progress=progress, **(run or {}))
+    # the head sums come from the forward's own attention where they can (traced_with_sums)
+    main = traced_with_sums(run_trace, model, text, target=target, truncate=truncate,
+                            merge_pieces=False, progress=progress, **(run or {}))
     if not hasattr(main, "weights_rows"):  # a StackedTrace
         d = diagnose(main, thresholds=thresholds, tile_rows=tile_rows, progress=progress)
         d.meta["seed"] = seed

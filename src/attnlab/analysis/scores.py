@@ -15,6 +15,11 @@ time, and ``trace.weights`` (dense) is never used. Two passes give the same sums
   at a time, memory O(tile_rows x Lk), and summed by :mod:`attnlab.analysis.sums`, the
   arithmetic the survey uses on its batches too.
 
+And a third way to the same sums, without a pass: a trace whose forward took them in its
+own attention (:class:`ForwardSums`, which ``diagnose_model`` and ``explore`` use: the
+kernel computes each layer's output, log-sum-exp and sums from the scores once) carries
+them, and :func:`scan` of every row and head with the same pooling block returns them.
+
 Notation: a head's weights ``W`` (Lq x Lk), rows summing to 1 (0 for a fully masked row);
 query ``i`` sits at key position ``p_i = i + Lk - Lq`` (bottom-right alignment: ``p_i = i``
 for self-attention); ``m_i = sum_j W_ij`` is the row's mass; ``x`` are the token ids of the
@@ -56,6 +61,7 @@ float64, equal the same formulas applied to the dense weights in float64 within 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -65,9 +71,9 @@ from attnlab._errors import check_int
 from attnlab.analysis.sums import SUMS, Occurrences, TileTargets, scores_from_sums, tile_sums
 from attnlab.core import _kernel
 from attnlab.core.scores import row_tiles
-from attnlab.core.weights import HEAD_SUMS, head_sums
+from attnlab.core.weights import HEAD_SUMS, attention_head_sums, head_sums
 
-__all__ = ["SCORE_NAMES", "head_scores", "pattern_similarity"]
+__all__ = ["SCORE_NAMES", "ForwardSums", "TakenSums", "head_scores", "pattern_similarity"]
 
 #: Names of the scores :func:`head_scores` returns, in order (the last two need token ids).
 SCORE_NAMES = ("entropy", "max_weight", "sink", "previous", "diagonal", "distance",
@@ -237,6 +243,95 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
     sums += acc[..., _FROM_KERNEL]
 
 
+@dataclass(frozen=True)
+class TakenSums:
+    """What :meth:`ForwardSums.attach` gives a trace: :func:`scan`'s result over every row
+    and head with pooling blocks of ``block`` (sums (L, H, len(SUMS)) float64; pooled
+    (L, H, nb, nb), the mean over each block's rows)."""
+
+    block: int
+    sums: Tensor
+    pooled: Tensor
+    with_ids: bool
+
+
+class ForwardSums:
+    """The head sums of a traced forward, taken in its attention: the
+    :class:`~attnlab.tracing.forward_sums.SumsTaker` that computes each recorded call's
+    output, log-sum-exp and head sums in one pass of the compiled kernel
+    (:func:`~attnlab.core.weights.attention_head_sums`: the scores, the weights and their
+    sums once, instead of the forward's attention and then :func:`scan`'s pass computing
+    them again). Used around :func:`~attnlab.tracing.tracer.trace` with
+    :func:`~attnlab.tracing.forward_sums.sums_in_forward`, then :meth:`attach` to the trace:
+    :func:`scan` of every row and head with pooling blocks of ``block(heads, lq, lk)``
+    returns them. Declines (the capture computes the call as without it) where the kernel
+    or the call does not fit, and then attaches nothing."""
+
+    def __init__(self, block: Callable[[int, int, int], int]) -> None:
+        self._block = block
+        self._num_layers: int | None = None
+        self._pieces = self._n = 0
+        self._groups = torch.zeros(1, dtype=torch.long)
+        self._pairs: tuple[Tensor, Tensor] | None = None
+        self._with_ids = False
+        self.taken = 0
+        self.declined = True  # until prepared
+        self.block = 0
+        self.sums: Tensor | None = None
+        self.pooled: Tensor | None = None
+
+    def prepare(self, *, pieces: int, groups: list[list[int]] | None,
+                token_ids: Sequence[int] | None, num_layers: int | None) -> None:
+        self._num_layers, self._pieces = num_layers, pieces
+        sizes = (torch.ones(pieces, dtype=torch.long) if groups is None
+                 else torch.tensor([len(g) for g in groups], dtype=torch.long))
+        self._n = int(sizes.numel())
+        self._groups = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        ids = None if groups is not None or token_ids is None or len(token_ids) != pieces else (
+            torch.as_tensor(list(token_ids), dtype=torch.long))
+        self._pairs = None if ids is None else _pair_lists([Occurrences(ids)],
+                                                           torch.arange(self._n))
+        self._with_ids = ids is not None
+        self.taken, self.declined, self.sums, self.pooled = 0, num_layers is None, None, None
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, *, scale: float,
+                  causal: bool) -> tuple[Tensor, Tensor] | None:
+        nl = self._num_layers
+        if (self.declined or nl is None or self.taken >= nl or q.shape[1] != self._pieces
+                or (self.sums is not None and q.shape[0] != self.sums.shape[1])):
+            self.declined = True
+            return None
+        if self.sums is None or self.pooled is None:
+            h, n = q.shape[0], self._n
+            self.block = self._block(nl * h, n, n)
+            nb = -(-n // self.block)
+            self.sums = torch.zeros(nl, h, len(HEAD_SUMS), dtype=torch.float64)
+            self.pooled = torch.zeros(nl, h, nb, nb)
+        got = attention_head_sums(q, k, v, scale=scale, causal=causal, groups=self._groups,
+                                  sums=self.sums[self.taken], pooled=self.pooled[self.taken],
+                                  pool_block=self.block, pairs=self._pairs)
+        if got is None:
+            self.declined = True
+            return None
+        self.taken += 1
+        return got
+
+    def attach(self, trace: Any) -> bool:
+        """Give ``trace`` (the one traced with this taker) the sums, as
+        ``trace.forward_sums``; False, giving nothing, unless every layer was taken."""
+        if (self.declined or self.sums is None or self.pooled is None
+                or self.taken != self._num_layers or not hasattr(trace, "forward_sums")
+                or (trace.num_layers, trace.num_heads) != tuple(self.sums.shape[:2])
+                or trace.seq_len != self._n or trace.key_len != self._n):
+            return False
+        nb = self.pooled.shape[-1]
+        counts = torch.bincount(torch.arange(self._n) // self.block, minlength=nb).float()
+        trace.forward_sums = TakenSums(self.block, self.sums[..., _FROM_KERNEL].contiguous(),
+                                       self.pooled / counts.clamp_min(1.0)[:, None],
+                                       self._with_ids)
+        return True
+
+
 @overload
 def scan(trace: Any, *, queries: range | slice | None = None,
          token_ids: Sequence[int] | Tensor | None = None, tile_rows: int | None = None,
@@ -267,6 +362,13 @@ def scan(trace: Any, *, queries: range | slice | None = None,
     """
     check_trace(trace)
     nl, nh, lq, lk = trace.num_layers, trace.num_heads, trace.seq_len, trace.key_len
+    taken = getattr(trace, "forward_sums", None)
+    if (isinstance(taken, TakenSums) and queries is None and token_ids is None
+            and heads is None and pool_block in (None, taken.block)):
+        if on_tile is not None:
+            on_tile(lq * nl, lq * nl)
+        return (taken.sums.clone(), None if pool_block is None else taken.pooled.clone(),
+                taken.with_ids)
     rows = _query_range(queries, lq)
     ids = _key_ids(trace, token_ids)
     occ = None if ids is None else [Occurrences(ids)]

@@ -40,8 +40,8 @@ from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doct
 from attnlab.core.masks import causal as causal_mask
 from attnlab.core.scores import ScoreShape, _as_positions
 
-__all__ = ["HEAD_SUMS", "attention_weights", "head_sums", "pooled_attention_map",
-           "shaped_weights", "why_not_kernel_rows"]
+__all__ = ["HEAD_SUMS", "attention_head_sums", "attention_weights", "head_sums",
+           "pooled_attention_map", "shaped_weights", "why_not_kernel_rows"]
 
 Index = int | slice | Sequence[int] | Tensor | None
 
@@ -442,3 +442,38 @@ def head_sums(q: Tensor, k: Tensor, lse: Tensor, shape: ScoreShape, *, heads: Te
                       shape.window or 0, km, float(shape.scale), ptr, keys, int(pool_block),
                       sums, pooled)
     return True
+
+
+def attention_head_sums(q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: bool,
+                        groups: Tensor, sums: Tensor, pooled: Tensor | None = None,
+                        pool_block: int = 0, pairs: tuple[Tensor, Tensor] | None = None
+                        ) -> tuple[Tensor, Tensor] | None:
+    """One layer's self-attention and its head sums in one pass of the compiled kernel:
+    ``(out (H, L, dv), lse (H, L))`` float32, with the sums of every head over every row
+    added to ``sums`` (and ``pooled``) as :func:`head_sums` adds them given that ``lse``
+    and ``groups`` (``torch.arange(L + 1)``: one piece a token). Each row's scores ``q·kᵀ ·
+    scale`` (causal or not; no window, key mask, bias or soft-cap) are computed once, for
+    its log-sum-exp, its weights ``exp(s − lse)``, the output ``P·V`` and the sums: the
+    work of an attention forward and of :func:`head_sums`'s pass in one. None, touching
+    nothing, where the kernel does not apply (not float32 on the CPU; no kernel).
+
+    Args:
+        q: (H, L, d); k: (H_kv, L, d); v: (H_kv, L, dv): one sequence's queries, keys and
+            values (query head ``h`` reads key head ``h // (H / H_kv)``).
+        groups, sums, pooled, pool_block, pairs: as :func:`head_sums` (rows: every token).
+    """
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (q, k, v)):
+        return None
+    ops = _kernel.get()
+    if ops is None or not hasattr(ops, "attention_head_sums"):
+        return None
+    h, length = q.shape[0], q.shape[1]
+    out = torch.empty(h, length, v.shape[-1])
+    lse = torch.empty(h, length)
+    ptr = keys = None
+    if pairs is not None:
+        ptr, keys = pairs
+    q, k, v = (aligned(t).contiguous() for t in (q, k, v))
+    ops.attention_head_sums(q, k, v, groups, bool(causal), float(scale), ptr, keys,
+                            int(pool_block), out, lse, sums, pooled)
+    return out, lse

@@ -120,6 +120,11 @@ class AttentionTrace(TraceReads):
     (2, 3, 4, False)
     """
 
+    #: The head sums its traced forward computed from the same weights
+    #: (:class:`attnlab.analysis.scores.ForwardSums`), which ``scan`` returns in place of its
+    #: own pass over q and k when asked for the same ones; None: none were taken.
+    forward_sums: Any = None
+
     def __init__(
         self,
         tokens: Sequence[str],

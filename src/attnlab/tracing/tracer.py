@@ -52,6 +52,7 @@ from torch import Tensor, nn
 from attnlab._errors import AttnlabWarning
 from attnlab._proc import release_memory
 from attnlab._text import too_long
+from attnlab.tracing import forward_sums
 from attnlab.tracing._trace_records import (  # noqa: F401 (the records: importable here too)
     MAX_NEW_TOKENS,
     ChatInfo,
@@ -431,12 +432,25 @@ class _Run:
                 if decoding:  # the generation itself, through the model's KV cache
                     new = continue_ids(net, name, x, s, feed_last=True)
                 else:
+                    self._tell_taker(enc, x, y)
                     _forward(net, x, y)
         finally:
             net.train(was_training)
         if decoding:
             enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=False)
         return cap, enc
+
+    def _tell_taker(self, enc: Encoded, x: Tensor, y: Tensor | None) -> None:
+        """What the forward of ``x`` will see, for the taker of its attention calls
+        (:mod:`attnlab.tracing.forward_sums`), where one is current: one sequence, traced
+        in memory (not streamed), without a target."""
+        taker = forward_sums.current()
+        if taker is None or y is not None or self.opts.out is not None or x.shape[0] != 1:
+            return
+        merge = enc.merge(MERGE_RULE) if self.opts.merge_pieces else None
+        taker.prepare(pieces=int(x.shape[1]), groups=None if merge is None else merge[0],
+                      token_ids=x[0].tolist(),
+                      num_layers=getattr(self.loaded, "num_layers", None))
 
     def finish(self, cap: Capture, enc: Encoded, tgt: Target | None, meta: TracedMeta
                ) -> AttentionTrace | StackedTrace:

@@ -275,6 +275,7 @@ def explore(model: Any, texts: str | Sequence[str], *,
     announce. ``run``: how the model runs on each text (the tracer's ``chat``,
     ``generate``, ``temperature``, ``top_p``, ``seed``, ``dtype``, ``device``).
     """
+    from attnlab.analysis.heads import traced_with_sums
     from attnlab.tracing.tracer import trace
 
     if isinstance(texts, str):
@@ -292,8 +293,11 @@ def explore(model: Any, texts: str | Sequence[str], *,
 
         model = load(model, progress=False)
     run = run or {}
-    traces = [trace(model, t, truncate=truncate, progress=progress, **run) if g is None else
-              trace(model, t, target=g, truncate=truncate, progress=progress, **run)
+    # each trace's head sums from its forward's own attention, where they can be taken
+    traces = [traced_with_sums(trace, model, t, truncate=truncate, progress=progress, **run)
+              if g is None else
+              traced_with_sums(trace, model, t, target=g, truncate=truncate,
+                               progress=progress, **run)
               for t, g in zip(texts, targets)]
     ex = Explorer(traces, config=config)
     ex.payload(progress=progress)

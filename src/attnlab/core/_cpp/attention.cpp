@@ -34,6 +34,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/vec.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
@@ -1378,6 +1379,36 @@ inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, 
   return out;
 }
 
+// The log-sum-exp of one row of raw q·k over its keys [a, b): x = s·scale (the product
+// rounded, as piece_exp takes it), m = max x, then m + log Σ exp(x − m) (Sleef's exponential,
+// the scalar tail std::exp); −inf for a row without keys or whose scores are all −inf.
+inline float row_lse(const float* s, int64_t a, int64_t b, float scale) {
+  using V = Vectorized<float>;
+  if (b <= a) return kNegInfF;
+  const V vs(scale);
+  V vm(kNegInfF);
+  int64_t j = a;
+  for (; j + V::size() <= b; j += V::size()) vm = at::vec::maximum(vm, held(V::loadu(s + j) * vs));
+  float lanes[V::size()];
+  vm.store(lanes);
+  float m = kNegInfF;
+  for (int64_t i = 0; i < V::size(); ++i) m = std::isnan(lanes[i]) ? lanes[i] : std::max(m, lanes[i]);
+  for (int64_t t = j; t < b; ++t) {
+    const float x = held(s[t] * scale);
+    m = std::isnan(x) ? x : std::max(m, x);
+  }
+  if (m == kNegInfF || std::isnan(m)) return m;
+  const V vm2(m);
+  V acc(0.f);
+  for (j = a; j + V::size() <= b; j += V::size())
+    acc = acc + (held(V::loadu(s + j) * vs) - vm2).exp();
+  acc.store(lanes);
+  float sum = 0.f;
+  for (int64_t i = 0; i < V::size(); ++i) sum += lanes[i];
+  for (; j < b; ++j) sum += std::exp(held(s[j] * scale) - m);
+  return m + std::log(sum);
+}
+
 // head_sums for a trace of merged tokens: `groups` (n + 1) int64 cuts the Lq = Lk pieces of
 // q, k and lse into n tokens of consecutive pieces (token t: pieces groups[t] to
 // groups[t + 1]). A merged weight is w[a, b] = mean over a's pieces i of the sum over b's
@@ -1388,12 +1419,21 @@ inline RowSums token_row(const float* w, const float* x, int64_t n, double pos, 
 // w is one exponential p = exp(x) (a row of one piece, a key token of one piece), log w is x
 // (no log, as head_sums takes it); elsewhere w is clamped to float32's tiny and its log taken.
 // Tiles of 64 rows by 1024 keys (in tokens; fewer keys than 1024: up to 128 rows).
-void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
-                      const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
-                      bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
-                      double scale_d, const c10::optional<at::Tensor>& pair_ptr,
-                      const c10::optional<at::Tensor>& pair_key, int64_t pool_block,
-                      at::Tensor& sums, const c10::optional<at::Tensor>& pooled) {
+//
+// With `vp` (the layer's values, (H_kv, Lk, dv) float32, contiguous), the attention itself
+// as well (attention_head_sums): the lse is not read but computed, each piece row's over
+// every key it sees at once (a tile of keys as wide as the row: row_lse), and written to
+// `lse_out` (H, Lk); the weights p = exp(x − lse) as above; and the output P·V of each piece
+// row written to `outp` (H, Lk, dv). Every row and head is then asked once (the caller's
+// checks), so that each output row is written once.
+void merged_pass(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
+                 const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
+                 bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
+                 double scale_d, const c10::optional<at::Tensor>& pair_ptr,
+                 const c10::optional<at::Tensor>& pair_key, int64_t pool_block,
+                 at::Tensor& sums, const c10::optional<at::Tensor>& pooled, const float* vp,
+                 int64_t dv, float* outp, float* lse_out) {
+  const bool fused = vp != nullptr;
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && lse.dim() == 2 && heads.dim() == 1 &&
                   groups.dim() == 1,
               "attnlab kernel: merged_head_sums takes q (H, L, d), k (H_kv, L, d), lse (H, L), "
@@ -1475,8 +1515,13 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   // the most pieces any such tile has
   int64_t tc = 1024;
   if (pool_block > 0) tc = pool_block >= 1024 ? pool_block : (1024 / pool_block) * pool_block;
-  tc = std::min(tc, n);
-  const int64_t tr = std::min<int64_t>(R, std::clamp<int64_t>((int64_t(1) << 16) / tc, 8, 128));
+  // fused: a row's every key in one tile (its lse first), 2^18 / L rows (32 at 8,192
+  // pieces; SmolLM2 traced at 8,192 tokens: 35 s at 8 rows, 32 s at 16, 31.5-34 s at 32,
+  // 33 s at 64, on a noisy machine)
+  tc = fused ? n : std::min(tc, n);
+  const int64_t tr = std::min<int64_t>(
+      R, fused ? std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(lp, 1), 4, 128)
+               : std::clamp<int64_t>((int64_t(1) << 16) / tc, 8, 128));
   const int64_t nr = (R + tr - 1) / tr;
   int64_t most_rows = 1, most_cols = 1;
   for (int64_t rb = 0; rb < nr; ++rb) {
@@ -1497,13 +1542,14 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 
   for_each_task(tasks, [&](auto&& take) {
     using V = Vectorized<float>;
-    std::vector<float> sbuf(static_cast<size_t>(most_rows * most_cols + 16));
-    std::vector<float> xbuf(static_cast<size_t>(most_rows * most_cols + 16));
+    std::vector<float> sbuf(static_cast<size_t>(most * most_rows * most_cols + 16));
+    std::vector<float> xbuf(static_cast<size_t>(most * most_rows * most_cols + 16));
+    std::vector<float> obuf(fused ? static_cast<size_t>(most * most_rows * dv) : 0);
     std::vector<float> qbuf(static_cast<size_t>(most * most_rows * d + 16));
-    float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
-                                        ~uintptr_t(63));
-    float* xs = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(xbuf.data()) + 63) &
-                                         ~uintptr_t(63));
+    float* s_all = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sbuf.data()) + 63) &
+                                            ~uintptr_t(63));
+    float* xs_all = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(xbuf.data()) + 63) &
+                                             ~uintptr_t(63));
     float* qb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(qbuf.data()) + 63) &
                                          ~uintptr_t(63));
     std::vector<int64_t> lo(most_rows), hi(most_rows);
@@ -1579,16 +1625,21 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
             }
           }
         };
+        // the key head's query heads in one GEMM (its keys packed once): member m's rows at
+        // s_all + m·np·cols
+        gemm_rm<float>(false, true, nm * np, cols, d, 1.f, qb, d, kp + (g * lp + c0) * d, d, 0.f,
+                       s_all, cols);
         for (int64_t m = 0; m < nm; ++m) {
           const int64_t hq = hp[mem[m]];
-          gemm_rm<float>(false, true, np, cols, d, 1.f, qb + m * np * d, d, kp + (g * lp + c0) * d,
-                         d, 0.f, s, cols);
+          float* s = s_all + m * np * cols;
+          float* xs = xs_all + m * np * cols;
           for (int64_t i = 0; i < np; ++i) {  // each piece row's weights, 0 where hidden
             float* sr = s + i * cols;
             float* xr = xs + i * cols;
             const int64_t a = std::clamp<int64_t>(lo[i] - c0, 0, cols);
             const int64_t b = std::clamp<int64_t>(hi[i] - c0, a, cols);
-            const float l = lp_[hq * lp + p0 + i];
+            const float l = fused ? row_lse(sr, a, b, scale) : lp_[hq * lp + p0 + i];
+            if (fused) lse_out[hq * lp + p0 + i] = l;
             if (l == kNegInf || b <= a) {
               std::fill(sr, sr + cols, 0.f);
               std::fill(xr, xr + cols, 0.f);
@@ -1600,6 +1651,17 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
             std::fill(xr + b, xr + cols, 0.f);
             piece_exp(sr, xr, a, b, scale, l, kmf ? kmf + c0 : nullptr);
           }
+        }
+        if (fused) {  // the piece rows' output, every member's in one GEMM: P·V (0 where hidden)
+          gemm_rm<float>(false, false, nm * np, dv, cols, 1.f, s_all, cols,
+                         vp + (g * lp + c0) * dv, dv, 0.f, obuf.data(), dv);
+          for (int64_t m = 0; m < nm; ++m)
+            std::copy(obuf.data() + m * np * dv, obuf.data() + (m + 1) * np * dv,
+                      outp + (hp[mem[m]] * lp + p0) * dv);
+        }
+        for (int64_t m = 0; m < nm; ++m) {
+          const float* s = s_all + m * np * cols;
+          const float* xs = xs_all + m * np * cols;
           for (int64_t ta = a0; ta < a1; ++ta) {  // each token row of the tile
             // summed over each key token's pieces, then over the row's pieces in order, then
             // divided by their number (the first piece's sums are 0 + them: taken as they are;
@@ -1690,6 +1752,44 @@ void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   add_rows(stats, prow, hp, hs, row0, R, 0, pool_block, nkb, nqb, sums, op);
 }
 
+void merged_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& lse,
+                      const at::Tensor& heads, const at::Tensor& groups, int64_t row0, int64_t R,
+                      bool causal, int64_t window, const c10::optional<at::Tensor>& key_mask,
+                      double scale_d, const c10::optional<at::Tensor>& pair_ptr,
+                      const c10::optional<at::Tensor>& pair_key, int64_t pool_block,
+                      at::Tensor& sums, const c10::optional<at::Tensor>& pooled) {
+  merged_pass(q, k, lse, heads, groups, row0, R, causal, window, key_mask, scale_d, pair_ptr,
+              pair_key, pool_block, sums, pooled, nullptr, 0, nullptr, nullptr);
+}
+
+// The attention of one layer of self-attention (one sequence, no key mask, causal or not)
+// and its head sums in one pass: out (H, L, dv) = softmax(q·kᵀ·scale)·v and lse (H, L) are
+// written, and every head's sums over every merged token (groups: as merged_head_sums; one
+// piece a token for a trace without merged tokens) added to `sums` (and `pooled`), as
+// merged_head_sums adds them given that lse.
+void attention_head_sums(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& groups, bool causal, double scale_d,
+                         const c10::optional<at::Tensor>& pair_ptr,
+                         const c10::optional<at::Tensor>& pair_key, int64_t pool_block,
+                         at::Tensor& out, at::Tensor& lse, at::Tensor& sums,
+                         const c10::optional<at::Tensor>& pooled) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && out.dim() == 3 && lse.dim() == 2,
+              "attnlab kernel: attention_head_sums takes q (H, L, d), k (H_kv, L, d), "
+              "v (H_kv, L, dv), out (H, L, dv), lse (H, L)");
+  TORCH_CHECK(v.is_contiguous() && out.is_contiguous() && lse.is_contiguous() &&
+                  v.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat &&
+                  lse.scalar_type() == at::kFloat,
+              "attnlab kernel: attention_head_sums needs contiguous float32 v, out and lse");
+  const int64_t H = q.size(0), L = q.size(1), dv = v.size(2);
+  TORCH_CHECK(v.size(0) == k.size(0) && v.size(1) == L && out.size(0) == H &&
+                  out.size(1) == L && out.size(2) == dv && lse.size(0) == H && lse.size(1) == L,
+              "attnlab kernel: attention_head_sums shapes do not match");
+  const at::Tensor heads = at::arange(H, at::kLong);
+  merged_pass(q, k, lse, heads, groups, 0, groups.size(0) - 1, causal, 0, c10::nullopt,
+              scale_d, pair_ptr, pair_key, pool_block, sums, pooled, v.data_ptr<float>(), dv,
+              out.data_ptr<float>(), lse.data_ptr<float>());
+}
+
 // how the kernel was compiled: the vector ISA at::vec uses here
 std::string capability() {
 #if defined(CPU_CAPABILITY_AVX512)
@@ -1719,6 +1819,9 @@ TORCH_LIBRARY(attnlab_kernel, m) {
         "int row0, int rows, bool causal, int window, Tensor? key_mask, float scale, "
         "Tensor? pair_ptr, Tensor? pair_key, int pool_block, Tensor(a!) sums, "
         "Tensor(b!)? pooled) -> ()");
+  m.def("attention_head_sums(Tensor q, Tensor k, Tensor v, Tensor groups, bool causal, "
+        "float scale, Tensor? pair_ptr, Tensor? pair_key, int pool_block, Tensor(a!) out, "
+        "Tensor(b!) lse, Tensor(c!) sums, Tensor(d!)? pooled) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
@@ -1727,4 +1830,5 @@ TORCH_LIBRARY_IMPL(attnlab_kernel, CPU, m) {
   m.impl("exp_rows", &exp_rows);
   m.impl("head_sums", &head_sums);
   m.impl("merged_head_sums", &merged_head_sums);
+  m.impl("attention_head_sums", &attention_head_sums);
 }

@@ -87,6 +87,7 @@ from attnlab._text import one_line
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine, from_torch_key_padding_mask
 from attnlab.core.scores import ScoreShape
+from attnlab.tracing import forward_sums
 from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
@@ -502,6 +503,9 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
     if (softcap is not None or dense is not None or sinks is not None
             or max(lq, lk) <= EAGER_ORDER_MAX_TOKENS):
         out, lse = eager_order(query, key, value, rule, key_mask, dense, dropout, sinks)
+    elif (got := _taken(module, query, key, value, scale, causal, window, key_mask,
+                        dropout)) is not None:
+        out, lse = got
     else:
         mask = None if key_mask is None else key_mask[:, None, None, :]
         if window is not None:
@@ -529,6 +533,21 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
             for cap in observers:
                 _record(cap, module, query, key, value, lse, out, shapes)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _taken(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, scale: float,
+           causal: bool, window: int | None, key_mask: Tensor | None, dropout: float
+           ) -> tuple[Tensor, Tensor] | None:
+    """The call's output and lse from the traced forward's taker
+    (:mod:`attnlab.tracing.forward_sums`), where one is current, the call is recorded, and
+    it is one sequence's self-attention without window, padding or dropout; else None."""
+    taker = forward_sums.current()
+    if (taker is None or not module.__dict__.get(_OBSERVERS) or query.shape[0] != 1
+            or window is not None or key_mask is not None or dropout > 0.0
+            or query.shape[2] != key.shape[2] or is_half(query.dtype)):
+        return None
+    got = taker.attention(query[0], key[0], value[0], scale=scale, causal=causal)
+    return None if got is None else (got[0][None], got[1][None])
 
 
 def _weak(x: Tensor | None) -> Any:

@@ -143,3 +143,31 @@ def test_a_taker_declines_what_it_cannot_take():
     tr = Trace()
     assert t.attach(tr) and tr.forward_sums.block == 8
     assert t.attention(q, k, v, scale=0.25, causal=True) is None  # a third call: declined
+
+
+@pytest.mark.models
+def test_diagnose_model_and_explore_score_from_the_forwards_sums(monkeypatch):
+    """SmolLM2 (the limit lowered to 16 tokens): ``diagnose_model`` and ``explore`` trace
+    through the taker, every layer's sums are attached, and the scores equal those of the
+    same text traced without it and scanned by the pass."""
+    from attnlab.analysis.heads import diagnose, diagnose_model
+    from attnlab.models import load
+    from attnlab.tracing.adapters import huggingface as hf
+    from attnlab.tracing.tracer import trace
+    from attnlab.viz.explorer import explore
+
+    monkeypatch.setattr(hf, "EAGER_ORDER_MAX_TOKENS", 16)
+    attached = []
+    real = ForwardSums.attach
+    monkeypatch.setattr(ForwardSums, "attach",
+                        lambda self, t: attached.append(real(self, t)) or attached[-1])
+    loaded = load("smollm2", progress=False)
+    text = "The quick brown fox jumps over the lazy dog, then over the 注意力 of the cat."
+    got = diagnose_model(loaded, text, period=20)
+    want = diagnose(trace(loaded, text, merge_pieces=False))
+    assert attached == [True]
+    for name, scores in want.scores.items():
+        assert torch.allclose(got.scores[name], scores, rtol=1e-5, atol=1e-6), name
+    ex = explore(loaded, text)
+    assert attached == [True, True] and ex.traces[0].forward_sums is not None
+    assert ex.traces[0].groups is not None  # the merged words' path (注意力's byte pieces)

@@ -100,6 +100,8 @@ def test_a_traced_forward_takes_every_layers_sums_and_scan_returns_them(monkeypa
     monkeypatch.setattr(hf, "EAGER_ORDER_MAX_TOKENS", 16)
     model = _model()
     ids = torch.randint(0, 97, (200,), generator=torch.Generator().manual_seed(3)).tolist()
+    with pytest.raises(TypeError, match="sums must be a SumsTaker"):
+        trace(model, ids, sums=object())
     plain = trace(model, ids)
     taken = traced_with_sums(trace, model, ids)
     assert plain.forward_sums is None and isinstance(taken.forward_sums, TakenSums)

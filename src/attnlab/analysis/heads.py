@@ -218,11 +218,8 @@ def traced_with_sums(trace_fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     """``trace_fn(*args, **kwargs)`` (a :func:`~attnlab.tracing.tracer.trace`) with the head
     sums :func:`diagnose` scans taken in its forward and attached to the trace it returns,
     where they could be taken (:meth:`~attnlab.analysis.scores.ForwardSums.attach`)."""
-    from attnlab.tracing.forward_sums import sums_in_forward
-
     taker = forward_sums()
-    with sums_in_forward(taker):
-        traced = trace_fn(*args, **kwargs)
+    traced = trace_fn(*args, sums=taker, **kwargs)
     taker.attach(traced)
     return traced
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from attnlab._errors import check_int
+from attnlab.tracing.forward_sums import SumsTaker
 from attnlab.tracing.run_settings import GenerationSettings
 
 __all__ = ["MAX_NEW_TOKENS", "ChatInfo", "GenerationInfo", "RunInfo", "Target", "TraceOptions",
@@ -93,9 +94,13 @@ class TraceOptions:
     out: str | os.PathLike[str] | None = None
     max_new_tokens: int = MAX_NEW_TOKENS
     max_tokens: int | None = None
+    sums: SumsTaker | None = None
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.sums is not None and not isinstance(self.sums, SumsTaker):
+            raise TypeError(f"sums must be a SumsTaker (prepare and attention), got "
+                            f"{type(self.sums).__name__}")
         out = self.out
         if out is not None and (not isinstance(out, (str, os.PathLike)) or not os.fspath(out)):
             raise ValueError(f"out must be a file path, got {out!r}")

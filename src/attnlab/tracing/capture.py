@@ -67,6 +67,7 @@ from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.adapters.huggingface import is_hf_model, is_hf_module, unreadable_reason
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.capture_stream import LayerStream, stream_layers
+from attnlab.tracing.forward_sums import SumsTaker
 from attnlab.tracing.generation import CacheSteps, GenerationError
 from attnlab.tracing.model_parts import RopeLayout, output_projections, rope_layout
 from attnlab.tracing.precision import Precision, precision_of
@@ -178,6 +179,9 @@ class Capture:
         #: False: the model still runs through the adapters (attnlab's attention, in tiles:
         #: O(tile · N) memory where eager holds every N x N map) but no record is kept.
         self.keep = True
+        #: The taker of the recorded calls' head sums (:mod:`attnlab.tracing.forward_sums`;
+        #: the tracer sets it for one forward), or None.
+        self.taker: SumsTaker | None = None
 
     @property
     def streamed(self) -> bool:

@@ -3,9 +3,10 @@
 A trace keeps q, k, v and each row's log-sum-exp; an analysis of every head (``diagnose``,
 the explorer's page) then computes every weight again from q and k, one more q·kᵀ and
 exponential over the whole sequence, which the forward's own attention had just computed
-and dropped. A :class:`SumsTaker` made current by :func:`sums_in_forward` around
-:func:`~attnlab.tracing.tracer.trace` is told, before the model runs, what the forward will
-see (:meth:`SumsTaker.prepare`), and is then handed each attention call the capture records
+and dropped. A :class:`SumsTaker` given to :func:`~attnlab.tracing.tracer.trace`
+(``sums=``) is told, before the model runs, what the forward will see
+(:meth:`SumsTaker.prepare`); the capture holds it (``Capture.taker``), and the adapters of
+the modules it observes hand it each attention call they record
 (:meth:`SumsTaker.attention`): it may compute that call's output and log-sum-exp itself,
 together with whatever it sums from the same weights, or decline (None), and the call is
 computed as without it. The trace is the same either way (its q, k, v are the model's; its
@@ -17,16 +18,15 @@ tracing knows nothing of what it sums.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
-__all__ = ["SumsTaker", "current", "sums_in_forward"]
+__all__ = ["SumsTaker"]
 
 
+@runtime_checkable
 class SumsTaker(Protocol):
     """What the tracer and the capture's adapters call."""
 
@@ -41,21 +41,3 @@ class SumsTaker(Protocol):
         """One recorded self-attention call of one sequence, without mask, bias or
         soft-cap: q (H, L, d), k (H_kv, L, d), v (H_kv, L, dv). Returns its output
         (H, L, dv) and log-sum-exp (H, L), or None to leave the call to the capture."""
-
-
-_CURRENT: ContextVar[SumsTaker | None] = ContextVar("attnlab_sums_taker", default=None)
-
-
-def current() -> SumsTaker | None:
-    """The taker of the traced forward now running (None: none)."""
-    return _CURRENT.get()
-
-
-@contextlib.contextmanager
-def sums_in_forward(taker: SumsTaker) -> Iterator[SumsTaker]:
-    """Make ``taker`` current for the traces run inside the block."""
-    token = _CURRENT.set(taker)
-    try:
-        yield taker
-    finally:
-        _CURRENT.reset(token)

@@ -52,7 +52,6 @@ from torch import Tensor, nn
 from attnlab._errors import AttnlabWarning
 from attnlab._proc import release_memory
 from attnlab._text import too_long
-from attnlab.tracing import forward_sums
 from attnlab.tracing._trace_records import (  # noqa: F401 (the records: importable here too)
     MAX_NEW_TOKENS,
     ChatInfo,
@@ -85,6 +84,7 @@ from attnlab.tracing.decode import (
     target_ids,
 )
 from attnlab.tracing.encoded import UNKNOWN_WARN_FRACTION, Encoded, encode
+from attnlab.tracing.forward_sums import SumsTaker
 from attnlab.tracing.inputs import TRUNCATE_HINT
 from attnlab.tracing.run_settings import (
     RunSettings,
@@ -173,6 +173,7 @@ def trace(
     seed: int | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
+    sums: SumsTaker | None = None,
 ) -> AttentionTrace | StackedTrace:
     """Run one input through ``model`` under :func:`~attnlab.tracing.capture.capture`.
 
@@ -228,6 +229,10 @@ def trace(
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"``: run the model there (a copy
             when the given model is elsewhere); None runs it where it is. The trace's
             tensors come back to the host one layer at a time.
+        sums: a :class:`~attnlab.tracing.forward_sums.SumsTaker` (attnlab's analysis:
+            :func:`attnlab.analysis.heads.traced_with_sums`) that may compute the forward's
+            attention calls and their head sums in one pass; the trace is the same within
+            float32 rounding.
 
     Returns:
         an :class:`AttentionTrace` (batch of one) whose ``meta`` holds the model's
@@ -247,9 +252,9 @@ def trace(
     tensor([[1., 0., 0., 0.]])
     """
     if image is not None or audio is not None:  # an image or a sound: attnlab.tracing.media
-        if out is not None or max_tokens is not None or generate or chat:
-            raise ValueError("out, max_tokens, chat and generate are for text or token ids; "
-                             "trace an image or a sound without them (and save the trace)")
+        if out is not None or max_tokens is not None or generate or chat or sums is not None:
+            raise ValueError("out, max_tokens, chat, generate and sums are for text or token "
+                             "ids; trace an image or a sound without them (and save the trace)")
         from attnlab.tracing.media import trace_media
 
         return trace_media(model, text_or_token_ids, image=image, audio=audio, target=target,
@@ -262,7 +267,7 @@ def trace(
                            device=None if device is None else str(device))
     opts = TraceOptions(qkv=qkv, context=context, truncate=truncate, merge_pieces=merge_pieces,
                         max_memory=max_memory, progress=progress, out=out,
-                        max_new_tokens=max_new_tokens, max_tokens=max_tokens)
+                        max_new_tokens=max_new_tokens, max_tokens=max_tokens, sums=sums)
     run = _Run.start(model, tokenizer, settings, opts, target=target, dtype=dtype,
                      device=device)
     enc, meta = run.encode(text_or_token_ids)
@@ -432,7 +437,7 @@ class _Run:
                 if decoding:  # the generation itself, through the model's KV cache
                     new = continue_ids(net, name, x, s, feed_last=True)
                 else:
-                    self._tell_taker(enc, x, y)
+                    cap.taker = self._taker(enc, x, y)
                     _forward(net, x, y)
         finally:
             net.train(was_training)
@@ -440,17 +445,18 @@ class _Run:
             enc = _generated(enc, meta, self.tok, new, s, o.merge_pieces, streamed=False)
         return cap, enc
 
-    def _tell_taker(self, enc: Encoded, x: Tensor, y: Tensor | None) -> None:
-        """What the forward of ``x`` will see, for the taker of its attention calls
-        (:mod:`attnlab.tracing.forward_sums`), where one is current: one sequence, traced
-        in memory (not streamed), without a target."""
-        taker = forward_sums.current()
+    def _taker(self, enc: Encoded, x: Tensor, y: Tensor | None) -> SumsTaker | None:
+        """The taker of the forward's attention calls (``sums``), told what the forward of
+        ``x`` will see; None without one, or for other than one sequence traced in memory
+        (not streamed) without a target."""
+        taker = self.opts.sums
         if taker is None or y is not None or self.opts.out is not None or x.shape[0] != 1:
-            return
+            return None
         merge = enc.merge(MERGE_RULE) if self.opts.merge_pieces else None
         taker.prepare(pieces=int(x.shape[1]), groups=None if merge is None else merge[0],
                       token_ids=x[0].tolist(),
                       num_layers=getattr(self.loaded, "num_layers", None))
+        return taker
 
     def finish(self, cap: Capture, enc: Encoded, tgt: Target | None, meta: TracedMeta
                ) -> AttentionTrace | StackedTrace:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.core.weights import shaped_weights
+from attnlab.tracing.forward_sums import SumsTaker
 
 __all__ = ["Adapter", "AttentionRecord", "Handle", "ModelShape", "Restore", "Sink",
            "UnreadableAttentionError", "attach_each", "dense_weights", "exact_lse"]
@@ -105,6 +106,7 @@ class Sink(Protocol):
 
     qkv: bool
     context: bool
+    taker: SumsTaker | None  # computes the recorded calls (attnlab.tracing.forward_sums)
 
     def add(self, record: AttentionRecord) -> None: ...
 

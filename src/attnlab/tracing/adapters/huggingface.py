@@ -87,7 +87,6 @@ from attnlab._text import one_line
 from attnlab.core.functional import default_scale, scaled_dot_product_attention
 from attnlab.core.masks import combine, from_torch_key_padding_mask
 from attnlab.core.scores import ScoreShape
-from attnlab.tracing import forward_sums
 from attnlab.tracing.adapters._base import (
     AttentionRecord,
     Handle,
@@ -538,11 +537,12 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
 def _taken(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, scale: float,
            causal: bool, window: int | None, key_mask: Tensor | None, dropout: float
            ) -> tuple[Tensor, Tensor] | None:
-    """The call's output and lse from the traced forward's taker
-    (:mod:`attnlab.tracing.forward_sums`), where one is current, the call is recorded, and
-    it is one sequence's self-attention without window, padding or dropout; else None."""
-    taker = forward_sums.current()
-    if (taker is None or not module.__dict__.get(_OBSERVERS) or query.shape[0] != 1
+    """The call's output and lse from the taker of a capture observing ``module``
+    (:mod:`attnlab.tracing.forward_sums`), where one has a taker and the call is one
+    sequence's self-attention without window, padding or dropout; else None."""
+    taker = next((c.taker for c in module.__dict__.get(_OBSERVERS, ()) if c.taker is not None),
+                 None)
+    if (taker is None or query.shape[0] != 1
             or window is not None or key_mask is not None or dropout > 0.0
             or query.shape[2] != key.shape[2] or is_half(query.dtype)):
         return None

@@ -764,6 +764,12 @@ def _execute(part, lang, client):
     return elapsed
 
 
+def _printed(cell) -> str:
+    """Everything a cell printed: its stream outputs joined (the kernel may send one print
+    in several messages, as it did on a busy machine)."""
+    return "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
+
+
 #: The parts whose notebooks open the explorer as a live widget (``live``).
 WIDGET_PARTS = (9, 11)
 
@@ -772,11 +778,11 @@ def _ask_the_widget(client, part):
     """In the parts that open the explorer as a live widget, the widget ``live`` answers a
     request of its page, in the kernel, with the trace's exact row (as ``attnlab serve``
     would); elsewhere there is no ``live``."""
-    probe = _run(client, "print('live' in dir())").outputs[0]["text"].strip()
+    probe = _printed(_run(client, "print('live' in dir())")).strip()
     assert probe == str(part.number in WIDGET_PARTS), (part.stem, probe)
     if part.number not in WIDGET_PARTS:
         return
-    got = _run(client, textwrap.dedent("""
+    got = _printed(_run(client, textwrap.dedent("""
         from attnlab.viz.codec import decode_blob as _decode
         _api = next(iter(live.traces))
         _r = live.answer({"kind": "attnlab-request", "id": 1, "api": _api, "path": "rows",
@@ -784,7 +790,7 @@ def _ask_the_widget(client, part):
         _got = _decode(_r["body"]["weights"]).float().reshape(-1)
         _w = live.traces[_api].weights_rows(0, 0, [5])[0]
         print(_r["status"], type(live).__name__, float((_got - _w).abs().max()) < 1e-6)
-        """)).outputs[0]["text"].split()
+        """))).split()
     assert got == ["200", "ExplorerWidget", "True"], (part.stem, got)
 
 
@@ -802,11 +808,11 @@ def _move_sliders(client, part):
     """Each slider's callback, run in the kernel at two values of each of its controls (the
     lowest and the highest, the others at their defaults), draws and prints something
     different for the two."""
-    count = _run(client, "from attnlab.course import SLIDERS\nprint(len(SLIDERS))"
-                 ).outputs[0]["text"].strip()
+    count = _printed(_run(client, "from attnlab.course import SLIDERS\nprint(len(SLIDERS))"
+                 )).strip()
     assert int(count) == SLIDER_PARTS.get(part.number, 0), (part.stem, count)
     for i in range(int(count)):
-        names = _run(client, f"print(' '.join(SLIDERS[{i}].controls))").outputs[0]["text"].split()
+        names = _printed(_run(client, f"print(' '.join(SLIDERS[{i}].controls))")).split()
         for name in names:
             shown = []
             for end in (0, 1):  # the lowest value, then the highest

@@ -152,16 +152,43 @@ BREAKS = {
 }
 
 
+def _add_notebook(repo: Path) -> str:
+    """A notebook added to the copy's English course; the title its page must show."""
+    lang = repo / "docs/course/en"
+    lang.mkdir(parents=True, exist_ok=True)
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Zz test part\n"]},
+                    {"cell_type": "code", "metadata": {}, "execution_count": None,
+                     "outputs": [], "source": ["1 + 1"]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (lang / "99-zz-test.ipynb").write_text(json.dumps(nb))
+    return "Zz test part"
+
+
+def _names_a_break(line: str, breaks: list[str]) -> bool:
+    """Whether a WARNING or ERROR line of the build names one of ``breaks``: its missing
+    target, or the page it was appended to as the page mkdocs could not read."""
+    return any(BREAKS[w][2] in line
+               or line.endswith(f"Error reading page '{BREAKS[w][0].removeprefix('docs/')}':")
+               for w in breaks)
+
+
 @pytest.mark.parametrize("breaks", [
     # link checks run once every page is read; an API reference that cannot be collected
     # stops the build on its page before that, so it is broken in a build of its own
     [w for w in BREAKS if w != "API reference"], ["API reference"]], ids=["links", "api"])
 def test_strict_build_fails_on_each_broken_reference(tmp_path, breaks):
     """A copy with the breaks appended: strict mode fails, and names every one of them (a
-    break that went unnoticed would be missing from the output)."""
+    break that went unnoticed would be missing from the output), and nothing else: every
+    warning and error of the build is one of the breaks, so the copy itself builds and each
+    build fails for its breaks only.
+
+    The links' build reads every page before it fails, and writes them: a notebook added to
+    the course is a page listed in the course index, and without a built report the report
+    page says how to make one."""
     repo = _copy_sources(tmp_path)
     # the nav is last in mkdocs.yml, so an appended line is a nav entry
     assert (repo / "mkdocs.yml").read_text().rstrip().splitlines()[-1].startswith("  - ")
+    title = _add_notebook(repo)
     for what in breaks:
         name, text, _ = BREAKS[what]
         with open(repo / name, "a", encoding="utf-8") as f:
@@ -171,25 +198,28 @@ def test_strict_build_fails_on_each_broken_reference(tmp_path, breaks):
     out = result.stdout + result.stderr
     unnoticed = [what for what in breaks if BREAKS[what][2] not in out]
     assert not unnoticed, out[-4000:]
+    problems = [line for line in out.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert problems and all(_names_a_break(line, breaks) for line in problems), problems
+    if "API reference" in breaks:
+        return
+    site = tmp_path / "site"
+    assert (site / "course/en/99-zz-test.html").is_file()
+    course = (site / "course/index.html").read_text(encoding="utf-8")
+    assert title in course and "make report" not in course
+    assert "make report" in (site / "report.html").read_text(encoding="utf-8")
 
 
-def test_unbroken_copy_builds(tmp_path):
-    """The copy the breaking tests start from builds as it is (so they fail for their break);
-    a notebook added to the course becomes a page listed in the course index."""
-    repo = _copy_sources(tmp_path)
-    lang = repo / "docs/course/en"
-    lang.mkdir(parents=True, exist_ok=True)
-    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Zz test part\n"]},
-                    {"cell_type": "code", "metadata": {}, "execution_count": None,
-                     "outputs": [], "source": ["1 + 1"]}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    (lang / "99-zz-test.ipynb").write_text(json.dumps(nb))
-    result = build(repo / "mkdocs.yml", tmp_path / "site", tmp_path / "none", repo)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert (tmp_path / "site/course/en/99-zz-test.html").is_file()
-    course = (tmp_path / "site/course/index.html").read_text(encoding="utf-8")
-    assert "Zz test part" in course and "make report" not in course
-    assert "make report" in (tmp_path / "site/report.html").read_text(encoding="utf-8")
+def test_the_build_check_catches_a_warning_that_is_not_a_break():
+    """The wrong variant of the check above: a warning about anything else is caught."""
+    links = [w for w in BREAKS if w != "API reference"]
+    assert _names_a_break("WARNING -  Doc file 'claims.md' contains a link "
+                          "'no-such-page-1.md', but the target is not found", links)
+    assert not _names_a_break("WARNING -  Doc file 'guide.md' contains a link 'x.md', but "
+                              "the target is not found", links)
+    assert not _names_a_break("WARNING -  Doc file 'claims.md' contains a link 'x.md', but "
+                              "the target is not found", links)  # a break's page, not it
+    assert _names_a_break("ERROR   -  Error reading page 'site/api/core.md':",
+                          ["API reference"])
 
 
 @pytest.mark.parametrize("module", ["hooks", "griffe_markup"])

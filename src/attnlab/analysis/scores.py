@@ -189,9 +189,27 @@ def _pair_lists(occ: list[Occurrences] | None, pos: Tensor) -> tuple[Tensor, Ten
     count = torch.zeros(pos.numel(), dtype=torch.long)
     count[seen] = o.rank[pos[seen]]
     _, keys = o.earlier(pos[seen])
-    ptr = torch.zeros(pos.numel() + 1, dtype=torch.long)
-    ptr[1:] = count.cumsum(0)
-    return ptr, keys.contiguous()
+    return _offsets(count), keys.contiguous()
+
+
+def _offsets(sizes: Tensor) -> Tensor:
+    """Where each of ``sizes``' runs starts in their concatenation, then where the last
+    ends: (n + 1,) long (a merged trace's groups of pieces, the earlier-copy lists).
+
+    >>> _offsets(torch.tensor([2, 1, 3])).tolist()
+    [0, 2, 3, 6]
+    """
+    return torch.cat([torch.zeros(1, dtype=torch.long), sizes.long().cumsum(0)])
+
+
+def _rows_per_block(rows: range, block: int, blocks: int) -> Tensor:
+    """How many of ``rows`` fall in each of ``blocks`` pooling blocks of ``block`` rows
+    (float: the divisor of a block's mean over its rows).
+
+    >>> _rows_per_block(range(3, 10), 4, 3).tolist()
+    [1.0, 4.0, 2.0]
+    """
+    return torch.bincount(torch.arange(rows.start, rows.stop) // block, minlength=blocks).float()
 
 
 #: Query rows per call of the compiled kernel's pass when ``tile_rows`` is not given.
@@ -225,8 +243,7 @@ def _kernel_scan(trace: Any, shapes: list[Any], rows: range, occ: list[Occurrenc
     acc = torch.zeros(trace.num_layers, trace.num_heads, len(HEAD_SUMS), dtype=torch.float64)
     groups = None
     if getattr(trace, "groups", None) is not None:  # merged tokens: their pieces' offsets
-        sizes = torch.tensor([len(g) for g in trace.groups], dtype=torch.long)
-        groups = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        groups = _offsets(torch.tensor([len(g) for g in trace.groups]))
     for layer, heads in by_layer.items():
         hd = torch.tensor(heads, dtype=torch.long)
         q = trace.layer_tensor("q", layer)
@@ -286,7 +303,7 @@ class ForwardSums:
         sizes = (torch.ones(pieces, dtype=torch.long) if groups is None
                  else torch.tensor([len(g) for g in groups], dtype=torch.long))
         self._n = int(sizes.numel())
-        self._groups = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        self._groups = _offsets(sizes)
         ids = None if groups is not None or token_ids is None or len(token_ids) != pieces else (
             torch.as_tensor(list(token_ids), dtype=torch.long))
         self._pairs = None if ids is None else _pair_lists([Occurrences(ids)],
@@ -325,7 +342,7 @@ class ForwardSums:
                 or trace.seq_len != self._n or trace.key_len != self._n):
             return False
         nb = self.pooled.shape[-1]
-        counts = torch.bincount(torch.arange(self._n) // self.block, minlength=nb).float()
+        counts = _rows_per_block(range(self._n), self.block, nb)
         trace.forward_sums = TakenSums(self.block, self.sums[..., _FROM_KERNEL].contiguous(),
                                        self.pooled / counts.clamp_min(1.0)[:, None],
                                        self._with_ids)
@@ -385,8 +402,7 @@ def scan(trace: Any, *, queries: range | slice | None = None,
     shapes = _kernel_shapes(trace)
     if shapes is not None:
         if pooled is not None and pool_block is not None:
-            counts += torch.bincount(torch.arange(rows.start, rows.stop) // pool_block,
-                                     minlength=counts.numel()).float()
+            counts += _rows_per_block(rows, pool_block, counts.numel())
         _kernel_scan(trace, shapes, rows, occ, tile_rows, pool_block, on_tile, pairs, sums,
                      pooled)
         if pooled is not None:

@@ -278,11 +278,11 @@ class ForwardSums:
     output, log-sum-exp and head sums in one pass of the compiled kernel
     (:func:`~attnlab.core.weights.attention_head_sums`: the scores, the weights and their
     sums once, instead of the forward's attention and then :func:`scan`'s pass computing
-    them again). Used around :func:`~attnlab.tracing.tracer.trace` with
-    :func:`~attnlab.tracing.forward_sums.sums_in_forward`, then :meth:`attach` to the trace:
-    :func:`scan` of every row and head with pooling blocks of ``block(heads, lq, lk)``
-    returns them. Declines (the capture computes the call as without it) where the kernel
-    or the call does not fit, and then attaches nothing."""
+    them again). Given to :func:`~attnlab.tracing.tracer.trace` as ``sums=``, then
+    :meth:`attach` to the trace it returns (:func:`attnlab.analysis.heads.traced_with_sums`
+    does both): :func:`scan` of every row and head with pooling blocks of
+    ``block(heads, lq, lk)`` returns them. Declines (the capture computes the call as
+    without it) where the kernel or the call does not fit, and then attaches nothing."""
 
     def __init__(self, block: Callable[[int, int, int], int]) -> None:
         self._block = block

@@ -294,9 +294,7 @@ def explore(model: Any, texts: str | Sequence[str], *,
         model = load(model, progress=False)
     run = run or {}
     # each trace's head sums from its forward's own attention, where they can be taken
-    traces = [traced_with_sums(trace, model, t, truncate=truncate, progress=progress, **run)
-              if g is None else
-              traced_with_sums(trace, model, t, target=g, truncate=truncate,
+    traces = [traced_with_sums(trace, model, t, target=g, truncate=truncate,
                                progress=progress, **run)
               for t, g in zip(texts, targets)]
     ex = Explorer(traces, config=config)

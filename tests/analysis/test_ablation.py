@@ -133,6 +133,22 @@ def test_a_wrong_suffix_differs_from_the_whole_forwards(sharp, ids, monkeypatch)
         assert float((wrong.effect - ref).abs().max()) > 1e-3
 
 
+def test_the_ablations_run_through_sdpa_and_leave_the_model_as_it_was(model, ids):
+    """The forwards read no weight: they run through torch's sdpa (the effects equal the
+    eager whole forwards', above), and the model keeps its eager attention after."""
+    assert model.config._attn_implementation == "eager"
+    seen = []
+    attn = model.model.layers[0].self_attn
+    hook = attn.register_forward_pre_hook(
+        lambda m, args: seen.append(m.config._attn_implementation))
+    try:
+        ablate_keys(model, ids, targets=TARGETS, keys=KEYS[:3], batch=3)
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {"sdpa"}
+    assert model.config._attn_implementation == "eager"
+
+
 class _NoCache(torch.nn.Module):
     """The model behind a forward that takes no cache and keeps every row's logits."""
 

@@ -6,7 +6,9 @@ For a causal language model, ids and target rows ``T`` (row ``t`` predicts token
 when ``j`` is hidden from every query but its own, in every layer and head (an additive
 ``-inf`` column in the model's 4-D attention mask; row ``j`` still attends to itself, so no
 row is left empty and no position moves). Ablations run in batches, one mask per copy of
-the input; the logits are computed at the target rows only.
+the input, through torch's ``sdpa`` attention where the model has it (its own
+implementation otherwise: the forwards read no weight); the logits are computed at the
+target rows only.
 
 In a causal model hiding key ``j`` changes nothing in the rows before ``j``, which never see
 it: the rows ``[0, s)`` of every ablated forward whose keys are all ``>= s`` are the clean
@@ -34,7 +36,6 @@ numbers are what they are: a low correlation is a finding about attention, not a
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -43,6 +44,8 @@ import torch
 from torch import Tensor
 
 from attnlab._errors import check_int
+from attnlab.analysis._hf_forward import fast_attention
+from attnlab.analysis._hf_forward import forward_params as _params
 from attnlab.analysis.alignment import spearman
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import rollout_rows
@@ -113,26 +116,18 @@ def _mask(n: int, keys: Sequence[int | None], dtype: torch.dtype, start: int = 0
     return out.masked_fill_(~masks[:, None], torch.finfo(dtype).min)
 
 
-def _params(net: Any) -> Any:
-    """The parameters of ``net``'s forward, by name (none where it has no signature)."""
-    forward = getattr(net, "forward", net)
-    try:
-        return inspect.signature(forward).parameters
-    except (TypeError, ValueError):  # (a callable without a signature to read)
-        return {}
-
-
 def _nll(net: Any, ids: Tensor, masks: Tensor, rows: list[int], gold: Tensor,
          **kwargs: Any) -> Tensor:
     """Next-token loss (B, len(rows)) of ``rows`` (positions in ``ids`` (1, q)) against
     ``gold`` (len(rows),) for each mask (B, 1, q, K); ``kwargs`` go to the forward (a
     cache, its position ids). The logits are computed at ``rows`` only where the forward
-    takes ``logits_to_keep``."""
+    takes ``logits_to_keep``; the attention runs through torch's ``sdpa`` where the model has
+    it (:func:`~attnlab.analysis._hf_forward.fast_attention`: no weight is read here)."""
     b = masks.shape[0]
     keep = torch.tensor(rows)
     if "logits_to_keep" in _params(net):
         kwargs["logits_to_keep"] = keep
-    with torch.no_grad():
+    with torch.no_grad(), fast_attention(net):
         out = net(input_ids=ids.repeat(b, 1), attention_mask=masks, **kwargs)
     logits = out.logits.float()  # (B, len(rows), V), or (B, q, V) without logits_to_keep
     if logits.shape[1] != len(rows):

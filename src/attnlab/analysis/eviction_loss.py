@@ -52,6 +52,8 @@ from torch import Tensor
 
 from attnlab._errors import check_int
 from attnlab._proc import release_memory
+from attnlab.analysis._hf_forward import attention_implementation, fast_attention
+from attnlab.analysis._hf_forward import forward_params as _params
 
 __all__ = ["CHUNK", "IMPLEMENTATION", "EvictionLosses", "EvictionLossesJSON", "later_loss",
            "eviction_losses", "trace_cache"]
@@ -230,7 +232,7 @@ def _routed(net: Any, keep: Tensor | None = None, batch: _Kept | None = None
     _register()
     _STATE.keep, _STATE.batch = keep, batch
     try:
-        with _implementation(net, IMPLEMENTATION):
+        with attention_implementation(net, IMPLEMENTATION):
             yield
     finally:
         _STATE.keep = _STATE.batch = None
@@ -321,27 +323,14 @@ def _later_nlls(net: Any, x: Tensor, context: int, cache: Any, keeps: Tensor,
     return [float((t / (n - 1 - context)).float()) for t in totals]
 
 
-@contextlib.contextmanager
-def _implementation(net: Any, name: str) -> Iterator[None]:
-    config = net.config
-    before = config._attn_implementation_internal
-    config._attn_implementation_internal = name
-    try:
-        yield
-    finally:
-        config._attn_implementation_internal = before
-
-
 def _prefill(net: Any, x: Tensor, context: int, chunk: int = CHUNK) -> Any:
     """The cache of the first ``context`` tokens, run ``chunk`` at a time, through the
     model's ``sdpa`` attention where it has one, without logits."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=net.config)
-    fast = "sdpa" if getattr(net, "_supports_sdpa", False) else \
-        net.config._attn_implementation_internal
     keep_logits = {"logits_to_keep": 1} if "logits_to_keep" in _params(net) else {}
-    with _implementation(net, fast):
+    with fast_attention(net):
         for s in range(0, context, chunk):
             _run(net, x, s, min(s + chunk, context), cache, **keep_logits)
     return cache
@@ -389,12 +378,6 @@ def trace_cache(trace: Any, model: Any, ids: Any, context: int) -> Any:
     check_int("context", context, minimum=1, maximum=x.shape[1] - 2)
     return _TraceCache([_CacheLayer(k[i, None, :, :context], v[i, None, :, :context])
                         for i in range(layers)])
-
-
-def _params(net: Any) -> Any:
-    import inspect
-
-    return inspect.signature(net.forward).parameters
 
 
 def _check_keep(keep: Any, net: Any, context: int) -> Tensor:

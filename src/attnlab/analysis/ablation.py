@@ -44,9 +44,9 @@ import torch
 from torch import Tensor
 
 from attnlab._errors import check_int
-from attnlab.analysis._hf_forward import fast_attention
-from attnlab.analysis._hf_forward import forward_params as _params
 from attnlab.analysis.alignment import spearman
+from attnlab.tracing._hf_forward import cache_keyword, fast_attention
+from attnlab.tracing._hf_forward import forward_params as _params
 from attnlab.tracing.attention import AttentionTrace
 from attnlab.tracing.attribution import rollout_rows
 
@@ -122,7 +122,7 @@ def _nll(net: Any, ids: Tensor, masks: Tensor, rows: list[int], gold: Tensor,
     ``gold`` (len(rows),) for each mask (B, 1, q, K); ``kwargs`` go to the forward (a
     cache, its position ids). The logits are computed at ``rows`` only where the forward
     takes ``logits_to_keep``; the attention runs through torch's ``sdpa`` where the model has
-    it (:func:`~attnlab.analysis._hf_forward.fast_attention`: no weight is read here)."""
+    it (:func:`~attnlab.tracing._hf_forward.fast_attention`: no weight is read here)."""
     b = masks.shape[0]
     keep = torch.tensor(rows)
     if "logits_to_keep" in _params(net):
@@ -154,7 +154,7 @@ def _cache_name(net: Any) -> str | None:
     except ImportError:
         return None
     params = _params(net)
-    name = "cache" if "cache" in params else "past_key_values"
+    name = cache_keyword(net)
     if not {name, "position_ids", "use_cache"} <= set(params):
         return None
     cfg = getattr(net, "config", None)

@@ -52,8 +52,8 @@ from torch import Tensor
 
 from attnlab._errors import check_int
 from attnlab._proc import release_memory
-from attnlab.analysis._hf_forward import attention_implementation, fast_attention
-from attnlab.analysis._hf_forward import forward_params as _params
+from attnlab.tracing._hf_forward import attention_implementation, cache_keyword, fast_attention
+from attnlab.tracing._hf_forward import forward_params as _params
 
 __all__ = ["CHUNK", "IMPLEMENTATION", "EvictionLosses", "EvictionLossesJSON", "later_loss",
            "eviction_losses", "trace_cache"]
@@ -256,12 +256,6 @@ def _ids(ids: Any) -> Tensor:
     return torch.tensor([list(ids)])
 
 
-def _cache_name(net: Any) -> str:
-    """The forward's name for the cache argument (``cache`` in recent transformers,
-    ``past_key_values`` before)."""
-    return "cache" if "cache" in _params(net) else "past_key_values"
-
-
 #: Tokens per forward of the chunked prefill and later run.
 CHUNK = 256
 
@@ -282,7 +276,7 @@ def _run(net: Any, x: Tensor, start: int, stop: int, cache: Any, batch: int = 1,
     as each of ``batch`` items."""
     with torch.no_grad():
         return net(input_ids=x[:, start:stop].expand(batch, -1), use_cache=True,
-                   position_ids=_positions(start, stop), **{_cache_name(net): cache}, **kw)
+                   position_ids=_positions(start, stop), **{cache_keyword(net): cache}, **kw)
 
 
 def _later_nll(net: Any, x: Tensor, context: int, cache: Any, chunk: int = CHUNK) -> Tensor:

@@ -17,7 +17,6 @@ through :func:`greedy`: the plain argmax, token by token, no forced or suppresse
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab._text import too_long
+from attnlab.tracing._hf_forward import cache_keyword
 from attnlab.tracing.budget import check_text
 from attnlab.tracing.inputs import TRUNCATE_HINT
 
@@ -205,9 +205,7 @@ def next_logits(net: Any, config: Any) -> Callable[..., tuple[Tensor, Any]] | No
                 and isinstance(embed, nn.Embedding)):
             return None
 
-    # the cache's keyword: ``cache`` from transformers 5.2x, ``past_key_values`` before
-    name = "cache" if "cache" in inspect.signature(net.forward).parameters else (
-        "past_key_values")
+    name = cache_keyword(net)
 
     tied = embed if isinstance(embed, nn.Embedding) else None  # (without a head: tied)
 
@@ -294,10 +292,7 @@ def continue_ids(net: Any, name: str, input_ids: Tensor, settings: Any, *,
         seq = out.sequences
         new = [int(i) for i in seq[0, input_ids.shape[1]:].tolist()]
         if feed_last and new:
-            # the cache's keyword and field: ``cache`` from transformers 5.2x, else
-            # ``past_key_values``
-            key = "cache" if "cache" in inspect.signature(net.forward).parameters else (
-                "past_key_values")
+            key = cache_keyword(net)  # the forward's keyword, the output's field
             past = getattr(out, key, None)
             if past is None:
                 past = getattr(out, "past_key_values", None)

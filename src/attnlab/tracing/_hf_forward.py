@@ -1,6 +1,7 @@
-"""What the analyses that run a Hugging Face model again share: its forward's parameters,
-and its attention implementation switched for a block (``config._attn_implementation``,
-which transformers reads at every call).
+"""What the code that runs a Hugging Face model's forward itself shares (generation, the
+ablation, the eviction losses): the forward's parameters, the keyword of its key/value
+cache, and its attention implementation switched for a block
+(``config._attn_implementation``, which transformers reads at every call).
 
 The analyses that only need a forward's outputs (a loss, a cache), not its attention
 weights, run it through torch's ``sdpa`` where the model has it
@@ -16,7 +17,7 @@ import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["attention_implementation", "fast_attention", "forward_params"]
+__all__ = ["attention_implementation", "cache_keyword", "fast_attention", "forward_params"]
 
 
 def forward_params(net: Any) -> Mapping[str, inspect.Parameter]:
@@ -26,6 +27,18 @@ def forward_params(net: Any) -> Mapping[str, inspect.Parameter]:
         return inspect.signature(forward).parameters
     except (TypeError, ValueError):  # (a callable without a signature to read)
         return {}
+
+
+def cache_keyword(net: Any) -> str:
+    """The forward's keyword for its key/value cache: ``cache`` from transformers 5.2x,
+    ``past_key_values`` before (and the field of a generation's output that holds it).
+
+    >>> def recent(input_ids, cache=None, use_cache=None): ...
+    >>> def earlier(input_ids, past_key_values=None, use_cache=None): ...
+    >>> cache_keyword(recent), cache_keyword(earlier)
+    ('cache', 'past_key_values')
+    """
+    return "cache" if "cache" in forward_params(net) else "past_key_values"
 
 
 @contextlib.contextmanager

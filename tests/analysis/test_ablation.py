@@ -149,6 +149,23 @@ def test_the_ablations_run_through_sdpa_and_leave_the_model_as_it_was(model, ids
     assert model.config._attn_implementation == "eager"
 
 
+@pytest.mark.parametrize("before,during", [("eager", "sdpa"), ("sdpa", "sdpa"),
+                                           ("attnlab_evict", "attnlab_evict")])
+def test_only_eager_attention_is_switched_to_sdpa(model, before, during):
+    """Eager attention runs as sdpa for the block; another implementation (a capture's or
+    the eviction's route, flash attention) is left as it is, and each is restored."""
+    from attnlab.tracing._hf_forward import fast_attention
+
+    saved = model.config._attn_implementation_internal
+    model.config._attn_implementation_internal = before
+    try:
+        with fast_attention(model):
+            assert model.config._attn_implementation_internal == during
+        assert model.config._attn_implementation_internal == before
+    finally:
+        model.config._attn_implementation_internal = saved
+
+
 class _NoCache(torch.nn.Module):
     """The model behind a forward that takes no cache and keeps every row's logits."""
 

@@ -54,10 +54,12 @@ def attention_implementation(net: Any, name: str) -> Iterator[None]:
 
 
 def fast_attention(net: Any) -> contextlib.AbstractContextManager[None]:
-    """``net``'s attention through torch's ``sdpa`` for the block where the model supports
-    it; else (a model without it, an object that is not a transformers model) as it is."""
+    """``net``'s eager attention through torch's ``sdpa`` for the block, where the model
+    supports it; anything else as it is: a model without ``sdpa``, an object that is not a
+    transformers model, and another implementation (flash attention on an accelerator, or a
+    capture's route, which would lose what it records)."""
     config = getattr(net, "config", None)
     if (not getattr(net, "_supports_sdpa", False)
-            or not hasattr(config, "_attn_implementation_internal")):
+            or getattr(config, "_attn_implementation_internal", None) != "eager"):
         return contextlib.nullcontext()
     return attention_implementation(net, "sdpa")

@@ -1,5 +1,6 @@
-"""What the code that runs a Hugging Face model's forward itself shares (generation, the
-ablation, the eviction losses): the forward's parameters, the keyword of its key/value
+"""What the code that runs a Hugging Face model's forward itself shares (the tracer's and
+the support matrix's forwards, generation, the ablation, the eviction losses): the
+forward's parameters, the keyword of its key/value
 cache, and its attention implementation switched for a block
 (``config._attn_implementation``, which transformers reads at every call).
 

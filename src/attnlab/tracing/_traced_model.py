@@ -9,13 +9,13 @@ and how many token ids it embeds. The public names are importable from
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlab._errors import check_int
+from attnlab.tracing._hf_forward import forward_params
 from attnlab.tracing.adapters._base import ModelShape
 from attnlab.tracing.adapters.attnlab import describe_model as describe_attnlab
 from attnlab.tracing.adapters.huggingface import describe_model as describe_hf
@@ -163,7 +163,7 @@ def _forward(model: nn.Module, ids: Tensor, target: Tensor | None = None) -> Non
     ``target``: the decoder's input ids of an encoder–decoder model."""
     if is_hf_model(model):
         base = getattr(model, "base_model", model)  # skips the LM head: no N x V logits
-        params = inspect.signature(base.forward).parameters
+        params = forward_params(base)
         kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if target is not None:
             kwargs["decoder_input_ids"] = target

@@ -17,7 +17,6 @@ weights are ``exp(s - lse)`` of the captured q and k under each record's score s
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core.weights import shaped_weights
+from attnlab.tracing._hf_forward import forward_params
 from attnlab.tracing.adapters.huggingface import is_hf_model
 from attnlab.tracing.capture import capture
 
@@ -74,7 +74,7 @@ def forward(model: Any, ids: Tensor, mask: Tensor) -> None:
     if is_hf_model(net):
         base = getattr(net, "base_model", net)  # no vocabulary logits
         kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask.long()}
-        if "use_cache" in inspect.signature(base.forward).parameters:
+        if "use_cache" in forward_params(base):
             kwargs["use_cache"] = False
         base(**kwargs)
         return

@@ -57,6 +57,7 @@ import torch
 
 from attnlab._errors import Error
 from attnlab._proc import torch_threads
+from attnlab.tracing._hf_forward import forward_params
 from attnlab.tracing.adapters._base import UnreadableAttentionError
 from attnlab.tracing.families import families, text_families
 from attnlab.tracing.tiny import (  # noqa: F401 (_OVERRIDES: the per-family values, here too)
@@ -327,10 +328,8 @@ def judge(trace: Any, maps: list[torch.Tensor], ids: list[int],
 
 def eager_maps(model: Any, ids: torch.Tensor) -> list[Any]:
     """The model's own attention maps under eager attention, run as the tracer runs it."""
-    import inspect
-
     base = getattr(model, "base_model", model)
-    params = inspect.signature(base.forward).parameters
+    params = forward_params(base)
     kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                               "output_attentions": True}
     if "use_cache" in params:
@@ -353,10 +352,8 @@ def eager_stack_maps(model: Any, ids: torch.Tensor, target: torch.Tensor
                      ) -> dict[str, list[torch.Tensor]]:
     """An encoder–decoder model's own attention maps under eager attention, per stack
     (``encoder``, ``decoder``, ``cross``), run as the tracer runs it."""
-    import inspect
-
     base = getattr(model, "base_model", model)
-    params = inspect.signature(base.forward).parameters
+    params = forward_params(base)
     kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                               "decoder_input_ids": target, "output_attentions": True}
     if "decoder_attention_mask" in params:

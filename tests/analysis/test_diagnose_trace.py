@@ -104,3 +104,37 @@ def test_torchrun_two_processes_give_the_one_process_diagnosis(saved, capsys):
     for k, ref in _scores(one).items():
         assert (_scores(two)[k] - ref).abs().max() <= 1e-6, k
     assert two["roles"] == one["roles"] and two["num_clusters"] == one["num_clusters"]
+
+
+@pytest.mark.slow
+def test_torchrun_processes_check_a_streamed_file_together(tmp_path, capsys):
+    """A streamed (version-5) file under torchrun: the two processes check it together,
+    each every other layer (attnlab.tracing.verify_across), and diagnose it to the one
+    process's JSON, bit for bit; a layer corrupted in the second process's share fails
+    both processes, the first saying which process found it, and none waits for the
+    other."""
+    from trace_files import flip_layer_bit
+
+    ids = torch.randint(1, 97, (80,), generator=torch.Generator().manual_seed(3)).tolist()
+    path = tmp_path / "streamed.safetensors"
+    trace(random_llama(layers=3, heads=4, kv_heads=2), ids, out=path)
+    assert cli.main(["diagnose", "--trace", str(path), "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+
+    def torchrun(file):
+        return subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc_per_node=2", "-m", "attnlab", "diagnose", "--trace", str(file), "--json"],
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+            timeout=SLOW_CHILD_S)
+
+    run = torchrun(path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = json.loads(run.stdout)
+    assert two.pop("run")["processes"] == 2 and one.pop("run")["processes"] == 1
+    assert two == one
+    bad = flip_layer_bit(path, tmp_path / "bad.safetensors", "q", 1)  # layer 1: process 1
+    run = torchrun(bad)
+    assert run.returncode != 0 and run.stdout == ""
+    assert "tensor 'q' layer 1 does not match the sha256" in run.stderr
+    assert "process 1 of the 2 that checked the file together found it" in run.stderr

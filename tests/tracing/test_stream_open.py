@@ -133,3 +133,55 @@ def test_verify_reads_through_the_traces_own_mapping_and_counts_every_chunk(stre
 
     with pytest.raises(TraceFormatError, match="tensor 'k' layer 2"):
         verify_one(bad, AttentionTrace.open(path))
+
+
+def test_processes_sharing_verify_check_every_chunk_once_and_find_a_corrupt_one(streamed,
+                                                                                tmp_path):
+    """verify(share=(rank, world)), as the processes of a torchrun group make it together
+    (attnlab.tracing.verify_across): each checks every world-th layer of each tensor, so
+    that together they check every chunk exactly once, and a corrupt layer is found by the
+    process whose share holds it, by none of the others."""
+    path, _ = streamed
+    world = 3
+    shares = []
+    for rank in range(world):
+        t = AttentionTrace.open(path)
+        assert t.verify(share=(rank, world)) is t
+        shares.append(t._layer_digests.checked())
+    every = {(name, layer) for name, d in AttentionTrace.open(path)._layer_digests.digests.items()
+             for layer in range(len(d))}
+    assert set().union(*shares) == every
+    assert sum(len(s) for s in shares) == len(every)  # none twice
+    assert shares[1] == {(name, layer) for name, layer in every if layer % world == 1}
+    bad = _flip(path, tmp_path / "bad.safetensors", "q", 2)
+    for rank in range(world):
+        t = AttentionTrace.open(bad)
+        if rank == 2 % world:
+            with pytest.raises(TraceFormatError, match="tensor 'q' layer 2 does not match"):
+                t.verify(share=(rank, world))
+        else:
+            assert t.verify(share=(rank, world)) is t
+    for share in [(2, 2), (-1, 2), (0, 0), (0.0, 1), [0, 1]]:
+        with pytest.raises(ValueError, match=r"share: expected \(rank, world\)"):
+            AttentionTrace.open(path).verify(share=share)
+
+
+def test_a_file_without_layer_digests_is_verified_whole_tensor_by_tensor(streamed,
+                                                                           tmp_path):
+    """A file without a sha256 per layer (saved whole, version 4): each tensor is checked
+    whole by one process of the group (the i-th tensor, in name order, by process
+    i % world), so a corrupt tensor is found by exactly one."""
+    _, memory = streamed
+    path = memory.save(tmp_path / "whole.safetensors")
+    names = sorted(AttentionTrace.open(path)._mapped)
+    assert names[:2] == ["k", "lse"]  # one tensor for each of the two processes
+    for name in names[:2]:
+        bad = flip_layer_bit(path, tmp_path / f"bad-{name}.safetensors", name, 1)
+        found = []
+        for rank in range(2):
+            try:
+                AttentionTrace.open(bad).verify(share=(rank, 2))
+            except TraceFormatError as exc:
+                assert f"tensor {name!r} does not match the sha256" in str(exc)
+                found.append(rank)
+        assert found == [names.index(name) % 2]

@@ -512,7 +512,11 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
     heads = trace.num_layers * trace.num_heads
     sim = clusters = None
     if heads <= MAX_CLUSTER_HEADS:
-        sim = pattern_cosine(pooled)
+        if share is None:
+            sim = pattern_cosine(pooled)
+        else:  # each process its rows, summed: the one process's matrix, to the bit
+            sim = pattern_cosine(pooled, share=(group.rank, group.world))
+            dist.all_reduce(sim)
         clusters = cluster_heads(sim, th.cluster_similarity)
     else:
         meta["similarity_skipped"] = (

@@ -474,16 +474,33 @@ def pool_block(lq: int, lk: int, max_blocks: int) -> int:
     return max(1, -(-max(lq, lk) // max_blocks))
 
 
-def pattern_cosine(pooled: Tensor, *, block_rows: int = 1024) -> Tensor:
+def pattern_cosine(pooled: Tensor, *, block_rows: int = 1024,
+                   share: tuple[int, int] = (0, 1)) -> Tensor:
     """(L·H, L·H) float32 cosine similarity of pooled patterns (L, H, nq, nk), computed in
     float64 ``block_rows`` heads at a time: beside the patterns' float64 copy it holds the
-    float32 result and one (block_rows, L·H) float64 block, not an (L·H)² float64 matrix."""
+    float32 result and one (block_rows, L·H) float64 block, not an (L·H)² float64 matrix.
+
+    ``share=(rank, world)``: only this process's rows of the matrix, the ``rank``-th of
+    ``world`` equal runs of rows, the others left zero (for ``world`` processes that sum
+    their matrices: each row is computed as one process computes it, and the patterns are
+    non-negative, so no cosine is ``-0.0`` and the sum is the one process's matrix to the
+    bit).
+
+    >>> pooled = torch.rand(2, 3, 4, 4)
+    >>> whole = pattern_cosine(pooled)
+    >>> parts = [pattern_cosine(pooled, share=(r, 4)) for r in range(4)]
+    >>> bool(torch.equal(sum(parts), whole)), bool((parts[0][2:] == 0).all())
+    (True, True)
+    """
+    rank, world = share
     flat = pooled.reshape(pooled.shape[0] * pooled.shape[1], -1).double()  # (L·H, nq·nk)
     flat /= flat.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     n = flat.shape[0]
-    out = torch.empty(n, n, dtype=torch.float32)
-    for r0 in range(0, n, block_rows):
-        out[r0:r0 + block_rows] = flat[r0:r0 + block_rows] @ flat.T
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    out = (torch.empty if world == 1 else torch.zeros)(n, n, dtype=torch.float32)
+    for r0 in range(lo, hi, block_rows):
+        r1 = min(r0 + block_rows, hi)
+        out[r0:r1] = flat[r0:r1] @ flat.T
     return out
 
 

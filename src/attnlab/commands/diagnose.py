@@ -134,9 +134,9 @@ def _from_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace diagnoses a saved trace without the model; leave out "
                          f"{', '.join(given)}")
     t0 = time.perf_counter()
-    t = read_saved_trace(args.trace)
     group = join("cpu")
     try:
+        t = read_saved_trace(args.trace, group=group)
         d = diagnose(t, group=group, progress=not (args.quiet or args.json) and group.rank == 0)
     finally:
         leave(group)

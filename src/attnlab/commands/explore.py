@@ -109,9 +109,9 @@ def _from_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace writes the page of a saved trace without the model; leave "
                          f"out {', '.join(given)}")
     t0 = time.perf_counter()
-    ex = Explorer([read_saved_trace(args.trace)])
     group = join("cpu")
     try:
+        ex = Explorer([read_saved_trace(args.trace, group=group)])
         ex.payload(progress=not (args.quiet or args.json) and group.rank == 0, group=group)
     finally:
         leave(group)

@@ -412,16 +412,18 @@ def is_stacked(trace: Any) -> bool:
     return isinstance(trace, StackedTrace)
 
 
-def read_saved_trace(path: str, arg: str = "--trace") -> Any:
+def read_saved_trace(path: str, arg: str = "--trace", *, group: Any = None) -> Any:
     """The saved trace a command reads instead of running a model (``diagnose``,
     ``explore``, ``serve``): mapped and checked where the file allows
     (:func:`attnlab.tracing.open_trace`); a missing or unreadable file is a usage error
-    naming ``arg``."""
-    from attnlab.tracing import open_trace
+    naming ``arg``. ``group``: the ``torchrun`` group the command runs in
+    (:func:`attnlab._dist.join`), whose processes check the file together, each its share
+    (:func:`attnlab.tracing.verify_across`), rather than each the whole file."""
+    from attnlab.tracing import open_trace, verify_across
     from attnlab.tracing.trace_file import TraceFormatError
 
     try:
-        return open_trace(path)
+        return verify_across(open_trace(path, verify=False), group)
     except FileNotFoundError:
         raise UsageError(f"{arg}: no such file: {path!r}") from None
     except (TraceFormatError, ValueError) as exc:

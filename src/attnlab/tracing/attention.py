@@ -593,15 +593,17 @@ class AttentionTrace(TraceReads):
         oldest let go first (:mod:`attnlab.tracing._resident`)."""
         return trace_file.open_one(path, cls, resident_bytes=resident_bytes)
 
-    def verify(self) -> AttentionTrace:
+    def verify(self, *, share: tuple[int, int] = (0, 1)) -> AttentionTrace:
         """For an opened trace: every check :meth:`load` makes (each tensor's sha256, each
         layer's for a version-5 file, the values), reading the file once; raises
-        :class:`TraceFormatError`, else returns the trace."""
+        :class:`TraceFormatError`, else returns the trace. ``share=(rank, world)``: this
+        process's part of the check when ``world`` processes make it together
+        (:func:`attnlab.tracing.verify_across`, which ``torchrun`` commands use)."""
         where = self.opened_from
         if where is None:
             raise ValueError("verify() checks a trace against the file it was opened from; "
                              "this trace was not opened (AttentionTrace.open)")
-        trace_file.verify_one(where, self)
+        trace_file.verify_one(where, self, share)
         return self
 
     def __repr__(self) -> str:

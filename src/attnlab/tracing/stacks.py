@@ -44,7 +44,7 @@ from attnlab.tracing._names import STACK_ORDER
 from attnlab.tracing._resident import RESIDENT_BYTES
 from attnlab.tracing.attention import AttentionTrace
 
-__all__ = ["STACK_ORDER", "StackedTrace", "load_trace", "open_trace"]
+__all__ = ["STACK_ORDER", "StackedTrace", "load_trace", "open_trace", "verify_across"]
 
 
 def _labels_of_keys(t: AttentionTrace) -> list[str]:
@@ -164,13 +164,13 @@ class StackedTrace(Mapping[str, AttentionTrace]):
         return trace_file.open_stacked(path, AttentionTrace, cls,
                                        resident_bytes=resident_bytes)
 
-    def verify(self) -> StackedTrace:
+    def verify(self, *, share: tuple[int, int] = (0, 1)) -> StackedTrace:
         """For an opened trace: every check :meth:`load` makes, stack by stack (each
         tensor's sha256 and the values), reading the file once; raises
         :class:`~attnlab.tracing.attention.TraceFormatError` naming the stack and the
-        tensor, else returns the trace."""
+        tensor, else returns the trace. ``share``: as :meth:`AttentionTrace.verify`."""
         for t in self._stacks.values():
-            t.verify()
+            t.verify(share=share)
         return self
 
 
@@ -221,6 +221,56 @@ def open_trace(path: str | os.PathLike[str], *, verify: bool = True
         else:
             return opened.verify() if verify else opened
     return load_trace(path)
+
+
+def verify_across(trace: AttentionTrace | StackedTrace, group: Any = None
+                  ) -> AttentionTrace | StackedTrace:
+    """The checks of :func:`open_trace`'s ``verify`` (every tensor's sha256 and the values)
+    on a trace opened without them (``open_trace(path, verify=False)``), made once by the
+    processes of ``group`` together: a :class:`attnlab._dist.Group` (``attnlab._dist.join()``
+    under ``torchrun``); None or a group of one process checks everything here.
+
+    In a group of ``world`` processes each checks its share of the file
+    (``verify(share=(rank, world))``: every ``world``-th layer of each tensor, so that no
+    process reads and hashes the whole file as each did when every process verified it),
+    then the processes tell each other what they found: if any found the file corrupt,
+    every process raises :class:`TraceFormatError` (the one that found it with its own
+    message, naming the tensor and the layer; the others saying which process did), and
+    none is left waiting for the others. Otherwise each counts every layer as checked, so
+    that reading a layer another process checked does not hash it again. A trace that was
+    read whole (a version-1 file) was checked when it was read and is returned as it is.
+
+    Returns ``trace``.
+    """
+    stacks = [trace[name] for name in trace] if isinstance(trace, StackedTrace) else [trace]
+    if all(t.opened_from is None for t in stacks):
+        return trace  # read whole by load_trace, every check made then
+    if group is None or not getattr(group, "distributed", False):
+        return trace.verify()
+    import torch
+    import torch.distributed as dist
+
+    error: BaseException | None = None
+    try:
+        trace.verify(share=(group.rank, group.world))
+    except Exception as exc:  # told to the others below, then raised: none waits forever
+        error = exc
+    failed = torch.zeros(group.world, dtype=torch.int32, device=group.device)
+    failed[group.rank] = int(error is not None)
+    dist.all_reduce(failed)
+    if error is not None:
+        raise error
+    if bool(failed.any()):
+        ranks = ", ".join(str(r) for r in failed.nonzero()[:, 0].tolist())
+        where = stacks[0].opened_from
+        raise trace_file.TraceFormatError(
+            f"{where}: process {ranks} of the {group.world} that checked the file together "
+            f"found it unreadable or corrupt (its error names the tensor); process "
+            f"{group.rank} found its own share whole")
+    for t in stacks:
+        if t._layer_digests is not None:
+            t._layer_digests.mark_all()
+    return trace
 
 
 def _short(labels: list[str], n: int = 6) -> str:

@@ -56,7 +56,7 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -349,21 +349,33 @@ class LayerDigests:
 
     def mark_all(self) -> None:
         """Count every chunk as checked (after :func:`verify_one` checked them all)."""
+        self.mark((n, layer) for n, d in self.digests.items() for layer in range(len(d)))
+
+    def mark(self, chunks: Iterable[tuple[str, int]]) -> None:
+        """Count the ``(tensor, layer)`` chunks as checked (:func:`verify_one` checked them,
+        or, with ``share``, the process that did)."""
         with self._lock:
-            self._checked.update((n, layer) for n, d in self.digests.items()
-                                 for layer in range(len(d)))
+            self._checked.update(chunks)
 
     def checked(self) -> set[tuple[str, int]]:
         """The (tensor, layer) chunks checked so far."""
         return set(self._checked)
 
 
-def verify_one(path: str | Path, trace: Any) -> None:
+def verify_one(path: str | Path, trace: Any, share: tuple[int, int] = (0, 1)) -> None:
     """Every check :func:`load_one` makes, on an opened trace: each tensor's sha256 against
     the file's metadata and the values (finite q, k, v; a sane log-sum-exp), reading the file
     once, a tensor at a time. Raises :class:`TraceFormatError` naming the tensor. A stack
     opened from a file of several stacks (:func:`open_stacked`) is checked against its own
-    stack's metadata and tensors, and errors name the stack."""
+    stack's metadata and tensors, and errors name the stack.
+
+    ``share=(rank, world)``: this process's part of a check that ``world`` processes make
+    together (:func:`attnlab.tracing.verify_across`): of a tensor with a sha256 per layer
+    (version 5), the layers ``rank, rank + world, ...`` (their digests and values; the layers'
+    digests together cover every byte of the tensor, so its whole digest is left out); of a
+    tensor without, the whole tensor on one process (the ``i``-th tensor on process
+    ``i % world``). Every byte is checked by exactly one process of the ``world``."""
+    rank, world = _check_share(share)
     path = Path(path)
     meta, _info = _read_header(path)
     stack = trace._opened_stack
@@ -385,16 +397,54 @@ def verify_one(path: str | Path, trace: Any) -> None:
         tensors, resident = _map_tensors(path)
         if stack is not None:
             tensors = _unprefixed(tensors, stack)
+    mine: list[tuple[str, int]] = []  # the layer chunks this process checked
+    order = {name: i for i, name in enumerate(sorted(tensors))}  # the same on every process
     for name, t in tensors.items():
         entry = meta["tensors"].get(name)
         if entry is None:
             raise TraceFormatError(f"{where}: tensor {name!r} is not in the metadata")
-        _check_digests(where, name, t, entry, resident.touch)
-    check_values(where, tensors, trace.shapes, TraceFormatError, resident.touch)
-    resident.release()  # the whole file was read: none of it is held for what comes next
+        if world == 1:
+            _check_digests(where, name, t, entry, resident.touch)
+        elif entry.get("layer_sha256") is not None:
+            layers = range(rank, t.shape[0], world)
+            _check_some_layers(where, name, t, entry, layers, resident.touch)
+            mine += [(name, layer) for layer in layers]
+        elif order[name] % world == rank:
+            _check_digests(where, name, t, entry, resident.touch)
+    check_values(where, tensors, trace.shapes, TraceFormatError, resident.touch,
+                 share=(rank, world))
+    resident.release()  # what was read is not held for what comes next
     digests = trace._layer_digests
     if same and digests is not None:
-        digests.mark_all()  # every chunk was just checked: a first read need not hash again
+        # the chunks just checked: a first read need not hash them again
+        digests.mark_all() if world == 1 else digests.mark(mine)
+
+
+def _check_share(share: Any) -> tuple[int, int]:
+    """``share`` as ``(rank, world)``: two ints, ``0 <= rank < world``."""
+    ok = (isinstance(share, tuple) and len(share) == 2
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in share)
+          and 0 <= share[0] < share[1])
+    if not ok:
+        raise ValueError(f"share: expected (rank, world) with 0 <= rank < world, got {share!r}")
+    return share[0], share[1]
+
+
+def _check_some_layers(where: Path | str, name: str, t: Tensor, entry: ManifestEntry,
+                         layers: range,
+                         seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
+    """The ``layers`` of ``t`` against the sha256 of each that its manifest ``entry``
+    states (a version-5 tensor), the tensor's whole digest left out."""
+    chunks = entry.get("layer_sha256")
+    assert chunks is not None
+    for layer in layers:
+        got = _sha256(t[layer])
+        if seen is not None:
+            seen((name, layer), t[layer])
+        if got != chunks[layer]:
+            raise TraceFormatError(
+                f"{where}: tensor {name!r} layer {layer} does not match the sha256 "
+                "the metadata states for that layer (the file is corrupt)")
 
 
 def _check_digests(where: Path | str, name: str, t: Tensor, entry: ManifestEntry,

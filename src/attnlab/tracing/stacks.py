@@ -261,10 +261,12 @@ def verify_across(trace: AttentionTrace | StackedTrace, group: Any = None
     if error is not None:
         raise error
     if bool(failed.any()):
-        ranks = ", ".join(str(r) for r in failed.nonzero()[:, 0].tolist())
+        ranks = failed.nonzero()[:, 0].tolist()
+        which = (f"process {ranks[0]}" if len(ranks) == 1
+                 else f"processes {', '.join(str(r) for r in ranks)}")
         where = stacks[0].opened_from
         raise trace_file.TraceFormatError(
-            f"{where}: process {ranks} of the {group.world} that checked the file together "
+            f"{where}: {which} of the {group.world} that checked the file together "
             f"found it unreadable or corrupt (its error names the tensor); process "
             f"{group.rank} found its own share whole")
     for t in stacks:

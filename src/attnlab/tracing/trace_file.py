@@ -417,7 +417,10 @@ def verify_one(path: str | Path, trace: Any, share: tuple[int, int] = (0, 1)) ->
     digests = trace._layer_digests
     if same and digests is not None:
         # the chunks just checked: a first read need not hash them again
-        digests.mark_all() if world == 1 else digests.mark(mine)
+        if world == 1:
+            digests.mark_all()
+        else:
+            digests.mark(mine)
 
 
 def _check_share(share: Any) -> tuple[int, int]:
@@ -431,8 +434,8 @@ def _check_share(share: Any) -> tuple[int, int]:
 
 
 def _check_some_layers(where: Path | str, name: str, t: Tensor, entry: ManifestEntry,
-                         layers: range,
-                         seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
+                       layers: range,
+                       seen: Callable[[tuple[str, int], Tensor], None] | None = None) -> None:
     """The ``layers`` of ``t`` against the sha256 of each that its manifest ``entry``
     states (a version-5 tensor), the tensor's whole digest left out."""
     chunks = entry.get("layer_sha256")

@@ -342,9 +342,7 @@ class LayerDigests:
             if key in self._checked:
                 return
             if _sha256(self._tensors[name][layer]) != self.digests[name][layer]:
-                raise TraceFormatError(
-                    f"{self.path}: tensor {name!r} layer {layer} does not match the sha256 "
-                    "the metadata states for that layer (the file is corrupt)")
+                raise _corrupt_layer(self.path, name, layer)
             self._checked.add(key)
 
     def mark_all(self) -> None:
@@ -423,6 +421,11 @@ def verify_one(path: str | Path, trace: Any, share: tuple[int, int] = (0, 1)) ->
             digests.mark(mine)
 
 
+def _corrupt_layer(where: Path | str, name: str, layer: int) -> TraceFormatError:
+    return TraceFormatError(f"{where}: tensor {name!r} layer {layer} does not match the "
+                            "sha256 the metadata states for that layer (the file is corrupt)")
+
+
 def _check_share(share: Any) -> tuple[int, int]:
     """``share`` as ``(rank, world)``: two ints, ``0 <= rank < world``."""
     ok = (isinstance(share, tuple) and len(share) == 2
@@ -445,9 +448,7 @@ def _check_some_layers(where: Path | str, name: str, t: Tensor, entry: ManifestE
         if seen is not None:
             seen((name, layer), t[layer])
         if got != chunks[layer]:
-            raise TraceFormatError(
-                f"{where}: tensor {name!r} layer {layer} does not match the sha256 "
-                "the metadata states for that layer (the file is corrupt)")
+            raise _corrupt_layer(where, name, layer)
 
 
 def _check_digests(where: Path | str, name: str, t: Tensor, entry: ManifestEntry,
@@ -469,9 +470,7 @@ def _check_digests(where: Path | str, name: str, t: Tensor, entry: ManifestEntry
                 if seen is not None:
                     seen((name, layer), t[layer])
                 if own != chunks[layer]:
-                    raise TraceFormatError(
-                        f"{where}: tensor {name!r} layer {layer} does not match the sha256 "
-                        "the metadata states for that layer (the file is corrupt)")
+                    raise _corrupt_layer(where, name, layer)
         got = whole.hexdigest()
     if got != digest:
         raise TraceFormatError(f"{where}: tensor {name!r} does not match the sha256 the "

@@ -14,27 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.core._tiles import _all_finite
 from attnlab.core.scores import TILE_BYTES, ScoreShape
 
-__all__ = ["all_finite", "check_values"]
-
-
-def all_finite(x: Tensor) -> bool:
-    """Whether every value of ``x`` is finite, in one pass over it without a mask of its
-    size where the answer is yes: a NaN or an infinity makes any sum of the values NaN or
-    infinite, so a finite sum says every value is finite (twenty times as fast as
-    ``torch.isfinite(x).all()`` on a layer of q); a sum that is not finite (a non-finite
-    value, or finite values whose sum overflows) is settled value by value.
-
-    >>> all_finite(torch.ones(3)), all_finite(torch.tensor([1.0, float("nan")]))
-    (True, False)
-    >>> big = torch.full((2,), 3e38)  # finite values whose float32 sum overflows
-    >>> bool(torch.isfinite(big.sum())), all_finite(big)
-    (False, True)
-    """
-    if x.is_floating_point() and bool(torch.isfinite(x.sum(dtype=torch.float32))):
-        return True
-    return bool(torch.isfinite(x).all())
+__all__ = ["check_values"]
 
 
 def check_values(path: Path | str, tensors: dict[str, Tensor],
@@ -61,7 +44,7 @@ def check_values(path: Path | str, tensors: dict[str, Tensor],
         # a layer at a time: the check's own memory is one layer's, whatever the file's size
         for layer in range(rank, x.shape[0], world):
             xl = x[layer]
-            if not all_finite(xl):
+            if not _all_finite(xl):
                 raise bad(name, "holds NaN or infinite values")
             if seen is not None:
                 seen((name, layer), xl)

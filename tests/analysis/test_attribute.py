@@ -65,3 +65,23 @@ def test_the_study_reports_the_ablation_and_the_eviction(model, ids):
     assert "ablation" not in none and "eviction" not in none
     with pytest.raises(ValueError, match="max_keys must be an int"):
         attribute(model, whole, max_keys=1)
+
+
+def test_the_study_s_rollout_row_is_made_in_the_eviction_pass(model, ids):
+    """``rollout_row``: the row's rollout from the eviction's pass, summed up as the row's
+    first-token share and largest keys (those of ``rollout_rows``), a negative row counted
+    from the end; refused without the eviction, or out of the trace, naming the argument."""
+    whole = trace(model, ids)
+    got = attribute(model, whole, ablation=False, eviction_loss=False, rollout_row=-1)
+    r = got["rollout_row"]
+    want = whole.rollout_rows([119])[0]
+    assert r["row"] == 119 and r["seconds"] >= 0
+    assert r["first_token_share"] == pytest.approx(float(want[0]), rel=1e-6)
+    assert r["top"] == [int(i) for i in want.topk(5).indices]
+    # a wrong row (the first instead of the last) is another rollout: not this one
+    assert float(whole.rollout_rows([0])[0][0]) != pytest.approx(r["first_token_share"])
+    assert "rollout_row" not in attribute(model, whole, ablation=False, eviction_loss=False)
+    with pytest.raises(ValueError, match="rollout_row is made in the eviction's pass"):
+        attribute(model, whole, ablation=False, eviction=False, rollout_row=3)
+    with pytest.raises(ValueError, match="rollout_row must be an int"):
+        attribute(model, whole, ablation=False, rollout_row=120)

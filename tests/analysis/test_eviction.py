@@ -11,6 +11,7 @@ from attnlab.analysis.eviction import CONTROLS, POLICIES, evict, kept_keys, key_
 from attnlab.core.scores import ScoreShape, row_logsumexp
 from attnlab.tracing import trace
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.attribution import RolloutRows, rollout_rows
 from random_models import random_llama
 
 transformers = pytest.importorskip("transformers")
@@ -161,3 +162,53 @@ def test_column_sums_keep_a_long_column_s_small_weights():
         row_by_row += row
     assert float(row_by_row[1]) == 1.0
     assert not _within_block_rounding(row_by_row.double(), w)
+
+
+ROLLED = [N - 1, 250, 100]  # later rows and a context row
+
+
+def test_the_pass_makes_the_rollout_rows_on_the_way(traced, monkeypatch):
+    """``evict(rollout=rows)`` gives :func:`rollout_rows`' rows from the eviction's own
+    weight tiles (cut here every 37 rows, so tiles end inside the context, at its end and
+    among the later rows) and the same eviction as without them."""
+    from attnlab.analysis import eviction
+
+    monkeypatch.setattr(eviction, "_ROW_BYTES", 4 * traced.key_len * 37)
+    budgets = (0.1, 0.5)
+    plain = evict(traced, budgets, window=WINDOW)
+    both = evict(traced, budgets, window=WINDOW, rollout=ROLLED)
+    want = rollout_rows(traced, ROLLED)
+    assert plain.rollout is None and plain.rollout_seconds is None
+    # the heads summed in float32 over other tiles than rollout_rows' own: ~1e-7 apart
+    assert both.rollout.shape == want.shape and both.rollout.dtype == torch.float64
+    assert torch.allclose(both.rollout, want, rtol=1e-6, atol=1e-12)
+    assert both.rollout_seconds is not None and both.rollout_seconds > 0
+    for p in plain.policies:
+        for b in budgets:
+            assert torch.equal(both.keep[p][b], plain.keep[p][b]), (p, b)
+            assert torch.allclose(both.lost[p][b], plain.lost[p][b], rtol=1e-9, atol=0), (p, b)
+
+
+def test_a_rollout_pass_that_gives_later_rows_only_the_context_keys_is_caught(traced):
+    """The wrong variant of the pass above: the sums read only the context's keys, but a
+    later row's rollout needs every key it sees; fed only those, the rows are far off."""
+    want = rollout_rows(traced, ROLLED)
+    acc = RolloutRows(traced, ROLLED)
+    for layer in reversed(range(traced.num_layers)):
+        for r0, r1 in ((0, C), (C, N)):
+            keys = range(r1) if r0 < C else range(C)
+            total = traced.weights_tile(layer, 0, range(r0, r1), keys)
+            for h in range(1, traced.num_heads):
+                total += traced.weights_tile(layer, h, range(r0, r1), keys)
+            acc.add(layer, r0, r1, 0, total)
+        acc.end_layer(layer)
+    assert float((acc.result() - want).abs().max()) > 1e-3
+
+
+def test_a_rollout_pass_must_end_every_layer_last_first(traced):
+    acc = RolloutRows(traced, [N - 1])
+    with pytest.raises(ValueError, match="expected a tile of layer 1, got layer 0"):
+        acc.add(0, 0, 1, 0, torch.ones(1, 1))
+    acc.end_layer(1)
+    with pytest.raises(ValueError, match="has not ended layer 0"):
+        acc.result()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at
     from typing import NotRequired
 
 __all__ = ["AblationEffect", "AblationStudy", "AttributionStudy", "EvictionLossStudy",
-           "EvictionStudy", "ablation_study", "attribute", "prefix"]
+           "EvictionStudy", "RolloutRowStudy", "ablation_study", "attribute", "prefix"]
 
 
 class AblationEffect(TypedDict):
@@ -73,6 +73,16 @@ class EvictionStudy(EvictionTable):
     loss: NotRequired[EvictionLossStudy]  # unless eviction_loss=False
 
 
+class RolloutRowStudy(TypedDict):
+    """One output row's residual-adjusted rollout through every layer (``rollout_row``),
+    made in the eviction's pass over the weights."""
+
+    row: int
+    seconds: float  # its own arithmetic in that pass
+    first_token_share: float
+    top: list[int]  # its five largest keys, the largest first
+
+
 class AttributionStudy(TypedDict):
     """:func:`attribute`'s study: each part that ran."""
 
@@ -80,6 +90,7 @@ class AttributionStudy(TypedDict):
     tokens: int
     ablation: NotRequired[AblationStudy]
     eviction: NotRequired[EvictionStudy]
+    rollout_row: NotRequired[RolloutRowStudy]  # when asked
 
 
 def prefix(trace: AttentionTrace, n: int) -> AttentionTrace:
@@ -157,10 +168,21 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
               eviction: bool = True, ablation_tokens: int = 512, max_keys: int = 128,
               targets: Sequence[int] | None = None, budgets: Sequence[float] = (0.1, 0.25, 0.5),
               context: int | None = None, batch: int | None = None, seed: int = 0,
-              eviction_loss: bool = True) -> AttributionStudy:
+              eviction_loss: bool = True, rollout_row: int | None = None) -> AttributionStudy:
     """The study (see the module docstring) of ``trace``, the trace of ``model`` (a causal
-    Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``."""
+    Hugging Face LM, or a loaded model whose ``.model`` is one) on ``trace.token_ids``.
+
+    ``rollout_row``: an output row (negative counts from the end) whose residual-adjusted
+    rollout through every layer the eviction's pass over the weights makes on the way
+    (:func:`attnlab.analysis.eviction.evict`'s ``rollout``), summed up in the study's
+    ``rollout_row``; it needs ``eviction=True``."""
     _check_study(trace, ablation_tokens, max_keys)
+    if rollout_row is not None:
+        rollout_row = check_int("rollout_row", rollout_row, minimum=-trace.seq_len,
+                                maximum=trace.seq_len - 1) % trace.seq_len
+        if not eviction:
+            raise ValueError("rollout_row is made in the eviction's pass over the weights: "
+                             "pass eviction=True, or use trace.rollout_rows([row])")
     out: AttributionStudy = {"model": trace.model, "tokens": trace.seq_len}
     release_memory()  # what tracing freed: each phase below starts from what is live
     if ablation:
@@ -170,8 +192,15 @@ def attribute(model: Any, trace: AttentionTrace, *, ablation: bool = True,
         release_memory()  # the batched forwards' pages: the eviction starts from what is live
     if eviction:
         t0 = time.perf_counter()
-        ev = evict(trace, tuple(budgets), context=context, seed=seed)
+        ev = evict(trace, tuple(budgets), context=context, seed=seed,
+                   rollout=None if rollout_row is None else [rollout_row])
         out["eviction"] = {**ev.summary(), "seconds": round(time.perf_counter() - t0, 2)}
+        if ev.rollout is not None and rollout_row is not None:
+            row = ev.rollout[0]
+            out["rollout_row"] = {"row": rollout_row,
+                                  "seconds": round(ev.rollout_seconds or 0.0, 2),
+                                  "first_token_share": float(row[0]),
+                                  "top": [int(i) for i in row.topk(min(5, row.numel())).indices]}
         release_memory()
         if eviction_loss:
             t0 = time.perf_counter()

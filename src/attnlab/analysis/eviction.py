@@ -29,6 +29,8 @@ budget, the prefill's cache shared).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -38,6 +40,7 @@ from torch import Tensor
 
 from attnlab._errors import check_int
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.attribution import RolloutRows
 
 __all__ = ["POLICIES", "CONTROLS", "EvictionJSON", "EvictionResult", "EvictionSettings",
            "EvictionTable", "key_scores", "evict", "kept_keys"]
@@ -48,6 +51,8 @@ POLICIES = ("h2o", "snapkv", "tova", "streaming", "knorm")
 CONTROLS = ("random", "oracle")
 
 _ROW_BYTES = 8 << 20  # about 8 MiB of float32 weight rows per tile
+#: One head's (h2o, snapkv-window, tova, future) column sums over the context keys.
+_HeadSums = tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 def _check(trace: Any, context: int | None) -> tuple[AttentionTrace, int]:
@@ -99,33 +104,46 @@ def _column_sums(w: Tensor) -> Tensor:
     return out
 
 
-def _head_sums(trace: AttentionTrace, layer: int, head: int, c: int, window: int
-               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(h2o, snapkv-window, tova, future) column sums over context keys, float64 (C,)."""
-    h2o = torch.zeros(c, dtype=torch.float64)
-    snap = torch.zeros(c, dtype=torch.float64)
+def _layer_sums(trace: AttentionTrace, layer: int, heads: Sequence[int], c: int, window: int,
+                rollout: RolloutRows | None = None) -> dict[int, _HeadSums]:
+    """Each of ``heads``' (h2o, snapkv-window, tova, future) column sums over the context
+    keys, float64 (C,), from one pass over the layer's weight rows: a tile of rows at a
+    time, every head's weights of it computed once. With ``rollout`` (``heads`` then every
+    head of the layer), the same tiles, summed over the heads, are the layer's share of the
+    rollout rows, so the pass makes them too (every key a later row sees is computed for
+    it; the sums read the context's)."""
     step = _tile(trace.key_len)
     w0 = c - window
-    for r0 in range(0, c, step):
-        r1 = min(c, r0 + step)
+    h2o = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
+    snap = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
+    future = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
+    # the context's rows, then the later ones (no tile holds both)
+    cuts = [*range(0, c, step), *range(c, trace.seq_len, step), trace.seq_len]
+    for r0, r1 in zip(cuts, cuts[1:]):
+        r1 = min(r1, c) if r0 < c else r1
         # a causal row sees no key after it: the tile's columns from r1 on are exact zeros,
-        # neither computed nor summed
-        w = trace.weights_tile(layer, head, range(r0, r1), range(r1))
-        h2o[:r1] += _column_sums(w)
-        if r1 > w0:
-            snap[:r1] += _column_sums(w[max(0, w0 - r0):])
-    tova = trace.weights_rows(layer, head, c - 1)[0, :c].double()
-    return h2o, snap, tova, _future(trace, layer, head, c)
-
-
-def _future(trace: AttentionTrace, layer: int, head: int, c: int) -> Tensor:
-    """The later rows' mean attention (C,) on each context key of one head."""
-    step = _tile(trace.key_len)
-    out = torch.zeros(c, dtype=torch.float64)
-    for r0 in range(c, trace.seq_len, step):
-        r1 = min(trace.seq_len, r0 + step)
-        out += _column_sums(trace.weights_tile(layer, head, range(r0, r1), range(c)))
-    return out / (trace.seq_len - c)
+        # neither computed nor summed; a later row's sums read the context's keys only
+        keys = range(r1) if r0 < c or rollout is not None else range(c)
+        total: Tensor | None = None
+        for h in heads:
+            w = trace.weights_tile(layer, h, range(r0, r1), keys)
+            if r0 < c:
+                h2o[h][:r1] += _column_sums(w)
+                if r1 > w0:
+                    snap[h][:r1] += _column_sums(w[max(0, w0 - r0):])
+            else:
+                future[h] += _column_sums(w[:, :c])
+            if rollout is not None:  # (w's sums are taken: it may be the heads' sum now)
+                t0 = time.perf_counter()
+                total = w if total is None else total.add_(w)
+                rollout.seconds += time.perf_counter() - t0
+        if rollout is not None and total is not None:
+            rollout.add(layer, r0, r1, 0, total)
+    if rollout is not None:
+        rollout.end_layer(layer)
+    later = trace.seq_len - c
+    return {h: (h2o[h], snap[h], trace.weights_rows(layer, h, c - 1)[0, :c].double(),
+                future[h] / later) for h in heads}
 
 
 def _window(window: int | None, c: int) -> int:
@@ -164,11 +182,15 @@ def _check_knobs(c: int, window: int, pool: int, sinks: int) -> None:
 
 
 def _scores(trace: AttentionTrace, layer: int, kv_head: int, c: int, window: int, pool: int,
-            sinks: int, seed: int) -> tuple[dict[str, Tensor], dict[int, Tensor]]:
-    """(each policy's key scores, each query head's later attention per key)."""
+            sinks: int, seed: int, sums: dict[int, _HeadSums] | None = None
+            ) -> tuple[dict[str, Tensor], dict[int, Tensor]]:
+    """(each policy's key scores, each query head's later attention per key); ``sums``:
+    the layer's :func:`_layer_sums`, already made for the group's heads."""
     _check_knobs(c, window, pool, sinks)
     heads = _group(trace, kv_head)
-    parts = [_head_sums(trace, layer, h, c, window) for h in heads]
+    if sums is None:
+        sums = _layer_sums(trace, layer, heads, c, window)
+    parts = [sums[h] for h in heads]
     h2o, snap, tova, future = (torch.stack(x).mean(0) for x in zip(*parts))
     later = {h: part[3] for h, part in zip(heads, parts)}
     pos = torch.arange(c, dtype=torch.float64)
@@ -238,6 +260,10 @@ class EvictionResult:
     #: ``keep[policy][budget]``: bool (L, H_kv, C), the context keys each layer and KV head
     #: keeps (what :func:`attnlab.analysis.eviction_loss.eviction_losses` runs the model with).
     keep: dict[str, dict[float, Tensor]] = field(default_factory=dict, repr=False)
+    #: :func:`evict`'s ``rollout`` rows (len(rows), N) float64, made in its pass, and the
+    #: seconds they added to it (None when not asked).
+    rollout: Tensor | None = field(default=None, repr=False)
+    rollout_seconds: float | None = None
 
     def mean(self, policy: str, budget: float) -> float:
         return float(self.lost[policy][budget].mean())
@@ -275,12 +301,18 @@ class EvictionResult:
 
 def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), *,
           context: int | None = None, policies: tuple[str, ...] = POLICIES + CONTROLS,
-          window: int | None = None, pool: int = 5, sinks: int = 4, seed: int = 0
-          ) -> EvictionResult:
+          window: int | None = None, pool: int = 5, sinks: int = 4, seed: int = 0,
+          rollout: Any = None) -> EvictionResult:
     """Every policy at every budget over every layer and head of ``trace`` (see the module
     docstring): the share of the later queries' attention each one loses. SnapKV's
-    ``window`` defaults to 64 queries (kvpress's), or an eighth of a shorter context."""
+    ``window`` defaults to 64 queries (kvpress's), or an eighth of a shorter context.
+
+    The measure recomputes every weight of the trace once. ``rollout`` (output rows: int,
+    range or sequence) makes their residual-adjusted rollout from the same weights on the
+    way (:func:`attnlab.tracing.attribution.rollout_rows`, in :attr:`EvictionResult.rollout`,
+    with the seconds it added in ``rollout_seconds``) instead of a second pass over them."""
     trace, c = _check(trace, context)
+    acc = None if rollout is None else RolloutRows(trace, rollout)
     window = _window(window, c)
     unknown = [p for p in policies if p not in POLICIES + CONTROLS]
     if unknown or not policies:
@@ -292,9 +324,10 @@ def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), 
     lost = {p: {b: torch.zeros(nl, nh, dtype=torch.float64) for b in budgets} for p in policies}
     keep = {p: {b: torch.zeros(nl, trace.num_kv_heads, c, dtype=torch.bool) for b in budgets}
             for p in policies}
-    for layer in range(nl):
+    for layer in reversed(range(nl)):  # (the rollout's order; each layer stands alone)
+        sums = _layer_sums(trace, layer, range(nh), c, window, acc)
         for g in range(trace.num_kv_heads):
-            sc, later = _scores(trace, layer, g, c, window, pool, sinks, seed)
+            sc, later = _scores(trace, layer, g, c, window, pool, sinks, seed, sums)
             for p in policies:
                 for b in budgets:
                     kept = kept_keys(sc[p], b)
@@ -304,5 +337,6 @@ def evict(trace: AttentionTrace, budgets: tuple[float, ...] = (0.1, 0.25, 0.5), 
                         lost[p][b][layer, h] = seen @ gone
     return EvictionResult(c, trace.seq_len - c, tuple(budgets), tuple(policies), lost,
                           {"window": window, "pool": pool, "sinks": sinks, "seed": seed},
-                          keep)
+                          keep, None if acc is None else acc.result(),
+                          None if acc is None else acc.seconds)
 

@@ -8,7 +8,8 @@ a KV cache worth — SmolLM2 on the long text, measured exactly.
 2. **KV-cache eviction** (:mod:`attnlab.analysis.eviction`): on the whole trace (up to
    ``$ATTNLAB_REPORT_LONG_TOKENS``, 8,192 by default), every policy at 10 %, 25 % and 50 % of
    the cache, with random and oracle controls: the share of the later queries' attention
-   that falls on evicted keys.
+   that falls on evicted keys. The same pass over the weights makes the last token's
+   rollout row through every layer (:class:`attnlab.tracing.attribution.RolloutRows`).
 3. **Why a head attends** (:func:`attnlab.tracing.attribution.band_lift`): for the
    strongest induction and previous-token heads, which RoPE bands lift the attended keys.
 
@@ -41,7 +42,7 @@ from attnlab.report.long_text import long_text
 if TYPE_CHECKING:  # NotRequired is Python 3.11's; annotations here are never evaluated
     from typing import NotRequired
 
-    from attnlab.analysis.attribute import AblationStudy, EvictionStudy
+    from attnlab.analysis.attribute import AblationStudy, EvictionStudy, RolloutRowStudy
 
 __all__ = ["JSON_NAME", "AttributionDoc", "ablation_ahead", "build", "measure",
            "render", "text_ids", "trace_of"]
@@ -68,14 +69,6 @@ ZH: dict[str, str] = {
     "best importance (ρ)": "最好的重要性（ρ）", "random baseline (ρ)": "随机基线（ρ）",
     "induction L{} H{}": "归纳头 L{} H{}", "previous-token L{} H{}": "前一个词元头 L{} H{}",
 }
-
-
-class RolloutRow(TypedDict):
-    """The last token's rollout row through every layer."""
-
-    seconds: float
-    first_token_share: float
-    top: list[int]  # its five largest keys
 
 
 class Band(TypedDict):
@@ -113,7 +106,7 @@ class AttributionDoc(TypedDict):
     trace_s: float
     ablation: NotRequired[AblationStudy]
     eviction: NotRequired[EvictionStudy]
-    rollout_row: NotRequired[RolloutRow]
+    rollout_row: NotRequired[RolloutRowStudy]  # the last token's
     bands: NotRequired[dict[str, HeadBands]]  # role -> its strongest head's bands
     text: NotRequired[DocText]
 
@@ -158,12 +151,7 @@ def measure(loaded: Any, ids: list[int], *, seed: int = 0, log: Any = print,
     else:
         log(f"attribution: a trace of {t.seq_len} tokens; {max_keys} keys ablated beside")
     doc.update(attribute(loaded, t, ablation_tokens=ablation_tokens, max_keys=max_keys,
-                         seed=seed, ablation=ablated is None))
-    t0 = time.perf_counter()
-    row = t.rollout_rows([t.seq_len - 1])[0]
-    doc["rollout_row"] = {"seconds": round(time.perf_counter() - t0, 1),
-                          "first_token_share": float(row[0]),
-                          "top": [int(i) for i in row.topk(5).indices]}
+                         seed=seed, ablation=ablated is None, rollout_row=t.seq_len - 1))
     bands: dict[str, HeadBands] = {}
     rows = range(max(0, t.seq_len - 512), t.seq_len)
     for role, (layer, head) in _heads(loaded, seed).items():
@@ -279,11 +267,12 @@ def _importance_parts(doc: AttributionDoc) -> list[str]:
     parts.append(bilingual(
         f"Best predictor of the effect: {best} (ρ = {fmt(_best_rho(a))}), against "
         f"{fmt(rand)} for a random score. The rollout row of the last token through all "
-        f"layers took {doc['rollout_row']['seconds']} s and gives the first token "
+        f"layers, made in the eviction measure's pass over the weights (its own arithmetic "
+        f"{doc['rollout_row']['seconds']} s), gives the first token "
         f"{fmt(doc['rollout_row']['first_token_share'])} of its mass.",
         f"最能预测效应的是 {ZH.get(best, best)}（ρ = {fmt(_best_rho(a))}），随机分数为 "
-        f"{fmt(rand)}。最后一个词元穿过所有层的 rollout 行用时 "
-        f"{doc['rollout_row']['seconds']} 秒，首个词元得到其质量的 "
+        f"{fmt(rand)}。最后一个词元穿过所有层的 rollout 行在淘汰测量对权重的同一遍计算中得出"
+        f"（其自身运算用时 {doc['rollout_row']['seconds']} 秒），首个词元得到其质量的 "
         f"{fmt(doc['rollout_row']['first_token_share'])}。"))
     return parts
 

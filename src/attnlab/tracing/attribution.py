@@ -63,6 +63,7 @@ True
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -76,8 +77,8 @@ from attnlab.tracing import _merge
 if TYPE_CHECKING:  # Python 3.11's; the annotations below are never evaluated at run time
     from typing import NotRequired
 
-__all__ = ["rollout_rows", "rollout", "score_parts", "band_lift", "band_pairs", "PAIRINGS",
-           "ROLLOUT_MAX_DENSE", "value_weighted_rows", "Band", "BandLift", "Layout"]
+__all__ = ["rollout_rows", "RolloutRows", "rollout", "score_parts", "band_lift", "band_pairs",
+           "PAIRINGS", "ROLLOUT_MAX_DENSE", "value_weighted_rows", "Band", "BandLift", "Layout"]
 
 #: One stack's trace (:class:`attnlab.tracing.attention.AttentionTrace`), read by its query
 #: API; this module does not import the class, whose own methods call it.
@@ -128,40 +129,125 @@ def rollout_rows(trace: Trace, rows: Any, *, value_weighted: bool = False,
         r = rollout_rows(trace.unmerged(), pieces, value_weighted=value_weighted,
                          tile_rows=tile_rows)
         return _merge.merge(r, trace.groups, picked, None)
-    n, nh, dev = trace.seq_len, trace.num_heads, trace.device
     step = trace._tile_rows(tile_rows, TILE_BYTES)
-    r = torch.zeros(picked.shape[0], n, dtype=torch.float64, device=dev)
-    r[torch.arange(picked.shape[0], device=dev), picked.to(dev)] = 1.0
-    after = torch.arange(1, n + 1, device=dev)  # j + 1 of key j
+    acc = RolloutRows(trace, picked)
     for layer in reversed(range(trace.num_layers)):
-        # In a causal stack r only ever reaches keys at or before the last asked row (and
-        # under a window only those after some first one): the two values read back from
-        # the trace's device per layer (syncs on an accelerator) are the live keys' span
-        # [first, top). Tiles outside it would add exact zeros: skipped.
-        live = (r != 0).any(0)
-        top = int((live * after).max()) if n else 0
-        first = n - int((live * after.flip(0)).max()) if n else 0
-        mixed = torch.zeros_like(r)
+        first, top = acc.span()
         for r0 in range(0, top, step):
             r1 = min(top, r0 + step)
             if r1 <= first:
                 continue
-            coef = r[:, r0:r1]
             if value_weighted:
                 tile = value_weighted_rows(trace, layer, None, range(r0, r1)).double()
-                tile = tile / tile.sum(1, keepdim=True).clamp_min(1e-300)
-                mixed += coef @ tile
+                acc.add_mix(layer, r0, r1, 0, tile / tile.sum(1, keepdim=True).clamp_min(1e-300))
                 continue
             # the heads summed in float32 (rounding ~1e-7), then mixed in float64, over the
             # keys some row of the tile sees (a causal tile's later columns are exact zeros)
             c0, c1 = _seen(trace, layer, r0, r1)
             keys = range(c0, c1)
             tile32 = trace.weights_tile(layer, 0, range(r0, r1), keys)
-            for head in range(1, nh):
+            for head in range(1, trace.num_heads):
                 tile32 += trace.weights_tile(layer, head, range(r0, r1), keys)
-            mixed[:, c0:c1] += coef @ tile32.double().div_(nh)
-        r = 0.5 * mixed + 0.5 * r
-    return r
+            acc.add(layer, r0, r1, c0, tile32)
+        acc.end_layer(layer)
+    return acc.result()
+
+
+class RolloutRows:
+    """Residual-adjusted rollout rows (:func:`rollout_rows`) built from weight tiles handed
+    in by a pass over the trace's weights, last layer first: for each layer, each tile of
+    weight rows ``[r0, r1)`` (its heads summed, keys from ``c0``) with :meth:`add`, then
+    :meth:`end_layer`; :meth:`result` once every layer has ended. A pass that recomputes
+    every weight for another measure (:func:`attnlab.analysis.eviction.evict`) makes the
+    rollout rows on the way instead of recomputing the weights for them.
+
+    The tiles of a layer may come in any order and in any cut of its rows, as long as each
+    row that :meth:`span` reports live comes once, with every key its row sees.
+
+    >>> import torch
+    >>> from attnlab.core.scores import ScoreShape, row_logsumexp
+    >>> from attnlab.tracing.attention import AttentionTrace
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k = torch.randn(2, 2, 5, 4, generator=g), torch.randn(2, 2, 5, 4, generator=g)
+    >>> shape = ScoreShape(scale=0.5, causal=True)
+    >>> lse = torch.stack([row_logsumexp(q[i], k[i], shape) for i in range(2)])
+    >>> t = AttentionTrace(list("abcde"), q=q, k=k, lse=lse, shapes=shape)
+    >>> acc = RolloutRows(t, [4])
+    >>> for layer in (1, 0):  # last layer first; rows cut 3 + 2, the heads summed
+    ...     for r0, r1 in ((3, 5), (0, 3)):
+    ...         acc.add(layer, r0, r1, 0, t.weights_tile(layer, 0, range(r0, r1), range(r1))
+    ...                 + t.weights_tile(layer, 1, range(r0, r1), range(r1)))
+    ...     acc.end_layer(layer)
+    >>> bool(torch.allclose(acc.result(), rollout_rows(t, [4]), rtol=1e-6, atol=1e-12))
+    True
+    >>> acc.add(0, 0, 1, 0, torch.ones(1, 1))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the rollout's layers come last first, each once: expected a tile of ... 0
+    """
+
+    def __init__(self, trace: Trace, rows: Any) -> None:
+        _check_trace(trace, "rollout")
+        picked = _rows(trace, rows)
+        n, dev = trace.seq_len, trace.device
+        self.rows, self.num_heads, self._layers = picked, trace.num_heads, trace.num_layers
+        self._r = torch.zeros(picked.shape[0], n, dtype=torch.float64, device=dev)
+        self._r[torch.arange(picked.shape[0], device=dev), picked.to(dev)] = 1.0
+        self._mixed = torch.zeros_like(self._r)
+        self._after = torch.arange(1, n + 1, device=dev)  # j + 1 of key j
+        self._next = trace.num_layers - 1  # the layer whose tiles come now
+        #: Seconds spent in this object's arithmetic (a pass that sums the heads for it
+        #: adds the time of that sum).
+        self.seconds = 0.0
+
+    def span(self) -> tuple[int, int]:
+        """The live keys' span ``[first, top)`` of the rows so far: the weight rows outside
+        it add exact zeros (in a causal stack, r only ever reaches keys at or before the
+        last asked row; under a window, only those after some first one). Two values read
+        back from the trace's device (syncs on an accelerator)."""
+        n = self._r.shape[1]
+        if not n:
+            return 0, 0
+        live = (self._r != 0).any(0)
+        return n - int((live * self._after.flip(0)).max()), int((live * self._after).max())
+
+    def _layer(self, layer: int) -> None:
+        if layer != self._next:
+            done = " (every layer has ended)" if self._next < 0 else ""
+            raise ValueError(f"the rollout's layers come last first, each once: expected a "
+                             f"tile of layer {self._next}{done}, got layer {layer}")
+
+    def add(self, layer: int, r0: int, r1: int, c0: int, heads_sum: Tensor) -> None:
+        """Weight rows ``[r0, r1)`` of ``layer``, summed over its heads (float32), on the
+        keys ``[c0, c0 + heads_sum.shape[1])``."""
+        t0 = time.perf_counter()
+        mix = heads_sum.double().div_(self.num_heads)
+        self.seconds += time.perf_counter() - t0
+        self.add_mix(layer, r0, r1, c0, mix)
+
+    def add_mix(self, layer: int, r0: int, r1: int, c0: int, mix: Tensor) -> None:
+        """Rows ``[r0, r1)`` of the layer's mixing matrix itself (float64, the mean of the
+        heads or any other mix, such as the value-weighted one), keys from ``c0``."""
+        self._layer(layer)
+        t0 = time.perf_counter()
+        self._mixed[:, c0:c0 + mix.shape[1]] += self._r[:, r0:r1] @ mix
+        self.seconds += time.perf_counter() - t0
+
+    def end_layer(self, layer: int) -> None:
+        """Every tile of ``layer`` is in: ``r ← ½·r A_l + ½·r``."""
+        self._layer(layer)
+        t0 = time.perf_counter()
+        self._r = 0.5 * self._mixed + 0.5 * self._r
+        self._mixed.zero_()
+        self._next = layer - 1
+        self.seconds += time.perf_counter() - t0
+
+    def result(self) -> Tensor:
+        """The rows (len(rows), N), float64, once every layer has ended."""
+        if self._next != -1:
+            raise ValueError(f"the rollout has not ended layer {self._next} (of "
+                             f"{self._layers})")
+        return self._r
 
 
 def _seen(trace: Trace, layer: int, r0: int, r1: int) -> tuple[int, int]:

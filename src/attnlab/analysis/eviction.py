@@ -117,10 +117,9 @@ def _layer_sums(trace: AttentionTrace, layer: int, heads: Sequence[int], c: int,
     h2o = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
     snap = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
     future = {h: torch.zeros(c, dtype=torch.float64) for h in heads}
-    # the context's rows, then the later ones (no tile holds both)
+    # the context's rows, then the later ones (c is a cut: no tile holds both)
     cuts = [*range(0, c, step), *range(c, trace.seq_len, step), trace.seq_len]
     for r0, r1 in zip(cuts, cuts[1:]):
-        r1 = min(r1, c) if r0 < c else r1
         # a causal row sees no key after it: the tile's columns from r1 on are exact zeros,
         # neither computed nor summed; a later row's sums read the context's keys only
         keys = range(r1) if r0 < c or rollout is not None else range(c)

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def result():
-    return ac.run(plot=True)
+def result(fast_results):
+    """The session's run (default arguments, with its figure)."""
+    return fast_results["article-code"]
 
 
 def _check(r, start):

@@ -9,14 +9,12 @@ import math
 
 import pytest
 import torch
-from experiment_sizes import FAST
 
 from attnlab.core import positional
 from attnlab.experiments import pe_frequency_roles as pfr
 from attnlab.experiments import pe_relative_position as pe
 from attnlab.experiments import relative_position_learned as rpl
 from attnlab.experiments import rope_relative as rope
-from attnlab.experiments import run
 from attnlab.experiments.claims import claim, extension_verdicts, verdicts
 
 NAMES = ("pe-relative-position", "rope-relative", "pe-frequency-roles",
@@ -24,9 +22,9 @@ NAMES = ("pe-relative-position", "rope-relative", "pe-frequency-roles",
 
 
 @pytest.fixture(scope="module")
-def results():
-    """name -> Result of the four experiments at test sizes, without figures."""
-    return {n: run(n, seed=0, plot=False, **FAST.get(n, {})) for n in NAMES}
+def results(fast_results):
+    """name -> Result of the four experiments at test sizes (the session's runs)."""
+    return {n: fast_results[n] for n in NAMES}
 
 
 # -- pe-relative-position: identities, beside tables that must fail them ------------------------

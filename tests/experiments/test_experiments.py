@@ -12,6 +12,7 @@ from experiment_sizes import result_of
 
 import attnlab
 from attnlab.experiments import EXPERIMENTS, Check, Result, run, run_all
+from attnlab.experiments import init_scale as ist
 from attnlab.experiments import linear_attention as lin
 from attnlab.experiments import masking as msk
 from attnlab.experiments import multihead_cost as mhc
@@ -120,6 +121,14 @@ def test_init_scale_numbers(fast_results):
     assert all(b <= a for a, b in zip(entropies, entropies[1:]))
 
 
+#: Small sizes for the tests of what every run does whatever its size (its seed, the global
+#: state it leaves): its random draws and its training both run, only shorter.
+SMALL_GEOMETRY = dict(n_tokens=16, train_steps=20, plot=False)
+SMALL_INIT = dict(gains=(0.02, 1.0, 10.0), saturating_gain=None, plot=False,
+                  train_config=ist.InitTrainConfig(heads=1, steps=20),
+                  saturated_config=ist.InitTrainConfig(heads=1, steps=20, scaled=False))
+
+
 # -- a deliberately wrong implementation must fail -------------------------------------------
 
 
@@ -146,19 +155,35 @@ WRONG = {
     "masking": dict(mask_fn=msk.off_by_one_causal),
     "linear-attention": dict(recurrent_fn=lin.recurrent_reads_before_writing,
                              lengths=(256, 512), flop_lengths=(64, 128), repeats=1),
-    # ignoring the gain breaks what the tip does at initialisation (a support check)
-    "init-scale": dict(make=lambda e, h, g: attnlab.MultiHeadAttention(e, h)),
 }
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", list(WRONG))
 def test_wrong_variant_fails(name):
     r = run(name, plot=False, **WRONG[name])
     assert r.passed is False
 
 
+#: init-scale's checks of what attnlab's gain (``make``: xavier_uniform_ scaled by the gain)
+#: does to the initial attention: near-uniform at the tip's gain, saturated at the largest.
+INIT_CHECKS = ("uniform-near-uniform", "entropy-at-largest-gain")
+
+
+def test_init_scale_ignoring_the_gain_fails_the_initial_checks():
+    """Ignoring the gain breaks what the tip does at initialisation (support checks): they
+    pass with the gain, at the same sizes, and fail without it (training is short here: the
+    initial attention does not depend on it)."""
+    right = run("init-scale", **SMALL_INIT)
+    wrong = run("init-scale", make=lambda e, h, g: attnlab.MultiHeadAttention(e, h),
+                **SMALL_INIT)
+    assert [right.check(i).passed for i in INIT_CHECKS] == [True] * len(INIT_CHECKS)
+    assert [wrong.check(i).passed for i in INIT_CHECKS] == [False] * len(INIT_CHECKS)
+    assert not wrong.passed
+
+
 #: Where each other experiment's deliberately wrong variants are tested.
 WRONG_ELSEWHERE = {
+    "init-scale": "test_experiments.py::test_init_scale_ignoring_the_gain_fails_the_initial_checks",
     "article-code": "test_article_code.py::test_wrong_listing_patch_and_formula_are_caught",
     "fused-qkv-speed": "test_fused_qkv.py::test_equal_marginal_or_slower_fused_does_not_hold",
     "contextualisation":
@@ -221,10 +246,10 @@ def test_run_all_order_and_unknown_names():
 
 
 def test_experiments_are_deterministic():
-    a = run("dot-product-geometry", plot=False, seed=3)
-    b = run("dot-product-geometry", plot=False, seed=3)
+    a = run("dot-product-geometry", seed=3, **SMALL_GEOMETRY)
+    b = run("dot-product-geometry", seed=3, **SMALL_GEOMETRY)
     assert a.measured == b.measured and a.table == b.table
-    assert run("dot-product-geometry", plot=False, seed=4).table != a.table
+    assert run("dot-product-geometry", seed=4, **SMALL_GEOMETRY).table != a.table
 
 
 def test_experiments_restore_global_state():
@@ -232,6 +257,6 @@ def test_experiments_restore_global_state():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    run("init-scale", plot=False)
+    run("init-scale", **SMALL_INIT)
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads

@@ -307,18 +307,6 @@ def test_init_scale_against_a_saturating_baseline_is_a_wrong_variant():
     assert not r.check("control-no-gain").passed  # the tip "helps" in the control
 
 
-def test_init_scale_gain_ignored_fails_the_initial_checks():
-    from attnlab.nn import MultiHeadAttention
-
-    r = run("init-scale", plot=False, saturating_gain=None,
-            train_config=ins.InitTrainConfig(steps=5),
-            saturated_config=ins.InitTrainConfig(steps=5, heads=1, scaled=False),
-            make=lambda e, h, g: MultiHeadAttention(e, h))
-    bad = [c.name for c in r.checks if not c.passed]
-    assert "xavier_uniform_ gain 0.02: initial entropy / log N" in bad
-    assert not r.holds
-
-
 def test_init_scale_rejects_a_tip_gain_outside_gains():
     with pytest.raises(ValueError, match="tip_gain"):
         run("init-scale", plot=False, tip_gain=0.05)

@@ -200,9 +200,7 @@ import contextlib, io, json, sys, traceback
 import torch
 import torch.nn.functional as F
 
-spec = json.load(open(sys.argv[1], encoding="utf-8"))
 torch.set_num_threads(1)
-tensors = torch.load(spec["tensors"], weights_only=True) if spec.get("tensors") else {}
 softmax = F.softmax
 seen = []
 
@@ -228,52 +226,58 @@ def error(exc, run):
     return {"type": type(exc).__name__, "message": first, "line": line, "text": text}
 
 
-results, saved = [], {}
-for i, run in enumerate(spec["runs"]):
-    res = {"label": run["label"], "error": None, "stdout": "", "calls": []}
-    results.append(res)
-    torch.manual_seed(spec["seed"])
-    ns = {"__name__": "__main__" if run.get("main") else "article_listing",
-          "__file__": run["filename"]}
-    buf = io.StringIO()
-    try:
-        code = compile(run["source"], run["filename"], "exec")
-        with contextlib.redirect_stdout(buf):
-            exec(code, ns)
-        if run.get("harness"):
-            exec(compile(run["harness"], "<harness>", "exec"), ns)
-            res["value"] = ns[run["measure"]](tensors)
-        if run.get("cls"):
-            module = ns[run["cls"]](*run.get("args", []))
-            prefix = run.get("state")
-            if prefix:
-                module.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
-                                        if k.startswith(prefix)}, strict=True)
-            module.eval()
-    except Exception as exc:
-        res["error"] = error(exc, run)
-        res["stdout"] = buf.getvalue()
-        continue
-    res["stdout"] = buf.getvalue()
-    for j, (x_name, mask_name) in enumerate(run.get("calls", [])):
-        call = {"error": None}
-        res["calls"].append(call)
-        args = [tensors[x_name]] + ([] if mask_name is None else [tensors[mask_name]])
-        del seen[:]
-        F.softmax = recording_softmax
+def drive(spec):
+    """One job: its runs one after the other, each in a namespace of its own."""
+    tensors = torch.load(spec["tensors"], weights_only=True) if spec.get("tensors") else {}
+    results, saved = [], {}
+    for i, run in enumerate(spec["runs"]):
+        res = {"label": run["label"], "error": None, "stdout": "", "calls": []}
+        results.append(res)
+        torch.manual_seed(spec["seed"])
+        ns = {"__name__": "__main__" if run.get("main") else "article_listing",
+              "__file__": run["filename"]}
+        buf = io.StringIO()
         try:
-            with torch.no_grad():
-                y = module(*args)
+            code = compile(run["source"], run["filename"], "exec")
+            with contextlib.redirect_stdout(buf):
+                exec(code, ns)
+            if run.get("harness"):
+                exec(compile(run["harness"], "<harness>", "exec"), ns)
+                res["value"] = ns[run["measure"]](tensors)
+            if run.get("cls"):
+                module = ns[run["cls"]](*run.get("args", []))
+                prefix = run.get("state")
+                if prefix:
+                    module.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
+                                            if k.startswith(prefix)}, strict=True)
+                module.eval()
         except Exception as exc:
-            call["error"] = error(exc, run)
+            res["error"] = error(exc, run)
+            res["stdout"] = buf.getvalue()
             continue
-        finally:
-            F.softmax = softmax
-        saved[f"{i}/{j}/out"] = (y[0] if isinstance(y, tuple) else y).detach()
-        if seen:
-            saved[f"{i}/{j}/attn"] = seen[-1]
-torch.save(saved, spec["out"])
-print(json.dumps(results))
+        res["stdout"] = buf.getvalue()
+        for j, (x_name, mask_name) in enumerate(run.get("calls", [])):
+            call = {"error": None}
+            res["calls"].append(call)
+            args = [tensors[x_name]] + ([] if mask_name is None else [tensors[mask_name]])
+            del seen[:]
+            F.softmax = recording_softmax
+            try:
+                with torch.no_grad():
+                    y = module(*args)
+            except Exception as exc:
+                call["error"] = error(exc, run)
+                continue
+            finally:
+                F.softmax = softmax
+            saved[f"{i}/{j}/out"] = (y[0] if isinstance(y, tuple) else y).detach()
+            if seen:
+                saved[f"{i}/{j}/attn"] = seen[-1]
+    torch.save(saved, spec["out"])
+    return results
+
+
+print(json.dumps([drive(json.load(open(path, encoding="utf-8"))) for path in sys.argv[1:]]))
 '''
 
 
@@ -283,7 +287,9 @@ def run_listings(
     seed: int = 0,
     timeout: float = 120.0,
 ) -> list[tuple[list[RunRecord], dict[str, Tensor]]]:
-    """Run each job ``(runs, tensors)`` in its own fresh interpreter, all at once.
+    """Run each job ``(runs, tensors)``, one after the other, in one fresh interpreter (it
+    imports torch and nothing of attnlab; each run executes in a namespace of its own, so a
+    listing sees only what it defines, as when it runs as a script).
 
     A run is a :class:`ListingRun`: ``label``, ``source`` (the listing's text),
     ``filename`` (how the listing names itself in tracebacks), optional ``main`` (execute
@@ -296,9 +302,11 @@ def run_listings(
     ``harness``, source executed after the listing in its namespace) and the tensors they
     produced, named
     ``"{run}/{call}/out"`` and ``"{run}/{call}/attn"`` (the last softmax of the call).
+    The interpreter is started once for all the jobs (starting one and importing torch is
+    most of a job's time).
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-listing-") as tmp:
-        procs = []
+        specs, outs = [], []
         for n, (runs, tensors) in enumerate(jobs):
             spec_path = Path(tmp, f"spec{n}.json")
             tensor_path, out_path = Path(tmp, f"in{n}.pt"), Path(tmp, f"out{n}.pt")
@@ -306,29 +314,29 @@ def run_listings(
             spec_path.write_text(json.dumps({"runs": list(runs), "seed": seed,
                                              "tensors": str(tensor_path),
                                              "out": str(out_path)}), encoding="utf-8")
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-            procs.append((subprocess.Popen(
-                [sys.executable, "-c", _DRIVER, str(spec_path)], cwd=tmp, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out_path))
-        done: list[tuple[list[RunRecord], dict[str, Tensor]]] = []
+            specs.append(str(spec_path))
+            outs.append(out_path)
+        if not specs:
+            return []
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.Popen([sys.executable, "-c", _DRIVER, *specs], cwd=tmp, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            for proc, out_path in procs:
-                try:
-                    stdout, stderr = proc.communicate(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    raise RuntimeError(f"the listing driver ran past the {timeout:.0f} s "
-                                       "timeout") from None
-                lines = stdout.strip().splitlines()
-                if proc.returncode != 0 or not lines:
-                    last = (stderr.strip().splitlines() or ["no error output"])[-1]
-                    raise RuntimeError(f"the listing driver failed (exit status "
-                                       f"{proc.returncode}): {last[:300]}")
-                # the driver's last line: its records, as the driver above writes them
-                records = cast(list[RunRecord], json.loads(lines[-1]))
-                done.append((records, torch.load(out_path, weights_only=True)))
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"the listing driver ran past the {timeout:.0f} s "
+                                   "timeout") from None
         finally:
-            for proc, _ in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    return done
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lines = stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            last = (stderr.strip().splitlines() or ["no error output"])[-1]
+            raise RuntimeError(f"the listing driver failed (exit status "
+                               f"{proc.returncode}): {last[:300]}")
+        # the driver's last line: each job's records, as the driver above writes them
+        records = cast(list[list[RunRecord]], json.loads(lines[-1]))
+        return [(recs, torch.load(out, weights_only=True)) for recs, out in zip(records, outs,
+                                                                                 strict=True)]

@@ -3,12 +3,13 @@
 Article 000 prints ``PureSelfAttention`` with its own ``__main__`` test; article 001 prints
 a ``MultiHeadAttention`` (defaults ``d_model=512, n_heads=8``) with no test. attnlab ships
 both listings verbatim (``listings/*.py.txt``: text, so that no tool imports, lints or
-byte-compiles code that may not compile) and runs each in a fresh interpreter
-(``sys.executable``, :func:`.article_listings.run_listings`), never in attnlab's own
-process. A small driver there compiles the listing, runs its ``__main__`` block (000),
-builds the class with attnlab's weights (``load_state_dict(strict=True)``), calls
-``forward`` on a (2, 10, 512) input, with and without a mask (article 001's convention:
-``mask == 0`` is blocked), and records the first exception with its line in the listing. It
+byte-compiles code that may not compile) and runs them in a fresh interpreter
+(``sys.executable``, :func:`.article_listings.run_listings`), each in a namespace of its
+own, never in attnlab's own process. A small driver there compiles the listing, runs its
+``__main__`` block (000), builds the class with attnlab's weights
+(``load_state_dict(strict=True)``), calls ``forward`` on a (2, 10, 512) input, with and
+without a mask (article 001's convention: ``mask == 0`` is blocked), and records the first
+exception with its line in the listing. It
 records the attention weights by wrapping ``torch.nn.functional.softmax`` while ``forward``
 runs (the listings are not changed).
 
@@ -578,12 +579,13 @@ EXPECT_WHY_ZH = ("文章 001 的代码清单无法按原样运行：`if mask is 
 def captions(m: ArticleCodeMeasurement) -> tuple[str, str]:
     """The caption in English and in Chinese."""
     printed = describe_run(m.steps[0])
-    return (f"Each listing ran in a fresh interpreter (sys.executable); "
+    return (f"The listings ran in a fresh interpreter (sys.executable), each in a namespace "
+            f"of its own; "
             f"001 as printed: {printed[0]} at line {printed[1]}. Sizes: E = {EMBED_DIM}, "
             f"{HEADS} heads, input ({BATCH}, {SEQ}, {EMBED_DIM}), fp32, attnlab's weights. "
             "Right: article 001's own recipe (matshow of attn[0, 0], cmap 'Reds') on the "
             "corrected listing's weights.",
-            "每份代码清单都在全新的解释器（sys.executable）中运行；"
+            "代码清单在一个全新的解释器（sys.executable）中运行，每份都有自己的命名空间；"
             f"001 按原样运行：第 {printed[1]} 行抛出 {printed[0]}。规模：E = {EMBED_DIM}，"
             f"{HEADS} 个头，输入 ({BATCH}, {SEQ}, {EMBED_DIM})，fp32，使用 attnlab 的权重。"
             "右图：按文章 001 自己的方法（对 attn[0, 0] 作 matshow，配色 'Reds'）"

@@ -3,7 +3,7 @@ driven runs, the deliberately wrong variants (:data:`WRONG`), the plan of every 
 listing as printed and step by step corrected, the wrong variants, the tips, article 001's
 fused call and heat-map snippet) and what each run recorded, read back as typed records.
 
-The listings run in fresh interpreters (:func:`.article_listings.run_listings`); this
+The listings run in a fresh interpreter (:func:`.article_listings.run_listings`); this
 module turns their records into :class:`Records`, :class:`TipOutcomes`,
 :class:`ContiguousTip` and :class:`SnippetOutcome`, which :func:`.article_code.measure`
 gathers.
@@ -204,8 +204,8 @@ def draw_inputs(seed: int) -> Inputs:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """The runs of each fresh interpreter (:func:`.article_listings.run_listings`) and where
-    each one's record lands."""
+    """The jobs of the listings' interpreter (:func:`.article_listings.run_listings`) and
+    where each run's record lands."""
 
     jobs: list[tuple[list[ListingRun], dict[str, Tensor]]]  # 000's (then the tips'), 001's
     steps: int  # 001's first runs: as printed, then after each fix

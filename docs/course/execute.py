@@ -42,7 +42,7 @@ CACHE = ROOT / "build" / "course-executed"
 KEY = "attnlab_execution_key"  # in the executed copy's notebook metadata
 # ``%reset -f`` empties the namespace and the output cache, each followed by a full garbage
 # collection: with torch, transformers and the loaded models in the kernel, two passes over
-# every object it holds (0.2-0.5 s each, 44 per run of the course). The objects are frozen
+# every object it holds (about 0.25 s each, 44 per run of the course). The objects are frozen
 # around it (``gc.freeze``: left out of those passes) and unfrozen after it: what the reset
 # drops is freed as it is dropped, and the few cycles among it at the kernel's next
 # collection. The whole course in one kernel, alone on the machine: 132-138 s -> 112-123 s.

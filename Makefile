@@ -12,8 +12,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # Python writes the bytecode of what it imports (into .venv, src/ and tests/ __pycache__),
 # whatever the caller's environment says: with PYTHONDONTWRITEBYTECODE set (as on CI) every
-# process would compile again each module it imports (torch, transformers and a model class:
-# 5.3 s to import instead of 3.8), and the suite starts hundreds of them
+# process would compile again each module it imports (torch, transformers, matplotlib and
+# attnlab: 6.5 s to import instead of 2.5), and the suite starts hundreds of them
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup report test lint bench docs course clean

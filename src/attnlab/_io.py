@@ -161,7 +161,7 @@ def remove_stale_temps(folder: str | os.PathLike[str], names: Iterable[str]) -> 
     the folder, hidden or not, is left alone. Returns the paths removed.
     """
     folder = Path(folder)
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(folder.iterdir())
     except OSError:

@@ -43,11 +43,14 @@ import dataclasses
 import re
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["add_dataclass_options", "config_from_args", "flag_of", "positive_int"]
 
-C = TypeVar("C")
+C = TypeVar("C", bound="DataclassInstance")  # a dataclass (dataclasses.fields reads it)
 
 _KINDS = {"int": int, "float": float, "str": str, "bool": bool}
 _WORDS = {int: "an integer", float: "a number", str: "a text", bool: "true or false"}
@@ -88,7 +91,7 @@ def add_dataclass_options(parser: argparse.ArgumentParser | argparse._ArgumentGr
         flag = flag_of(name, flags)
         kw: dict[str, Any] = {"dest": name, "help": text, "required": name in required}
         f = fields.get(name)
-        kind = _kind(cls, f) if f is not None else None
+        kind = _kind(cls, f) if cls is not None and f is not None else None
         default = None if f is None or f.default is dataclasses.MISSING else f.default
         if kind is bool and given_only:
             kw.update(action=argparse.BooleanOptionalAction, default=None)

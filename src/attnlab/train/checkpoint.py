@@ -87,10 +87,13 @@ def _one_line(text: object) -> str:
 def build_model(config: TrainConfig) -> nn.Module:
     """A freshly initialized ``GPT`` for ``config`` (seeded by ``config.seed``); with
     ``config.token_shift``, :class:`attnlab.train.tokenshift.GPT`."""
-    if config.token_shift:
-        from attnlab.train.tokenshift import GPT as model_class
-    else:
-        from attnlab.nn.transformer import GPT as model_class
+    from attnlab.nn.transformer import GPT
+
+    model_class: type[GPT] = GPT
+    if config.token_shift:  # a subclass of the plain GPT
+        from attnlab.train.tokenshift import GPT as TokenShiftGPT
+
+        model_class = TokenShiftGPT
 
     task = get_task(config.task)
     with torch.random.fork_rng(devices=[]):

@@ -262,8 +262,10 @@ def attribution_rows(trace: AttentionTrace, kind: str, layer: int | None = None,
             raise _refuse("value:" + why, trace)
     picked = parse_rows(rows, trace.seq_len)
     if kind == "weights":
+        assert layer is not None and head is not None  # both required for it, checked above
         values = trace.weights_rows(layer, head, picked).float()
     elif kind == "value":
+        assert layer is not None  # required for it, checked above
         values = trace.value_weighted_rows(layer, head, picked).float()
     else:
         values = trace.rollout_rows(picked).double()
@@ -492,7 +494,9 @@ def attribution_payload(trace: AttentionTrace, *, budget: int, first: tuple[int,
     if qk is not None and qk.get("dtype") == "f32":
         in_qk = {tuple(x) for x in qk["heads"]}
     # one head's own q and k (none without q and k)
-    qk_bytes = 0 if out["parts_missing"] else (pieces.seq_len + pieces.key_len) * d * 4
+    # (d is None only for a trace without q, whose parts are missing)
+    qk_bytes = (0 if out["parts_missing"] or d is None
+                else (pieces.seq_len + pieces.key_len) * d * 4)
     first_qk = 0 if tuple(first) in in_qk else qk_bytes
     # every head's rows in u16 when they fit (32 bits a weight over u16 maps), else 24 bits
     fine = "u16" if maps is None or norms_bytes + rollout_bytes + first_qk + nl * nh * lq * lk * (

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -265,7 +266,8 @@ def heatmap(trace: AttentionTrace, layer: int, head: int, *, annotate: bool | No
     return fig
 
 
-def grid(trace: AttentionTrace, *, size: float = 1.0, highlight: list[tuple[int, int]] = (),
+def grid(trace: AttentionTrace, *, size: float = 1.0,
+         highlight: Sequence[tuple[int, int]] = (),
          max_blocks: int = 64, lang: str = "en") -> Figure:
     """Every head as a thumbnail: rows = layers, columns = heads (pooled maps when the input
     is longer than ``max_blocks`` tokens)."""
@@ -407,11 +409,12 @@ def qk_projection(trace: AttentionTrace, layer: int, head: int, *,
         ax.scatter(xy[lq:, 0], xy[lq:, 1], c="#d9730d", s=dot, marker="s", label=_t(lang, "key"))
         if labels:
             for i, t in enumerate(trace.tokens):
-                ax.annotate(_label(t), xy[i].tolist(), fontsize=7, color="#3451b2",
-                            xytext=(3, 3), textcoords="offset points")
+                ax.annotate(_label(t), (float(xy[i, 0]), float(xy[i, 1])), fontsize=7,
+                            color="#3451b2", xytext=(3, 3), textcoords="offset points")
             for j, t in enumerate(keys):
-                ax.annotate(_label(t), xy[lq + j].tolist(), fontsize=7, color="#d9730d",
-                            xytext=(3, -8), textcoords="offset points")
+                ax.annotate(_label(t), (float(xy[lq + j, 0]), float(xy[lq + j, 1])),
+                            fontsize=7, color="#d9730d", xytext=(3, -8),
+                            textcoords="offset points")
         ax.legend(fontsize=8)
         ax.set_title(_t(lang, "head", model=trace.model, layer=layer, head=head)
                      + _t(lang, "qk", n=lq, a=f"{alpha:.2f}"), fontsize=9)
@@ -459,9 +462,12 @@ def decomposition(trace: AttentionTrace, layer: int, head: int, *,
     n = max(len(rows), len(cols))
     keep = shape.visible(torch.arange(rows.start, rows.stop), torch.arange(cols.start, cols.stop),
                          lq=lq, lk=lk)
-    panels = [(_t(lang, "cos"), d["cos"], "RdBu_r", (-1, 1)),
-              (_t(lang, "norm"), d["q_norm"][:, None] * d["k_norm"][None, :], "Greys", None),
-              (_t(lang, "score", s=f"{shape.scale:.3g}"), d["score"], "RdBu_r", "sym")]
+    # (title, map, colour map, colour limits: fixed, None for the map's own, or "sym" for
+    # symmetric about 0 over what is visible)
+    panels: list[tuple[str, torch.Tensor, str, tuple[float, float] | str | None]] = [
+        (_t(lang, "cos"), d["cos"], "RdBu_r", (-1, 1)),
+        (_t(lang, "norm"), d["q_norm"][:, None] * d["k_norm"][None, :], "Greys", None),
+        (_t(lang, "score", s=f"{shape.scale:.3g}"), d["score"], "RdBu_r", "sym")]
     with mpl.rc_context(_rc(qt + kt, lang)):
         side = max(3.2, min(7.0, 0.22 * n + 1.5))
         fig = Figure(figsize=(3 * side + 1, side))
@@ -470,9 +476,9 @@ def decomposition(trace: AttentionTrace, layer: int, head: int, *,
             m = m.float()
             if keep is not None:
                 m = m.masked_fill(~keep, float("nan"))
-            if lim == "sym":
-                r = float(m.nan_to_num(0).abs().max()) or 1.0
-                lim = (-r, r)
+            if isinstance(lim, str):  # "sym"
+                top = float(m.nan_to_num(0).abs().max()) or 1.0
+                lim = (-top, top)
             im = ax.imshow(m.numpy(), cmap=cmap, aspect="auto", interpolation="nearest",
                            **({} if lim is None else {"vmin": lim[0], "vmax": lim[1]}))
             ax.set_title(title, fontsize=9)
@@ -490,8 +496,9 @@ def decomposition(trace: AttentionTrace, layer: int, head: int, *,
 
 # -- files -----------------------------------------------------------------------------------
 
-KINDS = {"heatmap": heatmap, "grid": grid, "arcs": arcs, "qk": qk_projection,
-         "decomposition": decomposition}
+KINDS: dict[str, Callable[..., Figure]] = {
+    "heatmap": heatmap, "grid": grid, "arcs": arcs, "qk": qk_projection,
+    "decomposition": decomposition}
 
 
 def plot(trace: AttentionTrace, kind: str, layer: int = 0, head: int = 0, *,

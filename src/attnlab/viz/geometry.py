@@ -72,13 +72,13 @@ def joint_projection(q: Tensor, k: Tensor) -> Tensor:
     >>> tuple(xy.shape), float(xy.abs().max()) <= 1.0
     ((2, 12, 2), True)
     """
-    q = q.detach().double().numpy()  # (S, Lq, d)
-    k = k.detach().double().numpy()  # (S, Lk, d)
-    k = k - k.mean(1, keepdims=True) + q.mean(1, keepdims=True)
-    qn = np.maximum(np.linalg.norm(q, axis=-1).mean(-1), 1e-12)  # (S,)
-    kn = np.maximum(np.linalg.norm(k, axis=-1).mean(-1), 1e-12)
+    qa = q.detach().double().numpy()  # (S, Lq, d)
+    ka = k.detach().double().numpy()  # (S, Lk, d)
+    ka = ka - ka.mean(1, keepdims=True) + qa.mean(1, keepdims=True)
+    qn = np.maximum(np.linalg.norm(qa, axis=-1).mean(-1), 1e-12)  # (S,)
+    kn = np.maximum(np.linalg.norm(ka, axis=-1).mean(-1), 1e-12)
     alpha = np.sqrt(kn / qn)[:, None, None]
-    x = np.concatenate([q * alpha, k / alpha], axis=1)  # (S, Lq + Lk, d)
+    x = np.concatenate([qa * alpha, ka / alpha], axis=1)  # (S, Lq + Lk, d)
     x = x - x.mean(1, keepdims=True)
     xy = x @ top2(x.transpose(0, 2, 1) @ x).numpy()  # (S, Lq + Lk, 2)
     m = np.maximum(np.abs(xy).reshape(len(xy), -1).max(-1), 1e-12)[:, None, None]

@@ -241,8 +241,7 @@ def shapes_payload(shapes: Sequence[ScoreShape]) -> ShapePayload:
     if not shapes:
         raise ValueError("shapes must hold one ScoreShape per layer, got none")
     km = shapes[0].key_mask
-    if any((s.key_mask is None) != (km is None) or
-           (km is not None and not torch.equal(s.key_mask, km)) for s in shapes):
+    if any(not _same_mask(s.key_mask, km) for s in shapes):
         raise ValueError("the explorer needs one key_mask for all layers of a trace")
     alibi = [None if s.alibi_slopes is None else [float(x) for x in s.alibi_slopes]
              for s in shapes]
@@ -262,6 +261,13 @@ def shapes_payload(shapes: Sequence[ScoreShape]) -> ShapePayload:
     }
 
 
+def _same_mask(a: Tensor | None, b: Tensor | None) -> bool:
+    """Both None, or two equal tensors."""
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a, b)
+
+
 # --------------------------------------------------------------------------------------
 # what Python computes for the page
 # --------------------------------------------------------------------------------------
@@ -278,9 +284,11 @@ def _diagnostics(trace: AttentionTrace, progress: bool, group: Any = None
     For cross-attention (:func:`is_cross`) the scores and roles that compare positions of
     queries and keys (:data:`POSITION_SCORES`) are left out: the two are different texts.
     """
-    from attnlab.analysis import diagnose
+    from attnlab.analysis import HeadDiagnostics, diagnose
 
     diag = diagnose(trace, progress=progress, group=group)
+    # one stack (an AttentionTrace, not a StackedTrace), and diagnose keeps its pooled maps
+    assert isinstance(diag, HeadDiagnostics) and diag.pooled is not None
     rows = diag.rows()
     cross = is_cross(trace)
     for r in rows:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnlab._errors import Error
 from attnlab.core.scores import ScoreShape
 from attnlab.tracing import _merge
 from attnlab.tracing.attention import AttentionTrace
@@ -67,8 +68,11 @@ def sink_logits(shape: ScoreShape, head: int, rows: Tensor) -> Tensor | None:
 def qk_heads(trace: AttentionTrace, budget: int, first: tuple[int, int]) -> tuple[list, str]:
     """Which heads get their q/k stored (``first`` first), and in which dtype: float32 when
     every head fits ``budget`` bytes, else as many heads as fit in float16."""
+    d = trace.head_dim
+    if d is None:
+        raise Error("the QK view needs the trace's q and k: it keeps none (made without qkv)")
     nl, nh = trace.num_layers, trace.num_heads
-    per_head = trace.seq_len * trace.head_dim + trace.key_len * trace.head_dim
+    per_head = trace.seq_len * d + trace.key_len * d
     order = [first] + [(l_, h) for l_ in range(nl) for h in range(nh) if (l_, h) != first]
     if per_head * 4 * len(order) <= budget:
         return order, "f32"
@@ -126,8 +130,11 @@ def qk_pieces_data(trace: AttentionTrace, layer: int, head: int, query: int, *,
     ``merged_weights`` the merged token's row (Lk tokens) — the pieces' rows summed over
     each key token's pieces and averaged over the query's pieces — and ``rule``. ``layer``,
     ``head``, ``query`` and ``top`` are taken as checked."""
-    pieces_t = trace.unmerged()
     g, tokens = trace.groups, trace.tokens
+    if g is None:
+        raise Error("qk_pieces_data is for a merged trace (byte pieces merged into tokens); "
+                    "this trace has no merge: use attnlab.viz.api.qk_data")
+    pieces_t = trace.unmerged()
     mine = list(g[query])
     lq = lk = pieces_t.seq_len
     shape = pieces_t.score_shape(layer)

@@ -143,7 +143,8 @@ def answer_message(traces: Mapping[str, AttentionTrace], message: Any) -> Reply 
         api = message.get("api")
         if not isinstance(api, str) or api not in traces:
             raise Refused(404, f"api must be one of {list(traces)}, got {api!r}")
-        body = answer(traces[api], message.get("path"), message.get("params") or {})
+        path: Any = message.get("path")  # as the front end sent it: answer() checks it
+        body = answer(traces[api], path, message.get("params") or {})
         status = 200
     except Refused as exc:
         status, body = exc.status, {"error": exc.message}
@@ -178,7 +179,9 @@ def _widget_class() -> type:
                 raise TypeError(f"explorer must be an attnlab Explorer, got "
                                 f"{type(explorer).__name__}")
             self.explorer = explorer
-            self.traces = {a: t for a, t in zip(explorer.api, explorer.traces)}
+            # each trace the page can ask about, by its URL prefix (one without none is
+            # never asked about)
+            self.traces = {a: t for a, t in zip(explorer.api, explorer.traces) if a is not None}
             super().__init__(_payload=json_for_html(explorer.payload()), **kwargs)
             self.on_msg(self._on_request)
 

@@ -386,8 +386,13 @@ def test_a_fresh_cache_builds_once_and_reports_the_time(tmp_path):
             "q = torch.randn(1, 1, 3, 4)\n"
             "scaled_dot_product_attention(q, q, q, return_weights=True)\n"
             "print(json.dumps(kernel_status()))\n")
-    env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(tmp_path))
+    kernels, home, tmp = tmp_path / "kernels", tmp_path / "home", tmp_path / "tmp"
+    for folder in (home, tmp):
+        folder.mkdir()
+    # a home and a temporary folder of their own: the build writes nothing but its folder
+    env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(kernels), HOME=str(home), TMPDIR=str(tmp))
     env.pop(_kernel.ENV_DISABLE, None)
+    env.pop("XDG_CACHE_HOME", None)
     import json
 
     # two processes on the cold cache at once (pytest's workers, torchrun's ranks): one
@@ -402,10 +407,12 @@ def test_a_fresh_cache_builds_once_and_reports_the_time(tmp_path):
         got.append(json.loads(out))
     first, waited = sorted(got, key=lambda status: status["source"])  # "built" < "cache"
     assert first["available"] and first["source"] == "built" and first["build_seconds"] > 0
-    assert first["cache_dir"].startswith(str(tmp_path))
+    assert first["cache_dir"].startswith(str(kernels))
     assert waited["available"] and waited["source"] == "cache", got
     assert waited["build_seconds"] is None and waited["cache_dir"] == first["cache_dir"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(first["cache_dir"]).name]
+    assert sorted(p.name for p in kernels.iterdir()) == [Path(first["cache_dir"]).name]
+    left = [str(p.relative_to(tmp_path)) for folder in (home, tmp) for p in folder.rglob("*")]
+    assert not left, f"the build wrote outside its folder: {left}"
     second = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
                                        capture_output=True, text=True, timeout=CHILD_S).stdout)
     assert second["source"] == "cache" and second["build_seconds"] is None

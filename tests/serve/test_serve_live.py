@@ -15,6 +15,8 @@ import httpx
 import pytest
 from serve_helpers import free_port
 
+from attnlab.core import _kernel
+from attnlab.serve.app import pinned_caches
 from attnlab.viz.explorer import decode_blob
 from limits import CHILD_S
 
@@ -78,6 +80,14 @@ def test_attnlab_serve_process_writes_only_its_cache(tmp_path):
     else:
         subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env=env,
                        cwd=work, check=True)
+    # the compiled kernel this process uses, where the server looks for it in its cache (as
+    # a server started again on the same cache finds it): without it the server compiles the
+    # kernel (16 s of CPU) on its first request; that a build writes only into its own
+    # folder is tested in tests/core/test_kernel.py
+    if _kernel.get() is not None:
+        built = Path(_kernel.kernel_status()["cache_dir"])
+        shutil.copytree(built, Path(pinned_caches(cache)["XDG_CACHE_HOME"]) / "attnlab"
+                        / built.name)
     before = _files(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnlab", "serve", "--model", "minilm", "--port", str(port),

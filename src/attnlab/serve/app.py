@@ -75,7 +75,8 @@ from attnlab.viz.payload import ExplorerConfig
 if TYPE_CHECKING:
     from attnlab.serve.trace_api import TraceStore
 
-__all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer", "run"]
+__all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer",
+           "pinned_caches", "run"]
 
 Tracer = Callable[[str], AttentionTrace]
 
@@ -454,14 +455,25 @@ textarea {{ font: inherit; }} #ax-msg.bad {{ color:#b3261e; font-weight:600; }}
 """
 
 
-def _pin_caches(cache_dir: Path) -> None:
-    """Point every library cache this process might write into ``cache_dir``."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["ATTNLAB_CACHE"] = str(cache_dir)
+def pinned_caches(cache_dir: Path) -> dict[str, str]:
+    """The environment that points every library cache a server might write into
+    ``cache_dir`` (attnlab's compiled kernel goes under ``XDG_CACHE_HOME``'s).
+
+    >>> pinned_caches(Path("/c"))["XDG_CACHE_HOME"]
+    '/c/xdg'
+    """
+    env = {"ATTNLAB_CACHE": str(cache_dir)}
     for var, sub in (("HF_HOME", "hf"), ("MPLCONFIGDIR", "matplotlib"),
                      ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"), ("TRITON_CACHE_DIR", "triton"),
                      ("XDG_CACHE_HOME", "xdg")):
-        os.environ[var] = str(cache_dir / sub)
+        env[var] = str(cache_dir / sub)
+    return env
+
+
+def _pin_caches(cache_dir: Path) -> None:
+    """Point every library cache this process might write into ``cache_dir``."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(pinned_caches(cache_dir))
 
 
 def run(models: list[str], config: ServeConfig | None = None, *, quiet: bool = False) -> None:

@@ -17,8 +17,9 @@ cells and metadata: :func:`source_text`), of attnlab's sources (``src/attnlab``)
 file. One kernel runs them all, each from ``%reset -f`` (an empty namespace, no open
 figure): starting Python and importing torch once per notebook would double the time, and
 the kernel keeps each experiment's result (``attnlab.course.run``, a module's variable that
-``%reset -f`` leaves), so that the other language's notebook of a part, whose code cells are
-the same, gets its experiments at once. The copy numbers its cells 1, 2, ... as a fresh
+``%reset -f`` leaves) and each experiment's measurement (:data:`KEEP`), so that the other
+language's notebook of a part, whose code cells are the same, gets its experiments and its
+measurements at once. The copy numbers its cells 1, 2, ... as a fresh
 kernel would (the kernel's own count goes on from notebook to notebook), in the prompts of
 its results and of its tracebacks alike.
 """
@@ -48,6 +49,12 @@ KEY = "attnlab_execution_key"  # in the executed copy's notebook metadata
 # collection. The whole course in one kernel, alone on the machine: 132-138 s -> 112-123 s.
 RESET = ("import matplotlib.pyplot as _plt\n_plt.close('all')\n__import__('gc').freeze()\n"
          "%reset -f\n__import__('gc').unfreeze()")
+# run once in the kernel, before the notebooks: every experiment's ``measure`` keeps its
+# result for the kernel's session (``attnlab.course.keep_measures``), so that a part's second
+# notebook (the other language, the same code cells) gets the measurements its cells make
+# (``m = qk_variance.measure(...)``) at once, as ``run`` gets its results: the course's
+# ``measure`` cells took about 15 s of the kernel's 150 in each language
+KEEP = "import attnlab.course as _course\n_course.keep_measures()\ndel _course"
 # two threads: the docs build and the tests run on two shared cores; waiting OpenMP threads
 # sleep (OMP_WAIT_POLICY=PASSIVE) rather than spin: on shared cores a spinning thread holds
 # the core its partner's share of the work waits for, and the real models' passes (parts 09
@@ -148,6 +155,7 @@ def kernel(workdir: Path | None = None) -> Iterator:
                 if found != sys.executable:
                     raise RuntimeError("the python3 kernel must run this environment's "
                                        f"Python ({sys.executable}); it runs {found}")
+                run_cell(client, KEEP)
                 yield client
     finally:
         for var, value in saved.items():

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["KEPT", "Kept", "generators", "pickled", "run_key", "set_generators"]
+__all__ = ["KEPT", "Kept", "generators", "kept_call", "pickled", "run_key", "set_generators"]
 
 
 class Kept(NamedTuple):
@@ -163,3 +163,32 @@ def pickled(result: Any) -> bytes:
     buf = io.BytesIO()
     _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(result)
     return buf.getvalue()
+
+
+def kept_call(store: dict[tuple[Any, ...], Kept], key: tuple[Any, ...] | None,
+              compute: Callable[[], Any], *, again: bool = False) -> Any:
+    """``compute()``'s result, kept in ``store`` under ``key`` for the rest of the session:
+    a later call with the same key gets an independent copy (:func:`pickled`) at once.
+
+    The random generators (:func:`generators`) are left as ``compute`` would leave them: a
+    result whose computation left them as it found them is reused whatever their state; one
+    that drew from them is reused only from the state its computation started from, and the
+    copy leaves the state it left. ``key=None`` (an argument that is not a plain value,
+    :func:`run_key`) computes every time, as does a result that cannot be copied;
+    ``again=True`` computes anew and keeps the new result.
+    """
+    before = generators()
+    kept = None if key is None or again else store.get(key)
+    if kept is not None and (kept.after == kept.before or kept.before == before):
+        if kept.after != kept.before:
+            set_generators(kept.after)
+        return pickle.loads(kept.result)
+    result = compute()
+    if key is not None:
+        try:
+            copy = pickled(result)
+        except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError):
+            store.pop(key, None)  # a result that cannot be copied is computed every time
+        else:
+            store[key] = Kept(copy, before, generators())
+    return result

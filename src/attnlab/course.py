@@ -13,7 +13,9 @@ Chinese for ``"zh"``) and size, inline figures, the random seed and offline load
 real models.
 :func:`run` runs an experiment and keeps its result for the rest of the session (the
 notebook's kernel): the same call again, a cell run twice or the same notebook in the other
-language, gets the same numbers at once, and ``again=True`` measures anew.
+language, gets the same numbers at once, and ``again=True`` measures anew;
+:func:`keep_measures` does the same for every experiment's ``measure`` (the course's runner
+calls it in the kernel that runs the notebooks).
 The rest prints or checks in that language: :func:`T` picks the text, :func:`report` and
 :func:`show_checks` print an experiment's result, :func:`show` translates its figure,
 :func:`answered` and :func:`predicted` check an exercise, :func:`slider` draws a figure
@@ -34,15 +36,18 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 from attnlab._course_runs import KEPT as _KEPT
-from attnlab._course_runs import Kept, generators, pickled, run_key, set_generators
+from attnlab._course_runs import Kept, kept_call, run_key
 
-__all__ = ["LANG", "LANGS", "SLIDERS", "setup", "T", "fmt_num", "run", "show_code", "show",
+#: The measurements :func:`keep_measures` keeps, by their function and arguments.
+_MEASURES: dict[tuple[Any, ...], Kept] = {}
+
+__all__ = ["LANG", "LANGS", "SLIDERS", "setup", "T", "fmt_num", "run", "keep_measures",
+           "show_code", "show",
            "report", "check_line", "show_checks", "answered", "predicted", "slider", "UNEXPECTED",
            "multihead_cost_summary", "parity_summary", "article_code_table", "timing_report",
            "score_label", "agreement_report", "agreement_answer"]
@@ -138,28 +143,53 @@ def run(name: str, seed: int = 0, *, again: bool = False, **kwargs: Any) -> Any:
     whatever their state; one that draws from them (``multihead-cost`` does) is reused only
     from the state its run started from, and its copy leaves the state the run left.
     """
-    from attnlab.experiments import run as run_
+    from attnlab import experiments
 
     if not isinstance(again, bool):
         from attnlab._errors import ArgumentTypeError
 
         raise ArgumentTypeError(f"again must be True or False, got {again!r}")
-    key = run_key(name, seed, kwargs)
-    before = generators()
-    kept = None if key is None or again else _KEPT.get(key)
-    if kept is not None and (kept.after == kept.before or kept.before == before):
-        if kept.after != kept.before:
-            set_generators(kept.after)
-        return pickle.loads(kept.result)
-    result = run_(name, seed=seed, **kwargs)
-    if key is not None:
-        try:
-            copy = pickled(result)
-        except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError):
-            _KEPT.pop(key, None)  # a result that cannot be copied runs every time
-        else:
-            _KEPT[key] = Kept(copy, before, generators())
-    return result
+    return kept_call(_KEPT, run_key(name, seed, kwargs),
+                     lambda: experiments.run(name, seed=seed, **kwargs), again=again)
+
+
+def keep_measures() -> dict[str, Callable[..., Any]]:
+    """Keep every experiment's ``measure`` result for the rest of the session, as
+    :func:`run` keeps whole results: each experiment module's ``measure`` (the one its
+    notebook cell calls, ``m = qk_variance.measure(...)``, and the one its ``run`` calls)
+    is replaced by one that computes once per exact set of arguments and returns an
+    independent copy after (the random generators left as a new measurement would leave
+    them; a call with an argument that is not a plain value, or whose result cannot be
+    copied, measures every time). The function's source, its name and its documentation
+    are the original's (:func:`show_code` shows the original).
+
+    The course's runner calls it once in the kernel that runs every notebook: a part's
+    notebooks in the two languages run the same code cells, and the second gets its
+    measurements at once. Returns the original functions by module name (nothing for a
+    module kept already), so that a caller can put them back.
+    """
+    import functools
+    import importlib
+
+    from attnlab.experiments.registry import EXPERIMENTS
+
+    originals: dict[str, Callable[..., Any]] = {}
+    for module_name in sorted(set(EXPERIMENTS.values())):
+        module = importlib.import_module(module_name)
+        measure = getattr(module, "measure", None)
+        if not callable(measure) or getattr(measure, "_attnlab_kept", False):
+            continue
+
+        def kept(*args: Any, _fn: Callable[..., Any] = measure,
+                 _name: str = f"{module_name}.measure", **kwargs: Any) -> Any:
+            return kept_call(_MEASURES, run_key(_name, args, kwargs),
+                             lambda: _fn(*args, **kwargs))
+
+        wrapper = functools.wraps(measure)(kept)
+        wrapper._attnlab_kept = True  # type: ignore[attr-defined]
+        module.measure = wrapper  # type: ignore[attr-defined]
+        originals[module_name] = measure
+    return originals
 
 
 def show_code(obj: Any) -> None:

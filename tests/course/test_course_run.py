@@ -246,3 +246,94 @@ def test_a_kept_figures_transforms_know_their_parents_by_the_copys_own_objects()
     assert _misfiled_parents(copy) == 0
     png = _png(copy)
     assert _misfiled_parents(copy) == 0 and png == _png(original)
+
+
+# -- every experiment's measure, kept (the course's runner) ------------------------------------
+
+
+@pytest.fixture
+def kept_measures(monkeypatch):
+    """keep_measures() with an empty store; every module's measure put back after, and the
+    rope-relative one counting its calls (the function keep_measures wraps)."""
+    import importlib
+
+    from attnlab.experiments.registry import EXPERIMENTS
+
+    for module_name in set(EXPERIMENTS.values()):
+        module = importlib.import_module(module_name)
+        if hasattr(module, "measure"):
+            monkeypatch.setattr(module, "measure", module.measure)  # restored after the test
+    rope = importlib.import_module("attnlab.experiments.rope_relative")
+    original = rope.measure
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    counting.__wrapped__ = original  # its source is the original's, as a decorator's is
+    monkeypatch.setattr(rope, "measure", counting)
+    monkeypatch.setattr(course, "_MEASURES", {})
+    originals = course.keep_measures()
+    return rope, original, calls, originals
+
+
+def _equal(a, b) -> bool:
+    """Equal values, field by field (dataclasses), tensor by tensor, item by item."""
+    import dataclasses
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if dataclasses.is_dataclass(a):
+        return all(_equal(getattr(a, f.name), getattr(b, f.name))
+                   for f in dataclasses.fields(a))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_each_measure_is_measured_once_per_arguments_and_copied_after(kept_measures):
+    rope, original, calls, originals = kept_measures
+    small = dict(head_dim=8, n_positions=8)
+    first = rope.measure(**small)
+    again = rope.measure(n_positions=8, head_dim=8)  # the same arguments, another order
+    assert len(calls) == 1 and again is not first
+    assert _equal(again, first)
+    rope.measure(head_dim=8, n_positions=9)  # another value: measured
+    rope.measure(1, **small)  # another seed, given by position: measured
+    assert len(calls) == 3
+    for _ in range(2):  # an argument that is not a plain value: measured every time
+        rope.measure(rotate_fn=original.__kwdefaults__["rotate_fn"], **small)
+    assert len(calls) == 5
+    # the experiment's own run (which hands measure its functions: measured each time)
+    verdicts = [{k: v for k, v in experiments.run("rope-relative", **small).to_json().items()
+                 if k != "seconds"} for _ in range(2)]
+    assert len(calls) == 7 and verdicts[0] == verdicts[1]
+    assert "attnlab.experiments.rope_relative" in originals and course.keep_measures() == {}
+
+
+def test_a_kept_measure_shows_the_original_code():
+    """What show_code prints of a kept measure is the experiment's own function."""
+    import importlib
+    import inspect
+
+    rope = importlib.import_module("attnlab.experiments.rope_relative")
+    saved = rope.measure
+    try:
+        course.keep_measures()
+        kept = rope.measure
+        assert kept is not saved and inspect.getsource(kept) == inspect.getsource(saved)
+        assert (kept.__module__, kept.__qualname__) == (saved.__module__, saved.__qualname__)
+        assert inspect.signature(kept) == inspect.signature(saved)
+    finally:
+        from attnlab.experiments.registry import EXPERIMENTS
+
+        for module_name in set(EXPERIMENTS.values()):
+            module = importlib.import_module(module_name)
+            fn = getattr(module, "measure", None)
+            if getattr(fn, "_attnlab_kept", False):
+                module.measure = fn.__wrapped__

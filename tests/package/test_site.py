@@ -6,14 +6,16 @@ from __future__ import annotations
 import ast
 import doctest
 import importlib.util
+import io
 import json
+import logging
 import os
 import re
 import resource
 import shutil
-import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,10 +47,58 @@ def _mkdocs_installed():
     pytest.skip("the docs extra is not installed (pip install -e '.[docs]')")
 
 
-def build(config: Path, site: Path, report: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTNLAB_REPORT_DIR": str(report)}
-    return subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=SLOW_CHILD_S)
+@dataclass
+class Built:
+    """What `mkdocs build --strict` gives back: its exit status and what it printed."""
+
+    returncode: int
+    output: str
+
+
+def build(config: Path, site: Path, report: Path, cwd: Path) -> Built:
+    """`mkdocs build --strict -f config -d site`, run in ``cwd`` with the report at
+    ``report``, as mkdocs' command runs it (its `build_command`: the configuration loaded,
+    the plugins' start-up, the build, their shutdown), in this process: a new interpreter
+    for each of the file's three builds imported mkdocs and its plugins again, 6 s of CPU
+    each. The exit status is the command's (1 for the error that ends it: a strict build's
+    warnings, a reference that cannot be collected), the output its log lines as it prints
+    them (``WARNING -  ...``), then the error."""
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+    from mkdocs.exceptions import MkDocsException
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)-7s -  %(message)s"))
+    logger = logging.getLogger("mkdocs")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    saved = {k: os.environ.get(k) for k in ("NO_MKDOCS_2_WARNING", "ATTNLAB_REPORT_DIR")}
+    os.environ.update(NO_MKDOCS_2_WARNING="1", ATTNLAB_REPORT_DIR=str(report))
+    code, here = 0, os.getcwd()
+    try:
+        os.chdir(cwd)
+        try:
+            cfg = load_config(config_file=str(config), strict=True, site_dir=str(site))
+            cfg.plugins.on_startup(command="build", dirty=False)
+            try:
+                mkdocs_build(cfg)
+            finally:
+                cfg.plugins.on_shutdown()
+        except MkDocsException as exc:  # the command's exit 1, with this message
+            code = 1
+            out.write(f"Error: {exc}\n")
+    finally:
+        os.chdir(here)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Built(code, out.getvalue())
 
 
 def html_pages(site: Path) -> set[str]:
@@ -73,9 +123,10 @@ def public_names(package: str) -> list[str]:
     return []
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _cpu() -> float:
+    """This process's CPU seconds and its children's."""
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +143,10 @@ def built(tmp_path_factory):
     spec.loader.exec_module(runner)
     runner.TIMEOUT_S = SLOW_CHILD_S  # a cell's limit (tests/limits.py), not the runner's own
     runner.ensure(runner.course_notebooks())
-    start, cpu = time.perf_counter(), _children_cpu()
+    start, cpu = time.perf_counter(), _cpu()
     result = build(ROOT / "mkdocs.yml", tmp / "site", report, ROOT)
-    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
-    assert result.returncode == 0, result.stderr[-4000:]
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
+    assert result.returncode == 0, result.output[-4000:]
     print(f"\nsite: {len(html_pages(tmp / 'site'))} pages built in {seconds:.1f} s "
           f"({cpu:.1f} s CPU)")
     return tmp / "site", cpu
@@ -156,9 +207,10 @@ def _add_notebook(repo: Path) -> str:
     """A notebook added to the copy's English course; the title its page must show."""
     lang = repo / "docs/course/en"
     lang.mkdir(parents=True, exist_ok=True)
-    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Zz test part\n"]},
-                    {"cell_type": "code", "metadata": {}, "execution_count": None,
-                     "outputs": [], "source": ["1 + 1"]}],
+    nb = {"cells": [{"cell_type": "markdown", "id": "zz-title", "metadata": {},
+                     "source": ["# Zz test part\n"]},
+                    {"cell_type": "code", "id": "zz-code", "metadata": {},
+                     "execution_count": None, "outputs": [], "source": ["1 + 1"]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (lang / "99-zz-test.ipynb").write_text(json.dumps(nb))
     return "Zz test part"
@@ -195,7 +247,7 @@ def test_strict_build_fails_on_each_broken_reference(tmp_path, breaks):
             f.write(text)
     result = build(repo / "mkdocs.yml", tmp_path / "site", tmp_path / "none", repo)
     assert result.returncode != 0
-    out = result.stdout + result.stderr
+    out = result.output
     unnoticed = [what for what in breaks if BREAKS[what][2] not in out]
     assert not unnoticed, out[-4000:]
     problems = [line for line in out.splitlines() if line.startswith(("WARNING", "ERROR"))]
@@ -226,8 +278,18 @@ def test_the_build_check_catches_a_warning_that_is_not_a_break():
 def test_site_helpers_doctests(module):
     spec = importlib.util.spec_from_file_location(module, ROOT / "docs/site" / f"{module}.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    # doctest finds a module's tests through sys.modules[name]: the site's builds in this
+    # process load these files under the same names (mkdocs' hooks, griffe's extensions)
+    saved = sys.modules.get(module)
+    sys.modules[module] = mod
+    try:
+        spec.loader.exec_module(mod)
+        result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    finally:
+        if saved is None:
+            sys.modules.pop(module, None)
+        else:
+            sys.modules[module] = saved
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -143,7 +143,7 @@ def run(name: str, seed: int = 0, *, again: bool = False, **kwargs: Any) -> Any:
     whatever their state; one that draws from them (``multihead-cost`` does) is reused only
     from the state its run started from, and its copy leaves the state the run left.
     """
-    from attnlab import experiments
+    import attnlab.experiments as experiments
 
     if not isinstance(again, bool):
         from attnlab._errors import ArgumentTypeError

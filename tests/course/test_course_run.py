@@ -316,24 +316,15 @@ def test_each_measure_is_measured_once_per_arguments_and_copied_after(kept_measu
     assert "attnlab.experiments.rope_relative" in originals and course.keep_measures() == {}
 
 
-def test_a_kept_measure_shows_the_original_code():
+def test_a_kept_measure_shows_the_original_code(kept_measures):
     """What show_code prints of a kept measure is the experiment's own function."""
     import importlib
     import inspect
 
-    rope = importlib.import_module("attnlab.experiments.rope_relative")
-    saved = rope.measure
-    try:
-        course.keep_measures()
-        kept = rope.measure
-        assert kept is not saved and inspect.getsource(kept) == inspect.getsource(saved)
-        assert (kept.__module__, kept.__qualname__) == (saved.__module__, saved.__qualname__)
-        assert inspect.signature(kept) == inspect.signature(saved)
-    finally:
-        from attnlab.experiments.registry import EXPERIMENTS
-
-        for module_name in set(EXPERIMENTS.values()):
-            module = importlib.import_module(module_name)
-            fn = getattr(module, "measure", None)
-            if getattr(fn, "_attnlab_kept", False):
-                module.measure = fn.__wrapped__
+    *_, originals = kept_measures
+    saved = originals["attnlab.experiments.masking"]
+    kept = importlib.import_module("attnlab.experiments.masking").measure
+    assert kept is not saved and getattr(kept, "_attnlab_kept", False)
+    assert inspect.getsource(kept) == inspect.getsource(saved)
+    assert (kept.__module__, kept.__qualname__) == (saved.__module__, saved.__qualname__)
+    assert inspect.signature(kept) == inspect.signature(saved)

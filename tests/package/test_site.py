@@ -71,14 +71,13 @@ def build(config: Path, site: Path, report: Path, cwd: Path) -> Built:
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter("%(levelname)-7s -  %(message)s"))
     logger = logging.getLogger("mkdocs")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    saved = {k: os.environ.get(k) for k in ("NO_MKDOCS_2_WARNING", "ATTNLAB_REPORT_DIR")}
-    os.environ.update(NO_MKDOCS_2_WARNING="1", ATTNLAB_REPORT_DIR=str(report))
-    code, here = 0, os.getcwd()
-    try:
-        os.chdir(cwd)
+    code, level = 0, logger.level
+    with pytest.MonkeyPatch.context() as mp:  # the variables and the folder put back
+        mp.setenv("NO_MKDOCS_2_WARNING", "1")
+        mp.setenv("ATTNLAB_REPORT_DIR", str(report))
+        mp.chdir(cwd)
+        logger.setLevel(logging.INFO)  # (setLevel: the loggers' cached levels cleared)
+        logger.addHandler(handler)
         try:
             cfg = load_config(config_file=str(config), strict=True, site_dir=str(site))
             cfg.plugins.on_startup(command="build", dirty=False)
@@ -89,15 +88,9 @@ def build(config: Path, site: Path, report: Path, cwd: Path) -> Built:
         except MkDocsException as exc:  # the command's exit 1, with this message
             code = 1
             out.write(f"Error: {exc}\n")
-    finally:
-        os.chdir(here)
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
     return Built(code, out.getvalue())
 
 

@@ -158,6 +158,9 @@ def kernel(workdir: Path | None = None) -> Iterator:
                                        f"Python ({sys.executable}); it runs {found}")
                 run_cell(client, KEEP)
                 yield client
+                # the kernel's objects frozen: its exit then does not walk them all for
+                # cycles, and the client does not wait for it (1.3-2.4 s -> 0.2 s here)
+                run_cell(client, "__import__('gc').freeze()")
     finally:
         for var, value in saved.items():
             if value is None:

@@ -1,3 +1,3 @@
-from attnlab.cli import main
+from attnlab.cli import program
 
-raise SystemExit(main())
+program()

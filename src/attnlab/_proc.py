@@ -21,15 +21,15 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from attnlab._errors import Error
 
 __all__ = ["IsolatedCallError", "call_forked", "call_isolated", "echo", "in_fresh_process",
            "load_average", "peak_rss_bytes", "release_memory", "reset_peak_rss",
-           "torch_threads"]
+           "run_as_program", "torch_threads"]
 
 
 class IsolatedCallError(Error, RuntimeError):
@@ -147,6 +147,27 @@ def release_memory() -> bool:
     trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
+
+
+def run_as_program(main: Callable[[], Any]) -> NoReturn:
+    """``raise SystemExit(main())``, the entry point of a program: with every object alive
+    when ``main`` ends (returning or raising) frozen first (:func:`gc.freeze`), so that the
+    interpreter's exit, which then runs as always (the threads it waits for, the
+    :mod:`atexit` functions, each module torn down, the streams flushed), does not walk
+    them all once more looking for cycles.
+
+    A program that imported torch spends 0.6-0.9 s of CPU on that walk when it exits (1.2 s
+    with transformers and a model class; the whole teardown then takes 0.15 s), measured on
+    a 2-core Xeon: `attnlab diagnose` on MiniLM 5.2 -> 4.3 s. What it leaves undone: the
+    garbage in reference cycles at that moment is not collected at the exit (Python does
+    not promise to finalize it then).
+    """
+    import gc
+
+    try:
+        raise SystemExit(main())
+    finally:
+        gc.freeze()
 
 
 def _resolve(target: str) -> Any:
@@ -272,4 +293,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_as_program(_main)

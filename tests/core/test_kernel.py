@@ -22,6 +22,7 @@ import attnlab
 import attnlab.core.explicit as explicit
 from attnlab.core import _kernel
 from attnlab.core.functional import kernel_status, release_kernel_memory, why_not_kernel
+from forked import python_c
 from limits import CHILD_S, SLOW_CHILD_S
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
@@ -377,6 +378,11 @@ def test_status_reports_the_build():
     assert (status["build_seconds"] is None) == (status["source"] == "cache")
 
 
+def _checked(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
 @pytest.mark.slow
 # justified: building needs g++ and ninja; the fallback without them is tested apart
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler")
@@ -413,13 +419,12 @@ def test_a_fresh_cache_builds_once_and_reports_the_time(tmp_path):
     assert sorted(p.name for p in kernels.iterdir()) == [Path(first["cache_dir"]).name]
     left = [str(p.relative_to(tmp_path)) for folder in (home, tmp) for p in folder.rglob("*")]
     assert not left, f"the build wrote outside its folder: {left}"
-    second = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                       capture_output=True, text=True, timeout=CHILD_S).stdout)
+    # the later processes: attnlab fresh in a process forked from one that imported torch
+    second = json.loads(_checked(python_c(code, env=env, timeout=CHILD_S)))
     assert second["source"] == "cache" and second["build_seconds"] is None
     # a compiler that does not exist: no kernel, a reason, and the results still come
     env = dict(env, ATTNLAB_KERNEL_DIR=str(tmp_path / "other"), CXX="no-such-compiler")
-    third = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                      capture_output=True, text=True, timeout=CHILD_S).stdout)
+    third = json.loads(_checked(python_c(code, env=env, timeout=CHILD_S)))
     assert not third["available"] and "no-such-compiler" in third["reason"]
 
 

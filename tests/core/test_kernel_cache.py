@@ -4,8 +4,9 @@ line on stderr — a cache folder that cannot be used is said once on stderr, an
 ATTNLAB_NO_KERNEL takes only the usual yes/no words.
 
 Each damaged cache is a copy of this process's good build (built once, or found in the
-cache), used by a fresh subprocess with ATTNLAB_KERNEL_DIR at a tmp folder; the fast ones
-name a compiler that does not exist, so that a rebuild cannot happen and the skip shows."""
+cache), used by a new process with ATTNLAB_KERNEL_DIR at a tmp folder, attnlab fresh in it
+(forked from a process that imported torch alone: tests/forked.py); the fast ones name a
+compiler that does not exist, so that a rebuild cannot happen and the skip shows."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.core import _kernel
 from attnlab.core.functional import kernel_status
+from forked import python_c
 from limits import CHILD_S, SLOW_CHILD_S
 
 HAVE_COMPILER = shutil.which(os.environ.get("CXX") or "c++") is not None
@@ -62,14 +62,13 @@ def _cache(tmp_path: Path, good: Path) -> Path:
 
 def _run(cache_root: Path | str, compiler: str | None = "no-such-compiler",
          timeout: float = CHILD_S) -> tuple[dict, list[str]]:
-    """CODE in a fresh interpreter with ATTNLAB_KERNEL_DIR=cache_root: (status, stderr lines).
+    """CODE in a new process with ATTNLAB_KERNEL_DIR=cache_root: (status, stderr lines).
     It must exit 0 whatever the cache holds."""
     env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(cache_root))
     env.pop(_kernel.ENV_DISABLE, None)
     if compiler is not None:
         env["CXX"] = compiler
-    r = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    r = python_c(CODE, env=env, timeout=timeout)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     return json.loads(r.stdout), [line for line in r.stderr.splitlines() if line.strip()]
 
@@ -200,8 +199,7 @@ def test_an_unwritable_cache_folder_says_so_once(open_folder, good_build):
     # one thread: a forked child must not wait on the parent's OpenMP pool
     env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(folder), OMP_NUM_THREADS="1")
     env.pop(_kernel.ENV_DISABLE, None)
-    r = subprocess.run([sys.executable, "-c", UNWRITABLE.format(tests=tests, folder=str(folder))],
-                       env=env, capture_output=True, text=True, timeout=CHILD_S)
+    r = python_c(UNWRITABLE.format(tests=tests, folder=str(folder)), env=env, timeout=CHILD_S)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "0"  # no kernel, and the result came
     _one_line([x for x in r.stderr.splitlines() if x.strip()],
@@ -234,8 +232,7 @@ def test_another_copy_of_the_loaded_build_is_not_loaded_again(tmp_path, good_bui
     second = _cache(tmp_path / "two", good_build)
     env = dict(os.environ, ATTNLAB_KERNEL_DIR=str(first.parent), CXX="no-such-compiler")
     env.pop(_kernel.ENV_DISABLE, None)
-    r = subprocess.run([sys.executable, "-c", SWAPPED, str(second.parent)], env=env,
-                       capture_output=True, text=True, timeout=CHILD_S)
+    r = python_c(SWAPPED, str(second.parent), env=env, timeout=CHILD_S)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     status = json.loads(r.stdout)
     assert status["available"] and status["source"] == "cache", status

@@ -190,7 +190,18 @@ def _side_build(units: list[list[str]], out_dir: str, seed: int
         for spec in units[i]:
             built.append((spec, build_part(load_provider(spec), ctx, time.perf_counter)))
             _QUEUE.put(_DONE)
+    _last_task_done()
     return built
+
+
+def _last_task_done() -> None:
+    """In a helper process whose one task is done (its pool's only one; the process ends
+    once its result is sent): every object it holds frozen (``gc.freeze``), so that its
+    exit, which the report waits for, does not walk them all looking for cycles (as
+    :func:`attnlab._proc.run_as_program` does for the report's own process)."""
+    import gc
+
+    gc.freeze()
 
 
 class Beside:
@@ -255,7 +266,9 @@ def build_beside(specs: list[str], out_dir: Path, seed: int, *, log: Callable[[s
 
 
 def _ahead_call(spec: str, seed: int) -> Any:
-    return load_provider(spec)(seed)
+    result = load_provider(spec)(seed)
+    _last_task_done()
+    return result
 
 
 class Ahead:

@@ -23,4 +23,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from attnlab._proc import run_as_program
+
+    run_as_program(main)  # its objects frozen before the exit

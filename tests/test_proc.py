@@ -136,3 +136,63 @@ def test_the_load_average_is_the_kernels_line_and_the_peak_resets_to_the_residen
         assert after < before - (128 << 20)
     else:
         assert after >= before
+
+
+# a program run by run_as_program: its main returns or raises what argv[1] says; at exit, a
+# non-daemon thread still writing, an atexit function that reports whether the objects
+# were frozen, and a line printed but not flushed
+PROGRAM = r"""
+import atexit, gc, sys, threading, time
+from attnlab._proc import run_as_program
+
+def late():
+    time.sleep(0.3)
+    print("thread done", file=sys.stderr, flush=True)
+
+def at_exit():
+    print(f"frozen {gc.get_freeze_count() > 0}", file=sys.stderr, flush=True)
+
+def main():
+    atexit.register(at_exit)
+    threading.Thread(target=late).start()
+    sys.stdout.write("unflushed")
+    return {"3": 3, "none": None, "true": True, "text": "a message",
+            "exit": SystemExit(4), "raise": ValueError("boom")}[sys.argv[1]]
+
+def entry():
+    what = main()
+    if isinstance(what, BaseException):
+        raise what
+    return what
+
+run_as_program(entry)
+"""
+
+
+@pytest.mark.parametrize("what,status,stderr", [
+    ("3", 3, ""), ("none", 0, ""), ("true", 1, ""), ("text", 1, "a message"),
+    ("exit", 4, ""), ("raise", 1, "ValueError: boom")])
+def test_a_program_exits_as_the_interpreter_would_its_objects_frozen(what, status, stderr):
+    """The exit status SystemExit gives, the traceback of an uncaught exception, the
+    threads waited for, the exit functions run (the objects frozen by then), the output
+    flushed: what ``raise SystemExit(main())`` does, less the walk over the objects."""
+    r = subprocess.run([sys.executable, "-c", PROGRAM, what], capture_output=True,
+                       text=True, timeout=CHILD_S)
+    assert r.returncode == status, r.stderr
+    assert r.stdout == "unflushed"
+    lines = r.stderr.splitlines()
+    assert "thread done" in lines and "frozen True" in lines, lines
+    assert lines.index("thread done") < lines.index("frozen True")  # as at any exit
+    assert stderr in r.stderr
+
+
+@pytest.mark.parametrize("ending", ["import os\nentry()\nos._exit(0)",
+                                    "raise SystemExit(entry())"], ids=["os-exit", "plain"])
+def test_an_ending_without_the_freeze_or_the_exit_fails_the_check(ending):
+    """The wrong variants: ``os._exit`` right after main loses the exit functions and the
+    unflushed output; a plain ``SystemExit`` leaves the objects unfrozen. The check above
+    requires both."""
+    wrong = PROGRAM.replace("run_as_program(entry)", ending)
+    r = subprocess.run([sys.executable, "-c", wrong, "none"], capture_output=True,
+                       text=True, timeout=CHILD_S)
+    assert r.stdout != "unflushed" or "frozen True" not in r.stderr.splitlines()

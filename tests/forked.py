@@ -11,8 +11,10 @@ output in files of its own and its exit status (or signal) what the caller gets 
 
 What differs from a new interpreter: torch is imported before the environment is set, so
 what torch reads from the environment at import (its threads' variables aside) is the
-server's, and ``PYTHONPATH`` is not read (``sys.path`` is the server's). The tests that use
-it need neither.
+server's; ``PYTHONPATH`` is not read (``sys.path`` is the server's); and the child's
+objects are frozen before it exits (``gc.freeze``, as ``attnlab._proc.run_as_program``
+does), so cycles left at its end are not collected. The tests that use it need none of
+these.
 """
 
 from __future__ import annotations

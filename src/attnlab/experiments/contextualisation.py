@@ -253,13 +253,29 @@ def random_weights(model: nn.Module, seed: int, *, into: nn.Module | None = None
     return into.eval()
 
 
-def _states(model: nn.Module, ids: list[int]) -> Tensor:
-    """Hidden states (L + 1, N, E) of one sentence: the embeddings, then every layer (of the
-    base model: the output head, which the states do not need, is not run)."""
+def _states(model: nn.Module, sentences: Sequence[list[int]]) -> list[Tensor]:
+    """Hidden states (L + 1, N_i, E) of each sentence (its token ids): the embeddings, then
+    every layer (of the base model: the output head, which the states do not need, is not
+    run).
+
+    One forward pass of them all, each padded on the right to the longest and the padding
+    masked: the model is causal, so a token's states depend on the tokens before it only,
+    and the padding after a sentence changes none of its own. One pass reads the weights
+    once for all the sentences (14 passes of SmolLM2 become one); the numbers are those of
+    a pass per sentence to float32's rounding (the matrix products add in another order).
+    """
+    if not sentences or not all(sentences):
+        raise ValueError(f"sentences must be token id lists, none empty, got "
+                         f"{[len(ids) for ids in sentences]} tokens")
+    n = max(len(ids) for ids in sentences)
+    pad = sentences[0][0]  # any token: masked, and after every token that is read
+    ids = torch.tensor([[*s, *[pad] * (n - len(s))] for s in sentences])
+    mask = torch.tensor([[1] * len(s) + [0] * (n - len(s)) for s in sentences])
     with torch.no_grad():
-        out = getattr(model, "model", model)(input_ids=torch.tensor([ids]),
+        out = getattr(model, "model", model)(input_ids=ids, attention_mask=mask,
                                              output_hidden_states=True)
-    return torch.stack(out.hidden_states)[:, 0].float()
+    states = torch.stack(out.hidden_states).float()  # (L + 1, S, n, E)
+    return [states[:, i, :len(s)] for i, s in enumerate(sentences)]
 
 
 @dataclass(frozen=True)
@@ -291,12 +307,18 @@ def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
           company: Sequence[str] = COMPANY, anchors: tuple[str, str] = ANCHORS, *,
           order: bool = True) -> Leans:
     """The :class:`Leans` of 苹果 in ``fruit`` and ``company`` contexts on ``model``
-    (``order=False``: without the causal-order gap, two forward passes fewer)."""
+    (``order=False``: without the causal-order gap, two sentences fewer in the pass)."""
     frames = {a: [f.format(a) for f in NEUTRAL] for a in anchors}
     sentences = [*fruit, *company, *frames[anchors[0]], *frames[anchors[1]]]
     spans = {s: word_span(tokenizer, s, WORD if s in (*fruit, *company) else
                           next(a for a in anchors if s in frames[a])) for s in sentences}
-    states = {s: _states(model, spans[s][0]) for s in sentences}
+    ids = [spans[s][0] for s in sentences]
+    if order:  # 苹果 alone and before its context, in the same pass
+        alone_ids = word_span(tokenizer, WORD, WORD)[0]
+        after_ids, a0, a1 = word_span(tokenizer, CONTEXT_AFTER, WORD)
+        ids += [alone_ids, after_ids]
+    passed = _states(model, ids)
+    states = dict(zip(sentences, passed))
     # centre: the layer's mean over all tokens but the first of all sentences
     mu = torch.cat([h[:, 1:] for h in states.values()], dim=1).mean(dim=1)  # (L + 1, E)
 
@@ -312,9 +334,7 @@ def leans(model: nn.Module, tokenizer: Any, fruit: Sequence[str] = FRUIT,
 
     gap = float("nan")
     if order:
-        alone = _states(model, word_span(tokenizer, WORD, WORD)[0])
-        after_ids, a0, a1 = word_span(tokenizer, CONTEXT_AFTER, WORD)
-        after = _states(model, after_ids)
+        alone, after = passed[-2:]
         n = a1 - a0
         gap = float((after[:, a0:a1] - alone[:, :n]).abs().max() / alone[:, :n].abs().max())
     return Leans(torch.stack([lean(s) for s in fruit]).double(),

@@ -14,7 +14,6 @@ from attnlab.experiments._common import flushing_subnormals, seeded, subnormals_
 TINY = 1e-39  # a float32 subnormal (the smallest normal float32 is 1.18e-38)
 
 
-
 def test_the_block_flushes_and_what_was_set_before_comes_back():
     assert torch.set_flush_denormal(False)  # an x86-64 CPU can (SSE3's DAZ and FTZ)
     assert not flushing_subnormals()
@@ -49,8 +48,8 @@ def _unscaled_losses(monkeypatch, flush: bool, steps: int = 12) -> tuple[list[fl
         losses = st.fit_recall(model, c, g, steps, c.lr)
     monkeypatch.undo()
     grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-    tiny = grads.abs()
-    return losses, bool(((tiny > 0) & (tiny < torch.finfo(torch.float32).tiny)).any())
+    size = grads.abs()
+    return losses, bool(((size > 0) & (size < torch.finfo(torch.float32).tiny)).any())
 
 
 def test_unscaled_training_meets_subnormals_and_flushing_them_changes_no_loss(monkeypatch):

@@ -74,8 +74,7 @@ def subnormals_flushed() -> Iterator[None]:
     losses, bit for bit, flushed or not: an update of 10⁻³⁸ is lost in weights of 10⁻².
     The experiments' block runs on one thread (:func:`seeded`), the one this setting is for.
     """
-    before = flushing_subnormals()
-    if before or not torch.set_flush_denormal(True):
+    if flushing_subnormals() or not torch.set_flush_denormal(True):
         yield
         return
     try:

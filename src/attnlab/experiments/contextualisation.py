@@ -264,9 +264,6 @@ def _states(model: nn.Module, sentences: Sequence[list[int]]) -> list[Tensor]:
     once for all the sentences (14 passes of SmolLM2 become one); the numbers are those of
     a pass per sentence to float32's rounding (the matrix products add in another order).
     """
-    if not sentences or not all(sentences):
-        raise ValueError(f"sentences must be token id lists, none empty, got "
-                         f"{[len(ids) for ids in sentences]} tokens")
     n = max(len(ids) for ids in sentences)
     pad = sentences[0][0]  # any token: masked, and after every token that is read
     ids = torch.tensor([[*s, *[pad] * (n - len(s))] for s in sentences])

@@ -104,3 +104,39 @@ def test_the_type_checking_imports_name_exactly_the_lazy_ones(package):
                 else f"{mod}.{alias.name}"
     assert seen == dict(module._LAZY)
     assert sorted(seen) == sorted(n for n in module.__all__ if n != "trace")
+
+
+_FIRST_CALL = r"""
+import sys, torch
+from attnlab.core.functional import scaled_dot_product_attention
+from attnlab.core.masks import causal, combine
+from attnlab.core.weights import attention_weights, pooled_attention_map
+from attnlab.nn import MultiHeadAttention
+x = torch.randn(2, 6, 16)
+MultiHeadAttention(16, 4)(x, need_weights=True)
+q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+mask = combine(causal(6), torch.tensor([True] * 5 + [False]))
+out, lse = scaled_dot_product_attention(q, k, v, mask=mask, return_lse=True)
+k4 = k.repeat_interleave(2, dim=1)
+attention_weights(q, k4, lse, rows=[0, 3], mask=mask)
+pooled_attention_map(q, k4, lse, size=2, mask=mask)
+print(sorted(m for m in ("sympy", "torch.fx.experimental.symbolic_shapes")
+             if m in sys.modules))
+"""
+
+
+def test_the_first_attention_does_not_import_sympy():
+    """torch's ``broadcast_shapes`` imports torch.fx's symbolic shapes and sympy on its
+    first call (0.4-0.6 s): attnlab's checks broadcast shapes themselves
+    (:func:`attnlab.core._checks.broadcast_shapes`), so a process's first attention costs
+    what the later ones do."""
+    r = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True,
+                       timeout=CHILD_S)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+    # the wrong variant: torch's own broadcast_shapes, once, is seen
+    probe = _FIRST_CALL.replace("print(", "torch.broadcast_shapes((2, 1), (3,))\nprint(", 1)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=CHILD_S)
+    assert r.returncode == 0, r.stderr
+    assert "sympy" in r.stdout.strip().splitlines()[-1]

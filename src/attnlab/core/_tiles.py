@@ -21,7 +21,7 @@ from typing import cast, overload
 import torch
 from torch import Tensor
 
-from attnlab.core._checks import check_int, check_real
+from attnlab.core._checks import broadcast_shapes, check_int, check_real
 from attnlab.core.masks import _band, causal, combine
 
 # --------------------------------------------------------------------------------------
@@ -99,21 +99,21 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int]:
         )
     qb, kb, vb = q.shape[:-2], k.shape[:-2], v.shape[:-2]
     try:
-        kvb = torch.broadcast_shapes(kb, vb)
-    except RuntimeError:
+        kvb = broadcast_shapes(kb, vb)
+    except ValueError:
         raise ValueError(
             f"batch dims of k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
         ) from None
     try:
-        return tuple(torch.broadcast_shapes(qb, kvb)), 1
-    except RuntimeError:
+        return tuple(broadcast_shapes(qb, kvb)), 1
+    except ValueError:
         pass
     # grouped-query attention: k/v hold H_kv heads (dim -3), each shared by H / H_kv queries
     if qb and kvb and kvb[-1] > 1 and qb[-1] > 0 and qb[-1] % kvb[-1] == 0:
         try:
-            outer = torch.broadcast_shapes(qb[:-1], kvb[:-1])
+            outer = broadcast_shapes(qb[:-1], kvb[:-1])
             return (*outer, qb[-1]), qb[-1] // kvb[-1]
-        except RuntimeError:
+        except ValueError:
             pass
     raise ValueError(
         f"batch dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not "
@@ -135,8 +135,8 @@ def _check_mask(
             f"dtype {mask.dtype}"
         )
     try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
+        shape = broadcast_shapes(mask.shape, scores_shape)
+    except ValueError:
         shape = None
     if shape != torch.Size(scores_shape):
         raise ValueError(

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnlab.core._checks import check_int, check_optional_int
+from attnlab.core._checks import broadcast_shapes, check_int, check_optional_int
 
 __all__ = [
     "causal",
@@ -217,8 +217,8 @@ def combine(*masks: Tensor | None) -> Tensor | None:
         if m.dtype != torch.bool and not m.is_floating_point():
             raise TypeError(f"masks[{i}] must be bool or floating, got dtype {m.dtype}")
     try:
-        torch.broadcast_shapes(*(m.shape for m in present))
-    except RuntimeError:
+        broadcast_shapes(*(m.shape for m in present))
+    except ValueError:
         raise ValueError(
             f"masks do not broadcast together: shapes {[tuple(m.shape) for m in present]}"
         ) from None

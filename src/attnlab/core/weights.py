@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core import _kernel
-from attnlab.core._checks import check_int
+from attnlab.core._checks import broadcast_shapes, check_int
 from attnlab.core._layout import aligned
 from attnlab.core._tiles import _check_mask, _MaskTiles, _scores, default_scale
 from attnlab.core.chunked import _chunked, chunked_attention  # noqa: F401 (doctest)
@@ -66,8 +66,8 @@ def _check_qk_lse(q: object, k: object, lse: object) -> None:
             f"{tuple(k.shape)}"
         )
     try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except ValueError:
         raise ValueError(
             f"batch dims of q {tuple(q.shape)} and k {tuple(k.shape)} do not broadcast"
         ) from None
@@ -144,10 +144,10 @@ def attention_weights(
         scale = default_scale(q.shape[-1])
     lq, lk = q.shape[-2], k.shape[-2]
     if mask is not None:
-        _check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), lq, lk))
+        _check_mask(mask, (*broadcast_shapes(q.shape[:-2], k.shape[:-2]), lq, lk))
     r = _as_index("rows", rows, lq, q.device)
     if mask is not None:
-        ndim = len(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + 2
+        ndim = len(broadcast_shapes(q.shape[:-2], k.shape[:-2])) + 2
         mask = mask.reshape((1,) * (ndim - mask.dim()) + tuple(mask.shape))
         if mask.shape[-2] > 1:
             mask = mask.index_select(-2, r)
@@ -155,7 +155,7 @@ def attention_weights(
     if heads is not None:
         if q.dim() < 3:
             raise ValueError(f"heads needs q of shape (..., H, Lq, d), got {tuple(q.shape)}")
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         hsel = _as_index("heads", heads, batch[-1], q.device)
         q = q.expand(*batch, *q.shape[-2:]).index_select(-3, hsel)
         k = k.expand(*batch, *k.shape[-2:]).index_select(-3, hsel)
@@ -211,7 +211,7 @@ def pooled_attention_map(
         lse = v_or_lse
     _check_qk_lse(q, k, lse)
     lq, lk = q.shape[-2], k.shape[-2]
-    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    batch = tuple(broadcast_shapes(q.shape[:-2], k.shape[:-2]))
     if mask is not None:
         _check_mask(mask, (*batch, lq, lk))
     size = check_int("size", size, minimum=1)

@@ -56,6 +56,7 @@ import torch
 from torch import Tensor
 
 from attnlab.core import positional
+from attnlab.core._checks import broadcast_shapes
 from attnlab.core.functional import scaled_dot_product_attention
 from attnlab.nn import MultiHeadAttention
 
@@ -141,7 +142,7 @@ def row_spearman(a: Tensor, b: Tensor) -> Tensor:
 
 def key_length(q: Tensor, k: Tensor) -> Tensor:
     """|k| for each key (the predictor the article sets aside; q is unused)."""
-    return k.norm(dim=-1).expand(*torch.broadcast_shapes(q.shape[:-1], k.shape[:-1]))
+    return k.norm(dim=-1).expand(*broadcast_shapes(q.shape[:-1], k.shape[:-1]))
 
 
 def _recall_rows(model: recall.RecallModel, c: recall.RecallConfig, g: torch.Generator,

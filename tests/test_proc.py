@@ -196,3 +196,49 @@ def test_an_ending_without_the_freeze_or_the_exit_fails_the_check(ending):
     r = subprocess.run([sys.executable, "-c", wrong, "none"], capture_output=True,
                        text=True, timeout=CHILD_S)
     assert r.stdout != "unflushed" or "frozen True" not in r.stderr.splitlines()
+
+
+_WAITS = ("import json, os, sys\n{before}from attnlab._proc import passive_waits\n"
+          "print(json.dumps([passive_waits(), os.environ['OMP_WAIT_POLICY']]))")
+
+
+@pytest.mark.parametrize("given,before,expected", [
+    (None, "", [True, "PASSIVE"]),            # unset: set, and this process follows it
+    ("ACTIVE", "", [False, "ACTIVE"]),        # the user's policy is kept
+    ("passive", "", [True, "passive"]),       # (OpenMP reads it in either case)
+    (None, "import torch\n", [False, "PASSIVE"]),  # set for the children only: too late here
+])
+def test_passive_waits_sets_the_policy_unless_one_is_given(given, before, expected):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    r = subprocess.run([sys.executable, "-c", _WAITS.format(before=before)], env=env,
+                       capture_output=True, text=True, timeout=CHILD_S)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == expected
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_the_report_command_sets_it_before_it_builds(monkeypatch, tmp_path, given):
+    """``attnlab report`` runs its parts with the policy set (its processes beside inherit
+    it), or with the one the user gave."""
+    import attnlab.report as report
+    from attnlab.cli import main
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", given or "")  # restored after the test
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY")
+    seen = []
+
+    class _Result:
+        passed = True
+
+    def fake_build(out, **kwargs):
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+        return _Result()
+
+    monkeypatch.setattr(report, "build_report", fake_build)
+    assert main(["report", "--out", str(tmp_path), "--quiet"]) == 0
+    assert seen == [given or "PASSIVE"]

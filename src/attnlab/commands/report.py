@@ -26,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import emit_json
+    from attnlab._proc import passive_waits
+
+    # the report's processes share the cores: a thread waiting for work sleeps (before
+    # torch loads: OpenMP reads it then)
+    passive_waits()
     from attnlab.report import build_report
 
     result = build_report(args.out, only=args.only, quiet=args.quiet or args.json,

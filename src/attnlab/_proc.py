@@ -83,7 +83,7 @@ def passive_waits() -> bool:
 
     ``attnlab report`` runs its long parts on every thread while two processes beside them
     run the others (:mod:`attnlab.report._lanes`): there the spinning threads cost 10 % of
-    its CPU (a 2-core AMD EPYC: 6 min 12 s and 520 s of CPU with them sleeping, against
+    its CPU (a 2-core AMD EPYC: 6 min 12 s and 520 s of user CPU with them sleeping, against
     6 min 51-54 s and 566-587 s spinning, its claims part 230 s against 305-315 s).
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -215,8 +216,6 @@ def test_passive_waits_sets_the_policy_unless_one_is_given(given, before, expect
     r = subprocess.run([sys.executable, "-c", _WAITS.format(before=before)], env=env,
                        capture_output=True, text=True, timeout=CHILD_S)
     assert r.returncode == 0, r.stderr
-    import json
-
     assert json.loads(r.stdout.strip().splitlines()[-1]) == expected
 
 

@@ -105,7 +105,7 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int]:
             f"batch dims of k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
         ) from None
     try:
-        return tuple(broadcast_shapes(qb, kvb)), 1
+        return broadcast_shapes(qb, kvb), 1
     except ValueError:
         pass
     # grouped-query attention: k/v hold H_kv heads (dim -3), each shared by H / H_kv queries

@@ -58,7 +58,9 @@ def _float_tensor(name: str, t: object) -> Tensor:
     return t
 
 
-def _check_qk_lse(q: object, k: object, lse: object) -> None:
+def _check_qk_lse(q: object, k: object, lse: object) -> tuple[int, ...]:
+    """Checks q (..., Lq, d), k (..., Lk, d) and lse (..., Lq); the batch dims q and k
+    broadcast to."""
     q, k, lse = _float_tensor("q", q), _float_tensor("k", k), _float_tensor("lse", lse)
     if q.dim() < 2 or k.dim() < 2 or q.shape[-1] != k.shape[-1]:
         raise ValueError(
@@ -77,6 +79,7 @@ def _check_qk_lse(q: object, k: object, lse: object) -> None:
             f"lse must have shape (..., Lq) = {want} (one logsumexp per query row), got "
             f"{tuple(lse.shape)}"
         )
+    return batch
 
 
 def _as_index(name: str, idx: Index, size: int, device: torch.device) -> Tensor:
@@ -138,16 +141,16 @@ def attention_weights(
     Returns:
         ``(..., len(heads), len(rows), Lk)``: dims are kept even for an int selector.
     """
-    _check_qk_lse(q, k, lse)
+    batch = _check_qk_lse(q, k, lse)
     q, k = aligned(q), aligned(k)  # rounding independent of where the bytes live
     if scale is None:
         scale = default_scale(q.shape[-1])
     lq, lk = q.shape[-2], k.shape[-2]
     if mask is not None:
-        _check_mask(mask, (*broadcast_shapes(q.shape[:-2], k.shape[:-2]), lq, lk))
+        _check_mask(mask, (*batch, lq, lk))
     r = _as_index("rows", rows, lq, q.device)
     if mask is not None:
-        ndim = len(broadcast_shapes(q.shape[:-2], k.shape[:-2])) + 2
+        ndim = len(batch) + 2
         mask = mask.reshape((1,) * (ndim - mask.dim()) + tuple(mask.shape))
         if mask.shape[-2] > 1:
             mask = mask.index_select(-2, r)
@@ -155,7 +158,6 @@ def attention_weights(
     if heads is not None:
         if q.dim() < 3:
             raise ValueError(f"heads needs q of shape (..., H, Lq, d), got {tuple(q.shape)}")
-        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         hsel = _as_index("heads", heads, batch[-1], q.device)
         q = q.expand(*batch, *q.shape[-2:]).index_select(-3, hsel)
         k = k.expand(*batch, *k.shape[-2:]).index_select(-3, hsel)
@@ -209,9 +211,8 @@ def pooled_attention_map(
             lse = _chunked(q, k, v_or_lse, mask, causal, float(scale))[1]
     else:
         lse = v_or_lse
-    _check_qk_lse(q, k, lse)
+    batch = _check_qk_lse(q, k, lse)
     lq, lk = q.shape[-2], k.shape[-2]
-    batch = tuple(broadcast_shapes(q.shape[:-2], k.shape[:-2]))
     if mask is not None:
         _check_mask(mask, (*batch, lq, lk))
     size = check_int("size", size, minimum=1)

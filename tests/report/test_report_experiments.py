@@ -45,3 +45,42 @@ def test_a_failing_claim_or_check_fails_the_section():
     s = section_for(_result(0.0, check_ok=False))  # a secondary check is off
     assert s.passed is False and ("weights >= 0", "0", False) in s.rows
     assert 'class="bad"' in s.html
+
+
+def test_a_figure_is_stored_as_its_exact_pixels_compressed_once():
+    """The data URI holds exactly the pixels matplotlib draws (RGB: the figure is opaque),
+    in the bytes Pillow's ``optimize`` writes for them: writing matplotlib's own PNG
+    uncompressed first changes nothing of the result. A lossy variant (the pixels reduced
+    to 64 colours) is told apart by the same comparison."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from attnlab.report.html import figure_to_data_uri
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot(np.linspace(0, 1, 50), np.sin(np.linspace(0, 6, 50)), label="sin")
+    ax.set_title("exact pixels")
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=50, bbox_inches="tight")  # matplotlib's defaults
+    buf.seek(0)
+    with Image.open(buf) as im:
+        drawn = np.asarray(im.convert("RGBA"))
+    assert (drawn[..., 3] == 255).all()  # opaque: stored as RGB
+    head = "data:image/png;base64,"
+    uri = figure_to_data_uri(fig, dpi=50)
+    plt.close(fig)
+    assert uri.startswith(head)
+    stored = base64.b64decode(uri[len(head):])
+    with Image.open(io.BytesIO(stored)) as im:
+        assert im.mode == "RGB"
+        pixels = np.asarray(im)
+    assert np.array_equal(pixels, drawn[..., :3])
+    once = io.BytesIO()
+    Image.fromarray(drawn[..., :3]).save(once, format="PNG", optimize=True)
+    assert stored == once.getvalue()
+    lossy = np.asarray(Image.fromarray(pixels).quantize(64).convert("RGB"))
+    assert not np.array_equal(lossy, drawn[..., :3])

@@ -378,7 +378,7 @@ def slider(draw: Callable[..., Any], **controls: Sequence[Any]) -> None:
     SLIDERS.append(SimpleNamespace(draw=draw, controls=controls, defaults=defaults))
     draw(**defaults)
     try:
-        import ipywidgets as w
+        import ipywidgets as w  # type: ignore[import-untyped]
     except ImportError:  # the course extra installs it
         print(T("(ipywidgets is not installed: the figure stays still)",
                 "（未安装 ipywidgets：图不能拖动）"))
@@ -548,7 +548,7 @@ def agreement_report(clean: float, rho: Mapping[str, float], null_one: Any,
     ``clean``: the loss over the targets with nothing hidden."""
     n_scores = len(rho) - 1  # the random sets hold one order per score but the random one
     print(T(f"clean loss over the targets: {clean:.3f}", f"目标行上的干净损失：{clean:.3f}"))
-    for name in sorted(rho, key=rho.get, reverse=True):
+    for name in sorted(rho, key=lambda n: rho[n], reverse=True):
         reach = float((null_one >= rho[name]).float().mean())
         print(T(f"  {score_label(name)}: ρ = {rho[name]:+.3f}  (random orders reaching it: "
                 f"{reach:.1%})",
@@ -566,7 +566,7 @@ def agreement_answer(rho: Mapping[str, float], scores: Mapping[str, Any], effect
     best, against the random score and the best of the random sets, and where the first
     token stands by weight and by the loss rise when hidden."""
     n_scores = len(rho) - 1
-    best = max((name for name in rho if name != "random"), key=rho.get)
+    best = max((name for name in rho if name != "random"), key=lambda n: rho[n])
     reach_one = float((null_one >= rho[best]).float().mean())
     reach_best = float((null_best >= rho[best]).float().mean())
     label = score_label(best)

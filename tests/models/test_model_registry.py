@@ -164,3 +164,18 @@ def test_encoder_decoder_folder_loads_with_its_head_and_generates_a_target(tmp_p
     assert isinstance(t, StackedTrace) and t.meta["target_from"] == "generated"
     assert t["encoder"].seq_len == 5 and t["cross"].key_len == 5
     assert 1 <= t["decoder"].seq_len <= 5  # the decoder start token and at most 4 more
+
+
+def test_projection_shapes_read_each_weight_as_a_matrix():
+    """The real models' projections, read from their files: each weight (in, out) with its
+    heads; a weight that is not a matrix is refused, naming it."""
+    from attnlab._errors import Error
+    from attnlab.models.shapes import _projection, projection_shapes
+
+    s = projection_shapes("minilm")
+    q0 = s.of("q")[0]
+    assert (q0.in_dim, q0.out_dim, q0.heads, q0.per_head) == (384, 384, 12, 32)
+    assert [p.out_dim for p in s.of("ffn-up")] == [1536] * 6
+    assert _projection("q", 0, (576, 192), 3, "w").per_head == 64
+    with pytest.raises(Error, match=r"blk\.0\.attn_q\.weight: .* matrix, got shape \(576,\)"):
+        _projection("q", 0, (576,), 9, "blk.0.attn_q.weight")

@@ -3,6 +3,7 @@ long-sequence probe, and the summary keys (see :mod:`attnlab.bench` for their me
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -165,9 +166,10 @@ def _machine() -> Machine:
                     break
     except OSError:
         pass
+    load = _load()
     return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
-            "load_avg_1m": _load()[0] if _load() else None,
+            "load_avg_1m": load[0] if load else None,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
@@ -181,10 +183,10 @@ def grad_error(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> float:
     gradient of the output), the naive code's autograd being the judge."""
     mask = causal_mask(q.shape[-2], device=q.device) if causal else None
     g_out = torch.randn(q.shape[:-1] + v.shape[-1:], generator=torch.Generator().manual_seed(1))
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    lq, lk, lv = leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with torch.enable_grad():
-        want = torch.autograd.grad((naive_attention(*leaves, mask)[0] * g_out).sum(), leaves)
-        out = scaled_dot_product_attention(*leaves, causal=causal, return_weights=True)[0]
+        want = torch.autograd.grad((naive_attention(lq, lk, lv, mask)[0] * g_out).sum(), leaves)
+        out = scaled_dot_product_attention(lq, lk, lv, causal=causal, return_weights=True)[0]
         got = torch.autograd.grad((out * g_out).sum(), leaves)
     return max(float((a - b).abs().max()) for a, b in zip(got, want))
 
@@ -218,17 +220,17 @@ def _measure_cell(cfg: BenchConfig, g: torch.Generator, gemm: tuple[Tensor, Tens
                for _ in range(3))
     fns: dict[str, Callable[[], Any]] = {}
     for name, fn in attention_contenders(causal, n, cfg, dev).items():
-        call = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
+        call = functools.partial(fn, q, k, v)
         fns[name] = fwd_bwd(call, (q, k, v)) if grad else call
     mha = mha_contenders(n, cfg, dev) if not causal else None
     if mha is not None:
         x = torch.randn(b, n, cfg.mha_embed_dim, generator=g).to(dev).requires_grad_(grad)
-        for name, (module, call) in mha.items():
+        for name, (module, forward) in mha.items():
             module.requires_grad_(grad)
-            f = (lambda module=module, call=call, x=x: call(module, x))
-            fns[name] = fwd_bwd(f, (x,)) if grad else f
+            run = functools.partial(forward, module, x)
+            fns[name] = fwd_bwd(run, (x,)) if grad else run
     # the GEMM rate runs in every cell, interleaved with the kernels it judges
-    fns["_gemm"] = lambda ab=gemm: torch.mm(*ab)
+    fns["_gemm"] = functools.partial(torch.mm, *gemm)
     with torch.enable_grad() if grad else torch.no_grad():
         secs = interleaved(fns, cfg.repeats, dev)
     error = None

@@ -44,7 +44,7 @@ attend a NaN gets NaN, as the formula says.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -242,6 +242,46 @@ def _fused(
 # --------------------------------------------------------------------------------------
 # the dispatcher
 # --------------------------------------------------------------------------------------
+
+
+@overload
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    scale: float | None = ..., dropout_p: float = ..., backend: str = ...,
+    return_weights: Literal[False] = ..., return_lse: Literal[False] = ...,
+) -> Tensor: ...
+
+
+@overload
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    scale: float | None = ..., dropout_p: float = ..., backend: str = ...,
+    return_weights: Literal[True], return_lse: Literal[False] = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    scale: float | None = ..., dropout_p: float = ..., backend: str = ...,
+    return_weights: Literal[False] = ..., return_lse: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    scale: float | None = ..., dropout_p: float = ..., backend: str = ...,
+    return_weights: Literal[True], return_lse: Literal[True],
+) -> tuple[Tensor, Tensor, Tensor]: ...
+
+
+@overload
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    scale: float | None = ..., dropout_p: float = ..., backend: str = ...,
+    return_weights: bool = ..., return_lse: bool = ...,
+) -> Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]: ...
 
 
 def scaled_dot_product_attention(

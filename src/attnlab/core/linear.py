@@ -34,6 +34,8 @@ True
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -181,6 +183,27 @@ def _linear(
         factor = m.to(q.dtype).expand(*kv_batch, 1, lk).reshape(fk3.shape[0], lk, 1)
     out = _recurrent(fq4, fk3, v3, factor, causal, chunk)  # (n_kv, G, Lq, dv)
     return out.view(*batch, lq, dv)
+
+
+@overload
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    return_weights: Literal[False] = ..., form: str = ..., chunk: int = ...,
+) -> Tensor: ...
+
+
+@overload
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    return_weights: Literal[True], form: str = ..., chunk: int = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = ..., *, causal: bool = ...,
+    return_weights: bool = ..., form: str = ..., chunk: int = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 def linear_attention(

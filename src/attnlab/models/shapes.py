@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab._errors import Error
 from attnlab.models.registry import (
     _SMOLLM2_CACHE,
     MINILM_SHA256,
@@ -71,6 +72,15 @@ class ModelShapes:
         return tuple(p for p in self.projections if p.role == role)
 
 
+def _projection(role: str, layer: int, in_out: tuple[int, ...], heads: int,
+                where: str) -> Projection:
+    """The :class:`Projection` of a weight whose dimensions, in ``(in, out)`` order, are
+    ``in_out``; a weight that is not a matrix is refused, naming it (``where``)."""
+    if len(in_out) != 2:
+        raise Error(f"{where}: a projection's weight must be a matrix, got shape {in_out}")
+    return Projection(role, layer, in_out[0], in_out[1], heads=heads)
+
+
 def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     from safetensors import safe_open
 
@@ -89,10 +99,11 @@ def _minilm() -> ModelShapes:
              "v": "attention.self.value", "o": "attention.output.dense",
              "ffn-up": "intermediate.dense"}
     heads = {"q": h, "k": h, "v": h}
-    projections = tuple(
-        Projection(role, i, *reversed(shapes[f"encoder.layer.{i}.{names[role]}.weight"]),
-                   heads=heads.get(role, 1))  # torch Linear weights are (out, in)
-        for i in range(int(config["num_hidden_layers"])) for role in ROLES)
+    keys = {(i, role): f"encoder.layer.{i}.{names[role]}.weight"
+            for i in range(int(config["num_hidden_layers"])) for role in ROLES}
+    projections = tuple(  # torch Linear weights are (out, in)
+        _projection(role, i, shapes[key][::-1], heads.get(role, 1), key)
+        for (i, role), key in keys.items())
     return ModelShapes("minilm", d, h, h, d // h, str(weights), projections)
 
 
@@ -112,9 +123,10 @@ def _gguf_smollm2(path: Path) -> ModelShapes:
     names = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
              "ffn-up": "ffn_up"}
     heads = {"q": h, "k": kv, "v": kv}
-    projections = tuple(
-        Projection(role, i, *shapes[f"blk.{i}.{names[role]}.weight"], heads=heads.get(role, 1))
-        for i in range(meta("block_count")) for role in ROLES)
+    keys = {(i, role): f"blk.{i}.{names[role]}.weight"
+            for i in range(meta("block_count")) for role in ROLES}
+    projections = tuple(_projection(role, i, shapes[key], heads.get(role, 1), key)
+                        for (i, role), key in keys.items())
     return ModelShapes("smollm2", d, h, kv, d // h, str(path), projections)
 
 
@@ -126,10 +138,10 @@ def _cached_smollm2(target: Path) -> ModelShapes:
     names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
              "o": "self_attn.o_proj", "ffn-up": "mlp.up_proj"}
     heads = {"q": h, "k": kv, "v": kv}
-    projections = tuple(
-        Projection(role, i, *reversed(shapes[f"model.layers.{i}.{names[role]}.weight"]),
-                   heads=heads.get(role, 1))
-        for i in range(int(config["num_hidden_layers"])) for role in ROLES)
+    keys = {(i, role): f"model.layers.{i}.{names[role]}.weight"
+            for i in range(int(config["num_hidden_layers"])) for role in ROLES}
+    projections = tuple(_projection(role, i, shapes[key][::-1], heads.get(role, 1), key)
+                        for (i, role), key in keys.items())
     return ModelShapes("smollm2", d, h, kv, int(config.get("head_dim", d // h)),
                        str(target / "model.safetensors"), projections)
 

@@ -67,6 +67,7 @@ from attnlab.tracing.budget import (
     format_bytes,
     model_shape,
 )
+from attnlab.tracing.stacks import StackedTrace
 from attnlab.viz.assets import static_asset
 from attnlab.viz.codec import json_for_html
 from attnlab.viz.explorer import Explorer
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["ExploreRequest", "ModelTracer", "ServeConfig", "create_app", "model_tracer",
            "pinned_caches", "run"]
 
-Tracer = Callable[[str], AttentionTrace]
+Tracer = Callable[[str], AttentionTrace | StackedTrace]
 
 class ModelLimits(TypedDict):
     """The most tokens a model accepts here (:func:`_limits`): each key only where the
@@ -133,7 +134,8 @@ class ModelTracer:
     def estimate(self, num_tokens: int) -> int:
         return estimate_trace_bytes(self.shape, num_tokens).total
 
-    def __call__(self, text: str) -> AttentionTrace:
+    def __call__(self, text: str) -> AttentionTrace | StackedTrace:
+        """The trace of ``text`` (a :class:`StackedTrace` for an encoder–decoder model)."""
         from attnlab.tracing.tracer import trace
 
         return trace(self.loaded, text)

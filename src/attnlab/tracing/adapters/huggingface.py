@@ -78,7 +78,7 @@ import functools
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -511,9 +511,9 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
             band = rule.visible(torch.arange(lq, device=query.device), None, lq=lq, lk=lk)
             mask = combine(mask, band)
             causal = False
-        out, lse = cast("tuple[Tensor, Tensor]", scaled_dot_product_attention(
+        out, lse = scaled_dot_product_attention(
             query, key, value, mask, causal=causal, scale=scale, dropout_p=dropout,
-            return_lse=True))
+            return_lse=True)
     observers = list(module.__dict__.get(_OBSERVERS, ()))
     if observers:
         # the last call's q, k and mask by weak reference: holding them would keep every

@@ -46,7 +46,7 @@ def definitions_json(defs: dict) -> dict:
     out = {}
     for name, got in defs.items():
         d = DEFINITIONS[name]
-        entry = {"summary": d.summary, "source": d.source, "on": d.on}
+        entry: dict[str, Any] = {"summary": d.summary, "source": d.source, "on": d.on}
         if "unavailable" in got:
             entry["unavailable"] = got["unavailable"]
         else:
@@ -154,6 +154,7 @@ def _from_trace(args: argparse.Namespace) -> int:
 def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, emit_json
     from attnlab.analysis import diagnose_model
+    from attnlab.analysis.heads import HeadDiagnostics
     from attnlab.analysis.literature import DEFINITIONS, compute_definitions
     from attnlab.commands.model_run import ModelRun, target_text
     from attnlab.tracing.tracer import is_seq2seq
@@ -174,7 +175,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     target, target_arg = target_text(args)
     loaded = job.load()
     job.admit(loaded, text, arg)
-    seq2seq = is_seq2seq(getattr(loaded, "model", None))
+    net = getattr(loaded, "model", None)
+    seq2seq = net is not None and is_seq2seq(net)
     if target is not None and not seq2seq:
         raise UsageError(f"{target_arg}: a target is for encoder-decoder models (a source and "
                          f"a target text); {loaded.name} has one attention stack and reads "
@@ -193,7 +195,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.json:
         with job.layers(loaded, "literature definitions"):
             defs = compute_definitions(loaded, text, seed=args.seed or 0, truncate=args.truncate,
-                                       own=d.scores)
+                                       own=d.scores if isinstance(d, HeadDiagnostics) else None)
         emit_json({**d.to_json(), "definitions": definitions_json(defs), "run": job.stats()})
     else:
         _print_tables(d)

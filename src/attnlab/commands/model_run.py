@@ -13,10 +13,15 @@ import contextlib
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from attnlab._cli import UsageError, read_text_file
 from attnlab._text import one_line, too_long
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from attnlab.tracing import StackedTrace
 
 __all__ = ["ModelRun", "add_model_run_arguments", "add_run_arguments", "add_target_arguments",
            "blocks",
@@ -100,7 +105,7 @@ def target_text(args: argparse.Namespace) -> tuple[str | None, str]:
     return target, arg
 
 
-def target_error(exc: ValueError, target: str | None, arg: str) -> UsageError:
+def target_error(exc: Exception, target: str | None, arg: str) -> UsageError:
     """A tracer's refusal about the target as one line naming the argument."""
     msg = one_line(exc)
     if target is not None and msg.startswith("target"):  # the argument's own name for it
@@ -203,10 +208,10 @@ class ModelRun:
         from attnlab.tracing.run_settings import RunSettings
 
         a = self.args
-        kw = {"chat": bool(getattr(a, "chat", False)), "generate": getattr(a, "generate", 0),
-              "temperature": getattr(a, "temperature", None),
-              "top_p": getattr(a, "top_p", None),
-              "seed": getattr(a, "seed", None) if getattr(a, "generate", 0) else None}
+        kw: dict[str, Any] = {
+            "chat": bool(getattr(a, "chat", False)), "generate": getattr(a, "generate", 0),
+            "temperature": getattr(a, "temperature", None), "top_p": getattr(a, "top_p", None),
+            "seed": getattr(a, "seed", None) if getattr(a, "generate", 0) else None}
         try:
             RunSettings(**kw)
         except (ValueError, TypeError) as exc:
@@ -405,7 +410,7 @@ def generation_json(trace: Any) -> GenerationJSON:
             "generated_text": gen.get("text"), "chat": bool(meta.get("chat"))}
 
 
-def is_stacked(trace: Any) -> bool:
+def is_stacked(trace: object) -> TypeIs[StackedTrace]:
     """Whether a trace is an encoder–decoder model's StackedTrace (several stacks)."""
     from attnlab.tracing import StackedTrace
 

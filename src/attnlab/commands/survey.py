@@ -107,7 +107,9 @@ def _in_dtype(loaded, dtype: str):
         net = placed(loaded.model, dtype, None)
     except ValueError as exc:
         raise UsageError(f"--dtype {dtype}: {one_line(exc).removeprefix('dtype: ')}") from exc
-    return dataclasses.replace(loaded, model=net) if dataclasses.is_dataclass(loaded) else loaded
+    if dataclasses.is_dataclass(loaded) and not isinstance(loaded, type):
+        return dataclasses.replace(loaded, model=net)
+    return loaded
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -110,7 +110,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                          "decoder and cross-attention stacks); a streamed trace holds one stack")
     job.admit(loaded, text, arg, stream=True if args.stream else (None if one_stack else False),
               keep_weights=args.no_qkv, keep_context=args.context)
-    kw: dict[str, object] = {} if target is None else {"target": target}
+    kw: dict[str, Any] = {} if target is None else {"target": target}
     if job.streaming:
         kw["out"] = args.out
     try:

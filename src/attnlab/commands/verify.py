@@ -45,10 +45,9 @@ def _print_results(results: list) -> None:
     from attnlab.experiments._result import fmt_num
 
     table = Table(title="attnlab verify")
-    for col, just in (("name", "left"), ("origin", "left"), ("measured", "right"),
-                      ("expected", "right"), ("control", "left"), ("verdict", "left"),
-                      ("s", "right")):
-        table.add_column(col, justify=just)
+    for col in ("name", "origin", "measured", "expected", "control", "verdict", "s"):
+        table.add_column(col, justify="right" if col in ("measured", "expected", "s")
+                         else "left")
     for r in results:
         c = r.control
         control = ("—" if c is None else

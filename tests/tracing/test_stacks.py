@@ -242,3 +242,22 @@ def test_an_opened_stacked_file_with_a_corrupt_tensor_is_refused_by_verify(tmp_p
     assert isinstance(open_trace(bad, verify=False), StackedTrace)
     with pytest.raises(TraceFormatError, match=r"one AttentionTrace.*load_trace"):
         StackedTrace.open(_qk_trace("self", SRC).save(tmp_path / "one.safetensors"))
+
+
+def test_one_stack_and_stacks_of_pass_their_kind_and_refuse_the_other():
+    """What code that reads one stack (or every stack) asks of a trace: the trace itself
+    when it is of that kind, a refusal naming what it got otherwise."""
+    from attnlab import Error
+    from attnlab.tracing import one_stack, stacks_of
+
+    st, one = _stacked(), _qk_trace("decoder", TGT, causal=True)
+    assert one_stack(one) is one and stacks_of(st) is st
+    with pytest.raises(Error, match=r"the source must be one attention stack, got an "
+                                    r"encoder–decoder trace of 3 stacks \(encoder, decoder, "
+                                    r"cross\)"):
+        one_stack(st, "the source")
+    with pytest.raises(Error, match=r"trace must be an encoder–decoder model's stacked "
+                                    r"trace, got AttentionTrace \(one stack\)"):
+        stacks_of(one)
+    with pytest.raises(TypeError, match="trace must be an AttentionTrace, got dict"):
+        one_stack({"decoder": one})

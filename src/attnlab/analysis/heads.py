@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from torch import Tensor
@@ -44,6 +44,10 @@ from attnlab.analysis._records import RepeatInductionInfo
 from attnlab.analysis.scores import ForwardSums, check_trace, pattern_cosine, pool_block, scan
 from attnlab.analysis.sums import scores_from_sums
 from attnlab.tracing.runner import check_loaded
+
+if TYPE_CHECKING:
+    from attnlab.tracing.attention import AttentionTrace
+    from attnlab.tracing.stacks import StackedTrace
 
 __all__ = ["MAX_CLUSTER_HEADS", "POOLED_BYTES", "POSITIONAL_SCORES", "ROLES", "DiagnosticsMeta",
            "HeadDiagnostics", "HeadDiagnosticsJSON", "StackedDiagnostics",
@@ -421,6 +425,27 @@ def _progress(show: bool, what: str) -> Iterator[Callable[[int, int], Any] | Non
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+@overload
+def diagnose(trace: AttentionTrace, *, induction: Any = ..., period: int | None = ...,
+             start: int | None = ..., thresholds: Thresholds | None = ...,
+             tile_rows: int | None = ..., max_blocks: int = ..., progress: bool = ...,
+             group: Any = ...) -> HeadDiagnostics: ...
+
+
+@overload
+def diagnose(trace: StackedTrace, *, induction: Any = ..., period: int | None = ...,
+             start: int | None = ..., thresholds: Thresholds | None = ...,
+             tile_rows: int | None = ..., max_blocks: int = ..., progress: bool = ...,
+             group: Any = ...) -> StackedDiagnostics: ...
+
+
+@overload
+def diagnose(trace: Any, *, induction: Any = ..., period: int | None = ...,
+             start: int | None = ..., thresholds: Thresholds | None = ...,
+             tile_rows: int | None = ..., max_blocks: int = ..., progress: bool = ...,
+             group: Any = ...) -> HeadDiagnostics | StackedDiagnostics: ...
+
+
 def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
              start: int | None = None, thresholds: Thresholds | None = None,
              tile_rows: int | None = None, max_blocks: int = 256,
@@ -466,9 +491,8 @@ def diagnose(trace: Any, *, induction: Any = None, period: int | None = None,
         return StackedDiagnostics(
             model=trace.model, meta={"text": trace.text, "target": trace.target},
             # (each stack's trace is an AttentionTrace: one HeadDiagnostics each)
-            stacks={name: cast(HeadDiagnostics, diagnose(
-                        t, thresholds=thresholds, tile_rows=tile_rows, max_blocks=max_blocks,
-                        progress=progress, group=group))
+            stacks={name: diagnose(t, thresholds=thresholds, tile_rows=tile_rows,
+                                   max_blocks=max_blocks, progress=progress, group=group)
                     for name, t in trace.items()})
     check_trace(trace)
     if induction is not None:

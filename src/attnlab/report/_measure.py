@@ -166,14 +166,14 @@ def run_job(job: Job) -> Measured:
         base = getattr(module, "base_model", module)  # no vocabulary head
         t1 = time.perf_counter()
         with torch.no_grad():
-            out = base(input_ids=x, output_attentions=True, use_cache=False)
+            res = base(input_ids=x, output_attentions=True, use_cache=False)
         forward_s = time.perf_counter() - t1
-        kept = sum(a.nbytes for a in out.attentions)
+        kept = sum(a.nbytes for a in res.attentions)
     else:
-        from attnlab.tracing.tracer import trace
+        from attnlab.tracing import one_stack, trace
 
         t1 = time.perf_counter()
-        t = trace(subject, ids, merge_pieces=False)
+        t = one_stack(trace(subject, ids, merge_pieces=False))
         forward_s = time.perf_counter() - t1
         kept = sum(x.nbytes for x in (t.q, t.k, t.v, t.lse, t.context) if x is not None)
     out: Measured = {

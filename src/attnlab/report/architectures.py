@@ -67,6 +67,7 @@ from attnlab.report.explorer import qk_view_error
 from attnlab.report.html import BiText, ReportContext, Section, bilingual, escape, fmt, table
 from attnlab.tracing import tiny
 from attnlab.tracing.attention import AttentionTrace
+from attnlab.tracing.stacks import one_stack, stacks_of
 from attnlab.tracing.verify import EXACT_TOL, check_stack
 from attnlab.viz.explorer import Explorer, ExplorerConfig
 
@@ -180,7 +181,7 @@ def trace_bart(tok: Any) -> Case:
     from attnlab.tracing.tracer import trace
 
     model = tiny_bart()
-    st = trace(model, SOURCE, target=TARGET, tokenizer=tok)
+    st = stacks_of(trace(model, SOURCE, target=TARGET, tokenizer=tok))
     enc_ids, dec_ids = st["encoder"].token_ids, st["decoder"].token_ids
     with torch.no_grad():
         out = model(input_ids=torch.tensor([enc_ids]), decoder_input_ids=torch.tensor([dec_ids]),
@@ -198,7 +199,7 @@ def trace_vit(tok: Any) -> Case:
     from attnlab.tracing.tracer import trace
 
     model, img = tiny_vit(), draw_image()
-    t = trace(model, image=img)
+    t = one_stack(trace(model, image=img))
     pixels, _, _ = image_inputs(model, img, None)
     with torch.no_grad():
         out = model(pixel_values=pixels, output_attentions=True)
@@ -219,7 +220,7 @@ def trace_whisper(tok: Any) -> Case:
     samples = chirp(1.0)
     with tempfile.TemporaryDirectory(prefix="attnlab-") as tmp:
         path = write_wav(Path(tmp) / "chirp.wav", samples)
-        st = trace(model, audio=path, target=SPEECH_TARGET, tokenizer=tok)
+        st = stacks_of(trace(model, audio=path, target=SPEECH_TARGET, tokenizer=tok))
     cfg = model.config
     frames = 2 * cfg.max_source_positions  # the model's window: 2 mel frames per position
     fe = WhisperFeatureExtractor(feature_size=cfg.num_mel_bins, sampling_rate=SAMPLE_RATE,
@@ -313,7 +314,7 @@ class RealSpeech:
         samples = read_wav(self.path)
         self.seconds = samples.size / SAMPLE_RATE
         t1 = time.perf_counter()
-        self.trace = trace(loaded, audio=self.path, max_new_tokens=24)
+        self.trace = stacks_of(trace(loaded, audio=self.path, max_new_tokens=24))
         self.transcript = (self.trace.target or "").strip()
         cross = self.trace["cross"]
         ids = self.trace["decoder"].token_ids
@@ -322,7 +323,7 @@ class RealSpeech:
         fs = float(self.trace.meta["input"]["frame_seconds"])
         self.peak_seconds = [p * fs for p in peaks]
         shuffled = np.random.default_rng(seed).permutation(samples)
-        control = trace(loaded, audio=shuffled, target=ids, qkv=False)
+        control = stacks_of(trace(loaded, audio=shuffled, target=ids, qkv=False))
         self.rho_shuffled = alignment(control["cross"])[0]
         self.trace_seconds = time.perf_counter() - t1
         from transformers import WhisperFeatureExtractor
@@ -330,9 +331,9 @@ class RealSpeech:
         features = WhisperFeatureExtractor()(samples, sampling_rate=SAMPLE_RATE,
                                               return_tensors="pt")["input_features"]
         with torch.no_grad():
-            out = loaded.model.model(input_features=features,
-                                     decoder_input_ids=torch.tensor([ids]),
-                                     output_attentions=True, use_cache=False)
+            net: Any = loaded.model.model
+            out = net(input_features=features, decoder_input_ids=torch.tensor([ids]),
+                      output_attentions=True, use_cache=False)
         ref = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions,
                "cross": out.cross_attentions}
         stacks = dict(self.trace.items())

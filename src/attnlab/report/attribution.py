@@ -187,14 +187,14 @@ def ablation_ahead(seed: int) -> AblationStudy | None:
     without SmolLM2."""
     from attnlab.analysis.attribute import ablation_study
     from attnlab.models import ModelNotAvailableError, load
-    from attnlab.tracing import trace
+    from attnlab.tracing import one_stack, trace
 
     try:
         loaded = load("smollm2", progress=False)
     except ModelNotAvailableError:
         return None
     ids = text_ids(loaded)[:ABLATION_TOKENS]
-    return ablation_study(loaded, trace(loaded, ids, merge_pieces=False),
+    return ablation_study(loaded, one_stack(trace(loaded, ids, merge_pieces=False)),
                           ablation_tokens=ABLATION_TOKENS, max_keys=MAX_KEYS, seed=seed)
 
 

@@ -246,4 +246,4 @@ def write_page(path: str | Path = "docs/claims.md", seed: int = 0, *,
 
 
 if __name__ == "__main__":  # python -m attnlab.report.claims_markdown [PATH]
-    print(write_page(*sys.argv[1:2], quiet=False))
+    print(write_page(sys.argv[1] if len(sys.argv) > 1 else "docs/claims.md", quiet=False))

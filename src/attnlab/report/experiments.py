@@ -100,8 +100,8 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
                         c.passed) for c in r.checks],
                       passed_col=4, catalog=cat)
     if r.table is not None:
-        headers, rows = r.table
-        body += table(headers, [[_cell(x) for x in row] for row in rows], catalog=cat)
+        headers, cells = r.table
+        body += table(headers, [[_cell(x) for x in row] for row in cells], catalog=cat)
     if r.figure is not None:
         # experiment figures use constrained layout: no tight-bbox pass (it draws twice)
         body += figure(r.figure, r.caption, r.caption_zh, catalog=cat, dpi=dpi, tight=False,
@@ -112,7 +112,7 @@ def section_for(result: Result, *, dpi: int = 100) -> Section:
         body += bilingual(r.caption, r.caption_zh, cls="muted")
     took = f"computed in {r.seconds:.1f} s"
     body += f'<p class="muted">{both(took, translate(took, cat))}</p>'
-    rows = [(r.quantity, fmt_num(r.measured), r.passed)]
+    rows: list[tuple[str, str, bool | None]] = [(r.quantity, fmt_num(r.measured), r.passed)]
     rows += [(c.name, fmt_num(c.value), c.passed) for c in r.checks]
     return Section(f"exp-{r.name}", f"Experiment: {r.name}", f"实验：{r.name}", body,
                    r.passed, rows, finding=r.finding)

@@ -144,7 +144,8 @@ def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:
                 pil_kwargs={"compress_level": 0})
     buf.seek(0)
     with Image.open(buf) as im:
-        opaque = im.mode == "RGBA" and im.getextrema()[3] == (255, 255)
+        extrema: Any = im.getextrema()  # per band: (low, high)
+        opaque = im.mode == "RGBA" and extrema[3] == (255, 255)
         out = im.convert("RGB") if opaque else im.copy()
     buf = io.BytesIO()
     out.save(buf, format="PNG", optimize=True)

@@ -479,7 +479,8 @@ def _curve_table(doc: LongContextsDoc) -> str:
         tr, ea = p["trace"], p["eager"]
         if ea is None:
             pred = p["eager_predicted_bytes"]
-            eager = ["not run", f"predicted {_gb(pred)}" if pred else "–", "–", "–"]
+            eager: list[str | BiText] = ["not run", f"predicted {_gb(pred)}" if pred else "–",
+                                         "–", "–"]
         elif "error" in ea:
             eager = [_failed(ea["error"]), _gb(p["eager_predicted_bytes"]), "–", "–"]
         else:

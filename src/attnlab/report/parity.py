@@ -36,6 +36,7 @@ def build(ctx: ReportContext) -> Section:
                       "两篇文章自己的示例与调试检查：")
     body += table(["check", "value", "result"], demos, passed_col=2,
                   catalog=zh)
-    rows = [(c.name, f"{c.max_error:.1e}", c.passed) for c in checks]
+    rows: list[tuple[str, str, bool | None]] = [(c.name, f"{c.max_error:.1e}", c.passed)
+                                                for c in checks]
     rows += [(n, v, ok) for n, v, ok in demos]
     return Section("parity", "Parity with PyTorch", "与 PyTorch 的一致性", body, passed, rows)

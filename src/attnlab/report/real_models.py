@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from attnlab._errors import Error
 from attnlab.analysis import diagnose, recompute_errors, repeated_random_tokens
 from attnlab.models import ModelNotAvailableError, load
 from attnlab.report.html import (
@@ -37,6 +38,7 @@ from attnlab.report.html import (
     fmt,
     table,
 )
+from attnlab.tracing.stacks import one_stack
 from attnlab.tracing.tracer import trace
 from attnlab.tracing.verify import (
     EXACT_TOL,
@@ -79,15 +81,19 @@ ROLE_NAMES = {"sink": ("attention sink (first token)", "注意力汇聚（首个
 _WHY = {"previous-token": "前一个词元头", "sink": "汇聚头", "induction": "归纳头"}
 
 
-def _model_attentions(loaded: Any, token_ids: list[int]) -> torch.Tensor:
-    """(L, H, N, N): the model's own ``output_attentions`` on the same tokens."""
+def _model_attentions(loaded: Any, token_ids: list[int] | None) -> torch.Tensor:
+    """(L, H, N, N): the model's own ``output_attentions`` on the same tokens (those a
+    trace kept)."""
+    if token_ids is None:
+        raise Error("the model's own attentions need the trace's token ids; it kept none")
     with torch.no_grad():
         out = loaded.model(input_ids=torch.tensor([token_ids]), output_attentions=True)
     return torch.stack([a[0] for a in out.attentions]).float()
 
 
 def _checks(loaded: Any, text: str, rows: list, label: str, label_zh: str) -> Any:
-    t = trace(loaded, text, context=True, merge_pieces=False)  # q, k, v, lse; weights on demand
+    # q, k, v, lse; weights on demand
+    t = one_stack(trace(loaded, text, context=True, merge_pieces=False))
     # the one rule of tracing.verify (its tolerance grows with the rows' log-sum-exp)
     chk = check_stack(t, _model_attentions(loaded, t.token_ids), recompute=True)
     rec = recompute_errors(t)
@@ -150,7 +156,7 @@ def _precision_row(c: PrecisionCheck) -> list[Any]:
 
 
 def _roles_table(d: Any) -> str:
-    rows = []
+    rows: list[tuple[BiText, int, str | BiText]] = []
     for role, hits in d.roles().items():
         en, zh = ROLE_NAMES.get(role, (role, role))
         best = ", ".join(f"L{l_}.H{h} ({s:.2f})" for l_, h, s in hits[:5]) or "–"
@@ -215,17 +221,18 @@ def _smollm2(ctx: ReportContext, rows: list, parts: list[str]) -> None:
     _checks(loaded, zh, rows, "smollm2 Chinese", "smollm2 中文句")
     precision: list[str] = []
     _precision(loaded, t_en, rows, precision)
-    t_zh = trace(loaded, zh, qkv=False)  # byte pieces merged into characters
+    t_zh = one_stack(trace(loaded, zh, qkv=False))  # byte pieces merged into characters
     whole = t_zh.tokens == [c for c in zh] and not any("\ufffd" in x for x in t_zh.tokens)
     rows.append((BiText("smollm2 Chinese: labels are whole characters",
                         "smollm2 中文句：标签是完整的汉字"), len(t_zh.tokens), whole))
     tok = loaded.tokenizer
-    vocab = loaded.model.config.vocab_size
+    config: Any = loaded.model.config
+    vocab = int(config.vocab_size)
     special = set(tok.all_special_ids or [])
     period = 30
     ids = repeated_random_tokens([i for i in range(1000, vocab) if i not in special], period,
                                  seed=ctx.seed)
-    t_ind = trace(loaded, ids, qkv=False)
+    t_ind = one_stack(trace(loaded, ids, qkv=False))
     d = diagnose(t_en, induction=t_ind, period=period)
     (il, ih, isc), = d.top("induction", 1)
     (pl, ph, ps), = d.top("previous", 1)

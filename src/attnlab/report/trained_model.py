@@ -25,6 +25,7 @@ from attnlab.report.html import (
     table,
 )
 from attnlab.train.config import TrainConfig
+from attnlab.train.heads import LookupScores
 from attnlab.train.summary import RunSummary, ensure_run, summarize_run
 from attnlab.train.trainer import plot_metrics
 
@@ -140,15 +141,15 @@ def section_for(s: RunSummary) -> Section:
                    rows=list(s.checks))
 
 
-def _lookup_figure(s: RunSummary) -> Any:
+def _lookup_figure(s: RunSummary, lookup: LookupScores) -> Any:
     """The lookup head's attention from the query position (the last) over one held-out
-    sequence, its key and value marked."""
+    sequence of ``s`` (``lookup``: its lookup scores), its key and value marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    layer, head, score = s.lookup.best_value
+    layer, head, score = lookup.best_value
     tokens = s.example_tokens
     row = s.example_weights[layer, head, -1].numpy()
     fig, ax = plt.subplots(figsize=(7.5, 2.8))
@@ -162,7 +163,7 @@ def _lookup_figure(s: RunSummary) -> Any:
     return fig
 
 
-def lookup_part(s: RunSummary) -> tuple[str, list[tuple[str, str, bool]], bool]:
+def lookup_part(s: RunSummary) -> tuple[str, list[tuple[str, str, bool | None]], bool]:
     """The associative-recall run's part of the section: (HTML, check rows, passed)."""
     if s.lookup is None:
         raise ValueError(f"lookup_part needs an assoc-recall run, got task {s.config.task!r}")
@@ -190,7 +191,7 @@ def lookup_part(s: RunSummary) -> tuple[str, list[tuple[str, str, bool]], bool]:
                     f"heads, dim {config.embed_dim}", f"{config.steps} 步，{config.num_layers} "
                     f"层 × {config.num_heads} 个头，维度 {config.embed_dim}", tag="span")
         + "</p>",
-        figure(_lookup_figure(s),
+        figure(_lookup_figure(s, lookup),
                "The lookup head's attention from the query key (the last position) over one "
                "held-out sequence: almost all of it on the value that followed the same key.",
                "查找头从查询键（最后一个位置）出发、在一条留出序列上的注意力：几乎全部落在"

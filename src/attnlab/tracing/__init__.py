@@ -17,9 +17,16 @@
 
 from attnlab.tracing.attention import FORMAT_VERSION, AttentionTrace, TraceFormatError
 from attnlab.tracing.capture import AttentionRecord, Capture, UnreadableAttentionError, capture
-from attnlab.tracing.stacks import StackedTrace, load_trace, open_trace, verify_across
+from attnlab.tracing.stacks import (
+    StackedTrace,
+    load_trace,
+    one_stack,
+    open_trace,
+    stacks_of,
+    verify_across,
+)
 from attnlab.tracing.tracer import trace
 
 __all__ = ["FORMAT_VERSION", "AttentionRecord", "AttentionTrace", "Capture",
            "StackedTrace", "TraceFormatError", "UnreadableAttentionError", "capture",
-           "load_trace", "open_trace", "trace", "verify_across"]
+           "load_trace", "one_stack", "open_trace", "stacks_of", "trace", "verify_across"]

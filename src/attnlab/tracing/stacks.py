@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from attnlab._errors import ArgumentTypeError, Error
 from attnlab.tracing import trace_file
 from attnlab.tracing._names import STACK_ORDER
 from attnlab.tracing._resident import RESIDENT_BYTES
@@ -172,6 +173,36 @@ class StackedTrace(Mapping[str, AttentionTrace]):
         for t in self._stacks.values():
             t.verify(share=share)
         return self
+
+
+def one_stack(trace: AttentionTrace | StackedTrace, what: str = "trace") -> AttentionTrace:
+    """``trace`` where it is one stack's :class:`AttentionTrace` (what :func:`trace` gives
+    for a decoder or an encoder), for code that reads one stack; an encoder–decoder
+    model's :class:`StackedTrace` is refused, naming its stacks (``what``: how the message
+    names the trace).
+
+    >>> import torch
+    >>> t = AttentionTrace(["a", "b"], weights=torch.full((1, 1, 2, 2), 0.5))
+    >>> one_stack(t) is t
+    True
+    """
+    if isinstance(trace, StackedTrace):
+        raise Error(f"{what} must be one attention stack, got an encoder–decoder trace of "
+                    f"{len(trace)} stacks ({', '.join(trace.names)})")
+    if not isinstance(trace, AttentionTrace):
+        raise ArgumentTypeError(f"{what} must be an AttentionTrace, got "
+                                f"{type(trace).__name__}")
+    return trace
+
+
+def stacks_of(trace: AttentionTrace | StackedTrace, what: str = "trace") -> StackedTrace:
+    """``trace`` where it is an encoder–decoder model's :class:`StackedTrace`, for code that
+    reads its stacks; one stack's :class:`AttentionTrace` is refused (``what``: how the
+    message names the trace)."""
+    if isinstance(trace, StackedTrace):
+        return trace
+    raise Error(f"{what} must be an encoder–decoder model's stacked trace, got "
+                f"{type(trace).__name__} (one stack)")
 
 
 def load_trace(path: str | os.PathLike[str]) -> AttentionTrace | StackedTrace:

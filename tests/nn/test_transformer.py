@@ -231,3 +231,19 @@ def test_decoder_layer_refuses_swapped_caches():
     layer(x[:, :1], memory, self_cache=a, cross_cache=b)
     with pytest.raises(ValueError, match="another attention layer"):
         layer(x[:, 1:2], memory, self_cache=b, cross_cache=a)
+
+
+def test_gpt_attention_is_each_blocks_own_module_and_refuses_a_missing_layer():
+    from attnlab import ArgumentError, ArgumentTypeError
+    from attnlab.nn.transformer import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_layers=3, num_heads=2, embed_dim=8))
+    assert [model.attention(i) for i in range(3)] == [b.attn for b in model.blocks]
+    assert model.attention(-1) is model.blocks[2].attn
+    with pytest.raises(ArgumentError, match="layer"):
+        model.attention(3)
+    with pytest.raises(ArgumentTypeError, match="layer"):
+        model.attention(1.0)
+    model.blocks[1] = torch.nn.Identity()
+    with pytest.raises(ArgumentTypeError, match="block 1 is Identity, not a GPT block"):
+        model.attention(1)

@@ -336,10 +336,11 @@ def _einsum_errors(mha: MultiHeadAttention, x: Tensor, masks: dict[str, Tensor |
     unscaled = copy.deepcopy(mha64)
     unscaled.scale = 1.0
     with torch.no_grad():
-        return tuple(max(
+        scaled, dropped = (max(
             max_error(einsum_fn(m64, x64, None if m is None else m.bool())[0],
-                 mha64(x64, mask=None if m is None else m.bool())[0])
+                      mha64(x64, mask=None if m is None else m.bool())[0])
             for m in masks.values()) for m64 in (mha64, unscaled))
+    return scaled, dropped
 
 
 def measure(

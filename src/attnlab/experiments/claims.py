@@ -266,14 +266,14 @@ class Measurement:
         '对照（随机）：0.2，不满足，符合预期（余量 0.8）'
         """
         margin = self.margin(c)
-        shown = margin is not None and math.isfinite(margin)
+        shown = fmt_num(margin) if margin is not None and math.isfinite(margin) else None
         if zh:
             return (f"对照（{c.what_zh}）：{fmt_num(c.measured)}，"
                     f"{'同样满足，该测量无法区分' if c.holds else '不满足，符合预期'}"
-                    + (f"（余量 {fmt_num(margin)}）" if shown else ""))
+                    + (f"（余量 {shown}）" if shown is not None else ""))
         return (f"control ({c.what}): {fmt_num(c.measured)}, "
                 f"{'passes too: the measurement does not tell' if c.holds else 'fails'}"
-                + (f" (margin {fmt_num(margin)})" if shown else ""))
+                + (f" (margin {shown})" if shown is not None else ""))
 
     def to_json(self) -> MeasurementJSON:
         return {
@@ -307,8 +307,8 @@ def measure(ev: Evidence, result: Result) -> Measurement:
     if ev.part in ("", HEADLINE):
         holds = result.holds if ev.part == "" else (
             result.headline_holds and not (result.control and result.control.holds))
-        m = [(result.quantity, result.quantity_zh, result.measured, result.expected_text,
-              holds)]
+        m: list[tuple[str, str | None, float, str, bool]] = [
+            (result.quantity, result.quantity_zh, result.measured, result.expected_text, holds)]
         pairs = [(result.control, result.control_margin)] + (
             [(c.control, c.control_margin) for c in result.checks if not c.support]
             if ev.part == "" else [])
@@ -321,14 +321,14 @@ def measure(ev: Evidence, result: Result) -> Measurement:
         m = [(c.name, None, c.value, c.expected, c.passed) for c in picked]
         pairs = [(c.control, c.control_margin) for c in picked]
         by_construction = all(c.by_construction for c in picked)
-    pairs = [(c, m) for c, m in pairs if c is not None]
+    kept = [(c, margin) for c, margin in pairs if c is not None]
     return Measurement(
         experiment=ev.experiment, part=ev.part, against=ev.against,
         quantities=tuple(x[0] for x in m), quantities_zh=tuple(x[1] for x in m),
         values=tuple(float(x[2]) for x in m), expected=tuple(x[3] for x in m),
         holds=all(x[4] for x in m), passed=result.passed,
-        controls=tuple(c for c, _ in pairs),
-        margins=tuple(math.nan if m is None else float(m) for _, m in pairs),
+        controls=tuple(c for c, _ in kept),
+        margins=tuple(math.nan if margin is None else float(margin) for _, margin in kept),
         by_construction=by_construction)
 
 

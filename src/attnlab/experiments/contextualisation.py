@@ -198,7 +198,7 @@ def own_value_attention(model: nn.Module) -> Iterator[None]:
     """
     handles = []
 
-    def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+    def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
         b, n, _ = h.shape
         v = module.v_proj(h).view(b, n, -1, module.head_dim)  # (B, N, H_kv, d)

@@ -153,8 +153,8 @@ def measure(
     causal = masks.causal(len(words))
     with torch.no_grad():
         w, raw = _weights_and_raw(mha, encode(x))
-        errors = [_equivariance_error(mha, x, perm, enc)
-                  for enc in (encode, control_encode, with_positions, no_positions)]
+        eq, eq_control, pe, plain = (_equivariance_error(mha, x, perm, enc) for enc in
+                                     (encode, control_encode, with_positions, no_positions))
         # GPT-style layers are causal: the mask itself orders the tokens
         causal_err = _equivariance_error(mha, x, perm, no_positions, causal)
         _, w_other = mha(other, need_weights=True, average_weights=True)
@@ -166,7 +166,7 @@ def measure(
         tuple(words), embed_dim, heads, w, float(w.min()), float(w_causal.min()),
         float((w.sum(-1) - 1).abs().max()), float((raw[0].sum(-1) - 1).abs().max()),
         float((w - w_other[0]).abs().max()), float((w_fixed - w_fixed_other).abs().max()),
-        *errors, causal_err)
+        eq, eq_control, pe, plain, causal_err)
 
 
 def headline_control(m: DynamicGraphMeasurement) -> Control:

@@ -35,6 +35,7 @@ layer, so that each is reported as a ratio to torch's layer timed in the same pr
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -300,8 +301,11 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
         for p in params:
             p.grad = None
 
-    fw(fused_fn), fw(separate_fn), fw(twin_fn)  # warm up
-    fwbw(fused_fn), fwbw(separate_fn), fwbw(twin_fn)
+    fns = (fused_fn, separate_fn, twin_fn)
+    for fn in fns:  # warm up: each forward, then each forward and backward
+        fw(fn)
+    for fn in fns:
+        fwbw(fn)
     out = []
     for mode, step, before in (("forward", fw, None), ("forward+backward", fwbw, clear)):
         t0 = clock()
@@ -310,9 +314,9 @@ def _time_size(size: tuple[int, int, int], g: torch.Generator, fused_fn: Callabl
         # short calls are timed in batches of at least SAMPLE seconds (clock resolution,
         # and one interruption no longer dominates a sample)
         number = max(1, min(1000, math.ceil(SAMPLE / once))) if once > 0 else 1
-        t = interleaved_times({"fused": lambda step=step: step(fused_fn),
-                               "separate": lambda step=step: step(separate_fn),
-                               "twin": lambda step=step: step(twin_fn)},
+        t = interleaved_times({"fused": functools.partial(step, fused_fn),
+                               "separate": functools.partial(step, separate_fn),
+                               "twin": functools.partial(step, twin_fn)},
                               rounds=rounds, repeats=repeats, clock=clock, before=before,
                               number=number)
         out.append(TimedCase(size, mode, t["fused"], t["separate"], t["twin"]))

@@ -71,7 +71,7 @@ def split_heads(w: Tensor, heads: int) -> list[Tensor]:
 def qk_weights(model: GPT) -> tuple[Tensor, Tensor]:
     """Block 0's W_q and W_k (each E × E, rows grouped by head), detached copies."""
     e = model.config.embed_dim
-    w = model.blocks[0].attn.qkv_proj.weight.detach()
+    w = model.attention(0).qkv_proj.weight.detach()
     return w[:e].clone(), w[e:2 * e].clone()
 
 
@@ -149,7 +149,7 @@ def train_run(task_name: str, seed: int, c: HeadsConfig, *, penalty: float = 0.0
     with seeded(seed):
         model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len,
                               num_layers=1, num_heads=c.num_heads, embed_dim=c.embed_dim))
-    attn = model.blocks[0].attn
+    attn = model.attention(0)
     if identical:
         make_heads_identical(attn)
     model.eval()

@@ -128,7 +128,7 @@ def train_model(task: TwoRelationTask, heads: int, steps: int, seed: int, c: Rel
     with seeded(seed):
         model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len,
                               num_layers=1, num_heads=heads, embed_dim=c.embed_dim))
-    attn = model.blocks[0].attn
+    attn = model.attention(0)
     if tie_attention:
         for name in ("weight", "bias"):
             parametrize.register_parametrization(attn.qkv_proj, name,

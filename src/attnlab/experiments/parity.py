@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +94,7 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
     bool_mask[..., 0] = True  # every row keeps a key here; fully-masked rows are tested apart
     float_mask = torch.randn(b, h, lq, lk, generator=g)
     # each case: attnlab's arguments, and the wrong variant's (what it gets wrong)
-    cases = {
+    cases: dict[str, tuple[dict[str, Any], dict[str, Any], str, str]] = {
         "sdpa: no mask": (dict(), dict(scale=1.0), "the 1/√d scale left out", "漏掉 1/√d 缩放"),
         "sdpa: bool mask": (dict(mask=bool_mask), dict(), "the mask ignored", "忽略掩码"),
         "sdpa: float mask": (dict(mask=float_mask), dict(), "the float mask ignored",
@@ -102,8 +103,8 @@ def _sdpa_checks(g: torch.Generator) -> list[ParityCheck]:
                                "用默认缩放代替 0.37"),
     }
     for name, (kw, wrong_kw, wrong, wrong_zh) in cases.items():
-        torch_kw = {"attn_mask": kw.get("mask"), "scale": kw.get("scale")}
-        ref = F.scaled_dot_product_attention(q, k, v, **torch_kw)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=kw.get("mask"),
+                                             scale=kw.get("scale"))
         ours_fused = scaled_dot_product_attention(q, k, v, **kw)
         ours_explicit, _ = scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
         control = _err(scaled_dot_product_attention(q, k, v, **wrong_kw), ref)
@@ -333,8 +334,8 @@ def _stack_checks(g: torch.Generator) -> list[ParityCheck]:
                     mem = lay(mem, key_mask=keep)
                 mem = model.encoder.norm(mem)
                 y = tgt
-                for lay in dec:
-                    y = lay(y, mem, memory_key_mask=keep, causal=True)
+                for dlay in dec:
+                    y = dlay(y, mem, memory_key_mask=keep, causal=True)
                 outs[keep is None] = (model.decoder.norm(y), mem)
         tag = f"nn.Transformer (2 + 2 layers) norm_first={norm_first}"
         (y, mem), (bad_y, bad_mem) = outs[False], outs[True]

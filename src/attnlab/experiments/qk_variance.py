@@ -222,10 +222,12 @@ def real_model_scores(name: str = "minilm", text: str = REAL_TEXT) -> tuple[Scor
     cannot be loaded here.
     """
     from attnlab.models import load
-    from attnlab.tracing import trace
+    from attnlab.tracing import one_stack, trace
 
     loaded = load(name, progress=False)
-    t = trace(loaded, text, merge_pieces=False)
+    t = one_stack(trace(loaded, text, merge_pieces=False))
+    if t.q is None or t.k is None:  # (a trace keeps them unless told not to)
+        raise ValueError(f"{name}'s trace kept no queries and keys")
     q, k = t.q.double(), t.k.double()  # (L, H, N, d)
     if t.num_kv_heads != t.num_heads:  # grouped keys: one key head per group of query heads
         k = k.repeat_interleave(t.num_heads // t.num_kv_heads, dim=1)
@@ -378,7 +380,8 @@ def measure(
             c_var = _mu_block(q, k, mu, scale_fn(mean_dim), variance_theory)
             mean_se = math.sqrt(mean_dim * (2 * mu**2 / m + 1 / m**2) / mean_blocks)
             shifted.append(ShiftedScores(mu, stats, st, mean_se, c_mean, c_var))
-    real, real_note = (), ""
+    real: tuple[ScoreStats, ...] = ()
+    real_note = ""
     if real_model is not None:
         from attnlab.models import ModelNotAvailableError
 
@@ -467,7 +470,7 @@ def captions(m: QKVarianceMeasurement) -> tuple[str, str]:
     if m.real:
         v = [r.var_scaled for r in m.real]
         c = [r.component_var for r in m.real]
-        label, n = MODEL_LABELS[m.real_model], len(REAL_TEXT)
+        label, n = _model_label(m), len(REAL_TEXT)
         en += (f" {label} rows (information, no claim): its q, k over the {n}-character text "
                f"have component variances {min(c):.2f}–{max(c):.2f} but Var(q·k/√d_k) = "
                f"{min(v):.2f}–{max(v):.2f}, not 1: the components are correlated and have "
@@ -569,6 +572,13 @@ def figure(m: QKVarianceMeasurement):
     return fig
 
 
+def _model_label(m: QKVarianceMeasurement) -> str:
+    """The real model's label (asked for only where a real model was measured or tried)."""
+    if m.real_model is None:
+        raise ValueError("no real model was measured or tried")
+    return MODEL_LABELS[m.real_model]
+
+
 def _real_panel(ax, m: QKVarianceMeasurement) -> None:
     """The real model's scaled score variance per layer against the articles' 1."""
     if m.real:
@@ -582,9 +592,9 @@ def _real_panel(ax, m: QKVarianceMeasurement) -> None:
         ax.axhline(1.0, color="k", ls=":", lw=1, label="the articles' assumption: 1")
         ax.set_xticks(layers)
         label_axes(ax, "layer", "variance",
-                   f"{MODEL_LABELS[m.real_model]}: real q, k (d_k = {m.real[0].d_k})")
+                   f"{_model_label(m)}: real q, k (d_k = {m.real[0].d_k})")
     else:
-        ax.text(0.5, 0.5, f"{MODEL_LABELS[m.real_model]} not available (see the caption)"
+        ax.text(0.5, 0.5, f"{_model_label(m)} not available (see the caption)"
                 if m.real_note else "no real model measured", ha="center", va="center",
                 fontsize=9)
         ax.set_axis_off()

@@ -110,6 +110,8 @@ class OffsetModel(nn.Module):
     tokens) or ``"mixed"`` (all three read token + position).
     """
 
+    table: Tensor  # the position encodings (a buffer)
+
     def __init__(self, c: OffsetConfig, positions: str, qk: str = "positions") -> None:
         super().__init__()
         if positions not in POSITIONS:
@@ -354,7 +356,7 @@ def checks(m: RelativePositionMeasurement) -> list[Check]:
                                  f"可学习嵌入模型在其训练过的位置 < {p} 上",
                                  base.trained.accuracy)),
     ]
-    if m.mixed is not None:
+    if m.mixed is not None and m.init_mixed is not None:  # (measured together)
         out.append(check_between("token + position in q, k: accuracy on unseen positions "
                                  "(partial)", m.mixed.unseen.accuracy, 0.3, 0.95,
                                  id="mixed-partial",

@@ -111,6 +111,8 @@ def block_mask(embed_dim: int, heads: int) -> Tensor:
 class _Masked(nn.Module):
     """Parametrization W → W ⊙ mask (entries outside the mask stay zero, in training too)."""
 
+    mask: Tensor
+
     def __init__(self, mask: Tensor) -> None:
         super().__init__()
         self.register_buffer("mask", mask)
@@ -226,7 +228,7 @@ def train_model(variant: str, seed: int, c: FusionConfig) -> FusionModel:
     with seeded(seed):
         model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len,
                               num_layers=1, num_heads=c.heads, embed_dim=c.embed_dim))
-    attn = model.blocks[0].attn
+    attn = model.attention(0)
     constrain_wo(attn.out_proj, variant, c.heads)
     x, y, scored, _ = task.batch(torch.Generator().manual_seed(10**6 + seed), c.eval_batch)
     model.eval()

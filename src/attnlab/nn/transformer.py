@@ -415,6 +415,21 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
         self.lm_head.weight = self.wte.weight  # tied: the same matrix reads and writes tokens
 
+    def attention(self, layer: int) -> MultiHeadAttention:
+        """Block ``layer``'s attention module (negative counts from the last block).
+
+        >>> GPT(GPTConfig(vocab_size=10, block_size=8, num_layers=2, num_heads=2,
+        ...               embed_dim=8)).attention(-1).num_heads
+        2
+        """
+        n = len(self.blocks)
+        layer = check_int("layer", layer, minimum=-n, maximum=n - 1)
+        block = self.blocks[layer]
+        if not isinstance(block, _Block):
+            raise ArgumentTypeError(f"block {layer} is {type(block).__name__}, not a GPT "
+                                    "block (the model's blocks were replaced)")
+        return block.attn
+
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, nn.Linear):

@@ -87,7 +87,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from attnlab._cli import UsageError, emit_json
     from attnlab.analysis.attribute import attribute
     from attnlab.commands.model_run import ModelRun
-    from attnlab.tracing import StackedTrace, trace
+    from attnlab.tracing import one_stack, trace
 
     job = ModelRun(args)
     text, arg = job.text()
@@ -98,11 +98,10 @@ def run_from_args(args: argparse.Namespace) -> int:
                          f"got a {getattr(loaded, 'kind', type(loaded).__name__)} model")
     job.admit(loaded, text, arg)
     with job.layers(loaded, "tracing"):
-        t = trace(loaded, text, truncate=args.truncate, merge_pieces=False,
-                  max_memory=job.budget, **job.run_settings())
-    if isinstance(t, StackedTrace):  # (a causal language model traces one stack)
-        raise UsageError(f"--model {args.model}: the study needs one attention stack; the "
-                         f"trace has {', '.join(t.names)}")
+        # (a causal language model traces one stack)
+        t = one_stack(trace(loaded, text, truncate=args.truncate, merge_pieces=False,
+                            max_memory=job.budget, **job.run_settings()),
+                      f"--model {args.model}: the study's trace")
     with job.console.status("ablating and scoring"):
         got = attribute(loaded, t, ablation=not args.no_ablation,
                         eviction=not args.no_eviction,

@@ -2,7 +2,7 @@
 
 Layers, low to high (DESIGN.md, "The house")::
 
-    _errors → _io, _proc, i18n, _mathml, _lazy, _text, _dist, _options, _course_runs
+    _errors → _io, _proc, i18n, _mathml, _lazy, _text, _dist, _options, _course_runs, _render
         → _cli | core
         → nn (+ masks.py, positional.py) → tracing → analysis → train → models → experiments
         → viz → report | serve | bench → commands → cli (+ __main__.py)
@@ -36,7 +36,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnlab"
 #: Top-level name inside ``attnlab`` -> layer (higher may import lower, never the reverse).
 LAYERS: dict[str, int] = {
     "_io": 0, "_proc": 0, "i18n": 0, "_mathml": 0, "_lazy": 0, "_text": 0, "_dist": 0,
-    "_options": 0, "_course_runs": 0,
+    "_options": 0, "_course_runs": 0, "_render": 0,
     "_errors": -1,  # below every layer: each one's exceptions derive from attnlab.Error
     "core": 1, "_cli": 1,
     "nn": 2, "masks": 2, "positional": 2,

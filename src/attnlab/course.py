@@ -95,7 +95,9 @@ def setup(lang: str = "en") -> str:
 
 
 def _inline_figures() -> None:
-    """``%matplotlib inline`` when running in IPython (a notebook's kernel)."""
+    """``%matplotlib inline`` when running in IPython (a notebook's kernel), each figure
+    shown as the PNG of :func:`_figure_png`: the image the inline backend shows (cut to the
+    figure's artists), drawn once instead of twice."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -103,6 +105,19 @@ def _inline_figures() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.run_line_magic("matplotlib", "inline")
+        from matplotlib.figure import Figure
+
+        shell.display_formatter.formatters["image/png"].for_type(Figure, _figure_png)
+
+
+def _figure_png(fig: Any) -> bytes | None:
+    """A figure as the inline backend's PNG (at the figure's dpi, cut to its artists; an
+    empty figure shows nothing), drawn once (:func:`attnlab._render.figure_png`)."""
+    from attnlab._render import figure_png
+
+    if not fig.axes and not fig.lines:
+        return None
+    return figure_png(fig, dpi=fig.dpi)
 
 
 def T(en: str, zh: str) -> str:

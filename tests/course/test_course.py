@@ -826,6 +826,66 @@ def _move_sliders(client, part):
             assert shown[0] != shown[1], (part.stem, i, name, "the output did not change")
 
 
+_DRAWS = textwrap.dedent("""
+    from IPython.display import display
+    from matplotlib.figure import Figure
+    _draws = []
+    _draw = Figure.draw
+    def _counted(self, renderer):
+        _draws.append(renderer)
+        return _draw(self, renderer)
+    def _figure():
+        fig = Figure(figsize=(3, 2))
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [1, 0])
+        ax.set_title("drawn once")
+        return fig
+    Figure.draw = _counted
+    try:
+        display(_figure())
+    finally:
+        Figure.draw = _draw
+    """)
+_SIZE = textwrap.dedent("""
+    import io
+    from PIL import Image
+    _buf = io.BytesIO()
+    _fig = _figure()
+    _fig.canvas.print_figure(_buf, format="png", bbox_inches="tight", dpi=_fig.dpi)
+    print(len(_draws), *Image.open(_buf).size)
+    """)
+
+
+def _shown_once(client) -> tuple[int, int, bool]:
+    """(the PNGs a cell's ``display(fig)`` showed, the figure's draws, whether the PNG has
+    the size of matplotlib's ``bbox_inches="tight"`` image of the same figure)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    cell = _run(client, _DRAWS)
+    pngs = [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
+    size = [Image.open(io.BytesIO(base64.b64decode(p))).size for p in pngs]
+    draws, *theirs = map(int, _printed(_run(client, _SIZE)).split())
+    return len(pngs), draws, size == [tuple(theirs)]
+
+
+def test_a_notebooks_figure_is_drawn_once_at_the_inline_backends_size(kernel):
+    """attnlab.course.setup shows each figure as attnlab._render.figure_png's PNG: one
+    drawing, the size of the inline backend's (``bbox_inches="tight"``); the inline backend's
+    own PNG, the wrong variant here, draws the figure twice."""
+    _run(kernel, "%reset -f\nfrom attnlab.course import setup\nsetup('en')")
+    assert _shown_once(kernel) == (1, 1, True)
+    # the inline backend's own PNG (IPython's print_figure), until the next setup
+    _run(kernel, "from IPython.core.pylabtools import select_figure_formats\n"
+                 "select_figure_formats(get_ipython(), {'png'}, bbox_inches='tight')")
+    try:
+        assert _shown_once(kernel) == (1, 2, True)
+    finally:
+        _run(kernel, "setup('en')")
+
+
 NOTEBOOK_CASES = [pytest.param(part, lang, id=f"{lang}-{part.stem}",
                                marks=[pytest.mark.slow] + ([pytest.mark.models]
                                                            if part.needs_models else []))

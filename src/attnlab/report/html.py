@@ -128,28 +128,17 @@ def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:
 
 
 def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:
-    """A matplotlib figure as a PNG data URI (``tight=False`` for figures that use
-    constrained layout, which need no second, tight-bbox drawing pass).
+    """A matplotlib figure as a PNG data URI, cut to its artists (``tight``) or whole.
 
-    Lossless, and small: an opaque figure is stored as RGB (no alpha channel) and the PNG
-    compressed with Pillow's ``optimize`` (the report draws every figure twice, once per
-    language). Matplotlib's own PNG, decoded at once, is written uncompressed: compressing
-    it too (zlib at level 6) took a tenth of a figure's time and changed no byte of the
-    result, which depends only on the pixels.
+    Drawn once (:func:`attnlab._render.figure_png`: ``savefig(bbox_inches="tight")``, or a
+    figure with a layout engine, draws it twice), lossless and small: an opaque figure is
+    stored as RGB and compressed with Pillow's ``optimize`` (the report draws every figure
+    twice, once per language).
     """
-    from PIL import Image
+    from attnlab._render import figure_png
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None,
-                pil_kwargs={"compress_level": 0})
-    buf.seek(0)
-    with Image.open(buf) as im:
-        extrema: Any = im.getextrema()  # per band: (low, high)
-        opaque = im.mode == "RGBA" and extrema[3] == (255, 255)
-        out = im.convert("RGB") if opaque else im.copy()
-    buf = io.BytesIO()
-    out.save(buf, format="PNG", optimize=True)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    data = figure_png(fig, dpi=dpi, tight=tight)
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def figure_to_svg(fig: Any) -> str:

@@ -512,11 +512,18 @@ def plot(trace: AttentionTrace, kind: str, layer: int = 0, head: int = 0, *,
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 130) -> Path:
-    """Write ``fig`` as PNG or SVG (by suffix), atomically."""
+    """Write ``fig`` as PNG or SVG (by suffix), atomically, cut to its artists (as
+    ``savefig(bbox_inches="tight")``; a PNG drawn once: :func:`attnlab._render.figure_png`)."""
+    from attnlab._render import figure_png
+
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise ValueError(f"--out must end in .png or .svg, got {str(path)!r}")
+    data = figure_png(fig, dpi=dpi) if fmt == "png" else None
     with atomic_open(path, "wb") as f:
-        fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
+        if data is None:
+            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
+        else:
+            f.write(data)
     return path

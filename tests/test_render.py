@@ -159,3 +159,17 @@ def test_an_opaque_figure_is_rgb_a_transparent_one_keeps_its_alpha():
             assert im.mode == "RGBA" and im.getextrema()[3][0] == 0
     finally:
         plt.close(fig)
+
+
+def test_without_matplotlibs_adjust_bbox_it_saves_in_two_passes(monkeypatch):
+    """A matplotlib without the private ``_tight_bbox`` (it may move): matplotlib's own
+    image, not an error."""
+    import sys
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [1, 0])
+    try:
+        monkeypatch.setitem(sys.modules, "matplotlib._tight_bbox", None)  # import fails
+        assert figure_png(fig, dpi=DPI) == _two_passes(fig, DPI, True)
+    finally:
+        plt.close(fig)

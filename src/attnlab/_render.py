@@ -73,11 +73,15 @@ def figure_png(fig: Any, *, dpi: float, tight: bool = True) -> bytes:
     (``tight``, as ``savefig(bbox_inches="tight")``) or whole; drawn once (see the module)."""
     import matplotlib as mpl
     import numpy as np
-    from matplotlib._tight_bbox import adjust_bbox
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import to_rgba
     from matplotlib.transforms import Bbox
 
+    try:  # (private in matplotlib; a version without it saves in its own two passes)
+        from matplotlib._tight_bbox import adjust_bbox
+    except ImportError:
+        if tight and fig.get_layout_engine() is None:
+            return _two_passes(fig, dpi, tight)
     old_canvas, old_dpi = fig.canvas, fig.dpi
     canvas = FigureCanvasAgg(fig)  # (the figure's canvas, for this drawing)
     restore = None

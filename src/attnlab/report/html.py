@@ -130,10 +130,10 @@ def bilingual(en: str, zh: str, tag: str = "p", cls: str = "") -> str:
 def figure_to_data_uri(fig: Any, dpi: int = 110, *, tight: bool = True) -> str:
     """A matplotlib figure as a PNG data URI, cut to its artists (``tight``) or whole.
 
-    Drawn once (:func:`attnlab._render.figure_png`: ``savefig(bbox_inches="tight")``, or a
-    figure with a layout engine, draws it twice), lossless and small: an opaque figure is
-    stored as RGB and compressed with Pillow's ``optimize`` (the report draws every figure
-    twice, once per language).
+    Drawn once by :func:`attnlab._render.figure_png` (``savefig`` draws a figure twice
+    when the box is tight or the figure has a layout engine), lossless and small: an opaque
+    figure is stored as RGB and compressed with Pillow's ``optimize`` (the report draws
+    every figure twice, once per language).
     """
     from attnlab._render import figure_png
 

@@ -169,10 +169,10 @@ def test_wheel_installs_and_runs_outside_the_source_tree(dist, tmp_path):
     else:
         step("torch", *pip, TORCH)
     # the wheel and its dependencies as the Makefile installs attnlab's: with uv (which
-    # compiles nothing unless asked), beside the torch installed above (2 s against pip's 9)
+    # compiles nothing unless asked), beside the torch installed above (1 s against pip's 9)
     step("wheel", *uv, _wheel(dist))
     # what keeps the install cheap, whatever the machine's load: nothing byte-compiled
-    # (--no-compile) and the CPU build of torch, without CUDA's libraries
+    # (pip's --no-compile, uv's default) and the CPU build of torch, without CUDA's libraries
     (site,) = (tmp_path / "venv/lib").glob("python*/site-packages")
     compiled = [p.relative_to(site).as_posix() for p in site.rglob("*.pyc")]
     assert not compiled, f"{len(compiled)} modules byte-compiled: {compiled[:5]}"

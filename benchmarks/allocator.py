@@ -55,10 +55,10 @@ def _job(kind: str, tokens: int, extra: dict[str, str]) -> dict:
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(job)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} at {tokens} tokens failed (exit {proc.returncode})")
+    _, status, usage = os.wait4(proc.pid, 0)  # the child's own resources, as it ends
+    code = proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if code != 0:
+        raise SystemExit(f"{kind} at {tokens} tokens failed (exit {code})")
     result = json.loads(out.strip().splitlines()[-1])
     return {"forward_s": round(result["forward_seconds"], 2),
             "faults": usage.ru_minflt, "peak_gb": round(usage.ru_maxrss / 2**20, 2),

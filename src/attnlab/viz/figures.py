@@ -520,10 +520,9 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 130) ->
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise ValueError(f"--out must end in .png or .svg, got {str(path)!r}")
-    data = figure_png(fig, dpi=dpi) if fmt == "png" else None
     with atomic_open(path, "wb") as f:
-        if data is None:
-            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
+        if fmt == "png":
+            f.write(figure_png(fig, dpi=dpi))
         else:
-            f.write(data)
+            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
     return path

@@ -77,17 +77,19 @@ def figure_png(fig: Any, *, dpi: float, tight: bool = True) -> bytes:
     from matplotlib.colors import to_rgba
     from matplotlib.transforms import Bbox
 
+    # cut to its artists without a layout engine: the canvas is widened around the axes
+    widened = tight and fig.get_layout_engine() is None
     try:  # (private in matplotlib; a version without it saves in its own two passes)
         from matplotlib._tight_bbox import adjust_bbox
     except ImportError:
-        if tight and fig.get_layout_engine() is None:
+        if widened:
             return _two_passes(fig, dpi, tight)
     old_canvas, old_dpi = fig.canvas, fig.dpi
     canvas = FigureCanvasAgg(fig)  # (the figure's canvas, for this drawing)
     restore = None
     try:
         fig.set_dpi(dpi)
-        if tight and fig.get_layout_engine() is None:
+        if widened:
             # the axes placed as a drawing places them (their aspect applied), then the
             # canvas widened around them
             renderer = canvas.get_renderer()
